@@ -1,0 +1,123 @@
+// Config sections: one plain struct per TOML section, each with defaults and a
+// one-line comment per field. Pure C++ (no libtorch): parsing and validation
+// live in config.cpp and run before any process group exists.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace trident {
+
+// Thrown for every caller error in a config: names the file, key, value and
+// what was expected.
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct ModelConfig {
+  std::string arch = "gpt";        // model family; only "gpt" for now
+  int64_t layers = 2;              // transformer blocks
+  int64_t hidden = 64;             // model width
+  int64_t heads = 4;               // attention heads (hidden % heads == 0)
+  int64_t ffn_hidden = 0;          // MLP width; 0 means 4 * hidden
+  int64_t seq_len = 32;            // tokens per sample
+  int64_t vocab_size = 256;        // tokenizer vocabulary (before padding)
+  int64_t vocab_pad_multiple = 8;  // padded vocab is a multiple of this * tp
+  double dropout = 0.0;            // dropout probability (0 keeps runs exact)
+  double init_std = 0.02;          // std of the normal init
+  double layernorm_eps = 1e-5;     // LayerNorm epsilon
+
+  int64_t ffn() const { return ffn_hidden > 0 ? ffn_hidden : 4 * hidden; }
+  // Vocabulary padded up to a multiple of vocab_pad_multiple * tp (Megatron).
+  int64_t padded_vocab(int64_t tp) const {
+    const int64_t m = vocab_pad_multiple * tp;
+    return (vocab_size + m - 1) / m * m;
+  }
+};
+
+struct ParallelConfig {
+  int64_t tp = 1;                            // tensor-parallel size
+  int64_t pp = 1;                            // pipeline-parallel size
+  int64_t dp = -1;                           // data-parallel size; -1 = world / (tp * pp)
+  bool sequence_parallel = false;            // shard LayerNorm/dropout regions along seq
+  std::vector<int64_t> pipeline_layers;      // explicit layers per chunk (pp * chunks entries); empty = uniform
+  std::string backend = "auto";              // "auto" | "gloo" | "nccl"
+  double timeout_s = 60.0;                   // collective timeout in seconds
+};
+
+struct ScheduleConfig {
+  std::string kind = "1f1b";  // "gpipe" | "1f1b" | "interleaved" | "zb-h1" | "file"
+  int64_t chunks = 1;         // virtual stages per pipeline rank (interleaved)
+  std::string file;           // schedule text file when kind = "file"
+};
+
+struct TrainingConfig {
+  int64_t steps = 10;               // optimizer steps
+  int64_t micro_batch_size = 1;     // samples per micro-batch
+  int64_t global_batch_size = 8;    // samples per step over all DP ranks
+  int64_t seed = 1234;              // seeds init and data order
+  double lr = 1e-3;                 // peak learning rate
+  double min_lr = 1e-4;             // floor of the cosine decay
+  int64_t warmup_steps = 0;         // linear warm-up steps
+  double weight_decay = 0.1;        // AdamW decay (not applied to biases and norms)
+  double beta1 = 0.9;               // AdamW beta1
+  double beta2 = 0.95;              // AdamW beta2
+  double eps = 1e-8;                // AdamW epsilon
+  double grad_clip = 1.0;           // clip by global norm; 0 disables
+  int64_t eval_interval = 0;        // evaluate every N steps; 0 disables
+  int64_t eval_batches = 2;         // validation global batches per evaluation
+  int64_t threads = 1;              // intra-op threads per rank
+  double peak_tflops = 0.0;         // device peak for MFU; 0 = measure a matmul at start-up
+  std::string device = "cpu";       // "cpu" | "cuda"
+};
+
+struct DataConfig {
+  std::string source = "synthetic";  // "synthetic" | "file" (a prepared token file)
+  std::string path;                  // prefix written by `trident data prepare`
+  std::string tokenizer = "byte";    // "byte" | "gpt2"
+  std::string tokenizer_dir;         // directory with encoder.json and vocab.bpe (gpt2)
+  int64_t synthetic_tokens = 65536;  // tokens generated for source = "synthetic"
+};
+
+struct CheckpointConfig {
+  std::string dir;       // where checkpoints go; empty disables
+  int64_t interval = 0;  // save every N steps; 0 disables
+};
+
+struct LoggingConfig {
+  std::string dir = "runs/default";  // run directory: config.toml, metrics.jsonl, loss.svg
+  int64_t log_interval = 1;          // print a step line every N steps
+  bool progress = true;              // progress bar when stdout is a terminal
+};
+
+struct Config {
+  ModelConfig model;
+  ParallelConfig parallel;
+  ScheduleConfig schedule;
+  TrainingConfig training;
+  DataConfig data;
+  CheckpointConfig checkpoint;
+  LoggingConfig logging;
+  std::string source = "<defaults>";  // file the config came from (for messages)
+};
+
+// Parses a TOML file, then applies `section.key=value` overrides in order.
+// Throws ConfigError naming file, key, value and expectation.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// Same from a TOML string (tests); `name` stands in for the file in messages.
+Config parse_config(const std::string& toml_text, const std::string& name,
+                    const std::vector<std::string>& overrides = {});
+
+// Checks that need no world size: ranges and divisibility. Called by the parsers.
+void validate(const Config& c);
+// Resolves parallel.dp = -1 against the world size and checks tp*pp*dp == world.
+// Throws ConfigError, e.g. "tp(2) x pp(4) x dp(2) = 16 but WORLD_SIZE = 8".
+void resolve_world(Config& c, int64_t world_size);
+
+// The effective config as TOML text (every key, defaults included).
+std::string to_toml(const Config& c);
+
+}  // namespace trident

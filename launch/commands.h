@@ -1,0 +1,13 @@
+// Subcommands of the `trident` executable. Each takes the arguments after its
+// name (argv[0] is the subcommand) and returns the process exit status.
+#pragma once
+
+namespace trident::cli {
+
+int cmd_launch(int argc, char** argv);    // spawn N ranks with torchrun-style env (launch/launcher.cpp)
+int cmd_train(int argc, char** argv);     // train from a TOML config (launch/cmd_train.cpp)
+int cmd_schedule(int argc, char** argv);  // generate/validate/simulate/render a pipeline schedule
+int cmd_tokenize(int argc, char** argv);  // stdin text -> token ids
+int cmd_data(int argc, char** argv);      // `data prepare`: text files -> binary token file
+
+}  // namespace trident::cli
