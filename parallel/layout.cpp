@@ -1,1 +1,173 @@
-// placeholder until layout lands
+// Layout: rank <-> coordinates and group membership (see NOTE [rank order]).
+#include "parallel/layout.h"
+
+#include <cassert>
+#include <sstream>
+#include <stdexcept>
+
+#include "framework/config.h"
+
+namespace trident {
+
+namespace {
+
+std::string factors(int tp, int pp, int dp) {
+  std::ostringstream os;
+  os << "tp(" << tp << ") x pp(" << pp << ") x dp(" << dp << ")";
+  return os.str();
+}
+
+// Groups of one kind, ordered by smallest member: a rank opens a group when it
+// is the smallest member of its own group.
+template <class GroupOf>
+std::vector<std::vector<int>> collect(int world, GroupOf group_of) {
+  std::vector<std::vector<int>> out;
+  for (int r = 0; r < world; ++r) {
+    std::vector<int> g = group_of(r);
+    assert(!g.empty());
+    if (g.front() == r) out.push_back(std::move(g));
+  }
+  return out;
+}
+
+}  // namespace
+
+Layout Layout::make(int world, int tp, int pp, int dp) {
+  if (world < 1 || tp < 1 || pp < 1 || dp < 1) {
+    throw ConfigError("layout: every factor must be >= 1, got " + factors(tp, pp, dp) +
+                      " with world size " + std::to_string(world));
+  }
+  const long long product = static_cast<long long>(tp) * pp * dp;
+  if (product != world) {
+    throw ConfigError("layout: " + factors(tp, pp, dp) + " = " + std::to_string(product) +
+                      " but world size = " + std::to_string(world));
+  }
+  Layout l;
+  l.world = world;
+  l.tp = tp;
+  l.pp = pp;
+  l.dp = dp;
+  return l;
+}
+
+Coords Layout::coords(int rank) const {
+  if (rank < 0 || rank >= world) {
+    throw std::out_of_range("layout: rank " + std::to_string(rank) + " outside [0, " +
+                            std::to_string(world) + ")");
+  }
+  Coords c;
+  c.tp = rank % tp;
+  c.dp = (rank / tp) % dp;
+  c.pp = rank / (tp * dp);
+  return c;
+}
+
+int Layout::rank(const Coords& c) const {
+  if (c.tp < 0 || c.tp >= tp || c.dp < 0 || c.dp >= dp || c.pp < 0 || c.pp >= pp) {
+    throw std::out_of_range("layout: coordinates (tp " + std::to_string(c.tp) + ", dp " +
+                            std::to_string(c.dp) + ", pp " + std::to_string(c.pp) +
+                            ") outside the grid " + describe());
+  }
+  return c.pp * (dp * tp) + c.dp * tp + c.tp;
+}
+
+std::vector<int> Layout::tp_group(int r) const {
+  Coords c = coords(r);
+  std::vector<int> g;
+  for (c.tp = 0; c.tp < tp; ++c.tp) g.push_back(rank(c));
+  return g;
+}
+
+std::vector<int> Layout::dp_group(int r) const {
+  Coords c = coords(r);
+  std::vector<int> g;
+  for (c.dp = 0; c.dp < dp; ++c.dp) g.push_back(rank(c));
+  return g;
+}
+
+std::vector<int> Layout::pp_group(int r) const {
+  Coords c = coords(r);
+  std::vector<int> g;
+  for (c.pp = 0; c.pp < pp; ++c.pp) g.push_back(rank(c));
+  return g;
+}
+
+std::vector<int> Layout::model_parallel_group(int r) const {
+  Coords c = coords(r);
+  std::vector<int> g;
+  // pp outer, tp inner: ascending rank order by the rank formula.
+  for (c.pp = 0; c.pp < pp; ++c.pp) {
+    for (c.tp = 0; c.tp < tp; ++c.tp) g.push_back(rank(c));
+  }
+  return g;
+}
+
+std::vector<int> Layout::embedding_group(int r) const {
+  const int first = stage_rank(r, 0);
+  const int last = stage_rank(r, pp - 1);
+  if (first == last) return {first};
+  return {first, last};
+}
+
+std::vector<std::vector<int>> Layout::all_tp_groups() const {
+  return collect(world, [this](int r) { return tp_group(r); });
+}
+std::vector<std::vector<int>> Layout::all_dp_groups() const {
+  return collect(world, [this](int r) { return dp_group(r); });
+}
+std::vector<std::vector<int>> Layout::all_pp_groups() const {
+  return collect(world, [this](int r) { return pp_group(r); });
+}
+std::vector<std::vector<int>> Layout::all_model_parallel_groups() const {
+  return collect(world, [this](int r) { return model_parallel_group(r); });
+}
+std::vector<std::vector<int>> Layout::all_embedding_groups() const {
+  return collect(world, [this](int r) { return embedding_group(r); });
+}
+
+int Layout::stage_rank(int r, int stage) const {
+  Coords c = coords(r);
+  c.pp = stage;
+  return rank(c);
+}
+
+int Layout::prev_pp_rank(int r, bool wrap) const {
+  const int s = coords(r).pp;
+  if (s > 0) return stage_rank(r, s - 1);
+  return wrap ? stage_rank(r, pp - 1) : -1;
+}
+
+int Layout::next_pp_rank(int r, bool wrap) const {
+  const int s = coords(r).pp;
+  if (s + 1 < pp) return stage_rank(r, s + 1);
+  return wrap ? stage_rank(r, 0) : -1;
+}
+
+std::string Layout::describe() const {
+  std::ostringstream os;
+  os << "world " << world << " = tp " << tp << " x dp " << dp << " x pp " << pp;
+  return os.str();
+}
+
+std::string Layout::describe(int r) const {
+  const Coords c = coords(r);
+  std::ostringstream os;
+  os << "rank " << r << ": tp " << c.tp << " dp " << c.dp << " pp " << c.pp;
+  return os.str();
+}
+
+std::string Layout::describe_grid() const {
+  std::ostringstream os;
+  os << describe() << " (per stage: dp replicas separated by |, tp ranks within)\n";
+  for (int s = 0; s < pp; ++s) {
+    os << "  stage " << s << ":";
+    for (int d = 0; d < dp; ++d) {
+      os << (d == 0 ? " [" : " | ");
+      for (int t = 0; t < tp; ++t) os << (t ? " " : "") << rank(Coords{t, d, s});
+    }
+    os << "]\n";
+  }
+  return os.str();
+}
+
+}  // namespace trident

@@ -1,0 +1,82 @@
+// Layout: the 3D rank grid {world, tp, pp, dp} as a plain value. Pure C++ (no
+// libtorch): rank <-> (tp, dp, pp) coordinates and every group's membership are
+// pure functions, so the process-group code and the tests agree by construction.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace trident {
+
+// A rank's place in the grid; each index counts from 0.
+struct Coords {
+  int tp = 0;  // index within its tensor-parallel group
+  int dp = 0;  // data-parallel replica
+  int pp = 0;  // pipeline stage
+  bool operator==(const Coords& o) const { return tp == o.tp && dp == o.dp && pp == o.pp; }
+  bool operator!=(const Coords& o) const { return !(*this == o); }
+};
+
+// NOTE [rank order]
+// tp varies fastest, then dp, then pp (Megatron's order):
+//   rank = pp * (dp_size * tp_size) + dp * tp_size + tp
+// so a tensor-parallel group is a block of consecutive ranks (on one node when
+// nodes hold tp ranks each, where its many all-reduces are cheapest), and a
+// pipeline stage is a contiguous slab of dp * tp ranks.
+struct Layout {
+  int world = 1;
+  int tp = 1;
+  int pp = 1;
+  int dp = 1;
+
+  // Validates every factor >= 1 and tp * pp * dp == world; throws ConfigError
+  // naming every factor, e.g. "tp(2) x pp(4) x dp(2) = 16 but world size = 8".
+  static Layout make(int world, int tp, int pp, int dp);
+
+  Coords coords(int rank) const;  // throws std::out_of_range for rank outside [0, world)
+  int rank(const Coords& c) const;  // throws std::out_of_range for indices outside the grid
+
+  // Groups containing `rank`, members in ascending rank order (for pp_group this
+  // is ascending stage order).
+  std::vector<int> tp_group(int rank) const;
+  std::vector<int> dp_group(int rank) const;
+  std::vector<int> pp_group(int rank) const;
+  std::vector<int> model_parallel_group(int rank) const;  // the tp * pp ranks sharing rank's dp index
+  // First and last pipeline stage at rank's (tp, dp): they hold the tied word
+  // embedding and all-reduce its gradient. A single rank when pp == 1; for ranks
+  // on a middle stage, the group of its own (tp, dp) column all the same.
+  std::vector<int> embedding_group(int rank) const;
+
+  // Every group of a kind, ordered by smallest member. Every rank computes the
+  // same lists, so creating process groups by iterating them in order is safe
+  // (c10d needs every rank to create every group in the same order).
+  std::vector<std::vector<int>> all_tp_groups() const;
+  std::vector<std::vector<int>> all_dp_groups() const;
+  std::vector<std::vector<int>> all_pp_groups() const;
+  std::vector<std::vector<int>> all_model_parallel_groups() const;
+  std::vector<std::vector<int>> all_embedding_groups() const;
+
+  // Pipeline neighbours at the same (tp, dp). Without wrap they are -1 past the
+  // ends; with wrap the last stage's next is the first stage and vice versa,
+  // which is how interleaved schedules pass a micro-batch from virtual chunk v
+  // on the last stage to chunk v + 1 on the first.
+  int prev_pp_rank(int rank, bool wrap = false) const;
+  int next_pp_rank(int rank, bool wrap = false) const;
+  int stage_rank(int rank, int stage) const;  // the rank at `stage` with rank's (tp, dp)
+  bool is_first_stage(int rank) const { return coords(rank).pp == 0; }
+  bool is_last_stage(int rank) const { return coords(rank).pp == pp - 1; }
+
+  // "world 8 = tp 2 x dp 2 x pp 2" (one line).
+  std::string describe() const;
+  // "rank 5: tp 1 dp 0 pp 1" (one line, for start-up logs).
+  std::string describe(int rank) const;
+  // One line per pipeline stage listing its ranks as a dp x tp grid.
+  std::string describe_grid() const;
+
+  bool operator==(const Layout& o) const {
+    return world == o.world && tp == o.tp && pp == o.pp && dp == o.dp;
+  }
+  bool operator!=(const Layout& o) const { return !(*this == o); }
+};
+
+}  // namespace trident

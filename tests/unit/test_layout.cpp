@@ -1,0 +1,197 @@
+// Layout: rank <-> coordinates and group membership over every factorization
+// (tp, pp, dp) of every world size 1..64.
+#include "parallel/layout.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <stdexcept>
+
+#include "framework/config.h"
+
+using trident::ConfigError;
+using trident::Coords;
+using trident::Layout;
+
+namespace {
+
+std::vector<Layout> all_layouts(int max_world) {
+  std::vector<Layout> out;
+  for (int w = 1; w <= max_world; ++w)
+    for (int tp = 1; tp <= w; ++tp)
+      for (int pp = 1; pp <= w; ++pp)
+        if (w % (tp * pp) == 0) out.push_back(Layout::make(w, tp, pp, w / (tp * pp)));
+  return out;
+}
+
+// Each rank appears in exactly one group of the list, every group has `size`
+// members in ascending order, and group_of(r) returns r's group from the list.
+template <class GroupOf>
+void check_partition(const Layout& l, const std::vector<std::vector<int>>& groups, size_t size,
+                     GroupOf group_of, const char* kind) {
+  SCOPED_TRACE(l.describe() + " " + kind);
+  std::vector<int> seen(l.world, 0);
+  for (const auto& g : groups) {
+    ASSERT_EQ(g.size(), size);
+    ASSERT_TRUE(std::is_sorted(g.begin(), g.end()));
+    for (int r : g) {
+      ASSERT_GE(r, 0);
+      ASSERT_LT(r, l.world);
+      ++seen[r];
+      ASSERT_EQ(group_of(r), g);
+    }
+  }
+  for (int r = 0; r < l.world; ++r) ASSERT_EQ(seen[r], 1) << "rank " << r;
+  // Deterministic order: by smallest member.
+  for (size_t i = 1; i < groups.size(); ++i) ASSERT_LT(groups[i - 1].front(), groups[i].front());
+}
+
+}  // namespace
+
+TEST(Layout, MakeRejectsBadFactorsNamingEach) {
+  try {
+    Layout::make(8, 2, 4, 2);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("tp(2) x pp(4) x dp(2) = 16 but world size = 8"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(Layout::make(4, 0, 4, 1), ConfigError);
+  EXPECT_THROW(Layout::make(4, 4, 1, -1), ConfigError);
+  EXPECT_THROW(Layout::make(0, 1, 1, 1), ConfigError);
+  EXPECT_NO_THROW(Layout::make(12, 3, 2, 2));
+}
+
+TEST(Layout, MegatronOrderExample) {
+  // world 8 = tp 2 x dp 2 x pp 2: ranks 0..3 are stage 0, tp pairs {0,1} {2,3}.
+  const Layout l = Layout::make(8, 2, 2, 2);
+  EXPECT_EQ(l.coords(5), (Coords{1, 0, 1}));
+  EXPECT_EQ(l.rank(Coords{1, 1, 0}), 3);
+  EXPECT_EQ(l.tp_group(5), (std::vector<int>{4, 5}));
+  EXPECT_EQ(l.dp_group(5), (std::vector<int>{5, 7}));
+  EXPECT_EQ(l.pp_group(5), (std::vector<int>{1, 5}));
+  EXPECT_EQ(l.model_parallel_group(5), (std::vector<int>{0, 1, 4, 5}));
+  EXPECT_EQ(l.embedding_group(2), (std::vector<int>{2, 6}));
+  EXPECT_EQ(l.all_tp_groups(), (std::vector<std::vector<int>>{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+  EXPECT_EQ(l.all_dp_groups(), (std::vector<std::vector<int>>{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  EXPECT_EQ(l.all_pp_groups(), (std::vector<std::vector<int>>{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  EXPECT_EQ(l.prev_pp_rank(5), 1);
+  EXPECT_EQ(l.next_pp_rank(5), -1);
+  EXPECT_EQ(l.next_pp_rank(5, /*wrap=*/true), 1);
+  EXPECT_EQ(l.describe(), "world 8 = tp 2 x dp 2 x pp 2");
+  EXPECT_EQ(l.describe(5), "rank 5: tp 1 dp 0 pp 1");
+  EXPECT_NE(l.describe_grid().find("stage 1: [4 5 | 6 7]"), std::string::npos) << l.describe_grid();
+}
+
+TEST(Layout, OutOfRangeRanksAndCoordsThrow) {
+  const Layout l = Layout::make(4, 2, 2, 1);
+  EXPECT_THROW(l.coords(4), std::out_of_range);
+  EXPECT_THROW(l.coords(-1), std::out_of_range);
+  EXPECT_THROW(l.rank(Coords{2, 0, 0}), std::out_of_range);
+  EXPECT_THROW(l.rank(Coords{0, 1, 0}), std::out_of_range);
+  EXPECT_THROW(l.tp_group(9), std::out_of_range);
+}
+
+TEST(Layout, CoordsAndRankInvertEverywhere) {
+  for (const Layout& l : all_layouts(64)) {
+    std::set<std::tuple<int, int, int>> seen;
+    for (int r = 0; r < l.world; ++r) {
+      const Coords c = l.coords(r);
+      ASSERT_EQ(l.rank(c), r) << l.describe();
+      ASSERT_TRUE(c.tp >= 0 && c.tp < l.tp && c.dp >= 0 && c.dp < l.dp && c.pp >= 0 && c.pp < l.pp);
+      ASSERT_EQ(r, c.pp * l.dp * l.tp + c.dp * l.tp + c.tp);
+      seen.insert({c.tp, c.dp, c.pp});
+    }
+    ASSERT_EQ(seen.size(), static_cast<size_t>(l.world));
+  }
+}
+
+TEST(Layout, GroupsPartitionRanksWithSharedCoordinates) {
+  size_t layouts = 0;
+  for (const Layout& l : all_layouts(64)) {
+    ++layouts;
+    check_partition(l, l.all_tp_groups(), l.tp, [&](int r) { return l.tp_group(r); }, "tp");
+    check_partition(l, l.all_dp_groups(), l.dp, [&](int r) { return l.dp_group(r); }, "dp");
+    check_partition(l, l.all_pp_groups(), l.pp, [&](int r) { return l.pp_group(r); }, "pp");
+    check_partition(l, l.all_model_parallel_groups(), l.tp * l.pp,
+                    [&](int r) { return l.model_parallel_group(r); }, "mp");
+    if (HasFatalFailure()) return;
+    for (int r = 0; r < l.world; ++r) {
+      const Coords c = l.coords(r);
+      for (int m : l.tp_group(r)) {
+        ASSERT_EQ(l.coords(m).dp, c.dp);
+        ASSERT_EQ(l.coords(m).pp, c.pp);
+      }
+      for (int m : l.dp_group(r)) {
+        ASSERT_EQ(l.coords(m).tp, c.tp);
+        ASSERT_EQ(l.coords(m).pp, c.pp);
+      }
+      const auto pg = l.pp_group(r);
+      for (int s = 0; s < l.pp; ++s) {
+        ASSERT_EQ(l.coords(pg[s]).pp, s);  // ascending stage order
+        ASSERT_EQ(l.coords(pg[s]).tp, c.tp);
+        ASSERT_EQ(l.coords(pg[s]).dp, c.dp);
+      }
+      for (int m : l.model_parallel_group(r)) ASSERT_EQ(l.coords(m).dp, c.dp);
+    }
+  }
+  EXPECT_GT(layouts, 300u);  // every factorization of 1..64 was visited
+}
+
+TEST(Layout, EmbeddingGroupsHoldFirstAndLastStages) {
+  for (const Layout& l : all_layouts(64)) {
+    SCOPED_TRACE(l.describe());
+    const auto groups = l.all_embedding_groups();
+    ASSERT_EQ(groups.size(), static_cast<size_t>(l.tp * l.dp));
+    std::vector<int> seen(l.world, 0);
+    for (const auto& g : groups) {
+      ASSERT_EQ(g.size(), l.pp == 1 ? 1u : 2u);
+      for (int m : g) ++seen[m];
+      ASSERT_TRUE(l.is_first_stage(g.front()));
+      ASSERT_TRUE(l.is_last_stage(g.back()));
+      ASSERT_EQ(l.coords(g.front()).tp, l.coords(g.back()).tp);
+      ASSERT_EQ(l.coords(g.front()).dp, l.coords(g.back()).dp);
+    }
+    for (int r = 0; r < l.world; ++r) {
+      const bool end_stage = l.is_first_stage(r) || l.is_last_stage(r);
+      ASSERT_EQ(seen[r], end_stage ? 1 : 0) << "rank " << r;
+      const auto g = l.embedding_group(r);
+      ASSERT_EQ(l.coords(g.front()).tp, l.coords(r).tp);
+      ASSERT_EQ(l.coords(g.front()).dp, l.coords(r).dp);
+      if (end_stage) {
+        ASSERT_NE(std::find(g.begin(), g.end(), r), g.end());
+      }
+    }
+  }
+}
+
+TEST(Layout, PipelineNeighboursAreConsistent) {
+  for (const Layout& l : all_layouts(64)) {
+    SCOPED_TRACE(l.describe());
+    for (int r = 0; r < l.world; ++r) {
+      const Coords c = l.coords(r);
+      const int next = l.next_pp_rank(r), prev = l.prev_pp_rank(r);
+      ASSERT_EQ(next == -1, c.pp == l.pp - 1);
+      ASSERT_EQ(prev == -1, c.pp == 0);
+      ASSERT_EQ(l.is_first_stage(r), c.pp == 0);
+      ASSERT_EQ(l.is_last_stage(r), c.pp == l.pp - 1);
+      if (next != -1) {
+        ASSERT_EQ(l.prev_pp_rank(next), r);
+        ASSERT_EQ(l.coords(next).pp, c.pp + 1);
+        ASSERT_EQ(l.coords(next).tp, c.tp);
+        ASSERT_EQ(l.coords(next).dp, c.dp);
+      }
+      if (prev != -1) {
+        ASSERT_EQ(l.next_pp_rank(prev), r);
+      }
+      // Wrapping walks the whole pipeline ring back to r in pp steps.
+      ASSERT_EQ(l.prev_pp_rank(l.next_pp_rank(r, true), true), r);
+      int walk = r;
+      for (int i = 0; i < l.pp; ++i) walk = l.next_pp_rank(walk, true);
+      ASSERT_EQ(walk, r);
+      ASSERT_EQ(l.next_pp_rank(r, true), l.pp == 1 ? r : (next == -1 ? l.stage_rank(r, 0) : next));
+    }
+  }
+}
