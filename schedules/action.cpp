@@ -1,0 +1,182 @@
+// Action tokens and the text form of a schedule.
+#include "schedules/action.h"
+
+#include <cassert>
+#include <cctype>
+#include <sstream>
+
+namespace trident::sched {
+
+bool is_compute(ActionKind k) {
+  return k == ActionKind::F || k == ActionKind::B || k == ActionKind::I || k == ActionKind::W;
+}
+bool is_communication(ActionKind k) { return !is_compute(k); }
+bool is_backward(ActionKind k) { return k == ActionKind::B || k == ActionKind::I; }
+
+namespace {
+
+const char* prefix_of(ActionKind k) {
+  switch (k) {
+    case ActionKind::F: return "F";
+    case ActionKind::B: return "B";
+    case ActionKind::I: return "I";
+    case ActionKind::W: return "W";
+    case ActionKind::SEND_F: return "SF";
+    case ActionKind::RECV_F: return "RF";
+    case ActionKind::SEND_B: return "SB";
+    case ActionKind::RECV_B: return "RB";
+  }
+  return "?";
+}
+
+const char* kGrammar = "F|B|I|W|SF|RF|SB|RB, a micro-batch number, and optionally '.' and a chunk number (e.g. F3, RB0.1)";
+
+bool parse_kind(const std::string& p, ActionKind* k) {
+  static const ActionKind all[] = {ActionKind::F,      ActionKind::B,      ActionKind::I,      ActionKind::W,
+                                   ActionKind::SEND_F, ActionKind::RECV_F, ActionKind::SEND_B, ActionKind::RECV_B};
+  for (ActionKind c : all) {
+    if (p == prefix_of(c)) {
+      *k = c;
+      return true;
+    }
+  }
+  return false;
+}
+
+// Reads a non-negative decimal at s[*i]; false if there is none or it is too long.
+bool parse_number(const std::string& s, size_t* i, int* out) {
+  const size_t start = *i;
+  long v = 0;
+  while (*i < s.size() && std::isdigit(static_cast<unsigned char>(s[*i]))) {
+    v = v * 10 + (s[*i] - '0');
+    if (v > 1000000) return false;
+    ++*i;
+  }
+  *out = static_cast<int>(v);
+  return *i > start;
+}
+
+[[noreturn]] void fail(int line, const std::string& token, const std::string& expected) {
+  throw ScheduleError("schedule text line " + std::to_string(line) + ": bad token '" + token + "', expected " +
+                      expected);
+}
+
+Action parse_token(const std::string& tok, int line, const Schedule& s) {
+  size_t i = 0;
+  while (i < tok.size() && std::isalpha(static_cast<unsigned char>(tok[i]))) ++i;
+  Action a;
+  if (!parse_kind(tok.substr(0, i), &a.kind)) fail(line, tok, kGrammar);
+  if (!parse_number(tok, &i, &a.mb)) fail(line, tok, kGrammar);
+  if (i < tok.size() && tok[i] == '.') {
+    ++i;
+    if (!parse_number(tok, &i, &a.chunk)) fail(line, tok, kGrammar);
+  }
+  if (i != tok.size()) fail(line, tok, kGrammar);
+  if (a.mb >= s.microbatches)
+    fail(line, tok, "a micro-batch below m=" + std::to_string(s.microbatches));
+  if (a.chunk >= s.chunks) fail(line, tok, "a chunk below v=" + std::to_string(s.chunks));
+  return a;
+}
+
+// Header "pipeline p=P m=M v=V".
+Schedule parse_header(const std::string& text, int line) {
+  std::istringstream in(text);
+  std::string word, fields[3];
+  in >> word >> fields[0] >> fields[1] >> fields[2];
+  std::string extra;
+  const char* names[3] = {"p=", "m=", "v="};
+  int values[3] = {0, 0, 0};
+  bool ok = word == "pipeline" && !(in >> extra);
+  for (int k = 0; ok && k < 3; ++k) {
+    size_t i = 2;
+    ok = fields[k].compare(0, 2, names[k]) == 0 && parse_number(fields[k], &i, &values[k]) && i == fields[k].size();
+  }
+  if (!ok)
+    throw ScheduleError("schedule text line " + std::to_string(line) + ": bad header '" + text +
+                        "', expected 'pipeline p=P m=M v=V'");
+  return empty_schedule(values[0], values[1], values[2]);
+}
+
+}  // namespace
+
+std::string to_token(const Action& a) {
+  std::string t = prefix_of(a.kind) + std::to_string(a.mb);
+  if (a.chunk != 0) t += "." + std::to_string(a.chunk);
+  return t;
+}
+
+int peer_rank(const Schedule& s, int rank, const Action& a) {
+  assert(is_communication(a.kind));
+  const int stage = s.stage_of(rank, a.chunk);
+  const bool towards_next = a.kind == ActionKind::SEND_F || a.kind == ActionKind::RECV_B;
+  return s.rank_of(towards_next ? stage + 1 : stage - 1);
+}
+
+Action counterpart(const Schedule& s, int rank, const Action& a) {
+  assert(is_communication(a.kind));
+  const int stage = s.stage_of(rank, a.chunk);
+  switch (a.kind) {
+    case ActionKind::SEND_F: return Action{ActionKind::RECV_F, a.mb, s.chunk_of(stage + 1)};
+    case ActionKind::RECV_F: return Action{ActionKind::SEND_F, a.mb, s.chunk_of(stage - 1)};
+    case ActionKind::SEND_B: return Action{ActionKind::RECV_B, a.mb, s.chunk_of(stage - 1)};
+    default: return Action{ActionKind::SEND_B, a.mb, s.chunk_of(stage + 1)};
+  }
+}
+
+Schedule empty_schedule(int p, int m, int v) {
+  if (p < 1 || m < 1 || v < 1)
+    throw ScheduleError("schedule needs stages, microbatches and chunks >= 1, got p=" + std::to_string(p) +
+                        " m=" + std::to_string(m) + " v=" + std::to_string(v));
+  Schedule s;
+  s.stages = p;
+  s.microbatches = m;
+  s.chunks = v;
+  s.ranks.assign(p, {});
+  return s;
+}
+
+std::string to_text(const Schedule& s) {
+  std::string out = "pipeline p=" + std::to_string(s.stages) + " m=" + std::to_string(s.microbatches) +
+                    " v=" + std::to_string(s.chunks) + "\n";
+  for (size_t r = 0; r < s.ranks.size(); ++r) {
+    out += std::to_string(r) + ":";
+    for (const Action& a : s.ranks[r]) out += " " + to_token(a);
+    out += "\n";
+  }
+  return out;
+}
+
+Schedule parse_text(const std::string& text) {
+  std::istringstream in(text);
+  std::string raw;
+  int line = 0;
+  bool have_header = false;
+  Schedule s;
+  int next_rank = 0;
+  while (std::getline(in, raw)) {
+    ++line;
+    const std::string body = raw.substr(0, raw.find('#'));
+    if (body.find_first_not_of(" \t\r") == std::string::npos) continue;
+    if (!have_header) {
+      s = parse_header(body, line);
+      have_header = true;
+      continue;
+    }
+    std::istringstream words(body);
+    std::string label, tok;
+    words >> label;
+    if (label != std::to_string(next_rank) + ":")
+      fail(line, label, "the rank label '" + std::to_string(next_rank) + ":' (ranks in order, one line each)");
+    if (next_rank >= s.stages)
+      fail(line, label, "at most p=" + std::to_string(s.stages) + " rank lines");
+    while (words >> tok) s.ranks[next_rank].push_back(parse_token(tok, line, s));
+    ++next_rank;
+  }
+  if (!have_header) throw ScheduleError("schedule text is empty, expected a 'pipeline p=P m=M v=V' header");
+  if (next_rank != s.stages)
+    throw ScheduleError("schedule text has " + std::to_string(next_rank) + " rank lines, expected p=" +
+                        std::to_string(s.stages));
+  return s;
+}
+
+}  // namespace trident::sched

@@ -1,0 +1,49 @@
+// Simulator: runs a schedule under the executor semantics with per-action costs
+// and link latency, giving per-rank timelines, step time, bubble and peak
+// in-flight activations. Measured timelines use the same Timeline struct.
+#pragma once
+
+#include <vector>
+
+#include "schedules/action.h"
+
+namespace trident::sched {
+
+// Costs of one FULL pipeline stage (all layers of one rank); a chunk of a
+// v-chunk schedule costs 1/v of each. I costs backward - weight.
+struct Costs {
+  double forward = 1.0;         // F
+  double backward = 2.0;        // B (I + W)
+  double weight = 1.0;          // W, the weight-gradient part of B
+  std::vector<double> latency;  // per boundary: {} = 0, {L} = L everywhere, or p*v-1 values (boundary s -> s+1)
+};
+
+// Throws ScheduleError unless forward > 0, backward > weight >= 0 and latency
+// has 0, 1 or p*v-1 non-negative entries.
+void check_costs(const Costs& c, int p, int v);
+double action_cost(const Costs& c, ActionKind k, int chunks);  // 0 for communication
+
+struct TimedAction {
+  Action action;
+  double start = 0;  // for a RECV: when it was posted; end: when the data arrived
+  double end = 0;
+};
+
+struct Timeline {
+  int stages = 1, microbatches = 1, chunks = 1;
+  double us_per_unit = 1000.0;  // microseconds per time unit (simulated: 1 unit = 1 ms)
+  std::vector<std::vector<TimedAction>> ranks;  // per rank, in execution order
+};
+
+struct TimelineStats {
+  double step_time = 0;             // latest end over all ranks (all start at 0)
+  double bubble_fraction = 0;       // total idle / (p * step_time); idle = step - compute busy
+  std::vector<double> busy;         // per rank: time in compute actions
+  std::vector<int> peak_inflight;   // per rank: max (mb, chunk) pairs alive, from F until its B or I
+};
+
+// Validates s (throws like validate()), adds communication if s has none, runs it.
+Timeline simulate(const Schedule& s, const Costs& costs);
+TimelineStats stats(const Timeline& t);
+
+}  // namespace trident::sched
