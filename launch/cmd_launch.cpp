@@ -1,5 +1,58 @@
-#include <stdexcept>
+// `trident launch [options] -- CMD ARGS...`: parses the options before `--`
+// with Boost.Program_options and hands the rest to launch/launcher.h.
+#include <boost/program_options.hpp>
+
+#include <cstring>
+#include <iostream>
+#include <string>
+
 #include "launch/commands.h"
+#include "launch/launcher.h"
+
+namespace po = boost::program_options;
+
 namespace trident::cli {
-int cmd_launch(int, char**) { throw std::runtime_error("'launch' is not built yet"); }
+
+int cmd_launch(int argc, char** argv) {
+  launch::LaunchOptions o;
+  po::options_description desc(
+      "usage: trident launch --nproc-per-node N [options] -- CMD ARGS...\n\n"
+      "Starts N processes of CMD with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n"
+      "GROUP_RANK/NODE_RANK, MASTER_ADDR, MASTER_PORT (and OMP_NUM_THREADS=1 unless set).\n"
+      "If a rank fails, the others get SIGTERM, then SIGKILL, and the launcher exits\n"
+      "with the failed rank's status (128 + signal for a signal).\n\noptions");
+  desc.add_options()
+      ("help,h", "print this help")
+      ("nproc-per-node", po::value<int>(&o.nproc_per_node)->required(), "processes (ranks) to start on this node")
+      ("nnodes", po::value<int>(&o.nnodes)->default_value(1), "nodes in the job")
+      ("node-rank", po::value<int>(&o.node_rank)->default_value(0), "this node's index in [0, nnodes)")
+      ("master-addr", po::value<std::string>(&o.master_addr)->default_value("127.0.0.1"), "rendezvous host")
+      ("master-port", po::value<int>(&o.master_port)->default_value(29500),
+       "rendezvous port; 0 picks a free one (single node only)")
+      ("grace", po::value<double>(&o.grace_seconds)->default_value(3.0),
+       "seconds between SIGTERM and SIGKILL when stopping ranks")
+      ("no-prefix", po::bool_switch(), "let ranks write straight to the terminal, without \"[rank R] \"");
+
+  // Everything after the first `--` is the command, untouched by the parser.
+  int split = argc;
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--") == 0) {
+      split = i;
+      break;
+    }
+  po::variables_map vm;
+  po::store(po::command_line_parser(split, argv).options(desc).run(), vm);
+  if (vm.count("help")) {
+    std::cout << desc << "\nexample: trident launch --nproc-per-node 2 -- build/trident train configs/tiny.toml\n";
+    return 0;
+  }
+  po::notify(vm);  // after --help, so that --help alone needs no --nproc-per-node
+  o.prefix_output = !vm["no-prefix"].as<bool>();
+  if (split == argc)
+    throw launch::LaunchError("missing `--` before the command: expected `trident launch [options] -- CMD ARGS...`");
+  for (int i = split + 1; i < argc; ++i) o.command.emplace_back(argv[i]);
+  if (o.command.empty()) throw launch::LaunchError("missing command after `--`: expected `-- CMD ARGS...`");
+  return launch::launch(o);
+}
+
 }  // namespace trident::cli

@@ -1,1 +1,553 @@
-// placeholder until the launcher lands
+// The launcher: spawn ranks, relay their output line by line, supervise them.
+// See NOTE [launcher process model] below for the choices that keep it orphan-free.
+#include "launch/launcher.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
+
+#include <algorithm>
+#include <array>
+#include <cassert>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+
+namespace trident::launch {
+
+namespace {
+
+// NOTE [launcher process model]
+// Each rank runs in its own process group (pgid = its pid), so that
+//  - a terminal's Ctrl-C reaches only the launcher, which forwards it exactly once;
+//  - a signal sent to -pgid also reaches whatever the rank started (`sh -c` children).
+// Signals reach the single-threaded poll loop through a self-pipe, so SIGCHLD,
+// SIGINT, SIGTERM and pipe output are all handled in one place. Ranks get
+// PR_SET_PDEATHSIG=SIGKILL (Linux) so a SIGKILLed launcher still takes them down,
+// and stdin from /dev/null because a background process group reading the
+// terminal would be stopped by SIGTTIN. RankSet's destructor kills and reaps any
+// rank still running, so an exception anywhere cannot leave orphans.
+
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& o) noexcept : fd_(o.release()) {}
+  UniqueFd& operator=(UniqueFd&& o) noexcept {
+    if (this != &o) {
+      reset();
+      fd_ = o.release();
+    }
+    return *this;
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  ~UniqueFd() { reset(); }
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  void reset() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// Writes everything, retrying short writes; output to a closed terminal or
+// pipe is dropped rather than stopping the supervision of the ranks.
+void write_all(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    const ssize_t n = ::write(fd, data, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+// (read end, write end), both close-on-exec: a rank's dup2'ed copies are the
+// only ones that survive exec, so no rank holds another rank's pipe open.
+std::pair<UniqueFd, UniqueFd> make_pipe() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw LaunchError(std::string("cannot create a pipe: ") + std::strerror(errno));
+  return {UniqueFd(fds[0]), UniqueFd(fds[1])};
+}
+
+// One rank's stdout or stderr: reads the pipe and writes each complete line,
+// prefixed, to the launcher's own stream with a single write().
+class LineRelay {
+ public:
+  LineRelay(UniqueFd fd, int out_fd, std::string prefix)
+      : fd_(std::move(fd)), out_fd_(out_fd), prefix_(std::move(prefix)) {
+    ::fcntl(fd_.get(), F_SETFL, ::fcntl(fd_.get(), F_GETFL) | O_NONBLOCK);
+  }
+  int fd() const { return fd_.get(); }
+  bool open() const { return fd_.valid(); }
+
+  // Reads what is available. Returns true if more may come soon (data was
+  // read), false when the pipe is empty for now or closed.
+  bool pump() {
+    char buf[65536];
+    const ssize_t n = ::read(fd_.get(), buf, sizeof buf);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) return false;
+    if (n <= 0) {
+      close_and_flush();
+      return false;
+    }
+    pending_.append(buf, static_cast<size_t>(n));
+    size_t start = 0;
+    for (size_t nl; (nl = pending_.find('\n', start)) != std::string::npos; start = nl + 1)
+      emit(pending_.data() + start, nl - start);
+    pending_.erase(0, start);
+    // Bound memory for output that never ends a line (progress bars, binary).
+    if (pending_.size() >= kMaxLine) {
+      emit(pending_.data(), pending_.size());
+      pending_.clear();
+    }
+    return true;
+  }
+
+  // Emits a last line without its newline, as a line, and closes the pipe.
+  void close_and_flush() {
+    if (!pending_.empty()) emit(pending_.data(), pending_.size());
+    pending_.clear();
+    fd_.reset();
+  }
+
+ private:
+  static constexpr size_t kMaxLine = 1 << 20;
+  void emit(const char* line, size_t size) {
+    std::string out;
+    out.reserve(prefix_.size() + size + 1);
+    out.append(prefix_).append(line, size).push_back('\n');
+    write_all(out_fd_, out.data(), out.size());
+  }
+  UniqueFd fd_;
+  int out_fd_;
+  std::string prefix_;
+  std::string pending_;  // bytes after the last newline seen
+};
+
+int g_signal_write_fd = -1;  // the self-pipe's write end while a SignalRelay exists
+
+extern "C" void relay_signal(int sig) {
+  const int saved = errno;
+  const unsigned char byte = static_cast<unsigned char>(sig);
+  const ssize_t n = ::write(g_signal_write_fd, &byte, 1);  // a full pipe drops it: the loop is awake anyway
+  (void)n;
+  errno = saved;
+}
+
+// Routes SIGINT, SIGTERM and SIGCHLD into a pipe the poll loop watches, ignores
+// SIGPIPE, and restores the previous handlers when it goes.
+class SignalRelay {
+ public:
+  SignalRelay() {
+    assert(g_signal_write_fd < 0 && "one SignalRelay at a time");
+    auto [r, w] = make_pipe();
+    read_ = std::move(r);
+    write_ = std::move(w);
+    for (int fd : {read_.get(), write_.get()}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+    g_signal_write_fd = write_.get();
+    struct sigaction sa {};
+    sa.sa_handler = relay_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+    for (size_t i = 0; i < kRelayed.size(); ++i) ::sigaction(kRelayed[i], &sa, &saved_[i]);
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    ::sigaction(SIGPIPE, &ignore, &saved_pipe_);
+  }
+  SignalRelay(const SignalRelay&) = delete;
+  SignalRelay& operator=(const SignalRelay&) = delete;
+  ~SignalRelay() {
+    for (size_t i = 0; i < kRelayed.size(); ++i) ::sigaction(kRelayed[i], &saved_[i], nullptr);
+    ::sigaction(SIGPIPE, &saved_pipe_, nullptr);
+    g_signal_write_fd = -1;
+  }
+  int read_fd() const { return read_.get(); }
+  std::vector<int> drain() {
+    std::vector<int> sigs;
+    unsigned char buf[64];
+    ssize_t n;
+    while ((n = ::read(read_.get(), buf, sizeof buf)) > 0) sigs.insert(sigs.end(), buf, buf + n);
+    return sigs;
+  }
+
+ private:
+  static constexpr std::array<int, 3> kRelayed{SIGINT, SIGTERM, SIGCHLD};
+  UniqueFd read_, write_;
+  std::array<struct sigaction, 3> saved_{};
+  struct sigaction saved_pipe_ {};
+};
+
+}  // namespace
+
+void validate(const LaunchOptions& o) {
+  auto fail = [](const std::string& msg) { throw LaunchError(msg); };
+  if (o.nproc_per_node < 1)
+    fail("--nproc-per-node must be at least 1, got " + std::to_string(o.nproc_per_node));
+  if (o.nnodes < 1) fail("--nnodes must be at least 1, got " + std::to_string(o.nnodes));
+  if (o.node_rank < 0 || o.node_rank >= o.nnodes)
+    fail("--node-rank " + std::to_string(o.node_rank) + " is out of range [0, " +
+         std::to_string(o.nnodes) + ") for --nnodes " + std::to_string(o.nnodes));
+  if (o.master_port < 0 || o.master_port > 65535)
+    fail("--master-port " + std::to_string(o.master_port) +
+         " is not a TCP port: expected 1..65535, or 0 to pick a free one");
+  if (o.master_port == 0 && o.nnodes > 1)
+    fail("--master-port 0 needs --nnodes 1: the other " + std::to_string(o.nnodes - 1) +
+         " node(s) could not learn the picked port");
+  if (o.master_addr.empty()) fail("--master-addr is empty: expected a host name or IP address");
+  if (o.command.empty() || o.command[0].empty())
+    fail("missing command: expected `trident launch [options] -- CMD ARGS...`");
+  if (!(o.grace_seconds >= 0)) fail("grace period must be >= 0 s, got " + std::to_string(o.grace_seconds));
+}
+
+int pick_free_port() {
+  UniqueFd sock(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!sock.valid()) throw LaunchError(std::string("cannot create a socket to pick a port: ") + std::strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = 0;  // the kernel picks a free ephemeral port
+  if (::bind(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+    throw LaunchError(std::string("cannot bind a socket to port 0: ") + std::strerror(errno));
+  socklen_t len = sizeof addr;
+  if (::getsockname(sock.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+    throw LaunchError(std::string("cannot read back the picked port: ") + std::strerror(errno));
+  return ntohs(addr.sin_port);
+}
+
+Environment rank_environment(const LaunchOptions& o, int local_rank, int master_port) {
+  assert(local_rank >= 0 && local_rank < o.nproc_per_node);
+  const int rank = o.node_rank * o.nproc_per_node + local_rank;
+  Environment env = {
+      {"RANK", std::to_string(rank)},
+      {"WORLD_SIZE", std::to_string(o.nnodes * o.nproc_per_node)},
+      {"LOCAL_RANK", std::to_string(local_rank)},
+      {"LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node)},
+      {"GROUP_RANK", std::to_string(o.node_rank)},
+      {"NODE_RANK", std::to_string(o.node_rank)},
+      {"MASTER_ADDR", o.master_addr},
+      {"MASTER_PORT", std::to_string(master_port)},
+  };
+  // Ranks share the cores; one OpenMP thread each unless the user chose otherwise.
+  if (std::getenv("OMP_NUM_THREADS") == nullptr) env.emplace_back("OMP_NUM_THREADS", "1");
+  return env;
+}
+
+std::string signal_name(int sig) {
+  static const std::pair<int, const char*> kNames[] = {
+      {SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
+      {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
+      {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
+      {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"}, {SIGXCPU, "SIGXCPU"},
+      {SIGXFSZ, "SIGXFSZ"}, {SIGSYS, "SIGSYS"},
+  };
+  for (const auto& [number, name] : kNames)
+    if (number == sig) return name;
+  return "signal " + std::to_string(sig);
+}
+
+std::string describe_wait_status(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    std::string s = "was killed by signal " + std::to_string(sig) + " (" + signal_name(sig) + ")";
+#ifdef WCOREDUMP
+    if (WCOREDUMP(status)) s += ", core dumped";
+#endif
+    return s;
+  }
+  return "stopped with wait status " + std::to_string(status);
+}
+
+int exit_code_of(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Everything a forked rank needs, prepared before fork() so the child only
+// calls async-signal-safe functions between fork and exec.
+struct SpawnPlan {
+  std::vector<std::string> env_entries;  // "KEY=VALUE", kept alive for putenv
+  std::vector<std::string> args;
+  std::vector<char*> argv;
+  int stdout_fd = -1;  // -1: inherit the launcher's
+  int stderr_fd = -1;
+  pid_t launcher_pid = 0;
+};
+
+[[noreturn]] void exec_rank(SpawnPlan& plan) {
+  ::setpgid(0, 0);
+  for (int sig : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE, SIGHUP}) ::signal(sig, SIG_DFL);
+#ifdef __linux__
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+#endif
+  // The launcher may have died before prctl took effect.
+  if (::getppid() != plan.launcher_pid) ::_exit(128 + SIGKILL);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  const int devnull = ::open("/dev/null", O_RDONLY);
+  if (devnull > STDIN_FILENO) {
+    ::dup2(devnull, STDIN_FILENO);
+    ::close(devnull);
+  }
+  if (plan.stdout_fd >= 0) ::dup2(plan.stdout_fd, STDOUT_FILENO);
+  if (plan.stderr_fd >= 0) ::dup2(plan.stderr_fd, STDERR_FILENO);
+  for (auto& e : plan.env_entries) ::putenv(e.data());
+  ::execvp(plan.argv[0], plan.argv.data());
+  char msg[512];
+  const int n = std::snprintf(msg, sizeof msg, "trident launch: cannot run '%s': %s\n", plan.argv[0],
+                              std::strerror(errno));
+  write_all(STDERR_FILENO, msg, n > 0 ? std::min<size_t>(n, sizeof msg - 1) : 0);
+  ::_exit(127);
+}
+
+struct Rank {
+  int rank = 0;
+  pid_t pid = -1;  // also the rank's process-group id
+  bool running = false;
+  int status = 0;
+  std::vector<LineRelay> streams;  // stdout, stderr; empty with --no-prefix
+};
+
+// Owns the ranks: whatever happens, the destructor leaves none running.
+class RankSet {
+ public:
+  RankSet() = default;
+  RankSet(const RankSet&) = delete;
+  RankSet& operator=(const RankSet&) = delete;
+  ~RankSet() {
+    for (auto& r : ranks) {
+      if (r.running) {
+        ::kill(-r.pid, SIGKILL);
+        ::kill(r.pid, SIGKILL);  // in case setpgid had not happened yet
+        while (::waitpid(r.pid, &r.status, 0) < 0 && errno == EINTR) {
+        }
+        r.running = false;
+      }
+      // Whatever the rank left behind in its group (e.g. a shell's background
+      // job) goes too. The group id cannot be reused while members remain.
+      if (r.pid > 0) ::kill(-r.pid, SIGKILL);
+    }
+  }
+  int running_count() const {
+    return static_cast<int>(std::count_if(ranks.begin(), ranks.end(), [](const Rank& r) { return r.running; }));
+  }
+  void signal_running(int sig) {
+    for (auto& r : ranks)
+      if (r.running) ::kill(-r.pid, sig);
+  }
+  std::vector<Rank> ranks;
+};
+
+class Supervisor {
+ public:
+  Supervisor(const LaunchOptions& options, int master_port) : o_(options), port_(master_port) {}
+  int run();
+
+ private:
+  void start_rank(int local_rank);
+  void wait_for_events(int timeout_ms);
+  void handle_signals();
+  void reap();
+  void on_failure(Rank& r);
+  void stop_all(int sig);
+  void drain_outputs(Clock::duration budget);
+  void say(const std::string& msg) {
+    const std::string line = "trident launch: " + msg + "\n";
+    write_all(STDERR_FILENO, line.data(), line.size());
+  }
+
+  const LaunchOptions& o_;
+  const int port_;
+  SignalRelay signals_;  // declared before ranks_: outlives the final reaping
+  RankSet ranks_;
+  std::optional<int> exit_code_;  // set once, by the first cause of stopping
+  bool stopping_ = false;
+  bool killed_ = false;
+  Clock::time_point kill_deadline_{};
+};
+
+void Supervisor::start_rank(int local_rank) {
+  SpawnPlan plan;
+  for (const auto& [k, v] : rank_environment(o_, local_rank, port_)) plan.env_entries.push_back(k + "=" + v);
+  plan.args = o_.command;
+  for (auto& a : plan.args) plan.argv.push_back(a.data());
+  plan.argv.push_back(nullptr);
+  plan.launcher_pid = ::getpid();
+
+  Rank r;
+  r.rank = o_.node_rank * o_.nproc_per_node + local_rank;
+  UniqueFd out_w, err_w;
+  if (o_.prefix_output) {
+    const std::string prefix = "[rank " + std::to_string(r.rank) + "] ";
+    auto [out_r, out_write] = make_pipe();
+    auto [err_r, err_write] = make_pipe();
+    r.streams.emplace_back(std::move(out_r), STDOUT_FILENO, prefix);
+    r.streams.emplace_back(std::move(err_r), STDERR_FILENO, prefix);
+    out_w = std::move(out_write);
+    err_w = std::move(err_write);
+    plan.stdout_fd = out_w.get();
+    plan.stderr_fd = err_w.get();
+  }
+  // Signals stay blocked across fork so the child never runs the launcher's
+  // handlers (which would write into the launcher's self-pipe).
+  sigset_t all, old;
+  sigfillset(&all);
+  ::sigprocmask(SIG_BLOCK, &all, &old);
+  const pid_t pid = ::fork();
+  if (pid == 0) exec_rank(plan);
+  const int fork_errno = errno;
+  ::sigprocmask(SIG_SETMASK, &old, nullptr);
+  if (pid < 0) throw LaunchError("cannot fork rank " + std::to_string(r.rank) + ": " + std::strerror(fork_errno));
+  ::setpgid(pid, pid);  // also done in the child; whichever runs first wins the race
+  r.pid = pid;
+  r.running = true;
+  ranks_.ranks.push_back(std::move(r));
+  // out_w/err_w close here: the child holds the only write ends, so EOF means it is done.
+}
+
+void Supervisor::wait_for_events(int timeout_ms) {
+  std::vector<pollfd> fds{{signals_.read_fd(), POLLIN, 0}};
+  std::vector<LineRelay*> relays{nullptr};
+  for (auto& r : ranks_.ranks)
+    for (auto& s : r.streams)
+      if (s.open()) {
+        fds.push_back({s.fd(), POLLIN, 0});
+        relays.push_back(&s);
+      }
+  const int n = ::poll(fds.data(), fds.size(), timeout_ms);
+  if (n < 0 && errno != EINTR) throw LaunchError(std::string("poll failed: ") + std::strerror(errno));
+  for (size_t i = 1; n > 0 && i < fds.size(); ++i)
+    if (fds[i].revents != 0) relays[i]->pump();
+}
+
+void Supervisor::stop_all(int sig) {
+  if (!stopping_) {
+    stopping_ = true;
+    kill_deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double>(o_.grace_seconds));
+  }
+  ranks_.signal_running(sig);
+}
+
+void Supervisor::handle_signals() {
+  for (int sig : signals_.drain()) {
+    if (sig != SIGINT && sig != SIGTERM) continue;  // SIGCHLD only wakes the loop
+    const int running = ranks_.running_count();
+    if (stopping_) {
+      // A second interrupt means "now": skip the rest of the grace period.
+      say("received " + signal_name(sig) + " again; killing " + std::to_string(running) + " rank(s)");
+      ranks_.signal_running(SIGKILL);
+      killed_ = true;
+      continue;
+    }
+    say("received " + signal_name(sig) + "; forwarding it to " + std::to_string(running) + " rank(s)");
+    if (!exit_code_) exit_code_ = 128 + sig;
+    stop_all(sig);
+  }
+}
+
+void Supervisor::on_failure(Rank& r) {
+  // Print the rank's last words (already in its pipes) before the verdict.
+  for (auto& s : r.streams)
+    while (s.open() && s.pump()) {
+    }
+  const int others = ranks_.running_count();
+  std::string msg = "rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) + ") " +
+                    describe_wait_status(r.status);
+  if (others > 0) msg += "; stopping the other " + std::to_string(others) + (others == 1 ? " rank" : " ranks");
+  say(msg);
+  exit_code_ = exit_code_of(r.status);
+  stop_all(SIGTERM);
+}
+
+void Supervisor::reap() {
+  for (auto& r : ranks_.ranks) {
+    if (!r.running) continue;
+    int status = 0;
+    const pid_t got = ::waitpid(r.pid, &status, WNOHANG);
+    if (got == 0 || (got < 0 && errno == EINTR)) continue;
+    assert(got == r.pid || errno == ECHILD);
+    r.running = false;
+    r.status = got == r.pid ? status : 0;
+    const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    if (failed && !exit_code_) on_failure(r);  // later deaths are consequences, not causes
+  }
+}
+
+void Supervisor::drain_outputs(Clock::duration budget) {
+  // A rank's descendants may hold its pipes open after it exits; wait for them
+  // only briefly, then RankSet's destructor kills its group.
+  const auto deadline = Clock::now() + budget;
+  auto any_open = [&] {
+    for (auto& r : ranks_.ranks)
+      for (auto& s : r.streams)
+        if (s.open()) return true;
+    return false;
+  };
+  while (any_open() && Clock::now() < deadline) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    wait_for_events(static_cast<int>(std::max<long long>(1, left.count())));
+  }
+  for (auto& r : ranks_.ranks)
+    for (auto& s : r.streams) s.close_and_flush();
+}
+
+int Supervisor::run() {
+  for (int local = 0; local < o_.nproc_per_node; ++local) start_rank(local);
+  while (ranks_.running_count() > 0) {
+    int timeout_ms = 1000;  // a safety net; SIGCHLD normally wakes the loop
+    if (stopping_ && !killed_) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(kill_deadline_ - Clock::now());
+      timeout_ms = static_cast<int>(std::clamp<long long>(left.count(), 0, 1000));
+    }
+    wait_for_events(timeout_ms);
+    handle_signals();
+    reap();
+    if (stopping_ && !killed_ && Clock::now() >= kill_deadline_ && ranks_.running_count() > 0) {
+      say("grace period over; killing " + std::to_string(ranks_.running_count()) + " rank(s) with SIGKILL");
+      ranks_.signal_running(SIGKILL);
+      killed_ = true;
+    }
+  }
+  drain_outputs(std::chrono::milliseconds(200));
+  return exit_code_.value_or(0);
+}
+
+}  // namespace
+
+int launch(const LaunchOptions& options) {
+  validate(options);
+  const int port = options.master_port == 0 ? pick_free_port() : options.master_port;
+  Supervisor supervisor(options, port);
+  return supervisor.run();
+}
+
+}  // namespace trident::launch

@@ -1,0 +1,56 @@
+// The `trident launch` engine: starts one process per local rank with the
+// torchrun-style environment (RANK, WORLD_SIZE, MASTER_ADDR, ...), prefixes
+// their output with the rank, forwards SIGINT/SIGTERM, and stops every rank
+// when one fails. Pure POSIX (Linux extras behind #ifdef), no libtorch.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace trident::launch {
+
+// Thrown for caller errors (bad options, a command that cannot be started).
+class LaunchError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct LaunchOptions {
+  int nproc_per_node = 1;                 // ranks started on this node
+  int nnodes = 1;                         // nodes in the whole job
+  int node_rank = 0;                      // this node's index in [0, nnodes)
+  std::string master_addr = "127.0.0.1";  // rendezvous host every rank connects to
+  int master_port = 29500;                // rendezvous port; 0 = pick a free one here
+  bool prefix_output = true;              // "[rank R] " before each output line
+  double grace_seconds = 3.0;             // SIGTERM -> SIGKILL delay when stopping ranks
+  std::vector<std::string> command;       // program and arguments every rank runs
+};
+
+// Throws LaunchError naming the offending value and the allowed range.
+void validate(const LaunchOptions& options);
+
+// Binds a TCP socket to port 0 and returns the port the kernel chose. The port
+// is free now; another process could still take it before rank 0 binds it.
+int pick_free_port();
+
+// Variables set for one rank, in a fixed order. OMP_NUM_THREADS=1 is included
+// only when the launcher's own environment does not set it.
+using Environment = std::vector<std::pair<std::string, std::string>>;
+Environment rank_environment(const LaunchOptions& options, int local_rank, int master_port);
+
+// "SIGKILL" for 9, "signal 77" for an unnamed one.
+std::string signal_name(int signal_number);
+// "exited with status 3" / "was killed by signal 9 (SIGKILL)", from waitpid's status.
+std::string describe_wait_status(int wait_status);
+// Shell convention: the exit status, or 128 + signal number.
+int exit_code_of(int wait_status);
+
+// Runs the job to completion and returns the launcher's exit status: 0 when
+// every rank exits 0, else the first failed rank's exit_code_of, or 128 + the
+// signal that stopped the launcher. Never leaves a child running on return or
+// on exception. Prints failures to stderr prefixed "trident launch: ".
+int launch(const LaunchOptions& options);
+
+}  // namespace trident::launch

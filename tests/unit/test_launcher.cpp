@@ -1,0 +1,359 @@
+// Tests for `trident launch`: the pure helpers directly, and the launcher end to
+// end by running the built executable TRIDENT_BINARY_DIR/trident (built by the
+// top-level build; with a partial build, build the `trident` target first).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "launch/launcher.h"
+
+namespace fs = std::filesystem;
+using namespace trident::launch;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+const char* kTrident = TRIDENT_BINARY_DIR "/trident";
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A fresh directory for one test's PID files and captured output.
+struct TempDir {
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "trident_launch_XXXXXX").string();
+    path = ::mkdtemp(tmpl.data());
+  }
+  ~TempDir() { fs::remove_all(path); }
+  fs::path path;
+};
+
+// Alive means signalable and not a zombie (a zombie has already died).
+bool alive(pid_t pid) {
+  if (::kill(pid, 0) != 0) return false;
+  const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  const auto paren = stat.rfind(')');
+  return paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 2] != 'Z';
+}
+
+// The PIDs written as files named `<stem>.<rank>` in dir.
+std::vector<pid_t> pids_in(const fs::path& dir, const std::string& stem) {
+  std::vector<pid_t> pids;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().rfind(stem + ".", 0) == 0) {
+      const std::string text = read_file(e.path());
+      if (!text.empty()) pids.push_back(static_cast<pid_t>(std::stol(text)));
+    }
+  return pids;
+}
+
+bool wait_for_files(const fs::path& dir, const std::string& stem, size_t count, double seconds) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  while (Clock::now() < deadline) {
+    if (pids_in(dir, stem).size() >= count) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+// One run of `trident launch ...` with stdout and stderr captured in files.
+class LauncherRun {
+ public:
+  LauncherRun(const std::vector<std::string>& args, const fs::path& dir,
+              const std::vector<std::pair<std::string, const char*>>& env = {})
+      : out_path_(dir / "launcher.out"), err_path_(dir / "launcher.err") {
+    std::vector<std::string> all{kTrident, "launch"};
+    all.insert(all.end(), args.begin(), args.end());
+    start_ = Clock::now();
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      if (!std::freopen(out_path_.c_str(), "w", stdout) || !std::freopen(err_path_.c_str(), "w", stderr)) _exit(126);
+      for (const auto& [k, v] : env) v ? ::setenv(k.c_str(), v, 1) : ::unsetenv(k.c_str());
+      std::vector<char*> argv;
+      for (auto& a : all) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      _exit(125);
+    }
+  }
+  ~LauncherRun() {
+    if (!done_) {
+      ::kill(pid_, SIGKILL);  // its ranks follow through PR_SET_PDEATHSIG
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  pid_t pid() const { return pid_; }
+
+  // Waits up to `limit` seconds; on timeout kills the launcher and fails.
+  void finish(double limit = 10.0) {
+    const auto deadline = start_ + std::chrono::duration<double>(limit);
+    while (!done_ && Clock::now() < deadline) {
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) done_ = true;
+      else std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    seconds = std::chrono::duration<double>(Clock::now() - start_).count();
+    ASSERT_TRUE(done_) << "launcher still running after " << limit << " s";
+    out = read_file(out_path_);
+    err = read_file(err_path_);
+    ASSERT_NE(exit_code(), 125) << "could not exec " << kTrident << " (build the `trident` target)";
+  }
+  int exit_code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
+
+  int status = 0;
+  double seconds = 0;
+  std::string out, err;
+
+ private:
+  fs::path out_path_, err_path_;
+  Clock::time_point start_;
+  pid_t pid_ = -1;
+  bool done_ = false;
+};
+
+// A shell prologue that records the rank's PID (pid.R) and a background job's
+// (bg.R), both of which must be gone once the launcher returns.
+std::string record_pids(const fs::path& dir) {
+  const std::string d = dir.string();
+  return "echo $$ > " + d + "/pid.$RANK; sleep 60 & echo $! > " + d + "/bg.$RANK; ";
+}
+
+// Waits (at most ~10 s) until n ranks have recorded their PIDs.
+std::string await_ranks(const fs::path& dir, int n) {
+  return "i=0; while [ $(ls " + dir.string() + " | grep -c '^pid\\.') -lt " + std::to_string(n) +
+         " ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; ";
+}
+
+void expect_all_dead(const fs::path& dir, size_t ranks) {
+  for (const char* stem : {"pid", "bg"}) {
+    const auto pids = pids_in(dir, stem);
+    EXPECT_EQ(pids.size(), ranks) << stem;
+    for (pid_t p : pids) EXPECT_FALSE(alive(p)) << stem << " " << p << " survived the launcher";
+  }
+}
+
+int status_of_child(void (*body)()) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    body();
+    _exit(0);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return status;
+}
+
+}  // namespace
+
+TEST(LauncherPure, DescribesExitAndSignal) {
+  const int exited = status_of_child([] { _exit(3); });
+  EXPECT_EQ(describe_wait_status(exited), "exited with status 3");
+  EXPECT_EQ(exit_code_of(exited), 3);
+  const int killed = status_of_child([] { ::raise(SIGKILL); });
+  EXPECT_EQ(describe_wait_status(killed), "was killed by signal 9 (SIGKILL)");
+  EXPECT_EQ(exit_code_of(killed), 137);
+  EXPECT_EQ(signal_name(SIGTERM), "SIGTERM");
+  EXPECT_EQ(signal_name(77), "signal 77");
+}
+
+TEST(LauncherPure, RankEnvironment) {
+  LaunchOptions o;
+  o.nnodes = 3;
+  o.node_rank = 2;
+  o.nproc_per_node = 4;
+  o.master_addr = "node0";
+  const Environment env = rank_environment(o, 1, 4242);
+  auto get = [&](const std::string& key) {
+    for (const auto& [k, v] : env)
+      if (k == key) return v;
+    return std::string("<unset>");
+  };
+  EXPECT_EQ(get("RANK"), "9");
+  EXPECT_EQ(get("WORLD_SIZE"), "12");
+  EXPECT_EQ(get("LOCAL_RANK"), "1");
+  EXPECT_EQ(get("LOCAL_WORLD_SIZE"), "4");
+  EXPECT_EQ(get("GROUP_RANK"), "2");
+  EXPECT_EQ(get("NODE_RANK"), "2");
+  EXPECT_EQ(get("MASTER_ADDR"), "node0");
+  EXPECT_EQ(get("MASTER_PORT"), "4242");
+}
+
+TEST(LauncherPure, ValidateAndPickPort) {
+  LaunchOptions o;
+  o.command = {"true"};
+  EXPECT_NO_THROW(validate(o));
+  auto bad = o;
+  bad.nproc_per_node = 0;
+  EXPECT_THROW(validate(bad), LaunchError);
+  bad = o;
+  bad.nnodes = 2;
+  bad.node_rank = -1;
+  EXPECT_THROW(validate(bad), LaunchError);
+  bad = o;
+  bad.command.clear();
+  EXPECT_THROW(validate(bad), LaunchError);
+  const int port = pick_free_port();
+  EXPECT_GT(port, 0);
+  EXPECT_LE(port, 65535);
+}
+
+TEST(Launcher, FailedRankStopsTheOthers) {
+  TempDir dir;
+  const std::string script = record_pids(dir.path) + "if [ \"$RANK\" = 1 ]; then " + await_ranks(dir.path, 3) +
+                             "exit 3; fi; wait";
+  LauncherRun run({"--nproc-per-node", "3", "--", "sh", "-c", script}, dir.path);
+  run.finish();
+  EXPECT_EQ(run.exit_code(), 3) << run.err;
+  EXPECT_LT(run.seconds, 10.0);
+  EXPECT_NE(run.err.find("rank 1 (pid "), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("exited with status 3; stopping the other 2 ranks"), std::string::npos) << run.err;
+  // Only the first failure is the cause; the stopped ranks are not reported.
+  EXPECT_EQ(run.err.find("rank 0 (pid"), std::string::npos) << run.err;
+  EXPECT_EQ(run.err.find("rank 2 (pid"), std::string::npos) << run.err;
+  expect_all_dead(dir.path, 3);
+}
+
+TEST(Launcher, RankKilledBySignalIsNamed) {
+  TempDir dir;
+  const std::string script = record_pids(dir.path) + "if [ \"$RANK\" = 0 ]; then " + await_ranks(dir.path, 2) +
+                             "kill -9 $$; fi; wait";
+  LauncherRun run({"--nproc-per-node", "2", "--", "sh", "-c", script}, dir.path);
+  run.finish();
+  EXPECT_EQ(run.exit_code(), 128 + 9) << run.err;
+  EXPECT_LT(run.seconds, 10.0);
+  EXPECT_NE(run.err.find("rank 0 (pid "), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("was killed by signal 9 (SIGKILL); stopping the other 1 rank"), std::string::npos)
+      << run.err;
+  expect_all_dead(dir.path, 2);
+}
+
+TEST(Launcher, SigtermToLauncherStopsEveryRank) {
+  TempDir dir;
+  LauncherRun run({"--nproc-per-node", "3", "--", "sh", "-c", record_pids(dir.path) + "wait"}, dir.path);
+  ASSERT_TRUE(wait_for_files(dir.path, "bg", 3, 10.0)) << "ranks did not start";
+  ASSERT_EQ(::kill(run.pid(), SIGTERM), 0);
+  run.finish(10.0);
+  EXPECT_EQ(run.exit_code(), 128 + SIGTERM) << run.err;
+  EXPECT_NE(run.err.find("received SIGTERM"), std::string::npos) << run.err;
+  expect_all_dead(dir.path, 3);
+}
+
+TEST(Launcher, RankIgnoringSigtermIsKilledAfterGrace) {
+  TempDir dir;
+  // Rank 0 ignores SIGTERM (and so does its sleep); rank 1 fails once it has.
+  const std::string d = dir.path.string();
+  const std::string script = "if [ \"$RANK\" = 0 ]; then trap '' TERM; echo $$ > " + d +
+                             "/pid.0; sleep 60; else " + await_ranks(dir.path, 1) + "exit 2; fi";
+  LauncherRun run({"--nproc-per-node", "2", "--grace", "1", "--", "sh", "-c", script}, dir.path);
+  run.finish(10.0);
+  EXPECT_EQ(run.exit_code(), 2) << run.err;
+  EXPECT_NE(run.err.find("rank 1 (pid "), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("SIGKILL"), std::string::npos) << run.err;
+  const auto pids = pids_in(dir.path, "pid");
+  ASSERT_EQ(pids.size(), 1u);
+  EXPECT_FALSE(alive(pids[0]));
+}
+
+TEST(Launcher, EnvironmentAndPrefixes) {
+  TempDir dir;
+  LauncherRun run({"--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2", "--master-addr", "10.1.2.3",
+                   "--master-port", "12345", "--", "sh", "-c",
+                   "echo \"R=$RANK W=$WORLD_SIZE L=$LOCAL_RANK LW=$LOCAL_WORLD_SIZE G=$GROUP_RANK N=$NODE_RANK "
+                   "A=$MASTER_ADDR P=$MASTER_PORT T=$OMP_NUM_THREADS\"; echo oops-$RANK >&2; printf tail-$RANK"},
+                  dir.path, {{"OMP_NUM_THREADS", nullptr}});
+  run.finish();
+  ASSERT_EQ(run.exit_code(), 0) << run.err;
+  for (int r : {2, 3}) {
+    const std::string p = "[rank " + std::to_string(r) + "] ";
+    const std::string line = p + "R=" + std::to_string(r) + " W=4 L=" + std::to_string(r - 2) +
+                             " LW=2 G=1 N=1 A=10.1.2.3 P=12345 T=1\n";
+    EXPECT_NE(run.out.find(line), std::string::npos) << run.out;
+    EXPECT_NE(run.out.find(p + "tail-" + std::to_string(r) + "\n"), std::string::npos) << run.out;
+    EXPECT_NE(run.err.find(p + "oops-" + std::to_string(r) + "\n"), std::string::npos) << run.err;
+  }
+  EXPECT_EQ(run.out.find("oops"), std::string::npos) << "stderr leaked into stdout";
+  std::istringstream lines(run.out);
+  int count = 0;
+  for (std::string line; std::getline(lines, line); ++count) EXPECT_EQ(line.rfind("[rank ", 0), 0u) << line;
+  EXPECT_EQ(count, 4);
+}
+
+TEST(Launcher, KeepsUserOmpThreadsAndNoPrefix) {
+  TempDir dir;
+  LauncherRun run({"--nproc-per-node", "1", "--no-prefix", "--", "sh", "-c", "echo T=$OMP_NUM_THREADS"}, dir.path,
+                  {{"OMP_NUM_THREADS", "7"}});
+  run.finish();
+  ASSERT_EQ(run.exit_code(), 0) << run.err;
+  EXPECT_EQ(run.out, "T=7\n");
+}
+
+TEST(Launcher, MasterPortZeroPicksOnePortForAll) {
+  TempDir dir;
+  LauncherRun run({"--nproc-per-node", "3", "--master-port", "0", "--", "sh", "-c", "echo P=$MASTER_PORT"},
+                  dir.path);
+  run.finish();
+  ASSERT_EQ(run.exit_code(), 0) << run.err;
+  std::set<std::string> ports;
+  std::istringstream lines(run.out);
+  int count = 0;
+  for (std::string line; std::getline(lines, line); ++count) {
+    ASSERT_NE(line.find("] P="), std::string::npos) << line;
+    ports.insert(line.substr(line.find("] P=") + 4));
+  }
+  EXPECT_EQ(count, 3) << run.out;
+  ASSERT_EQ(ports.size(), 1u) << run.out;
+  const int port = std::stoi(*ports.begin());
+  EXPECT_GT(port, 0);
+  EXPECT_LE(port, 65535);
+}
+
+TEST(Launcher, MissingProgramFailsWith127) {
+  TempDir dir;
+  LauncherRun run({"--nproc-per-node", "2", "--", "/nonexistent/trident-test-program"}, dir.path);
+  run.finish();
+  EXPECT_EQ(run.exit_code(), 127) << run.err;
+  EXPECT_NE(run.err.find("cannot run '/nonexistent/trident-test-program'"), std::string::npos) << run.err;
+}
+
+TEST(Launcher, BadArgumentsAreExplained) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--nproc-per-node", "0", "--", "true"}, "--nproc-per-node must be at least 1, got 0"},
+      {{"--nproc-per-node", "2", "--nnodes", "2", "--node-rank", "2", "--", "true"},
+       "--node-rank 2 is out of range [0, 2)"},
+      {{"--nproc-per-node", "2", "--"}, "missing command after `--`"},
+      {{"--nproc-per-node", "2", "true"}, "missing `--`"},
+      {{"--nproc-per-node", "2", "--master-port", "70000", "--", "true"}, "--master-port 70000 is not a TCP port"},
+      {{"--nproc-per-node", "2", "--master-port", "abc", "--", "true"}, "'abc'"},
+      {{"--nproc-per-node", "1", "--nnodes", "2", "--master-port", "0", "--", "true"}, "--master-port 0 needs"},
+      {{"--", "true"}, "nproc-per-node"},
+  };
+  for (const auto& [args, message] : cases) {
+    TempDir dir;
+    LauncherRun run(args, dir.path);
+    run.finish();
+    EXPECT_NE(run.exit_code(), 0) << message;
+    EXPECT_NE(run.err.find(message), std::string::npos) << "expected '" << message << "' in: " << run.err;
+  }
+}
+
+TEST(Launcher, HelpExitsZero) {
+  TempDir dir;
+  LauncherRun run({"--help"}, dir.path);
+  run.finish();
+  EXPECT_EQ(run.exit_code(), 0);
+  EXPECT_NE(run.out.find("--nproc-per-node"), std::string::npos);
+}
