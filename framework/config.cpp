@@ -1,1 +1,648 @@
-// placeholder until config lands
+// Config parsing and validation. One schema table (fields()) lists every key with
+// its member, type, allowed values and meaning; TOML parsing, --set overrides,
+// per-key checks, to_toml, operator== and config_keys() all read it, so they
+// cannot drift apart. Cross-field checks follow in validate().
+#include "framework/config.h"
+
+#include <toml++/toml.h>
+
+#include <cassert>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+namespace trident {
+namespace {
+
+enum class Kind { Int, Double, Bool, String, IntList };
+
+template <class T>
+constexpr Kind kind_of();
+template <>
+constexpr Kind kind_of<int64_t>() { return Kind::Int; }
+template <>
+constexpr Kind kind_of<double>() { return Kind::Double; }
+template <>
+constexpr Kind kind_of<bool>() { return Kind::Bool; }
+template <>
+constexpr Kind kind_of<std::string>() { return Kind::String; }
+template <>
+constexpr Kind kind_of<std::vector<int64_t>>() { return Kind::IntList; }
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Allowed values of one key beyond its type. Numeric bounds apply to integers,
+// numbers and each element of an integer array.
+struct Rule {
+  double lo = -kInf;
+  double hi = kInf;
+  bool lo_open = false;
+  bool hi_open = false;
+  bool minus_one_ok = false;         // parallel.dp: -1 means "world / (tp * pp)"
+  std::vector<std::string> choices;  // strings: the allowed values; empty = any
+};
+
+Rule any() { return {}; }
+Rule at_least(double lo) {
+  Rule r;
+  r.lo = lo;
+  return r;
+}
+Rule positive() {
+  Rule r = at_least(0);
+  r.lo_open = true;
+  return r;
+}
+Rule unit_open() {  // [0, 1)
+  Rule r = at_least(0);
+  r.hi = 1;
+  r.hi_open = true;
+  return r;
+}
+Rule auto_or_at_least_1() {
+  Rule r = at_least(1);
+  r.minus_one_ok = true;
+  return r;
+}
+Rule one_of(std::vector<std::string> choices) {
+  Rule r;
+  r.choices = std::move(choices);
+  return r;
+}
+
+struct Field {
+  const char* section;
+  const char* key;
+  Kind kind;
+  void* (*ref)(Config&);  // address of this key's member inside a Config
+  Rule rule;
+  const char* doc;
+
+  std::string name() const { return std::string(section) + "." + key; }
+  template <class T>
+  T& get(Config& c) const {
+    assert(kind == kind_of<T>());
+    return *static_cast<T*>(ref(c));
+  }
+  template <class T>
+  const T& get(const Config& c) const {
+    // ref() only computes an address; nothing is written through it here.
+    return get<T>(const_cast<Config&>(c));
+  }
+};
+
+// The member's type picks the Kind, so a table entry cannot disagree with the struct.
+#define TRIDENT_FIELD(sec, key, rule, doc)                                                       \
+  Field {                                                                                        \
+    #sec, #key, kind_of<std::remove_reference_t<decltype(std::declval<Config&>().sec.key)>>(), \
+        [](Config& c) -> void* { return &c.sec.key; }, rule, doc                                 \
+  }
+
+const std::vector<Field>& fields() {
+  static const std::vector<Field> table = {
+      TRIDENT_FIELD(model, arch, one_of({"gpt"}), "model family"),
+      TRIDENT_FIELD(model, layers, at_least(1), "transformer blocks"),
+      TRIDENT_FIELD(model, hidden, at_least(1), "model width"),
+      TRIDENT_FIELD(model, heads, at_least(1), "attention heads"),
+      TRIDENT_FIELD(model, ffn_hidden, at_least(0), "MLP width; 0 means 4 * hidden"),
+      TRIDENT_FIELD(model, seq_len, at_least(1), "tokens per sample"),
+      TRIDENT_FIELD(model, vocab_size, at_least(1), "tokenizer vocabulary before padding"),
+      TRIDENT_FIELD(model, vocab_pad_multiple, at_least(1),
+                    "padded vocabulary is a multiple of this * tp"),
+      TRIDENT_FIELD(model, dropout, unit_open(), "dropout probability (0 keeps runs exact)"),
+      TRIDENT_FIELD(model, init_std, positive(), "standard deviation of the normal init"),
+      TRIDENT_FIELD(model, layernorm_eps, positive(), "LayerNorm epsilon"),
+
+      TRIDENT_FIELD(parallel, tp, at_least(1), "tensor-parallel size"),
+      TRIDENT_FIELD(parallel, pp, at_least(1), "pipeline-parallel size (stages)"),
+      TRIDENT_FIELD(parallel, dp, auto_or_at_least_1(),
+                    "data-parallel size; -1 = world size / (tp * pp)"),
+      TRIDENT_FIELD(parallel, sequence_parallel, any(),
+                    "shard LayerNorm/dropout regions along the sequence over tp"),
+      TRIDENT_FIELD(parallel, pipeline_layers, at_least(1),
+                    "layers per model chunk (pp * chunks entries); empty = uniform split"),
+      TRIDENT_FIELD(parallel, backend, one_of({"auto", "gloo", "nccl"}),
+                    "collective backend; auto = nccl on cuda, gloo on cpu"),
+      TRIDENT_FIELD(parallel, timeout_s, positive(), "timeout of every collective, in seconds"),
+
+      TRIDENT_FIELD(schedule, kind, one_of({"gpipe", "1f1b", "interleaved", "zb-h1", "file"}),
+                    "pipeline schedule"),
+      TRIDENT_FIELD(schedule, chunks, at_least(1), "virtual stages (model chunks) per pipeline rank"),
+      TRIDENT_FIELD(schedule, file, any(), "schedule text file when kind = \"file\""),
+
+      TRIDENT_FIELD(training, steps, at_least(1), "optimizer steps"),
+      TRIDENT_FIELD(training, micro_batch_size, at_least(1), "samples per micro-batch"),
+      TRIDENT_FIELD(training, global_batch_size, at_least(1), "samples per step over all DP ranks"),
+      TRIDENT_FIELD(training, seed, at_least(0), "seeds the initial weights and the data order"),
+      TRIDENT_FIELD(training, lr, positive(), "peak learning rate"),
+      TRIDENT_FIELD(training, min_lr, at_least(0), "floor of the cosine decay"),
+      TRIDENT_FIELD(training, warmup_steps, at_least(0), "linear warm-up steps"),
+      TRIDENT_FIELD(training, weight_decay, at_least(0), "AdamW decay (not on biases and norms)"),
+      TRIDENT_FIELD(training, beta1, unit_open(), "AdamW beta1"),
+      TRIDENT_FIELD(training, beta2, unit_open(), "AdamW beta2"),
+      TRIDENT_FIELD(training, eps, positive(), "AdamW epsilon"),
+      TRIDENT_FIELD(training, grad_clip, at_least(0), "clip by global gradient norm; 0 disables"),
+      TRIDENT_FIELD(training, eval_interval, at_least(0), "evaluate every N steps; 0 disables"),
+      TRIDENT_FIELD(training, eval_batches, at_least(1), "validation global batches per evaluation"),
+      TRIDENT_FIELD(training, threads, at_least(1), "intra-op threads per rank"),
+      TRIDENT_FIELD(training, peak_tflops, at_least(0),
+                    "device peak for MFU; 0 = measure a matmul at start-up"),
+      TRIDENT_FIELD(training, device, one_of({"cpu", "cuda"}), "device every rank computes on"),
+
+      TRIDENT_FIELD(data, source, one_of({"synthetic", "file"}), "where training tokens come from"),
+      TRIDENT_FIELD(data, path, any(), "token file prefix written by `trident data prepare`"),
+      TRIDENT_FIELD(data, tokenizer, one_of({"byte", "gpt2"}), "tokenizer"),
+      TRIDENT_FIELD(data, tokenizer_dir, any(),
+                    "directory holding encoder.json and vocab.bpe (gpt2)"),
+      TRIDENT_FIELD(data, synthetic_tokens, at_least(1), "tokens generated when source = \"synthetic\""),
+
+      TRIDENT_FIELD(checkpoint, dir, any(), "checkpoint directory; empty disables"),
+      TRIDENT_FIELD(checkpoint, interval, at_least(0), "save every N steps; 0 disables"),
+
+      TRIDENT_FIELD(logging, dir, any(), "run directory: config.toml, metrics.jsonl, loss.svg"),
+      TRIDENT_FIELD(logging, log_interval, at_least(1), "print a step line every N steps"),
+      TRIDENT_FIELD(logging, progress, any(), "progress bar when stdout is a terminal"),
+  };
+  return table;
+}
+#undef TRIDENT_FIELD
+
+const char* const kSections[] = {"model", "parallel", "schedule", "training",
+                                 "data", "checkpoint", "logging"};
+
+bool is_section(const std::string& s) {
+  for (const char* name : kSections)
+    if (s == name) return true;
+  return false;
+}
+
+const Field* find_field(const std::string& section, const std::string& key) {
+  for (const Field& f : fields())
+    if (section == f.section && key == f.key) return &f;
+  return nullptr;
+}
+
+std::string list_sections() {
+  std::string out;
+  for (const char* name : kSections) out += std::string(out.empty() ? "" : ", ") + "[" + name + "]";
+  return out;
+}
+
+std::string list_keys(const std::string& section) {
+  std::string out;
+  for (const Field& f : fields())
+    if (section == f.section) out += std::string(out.empty() ? "" : ", ") + f.key;
+  return out;
+}
+
+// ---- value text -------------------------------------------------------------
+
+// Shortest decimal text that reads back as exactly `v`, always a TOML float.
+std::string format_double(double v) {
+  char buf[64];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  std::string s = buf;
+  // 60 reads better as 60.0 than as 6e+01.
+  if (s.find("e+") != std::string::npos && v == static_cast<double>(static_cast<int64_t>(v)) &&
+      std::abs(v) < 1e15) {
+    std::snprintf(buf, sizeof buf, "%.1f", v);
+    s = buf;
+  }
+  if (s == "-nan") s = "nan";
+  if (s.find_first_of(".eni") == std::string::npos) s += ".0";
+  return s;
+}
+
+// A TOML basic string.
+std::string quote(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char ch : s) {
+    switch (ch) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (ch < 0x20 || ch == 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", ch);
+          out += buf;
+        } else {
+          out += static_cast<char>(ch);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string format_bound(double v) {
+  return v == static_cast<double>(static_cast<int64_t>(v)) ? std::to_string(static_cast<int64_t>(v))
+                                                           : format_double(v);
+}
+
+// The field's value in c as TOML text.
+std::string format_field(const Field& f, const Config& c) {
+  switch (f.kind) {
+    case Kind::Int: return std::to_string(f.get<int64_t>(c));
+    case Kind::Double: return format_double(f.get<double>(c));
+    case Kind::Bool: return f.get<bool>(c) ? "true" : "false";
+    case Kind::String: return quote(f.get<std::string>(c));
+    case Kind::IntList: {
+      std::string out = "[";
+      for (int64_t v : f.get<std::vector<int64_t>>(c))
+        out += (out.size() > 1 ? ", " : "") + std::to_string(v);
+      return out + "]";
+    }
+  }
+  return "?";
+}
+
+std::string node_text(const toml::node& n) {
+  if (n.is_string()) return quote(n.as_string()->get());  // toml++ would print 'literal'
+  std::ostringstream os;
+  n.visit([&os](const auto& x) { os << x; });
+  return os.str();
+}
+
+// ---- rules ------------------------------------------------------------------
+
+std::string bounds_text(const Rule& r) {
+  const bool has_lo = r.lo > -kInf, has_hi = r.hi < kInf;
+  if (has_lo && has_hi) {
+    return " in " + std::string(r.lo_open ? "(" : "[") + format_bound(r.lo) + ", " +
+           format_bound(r.hi) + (r.hi_open ? ")" : "]");
+  }
+  if (has_lo) return std::string(r.lo_open ? " > " : " >= ") + format_bound(r.lo);
+  if (has_hi) return std::string(r.hi_open ? " < " : " <= ") + format_bound(r.hi);
+  return "";
+}
+
+std::string expectation(const Field& f) {
+  const Rule& r = f.rule;
+  switch (f.kind) {
+    case Kind::Int:
+      return r.minus_one_ok ? "-1 (auto) or an integer" + bounds_text(r) : "an integer" + bounds_text(r);
+    case Kind::Double: return "a number" + bounds_text(r);
+    case Kind::Bool: return "true or false";
+    case Kind::String: {
+      if (r.choices.empty()) return "a string";
+      std::string out = "one of ";
+      for (size_t i = 0; i < r.choices.size(); ++i) out += (i ? ", " : "") + quote(r.choices[i]);
+      return out;
+    }
+    case Kind::IntList: return "an array of integers" + bounds_text(r);
+  }
+  return "?";
+}
+
+std::string type_name(Kind k) {
+  switch (k) {
+    case Kind::Int: return "integer";
+    case Kind::Double: return "number";
+    case Kind::Bool: return "boolean";
+    case Kind::String: return "string";
+    case Kind::IntList: return "array of integers";
+  }
+  return "?";
+}
+
+bool in_bounds(const Rule& r, double v) {
+  // Written so that NaN fails every bound.
+  const bool lo_ok = r.lo_open ? v > r.lo : v >= r.lo;
+  const bool hi_ok = r.hi_open ? v < r.hi : v <= r.hi;
+  return lo_ok && hi_ok;
+}
+
+bool allowed(const Field& f, const Config& c) {
+  const Rule& r = f.rule;
+  switch (f.kind) {
+    case Kind::Int: {
+      const int64_t v = f.get<int64_t>(c);
+      return (r.minus_one_ok && v == -1) || in_bounds(r, static_cast<double>(v));
+    }
+    case Kind::Double: return in_bounds(r, f.get<double>(c));
+    case Kind::Bool: return true;
+    case Kind::String: {
+      if (r.choices.empty()) return true;
+      for (const auto& choice : r.choices)
+        if (f.get<std::string>(c) == choice) return true;
+      return false;
+    }
+    case Kind::IntList:
+      for (int64_t v : f.get<std::vector<int64_t>>(c))
+        if (!in_bounds(r, static_cast<double>(v))) return false;
+      return true;
+  }
+  return false;
+}
+
+// ---- setting keys -----------------------------------------------------------
+
+// Stores n into f's member of c; false when n has the wrong type (an integer is
+// accepted for a number, a float never for an integer).
+bool assign(const Field& f, const toml::node& n, Config& c) {
+  switch (f.kind) {
+    case Kind::Int:
+      if (!n.is_integer()) return false;
+      f.get<int64_t>(c) = n.as_integer()->get();
+      return true;
+    case Kind::Double:
+      if (n.is_floating_point()) {
+        f.get<double>(c) = n.as_floating_point()->get();
+      } else if (n.is_integer()) {
+        f.get<double>(c) = static_cast<double>(n.as_integer()->get());
+      } else {
+        return false;
+      }
+      return true;
+    case Kind::Bool:
+      if (!n.is_boolean()) return false;
+      f.get<bool>(c) = n.as_boolean()->get();
+      return true;
+    case Kind::String:
+      if (!n.is_string()) return false;
+      f.get<std::string>(c) = n.as_string()->get();
+      return true;
+    case Kind::IntList: {
+      const toml::array* arr = n.as_array();
+      if (!arr) return false;
+      std::vector<int64_t> out;
+      for (const toml::node& e : *arr) {
+        if (!e.is_integer()) return false;
+        out.push_back(e.as_integer()->get());
+      }
+      f.get<std::vector<int64_t>>(c) = std::move(out);
+      return true;
+    }
+  }
+  return false;
+}
+
+[[noreturn]] void bad_value(const std::string& where, const Field& f, const std::string& value,
+                            const std::string& suffix) {
+  throw ConfigError(where + ": " + f.name() + " = " + value + ": expected " + expectation(f) + suffix);
+}
+
+void set_field(const Field& f, const toml::node& n, Config& c, const std::string& where,
+               const std::string& suffix) {
+  if (!assign(f, n, c)) bad_value(where, f, node_text(n), suffix);
+  if (!allowed(f, c)) bad_value(where, f, format_field(f, c), suffix);
+}
+
+std::string line_of(const toml::node& n) {
+  return " (line " + std::to_string(n.source().begin.line) + ")";
+}
+
+void read_sections(const toml::table& root, const std::string& name, Config& c) {
+  for (const auto& [k, node] : root) {
+    const std::string section(k.str());
+    if (!is_section(section)) {
+      throw ConfigError(name + ": unknown " + (node.is_table() ? "section [" + section + "]" : "top-level key " + section) +
+                        line_of(node) + ": expected one of " + list_sections());
+    }
+    const toml::table* tbl = node.as_table();
+    if (!tbl) throw ConfigError(name + ": " + section + " must be a table [" + section + "]" + line_of(node));
+    for (const auto& [kk, value] : *tbl) {
+      const std::string key(kk.str());
+      const Field* f = find_field(section, key);
+      if (!f) {
+        throw ConfigError(name + ": unknown key " + section + "." + key + line_of(value) + ": keys of [" +
+                          section + "] are " + list_keys(section));
+      }
+      set_field(*f, value, c, name, line_of(value));
+    }
+  }
+}
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
+}
+
+// `section.key=value`, the value read as TOML; a string key also takes bare text.
+void apply_override(const std::string& ov, Config& c, const std::string& name) {
+  const std::string where = name + ": --set " + ov;
+  const auto eq = ov.find('=');
+  const std::string path = trim(ov.substr(0, eq));
+  const auto dot = path.find('.');
+  if (eq == std::string::npos || dot == std::string::npos || dot == 0 || dot + 1 == path.size()) {
+    throw ConfigError("--set " + ov + ": expected section.key=value, e.g. training.lr=3e-4");
+  }
+  const std::string section = path.substr(0, dot), key = path.substr(dot + 1);
+  const Field* f = find_field(section, key);
+  if (!f) {
+    const std::string hint = is_section(section) ? "keys of [" + section + "] are " + list_keys(section)
+                                                 : "sections are " + list_sections();
+    throw ConfigError("--set " + ov + ": unknown key " + path + ": " + hint);
+  }
+  const std::string text = trim(ov.substr(eq + 1));
+  toml::table parsed;
+  bool ok = false;
+  try {
+    const std::string doc = "v = " + text;
+    parsed = toml::parse(std::string_view(doc), std::string_view("--set"));
+    ok = parsed.size() == 1;  // "1\nx = 2" must not smuggle in a second key
+  } catch (const toml::parse_error&) {
+  }
+  if (f->kind == Kind::String && (!ok || !parsed.get("v")->is_string())) {
+    f->get<std::string>(c) = text;  // bare string: --set schedule.kind=interleaved
+    if (!allowed(*f, c)) bad_value(where, *f, quote(text), "");
+    return;
+  }
+  if (!ok) bad_value(where, *f, text, " (values are read as TOML)");
+  set_field(*f, *parsed.get("v"), c, where, "");
+}
+
+[[noreturn]] void fail(const Config& c, const std::string& msg) { throw ConfigError(c.source + ": " + msg); }
+
+std::string n(int64_t v) { return std::to_string(v); }
+
+}  // namespace
+
+// ---- public API ---------------------------------------------------------------
+
+Config parse_config(const std::string& toml_text, const std::string& name,
+                    const std::vector<std::string>& overrides) {
+  toml::table root;
+  try {
+    root = toml::parse(std::string_view(toml_text), std::string_view(name));
+  } catch (const toml::parse_error& e) {
+    const auto& at = e.source().begin;
+    throw ConfigError(name + ":" + n(at.line) + ":" + n(at.column) + ": invalid TOML: " +
+                      std::string(e.description()));
+  }
+  Config c;
+  c.source = name;
+  read_sections(root, name, c);
+  for (const std::string& ov : overrides) apply_override(ov, c, name);
+  validate(c);
+  return c;
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  std::ifstream in(path, std::ios::binary);
+  if (!in || std::filesystem::is_directory(path, ec)) {
+    throw ConfigError("cannot open config file '" + path + "'");
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_config(text.str(), path, overrides);
+}
+
+void validate(const Config& c) {
+  for (const Field& f : fields()) {
+    if (!allowed(f, c)) bad_value(c.source, f, format_field(f, c), "");
+  }
+  const ModelConfig& m = c.model;
+  const ParallelConfig& p = c.parallel;
+  const ScheduleConfig& s = c.schedule;
+  const TrainingConfig& t = c.training;
+  const DataConfig& d = c.data;
+
+  if (m.hidden % m.heads != 0)
+    fail(c, "model.hidden (" + n(m.hidden) + ") must be divisible by model.heads (" + n(m.heads) + ")");
+  if (m.heads % p.tp != 0)
+    fail(c, "parallel.tp (" + n(p.tp) + ") must divide model.heads (" + n(m.heads) + ")");
+  if (m.ffn() % p.tp != 0) {
+    fail(c, "parallel.tp (" + n(p.tp) + ") must divide the MLP width (" + n(m.ffn()) +
+                (m.ffn_hidden > 0 ? ", model.ffn_hidden)" : ", 4 x model.hidden)"));
+  }
+  if (m.padded_vocab(p.tp) % p.tp != 0)
+    fail(c, "parallel.tp (" + n(p.tp) + ") must divide the padded vocabulary (" + n(m.padded_vocab(p.tp)) + ")");
+  if (p.sequence_parallel && m.seq_len % p.tp != 0) {
+    fail(c, "parallel.sequence_parallel needs model.seq_len (" + n(m.seq_len) +
+                ") divisible by parallel.tp (" + n(p.tp) + ")");
+  }
+
+  const int64_t model_chunks = p.pp * s.chunks;
+  if (p.pipeline_layers.empty()) {
+    if (m.layers % model_chunks != 0) {
+      fail(c, "model.layers (" + n(m.layers) + ") must be divisible by parallel.pp (" + n(p.pp) +
+                  ") x schedule.chunks (" + n(s.chunks) + ") = " + n(model_chunks) +
+                  ", or give parallel.pipeline_layers");
+    }
+  } else {
+    if (static_cast<int64_t>(p.pipeline_layers.size()) != model_chunks) {
+      fail(c, "parallel.pipeline_layers has " + n(p.pipeline_layers.size()) + " entries but parallel.pp (" +
+                  n(p.pp) + ") x schedule.chunks (" + n(s.chunks) + ") = " + n(model_chunks));
+    }
+    int64_t sum = 0;
+    for (int64_t v : p.pipeline_layers) sum += v;
+    if (sum != m.layers)
+      fail(c, "parallel.pipeline_layers sums to " + n(sum) + " but model.layers = " + n(m.layers));
+  }
+  if (p.backend == "nccl" && t.device != "cuda")
+    fail(c, "parallel.backend = \"nccl\" needs training.device = \"cuda\", got " + quote(t.device));
+
+  if (s.chunks > 1 && s.kind != "interleaved" && s.kind != "file") {
+    fail(c, "schedule.chunks = " + n(s.chunks) + " needs schedule.kind = \"interleaved\" or \"file\", got " +
+                quote(s.kind));
+  }
+  if (s.kind == "file" && s.file.empty()) fail(c, "schedule.kind = \"file\" needs schedule.file");
+
+  if (t.global_batch_size % t.micro_batch_size != 0) {
+    fail(c, "training.global_batch_size (" + n(t.global_batch_size) +
+                ") must be divisible by training.micro_batch_size (" + n(t.micro_batch_size) + ")");
+  }
+  if (p.dp >= 1 && t.global_batch_size % (t.micro_batch_size * p.dp) != 0) {
+    fail(c, "training.global_batch_size (" + n(t.global_batch_size) +
+                ") must be divisible by training.micro_batch_size (" + n(t.micro_batch_size) +
+                ") x parallel.dp (" + n(p.dp) + ") = " + n(t.micro_batch_size * p.dp));
+  }
+  if (t.min_lr > t.lr)
+    fail(c, "training.min_lr (" + format_double(t.min_lr) + ") must be <= training.lr (" + format_double(t.lr) + ")");
+  if (t.warmup_steps > t.steps)
+    fail(c, "training.warmup_steps (" + n(t.warmup_steps) + ") must be <= training.steps (" + n(t.steps) + ")");
+
+  if (d.source == "file" && d.path.empty())
+    fail(c, "data.source = \"file\" needs data.path (the prefix written by `trident data prepare`)");
+  if (d.source == "synthetic" && d.synthetic_tokens <= m.seq_len) {
+    fail(c, "data.synthetic_tokens (" + n(d.synthetic_tokens) + ") must exceed model.seq_len (" +
+                n(m.seq_len) + "): a sample needs seq_len + 1 tokens");
+  }
+  if (c.checkpoint.interval > 0 && c.checkpoint.dir.empty())
+    fail(c, "checkpoint.interval = " + n(c.checkpoint.interval) + " needs checkpoint.dir");
+}
+
+void resolve_world(Config& c, int64_t world_size) {
+  ParallelConfig& p = c.parallel;
+  if (world_size < 1) fail(c, "WORLD_SIZE = " + n(world_size) + ": expected an integer >= 1");
+  if (p.dp == -1) {
+    if (world_size % (p.tp * p.pp) != 0) {
+      fail(c, "parallel: WORLD_SIZE = " + n(world_size) + " is not divisible by tp(" + n(p.tp) + ") x pp(" +
+                  n(p.pp) + ") = " + n(p.tp * p.pp) + " (parallel.dp = -1 asks for world / (tp x pp))");
+    }
+    p.dp = world_size / (p.tp * p.pp);
+  }
+  const int64_t product = p.tp * p.pp * p.dp;
+  if (product != world_size) {
+    fail(c, "parallel: tp(" + n(p.tp) + ") x pp(" + n(p.pp) + ") x dp(" + n(p.dp) + ") = " + n(product) +
+                " but WORLD_SIZE = " + n(world_size));
+  }
+  const TrainingConfig& t = c.training;
+  if (t.global_batch_size % (t.micro_batch_size * p.dp) != 0) {
+    fail(c, "training.global_batch_size (" + n(t.global_batch_size) +
+                ") must be divisible by training.micro_batch_size (" + n(t.micro_batch_size) +
+                ") x dp (" + n(p.dp) + ") = " + n(t.micro_batch_size * p.dp));
+  }
+}
+
+int64_t num_microbatches(const Config& c) {
+  const int64_t dp = c.parallel.dp;
+  if (dp < 1) fail(c, "parallel.dp = " + n(dp) + " is unresolved: call resolve_world first");
+  return c.training.global_batch_size / (c.training.micro_batch_size * dp);
+}
+
+std::string to_toml(const Config& c) {
+  std::ostringstream os;
+  os << "# Trident config: every key with its effective value (from " << c.source << ").\n";
+  std::string section;
+  for (const Field& f : fields()) {
+    if (section != f.section) {
+      section = f.section;
+      os << "\n[" << section << "]\n";
+    }
+    std::string line = std::string(f.key) + " = " + format_field(f, c);
+    if (line.size() < 32) line.resize(32, ' ');
+    os << line << "  # " << f.doc << "\n";
+  }
+  return os.str();
+}
+
+bool operator==(const Config& a, const Config& b) {
+  for (const Field& f : fields()) {
+    bool same = false;
+    switch (f.kind) {
+      case Kind::Int: same = f.get<int64_t>(a) == f.get<int64_t>(b); break;
+      case Kind::Double: same = f.get<double>(a) == f.get<double>(b); break;
+      case Kind::Bool: same = f.get<bool>(a) == f.get<bool>(b); break;
+      case Kind::String: same = f.get<std::string>(a) == f.get<std::string>(b); break;
+      case Kind::IntList: same = f.get<std::vector<int64_t>>(a) == f.get<std::vector<int64_t>>(b); break;
+    }
+    if (!same) return false;
+  }
+  return true;
+}
+
+std::vector<ConfigKey> config_keys() {
+  const Config defaults;
+  std::vector<ConfigKey> out;
+  for (const Field& f : fields())
+    out.push_back({f.name(), type_name(f.kind), format_field(f, defaults), expectation(f), f.doc});
+  return out;
+}
+
+}  // namespace trident

@@ -117,7 +117,27 @@ void validate(const Config& c);
 // Throws ConfigError, e.g. "tp(2) x pp(4) x dp(2) = 16 but WORLD_SIZE = 8".
 void resolve_world(Config& c, int64_t world_size);
 
-// The effective config as TOML text (every key, defaults included).
+// The effective config as TOML text (every key, defaults included, each with
+// its one-line comment). parse_config(to_toml(c), ...) == c.
 std::string to_toml(const Config& c);
+
+// Micro-batches per step on each DP rank: global_batch_size / (micro_batch_size * dp).
+// Needs a resolved dp (after resolve_world); throws ConfigError otherwise.
+int64_t num_microbatches(const Config& c);
+
+// Every key equal; `source` is ignored.
+bool operator==(const Config& a, const Config& b);
+inline bool operator!=(const Config& a, const Config& b) { return !(a == b); }
+
+// One key of the schema, from the single table that parsing, --set, to_toml
+// and validation all read (configs/README.md documents the same keys).
+struct ConfigKey {
+  std::string name;           // "section.key"
+  std::string type;           // "integer" | "number" | "boolean" | "string" | "array of integers"
+  std::string default_value;  // as TOML text
+  std::string expect;         // constraint, e.g. "an integer >= 1"
+  std::string doc;            // one-line meaning
+};
+std::vector<ConfigKey> config_keys();
 
 }  // namespace trident

@@ -1,0 +1,264 @@
+// Config: defaults, the preset, overrides, round-trip, and one expected message
+// per kind of bad config.
+#include "framework/config.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+using trident::Config;
+using trident::ConfigError;
+using trident::load_config;
+using trident::parse_config;
+
+namespace {
+
+const std::string kTiny = std::string(TRIDENT_SOURCE_DIR) + "/configs/gpt-tiny.toml";
+
+// The message of the ConfigError `fn` throws; fails the test when none is thrown.
+template <class Fn>
+std::string error_of(Fn fn) {
+  try {
+    fn();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a ConfigError";
+  return "";
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+struct BadCase {
+  const char* what;
+  const char* toml;
+  std::vector<std::string> overrides;
+  const char* expected;  // substring of the message
+};
+
+}  // namespace
+
+TEST(Config, DefaultsParseFromEmptyText) {
+  const Config c = parse_config("", "empty.toml");
+  EXPECT_EQ(c, Config{});
+  EXPECT_EQ(c.source, "empty.toml");
+  EXPECT_EQ(c.model.layers, 2);
+  EXPECT_EQ(c.parallel.dp, -1);
+  EXPECT_EQ(c.schedule.kind, "1f1b");
+  EXPECT_DOUBLE_EQ(c.training.lr, 1e-3);
+  EXPECT_EQ(c.data.source, "synthetic");
+  EXPECT_TRUE(c.logging.progress);
+}
+
+TEST(Config, TinyPresetLoads) {
+  const Config c = load_config(kTiny);
+  EXPECT_EQ(c.source, kTiny);
+  EXPECT_EQ(c.model.layers, 8);
+  EXPECT_EQ(c.model.hidden, 64);
+  EXPECT_EQ(c.model.heads, 8);
+  EXPECT_EQ(c.model.ffn(), 256);
+  EXPECT_EQ(c.model.seq_len, 32);
+  EXPECT_EQ(c.model.vocab_size, 256);
+  EXPECT_EQ(c.data.tokenizer, "byte");
+  EXPECT_EQ(c.data.source, "synthetic");
+  EXPECT_EQ(c.training.micro_batch_size, 2);
+  EXPECT_EQ(c.training.global_batch_size, 16);
+  EXPECT_EQ(c.training.steps, 30);
+  EXPECT_EQ(c.training.warmup_steps, 3);
+  EXPECT_EQ(c.logging.dir, "runs/gpt-tiny");
+}
+
+TEST(Config, TinyPresetDividesForEveryMatrixLayout) {
+  for (int tp : {1, 2, 4})
+    for (int pp : {1, 2, 4})
+      for (int dp : {1, 2})
+        for (int chunks : {1, 2}) {
+          std::vector<std::string> ov = {"parallel.tp=" + std::to_string(tp), "parallel.pp=" + std::to_string(pp),
+                                         "schedule.chunks=" + std::to_string(chunks),
+                                         "parallel.sequence_parallel=true"};
+          if (chunks > 1) ov.push_back("schedule.kind=interleaved");
+          Config c = load_config(kTiny, ov);
+          trident::resolve_world(c, tp * pp * dp);
+          EXPECT_EQ(c.parallel.dp, dp);
+          EXPECT_EQ(trident::num_microbatches(c), 16 / (2 * dp));
+        }
+}
+
+TEST(Config, OverridesApplyInOrder) {
+  const Config c = load_config(kTiny, {"training.lr=3e-4", "schedule.kind=interleaved", "schedule.chunks=2",
+                                       "parallel.pp=2", "parallel.pipeline_layers=[1,2,2,3]",
+                                       "logging.dir = runs/x y", "training.steps=5", "training.steps=7",
+                                       "model.dropout=0", "data.path=\"quoted\"", "logging.progress=false"});
+  EXPECT_DOUBLE_EQ(c.training.lr, 3e-4);
+  EXPECT_EQ(c.schedule.kind, "interleaved");
+  EXPECT_EQ(c.parallel.pipeline_layers, (std::vector<int64_t>{1, 2, 2, 3}));
+  EXPECT_EQ(c.logging.dir, "runs/x y");
+  EXPECT_EQ(c.training.steps, 7);
+  EXPECT_EQ(c.model.dropout, 0.0);  // an integer is accepted for a number
+  EXPECT_EQ(c.data.path, "quoted");
+  EXPECT_FALSE(c.logging.progress);
+}
+
+TEST(Config, RoundTripThroughToToml) {
+  Config c = load_config(kTiny, {"training.lr=3.0000000000000004e-4", "parallel.pipeline_layers=[3,5]",
+                                 "parallel.pp=2", "data.path=\"a \\\"q\\\" b\\\\c\"", "model.layernorm_eps=1e-6",
+                                 "training.peak_tflops=90", "logging.progress=false"});
+  const std::string text = trident::to_toml(c);
+  const Config back = parse_config(text, "roundtrip.toml");
+  EXPECT_EQ(back, c) << text;
+  const std::string again = trident::to_toml(back);
+  EXPECT_EQ(again.substr(again.find('\n')), text.substr(text.find('\n')));  // all but the source line
+  EXPECT_NE(text.find("timeout_s = 60.0 "), std::string::npos) << text;
+  // Every key is written out.
+  for (const auto& k : trident::config_keys()) {
+    const std::string key = k.name.substr(k.name.find('.') + 1);
+    EXPECT_NE(text.find("\n" + key + " = "), std::string::npos) << k.name;
+  }
+  // And a change is seen by ==.
+  Config d = back;
+  d.parallel.pipeline_layers = {4, 4};
+  EXPECT_NE(d, c);
+  EXPECT_EQ(parse_config(trident::to_toml(Config{}), "d.toml"), Config{});
+}
+
+TEST(Config, ReadmeDocumentsEveryKey) {
+  const std::string readme = read_file(std::string(TRIDENT_SOURCE_DIR) + "/configs/README.md");
+  ASSERT_FALSE(readme.empty());
+  for (const auto& k : trident::config_keys()) {
+    EXPECT_NE(readme.find("`" + k.name + "`"), std::string::npos) << k.name << " is not in configs/README.md";
+  }
+}
+
+TEST(Config, BadConfigsNameKeyValueAndExpectation) {
+  const std::vector<BadCase> cases = {
+      {"unknown section", "[modle]\nlayers = 2\n", {}, "x.toml: unknown section [modle] (line 1)"},
+      {"unknown top-level key", "steps = 3\n", {}, "x.toml: unknown top-level key steps"},
+      {"unknown key", "[training]\nstepz = 3\n", {}, "x.toml: unknown key training.stepz (line 2)"},
+      {"string for int", "[model]\nlayers = \"two\"\n", {}, "x.toml: model.layers = \"two\": expected an integer >= 1"},
+      {"float for int", "[model]\nlayers = 2.5\n", {}, "model.layers = 2.5: expected an integer >= 1"},
+      {"negative steps", "[training]\nsteps = -3\n", {}, "x.toml: training.steps = -3: expected an integer >= 1"},
+      {"zero tp", "[parallel]\ntp = 0\n", {}, "parallel.tp = 0: expected an integer >= 1"},
+      {"dp zero", "[parallel]\ndp = 0\n", {}, "parallel.dp = 0: expected -1 (auto) or an integer >= 1"},
+      {"dropout 1", "[model]\ndropout = 1.0\n", {}, "model.dropout = 1.0: expected a number in [0, 1)"},
+      {"unknown schedule kind", "[schedule]\nkind = \"zigzag\"\n", {},
+       "schedule.kind = \"zigzag\": expected one of \"gpipe\", \"1f1b\", \"interleaved\", \"zb-h1\", \"file\""},
+      {"unknown data source", "[data]\nsource = \"web\"\n", {}, "data.source = \"web\": expected one of"},
+      {"unknown tokenizer", "[data]\ntokenizer = \"sp\"\n", {}, "data.tokenizer = \"sp\""},
+      {"unknown backend", "[parallel]\nbackend = \"mpi\"\n", {}, "parallel.backend = \"mpi\""},
+      {"unknown device", "[training]\ndevice = \"tpu\"\n", {}, "training.device = \"tpu\""},
+      {"bool as string", "[logging]\nprogress = \"yes\"\n", {}, "logging.progress = \"yes\": expected true or false"},
+      {"list of strings", "[parallel]\npipeline_layers = [\"a\"]\n", {}, "expected an array of integers >= 1"},
+      {"section not a table", "model = 3\n", {}, "x.toml: model must be a table [model]"},
+      {"malformed TOML", "[model]\nlayers = = 2\n", {}, "x.toml:2:"},
+      {"hidden % heads", "[model]\nhidden = 64\nheads = 6\n", {}, "model.hidden (64) must be divisible by model.heads (6)"},
+      {"tp divides heads", "[model]\nheads = 8\n[parallel]\ntp = 3\n", {}, "parallel.tp (3) must divide model.heads (8)"},
+      {"tp divides ffn", "[model]\nhidden = 64\nheads = 4\nffn_hidden = 90\n[parallel]\ntp = 4\n", {},
+       "parallel.tp (4) must divide the MLP width (90"},
+      {"sequence parallel", "[model]\nseq_len = 30\nheads = 4\n[parallel]\ntp = 4\nsequence_parallel = true\n", {},
+       "parallel.sequence_parallel needs model.seq_len (30) divisible by parallel.tp (4)"},
+      {"layers % pp", "[model]\nlayers = 6\n[parallel]\npp = 4\n", {},
+       "model.layers (6) must be divisible by parallel.pp (4) x schedule.chunks (1) = 4"},
+      {"pipeline_layers count", "[model]\nlayers = 8\n[parallel]\npp = 2\npipeline_layers = [4, 4, 0]\n", {},
+       "parallel.pipeline_layers = [4, 4, 0]: expected an array of integers >= 1"},
+      {"pipeline_layers entries", "[model]\nlayers = 8\n[parallel]\npp = 2\npipeline_layers = [8]\n", {},
+       "parallel.pipeline_layers has 1 entries but parallel.pp (2) x schedule.chunks (1) = 2"},
+      {"pipeline_layers sum", "[model]\nlayers = 8\n[parallel]\npp = 2\npipeline_layers = [3, 4]\n", {},
+       "parallel.pipeline_layers sums to 7 but model.layers = 8"},
+      {"chunks without interleaved", "[model]\nlayers = 4\n[schedule]\nchunks = 2\n", {},
+       "schedule.chunks = 2 needs schedule.kind = \"interleaved\" or \"file\", got \"1f1b\""},
+      {"file schedule without file", "[schedule]\nkind = \"file\"\n", {}, "schedule.kind = \"file\" needs schedule.file"},
+      {"global % micro", "[training]\nglobal_batch_size = 10\nmicro_batch_size = 4\n", {},
+       "training.global_batch_size (10) must be divisible by training.micro_batch_size (4)"},
+      {"global % micro x dp", "[training]\nglobal_batch_size = 8\nmicro_batch_size = 2\n[parallel]\ndp = 3\n", {},
+       "training.micro_batch_size (2) x parallel.dp (3) = 6"},
+      {"min_lr > lr", "[training]\nlr = 1e-4\nmin_lr = 1e-3\n", {}, "training.min_lr (0.001) must be <= training.lr (0.0001)"},
+      {"warmup > steps", "[training]\nsteps = 5\nwarmup_steps = 6\n", {}, "training.warmup_steps (6) must be <= training.steps (5)"},
+      {"negative eval interval", "[training]\neval_interval = -1\n", {}, "training.eval_interval = -1: expected an integer >= 0"},
+      {"file data without path", "[data]\nsource = \"file\"\n", {}, "data.source = \"file\" needs data.path"},
+      {"nccl on cpu", "[parallel]\nbackend = \"nccl\"\n", {}, "parallel.backend = \"nccl\" needs training.device = \"cuda\""},
+      {"checkpoint without dir", "[checkpoint]\ninterval = 5\n", {}, "checkpoint.interval = 5 needs checkpoint.dir"},
+      {"override without =", "", {"training.steps"}, "--set training.steps: expected section.key=value"},
+      {"override without section", "", {"steps=3"}, "--set steps=3: expected section.key=value"},
+      {"unknown override key", "", {"training.stepz=3"}, "--set training.stepz=3: unknown key training.stepz: keys of [training] are steps,"},
+      {"unknown override section", "", {"trainer.steps=3"}, "unknown key trainer.steps: sections are [model]"},
+      {"override out of range", "", {"training.steps=-3"}, "x.toml: --set training.steps=-3: training.steps = -3: expected an integer >= 1"},
+      {"override wrong type", "", {"training.lr=fast"}, "--set training.lr=fast: training.lr = fast: expected a number > 0"},
+      {"override bare string kind", "", {"schedule.kind=zigzag"}, "--set schedule.kind=zigzag: schedule.kind = \"zigzag\": expected one of"},
+      {"override smuggling", "", {"training.steps=3\nmodel.layers = 4"}, "expected an integer >= 1 (values are read as TOML)"},
+  };
+  for (const BadCase& bc : cases) {
+    const std::string msg = error_of([&] { parse_config(bc.toml, "x.toml", bc.overrides); });
+    EXPECT_NE(msg.find(bc.expected), std::string::npos)
+        << bc.what << "\n  expected: " << bc.expected << "\n  got:      " << msg;
+  }
+  EXPECT_GE(cases.size(), 12u);
+}
+
+TEST(Config, MalformedTomlGivesLineAndColumn) {
+  const std::string msg = error_of([] { parse_config("[model]\nlayers = 2\nhidden = [1,\n", "bad.toml"); });
+  EXPECT_EQ(msg.rfind("bad.toml:", 0), 0u) << msg;
+  EXPECT_NE(msg.find("invalid TOML"), std::string::npos) << msg;
+  const std::string dup = error_of([] { parse_config("[model]\nlayers = 2\nlayers = 3\n", "dup.toml"); });
+  EXPECT_NE(dup.find("dup.toml:3:"), std::string::npos) << dup;
+}
+
+TEST(Config, MissingFile) {
+  EXPECT_EQ(error_of([] { load_config("nope.toml"); }), "cannot open config file 'nope.toml'");
+  EXPECT_EQ(error_of([] { load_config(TRIDENT_SOURCE_DIR); }),
+            std::string("cannot open config file '") + TRIDENT_SOURCE_DIR + "'");
+}
+
+TEST(Config, ResolveWorld) {
+  Config c = load_config(kTiny, {"parallel.tp=2", "parallel.pp=4"});
+  trident::resolve_world(c, 16);
+  EXPECT_EQ(c.parallel.dp, 2);
+  EXPECT_EQ(trident::num_microbatches(c), 4);
+
+  Config bad = load_config(kTiny, {"parallel.tp=2", "parallel.pp=4", "parallel.dp=2"});
+  EXPECT_NE(error_of([&] { trident::resolve_world(bad, 8); })
+                .find("parallel: tp(2) x pp(4) x dp(2) = 16 but WORLD_SIZE = 8"),
+            std::string::npos);
+  Config odd = load_config(kTiny, {"parallel.tp=4"});
+  EXPECT_NE(error_of([&] { trident::resolve_world(odd, 6); })
+                .find("WORLD_SIZE = 6 is not divisible by tp(4) x pp(1) = 4"),
+            std::string::npos);
+  // dp resolved from the world must also split the global batch (16 / (2 * 3)).
+  Config three = load_config(kTiny);
+  EXPECT_NE(error_of([&] { trident::resolve_world(three, 3); })
+                .find("training.global_batch_size (16) must be divisible by training.micro_batch_size (2) x dp (3) = 6"),
+            std::string::npos);
+  Config unresolved = load_config(kTiny);
+  EXPECT_NE(error_of([&] { trident::num_microbatches(unresolved); }).find("unresolved"), std::string::npos);
+}
+
+TEST(Config, ValidateCatchesProgrammaticValues) {
+  Config c;
+  c.source = "code";
+  c.training.beta2 = 1.5;
+  EXPECT_EQ(error_of([&] { trident::validate(c); }), "code: training.beta2 = 1.5: expected a number in [0, 1)");
+  c = Config{};
+  c.model.init_std = 0;
+  EXPECT_NE(error_of([&] { trident::validate(c); }).find("model.init_std = 0.0: expected a number > 0"),
+            std::string::npos);
+}
+
+TEST(Config, KeysTableDescribesTypesAndDefaults) {
+  const auto keys = trident::config_keys();
+  EXPECT_EQ(keys.size(), 48u);
+  bool found = false;
+  for (const auto& k : keys) {
+    if (k.name != "parallel.dp") continue;
+    found = true;
+    EXPECT_EQ(k.type, "integer");
+    EXPECT_EQ(k.default_value, "-1");
+    EXPECT_EQ(k.expect, "-1 (auto) or an integer >= 1");
+    EXPECT_FALSE(k.doc.empty());
+  }
+  EXPECT_TRUE(found);
+}
