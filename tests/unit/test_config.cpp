@@ -131,7 +131,12 @@ TEST(Config, ReadmeDocumentsEveryKey) {
   const std::string readme = read_file(std::string(TRIDENT_SOURCE_DIR) + "/configs/README.md");
   ASSERT_FALSE(readme.empty());
   for (const auto& k : trident::config_keys()) {
-    EXPECT_NE(readme.find("`" + k.name + "`"), std::string::npos) << k.name << " is not in configs/README.md";
+    // Its table row: | `section.key` | type | `default` | allowed | meaning |
+    const auto row = readme.find("| `" + k.name + "` |");
+    ASSERT_NE(row, std::string::npos) << k.name << " is not in configs/README.md";
+    const std::string line = readme.substr(row, readme.find('\n', row) - row);
+    EXPECT_NE(line.find("| `" + k.default_value + "` |"), std::string::npos)
+        << k.name << ": README default disagrees with the schema's " << k.default_value;
   }
 }
 
