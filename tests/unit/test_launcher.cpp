@@ -252,6 +252,23 @@ TEST(Launcher, SigtermToLauncherStopsEveryRank) {
   expect_all_dead(dir.path, 3);
 }
 
+TEST(Launcher, RanksDieWithASigkilledLauncher) {
+  TempDir dir;
+  // exec keeps the PID (and PR_SET_PDEATHSIG), so pid.R is the rank process itself.
+  LauncherRun run({"--nproc-per-node", "2", "--", "sh", "-c", "echo $$ > " + dir.path.string() +
+                   "/pid.$RANK; exec sleep 60"}, dir.path);
+  ASSERT_TRUE(wait_for_files(dir.path, "pid", 2, 10.0)) << "ranks did not start";
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // let `exec sleep` happen
+  ASSERT_EQ(::kill(run.pid(), SIGKILL), 0);
+  run.finish(10.0);
+  const auto pids = pids_in(dir.path, "pid");
+  ASSERT_EQ(pids.size(), 2u);
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  auto any_alive = [&] { return alive(pids[0]) || alive(pids[1]); };
+  while (any_alive() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(any_alive()) << "ranks outlived their SIGKILLed launcher";
+}
+
 TEST(Launcher, RankIgnoringSigtermIsKilledAfterGrace) {
   TempDir dir;
   // Rank 0 ignores SIGTERM (and so does its sleep); rank 1 fails once it has.
