@@ -155,6 +155,7 @@ std::string context_grid(const Schedule& s, int pos, const std::vector<std::pair
   auto cell = [&](std::string t) { return t + std::string(width > t.size() ? width - t.size() : 1, ' '); };
   std::string out = "  position  ";
   for (int i = lo; i < hi; ++i) out += cell(std::to_string(i));
+  while (out.back() == ' ') out.pop_back();
   out += "\n";
   for (int r = 0; r < s.stages; ++r) {
     std::string row = "  rank " + std::to_string(r);

@@ -1,0 +1,105 @@
+// Action IR and text form: tokens, exact round trips, parse errors, comm pass.
+#include <gtest/gtest.h>
+
+#include "schedules/action.h"
+#include "schedules/generators.h"
+
+using namespace trident::sched;
+
+namespace {
+
+std::string error_of(const std::string& text) {
+  try {
+    parse_text(text);
+  } catch (const ScheduleError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(ScheduleIr, TokensIncludeChunkOnlyWhenNonZero) {
+  EXPECT_EQ(to_token({ActionKind::F, 3, 0}), "F3");
+  EXPECT_EQ(to_token({ActionKind::B, 12, 1}), "B12.1");
+  EXPECT_EQ(to_token({ActionKind::SEND_F, 0, 2}), "SF0.2");
+  EXPECT_EQ(to_token({ActionKind::RECV_B, 5, 0}), "RB5");
+  EXPECT_EQ(to_token({ActionKind::I, 1, 0}), "I1");
+  EXPECT_EQ(to_token({ActionKind::W, 1, 0}), "W1");
+}
+
+TEST(ScheduleIr, ParsesHeaderRanksAndComments) {
+  const Schedule s = parse_text("# a comment\npipeline p=2 m=2 v=2\n\n0: F0 RF1.1  # trailing\n1: W1.1 SB0\n");
+  EXPECT_EQ(s.stages, 2);
+  EXPECT_EQ(s.microbatches, 2);
+  EXPECT_EQ(s.chunks, 2);
+  ASSERT_EQ(s.ranks[0].size(), 2u);
+  EXPECT_EQ(s.ranks[0][1], (Action{ActionKind::RECV_F, 1, 1}));
+  EXPECT_EQ(s.ranks[1][0], (Action{ActionKind::W, 1, 1}));
+  EXPECT_EQ(s.ranks[1][1], (Action{ActionKind::SEND_B, 0, 0}));
+}
+
+TEST(ScheduleIr, RoundTripIsExactForEveryGenerator) {
+  for (int p = 1; p <= 5; ++p)
+    for (int m : {1, 2, 5, 8}) {
+      std::vector<Schedule> all = {gpipe(p, m), one_f_one_b(p, m), zb_h1(p, m), generate("1f1b", p, m),
+                                   generate("zb-h1", p, m), generate("gpipe", p, m)};
+      if (m % p == 0) {
+        all.push_back(interleaved(p, m, 3));
+        all.push_back(generate("interleaved", p, m, 2));
+      }
+      for (const Schedule& s : all) {
+        const std::string text = to_text(s);
+        const Schedule back = parse_text(text);
+        EXPECT_EQ(back, s) << text;
+        EXPECT_EQ(to_text(back), text);
+      }
+    }
+}
+
+TEST(ScheduleIr, ParseErrorsNameLineTokenAndExpectation) {
+  std::string e = error_of("pipeline p=2 m=2 v=1\n0: F0 X1\n1:\n");
+  EXPECT_NE(e.find("line 2"), std::string::npos) << e;
+  EXPECT_NE(e.find("'X1'"), std::string::npos) << e;
+  EXPECT_NE(e.find("expected F|B|I|W"), std::string::npos) << e;
+
+  e = error_of("pipeline p=2 m=2 v=1\n0: F2\n1:\n");
+  EXPECT_NE(e.find("'F2'"), std::string::npos) << e;
+  EXPECT_NE(e.find("below m=2"), std::string::npos) << e;
+
+  e = error_of("pipeline p=2 m=2 v=1\n0: F0.1\n1:\n");
+  EXPECT_NE(e.find("below v=1"), std::string::npos) << e;
+
+  e = error_of("pipeline p=2 m=2 v=1\n1: F0\n");
+  EXPECT_NE(e.find("rank label '0:'"), std::string::npos) << e;
+
+  e = error_of("pipeline p=2 m=2 v=1\n0: F0\n");
+  EXPECT_NE(e.find("1 rank lines, expected p=2"), std::string::npos) << e;
+
+  e = error_of("pipeline p=2 m=x v=1\n");
+  EXPECT_NE(e.find("line 1"), std::string::npos) << e;
+  EXPECT_NE(e.find("expected 'pipeline p=P m=M v=V'"), std::string::npos) << e;
+
+  e = error_of("pipeline p=0 m=1 v=1\n");
+  EXPECT_NE(e.find("p=0"), std::string::npos) << e;
+
+  EXPECT_NE(error_of("").find("empty"), std::string::npos);
+  EXPECT_NE(error_of("pipeline p=1 m=1 v=1\n0: F0F0\n").find("'F0F0'"), std::string::npos);
+}
+
+TEST(ScheduleIr, AddCommunicationSurroundsComputeAndSkipsPipelineEnds) {
+  const Schedule s = add_communication(gpipe(2, 1));
+  EXPECT_EQ(to_text(s), "pipeline p=2 m=1 v=1\n0: F0 SF0 RB0 B0\n1: RF0 F0 B0 SB0\n");
+  EXPECT_TRUE(has_communication(s));
+  EXPECT_FALSE(has_communication(gpipe(2, 1)));
+  EXPECT_THROW(add_communication(s), ScheduleError);
+}
+
+TEST(ScheduleIr, PeersFollowLoopPlacement) {
+  Schedule s = empty_schedule(2, 1, 2);  // virtual stages: 0=(r0,c0) 1=(r1,c0) 2=(r0,c1) 3=(r1,c1)
+  EXPECT_EQ(peer_rank(s, 1, {ActionKind::SEND_F, 0, 0}), 0);  // stage 1 -> stage 2 on rank 0
+  EXPECT_EQ(counterpart(s, 1, {ActionKind::SEND_F, 0, 0}), (Action{ActionKind::RECV_F, 0, 1}));
+  EXPECT_EQ(peer_rank(s, 0, {ActionKind::SEND_B, 0, 1}), 1);  // stage 2 -> stage 1
+  EXPECT_EQ(counterpart(s, 0, {ActionKind::SEND_B, 0, 1}), (Action{ActionKind::RECV_B, 0, 0}));
+  EXPECT_EQ(counterpart(s, 0, {ActionKind::RECV_B, 0, 0}), (Action{ActionKind::SEND_B, 0, 0}));
+}

@@ -1,0 +1,117 @@
+// Validator: hand-broken schedules are rejected with rank, position, action,
+// the reason and a grid around the spot.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "schedules/generators.h"
+#include "schedules/validate.h"
+
+using namespace trident::sched;
+
+namespace {
+
+std::string error_of(const Schedule& s) {
+  try {
+    validate(s);
+  } catch (const ScheduleError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void erase(std::vector<Action>& list, Action a) {
+  auto it = std::find(list.begin(), list.end(), a);
+  ASSERT_NE(it, list.end());
+  list.erase(it);
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST(ScheduleValidate, AcceptsComputeOnlyByAddingCommunication) {
+  const ValidationReport rep = validate(one_f_one_b(3, 4));
+  EXPECT_TRUE(rep.communication_added);
+  EXPECT_EQ(rep.messages, 2 * 4 * 2);
+}
+
+TEST(ScheduleValidate, MissingBackward) {
+  Schedule s = one_f_one_b(3, 4);
+  erase(s.ranks[1], {ActionKind::B, 2, 0});
+  const std::string e = error_of(s);
+  EXPECT_TRUE(has(e, "rank 1: micro-batch 2 chunk 0")) << e;
+  EXPECT_TRUE(has(e, "expected one backward")) << e;
+  EXPECT_TRUE(has(e, "[F2]")) << e;  // the grid marks the forward left without backward
+  EXPECT_TRUE(has(e, "rank 2 ")) << e;
+}
+
+TEST(ScheduleValidate, WeightGradientBeforeInputGradient) {
+  Schedule s = zb_h1(2, 2);
+  auto& list = s.ranks[1];
+  auto i0 = std::find(list.begin(), list.end(), Action{ActionKind::I, 0, 0});
+  auto w0 = std::find(list.begin(), list.end(), Action{ActionKind::W, 0, 0});
+  std::iter_swap(i0, w0);
+  const std::string e = error_of(s);
+  EXPECT_TRUE(has(e, "runs W before I")) << e;
+  EXPECT_TRUE(has(e, "[W0]")) << e;
+}
+
+TEST(ScheduleValidate, SwappedSends) {
+  // Rank 0 sends mb 1's activation before mb 0's; rank 1 receives 0 first.
+  Schedule s = parse_text(
+      "pipeline p=2 m=2 v=1\n"
+      "0: F0 F1 SF1 SF0 RB0 B0 RB1 B1\n"
+      "1: RF0 F0 B0 SB0 RF1 F1 B1 SB1\n");
+  const std::string e = error_of(s);
+  EXPECT_TRUE(has(e, "rank 1 position 0 (RF0) gets, in send order, the message of rank 0 position 2 (SF1)")) << e;
+  EXPECT_TRUE(has(e, "same order")) << e;
+  EXPECT_TRUE(has(e, "[RF0]")) << e;
+  EXPECT_TRUE(has(e, "[SF1]")) << e;
+}
+
+TEST(ScheduleValidate, Deadlock) {
+  // Rank 0 keeps one micro-batch in flight, rank 1 wants both forwards first.
+  Schedule s = parse_text("pipeline p=2 m=2 v=1\n0: F0 B0 F1 B1\n1: F0 F1 B0 B1\n");
+  const std::string e = error_of(s);
+  EXPECT_TRUE(has(e, "deadlock")) << e;
+  EXPECT_TRUE(has(e, "rank 0 position 2 (RB0) waits for SB0 from rank 1")) << e;
+  EXPECT_TRUE(has(e, "rank 1 position 2 (RF1) waits for SF1 from rank 0")) << e;
+  EXPECT_TRUE(has(e, "[RB0]")) << e;
+  EXPECT_TRUE(has(e, "[RF1]")) << e;
+}
+
+TEST(ScheduleValidate, MissingOrMisplacedCommunication) {
+  Schedule s = generate("1f1b", 2, 2);
+  erase(s.ranks[1], {ActionKind::RECV_F, 1, 0});
+  std::string e = error_of(s);
+  EXPECT_TRUE(has(e, "rank 1: micro-batch 1 chunk 0")) << e;
+  EXPECT_TRUE(has(e, "has 0 x RF1, expected 1")) << e;
+
+  s = parse_text("pipeline p=2 m=1 v=1\n0: SF0 F0 RB0 B0\n1: RF0 F0 B0 SB0\n");
+  e = error_of(s);
+  EXPECT_TRUE(has(e, "sends SF0 before the compute that produces it")) << e;
+
+  s = parse_text("pipeline p=2 m=1 v=1\n0: F0 SF0 RB0 B0 SB0\n1: RF0 F0 B0 SB0\n");
+  e = error_of(s);
+  EXPECT_TRUE(has(e, "rank 0: micro-batch 0 chunk 0 (virtual stage 0) has 1 x SB0, expected 0")) << e;
+}
+
+TEST(ScheduleValidate, ForwardOrderAcrossStagesIsEnforced) {
+  // Rank 1 runs mb 1 before mb 0 while rank 0 sends in order: a FIFO mismatch.
+  Schedule s = parse_text("pipeline p=2 m=2 v=1\n0: F0 F1 B0 B1\n1: F1 F0 B0 B1\n");
+  const std::string e = error_of(s);
+  EXPECT_TRUE(has(e, "(RF1) gets, in send order, the message of rank 0 position 1 (SF0)")) << e;
+}
+
+TEST(ScheduleValidate, DuplicateForwardAndWrongShape) {
+  Schedule s = gpipe(2, 2);
+  s.ranks[0].insert(s.ranks[0].begin(), Action{ActionKind::F, 1, 0});
+  EXPECT_TRUE(has(error_of(s), "has 2 forwards F, expected exactly 1"));
+  s = gpipe(2, 2);
+  s.ranks.pop_back();
+  EXPECT_TRUE(has(error_of(s), "1 rank lists"));
+  s = gpipe(2, 2);
+  s.ranks[0][0].mb = 7;
+  EXPECT_TRUE(has(error_of(s), "outside m=2"));
+}
