@@ -1,0 +1,89 @@
+// `trident schedule` end to end: every format parses to the expected shape,
+// bad arguments fail with a message. Runs the built binary.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "schedules/action.h"
+
+namespace {
+
+struct Result {
+  int status;
+  std::string out;  // stdout and stderr together
+};
+
+Result run_schedule(const std::string& args) {
+  const std::string cmd = std::string(TRIDENT_BINARY_DIR "/trident schedule ") + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  EXPECT_NE(pipe, nullptr);
+  Result r{-1, ""};
+  if (!pipe) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
+  r.status = pclose(pipe);
+  return r;
+}
+
+}  // namespace
+
+TEST(ScheduleCli, FormatsHaveTheirShape) {
+  Result r = run_schedule("--kind 1f1b --stages 4 --microbatches 8 --format json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (const char* key : {"\"bubble_fraction\": 0.2727272727", "\"step_time\": 33", "\"peak_inflight\": [4, 3, 2, 1]",
+                          "\"timelines\""})
+    EXPECT_NE(r.out.find(key), std::string::npos) << key << "\n" << r.out.substr(0, 300);
+
+  r = run_schedule("--kind interleaved -p 2 -m 4 -v 2 --format svg --costs 1,2,1 --latency 0.1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out.rfind("<svg", 0), 0u) << r.out.substr(0, 200);
+
+  r = run_schedule("--kind zb-h1 -p 3 -m 6 --format chrome");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("\"traceEvents\""), std::string::npos);
+  EXPECT_NE(r.out.find("\"ph\": \"X\""), std::string::npos);
+
+  r = run_schedule("--kind gpipe -p 2 -m 3");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out.rfind("gpipe p=2 m=3 v=1: step 12, bubble 25.00%", 0), 0u) << r.out;
+}
+
+TEST(ScheduleCli, ScheduleFormatRoundTripsThroughFile) {
+  const std::string path = std::string(TRIDENT_BINARY_DIR) + "/test_schedule_cli.txt";
+  Result r = run_schedule("--kind interleaved -p 2 -m 4 -v 3 --format schedule --output " + path);
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  const auto s = trident::sched::parse_text(text.str());
+  EXPECT_EQ(s.chunks, 3);
+  r = run_schedule("--kind file --file " + path + " --format schedule");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out, text.str());
+  std::remove(path.c_str());
+}
+
+TEST(ScheduleCli, BadArgumentsFailWithAMessage) {
+  Result r = run_schedule("--kind interleaved -p 4 -m 6 -v 2");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("m % p == 0"), std::string::npos) << r.out;
+  r = run_schedule("--kind nope -p 2 -m 2");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("unknown schedule kind 'nope'"), std::string::npos) << r.out;
+  r = run_schedule("--kind 1f1b -p 2");
+  EXPECT_NE(r.out.find("needs --stages and --microbatches"), std::string::npos) << r.out;
+  r = run_schedule("-p 2 -m 2 --format png");
+  EXPECT_NE(r.out.find("--format 'png'"), std::string::npos) << r.out;
+  r = run_schedule("-p 2 -m 2 --costs 1,2");
+  EXPECT_NE(r.out.find("expected F,B,W"), std::string::npos) << r.out;
+  r = run_schedule("--kind file --file /nonexistent/schedule.txt");
+  EXPECT_NE(r.out.find("cannot open"), std::string::npos) << r.out;
+  r = run_schedule("--help");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(r.out.find("--microbatches"), std::string::npos);
+}
