@@ -1,0 +1,214 @@
+// Token files (write/read and every bad-file error), GptDataset order and
+// DP/micro-batch slicing, synthetic tokens, and `data prepare` end to end.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "framework/data/dataset.h"
+#include "framework/data/errors.h"
+#include "framework/data/prepare.h"
+#include "framework/data/token_file.h"
+
+namespace td = trident::data;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path temp_dir(const std::string& name) {
+  const fs::path dir = fs::path(TRIDENT_BINARY_DIR) / ("test_data.tmp." + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// Expects `fn` to throw DataError whose message contains every part.
+template <typename Fn>
+void expect_error(Fn fn, const std::vector<std::string>& parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected DataError containing '" << parts.front() << "'";
+  } catch (const td::DataError& e) {
+    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+  }
+}
+
+void patch(const fs::path& p, size_t offset, const std::string& bytes) {
+  std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+}  // namespace
+
+TEST(TokenFile, WritesAndReadsBothWidths) {
+  const auto dir = temp_dir("rw");
+  const std::vector<uint32_t> small = {0, 1, 255, 65535, 7};
+  td::write_token_file((dir / "a.bin").string(), small, 2, "byte16", 65536, td::kNoEndOfText);
+  td::TokenFile a((dir / "a.bin").string());
+  EXPECT_EQ(a.info().dtype_bytes, 2u);
+  EXPECT_EQ(a.info().doc_count, 2u);
+  EXPECT_EQ(a.info().tokenizer, "byte16");
+  EXPECT_EQ(fs::file_size(dir / "a.bin"), td::kTokenFileHeaderBytes + 2 * small.size());
+  ASSERT_EQ(a.size(), small.size());
+  for (size_t i = 0; i < small.size(); ++i) EXPECT_EQ(a[i], small[i]);
+
+  const std::vector<uint32_t> big = {50256, 70000, 3};
+  td::write_token_file((dir / "b.bin").string(), big, 1, "big", 100000, 50256);
+  td::TokenFile b((dir / "b.bin").string());
+  EXPECT_EQ(b.info().dtype_bytes, 4u);
+  EXPECT_EQ(b.info().end_of_text, 50256u);
+  EXPECT_EQ(b[1], 70000u);
+  td::TokenFile moved(std::move(b));
+  EXPECT_EQ(moved[0], 50256u);
+
+  expect_error([&] { td::write_token_file((dir / "c.bin").string(), {300}, 1, "byte", 256, td::kNoEndOfText); },
+               {"token 300", ">= vocab size 256"});
+}
+
+TEST(TokenFile, BadFilesThrowNamingFileAndProblem) {
+  const auto dir = temp_dir("bad");
+  const std::string good = (dir / "good.bin").string();
+  td::write_token_file(good, {1, 2, 3, 4}, 1, "byte", 256, td::kNoEndOfText);
+  auto copy = [&](const std::string& name) {
+    fs::copy_file(good, dir / name);
+    return (dir / name).string();
+  };
+
+  const std::string missing = (dir / "missing.bin").string();
+  expect_error([&] { td::TokenFile f(missing); }, {missing, "cannot open"});
+
+  const std::string magic = copy("magic.bin");
+  patch(magic, 0, "NOTTOKEN");
+  expect_error([&] { td::TokenFile f(magic); }, {magic, "wrong magic"});
+
+  const std::string version = copy("version.bin");
+  patch(version, 8, std::string("\x07\0\0\0", 4));
+  expect_error([&] { td::TokenFile f(version); }, {version, "version 7", "expected 1"});
+
+  const std::string truncated = copy("truncated.bin");
+  fs::resize_file(truncated, td::kTokenFileHeaderBytes + 5);
+  expect_error([&] { td::TokenFile f(truncated); }, {truncated, "truncated", "4 tokens", "133 bytes"});
+
+  const std::string stub = copy("stub.bin");
+  fs::resize_file(stub, 10);
+  expect_error([&] { td::TokenFile f(stub); }, {stub, "truncated", "10 bytes"});
+
+  const std::string id = copy("id.bin");
+  patch(id, td::kTokenFileHeaderBytes + 2 * 2, std::string("\x2c\x01", 2));  // token 2 := 300
+  expect_error([&] { td::TokenFile f(id); }, {id, "token id 300 at index 2", "vocab size 256"});
+}
+
+TEST(TokenFile, CheckVocabMessage) {
+  const auto dir = temp_dir("vocab");
+  const std::string path = (dir / "g.bin").string();
+  td::write_token_file(path, {50256}, 1, "gpt2", 50257, 50256);
+  td::TokenFile f(path);
+  EXPECT_NO_THROW(td::check_vocab(f, 50257));
+  expect_error([&] { td::check_vocab(f, 256); },
+               {"token file " + path + " was made by tokenizer gpt2 with vocab 50257 but model.vocab_size = 256"});
+}
+
+TEST(GptDataset, SamplesAreWindowsWithOneExtraToken) {
+  std::vector<uint32_t> tokens(103);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>(i);
+  td::GptDataset ds(td::TokenView::of(tokens, "mem"), 10, 1);
+  EXPECT_EQ(ds.num_samples(), 10);  // (103 - 1) / 10
+  std::vector<int64_t> buf(11);
+  ds.copy_sample(9, buf.data());
+  EXPECT_EQ(buf.front(), 90);
+  EXPECT_EQ(buf.back(), 100);
+  EXPECT_THROW(ds.copy_sample(10, buf.data()), td::DataError);
+}
+
+TEST(GptDataset, TooShortStreamNamesSeqLenAndSource) {
+  std::vector<uint32_t> tokens(300);
+  expect_error([&] { td::GptDataset ds(td::TokenView::of(tokens, "FILE.bin"), 1024, 1); },
+               {"seq_len 1024 needs at least 1025 tokens but FILE.bin has 300"});
+  std::vector<uint32_t> exact(1025);
+  EXPECT_EQ(td::GptDataset(td::TokenView::of(exact, "x"), 1024, 1).num_samples(), 1);
+}
+
+TEST(GptDataset, GlobalBatchIsAFunctionOfSeedAndStep) {
+  std::vector<uint32_t> tokens(1001);
+  td::GptDataset a(td::TokenView::of(tokens, "t"), 10, 42), b(td::TokenView::of(tokens, "t"), 10, 42);
+  td::GptDataset other_seed(td::TokenView::of(tokens, "t"), 10, 43);
+  // Same (seed, step) -> same indices, regardless of which steps were asked before.
+  const auto s7 = a.global_batch(7, 16);
+  b.global_batch(0, 16);
+  EXPECT_EQ(b.global_batch(7, 16), s7);
+  EXPECT_EQ(a.global_batch(7, 16), s7);
+  EXPECT_NE(a.global_batch(8, 16), s7);
+  EXPECT_NE(other_seed.global_batch(7, 16), s7);
+  // Within an epoch (100 samples) the order is a permutation: no repeats, full cover.
+  std::multiset<int64_t> seen;
+  for (int step = 0; step < 5; ++step)
+    for (auto i : a.global_batch(step, 20)) seen.insert(i);
+  EXPECT_EQ(seen.size(), 100u);
+  EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), 100u);
+  EXPECT_NE(a.global_batch(0, 100), a.global_batch(1, 100));  // epochs are shuffled differently
+}
+
+TEST(GptDataset, MicroBatchesPartitionTheGlobalBatch) {
+  std::vector<uint32_t> tokens(4097);
+  td::GptDataset ds(td::TokenView::of(tokens, "t"), 8, 3);
+  for (auto [G, dp, mbs] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {8, 1, 1}, {8, 2, 2}, {12, 3, 2}, {16, 4, 4}, {24, 2, 3}, {6, 6, 1}}) {
+    for (int64_t step : {0, 5, 63}) {
+      const auto global = ds.global_batch(step, G);
+      std::vector<int64_t> joined;
+      for (int64_t r = 0; r < dp; ++r)
+        for (int64_t k = 0; k < G / (dp * mbs); ++k) {
+          const auto mb = ds.micro_batch(step, G, r, dp, k, mbs);
+          ASSERT_EQ(static_cast<int64_t>(mb.size()), mbs);
+          joined.insert(joined.end(), mb.begin(), mb.end());
+        }
+      // Rank-major, then micro-batch order reproduces the global batch exactly:
+      // the union is the global batch and the slices do not overlap.
+      EXPECT_EQ(joined, global) << "G=" << G << " dp=" << dp << " mbs=" << mbs;
+    }
+  }
+  expect_error([&] { ds.micro_batch(0, 10, 0, 4, 0, 1); }, {"global batch size 10", "dp(4)", "= 4"});
+  EXPECT_THROW(ds.micro_batch(0, 8, 2, 2, 0, 1), td::DataError);
+  EXPECT_THROW(ds.micro_batch(0, 8, 0, 2, 4, 1), td::DataError);
+}
+
+TEST(Synthetic, DeterministicInRangeAndPredictable) {
+  const auto a = td::synthetic_tokens(5000, 256, 9);
+  EXPECT_EQ(a, td::synthetic_tokens(5000, 256, 9));
+  EXPECT_NE(a, td::synthetic_tokens(5000, 256, 10));
+  std::vector<std::set<uint32_t>> successors(256);
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_LT(a[i], 256u);
+    if (i + 1 < a.size()) successors[a[i]].insert(a[i + 1]);
+  }
+  for (const auto& s : successors) EXPECT_LE(s.size(), 4u);  // sparse order-1 chain
+}
+
+TEST(Prepare, SplitsDocumentsAndWritesBothFiles) {
+  const auto dir = temp_dir("prepare");
+  fs::create_directories(dir / "in");
+  for (int i = 0; i < 40; ++i) std::ofstream(dir / "in" / ("doc" + std::to_string(100 + i))) << "doc " << i << "\n";
+  std::ofstream(dir / "in" / ".hidden") << "skip me";
+  td::PrepareOptions o;
+  o.inputs = {(dir / "in").string()};
+  o.output_prefix = (dir / "out" / "toy").string();
+  const auto s = td::prepare_token_files(o);
+  EXPECT_EQ(s.val_docs, 2u);  // 40 * 0.05, documents 19 and 39
+  EXPECT_EQ(s.train_docs, 38u);
+  td::TokenFile val(o.output_prefix + ".val.bin"), train(o.output_prefix + ".train.bin");
+  EXPECT_EQ(val.info().doc_count, 2u);
+  EXPECT_EQ(val.info().tokenizer, "byte");
+  std::string val_text;
+  for (size_t i = 0; i < val.size(); ++i) val_text += static_cast<char>(val[i]);
+  EXPECT_EQ(val_text, "doc 19\ndoc 39\n");  // byte tokenizer: no separator
+  EXPECT_EQ(train.size(), s.train_tokens);
+  EXPECT_TRUE(td::is_validation_document(19, 0.05));
+  EXPECT_FALSE(td::is_validation_document(18, 0.05));
+  EXPECT_FALSE(td::is_validation_document(0, 0.0));
+  o.inputs = {(dir / "nope").string()};
+  expect_error([&] { td::prepare_token_files(o); }, {"nope", "neither a file nor a folder"});
+}
