@@ -1,0 +1,132 @@
+// metrics.jsonl, loss.svg, step lines and the progress bar: see metrics.h.
+#include "framework/metrics.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+#include <stdexcept>
+
+namespace trident {
+namespace {
+
+std::string num(double v) {
+  if (!std::isfinite(v)) return "null";  // JSON has no NaN/inf
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+}  // namespace
+
+std::string to_json(const StepMetrics& m) {
+  std::ostringstream os;
+  os << "{\"step\":" << m.step << ",\"loss\":" << num(m.loss) << ",\"lr\":" << num(m.lr)
+     << ",\"grad_norm\":" << num(m.grad_norm) << ",\"step_time_s\":" << num(m.step_time_s)
+     << ",\"tokens_per_s\":" << num(m.tokens_per_s) << ",\"tflops\":" << num(m.tflops) << ",\"mfu\":" << num(m.mfu);
+  if (m.eval_loss) os << ",\"eval_loss\":" << num(*m.eval_loss);
+  os << "}";
+  return os.str();
+}
+
+std::string format_step_line(const StepMetrics& m, int64_t total_steps) {
+  std::ostringstream os;
+  os << "step " << m.step << "/" << total_steps << " | loss " << fmt("%.4f", m.loss) << " | lr " << fmt("%.2e", m.lr)
+     << " | grad-norm " << fmt("%.3f", m.grad_norm) << " | " << fmt("%.1f", m.tokens_per_s / 1000.0) << "k tok/s | "
+     << fmt("%.3f", m.tflops) << " TFLOP/s | MFU " << fmt("%.1f", 100.0 * m.mfu) << "%";
+  if (m.eval_loss) os << " | eval-loss " << fmt("%.4f", *m.eval_loss);
+  return os.str();
+}
+
+std::string format_progress(int64_t done, int64_t total, double elapsed_s, int width) {
+  const double frac = total > 0 ? std::min(1.0, static_cast<double>(done) / static_cast<double>(total)) : 1.0;
+  const int filled = static_cast<int>(frac * width);
+  std::string bar = "[" + std::string(filled, '#') + std::string(width - filled, '.') + "] ";
+  bar += std::to_string(done) + "/" + std::to_string(total);
+  if (done > 0 && done < total) {
+    const int64_t eta = static_cast<int64_t>(elapsed_s / static_cast<double>(done) * static_cast<double>(total - done));
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "  ETA %lld:%02lld", static_cast<long long>(eta / 60), static_cast<long long>(eta % 60));
+    bar += buf;
+  }
+  return bar;
+}
+
+std::string loss_svg(const std::vector<StepMetrics>& steps, const std::string& title) {
+  const double W = 640, H = 400, L = 60, R = 20, T = 40, B = 50;
+  double lo = INFINITY, hi = -INFINITY;
+  int64_t smax = 1;
+  for (const auto& m : steps) {
+    for (double v : {m.loss, m.eval_loss.value_or(m.loss)})
+      if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+    smax = std::max(smax, m.step);
+  }
+  if (!std::isfinite(lo)) lo = 0, hi = 1;
+  if (hi - lo < 1e-9) hi = lo + 1;
+  auto x = [&](double s) { return L + (W - L - R) * (s - 1) / std::max<double>(1, static_cast<double>(smax - 1)); };
+  auto y = [&](double v) { return T + (H - T - B) * (hi - v) / (hi - lo); };
+  std::ostringstream os;
+  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
+     << "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+     << "<text x=\"" << W / 2 << "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">" << title << "</text>\n"
+     << "<line x1=\"" << L << "\" y1=\"" << H - B << "\" x2=\"" << W - R << "\" y2=\"" << H - B << "\" stroke=\"black\"/>\n"
+     << "<line x1=\"" << L << "\" y1=\"" << T << "\" x2=\"" << L << "\" y2=\"" << H - B << "\" stroke=\"black\"/>\n";
+  for (int i = 0; i <= 4; ++i) {
+    const double v = lo + (hi - lo) * i / 4.0;
+    os << "<text x=\"" << L - 6 << "\" y=\"" << y(v) + 4 << "\" text-anchor=\"end\">" << fmt("%.3g", v) << "</text>\n";
+    const double s = 1 + (static_cast<double>(smax) - 1) * i / 4.0;
+    os << "<text x=\"" << x(s) << "\" y=\"" << H - B + 18 << "\" text-anchor=\"middle\">" << std::llround(s)
+       << "</text>\n";
+  }
+  os << "<text x=\"" << (L + W - R) / 2 << "\" y=\"" << H - 12 << "\" text-anchor=\"middle\">step</text>\n"
+     << "<text x=\"16\" y=\"" << (T + H - B) / 2 << "\" transform=\"rotate(-90 16 " << (T + H - B) / 2
+     << ")\" text-anchor=\"middle\">loss</text>\n<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"2\" points=\"";
+  for (const auto& m : steps)
+    if (std::isfinite(m.loss)) os << x(static_cast<double>(m.step)) << "," << y(m.loss) << " ";
+  os << "\"/>\n";
+  bool any_eval = false;
+  for (const auto& m : steps)
+    if (m.eval_loss && std::isfinite(*m.eval_loss)) {
+      any_eval = true;
+      os << "<circle cx=\"" << x(static_cast<double>(m.step)) << "\" cy=\"" << y(*m.eval_loss)
+         << "\" r=\"4\" fill=\"#d62728\"/>\n";
+    }
+  os << "<text x=\"" << W - R - 150 << "\" y=\"" << T + 10 << "\" fill=\"#1f77b4\">&#9472; train loss</text>\n";
+  if (any_eval) os << "<text x=\"" << W - R - 150 << "\" y=\"" << T + 26 << "\" fill=\"#d62728\">&#9679; eval loss</text>\n";
+  os << "</svg>\n";
+  return os.str();
+}
+
+RunLog::RunLog(const std::string& dir, const std::string& title) : dir_(dir), title_(title) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw std::runtime_error("cannot create logging.dir '" + dir + "': " + ec.message());
+  jsonl_.open(dir + "/metrics.jsonl", std::ios::trunc);
+  if (!jsonl_) throw std::runtime_error("cannot write '" + dir + "/metrics.jsonl'");
+}
+
+void RunLog::write_config(const std::string& toml_text) {
+  std::ofstream f(dir_ + "/config.toml", std::ios::trunc);
+  f << toml_text;
+  if (!f) throw std::runtime_error("cannot write '" + dir_ + "/config.toml'");
+}
+
+void RunLog::append(const StepMetrics& m) {
+  history_.push_back(m);
+  jsonl_ << to_json(m) << "\n";
+  jsonl_.flush();
+}
+
+void RunLog::finish() {
+  std::ofstream f(dir_ + "/loss.svg", std::ios::trunc);
+  f << loss_svg(history_, title_);
+}
+
+}  // namespace trident

@@ -1,0 +1,45 @@
+// What a training run leaves behind and shows: one JSON object per step in
+// metrics.jsonl, the loss curve as loss.svg, the per-step line and progress
+// bar. Pure C++ (no libtorch).
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace trident {
+
+struct StepMetrics {
+  int64_t step = 0;  // 1-based
+  double loss = 0, lr = 0, grad_norm = 0;
+  double step_time_s = 0, tokens_per_s = 0, tflops = 0, mfu = 0;
+  std::optional<double> eval_loss;
+};
+
+std::string to_json(const StepMetrics& m);
+// "step 12/30 | loss 4.1234 | lr 1.00e-03 | grad-norm 0.812 | 10.2k tok/s | 0.45 TFLOP/s | MFU 38.1%"
+std::string format_step_line(const StepMetrics& m, int64_t total_steps);
+// "[#######.......] 12/30  ETA 0:42"
+std::string format_progress(int64_t done, int64_t total, double elapsed_s, int width = 30);
+// Loss (and eval loss) against step; axes with ticks, readable in a browser.
+std::string loss_svg(const std::vector<StepMetrics>& steps, const std::string& title);
+
+// The run directory: metrics.jsonl appended per step (flushed), loss.svg at close.
+class RunLog {
+ public:
+  RunLog(const std::string& dir, const std::string& title);  // creates dir; throws if it cannot
+  void write_config(const std::string& toml_text);
+  void append(const StepMetrics& m);
+  void finish();  // writes loss.svg
+  const std::vector<StepMetrics>& history() const { return history_; }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_, title_;
+  std::ofstream jsonl_;
+  std::vector<StepMetrics> history_;
+};
+
+}  // namespace trident

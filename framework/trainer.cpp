@@ -1,0 +1,332 @@
+// The trainer: builds this rank's part of the run, then steps
+//   zero grads -> schedule -> grad sync -> clip -> AdamW -> log
+// once per optimizer step (train_step below).
+#include "framework/trainer.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <thread>
+
+#include <ATen/Parallel.h>
+
+#include "framework/data/dataset.h"
+#include "framework/lr_schedule.h"
+#include "framework/optimizer.h"
+#include "models/gpt/gpt.h"
+#include "parallel/layout.h"
+#include "parallel/process_groups.h"
+#include "schedules/executor.h"
+#include "schedules/generators.h"
+#include "schedules/validate.h"
+
+namespace trident {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// The schedule this run executes, checked before any process group exists.
+sched::Schedule build_schedule(const Config& cfg, int64_t m) {
+  const int p = static_cast<int>(cfg.parallel.pp), v = static_cast<int>(cfg.schedule.chunks);
+  if (cfg.schedule.kind != "file") return sched::generate(cfg.schedule.kind, p, static_cast<int>(m), v);
+  std::ifstream f(cfg.schedule.file);
+  if (!f) throw std::runtime_error("schedule.file: cannot open '" + cfg.schedule.file + "'");
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  sched::Schedule s = sched::parse_text(text);
+  if (s.stages != p || s.microbatches != m || s.chunks != v)
+    throw std::runtime_error("schedule.file '" + cfg.schedule.file + "' is for p=" + std::to_string(s.stages) +
+                             " m=" + std::to_string(s.microbatches) + " v=" + std::to_string(s.chunks) +
+                             " but this run has p=" + std::to_string(p) + " m=" + std::to_string(m) +
+                             " v=" + std::to_string(v));
+  sched::validate(s);
+  return sched::has_communication(s) ? s : sched::add_communication(s);
+}
+
+// Token streams: a prepared file (memory-mapped) or a synthetic stream.
+struct TokenSource {
+  std::unique_ptr<data::TokenFile> file;
+  std::vector<uint32_t> synthetic;
+  data::TokenView view;
+};
+
+TokenSource open_tokens(const Config& cfg, const std::string& split) {
+  TokenSource src;
+  if (cfg.data.source == "synthetic") {
+    const uint64_t salt = split == "train" ? 0 : 0x5eed;
+    src.synthetic = data::synthetic_tokens(cfg.data.synthetic_tokens, static_cast<uint32_t>(cfg.model.vocab_size),
+                                           static_cast<uint64_t>(cfg.training.seed) ^ salt);
+    src.view = data::TokenView::of(src.synthetic, "synthetic/" + split);
+  } else {
+    src.file = std::make_unique<data::TokenFile>(cfg.data.path + "." + split + ".bin");
+    data::check_vocab(*src.file, cfg.model.vocab_size);
+    src.view = src.file->view();
+  }
+  return src;
+}
+
+// fp32 matmul FLOP/s of one thread on this machine: the MFU denominator on CPU.
+double measure_matmul_peak() {
+  const int64_t n = 1024;
+  at::Tensor a = at::randn({n, n}), b = at::randn({n, n});
+  at::mm(a, b);  // warm-up
+  const int reps = 4;
+  auto t0 = Clock::now();
+  for (int i = 0; i < reps; ++i) at::mm(a, b);
+  return 2.0 * n * n * n * reps / seconds_since(t0);
+}
+
+struct Run {
+  Config cfg;
+  int64_t m = 1;  // micro-batches per step per DP rank
+  std::unique_ptr<ProcessGroups> pgs;
+  TpContext tp;
+  std::vector<std::unique_ptr<GptChunk>> chunks;
+  std::vector<Param*> params;
+  std::map<std::string, size_t> norm_index;  // global name -> slot in the grad-norm vector
+  std::unique_ptr<AdamW> opt;
+  std::unique_ptr<Executor> exec;
+  sched::Schedule schedule;
+  TokenSource train_tokens, val_tokens;
+  std::unique_ptr<data::GptDataset> train_data, val_data;
+  double flops_per_step = 0;
+  int64_t model_params = 0;
+};
+
+MicroBatch load_micro_batch(const Run& r, const data::GptDataset& ds, int64_t step, int mb) {
+  const auto& c = r.cfg;
+  const auto coords = r.pgs->layout().coords(r.pgs->rank());
+  auto idx = ds.micro_batch(step, c.training.global_batch_size, coords.dp, c.parallel.dp, mb,
+                            c.training.micro_batch_size);
+  const int64_t s = c.model.seq_len;
+  at::Tensor tok = at::empty({static_cast<int64_t>(idx.size()), s + 1}, at::kLong);
+  for (size_t i = 0; i < idx.size(); ++i) ds.copy_sample(idx[i], tok[i].data_ptr<int64_t>());
+  return {tok.narrow(1, 0, s).contiguous(), tok.narrow(1, 1, s).contiguous()};
+}
+
+// Tied word embedding: the first stage's copy and the last stage's copy each
+// accumulated their own gradient; both get the sum (NOTE: two addends, so the
+// order of the addition cannot change the bits).
+void sync_tied_embedding(Run& r) {
+  std::vector<Param*> copies;
+  for (Param* p : r.params)
+    if (p->info.name == "embedding.word.weight") copies.push_back(p);
+  if (copies.size() == 2) {
+    at::Tensor sum = copies[0]->tensor.grad() + copies[1]->tensor.grad();
+    for (Param* p : copies) p->tensor.mutable_grad() = sum.clone();
+  } else if (copies.size() == 1 && r.pgs->embedding.size() > 1) {
+    at::Tensor g = copies[0]->tensor.grad();
+    all_reduce(r.pgs->embedding, g);
+  }
+}
+
+void sync_grads(Run& r) {
+  at::NoGradGuard no_grad;
+  for (Param* p : r.params)
+    if (!p->tensor.grad().defined()) p->tensor.mutable_grad() = at::zeros_like(p->tensor);
+  sync_tied_embedding(r);
+  if (r.cfg.parallel.sequence_parallel && r.tp.size() > 1)
+    for (Param* p : r.params)
+      if (p->info.sequence_parallel_grad) {
+        at::Tensor g = p->tensor.grad();
+        all_reduce(r.pgs->tp, g);
+      }
+  if (r.pgs->dp.size() > 1)
+    for (Param* p : r.params) {
+      at::Tensor g = p->tensor.grad();
+      all_reduce(r.pgs->dp, g);
+      g.div_(static_cast<double>(r.pgs->dp.size()));
+    }
+}
+
+// Global gradient norm, summed in one canonical order on every layout: each
+// parameter's squared norm lands in its slot (shards summed over TP), the
+// slots are all-reduced over the model-parallel group (other ranks add exact
+// zeros), then added in slot order.
+double global_grad_norm(Run& r) {
+  at::Tensor slots = at::zeros({static_cast<int64_t>(r.norm_index.size())}, at::kDouble);
+  for (Param* p : r.params) {
+    if (p->info.tied_copy) continue;
+    const bool sharded = p->info.shard_dim >= 0;
+    if (!sharded && r.tp.rank() != 0) continue;
+    slots[static_cast<int64_t>(r.norm_index.at(p->info.name))] = p->tensor.grad().to(at::kDouble).pow(2).sum();
+  }
+  all_reduce(r.pgs->model_parallel, slots);
+  double total = 0;
+  const double* s = slots.data_ptr<double>();
+  for (int64_t i = 0; i < slots.numel(); ++i) total += s[i];
+  return std::sqrt(total);
+}
+
+// Sum over the pipeline (only last stages hold losses), mean over micro-batches and DP.
+double reduce_loss(Run& r, double local_sum) {
+  at::Tensor t = at::full({1}, local_sum, at::kDouble);
+  all_reduce(r.pgs->pp, t);
+  t.div_(static_cast<double>(r.m));
+  all_reduce(r.pgs->dp, t);
+  return t.item<double>() / static_cast<double>(r.pgs->dp.size());
+}
+
+double evaluate(Run& r) {
+  double sum = 0;
+  for (int64_t e = 0; e < r.cfg.training.eval_batches; ++e)
+    sum += reduce_loss(r, r.exec->forward_only(static_cast<int>(r.m), [&](int mb) {
+      return load_micro_batch(r, *r.val_data, e, mb);
+    }));
+  return sum / static_cast<double>(r.cfg.training.eval_batches);
+}
+
+StepMetrics train_step(Run& r, int64_t step) {
+  const auto& t = r.cfg.training;
+  const auto start = Clock::now();
+  for (Param* p : r.params) p->tensor.mutable_grad().reset();
+
+  const auto& actions = r.schedule.ranks.at(r.pgs->layout().coords(r.pgs->rank()).pp);
+  ExecutorStats stats = r.exec->run(
+      actions, [&](int mb) { return load_micro_batch(r, *r.train_data, step, mb); }, 1.0 / static_cast<double>(r.m));
+
+  sync_grads(r);
+  const double norm = global_grad_norm(r);
+  if (t.grad_clip > 0 && norm > t.grad_clip) {
+    const double coef = t.grad_clip / (norm + 1e-6);
+    at::NoGradGuard no_grad;
+    for (Param* p : r.params) p->tensor.mutable_grad().mul_(coef);
+  }
+  const double lr = lr_at(step, t.steps, t.warmup_steps, t.lr, t.min_lr);
+  r.opt->step(lr);
+
+  StepMetrics m;
+  m.step = step + 1;
+  m.loss = reduce_loss(r, stats.loss_sum);
+  m.lr = lr;
+  m.grad_norm = norm;
+  m.step_time_s = seconds_since(start);
+  m.tokens_per_s = static_cast<double>(t.global_batch_size * r.cfg.model.seq_len) / m.step_time_s;
+  m.tflops = r.flops_per_step / m.step_time_s / 1e12;
+  if (t.eval_interval > 0 && (step + 1) % t.eval_interval == 0) m.eval_loss = evaluate(r);
+  return m;
+}
+
+// Model FLOPs per step (forward + backward = 3 x forward): 6 x tokens x the
+// matrix parameters (the tied head counted once, position table excluded) plus
+// attention's 12 x layers x hidden x seq per token (Kaplan et al. 2020, sec. 2.1).
+double model_flops_per_step(const Config& c) {
+  const double h = static_cast<double>(c.model.hidden), l = static_cast<double>(c.model.layers);
+  const double matrices = l * (4 * h * h + 2 * h * static_cast<double>(c.model.ffn())) +
+                          h * static_cast<double>(c.model.vocab_size);
+  const double tokens = static_cast<double>(c.training.global_batch_size * c.model.seq_len);
+  return tokens * (6 * matrices + 12 * l * h * static_cast<double>(c.model.seq_len));
+}
+
+void build(Run& r) {
+  Config& c = r.cfg;
+  const WorldEnv env = read_world_env();
+  resolve_world(c, env.world_size);
+  r.m = num_microbatches(c);
+  r.schedule = build_schedule(c, r.m);  // schedule errors before any rendezvous
+  r.train_tokens = open_tokens(c, "train");
+  r.train_data = std::make_unique<data::GptDataset>(r.train_tokens.view, c.model.seq_len, c.training.seed);
+  if (c.training.eval_interval > 0) {
+    r.val_tokens = open_tokens(c, "val");
+    r.val_data = std::make_unique<data::GptDataset>(r.val_tokens.view, c.model.seq_len, c.training.seed);
+  }
+  const Layout layout = Layout::make(env.world_size, static_cast<int>(c.parallel.tp), static_cast<int>(c.parallel.pp),
+                                     static_cast<int>(c.parallel.dp));
+  r.pgs = std::make_unique<ProcessGroups>(env, layout, c.parallel.backend,
+                                          std::chrono::milliseconds(static_cast<int64_t>(c.parallel.timeout_s * 1000)));
+  r.tp = TpContext{&r.pgs->tp, c.parallel.sequence_parallel};
+  const int p = static_cast<int>(c.parallel.pp), v = static_cast<int>(c.schedule.chunks);
+  const auto specs = split_layers(c.model.layers, p, v, c.parallel.pipeline_layers);
+  const int pp_rank = layout.coords(env.rank).pp;
+  std::vector<GptChunk*> raw;
+  for (int chunk = 0; chunk < v; ++chunk) {
+    r.chunks.push_back(std::make_unique<GptChunk>(c.model, specs[chunk * p + pp_rank], r.tp, c.training.seed));
+    raw.push_back(r.chunks.back().get());
+    for (Param& prm : r.chunks.back()->params()) r.params.push_back(&prm);
+  }
+  for (const auto& spec : specs)
+    for (const auto& planned : gpt_param_plan(c.model, spec, 1, 0)) {
+      if (planned.info.tied_copy) continue;
+      r.norm_index.emplace(planned.info.name, r.norm_index.size());
+      int64_t n = 1;
+      for (int64_t d : planned.info.full_shape) n *= d;
+      r.model_params += n;
+    }
+  r.opt = std::make_unique<AdamW>(r.params, AdamWOptions{c.training.beta1, c.training.beta2, c.training.eps,
+                                                         c.training.weight_decay});
+  const int64_t seq = c.parallel.sequence_parallel ? c.model.seq_len / c.parallel.tp : c.model.seq_len;
+  r.exec = std::make_unique<Executor>(raw, r.pgs->pp, std::vector<int64_t>{c.training.micro_batch_size, seq,
+                                                                            c.model.hidden});
+  r.flops_per_step = model_flops_per_step(c);
+}
+
+}  // namespace
+
+TrainSummary train(Config cfg) {
+  Run r;
+  r.cfg = std::move(cfg);
+  at::set_num_threads(static_cast<int>(r.cfg.training.threads));
+  build(r);
+  const Config& c = r.cfg;
+  const bool leader = r.pgs->rank() == 0;
+  TrainSummary summary;
+  for (Param* p : r.params) summary.local_params += p->tensor.numel();
+  summary.model_params = r.model_params;
+
+  // Peak for MFU: given (GPUs) or one thread's matmul rate, measured by rank 0
+  // alone while the others wait, times the devices (cores) the ranks share.
+  double peak = c.training.peak_tflops * 1e12;
+  if (peak <= 0) {
+    at::Tensor t = at::zeros({1}, at::kDouble);
+    if (leader) t.fill_(measure_matmul_peak());
+    broadcast(r.pgs->world, t, 0);
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    peak = t.item<double>() * static_cast<double>(std::min<int64_t>(r.pgs->world_size(), cores)) /
+           static_cast<double>(r.pgs->world_size());
+  }
+  summary.peak_flops = peak;
+
+  std::unique_ptr<RunLog> log;
+  if (leader) {
+    std::cout << "trident train: " << r.pgs->layout().describe() << ", schedule " << c.schedule.kind << " (m="
+              << r.m << ", v=" << c.schedule.chunks << "), " << r.model_params << " parameters, peak "
+              << peak / 1e9 << " GFLOP/s per rank\n--- effective config ---\n"
+              << to_toml(c) << "------------------------" << std::endl;
+    log = std::make_unique<RunLog>(c.logging.dir, "Trident " + c.model.arch + " loss (" + c.source + ")");
+    log->write_config(to_toml(c));
+  }
+  const bool bar = leader && c.logging.progress && isatty(STDOUT_FILENO);
+  const auto start = Clock::now();
+  for (int64_t step = 0; step < c.training.steps; ++step) {
+    StepMetrics m = train_step(r, step);
+    m.mfu = m.tflops * 1e12 / (peak * static_cast<double>(r.pgs->world_size()));
+    summary.steps.push_back(m);
+    if (!leader) continue;
+    log->append(m);
+    if (bar) std::cout << "\r\033[K";
+    if (m.step % c.logging.log_interval == 0 || m.step == c.training.steps || m.eval_loss)
+      std::cout << format_step_line(m, c.training.steps) << "\n";
+    if (bar) std::cout << format_progress(m.step, c.training.steps, seconds_since(start)) << std::flush;
+  }
+  if (leader) {
+    if (bar) std::cout << "\r\033[K";
+    log->finish();
+    double tok = 0, mfu = 0;
+    for (const auto& m : summary.steps) tok += m.tokens_per_s, mfu += m.mfu;
+    const double n = std::max<double>(1, static_cast<double>(summary.steps.size()));
+    std::cout << "done: " << c.training.steps << " steps in " << seconds_since(start) << " s | loss "
+              << (summary.steps.empty() ? 0.0 : summary.steps.front().loss) << " -> "
+              << (summary.steps.empty() ? 0.0 : summary.steps.back().loss) << " | mean " << tok / n
+              << " tok/s | mean MFU " << 100 * mfu / n << "% | wrote " << c.logging.dir
+              << "/{config.toml,metrics.jsonl,loss.svg}" << std::endl;
+  }
+  barrier(r.pgs->world);
+  return summary;
+}
+
+}  // namespace trident

@@ -1,0 +1,23 @@
+// Training entry point: config -> layout -> process groups -> model chunks ->
+// schedule -> the step loop. Torch-free header so command-line code stays light.
+#pragma once
+
+#include <vector>
+
+#include "framework/config.h"
+#include "framework/metrics.h"
+
+namespace trident {
+
+struct TrainSummary {
+  std::vector<StepMetrics> steps;  // every rank gets the same losses and norms
+  int64_t local_params = 0;        // parameters held by this rank (a tied copy counts)
+  int64_t model_params = 0;        // the model's unique parameter count
+  double peak_flops = 0;           // per-device peak FLOP/s used for MFU
+};
+
+// Runs training for this process's rank (read from the environment). Rank 0
+// prints and writes the run directory. Throws on any error.
+TrainSummary train(Config cfg);
+
+}  // namespace trident

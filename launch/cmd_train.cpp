@@ -1,0 +1,47 @@
+// `trident train --config FILE [--set section.key=value]...`
+#include <iostream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <boost/program_options.hpp>
+
+#include "framework/config.h"
+#include "launch/commands.h"
+
+#ifdef TRIDENT_HAVE_TORCH
+#include "framework/trainer.h"
+#endif
+
+namespace po = boost::program_options;
+
+namespace trident::cli {
+
+int cmd_train(int argc, char** argv) {
+  po::options_description opts(
+      "usage: trident train --config FILE [--set section.key=value]...\n\n"
+      "Trains the model a TOML config describes, on this process's rank (RANK/WORLD_SIZE/... from the\n"
+      "environment, as `trident launch` sets them; none means one process). Rank 0 prints a line per step\n"
+      "and writes <logging.dir>/{config.toml,metrics.jsonl,loss.svg}. Keys: configs/README.md.\n\noptions");
+  std::string config_path;
+  std::vector<std::string> sets;
+  opts.add_options()("help,h", "show this help")("config,c", po::value(&config_path), "TOML config file")(
+      "set,s", po::value(&sets)->composing(), "override one key, e.g. --set parallel.pp=4 (repeatable)");
+  po::variables_map vm;
+  po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
+  po::notify(vm);
+  if (vm.count("help")) {
+    std::cout << opts << "\n";
+    return 0;
+  }
+  if (config_path.empty()) throw std::runtime_error("--config FILE is required (see trident train --help)");
+  Config cfg = load_config(config_path, sets);
+#ifdef TRIDENT_HAVE_TORCH
+  train(cfg);
+  return 0;
+#else
+  throw std::runtime_error("this build of trident has no libtorch (configured with TRIDENT_WITH_TORCH=OFF)");
+#endif
+}
+
+}  // namespace trident::cli

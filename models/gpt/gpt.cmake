@@ -1,0 +1,4 @@
+# models/gpt: the GPT model (libtorch).
+add_library(trident_models STATIC ${CMAKE_CURRENT_LIST_DIR}/gpt.cpp)
+target_compile_options(trident_models PRIVATE ${TRIDENT_WARNINGS})
+target_link_libraries(trident_models PUBLIC trident_parallel trident_config)

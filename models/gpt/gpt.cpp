@@ -1,0 +1,164 @@
+// GPT chunk: parameters from the TP plan, forward through embedding, blocks
+// and head. Shapes in comments are per TP rank.
+#include "models/gpt/gpt.h"
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+namespace trident {
+
+std::vector<ChunkSpec> split_layers(int64_t layers, int64_t pp, int64_t chunks,
+                                    const std::vector<int64_t>& explicit_layers) {
+  const int64_t stages = pp * chunks;
+  std::vector<int64_t> counts = explicit_layers;
+  if (counts.empty()) {
+    if (layers % stages != 0)
+      throw std::runtime_error("model.layers (" + std::to_string(layers) + ") is not divisible by pp x chunks (" +
+                               std::to_string(pp) + " x " + std::to_string(chunks) +
+                               "); give parallel.pipeline_layers explicitly");
+    counts.assign(stages, layers / stages);
+  }
+  if (static_cast<int64_t>(counts.size()) != stages)
+    throw std::runtime_error("parallel.pipeline_layers has " + std::to_string(counts.size()) +
+                             " entries but pp x chunks = " + std::to_string(stages));
+  std::vector<ChunkSpec> specs(stages);
+  int64_t next = 0;
+  for (int64_t s = 0; s < stages; ++s) {
+    specs[s] = {next, counts[s], s == 0, s == stages - 1};
+    next += counts[s];
+  }
+  if (next != layers)
+    throw std::runtime_error("parallel.pipeline_layers sums to " + std::to_string(next) + " but model.layers = " +
+                             std::to_string(layers));
+  return specs;
+}
+
+std::vector<PlannedParam> gpt_param_plan(const ModelConfig& cfg, const ChunkSpec& spec, int64_t tp_size,
+                                         int64_t tp_rank) {
+  const int64_t h = cfg.hidden, f = cfg.ffn(), vp = cfg.padded_vocab(tp_size);
+  const double proj_std = cfg.init_std / std::sqrt(2.0 * static_cast<double>(cfg.layers));
+  std::vector<PlannedParam> plan;
+  // shard_dim: -1 replicated over TP, 0 column-parallel (split outputs), 1 row-parallel (split inputs).
+  auto add = [&](const std::string& name, std::vector<int64_t> full, int shard_dim, const std::string& init,
+                 double std_dev, bool no_decay, bool sp_grad) {
+    PlannedParam pp;
+    pp.info.name = name;
+    pp.info.full_shape = full;
+    pp.info.shard_dim = shard_dim;
+    pp.info.init = init;
+    pp.info.init_std = std_dev;
+    pp.info.no_decay = no_decay;
+    pp.info.sequence_parallel_grad = sp_grad;
+    pp.local_shape = full;
+    if (shard_dim >= 0) {
+      pp.local_shape[shard_dim] = full[shard_dim] / tp_size;
+      pp.info.shard_offset = tp_rank * pp.local_shape[shard_dim];
+    }
+    plan.push_back(pp);
+    return &plan.back();
+  };
+  auto norm = [&](const std::string& pre) {
+    add(pre + ".weight", {h}, -1, "ones", 0, true, true);
+    add(pre + ".bias", {h}, -1, "zeros", 0, true, true);
+  };
+  if (spec.has_embedding) {
+    add("embedding.word.weight", {vp, h}, 0, "normal", cfg.init_std, false, false)->info.init_valid_rows =
+        cfg.vocab_size;
+    add("embedding.position.weight", {cfg.seq_len, h}, -1, "normal", cfg.init_std, false, true);
+  }
+  for (int64_t l = spec.first_layer; l < spec.first_layer + spec.num_layers; ++l) {
+    const std::string pre = "layers." + std::to_string(l);
+    norm(pre + ".ln1");
+    // qkv rows are ordered (head, {q,k,v}, head_dim) so a split over TP keeps whole heads.
+    add(pre + ".attn.qkv.weight", {3 * h, h}, 0, "normal", cfg.init_std, false, false);
+    add(pre + ".attn.qkv.bias", {3 * h}, 0, "zeros", 0, true, false);
+    add(pre + ".attn.proj.weight", {h, h}, 1, "normal", proj_std, false, false);
+    add(pre + ".attn.proj.bias", {h}, -1, "zeros", 0, true, true);
+    norm(pre + ".ln2");
+    add(pre + ".mlp.fc.weight", {f, h}, 0, "normal", cfg.init_std, false, false);
+    add(pre + ".mlp.fc.bias", {f}, 0, "zeros", 0, true, false);
+    add(pre + ".mlp.proj.weight", {h, f}, 1, "normal", proj_std, false, false);
+    add(pre + ".mlp.proj.bias", {h}, -1, "zeros", 0, true, true);
+  }
+  if (spec.has_head) {
+    norm("final_ln");
+    // The LM head's copy of the word embedding: same name, so the same init.
+    auto* head = add("embedding.word.weight", {vp, h}, 0, "normal", cfg.init_std, false, false);
+    head->info.init_valid_rows = cfg.vocab_size;
+    head->info.tied_copy = true;
+  }
+  return plan;
+}
+
+GptChunk::GptChunk(const ModelConfig& cfg, const ChunkSpec& spec, const TpContext& tp, int64_t seed)
+    : cfg_(cfg), spec_(spec), tp_(tp) {
+  const int64_t t = tp.size();
+  if (cfg.hidden % cfg.heads != 0 || cfg.heads % t != 0 || cfg.ffn() % t != 0 || cfg.padded_vocab(t) % t != 0)
+    throw std::runtime_error("model shape does not split over tp=" + std::to_string(t));
+  if (cfg.dropout > 0 && t > 1)
+    throw std::runtime_error("model.dropout > 0 with tensor parallelism is not supported yet (set dropout = 0)");
+  for (auto& planned : gpt_param_plan(cfg, spec, t, tp.rank())) {
+    Param param{init_shard(seed, planned.info, planned.local_shape), planned.info};
+    index_.emplace_back(planned.info.tied_copy ? "head.word.weight" : planned.info.name, params_.size());
+    params_.push_back(std::move(param));
+  }
+}
+
+const at::Tensor& GptChunk::p(const std::string& name) const {
+  for (const auto& [n, i] : index_)
+    if (n == name) return params_[i].tensor;
+  throw std::logic_error("GptChunk has no parameter " + name);
+}
+
+at::Tensor GptChunk::attention(const std::string& pre, const at::Tensor& x) const {
+  const int64_t heads = cfg_.heads / tp_.size(), hd = cfg_.hidden / cfg_.heads;
+  at::Tensor qkv = column_parallel_linear(tp_, x, p(pre + ".qkv.weight"), p(pre + ".qkv.bias"));
+  const int64_t b = qkv.size(0), s = qkv.size(1);  // full sequence, also under SP
+  qkv = qkv.view({b, s, heads, 3, hd});
+  at::Tensor q = qkv.select(3, 0).transpose(1, 2);  // (b, heads/tp, s, hd)
+  at::Tensor k = qkv.select(3, 1).transpose(1, 2);
+  at::Tensor v = qkv.select(3, 2).transpose(1, 2);
+  at::Tensor att = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
+  at::Tensor future = at::ones({s, s}, at::TensorOptions().dtype(at::kBool).device(x.device())).triu(1);
+  att = at::softmax(att.masked_fill(future, -std::numeric_limits<float>::infinity()), -1);
+  if (cfg_.dropout > 0) att = at::dropout(att, cfg_.dropout, true);
+  at::Tensor y = at::matmul(att, v).transpose(1, 2).reshape({b, s, heads * hd});  // (b, s, hidden/tp)
+  return row_parallel_linear(tp_, y, p(pre + ".proj.weight"), p(pre + ".proj.bias"));
+}
+
+at::Tensor GptChunk::block(int64_t layer, const at::Tensor& x) const {
+  const std::string pre = "layers." + std::to_string(layer);
+  const double eps = cfg_.layernorm_eps;
+  auto resid_dropout = [&](at::Tensor t) { return cfg_.dropout > 0 ? at::dropout(t, cfg_.dropout, true) : t; };
+  at::Tensor h = at::layer_norm(x, {cfg_.hidden}, p(pre + ".ln1.weight"), p(pre + ".ln1.bias"), eps);
+  at::Tensor out = x + resid_dropout(attention(pre + ".attn", h));
+  h = at::layer_norm(out, {cfg_.hidden}, p(pre + ".ln2.weight"), p(pre + ".ln2.bias"), eps);
+  h = column_parallel_linear(tp_, h, p(pre + ".mlp.fc.weight"), p(pre + ".mlp.fc.bias"));  // (b, s, ffn/tp)
+  h = at::gelu(h, "tanh");
+  h = row_parallel_linear(tp_, h, p(pre + ".mlp.proj.weight"), p(pre + ".mlp.proj.bias"));
+  return out + resid_dropout(h);
+}
+
+at::Tensor GptChunk::forward(const at::Tensor& input, const at::Tensor& targets) const {
+  at::Tensor x = input;
+  if (spec_.has_embedding) {
+    const at::Tensor& word = p("embedding.word.weight");
+    x = vocab_parallel_embedding(tp_, input, word, tp_.rank() * word.size(0));  // (b, s[/tp], hidden)
+    at::Tensor pos = p("embedding.position.weight").narrow(0, 0, input.size(1));
+    if (tp_.sequence_parallel) {
+      const int64_t part = input.size(1) / tp_.size();
+      pos = pos.narrow(0, tp_.rank() * part, part);
+    }
+    x = x + pos;
+    if (cfg_.dropout > 0) x = at::dropout(x, cfg_.dropout, true);
+  }
+  for (int64_t l = spec_.first_layer; l < spec_.first_layer + spec_.num_layers; ++l) x = block(l, x);
+  if (!spec_.has_head) return x;
+  x = at::layer_norm(x, {cfg_.hidden}, p("final_ln.weight"), p("final_ln.bias"), cfg_.layernorm_eps);
+  const at::Tensor& word = p("head.word.weight");
+  at::Tensor logits = column_parallel_linear(tp_, x, word, at::Tensor());  // (b, s, vocab/tp)
+  return vocab_parallel_cross_entropy(tp_, logits, targets, tp_.rank() * word.size(0), cfg_.vocab_size).mean();
+}
+
+}  // namespace trident

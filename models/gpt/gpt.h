@@ -1,0 +1,70 @@
+// GPT-2: token + learned position embeddings, pre-LayerNorm blocks of causal
+// self-attention (fused qkv) and a tanh-GELU MLP, final LayerNorm, LM head
+// tied to the word embedding. The TP plan (which parameter is split along
+// which dimension) is written once, in gpt_param_plan(); the pipeline split
+// once, in split_layers().
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "framework/config.h"
+#include "parallel/param.h"
+#include "parallel/tensor_parallel.h"
+
+namespace trident {
+
+// One pipeline chunk (virtual stage): a contiguous range of blocks, plus the
+// embedding on the first and final LayerNorm, head and loss on the last.
+struct ChunkSpec {
+  int64_t first_layer = 0;
+  int64_t num_layers = 0;
+  bool has_embedding = false;
+  bool has_head = false;
+};
+
+// Splits model.layers over pp * chunks virtual stages (uniform, or
+// `explicit_layers` when non-empty). Entry s is virtual stage s; virtual stage
+// s runs on pipeline rank s % pp as its chunk s / pp (interleaved placement).
+std::vector<ChunkSpec> split_layers(int64_t layers, int64_t pp, int64_t chunks,
+                                    const std::vector<int64_t>& explicit_layers);
+
+struct PlannedParam {
+  ParamInfo info;
+  std::vector<int64_t> local_shape;
+};
+
+// The TP plan: every parameter of a chunk with its global name, full shape,
+// split dimension and init, for TP rank `tp_rank` of `tp_size`.
+std::vector<PlannedParam> gpt_param_plan(const ModelConfig& cfg, const ChunkSpec& spec, int64_t tp_size,
+                                         int64_t tp_rank);
+
+class GptChunk {
+ public:
+  GptChunk(const ModelConfig& cfg, const ChunkSpec& spec, const TpContext& tp, int64_t seed);
+
+  // First chunk: input is token ids (batch, seq) int64; otherwise the hidden
+  // state (batch, seq, hidden), or (batch, seq/tp, hidden) under sequence
+  // parallelism. Last chunk: returns the mean token loss of the micro-batch
+  // (a scalar) given targets (batch, seq); otherwise the hidden state.
+  at::Tensor forward(const at::Tensor& input, const at::Tensor& targets) const;
+
+  std::vector<Param>& params() { return params_; }
+  const std::vector<Param>& params() const { return params_; }
+  const ChunkSpec& spec() const { return spec_; }
+
+ private:
+  const at::Tensor& p(const std::string& name) const;
+  at::Tensor block(int64_t layer, const at::Tensor& x) const;
+  at::Tensor attention(const std::string& pre, const at::Tensor& x) const;
+
+  ModelConfig cfg_;
+  ChunkSpec spec_;
+  TpContext tp_;
+  std::vector<Param> params_;
+  std::vector<std::pair<std::string, size_t>> index_;  // name -> params_ position (small, linear scan)
+};
+
+}  // namespace trident

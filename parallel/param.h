@@ -1,0 +1,42 @@
+// A parameter and its metadata from birth: global name, full shape and which
+// slice of the full tensor this rank holds. Checkpoints, init, grad-norm and
+// the optimizer all read this instead of guessing from tensor shapes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+namespace trident {
+
+struct ParamInfo {
+  std::string name;                 // global name, e.g. "layers.3.attn.qkv.weight"
+  std::vector<int64_t> full_shape;  // shape of the unsharded tensor
+  int shard_dim = -1;               // dimension split over TP; -1 = replicated over TP
+  int64_t shard_offset = 0;         // start of this rank's slice along shard_dim
+  bool no_decay = false;            // biases and norms: no weight decay
+  bool sequence_parallel_grad = false;  // replicated over TP but fed a sequence shard:
+                                        // its grad is all-reduced over TP under SP
+  bool tied_copy = false;           // the LM head's copy of the word embedding: its grad is
+                                    // summed with the embedding's; counted once in norms
+  std::string init = "normal";      // "normal" | "zeros" | "ones"
+  double init_std = 0.02;
+  int64_t init_valid_rows = -1;     // rows >= this are zero at init (padded vocabulary)
+};
+
+struct Param {
+  at::Tensor tensor;  // leaf, requires_grad
+  ParamInfo info;
+};
+
+// The full initial tensor of a parameter: a function of (seed, name) only.
+at::Tensor init_full_tensor(int64_t seed, const ParamInfo& info);
+// This rank's slice of init_full_tensor, as a fresh leaf requiring grad.
+at::Tensor init_shard(int64_t seed, const ParamInfo& info, const std::vector<int64_t>& local_shape);
+
+// 64-bit FNV-1a: stable across compilers and standard libraries (std::hash is not).
+uint64_t stable_hash(const std::string& s, uint64_t seed);
+
+}  // namespace trident

@@ -1,0 +1,92 @@
+// The process-group bundle: the world, the environment it came from, and one
+// c10d group per kind (TP, DP, PP, model-parallel, embedding) for this rank.
+// Built once at start-up and passed by reference; there is no global state.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "parallel/layout.h"
+
+namespace trident {
+
+// Where this process sits, read from torchrun / SLURM / Open MPI variables.
+struct WorldEnv {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::string source = "none";  // which variables were found: "torchrun", "slurm", "ompi", "none"
+};
+
+// Reads the environment; no variables at all means a single process.
+// Throws std::runtime_error for malformed or inconsistent values.
+WorldEnv read_world_env();
+
+// One group: the c10d handle plus its members (global ranks, ascending in
+// group order) and this rank's index in it. `pg` is null when size() == 1:
+// collectives over a group of one are skipped by the helpers below.
+struct Group {
+  std::string name;  // e.g. "tp", "pp" (for error messages)
+  std::vector<int> members;
+  int rank = 0;  // index of this process in members
+  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  std::chrono::milliseconds timeout{60000};
+
+  int size() const { return static_cast<int>(members.size()); }
+  // Group index -> global rank.
+  int global(int group_rank) const { return members.at(group_rank); }
+};
+
+class ProcessGroups {
+ public:
+  // Rendezvous over a TCPStore and create every group of `layout` on every
+  // rank in the same order. backend: "gloo", "nccl" or "auto".
+  ProcessGroups(const WorldEnv& env, const Layout& layout, const std::string& backend,
+                std::chrono::milliseconds timeout);
+  ~ProcessGroups();
+  ProcessGroups(const ProcessGroups&) = delete;
+  ProcessGroups& operator=(const ProcessGroups&) = delete;
+
+  const Layout& layout() const { return layout_; }
+  int rank() const { return env_.rank; }
+  int world_size() const { return env_.world_size; }
+  const WorldEnv& env() const { return env_; }
+  const std::string& backend() const { return backend_; }
+
+  Group world;
+  Group tp;
+  Group dp;
+  Group pp;
+  Group model_parallel;  // tp x pp ranks sharing a dp index
+  Group embedding;       // first and last pipeline stage at this (tp, dp)
+
+ private:
+  Group make_group(const std::string& name, const std::vector<std::vector<int>>& all);
+  WorldEnv env_;
+  Layout layout_;
+  std::string backend_;
+  std::chrono::milliseconds timeout_;
+  c10::intrusive_ptr<c10d::Store> store_;
+};
+
+// Collective helpers. Each waits with the group's timeout and turns a failure
+// or a timeout into std::runtime_error naming the operation, group and rank.
+void all_reduce(const Group& g, at::Tensor& t, c10d::ReduceOp op = c10d::ReduceOp::SUM);
+void all_gather(const Group& g, const at::Tensor& in, std::vector<at::Tensor>& out);
+void broadcast(const Group& g, at::Tensor& t, int root_group_rank);
+void barrier(const Group& g);
+// Point to point inside a group (peer is a group rank). send/recv return the
+// pending work so callers can post receives early; wait_work() finishes one.
+c10::intrusive_ptr<c10d::Work> isend(const Group& g, at::Tensor& t, int peer, int tag);
+c10::intrusive_ptr<c10d::Work> irecv(const Group& g, at::Tensor& t, int peer, int tag);
+void wait_work(const Group& g, const c10::intrusive_ptr<c10d::Work>& w, const char* op, int peer);
+
+}  // namespace trident

@@ -1,0 +1,279 @@
+// Tensor-parallel mappings, deferred-weight-gradient linear, TP layers and
+// vocab-parallel cross-entropy. See tensor_parallel.h.
+#include "parallel/tensor_parallel.h"
+
+#include <atomic>
+#include <limits>
+
+#include <torch/csrc/autograd/custom_function.h>
+
+namespace trident {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+namespace {
+
+// Autograd contexts keep the TP group as an integer (saved_data holds IValues).
+int64_t pack(const TpContext& tp) { return reinterpret_cast<int64_t>(tp.group); }
+const Group& unpack(AutogradContext* ctx) {
+  return *reinterpret_cast<const Group*>(ctx->saved_data["group"].toInt());
+}
+
+at::Tensor all_reduced(const Group& g, const at::Tensor& x) {
+  at::Tensor y = x.contiguous().clone();
+  all_reduce(g, y);
+  return y;
+}
+
+at::Tensor gathered(const Group& g, const at::Tensor& x, int64_t dim) {
+  std::vector<at::Tensor> parts;
+  all_gather(g, x.contiguous(), parts);
+  return at::cat(parts, dim);
+}
+
+at::Tensor my_slice(const Group& g, const at::Tensor& x, int64_t dim) {
+  const int64_t n = x.size(dim);
+  TORCH_CHECK(n % g.size() == 0, "dimension ", dim, " of size ", n, " does not split over tp=", g.size());
+  const int64_t part = n / g.size();
+  return x.narrow(dim, g.rank * part, part).contiguous();
+}
+
+struct CopyToTp : torch::autograd::Function<CopyToTp> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group) {
+    ctx->saved_data["group"] = group;
+    return x.clone();
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    return {all_reduced(unpack(ctx), g[0]), at::Tensor()};
+  }
+};
+
+struct ReduceFromTp : torch::autograd::Function<ReduceFromTp> {
+  static at::Tensor forward(AutogradContext*, const at::Tensor& x, int64_t group) {
+    return all_reduced(*reinterpret_cast<const Group*>(group), x);
+  }
+  static variable_list backward(AutogradContext*, variable_list g) { return {g[0], at::Tensor()}; }
+};
+
+// Forward keeps this rank's slice of `dim`; backward all-gathers it.
+struct ScatterDim : torch::autograd::Function<ScatterDim> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group, int64_t dim) {
+    ctx->saved_data["group"] = group;
+    ctx->saved_data["dim"] = dim;
+    return my_slice(*reinterpret_cast<const Group*>(group), x, dim);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    return {gathered(unpack(ctx), g[0], ctx->saved_data["dim"].toInt()), at::Tensor(), at::Tensor()};
+  }
+};
+
+// Forward all-gathers `dim`; backward keeps this rank's slice (reduce=false)
+// or reduce-scatters (reduce=true, sequence parallelism: every rank's
+// gradient is a partial sum).
+struct GatherDim : torch::autograd::Function<GatherDim> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group, int64_t dim, bool reduce) {
+    ctx->saved_data["group"] = group;
+    ctx->saved_data["dim"] = dim;
+    ctx->saved_data["reduce"] = reduce;
+    return gathered(*reinterpret_cast<const Group*>(group), x, dim);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    const Group& grp = unpack(ctx);
+    const int64_t dim = ctx->saved_data["dim"].toInt();
+    at::Tensor full = ctx->saved_data["reduce"].toBool() ? all_reduced(grp, g[0]) : g[0];
+    return {my_slice(grp, full, dim), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+// Forward reduce-scatters along `dim` (Gloo has no reduce-scatter in this
+// libtorch, so all-reduce then slice); backward all-gathers.
+struct ReduceScatterDim : torch::autograd::Function<ReduceScatterDim> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group, int64_t dim) {
+    ctx->saved_data["group"] = group;
+    ctx->saved_data["dim"] = dim;
+    const Group& grp = *reinterpret_cast<const Group*>(group);
+    return my_slice(grp, all_reduced(grp, x), dim);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    return {gathered(unpack(ctx), g[0], ctx->saved_data["dim"].toInt()), at::Tensor(), at::Tensor()};
+  }
+};
+
+std::atomic<WeightGradQueue*> g_weight_grad_queue{nullptr};
+
+void accumulate_grad(at::Tensor param, const at::Tensor& g) {
+  at::NoGradGuard no_grad;
+  at::Tensor& acc = param.mutable_grad();
+  if (!acc.defined())
+    acc = g.detach().clone();
+  else
+    acc.add_(g);
+}
+
+// y = x W^T (+ b). libtorch's custom functions take no undefined tensors as
+// inputs, so the bias-free variant is its own function; both share the math.
+at::Tensor linear_forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  ctx->saved_data["w"] = w;
+  ctx->saved_data["b"] = b;
+  ctx->save_for_backward({x});
+  const at::Tensor x2 = x.reshape({-1, x.size(-1)});  // (tokens, in)
+  at::Tensor y = b.defined() ? at::addmm(b, x2, w.t()) : at::mm(x2, w.t());
+  auto shape = x.sizes().vec();
+  shape.back() = w.size(0);
+  return y.view(shape);
+}
+
+// Returns {dx, dW, db}; dW and db are undefined when deferred to a queue.
+variable_list linear_backward(AutogradContext* ctx, const variable_list& grads) {
+  const at::Tensor x = ctx->get_saved_variables()[0];
+  const at::Tensor w = ctx->saved_data["w"].toTensor();
+  const at::Tensor b = ctx->saved_data["b"].toTensor();
+  const at::Tensor gy = grads[0].reshape({-1, w.size(0)}).contiguous();  // (tokens, out)
+  const at::Tensor gx = at::mm(gy, w).view(x.sizes());
+  if (!w.requires_grad()) return {gx, at::Tensor(), at::Tensor()};
+  const at::Tensor x2 = x.reshape({-1, x.size(-1)});
+  auto weight_grads = [gy, x2, b]() {
+    at::Tensor gw = at::mm(gy.t(), x2);
+    at::Tensor gb = b.defined() ? gy.sum(0) : at::Tensor();
+    return std::make_pair(gw, gb);
+  };
+  if (WeightGradQueue* q = g_weight_grad_queue.load()) {
+    q->push([weight_grads, w, b]() {
+      auto [gw, gb] = weight_grads();
+      accumulate_grad(w, gw);
+      if (b.defined()) accumulate_grad(b, gb);
+    });
+    return {gx, at::Tensor(), at::Tensor()};
+  }
+  auto [gw, gb] = weight_grads();
+  return {gx, gw, gb};
+}
+
+struct LinearFn : torch::autograd::Function<LinearFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+    return linear_forward(ctx, x, w, b);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) { return linear_backward(ctx, grads); }
+};
+
+struct LinearNoBiasFn : torch::autograd::Function<LinearNoBiasFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w) {
+    return linear_forward(ctx, x, w, at::Tensor());
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto g = linear_backward(ctx, grads);
+    return {g[0], g[1]};
+  }
+};
+
+struct VocabParallelCE : torch::autograd::Function<VocabParallelCE> {
+  // logits (b, s, v/tp) fp32; targets (b, s) int64 global ids.
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor& targets, int64_t group,
+                            int64_t vocab_start, int64_t valid_vocab) {
+    const Group* g = reinterpret_cast<const Group*>(group);
+    const int64_t rows = logits.size(-1);
+    at::Tensor l = logits.to(at::kFloat).contiguous();
+    if (vocab_start + rows > valid_vocab) {  // padded ids never win: -inf logits
+      const int64_t first_pad = std::max<int64_t>(0, valid_vocab - vocab_start);
+      l = l.clone();
+      l.narrow(-1, first_pad, rows - first_pad).fill_(-std::numeric_limits<float>::infinity());
+    }
+    at::Tensor mx = std::get<0>(l.max(-1));
+    if (g) all_reduce(*g, mx, c10d::ReduceOp::MAX);
+    l = l - mx.unsqueeze(-1);
+    at::Tensor e = l.exp();
+    at::Tensor se = e.sum(-1);
+    if (g) all_reduce(*g, se);
+    at::Tensor local = targets - vocab_start;
+    at::Tensor in_range = (local >= 0).logical_and(local < rows);
+    at::Tensor idx = local.clamp(0, rows - 1).unsqueeze(-1);
+    at::Tensor picked = l.gather(-1, idx).squeeze(-1) * in_range.to(at::kFloat);
+    if (g) all_reduce(*g, picked);
+    at::Tensor softmax = e / se.unsqueeze(-1);
+    ctx->save_for_backward({softmax, idx, in_range});
+    ctx->saved_data["dtype"] = static_cast<int64_t>(logits.scalar_type());
+    return se.log() - picked;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    at::Tensor g = saved[0].clone();  // softmax - onehot(target), only where the target is ours
+    g.scatter_add_(-1, saved[1], -saved[2].to(at::kFloat).unsqueeze(-1));
+    g.mul_(grads[0].unsqueeze(-1));
+    g = g.to(static_cast<at::ScalarType>(ctx->saved_data["dtype"].toInt()));
+    return {g, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+void WeightGradQueue::run() {
+  auto items = std::move(items_);
+  items_.clear();
+  for (auto& f : items) f();
+}
+
+DeferWeightGrads::DeferWeightGrads(WeightGradQueue* q) : prev_(g_weight_grad_queue.exchange(q)) {}
+DeferWeightGrads::~DeferWeightGrads() { g_weight_grad_queue.store(prev_); }
+
+at::Tensor copy_to_tp(const TpContext& tp, const at::Tensor& x) {
+  return tp.size() == 1 ? x : CopyToTp::apply(x, pack(tp));
+}
+at::Tensor reduce_from_tp(const TpContext& tp, const at::Tensor& x) {
+  return tp.size() == 1 ? x : ReduceFromTp::apply(x, pack(tp));
+}
+at::Tensor scatter_last_dim(const TpContext& tp, const at::Tensor& x) {
+  return tp.size() == 1 ? x : ScatterDim::apply(x, pack(tp), x.dim() - 1);
+}
+at::Tensor gather_last_dim(const TpContext& tp, const at::Tensor& x) {
+  return tp.size() == 1 ? x : GatherDim::apply(x, pack(tp), x.dim() - 1, false);
+}
+at::Tensor gather_seq(const TpContext& tp, const at::Tensor& x) {
+  return tp.size() == 1 ? x : GatherDim::apply(x, pack(tp), 1, true);
+}
+at::Tensor reduce_scatter_seq(const TpContext& tp, const at::Tensor& x) {
+  return tp.size() == 1 ? x : ReduceScatterDim::apply(x, pack(tp), 1);
+}
+at::Tensor scatter_seq(const TpContext& tp, const at::Tensor& x) {
+  return tp.size() == 1 ? x : ScatterDim::apply(x, pack(tp), 1);
+}
+at::Tensor enter_column_parallel(const TpContext& tp, const at::Tensor& x) {
+  return tp.sequence_parallel ? gather_seq(tp, x) : copy_to_tp(tp, x);
+}
+at::Tensor leave_row_parallel(const TpContext& tp, const at::Tensor& x) {
+  return tp.sequence_parallel ? reduce_scatter_seq(tp, x) : reduce_from_tp(tp, x);
+}
+
+at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  return b.defined() ? LinearFn::apply(x, w, b) : LinearNoBiasFn::apply(x, w);
+}
+
+at::Tensor column_parallel_linear(const TpContext& tp, const at::Tensor& x, const at::Tensor& w,
+                                  const at::Tensor& b, bool gather_output) {
+  at::Tensor y = linear(enter_column_parallel(tp, x), w, b);
+  return gather_output ? gather_last_dim(tp, y) : y;
+}
+
+at::Tensor row_parallel_linear(const TpContext& tp, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  at::Tensor y = leave_row_parallel(tp, linear(x, w, at::Tensor()));
+  return b.defined() ? y + b : y;
+}
+
+at::Tensor vocab_parallel_embedding(const TpContext& tp, const at::Tensor& ids, const at::Tensor& w,
+                                    int64_t vocab_start) {
+  if (tp.size() == 1) return scatter_seq(tp, at::embedding(w, ids));
+  const int64_t rows = w.size(0);
+  at::Tensor local = ids - vocab_start;
+  at::Tensor outside = (local < 0).logical_or(local >= rows);
+  at::Tensor out = at::embedding(w, local.masked_fill(outside, 0));  // (b, s, hidden)
+  out = out.masked_fill(outside.unsqueeze(-1), 0.0);
+  return leave_row_parallel(tp, out);
+}
+
+at::Tensor vocab_parallel_cross_entropy(const TpContext& tp, const at::Tensor& logits, const at::Tensor& targets,
+                                        int64_t vocab_start, int64_t valid_vocab) {
+  return VocabParallelCE::apply(logits, targets, tp.size() == 1 ? int64_t{0} : pack(tp), vocab_start,
+                                valid_vocab);
+}
+
+}  // namespace trident

@@ -1,0 +1,99 @@
+// Megatron-style tensor parallelism over a TP group: the region mappings as
+// autograd functions, a linear op whose weight gradient can be deferred (for
+// zero-bubble schedules), and vocab-parallel cross-entropy.
+//
+// Activations are (batch, seq, hidden). Under sequence parallelism the regions
+// between column- and row-parallel layers hold (batch, seq/tp, hidden).
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "parallel/process_groups.h"
+
+namespace trident {
+
+struct TpContext {
+  const Group* group = nullptr;  // the TP group; null means tp = 1
+  bool sequence_parallel = false;
+  int size() const { return group ? group->size() : 1; }
+  int rank() const { return group ? group->rank : 0; }
+};
+
+// --- Region mappings ---------------------------------------------------------
+// identity forward, all-reduce backward (enter a column-parallel region)
+at::Tensor copy_to_tp(const TpContext& tp, const at::Tensor& x);
+// all-reduce forward, identity backward (leave a row-parallel region)
+at::Tensor reduce_from_tp(const TpContext& tp, const at::Tensor& x);
+// keep this rank's slice of the last dimension; backward all-gathers
+at::Tensor scatter_last_dim(const TpContext& tp, const at::Tensor& x);
+// all-gather along the last dimension; backward keeps this rank's slice
+at::Tensor gather_last_dim(const TpContext& tp, const at::Tensor& x);
+// sequence parallelism, along dim 1: all-gather forward / reduce-scatter backward
+at::Tensor gather_seq(const TpContext& tp, const at::Tensor& x);
+// sequence parallelism, along dim 1: reduce-scatter forward / all-gather backward
+at::Tensor reduce_scatter_seq(const TpContext& tp, const at::Tensor& x);
+// sequence parallelism, along dim 1: keep this rank's slice / all-gather backward
+at::Tensor scatter_seq(const TpContext& tp, const at::Tensor& x);
+
+// The input of a column-parallel layer (copy_to_tp, or gather_seq under SP)
+// and the output of a row-parallel one (reduce_from_tp, or reduce_scatter_seq).
+at::Tensor enter_column_parallel(const TpContext& tp, const at::Tensor& x);
+at::Tensor leave_row_parallel(const TpContext& tp, const at::Tensor& x);
+
+// --- Deferred weight gradients (NOTE [I/W split]) ------------------------------
+// Zero-bubble schedules split a backward into I (input gradients, on the
+// critical path) and W (weight gradients, deferred). While a queue is active,
+// linear() computes dX in the backward pass and queues dW; W actions run the
+// queue later. dW is computed by the same expression either way, and each
+// parameter's contributions are still added in micro-batch order, so results
+// are bit-identical to an undeferred backward.
+class WeightGradQueue {
+ public:
+  void push(std::function<void()> f) { items_.push_back(std::move(f)); }
+  void run();  // runs and clears, in push order
+  bool empty() const { return items_.empty(); }
+  size_t size() const { return items_.size(); }
+
+ private:
+  std::vector<std::function<void()>> items_;
+};
+
+// RAII: while alive, linear() backward passes queue their weight gradients here.
+class DeferWeightGrads {
+ public:
+  explicit DeferWeightGrads(WeightGradQueue* q);
+  ~DeferWeightGrads();
+  DeferWeightGrads(const DeferWeightGrads&) = delete;
+  DeferWeightGrads& operator=(const DeferWeightGrads&) = delete;
+
+ private:
+  WeightGradQueue* prev_;
+};
+
+// y = x W^T + b with x (..., in), W (out, in), b (out) or undefined.
+at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);
+
+// --- Layers --------------------------------------------------------------------
+// Column-parallel: W is this rank's (out/tp, in) slice. Output stays split
+// along the last dimension unless gather_output.
+at::Tensor column_parallel_linear(const TpContext& tp, const at::Tensor& x, const at::Tensor& w,
+                                  const at::Tensor& b, bool gather_output = false);
+// Row-parallel: x is already split along its last dimension, W is (out, in/tp);
+// the bias (replicated) is added after the reduction.
+at::Tensor row_parallel_linear(const TpContext& tp, const at::Tensor& x, const at::Tensor& w,
+                               const at::Tensor& b);
+// Vocab-parallel embedding: this rank owns rows [vocab_start, vocab_start + rows)
+// of the padded vocabulary; other ids give zeros before the reduction.
+// Output (batch, seq, hidden), or (batch, seq/tp, hidden) under SP.
+at::Tensor vocab_parallel_embedding(const TpContext& tp, const at::Tensor& ids, const at::Tensor& w,
+                                    int64_t vocab_start);
+// Cross-entropy over vocab-parallel logits (batch, seq, vocab/tp) without
+// gathering them. Columns at global id >= valid_vocab (padding) are excluded.
+// Returns the per-token loss (batch, seq) in fp32.
+at::Tensor vocab_parallel_cross_entropy(const TpContext& tp, const at::Tensor& logits,
+                                        const at::Tensor& targets, int64_t vocab_start, int64_t valid_vocab);
+
+}  // namespace trident

@@ -1,0 +1,173 @@
+// Pipeline executor: see executor.h. Communication semantics match what the
+// validator assumes: sends never block (their completion is awaited at the end
+// of the step), a receive blocks only the compute action that consumes it.
+#include "schedules/executor.h"
+
+#include <stdexcept>
+
+namespace trident {
+
+using sched::Action;
+using sched::ActionKind;
+
+Executor::Executor(std::vector<GptChunk*> chunks, const Group& pp, std::vector<int64_t> activation_shape)
+    : chunks_(std::move(chunks)), pp_(pp), p_(pp.size()), act_shape_(std::move(activation_shape)) {
+  if (chunks_.empty()) throw std::logic_error("Executor needs at least one model chunk");
+}
+
+int Executor::tag(bool grad, int mb, int to_stage) const {
+  const int stages = p_ * static_cast<int>(chunks_.size());
+  return (mb * 2 + (grad ? 1 : 0)) * stages + to_stage;
+}
+
+void Executor::post_recv(const Action& a) {
+  Slot& s = slots_[{a.mb, a.chunk}];
+  const bool grad = a.kind == ActionKind::RECV_B;
+  const int from_stage = stage(a.chunk) + (grad ? 1 : -1);
+  const int peer = ((from_stage % p_) + p_) % p_;
+  at::Tensor& buf = grad ? s.recv_grad_buf : s.recv_act_buf;
+  auto& work = grad ? s.recv_grad : s.recv_act;
+  if (buf.defined()) return;  // already posted (or delivered locally)
+  if (peer == pp_.rank) return;  // same rank (p = 1): send() hands the tensor over
+  buf = at::empty(act_shape_, at::kFloat);
+  work = irecv(pp_, buf, peer, tag(grad, a.mb, stage(a.chunk)));
+}
+
+void Executor::send(const Action& a) {
+  Slot& s = slots_.at({a.mb, a.chunk});
+  const bool grad = a.kind == ActionKind::SEND_B;
+  const int to_stage = stage(a.chunk) + (grad ? -1 : 1);
+  const int peer = to_stage % p_;
+  at::Tensor t = (grad ? s.grad_in : s.output.detach()).contiguous();
+  if (grad) s.grad_in.reset();
+  if (peer == pp_.rank) {  // next virtual stage lives here too: hand over directly
+    Slot& dst = slots_[{a.mb, to_stage / p_}];
+    (grad ? dst.recv_grad_buf : dst.recv_act_buf) = t.clone();
+    return;
+  }
+  pending_sends_.emplace_back(isend(pp_, t, peer, tag(grad, a.mb, to_stage)), t);
+}
+
+void Executor::finish_sends() {
+  for (auto& [work, tensor] : pending_sends_) wait_work(pp_, work, "pipeline send", -1);
+  pending_sends_.clear();
+}
+
+void Executor::forward(const Action& a, const std::function<MicroBatch(int)>& batch, ExecutorStats& stats) {
+  Slot& s = slots_[{a.mb, a.chunk}];
+  const bool first = is_first(a.chunk), last = is_last(a.chunk);
+  MicroBatch data;
+  if (first || last) data = batch(a.mb);
+  if (first) {
+    s.input = data.input;
+  } else {
+    if (s.recv_act) wait_work(pp_, s.recv_act, "pipeline recv activation", -1);
+    if (!s.recv_act_buf.defined())
+      throw std::logic_error("F" + std::to_string(a.mb) + " on chunk " + std::to_string(a.chunk) +
+                             " has no received activation (schedule lacks its RECV_F)");
+    s.input = s.recv_act_buf.requires_grad_(true);
+    s.recv_act_buf.reset();
+    s.recv_act.reset();
+  }
+  s.output = chunks_[a.chunk]->forward(s.input, last ? data.targets : at::Tensor());
+  if (last) stats.loss_sum += s.output.item<double>();
+}
+
+void Executor::backward(const Action& a, double loss_scale, bool defer_weights) {
+  Slot& s = slots_.at({a.mb, a.chunk});
+  if (!s.output.defined())
+    throw std::logic_error("backward of micro-batch " + std::to_string(a.mb) + " before its forward");
+  DeferWeightGrads guard(defer_weights ? &s.deferred : nullptr);
+  if (is_last(a.chunk)) {
+    (s.output * loss_scale).backward();
+  } else {
+    if (s.recv_grad) wait_work(pp_, s.recv_grad, "pipeline recv gradient", -1);
+    if (!s.recv_grad_buf.defined())
+      throw std::logic_error("B" + std::to_string(a.mb) + " has no received gradient (schedule lacks its RECV_B)");
+    s.output.backward(s.recv_grad_buf);
+    s.recv_grad_buf.reset();
+    s.recv_grad.reset();
+  }
+  if (!is_first(a.chunk)) s.grad_in = s.input.grad();
+  s.input.reset();
+  s.output.reset();
+}
+
+void Executor::track(ExecutorStats& stats) {
+  int inflight = 0;
+  int64_t bytes = 0;
+  for (const auto& [key, s] : slots_) {
+    if (s.output.defined()) ++inflight;
+    for (const at::Tensor* t : {&s.input, &s.output, &s.grad_in})
+      if (t->defined()) bytes += t->numel() * static_cast<int64_t>(t->element_size());
+  }
+  stats.peak_inflight = std::max(stats.peak_inflight, inflight);
+  stats.peak_boundary_bytes = std::max(stats.peak_boundary_bytes, bytes);
+}
+
+void Executor::run_action(const Action& a, const std::function<MicroBatch(int)>& batch, double loss_scale,
+                          ExecutorStats& stats) {
+  switch (a.kind) {
+    case ActionKind::RECV_F:
+    case ActionKind::RECV_B: post_recv(a); break;
+    case ActionKind::SEND_F:
+    case ActionKind::SEND_B: send(a); break;
+    case ActionKind::F: forward(a, batch, stats); break;
+    case ActionKind::B: backward(a, loss_scale, false); break;
+    case ActionKind::I: backward(a, loss_scale, true); break;
+    case ActionKind::W: slots_.at({a.mb, a.chunk}).deferred.run(); break;
+  }
+  if (a.kind == ActionKind::B || a.kind == ActionKind::W) {  // nothing of this (mb, chunk) is left
+    auto it = slots_.find({a.mb, a.chunk});
+    if (it != slots_.end() && !it->second.grad_in.defined() && it->second.deferred.empty()) slots_.erase(it);
+  }
+  if (sched::is_compute(a.kind)) track(stats);
+}
+
+ExecutorStats Executor::run(const std::vector<Action>& actions, const std::function<MicroBatch(int)>& batch,
+                            double loss_scale) {
+  ExecutorStats stats;
+  for (size_t i = 0; i < actions.size(); ++i) {
+    if (sched::is_compute(actions[i].kind)) {
+      // Post the receives the next compute action will need, so they arrive
+      // while this one computes.
+      size_t j = i + 1;
+      while (j < actions.size() && !sched::is_compute(actions[j].kind)) {
+        if (actions[j].kind == ActionKind::RECV_F || actions[j].kind == ActionKind::RECV_B) post_recv(actions[j]);
+        ++j;
+      }
+    }
+    run_action(actions[i], batch, loss_scale, stats);
+  }
+  finish_sends();
+  for (auto it = slots_.begin(); it != slots_.end();) {  // slots kept only for an I/W pair's SEND_B
+    if (!it->second.output.defined() && it->second.deferred.empty() && !it->second.grad_in.defined())
+      it = slots_.erase(it);
+    else
+      throw std::logic_error("micro-batch " + std::to_string(it->first.first) + " chunk " +
+                             std::to_string(it->first.second) + " still holds state after the step");
+  }
+  return stats;
+}
+
+double Executor::forward_only(int microbatches, const std::function<MicroBatch(int)>& batch) {
+  at::NoGradGuard no_grad;
+  double loss = 0;
+  ExecutorStats unused;
+  const int v = static_cast<int>(chunks_.size());
+  for (int mb = 0; mb < microbatches; ++mb) {
+    for (int c = 0; c < v; ++c) {
+      if (!is_first(c)) run_action({ActionKind::RECV_F, mb, c}, batch, 1.0, unused);
+      run_action({ActionKind::F, mb, c}, batch, 1.0, unused);
+      Slot& s = slots_.at({mb, c});
+      if (!is_last(c)) send({ActionKind::SEND_F, mb, c});
+      s.input.reset();
+      s.output.reset();
+      slots_.erase({mb, c});
+    }
+  }
+  finish_sends();
+  return loss + unused.loss_sum;
+}
+
+}  // namespace trident

@@ -1,0 +1,77 @@
+// Runs one pipeline rank's action list against its model chunks: forwards and
+// backwards (full, or split into I and W), with activations and gradients moved
+// over the PP group by c10d send/recv. Receives are posted as soon as the
+// action list reaches the compute action before the one that needs them, so
+// the transfer overlaps that compute. Every action starts and ends in
+// Executor::run_action(), the one place a timeline recorder hooks in.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "models/gpt/gpt.h"
+#include "parallel/process_groups.h"
+#include "parallel/tensor_parallel.h"
+#include "schedules/action.h"
+
+namespace trident {
+
+struct MicroBatch {
+  at::Tensor input;    // (mbs, seq) int64 token ids
+  at::Tensor targets;  // (mbs, seq) int64 next tokens
+};
+
+struct ExecutorStats {
+  double loss_sum = 0;               // sum of micro-batch mean losses (last stage only)
+  int peak_inflight = 0;             // most micro-batches with live activations at once
+  int64_t peak_boundary_bytes = 0;   // most bytes held in stage inputs/outputs at once
+};
+
+class Executor {
+ public:
+  // chunks[c] is this rank's chunk c (virtual stage c * p + pp.rank).
+  // activation_shape: (mbs, seq or seq/tp, hidden) of the tensors between stages.
+  Executor(std::vector<GptChunk*> chunks, const Group& pp, std::vector<int64_t> activation_shape);
+
+  // Runs this rank's list for one step. `batch(mb)` gives micro-batch mb's
+  // data; each micro-batch loss is scaled by `loss_scale` before its backward.
+  ExecutorStats run(const std::vector<sched::Action>& actions, const std::function<MicroBatch(int)>& batch,
+                    double loss_scale);
+
+  // Forward only (evaluation, no autograd): every micro-batch through every
+  // local chunk in virtual-stage order. Returns the summed loss on the last
+  // stage, 0 elsewhere.
+  double forward_only(int microbatches, const std::function<MicroBatch(int)>& batch);
+
+ private:
+  struct Slot {  // one (micro-batch, chunk)
+    at::Tensor input, output, grad_in;
+    c10::intrusive_ptr<c10d::Work> recv_act, recv_grad;
+    at::Tensor recv_act_buf, recv_grad_buf;
+    WeightGradQueue deferred;
+  };
+  void run_action(const sched::Action& a, const std::function<MicroBatch(int)>& batch, double loss_scale,
+                  ExecutorStats& stats);
+  void post_recv(const sched::Action& a);
+  void forward(const sched::Action& a, const std::function<MicroBatch(int)>& batch, ExecutorStats& stats);
+  void backward(const sched::Action& a, double loss_scale, bool defer_weights);
+  void send(const sched::Action& a);
+  void finish_sends();
+  int stage(int chunk) const { return chunk * p_ + pp_.rank; }
+  bool is_first(int chunk) const { return stage(chunk) == 0; }
+  bool is_last(int chunk) const { return stage(chunk) == p_ * static_cast<int>(chunks_.size()) - 1; }
+  int tag(bool grad, int mb, int to_stage) const;
+  void track(ExecutorStats& stats);
+
+  std::vector<GptChunk*> chunks_;
+  const Group& pp_;
+  int p_;
+  std::vector<int64_t> act_shape_;
+  std::map<std::pair<int, int>, Slot> slots_;
+  std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, at::Tensor>> pending_sends_;
+};
+
+}  // namespace trident
