@@ -31,7 +31,10 @@ Schedule gpipe(int p, int m) {
   Schedule s = empty_schedule(p, m, 1);
   for (int r = 0; r < p; ++r) {
     for (int i = 0; i < m; ++i) s.ranks[r].push_back(act(ActionKind::F, i));      // all forwards
-    for (int i = m - 1; i >= 0; --i) s.ranks[r].push_back(act(ActionKind::B, i));  // then all backwards
+    // Then all backwards, in ascending micro-batch order (as PyTorch's GPipe
+    // schedule does) so each gradient sums its micro-batches in the same
+    // order as every other schedule: bit-identical to the pp = 1 reference.
+    for (int i = 0; i < m; ++i) s.ranks[r].push_back(act(ActionKind::B, i));
   }
   return s;
 }
