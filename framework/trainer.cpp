@@ -225,6 +225,9 @@ double model_flops_per_step(const Config& c) {
 
 void build(Run& r) {
   Config& c = r.cfg;
+  if (c.training.device != "cpu")
+    throw std::runtime_error("training.device = \"" + c.training.device +
+                             "\": this trainer runs on CPU only so far (CUDA tensors are not wired in yet)");
   const WorldEnv env = read_world_env();
   resolve_world(c, env.world_size);
   r.m = num_microbatches(c);
@@ -291,6 +294,9 @@ TrainSummary train(Config cfg) {
   }
   summary.peak_flops = peak;
 
+  // Every rank says what it holds (tests add these up across pipeline stages).
+  std::cout << r.pgs->layout().describe(r.pgs->rank()) << ": "
+            << summary.local_params << " local parameters of " << r.model_params << std::endl;
   std::unique_ptr<RunLog> log;
   if (leader) {
     std::cout << "trident train: " << r.pgs->layout().describe() << ", schedule " << c.schedule.kind << " (m="

@@ -1,0 +1,64 @@
+// Test helpers for running the built binaries (trident, workers) as child
+// processes and reading what a training run wrote. Header-only, no libtorch.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace trident::testing {
+
+struct RunResult {
+  int status = -1;  // exit status, or 128 + signal
+  std::string output;  // stdout and stderr together
+};
+
+// Runs a shell command line, capturing stdout+stderr.
+inline RunResult run_command(const std::string& cmd) {
+  RunResult r;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+inline std::string bin(const std::string& name) { return std::string(TRIDENT_BINARY_DIR) + "/" + name; }
+inline std::string src(const std::string& path) { return std::string(TRIDENT_SOURCE_DIR) + "/" + path; }
+
+// One step of metrics.jsonl: the numeric fields by name (a tiny reader for
+// the flat objects RunLog writes).
+using StepRow = std::map<std::string, double>;
+
+inline std::vector<StepRow> read_metrics(const std::string& path) {
+  std::vector<StepRow> rows;
+  std::ifstream f(path);
+  std::string line;
+  while (std::getline(f, line)) {
+    StepRow row;
+    size_t i = 0;
+    while ((i = line.find('"', i)) != std::string::npos) {
+      const size_t j = line.find('"', i + 1);
+      const std::string key = line.substr(i + 1, j - i - 1);
+      size_t k = j + 2;  // after ":
+      size_t e = line.find_first_of(",}", k);
+      const std::string val = line.substr(k, e - k);
+      row[key] = val == "null" ? NAN : std::stod(val);
+      i = e;
+    }
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+}  // namespace trident::testing

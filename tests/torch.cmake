@@ -1,0 +1,40 @@
+# libtorch tests:
+#  torch_unit/test_*.cpp  single-process GoogleTest executables (model, optimizer, init, ...)
+#  multiproc/mp_*.cpp     worker programs run on several ranks by `trident launch`;
+#                         multiproc/test_*.cpp are the GoogleTest drivers that launch them
+#  regression/test_*.cpp  drivers comparing losses of layouts against the reference
+function(trident_torch_test src label)
+  get_filename_component(name ${src} NAME_WE)
+  add_executable(${name} ${src})
+  target_compile_options(${name} PRIVATE ${TRIDENT_WARNINGS})
+  target_link_libraries(${name} PRIVATE trident_train GTest::gtest_main)
+  target_compile_definitions(${name} PRIVATE
+    TRIDENT_SOURCE_DIR="${PROJECT_SOURCE_DIR}" TRIDENT_BINARY_DIR="${PROJECT_BINARY_DIR}")
+  add_dependencies(${name} trident)
+  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS ${label})
+endfunction()
+
+file(GLOB TRIDENT_TORCH_UNIT CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/torch_unit/test_*.cpp)
+foreach(src ${TRIDENT_TORCH_UNIT})
+  trident_torch_test(${src} unit)
+endforeach()
+
+file(GLOB TRIDENT_MP_WORKERS CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/mp_*.cpp)
+foreach(src ${TRIDENT_MP_WORKERS})
+  get_filename_component(name ${src} NAME_WE)
+  add_executable(${name} ${src})
+  target_compile_options(${name} PRIVATE ${TRIDENT_WARNINGS})
+  target_link_libraries(${name} PRIVATE trident_train)
+  # Workers land next to `trident` so drivers find them at TRIDENT_BINARY_DIR.
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR})
+endforeach()
+
+file(GLOB TRIDENT_MP_TESTS CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/test_*.cpp)
+foreach(src ${TRIDENT_MP_TESTS})
+  trident_torch_test(${src} multiproc)
+endforeach()
+
+file(GLOB TRIDENT_REGRESSION_TESTS CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/regression/test_*.cpp)
+foreach(src ${TRIDENT_REGRESSION_TESTS})
+  trident_torch_test(${src} regression)
+endforeach()
