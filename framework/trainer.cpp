@@ -94,6 +94,8 @@ struct Run {
   sched::Schedule schedule;
   TokenSource train_tokens, val_tokens;
   std::unique_ptr<data::GptDataset> train_data, val_data;
+  Param* tied_primary = nullptr;  // with tied_copy: both embedding copies on this rank
+  Param* tied_copy = nullptr;
   double flops_per_step = 0;
   int64_t model_params = 0;
 };
@@ -109,20 +111,40 @@ MicroBatch load_micro_batch(const Run& r, const data::GptDataset& ds, int64_t st
   return {tok.narrow(1, 0, s).contiguous(), tok.narrow(1, 1, s).contiguous()};
 }
 
-// Tied word embedding: the first stage's copy and the last stage's copy each
-// accumulated their own gradient; both get the sum (NOTE: two addends, so the
-// order of the addition cannot change the bits).
-void sync_tied_embedding(Run& r) {
-  std::vector<Param*> copies;
-  for (Param* p : r.params)
-    if (p->info.name == "embedding.word.weight") copies.push_back(p);
-  if (copies.size() == 2) {
-    at::Tensor sum = copies[0]->tensor.grad() + copies[1]->tensor.grad();
-    for (Param* p : copies) p->tensor.mutable_grad() = sum.clone();
-  } else if (copies.size() == 1 && r.pgs->embedding.size() > 1) {
-    at::Tensor g = copies[0]->tensor.grad();
-    all_reduce(r.pgs->embedding, g);
+// All-reduces a list of gradients as one flat buffer (one collective instead
+// of one per parameter), then divides by `divisor`.
+void all_reduce_flat(const Group& g, const std::vector<at::Tensor>& grads, double divisor) {
+  if (grads.empty() || g.size() == 1) return;
+  std::vector<at::Tensor> flat;
+  for (const at::Tensor& t : grads) flat.push_back(t.reshape({-1}));
+  at::Tensor buf = at::cat(flat);
+  all_reduce(g, buf);
+  if (divisor != 1.0) buf.div_(divisor);
+  int64_t offset = 0;
+  for (const at::Tensor& t : grads) {
+    t.copy_(buf.narrow(0, offset, t.numel()).view_as(t));
+    offset += t.numel();
   }
+}
+
+// Tied word embedding: the first stage's copy and the last stage's copy each
+// accumulated their own gradient; the embedding's gets the sum (two addends, so
+// the order of the addition cannot change the bits). When both copies live on
+// this rank (pp = 1), only the embedding's is kept and the optimizer copies its
+// new value into the head's copy; across ranks both copies get the sum and are
+// stepped identically.
+void sync_tied_embedding(Run& r) {
+  if (r.tied_copy) {
+    at::Tensor& g = r.tied_primary->tensor.mutable_grad();
+    g = g + r.tied_copy->tensor.grad();
+    r.tied_copy->tensor.mutable_grad().reset();
+    return;
+  }
+  for (Param* p : r.params)
+    if (p->info.name == "embedding.word.weight" && r.pgs->embedding.size() > 1) {
+      at::Tensor g = p->tensor.grad();
+      all_reduce(r.pgs->embedding, g);
+    }
 }
 
 void sync_grads(Run& r) {
@@ -130,18 +152,14 @@ void sync_grads(Run& r) {
   for (Param* p : r.params)
     if (!p->tensor.grad().defined()) p->tensor.mutable_grad() = at::zeros_like(p->tensor);
   sync_tied_embedding(r);
-  if (r.cfg.parallel.sequence_parallel && r.tp.size() > 1)
-    for (Param* p : r.params)
-      if (p->info.sequence_parallel_grad) {
-        at::Tensor g = p->tensor.grad();
-        all_reduce(r.pgs->tp, g);
-      }
-  if (r.pgs->dp.size() > 1)
-    for (Param* p : r.params) {
-      at::Tensor g = p->tensor.grad();
-      all_reduce(r.pgs->dp, g);
-      g.div_(static_cast<double>(r.pgs->dp.size()));
-    }
+  std::vector<at::Tensor> sp_grads, all_grads;
+  for (Param* p : r.params) {
+    if (!p->tensor.grad().defined()) continue;  // the head's local tied copy
+    all_grads.push_back(p->tensor.grad());
+    if (p->info.sequence_parallel_grad) sp_grads.push_back(p->tensor.grad());
+  }
+  if (r.cfg.parallel.sequence_parallel) all_reduce_flat(r.pgs->tp, sp_grads, 1.0);
+  all_reduce_flat(r.pgs->dp, all_grads, static_cast<double>(r.pgs->dp.size()));
 }
 
 // Global gradient norm, summed in one canonical order on every layout: each
@@ -195,10 +213,15 @@ StepMetrics train_step(Run& r, int64_t step) {
   if (t.grad_clip > 0 && norm > t.grad_clip) {
     const double coef = t.grad_clip / (norm + 1e-6);
     at::NoGradGuard no_grad;
-    for (Param* p : r.params) p->tensor.mutable_grad().mul_(coef);
+    for (Param* p : r.params)
+      if (p->tensor.grad().defined()) p->tensor.mutable_grad().mul_(coef);
   }
   const double lr = lr_at(step, t.steps, t.warmup_steps, t.lr, t.min_lr);
   r.opt->step(lr);
+  if (r.tied_copy) {
+    at::NoGradGuard no_grad;
+    r.tied_copy->tensor.copy_(r.tied_primary->tensor);
+  }
 
   StepMetrics m;
   m.step = step + 1;
@@ -260,7 +283,15 @@ void build(Run& r) {
       for (int64_t d : planned.info.full_shape) n *= d;
       r.model_params += n;
     }
-  r.opt = std::make_unique<AdamW>(r.params, AdamWOptions{c.training.beta1, c.training.beta2, c.training.eps,
+  for (Param* p : r.params) {
+    if (p->info.name != "embedding.word.weight") continue;
+    (p->info.tied_copy ? r.tied_copy : r.tied_primary) = p;
+  }
+  if (!r.tied_copy || !r.tied_primary) r.tied_copy = r.tied_primary = nullptr;
+  std::vector<Param*> stepped;
+  for (Param* p : r.params)
+    if (p != r.tied_copy) stepped.push_back(p);
+  r.opt = std::make_unique<AdamW>(stepped, AdamWOptions{c.training.beta1, c.training.beta2, c.training.eps,
                                                          c.training.weight_decay});
   const int64_t seq = c.parallel.sequence_parallel ? c.model.seq_len / c.parallel.tp : c.model.seq_len;
   r.exec = std::make_unique<Executor>(raw, r.pgs->pp, std::vector<int64_t>{c.training.micro_batch_size, seq,
@@ -278,7 +309,8 @@ TrainSummary train(Config cfg) {
   const Config& c = r.cfg;
   const bool leader = r.pgs->rank() == 0;
   TrainSummary summary;
-  for (Param* p : r.params) summary.local_params += p->tensor.numel();
+  for (Param* p : r.params)
+    if (p != r.tied_copy) summary.local_params += p->tensor.numel();
   summary.model_params = r.model_params;
 
   // Peak for MFU: given (GPUs) or one thread's matmul rate, measured by rank 0
