@@ -1,0 +1,76 @@
+// Bad inputs to `trident train` fail fast with a message naming the problem.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "tests/run_helpers.h"
+
+namespace trident {
+namespace {
+
+testing::RunResult train(const std::string& args) {
+  return testing::run_command(testing::bin("trident") + " train --config " + testing::src("configs/gpt-tiny.toml") +
+                              " --set logging.dir=" + ::testing::TempDir() + "trident_err " + args);
+}
+
+void expect_error(const std::string& args, const std::string& message) {
+  auto r = train(args);
+  EXPECT_NE(r.status, 0) << args;
+  EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n--- output ---\n" << r.output;
+}
+
+// A byte-tokenized token file written with `trident data prepare`.
+std::string prepare_byte_file(const std::string& text, const std::string& name) {
+  const std::string dir = ::testing::TempDir() + name;
+  testing::run_command("mkdir -p " + dir);
+  std::ofstream(dir + "/doc.txt") << text;
+  auto r = testing::run_command(testing::bin("trident") + " data prepare --tokenizer byte --format text --input " +
+                                dir + "/doc.txt --output " + dir + "/tok --val-fraction 0");
+  EXPECT_EQ(r.status, 0) << r.output;
+  return dir + "/tok";
+}
+
+TEST(TrainErrors, MissingTokenFile) {
+  expect_error("--set data.source=file --set data.path=/nonexistent/brown", "/nonexistent/brown.train.bin");
+}
+
+TEST(TrainErrors, TokenizerVocabDoesNotMatchModel) {
+  const std::string prefix = prepare_byte_file(std::string(4000, 'a'), "trident_vocab");
+  expect_error("--set data.source=file --set data.path=" + prefix + " --set model.vocab_size=300",
+               "model.vocab_size = 300");
+}
+
+TEST(TrainErrors, SeqLenLongerThanTheTokenStream) {
+  const std::string prefix = prepare_byte_file("only a few bytes of text", "trident_short");
+  expect_error("--set data.source=file --set data.path=" + prefix, "seq_len 32");
+}
+
+TEST(TrainErrors, WrongMagic) {
+  const std::string dir = ::testing::TempDir() + "trident_magic";
+  testing::run_command("mkdir -p " + dir);
+  std::ofstream(dir + "/x.train.bin") << std::string(512, 'z');
+  expect_error("--set data.source=file --set data.path=" + dir + "/x", "magic");
+}
+
+TEST(TrainErrors, WorldSizeMismatch) {
+  auto r = testing::run_command(testing::bin("trident") + " launch --nproc-per-node 2 -- " + testing::bin("trident") +
+                                " train --config " + testing::src("configs/gpt-tiny.toml") +
+                                " --set parallel.tp=2 --set parallel.pp=2 --set parallel.dp=1");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("WORLD_SIZE = 2"), std::string::npos) << r.output;
+}
+
+TEST(TrainErrors, ScheduleNeedsMoreMicroBatches) {
+  // gpt-tiny has 16 / 2 = 8 micro-batches; interleaved at pp 3 needs m % 3 == 0.
+  auto r = testing::run_command(testing::bin("trident") + " launch --nproc-per-node 3 -- " + testing::bin("trident") +
+                                " train --config " + testing::src("configs/gpt-tiny.toml") +
+                                " --set model.layers=6 --set parallel.pp=3 --set schedule.kind=interleaved"
+                                " --set schedule.chunks=2");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("interleaved"), std::string::npos) << r.output;
+}
+
+TEST(TrainErrors, CudaDeviceOnACpuBuild) { expect_error("--set training.device=cuda", "training.device"); }
+
+}  // namespace
+}  // namespace trident
