@@ -188,7 +188,8 @@ struct VocabParallelCE : torch::autograd::Function<VocabParallelCE> {
     at::Tensor local = targets - vocab_start;
     at::Tensor in_range = (local >= 0).logical_and(local < rows);
     at::Tensor idx = local.clamp(0, rows - 1).unsqueeze(-1);
-    at::Tensor picked = l.gather(-1, idx).squeeze(-1) * in_range.to(at::kFloat);
+    // masked_fill, not a multiply: a clamped index may land on a padded -inf column (-inf * 0 = NaN).
+    at::Tensor picked = l.gather(-1, idx).squeeze(-1).masked_fill(in_range.logical_not(), 0.0);
     if (g) all_reduce(*g, picked);
     at::Tensor softmax = e / se.unsqueeze(-1);
     ctx->save_for_backward({softmax, idx, in_range});
