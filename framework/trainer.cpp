@@ -98,6 +98,7 @@ struct Run {
   Param* tied_copy = nullptr;
   double flops_per_step = 0;
   int64_t model_params = 0;
+  ExecutorStats peak;  // the largest in-flight count and boundary bytes of any step
 };
 
 MicroBatch load_micro_batch(const Run& r, const data::GptDataset& ds, int64_t step, int mb) {
@@ -208,6 +209,8 @@ StepMetrics train_step(Run& r, int64_t step) {
   ExecutorStats stats = r.exec->run(
       actions, [&](int mb) { return load_micro_batch(r, *r.train_data, step, mb); }, 1.0 / static_cast<double>(r.m));
 
+  r.peak.peak_inflight = std::max(r.peak.peak_inflight, stats.peak_inflight);
+  r.peak.peak_boundary_bytes = std::max(r.peak.peak_boundary_bytes, stats.peak_boundary_bytes);
   sync_grads(r);
   const double norm = global_grad_norm(r);
   if (t.grad_clip > 0 && norm > t.grad_clip) {
@@ -363,6 +366,10 @@ TrainSummary train(Config cfg) {
               << " tok/s | mean MFU " << 100 * mfu / n << "% | wrote " << c.logging.dir
               << "/{config.toml,metrics.jsonl,loss.svg}" << std::endl;
   }
+  std::cout << r.pgs->layout().describe(r.pgs->rank()) << ": peak " << r.peak.peak_inflight
+            << " micro-batches in flight, " << r.peak.peak_boundary_bytes << " bytes of stage inputs/outputs held"
+            << std::endl;
+  summary.peak_inflight = r.peak.peak_inflight;
   barrier(r.pgs->world);
   return summary;
 }
