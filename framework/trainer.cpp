@@ -15,6 +15,7 @@
 
 #include <ATen/Parallel.h>
 
+#include "framework/cpu_memory.h"
 #include "framework/data/dataset.h"
 #include "framework/lr_schedule.h"
 #include "framework/optimizer.h"
@@ -211,6 +212,7 @@ StepMetrics train_step(Run& r, int64_t step) {
 
   r.peak.peak_inflight = std::max(r.peak.peak_inflight, stats.peak_inflight);
   r.peak.peak_boundary_bytes = std::max(r.peak.peak_boundary_bytes, stats.peak_boundary_bytes);
+  r.peak.peak_activation_bytes = std::max(r.peak.peak_activation_bytes, stats.peak_activation_bytes);
   sync_grads(r);
   const double norm = global_grad_norm(r);
   if (t.grad_clip > 0 && norm > t.grad_clip) {
@@ -308,6 +310,7 @@ TrainSummary train(Config cfg) {
   Run r;
   r.cfg = std::move(cfg);
   at::set_num_threads(static_cast<int>(r.cfg.training.threads));
+  install_cpu_memory_meter();
   build(r);
   const Config& c = r.cfg;
   const bool leader = r.pgs->rank() == 0;
@@ -367,8 +370,8 @@ TrainSummary train(Config cfg) {
               << "/{config.toml,metrics.jsonl,loss.svg}" << std::endl;
   }
   std::cout << r.pgs->layout().describe(r.pgs->rank()) << ": peak " << r.peak.peak_inflight
-            << " micro-batches in flight, " << r.peak.peak_boundary_bytes << " bytes of stage inputs/outputs held"
-            << std::endl;
+            << " micro-batches in flight holding " << r.peak.peak_activation_bytes << " activation bytes ("
+            << r.peak.peak_boundary_bytes << " in stage inputs/outputs)" << std::endl;
   summary.peak_inflight = r.peak.peak_inflight;
   barrier(r.pgs->world);
   return summary;

@@ -69,7 +69,9 @@ void Executor::forward(const Action& a, const std::function<MicroBatch(int)>& ba
     s.recv_act_buf.reset();
     s.recv_act.reset();
   }
+  const int64_t before = live_cpu_bytes();
   s.output = chunks_[a.chunk]->forward(s.input, last ? data.targets : at::Tensor());
+  s.activation_bytes = before < 0 ? -1 : live_cpu_bytes() - before;
   if (last) stats.loss_sum += s.output.item<double>();
 }
 
@@ -95,14 +97,15 @@ void Executor::backward(const Action& a, double loss_scale, bool defer_weights) 
 
 void Executor::track(ExecutorStats& stats) {
   int inflight = 0;
-  int64_t bytes = 0;
+  int64_t bytes = 0, activations = 0;
   for (const auto& [key, s] : slots_) {
-    if (s.output.defined()) ++inflight;
+    if (s.output.defined()) ++inflight, activations += s.activation_bytes;
     for (const at::Tensor* t : {&s.input, &s.output, &s.grad_in})
       if (t->defined()) bytes += t->numel() * static_cast<int64_t>(t->element_size());
   }
   stats.peak_inflight = std::max(stats.peak_inflight, inflight);
   stats.peak_boundary_bytes = std::max(stats.peak_boundary_bytes, bytes);
+  if (live_cpu_bytes() >= 0) stats.peak_activation_bytes = std::max(stats.peak_activation_bytes, activations);
 }
 
 void Executor::run_action(const Action& a, const std::function<MicroBatch(int)>& batch, double loss_scale,

@@ -12,6 +12,7 @@
 
 #include <ATen/ATen.h>
 
+#include "framework/cpu_memory.h"
 #include "models/gpt/gpt.h"
 #include "parallel/process_groups.h"
 #include "parallel/tensor_parallel.h"
@@ -28,6 +29,10 @@ struct ExecutorStats {
   double loss_sum = 0;               // sum of micro-batch mean losses (last stage only)
   int peak_inflight = 0;             // most micro-batches with live activations at once
   int64_t peak_boundary_bytes = 0;   // most bytes held in stage inputs/outputs at once
+  // Most bytes held by in-flight micro-batches' activations at once: each
+  // forward's growth in live CPU bytes (framework/cpu_memory.h), held until
+  // its backward. -1 when the memory meter is not installed.
+  int64_t peak_activation_bytes = -1;
 };
 
 class Executor {
@@ -52,6 +57,7 @@ class Executor {
     c10::intrusive_ptr<c10d::Work> recv_act, recv_grad;
     at::Tensor recv_act_buf, recv_grad_buf;
     WeightGradQueue deferred;
+    int64_t activation_bytes = 0;  // live bytes the forward left behind
   };
   void run_action(const sched::Action& a, const std::function<MicroBatch(int)>& batch, double loss_scale,
                   ExecutorStats& stats);
