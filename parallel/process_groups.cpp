@@ -184,8 +184,21 @@ void wait_work(const Group& g, const c10::intrusive_ptr<c10d::Work>& w, const ch
     throw std::runtime_error(where + " timed out after " + std::to_string(g.timeout.count()) + " ms");
 }
 
+namespace {
+// Adds the lifetime of a collective helper call to its group's counters.
+struct CommTimer {
+  const Group& g;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  ~CommTimer() {
+    g.comm_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ++g.comm_calls;
+  }
+};
+}  // namespace
+
 void all_reduce(const Group& g, at::Tensor& t, c10d::ReduceOp op) {
   if (g.size() == 1) return;
+  CommTimer timer{g};
   std::vector<at::Tensor> ts{t};
   c10d::AllreduceOptions opts;
   opts.reduceOp = op;
@@ -198,6 +211,7 @@ void all_gather(const Group& g, const at::Tensor& in, std::vector<at::Tensor>& o
     out.push_back(in);
     return;
   }
+  CommTimer timer{g};
   std::vector<std::vector<at::Tensor>> outs(1);
   for (int i = 0; i < g.size(); ++i) outs[0].push_back(at::empty_like(in));
   std::vector<at::Tensor> ins{in.contiguous()};

@@ -39,6 +39,11 @@ struct Group {
   int rank = 0;  // index of this process in members
   c10::intrusive_ptr<c10d::ProcessGroup> pg;
   std::chrono::milliseconds timeout{60000};
+  // Cumulative wall time and count of all_reduce/all_gather calls on this
+  // group (post + wait, so it includes waiting for slower peers); benchmarks
+  // read it to give the share of a step spent in collectives.
+  mutable double comm_seconds = 0;
+  mutable int64_t comm_calls = 0;
 
   int size() const { return static_cast<int>(members.size()); }
   // Group index -> global rank.
