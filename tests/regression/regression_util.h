@@ -1,0 +1,183 @@
+// Helpers shared by the regression drivers: run gpt-tiny under some layout in
+// a fresh temp dir, read its per-step metrics, and compare them with the
+// single-process reference (bit for bit, or to a relative tolerance).
+#pragma once
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../run_helpers.h"
+
+namespace trident::testing {
+
+// The contract is stated over at least 20 steps; never run fewer.
+constexpr int kRegressionSteps = 20;
+
+// A unique directory under the system temp dir, removed by the destructor.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& tag) {
+    std::string tmpl = (std::filesystem::temp_directory_path() / ("trident-" + tag + "-XXXXXX")).string();
+    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed for " + tmpl);
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// One finished training run: what the processes printed and what rank 0 logged.
+struct TrainRun {
+  RunResult result;
+  std::vector<StepRow> rows;
+  std::string command;
+};
+
+// Trains configs/gpt-tiny.toml for kRegressionSteps steps on `nproc` ranks
+// (through `trident launch` when nproc > 1) with extra `--set` overrides,
+// logging into `dir`. --master-port 0 lets runs of parallel ctest jobs coexist.
+inline TrainRun train_tiny(const std::string& dir, int nproc, const std::vector<std::string>& sets) {
+  std::ostringstream cmd;
+  if (nproc > 1) cmd << bin("trident") << " launch --nproc-per-node " << nproc << " --master-port 0 -- ";
+  cmd << bin("trident") << " train --config " << src("configs/gpt-tiny.toml")
+      << " --set training.steps=" << kRegressionSteps << " --set logging.dir=" << dir
+      << " --set logging.progress=false"
+      // MFU is not under test: a given peak skips the start-up matmul timing.
+      << " --set training.peak_tflops=1";
+  for (const auto& s : sets) cmd << " --set '" << s << "'";
+  TrainRun run;
+  run.command = cmd.str();
+  run.result = run_command(run.command);
+  run.rows = read_metrics(dir + "/metrics.jsonl");
+  return run;
+}
+
+// Checks a run finished and logged every step, with its output in the message.
+inline ::testing::AssertionResult completed(const TrainRun& run) {
+  if (run.result.status != 0)
+    return ::testing::AssertionFailure() << "exit status " << run.result.status << " from\n  " << run.command
+                                         << "\noutput:\n" << run.result.output;
+  if (static_cast<int>(run.rows.size()) != kRegressionSteps)
+    return ::testing::AssertionFailure() << run.rows.size() << " metrics rows, expected " << kRegressionSteps
+                                         << " from\n  " << run.command;
+  return ::testing::AssertionSuccess();
+}
+
+// Every step's `key` (loss, grad_norm) equal to the reference within a
+// relative `rel_tol`; rel_tol = 0 demands the very same double. Names the
+// first step that differs.
+inline ::testing::AssertionResult steps_match(const std::vector<StepRow>& ref, const std::vector<StepRow>& got,
+                                              const std::string& key, double rel_tol) {
+  if (ref.size() != got.size())
+    return ::testing::AssertionFailure() << got.size() << " steps vs " << ref.size() << " in the reference";
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const auto r = ref[i].find(key), g = got[i].find(key);
+    if (r == ref[i].end() || g == got[i].end())
+      return ::testing::AssertionFailure() << "step " << i + 1 << " has no '" << key << "'";
+    const double a = r->second, b = g->second;
+    const bool ok = rel_tol == 0 ? a == b : std::fabs(a - b) <= rel_tol * std::fabs(a);
+    if (!ok) {
+      char buf[200];
+      std::snprintf(buf, sizeof buf, "first difference at step %zu: %s %.17g vs reference %.17g (rel %.3g)", i + 1,
+                    key.c_str(), b, a, std::fabs(a - b) / std::fabs(a));
+      return ::testing::AssertionFailure() << buf;
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Loss and grad norm of every step against the reference.
+inline ::testing::AssertionResult matches_reference(const std::vector<StepRow>& ref, const TrainRun& run,
+                                                    double rel_tol) {
+  if (auto c = completed(run); !c) return c;
+  for (const char* key : {"loss", "grad_norm"})
+    if (auto m = steps_match(ref, run.rows, key, rel_tol); !m) return m << "\n  in " << run.command;
+  return ::testing::AssertionSuccess();
+}
+
+// NOTE [reference cache]
+// ctest runs every test in a process of its own, so a static alone would
+// retrain the reference once per test. The reference is a function of the
+// trident binary (the project's libraries are linked in statically), the
+// config file and the overrides, so it is also cached in the build dir under
+// a hash of all three: rebuilding trident or editing gpt-tiny.toml changes
+// the key. Runs that failed are never cached.
+inline uint64_t fnv1a(uint64_t h, const std::string& bytes) {
+  for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ULL;
+  return h;
+}
+
+inline std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+// The single-process gpt-tiny run with `sets`, from the cache or trained now.
+inline TrainRun cached_reference(const std::vector<std::string>& sets = {}) {
+  uint64_t h = 14695981039346656037ULL;
+  h = fnv1a(h, slurp(bin("trident")));
+  h = fnv1a(h, slurp(src("configs/gpt-tiny.toml")));
+  for (const auto& s : sets) h = fnv1a(h, s + "\n");
+  h = fnv1a(h, std::to_string(kRegressionSteps));
+  char key[17];
+  std::snprintf(key, sizeof key, "%016llx", static_cast<unsigned long long>(h));
+  const std::filesystem::path root = std::filesystem::path(TRIDENT_BINARY_DIR) / "regression-cache";
+  const std::filesystem::path entry = root / key;
+  TrainRun run;
+  if (std::filesystem::exists(entry / "output.txt")) {
+    run.command = "(cached reference " + entry.string() + ")";
+    run.result.status = 0;
+    run.result.output = slurp((entry / "output.txt").string());
+    run.rows = read_metrics((entry / "metrics.jsonl").string());
+    return run;
+  }
+  std::filesystem::create_directories(root);
+  std::string tmp = (root / (std::string(key) + ".tmp-XXXXXX")).string();
+  if (!mkdtemp(tmp.data())) throw std::runtime_error("mkdtemp failed for " + tmp);
+  run = train_tiny(tmp, 1, sets);
+  std::error_code ec;
+  if (completed(run)) {
+    std::ofstream(tmp + "/output.txt", std::ios::binary) << run.result.output;
+    // Atomic publish; if a parallel test got there first, keep its entry.
+    std::filesystem::rename(tmp, entry, ec);
+  }
+  std::filesystem::remove_all(tmp, ec);
+  return run;
+}
+
+// One rank's "rank R: tp T dp D pp P: N local parameters of M" line.
+struct ParamLine {
+  int rank = 0;
+  int pp = 0;
+  long long local = 0;
+  long long total = 0;
+};
+
+inline std::vector<ParamLine> param_lines(const std::string& output) {
+  static const std::regex re(R"(rank (\d+): tp \d+ dp \d+ pp (\d+): (\d+) local parameters of (\d+))");
+  std::vector<ParamLine> lines;
+  for (std::sregex_iterator it(output.begin(), output.end(), re), end; it != end; ++it)
+    lines.push_back({std::stoi((*it)[1]), std::stoi((*it)[2]), std::stoll((*it)[3]), std::stoll((*it)[4])});
+  return lines;
+}
+
+}  // namespace trident::testing

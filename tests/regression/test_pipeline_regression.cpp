@@ -1,0 +1,150 @@
+// Correctness contract for pipeline parallelism: gpt-tiny trained for 20 steps
+// at pp = 2 and 4 under every schedule (and uneven splits, and a schedule read
+// from a file) logs the same loss and grad norm as the pp = 1 reference, bit
+// for bit; the stages hold the reference's parameters plus one tied word
+// embedding; and pipeline config errors fail with their message.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "regression_util.h"
+
+namespace trident::testing {
+namespace {
+
+// gpt-tiny's padded vocabulary x hidden: the LM head's copy of the word
+// embedding, held by the last stage in addition to the first stage's.
+constexpr long long kWordEmbedding = 256LL * 64;
+
+// The pp = 1 run, trained once (per build) and shared by every test.
+const TrainRun& reference() {
+  static const TrainRun run = cached_reference();  // NOTE [reference cache]
+  return run;
+}
+
+struct PipelineCase {
+  std::string name;
+  int pp;
+  std::vector<std::string> sets;
+  std::string banner;  // what rank 0's start-up line must say, e.g. "schedule 1f1b (m=8, v=1)"
+};
+
+std::ostream& operator<<(std::ostream& os, const PipelineCase& c) { return os << c.name; }
+
+PipelineCase schedule_case(const std::string& kind, int pp) {
+  const int v = kind == "interleaved" ? 2 : 1;
+  PipelineCase c{kind + "_pp" + std::to_string(pp), pp,
+                 {"parallel.pp=" + std::to_string(pp), "schedule.kind=" + kind, "schedule.chunks=" + std::to_string(v)},
+                 "pp " + std::to_string(pp) + ", schedule " + kind + " (m=8, v=" + std::to_string(v) + ")"};
+  for (auto& ch : c.name)
+    if (ch == '-') ch = '_';
+  return c;
+}
+
+std::vector<PipelineCase> all_cases() {
+  std::vector<PipelineCase> cases;
+  for (int pp : {2, 4})
+    for (const char* kind : {"gpipe", "1f1b", "zb-h1", "interleaved"}) cases.push_back(schedule_case(kind, pp));
+  cases.push_back({"uneven_1_3_3_1_pp4", 4, {"parallel.pp=4", "parallel.pipeline_layers=[1,3,3,1]"},
+                   "pp 4, schedule 1f1b (m=8, v=1)"});
+  cases.push_back({"uneven_3_5_pp2_gpipe", 2, {"parallel.pp=2", "parallel.pipeline_layers=[3,5]", "schedule.kind=gpipe"},
+                   "pp 2, schedule gpipe (m=8, v=1)"});
+  return cases;
+}
+
+// Every stage reports its share; together they hold each parameter once,
+// plus the last stage's copy of the word embedding.
+void expect_stage_params(const TrainRun& ref, const TrainRun& run, int pp) {
+  const auto ref_lines = param_lines(ref.result.output);
+  ASSERT_EQ(ref_lines.size(), 1u) << ref.result.output;
+  const auto lines = param_lines(run.result.output);
+  ASSERT_EQ(static_cast<int>(lines.size()), pp) << run.result.output;
+  long long sum = 0;
+  std::vector<int> stages;
+  for (const auto& l : lines) {
+    EXPECT_EQ(l.total, ref_lines[0].total) << "rank " << l.rank;
+    EXPECT_EQ(l.rank, l.pp) << "with tp = dp = 1 rank r is stage r";
+    sum += l.local;
+    stages.push_back(l.pp);
+  }
+  std::sort(stages.begin(), stages.end());
+  std::vector<int> want(pp);
+  std::iota(want.begin(), want.end(), 0);
+  EXPECT_EQ(stages, want);
+  EXPECT_EQ(sum, ref_lines[0].total + kWordEmbedding) << "sum of local parameters over " << pp << " stages";
+}
+
+class PipelineRegression : public ::testing::TestWithParam<PipelineCase> {};
+
+TEST_P(PipelineRegression, BitIdenticalToReference) {
+  const TrainRun& ref = reference();
+  ASSERT_TRUE(completed(ref));
+  TempDir dir("pp");
+  const TrainRun run = train_tiny(dir.path(), GetParam().pp, GetParam().sets);
+  EXPECT_TRUE(matches_reference(ref.rows, run, 0.0));
+  EXPECT_NE(run.result.output.find(GetParam().banner), std::string::npos)
+      << "expected \"" << GetParam().banner << "\" in:\n" << run.result.output;
+  expect_stage_params(ref, run, GetParam().pp);
+}
+
+INSTANTIATE_TEST_SUITE_P(Matrix, PipelineRegression, ::testing::ValuesIn(all_cases()),
+                         [](const ::testing::TestParamInfo<PipelineCase>& i) { return i.param.name; });
+
+// A schedule written by `trident schedule` and read back with kind = "file"
+// runs the same actions as the generated one, so it matches as well.
+TEST(PipelineScheduleFile, OneF1BFromFileIsBitIdentical) {
+  const TrainRun& ref = reference();
+  ASSERT_TRUE(completed(ref));
+  TempDir dir("pp-file");
+  const std::string file = dir.file("1f1b-p2-m8.txt");
+  const RunResult gen =
+      run_command(bin("trident") + " schedule --kind 1f1b -p 2 -m 8 --format schedule -o " + file);
+  ASSERT_EQ(gen.status, 0) << gen.output;
+  const TrainRun run = train_tiny(dir.file("run"), 2, {"parallel.pp=2", "schedule.kind=file", "schedule.file=" + file});
+  EXPECT_TRUE(matches_reference(ref.rows, run, 0.0));
+  EXPECT_NE(run.result.output.find("schedule file (m=8, v=1)"), std::string::npos) << run.result.output;
+}
+
+// A run that must fail before training, with `message` in its output.
+void expect_config_error(int nproc, const std::vector<std::string>& sets, const std::string& message) {
+  TempDir dir("pp-err");
+  const TrainRun run = train_tiny(dir.path(), nproc, sets);
+  EXPECT_NE(run.result.status, 0) << run.result.output;
+  EXPECT_NE(run.result.output.find(message), std::string::npos)
+      << "expected \"" << message << "\" in:\n" << run.result.output;
+  EXPECT_TRUE(run.rows.empty()) << "a failed config must not train";
+}
+
+TEST(PipelineConfigErrors, LayersNotDivisibleByStages) {
+  expect_config_error(3, {"parallel.pp=3"},
+                      "model.layers (8) must be divisible by parallel.pp (3) x schedule.chunks (1) = 3, or give "
+                      "parallel.pipeline_layers");
+}
+
+TEST(PipelineConfigErrors, LayersNotDivisibleByStagesTimesChunks) {
+  expect_config_error(2, {"parallel.pp=2", "schedule.kind=interleaved", "schedule.chunks=3"},
+                      "model.layers (8) must be divisible by parallel.pp (2) x schedule.chunks (3) = 6");
+}
+
+TEST(PipelineConfigErrors, PipelineLayersMustSumToLayers) {
+  expect_config_error(2, {"parallel.pp=2", "parallel.pipeline_layers=[3,4]"},
+                      "parallel.pipeline_layers sums to 7 but model.layers = 8");
+}
+
+TEST(PipelineConfigErrors, InterleavedNeedsMicroBatchesDivisibleByStages) {
+  // global batch 6 / micro-batch 2 = 3 micro-batches on 2 stages.
+  expect_config_error(2,
+                      {"parallel.pp=2", "schedule.kind=interleaved", "schedule.chunks=2",
+                       "training.global_batch_size=6"},
+                      "interleaved with v>1 needs microbatches divisible by stages (m % p == 0)");
+}
+
+TEST(PipelineConfigErrors, UnknownScheduleKind) {
+  expect_config_error(1, {"schedule.kind=bogus"},
+                      "schedule.kind = \"bogus\": expected one of \"gpipe\", \"1f1b\", \"interleaved\", \"zb-h1\", "
+                      "\"file\"");
+}
+
+}  // namespace
+}  // namespace trident::testing
