@@ -5,7 +5,8 @@
 //   trident launch --nproc-per-node 2 -- bench_tp --threads 1
 // The model is hidden 512, ffn 2048, 8 heads, 4 layers, vocab 256 with the
 // embedding and head (gpt-tiny's other sizes). Rank 0 prints one line:
-//   RESULT tp=2 sp=0 threads=1 tokens=64 step_ms=... comm_ms=... comm_share=... comm_calls=...
+//   RESULT tp=2 sp=0 threads=1 tokens=64 step_ms=... comm_ms=... comm_share=... comm_calls=... bare_comm_ms=...
+// bare_comm_ms: the same number of activation-sized all-reduces alone (transfer cost only).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -57,6 +58,22 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// The same number of all-reduces of one activation (batch, seq, hidden), back
+// to back after a barrier: the transfer cost alone, without waiting for a
+// peer that is still computing. Median over `reps` rounds; 0 at tp = 1.
+double bare_all_reduce_seconds(const trident::Group& g, int64_t calls, std::vector<int64_t> shape, int reps) {
+  if (g.size() == 1 || calls == 0) return 0;
+  at::Tensor t = at::ones(shape);
+  std::vector<double> rounds;
+  for (int r = 0; r < reps; ++r) {
+    trident::barrier(g);
+    const auto t0 = Clock::now();
+    for (int64_t i = 0; i < calls; ++i) trident::all_reduce(g, t);
+    rounds.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return median(rounds);
+}
+
 int run(const Args& a) {
   using namespace trident;
   at::set_num_threads(a.threads);
@@ -92,10 +109,12 @@ int run(const Args& a) {
     calls = pg.tp.comm_calls - calls0;
   }
   const double step = median(step_s), comm = median(comm_s);
+  const double bare = bare_all_reduce_seconds(pg.tp, calls, {a.batch, a.seq, cfg.hidden}, a.steps);
   if (pg.rank() == 0)
-    std::printf("RESULT tp=%d sp=%d threads=%d tokens=%lld step_ms=%.2f comm_ms=%.2f comm_share=%.3f comm_calls=%lld\n",
+    std::printf("RESULT tp=%d sp=%d threads=%d tokens=%lld step_ms=%.2f comm_ms=%.2f comm_share=%.3f "
+                "comm_calls=%lld bare_comm_ms=%.2f\n",
                 pg.tp.size(), a.sp ? 1 : 0, a.threads, static_cast<long long>(a.batch * a.seq), step * 1e3,
-                comm * 1e3, comm / step, static_cast<long long>(calls));
+                comm * 1e3, comm / step, static_cast<long long>(calls), bare * 1e3);
   return 0;
 }
 

@@ -44,7 +44,7 @@ EOF
 median() { python3 -c 'import statistics,sys; print(statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }
 field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" | head -1; }
 
-train_tp1=() train_tp2=() mb_tp1t1=() mb_tp1=() mb_tp2=() comm_tp2=() share_tp2=()
+train_tp1=() train_tp2=() mb_tp1t1=() mb_tp1=() mb_tp2=() comm_tp2=() bare_tp2=() share_tp2=()
 for rep in $(seq "$REPS"); do
   "$TRIDENT" train --config configs/gpt-tiny.toml "${MODEL[@]}" --set training.threads=2 \
     --set logging.dir="$TMP/tp1" >"$TMP/log1" 2>&1 || { cat "$TMP/log1"; exit 1; }
@@ -61,17 +61,19 @@ for rep in $(seq "$REPS"); do
   mb_tp2+=("$(field step_ms <<<"$r2")")
   comm_tp2+=("$(field comm_ms <<<"$r2")")
   share_tp2+=("$(field comm_share <<<"$r2")")
+  bare_tp2+=("$(field bare_comm_ms <<<"$r2")")
   echo "rep $rep: train step tp1 ${train_tp1[-1]} s, tp2 ${train_tp2[-1]} s; micro-batch tp1 ${mb_tp1[-1]} ms," \
        "tp2 ${mb_tp2[-1]} ms (comm ${comm_tp2[-1]} ms)" >&2
 done
 
 t1=$(median "${train_tp1[@]}") t2=$(median "${train_tp2[@]}")
-m11=$(median "${mb_tp1t1[@]}") m1=$(median "${mb_tp1[@]}") m2=$(median "${mb_tp2[@]}") c2=$(median "${comm_tp2[@]}") s2=$(median "${share_tp2[@]}")
+m11=$(median "${mb_tp1t1[@]}") m1=$(median "${mb_tp1[@]}") m2=$(median "${mb_tp2[@]}") c2=$(median "${comm_tp2[@]}") s2=$(median "${share_tp2[@]}") b2=$(median "${bare_tp2[@]}")
 mkdir -p benchmarks/results
-python3 - "$t1" "$t2" "$m1" "$m2" "$c2" "$s2" "$m11" "$REPS" "$STEPS" "$(nproc)" "$OMP_WAIT_POLICY" >"$OUT" <<'EOF'
+LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
+python3 - "$t1" "$t2" "$m1" "$m2" "$c2" "$s2" "$m11" "$b2" "$REPS" "$STEPS" "$(nproc)" "$OMP_WAIT_POLICY" "$LOAD" >"$OUT" <<'EOF'
 import sys
-t1, t2, m1, m2, c2, s2, m11 = map(float, sys.argv[1:8])
-reps, steps, cores, wait = sys.argv[8:]
+t1, t2, m1, m2, c2, s2, m11, b2 = map(float, sys.argv[1:9])
+reps, steps, cores, wait, load = sys.argv[9:]
 print(f"# tp=2 vs tp=1, GPT hidden 512 / ffn 2048 / 8 heads / 4 layers / seq 32 / vocab 256, fp32 CPU, {cores} cores")
 print(f"# median of {reps} interleaved runs; train: {steps} steps of 8 micro-batches of 2, step 1 skipped; OMP_WAIT_POLICY={wait}")
 print(f"{'measure':<34}{'tp=1 (1 proc x 2 thr)':>22}{'tp=2 (2 proc x 1 thr)':>22}{'tp2/tp1':>9}")
@@ -79,8 +81,11 @@ print(f"{'trident train step time (s)':<34}{t1:>22.3f}{t2:>22.3f}{t2 / t1:>9.2f}
 print(f"{'micro-batch fwd+bwd (ms)':<34}{m1:>22.1f}{m2:>22.1f}{m2 / m1:>9.2f}")
 print(f"{'  of which TP collectives (ms)':<34}{0.0:>22.1f}{c2:>22.1f}")
 print(f"{'  TP collective share':<34}{0.0:>22.3f}{s2:>22.3f}")
+print(f"{'  same all-reduces alone (ms)':<34}{0.0:>22.1f}{b2:>22.1f}")
+print(f"{'  bare all-reduce share':<34}{0.0:>22.3f}{b2 / m2:>22.3f}")
 print(f"# for scale: micro-batch at tp=1 on one thread: {m11:.1f} ms (tp2/tp1-one-thread {m2 / m11:.2f})")
 print("# collective time is wall time inside all_reduce/all_gather (Group::comm_seconds), so it")
 print("# includes waiting for the slower rank, not only transfer; rank 0's figure")
+print(f"# load average at the end (other users of the machine): {load}")
 EOF
 cat "$OUT"
