@@ -9,8 +9,8 @@
 # Usage: benchmarks/run_train_bench.sh [BUILD_DIR]    (default: build)
 # Environment: ROUNDS (3), STEPS (24), WARMUP (4: steps left out of the
 #   timing), OUT (benchmarks/results/train_vs_libtorch.txt),
-#   MALLOC_VARIANT=1 adds a third contender: trident with glibc's mmap of
-#   large blocks turned off (see benchmarks/README.md).
+#   MALLOC_VARIANT=1 adds the same pair run with glibc's mmap of large
+#   blocks turned off (see benchmarks/README.md).
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -52,8 +52,9 @@ for r in $(seq 1 "$rounds"); do
   echo "round $r/$rounds: trident"; run_trident "trident-$r"
   echo "round $r/$rounds: libtorch loop"; run_loop "loop-$r"
   if [[ "${MALLOC_VARIANT:-0}" == 1 ]]; then
-    echo "round $r/$rounds: trident, no mmap for large blocks"
+    echo "round $r/$rounds: trident, then libtorch loop, no mmap for large blocks"
     MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=4294967296 run_trident "trident-nommap-$r"
+    MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=4294967296 run_loop "loop-nommap-$r"
   fi
 done
 
@@ -91,8 +92,13 @@ print(f"libtorch loop MFU, same FLOP count and peak: "
 print(f"model FLOPs per token (trainer's model_flops_per_step / tokens): {t[0][3] / 1e6:.2f} MFLOP")
 if variant:
     v = [trident(f"trident-nommap-{r}") for r in range(1, rounds + 1)]
-    print(f"trident with MALLOC_MMAP_MAX_=0: median {med(x[0] for x in v):.1f} tokens/s, "
-          f"ratio to libtorch loop {med(x[0] for x in v) / l_tok:.3f}, MFU {100 * med(x[1] for x in v):.1f} %")
+    w = [loop(f"loop-nommap-{r}") for r in range(1, rounds + 1)]
+    print(f"with MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=4G (both contenders):")
+    print(f"  per round (tokens/s): trident {[round(x[0], 1) for x in v]}  libtorch {[round(x, 1) for x in w]}")
+    print(f"  median tokens/s: trident {med(x[0] for x in v):.1f}, libtorch loop {med(w):.1f}, "
+          f"ratio {med(x[0] for x in v) / med(w):.3f}")
+    print(f"  trident MFU {100 * med(x[1] for x in v):.1f} %, libtorch loop MFU "
+          f"{100 * med(b * a[3] / a[2] for a, b in zip(v, w)):.1f} %")
 EOF
 
 {
