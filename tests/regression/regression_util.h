@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <iterator>
 #include <regex>
 #include <sstream>
@@ -105,12 +107,27 @@ inline ::testing::AssertionResult steps_match(const std::vector<StepRow>& ref, c
   return ::testing::AssertionSuccess();
 }
 
+// The largest relative difference of `key` over all steps (for the log: how
+// much of a tolerance a run uses).
+inline double max_rel_diff(const std::vector<StepRow>& ref, const std::vector<StepRow>& got, const std::string& key) {
+  double worst = 0;
+  for (size_t i = 0; i < std::min(ref.size(), got.size()); ++i) {
+    const double a = ref[i].at(key), b = got[i].at(key);
+    worst = std::max(worst, std::fabs(a - b) / std::fabs(a));
+  }
+  return worst;
+}
+
 // Loss and grad norm of every step against the reference.
 inline ::testing::AssertionResult matches_reference(const std::vector<StepRow>& ref, const TrainRun& run,
                                                     double rel_tol) {
   if (auto c = completed(run); !c) return c;
   for (const char* key : {"loss", "grad_norm"})
     if (auto m = steps_match(ref, run.rows, key, rel_tol); !m) return m << "\n  in " << run.command;
+  if (rel_tol > 0)
+    std::cout << "max relative difference over " << ref.size() << " steps: loss "
+              << max_rel_diff(ref, run.rows, "loss") << ", grad_norm " << max_rel_diff(ref, run.rows, "grad_norm")
+              << std::endl;
   return ::testing::AssertionSuccess();
 }
 
