@@ -177,6 +177,8 @@ void wait_work(const Group& g, const c10::intrusive_ptr<c10d::Work>& w, const ch
   bool done = false;
   try {
     done = w->wait(g.timeout);
+  } catch (const c10::Error& e) {  // one line, without libtorch's C++ backtrace
+    throw std::runtime_error(where + " failed: " + e.what_without_backtrace());
   } catch (const std::exception& e) {
     throw std::runtime_error(where + " failed: " + e.what());
   }
