@@ -257,7 +257,8 @@ StepMetrics train_step(Run& r, int64_t step) {
 
 // Model FLOPs per step (forward + backward = 3 x forward): 6 x tokens x the
 // matrix parameters (the tied head counted once, position table excluded) plus
-// attention's 12 x layers x hidden x seq per token (Kaplan et al. 2020, sec. 2.1).
+// attention's 12 x layers x hidden x seq per token: the convention of PaLM's
+// MFU (Chowdhery et al. 2022, appendix B); Kaplan et al. 2020 count half that.
 double model_flops_per_step(const Config& c) {
   const double h = static_cast<double>(c.model.hidden), l = static_cast<double>(c.model.layers);
   const double matrices = l * (4 * h * h + 2 * h * static_cast<double>(c.model.ffn())) +
@@ -370,7 +371,7 @@ TrainSummary train(Config cfg) {
     log->append(m);
     if (bar) std::cout << "\r\033[K";
     if (m.step % c.logging.log_interval == 0 || m.step == c.training.steps || m.eval_loss)
-      std::cout << format_step_line(m, c.training.steps) << "\n";
+      std::cout << format_step_line(m, c.training.steps) << std::endl;  // flushed: ranks' output is piped
     if (bar) std::cout << format_progress(m.step, c.training.steps, seconds_since(start)) << std::flush;
   }
   if (leader) {
