@@ -132,9 +132,11 @@ std::string record_pids(const fs::path& dir) {
   return "echo $$ > " + d + "/pid.$RANK; sleep 60 & echo $! > " + d + "/bg.$RANK; ";
 }
 
-// Waits (at most ~10 s) until n ranks have recorded their PIDs.
-std::string await_ranks(const fs::path& dir, int n) {
-  return "i=0; while [ $(ls " + dir.string() + " | grep -c '^pid\\.') -lt " + std::to_string(n) +
+// Waits (at most ~10 s) until n ranks have written a `stem`.R file. After
+// record_pids(), wait on "bg": it is written last, and waiting on "pid" alone
+// let a rank be stopped before it recorded its background job.
+std::string await_ranks(const fs::path& dir, int n, const std::string& stem = "bg") {
+  return "i=0; while [ $(ls " + dir.string() + " | grep -c '^" + stem + "\\.') -lt " + std::to_string(n) +
          " ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; ";
 }
 
@@ -274,7 +276,7 @@ TEST(Launcher, RankIgnoringSigtermIsKilledAfterGrace) {
   // Rank 0 ignores SIGTERM (and so does its sleep); rank 1 fails once it has.
   const std::string d = dir.path.string();
   const std::string script = "if [ \"$RANK\" = 0 ]; then trap '' TERM; echo $$ > " + d +
-                             "/pid.0; sleep 60; else " + await_ranks(dir.path, 1) + "exit 2; fi";
+                             "/pid.0; sleep 60; else " + await_ranks(dir.path, 1, "pid") + "exit 2; fi";
   LauncherRun run({"--nproc-per-node", "2", "--grace", "1", "--", "sh", "-c", script}, dir.path);
   run.finish(10.0);
   EXPECT_EQ(run.exit_code(), 2) << run.err;
