@@ -60,9 +60,15 @@ struct TokenSource {
 TokenSource open_tokens(const Config& cfg, const std::string& split) {
   TokenSource src;
   if (cfg.data.source == "synthetic") {
-    const uint64_t salt = split == "train" ? 0 : 0x5eed;
-    src.synthetic = data::synthetic_tokens(cfg.data.synthetic_tokens, static_cast<uint32_t>(cfg.model.vocab_size),
-                                           static_cast<uint64_t>(cfg.training.seed) ^ salt);
+    // Validation continues the training stream's chain (synthetic_tokens of a
+    // longer n has the shorter one as its prefix), so it measures the same
+    // distribution on unseen tokens.
+    const int64_t n = cfg.data.synthetic_tokens;
+    const int64_t val = std::max<int64_t>(n / 8, 64 * (cfg.model.seq_len + 1));
+    src.synthetic = data::synthetic_tokens(split == "train" ? n : n + val,
+                                           static_cast<uint32_t>(cfg.model.vocab_size),
+                                           static_cast<uint64_t>(cfg.training.seed));
+    if (split != "train") src.synthetic.erase(src.synthetic.begin(), src.synthetic.begin() + n);
     src.view = data::TokenView::of(src.synthetic, "synthetic/" + split);
   } else {
     src.file = std::make_unique<data::TokenFile>(cfg.data.path + "." + split + ".bin");
