@@ -236,6 +236,9 @@ StepMetrics train_step(Run& r, int64_t step) {
   r.peak.peak_activation_bytes = std::max(r.peak.peak_activation_bytes, stats.peak_activation_bytes);
   sync_grads(r);
   const double norm = global_grad_norm(r);
+  if (!std::isfinite(norm))  // every rank sees the same norm, so all stop together
+    throw std::runtime_error("step " + std::to_string(step + 1) + ": the gradient norm is " + std::to_string(norm) +
+                             "; stopping before the optimizer writes it into the weights (lower training.lr?)");
   if (t.grad_clip > 0 && norm > t.grad_clip) {
     const double coef = t.grad_clip / (norm + 1e-6);
     at::NoGradGuard no_grad;

@@ -70,6 +70,11 @@ TEST(TrainErrors, ScheduleNeedsMoreMicroBatches) {
   EXPECT_NE(r.output.find("interleaved"), std::string::npos) << r.output;
 }
 
+TEST(TrainErrors, DivergenceStopsWithANamedStep) {
+  expect_error("--set training.steps=5 --set training.lr=1e30 --set training.min_lr=1e29",
+               "step 2: the gradient norm is");
+}
+
 TEST(TrainErrors, CudaDeviceOnACpuBuild) { expect_error("--set training.device=cuda", "training.device"); }
 
 }  // namespace
