@@ -11,20 +11,19 @@ using sched::Action;
 using sched::ActionKind;
 
 Executor::Executor(std::vector<GptChunk*> chunks, const Group& pp, std::vector<int64_t> activation_shape)
-    : chunks_(std::move(chunks)), pp_(pp), p_(pp.size()), act_shape_(std::move(activation_shape)) {
+    : chunks_(std::move(chunks)), pp_(pp), act_shape_(std::move(activation_shape)) {
   if (chunks_.empty()) throw std::logic_error("Executor needs at least one model chunk");
+  shape_ = sched::empty_schedule(pp.size(), 1, static_cast<int>(chunks_.size()));
 }
 
 int Executor::tag(bool grad, int mb, int to_stage) const {
-  const int stages = p_ * static_cast<int>(chunks_.size());
-  return (mb * 2 + (grad ? 1 : 0)) * stages + to_stage;
+  return (mb * 2 + (grad ? 1 : 0)) * shape_.virtual_stages() + to_stage;
 }
 
 void Executor::post_recv(const Action& a) {
   Slot& s = slots_[{a.mb, a.chunk}];
   const bool grad = a.kind == ActionKind::RECV_B;
-  const int from_stage = stage(a.chunk) + (grad ? 1 : -1);
-  const int peer = ((from_stage % p_) + p_) % p_;
+  const int peer = sched::peer_rank(shape_, pp_.rank, a);
   at::Tensor& buf = grad ? s.recv_grad_buf : s.recv_act_buf;
   auto& work = grad ? s.recv_grad : s.recv_act;
   if (buf.defined()) return;  // already posted (or delivered locally)
@@ -36,12 +35,13 @@ void Executor::post_recv(const Action& a) {
 void Executor::send(const Action& a) {
   Slot& s = slots_.at({a.mb, a.chunk});
   const bool grad = a.kind == ActionKind::SEND_B;
-  const int to_stage = stage(a.chunk) + (grad ? -1 : 1);
-  const int peer = to_stage % p_;
+  const int peer = sched::peer_rank(shape_, pp_.rank, a);
+  const sched::Action into = sched::counterpart(shape_, pp_.rank, a);  // the peer's RECV
+  const int to_stage = shape_.stage_of(peer, into.chunk);
   at::Tensor t = (grad ? s.grad_in : s.output.detach()).contiguous();
   if (grad) s.grad_in.reset();
-  if (peer == pp_.rank) {  // next virtual stage lives here too: hand over directly
-    Slot& dst = slots_[{a.mb, to_stage / p_}];
+  if (peer == pp_.rank) {  // that virtual stage lives here too: hand over directly
+    Slot& dst = slots_[{a.mb, into.chunk}];
     (grad ? dst.recv_grad_buf : dst.recv_act_buf) = t.clone();
     return;
   }
@@ -155,22 +155,18 @@ ExecutorStats Executor::run(const std::vector<Action>& actions, const std::funct
 
 double Executor::forward_only(int microbatches, const std::function<MicroBatch(int)>& batch) {
   at::NoGradGuard no_grad;
-  double loss = 0;
-  ExecutorStats unused;
+  ExecutorStats stats;
   const int v = static_cast<int>(chunks_.size());
   for (int mb = 0; mb < microbatches; ++mb) {
     for (int c = 0; c < v; ++c) {
-      if (!is_first(c)) run_action({ActionKind::RECV_F, mb, c}, batch, 1.0, unused);
-      run_action({ActionKind::F, mb, c}, batch, 1.0, unused);
-      Slot& s = slots_.at({mb, c});
-      if (!is_last(c)) send({ActionKind::SEND_F, mb, c});
-      s.input.reset();
-      s.output.reset();
-      slots_.erase({mb, c});
+      if (!is_first(c)) run_action({ActionKind::RECV_F, mb, c}, batch, 1.0, stats);
+      run_action({ActionKind::F, mb, c}, batch, 1.0, stats);
+      if (!is_last(c)) run_action({ActionKind::SEND_F, mb, c}, batch, 1.0, stats);
+      slots_.erase({mb, c});  // no backward follows: drop the activations now
     }
   }
   finish_sends();
-  return loss + unused.loss_sum;
+  return stats.loss_sum;
 }
 
 }  // namespace trident

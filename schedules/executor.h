@@ -66,15 +66,16 @@ class Executor {
   void backward(const sched::Action& a, double loss_scale, bool defer_weights);
   void send(const sched::Action& a);
   void finish_sends();
-  int stage(int chunk) const { return chunk * p_ + pp_.rank; }
+  int stage(int chunk) const { return shape_.stage_of(pp_.rank, chunk); }
   bool is_first(int chunk) const { return stage(chunk) == 0; }
-  bool is_last(int chunk) const { return stage(chunk) == p_ * static_cast<int>(chunks_.size()) - 1; }
+  bool is_last(int chunk) const { return stage(chunk) == shape_.virtual_stages() - 1; }
+  // Tag of the transfer of micro-batch mb's activation (or gradient) into virtual stage to_stage.
   int tag(bool grad, int mb, int to_stage) const;
   void track(ExecutorStats& stats);
 
   std::vector<GptChunk*> chunks_;
   const Group& pp_;
-  int p_;
+  sched::Schedule shape_;  // p and v only: placement and peers come from the schedule IR
   std::vector<int64_t> act_shape_;
   std::map<std::pair<int, int>, Slot> slots_;
   std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, at::Tensor>> pending_sends_;
