@@ -116,8 +116,8 @@ struct Run {
   sched::Schedule schedule;
   TokenSource train_tokens, val_tokens;
   std::unique_ptr<data::GptDataset> train_data, val_data;
-  Param* tied_primary = nullptr;  // with tied_copy: both embedding copies on this rank
-  Param* tied_copy = nullptr;
+  Param* word_embedding = nullptr;  // the copy of the tied word embedding this rank steps, if any
+  Param* tied_copy = nullptr;       // the head's copy when word_embedding is the embedding's, on this rank too
   double flops_per_step = 0;
   int64_t model_params = 0;
   ExecutorStats peak;  // the largest in-flight count and boundary bytes of any step
@@ -158,16 +158,15 @@ void all_reduce_flat(const Group& g, const std::vector<at::Tensor>& grads, doubl
 // stepped identically.
 void sync_tied_embedding(Run& r) {
   if (r.tied_copy) {
-    at::Tensor& g = r.tied_primary->tensor.mutable_grad();
+    at::Tensor& g = r.word_embedding->tensor.mutable_grad();
     g = g + r.tied_copy->tensor.grad();
     r.tied_copy->tensor.mutable_grad().reset();
     return;
   }
-  for (Param* p : r.params)
-    if (p->info.name == "embedding.word.weight" && r.pgs->embedding.size() > 1) {
-      at::Tensor g = p->tensor.grad();
-      all_reduce(r.pgs->embedding, g);
-    }
+  if (r.word_embedding && r.pgs->embedding.size() > 1) {
+    at::Tensor g = r.word_embedding->tensor.grad();
+    all_reduce(r.pgs->embedding, g);
+  }
 }
 
 void sync_grads(Run& r) {
@@ -249,7 +248,7 @@ StepMetrics train_step(Run& r, int64_t step) {
   r.opt->step(lr);
   if (r.tied_copy) {
     at::NoGradGuard no_grad;
-    r.tied_copy->tensor.copy_(r.tied_primary->tensor);
+    r.tied_copy->tensor.copy_(r.word_embedding->tensor);
   }
 
   StepMetrics m;
@@ -313,11 +312,12 @@ void build(Run& r) {
       for (int64_t d : planned.info.full_shape) n *= d;
       r.model_params += n;
     }
-  for (Param* p : r.params) {
-    if (p->info.name != "embedding.word.weight") continue;
-    (p->info.tied_copy ? r.tied_copy : r.tied_primary) = p;
-  }
-  if (!r.tied_copy || !r.tied_primary) r.tied_copy = r.tied_primary = nullptr;
+  Param* embedding_copy = nullptr;
+  Param* head_copy = nullptr;
+  for (Param* p : r.params)
+    if (p->info.name == "embedding.word.weight") (p->info.tied_copy ? head_copy : embedding_copy) = p;
+  r.word_embedding = embedding_copy ? embedding_copy : head_copy;
+  r.tied_copy = embedding_copy ? head_copy : nullptr;
   std::vector<Param*> stepped;
   for (Param* p : r.params)
     if (p != r.tied_copy) stepped.push_back(p);
