@@ -43,7 +43,7 @@ int cmd_launch(int argc, char** argv) {
   po::variables_map vm;
   po::store(po::command_line_parser(split, argv).options(desc).run(), vm);
   if (vm.count("help")) {
-    std::cout << desc << "\nexample: trident launch --nproc-per-node 2 -- build/trident train configs/tiny.toml\n";
+    std::cout << desc << "\nexample: build/trident launch --nproc-per-node 2 -- build/trident train --config configs/gpt-tiny.toml\n";
     return 0;
   }
   po::notify(vm);  // after --help, so that --help alone needs no --nproc-per-node

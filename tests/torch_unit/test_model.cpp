@@ -96,7 +96,7 @@ TEST(AdamW, OneStepEqualsHandComputation) {
   p.tensor.mutable_grad() = at::tensor({0.1, 0.2, -0.3}, at::kDouble);
   bias.tensor.mutable_grad() = at::tensor({-0.5}, at::kDouble);
   AdamWOptions o{0.9, 0.95, 1e-8, 0.1};
-  AdamW opt({&p, &bias}, o);
+  AdamW opt(std::vector<Param*>{&p, &bias}, o);
   const double lr = 1e-2;
   opt.step(lr);
   // Step 1: m = (1-b1) g, v = (1-b2) g^2, mhat = g, vhat = g^2, so the update
