@@ -10,7 +10,7 @@ cd "$repo"
 # libopenblas0-openmp matters: without it Debian's libtorch multiplies matrices
 # on the reference BLAS, ~27x slower.
 packages=(build-essential cmake libtorch-dev libgloo-dev libtomlplusplus-dev libboost-program-options-dev
-          libgtest-dev libopenblas0-openmp ccache)
+          libgtest-dev libopenblas0-openmp ccache python3)
 command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
 
 missing=()
