@@ -1,0 +1,360 @@
+// NOTE [message matching] A receive is matched to its send by what it carries:
+// (direction, micro-batch, virtual stage it goes into), the executor's tag.
+// Between two ranks messages may therefore arrive in any order. A RECV only
+// posts the receive and never blocks; the compute that needs the data waits
+// for it (as the executor does: irecv at RECV, wait before the compute). So the
+// only ordering rules are per rank (receive posted before, send after its
+// compute) plus the absence of deadlock, which this run checks by executing
+// every list with a worklist: a rank runs until its next compute lacks an
+// input, then waits on that one message key; the send of that key wakes it.
+// Each action is visited once, so the run is linear in the actions, and the
+// message times live in two flat arrays indexed by (stage, micro-batch).
+#include "schedules/engine.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "schedules/generators.h"
+#include "schedules/zeroed_buffer.h"
+
+namespace trident::sched::detail {
+
+namespace {
+
+struct Where {
+  int rank;
+  int pos;
+};
+
+[[noreturn]] void violation(const Schedule& s, std::vector<Where> at, const std::string& what) {
+  std::string msg = "invalid schedule: " + what + "\n";
+  std::vector<std::pair<int, int>> marks;
+  for (const Where& w : at) marks.push_back({w.rank, w.pos});
+  msg += context_grid(s, at.front().pos, marks);
+  throw ScheduleError(msg);
+}
+
+std::string at_text(const Schedule& s, int rank, int pos) {
+  return "rank " + std::to_string(rank) + " position " + std::to_string(pos) + " (" +
+         to_token(s.ranks[rank][pos]) + ")";
+}
+
+void check_shape(const Schedule& s) {
+  if (s.stages < 1 || s.microbatches < 1 || s.chunks < 1 || static_cast<int>(s.ranks.size()) != s.stages)
+    throw ScheduleError("invalid schedule: p=" + std::to_string(s.stages) + " m=" + std::to_string(s.microbatches) +
+                        " v=" + std::to_string(s.chunks) + " with " + std::to_string(s.ranks.size()) +
+                        " rank lists, expected p, m, v >= 1 and p lists");
+}
+
+// Each action's micro-batch and chunk in range, overlapped pairs well formed.
+void check_action(const Schedule& s, int r, int i) {
+  const auto& list = s.ranks[r];
+  const Action& a = list[i];
+  if (a.mb < 0 || a.mb >= s.microbatches || a.chunk >= s.chunks)
+    violation(s, {{r, i}}, at_text(s, r, i) + " is outside m=" + std::to_string(s.microbatches) +
+                               " micro-batches or v=" + std::to_string(s.chunks) + " chunks");
+  if (a.overlap_next && (!is_compute(a.kind) || i + 1 == static_cast<int>(list.size()) ||
+                         !is_compute(list[i + 1].kind) || list[i + 1].overlap_next))
+    violation(s, {{r, i}}, at_text(s, r, i) + " starts an overlapped pair, expected a compute action followed "
+                                              "by one more compute action");
+}
+
+// First position and count of each action kind for one (mb, chunk) on one rank.
+struct Slot {
+  int32_t first[8];
+  uint8_t count[8];
+};
+
+// One F and one B, or one I and a later W, per (mb, chunk) on rank r; and,
+// when communication is explicit, each needed RECV before and SEND after.
+void check_rank(const Schedule& s, int r, bool comm, std::vector<Slot>& slots) {
+  const int m = s.microbatches, last = s.virtual_stages() - 1;
+  Slot empty;
+  std::fill(std::begin(empty.first), std::end(empty.first), -1);
+  std::fill(std::begin(empty.count), std::end(empty.count), 0);
+  slots.assign(static_cast<size_t>(m) * s.chunks, empty);
+  const auto& list = s.ranks[r];
+  for (int i = 0; i < static_cast<int>(list.size()); ++i) {
+    const Action& a = list[i];
+    if (a.mb < 0 || a.mb >= m || a.chunk >= s.chunks || a.overlap_next) check_action(s, r, i);  // rare: full check
+    Slot& e = slots[static_cast<size_t>(a.chunk) * m + a.mb];
+    const int k = static_cast<int>(list[i].kind);
+    if (e.count[k] == 0) e.first[k] = i;
+    if (e.count[k] < 255) ++e.count[k];
+  }
+  for (int c = 0; c < s.chunks; ++c)
+    for (int mb = 0; mb < m; ++mb) {
+      const Slot& sl = slots[static_cast<size_t>(c) * m + mb];
+      auto first = [&](ActionKind k) { return sl.first[static_cast<int>(k)]; };
+      auto count = [&](ActionKind k) { return static_cast<int>(sl.count[static_cast<int>(k)]); };
+      auto fail = [&](int pos, const std::string& what) {
+        const std::string who = "rank " + std::to_string(r) + ": micro-batch " + std::to_string(mb) + " chunk " +
+                                std::to_string(c) + " (virtual stage " + std::to_string(s.stage_of(r, c)) + ")";
+        violation(s, {{r, std::max(pos, 0)}}, who + " " + what);
+      };
+      const int f = first(ActionKind::F), b = first(ActionKind::B), in = first(ActionKind::I), w = first(ActionKind::W);
+      if (count(ActionKind::F) != 1)
+        fail(f, "has " + std::to_string(count(ActionKind::F)) + " forwards F, expected exactly 1");
+      const bool full = count(ActionKind::B) == 1 && count(ActionKind::I) == 0 && count(ActionKind::W) == 0;
+      const bool split = count(ActionKind::B) == 0 && count(ActionKind::I) == 1 && count(ActionKind::W) == 1;
+      if (!full && !split)
+        fail(std::max({b, in, w, f}), "has B x" + std::to_string(count(ActionKind::B)) + ", I x" +
+                                          std::to_string(count(ActionKind::I)) + ", W x" +
+                                          std::to_string(count(ActionKind::W)) +
+                                          ": expected one backward, either one B or one I and one W");
+      const int bwd = full ? b : in;
+      if (bwd < f) fail(bwd, "runs its backward at position " + std::to_string(bwd) + " before its F at " + std::to_string(f));
+      if (split && w < in) fail(w, "runs W before I (at " + std::to_string(in) + "); W must follow I");
+      if (!comm) continue;
+      const int stage = s.stage_of(r, c);
+      struct Need { ActionKind k; bool needed; int anchor; bool before; };
+      const Need needs[] = {{ActionKind::RECV_F, stage > 0, f, true}, {ActionKind::SEND_F, stage < last, f, false},
+                            {ActionKind::RECV_B, stage < last, bwd, true}, {ActionKind::SEND_B, stage > 0, bwd, false}};
+      for (const Need& n : needs) {
+        const int want = n.needed ? 1 : 0, pos = first(n.k);
+        const std::string tok = to_token(Action{n.k, mb, c});
+        if (count(n.k) != want)
+          fail(pos >= 0 ? pos : n.anchor, "has " + std::to_string(count(n.k)) + " x " + tok + ", expected " +
+                                              std::to_string(want) + (n.needed ? "" : " (no peer at the pipeline end)"));
+        if (n.needed && n.before && pos > n.anchor)
+          fail(pos, "receives " + tok + " after the compute that needs it (position " + std::to_string(n.anchor) + ")");
+        if (n.needed && !n.before && pos < n.anchor)
+          fail(pos, "sends " + tok + " before the compute that produces it (position " + std::to_string(n.anchor) + ")");
+      }
+    }
+}
+
+// Message times are stored XOR-ed with a NaN's bits so that the zero pages a
+// fresh table starts with read as "not sent yet" (NaN never is a time), and
+// no fill pass is needed.
+constexpr uint64_t kTimeMask = 0x7ff8000000000000ull;
+inline uint64_t encode_time(double t) {
+  uint64_t b;
+  std::memcpy(&b, &t, sizeof b);
+  return b ^ kTimeMask;
+}
+inline bool is_sent(uint64_t stored) { return stored != 0; }
+inline double decode_time(uint64_t stored) {
+  const uint64_t b = stored ^ kTimeMask;
+  double t;
+  std::memcpy(&t, &b, sizeof t);
+  return t;
+}
+
+// The executor run with clocks (all zero when only validating).
+class Runner {
+ public:
+  Runner(const Schedule& s, const Costs* costs, bool record, bool comm)
+      : s_(s), costs_(costs), record_(record && costs), comm_(comm), p_(s.stages), m_(s.microbatches),
+        S_(s.virtual_stages()) {
+    for (auto& r : ready_) r = ZeroedBuffer<uint64_t>(static_cast<size_t>(S_) * m_);
+    if (record_ && comm_)
+      for (auto& r : recv_at_) r.assign(static_cast<size_t>(S_) * m_, -1);
+    cost_.assign(4 * static_cast<size_t>(S_), 0.0);
+    latency_.assign(S_, 0.0);
+    if (costs_) {
+      for (int k = 0; k < 4; ++k)
+        for (int st = 0; st < S_; ++st)
+          cost_[k * S_ + st] = action_cost(*costs_, static_cast<ActionKind>(k), s.chunks) *
+                               (costs_->stage_scale.empty() ? 1.0 : costs_->stage_scale[st]);
+      for (int b = 0; b + 1 < S_; ++b)
+        latency_[b] = costs_->latency.empty() ? 0.0 : costs_->latency.size() == 1 ? costs_->latency[0] : costs_->latency[b];
+    }
+    pc_.assign(p_, 0);
+    clock_.assign(p_, 0.0);
+    busy_.assign(p_, 0.0);
+    alive_.assign(p_, 0);
+    peak_.assign(p_, 0);
+    waiting_.assign(p_, -1);
+    blocked_at_.assign(p_, 0);
+    if (record_) timeline_.ranks.assign(p_, {});
+  }
+
+  void run() {
+    std::vector<int> todo;
+    for (int r = p_ - 1; r >= 0; --r) todo.push_back(r);
+    while (!todo.empty()) {
+      const int r = todo.back();
+      todo.pop_back();
+      advance(r, todo);
+    }
+    report_deadlock();
+  }
+
+  int messages() const { return messages_; }
+  TimelineStats stats() const {
+    TimelineStats st;
+    st.busy = busy_;
+    st.peak_inflight = peak_;
+    for (double c : clock_) st.step_time = std::max(st.step_time, c);
+    double idle = 0;
+    for (double b : busy_) idle += st.step_time - b;
+    st.bubble_fraction = st.step_time > 0 ? idle / (p_ * st.step_time) : 0.0;
+    return st;
+  }
+  Timeline take_timeline() { return std::move(timeline_); }
+
+ private:
+  size_t key(int into, int mb) const { return static_cast<size_t>(into) * m_ + mb; }
+  int64_t wait_key(int dir, int into, int mb) const { return static_cast<int64_t>(dir) * S_ * m_ + key(into, mb); }
+
+  // A message into virtual stage `into` (dir 0: activation, 1: gradient) is
+  // there at time t; wake its receiver if it waits for exactly this one.
+  void deliver(int dir, int into, int mb, double t, std::vector<int>& todo) {
+    ready_[dir][key(into, mb)] = encode_time(t);
+    const int dest = s_.rank_of(into);
+    if (waiting_[dest] == wait_key(dir, into, mb)) {
+      waiting_[dest] = -1;
+      todo.push_back(dest);
+    }
+  }
+
+  double link(int from_rank, int to_stage, int boundary) const {
+    return s_.rank_of(to_stage) == from_rank ? 0.0 : latency_[boundary];  // same rank: local hand-over
+  }
+
+  // Input a compute action needs: dir and stage; false if none (pipeline end, or W).
+  bool input_of(const Action& a, int stage, int* dir) const {
+    if (a.kind == ActionKind::F && stage > 0) return *dir = 0, true;
+    if (is_backward(a.kind) && stage < S_ - 1) return *dir = 1, true;
+    return false;
+  }
+
+  void advance(int r, std::vector<int>& todo) {
+    const auto& list = s_.ranks[r];
+    const size_t n = list.size();
+    std::vector<TimedAction>* tl = record_ ? &timeline_.ranks[r] : nullptr;
+    size_t pc = pc_[r];
+    double clock = clock_[r];
+    while (pc < n) {
+      const Action& a = list[pc];
+      const int stage = s_.stage_of(r, a.chunk);
+      if (a.kind == ActionKind::SEND_F || a.kind == ActionKind::SEND_B) {
+        const bool fwd = a.kind == ActionKind::SEND_F;
+        const int into = fwd ? stage + 1 : stage - 1;
+        deliver(fwd ? 0 : 1, into, a.mb, clock + link(r, into, fwd ? stage : stage - 1), todo);
+        if (tl) tl->push_back({a, clock, clock});
+        ++pc;
+        continue;
+      }
+      if (a.kind == ActionKind::RECV_F || a.kind == ActionKind::RECV_B) {  // posted: never blocks
+        if (tl) {
+          recv_at_[a.kind == ActionKind::RECV_F ? 0 : 1][key(stage, a.mb)] = static_cast<int32_t>(tl->size());
+          tl->push_back({a, clock, clock});
+        }
+        ++pc;
+        continue;
+      }
+      // A compute step: one action, or an overlapped pair (checked: both compute).
+      const int steps = a.overlap_next ? 2 : 1;
+      double start = clock, cost[2] = {0, 0}, got[2] = {-1, -1};
+      int dir[2] = {-1, -1}, st[2] = {stage, 0};
+      for (int j = 0; j < steps; ++j) {
+        const Action& b = list[pc + j];
+        st[j] = j == 0 ? stage : s_.stage_of(r, b.chunk);
+        cost[j] = cost_[static_cast<int>(b.kind) * S_ + st[j]];
+        if (!input_of(b, st[j], &dir[j])) continue;
+        const uint64_t stored = ready_[dir[j]][key(st[j], b.mb)];
+        if (!is_sent(stored)) {  // blocked until that message is sent
+          waiting_[r] = wait_key(dir[j], st[j], b.mb);
+          blocked_at_[r] = static_cast<int>(pc + j);
+          pc_[r] = pc;
+          clock_[r] = clock;
+          return;
+        }
+        got[j] = decode_time(stored);
+        start = std::max(start, got[j]);
+      }
+      const double hidden = steps == 2 && costs_ ? costs_->overlap * std::min(cost[0], cost[1]) : 0.0;
+      const double end = start + cost[0] + cost[1] - hidden;
+      double t = start;
+      for (int j = 0; j < steps; ++j) {
+        const Action& b = list[pc + j];
+        if (b.kind == ActionKind::F) peak_[r] = std::max(peak_[r], ++alive_[r]);
+        if (is_backward(b.kind)) --alive_[r];
+        if (dir[j] >= 0) ++messages_;
+        if (tl) {  // a pair is drawn as two boxes sharing its time in proportion to their costs
+          const double share = steps == 1 ? end - start : (end - start) * cost[j] / std::max(cost[0] + cost[1], 1e-300);
+          tl->push_back({b, t, j + 1 == steps ? end : t + share});
+          t += share;
+          if (comm_ && dir[j] >= 0) {
+            const int32_t at = recv_at_[dir[j]][key(st[j], b.mb)];
+            if (at >= 0) (*tl)[at].end = std::max((*tl)[at].start, got[j]);
+          }
+        }
+        if (!comm_) {  // the sends add_communication() would put after this step
+          if (b.kind == ActionKind::F && st[j] < S_ - 1) deliver(0, st[j] + 1, b.mb, end + link(r, st[j] + 1, st[j]), todo);
+          if (is_backward(b.kind) && st[j] > 0) deliver(1, st[j] - 1, b.mb, end + link(r, st[j] - 1, st[j] - 1), todo);
+        }
+      }
+      busy_[r] += end - start;
+      clock = end;
+      pc += steps;
+    }
+    pc_[r] = pc;
+    clock_[r] = clock;
+  }
+
+  void report_deadlock() const {
+    std::vector<Where> blocked;
+    std::string what;
+    for (int r = 0; r < p_; ++r) {
+      if (pc_[r] == s_.ranks[r].size()) continue;
+      const int pos = blocked_at_[r];
+      const Action& a = s_.ranks[r][pos];
+      const int stage = s_.stage_of(r, a.chunk), from = a.kind == ActionKind::F ? stage - 1 : stage + 1;
+      const Action send(a.kind == ActionKind::F ? ActionKind::SEND_F : ActionKind::SEND_B, a.mb, s_.chunk_of(from));
+      blocked.push_back({r, pos});
+      what += (what.empty() ? "" : "; ") + at_text(s_, r, pos) + " waits for " + to_token(send) + " from rank " +
+              std::to_string(s_.rank_of(from));
+    }
+    if (!blocked.empty()) violation(s_, blocked, "deadlock: " + what);
+  }
+
+  const Schedule& s_;
+  const Costs* costs_;
+  const bool record_, comm_;
+  const int p_, m_, S_;
+  ZeroedBuffer<uint64_t> ready_[2];  // [dir][stage * m + mb]: when that input is there (encode_time), 0 = not sent
+  std::vector<int32_t> recv_at_[2];  // timeline index of the RECV of that input (record with comm only)
+  std::vector<double> cost_;         // [kind F,B,I,W][stage]
+  std::vector<double> latency_;      // [boundary s -> s+1]
+  std::vector<size_t> pc_;
+  std::vector<double> clock_, busy_;
+  std::vector<int> alive_, peak_, blocked_at_;
+  std::vector<int64_t> waiting_;     // per rank: the message key it waits for, -1 = runnable
+  int messages_ = 0;
+  Timeline timeline_;
+};
+
+}  // namespace
+
+RunResult run(const Schedule& s, const Costs* costs, bool record) {
+  check_shape(s);
+  if (costs) check_costs(*costs, s.stages, s.chunks);
+  RunResult out;
+  const bool comm = has_communication(s);
+  out.report.communication_added = !comm;
+  std::vector<Slot> slots;
+  for (int r = 0; r < s.stages; ++r) {
+    check_rank(s, r, comm, slots);
+    for (const Action& a : s.ranks[r]) {
+      out.report.compute_actions += is_compute(a.kind) ? 1 : 0;
+      out.report.split_backward = out.report.split_backward || a.kind == ActionKind::I;
+    }
+  }
+  Runner runner(s, costs, record, comm);
+  runner.run();
+  out.report.messages = runner.messages();
+  if (costs) out.stats = runner.stats();
+  if (record && costs) {
+    out.timeline = runner.take_timeline();
+    out.timeline.stages = s.stages;
+    out.timeline.microbatches = s.microbatches;
+    out.timeline.chunks = s.chunks;
+  }
+  return out;
+}
+
+}  // namespace trident::sched::detail
