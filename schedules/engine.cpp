@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
 
 #include "schedules/generators.h"
 #include "schedules/zeroed_buffer.h"
@@ -125,6 +126,59 @@ void check_rank(const Schedule& s, int r, bool comm, std::vector<Slot>& slots) {
     }
 }
 
+// The per-rank checks in one pass with one flag byte per (chunk, mb): each
+// action checks what must (not) have come before it. Positions are not kept;
+// on the first anomaly check_rank() reruns on that rank to name them. Returns
+// false when the rank needs that detailed check. Counts compute actions and I.
+bool quick_check_rank(const Schedule& s, int r, bool comm, std::vector<uint8_t>& seen, ValidationReport* rep) {
+  enum : uint8_t { kF = 1, kB = 2, kI = 4, kW = 8, kRF = 16, kSF = 32, kRB = 64, kSB = 128 };
+  const int m = s.microbatches, v = s.chunks, last = s.virtual_stages() - 1;
+  seen.assign(static_cast<size_t>(m) * v, 0);
+  std::vector<int> stage(v);
+  for (int c = 0; c < v; ++c) stage[c] = s.stage_of(r, c);
+  const auto& list = s.ranks[r];
+  const size_t n = list.size();
+  int compute = 0;
+  bool split = false;
+  for (size_t i = 0; i < n; ++i) {
+    const Action a = list[i];
+    if (a.mb < 0 || a.mb >= m || a.chunk >= v) return false;
+    if (a.overlap_next && (!is_compute(a.kind) || i + 1 == n || !is_compute(list[i + 1].kind) || list[i + 1].overlap_next))
+      return false;
+    uint8_t& f = seen[static_cast<size_t>(a.chunk) * m + a.mb];
+    const int st = stage[a.chunk];
+    bool ok = true;
+    switch (a.kind) {
+      case ActionKind::F: ok = !(f & kF) && (!comm || st == 0 || (f & kRF)); f |= kF; break;
+      case ActionKind::B:
+      case ActionKind::I:
+        ok = (f & kF) && !(f & (kB | kI)) && (!comm || st == last || (f & kRB));
+        f |= a.kind == ActionKind::B ? kB : kI;
+        split = split || a.kind == ActionKind::I;
+        break;
+      case ActionKind::W: ok = (f & kI) && !(f & kW); f |= kW; break;
+      case ActionKind::RECV_F: ok = st > 0 && !(f & (kRF | kF)); f |= kRF; break;
+      case ActionKind::SEND_F: ok = st < last && (f & kF) && !(f & kSF); f |= kSF; break;
+      case ActionKind::RECV_B: ok = st < last && !(f & (kRB | kB | kI)); f |= kRB; break;
+      case ActionKind::SEND_B: ok = st > 0 && (f & (kB | kI)) && !(f & kSB); f |= kSB; break;
+    }
+    if (!ok) return false;
+    compute += is_compute(a.kind) ? 1 : 0;
+  }
+  for (int c = 0; c < v; ++c) {
+    uint8_t want_comm = 0;
+    if (comm) want_comm = (stage[c] > 0 ? kRF | kSB : 0) | (stage[c] < last ? kSF | kRB : 0);
+    for (int mb = 0; mb < m; ++mb) {
+      const uint8_t f = seen[static_cast<size_t>(c) * m + mb];
+      const uint8_t work = f & (kF | kB | kI | kW);
+      if ((work != (kF | kB) && work != (kF | kI | kW)) || (f & (kRF | kSF | kRB | kSB)) != want_comm) return false;
+    }
+  }
+  rep->compute_actions += compute;
+  rep->split_backward = rep->split_backward || split;
+  return true;
+}
+
 // Message times are stored XOR-ed with a NaN's bits so that the zero pages a
 // fresh table starts with read as "not sent yet" (NaN never is a time), and
 // no fill pass is needed.
@@ -196,6 +250,7 @@ class Runner {
   Timeline take_timeline() { return std::move(timeline_); }
 
  private:
+  // Stage major: a rank reads its stage's row in micro-batch order.
   size_t key(int into, int mb) const { return static_cast<size_t>(into) * m_ + mb; }
   int64_t wait_key(int dir, int into, int mb) const { return static_cast<int64_t>(dir) * S_ * m_ + key(into, mb); }
 
@@ -207,6 +262,7 @@ class Runner {
     if (waiting_[dest] == wait_key(dir, into, mb)) {
       waiting_[dest] = -1;
       todo.push_back(dest);
+      __builtin_prefetch(&s_.ranks[dest][pc_[dest]]);  // it runs next: start the likely cache miss now
     }
   }
 
@@ -334,15 +390,21 @@ RunResult run(const Schedule& s, const Costs* costs, bool record) {
   check_shape(s);
   if (costs) check_costs(*costs, s.stages, s.chunks);
   RunResult out;
-  const bool comm = has_communication(s);
+  // Explicit communication is all or nothing, and with p*v > 1 every rank
+  // sends something, so rank 0's list decides (a full scan of a big
+  // compute-only schedule would cost as much as checking it).
+  const bool comm = std::any_of(s.ranks[0].begin(), s.ranks[0].end(), [](const Action& a) { return is_communication(a.kind); });
   out.report.communication_added = !comm;
-  std::vector<Slot> slots;
+  std::vector<uint8_t> seen;
   for (int r = 0; r < s.stages; ++r) {
-    check_rank(s, r, comm, slots);
-    for (const Action& a : s.ranks[r]) {
-      out.report.compute_actions += is_compute(a.kind) ? 1 : 0;
-      out.report.split_backward = out.report.split_backward || a.kind == ActionKind::I;
-    }
+    if (quick_check_rank(s, r, comm, seen, &out.report)) continue;
+    std::vector<Slot> slots;
+    check_rank(s, r, comm, slots);  // throws, naming positions
+    if (!comm && has_communication(s))
+      throw ScheduleError("invalid schedule: rank " + std::to_string(r) +
+                          " has send/recv actions but rank 0 has none: write them for every rank or for none");
+    throw std::logic_error("schedule check: rank " + std::to_string(r) +
+                           " failed the quick check but passed the detailed one (a bug in engine.cpp)");
   }
   Runner runner(s, costs, record, comm);
   runner.run();
