@@ -49,15 +49,18 @@ struct Cursor {
 
 }  // namespace
 
-// NOTE [zb-v] ZB-V (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024,
-// section 6 / figure 8): chunk 0's forwards ramp down the V, chunk 1's come
-// back up, and each rank's first backward is its chunk-1 I right after that
-// chunk's first forward, so rank 0 (which holds the last stage) starts the
-// backward chain as early as 1F1B's last rank would. The phases below follow
-// the paper's figure: with F = I = W every rank is busy from its first
-// forward to its last W. Like PyTorch's ScheduleZBVZeroBubble, the pattern is
-// laid out for max(m, 2p-1) micro-batches and the surplus ones are dropped,
-// which keeps every dependency of the rest (any m >= 1).
+// NOTE [zb-v] ZB-V (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024):
+// chunk 0's forwards run down the V, chunk 1's come back up, and once the
+// first micro-batch is back on a rank its chunk-1 input gradient runs at once
+// (the backward chain starts where the V ends, on rank 0), each I
+// followed by its W while the pipeline fills. In the steady state every rank
+// alternates F, I, W on chunk 0 and on chunk 1; in the cool-down the I's go
+// first and the held-back W's fill the gaps. The phase lengths are those of
+// the paper's figure (and of PyTorch's ScheduleZBVZeroBubble); with F = I = W
+// every rank is busy from its first action to its last (test_schedule_simulate).
+// The pattern is laid out for max(m, 2p-1) micro-batches and the surplus ones
+// are dropped, which removes whole chains of dependencies and so keeps the
+// rest deadlock-free: any m >= 1.
 Schedule zb_v(int p, int m) {
   check_supported("zb-v", p, m, 2);
   Schedule s = empty_schedule(p, m, 2, Placement::v);
@@ -88,8 +91,8 @@ Schedule zb_v(int p, int m) {
 // test). In the main steps a forward of one chunk runs overlapped with the
 // full backward of the other (an overlapped pair, Action::overlap_next), which
 // in DeepSeek's setting hides one's all-to-all behind the other's compute.
-// The last rank does not overlap its first pair, to shorten the bubble (as in
-// the reference). Needs m >= 2p.
+// Like the reference, the last rank runs its first main-step F0 and B1 one
+// after the other (the reference notes this shortens the bubble). Needs m >= 2p.
 Schedule dualpipe_v(int p, int m) {
   check_supported("dualpipev", p, m, 2);
   Schedule s = empty_schedule(p, m, 2, Placement::v);
@@ -102,7 +105,7 @@ Schedule dualpipe_v(int p, int m) {
     for (int i = 0; i < p - r - 1; ++i) k.I(1), k.W(), k.F(1);  // 3: zero-bubble I1 W F1
     for (int i = 0; i < m - 2 * p + r + 1; ++i) {               // 4: main step, F0+B1 then F1+B0
       if (i == 0 && last) {
-        k.F(0), k.B(1);  // not overlapped: the last rank's B1 needs its own F1's loss first
+        k.F(0), k.B(1);  // not overlapped, see the NOTE
       } else {
         k.F(0, true), k.B(1);
       }
