@@ -13,7 +13,8 @@ out=benchmarks/results/simulator_scale.txt
   echo "# machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GB", $2/1048576}' /proc/meminfo); $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
   echo "# before this work (2026-11-30): p=256 m=2048 v=4 took 31 s and 2.9 GB; p=1024 m=8192 v=4 did not finish in 120 s"
   echo "# columns: p m v compute_actions wall_s user_s sys_s peak_rss_mb loadavg_1min_before | summary"
-  for args in "-p 256 -m 2048 -v 4" "-p 1024 -m 8192 -v 4"; do
+  # The first row is the binary's start-up alone (it loads libtorch): subtract it.
+  for args in "-p 2 -m 2 -v 2" "-p 256 -m 2048 -v 4" "-p 1024 -m 8192 -v 4"; do
     for rep in $(seq "$reps"); do
       load=$(cut -d' ' -f1 /proc/loadavg)
       /usr/bin/time -v "$build/trident" schedule --kind interleaved $args --format summary > /tmp/sim_scale.out 2> /tmp/sim_scale.time

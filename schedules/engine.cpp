@@ -201,8 +201,14 @@ class Runner {
  public:
   Runner(const Schedule& s, const Costs* costs, bool record, bool comm)
       : s_(s), costs_(costs), record_(record && costs), comm_(comm), p_(s.stages), m_(s.microbatches),
-        S_(s.virtual_stages()) {
-    for (auto& r : ready_) r = ZeroedBuffer<uint64_t>(static_cast<size_t>(S_) * m_);
+        v_(s.chunks), S_(s.virtual_stages()) {
+    // Placement as tables: the run looks these up once or twice per action.
+    rank_of_.resize(S_);
+    for (int st = 0; st < S_; ++st) rank_of_[st] = s.rank_of(st);
+    stage_of_.resize(static_cast<size_t>(p_) * v_);
+    for (int r = 0; r < p_; ++r)
+      for (int c = 0; c < v_; ++c) stage_of_[static_cast<size_t>(r) * v_ + c] = s.stage_of(r, c);
+    ready_ = ZeroedBuffer<uint64_t>(static_cast<size_t>(S_) * m_);
     if (record_ && comm_)
       for (auto& r : recv_at_) r.assign(static_cast<size_t>(S_) * m_, -1);
     cost_.assign(4 * static_cast<size_t>(S_), 0.0);
@@ -257,8 +263,12 @@ class Runner {
   // A message into virtual stage `into` (dir 0: activation, 1: gradient) is
   // there at time t; wake its receiver if it waits for exactly this one.
   void deliver(int dir, int into, int mb, double t, std::vector<int>& todo) {
-    ready_[dir][key(into, mb)] = encode_time(t);
-    const int dest = s_.rank_of(into);
+    uint64_t& slot = ready_[key(into, mb)];
+    if (is_sent(slot))  // NOTE [one slot per input]: the forward input is consumed before the gradient can exist
+      throw std::logic_error("schedule run: second message into stage " + std::to_string(into) + " micro-batch " +
+                             std::to_string(mb) + " before the first was used (a bug in engine.cpp)");
+    slot = encode_time(t);
+    const int dest = rank_of_[into];
     if (waiting_[dest] == wait_key(dir, into, mb)) {
       waiting_[dest] = -1;
       todo.push_back(dest);
@@ -267,7 +277,7 @@ class Runner {
   }
 
   double link(int from_rank, int to_stage, int boundary) const {
-    return s_.rank_of(to_stage) == from_rank ? 0.0 : latency_[boundary];  // same rank: local hand-over
+    return rank_of_[to_stage] == from_rank ? 0.0 : latency_[boundary];  // same rank: local hand-over
   }
 
   // Input a compute action needs: dir and stage; false if none (pipeline end, or W).
@@ -285,7 +295,7 @@ class Runner {
     double clock = clock_[r];
     while (pc < n) {
       const Action& a = list[pc];
-      const int stage = s_.stage_of(r, a.chunk);
+      const int stage = stage_of_[static_cast<size_t>(r) * v_ + a.chunk];
       if (a.kind == ActionKind::SEND_F || a.kind == ActionKind::SEND_B) {
         const bool fwd = a.kind == ActionKind::SEND_F;
         const int into = fwd ? stage + 1 : stage - 1;
@@ -308,10 +318,10 @@ class Runner {
       int dir[2] = {-1, -1}, st[2] = {stage, 0};
       for (int j = 0; j < steps; ++j) {
         const Action& b = list[pc + j];
-        st[j] = j == 0 ? stage : s_.stage_of(r, b.chunk);
+        st[j] = j == 0 ? stage : stage_of_[static_cast<size_t>(r) * v_ + b.chunk];
         cost[j] = cost_[static_cast<int>(b.kind) * S_ + st[j]];
         if (!input_of(b, st[j], &dir[j])) continue;
-        const uint64_t stored = ready_[dir[j]][key(st[j], b.mb)];
+        const uint64_t stored = ready_[key(st[j], b.mb)];
         if (!is_sent(stored)) {  // blocked until that message is sent
           waiting_[r] = wait_key(dir[j], st[j], b.mb);
           blocked_at_[r] = static_cast<int>(pc + j);
@@ -320,6 +330,7 @@ class Runner {
           return;
         }
         got[j] = decode_time(stored);
+        ready_[key(st[j], b.mb)] = 0;  // consumed: the slot is free for the gradient
         start = std::max(start, got[j]);
       }
       const double hidden = steps == 2 && costs_ ? costs_->overlap * std::min(cost[0], cost[1]) : 0.0;
@@ -371,8 +382,15 @@ class Runner {
   const Schedule& s_;
   const Costs* costs_;
   const bool record_, comm_;
-  const int p_, m_, S_;
-  ZeroedBuffer<uint64_t> ready_[2];  // [dir][stage * m + mb]: when that input is there (encode_time), 0 = not sent
+  const int p_, m_, v_, S_;
+  std::vector<int> rank_of_, stage_of_;  // [stage], [rank * v + chunk]
+  // NOTE [one slot per input] [stage * m + mb]: when the message into that
+  // stage is there (encode_time), 0 = not sent or already used. One slot serves
+  // both directions: the gradient into stage s for mb is produced by stage
+  // s+1's backward, after stage s+1's forward, after stage s's forward has
+  // used its activation (the per-rank checks guarantee each order), so the
+  // two messages are never pending at once. Half the memory of two tables.
+  ZeroedBuffer<uint64_t> ready_;
   std::vector<int32_t> recv_at_[2];  // timeline index of the RECV of that input (record with comm only)
   std::vector<double> cost_;         // [kind F,B,I,W][stage]
   std::vector<double> latency_;      // [boundary s -> s+1]
