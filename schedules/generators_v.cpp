@@ -2,6 +2,7 @@
 // stage r) and chunk 1 (virtual stage 2p-1-r), NOTE [placement] in action.h.
 #include <algorithm>
 #include <deque>
+#include <stdexcept>
 
 #include "schedules/generators.h"
 
@@ -29,6 +30,7 @@ struct Cursor {
     emit(Action(ActionKind::I, b[c]++, c));
   }
   void W() {
+    if (w.empty()) throw std::logic_error("V schedule generator: a W with no I before it (a bug in generators_v.cpp)");
     emit(w.front());
     w.pop_front();
   }
