@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "schedules/zeroed_buffer.h"
+
 namespace trident::sched {
 
 namespace {
@@ -78,7 +80,7 @@ Schedule interleaved(int p, int m, int v) {
   auto bwd = [&](int k) { return act(ActionKind::B, table[k].mb, v - 1 - table[k].chunk); };
   for (int r = 0; r < p; ++r) {
     auto& out = s.ranks[r];
-    out.reserve(2 * static_cast<size_t>(total));
+    detail::reserve_populated(out, 2 * static_cast<size_t>(total));
     const int warmup = std::min((p - r - 1) * 2 + (v - 1) * round, total);
     for (int k = 0; k < warmup; ++k) out.push_back(fwd(k));  // warm-up
     for (int k = 0; k < total - warmup; ++k) {                // steady
@@ -172,7 +174,7 @@ Schedule add_communication(const Schedule& s) {
     const auto& in = s.ranks[r];
     auto& list = out.ranks[r];
     list.clear();
-    list.reserve(in.size() * 3);
+    detail::reserve_populated(list, in.size() * 3);
     for (size_t i = 0; i < in.size();) {
       // A step is one compute action, or an overlapped pair run as one.
       const size_t n = in[i].overlap_next && i + 1 < in.size() ? 2 : 1;

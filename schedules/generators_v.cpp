@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "schedules/generators.h"
+#include "schedules/zeroed_buffer.h"
 
 namespace trident::sched {
 
@@ -69,7 +70,7 @@ Schedule zb_v(int p, int m) {
   const int n = std::max(m, 2 * p - 1);
   for (int r = 0; r < p; ++r) {
     Cursor k(&s.ranks[r], m);
-    k.out->reserve(6 * static_cast<size_t>(m));
+    detail::reserve_populated(*k.out, 6 * static_cast<size_t>(m));
     for (int i = 0; i < 2 * (p - r) - 1; ++i) k.F(0);  // warm-up: fill the down-stroke of the V
     for (int i = 0; i < r; ++i) k.F(1), k.F(0);       //          chunk 1's forwards come back up
     for (int i = 0; i < p - r; ++i) k.F(1), k.I(1), k.W();  //    first backwards, weight right after
@@ -100,7 +101,7 @@ Schedule dualpipe_v(int p, int m) {
   Schedule s = empty_schedule(p, m, 2, Placement::v);
   for (int r = 0; r < p; ++r) {
     Cursor k(&s.ranks[r], m);
-    k.out->reserve(6 * static_cast<size_t>(m));
+    detail::reserve_populated(*k.out, 6 * static_cast<size_t>(m));
     const bool last = r == p - 1;
     for (int i = 0; i < 2 * (p - r - 1); ++i) k.F(0);           // 1: chunk 0 forwards
     for (int i = 0; i < r + 1; ++i) k.F(0), k.F(1);             // 2: F0 F1
