@@ -232,13 +232,13 @@ class Runner {
   }
 
   void run() {
-    std::vector<int> todo;
-    for (int r = p_ - 1; r >= 0; --r) todo.push_back(r);
-    while (!todo.empty()) {
-      const int r = todo.back();
-      todo.pop_back();
-      advance(r, todo);
-    }
+    // First in, first out: a woken rank runs after the others had their turn,
+    // by when more of its inputs are there, so it runs longer per visit (fewer
+    // visits, each costing cache misses on its list). A rank is queued at
+    // most once (only a waiting rank is woken), so a ring of p slots suffices.
+    Ring todo(p_);
+    for (int r = 0; r < p_; ++r) todo.push(r);
+    while (!todo.empty()) advance(todo.pop(), todo);
     report_deadlock();
   }
 
@@ -262,7 +262,21 @@ class Runner {
 
   // A message into virtual stage `into` (dir 0: activation, 1: gradient) is
   // there at time t; wake its receiver if it waits for exactly this one.
-  void deliver(int dir, int into, int mb, double t, std::vector<int>& todo) {
+  struct Ring {
+    std::vector<int> slot;
+    size_t head = 0, count = 0;
+    explicit Ring(int n) : slot(n) {}
+    bool empty() const { return count == 0; }
+    void push(int r) { slot[(head + count++) % slot.size()] = r; }
+    int pop() {
+      const int r = slot[head];
+      head = (head + 1) % slot.size();
+      --count;
+      return r;
+    }
+  };
+
+  void deliver(int dir, int into, int mb, double t, Ring& todo) {
     uint64_t& slot = ready_[key(into, mb)];
     if (is_sent(slot))  // NOTE [one slot per input]: the forward input is consumed before the gradient can exist
       throw std::logic_error("schedule run: second message into stage " + std::to_string(into) + " micro-batch " +
@@ -271,7 +285,7 @@ class Runner {
     const int dest = rank_of_[into];
     if (waiting_[dest] == wait_key(dir, into, mb)) {
       waiting_[dest] = -1;
-      todo.push_back(dest);
+      todo.push(dest);
       __builtin_prefetch(&s_.ranks[dest][pc_[dest]]);  // it runs next: start the likely cache miss now
     }
   }
@@ -287,7 +301,7 @@ class Runner {
     return false;
   }
 
-  void advance(int r, std::vector<int>& todo) {
+  void advance(int r, Ring& todo) {
     const auto& list = s_.ranks[r];
     const size_t n = list.size();
     std::vector<TimedAction>* tl = record_ ? &timeline_.ranks[r] : nullptr;
