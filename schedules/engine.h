@@ -2,10 +2,25 @@
 // validate() and simulate() are thin wrappers; nothing else includes this.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "schedules/simulate.h"
 #include "schedules/validate.h"
 
 namespace trident::sched::detail {
+
+// engine_checks.cpp. A spot in the lists: rank and index in its list.
+struct Where {
+  int rank;
+  int pos;
+};
+[[noreturn]] void violation(const Schedule& s, std::vector<Where> at, const std::string& what);
+std::string at_text(const Schedule& s, int rank, int pos);  // "rank R position P (TOKEN)"
+// Every per-rank check; throws ScheduleError naming the first violation.
+// Adds compute actions and whether any is an I to rep. Returns whether the
+// communication is explicit (decided by rank 0's list).
+bool check_ranks(const Schedule& s, ValidationReport* rep);
 
 struct RunResult {
   ValidationReport report;
