@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <random>
 
 #include "schedules/generators.h"
 #include "schedules/validate.h"
@@ -139,4 +140,40 @@ TEST(ScheduleValidate, DuplicateForwardAndWrongShape) {
   s = gpipe(2, 2);
   s.ranks[0][0].mb = 7;
   EXPECT_TRUE(has(error_of(s), "outside m=2"));
+}
+
+TEST(ScheduleValidate, MutatedSchedulesFailWithAScheduleError) {
+  // The validator checks fast first and re-checks in detail only to name an
+  // error, and the run keeps one message slot per (stage, mb): whatever the
+  // mutation, the answer must be "valid" or a ScheduleError with a grid,
+  // never an internal error or a crash.
+  std::mt19937 rng(13);
+  int rejected = 0, accepted = 0;
+  for (const std::string kind : {"1f1b", "interleaved", "zb-h1", "zb-v", "dualpipev"})
+    for (int p : {2, 3})
+      for (bool comm : {false, true}) {
+        const int v = kind == "interleaved" || kind == "zb-v" || kind == "dualpipev" ? 2 : 1, m = 2 * p;
+        const Schedule base = comm ? generate(kind, p, m, v) : generate_compute(kind, p, m, v);
+        for (int trial = 0; trial < 150; ++trial) {
+          Schedule s = base;
+          auto& list = s.ranks[rng() % p];
+          const size_t i = rng() % list.size();
+          switch (rng() % 5) {
+            case 0: list.erase(list.begin() + i); break;
+            case 1: list.insert(list.begin() + i, list[rng() % list.size()]); break;
+            case 2: std::swap(list[i], list[rng() % list.size()]); break;
+            case 3: list[i].mb = static_cast<int>(rng() % (m + 1)); break;  // sometimes out of range
+            default: list[i].overlap_next = !list[i].overlap_next; break;
+          }
+          try {
+            validate(s);
+            ++accepted;
+          } catch (const ScheduleError& e) {
+            EXPECT_TRUE(has(e.what(), "invalid schedule")) << e.what();
+            ++rejected;
+          }
+        }
+      }
+  EXPECT_GT(rejected, 1000);
+  EXPECT_GT(accepted, 10);  // e.g. swapping two independent actions
 }
