@@ -49,6 +49,13 @@ TEST(ScheduleCli, FormatsHaveTheirShape) {
   EXPECT_NE(r.out.find("\"traceEvents\""), std::string::npos);
   EXPECT_NE(r.out.find("\"ph\": \"X\""), std::string::npos);
 
+  r = run_schedule("--kind zb-v -p 2 -m 4 -v 2 --format json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("{\"action\": \"I0.1\""), std::string::npos) << r.out.substr(0, 300);
+  r = run_schedule("--kind dualpipev -p 2 -m 4 -v 2 --format chrome");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("\"name\": \"F3\", \"cat\": \"forward\""), std::string::npos);
+
   r = run_schedule("--kind gpipe -p 2 -m 3");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(r.out.rfind("gpipe p=2 m=3 v=1: step 12, bubble 25.00%", 0), 0u) << r.out;
