@@ -77,10 +77,10 @@ class Runner {
   }
 
   void run() {
-    // First in, first out: a woken rank runs after the others had their turn,
-    // by when more of its inputs are there, so it runs longer per visit (fewer
-    // visits, each costing cache misses on its list). A rank is queued at
-    // most once (only a waiting rank is woken), so a ring of p slots suffices.
+    // Newest first: a woken rank runs as soon as the current one blocks, while
+    // the message it waited for is still in cache (first-in-first-out measured
+    // a quarter slower at p=1024). A rank is queued at most once (only a
+    // waiting rank is woken), so p slots suffice.
     Ring todo(p_);
     for (int r = 0; r < p_; ++r) todo.push(r);
     while (!todo.empty()) advance(todo.pop(), todo);
@@ -113,12 +113,7 @@ class Runner {
     explicit Ring(int n) : slot(n) {}
     bool empty() const { return count == 0; }
     void push(int r) { slot[(head + count++) % slot.size()] = r; }
-    int pop() {
-      const int r = slot[head];
-      head = (head + 1) % slot.size();
-      --count;
-      return r;
-    }
+    int pop() { return slot[(head + --count) % slot.size()]; }  // newest first
   };
 
   void deliver(int dir, int into, int mb, double t, Ring& todo) {
