@@ -137,7 +137,7 @@ const std::vector<Field>& fields() {
       TRIDENT_FIELD(parallel, zero, at_least(0),
                     "0: every dp rank keeps all optimizer state; 1: ZeRO-1, state sharded over dp"),
 
-      TRIDENT_FIELD(schedule, kind, one_of({"gpipe", "1f1b", "interleaved", "zb-h1", "file"}),
+      TRIDENT_FIELD(schedule, kind, one_of({"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipev", "file"}),
                     "pipeline schedule"),
       TRIDENT_FIELD(schedule, chunks, at_least(1), "virtual stages (model chunks) per pipeline rank"),
       TRIDENT_FIELD(schedule, file, any(), "schedule text file when kind = \"file\""),
@@ -552,8 +552,8 @@ void validate(const Config& c) {
   if (p.backend == "nccl" && t.device != "cuda")
     fail(c, "parallel.backend = \"nccl\" needs training.device = \"cuda\", got " + quote(t.device));
 
-  if (s.chunks > 1 && s.kind != "interleaved" && s.kind != "file") {
-    fail(c, "schedule.chunks = " + n(s.chunks) + " needs schedule.kind = \"interleaved\" or \"file\", got " +
+  if (s.chunks > 1 && s.kind != "interleaved" && s.kind != "file" && s.kind != "zb-v" && s.kind != "dualpipev") {
+    fail(c, "schedule.chunks = " + n(s.chunks) + " needs schedule.kind = \"interleaved\", \"zb-v\", \"dualpipev\" or \"file\", got " +
                 quote(s.kind));
   }
   if (s.kind == "file" && s.file.empty()) fail(c, "schedule.kind = \"file\" needs schedule.file");

@@ -52,7 +52,7 @@ struct ParallelConfig {
 };
 
 struct ScheduleConfig {
-  std::string kind = "1f1b";  // "gpipe" | "1f1b" | "interleaved" | "zb-h1" | "file"
+  std::string kind = "1f1b";  // "gpipe" | "1f1b" | "interleaved" | "zb-h1" | "zb-v" | "dualpipev" | "file"
   int64_t chunks = 1;         // virtual stages per pipeline rank (interleaved)
   std::string file;           // schedule text file when kind = "file"
 };
