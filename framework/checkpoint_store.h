@@ -42,7 +42,7 @@ class CheckpointError : public std::runtime_error {
 };
 
 // 64-bit FNV-1a of a byte range (continue a running hash by passing it as h).
-constexpr uint64_t kFnvOffset = 1469598103934665603ULL;
+constexpr uint64_t kFnvOffset = 14695981039346656037ULL;
 uint64_t fnv1a64(const void* data, size_t n, uint64_t h = kFnvOffset);
 
 // What a checkpoint records besides tensors.
