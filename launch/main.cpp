@@ -21,6 +21,10 @@ const Command kCommands[] = {
     {"schedule", trident::cli::cmd_schedule, "print, check, simulate and draw a pipeline schedule"},
     {"tokenize", trident::cli::cmd_tokenize, "print the token ids of stdin"},
     {"data", trident::cli::cmd_data, "prepare a binary token file from text"},
+    {"checkpoint", trident::cli::cmd_checkpoint, "write a config's freshly initialised model as a checkpoint"},
+    {"export", trident::cli::cmd_export, "write a checkpoint's model in Hugging Face GPT-2 layout"},
+    {"eval", trident::cli::cmd_eval, "mean next-token loss of a text under a checkpoint or HF model"},
+    {"generate", trident::cli::cmd_generate, "continue a prompt with a checkpoint or HF model"},
 };
 
 void usage(FILE* out) {

@@ -1,4 +1,5 @@
 # models/gpt: the GPT model (libtorch).
-add_library(trident_models STATIC ${CMAKE_CURRENT_LIST_DIR}/gpt.cpp)
+add_library(trident_models STATIC ${CMAKE_CURRENT_LIST_DIR}/gpt.cpp ${CMAKE_CURRENT_LIST_DIR}/hf_gpt2.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/inference.cpp)
 target_compile_options(trident_models PRIVATE ${TRIDENT_WARNINGS})
-target_link_libraries(trident_models PUBLIC trident_parallel trident_config)
+target_link_libraries(trident_models PUBLIC trident_parallel trident_config trident_checkpoint_torch)

@@ -161,4 +161,15 @@ at::Tensor GptChunk::forward(const at::Tensor& input, const at::Tensor& targets)
   return vocab_parallel_cross_entropy(tp_, logits, targets, tp_.rank() * word.size(0), cfg_.vocab_size).mean();
 }
 
+at::Tensor GptChunk::logits(const at::Tensor& ids) const {
+  if (!spec_.has_embedding || !spec_.has_head || tp_.size() != 1)
+    throw std::logic_error("GptChunk::logits needs the whole model on one rank (embedding, head, tp = 1)");
+  // Same ops as forward() at tp = 1, where every TP mapping is the identity.
+  const at::Tensor& word = p("embedding.word.weight");
+  at::Tensor x = vocab_parallel_embedding(tp_, ids, word, 0) + p("embedding.position.weight").narrow(0, 0, ids.size(1));
+  for (int64_t l = spec_.first_layer; l < spec_.first_layer + spec_.num_layers; ++l) x = block(l, x);
+  x = at::layer_norm(x, {cfg_.hidden}, p("final_ln.weight"), p("final_ln.bias"), cfg_.layernorm_eps);
+  return column_parallel_linear(tp_, x, p("head.word.weight"), at::Tensor()).narrow(-1, 0, cfg_.vocab_size);
+}
+
 }  // namespace trident

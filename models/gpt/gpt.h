@@ -50,6 +50,10 @@ class GptChunk {
   // parallelism. Last chunk: returns the mean token loss of the micro-batch
   // (a scalar) given targets (batch, seq); otherwise the hidden state.
   at::Tensor forward(const at::Tensor& input, const at::Tensor& targets) const;
+  // The whole model on one rank (embedding and head, tp = 1): next-token
+  // logits (batch, seq, vocab_size) of token ids (batch, seq), padding columns
+  // dropped. For eval/generate and export checks; training uses forward().
+  at::Tensor logits(const at::Tensor& ids) const;
 
   std::vector<Param>& params() { return params_; }
   const std::vector<Param>& params() const { return params_; }
