@@ -47,6 +47,27 @@ TEST(CheckpointCli, EvalAndGenerateAgreeOnACheckpointAndItsExport) {
   EXPECT_EQ(ga.output.size(), 7u) << "6 bytes and a newline";
 }
 
+TEST(CheckpointCli, Gpt2TokenizerTravelsWithTheExport) {
+  const std::string ck = fresh_dir("gpt2_ck"), hf = fresh_dir("gpt2_hf"), text = bin("test_cli_gpt2.txt");
+  std::ofstream(text) << "Hello world, hello again";  // GPT-2 BPE: Hello| world|,| hello| again = 5 tokens
+  RunResult r = run_command(bin("trident") + " checkpoint init" + kTiny +
+                            " --set model.layers=1 --set model.vocab_size=50257 --set data.tokenizer=gpt2 --out " + ck);
+  ASSERT_EQ(r.status, 0) << r.output;
+  ASSERT_EQ(run_command(bin("trident") + " export --checkpoint " + ck + " --format hf-gpt2 --out " + hf).status, 0);
+  std::ifstream cfg(hf + "/config.json");
+  const std::string json((std::istreambuf_iterator<char>(cfg)), std::istreambuf_iterator<char>());
+  EXPECT_NE(json.find("\"tokenizer\": \"gpt2\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"eos_token_id\": 50256"), std::string::npos) << json;
+  const RunResult a = run_command(bin("trident") + " eval --checkpoint " + ck + " --text " + text);
+  const RunResult b = run_command(bin("trident") + " eval --init-from " + hf + " --text " + text);
+  ASSERT_EQ(a.status, 0) << a.output;
+  EXPECT_EQ(a.output, b.output);
+  EXPECT_NE(a.output.find(" tokens=4\n"), std::string::npos) << a.output;
+  // The byte tokenizer fits a 50257-token model too, when asked for.
+  const RunResult c = run_command(bin("trident") + " eval --init-from " + hf + " --tokenizer byte --text " + text);
+  EXPECT_NE(c.output.find(" tokens=23\n"), std::string::npos) << c.output;
+}
+
 TEST(CheckpointCli, BadInputIsAnErrorNamingFileTensorOrFlag) {
   const std::string ck = fresh_dir("bad"), text = bin("test_cli_text.txt");
   std::ofstream(text) << "hello world\n";
