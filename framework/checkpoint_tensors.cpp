@@ -101,4 +101,25 @@ void load_param(const Reader& r, const std::string& name, const ParamInfo& info,
   local.copy_(value);
 }
 
+bool stores_param(const ParamInfo& info, int tp_rank) {
+  return !info.tied_copy && (info.shard_dim >= 0 || tp_rank == 0);
+}
+
+void save_params(ShardWriter& w, const std::vector<Param>& params, int tp_rank, const std::string& prefix,
+                 const std::vector<at::Tensor>& tensors) {
+  TORCH_CHECK(tensors.empty() || tensors.size() == params.size(), "save_params: ", tensors.size(),
+              " tensors for ", params.size(), " parameters");
+  for (size_t i = 0; i < params.size(); ++i)
+    if (stores_param(params[i].info, tp_rank))
+      add_param(w, prefix + params[i].info.name, params[i].info, tensors.empty() ? params[i].tensor : tensors[i]);
+}
+
+void load_params(const Reader& r, std::vector<Param>& params, const std::string& prefix,
+                 std::vector<at::Tensor>* tensors) {
+  TORCH_CHECK(!tensors || tensors->size() == params.size(), "load_params: ", tensors ? tensors->size() : 0,
+              " tensors for ", params.size(), " parameters");
+  for (size_t i = 0; i < params.size(); ++i)
+    load_param(r, prefix + params[i].info.name, params[i].info, tensors ? (*tensors)[i] : params[i].tensor);
+}
+
 }  // namespace trident::ckpt

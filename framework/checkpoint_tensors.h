@@ -47,4 +47,21 @@ at::Tensor read_tensor(const Reader& r, const std::string& name, at::ScalarType 
 // Any other shape difference throws naming the tensor and both shapes.
 void load_param(const Reader& r, const std::string& name, const ParamInfo& info, at::Tensor& local);
 
+// ---- a rank's parameters (and tensors shaped like them) ----------------------
+
+// Whether this rank writes `info`'s slice so that every element is stored once:
+// not a tied copy (the embedding's entry holds it), not a TP-replicated tensor
+// on tp_rank > 0. DP replicas: call the savers on dp rank 0 only (the reader
+// would accept identical replicas, at the cost of space).
+bool stores_param(const ParamInfo& info, int tp_rank);
+
+// Saves `tensors[i]` (shaped like params[i]'s local slice: the parameter itself,
+// or e.g. its Adam exp_avg) under prefix + params[i].info.name, for every
+// parameter stores_param() selects. With tensors empty, saves the parameters.
+void save_params(ShardWriter& w, const std::vector<Param>& params, int tp_rank, const std::string& prefix = "",
+                 const std::vector<at::Tensor>& tensors = {});
+// Fills each params[i] (or tensors[i] when given) from prefix + name via load_param.
+void load_params(const Reader& r, std::vector<Param>& params, const std::string& prefix = "",
+                 std::vector<at::Tensor>* tensors = nullptr);
+
 }  // namespace trident::ckpt
