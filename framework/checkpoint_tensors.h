@@ -7,6 +7,21 @@
 // parameters on tp ranks > 0) from one rank only, or from several with
 // bit-identical values: the reader reads identical slices once and rejects
 // slices that disagree.
+//
+// NOTE [saving training state] (the sequence a trainer follows)
+//   every rank:  ShardWriter w(cfg.checkpoint.dir, step, rank, world);
+//                if (dp_rank == 0) save_params(w, params, tp_rank);
+//                optimizer state under "optim.<state>.<param name>": whole local
+//                  slices with save_params(w, params, tp_rank, prefix, tensors), or
+//                  ZeRO shards with add_tensor_flat(w, name, info.full_shape,
+//                  param_offset(info), local_shape, flat_begin, shard);
+//                scalars (step, LR position) in Meta::extra or as I64 tensors;
+//                per-rank RNG state / data position with w.add_blob(name, bytes);
+//                w.set_meta({step, to_toml(cfg), layout, ...}); w.finish();
+//   barrier, then rank 0: commit(cfg.checkpoint.dir, step, world, cfg.checkpoint.keep).
+//   Loading, any layout: Reader r(dir); load_params(r, params);
+//                load_params(r, params, "optim.exp_avg.", &exp_avg_tensors) (then narrow
+//                the flattened slice to this rank's ZeRO shard); r.blob(rank, name).
 #pragma once
 
 #include <string>

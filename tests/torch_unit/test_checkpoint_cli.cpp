@@ -69,7 +69,7 @@ TEST(CheckpointCli, Gpt2TokenizerTravelsWithTheExport) {
 }
 
 TEST(CheckpointCli, BadInputIsAnErrorNamingFileTensorOrFlag) {
-  const std::string ck = fresh_dir("bad"), text = bin("test_cli_text.txt");
+  const std::string ck = fresh_dir("bad"), text = bin("test_cli_bad.txt");
   std::ofstream(text) << "hello world\n";
   ASSERT_EQ(run_command(bin("trident") + " checkpoint init" + kTiny + " --out " + ck).status, 0);
   // Corrupt the last byte of the data file: the last tensor written fails its checksum.
