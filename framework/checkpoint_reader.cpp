@@ -169,6 +169,11 @@ const std::string& Reader::dtype(const std::string& name) const {
   return entries_.at(name)[0].dtype;
 }
 
+size_t Reader::slices(const std::string& name) const {
+  full_shape(name);
+  return entries_.at(name).size();
+}
+
 std::string Reader::load(const EntryInfo& e) const {
   std::string data(e.nbytes, '\0');
   const int fd = ::open(e.file.c_str(), O_RDONLY | O_CLOEXEC);

@@ -57,6 +57,10 @@ ShardWriter::ShardWriter(const std::string& dir, int64_t step, int rank, int wor
   impl_->world = world;
   impl_->step = step;
   impl_->meta.step = step;
+  // Rewriting a complete but not-latest step: it stops being complete until
+  // commit() writes a new manifest, so a crash now cannot leave a mix of old and
+  // new rank files that claims to be whole.
+  fs::remove(impl_->step_dir + "/manifest.json", ec);
   impl_->bin = std::make_unique<AtomicFile>(impl_->base + ".bin");
 }
 

@@ -119,6 +119,7 @@ class Reader {
   // Full shape and dtype as stored (throws naming the tensor when absent).
   const std::vector<int64_t>& full_shape(const std::string& name) const;
   const std::string& dtype(const std::string& name) const;
+  size_t slices(const std::string& name) const;  // stored entries of `name` (replicas included)
 
   // The row-major bytes of box [offset, offset + extent) of `name`. Throws
   // CheckpointError naming the tensor and both shapes when the stored full shape

@@ -72,6 +72,10 @@ TEST(CheckpointCli, BadInputIsAnErrorNamingFileTensorOrFlag) {
   const std::string ck = fresh_dir("bad"), text = bin("test_cli_bad.txt");
   std::ofstream(text) << "hello world\n";
   ASSERT_EQ(run_command(bin("trident") + " checkpoint init" + kTiny + " --out " + ck).status, 0);
+  RunResult ok = run_command(bin("trident") + " checkpoint show " + ck);
+  EXPECT_EQ(ok.status, 0) << ok.output;
+  EXPECT_NE(ok.output.find("step 0, world 1"), std::string::npos) << ok.output;
+  EXPECT_NE(ok.output.find("28 tensors, checksums ok"), std::string::npos) << ok.output;
   // Corrupt the last byte of the data file: the last tensor written fails its checksum.
   const std::string data = ck + "/step-00000000/rank-00000.bin";
   {
@@ -79,7 +83,11 @@ TEST(CheckpointCli, BadInputIsAnErrorNamingFileTensorOrFlag) {
     f.seekp(-1, std::ios::end);
     f.put('\x7f');
   }
-  RunResult r = run_command(bin("trident") + " eval --checkpoint " + ck + " --text " + text);
+  RunResult r = run_command(bin("trident") + " checkpoint show " + ck);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("embedding.word.weight F32 [256, 32] in 1 slice(s)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank-00000.bin: final_ln.bias fails its checksum"), std::string::npos) << r.output;
+  r = run_command(bin("trident") + " eval --checkpoint " + ck + " --text " + text);
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.output.find("rank-00000.bin: final_ln.bias fails its checksum"), std::string::npos) << r.output;
   fs::resize_file(data, fs::file_size(data) - 100);
@@ -104,6 +112,7 @@ TEST(CheckpointCli, ReadmeCommandsRun) {
   const std::string cd = "cd " + src("") + " && rm -rf runs/ckpt-demo runs/hf-demo && ";
   const char* commands[] = {
       " checkpoint init --config configs/gpt-tiny.toml --out runs/ckpt-demo",
+      " checkpoint show runs/ckpt-demo",
       " export --checkpoint runs/ckpt-demo --format hf-gpt2 --out runs/hf-demo",
       " eval --checkpoint runs/ckpt-demo --text configs/gpt-tiny.toml",
       " eval --init-from runs/hf-demo --text configs/gpt-tiny.toml",

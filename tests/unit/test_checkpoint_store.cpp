@@ -271,9 +271,20 @@ TEST(CheckpointStore, KeepsTheNewestKCheckpoints) {
   EXPECT_TRUE(fs::exists(dir + "/step-00000020/manifest.json"));
   EXPECT_TRUE(fs::exists(dir + "/step-00000030/manifest.json"));
   EXPECT_EQ(Reader(dir + "/step-00000020").step(), 20) << "a kept step directory opens directly";
+  {  // Rewriting step 20 (not the latest) unmarks it until a commit; `latest` is untouched.
+    ShardWriter w(dir, 20, 0, 4);
+  }
+  EXPECT_NE(error_of([&] { Reader r(dir + "/step-00000020"); }).find("neither `latest` nor manifest.json"),
+            std::string::npos);
+  EXPECT_EQ(Reader(dir).step(), 30);
+  save(dir, 20, 3);
+  EXPECT_EQ(Reader(dir).step(), 20) << "latest follows the last commit";
+  save(dir, 30 + 1, 2);
+  EXPECT_FALSE(fs::exists(dir + "/step-00000020")) << "keep 2: 31 and 30 stay";
+  EXPECT_TRUE(fs::exists(dir + "/step-00000030"));
   save(dir, 40, 1);
-  EXPECT_FALSE(fs::exists(dir + "/step-00000020"));
   EXPECT_FALSE(fs::exists(dir + "/step-00000030"));
+  EXPECT_FALSE(fs::exists(dir + "/step-00000031"));
   EXPECT_EQ(Reader(dir).step(), 40);
   EXPECT_NE(error_of([&] { commit(dir, 40, 4, 0); }).find("checkpoint.keep = 0"), std::string::npos);
 }
