@@ -42,6 +42,28 @@ LoadedGpt load_gpt(const std::string& checkpoint, const std::string& hf_dir) {
   return out;
 }
 
+ModelConfig checkpoint_model(const std::string& checkpoint) {
+  const ckpt::Reader r(checkpoint);
+  return parse_config(r.meta().config_toml, r.step_dir() + "/manifest.json (config)").model;
+}
+
+void check_checkpoint_matches(const std::string& checkpoint, const ModelConfig& cfg) {
+  const ModelConfig m = checkpoint_model(checkpoint);
+  std::string diff;
+  auto cmp = [&](const char* key, int64_t a, int64_t b) {
+    if (a != b)
+      diff += std::string(diff.empty() ? "" : "; ") + key + ": " + std::to_string(a) + " in the checkpoint, " +
+              std::to_string(b) + " in the config";
+  };
+  cmp("model.layers", m.layers, cfg.layers);
+  cmp("model.hidden", m.hidden, cfg.hidden);
+  cmp("model.heads", m.heads, cfg.heads);
+  cmp("MLP width (model.ffn_hidden)", m.ffn(), cfg.ffn());
+  cmp("model.seq_len", m.seq_len, cfg.seq_len);
+  cmp("model.vocab_size", m.vocab_size, cfg.vocab_size);
+  if (!diff.empty()) throw std::runtime_error("checkpoint " + checkpoint + " holds another model: " + diff);
+}
+
 EvalResult evaluate(const GptChunk& model, int64_t seq_len, const std::vector<int64_t>& tokens) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   if (n < 2) throw std::runtime_error("the text has " + std::to_string(n) + " token(s); eval needs at least 2");

@@ -25,6 +25,13 @@ struct LoadedGpt {
 // `hf_dir` (as written by `trident export --format hf-gpt2`) is non-empty.
 LoadedGpt load_gpt(const std::string& checkpoint, const std::string& hf_dir);
 
+// The model section of a checkpoint's recorded config.
+ModelConfig checkpoint_model(const std::string& checkpoint);
+// Throws naming every shape-defining model key (layers, hidden, heads, MLP
+// width, seq_len, vocab_size) whose value in the checkpoint `checkpoint`
+// differs from `cfg`, e.g. "model.layers: 8 in the checkpoint, 4 in the config".
+void check_checkpoint_matches(const std::string& checkpoint, const ModelConfig& cfg);
+
 struct EvalResult {
   double loss = 0;     // mean next-token cross-entropy (nats)
   int64_t tokens = 0;  // predicted tokens: every token after the first, once

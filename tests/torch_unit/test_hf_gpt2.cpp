@@ -240,7 +240,14 @@ TEST(HfGpt2, MismatchesAreErrorsNamingWhatDiffers) {
   EXPECT_NE(e.find("n_layer = 2 but model.layers = 3"), std::string::npos) << e;
   EXPECT_NE(e.find("n_embd = 32 but model.hidden = 64"), std::string::npos) << e;
 
-  // A checkpoint of another model: the first differing tensor with both shapes.
+  // A checkpoint of another model: its config names what differs...
+  const std::string cc = error_of([&] { check_checkpoint_matches(ck, deeper); });
+  EXPECT_NE(cc.find("holds another model: model.layers: 2 in the checkpoint, 3 in the config; "
+                    "model.hidden: 32 in the checkpoint, 64 in the config"),
+            std::string::npos)
+      << cc;
+  EXPECT_NO_THROW(check_checkpoint_matches(ck, cfg));
+  // ...and loading names the first differing tensor with both shapes.
   const std::string ce = error_of([&] {
     ckpt::Reader r(ck);
     for (Param& p : other.params()) ckpt::load_param(r, p.info.name, p.info, p.tensor);
