@@ -268,6 +268,41 @@ TEST(HfGpt2, MismatchesAreErrorsNamingWhatDiffers) {
       << se;
 }
 
+// A file as the Hugging Face hub stores GPT-2: a "transformer." prefix, the
+// causal-mask buffers h.{i}.attn.bias, lm_head.weight tied to wte, here in BF16.
+TEST(HfGpt2, ReadsHubStyleFiles) {
+  const ModelConfig cfg = tiny();
+  const auto model = random_model(cfg, 9);
+  const std::string ck = fresh_dir("hub_ck"), out = fresh_dir("hub_f32"), hub = fresh_dir("hub_bf16");
+  save_as_tp2(ck, cfg, *model);
+  export_checkpoint_to_hf(ck, out);
+  const HfGpt2 f32 = read_hf_gpt2(out);
+  std::vector<safetensors::Tensor> ts;
+  auto bf16 = [](const std::string& name, const at::Tensor& t) {
+    const at::Tensor b = t.to(at::kBFloat16).contiguous();
+    return safetensors::Tensor{name, "BF16", t.sizes().vec(),
+                               std::string(static_cast<const char*>(b.data_ptr()), b.numel() * 2)};
+  };
+  for (const auto& [name, t] : f32.tensors) ts.push_back(bf16("transformer." + name, t));
+  ts.push_back(bf16("lm_head.weight", f32.tensors.at("wte.weight")));
+  for (int l = 0; l < 2; ++l)
+    ts.push_back({"transformer.h." + std::to_string(l) + ".attn.bias", "U8", {1, 1, 8, 8}, std::string(64, '\1')});
+  fs::create_directories(hub);
+  safetensors::write_file(hub + "/model.safetensors", ts);
+  fs::copy_file(out + "/config.json", hub + "/config.json");
+  const HfGpt2 h = read_hf_gpt2(hub);
+  ASSERT_EQ(h.tensors.size(), f32.tensors.size());
+  for (const auto& [name, t] : f32.tensors)
+    ASSERT_TRUE(at::equal(h.tensors.at(name), t.to(at::kBFloat16).to(at::kFloat))) << name;
+  EXPECT_EQ(h.tokenizer, "byte");
+  GptChunk m(h.model, {0, cfg.layers, true, true}, TpContext{}, 1);
+  EXPECT_NO_THROW(init_from_hf(h, h.model, m.params()));
+
+  ts[ts.size() - 3] = bf16("lm_head.weight", f32.tensors.at("wte.weight") + 1);  // an untied head
+  safetensors::write_file(hub + "/model.safetensors", ts);
+  EXPECT_NE(error_of([&] { read_hf_gpt2(hub); }).find("lm_head.weight differs from wte.weight"), std::string::npos);
+}
+
 TEST(Eval, WindowsPredictEveryTokenAfterTheFirstOnce) {
   const ModelConfig cfg = tiny();
   const auto model = random_model(cfg, 6);
