@@ -119,6 +119,8 @@ const std::vector<Field>& fields() {
       TRIDENT_FIELD(model, dropout, unit_open(), "dropout probability (0 keeps runs exact)"),
       TRIDENT_FIELD(model, init_std, positive(), "standard deviation of the normal init"),
       TRIDENT_FIELD(model, layernorm_eps, positive(), "LayerNorm epsilon"),
+      TRIDENT_FIELD(model, init_from, any(),
+                    "Hugging Face GPT-2 directory to start from (see `trident export`); empty = random init"),
 
       TRIDENT_FIELD(parallel, tp, at_least(1), "tensor-parallel size"),
       TRIDENT_FIELD(parallel, pp, at_least(1), "pipeline-parallel size (stages)"),
@@ -170,6 +172,7 @@ const std::vector<Field>& fields() {
 
       TRIDENT_FIELD(checkpoint, dir, any(), "checkpoint directory; empty disables"),
       TRIDENT_FIELD(checkpoint, interval, at_least(0), "save every N steps; 0 disables"),
+      TRIDENT_FIELD(checkpoint, keep, at_least(1), "complete checkpoints kept in dir; older ones are deleted"),
 
       TRIDENT_FIELD(logging, dir, any(), "run directory: config.toml, metrics.jsonl, loss.svg"),
       TRIDENT_FIELD(logging, log_interval, at_least(1), "print a step line every N steps"),
