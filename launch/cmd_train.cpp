@@ -8,9 +8,11 @@
 
 #include "framework/config.h"
 #include "launch/commands.h"
+#include "launch/fault.h"
 
 #ifdef TRIDENT_HAVE_TORCH
 #include "framework/trainer.h"
+#include "parallel/process_groups.h"
 #endif
 
 namespace po = boost::program_options;
@@ -37,6 +39,8 @@ int cmd_train(int argc, char** argv) {
   if (config_path.empty()) throw std::runtime_error("--config FILE is required (see trident train --help)");
   Config cfg = load_config(config_path, sets);
 #ifdef TRIDENT_HAVE_TORCH
+  // Test-only fault injection (launch/fault.h); inert unless TRIDENT_FAULT is set.
+  launch::FaultInjector fault(read_world_env().rank, cfg.logging.dir, cfg.training.steps);
   train(cfg);
   return 0;
 #else

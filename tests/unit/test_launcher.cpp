@@ -221,11 +221,11 @@ TEST(Launcher, FailedRankStopsTheOthers) {
   run.finish();
   EXPECT_EQ(run.exit_code(), 3) << run.err;
   EXPECT_LT(run.seconds, 10.0);
-  EXPECT_NE(run.err.find("rank 1 (pid "), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("rank 1 on node 0 (pid "), std::string::npos) << run.err;
   EXPECT_NE(run.err.find("exited with status 3; stopping the other 2 ranks"), std::string::npos) << run.err;
   // Only the first failure is the cause; the stopped ranks are not reported.
-  EXPECT_EQ(run.err.find("rank 0 (pid"), std::string::npos) << run.err;
-  EXPECT_EQ(run.err.find("rank 2 (pid"), std::string::npos) << run.err;
+  EXPECT_EQ(run.err.find("rank 0 on node 0 (pid"), std::string::npos) << run.err;
+  EXPECT_EQ(run.err.find("rank 2 on node 0 (pid"), std::string::npos) << run.err;
   expect_all_dead(dir.path, 3);
 }
 
@@ -237,7 +237,7 @@ TEST(Launcher, RankKilledBySignalIsNamed) {
   run.finish();
   EXPECT_EQ(run.exit_code(), 128 + 9) << run.err;
   EXPECT_LT(run.seconds, 10.0);
-  EXPECT_NE(run.err.find("rank 0 (pid "), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("rank 0 on node 0 (pid "), std::string::npos) << run.err;
   EXPECT_NE(run.err.find("was killed by signal 9 (SIGKILL); stopping the other 1 rank"), std::string::npos)
       << run.err;
   expect_all_dead(dir.path, 2);
@@ -280,7 +280,7 @@ TEST(Launcher, RankIgnoringSigtermIsKilledAfterGrace) {
   LauncherRun run({"--nproc-per-node", "2", "--grace", "1", "--", "sh", "-c", script}, dir.path);
   run.finish(10.0);
   EXPECT_EQ(run.exit_code(), 2) << run.err;
-  EXPECT_NE(run.err.find("rank 1 (pid "), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("rank 1 on node 0 (pid "), std::string::npos) << run.err;
   EXPECT_NE(run.err.find("SIGKILL"), std::string::npos) << run.err;
   const auto pids = pids_in(dir.path, "pid");
   ASSERT_EQ(pids.size(), 1u);
