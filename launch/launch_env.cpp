@@ -135,7 +135,8 @@ std::string signal_name(int sig) {
       {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
       {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
       {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"}, {SIGXCPU, "SIGXCPU"},
-      {SIGXFSZ, "SIGXFSZ"}, {SIGSYS, "SIGSYS"},
+      {SIGXFSZ, "SIGXFSZ"}, {SIGSYS, "SIGSYS"},   {SIGSTOP, "SIGSTOP"}, {SIGTSTP, "SIGTSTP"},
+      {SIGCONT, "SIGCONT"},
   };
   for (const auto& [number, name] : kNames)
     if (number == sig) return name;

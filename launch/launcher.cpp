@@ -169,7 +169,7 @@ class SignalRelay {
     struct sigaction sa {};
     sa.sa_handler = relay_signal;
     sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+    sa.sa_flags = SA_RESTART;  // SIGCHLD on stop too: a SIGSTOPped rank is reported (Supervisor::reap)
     for (size_t i = 0; i < kRelayed.size(); ++i) ::sigaction(kRelayed[i], &sa, &saved_[i]);
     struct sigaction ignore {};
     ignore.sa_handler = SIG_IGN;
@@ -249,6 +249,8 @@ struct Rank {
   bool running = false;
   int status = 0;
   Clock::time_point ended{};  // when it was reaped
+  Clock::time_point stopped_at{};  // when it was last seen stopped by a signal
+  int stop_signal = 0;             // that signal, 0 if never stopped
   std::vector<LineRelay> streams;  // stdout, stderr; empty with --no-prefix
 };
 
@@ -277,7 +279,12 @@ class RankSet {
   }
   void signal_running(int sig) {
     for (auto& r : ranks)
-      if (r.running) ::kill(-r.pid, sig);
+      if (r.running) {
+        ::kill(-r.pid, sig);
+        // A stopped rank would hold SIGTERM pending until the grace period
+        // ends; let it act on it now.
+        if (sig != SIGKILL && r.stop_signal != 0) ::kill(-r.pid, SIGCONT);
+      }
   }
   std::vector<Rank> ranks;
 };
@@ -401,14 +408,19 @@ void Supervisor::on_failure(Rank& r) {
   if (others > 0) msg += "; stopping the other " + std::to_string(others) + (others == 1 ? " rank" : " ranks");
   // A rank that left early with status 0 is no failure by itself, but its
   // peers then time out waiting for it: name it, it is the likely cause.
-  for (const auto& e : ranks_.ranks)
-    if (&e != &r && !e.running && WIFEXITED(e.status) && WEXITSTATUS(e.status) == 0) {
-      const double ago = std::chrono::duration<double>(r.ended - e.ended).count();
-      char when[64];
-      std::snprintf(when, sizeof when, "%.1f s", ago);
-      msg += "; rank " + std::to_string(e.rank) + " had exited with status 0 " + when + " earlier";
-      break;
-    }
+  auto ago = [&](Clock::time_point then) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%.1f s", std::chrono::duration<double>(r.ended - then).count());
+    return std::string(text);
+  };
+  for (const auto& e : ranks_.ranks) {
+    if (&e == &r) continue;
+    if (!e.running && WIFEXITED(e.status) && WEXITSTATUS(e.status) == 0)
+      msg += "; rank " + std::to_string(e.rank) + " had exited with status 0 " + ago(e.ended) + " earlier";
+    else if (e.running && e.stop_signal != 0)
+      msg += "; rank " + std::to_string(e.rank) + " had been stopped by " + signal_name(e.stop_signal) + " " +
+             ago(e.stopped_at) + " earlier";
+  }
   say(msg);
   exit_code_ = exit_code_of(r.status);
   stop_all(SIGTERM);
@@ -418,8 +430,22 @@ void Supervisor::reap() {
   for (auto& r : ranks_.ranks) {
     if (!r.running) continue;
     int status = 0;
-    const pid_t got = ::waitpid(r.pid, &status, WNOHANG);
+    const pid_t got = ::waitpid(r.pid, &status, WNOHANG | WUNTRACED | WCONTINUED);
     if (got == 0 || (got < 0 && errno == EINTR)) continue;
+    if (got == r.pid && WIFCONTINUED(status)) {
+      r.stop_signal = 0;
+      continue;
+    }
+    if (got == r.pid && WIFSTOPPED(status)) {
+      // Not a failure (it may be continued), but a stopped rank stalls every
+      // collective it is part of: say so, and name it when the others fail.
+      r.stop_signal = WSTOPSIG(status);
+      r.stopped_at = Clock::now();
+      say("rank " + std::to_string(r.rank) + " on node " + std::to_string(o_.node_rank) + " (pid " +
+          std::to_string(r.pid) + ") was stopped by signal " + std::to_string(r.stop_signal) + " (" +
+          signal_name(r.stop_signal) + "); its peers will stall until it is continued");
+      continue;
+    }
     assert(got == r.pid || errno == ECHILD);
     r.running = false;
     r.status = got == r.pid ? status : 0;

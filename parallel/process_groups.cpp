@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
@@ -137,6 +139,7 @@ void join_rendezvous(c10d::Store& store, const WorldEnv& env, const std::string&
     std::vector<int> missing;
     for (int r = 1; r < env.world_size; ++r) missing.push_back(r);
     std::vector<int> joined_nodes{env.node_rank};
+    std::map<std::pair<int, std::string>, std::vector<int>> places{{{env.node_rank, address}, {0}}};
     std::string error;
     while (error.empty()) {
       std::vector<int> still;
@@ -150,6 +153,7 @@ void join_rendezvous(c10d::Store& store, const WorldEnv& env, const std::string&
         int world = 0, node = -1;
         std::string addr;
         in >> world >> node >> addr;
+        places[{node, addr}].push_back(r);
         if (std::find(joined_nodes.begin(), joined_nodes.end(), node) == joined_nodes.end()) joined_nodes.push_back(node);
         if (world != env.world_size && error.empty())
           error = "rank " + std::to_string(r) + " on node " + std::to_string(node) + " (" + addr +
@@ -172,6 +176,16 @@ void join_rendezvous(c10d::Store& store, const WorldEnv& env, const std::string&
     const std::string verdict = error.empty() ? "ok " + std::to_string(env.world_size) : "error " + error;
     store.set(verdict_key, std::vector<uint8_t>(verdict.begin(), verdict.end()));
     if (!error.empty()) throw std::runtime_error(error);
+    // One line that shows where every rank listens: on a cluster, the first
+    // thing to check when a run across nodes misbehaves.
+    std::string where;
+    for (auto& [place, ranks] : places) {
+      std::sort(ranks.begin(), ranks.end());
+      where += (where.empty() ? "" : "; ") + std::string("node ") + std::to_string(place.first) + " at " +
+               place.second + ": rank(s) " + rank_ranges(ranks);
+    }
+    std::cout << "rendezvous at " << store_address(env) << ": " << env.world_size << " ranks joined (" << where << ")"
+              << std::endl;
     return;
   }
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
