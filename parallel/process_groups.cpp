@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -124,17 +125,43 @@ c10::intrusive_ptr<c10d::Store> connect_store(const WorldEnv& env, std::chrono::
 // A TCPStore server counts connections, not who made them: a late node, a
 // wrong port and a node launched with another --nnodes all look like "not
 // enough workers yet" or, worse, like enough. So every rank posts
-// "<WORLD_SIZE> <node> <address>" under trident/rdzv/<rank>; rank 0 waits
-// for ranks 1..world-1, fails at once on a different WORLD_SIZE, names the
-// missing ranks when the rendezvous timeout passes, and posts a verdict that
-// every other rank waits for (bounded by the same deadline). Every rank thus
-// ends inside the timeout with a message naming nodes, address and port.
+// "<WORLD_SIZE> <node> <address>" under trident/rdzv/<rank>. Every other rank
+// reads rank 0's entry and fails at once on a different WORLD_SIZE (posting
+// trident/rdzv/abort so rank 0 fails too); rank 0 waits for ranks
+// 1..world-1, names the missing ones when the rendezvous timeout passes, and
+// posts a verdict that the others wait for (bounded by the same deadline).
+// Every rank thus ends inside the timeout with a message naming nodes,
+// address and port.
 void join_rendezvous(c10d::Store& store, const WorldEnv& env, const std::string& address,
                      std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
   const std::string mine = std::to_string(env.world_size) + " " + std::to_string(env.node_rank) + " " + address;
   store.set("trident/rdzv/" + std::to_string(env.rank), std::vector<uint8_t>(mine.begin(), mine.end()));
-  const std::string verdict_key = "trident/rdzv/verdict";
+  const std::string verdict_key = "trident/rdzv/verdict", abort_key = "trident/rdzv/abort";
+  auto left = [&] {
+    return std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),
+                    std::chrono::milliseconds(1));
+  };
+  if (env.rank != 0) {
+    // Rank 0's entry carries its WORLD_SIZE: a node launched with another
+    // --nnodes finds out at once, and tells rank 0 through abort_key.
+    try {
+      store.wait({"trident/rdzv/0"}, left());
+    } catch (const std::exception&) {
+      throw std::runtime_error(describe_place(env) + " reached the rendezvous store at " + store_address(env) +
+                               " but rank 0 did not register within " + seconds_text(timeout));
+    }
+    std::istringstream in(store_text(store, "trident/rdzv/0"));
+    int world0 = 0;
+    in >> world0;
+    if (world0 != env.world_size) {
+      const std::string error = describe_place(env) + " has WORLD_SIZE " + std::to_string(env.world_size) +
+                                " but rank 0 at " + store_address(env) + " has " + std::to_string(world0) +
+                                ": --nnodes or --nproc-per-node differ between the nodes";
+      store.set(abort_key, std::vector<uint8_t>(error.begin(), error.end()));
+      throw std::runtime_error(error);
+    }
+  }
   if (env.rank == 0) {
     std::vector<int> missing;
     for (int r = 1; r < env.world_size; ++r) missing.push_back(r);
@@ -142,6 +169,10 @@ void join_rendezvous(c10d::Store& store, const WorldEnv& env, const std::string&
     std::map<std::pair<int, std::string>, std::vector<int>> places{{{env.node_rank, address}, {0}}};
     std::string error;
     while (error.empty()) {
+      if (store.check({abort_key})) {
+        error = store_text(store, abort_key);
+        break;
+      }
       std::vector<int> still;
       for (int r : missing) {
         const std::string key = "trident/rdzv/" + std::to_string(r);
@@ -188,10 +219,9 @@ void join_rendezvous(c10d::Store& store, const WorldEnv& env, const std::string&
               << std::endl;
     return;
   }
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   try {
-    store.wait({verdict_key}, std::max(left, std::chrono::milliseconds(1)));
-  } catch (const std::exception& e) {
+    store.wait({verdict_key}, left());
+  } catch (const std::exception&) {
     throw std::runtime_error(describe_place(env) + " reached the rendezvous store at " + store_address(env) +
                              " but rank 0 did not confirm every rank's arrival within " + seconds_text(timeout) +
                              " (a node is missing, or node 0 died)");
@@ -199,10 +229,7 @@ void join_rendezvous(c10d::Store& store, const WorldEnv& env, const std::string&
   const std::string verdict = store_text(store, verdict_key);
   if (verdict.rfind("error ", 0) == 0)
     throw std::runtime_error("rendezvous at " + store_address(env) + " failed, as rank 0 found: " + verdict.substr(6));
-  if (verdict != "ok " + std::to_string(env.world_size))
-    throw std::runtime_error(describe_place(env) + " has WORLD_SIZE " + std::to_string(env.world_size) +
-                             " but rank 0 at " + store_address(env) + " has " + verdict.substr(3) +
-                             ": --nnodes or --nproc-per-node differ between the nodes");
+  assert(verdict == "ok " + std::to_string(env.world_size));
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 // Header-only, no libtorch.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,6 +20,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "run_helpers.h"
 
 namespace trident::testing {
 
@@ -205,5 +208,52 @@ class TwoNodes {
   std::string ns_[2];
   std::string skip_reason_, error_;
 };
+
+// ---- running `trident` in the tests (TRIDENT_BINARY_DIR/SOURCE_DIR come from CMake)
+
+inline const std::string kTrident = TRIDENT_BINARY_DIR "/trident";
+inline const std::string kConfig = TRIDENT_SOURCE_DIR "/configs/gpt-tiny.toml";
+
+struct TempDir {
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "trident_multinode_XXXXXX").string();
+    path = ::mkdtemp(tmpl.data());
+  }
+  ~TempDir() { fs::remove_all(path); }
+  fs::path path;
+};
+
+inline std::vector<std::string> train_cmd(const fs::path& run_dir, const std::vector<std::string>& sets) {
+  std::vector<std::string> cmd{kTrident, "train", "--config", kConfig, "--set", "logging.dir=" + run_dir.string()};
+  for (const auto& s : sets) {
+    cmd.push_back("--set");
+    cmd.push_back(s);
+  }
+  return cmd;
+}
+
+inline std::vector<std::string> launch_cmd(const std::vector<std::string>& launch_args, const std::vector<std::string>& cmd) {
+  std::vector<std::string> all{kTrident, "launch"};
+  all.insert(all.end(), launch_args.begin(), launch_args.end());
+  all.push_back("--");
+  all.insert(all.end(), cmd.begin(), cmd.end());
+  return all;
+}
+
+// Same steps, and every loss and gradient norm equal to the last bit.
+inline void expect_identical(const std::vector<StepRow>& ref, const std::vector<StepRow>& got, size_t steps) {
+  ASSERT_EQ(ref.size(), steps);
+  ASSERT_EQ(got.size(), steps);
+  for (size_t i = 0; i < steps; ++i) {
+    EXPECT_EQ(ref[i].at("loss"), got[i].at("loss")) << "step " << i + 1;
+    EXPECT_EQ(ref[i].at("grad_norm"), got[i].at("grad_norm")) << "step " << i + 1;
+  }
+}
+
+#define REQUIRE_NODES(net)                                             \
+  do {                                                                 \
+    if (!(net).skip_reason().empty()) GTEST_SKIP() << (net).skip_reason(); \
+    ASSERT_TRUE((net).error().empty()) << (net).error();               \
+  } while (0)
 
 }  // namespace trident::testing

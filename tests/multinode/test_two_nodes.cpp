@@ -18,55 +18,6 @@
 
 using namespace trident::testing;
 
-namespace {
-
-const std::string kTrident = TRIDENT_BINARY_DIR "/trident";
-const std::string kConfig = TRIDENT_SOURCE_DIR "/configs/gpt-tiny.toml";
-
-struct TempDir {
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "trident_multinode_XXXXXX").string();
-    path = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path); }
-  fs::path path;
-};
-
-std::vector<std::string> train_cmd(const fs::path& run_dir, const std::vector<std::string>& sets) {
-  std::vector<std::string> cmd{kTrident, "train", "--config", kConfig, "--set", "logging.dir=" + run_dir.string()};
-  for (const auto& s : sets) {
-    cmd.push_back("--set");
-    cmd.push_back(s);
-  }
-  return cmd;
-}
-
-std::vector<std::string> launch_cmd(const std::vector<std::string>& launch_args, const std::vector<std::string>& cmd) {
-  std::vector<std::string> all{kTrident, "launch"};
-  all.insert(all.end(), launch_args.begin(), launch_args.end());
-  all.push_back("--");
-  all.insert(all.end(), cmd.begin(), cmd.end());
-  return all;
-}
-
-// Same steps, and every loss and gradient norm equal to the last bit.
-void expect_identical(const std::vector<StepRow>& ref, const std::vector<StepRow>& got, size_t steps) {
-  ASSERT_EQ(ref.size(), steps);
-  ASSERT_EQ(got.size(), steps);
-  for (size_t i = 0; i < steps; ++i) {
-    EXPECT_EQ(ref[i].at("loss"), got[i].at("loss")) << "step " << i + 1;
-    EXPECT_EQ(ref[i].at("grad_norm"), got[i].at("grad_norm")) << "step " << i + 1;
-  }
-}
-
-#define REQUIRE_NODES(net)                                             \
-  do {                                                                 \
-    if (!(net).skip_reason().empty()) GTEST_SKIP() << (net).skip_reason(); \
-    ASSERT_TRUE((net).error().empty()) << (net).error();               \
-  } while (0)
-
-}  // namespace
-
 // tp2 x pp2 x dp2 over 2 nodes x 4 ranks, placed so that every pipeline and
 // every data-parallel group spans the link (tensor-parallel groups stay on a
 // node, as on a real cluster): node 0 runs ranks 0,1 (stage 0, replica 0) and
