@@ -179,6 +179,12 @@ class TwoNodes {
     return out;
   }
   bool empty(int node) const { return pids(node).find_first_not_of(" \n") == std::string::npos; }
+  // Listening TCP sockets in the node's namespace (a stale store would be one).
+  std::string listeners(int node) const {
+    std::string out;
+    sh("ip netns exec " + ns_[node] + " ss -Htln", &out);
+    return out;
+  }
   // Cuts the link as a failed cable or switch port would: no RST, no FIN.
   bool cut_link() const { return sh("ip -n " + ns_[0] + " link set veth0 down") == 0; }
 
