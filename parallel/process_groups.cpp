@@ -3,6 +3,8 @@
 #include "parallel/process_groups.h"
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -312,7 +314,22 @@ std::string local_address_toward(const std::string& host, int port) {
                              std::strerror(err));
   char text[INET_ADDRSTRLEN] = {};
   ::inet_ntop(AF_INET, &local.sin_addr, text, sizeof text);
-  return text;
+  if (!is_loopback(text)) return text;
+  // MASTER_ADDR names this host but resolves to loopback (Debian's /etc/hosts
+  // maps the host name to 127.0.1.1): listening there would hide this node's
+  // ranks from every other node, so take the first non-loopback IPv4 address.
+  ifaddrs* all = nullptr;
+  if (::getifaddrs(&all) != 0) return text;
+  std::string chosen = text;
+  for (ifaddrs* i = all; i; i = i->ifa_next)
+    if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && (i->ifa_flags & IFF_UP) && !(i->ifa_flags & IFF_LOOPBACK)) {
+      char found_text[INET_ADDRSTRLEN] = {};
+      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, found_text, sizeof found_text);
+      chosen = found_text;
+      break;
+    }
+  ::freeifaddrs(all);
+  return chosen;
 }
 
 ProcessGroups::ProcessGroups(const WorldEnv& env, const Layout& layout, const std::string& backend,

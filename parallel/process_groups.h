@@ -40,8 +40,10 @@ std::string describe_place(const WorldEnv& env);
 
 // The local IPv4 address this host uses to reach `host` (the interface Gloo
 // must listen on so that other nodes can connect to it): the source address
-// of a UDP socket connected to host:port, which sends nothing. Throws naming
-// the host when it does not resolve or no route leads to it.
+// of a UDP socket connected to host:port, which sends nothing; when that is a
+// loopback address although `host` is not spelled as one (a host name mapped
+// to 127.0.1.1), the first non-loopback IPv4 address of an interface that is
+// up. Throws naming the host when it does not resolve or no route leads to it.
 std::string local_address_toward(const std::string& host, int port);
 
 // One group: the c10d handle plus its members (global ranks, ascending in

@@ -156,6 +156,8 @@ class TwoNodes {
       if (!n.empty()) {
         kill_all_in(n);
         sh("ip netns del " + n);
+        std::error_code ignored;
+        fs::remove_all("/etc/netns/" + n, ignored);
       }
   }
   TwoNodes(const TwoNodes&) = delete;
@@ -179,6 +181,12 @@ class TwoNodes {
     return out;
   }
   bool empty(int node) const { return pids(node).find_first_not_of(" \n") == std::string::npos; }
+  // /etc/hosts as processes in the node's namespace see it (`ip netns exec`
+  // bind-mounts /etc/netns/<name>/hosts over /etc/hosts).
+  void set_hosts(int node, const std::string& content) const {
+    fs::create_directories("/etc/netns/" + ns_[node]);
+    std::ofstream("/etc/netns/" + ns_[node] + "/hosts") << content;
+  }
   // Listening TCP sockets in the node's namespace (a stale store would be one).
   std::string listeners(int node) const {
     std::string out;
@@ -208,6 +216,8 @@ class TwoNodes {
       if (owner > 0 && ::kill(owner, 0) != 0) {
         kill_all_in(name);
         sh("ip netns del " + name);
+        std::error_code ignored;
+        fs::remove_all("/etc/netns/" + name, ignored);
       }
     }
   }

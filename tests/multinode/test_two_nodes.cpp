@@ -91,3 +91,29 @@ TEST(TwoNodes, SlurmVariablesWithoutLauncher) {
   EXPECT_TRUE(net.empty(0)) << net.pids(0);
   EXPECT_TRUE(net.empty(1)) << net.pids(1);
 }
+
+// Debian maps a host's own name to 127.0.1.1 in /etc/hosts. When node 0's
+// --master-addr is such a name, its ranks must still listen on an address
+// node 1 can reach (not loopback), or the first cross-node connection fails.
+TEST(TwoNodes, MasterHostNameMappedToLoopbackOnNode0) {
+  TwoNodes net;
+  REQUIRE_NODES(net);
+  TempDir dir;
+  net.set_hosts(0, "127.0.0.1 localhost\n127.0.1.1 trident-node0\n");
+  net.set_hosts(1, std::string("127.0.0.1 localhost\n") + TwoNodes::kAddr[0] + " trident-node0\n");
+  const std::vector<std::string> sets{"parallel.pp=2", "training.steps=3", "parallel.timeout_s=30"};
+  std::unique_ptr<Proc> node[2];
+  for (int n : {0, 1})
+    node[n] = std::make_unique<Proc>(
+        net.in(n, launch_cmd({"--nnodes", "2", "--node-rank", std::to_string(n), "--nproc-per-node", "1",
+                              "--master-addr", "trident-node0", "--rdzv-timeout", "60"},
+                             train_cmd(dir.path / "run", sets))),
+        dir.path / ("node" + std::to_string(n) + ".log"));
+  const auto deadline = Clock::now() + std::chrono::seconds(120);
+  for (auto& p : node) ASSERT_TRUE(p->wait_until(deadline)) << "run hangs:\n" << p->log();
+  const std::string log0 = node[0]->log();
+  std::cout << "--- node 0 ---\n" << log0 << "--- node 1 ---\n" << node[1]->log();
+  EXPECT_EQ(node[0]->exit_code(), 0) << log0;
+  EXPECT_EQ(node[1]->exit_code(), 0) << node[1]->log();
+  EXPECT_NE(log0.find("node 0 at 10.77.0.1: rank(s) 0; node 1 at 10.77.0.2: rank(s) 1"), std::string::npos) << log0;
+}
