@@ -44,7 +44,10 @@ long count_lines(const fs::path& p) {
 // Runs both nodes until they end (or 150 s pass), injecting the fault.
 void run_with_fault(const TwoNodes& net, const TempDir& dir, Trigger trigger, const std::string& fault,
                     FaultResult& result) {
-  const std::vector<std::string> sets{"parallel.pp=2", "training.steps=500",
+  // Two layers (one per stage): a rank reaches its next collective within
+  // milliseconds of the fault, so the measured time is the timeout's, not
+  // the model's (the machine's cores are shared).
+  const std::vector<std::string> sets{"parallel.pp=2", "model.layers=2", "training.steps=1000",
                                       "parallel.timeout_s=" + std::to_string(kTimeoutS)};
   std::vector<std::pair<std::string, std::string>> env;
   if (!fault.empty()) env.emplace_back("TRIDENT_FAULT", fault);
@@ -56,8 +59,21 @@ void run_with_fault(const TwoNodes& net, const TempDir& dir, Trigger trigger, co
                              train_cmd(dir.path / "run", sets))),
         dir.path / ("node" + std::to_string(n) + ".log"), env);
   const auto deadline = Clock::now() + std::chrono::seconds(150);
-  std::optional<Clock::time_point> fault_at;
-  while (Clock::now() < deadline && !(node[0]->poll() && node[1]->poll())) {
+  std::optional<Clock::time_point> fault_at, first_error[2], verdict[2];
+  auto both_done = [&] {
+    const bool d0 = node[0]->poll(), d1 = node[1]->poll();  // both polled: each exit time is its own
+    return d0 && d1;
+  };
+  while (Clock::now() < deadline && !both_done()) {
+    // When a rank's error first shows (printed after unwinding, just before
+    // it exits) and when its launcher reports the first failed rank (after
+    // reaping it): which part of the time to exit is the collective timeout.
+    for (int n : {0, 1}) {
+      if (!fault_at || (first_error[n] && verdict[n])) continue;
+      const std::string log = node[n]->log();
+      if (!first_error[n] && log.find("trident train: error:") != std::string::npos) first_error[n] = Clock::now();
+      if (!verdict[n] && log.find("trident launch: rank") != std::string::npos) verdict[n] = Clock::now();
+    }
     if (!fault_at) {
       if (trigger == Trigger::kInProcess) {
         for (int n : {0, 1})
@@ -80,7 +96,13 @@ void run_with_fault(const TwoNodes& net, const TempDir& dir, Trigger trigger, co
     result.exit_code[n] = node[n]->exit_code();
     result.fault_to_exit[n] = std::chrono::duration<double>(node[n]->ended() - *fault_at).count();
     std::cout << "measured: node " << n << " launcher exited " << result.exit_code[n] << " at fault + "
-              << result.fault_to_exit[n] << " s\n";
+              << result.fault_to_exit[n] << " s";
+    auto since_fault = [&](const std::optional<Clock::time_point>& t) {
+      return t ? std::to_string(std::chrono::duration<double>(*t - *fault_at).count()) + " s" : std::string("-");
+    };
+    std::cout << " (first rank error at fault + " << since_fault(first_error[n]) << ", launcher's verdict at fault + "
+              << since_fault(verdict[n]) << ")";
+    std::cout << "\n";
     EXPECT_NE(result.exit_code[n], 0) << "node " << n;
     EXPECT_LE(result.fault_to_exit[n], kTimeoutS + 10) << "node " << n;
     EXPECT_TRUE(net.empty(n)) << "processes left in node " << n << ": " << net.pids(n);
