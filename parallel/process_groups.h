@@ -13,38 +13,9 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "parallel/layout.h"
+#include "parallel/rendezvous.h"
 
 namespace trident {
-
-// Where this process sits, read from torchrun / SLURM / Open MPI variables.
-struct WorldEnv {
-  int rank = 0;
-  int world_size = 1;
-  int local_rank = 0;
-  int node_rank = -1;  // NODE_RANK / GROUP_RANK / SLURM_NODEID; -1 when unknown (for messages)
-  std::string master_addr = "127.0.0.1";
-  int master_port = 29500;
-  std::string source = "none";  // which variables were found: "torchrun", "slurm", "ompi", "none"
-  // Bound on meeting the other ranks (store connection and the join check),
-  // from TRIDENT_RDZV_TIMEOUT_S (`trident launch --rdzv-timeout`); 0 means
-  // "the collective timeout", as before the launcher had the option.
-  std::chrono::milliseconds rdzv_timeout{0};
-};
-
-// Reads the environment; no variables at all means a single process.
-// Throws std::runtime_error for malformed or inconsistent values.
-WorldEnv read_world_env();
-
-// "rank 5 on node 1" (or "rank 5" when the node is unknown), for messages.
-std::string describe_place(const WorldEnv& env);
-
-// The local IPv4 address this host uses to reach `host` (the interface Gloo
-// must listen on so that other nodes can connect to it): the source address
-// of a UDP socket connected to host:port, which sends nothing; when that is a
-// loopback address although `host` is not spelled as one (a host name mapped
-// to 127.0.1.1), the first non-loopback IPv4 address of an interface that is
-// up. Throws naming the host when it does not resolve or no route leads to it.
-std::string local_address_toward(const std::string& host, int port);
 
 // One group: the c10d handle plus its members (global ranks, ascending in
 // group order) and this rank's index in it. `pg` is null when size() == 1:
