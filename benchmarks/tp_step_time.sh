@@ -27,7 +27,7 @@ BENCH=$BUILD/benchmarks/bench_tp
 for b in "$TRIDENT" "$BENCH"; do
   [[ -x $b ]] || { echo "missing $b (cmake --build $BUILD --target trident bench_tp)" >&2; exit 1; }
 done
-OUT=benchmarks/results/tp_step_time.txt
+OUT=${OUT:-benchmarks/results/tp_step_time.txt}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 MODEL=(--set model.hidden=512 --set model.ffn_hidden=2048 --set model.heads=8 --set model.layers=4

@@ -131,6 +131,11 @@ const std::vector<Field>& fields() {
       TRIDENT_FIELD(parallel, backend, one_of({"auto", "gloo", "nccl"}),
                     "collective backend; auto = nccl on cuda, gloo on cpu"),
       TRIDENT_FIELD(parallel, timeout_s, positive(), "timeout of every collective, in seconds"),
+      TRIDENT_FIELD(parallel, dp_bucket_mb, positive(), "size of a data-parallel gradient bucket, in MiB"),
+      TRIDENT_FIELD(parallel, overlap_grad_reduce, any(),
+                    "all-reduce each gradient bucket over dp during the backward, once it is final"),
+      TRIDENT_FIELD(parallel, zero, at_least(0),
+                    "0: every dp rank keeps all optimizer state; 1: ZeRO-1, state sharded over dp"),
 
       TRIDENT_FIELD(schedule, kind, one_of({"gpipe", "1f1b", "interleaved", "zb-h1", "file"}),
                     "pipeline schedule"),
@@ -564,8 +569,7 @@ void validate(const Config& c) {
   }
   if (t.min_lr > t.lr)
     fail(c, "training.min_lr (" + format_double(t.min_lr) + ") must be <= training.lr (" + format_double(t.lr) + ")");
-  if (t.warmup_steps > t.steps)
-    fail(c, "training.warmup_steps (" + n(t.warmup_steps) + ") must be <= training.steps (" + n(t.steps) + ")");
+  if (p.zero > 1) fail(c, "parallel.zero = " + n(p.zero) + ": expected 0 (off) or 1 (ZeRO-1: optimizer state sharded over dp)");
 
   if (d.source == "file" && d.path.empty())
     fail(c, "data.source = \"file\" needs data.path (the prefix written by `trident data prepare`)");

@@ -46,6 +46,9 @@ struct ParallelConfig {
   std::vector<int64_t> pipeline_layers;      // explicit layers per chunk (pp * chunks entries); empty = uniform
   std::string backend = "auto";              // "auto" | "gloo" | "nccl"
   double timeout_s = 60.0;                   // collective timeout in seconds
+  double dp_bucket_mb = 25.0;                // data-parallel gradient bucket size, MiB
+  bool overlap_grad_reduce = true;           // reduce buckets during the backward
+  int64_t zero = 0;                          // 0 | 1 (ZeRO-1: optimizer state sharded over dp)
 };
 
 struct ScheduleConfig {

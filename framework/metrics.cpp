@@ -30,7 +30,8 @@ std::string to_json(const StepMetrics& m) {
   std::ostringstream os;
   os << "{\"step\":" << m.step << ",\"loss\":" << num(m.loss) << ",\"lr\":" << num(m.lr)
      << ",\"grad_norm\":" << num(m.grad_norm) << ",\"step_time_s\":" << num(m.step_time_s)
-     << ",\"tokens_per_s\":" << num(m.tokens_per_s) << ",\"tflops\":" << num(m.tflops) << ",\"mfu\":" << num(m.mfu);
+     << ",\"tokens_per_s\":" << num(m.tokens_per_s) << ",\"tflops\":" << num(m.tflops) << ",\"mfu\":" << num(m.mfu)
+     << ",\"grad_sync_s\":" << num(m.grad_sync_s) << ",\"optimizer_state_bytes\":" << m.optimizer_state_bytes;
   if (m.eval_loss) os << ",\"eval_loss\":" << num(*m.eval_loss);
   os << "}";
   return os.str();

@@ -15,6 +15,8 @@ struct StepMetrics {
   int64_t step = 0;  // 1-based
   double loss = 0, lr = 0, grad_norm = 0;
   double step_time_s = 0, tokens_per_s = 0, tflops = 0, mfu = 0;
+  double grad_sync_s = 0;             // exposed gradient-reduction time (not hidden by the backward)
+  int64_t optimizer_state_bytes = 0;  // AdamW state held by this rank (falls to ~1/dp with ZeRO-1)
   std::optional<double> eval_loss;
 };
 

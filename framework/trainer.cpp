@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <set>
 #include <memory>
 #include <thread>
 
@@ -20,7 +21,8 @@
 #include "framework/data/dataset.h"
 #include "framework/lr_schedule.h"
 #include "framework/optimizer.h"
-#include "models/gpt/gpt.h"
+#include "models/registry.h"
+#include "parallel/data_parallel.h"
 #include "parallel/layout.h"
 #include "parallel/process_groups.h"
 #include "schedules/executor.h"
@@ -108,18 +110,16 @@ struct Run {
   int64_t m = 1;  // micro-batches per step per DP rank
   std::unique_ptr<ProcessGroups> pgs;
   TpContext tp;
-  std::vector<std::unique_ptr<GptChunk>> chunks;
-  std::vector<Param*> params;
-  std::map<std::string, size_t> norm_index;  // global name -> slot in the grad-norm vector
-  std::unique_ptr<AdamW> opt;
+  std::unique_ptr<Model> model;
+  std::vector<std::unique_ptr<Stage>> stages;  // this rank's chunks, in chunk order
+  std::unique_ptr<DataParallel> dp;
   std::unique_ptr<Executor> exec;
   sched::Schedule schedule;
   TokenSource train_tokens, val_tokens;
   std::unique_ptr<data::GptDataset> train_data, val_data;
-  Param* word_embedding = nullptr;  // the copy of the tied word embedding this rank steps, if any
-  Param* tied_copy = nullptr;       // the head's copy when word_embedding is the embedding's, on this rank too
   double flops_per_step = 0;
   int64_t model_params = 0;
+  int64_t local_params = 0;  // parameters this rank steps (a local tied copy counts once)
   ExecutorStats peak;  // the largest in-flight count and boundary bytes of any step
 };
 
@@ -132,75 +132,6 @@ MicroBatch load_micro_batch(const Run& r, const data::GptDataset& ds, int64_t st
   at::Tensor tok = at::empty({static_cast<int64_t>(idx.size()), s + 1}, at::kLong);
   for (size_t i = 0; i < idx.size(); ++i) ds.copy_sample(idx[i], tok[i].data_ptr<int64_t>());
   return {tok.narrow(1, 0, s).contiguous(), tok.narrow(1, 1, s).contiguous()};
-}
-
-// All-reduces a list of gradients as one flat buffer (one collective instead
-// of one per parameter), then divides by `divisor`.
-void all_reduce_flat(const Group& g, const std::vector<at::Tensor>& grads, double divisor) {
-  if (grads.empty() || g.size() == 1) return;
-  std::vector<at::Tensor> flat;
-  for (const at::Tensor& t : grads) flat.push_back(t.reshape({-1}));
-  at::Tensor buf = at::cat(flat);
-  all_reduce(g, buf);
-  if (divisor != 1.0) buf.div_(divisor);
-  int64_t offset = 0;
-  for (const at::Tensor& t : grads) {
-    t.copy_(buf.narrow(0, offset, t.numel()).view_as(t));
-    offset += t.numel();
-  }
-}
-
-// Tied word embedding: the first stage's copy and the last stage's copy each
-// accumulated their own gradient; the embedding's gets the sum (two addends, so
-// the order of the addition cannot change the bits). When both copies live on
-// this rank (pp = 1), only the embedding's is kept and the optimizer copies its
-// new value into the head's copy; across ranks both copies get the sum and are
-// stepped identically.
-void sync_tied_embedding(Run& r) {
-  if (r.tied_copy) {
-    at::Tensor& g = r.word_embedding->tensor.mutable_grad();
-    g = g + r.tied_copy->tensor.grad();
-    r.tied_copy->tensor.mutable_grad().reset();
-    return;
-  }
-  if (r.word_embedding && r.pgs->embedding.size() > 1) {
-    at::Tensor g = r.word_embedding->tensor.grad();
-    all_reduce(r.pgs->embedding, g);
-  }
-}
-
-void sync_grads(Run& r) {
-  at::NoGradGuard no_grad;
-  for (Param* p : r.params)
-    if (!p->tensor.grad().defined()) p->tensor.mutable_grad() = at::zeros_like(p->tensor);
-  sync_tied_embedding(r);
-  std::vector<at::Tensor> sp_grads, all_grads;
-  for (Param* p : r.params) {
-    if (!p->tensor.grad().defined()) continue;  // the head's local tied copy
-    all_grads.push_back(p->tensor.grad());
-    if (p->info.sequence_parallel_grad) sp_grads.push_back(p->tensor.grad());
-  }
-  if (r.cfg.parallel.sequence_parallel) all_reduce_flat(r.pgs->tp, sp_grads, 1.0);
-  all_reduce_flat(r.pgs->dp, all_grads, static_cast<double>(r.pgs->dp.size()));
-}
-
-// Global gradient norm, summed in one canonical order on every layout: each
-// parameter's squared norm lands in its slot (shards summed over TP), the
-// slots are all-reduced over the model-parallel group (other ranks add exact
-// zeros), then added in slot order.
-double global_grad_norm(Run& r) {
-  at::Tensor slots = at::zeros({static_cast<int64_t>(r.norm_index.size())}, at::kDouble);
-  for (Param* p : r.params) {
-    if (p->info.tied_copy) continue;
-    const bool sharded = p->info.shard_dim >= 0;
-    if (!sharded && r.tp.rank() != 0) continue;
-    slots[static_cast<int64_t>(r.norm_index.at(p->info.name))] = p->tensor.grad().to(at::kDouble).pow(2).sum();
-  }
-  all_reduce(r.pgs->model_parallel, slots);
-  double total = 0;
-  const double* s = slots.data_ptr<double>();
-  for (int64_t i = 0; i < slots.numel(); ++i) total += s[i];
-  return std::sqrt(total);
 }
 
 // Sum over the pipeline (only last stages hold losses), mean over micro-batches and DP.
@@ -224,32 +155,26 @@ double evaluate(Run& r) {
 StepMetrics train_step(Run& r, int64_t step) {
   const auto& t = r.cfg.training;
   const auto start = Clock::now();
-  for (Param* p : r.params) p->tensor.mutable_grad().reset();
+  r.dp->zero_grads();
 
   const auto& actions = r.schedule.ranks.at(r.pgs->layout().coords(r.pgs->rank()).pp);
   ExecutorStats stats = r.exec->run(
-      actions, [&](int mb) { return load_micro_batch(r, *r.train_data, step, mb); }, 1.0 / static_cast<double>(r.m));
-
+      actions, [&](int mb) { return load_micro_batch(r, *r.train_data, step, mb); }, 1.0 / static_cast<double>(r.m),
+      r.dp.get());
   r.peak.peak_inflight = std::max(r.peak.peak_inflight, stats.peak_inflight);
   r.peak.peak_boundary_bytes = std::max(r.peak.peak_boundary_bytes, stats.peak_boundary_bytes);
   r.peak.peak_activation_bytes = std::max(r.peak.peak_activation_bytes, stats.peak_activation_bytes);
-  sync_grads(r);
-  const double norm = global_grad_norm(r);
+
+  const auto sync_start = Clock::now();
+  r.dp->finish_grad_sync();  // what of the gradient reduction the backward did not hide
+  const double sync_s = seconds_since(sync_start);
+  const double norm = r.dp->grad_norm();
   if (!std::isfinite(norm))  // every rank sees the same norm, so all stop together
     throw std::runtime_error("step " + std::to_string(step + 1) + ": the gradient norm is " + std::to_string(norm) +
                              "; stopping before the optimizer writes it into the weights (lower training.lr?)");
-  if (t.grad_clip > 0 && norm > t.grad_clip) {
-    const double coef = t.grad_clip / (norm + 1e-6);
-    at::NoGradGuard no_grad;
-    for (Param* p : r.params)
-      if (p->tensor.grad().defined()) p->tensor.mutable_grad().mul_(coef);
-  }
+  if (t.grad_clip > 0 && norm > t.grad_clip) r.dp->scale_grads(t.grad_clip / (norm + 1e-6));
   const double lr = lr_at(step, t.steps, t.warmup_steps, t.lr, t.min_lr);
-  r.opt->step(lr);
-  if (r.tied_copy) {
-    at::NoGradGuard no_grad;
-    r.tied_copy->tensor.copy_(r.word_embedding->tensor);
-  }
+  r.dp->step(lr);
 
   StepMetrics m;
   m.step = step + 1;
@@ -257,22 +182,36 @@ StepMetrics train_step(Run& r, int64_t step) {
   m.lr = lr;
   m.grad_norm = norm;
   m.step_time_s = seconds_since(start);
+  m.grad_sync_s = sync_s;
+  m.optimizer_state_bytes = r.dp->optimizer_state_bytes();
   m.tokens_per_s = static_cast<double>(t.global_batch_size * r.cfg.model.seq_len) / m.step_time_s;
   m.tflops = r.flops_per_step / m.step_time_s / 1e12;
   if (t.eval_interval > 0 && (step + 1) % t.eval_interval == 0) m.eval_loss = evaluate(r);
   return m;
 }
 
-// Model FLOPs per step (forward + backward = 3 x forward): 6 x tokens x the
-// matrix parameters (the tied head counted once, position table excluded) plus
-// attention's 12 x layers x hidden x seq per token: the convention of PaLM's
-// MFU (Chowdhery et al. 2022, appendix B); Kaplan et al. 2020 count half that.
-double model_flops_per_step(const Config& c) {
-  const double h = static_cast<double>(c.model.hidden), l = static_cast<double>(c.model.layers);
-  const double matrices = l * (4 * h * h + 2 * h * static_cast<double>(c.model.ffn())) +
-                          h * static_cast<double>(c.model.vocab_size);
-  const double tokens = static_cast<double>(c.training.global_batch_size * c.model.seq_len);
-  return tokens * (6 * matrices + 12 * l * h * static_cast<double>(c.model.seq_len));
+// How each tied parameter's copies on this rank get their summed gradient:
+// true when every copy is here (added locally), false when they are split
+// over pipeline ranks (all-reduced over the embedding group, which joins the
+// first and the last pipeline rank: the only cross-rank tie supported).
+std::map<std::string, bool> tied_placement(const Run& r, int pp_rank) {
+  std::map<std::string, bool> out;
+  const int p = r.schedule.stages;
+  for (const TiedGroup& g : r.model->tied_groups(r.schedule.virtual_stages())) {
+    std::set<int> ranks;
+    for (int s : g.stages) ranks.insert(r.schedule.rank_of(s));
+    if (!ranks.count(pp_rank)) continue;
+    if (ranks.size() == 1) {
+      out[g.name] = true;
+    } else if (ranks == std::set<int>{0, p - 1}) {
+      out[g.name] = false;
+    } else {
+      throw std::runtime_error("tied parameter " + g.name +
+                               " has copies on pipeline ranks other than the first and the last; "
+                               "this placement is not supported");
+    }
+  }
+  return out;
 }
 
 void build(Run& r) {
@@ -284,6 +223,7 @@ void build(Run& r) {
   resolve_world(c, env.world_size);
   r.m = num_microbatches(c);
   r.schedule = build_schedule(c, r.m);  // schedule errors before any rendezvous
+  r.model = make_model(c);
   r.train_tokens = open_tokens(c, "train");
   r.train_data = std::make_unique<data::GptDataset>(r.train_tokens.view, c.model.seq_len, c.training.seed);
   if (c.training.eval_interval > 0) {
@@ -295,38 +235,39 @@ void build(Run& r) {
   r.pgs = std::make_unique<ProcessGroups>(env, layout, c.parallel.backend,
                                           std::chrono::milliseconds(static_cast<int64_t>(c.parallel.timeout_s * 1000)));
   r.tp = TpContext{&r.pgs->tp, c.parallel.sequence_parallel};
-  const int p = static_cast<int>(c.parallel.pp), v = static_cast<int>(c.schedule.chunks);
-  const auto specs = split_layers(c.model.layers, p, v, c.parallel.pipeline_layers);
-  const int pp_rank = layout.coords(env.rank).pp;
-  std::vector<GptChunk*> raw;
-  for (int chunk = 0; chunk < v; ++chunk) {
-    r.chunks.push_back(std::make_unique<GptChunk>(c.model, specs[chunk * p + pp_rank], r.tp, c.training.seed));
-    raw.push_back(r.chunks.back().get());
-    for (Param& prm : r.chunks.back()->params()) r.params.push_back(&prm);
+  const int stages = r.schedule.virtual_stages(), pp_rank = layout.coords(env.rank).pp;
+  std::vector<Stage*> raw;
+  std::vector<std::vector<Param*>> chunk_params;
+  for (int chunk = 0; chunk < r.schedule.chunks; ++chunk) {
+    r.stages.push_back(r.model->make_stage(r.schedule.stage_of(pp_rank, chunk), stages, r.tp, c.training.seed));
+    raw.push_back(r.stages.back().get());
+    chunk_params.emplace_back();
+    for (Param& prm : r.stages.back()->params()) chunk_params.back().push_back(&prm);
   }
-  for (const auto& spec : specs)
-    for (const auto& planned : gpt_param_plan(c.model, spec, 1, 0)) {
-      if (planned.info.tied_copy) continue;
-      r.norm_index.emplace(planned.info.name, r.norm_index.size());
-      int64_t n = 1;
-      for (int64_t d : planned.info.full_shape) n *= d;
-      r.model_params += n;
-    }
-  Param* embedding_copy = nullptr;
-  Param* head_copy = nullptr;
-  for (Param* p : r.params)
-    if (p->info.name == "embedding.word.weight") (p->info.tied_copy ? head_copy : embedding_copy) = p;
-  r.word_embedding = embedding_copy ? embedding_copy : head_copy;
-  r.tied_copy = embedding_copy ? head_copy : nullptr;
-  std::vector<Param*> stepped;
-  for (Param* p : r.params)
-    if (p != r.tied_copy) stepped.push_back(p);
-  r.opt = std::make_unique<AdamW>(stepped, AdamWOptions{c.training.beta1, c.training.beta2, c.training.eps,
-                                                         c.training.weight_decay});
-  const int64_t seq = c.parallel.sequence_parallel ? c.model.seq_len / c.parallel.tp : c.model.seq_len;
-  r.exec = std::make_unique<Executor>(raw, r.pgs->pp, std::vector<int64_t>{c.training.micro_batch_size, seq,
-                                                                            c.model.hidden});
-  r.flops_per_step = model_flops_per_step(c);
+  std::map<std::string, size_t> norm_slots;
+  for (const ParamInfo& info : r.model->unique_params(stages)) {
+    norm_slots.emplace(info.name, norm_slots.size());
+    int64_t n = 1;
+    for (int64_t d : info.full_shape) n *= d;
+    r.model_params += n;
+  }
+  const std::map<std::string, bool> tied_local = tied_placement(r, pp_rank);
+  const DataParallelGroups groups{&r.pgs->dp, &r.pgs->tp, &r.pgs->model_parallel, &r.pgs->embedding};
+  DataParallelOptions dpo;
+  dpo.bucket_mb = c.parallel.dp_bucket_mb;
+  dpo.overlap = c.parallel.overlap_grad_reduce;
+  dpo.zero = static_cast<int>(c.parallel.zero);
+  dpo.sequence_parallel = c.parallel.sequence_parallel;
+  r.dp = std::make_unique<DataParallel>(chunk_params, groups, dpo,
+                                        AdamWOptions{c.training.beta1, c.training.beta2, c.training.eps,
+                                                     c.training.weight_decay},
+                                        tied_local, norm_slots);
+  for (auto& params : chunk_params)
+    for (Param* p : params)
+      if (!(p->info.tied_copy && tied_local.count(p->info.name) && tied_local.at(p->info.name)))
+        r.local_params += p->tensor.numel();
+  r.exec = std::make_unique<Executor>(raw, r.pgs->pp, r.schedule, c.training.micro_batch_size);
+  r.flops_per_step = r.model->flops_per_token() * static_cast<double>(c.training.global_batch_size * c.model.seq_len);
 }
 
 }  // namespace
@@ -340,9 +281,11 @@ TrainSummary train(Config cfg) {
   build(r);
   const Config& c = r.cfg;
   const bool leader = r.pgs->rank() == 0;
+  if (leader && c.training.warmup_steps > c.training.steps)
+    std::cout << "warning: training.warmup_steps (" << c.training.warmup_steps << ") > training.steps ("
+              << c.training.steps << "): the learning rate never reaches its peak" << std::endl;
   TrainSummary summary;
-  for (Param* p : r.params)
-    if (p != r.tied_copy) summary.local_params += p->tensor.numel();
+  summary.local_params = r.local_params;
   summary.model_params = r.model_params;
 
   // Peak for MFU: given (GPUs) or one thread's matmul rate, measured by rank 0
@@ -397,7 +340,9 @@ TrainSummary train(Config cfg) {
   }
   std::cout << r.pgs->layout().describe(r.pgs->rank()) << ": peak " << r.peak.peak_inflight
             << " micro-batches in flight holding " << r.peak.peak_activation_bytes << " activation bytes ("
-            << r.peak.peak_boundary_bytes << " in stage inputs/outputs)" << std::endl;
+            << r.peak.peak_boundary_bytes << " in stage inputs/outputs); optimizer state "
+            << r.dp->optimizer_state_bytes() << " bytes" << std::endl;
+  summary.optimizer_state_bytes = r.dp->optimizer_state_bytes();
   summary.peak_inflight = r.peak.peak_inflight;
   barrier(r.pgs->world);
   return summary;

@@ -15,6 +15,7 @@ struct TrainSummary {
   int64_t model_params = 0;        // the model's unique parameter count
   double peak_flops = 0;           // per-device peak FLOP/s used for MFU
   int peak_inflight = 0;           // most micro-batches with live activations on this rank
+  int64_t optimizer_state_bytes = 0;  // AdamW state on this rank
 };
 
 // Runs training for this process's rank (read from the environment). Rank 0

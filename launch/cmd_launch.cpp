@@ -48,10 +48,10 @@ int cmd_launch(int argc, char** argv) {
   po::variables_map vm;
   po::store(po::command_line_parser(split, argv).options(desc).run(), vm);
   if (vm.count("help")) {
-    std::cout << desc << "\nexample: trident launch --nproc-per-node 2 -- build/trident train --config configs/gpt-tiny.toml\n"
+    std::cout << desc << "\nexample: build/trident launch --nproc-per-node 2 -- build/trident train --config configs/gpt-tiny.toml\n"
               << "two nodes (on node 1; node 0 runs the same with --node-rank 0):\n"
-              << "  trident launch --nnodes 2 --node-rank 1 --nproc-per-node 4 --master-addr node0 -- \\\n"
-              << "    trident train --config configs/gpt-tiny.toml --set parallel.tp=2 --set parallel.pp=2\n";
+              << "  build/trident launch --nnodes 2 --node-rank 1 --nproc-per-node 4 --master-addr node0 -- \\\n"
+              << "    build/trident train --config configs/gpt-tiny.toml --set parallel.tp=2 --set parallel.pp=2\n";
     return 0;
   }
   po::notify(vm);  // after --help, so that --help alone needs no --nproc-per-node

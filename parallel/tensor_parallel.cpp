@@ -101,7 +101,9 @@ struct ReduceScatterDim : torch::autograd::Function<ReduceScatterDim> {
   }
 };
 
-std::atomic<WeightGradQueue*> g_weight_grad_queue{nullptr};
+// Per thread: a CPU backward runs on the thread that called it, so ranks run
+// as threads in one process (the executor's tests) each see their own queue.
+thread_local WeightGradQueue* g_weight_grad_queue = nullptr;
 
 void accumulate_grad(at::Tensor param, const at::Tensor& g) {
   at::NoGradGuard no_grad;
@@ -139,7 +141,7 @@ variable_list linear_backward(AutogradContext* ctx, const variable_list& grads) 
     at::Tensor gb = b.defined() ? gy.sum(0) : at::Tensor();
     return std::make_pair(gw, gb);
   };
-  if (WeightGradQueue* q = g_weight_grad_queue.load()) {
+  if (WeightGradQueue* q = g_weight_grad_queue) {
     q->push([weight_grads, w, b]() {
       auto [gw, gb] = weight_grads();
       accumulate_grad(w, gw);
@@ -220,8 +222,8 @@ void WeightGradQueue::run() {
   for (auto& f : items) f();
 }
 
-DeferWeightGrads::DeferWeightGrads(WeightGradQueue* q) : prev_(g_weight_grad_queue.exchange(q)) {}
-DeferWeightGrads::~DeferWeightGrads() { g_weight_grad_queue.store(prev_); }
+DeferWeightGrads::DeferWeightGrads(WeightGradQueue* q) : prev_(g_weight_grad_queue) { g_weight_grad_queue = q; }
+DeferWeightGrads::~DeferWeightGrads() { g_weight_grad_queue = prev_; }
 
 at::Tensor copy_to_tp(const TpContext& tp, const at::Tensor& x) {
   return tp.size() == 1 ? x : CopyToTp::apply(x, pack(tp));

@@ -10,10 +10,16 @@ namespace trident {
 using sched::Action;
 using sched::ActionKind;
 
-Executor::Executor(std::vector<GptChunk*> chunks, const Group& pp, std::vector<int64_t> activation_shape)
-    : chunks_(std::move(chunks)), pp_(pp), act_shape_(std::move(activation_shape)) {
-  if (chunks_.empty()) throw std::logic_error("Executor needs at least one model chunk");
-  shape_ = sched::empty_schedule(pp.size(), 1, static_cast<int>(chunks_.size()));
+Executor::Executor(std::vector<Stage*> stages, const Group& pp, const sched::Schedule& placement,
+                   int64_t micro_batch_size)
+    : chunks_(std::move(stages)), pp_(pp), shape_(placement), mbs_(micro_batch_size) {
+  if (chunks_.empty()) throw std::logic_error("Executor needs at least one stage");
+  if (shape_.stages != pp.size() || shape_.chunks != static_cast<int>(chunks_.size()))
+    throw std::logic_error("Executor: schedule is for p=" + std::to_string(shape_.stages) + " v=" +
+                           std::to_string(shape_.chunks) + " but the pipeline group has " +
+                           std::to_string(pp.size()) + " ranks and this rank " + std::to_string(chunks_.size()) +
+                           " stages");
+  shape_.ranks.assign(static_cast<size_t>(shape_.stages), {});
 }
 
 int Executor::tag(bool grad, int mb, int to_stage) const {
@@ -28,7 +34,7 @@ void Executor::post_recv(const Action& a) {
   auto& work = grad ? s.recv_grad : s.recv_act;
   if (buf.defined()) return;  // already posted (or delivered locally)
   if (peer == pp_.rank) return;  // same rank (p = 1): send() hands the tensor over
-  buf = at::empty(act_shape_, at::kFloat);
+  buf = at::empty(grad ? chunks_[a.chunk]->output_shape(mbs_) : chunks_[a.chunk]->input_shape(mbs_), at::kFloat);
   work = irecv(pp_, buf, peer, tag(grad, a.mb, stage(a.chunk)));
 }
 
@@ -128,9 +134,18 @@ void Executor::run_action(const Action& a, const std::function<MicroBatch(int)>&
 }
 
 ExecutorStats Executor::run(const std::vector<Action>& actions, const std::function<MicroBatch(int)>& batch,
-                            double loss_scale) {
+                            double loss_scale, GradObserver* observer) {
   ExecutorStats stats;
+  // Per chunk: the list index of its last backward and of the last action
+  // that adds to its weight gradients (B, or the W after an I).
+  std::vector<size_t> last_backward(chunks_.size(), actions.size()), last_weights(chunks_.size(), actions.size());
   for (size_t i = 0; i < actions.size(); ++i) {
+    const Action& a = actions[i];
+    if (a.kind == ActionKind::B || a.kind == ActionKind::I) last_backward.at(static_cast<size_t>(a.chunk)) = i;
+    if (a.kind == ActionKind::B || a.kind == ActionKind::W) last_weights.at(static_cast<size_t>(a.chunk)) = i;
+  }
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const auto chunk = static_cast<size_t>(actions[i].chunk);
     if (sched::is_compute(actions[i].kind)) {
       // Post the receives the next compute action will need, so they arrive
       // while this one computes.
@@ -140,7 +155,9 @@ ExecutorStats Executor::run(const std::vector<Action>& actions, const std::funct
         ++j;
       }
     }
+    if (observer && i == last_backward[chunk]) observer->final_backward_begins(actions[i].chunk);
     run_action(actions[i], batch, loss_scale, stats);
+    if (observer && i == last_weights[chunk]) observer->grads_final(actions[i].chunk);
   }
   finish_sends();
   for (auto it = slots_.begin(); it != slots_.end();) {  // slots kept only for an I/W pair's SEND_B

@@ -1,4 +1,4 @@
-// Runs one pipeline rank's action list against its model chunks: forwards and
+// Runs one pipeline rank's action list against its stages (schedules/stage.h): forwards and
 // backwards (full, or split into I and W), with activations and gradients moved
 // over the PP group by c10d send/recv. Receives are posted as soon as the
 // action list reaches the compute action before the one that needs them, so
@@ -13,10 +13,10 @@
 #include <ATen/ATen.h>
 
 #include "framework/cpu_memory.h"
-#include "models/gpt/gpt.h"
 #include "parallel/process_groups.h"
 #include "parallel/tensor_parallel.h"
 #include "schedules/action.h"
+#include "schedules/stage.h"
 
 namespace trident {
 
@@ -37,14 +37,15 @@ struct ExecutorStats {
 
 class Executor {
  public:
-  // chunks[c] is this rank's chunk c (virtual stage c * p + pp.rank).
-  // activation_shape: (mbs, seq or seq/tp, hidden) of the tensors between stages.
-  Executor(std::vector<GptChunk*> chunks, const Group& pp, std::vector<int64_t> activation_shape);
+  // stages[c] is this rank's chunk c, virtual stage placement.stage_of(pp.rank, c);
+  // `placement` gives p, v and the placement (its action lists are not read).
+  Executor(std::vector<Stage*> stages, const Group& pp, const sched::Schedule& placement, int64_t micro_batch_size);
 
   // Runs this rank's list for one step. `batch(mb)` gives micro-batch mb's
   // data; each micro-batch loss is scaled by `loss_scale` before its backward.
+  // `observer`, when given, hears when each chunk's gradients become final.
   ExecutorStats run(const std::vector<sched::Action>& actions, const std::function<MicroBatch(int)>& batch,
-                    double loss_scale);
+                    double loss_scale, GradObserver* observer = nullptr);
 
   // Forward only (evaluation, no autograd): every micro-batch through every
   // local chunk in virtual-stage order. Returns the summed loss on the last
@@ -73,10 +74,10 @@ class Executor {
   int tag(bool grad, int mb, int to_stage) const;
   void track(ExecutorStats& stats);
 
-  std::vector<GptChunk*> chunks_;
+  std::vector<Stage*> chunks_;
   const Group& pp_;
-  sched::Schedule shape_;  // p and v only: placement and peers come from the schedule IR
-  std::vector<int64_t> act_shape_;
+  sched::Schedule shape_;  // p, v and placement only: stages and peers come from the schedule IR
+  int64_t mbs_;
   std::map<std::pair<int, int>, Slot> slots_;
   std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, at::Tensor>> pending_sends_;
 };

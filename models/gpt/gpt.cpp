@@ -8,15 +8,12 @@
 
 namespace trident {
 
-std::vector<ChunkSpec> split_layers(int64_t layers, int64_t pp, int64_t chunks,
-                                    const std::vector<int64_t>& explicit_layers) {
-  const int64_t stages = pp * chunks;
+std::vector<ChunkSpec> split_layers(int64_t layers, int64_t stages, const std::vector<int64_t>& explicit_layers) {
   std::vector<int64_t> counts = explicit_layers;
   if (counts.empty()) {
     if (layers % stages != 0)
       throw std::runtime_error("model.layers (" + std::to_string(layers) + ") is not divisible by pp x chunks (" +
-                               std::to_string(pp) + " x " + std::to_string(chunks) +
-                               "); give parallel.pipeline_layers explicitly");
+                               std::to_string(stages) + " virtual stages); give parallel.pipeline_layers explicitly");
     counts.assign(stages, layers / stages);
   }
   if (static_cast<int64_t>(counts.size()) != stages)
@@ -140,7 +137,11 @@ at::Tensor GptChunk::block(int64_t layer, const at::Tensor& x) const {
   return out + resid_dropout(h);
 }
 
-at::Tensor GptChunk::forward(const at::Tensor& input, const at::Tensor& targets) const {
+std::vector<int64_t> GptChunk::hidden_shape(int64_t mbs) const {
+  return {mbs, tp_.sequence_parallel ? cfg_.seq_len / tp_.size() : cfg_.seq_len, cfg_.hidden};
+}
+
+at::Tensor GptChunk::forward(const at::Tensor& input, const at::Tensor& targets) {
   at::Tensor x = input;
   if (spec_.has_embedding) {
     const at::Tensor& word = p("embedding.word.weight");
@@ -159,6 +160,30 @@ at::Tensor GptChunk::forward(const at::Tensor& input, const at::Tensor& targets)
   const at::Tensor& word = p("head.word.weight");
   at::Tensor logits = column_parallel_linear(tp_, x, word, at::Tensor());  // (b, s, vocab/tp)
   return vocab_parallel_cross_entropy(tp_, logits, targets, tp_.rank() * word.size(0), cfg_.vocab_size).mean();
+}
+
+std::unique_ptr<Stage> GptModel::make_stage(int stage, int num_stages, const TpContext& tp, int64_t seed) const {
+  const auto specs = split_layers(cfg_.layers, num_stages, pipeline_layers_);
+  return std::make_unique<GptChunk>(cfg_, specs.at(static_cast<size_t>(stage)), tp, seed);
+}
+
+std::vector<ParamInfo> GptModel::unique_params(int num_stages) const {
+  std::vector<ParamInfo> all;
+  for (const auto& spec : split_layers(cfg_.layers, num_stages, pipeline_layers_))
+    for (const auto& planned : gpt_param_plan(cfg_, spec, 1, 0))
+      if (!planned.info.tied_copy) all.push_back(planned.info);
+  return all;
+}
+
+// 6 x the matrix parameters (the tied head counted once, position table
+// excluded) plus attention's 12 x layers x hidden x seq per token: the
+// convention of PaLM's MFU (Chowdhery et al. 2022, appendix B); Kaplan et al.
+// 2020 count half that.
+double GptModel::flops_per_token() const {
+  const double h = static_cast<double>(cfg_.hidden), l = static_cast<double>(cfg_.layers);
+  const double matrices = l * (4 * h * h + 2 * h * static_cast<double>(cfg_.ffn())) +
+                          h * static_cast<double>(cfg_.vocab_size);
+  return 6 * matrices + 12 * l * h * static_cast<double>(cfg_.seq_len);
 }
 
 }  // namespace trident

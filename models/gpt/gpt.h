@@ -13,6 +13,7 @@
 #include "framework/config.h"
 #include "parallel/param.h"
 #include "parallel/tensor_parallel.h"
+#include "schedules/stage.h"
 
 namespace trident {
 
@@ -25,11 +26,10 @@ struct ChunkSpec {
   bool has_head = false;
 };
 
-// Splits model.layers over pp * chunks virtual stages (uniform, or
-// `explicit_layers` when non-empty). Entry s is virtual stage s; virtual stage
-// s runs on pipeline rank s % pp as its chunk s / pp (interleaved placement).
-std::vector<ChunkSpec> split_layers(int64_t layers, int64_t pp, int64_t chunks,
-                                    const std::vector<int64_t>& explicit_layers);
+// Splits model.layers over `stages` virtual stages (uniform, or
+// `explicit_layers` when non-empty). Entry s is virtual stage s; which rank
+// runs it is the schedule's business (sched::Schedule::stage_of).
+std::vector<ChunkSpec> split_layers(int64_t layers, int64_t stages, const std::vector<int64_t>& explicit_layers);
 
 struct PlannedParam {
   ParamInfo info;
@@ -41,7 +41,7 @@ struct PlannedParam {
 std::vector<PlannedParam> gpt_param_plan(const ModelConfig& cfg, const ChunkSpec& spec, int64_t tp_size,
                                          int64_t tp_rank);
 
-class GptChunk {
+class GptChunk : public Stage {
  public:
   GptChunk(const ModelConfig& cfg, const ChunkSpec& spec, const TpContext& tp, int64_t seed);
 
@@ -49,13 +49,17 @@ class GptChunk {
   // state (batch, seq, hidden), or (batch, seq/tp, hidden) under sequence
   // parallelism. Last chunk: returns the mean token loss of the micro-batch
   // (a scalar) given targets (batch, seq); otherwise the hidden state.
-  at::Tensor forward(const at::Tensor& input, const at::Tensor& targets) const;
+  at::Tensor forward(const at::Tensor& input, const at::Tensor& targets) override;
+  // (mbs, seq, hidden), or (mbs, seq/tp, hidden) under sequence parallelism.
+  std::vector<int64_t> input_shape(int64_t micro_batch_size) const override { return hidden_shape(micro_batch_size); }
+  std::vector<int64_t> output_shape(int64_t micro_batch_size) const override { return hidden_shape(micro_batch_size); }
 
-  std::vector<Param>& params() { return params_; }
+  std::vector<Param>& params() override { return params_; }
   const std::vector<Param>& params() const { return params_; }
   const ChunkSpec& spec() const { return spec_; }
 
  private:
+  std::vector<int64_t> hidden_shape(int64_t mbs) const;
   const at::Tensor& p(const std::string& name) const;
   at::Tensor block(int64_t layer, const at::Tensor& x) const;
   at::Tensor attention(const std::string& pre, const at::Tensor& x) const;
@@ -65,6 +69,24 @@ class GptChunk {
   TpContext tp_;
   std::vector<Param> params_;
   std::vector<std::pair<std::string, size_t>> index_;  // name -> params_ position (small, linear scan)
+};
+
+// The GPT model for the trainer: stages split by split_layers, parameters
+// from gpt_param_plan, FLOPs by the PaLM convention.
+class GptModel : public Model {
+ public:
+  GptModel(const ModelConfig& cfg, std::vector<int64_t> pipeline_layers)
+      : cfg_(cfg), pipeline_layers_(std::move(pipeline_layers)) {}
+  std::unique_ptr<Stage> make_stage(int stage, int num_stages, const TpContext& tp, int64_t seed) const override;
+  std::vector<ParamInfo> unique_params(int num_stages) const override;
+  std::vector<TiedGroup> tied_groups(int num_stages) const override {
+    return {{"embedding.word.weight", {0, num_stages - 1}}};  // the embedding and the LM head
+  }
+  double flops_per_token() const override;
+
+ private:
+  ModelConfig cfg_;
+  std::vector<int64_t> pipeline_layers_;
 };
 
 }  // namespace trident

@@ -148,38 +148,52 @@ inline std::string slurp(const std::string& path) {
   return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
 }
 
-// The single-process gpt-tiny run with `sets`, from the cache or trained now.
-inline TrainRun cached_reference(const std::vector<std::string>& sets = {}) {
+// A gpt-tiny run on `nproc` ranks with `sets`, from the cache or trained now.
+// Its run directory (metrics.jsonl, output.txt) stays in the cache, so other
+// tests and `trident compare` can read it.
+struct CachedRun {
+  TrainRun run;
+  std::string dir;
+};
+
+inline CachedRun cached_run(int nproc, const std::vector<std::string>& sets) {
   uint64_t h = 14695981039346656037ULL;
   h = fnv1a(h, slurp(bin("trident")));
   h = fnv1a(h, slurp(src("configs/gpt-tiny.toml")));
   for (const auto& s : sets) h = fnv1a(h, s + "\n");
   h = fnv1a(h, std::to_string(kRegressionSteps));
+  if (nproc > 1) h = fnv1a(h, "nproc=" + std::to_string(nproc));
   char key[17];
   std::snprintf(key, sizeof key, "%016llx", static_cast<unsigned long long>(h));
   const std::filesystem::path root = std::filesystem::path(TRIDENT_BINARY_DIR) / "regression-cache";
   const std::filesystem::path entry = root / key;
-  TrainRun run;
+  CachedRun out;
+  out.dir = entry.string();
   if (std::filesystem::exists(entry / "output.txt")) {
-    run.command = "(cached reference " + entry.string() + ")";
-    run.result.status = 0;
-    run.result.output = slurp((entry / "output.txt").string());
-    run.rows = read_metrics((entry / "metrics.jsonl").string());
-    return run;
+    out.run.command = "(cached run " + entry.string() + ")";
+    out.run.result.status = 0;
+    out.run.result.output = slurp((entry / "output.txt").string());
+    out.run.rows = read_metrics((entry / "metrics.jsonl").string());
+    return out;
   }
   std::filesystem::create_directories(root);
   std::string tmp = (root / (std::string(key) + ".tmp-XXXXXX")).string();
   if (!mkdtemp(tmp.data())) throw std::runtime_error("mkdtemp failed for " + tmp);
-  run = train_tiny(tmp, 1, sets);
+  out.run = train_tiny(tmp, nproc, sets);
   std::error_code ec;
-  if (completed(run)) {
-    std::ofstream(tmp + "/output.txt", std::ios::binary) << run.result.output;
+  if (completed(out.run)) {
+    std::ofstream(tmp + "/output.txt", std::ios::binary) << out.run.result.output;
     // Atomic publish; if a parallel test got there first, keep its entry.
     std::filesystem::rename(tmp, entry, ec);
+  } else {
+    out.dir = tmp + ".failed";
   }
   std::filesystem::remove_all(tmp, ec);
-  return run;
+  return out;
 }
+
+// The single-process gpt-tiny run with `sets`, from the cache or trained now.
+inline TrainRun cached_reference(const std::vector<std::string>& sets = {}) { return cached_run(1, sets).run; }
 
 // One rank's "rank R: tp T dp D pp P: N local parameters of M" line.
 struct ParamLine {

@@ -72,18 +72,18 @@ TEST(Init, PaddedVocabularyRowsStartAtZeroAndTiedCopiesAgree) {
 }
 
 TEST(Split, UniformExplicitAndErrors) {
-  auto specs = split_layers(8, 2, 2, {});
+  auto specs = split_layers(8, 4, {});
   ASSERT_EQ(specs.size(), 4u);
   EXPECT_TRUE(specs[0].has_embedding);
   EXPECT_FALSE(specs[0].has_head);
   EXPECT_TRUE(specs[3].has_head);
   EXPECT_EQ(specs[2].first_layer, 4);
-  specs = split_layers(8, 4, 1, {1, 3, 3, 1});
+  specs = split_layers(8, 4, {1, 3, 3, 1});
   EXPECT_EQ(specs[1].first_layer, 1);
   EXPECT_EQ(specs[3].num_layers, 1);
-  EXPECT_THROW(split_layers(6, 4, 1, {}), std::runtime_error);
-  EXPECT_THROW(split_layers(8, 4, 1, {2, 2, 2}), std::runtime_error);
-  EXPECT_THROW(split_layers(8, 2, 1, {4, 5}), std::runtime_error);
+  EXPECT_THROW(split_layers(6, 4, {}), std::runtime_error);
+  EXPECT_THROW(split_layers(8, 4, {2, 2, 2}), std::runtime_error);
+  EXPECT_THROW(split_layers(8, 2, {4, 5}), std::runtime_error);
 }
 
 TEST(AdamW, OneStepEqualsHandComputation) {
@@ -96,7 +96,7 @@ TEST(AdamW, OneStepEqualsHandComputation) {
   p.tensor.mutable_grad() = at::tensor({0.1, 0.2, -0.3}, at::kDouble);
   bias.tensor.mutable_grad() = at::tensor({-0.5}, at::kDouble);
   AdamWOptions o{0.9, 0.95, 1e-8, 0.1};
-  AdamW opt({&p, &bias}, o);
+  AdamW opt(std::vector<Param*>{&p, &bias}, o);
   const double lr = 1e-2;
   opt.step(lr);
   // Step 1: m = (1-b1) g, v = (1-b2) g^2, mhat = g, vhat = g^2, so the update

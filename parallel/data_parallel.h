@@ -1,0 +1,117 @@
+// Data parallelism: everything between "the schedule finished" and "the
+// optimizer may step", and the step itself.
+//
+// NOTE [gradient buckets]
+// Every parameter and its gradient are views into persistent flat buffers
+// (buckets of about `bucket_mb`), so gradients accumulate in place across
+// micro-batches and are reduced without any concatenation or copy. Buckets
+// hold parameters in reverse forward order, the order the backward finishes
+// them. With `overlap`, a bucket's asynchronous all-reduce over DP starts as
+// soon as every gradient in it is final: the executor says when a chunk's
+// last backward begins (then each parameter's AccumulateGrad post-hook marks
+// it final) and when its last weight gradient is in (after the deferred W of
+// zero-bubble schedules). finish_grad_sync() waits for them just before
+// clipping.
+//
+// Gradients that need another reduction first live in one "late" bucket,
+// reduced in finish_grad_sync() in a fixed order: sequence-parallel
+// gradients over TP, then the tied word embedding's two copies (added on one
+// rank, or all-reduced over the embedding group), then DP.
+//
+// NOTE [ZeRO-1 over Gloo]
+// With zero = 1 each DP rank keeps AdamW state for, and updates, only its
+// 1/dp shard of every bucket (buckets are padded to a multiple of dp), then
+// the parameters are all-gathered. libtorch 1.13's Gloo has no
+// reduce-scatter; the reduction is the same asynchronous all-reduce as with
+// zero = 0 (Gloo's ring algorithm, 2(n-1)/n of the bucket sent per rank
+// against (n-1)/n for a true reduce-scatter) followed by keeping the local
+// shard. We chose it over a reduce-scatter built from point-to-point steps
+// because it runs as one asynchronous operation per bucket, so it overlaps the
+// backward exactly as zero = 0 does, and its per-element sums are the very
+// ones zero = 0 computes. What ZeRO-1 saves here is optimizer memory (2 x 4
+// bytes per parameter, divided by dp), which is its point.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "framework/optimizer.h"
+#include "parallel/param.h"
+#include "parallel/process_groups.h"
+#include "schedules/stage.h"
+
+namespace torch::autograd {
+struct Node;
+}
+
+namespace trident {
+
+struct DataParallelOptions {
+  double bucket_mb = 25;           // target bucket size in MiB
+  bool overlap = true;             // reduce buckets during the backward
+  int zero = 0;                    // 0: replicated optimizer; 1: optimizer state sharded over DP
+  bool sequence_parallel = false;  // reduce sequence-parallel gradients over TP
+};
+
+struct DataParallelGroups {
+  const Group* dp = nullptr;
+  const Group* tp = nullptr;
+  const Group* model_parallel = nullptr;  // tp x pp ranks of one replica
+  const Group* embedding = nullptr;       // the pipeline ranks holding the tied word embedding's copies
+};
+
+class DataParallel : public GradObserver {
+ public:
+  // chunks[c] = this rank's parameters of its chunk c, in forward order.
+  // `tied_local` says, per tied name present on this rank, whether all its
+  // copies are on this rank (added locally) or not (all-reduced over
+  // groups.embedding). norm_slots: global name -> slot of the canonical order.
+  DataParallel(std::vector<std::vector<Param*>> chunks, DataParallelGroups groups, DataParallelOptions opts,
+               AdamWOptions adam, const std::map<std::string, bool>& tied_local,
+               std::map<std::string, size_t> norm_slots);
+  ~DataParallel() override;
+
+  void zero_grads();  // before a step's schedule
+  void final_backward_begins(int chunk) override;
+  void grads_final(int chunk) override;
+  // Waits for (or runs) every reduction; afterwards each gradient this rank
+  // steps (its shard under ZeRO-1) is the DP average.
+  void finish_grad_sync();
+  // The global gradient norm over TP, PP and DP, each parameter counted once,
+  // per-parameter squares added in the canonical slot order.
+  double grad_norm();
+  void scale_grads(double coef);
+  // AdamW on this rank's part, then (ZeRO-1) all-gather, then local tied copies.
+  void step(double lr);
+
+  int64_t optimizer_state_bytes() const { return opt_->state_bytes(); }
+  int num_buckets() const { return static_cast<int>(buckets_.size()); }
+
+ private:
+  struct Bucket;
+  struct Hook;
+  void mark_ready(size_t param_index);
+  void launch(Bucket& b);
+  void sync_late(Bucket& b);
+  int64_t shard_size(const Bucket& b) const;
+
+  DataParallelGroups g_;
+  DataParallelOptions o_;
+  std::vector<Param*> params_;          // all, chunk by chunk in forward order
+  std::vector<int> chunk_of_;           // per param
+  std::vector<size_t> bucket_of_;       // per param
+  std::vector<int64_t> offset_in_bucket_;
+  std::vector<bool> ready_, armed_;     // per param; per chunk
+  std::vector<std::unique_ptr<Bucket>> buckets_;
+  std::vector<std::pair<Param*, Param*>> tied_pairs_;  // (primary, copy) both here
+  std::vector<Param*> tied_remote_;                    // a copy whose partner is on another rank
+  std::map<std::string, size_t> norm_slots_;
+  std::unique_ptr<AdamW> opt_;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keeps the hooked nodes alive
+};
+
+}  // namespace trident

@@ -1,0 +1,72 @@
+// What the executor and the trainer know of a model: a pipeline Stage (one
+// virtual stage's forward, boundary shapes and parameters) and a Model that
+// builds the stages of any layout and describes the whole (parameters in a
+// canonical order, FLOPs per token). GPT is one implementation
+// (models/gpt); the executor's tests run a fake one made of linear layers.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "parallel/param.h"
+#include "parallel/tensor_parallel.h"
+
+namespace trident {
+
+class Stage {
+ public:
+  virtual ~Stage() = default;
+  // First virtual stage: `input` holds token ids (mbs, seq) int64; every other
+  // stage gets the previous stage's output. The last stage returns the
+  // micro-batch's mean loss (a scalar) given `targets`; the others return the
+  // tensor sent to the next stage.
+  virtual at::Tensor forward(const at::Tensor& input, const at::Tensor& targets) = 0;
+  // Shape of the tensor this stage receives from the previous one (not asked
+  // of the first stage) and of the one it sends on (not asked of the last).
+  virtual std::vector<int64_t> input_shape(int64_t micro_batch_size) const = 0;
+  virtual std::vector<int64_t> output_shape(int64_t micro_batch_size) const = 0;
+  // Parameters with their metadata (global name, TP shard, tied copy, ...).
+  // The trainer may replace a Param's tensor by a view of the same values
+  // (data-parallel buckets); the stage must read params() at every forward.
+  virtual std::vector<Param>& params() = 0;
+};
+
+// A parameter with copies in several virtual stages (a word embedding tied to
+// the LM head): its global name and the stages holding a copy.
+struct TiedGroup {
+  std::string name;
+  std::vector<int> stages;
+};
+
+// The whole model, as the trainer sees it.
+class Model {
+ public:
+  virtual ~Model() = default;
+  // Virtual stage `stage` of `num_stages` for this rank's TP slice.
+  virtual std::unique_ptr<Stage> make_stage(int stage, int num_stages, const TpContext& tp, int64_t seed) const = 0;
+  // Every parameter of the full model once, in a canonical order (the grad
+  // norm adds per-parameter squares in this order on every layout). Tied
+  // copies are left out: ParamInfo::tied_copy marks a second copy of the
+  // parameter of the same name, whose gradient is added to the first's.
+  virtual std::vector<ParamInfo> unique_params(int num_stages) const = 0;
+  virtual std::vector<TiedGroup> tied_groups(int num_stages) const = 0;
+  // Model FLOPs of forward + backward per token (for MFU).
+  virtual double flops_per_token() const = 0;
+};
+
+// Told by the executor when a step's gradients of a chunk become final, so
+// data parallelism can start reducing them during the rest of the backward.
+class GradObserver {
+ public:
+  virtual ~GradObserver() = default;
+  // Before the last backward (B or I) of `chunk` in this step.
+  virtual void final_backward_begins(int chunk) = 0;
+  // After the last action that adds to `chunk`'s weight gradients (B or W).
+  virtual void grads_final(int chunk) = 0;
+};
+
+}  // namespace trident

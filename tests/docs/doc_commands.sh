@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Runs every command shown in the project's READMEs and in `trident --help`
+# texts, as written, and fails naming the first one that does not exit 0.
+#
+# A command is a line (with its backslash continuations) of a ```sh block in
+# README.md, configs/README.md, schedules/README.md, benchmarks/README.md or
+# launch/README.md; a block right after a line `<!-- doc-test: skip ... -->`
+# is not run (the comment says why: the test suite itself, a real cluster).
+# To keep the test short, training runs get `--set training.steps=2` appended
+# and the benchmark scripts read STEPS/ROUNDS/REPS from the environment; their
+# outputs go to a scratch directory, never over committed results.
+#   tests/docs/doc_commands.sh REPO_DIR [--list]
+set -uo pipefail
+repo="$(cd "${1:?usage: doc_commands.sh REPO_DIR [--list]}" && pwd)"
+list_only="${2:-}"
+docs=(README.md configs/README.md schedules/README.md benchmarks/README.md launch/README.md)
+
+extract() {  # prints one command per line, continuations joined
+  awk '
+    /<!-- doc-test: skip/ { skip = 1; next }
+    /^```sh[[:space:]]*$/ { inblock = 1; run = !skip; skip = 0; cmd = ""; next }
+    /^```/ { if (inblock) { inblock = 0 } ; skip = 0; next }
+    !inblock { if ($0 !~ /^[[:space:]]*$/) skip = 0; next }
+    {
+      if (!run) next
+      line = $0
+      sub(/[[:space:]]+#.*$/, "", line)          # trailing comment
+      if (line ~ /^[[:space:]]*#/ || line ~ /^[[:space:]]*$/) next
+      if (line ~ /\\[[:space:]]*$/) { sub(/\\[[:space:]]*$/, " ", line); cmd = cmd line; next }
+      cmd = cmd line
+      gsub(/[[:space:]]+/, " ", cmd)
+      print cmd
+      cmd = ""
+    }' "$1"
+}
+
+scratch="$(mktemp -d "${TMPDIR:-/tmp}/trident-doc-XXXXXX")"
+trap 'rm -rf "$scratch"' EXIT
+# The commands use repository-relative paths; run them in a scratch copy of
+# the layout (links), so whatever they write lands in the scratch directory.
+for d in build configs scripts benchmarks schedules launch node_modules; do
+  [[ -e "$repo/$d" ]] && ln -s "$repo/$d" "$scratch/$d"
+done
+export STEPS=2 ROUNDS=1 WARMUP=1 OUT="$scratch/bench-out.txt"
+
+n=0
+fail=0
+for doc in "${docs[@]}"; do
+  [[ -f "$repo/$doc" ]] || continue
+  while IFS= read -r cmd; do
+    [[ -z "$cmd" ]] && continue
+    run="$cmd"
+    if [[ "$run" == *"trident train"* || "$run" == scripts/main.sh* ]]; then
+      run="$run --set training.steps=2"
+    fi
+    n=$((n + 1))
+    if [[ -n "$list_only" ]]; then
+      echo "$doc: $run"
+      continue
+    fi
+    echo "=== $doc: $run"
+    start=$(date +%s)
+    if ! (cd "$scratch" && timeout 600 bash -c "$run" < /dev/null > "$scratch/out.txt" 2>&1); then
+      echo "FAILED ($doc): $run"
+      tail -20 "$scratch/out.txt"
+      fail=1
+    else
+      echo "    ok in $(( $(date +%s) - start )) s"
+    fi
+  done < <(extract "$repo/$doc")
+done
+
+# The examples printed by --help.
+while IFS= read -r sub; do
+  [[ -z "$sub" ]] && continue
+  ex="$("$repo/build/trident" $sub --help 2>&1 | sed -n 's/^example: //p')"
+  while IFS= read -r cmd; do
+    [[ -z "$cmd" ]] && continue
+    run="$cmd"
+    [[ "$run" == *"trident train"* ]] && run="$run --set training.steps=2"
+    n=$((n + 1))
+    if [[ -n "$list_only" ]]; then echo "trident $sub --help: $run"; continue; fi
+    echo "=== trident $sub --help: $run"
+    if ! (cd "$scratch" && timeout 600 bash -c "$run" < /dev/null > "$scratch/out.txt" 2>&1); then
+      echo "FAILED (trident $sub --help): $run"
+      tail -20 "$scratch/out.txt"
+      fail=1
+    fi
+  done <<< "$ex"
+done < <("$repo/build/trident" --help | awk '/^  [a-z]/ {print $1}')
+
+if (( n == 0 )); then echo "no commands found: the extractor is broken"; exit 1; fi
+[[ -n "$list_only" ]] && exit 0
+if (( fail )); then echo "some documented commands failed"; exit 1; fi
+echo "all $n documented commands ran"

@@ -1,0 +1,186 @@
+// The 3D regression matrix: gpt-tiny for 20 steps under layouts drawn from
+// {tp 1, 2} x {pp 1, 2, 4} x {dp 1, 2} x {gpipe, 1f1b, interleaved v=2, zb-h1}
+// x {zero 0, 1} x {overlap on, off} within world size 8. The rows form a
+// pairwise covering array (every value of every factor, and every pair of
+// values of two factors, appears in at least one row: checked below), plus
+// all four schedules at tp2 x pp2 x dp2, sequence parallelism and an uneven
+// split. Every row is compared by `trident compare` with:
+//  - the single-process reference: bit-identical when tp = dp = 1, else
+//    within a relative 1e-5 (TP and DP change summation order only);
+//  - every other row with the same tp, dp and zero: bit-identical, since
+//    they differ only in pp, schedule or overlap, which change no arithmetic;
+//  - the same layout with the other zero setting: within a relative 1e-6.
+// And ZeRO-1 must cut each rank's optimizer state to about 1/dp.
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <set>
+#include <tuple>
+
+#include "regression_util.h"
+
+namespace trident::testing {
+namespace {
+
+// NOTE [larger micro-batches under TP] (test_tp_regression.cpp): 4 micro-
+// batches of 4 at dp = 1, 2 at dp = 2; the reference uses the same split.
+const std::string kSplit = "training.micro_batch_size=4";
+
+struct Row {
+  int tp, pp, dp;
+  std::string kind;
+  int zero;
+  bool overlap;
+  std::vector<std::string> extra;  // beyond the six factors
+  int world() const { return tp * pp * dp; }
+  std::string name() const {
+    std::string n = "tp" + std::to_string(tp) + "_pp" + std::to_string(pp) + "_dp" + std::to_string(dp) + "_" +
+                    kind + "_zero" + std::to_string(zero) + (overlap ? "_overlap" : "_nooverlap");
+    for (const auto& e : extra) n += e.find("sequence") != std::string::npos ? "_sp" : "_uneven";
+    return std::regex_replace(n, std::regex("-"), "");
+  }
+  std::vector<std::string> sets() const {
+    std::vector<std::string> s = {"parallel.tp=" + std::to_string(tp), "parallel.pp=" + std::to_string(pp),
+                                  "parallel.dp=" + std::to_string(dp), "schedule.kind=" + kind,
+                                  "schedule.chunks=" + std::to_string(kind == "interleaved" ? 2 : 1),
+                                  "parallel.zero=" + std::to_string(zero),
+                                  std::string("parallel.overlap_grad_reduce=") + (overlap ? "true" : "false"), kSplit};
+    s.insert(s.end(), extra.begin(), extra.end());
+    return s;
+  }
+};
+
+// Generated greedily (all four schedules at tp2 x pp2 x dp2 first), then the
+// two composition rows.
+const std::vector<Row>& rows() {
+  static const std::vector<Row> r = {
+      {2, 2, 2, "gpipe", 0, true, {}},
+      {2, 2, 2, "1f1b", 1, false, {}},
+      {2, 2, 2, "interleaved", 1, true, {}},
+      {2, 2, 2, "zb-h1", 0, false, {}},
+      {1, 1, 1, "gpipe", 1, false, {}},
+      {1, 4, 1, "1f1b", 0, true, {}},
+      {1, 1, 2, "interleaved", 0, true, {}},
+      {2, 4, 1, "interleaved", 1, false, {}},
+      {1, 2, 1, "zb-h1", 1, true, {}},
+      {2, 1, 1, "1f1b", 0, true, {}},
+      {1, 4, 2, "gpipe", 0, true, {}},
+      {1, 1, 1, "zb-h1", 0, true, {}},
+      {1, 4, 1, "zb-h1", 0, true, {}},
+      {2, 2, 2, "1f1b", 1, true, {"parallel.sequence_parallel=true"}},
+      {1, 2, 2, "zb-h1", 1, true, {"parallel.pipeline_layers=[3, 5]"}},
+  };
+  return r;
+}
+
+bool bit_identical_class(const Row& r) { return r.tp == 1 && r.dp == 1; }
+
+// Runs `trident compare` on two run directories; true when within rtol.
+::testing::AssertionResult compare(const std::string& a, const std::string& b, double rtol) {
+  char tol[32];
+  std::snprintf(tol, sizeof tol, "%g", rtol);
+  const std::string cmd = bin("trident") + " compare " + a + " " + b + " --rtol " + tol;
+  const RunResult r = run_command(cmd);
+  if (r.status == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << cmd << " exited " << r.status << ":\n" << r.output;
+}
+
+CachedRun run_row(const Row& r) { return cached_run(r.world(), r.sets()); }
+
+TEST(RegressionMatrix, RowsCoverEveryPairOfFactorValues) {
+  using V = std::vector<std::string>;
+  auto values = [](const Row& r) -> V {
+    return {std::to_string(r.tp), std::to_string(r.pp), std::to_string(r.dp), r.kind, std::to_string(r.zero),
+            r.overlap ? "on" : "off"};
+  };
+  const std::vector<V> domains = {{"1", "2"}, {"1", "2", "4"}, {"1", "2"},
+                                  {"gpipe", "1f1b", "interleaved", "zb-h1"}, {"0", "1"}, {"on", "off"}};
+  std::set<std::tuple<size_t, std::string, size_t, std::string>> seen;
+  std::set<std::string> schedules_at_222;
+  for (const Row& r : rows()) {
+    ASSERT_LE(r.world(), 8) << r.name();
+    const V v = values(r);
+    for (size_t a = 0; a < v.size(); ++a)
+      for (size_t b = a + 1; b < v.size(); ++b) seen.insert({a, v[a], b, v[b]});
+    if (r.tp == 2 && r.pp == 2 && r.dp == 2) schedules_at_222.insert(r.kind);
+  }
+  EXPECT_EQ(schedules_at_222.size(), 4u);
+  for (size_t a = 0; a < domains.size(); ++a)
+    for (size_t b = a + 1; b < domains.size(); ++b)
+      for (const auto& x : domains[a])
+        for (const auto& y : domains[b])  // every pair fits in 8 ranks (only tp2 x pp4 x dp2 does not)
+          EXPECT_TRUE(seen.count({a, x, b, y})) << "no row has factor " << a << " = " << x << " with factor " << b
+                                                << " = " << y;
+}
+
+class MatrixRow : public ::testing::TestWithParam<Row> {};
+
+TEST_P(MatrixRow, MatchesReference) {
+  const Row& r = GetParam();
+  const CachedRun ref = cached_run(1, {kSplit});
+  ASSERT_TRUE(completed(ref.run));
+  const CachedRun run = run_row(r);
+  ASSERT_TRUE(completed(run.run));
+  EXPECT_EQ(static_cast<int>(param_lines(run.run.result.output).size()), r.world()) << run.run.result.output;
+  EXPECT_TRUE(compare(ref.dir, run.dir, bit_identical_class(r) ? 0.0 : 1e-5)) << r.name();
+}
+
+INSTANTIATE_TEST_SUITE_P(Rows, MatrixRow, ::testing::ValuesIn(rows()),
+                         [](const ::testing::TestParamInfo<Row>& info) { return info.param.name(); });
+
+// Rows with the same tp, dp, zero and extras differ only in pp, schedule or
+// overlap: their losses and gradient norms are the very same doubles.
+TEST(RegressionMatrix, PipelineScheduleAndOverlapChangeNoBits) {
+  std::map<std::string, std::vector<const Row*>> classes;
+  for (const Row& r : rows()) {
+    std::string key = std::to_string(r.tp) + "/" + std::to_string(r.dp) + "/" + std::to_string(r.zero);
+    for (const auto& e : r.extra) key += "/" + e;
+    classes[key].push_back(&r);
+  }
+  int compared = 0;
+  for (const auto& [key, members] : classes) {
+    for (size_t i = 1; i < members.size(); ++i) {
+      const CachedRun a = run_row(*members[0]), b = run_row(*members[i]);
+      ASSERT_TRUE(completed(a.run) && completed(b.run));
+      EXPECT_TRUE(compare(a.dir, b.dir, 0.0)) << members[0]->name() << " vs " << members[i]->name();
+      ++compared;
+    }
+  }
+  EXPECT_GE(compared, 5);
+}
+
+// Optimizer-state bytes of each rank, from its summary line.
+std::map<int, long long> state_bytes(const std::string& output) {
+  static const std::regex re(R"(rank (\d+): tp \d+ dp \d+ pp \d+: peak .* optimizer state (\d+) bytes)");
+  std::map<int, long long> out;
+  for (std::sregex_iterator it(output.begin(), output.end(), re), end; it != end; ++it)
+    out[std::stoi((*it)[1])] = std::stoll((*it)[2]);
+  return out;
+}
+
+// ZeRO-1 against zero = 0 on the same tp2 x pp2 x dp2 layout: losses within a
+// relative 1e-6 (in our runs they are bit-identical: the same all-reduce sums
+// and an elementwise AdamW, only the norm's partial sums differ in order), and
+// every rank's optimizer state about halved.
+TEST(RegressionMatrix, ZeroOneMatchesZeroZeroAndHalvesOptimizerState) {
+  const CachedRun z0 = run_row(rows()[0]);  // gpipe, zero 0
+  Row r = rows()[0];
+  r.zero = 1;
+  const CachedRun z1 = cached_run(r.world(), r.sets());
+  ASSERT_TRUE(completed(z0.run) && completed(z1.run));
+  EXPECT_TRUE(compare(z0.dir, z1.dir, 1e-6));
+  const auto b0 = state_bytes(z0.run.result.output), b1 = state_bytes(z1.run.result.output);
+  ASSERT_EQ(b0.size(), 8u) << z0.run.result.output;
+  ASSERT_EQ(b1.size(), 8u) << z1.run.result.output;
+  for (const auto& [rank, bytes] : b0) {
+    const double ratio = static_cast<double>(b1.at(rank)) / static_cast<double>(bytes);
+    EXPECT_GT(ratio, 0.45) << "rank " << rank;
+    EXPECT_LT(ratio, 0.55) << "rank " << rank << ": " << b1.at(rank) << " bytes with zero = 1 vs " << bytes;
+  }
+  // metrics.jsonl carries rank 0's figure too.
+  ASSERT_FALSE(z1.run.rows.empty());
+  EXPECT_EQ(static_cast<long long>(z1.run.rows.back().at("optimizer_state_bytes")), b1.at(0));
+}
+
+}  // namespace
+}  // namespace trident::testing
