@@ -329,6 +329,11 @@ std::string listen_address(const WorldEnv& env) {
 
 c10::intrusive_ptr<c10d::Store> rendezvous(const WorldEnv& env, const std::string& address,
                                            std::chrono::milliseconds timeout) {
+  // One line per node: when a job hangs at start, the first thing to know is
+  // which nodes got this far and where they are looking for rank 0.
+  if (env.local_rank == 0)
+    std::cout << describe_place(env) << " joins the rendezvous at " << store_address(env) << " (listening on "
+              << address << ", timeout " << seconds_text(timeout) << ")" << std::endl;
   auto store = connect_store(env, timeout);
   join_rendezvous(*store, env, address, timeout);
   return store;
