@@ -74,7 +74,7 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 // Same sample order as Trident's dataset (global batch of step `step`, its
 // micro-batch `mb`), or random ids when no data file is given.
 struct Batches {
-  Batches(const Options& o) : o(o) {
+  explicit Batches(const Options& opts) : o(opts) {
     if (o.data.empty()) return;
     file = std::make_unique<trident::data::TokenFile>(o.data + ".train.bin");
     ds = std::make_unique<trident::data::GptDataset>(file->view(), o.seq, static_cast<uint64_t>(o.seed));

@@ -119,6 +119,8 @@ const std::vector<Field>& fields() {
       TRIDENT_FIELD(model, dropout, unit_open(), "dropout probability (0 keeps runs exact)"),
       TRIDENT_FIELD(model, init_std, positive(), "standard deviation of the normal init"),
       TRIDENT_FIELD(model, layernorm_eps, positive(), "LayerNorm epsilon"),
+      TRIDENT_FIELD(model, init_from, any(),
+                    "Hugging Face GPT-2 directory to start from (see `trident export`); empty = random init"),
 
       TRIDENT_FIELD(parallel, tp, at_least(1), "tensor-parallel size"),
       TRIDENT_FIELD(parallel, pp, at_least(1), "pipeline-parallel size (stages)"),
@@ -137,7 +139,7 @@ const std::vector<Field>& fields() {
       TRIDENT_FIELD(parallel, zero, at_least(0),
                     "0: every dp rank keeps all optimizer state; 1: ZeRO-1, state sharded over dp"),
 
-      TRIDENT_FIELD(schedule, kind, one_of({"gpipe", "1f1b", "interleaved", "zb-h1", "file"}),
+      TRIDENT_FIELD(schedule, kind, one_of({"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipev", "file"}),
                     "pipeline schedule"),
       TRIDENT_FIELD(schedule, chunks, at_least(1), "virtual stages (model chunks) per pipeline rank"),
       TRIDENT_FIELD(schedule, file, any(), "schedule text file when kind = \"file\""),
@@ -170,6 +172,7 @@ const std::vector<Field>& fields() {
 
       TRIDENT_FIELD(checkpoint, dir, any(), "checkpoint directory; empty disables"),
       TRIDENT_FIELD(checkpoint, interval, at_least(0), "save every N steps; 0 disables"),
+      TRIDENT_FIELD(checkpoint, keep, at_least(1), "complete checkpoints kept in dir; older ones are deleted"),
 
       TRIDENT_FIELD(logging, dir, any(), "run directory: config.toml, metrics.jsonl, loss.svg"),
       TRIDENT_FIELD(logging, log_interval, at_least(1), "print a step line every N steps"),
@@ -552,8 +555,8 @@ void validate(const Config& c) {
   if (p.backend == "nccl" && t.device != "cuda")
     fail(c, "parallel.backend = \"nccl\" needs training.device = \"cuda\", got " + quote(t.device));
 
-  if (s.chunks > 1 && s.kind != "interleaved" && s.kind != "file") {
-    fail(c, "schedule.chunks = " + n(s.chunks) + " needs schedule.kind = \"interleaved\" or \"file\", got " +
+  if (s.chunks > 1 && s.kind != "interleaved" && s.kind != "file" && s.kind != "zb-v" && s.kind != "dualpipev") {
+    fail(c, "schedule.chunks = " + n(s.chunks) + " needs schedule.kind = \"interleaved\", \"zb-v\", \"dualpipev\" or \"file\", got " +
                 quote(s.kind));
   }
   if (s.kind == "file" && s.file.empty()) fail(c, "schedule.kind = \"file\" needs schedule.file");

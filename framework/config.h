@@ -29,6 +29,7 @@ struct ModelConfig {
   double dropout = 0.0;            // dropout probability (0 keeps runs exact)
   double init_std = 0.02;          // std of the normal init
   double layernorm_eps = 1e-5;     // LayerNorm epsilon
+  std::string init_from;           // Hugging Face GPT-2 directory to start from; empty = random init
 
   int64_t ffn() const { return ffn_hidden > 0 ? ffn_hidden : 4 * hidden; }
   // Vocabulary padded up to a multiple of vocab_pad_multiple * tp (Megatron).
@@ -52,7 +53,7 @@ struct ParallelConfig {
 };
 
 struct ScheduleConfig {
-  std::string kind = "1f1b";  // "gpipe" | "1f1b" | "interleaved" | "zb-h1" | "file"
+  std::string kind = "1f1b";  // "gpipe" | "1f1b" | "interleaved" | "zb-h1" | "zb-v" | "dualpipev" | "file"
   int64_t chunks = 1;         // virtual stages per pipeline rank (interleaved)
   std::string file;           // schedule text file when kind = "file"
 };
@@ -88,6 +89,7 @@ struct DataConfig {
 struct CheckpointConfig {
   std::string dir;       // where checkpoints go; empty disables
   int64_t interval = 0;  // save every N steps; 0 disables
+  int64_t keep = 2;      // complete checkpoints kept in dir (older ones are deleted)
 };
 
 struct LoggingConfig {

@@ -1,6 +1,8 @@
 // `trident schedule`: generate (or read) a pipeline schedule, validate it,
-// simulate it with given costs, and print it as text, JSON, SVG or Chrome trace.
+// simulate it with given costs, and print it as text, JSON, SVG, Chrome trace,
+// Trident's text form, PyTorch's CSV, or a one-object summary.
 #include <boost/program_options.hpp>
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -10,6 +12,7 @@
 
 #include "launch/commands.h"
 #include "schedules/generators.h"
+#include "schedules/pytorch_csv.h"
 #include "schedules/render.h"
 #include "schedules/simulate.h"
 #include "schedules/validate.h"
@@ -19,6 +22,8 @@ namespace po = boost::program_options;
 namespace trident::cli {
 
 namespace {
+
+const char* kFormats[] = {"text", "schedule", "csv", "json", "svg", "chrome", "summary"};
 
 // "1,2.5,3" -> {1, 2.5, 3}; throws naming the option and the bad text.
 std::vector<double> parse_numbers(const std::string& option, const std::string& text) {
@@ -40,68 +45,134 @@ std::vector<double> parse_numbers(const std::string& option, const std::string& 
   return out;
 }
 
-std::string read_file(const std::string& path) {
+std::string read_file(const std::string& option, const std::string& path) {
   std::ifstream in(path);
-  if (!in) throw std::runtime_error("--file '" + path + "': cannot open it");
+  if (!in) throw std::runtime_error("--" + option + " '" + path + "': cannot open it");
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
 }
 
+// The schedule as given or generated: compute-only when generated (the
+// communication is implied, see schedules/README.md), as written when read.
 sched::Schedule load(const po::variables_map& vm, const std::string& kind) {
+  if (vm.count("from-csv") && kind != "file")
+    throw std::runtime_error("--from-csv needs --kind file (or no --kind), got --kind " + kind);
   if (kind != "file") {
+    if (vm.count("file")) throw std::runtime_error("--file needs --kind file, got --kind " + kind);
     if (!vm.count("stages") || !vm.count("microbatches"))
       throw std::runtime_error("--kind " + kind + " needs --stages and --microbatches");
-    return sched::generate(kind, vm["stages"].as<int>(), vm["microbatches"].as<int>(), vm["chunks"].as<int>());
+    return sched::generate_compute(kind, vm["stages"].as<int>(), vm["microbatches"].as<int>(), vm["chunks"].as<int>());
   }
-  if (!vm.count("file")) throw std::runtime_error("--kind file needs --file PATH");
-  sched::Schedule s = sched::parse_text(read_file(vm["file"].as<std::string>()));
+  if (vm.count("file") == vm.count("from-csv")) throw std::runtime_error("--kind file needs exactly one of --file PATH or --from-csv PATH");
+  const bool csv = vm.count("from-csv") > 0;
+  const int m = vm.count("microbatches") ? vm["microbatches"].as<int>() : 0;
+  sched::Schedule s = csv ? sched::from_pytorch_csv(read_file("from-csv", vm["from-csv"].as<std::string>()), m)
+                          : sched::parse_text(read_file("file", vm["file"].as<std::string>()));
   if (vm.count("stages") && vm["stages"].as<int>() != s.stages)
     throw std::runtime_error("--stages " + std::to_string(vm["stages"].as<int>()) + " but the file has p=" +
                              std::to_string(s.stages));
   if (vm.count("microbatches") && vm["microbatches"].as<int>() != s.microbatches)
     throw std::runtime_error("--microbatches " + std::to_string(vm["microbatches"].as<int>()) +
                              " but the file has m=" + std::to_string(s.microbatches));
-  return sched::has_communication(s) ? s : sched::add_communication(s);
+  if (!vm["chunks"].defaulted() && vm["chunks"].as<int>() != s.chunks)
+    throw std::runtime_error("--chunks " + std::to_string(vm["chunks"].as<int>()) + " but the file has v=" +
+                             std::to_string(s.chunks));
+  return s;
+}
+
+sched::Costs parse_costs(const po::variables_map& vm) {
+  const std::vector<double> c = parse_numbers("costs", vm["costs"].as<std::string>());
+  if (c.size() != 3) throw std::runtime_error("--costs '" + vm["costs"].as<std::string>() + "', expected F,B,W");
+  sched::Costs costs;
+  costs.forward = c[0];
+  costs.backward = c[1];
+  costs.weight = c[2];
+  costs.latency = parse_numbers("latency", vm["latency"].as<std::string>());
+  if (vm.count("stage-costs")) costs.stage_scale = parse_numbers("stage-costs", vm["stage-costs"].as<std::string>());
+  costs.overlap = vm["overlap"].as<double>();
+  return costs;
+}
+
+std::string json_escaped(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += static_cast<unsigned char>(c) < 0x20 ? ' ' : c;
+  }
+  return out;
+}
+
+std::string summary_json(const std::string& title, const sched::Schedule& s, const sched::TimelineStats& st) {
+  char buf[512];
+  const int peak = st.peak_inflight.empty() ? 0 : *std::max_element(st.peak_inflight.begin(), st.peak_inflight.end());
+  std::snprintf(buf, sizeof buf,
+                "{\"title\": \"%s\", \"stages\": %d, \"microbatches\": %d, \"chunks\": %d, \"placement\": \"%s\", "
+                "\"step_time\": %.10g, \"bubble_fraction\": %.10g, \"peak_inflight\": %d}\n",
+                json_escaped(title).c_str(), s.stages, s.microbatches, s.chunks, sched::placement_name(s.placement).c_str(),
+                st.step_time, st.bubble_fraction, peak);
+  return buf;
 }
 
 }  // namespace
 
 int cmd_schedule(int argc, char** argv) {
+  std::string kinds;
+  for (const std::string& k : sched::schedule_kinds()) kinds += k + " | ";
   po::options_description opts("trident schedule [options]");
   opts.add_options()("help,h", "show this help")(
-      "kind", po::value<std::string>()->default_value("1f1b"), "gpipe | 1f1b | interleaved | zb-h1 | file")(
+      "kind", po::value<std::string>()->default_value("1f1b"), (kinds + "file").c_str())(
       "stages,p", po::value<int>(), "pipeline stages P")("microbatches,m", po::value<int>(), "micro-batches M")(
-      "chunks,v", po::value<int>()->default_value(1), "virtual chunks per rank V (interleaved)")(
+      "chunks,v", po::value<int>()->default_value(1), "virtual chunks per rank V (interleaved; 2 for zb-v, dualpipev)")(
       "costs", po::value<std::string>()->default_value("1,2,1"), "F,B,W cost of one full stage (I = B - W)")(
       "latency", po::value<std::string>()->default_value("0"), "link latency: one value, or p*v-1 comma-separated")(
-      "file", po::value<std::string>(), "schedule text file (with --kind file)")(
-      "format", po::value<std::string>()->default_value("text"), "text | schedule | json | svg | chrome")(
+      "stage-costs", po::value<std::string>(), "p*v multipliers of each virtual stage's costs (an imbalanced split)")(
+      "overlap", po::value<double>()->default_value(0.0), "share of the shorter action hidden in an overlapped F+B pair, 0..1")(
+      "file", po::value<std::string>(), "schedule in Trident's text form (with --kind file)")(
+      "from-csv", po::value<std::string>(), "schedule in PyTorch's CSV form (with --kind file)")(
+      "compute-only", "with --format schedule or csv: leave out the send/recv actions")(
+      "format", po::value<std::string>()->default_value("text"), "text | schedule | csv | json | svg | chrome | summary")(
       "output,o", po::value<std::string>(), "write here instead of stdout");
   po::variables_map vm;
   po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
   po::notify(vm);
   if (vm.count("help")) {
-    std::cout << opts << "\nFormats: text = time grid and bubble; schedule = the action lists in text form.\n";
+    std::cout << opts << "\nFormats: text = time grid and bubble; schedule = the action lists in text form;\n"
+                         "csv = PyTorch's schedule CSV; summary = one JSON object (bubble_fraction, step_time,\n"
+                         "peak_inflight) from a run that stores nothing per action.\n";
     return 0;
   }
-  const std::string kind = vm["kind"].as<std::string>(), format = vm["format"].as<std::string>();
-  if (format != "text" && format != "schedule" && format != "json" && format != "svg" && format != "chrome")
-    throw std::runtime_error("--format '" + format + "', expected text, schedule, json, svg or chrome");
-  const std::vector<double> c = parse_numbers("costs", vm["costs"].as<std::string>());
-  if (c.size() != 3) throw std::runtime_error("--costs '" + vm["costs"].as<std::string>() + "', expected F,B,W");
-  sched::Costs costs{c[0], c[1], c[2], parse_numbers("latency", vm["latency"].as<std::string>())};
+  std::string kind = vm["kind"].as<std::string>();
+  if (vm.count("from-csv") && vm["kind"].defaulted()) kind = "file";
+  const std::string format = vm["format"].as<std::string>();
+  if (std::find(std::begin(kFormats), std::end(kFormats), format) == std::end(kFormats))
+    throw std::runtime_error("--format '" + format + "', expected text, schedule, csv, json, svg, chrome or summary");
+  if (vm.count("compute-only") && format != "schedule" && format != "csv")
+    throw std::runtime_error("--compute-only applies to --format schedule or csv, got --format " + format);
+  const sched::Costs costs = parse_costs(vm);
 
   const sched::Schedule s = load(vm, kind);
-  sched::validate(s);  // throws with the grid around the first violation
-  const sched::Timeline t = sched::simulate(s, costs);
-  const std::string title = kind == "file" ? vm["file"].as<std::string>() : kind;
+  const std::string title = kind != "file" ? kind
+                            : vm.count("file") ? vm["file"].as<std::string>()
+                                               : vm["from-csv"].as<std::string>();
   std::string out;
-  if (format == "text") out = sched::render_text(t, title);
-  if (format == "schedule") out = sched::to_text(s);
-  if (format == "json") out = sched::render_json(t, title);
-  if (format == "svg") out = sched::render_svg(t, title);
-  if (format == "chrome") out = sched::render_chrome(t, title);
+  if (format == "summary") {
+    out = summary_json(title, s, sched::simulate_stats(s, costs));  // validates once, nothing per action
+  } else if (format == "schedule" || format == "csv") {
+    sched::validate(s);  // throws with the grid around the first violation
+    sched::check_costs(costs, s.stages, s.chunks);
+    const bool comm = sched::has_communication(s);
+    if (vm.count("compute-only") && comm)
+      throw std::runtime_error("--compute-only: the schedule read already has send/recv actions");
+    const sched::Schedule shown = comm || vm.count("compute-only") ? s : sched::add_communication(s);
+    out = format == "csv" ? sched::to_pytorch_csv(shown) : sched::to_text(shown);
+  } else {
+    const sched::Timeline t = sched::simulate(s, costs);  // validates once
+    if (format == "text") out = sched::render_text(t, title);
+    if (format == "json") out = sched::render_json(t, title);
+    if (format == "svg") out = sched::render_svg(t, title);
+    if (format == "chrome") out = sched::render_chrome(t, title);
+  }
   if (!vm.count("output")) {
     std::cout << out;
     return 0;

@@ -10,5 +10,9 @@ int cmd_schedule(int argc, char** argv);  // generate/validate/simulate/render a
 int cmd_tokenize(int argc, char** argv);  // stdin text -> token ids
 int cmd_data(int argc, char** argv);      // `data prepare`: text files -> binary token file
 int cmd_compare(int argc, char** argv);   // per-step differences of two runs' metrics.jsonl
+int cmd_checkpoint(int argc, char** argv);  // `checkpoint init`: a config's initial model as a checkpoint
+int cmd_export(int argc, char** argv);      // checkpoint -> Hugging Face GPT-2 directory
+int cmd_eval(int argc, char** argv);        // loss of a text under a checkpoint / HF model
+int cmd_generate(int argc, char** argv);    // sample a continuation of a prompt
 
 }  // namespace trident::cli

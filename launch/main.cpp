@@ -22,6 +22,10 @@ const Command kCommands[] = {
     {"tokenize", trident::cli::cmd_tokenize, "print the token ids of stdin"},
     {"data", trident::cli::cmd_data, "prepare a binary token file from text"},
     {"compare", trident::cli::cmd_compare, "per-step loss/grad-norm differences of two runs (exit 1 beyond --rtol)"},
+    {"checkpoint", trident::cli::cmd_checkpoint, "write a config's freshly initialised model as a checkpoint"},
+    {"export", trident::cli::cmd_export, "write a checkpoint's model in Hugging Face GPT-2 layout"},
+    {"eval", trident::cli::cmd_eval, "mean next-token loss of a text under a checkpoint or HF model"},
+    {"generate", trident::cli::cmd_generate, "continue a prompt with a checkpoint or HF model"},
 };
 
 void usage(FILE* out) {

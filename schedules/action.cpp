@@ -7,11 +7,6 @@
 
 namespace trident::sched {
 
-bool is_compute(ActionKind k) {
-  return k == ActionKind::F || k == ActionKind::B || k == ActionKind::I || k == ActionKind::W;
-}
-bool is_communication(ActionKind k) { return !is_compute(k); }
-bool is_backward(ActionKind k) { return k == ActionKind::B || k == ActionKind::I; }
 
 namespace {
 
@@ -61,40 +56,60 @@ bool parse_number(const std::string& s, size_t* i, int* out) {
                       expected);
 }
 
-Action parse_token(const std::string& tok, int line, const Schedule& s) {
+Action parse_one(const std::string& tok, int line, const Schedule& s) {
   size_t i = 0;
   while (i < tok.size() && std::isalpha(static_cast<unsigned char>(tok[i]))) ++i;
-  Action a;
-  if (!parse_kind(tok.substr(0, i), &a.kind)) fail(line, tok, kGrammar);
-  if (!parse_number(tok, &i, &a.mb)) fail(line, tok, kGrammar);
+  ActionKind kind;
+  int mb = 0, chunk = 0;
+  if (!parse_kind(tok.substr(0, i), &kind)) fail(line, tok, kGrammar);
+  if (!parse_number(tok, &i, &mb)) fail(line, tok, kGrammar);
   if (i < tok.size() && tok[i] == '.') {
     ++i;
-    if (!parse_number(tok, &i, &a.chunk)) fail(line, tok, kGrammar);
+    if (!parse_number(tok, &i, &chunk)) fail(line, tok, kGrammar);
   }
   if (i != tok.size()) fail(line, tok, kGrammar);
-  if (a.mb >= s.microbatches)
+  if (mb >= s.microbatches)
     fail(line, tok, "a micro-batch below m=" + std::to_string(s.microbatches));
-  if (a.chunk >= s.chunks) fail(line, tok, "a chunk below v=" + std::to_string(s.chunks));
-  return a;
+  if (chunk >= s.chunks) fail(line, tok, "a chunk below v=" + std::to_string(s.chunks));
+  return Action(kind, mb, chunk);
 }
 
-// Header "pipeline p=P m=M v=V".
+// One token: an action, or an overlapped pair "F7+B3.1" of two compute actions.
+void parse_token(const std::string& tok, int line, const Schedule& s, std::vector<Action>* out) {
+  const size_t plus = tok.find('+');
+  if (plus == std::string::npos) {
+    out->push_back(parse_one(tok, line, s));
+    return;
+  }
+  Action first = parse_one(tok.substr(0, plus), line, s), second = parse_one(tok.substr(plus + 1), line, s);
+  if (!is_compute(first.kind) || !is_compute(second.kind))
+    fail(line, tok, "an overlapped pair of two compute actions, e.g. F7+B3.1");
+  first.overlap_next = true;
+  out->push_back(first);
+  out->push_back(second);
+}
+
+// Header "pipeline p=P m=M v=V [placement=loop|v]"; no placement means loop.
 Schedule parse_header(const std::string& text, int line) {
   std::istringstream in(text);
-  std::string word, fields[3];
+  std::string word, fields[3], place, extra;
   in >> word >> fields[0] >> fields[1] >> fields[2];
-  std::string extra;
   const char* names[3] = {"p=", "m=", "v="};
   int values[3] = {0, 0, 0};
-  bool ok = word == "pipeline" && !(in >> extra);
+  bool ok = word == "pipeline";
   for (int k = 0; ok && k < 3; ++k) {
     size_t i = 2;
     ok = fields[k].compare(0, 2, names[k]) == 0 && parse_number(fields[k], &i, &values[k]) && i == fields[k].size();
   }
-  if (!ok)
+  Placement pl = Placement::loop;
+  if (ok && (in >> place)) {
+    ok = place == "placement=loop" || place == "placement=v";
+    pl = place == "placement=v" ? Placement::v : Placement::loop;
+  }
+  if (!ok || (in >> extra))
     throw ScheduleError("schedule text line " + std::to_string(line) + ": bad header '" + text +
-                        "', expected 'pipeline p=P m=M v=V'");
-  return empty_schedule(values[0], values[1], values[2]);
+                        "', expected 'pipeline p=P m=M v=V' and optionally 'placement=loop' or 'placement=v'");
+  return empty_schedule(values[0], values[1], values[2], pl);
 }
 
 }  // namespace
@@ -103,6 +118,21 @@ std::string to_token(const Action& a) {
   std::string t = prefix_of(a.kind) + std::to_string(a.mb);
   if (a.chunk != 0) t += "." + std::to_string(a.chunk);
   return t;
+}
+
+std::string placement_name(Placement p) { return p == Placement::v ? "v" : "loop"; }
+
+Placement parse_placement(const std::string& name) {
+  if (name == "loop") return Placement::loop;
+  if (name == "v") return Placement::v;
+  throw ScheduleError("placement '" + name + "', expected loop or v");
+}
+
+
+std::vector<int> stages_of_rank(Placement pl, int p, int v, int rank) {
+  std::vector<int> out;
+  for (int c = 0; c < v; ++c) out.push_back(stage_of(pl, p, rank, c));
+  return out;
 }
 
 int peer_rank(const Schedule& s, int rank, const Action& a) {
@@ -123,11 +153,12 @@ Action counterpart(const Schedule& s, int rank, const Action& a) {
   }
 }
 
-Schedule empty_schedule(int p, int m, int v) {
-  if (p < 1 || m < 1 || v < 1)
+Schedule empty_schedule(int p, int m, int v, Placement pl) {
+  if (p < 1 || m < 1 || v < 1 || v > 65535)
     throw ScheduleError("schedule needs stages, microbatches and chunks >= 1, got p=" + std::to_string(p) +
-                        " m=" + std::to_string(m) + " v=" + std::to_string(v));
+                        " m=" + std::to_string(m) + " v=" + std::to_string(v) + (v > 65535 ? " (at most 65535 chunks)" : ""));
   Schedule s;
+  s.placement = pl;
   s.stages = p;
   s.microbatches = m;
   s.chunks = v;
@@ -137,10 +168,18 @@ Schedule empty_schedule(int p, int m, int v) {
 
 std::string to_text(const Schedule& s) {
   std::string out = "pipeline p=" + std::to_string(s.stages) + " m=" + std::to_string(s.microbatches) +
-                    " v=" + std::to_string(s.chunks) + "\n";
+                    " v=" + std::to_string(s.chunks) +
+                    (s.placement == Placement::v ? " placement=v" : "") + "\n";
   for (size_t r = 0; r < s.ranks.size(); ++r) {
     out += std::to_string(r) + ":";
-    for (const Action& a : s.ranks[r]) out += " " + to_token(a);
+    const auto& list = s.ranks[r];
+    for (size_t i = 0; i < list.size(); ++i) {
+      Action a = list[i];
+      const bool pair = a.overlap_next && i + 1 < list.size();
+      a.overlap_next = false;
+      out += " " + to_token(a);
+      if (pair) out += "+" + to_token(list[++i]);
+    }
     out += "\n";
   }
   return out;
@@ -169,7 +208,7 @@ Schedule parse_text(const std::string& text) {
       fail(line, label, "the rank label '" + std::to_string(next_rank) + ":' (ranks in order, one line each)");
     if (next_rank >= s.stages)
       fail(line, label, "at most p=" + std::to_string(s.stages) + " rank lines");
-    while (words >> tok) s.ranks[next_rank].push_back(parse_token(tok, line, s));
+    while (words >> tok) parse_token(tok, line, s, &s.ranks[next_rank]);
     ++next_rank;
   }
   if (!have_header) throw ScheduleError("schedule text is empty, expected a 'pipeline p=P m=M v=V' header");

@@ -1,7 +1,9 @@
-// Action IR of a pipeline schedule: one list of actions per pipeline rank, plus
-// the compact text form (see schedules/README.md for the token grammar).
+// Action IR of a pipeline schedule: one list of actions per pipeline rank, the
+// placement of virtual stages on ranks, and the compact text form (see
+// schedules/README.md for the token grammar).
 #pragma once
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -15,7 +17,7 @@ class ScheduleError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-enum class ActionKind {
+enum class ActionKind : uint8_t {
   F,       // forward of one micro-batch through one chunk
   B,       // full backward (input and weight gradients together)
   I,       // backward, input-gradient part only (frees the activations)
@@ -26,34 +28,74 @@ enum class ActionKind {
   RECV_B,  // receive the gradient of this chunk's output from the next virtual stage
 };
 
+// 8 bytes, so a planner can hold hundreds of millions of them (p=1024, m=8192,
+// v=4 is 67 M compute actions).
 struct Action {
   ActionKind kind = ActionKind::F;
-  int mb = 0;     // micro-batch index, 0..m-1
-  int chunk = 0;  // chunk local to the rank, 0..v-1; virtual stage = chunk * p + rank
+  // True on the first action of an overlapped pair (DualPipe's forward of one
+  // micro-batch run together with the backward of another): this compute
+  // action and the next one run as one step. The executor may run them one
+  // after the other; the simulator charges the pair Costs::overlap rules.
+  bool overlap_next = false;
+  uint16_t chunk = 0;  // chunk local to the rank, 0..v-1 (virtual stage: Schedule::stage_of)
+  int32_t mb = 0;      // micro-batch index, 0..m-1
 
-  bool operator==(const Action& o) const { return kind == o.kind && mb == o.mb && chunk == o.chunk; }
+  Action() = default;
+  Action(ActionKind k, int mb_, int chunk_ = 0, bool overlap = false)
+      : kind(k), overlap_next(overlap), chunk(static_cast<uint16_t>(chunk_)), mb(mb_) {}
+
+  bool operator==(const Action& o) const {
+    return kind == o.kind && mb == o.mb && chunk == o.chunk && overlap_next == o.overlap_next;
+  }
   bool operator!=(const Action& o) const { return !(*this == o); }
 };
+static_assert(sizeof(Action) == 8, "Action stays 8 bytes (see the comment above)");
 
-bool is_compute(ActionKind k);       // F, B, I, W
-bool is_communication(ActionKind k);  // SEND_*, RECV_*
-bool is_backward(ActionKind k);       // B or I: the action that receives/sends the gradient
+// Inline: the simulator calls these once per action.
+inline bool is_compute(ActionKind k) { return static_cast<uint8_t>(k) <= static_cast<uint8_t>(ActionKind::W); }  // F, B, I, W
+inline bool is_communication(ActionKind k) { return !is_compute(k); }  // SEND_*, RECV_*
+inline bool is_backward(ActionKind k) { return k == ActionKind::B || k == ActionKind::I; }  // receives/sends the gradient
 
 // Token of one action: "F3", "B3.1", "SF3", "RB0.2" (chunk suffix only when > 0).
+// An overlapped pair is written as one token "F7+B3.1" by to_text().
 std::string to_token(const Action& a);
+
+// NOTE [placement] Where virtual stage s (0..p*v-1, in model order) runs.
+// loop: Megatron's interleaving, s = chunk*p + rank (rank r holds r, p+r, 2p+r...).
+// v:    a zig-zag: even chunks run ranks 0..p-1, odd chunks ranks p-1..0, so with
+//       v=2 rank r holds stages r and 2p-1-r and the turn (p-1 -> p) stays on
+//       rank p-1 (ZB-V, DualPipeV; PyTorch's style="v").
+enum class Placement : uint8_t { loop, v };
+std::string placement_name(Placement p);  // "loop" | "v"
+Placement parse_placement(const std::string& name);  // throws ScheduleError naming the value
+
+inline int stage_of(Placement pl, int p, int rank, int chunk) {
+  const bool reversed = pl == Placement::v && chunk % 2 == 1;  // odd chunks of the V run back up
+  return chunk * p + (reversed ? p - 1 - rank : rank);
+}
+inline int rank_of(Placement pl, int p, int stage) {
+  const int c = stage / p, i = stage % p;
+  return pl == Placement::v && c % 2 == 1 ? p - 1 - i : i;
+}
+inline int chunk_of(int p, int stage) { return stage / p; }
+// The virtual stages rank r holds, in chunk order (chunk c at index c): what
+// the layer split builds on that rank.
+std::vector<int> stages_of_rank(Placement pl, int p, int v, int rank);
 
 struct Schedule {
   int stages = 1;        // p: pipeline ranks
   int microbatches = 1;  // m
   int chunks = 1;        // v: virtual stages (model chunks) per rank
+  Placement placement = Placement::loop;
   std::vector<std::vector<Action>> ranks;  // ranks[r] = what rank r does, in order
 
   int virtual_stages() const { return stages * chunks; }
-  int stage_of(int rank, int chunk) const { return chunk * stages + rank; }  // Megatron loop placement
-  int rank_of(int stage) const { return stage % stages; }
-  int chunk_of(int stage) const { return stage / stages; }
+  int stage_of(int rank, int chunk) const { return sched::stage_of(placement, stages, rank, chunk); }
+  int rank_of(int stage) const { return sched::rank_of(placement, stages, stage); }
+  int chunk_of(int stage) const { return sched::chunk_of(stages, stage); }
   bool operator==(const Schedule& o) const {
-    return stages == o.stages && microbatches == o.microbatches && chunks == o.chunks && ranks == o.ranks;
+    return stages == o.stages && microbatches == o.microbatches && chunks == o.chunks &&
+           placement == o.placement && ranks == o.ranks;
   }
 };
 
@@ -61,14 +103,16 @@ struct Schedule {
 // virtual stage's rank, RECV_F/SEND_B to the previous one's. Asserts a comm kind.
 int peer_rank(const Schedule& s, int rank, const Action& a);
 // The action on peer_rank() that pairs with `a`: SEND_F(mb, c) on rank r pairs
-// with RECV_F(mb, c') on the rank of virtual stage chunk*p + r + 1, and so on.
+// with RECV_F(mb, c') on the rank of virtual stage stage_of(r, c) + 1, and so on.
 Action counterpart(const Schedule& s, int rank, const Action& a);
 
-// Schedule with p, m, v set and p empty rank lists; throws on p, m or v < 1.
-Schedule empty_schedule(int p, int m, int v);
+// Schedule with p, m, v set and p empty rank lists; throws on p, m or v < 1
+// or v > 65535.
+Schedule empty_schedule(int p, int m, int v, Placement pl = Placement::loop);
 
-// Text form: a header "pipeline p=P m=M v=V", then one line "R: tok tok ..." per
-// rank in rank order. '#' starts a comment; blank lines are ignored.
+// Text form: a header "pipeline p=P m=M v=V [placement=v]", then one line
+// "R: tok tok ..." per rank in rank order. '#' starts a comment; blank lines
+// are ignored.
 std::string to_text(const Schedule& s);
 Schedule parse_text(const std::string& text);  // throws ScheduleError naming line and token
 

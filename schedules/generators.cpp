@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "schedules/zeroed_buffer.h"
+
 namespace trident::sched {
 
 namespace {
@@ -15,14 +17,27 @@ std::string describe(const std::string& kind, int p, int m, int v) {
 }
 
 // NOTE [interleaved order] Megatron's interleaved schedule walks the rank's
-// m*v forward slots in groups of p micro-batches per chunk: slot k runs chunk
-// (k mod p*v) / p of micro-batch (k / (p*v)) * p + k mod p. Backward slots use
-// the same mapping with chunks reversed. This is why m % p == 0 is required.
-Action interleaved_slot(ActionKind kind, int k, int p, int v) {
-  const int group = k / (p * v), in_group = k % (p * v);
-  int chunk = in_group / p;
-  if (kind != ActionKind::F) chunk = v - 1 - chunk;
-  return act(kind, group * p + in_group % p, chunk);
+// m*v forward slots in rounds of micro-batches: within a round, every chunk in
+// turn runs the round's micro-batches. With p | m a round is p micro-batches
+// (Megatron's order, unchanged). Otherwise, like PyTorch's
+// ScheduleInterleaved1F1B, there are floor(m/p) rounds; PyTorch then needs
+// them equal (m % rounds == 0), we give the first m % rounds rounds one extra
+// micro-batch, and the warm-up counts the first (largest) round. That order
+// validates for every p <= 8, m in p..32, v <= 4 and keeps the closed-form
+// bubble (p-1)/(v*m+p-1) (tests/unit/test_schedule_simulate.cpp). Backward
+// slots use the same table with the chunks reversed.
+std::vector<Action> interleaved_table(int p, int m, int v, int* first_round) {
+  const int rounds = std::max(1, m / p), size = m / rounds, larger = m % rounds;
+  *first_round = size + (larger > 0 ? 1 : 0);
+  std::vector<Action> table;
+  table.reserve(static_cast<size_t>(m) * v);
+  for (int round = 0, first = 0; round < rounds; ++round) {
+    const int end = first + size + (round < larger ? 1 : 0);
+    for (int c = 0; c < v; ++c)
+      for (int mb = first; mb < end; ++mb) table.push_back(act(ActionKind::F, mb, c));
+    first = end;
+  }
+  return table;
 }
 
 }  // namespace
@@ -58,16 +73,21 @@ Schedule interleaved(int p, int m, int v) {
   check_supported("interleaved", p, m, v);
   if (v == 1) return one_f_one_b(p, m);
   Schedule s = empty_schedule(p, m, v);
+  int round = 0;
+  const std::vector<Action> table = interleaved_table(p, m, v, &round);
   const int total = m * v;
+  auto fwd = [&](int k) { return table[k]; };
+  auto bwd = [&](int k) { return act(ActionKind::B, table[k].mb, v - 1 - table[k].chunk); };
   for (int r = 0; r < p; ++r) {
     auto& out = s.ranks[r];
-    const int warmup = std::min((p - r - 1) * 2 + (v - 1) * p, total);
-    for (int k = 0; k < warmup; ++k) out.push_back(interleaved_slot(ActionKind::F, k, p, v));  // warm-up
-    for (int k = 0; k < total - warmup; ++k) {                                                   // steady
-      out.push_back(interleaved_slot(ActionKind::F, warmup + k, p, v));
-      out.push_back(interleaved_slot(ActionKind::B, k, p, v));
+    detail::reserve_populated(out, 2 * static_cast<size_t>(total));
+    const int warmup = std::min((p - r - 1) * 2 + (v - 1) * round, total);
+    for (int k = 0; k < warmup; ++k) out.push_back(fwd(k));  // warm-up
+    for (int k = 0; k < total - warmup; ++k) {                // steady
+      out.push_back(fwd(warmup + k));
+      out.push_back(bwd(k));
     }
-    for (int k = total - warmup; k < total; ++k) out.push_back(interleaved_slot(ActionKind::B, k, p, v));  // cool-down
+    for (int k = total - warmup; k < total; ++k) out.push_back(bwd(k));  // cool-down
   }
   return s;
 }
@@ -97,6 +117,11 @@ Schedule zb_h1(int p, int m) {
   return s;
 }
 
+const std::vector<std::string>& schedule_kinds() {
+  static const std::vector<std::string> kinds = {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipev"};
+  return kinds;
+}
+
 void check_supported(const std::string& kind, int p, int m, int v) {
   if (p < 1 || m < 1 || v < 1)
     throw ScheduleError(describe(kind, p, m, v) + ": stages, microbatches and chunks must be >= 1");
@@ -105,19 +130,33 @@ void check_supported(const std::string& kind, int p, int m, int v) {
     return;
   }
   if (kind == "interleaved") {
-    if (v > 1 && m % p != 0)
-      throw ScheduleError(describe(kind, p, m, v) + ": interleaved with v>1 needs microbatches divisible by stages (m % p == 0)");
+    if (v > 1 && m < p)
+      throw ScheduleError(describe(kind, p, m, v) + ": interleaved with v>1 needs at least as many microbatches as stages (m >= p)");
     return;
   }
-  throw ScheduleError("unknown schedule kind '" + kind + "', expected gpipe, 1f1b, interleaved or zb-h1");
+  if (kind == "zb-v" || kind == "dualpipev") {
+    if (v != 2) throw ScheduleError(describe(kind, p, m, v) + ": this kind runs two chunks per rank in a V, expected v=2");
+    if (kind == "dualpipev" && m < 2 * p)
+      throw ScheduleError(describe(kind, p, m, v) + ": dualpipev needs m >= 2p microbatches");
+    return;
+  }
+  std::string names;
+  for (const std::string& k : schedule_kinds()) names += (names.empty() ? "" : ", ") + k;
+  throw ScheduleError("unknown schedule kind '" + kind + "', expected one of " + names);
+}
+
+Schedule generate_compute(const std::string& kind, int p, int m, int v) {
+  check_supported(kind, p, m, v);
+  if (kind == "gpipe") return gpipe(p, m);
+  if (kind == "1f1b") return one_f_one_b(p, m);
+  if (kind == "zb-h1") return zb_h1(p, m);
+  if (kind == "zb-v") return zb_v(p, m);
+  if (kind == "dualpipev") return dualpipe_v(p, m);
+  return interleaved(p, m, v);
 }
 
 Schedule generate(const std::string& kind, int p, int m, int v) {
-  check_supported(kind, p, m, v);
-  if (kind == "gpipe") return add_communication(gpipe(p, m));
-  if (kind == "1f1b") return add_communication(one_f_one_b(p, m));
-  if (kind == "zb-h1") return add_communication(zb_h1(p, m));
-  return add_communication(interleaved(p, m, v));
+  return add_communication(generate_compute(kind, p, m, v));
 }
 
 bool has_communication(const Schedule& s) {
@@ -132,16 +171,27 @@ Schedule add_communication(const Schedule& s) {
   Schedule out = s;
   const int last = s.virtual_stages() - 1;
   for (size_t r = 0; r < s.ranks.size(); ++r) {
+    const auto& in = s.ranks[r];
     auto& list = out.ranks[r];
     list.clear();
-    for (const Action& a : s.ranks[r]) {
-      const int stage = s.stage_of(static_cast<int>(r), a.chunk);
-      const bool fwd = a.kind == ActionKind::F, bwd = is_backward(a.kind);
-      if (fwd && stage > 0) list.push_back(act(ActionKind::RECV_F, a.mb, a.chunk));
-      if (bwd && stage < last) list.push_back(act(ActionKind::RECV_B, a.mb, a.chunk));
-      list.push_back(a);
-      if (fwd && stage < last) list.push_back(act(ActionKind::SEND_F, a.mb, a.chunk));
-      if (bwd && stage > 0) list.push_back(act(ActionKind::SEND_B, a.mb, a.chunk));
+    detail::reserve_populated(list, in.size() * 3);
+    for (size_t i = 0; i < in.size();) {
+      // A step is one compute action, or an overlapped pair run as one.
+      const size_t n = in[i].overlap_next && i + 1 < in.size() ? 2 : 1;
+      for (size_t j = i; j < i + n; ++j) {  // receives first
+        const Action& a = in[j];
+        const int stage = s.stage_of(static_cast<int>(r), a.chunk);
+        if (a.kind == ActionKind::F && stage > 0) list.push_back(act(ActionKind::RECV_F, a.mb, a.chunk));
+        if (is_backward(a.kind) && stage < last) list.push_back(act(ActionKind::RECV_B, a.mb, a.chunk));
+      }
+      for (size_t j = i; j < i + n; ++j) list.push_back(in[j]);
+      for (size_t j = i; j < i + n; ++j) {  // then sends
+        const Action& a = in[j];
+        const int stage = s.stage_of(static_cast<int>(r), a.chunk);
+        if (a.kind == ActionKind::F && stage < last) list.push_back(act(ActionKind::SEND_F, a.mb, a.chunk));
+        if (is_backward(a.kind) && stage > 0) list.push_back(act(ActionKind::SEND_B, a.mb, a.chunk));
+      }
+      i += n;
     }
   }
   return out;

@@ -1,16 +1,13 @@
-// Simulator: the validator's executor run with clocks. A SEND stamps its message
-// ready at (sender's clock + boundary latency); a RECV ends at max(own clock,
-// ready); compute actions take their cost. Latency between chunks on the same
-// rank (p == 1) is zero: the hand-over is local.
+// Simulator: the validator's run with clocks (engine.cpp). A SEND stamps its
+// message ready at (sender's clock + boundary latency); the compute that needs
+// a message starts at max(own clock, ready); compute actions take their cost.
+// A hand-over between two stages on the same rank has no latency.
 #include "schedules/simulate.h"
 
 #include <algorithm>
-#include <cmath>
-#include <deque>
-#include <map>
 
+#include "schedules/engine.h"
 #include "schedules/generators.h"
-#include "schedules/validate.h"
 
 namespace trident::sched {
 
@@ -18,12 +15,19 @@ void check_costs(const Costs& c, int p, int v) {
   if (!(c.forward > 0) || !(c.backward > c.weight) || !(c.weight >= 0))
     throw ScheduleError("costs F=" + std::to_string(c.forward) + " B=" + std::to_string(c.backward) +
                         " W=" + std::to_string(c.weight) + ": expected F > 0 and B > W >= 0 (I = B - W)");
-  const size_t boundaries = static_cast<size_t>(p * v - 1);
-  if (c.latency.size() > 1 && c.latency.size() != boundaries)
+  const size_t stages = static_cast<size_t>(p) * v;
+  if (c.latency.size() > 1 && c.latency.size() != stages - 1)
     throw ScheduleError("latency has " + std::to_string(c.latency.size()) + " values, expected 0, 1 or p*v-1=" +
-                        std::to_string(boundaries));
+                        std::to_string(stages - 1));
   for (double l : c.latency)
     if (!(l >= 0)) throw ScheduleError("latency " + std::to_string(l) + " is negative, expected >= 0");
+  if (!c.stage_scale.empty() && c.stage_scale.size() != stages)
+    throw ScheduleError("stage costs have " + std::to_string(c.stage_scale.size()) +
+                        " values, expected one per virtual stage, p*v=" + std::to_string(stages));
+  for (double x : c.stage_scale)
+    if (!(x > 0)) throw ScheduleError("stage cost " + std::to_string(x) + " is not positive, expected > 0");
+  if (!(c.overlap >= 0 && c.overlap <= 1))
+    throw ScheduleError("overlap " + std::to_string(c.overlap) + ", expected 0 <= overlap <= 1");
 }
 
 double action_cost(const Costs& c, ActionKind k, int chunks) {
@@ -36,54 +40,14 @@ double action_cost(const Costs& c, ActionKind k, int chunks) {
   }
 }
 
-namespace {
-
-double boundary_latency(const Costs& c, int boundary) {
-  if (c.latency.empty()) return 0.0;
-  return c.latency.size() == 1 ? c.latency[0] : c.latency[boundary];
+Timeline simulate(const Schedule& s, const Costs& costs) {
+  check_costs(costs, s.stages, s.chunks);
+  if (has_communication(s)) return detail::run(s, &costs, true).timeline;
+  detail::run(s, nullptr, false);  // errors name positions in the lists as given
+  return detail::run(add_communication(s), &costs, true).timeline;  // the timeline shows the receives
 }
 
-}  // namespace
-
-Timeline simulate(const Schedule& input, const Costs& costs) {
-  validate(input);
-  check_costs(costs, input.stages, input.chunks);
-  const Schedule s = has_communication(input) ? input : add_communication(input);
-  Timeline t;
-  t.stages = s.stages;
-  t.microbatches = s.microbatches;
-  t.chunks = s.chunks;
-  t.ranks.assign(s.stages, {});
-  std::map<std::pair<int, int>, std::deque<double>> pipes;  // (src, dst) -> ready times, FIFO
-  std::vector<size_t> pc(s.stages, 0);
-  std::vector<double> clock(s.stages, 0.0);
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (int r = 0; r < s.stages; ++r) {
-      while (pc[r] < s.ranks[r].size()) {
-        const Action& a = s.ranks[r][pc[r]];
-        TimedAction ta{a, clock[r], clock[r]};
-        if (a.kind == ActionKind::SEND_F || a.kind == ActionKind::SEND_B) {
-          const int peer = peer_rank(s, r, a), stage = s.stage_of(r, a.chunk);
-          const int boundary = a.kind == ActionKind::SEND_F ? stage : stage - 1;
-          pipes[{r, peer}].push_back(clock[r] + (peer == r ? 0.0 : boundary_latency(costs, boundary)));
-        } else if (a.kind == ActionKind::RECV_F || a.kind == ActionKind::RECV_B) {
-          auto& q = pipes[{peer_rank(s, r, a), r}];
-          if (q.empty()) break;  // validated: its SEND comes later in another rank's run
-          ta.end = std::max(clock[r], q.front());
-          q.pop_front();
-        } else {
-          ta.end = clock[r] + action_cost(costs, a.kind, s.chunks);
-        }
-        clock[r] = ta.end;
-        t.ranks[r].push_back(ta);
-        ++pc[r];
-        progress = true;
-      }
-    }
-  }
-  return t;
-}
+TimelineStats simulate_stats(const Schedule& s, const Costs& costs) { return detail::run(s, &costs, false).stats; }
 
 TimelineStats stats(const Timeline& t) {
   TimelineStats st;
@@ -93,9 +57,13 @@ TimelineStats stats(const Timeline& t) {
     std::vector<TimedAction> list = t.ranks[r];
     std::stable_sort(list.begin(), list.end(), [](const TimedAction& a, const TimedAction& b) { return a.start < b.start; });
     int alive = 0;
+    double covered = 0;  // compute time up to here: overlapping boxes (a measured overlap) count once
     for (const TimedAction& ta : list) {
       st.step_time = std::max(st.step_time, ta.end);
-      if (is_compute(ta.action.kind)) st.busy[r] += ta.end - ta.start;
+      if (is_compute(ta.action.kind)) {
+        st.busy[r] += std::max(0.0, ta.end - std::max(ta.start, covered));
+        covered = std::max(covered, ta.end);
+      }
       if (ta.action.kind == ActionKind::F) st.peak_inflight[r] = std::max(st.peak_inflight[r], ++alive);
       if (is_backward(ta.action.kind)) --alive;
     }

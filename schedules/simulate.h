@@ -16,16 +16,24 @@ struct Costs {
   double backward = 2.0;        // B (I + W)
   double weight = 1.0;          // W, the weight-gradient part of B
   std::vector<double> latency;  // per boundary: {} = 0, {L} = L everywhere, or p*v-1 values (boundary s -> s+1)
+  // Per virtual stage: {} = all 1, or p*v multipliers of that stage's F, B, W
+  // (an imbalanced split: the stage with the head costs more).
+  std::vector<double> stage_scale;
+  // Overlapped pair (Action::overlap_next) of costs a, b takes
+  // a + b - overlap * min(a, b): 0 = one after the other (what Trident's
+  // executor does), 1 = the shorter one fully hidden.
+  double overlap = 0.0;
 };
 
-// Throws ScheduleError unless forward > 0, backward > weight >= 0 and latency
-// has 0, 1 or p*v-1 non-negative entries.
+// Throws ScheduleError unless forward > 0, backward > weight >= 0, latency
+// has 0, 1 or p*v-1 non-negative entries, stage_scale 0 or p*v positive
+// ones, and 0 <= overlap <= 1.
 void check_costs(const Costs& c, int p, int v);
-double action_cost(const Costs& c, ActionKind k, int chunks);  // 0 for communication
+double action_cost(const Costs& c, ActionKind k, int chunks);  // 0 for communication; stage_scale not applied
 
 struct TimedAction {
   Action action;
-  double start = 0;  // for a RECV: when it was posted; end: when the data arrived
+  double start = 0;  // for a RECV: when it was posted; end: when its data arrived
   double end = 0;
 };
 
@@ -38,12 +46,16 @@ struct Timeline {
 struct TimelineStats {
   double step_time = 0;             // latest end over all ranks (all start at 0)
   double bubble_fraction = 0;       // total idle / (p * step_time); idle = step - compute busy
-  std::vector<double> busy;         // per rank: time in compute actions
+  std::vector<double> busy;         // per rank: time in compute actions (overlapped ones counted once)
   std::vector<int> peak_inflight;   // per rank: max (mb, chunk) pairs alive, from F until its B or I
 };
 
-// Validates s (throws like validate()), adds communication if s has none, runs it.
+// Validates s (throws like validate()), adds communication if s has none, runs
+// it, and records every action's times. Validates once.
 Timeline simulate(const Schedule& s, const Costs& costs);
+// The same run without a timeline: only the figures, in time and memory
+// linear in the actions and nothing stored per action (for planners).
+TimelineStats simulate_stats(const Schedule& s, const Costs& costs);
 TimelineStats stats(const Timeline& t);
 
 }  // namespace trident::sched

@@ -141,7 +141,7 @@ std::vector<int64_t> GptChunk::hidden_shape(int64_t mbs) const {
   return {mbs, tp_.sequence_parallel ? cfg_.seq_len / tp_.size() : cfg_.seq_len, cfg_.hidden};
 }
 
-at::Tensor GptChunk::forward(const at::Tensor& input, const at::Tensor& targets) {
+at::Tensor GptChunk::run(const at::Tensor& input, const at::Tensor& targets) const {
   at::Tensor x = input;
   if (spec_.has_embedding) {
     const at::Tensor& word = p("embedding.word.weight");
@@ -184,6 +184,17 @@ double GptModel::flops_per_token() const {
   const double matrices = l * (4 * h * h + 2 * h * static_cast<double>(cfg_.ffn())) +
                           h * static_cast<double>(cfg_.vocab_size);
   return 6 * matrices + 12 * l * h * static_cast<double>(cfg_.seq_len);
+}
+
+at::Tensor GptChunk::logits(const at::Tensor& ids) const {
+  if (!spec_.has_embedding || !spec_.has_head || tp_.size() != 1)
+    throw std::logic_error("GptChunk::logits needs the whole model on one rank (embedding, head, tp = 1)");
+  // Same ops as forward() at tp = 1, where every TP mapping is the identity.
+  const at::Tensor& word = p("embedding.word.weight");
+  at::Tensor x = vocab_parallel_embedding(tp_, ids, word, 0) + p("embedding.position.weight").narrow(0, 0, ids.size(1));
+  for (int64_t l = spec_.first_layer; l < spec_.first_layer + spec_.num_layers; ++l) x = block(l, x);
+  x = at::layer_norm(x, {cfg_.hidden}, p("final_ln.weight"), p("final_ln.bias"), cfg_.layernorm_eps);
+  return column_parallel_linear(tp_, x, p("head.word.weight"), at::Tensor()).narrow(-1, 0, cfg_.vocab_size);
 }
 
 }  // namespace trident

@@ -49,16 +49,22 @@ class GptChunk : public Stage {
   // state (batch, seq, hidden), or (batch, seq/tp, hidden) under sequence
   // parallelism. Last chunk: returns the mean token loss of the micro-batch
   // (a scalar) given targets (batch, seq); otherwise the hidden state.
-  at::Tensor forward(const at::Tensor& input, const at::Tensor& targets) override;
+  at::Tensor forward(const at::Tensor& input, const at::Tensor& targets) override { return run(input, targets); }
+  at::Tensor forward(const at::Tensor& input, const at::Tensor& targets) const { return run(input, targets); }
   // (mbs, seq, hidden), or (mbs, seq/tp, hidden) under sequence parallelism.
   std::vector<int64_t> input_shape(int64_t micro_batch_size) const override { return hidden_shape(micro_batch_size); }
   std::vector<int64_t> output_shape(int64_t micro_batch_size) const override { return hidden_shape(micro_batch_size); }
+  // The whole model on one rank (embedding and head, tp = 1): next-token
+  // logits (batch, seq, vocab_size) of token ids (batch, seq), padding columns
+  // dropped. For eval/generate and export checks; training uses forward().
+  at::Tensor logits(const at::Tensor& ids) const;
 
   std::vector<Param>& params() override { return params_; }
   const std::vector<Param>& params() const { return params_; }
   const ChunkSpec& spec() const { return spec_; }
 
  private:
+  at::Tensor run(const at::Tensor& input, const at::Tensor& targets) const;
   std::vector<int64_t> hidden_shape(int64_t mbs) const;
   const at::Tensor& p(const std::string& name) const;
   at::Tensor block(int64_t layer, const at::Tensor& x) const;

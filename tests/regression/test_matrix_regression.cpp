@@ -126,7 +126,7 @@ TEST_P(MatrixRow, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Rows, MatrixRow, ::testing::ValuesIn(rows()),
-                         [](const ::testing::TestParamInfo<Row>& info) { return info.param.name(); });
+                         [](const ::testing::TestParamInfo<Row>& param_info) { return param_info.param.name(); });
 
 // Rows with the same tp, dp, zero and extras differ only in pp, schedule or
 // overlap: their losses and gradient norms are the very same doubles.

@@ -132,18 +132,18 @@ TEST(PipelineConfigErrors, PipelineLayersMustSumToLayers) {
                       "parallel.pipeline_layers sums to 7 but model.layers = 8");
 }
 
-TEST(PipelineConfigErrors, InterleavedNeedsMicroBatchesDivisibleByStages) {
-  // global batch 6 / micro-batch 2 = 3 micro-batches on 2 stages.
+TEST(PipelineConfigErrors, InterleavedNeedsAtLeastAsManyMicroBatchesAsStages) {
+  // global batch 2 / micro-batch 2 = 1 micro-batch on 2 stages (any m >= p works).
   expect_config_error(2,
                       {"parallel.pp=2", "schedule.kind=interleaved", "schedule.chunks=2",
-                       "training.global_batch_size=6"},
-                      "interleaved with v>1 needs microbatches divisible by stages (m % p == 0)");
+                       "training.global_batch_size=2"},
+                      "interleaved with v>1 needs at least as many microbatches as stages (m >= p)");
 }
 
 TEST(PipelineConfigErrors, UnknownScheduleKind) {
   expect_config_error(1, {"schedule.kind=bogus"},
                       "schedule.kind = \"bogus\": expected one of \"gpipe\", \"1f1b\", \"interleaved\", \"zb-h1\", "
-                      "\"file\"");
+                      "\"zb-v\", \"dualpipev\", \"file\"");
 }
 
 }  // namespace

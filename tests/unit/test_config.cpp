@@ -159,7 +159,7 @@ TEST(Config, BadConfigsNameKeyValueAndExpectation) {
       {"dp zero", "[parallel]\ndp = 0\n", {}, "parallel.dp = 0: expected -1 (auto) or an integer >= 1"},
       {"dropout 1", "[model]\ndropout = 1.0\n", {}, "model.dropout = 1.0: expected a number in [0, 1)"},
       {"unknown schedule kind", "[schedule]\nkind = \"zigzag\"\n", {},
-       "schedule.kind = \"zigzag\": expected one of \"gpipe\", \"1f1b\", \"interleaved\", \"zb-h1\", \"file\""},
+       "schedule.kind = \"zigzag\": expected one of \"gpipe\", \"1f1b\", \"interleaved\", \"zb-h1\", \"zb-v\", \"dualpipev\", \"file\""},
       {"unknown data source", "[data]\nsource = \"web\"\n", {}, "data.source = \"web\": expected one of"},
       {"unknown tokenizer", "[data]\ntokenizer = \"sp\"\n", {}, "data.tokenizer = \"sp\""},
       {"unknown backend", "[parallel]\nbackend = \"mpi\"\n", {}, "parallel.backend = \"mpi\""},
@@ -183,7 +183,7 @@ TEST(Config, BadConfigsNameKeyValueAndExpectation) {
       {"pipeline_layers sum", "[model]\nlayers = 8\n[parallel]\npp = 2\npipeline_layers = [3, 4]\n", {},
        "parallel.pipeline_layers sums to 7 but model.layers = 8"},
       {"chunks without interleaved", "[model]\nlayers = 4\n[schedule]\nchunks = 2\n", {},
-       "schedule.chunks = 2 needs schedule.kind = \"interleaved\" or \"file\", got \"1f1b\""},
+       "schedule.chunks = 2 needs schedule.kind = \"interleaved\", \"zb-v\", \"dualpipev\" or \"file\", got \"1f1b\""},
       {"file schedule without file", "[schedule]\nkind = \"file\"\n", {}, "schedule.kind = \"file\" needs schedule.file"},
       {"global % micro", "[training]\nglobal_batch_size = 10\nmicro_batch_size = 4\n", {},
        "training.global_batch_size (10) must be divisible by training.micro_batch_size (4)"},
@@ -263,7 +263,7 @@ TEST(Config, ValidateCatchesProgrammaticValues) {
 
 TEST(Config, KeysTableDescribesTypesAndDefaults) {
   const auto keys = trident::config_keys();
-  EXPECT_EQ(keys.size(), 48u);
+  EXPECT_EQ(keys.size(), 50u);
   bool found = false;
   for (const auto& k : keys) {
     if (k.name != "parallel.dp") continue;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -48,6 +49,13 @@ TEST(ScheduleCli, FormatsHaveTheirShape) {
   EXPECT_NE(r.out.find("\"traceEvents\""), std::string::npos);
   EXPECT_NE(r.out.find("\"ph\": \"X\""), std::string::npos);
 
+  r = run_schedule("--kind zb-v -p 2 -m 4 -v 2 --format json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("{\"action\": \"I0.1\""), std::string::npos) << r.out.substr(0, 300);
+  r = run_schedule("--kind dualpipev -p 2 -m 4 -v 2 --format chrome");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("\"name\": \"F3\", \"cat\": \"forward\""), std::string::npos);
+
   r = run_schedule("--kind gpipe -p 2 -m 3");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(r.out.rfind("gpipe p=2 m=3 v=1: step 12, bubble 25.00%", 0), 0u) << r.out;
@@ -69,9 +77,19 @@ TEST(ScheduleCli, ScheduleFormatRoundTripsThroughFile) {
 }
 
 TEST(ScheduleCli, BadArgumentsFailWithAMessage) {
-  Result r = run_schedule("--kind interleaved -p 4 -m 6 -v 2");
+  Result r = run_schedule("--kind interleaved -p 4 -m 3 -v 2");
   EXPECT_NE(r.status, 0);
-  EXPECT_NE(r.out.find("m % p == 0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(m >= p)"), std::string::npos) << r.out;
+  r = run_schedule("--kind zb-v -p 4 -m 8");
+  EXPECT_NE(r.out.find("expected v=2"), std::string::npos) << r.out;
+  r = run_schedule("--kind 1f1b -p 2 -m 2 --stage-costs 1,2,3");
+  EXPECT_NE(r.out.find("expected one per virtual stage, p*v=2"), std::string::npos) << r.out;
+  r = run_schedule("--kind 1f1b -p 2 -m 2 --format json --compute-only");
+  EXPECT_NE(r.out.find("--compute-only applies to --format schedule or csv"), std::string::npos) << r.out;
+  r = run_schedule("--from-csv /nonexistent/schedule.csv");
+  EXPECT_NE(r.out.find("--from-csv '/nonexistent/schedule.csv': cannot open"), std::string::npos) << r.out;
+  r = run_schedule("--kind 1f1b -p 2 -m 2 --from-csv x.csv");
+  EXPECT_NE(r.out.find("--from-csv needs --kind file"), std::string::npos) << r.out;
   r = run_schedule("--kind nope -p 2 -m 2");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.out.find("unknown schedule kind 'nope'"), std::string::npos) << r.out;
@@ -86,4 +104,52 @@ TEST(ScheduleCli, BadArgumentsFailWithAMessage) {
   r = run_schedule("--help");
   EXPECT_EQ(r.status, 0);
   EXPECT_NE(r.out.find("--microbatches"), std::string::npos);
+}
+
+TEST(ScheduleCli, SummaryIsOneObjectWithTheFigures) {
+  Result r = run_schedule("--kind 1f1b -p 4 -m 8 --format summary");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out,
+            "{\"title\": \"1f1b\", \"stages\": 4, \"microbatches\": 8, \"chunks\": 1, \"placement\": \"loop\", "
+            "\"step_time\": 33, \"bubble_fraction\": 0.2727272727, \"peak_inflight\": 4}\n");
+  r = run_schedule("--kind zb-v -p 4 -m 8 -v 2 --format summary");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("\"placement\": \"v\", \"step_time\": 25.5"), std::string::npos) << r.out;
+  // Imbalanced stages and overlapped pairs reach the simulator.
+  r = run_schedule("--kind 1f1b -p 2 -m 1 --stage-costs 1,3 --format summary");
+  EXPECT_NE(r.out.find("\"step_time\": 12"), std::string::npos) << r.out;  // (1+3) * (F+B)
+  const std::string plain = run_schedule("--kind dualpipev -p 2 -m 4 -v 2 --format summary").out;
+  const std::string hidden = run_schedule("--kind dualpipev -p 2 -m 4 -v 2 --overlap 1 --format summary").out;
+  EXPECT_NE(plain.find("\"step_time\": 13,"), std::string::npos) << plain;
+  EXPECT_NE(hidden.find("\"step_time\": 11,"), std::string::npos) << hidden;
+}
+
+TEST(ScheduleCli, PyTorchCsvInAndOut) {
+  const std::string artifact = std::string(TRIDENT_SOURCE_DIR) + "/tests/data/pytorch_pipelining/dualpipev_4rank_10mb.csv";
+  Result r = run_schedule("--from-csv " + artifact + " --format csv --compute-only");
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::ifstream in(artifact);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_EQ(r.out, text.str());
+  r = run_schedule("--kind dualpipev -p 4 -m 10 -v 2 --format csv --compute-only");
+  EXPECT_EQ(r.out, text.str());
+  r = run_schedule("--from-csv " + artifact + " --format schedule");  // runnable: receives and sends added
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out.rfind("pipeline p=4 m=10 v=2 placement=v\n0: F0 SF0 F1 SF1", 0), 0u) << r.out.substr(0, 200);
+}
+
+TEST(ScheduleCli, ReadmeCommandsRun) {
+  // Every '$ trident schedule ...' line of schedules/README.md, as written,
+  // from the repository root.
+  std::ifstream in(std::string(TRIDENT_SOURCE_DIR) + "/schedules/README.md");
+  std::string line;
+  int ran = 0;
+  while (std::getline(in, line)) {
+    if (line.rfind("$ trident schedule ", 0) != 0) continue;
+    const std::string cmd = "cd " TRIDENT_SOURCE_DIR " && " TRIDENT_BINARY_DIR "/trident" + line.substr(9) + " > /dev/null 2>&1";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << line;
+    ++ran;
+  }
+  EXPECT_GE(ran, 5);
 }

@@ -17,14 +17,20 @@ int count_kind(const std::vector<Action>& list, ActionKind k) {
 
 }  // namespace
 
+bool expected_supported(const std::string& kind, int p, int m, int v) {
+  if (kind == "interleaved") return v == 1 || m >= p;
+  if (kind == "zb-v") return v == 2;
+  if (kind == "dualpipev") return v == 2 && m >= 2 * p;
+  return v == 1;
+}
+
 TEST(ScheduleGenerators, EverySupportedCaseValidatesAndOthersAreRejected) {
   int supported = 0, rejected = 0;
-  for (const std::string kind : {"gpipe", "1f1b", "interleaved", "zb-h1"})
+  for (const std::string& kind : schedule_kinds())
     for (int p = 1; p <= 8; ++p)
       for (int m = 1; m <= 32; ++m)
         for (int v = 1; v <= 3; ++v) {
-          const bool expect_ok = kind == "interleaved" ? (v == 1 || m % p == 0) : v == 1;
-          if (!expect_ok) {
+          if (!expected_supported(kind, p, m, v)) {
             try {
               generate(kind, p, m, v);
               ADD_FAILURE() << kind << " p=" << p << " m=" << m << " v=" << v << " was accepted";
@@ -39,13 +45,20 @@ TEST(ScheduleGenerators, EverySupportedCaseValidatesAndOthersAreRejected) {
           const Schedule s = generate(kind, p, m, v);
           ValidationReport rep;
           ASSERT_NO_THROW(rep = validate(s)) << kind << " p=" << p << " m=" << m << " v=" << v;
+          EXPECT_EQ(s.placement, kind == "zb-v" || kind == "dualpipev" ? Placement::v : Placement::loop);
           EXPECT_EQ(rep.communication_added, p * v == 1);  // one stage: nothing to send
-          EXPECT_EQ(rep.split_backward, kind == "zb-h1");
-          EXPECT_EQ(rep.compute_actions, p * m * v * (kind == "zb-h1" ? 3 : 2));
+          EXPECT_EQ(rep.split_backward, kind == "zb-h1" || kind == "zb-v" || kind == "dualpipev");
+          if (kind != "dualpipev") {  // dualpipev splits only some backwards
+            EXPECT_EQ(rep.compute_actions, p * m * v * (rep.split_backward ? 3 : 2));
+          }
           EXPECT_EQ(rep.messages, 2 * m * (p * v - 1));
+          // The compute-only form validates the same, communication implied.
+          const ValidationReport implied = validate(generate_compute(kind, p, m, v));
+          EXPECT_EQ(implied.messages, rep.messages);
+          EXPECT_TRUE(implied.communication_added || p * v == 1);
           ++supported;
         }
-  EXPECT_EQ(supported + rejected, 4 * 8 * 32 * 3);
+  EXPECT_EQ(supported + rejected, static_cast<int>(schedule_kinds().size()) * 8 * 32 * 3);
   EXPECT_GT(rejected, 0);
 }
 
@@ -58,8 +71,17 @@ TEST(ScheduleGenerators, RejectsUnknownKindAndBadSizes) {
   }
   EXPECT_THROW(check_supported("1f1b", 0, 4, 1), ScheduleError);
   EXPECT_THROW(check_supported("gpipe", 2, 4, 2), ScheduleError);
-  EXPECT_THROW(interleaved(4, 6, 2), ScheduleError);
-  EXPECT_NO_THROW(check_supported("interleaved", 4, 6, 1));
+  EXPECT_THROW(interleaved(4, 3, 2), ScheduleError);  // fewer micro-batches than stages
+  EXPECT_NO_THROW(check_supported("interleaved", 4, 6, 2));
+  EXPECT_THROW(check_supported("zb-v", 4, 8, 1), ScheduleError);
+  EXPECT_THROW(dualpipe_v(4, 7), ScheduleError);  // needs m >= 2p
+  try {
+    generate("zb-w", 2, 4, 2);
+    FAIL();
+  } catch (const ScheduleError& e) {
+    EXPECT_NE(std::string(e.what()).find("'zb-w', expected one of gpipe, 1f1b, interleaved, zb-h1, zb-v, dualpipev"),
+              std::string::npos) << e.what();
+  }
 }
 
 TEST(ScheduleGenerators, OneFOneBHasWarmupSteadyCooldown) {
@@ -92,4 +114,36 @@ TEST(ScheduleGenerators, ZbH1SplitsBackwardAndKeepsOneFOneBOrder) {
     EXPECT_EQ(fi, o.ranks[r]);
     EXPECT_EQ(count_kind(z.ranks[r], ActionKind::W), 8);
   }
+}
+
+TEST(ScheduleGenerators, InterleavedRoundsWhenStagesDoNotDivideMicrobatches) {
+  // p=2, m=5, v=2: two rounds of 3 and 2 micro-batches; each chunk runs the
+  // round's micro-batches in turn, rank 0 warms up with 2 + 3 forwards.
+  const Schedule s = interleaved(2, 5, 2);
+  const std::vector<Action> f0 = {{ActionKind::F, 0, 0}, {ActionKind::F, 1, 0}, {ActionKind::F, 2, 0},
+                                  {ActionKind::F, 0, 1}, {ActionKind::F, 1, 1}, {ActionKind::F, 2, 1}};
+  EXPECT_EQ(std::vector<Action>(s.ranks[0].begin(), s.ranks[0].begin() + 6), f0);
+  EXPECT_EQ(s.ranks[0][6], (Action{ActionKind::B, 0, 1}));  // warm-up of 5, then 1F1B: F2.1 then B0.1
+  EXPECT_EQ(s.ranks[0][7], (Action{ActionKind::F, 3, 0}));
+}
+
+TEST(ScheduleGenerators, ZbVHasTheVShape) {
+  for (int p = 1; p <= 6; ++p)
+    for (int m : {1, p, 2 * p, 3 * p + 1}) {
+      const Schedule s = zb_v(p, m);
+      for (int r = 0; r < p; ++r) {
+        const auto& list = s.ranks[r];
+        // Rank r starts with min(m, 2(p-r)-1) chunk-0 forwards (the down-stroke).
+        const int down = std::min(m, 2 * (p - r) - 1);
+        for (int i = 0; i < down; ++i) EXPECT_EQ(list[i], (Action{ActionKind::F, i, 0})) << "p=" << p << " r=" << r;
+        // Its first backward is chunk 1's input gradient of micro-batch 0
+        // (the bottom of the V turns round first), right after a chunk-1 forward.
+        auto first_i = std::find_if(list.begin(), list.end(), [](const Action& a) { return a.kind == ActionKind::I; });
+        ASSERT_NE(first_i, list.end());
+        EXPECT_EQ(*first_i, (Action{ActionKind::I, 0, 1}));
+        EXPECT_EQ((first_i - 1)->kind, ActionKind::F);
+        EXPECT_EQ((first_i - 1)->chunk, 1);
+        EXPECT_EQ(count_kind(list, ActionKind::W), 2 * m);
+      }
+    }
 }

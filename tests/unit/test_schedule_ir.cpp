@@ -103,3 +103,64 @@ TEST(ScheduleIr, PeersFollowLoopPlacement) {
   EXPECT_EQ(counterpart(s, 0, {ActionKind::SEND_B, 0, 1}), (Action{ActionKind::RECV_B, 0, 0}));
   EXPECT_EQ(counterpart(s, 0, {ActionKind::RECV_B, 0, 0}), (Action{ActionKind::SEND_B, 0, 0}));
 }
+
+TEST(ScheduleIr, VPlacementMatchesPyTorchStageToRank) {
+  // PyTorch's generate_stage_to_rank_mapping(pp, stages, style="v") as its
+  // test_schedule.py spells it out: (2, 4) -> 0 1 1 0; (4, 8) -> 0 1 2 3 3 2 1 0.
+  const std::vector<int> two = {0, 1, 1, 0}, four = {0, 1, 2, 3, 3, 2, 1, 0};
+  for (int s = 0; s < 4; ++s) EXPECT_EQ(rank_of(Placement::v, 2, s), two[s]) << s;
+  for (int s = 0; s < 8; ++s) EXPECT_EQ(rank_of(Placement::v, 4, s), four[s]) << s;
+  // (4, 12): the zig-zag continues down again.
+  EXPECT_EQ(rank_of(Placement::v, 4, 8), 0);
+  EXPECT_EQ(rank_of(Placement::v, 4, 11), 3);
+  for (int p = 1; p <= 6; ++p)
+    for (int v = 1; v <= 4; ++v)
+      for (Placement pl : {Placement::loop, Placement::v})
+        for (int r = 0; r < p; ++r) {
+          const std::vector<int> held = stages_of_rank(pl, p, v, r);
+          ASSERT_EQ(static_cast<int>(held.size()), v);
+          for (int c = 0; c < v; ++c) {
+            EXPECT_EQ(rank_of(pl, p, held[c]), r);
+            EXPECT_EQ(chunk_of(p, held[c]), c);
+            EXPECT_EQ(stage_of(pl, p, r, c), held[c]);
+          }
+        }
+  EXPECT_EQ(stages_of_rank(Placement::v, 4, 2, 1), (std::vector<int>{1, 6}));  // rank r: r and 2p-1-r
+  EXPECT_EQ(stages_of_rank(Placement::loop, 4, 2, 1), (std::vector<int>{1, 5}));
+}
+
+TEST(ScheduleIr, PeersFollowVPlacement) {
+  Schedule s = empty_schedule(2, 1, 2, Placement::v);  // stages: 0=(r0,c0) 1=(r1,c0) 2=(r1,c1) 3=(r0,c1)
+  EXPECT_EQ(peer_rank(s, 1, {ActionKind::SEND_F, 0, 0}), 1);  // the turn of the V stays on rank 1
+  EXPECT_EQ(counterpart(s, 1, {ActionKind::SEND_F, 0, 0}), (Action{ActionKind::RECV_F, 0, 1}));
+  EXPECT_EQ(peer_rank(s, 1, {ActionKind::SEND_F, 0, 1}), 0);  // stage 2 -> 3
+  EXPECT_EQ(peer_rank(s, 0, {ActionKind::SEND_B, 0, 1}), 1);  // stage 3 -> 2
+  EXPECT_EQ(counterpart(s, 0, {ActionKind::SEND_B, 0, 1}), (Action{ActionKind::RECV_B, 0, 1}));
+}
+
+TEST(ScheduleIr, PlacementAndOverlappedPairsRoundTrip) {
+  const std::string text =
+      "pipeline p=2 m=2 v=2 placement=v\n"
+      "0: F0 F1 F0.1 F1+B0.1 B1.1 B0 B1\n"
+      "1: F0 F0.1 B0.1 F1 F1.1+B0 B1.1 B1\n";
+  const Schedule s = parse_text(text);
+  EXPECT_EQ(s.placement, Placement::v);
+  ASSERT_EQ(s.ranks[0].size(), 8u);  // a pair is two actions, the first marked
+  EXPECT_EQ(s.ranks[0][3], Action(ActionKind::F, 1, 0, true));
+  EXPECT_EQ(s.ranks[0][4], Action(ActionKind::B, 0, 1));
+  EXPECT_EQ(to_text(s), text);
+  EXPECT_EQ(parse_text("pipeline p=1 m=1 v=1 placement=loop\n0: F0 B0\n").placement, Placement::loop);
+  EXPECT_NE(error_of("pipeline p=1 m=1 v=1 placement=w\n0: F0 B0\n").find("placement=v"), std::string::npos);
+  EXPECT_NE(error_of("pipeline p=1 m=2 v=1\n0: F0+SF1\n").find("overlapped pair"), std::string::npos);
+  EXPECT_THROW(parse_placement("zigzag"), ScheduleError);
+  EXPECT_EQ(sizeof(Action), 8u);
+}
+
+TEST(ScheduleIr, AddCommunicationSurroundsAnOverlappedPair) {
+  Schedule s = empty_schedule(2, 2, 1);
+  s.ranks[0] = {Action(ActionKind::F, 0), Action(ActionKind::F, 1, 0, true), Action(ActionKind::B, 0),
+                Action(ActionKind::B, 1)};
+  s.ranks[1] = {Action(ActionKind::F, 0), Action(ActionKind::B, 0), Action(ActionKind::F, 1), Action(ActionKind::B, 1)};
+  EXPECT_EQ(to_text(add_communication(s)),
+            "pipeline p=2 m=2 v=1\n0: F0 SF0 RB0 F1+B0 SF1 RB1 B1\n1: RF0 F0 B0 SB0 RF1 F1 B1 SB1\n");
+}

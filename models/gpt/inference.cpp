@@ -1,0 +1,112 @@
+// Loading, scoring and sampling a whole GPT on one process: see inference.h.
+#include "models/gpt/inference.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
+
+#include <limits>
+#include <stdexcept>
+
+#include "framework/checkpoint_store.h"
+#include "framework/checkpoint_tensors.h"
+#include "models/gpt/hf_gpt2.h"
+
+namespace trident {
+
+LoadedGpt load_gpt(const std::string& checkpoint, const std::string& hf_dir) {
+  if (checkpoint.empty() == hf_dir.empty())
+    throw std::runtime_error("give exactly one of --checkpoint DIR and --init-from HF_DIR");
+  LoadedGpt out;
+  std::unique_ptr<ckpt::Reader> reader;
+  std::unique_ptr<HfGpt2> hf;
+  if (!checkpoint.empty()) {
+    reader = std::make_unique<ckpt::Reader>(checkpoint);
+    const Config c = parse_config(reader->meta().config_toml, reader->step_dir() + "/manifest.json (config)");
+    out.model = c.model;
+    out.tokenizer = c.data.tokenizer;
+    out.tokenizer_dir = c.data.tokenizer_dir;
+  } else {
+    hf = std::make_unique<HfGpt2>(read_hf_gpt2(hf_dir));
+    out.model = hf->model;
+    out.tokenizer = hf->tokenizer;
+  }
+  out.model.dropout = 0;  // inference: no dropout (it has no parameters)
+  out.model.init_from.clear();
+  const ChunkSpec all{0, out.model.layers, true, true};
+  out.chunk = std::make_unique<GptChunk>(out.model, all, TpContext{}, /*seed=*/0);
+  if (reader) {
+    for (Param& p : out.chunk->params()) ckpt::load_param(*reader, p.info.name, p.info, p.tensor);
+  } else {
+    init_from_hf(*hf, out.model, out.chunk->params());
+  }
+  return out;
+}
+
+ModelConfig checkpoint_model(const std::string& checkpoint) {
+  const ckpt::Reader r(checkpoint);
+  return parse_config(r.meta().config_toml, r.step_dir() + "/manifest.json (config)").model;
+}
+
+void check_checkpoint_matches(const std::string& checkpoint, const ModelConfig& cfg) {
+  const ModelConfig m = checkpoint_model(checkpoint);
+  std::string diff;
+  auto cmp = [&](const char* key, int64_t a, int64_t b) {
+    if (a != b)
+      diff += std::string(diff.empty() ? "" : "; ") + key + ": " + std::to_string(a) + " in the checkpoint, " +
+              std::to_string(b) + " in the config";
+  };
+  cmp("model.layers", m.layers, cfg.layers);
+  cmp("model.hidden", m.hidden, cfg.hidden);
+  cmp("model.heads", m.heads, cfg.heads);
+  cmp("MLP width (model.ffn_hidden)", m.ffn(), cfg.ffn());
+  cmp("model.seq_len", m.seq_len, cfg.seq_len);
+  cmp("model.vocab_size", m.vocab_size, cfg.vocab_size);
+  if (!diff.empty()) throw std::runtime_error("checkpoint " + checkpoint + " holds another model: " + diff);
+}
+
+EvalResult evaluate(const GptChunk& model, int64_t seq_len, const std::vector<int64_t>& tokens) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (n < 2) throw std::runtime_error("the text has " + std::to_string(n) + " token(s); eval needs at least 2");
+  at::NoGradGuard no_grad;
+  const at::Tensor all = at::tensor(tokens, at::kLong);
+  double sum = 0;
+  for (int64_t start = 0; start < n - 1; start += seq_len) {
+    const int64_t len = std::min(seq_len, n - 1 - start);
+    const at::Tensor input = all.narrow(0, start, len).unsqueeze(0), target = all.narrow(0, start + 1, len).unsqueeze(0);
+    sum += model.forward(input, target).item<double>() * static_cast<double>(len);
+  }
+  return {sum / static_cast<double>(n - 1), n - 1};
+}
+
+std::vector<int64_t> generate(const GptChunk& model, int64_t seq_len, const std::vector<int64_t>& prompt,
+                              int64_t max_tokens, double temperature, int64_t top_k, uint64_t seed,
+                              std::optional<int64_t> stop) {
+  if (prompt.empty()) throw std::runtime_error("the prompt has no tokens");
+  if (temperature < 0) throw std::runtime_error("--temperature " + std::to_string(temperature) + ": expected >= 0");
+  if (top_k < 0) throw std::runtime_error("--top-k " + std::to_string(top_k) + ": expected >= 0 (0 = all)");
+  at::NoGradGuard no_grad;
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  std::vector<int64_t> seq = prompt, added;
+  for (int64_t i = 0; i < max_tokens; ++i) {
+    const int64_t ctx = std::min<int64_t>(seq_len, static_cast<int64_t>(seq.size()));
+    const std::vector<int64_t> window(seq.end() - ctx, seq.end());
+    at::Tensor logits = model.logits(at::tensor(window, at::kLong).unsqueeze(0)).select(0, 0).select(0, ctx - 1);
+    int64_t next;
+    if (temperature == 0) {
+      next = logits.argmax().item<int64_t>();
+    } else {
+      logits = logits / temperature;
+      if (top_k > 0 && top_k < logits.size(0)) {
+        const at::Tensor kth = std::get<0>(logits.topk(top_k)).select(0, top_k - 1);
+        logits = logits.masked_fill(logits < kth, -std::numeric_limits<double>::infinity());
+      }
+      next = at::multinomial(at::softmax(logits, 0), 1, false, gen).item<int64_t>();
+    }
+    seq.push_back(next);
+    added.push_back(next);
+    if (stop && next == *stop) break;
+  }
+  return added;
+}
+
+}  // namespace trident

@@ -1,0 +1,279 @@
+// NOTE [message matching] A receive is matched to its send by what it carries:
+// (direction, micro-batch, virtual stage it goes into), the executor's tag.
+// Between two ranks messages may therefore arrive in any order. A RECV only
+// posts the receive and never blocks; the compute that needs the data waits
+// for it (as the executor does: irecv at RECV, wait before the compute). So the
+// only ordering rules are per rank (receive posted before, send after its
+// compute) plus the absence of deadlock, which this run checks by executing
+// every list with a worklist: a rank runs until its next compute lacks an
+// input, then waits on that one message key; the send of that key wakes it.
+// Each action is visited once, so the run is linear in the actions, and the
+// message times live in one flat table indexed by (stage, micro-batch)
+// (NOTE [one slot per input]). The per-rank checks are in engine_checks.cpp.
+#include "schedules/engine.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+
+#include "schedules/generators.h"
+#include "schedules/zeroed_buffer.h"
+
+namespace trident::sched::detail {
+
+namespace {
+
+// Message times are stored XOR-ed with a NaN's bits so that the zero pages a
+// fresh table starts with read as "not sent yet" (NaN never is a time), and
+// no fill pass is needed.
+constexpr uint64_t kTimeMask = 0x7ff8000000000000ull;
+inline uint64_t encode_time(double t) {
+  uint64_t b;
+  std::memcpy(&b, &t, sizeof b);
+  return b ^ kTimeMask;
+}
+inline bool is_sent(uint64_t stored) { return stored != 0; }
+inline double decode_time(uint64_t stored) {
+  const uint64_t b = stored ^ kTimeMask;
+  double t;
+  std::memcpy(&t, &b, sizeof t);
+  return t;
+}
+
+// The executor run with clocks (all zero when only validating).
+class Runner {
+ public:
+  Runner(const Schedule& s, const Costs* costs, bool record, bool comm)
+      : s_(s), costs_(costs), record_(record && costs), comm_(comm), p_(s.stages), m_(s.microbatches),
+        v_(s.chunks), S_(s.virtual_stages()) {
+    // Placement as tables: the run looks these up once or twice per action.
+    rank_of_.resize(S_);
+    for (int st = 0; st < S_; ++st) rank_of_[st] = s.rank_of(st);
+    stage_of_.resize(static_cast<size_t>(p_) * v_);
+    for (int r = 0; r < p_; ++r)
+      for (int c = 0; c < v_; ++c) stage_of_[static_cast<size_t>(r) * v_ + c] = s.stage_of(r, c);
+    ready_ = ZeroedBuffer<uint64_t>(static_cast<size_t>(S_) * m_);
+    if (record_ && comm_)
+      for (auto& r : recv_at_) r.assign(static_cast<size_t>(S_) * m_, -1);
+    cost_.assign(4 * static_cast<size_t>(S_), 0.0);
+    latency_.assign(S_, 0.0);
+    if (costs_) {
+      for (int k = 0; k < 4; ++k)
+        for (int st = 0; st < S_; ++st)
+          cost_[k * S_ + st] = action_cost(*costs_, static_cast<ActionKind>(k), s.chunks) *
+                               (costs_->stage_scale.empty() ? 1.0 : costs_->stage_scale[st]);
+      for (int b = 0; b + 1 < S_; ++b)
+        latency_[b] = costs_->latency.empty() ? 0.0 : costs_->latency.size() == 1 ? costs_->latency[0] : costs_->latency[b];
+    }
+    pc_.assign(p_, 0);
+    clock_.assign(p_, 0.0);
+    busy_.assign(p_, 0.0);
+    alive_.assign(p_, 0);
+    peak_.assign(p_, 0);
+    waiting_.assign(p_, -1);
+    blocked_at_.assign(p_, 0);
+    if (record_) timeline_.ranks.assign(p_, {});
+  }
+
+  void run() {
+    // Newest first: a woken rank runs as soon as the current one blocks, while
+    // the message it waited for is still in cache (first-in-first-out measured
+    // a quarter slower at p=1024). A rank is queued at most once (only a
+    // waiting rank is woken), so p slots suffice.
+    Ring todo(p_);
+    for (int r = 0; r < p_; ++r) todo.push(r);
+    while (!todo.empty()) advance(todo.pop(), todo);
+    report_deadlock();
+  }
+
+  int messages() const { return messages_; }
+  TimelineStats stats() const {
+    TimelineStats st;
+    st.busy = busy_;
+    st.peak_inflight = peak_;
+    for (double c : clock_) st.step_time = std::max(st.step_time, c);
+    double idle = 0;
+    for (double b : busy_) idle += st.step_time - b;
+    st.bubble_fraction = st.step_time > 0 ? idle / (p_ * st.step_time) : 0.0;
+    return st;
+  }
+  Timeline take_timeline() { return std::move(timeline_); }
+
+ private:
+  // Stage major: a rank reads its stage's row in micro-batch order.
+  size_t key(int into, int mb) const { return static_cast<size_t>(into) * m_ + mb; }
+  int64_t wait_key(int dir, int into, int mb) const { return static_cast<int64_t>(dir) * S_ * m_ + key(into, mb); }
+
+  // A message into virtual stage `into` (dir 0: activation, 1: gradient) is
+  // there at time t; wake its receiver if it waits for exactly this one.
+  struct Ring {
+    std::vector<int> slot;
+    size_t head = 0, count = 0;
+    explicit Ring(int n) : slot(n) {}
+    bool empty() const { return count == 0; }
+    void push(int r) { slot[(head + count++) % slot.size()] = r; }
+    int pop() { return slot[(head + --count) % slot.size()]; }  // newest first
+  };
+
+  void deliver(int dir, int into, int mb, double t, Ring& todo) {
+    uint64_t& slot = ready_[key(into, mb)];
+    if (is_sent(slot))  // NOTE [one slot per input]: the forward input is consumed before the gradient can exist
+      throw std::logic_error("schedule run: second message into stage " + std::to_string(into) + " micro-batch " +
+                             std::to_string(mb) + " before the first was used (a bug in engine.cpp)");
+    slot = encode_time(t);
+    const int dest = rank_of_[into];
+    if (waiting_[dest] == wait_key(dir, into, mb)) {
+      waiting_[dest] = -1;
+      todo.push(dest);
+      __builtin_prefetch(&s_.ranks[dest][pc_[dest]]);  // it runs next: start the likely cache miss now
+    }
+  }
+
+  double link(int from_rank, int to_stage, int boundary) const {
+    return rank_of_[to_stage] == from_rank ? 0.0 : latency_[boundary];  // same rank: local hand-over
+  }
+
+  // Input a compute action needs: dir and stage; false if none (pipeline end, or W).
+  bool input_of(const Action& a, int stage, int* dir) const {
+    if (a.kind == ActionKind::F && stage > 0) return *dir = 0, true;
+    if (is_backward(a.kind) && stage < S_ - 1) return *dir = 1, true;
+    return false;
+  }
+
+  void advance(int r, Ring& todo) {
+    const auto& list = s_.ranks[r];
+    const size_t n = list.size();
+    std::vector<TimedAction>* tl = record_ ? &timeline_.ranks[r] : nullptr;
+    size_t pc = pc_[r];
+    double clock = clock_[r];
+    while (pc < n) {
+      const Action& a = list[pc];
+      const int stage = stage_of_[static_cast<size_t>(r) * v_ + a.chunk];
+      if (a.kind == ActionKind::SEND_F || a.kind == ActionKind::SEND_B) {
+        const bool fwd = a.kind == ActionKind::SEND_F;
+        const int into = fwd ? stage + 1 : stage - 1;
+        deliver(fwd ? 0 : 1, into, a.mb, clock + link(r, into, fwd ? stage : stage - 1), todo);
+        if (tl) tl->push_back({a, clock, clock});
+        ++pc;
+        continue;
+      }
+      if (a.kind == ActionKind::RECV_F || a.kind == ActionKind::RECV_B) {  // posted: never blocks
+        if (tl) {
+          recv_at_[a.kind == ActionKind::RECV_F ? 0 : 1][key(stage, a.mb)] = static_cast<int32_t>(tl->size());
+          tl->push_back({a, clock, clock});
+        }
+        ++pc;
+        continue;
+      }
+      // A compute step: one action, or an overlapped pair (checked: both compute).
+      const int steps = a.overlap_next ? 2 : 1;
+      double start = clock, cost[2] = {0, 0}, got[2] = {-1, -1};
+      int dir[2] = {-1, -1}, st[2] = {stage, 0};
+      for (int j = 0; j < steps; ++j) {
+        const Action& b = list[pc + j];
+        st[j] = j == 0 ? stage : stage_of_[static_cast<size_t>(r) * v_ + b.chunk];
+        cost[j] = cost_[static_cast<int>(b.kind) * S_ + st[j]];
+        if (!input_of(b, st[j], &dir[j])) continue;
+        const uint64_t stored = ready_[key(st[j], b.mb)];
+        if (!is_sent(stored)) {  // blocked until that message is sent
+          waiting_[r] = wait_key(dir[j], st[j], b.mb);
+          blocked_at_[r] = static_cast<int>(pc + j);
+          pc_[r] = pc;
+          clock_[r] = clock;
+          return;
+        }
+        got[j] = decode_time(stored);
+        ready_[key(st[j], b.mb)] = 0;  // consumed: the slot is free for the gradient
+        start = std::max(start, got[j]);
+      }
+      const double hidden = steps == 2 && costs_ ? costs_->overlap * std::min(cost[0], cost[1]) : 0.0;
+      const double end = start + cost[0] + cost[1] - hidden;
+      double t = start;
+      for (int j = 0; j < steps; ++j) {
+        const Action& b = list[pc + j];
+        if (b.kind == ActionKind::F) peak_[r] = std::max(peak_[r], ++alive_[r]);
+        if (is_backward(b.kind)) --alive_[r];
+        if (dir[j] >= 0) ++messages_;
+        if (tl) {  // a pair is drawn as two boxes sharing its time in proportion to their costs
+          const double share = steps == 1 ? end - start : (end - start) * cost[j] / std::max(cost[0] + cost[1], 1e-300);
+          tl->push_back({b, t, j + 1 == steps ? end : t + share});
+          t += share;
+          if (comm_ && dir[j] >= 0) {
+            const int32_t at = recv_at_[dir[j]][key(st[j], b.mb)];
+            if (at >= 0) (*tl)[at].end = std::max((*tl)[at].start, got[j]);
+          }
+        }
+        if (!comm_) {  // the sends add_communication() would put after this step
+          if (b.kind == ActionKind::F && st[j] < S_ - 1) deliver(0, st[j] + 1, b.mb, end + link(r, st[j] + 1, st[j]), todo);
+          if (is_backward(b.kind) && st[j] > 0) deliver(1, st[j] - 1, b.mb, end + link(r, st[j] - 1, st[j] - 1), todo);
+        }
+      }
+      busy_[r] += end - start;
+      clock = end;
+      pc += steps;
+    }
+    pc_[r] = pc;
+    clock_[r] = clock;
+  }
+
+  void report_deadlock() const {
+    std::vector<Where> blocked;
+    std::string what;
+    for (int r = 0; r < p_; ++r) {
+      if (pc_[r] == s_.ranks[r].size()) continue;
+      const int pos = blocked_at_[r];
+      const Action& a = s_.ranks[r][pos];
+      const int stage = s_.stage_of(r, a.chunk), from = a.kind == ActionKind::F ? stage - 1 : stage + 1;
+      const Action send(a.kind == ActionKind::F ? ActionKind::SEND_F : ActionKind::SEND_B, a.mb, s_.chunk_of(from));
+      blocked.push_back({r, pos});
+      what += (what.empty() ? "" : "; ") + at_text(s_, r, pos) + " waits for " + to_token(send) + " from rank " +
+              std::to_string(s_.rank_of(from));
+    }
+    if (!blocked.empty()) violation(s_, blocked, "deadlock: " + what);
+  }
+
+  const Schedule& s_;
+  const Costs* costs_;
+  const bool record_, comm_;
+  const int p_, m_, v_, S_;
+  std::vector<int> rank_of_, stage_of_;  // [stage], [rank * v + chunk]
+  // NOTE [one slot per input] [stage * m + mb]: when the message into that
+  // stage is there (encode_time), 0 = not sent or already used. One slot serves
+  // both directions: the gradient into stage s for mb is produced by stage
+  // s+1's backward, after stage s+1's forward, after stage s's forward has
+  // used its activation (the per-rank checks guarantee each order), so the
+  // two messages are never pending at once. Half the memory of two tables.
+  ZeroedBuffer<uint64_t> ready_;
+  std::vector<int32_t> recv_at_[2];  // timeline index of the RECV of that input (record with comm only)
+  std::vector<double> cost_;         // [kind F,B,I,W][stage]
+  std::vector<double> latency_;      // [boundary s -> s+1]
+  std::vector<size_t> pc_;
+  std::vector<double> clock_, busy_;
+  std::vector<int> alive_, peak_, blocked_at_;
+  std::vector<int64_t> waiting_;     // per rank: the message key it waits for, -1 = runnable
+  int messages_ = 0;
+  Timeline timeline_;
+};
+
+}  // namespace
+
+RunResult run(const Schedule& s, const Costs* costs, bool record) {
+  if (costs) check_costs(*costs, s.stages, s.chunks);
+  RunResult out;
+  const bool comm = check_ranks(s, &out.report);
+  out.report.communication_added = !comm;
+  Runner runner(s, costs, record, comm);
+  runner.run();
+  out.report.messages = runner.messages();
+  if (costs) out.stats = runner.stats();
+  if (record && costs) {
+    out.timeline = runner.take_timeline();
+    out.timeline.stages = s.stages;
+    out.timeline.microbatches = s.microbatches;
+    out.timeline.chunks = s.chunks;
+  }
+  return out;
+}
+
+}  // namespace trident::sched::detail

@@ -1,0 +1,195 @@
+// The per-rank checks of a schedule (engine.h): ranges, overlapped pairs, one
+// forward and one backward per (micro-batch, chunk), receives before and sends
+// after their compute. A one-byte-per-slot pass first; on any anomaly the
+// detailed pass that names positions.
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "schedules/engine.h"
+#include "schedules/generators.h"
+
+namespace trident::sched::detail {
+
+namespace {
+
+}  // namespace
+
+[[noreturn]] void violation(const Schedule& s, std::vector<Where> at, const std::string& what) {
+  std::string msg = "invalid schedule: " + what + "\n";
+  std::vector<std::pair<int, int>> marks;
+  for (const Where& w : at) marks.push_back({w.rank, w.pos});
+  msg += context_grid(s, at.front().pos, marks);
+  throw ScheduleError(msg);
+}
+
+std::string at_text(const Schedule& s, int rank, int pos) {
+  return "rank " + std::to_string(rank) + " position " + std::to_string(pos) + " (" +
+         to_token(s.ranks[rank][pos]) + ")";
+}
+
+namespace {
+
+void check_shape(const Schedule& s) {
+  if (s.stages < 1 || s.microbatches < 1 || s.chunks < 1 || static_cast<int>(s.ranks.size()) != s.stages)
+    throw ScheduleError("invalid schedule: p=" + std::to_string(s.stages) + " m=" + std::to_string(s.microbatches) +
+                        " v=" + std::to_string(s.chunks) + " with " + std::to_string(s.ranks.size()) +
+                        " rank lists, expected p, m, v >= 1 and p lists");
+}
+
+// Each action's micro-batch and chunk in range, overlapped pairs well formed.
+void check_action(const Schedule& s, int r, int i) {
+  const auto& list = s.ranks[r];
+  const Action& a = list[i];
+  if (a.mb < 0 || a.mb >= s.microbatches || a.chunk >= s.chunks)
+    violation(s, {{r, i}}, at_text(s, r, i) + " is outside m=" + std::to_string(s.microbatches) +
+                               " micro-batches or v=" + std::to_string(s.chunks) + " chunks");
+  if (a.overlap_next && (!is_compute(a.kind) || i + 1 == static_cast<int>(list.size()) ||
+                         !is_compute(list[i + 1].kind) || list[i + 1].overlap_next))
+    violation(s, {{r, i}}, at_text(s, r, i) + " starts an overlapped pair, expected a compute action followed "
+                                              "by one more compute action");
+}
+
+// First position and count of each action kind for one (mb, chunk) on one rank.
+struct Slot {
+  int32_t first[8];
+  uint8_t count[8];
+};
+
+// One F and one B, or one I and a later W, per (mb, chunk) on rank r; and,
+// when communication is explicit, each needed RECV before and SEND after.
+void check_rank(const Schedule& s, int r, bool comm, std::vector<Slot>& slots) {
+  const int m = s.microbatches, last = s.virtual_stages() - 1;
+  Slot empty;
+  std::fill(std::begin(empty.first), std::end(empty.first), -1);
+  std::fill(std::begin(empty.count), std::end(empty.count), 0);
+  slots.assign(static_cast<size_t>(m) * s.chunks, empty);
+  const auto& list = s.ranks[r];
+  for (int i = 0; i < static_cast<int>(list.size()); ++i) {
+    const Action& a = list[i];
+    if (a.mb < 0 || a.mb >= m || a.chunk >= s.chunks || a.overlap_next) check_action(s, r, i);  // rare: full check
+    Slot& e = slots[static_cast<size_t>(a.chunk) * m + a.mb];
+    const int k = static_cast<int>(list[i].kind);
+    if (e.count[k] == 0) e.first[k] = i;
+    if (e.count[k] < 255) ++e.count[k];
+  }
+  for (int c = 0; c < s.chunks; ++c)
+    for (int mb = 0; mb < m; ++mb) {
+      const Slot& sl = slots[static_cast<size_t>(c) * m + mb];
+      auto first = [&](ActionKind k) { return sl.first[static_cast<int>(k)]; };
+      auto count = [&](ActionKind k) { return static_cast<int>(sl.count[static_cast<int>(k)]); };
+      auto fail = [&](int pos, const std::string& what) {
+        const std::string who = "rank " + std::to_string(r) + ": micro-batch " + std::to_string(mb) + " chunk " +
+                                std::to_string(c) + " (virtual stage " + std::to_string(s.stage_of(r, c)) + ")";
+        violation(s, {{r, std::max(pos, 0)}}, who + " " + what);
+      };
+      const int f = first(ActionKind::F), b = first(ActionKind::B), in = first(ActionKind::I), w = first(ActionKind::W);
+      if (count(ActionKind::F) != 1)
+        fail(f, "has " + std::to_string(count(ActionKind::F)) + " forwards F, expected exactly 1");
+      const bool full = count(ActionKind::B) == 1 && count(ActionKind::I) == 0 && count(ActionKind::W) == 0;
+      const bool split = count(ActionKind::B) == 0 && count(ActionKind::I) == 1 && count(ActionKind::W) == 1;
+      if (!full && !split)
+        fail(std::max({b, in, w, f}), "has B x" + std::to_string(count(ActionKind::B)) + ", I x" +
+                                          std::to_string(count(ActionKind::I)) + ", W x" +
+                                          std::to_string(count(ActionKind::W)) +
+                                          ": expected one backward, either one B or one I and one W");
+      const int bwd = full ? b : in;
+      if (bwd < f) fail(bwd, "runs its backward at position " + std::to_string(bwd) + " before its F at " + std::to_string(f));
+      if (split && w < in) fail(w, "runs W before I (at " + std::to_string(in) + "); W must follow I");
+      if (!comm) continue;
+      const int stage = s.stage_of(r, c);
+      struct Need { ActionKind k; bool needed; int anchor; bool before; };
+      const Need needs[] = {{ActionKind::RECV_F, stage > 0, f, true}, {ActionKind::SEND_F, stage < last, f, false},
+                            {ActionKind::RECV_B, stage < last, bwd, true}, {ActionKind::SEND_B, stage > 0, bwd, false}};
+      for (const Need& n : needs) {
+        const int want = n.needed ? 1 : 0, pos = first(n.k);
+        const std::string tok = to_token(Action{n.k, mb, c});
+        if (count(n.k) != want)
+          fail(pos >= 0 ? pos : n.anchor, "has " + std::to_string(count(n.k)) + " x " + tok + ", expected " +
+                                              std::to_string(want) + (n.needed ? "" : " (no peer at the pipeline end)"));
+        if (n.needed && n.before && pos > n.anchor)
+          fail(pos, "receives " + tok + " after the compute that needs it (position " + std::to_string(n.anchor) + ")");
+        if (n.needed && !n.before && pos < n.anchor)
+          fail(pos, "sends " + tok + " before the compute that produces it (position " + std::to_string(n.anchor) + ")");
+      }
+    }
+}
+
+// The per-rank checks in one pass with one flag byte per (chunk, mb): each
+// action checks what must (not) have come before it. Positions are not kept;
+// on the first anomaly check_rank() reruns on that rank to name them. Returns
+// false when the rank needs that detailed check. Counts compute actions and I.
+bool quick_check_rank(const Schedule& s, int r, bool comm, std::vector<uint8_t>& seen, ValidationReport* rep) {
+  enum : uint8_t { kF = 1, kB = 2, kI = 4, kW = 8, kRF = 16, kSF = 32, kRB = 64, kSB = 128 };
+  const int m = s.microbatches, v = s.chunks, last = s.virtual_stages() - 1;
+  seen.assign(static_cast<size_t>(m) * v, 0);
+  std::vector<int> stage(v);
+  for (int c = 0; c < v; ++c) stage[c] = s.stage_of(r, c);
+  const auto& list = s.ranks[r];
+  const size_t n = list.size();
+  int compute = 0;
+  bool split = false;
+  for (size_t i = 0; i < n; ++i) {
+    const Action a = list[i];
+    if (a.mb < 0 || a.mb >= m || a.chunk >= v) return false;
+    if (a.overlap_next && (!is_compute(a.kind) || i + 1 == n || !is_compute(list[i + 1].kind) || list[i + 1].overlap_next))
+      return false;
+    uint8_t& f = seen[static_cast<size_t>(a.chunk) * m + a.mb];
+    const int st = stage[a.chunk];
+    bool ok = true;
+    switch (a.kind) {
+      case ActionKind::F: ok = !(f & kF) && (!comm || st == 0 || (f & kRF)); f |= kF; break;
+      case ActionKind::B:
+      case ActionKind::I:
+        ok = (f & kF) && !(f & (kB | kI)) && (!comm || st == last || (f & kRB));
+        f |= a.kind == ActionKind::B ? kB : kI;
+        split = split || a.kind == ActionKind::I;
+        break;
+      case ActionKind::W: ok = (f & kI) && !(f & kW); f |= kW; break;
+      case ActionKind::RECV_F: ok = st > 0 && !(f & (kRF | kF)); f |= kRF; break;
+      case ActionKind::SEND_F: ok = st < last && (f & kF) && !(f & kSF); f |= kSF; break;
+      case ActionKind::RECV_B: ok = st < last && !(f & (kRB | kB | kI)); f |= kRB; break;
+      case ActionKind::SEND_B: ok = st > 0 && (f & (kB | kI)) && !(f & kSB); f |= kSB; break;
+    }
+    if (!ok) return false;
+    compute += is_compute(a.kind) ? 1 : 0;
+  }
+  for (int c = 0; c < v; ++c) {
+    uint8_t want_comm = 0;
+    if (comm) want_comm = (stage[c] > 0 ? kRF | kSB : 0) | (stage[c] < last ? kSF | kRB : 0);
+    for (int mb = 0; mb < m; ++mb) {
+      const uint8_t f = seen[static_cast<size_t>(c) * m + mb];
+      const uint8_t work = f & (kF | kB | kI | kW);
+      if ((work != (kF | kB) && work != (kF | kI | kW)) || (f & (kRF | kSF | kRB | kSB)) != want_comm) return false;
+    }
+  }
+  rep->compute_actions += compute;
+  rep->split_backward = rep->split_backward || split;
+  return true;
+}
+
+}  // namespace
+
+bool check_ranks(const Schedule& s, ValidationReport* rep) {
+  check_shape(s);
+  // Explicit communication is all or nothing, and with p*v > 1 every rank
+  // sends something, so rank 0's list decides (a full scan of a big
+  // compute-only schedule would cost as much as checking it).
+  const bool comm = std::any_of(s.ranks[0].begin(), s.ranks[0].end(), [](const Action& a) { return is_communication(a.kind); });
+  std::vector<uint8_t> seen;
+  for (int r = 0; r < s.stages; ++r) {
+    if (quick_check_rank(s, r, comm, seen, rep)) continue;
+    std::vector<Slot> slots;
+    check_rank(s, r, comm, slots);  // throws, naming positions
+    if (!comm && has_communication(s))
+      throw ScheduleError("invalid schedule: rank " + std::to_string(r) +
+                          " has send/recv actions but rank 0 has none: write them for every rank or for none");
+    throw std::logic_error("schedule check: rank " + std::to_string(r) +
+                           " failed the quick check but passed the detailed one (a bug in engine_checks.cpp)");
+  }
+  return comm;
+}
+
+}  // namespace trident::sched::detail

@@ -1,0 +1,131 @@
+// The V-placed schedules: ZB-V and DualPipeV. Each rank holds chunk 0 (virtual
+// stage r) and chunk 1 (virtual stage 2p-1-r), NOTE [placement] in action.h.
+#include <algorithm>
+#include <deque>
+#include <stdexcept>
+
+#include "schedules/generators.h"
+#include "schedules/zeroed_buffer.h"
+
+namespace trident::sched {
+
+namespace {
+
+// Per-rank counters of the next micro-batch for each kind and chunk, plus the
+// queue of weight-gradient passes an I left behind.
+struct Cursor {
+  std::vector<Action>* out;
+  int m;  // real micro-batches: anything numbered >= m is dropped (see zb_v)
+  int f[2] = {0, 0}, b[2] = {0, 0};
+  std::deque<Action> w;
+
+  Cursor(std::vector<Action>* list, int microbatches) : out(list), m(microbatches) {}
+
+  void emit(Action a) {
+    if (a.mb < m) out->push_back(a);
+  }
+  void F(int c, bool overlap = false) { emit(Action(ActionKind::F, f[c]++, c, overlap)); }
+  void B(int c) { emit(Action(ActionKind::B, b[c]++, c)); }
+  void I(int c) {  // input gradient now, weight gradient queued
+    w.push_back(Action(ActionKind::W, b[c], c));
+    emit(Action(ActionKind::I, b[c]++, c));
+  }
+  void W() {
+    if (w.empty()) throw std::logic_error("V schedule generator: a W with no I before it (a bug in generators_v.cpp)");
+    emit(w.front());
+    w.pop_front();
+  }
+  bool has_w(int c) const {
+    for (const Action& a : w)
+      if (a.chunk == c) return true;
+    return false;
+  }
+  void W(int c) {  // the oldest queued weight gradient of chunk c
+    for (auto it = w.begin(); it != w.end(); ++it)
+      if (it->chunk == c) {
+        emit(*it);
+        w.erase(it);
+        return;
+      }
+  }
+};
+
+}  // namespace
+
+// NOTE [zb-v] ZB-V (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024):
+// chunk 0's forwards run down the V, chunk 1's come back up, and once the
+// first micro-batch is back on a rank its chunk-1 input gradient runs at once
+// (the backward chain starts where the V ends, on rank 0), each I
+// followed by its W while the pipeline fills. In the steady state every rank
+// alternates F, I, W on chunk 0 and on chunk 1; in the cool-down the I's go
+// first and the held-back W's fill the gaps. The phase lengths are those of
+// the paper's figure (and of PyTorch's ScheduleZBVZeroBubble); with F = I = W
+// every rank is busy from its first action to its last (test_schedule_simulate).
+// The pattern is laid out for max(m, 2p-1) micro-batches and the surplus ones
+// are dropped, which removes whole chains of dependencies and so keeps the
+// rest deadlock-free: any m >= 1.
+Schedule zb_v(int p, int m) {
+  check_supported("zb-v", p, m, 2);
+  Schedule s = empty_schedule(p, m, 2, Placement::v);
+  const int n = std::max(m, 2 * p - 1);
+  for (int r = 0; r < p; ++r) {
+    Cursor k(&s.ranks[r], m);
+    detail::reserve_populated(*k.out, 6 * static_cast<size_t>(m));
+    for (int i = 0; i < 2 * (p - r) - 1; ++i) k.F(0);  // warm-up: fill the down-stroke of the V
+    for (int i = 0; i < r; ++i) k.F(1), k.F(0);       //          chunk 1's forwards come back up
+    for (int i = 0; i < p - r; ++i) k.F(1), k.I(1), k.W();  //    first backwards, weight right after
+    while (k.f[1] < k.f[0] || k.f[0] < n) {           // steady: F I W on each chunk in turn
+      if (k.f[0] < n) k.F(0);
+      k.I(0), k.W();
+      k.F(1), k.I(1), k.W();
+    }
+    for (int i = 0; i < r; ++i) k.I(0), k.I(1);  // cool-down: input gradients first...
+    for (int i = 0; i < p - r; ++i) k.I(0), k.W(0);  // ...weights fill the gaps
+    while (k.has_w(1)) k.W(1);  // the rest: chunk 1's, then chunk 0's
+    while (k.has_w(0)) k.W(0);
+  }
+  return s;
+}
+
+// NOTE [dualpipev] DualPipeV is DeepSeek-V3's DualPipe (DeepSeek-AI, "DeepSeek-V3
+// Technical Report", 2024, section 3.2.1) folded into a V on p ranks: the
+// eight steps of deepseek-ai/DualPipe's dualpipev.py, which PyTorch's
+// ScheduleDualPipeV reproduces (its artifact dualpipev_4rank_10mb.csv is our
+// test). In the main steps a forward of one chunk runs overlapped with the
+// full backward of the other (an overlapped pair, Action::overlap_next), which
+// in DeepSeek's setting hides one's all-to-all behind the other's compute.
+// Like the reference, the last rank runs its first main-step F0 and B1 one
+// after the other (the reference notes this shortens the bubble). Needs m >= 2p.
+Schedule dualpipe_v(int p, int m) {
+  check_supported("dualpipev", p, m, 2);
+  Schedule s = empty_schedule(p, m, 2, Placement::v);
+  for (int r = 0; r < p; ++r) {
+    Cursor k(&s.ranks[r], m);
+    detail::reserve_populated(*k.out, 6 * static_cast<size_t>(m));
+    const bool last = r == p - 1;
+    for (int i = 0; i < 2 * (p - r - 1); ++i) k.F(0);           // 1: chunk 0 forwards
+    for (int i = 0; i < r + 1; ++i) k.F(0), k.F(1);             // 2: F0 F1
+    for (int i = 0; i < p - r - 1; ++i) k.I(1), k.W(), k.F(1);  // 3: zero-bubble I1 W F1
+    for (int i = 0; i < m - 2 * p + r + 1; ++i) {               // 4: main step, F0+B1 then F1+B0
+      if (i == 0 && last) {
+        k.F(0), k.B(1);  // not overlapped, see the NOTE
+      } else {
+        k.F(0, true), k.B(1);
+      }
+      k.F(1, true), k.B(0);
+    }
+    for (int i = 0; i < p - r - 1; ++i) k.B(1), k.F(1, true), k.B(0);  // 5: B1, F1+B0
+    bool zb = false;  // 6: B1 B0, the second half with the I/W split
+    for (int i = 0; i < r + 1; ++i) {
+      if (i == (r + 1) / 2 && r % 2 == 1) zb = true;
+      zb ? k.I(1) : k.B(1);
+      if (i == (r + 1) / 2 && r % 2 == 0) zb = true;
+      zb ? k.I(0) : k.B(0);
+    }
+    for (int i = 0; i < p - r - 1; ++i) k.W(), k.I(0);  // 7: W then zero-bubble I0
+    while (!k.w.empty()) k.W();                          // 8: the remaining W
+  }
+  return s;
+}
+
+}  // namespace trident::sched

@@ -1,0 +1,119 @@
+// safetensors against a byte image built by hand from the format's spec
+// (independent of our encoder), round trips, malformed files; and the JSON
+// reader/writer they stand on.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "framework/json.h"
+#include "framework/safetensors.h"
+
+namespace trident {
+namespace {
+
+namespace st = safetensors;
+
+std::string le64(uint64_t n) {
+  std::string s(8, '\0');
+  for (int i = 0; i < 8; ++i) s[i] = static_cast<char>((n >> (8 * i)) & 0xFF);
+  return s;
+}
+
+// Header JSON exactly as the spec describes it, padded with spaces to 8 bytes.
+std::string hand_built() {
+  std::string header =
+      R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+      R"("b":{"dtype":"BF16","shape":[1],"data_offsets":[8,10]},)"
+      R"("c":{"dtype":"F16","shape":[1,2],"data_offsets":[10,14]}})";
+  header.append((8 - header.size() % 8) % 8, ' ');
+  std::string data = {
+      '\x00', '\x00', '\x80', '\x3f',  // 1.0f
+      '\x00', '\x00', '\x00', '\xc0',  // -2.0f
+      '\x00', '\x3f',                  // bf16 0x3F00 = 0.5
+      '\x00', '\x3c',                  // f16 0x3C00 = 1.0
+      '\x01', '\x00',                  // f16 0x0001 = 2^-24 (smallest subnormal)
+  };
+  return le64(header.size()) + header + data;
+}
+
+TEST(Safetensors, DecodesAHandBuiltFile) {
+  std::map<std::string, std::string> meta;
+  const auto ts = st::decode(hand_built(), "hand", &meta);
+  ASSERT_EQ(ts.size(), 3u);
+  EXPECT_EQ(ts[0].name, "a");
+  EXPECT_EQ(st::to_float(ts[0], "hand"), (std::vector<float>{1.0f, -2.0f}));
+  EXPECT_EQ(ts[1].dtype, "BF16");
+  EXPECT_EQ(st::to_float(ts[1], "hand"), (std::vector<float>{0.5f}));
+  EXPECT_EQ(ts[2].shape, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(st::to_float(ts[2], "hand"), (std::vector<float>{1.0f, std::ldexp(1.0f, -24)}));
+  EXPECT_TRUE(meta.empty());
+}
+
+TEST(Safetensors, EncodesTheSameBytesAsTheSpec) {
+  const auto ts = st::decode(hand_built(), "hand");
+  EXPECT_EQ(st::encode(ts), hand_built());
+}
+
+TEST(Safetensors, RoundTripsWithMetadataThroughAFile) {
+  const std::string path = std::string(TRIDENT_BINARY_DIR) + "/test_safetensors_rt.safetensors";
+  std::vector<float> v(12);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = 0.25f * static_cast<float>(i) - 1.0f;
+  st::write_file(path, {st::from_float("w", {3, 4}, v.data())}, {{"format", "pt"}});
+  std::map<std::string, std::string> meta;
+  const auto back = st::read_file(path, &meta);
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(st::to_float(back[0], path), v);
+  EXPECT_EQ(meta.at("format"), "pt");
+  const std::string raw = st::encode(back, meta);
+  uint64_t n = 0;
+  std::memcpy(&n, raw.data(), 8);
+  EXPECT_EQ((8 + n) % 8, 0u) << "data must start 8-byte aligned";
+  std::filesystem::remove(path);
+}
+
+TEST(Safetensors, MalformedFilesAreErrorsNamingTheTensor) {
+  const std::string good = hand_built();
+  try {
+    st::decode(good.substr(0, good.size() - 1), "cut.safetensors");
+    FAIL() << "a truncated file decoded";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("cut.safetensors: tensor c"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(st::decode(good.substr(0, 20), "short"), std::runtime_error);
+  EXPECT_THROW(st::decode(le64(1000) + "{}", "long header"), std::runtime_error);
+  std::string bad = good;
+  bad.replace(bad.find("[0,8]"), 5, "[0,9]");  // 9 bytes cannot hold F32 [2]
+  EXPECT_THROW(st::decode(bad, "bad offsets"), std::runtime_error);
+}
+
+TEST(Json, ParsesWritesAndKeepsIntegersExact) {
+  const std::string text = R"({"a": [1, -2, 9007199254740993], "s": "x\"\u00e9\ud83d\ude00", "o": {"t": true, "n": null, "f": 1.5e-3}})";
+  const json::Value v = json::parse(text, "t");
+  EXPECT_EQ(v.at("a", "t").as_int_array("a"), (std::vector<int64_t>{1, -2, 9007199254740993LL}));
+  EXPECT_EQ(v.at("s", "t").as_string("s"), "x\"\xc3\xa9\xf0\x9f\x98\x80");
+  EXPECT_TRUE(v.at("o", "t").at("t", "o").as_bool("t"));
+  EXPECT_TRUE(v.at("o", "t").at("n", "o").is_null());
+  EXPECT_DOUBLE_EQ(v.at("o", "t").at("f", "o").as_double("f"), 1.5e-3);
+  EXPECT_THROW(v.at("o", "t").at("f", "o").as_int("f"), json::JsonError);
+  const json::Value again = json::parse(json::dump(v, 2), "again");
+  EXPECT_EQ(json::dump(again), json::dump(v));
+  EXPECT_EQ(json::dump(json::Value::number(1e-5)), "1e-05");
+}
+
+TEST(Json, ErrorsNameSourceAndByte) {
+  try {
+    json::parse(R"({"a": [1, 2,]})", "f.json");
+    FAIL();
+  } catch (const json::JsonError& e) {
+    EXPECT_NE(std::string(e.what()).find("f.json: invalid JSON at byte 12"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(json::parse(R"({"a": 1} x)", "f"), json::JsonError);
+  EXPECT_THROW(json::parse(R"({"a": "unterminated)", "f"), json::JsonError);
+  EXPECT_THROW(json::parse("{\"a\": 1}", "f").at("b", "f"), json::JsonError);
+}
+
+}  // namespace
+}  // namespace trident

@@ -1,0 +1,160 @@
+// PyTorch's schedule CSV: PyTorch's own published artifacts
+// (tests/data/pytorch_pipelining/SOURCE.md) read, validated, simulated, and
+// DualPipeV generated action for action.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "schedules/generators.h"
+#include "schedules/pytorch_csv.h"
+#include "schedules/simulate.h"
+#include "schedules/validate.h"
+
+using namespace trident::sched;
+
+namespace {
+
+std::string artifact(const std::string& name) {
+  std::ifstream in(std::string(TRIDENT_SOURCE_DIR) + "/tests/data/pytorch_pipelining/" + name);
+  EXPECT_TRUE(in.good()) << name;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string error_of(const std::string& csv) {
+  try {
+    from_pytorch_csv(csv);
+  } catch (const ScheduleError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// True when some rank receives from a peer in another order than the peer
+// sent: what a per-pair FIFO (no tags) could not run.
+bool out_of_send_order(const Schedule& s) {
+  for (int src = 0; src < s.stages; ++src)
+    for (int dst = 0; dst < s.stages; ++dst) {
+      std::vector<Action> sent, received;  // the receive each message is for, in list order
+      for (const Action& a : s.ranks[src])
+        if ((a.kind == ActionKind::SEND_F || a.kind == ActionKind::SEND_B) && peer_rank(s, src, a) == dst)
+          sent.push_back(counterpart(s, src, a));
+      for (const Action& a : s.ranks[dst])
+        if ((a.kind == ActionKind::RECV_F || a.kind == ActionKind::RECV_B) && peer_rank(s, dst, a) == src)
+          received.push_back(a);
+      if (sent != received) return true;
+    }
+  return false;
+}
+
+}  // namespace
+
+TEST(ScheduleCsv, DualPipeVGeneratorEqualsPyTorchArtifact) {
+  // ScheduleDualPipeV's published order for p=4, m=10, overlapped pairs included.
+  const std::string csv = artifact("dualpipev_4rank_10mb.csv");
+  const Schedule theirs = from_pytorch_csv(csv);
+  EXPECT_EQ(theirs.stages, 4);
+  EXPECT_EQ(theirs.chunks, 2);
+  EXPECT_EQ(theirs.microbatches, 10);
+  EXPECT_EQ(theirs.placement, Placement::v);
+  EXPECT_EQ(dualpipe_v(4, 10), theirs);
+  EXPECT_EQ(to_pytorch_csv(dualpipe_v(4, 10)), csv);  // byte for byte
+  EXPECT_NO_THROW(validate(theirs));
+}
+
+TEST(ScheduleCsv, InterleavedZeroBubbleComputeArtifactValidates) {
+  const Schedule s = from_pytorch_csv(artifact("zb1p_2rank_2stagep_compute.csv"));
+  EXPECT_EQ(s.stages, 2);
+  EXPECT_EQ(s.chunks, 2);
+  EXPECT_EQ(s.microbatches, 8);
+  EXPECT_EQ(s.placement, Placement::loop);
+  const ValidationReport rep = validate(s);
+  EXPECT_TRUE(rep.split_backward);
+  EXPECT_EQ(rep.compute_actions, 3 * 8 * 4);
+  EXPECT_EQ(rep.messages, 2 * 8 * 3);
+}
+
+TEST(ScheduleCsv, CommsArtifactAndTagMatching) {
+  // PyTorch's lowered schedule posts receives early (several before the
+  // compute that needs them).
+  const std::string csv = artifact("zb1p_2rank_2stagep_comms.csv");
+  const Schedule s = from_pytorch_csv(csv);
+  EXPECT_TRUE(has_communication(s));
+  const ValidationReport rep = validate(s);
+  EXPECT_FALSE(rep.communication_added);
+  EXPECT_EQ(rep.messages, 2 * 8 * 3);
+  EXPECT_EQ(to_pytorch_csv(s), csv);  // exact round trip
+
+  // PyTorch's lowering keeps each pair of ranks in send order...
+  EXPECT_FALSE(out_of_send_order(s));
+  // ...but the same compute order with the receive right before each compute
+  // (add_communication) does not: rank 0 sends SB0.1 (after I0.1) before
+  // SF2, rank 1 needs mb 2's activation first. Tag matching accepts it.
+  const Schedule ours = add_communication(from_pytorch_csv(artifact("zb1p_2rank_2stagep_compute.csv")));
+  EXPECT_TRUE(out_of_send_order(ours));
+  EXPECT_NO_THROW(validate(ours));
+
+  // Its compute order equals the compute artifact's once I+W pairs that
+  // PyTorch merged into B are merged there too.
+  const Schedule compute = from_pytorch_csv(artifact("zb1p_2rank_2stagep_compute.csv"));
+  for (int r = 0; r < 2; ++r) {
+    std::vector<Action> merged, lowered;
+    const auto& list = compute.ranks[r];
+    for (size_t i = 0; i < list.size(); ++i) {
+      const bool pair = list[i].kind == ActionKind::I && i + 1 < list.size() &&
+                        list[i + 1] == Action(ActionKind::W, list[i].mb, list[i].chunk);
+      merged.push_back(pair ? Action(ActionKind::B, list[i].mb, list[i].chunk) : list[i]);
+      i += pair ? 1 : 0;
+    }
+    for (const Action& a : s.ranks[r])
+      if (is_compute(a.kind)) lowered.push_back(a);
+    EXPECT_EQ(merged, lowered) << "rank " << r;
+  }
+}
+
+TEST(ScheduleCsv, EarlyPostedReceivesAreNotWaits) {
+  // The same compute order simulates to the same step time whether receives
+  // are posted early (PyTorch's lowering) or right before their compute.
+  Costs c;  // F=1, B=2, W=1
+  const Schedule lowered = from_pytorch_csv(artifact("zb1p_2rank_2stagep_comms.csv"));
+  Schedule compute = lowered;
+  for (auto& list : compute.ranks) {
+    std::vector<Action> kept;
+    for (const Action& a : list)
+      if (is_compute(a.kind)) kept.push_back(a);
+    list = kept;
+  }
+  const TimelineStats early = stats(simulate(lowered, c)), late = stats(simulate(compute, c));
+  EXPECT_DOUBLE_EQ(early.step_time, late.step_time);
+  EXPECT_DOUBLE_EQ(early.bubble_fraction, late.bubble_fraction);
+  EXPECT_DOUBLE_EQ(simulate_stats(lowered, c).step_time, early.step_time);
+}
+
+TEST(ScheduleCsv, RoundTripOfGeneratedSchedules) {
+  for (const std::string kind : {"1f1b", "interleaved", "zb-v", "dualpipev"}) {
+    const int v = kind == "1f1b" ? 1 : 2;
+    const Schedule s = generate(kind, 3, 7, v);
+    EXPECT_EQ(from_pytorch_csv(to_pytorch_csv(s), 7), s) << kind;
+    const Schedule c = generate_compute(kind, 3, 7, v);
+    EXPECT_EQ(from_pytorch_csv(to_pytorch_csv(c), 7), c) << kind;
+  }
+}
+
+TEST(ScheduleCsv, ErrorsNameRowAndCell) {
+  std::string e = error_of("0F0,0UNSHARD\n");
+  EXPECT_NE(e.find("row 0"), std::string::npos) << e;
+  EXPECT_NE(e.find("'0UNSHARD'"), std::string::npos) << e;
+  EXPECT_NE(e.find("UNSHARD (FSDP) has none"), std::string::npos) << e;
+  e = error_of("0F0,0X1\n");
+  EXPECT_NE(e.find("'0X1'"), std::string::npos) << e;
+  e = error_of("0F0\n1F0\n2F0\n3F0\n1F1\n");  // 5 rows, 4 stages
+  EXPECT_NE(e.find("multiple of the rank count"), std::string::npos) << e;
+  e = error_of("0F0,1F0\n2F0,3F0\n");  // stages 0 and 1 on one rank: neither placement
+  EXPECT_NE(e.find("neither as loop"), std::string::npos) << e;
+  e = error_of("(0F0;0SEND_F0)OVERLAP_F_B\n");
+  EXPECT_NE(e.find("two compute actions"), std::string::npos) << e;
+  EXPECT_NE(error_of("\n").find("empty"), std::string::npos);
+}
