@@ -80,7 +80,9 @@ void run_with_fault(const TwoNodes& net, const TempDir& dir, Trigger trigger, co
           if (node[n]->log().find("TRIDENT_FAULT: rank 2 injects") != std::string::npos) fault_at = Clock::now();
       } else if (count_lines(dir.path / "run/metrics.jsonl") >= kFaultStep) {
         fault_at = Clock::now();
-        if (trigger == Trigger::kCutLink) EXPECT_TRUE(net.cut_link());
+        if (trigger == Trigger::kCutLink) {
+          EXPECT_TRUE(net.cut_link());
+        }
         if (trigger == Trigger::kKillNode0) ::kill(node[0]->pid(), SIGKILL);  // ranks go by PR_SET_PDEATHSIG
       }
     }
