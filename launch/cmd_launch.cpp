@@ -18,7 +18,8 @@ int cmd_launch(int argc, char** argv) {
   po::options_description desc(
       "usage: trident launch --nproc-per-node N [options] -- CMD ARGS...\n\n"
       "Starts N processes of CMD with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n"
-      "GROUP_RANK/NODE_RANK, MASTER_ADDR, MASTER_PORT (and OMP_NUM_THREADS=1 unless set).\n"
+      "GROUP_RANK/NODE_RANK, MASTER_ADDR, MASTER_PORT, TRIDENT_RDZV_TIMEOUT_S (and OMP_NUM_THREADS=1\n"
+      "unless set). Multi-node: run it once per node with --nnodes, --node-rank and node 0's --master-addr.\n"
       "If a rank fails, the others get SIGTERM, then SIGKILL, and the launcher exits\n"
       "with the failed rank's status (128 + signal for a signal).\n\noptions");
   desc.add_options()
@@ -31,6 +32,10 @@ int cmd_launch(int argc, char** argv) {
        "rendezvous port; 0 picks a free one (single node only)")
       ("grace", po::value<double>(&o.grace_seconds)->default_value(3.0),
        "seconds between SIGTERM and SIGKILL when stopping ranks")
+      ("rdzv-timeout", po::value<double>(&o.rdzv_timeout_seconds)->default_value(60.0),
+       "seconds the ranks wait for every node to join before they fail, naming who is missing")
+      ("ranks", po::value<std::string>(), "global ranks of this node's processes, e.g. 0,1,6,7 "
+       "(default: node-rank*nproc-per-node onwards)")
       ("no-prefix", po::bool_switch(), "let ranks write straight to the terminal, without \"[rank R] \"");
 
   // Everything after the first `--` is the command, untouched by the parser.
@@ -43,11 +48,15 @@ int cmd_launch(int argc, char** argv) {
   po::variables_map vm;
   po::store(po::command_line_parser(split, argv).options(desc).run(), vm);
   if (vm.count("help")) {
-    std::cout << desc << "\nexample: build/trident launch --nproc-per-node 2 -- build/trident train --config configs/gpt-tiny.toml\n";
+    std::cout << desc << "\nexample: build/trident launch --nproc-per-node 2 -- build/trident train --config configs/gpt-tiny.toml\n"
+              << "two nodes (on node 1; node 0 runs the same with --node-rank 0):\n"
+              << "  build/trident launch --nnodes 2 --node-rank 1 --nproc-per-node 4 --master-addr node0 -- \\\n"
+              << "    build/trident train --config configs/gpt-tiny.toml --set parallel.tp=2 --set parallel.pp=2\n";
     return 0;
   }
   po::notify(vm);  // after --help, so that --help alone needs no --nproc-per-node
   o.prefix_output = !vm["no-prefix"].as<bool>();
+  if (vm.count("ranks")) o.ranks = launch::parse_rank_list(vm["ranks"].as<std::string>());
   if (split == argc)
     throw launch::LaunchError("missing `--` before the command: expected `trident launch [options] -- CMD ARGS...`");
   for (int i = split + 1; i < argc; ++i) o.command.emplace_back(argv[i]);

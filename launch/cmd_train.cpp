@@ -8,9 +8,11 @@
 
 #include "framework/config.h"
 #include "launch/commands.h"
+#include "launch/fault.h"
 
 #ifdef TRIDENT_HAVE_TORCH
 #include "framework/trainer.h"
+#include "parallel/process_groups.h"
 #endif
 
 namespace po = boost::program_options;
@@ -41,6 +43,8 @@ int cmd_train(int argc, char** argv) {
     throw std::runtime_error(cfg.source + ": model.init_from = \"" + cfg.model.init_from +
                              "\" is not supported by `trident train` yet (use `trident eval/generate --init-from`)");
 #ifdef TRIDENT_HAVE_TORCH
+  // Test-only fault injection (launch/fault.h); inert unless TRIDENT_FAULT is set.
+  launch::FaultInjector fault(read_world_env().rank, cfg.logging.dir, cfg.training.steps);
   train(cfg);
   return 0;
 #else

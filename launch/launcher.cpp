@@ -169,7 +169,7 @@ class SignalRelay {
     struct sigaction sa {};
     sa.sa_handler = relay_signal;
     sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+    sa.sa_flags = SA_RESTART;  // SIGCHLD on stop too: a SIGSTOPped rank is reported (Supervisor::reap)
     for (size_t i = 0; i < kRelayed.size(); ++i) ::sigaction(kRelayed[i], &sa, &saved_[i]);
     struct sigaction ignore {};
     ignore.sa_handler = SIG_IGN;
@@ -200,91 +200,6 @@ class SignalRelay {
 };
 
 }  // namespace
-
-void validate(const LaunchOptions& o) {
-  auto fail = [](const std::string& msg) { throw LaunchError(msg); };
-  if (o.nproc_per_node < 1)
-    fail("--nproc-per-node must be at least 1, got " + std::to_string(o.nproc_per_node));
-  if (o.nnodes < 1) fail("--nnodes must be at least 1, got " + std::to_string(o.nnodes));
-  if (o.node_rank < 0 || o.node_rank >= o.nnodes)
-    fail("--node-rank " + std::to_string(o.node_rank) + " is out of range [0, " +
-         std::to_string(o.nnodes) + ") for --nnodes " + std::to_string(o.nnodes));
-  if (o.master_port < 0 || o.master_port > 65535)
-    fail("--master-port " + std::to_string(o.master_port) +
-         " is not a TCP port: expected 1..65535, or 0 to pick a free one");
-  if (o.master_port == 0 && o.nnodes > 1)
-    fail("--master-port 0 needs --nnodes 1: the other " + std::to_string(o.nnodes - 1) +
-         " node(s) could not learn the picked port");
-  if (o.master_addr.empty()) fail("--master-addr is empty: expected a host name or IP address");
-  if (o.command.empty() || o.command[0].empty())
-    fail("missing command: expected `trident launch [options] -- CMD ARGS...`");
-  if (!(o.grace_seconds >= 0)) fail("grace period must be >= 0 s, got " + std::to_string(o.grace_seconds));
-}
-
-int pick_free_port() {
-  UniqueFd sock(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!sock.valid()) throw LaunchError(std::string("cannot create a socket to pick a port: ") + std::strerror(errno));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  addr.sin_port = 0;  // the kernel picks a free ephemeral port
-  if (::bind(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
-    throw LaunchError(std::string("cannot bind a socket to port 0: ") + std::strerror(errno));
-  socklen_t len = sizeof addr;
-  if (::getsockname(sock.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0)
-    throw LaunchError(std::string("cannot read back the picked port: ") + std::strerror(errno));
-  return ntohs(addr.sin_port);
-}
-
-Environment rank_environment(const LaunchOptions& o, int local_rank, int master_port) {
-  assert(local_rank >= 0 && local_rank < o.nproc_per_node);
-  const int rank = o.node_rank * o.nproc_per_node + local_rank;
-  Environment env = {
-      {"RANK", std::to_string(rank)},
-      {"WORLD_SIZE", std::to_string(o.nnodes * o.nproc_per_node)},
-      {"LOCAL_RANK", std::to_string(local_rank)},
-      {"LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node)},
-      {"GROUP_RANK", std::to_string(o.node_rank)},
-      {"NODE_RANK", std::to_string(o.node_rank)},
-      {"MASTER_ADDR", o.master_addr},
-      {"MASTER_PORT", std::to_string(master_port)},
-  };
-  // Ranks share the cores; one OpenMP thread each unless the user chose otherwise.
-  if (std::getenv("OMP_NUM_THREADS") == nullptr) env.emplace_back("OMP_NUM_THREADS", "1");
-  return env;
-}
-
-std::string signal_name(int sig) {
-  static const std::pair<int, const char*> kNames[] = {
-      {SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
-      {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
-      {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
-      {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"}, {SIGXCPU, "SIGXCPU"},
-      {SIGXFSZ, "SIGXFSZ"}, {SIGSYS, "SIGSYS"},
-  };
-  for (const auto& [number, name] : kNames)
-    if (number == sig) return name;
-  return "signal " + std::to_string(sig);
-}
-
-std::string describe_wait_status(int status) {
-  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) {
-    const int sig = WTERMSIG(status);
-    std::string s = "was killed by signal " + std::to_string(sig) + " (" + signal_name(sig) + ")";
-#ifdef WCOREDUMP
-    if (WCOREDUMP(status)) s += ", core dumped";
-#endif
-    return s;
-  }
-  return "stopped with wait status " + std::to_string(status);
-}
-
-int exit_code_of(int status) {
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return 1;
-}
 
 namespace {
 
@@ -333,6 +248,9 @@ struct Rank {
   pid_t pid = -1;  // also the rank's process-group id
   bool running = false;
   int status = 0;
+  Clock::time_point ended{};  // when it was reaped
+  Clock::time_point stopped_at{};  // when it was last seen stopped by a signal
+  int stop_signal = 0;             // that signal, 0 if never stopped
   std::vector<LineRelay> streams;  // stdout, stderr; empty with --no-prefix
 };
 
@@ -361,7 +279,12 @@ class RankSet {
   }
   void signal_running(int sig) {
     for (auto& r : ranks)
-      if (r.running) ::kill(-r.pid, sig);
+      if (r.running) {
+        ::kill(-r.pid, sig);
+        // A stopped rank would hold SIGTERM pending until the grace period
+        // ends; let it act on it now.
+        if (sig != SIGKILL && r.stop_signal != 0) ::kill(-r.pid, SIGCONT);
+      }
   }
   std::vector<Rank> ranks;
 };
@@ -403,7 +326,7 @@ void Supervisor::start_rank(int local_rank) {
   plan.launcher_pid = ::getpid();
 
   Rank r;
-  r.rank = o_.node_rank * o_.nproc_per_node + local_rank;
+  r.rank = global_rank(o_, local_rank);
   UniqueFd out_w, err_w;
   if (o_.prefix_output) {
     const std::string prefix = "[rank " + std::to_string(r.rank) + "] ";
@@ -480,9 +403,24 @@ void Supervisor::on_failure(Rank& r) {
     while (s.open() && s.pump()) {
     }
   const int others = ranks_.running_count();
-  std::string msg = "rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) + ") " +
-                    describe_wait_status(r.status);
+  std::string msg = "rank " + std::to_string(r.rank) + " on node " + std::to_string(o_.node_rank) + " (pid " +
+                    std::to_string(r.pid) + ") " + describe_wait_status(r.status);
   if (others > 0) msg += "; stopping the other " + std::to_string(others) + (others == 1 ? " rank" : " ranks");
+  // A rank that left early with status 0 is no failure by itself, but its
+  // peers then time out waiting for it: name it, it is the likely cause.
+  auto ago = [&](Clock::time_point then) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%.1f s", std::chrono::duration<double>(r.ended - then).count());
+    return std::string(text);
+  };
+  for (const auto& e : ranks_.ranks) {
+    if (&e == &r) continue;
+    if (!e.running && WIFEXITED(e.status) && WEXITSTATUS(e.status) == 0)
+      msg += "; rank " + std::to_string(e.rank) + " had exited with status 0 " + ago(e.ended) + " earlier";
+    else if (e.running && e.stop_signal != 0)
+      msg += "; rank " + std::to_string(e.rank) + " had been stopped by " + signal_name(e.stop_signal) + " " +
+             ago(e.stopped_at) + " earlier";
+  }
   say(msg);
   exit_code_ = exit_code_of(r.status);
   stop_all(SIGTERM);
@@ -492,11 +430,26 @@ void Supervisor::reap() {
   for (auto& r : ranks_.ranks) {
     if (!r.running) continue;
     int status = 0;
-    const pid_t got = ::waitpid(r.pid, &status, WNOHANG);
+    const pid_t got = ::waitpid(r.pid, &status, WNOHANG | WUNTRACED | WCONTINUED);
     if (got == 0 || (got < 0 && errno == EINTR)) continue;
+    if (got == r.pid && WIFCONTINUED(status)) {
+      r.stop_signal = 0;
+      continue;
+    }
+    if (got == r.pid && WIFSTOPPED(status)) {
+      // Not a failure (it may be continued), but a stopped rank stalls every
+      // collective it is part of: say so, and name it when the others fail.
+      r.stop_signal = WSTOPSIG(status);
+      r.stopped_at = Clock::now();
+      say("rank " + std::to_string(r.rank) + " on node " + std::to_string(o_.node_rank) + " (pid " +
+          std::to_string(r.pid) + ") was stopped by signal " + std::to_string(r.stop_signal) + " (" +
+          signal_name(r.stop_signal) + "); its peers will stall until it is continued");
+      continue;
+    }
     assert(got == r.pid || errno == ECHILD);
     r.running = false;
     r.status = got == r.pid ? status : 0;
+    r.ended = Clock::now();
     const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     if (failed && !exit_code_) on_failure(r);  // later deaths are consequences, not causes
   }

@@ -25,17 +25,30 @@ struct LaunchOptions {
   int master_port = 29500;                // rendezvous port; 0 = pick a free one here
   bool prefix_output = true;              // "[rank R] " before each output line
   double grace_seconds = 3.0;             // SIGTERM -> SIGKILL delay when stopping ranks
+  double rdzv_timeout_seconds = 60.0;     // bound on the ranks' rendezvous (TRIDENT_RDZV_TIMEOUT_S)
+  // Global ranks this node runs, one per local rank; empty means the block
+  // node_rank * nproc_per_node + [0, nproc_per_node). Lets a test (or a
+  // cluster with an odd topology) place ranks so that chosen groups span nodes.
+  std::vector<int> ranks;
   std::vector<std::string> command;       // program and arguments every rank runs
 };
 
 // Throws LaunchError naming the offending value and the allowed range.
 void validate(const LaunchOptions& options);
 
+// "0,1,6,7" -> {0, 1, 6, 7}; throws LaunchError naming a bad item.
+std::vector<int> parse_rank_list(const std::string& text);
+
+// The global rank of a local rank (see LaunchOptions::ranks).
+int global_rank(const LaunchOptions& options, int local_rank);
+
 // Binds a TCP socket to port 0 and returns the port the kernel chose. The port
 // is free now; another process could still take it before rank 0 binds it.
 int pick_free_port();
 
-// Variables set for one rank, in a fixed order. OMP_NUM_THREADS=1 is included
+// Variables set for one rank, in a fixed order (RANK, WORLD_SIZE, LOCAL_RANK,
+// LOCAL_WORLD_SIZE, GROUP_RANK, NODE_RANK, MASTER_ADDR, MASTER_PORT,
+// TRIDENT_RDZV_TIMEOUT_S). OMP_NUM_THREADS=1 is included
 // only when the launcher's own environment does not set it.
 using Environment = std::vector<std::pair<std::string, std::string>>;
 Environment rank_environment(const LaunchOptions& options, int local_rank, int master_port);

@@ -1,5 +1,5 @@
-// Process-group bundle: environment parsing, TCPStore rendezvous, Gloo/NCCL
-// group creation and timeout-checked collective helpers.
+// Process-group bundle: Gloo/NCCL group creation over the rendezvous store
+// (parallel/rendezvous.cpp) and timeout-checked collective helpers.
 #include "parallel/process_groups.h"
 
 #include <cstdlib>
@@ -7,45 +7,11 @@
 #include <stdexcept>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "parallel/backend.h"
 
 namespace trident {
 namespace {
-
-const char* env_or_null(const char* name) {
-  const char* v = std::getenv(name);
-  return (v && *v) ? v : nullptr;
-}
-
-int parse_int_env(const char* name, const char* value) {
-  char* end = nullptr;
-  const long v = std::strtol(value, &end, 10);
-  if (end == value || *end != '\0' || v < 0 || v > (1L << 30))
-    throw std::runtime_error(std::string("environment variable ") + name + "='" + value +
-                             "' is not a non-negative integer");
-  return static_cast<int>(v);
-}
-
-// Reads (rank, size, local) from one family of variables; false if absent.
-bool read_family(const char* rank_var, const char* size_var, const char* local_var, WorldEnv& env) {
-  const char* r = env_or_null(rank_var);
-  const char* s = env_or_null(size_var);
-  if (!r && !s) return false;
-  if (!r || !s)
-    throw std::runtime_error(std::string("environment sets ") + (r ? rank_var : size_var) +
-                             " but not " + (r ? size_var : rank_var));
-  env.rank = parse_int_env(rank_var, r);
-  env.world_size = parse_int_env(size_var, s);
-  const char* l = env_or_null(local_var);
-  env.local_rank = l ? parse_int_env(local_var, l) : env.rank;
-  return true;
-}
-
-bool is_loopback(const std::string& addr) {
-  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
-}
 
 std::string describe_rank(const Group& g) {
   std::ostringstream os;
@@ -56,30 +22,6 @@ std::string describe_rank(const Group& g) {
 }
 
 }  // namespace
-
-WorldEnv read_world_env() {
-  WorldEnv env;
-  if (read_family("RANK", "WORLD_SIZE", "LOCAL_RANK", env))
-    env.source = "torchrun";
-  else if (read_family("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", env))
-    env.source = "ompi";
-  else if (read_family("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", env))
-    env.source = "slurm";
-  if (env.world_size < 1) throw std::runtime_error("WORLD_SIZE must be >= 1, got " + std::to_string(env.world_size));
-  if (env.rank >= env.world_size)
-    throw std::runtime_error("RANK " + std::to_string(env.rank) + " is not below WORLD_SIZE " +
-                             std::to_string(env.world_size));
-  if (const char* a = env_or_null("MASTER_ADDR")) env.master_addr = a;
-  if (const char* p = env_or_null("MASTER_PORT")) {
-    env.master_port = parse_int_env("MASTER_PORT", p);
-    if (env.master_port < 1 || env.master_port > 65535)
-      throw std::runtime_error(std::string("MASTER_PORT=") + p + " is not a port in 1..65535");
-  } else if (env.world_size > 1) {
-    throw std::runtime_error("WORLD_SIZE is " + std::to_string(env.world_size) +
-                             " but MASTER_PORT is not set (use `trident launch`)");
-  }
-  return env;
-}
 
 ProcessGroups::ProcessGroups(const WorldEnv& env, const Layout& layout, const std::string& backend,
                              std::chrono::milliseconds timeout)
@@ -94,18 +36,10 @@ ProcessGroups::ProcessGroups(const WorldEnv& env, const Layout& layout, const st
   if (backend_ != "gloo" && backend_ != "nccl")
     throw std::runtime_error("unknown backend '" + backend_ + "' (expected gloo or nccl)");
   if (env_.world_size > 1) {
-    c10d::TCPStoreOptions opts;
-    opts.port = static_cast<std::uint16_t>(env_.master_port);
-    opts.isServer = env_.rank == 0;
-    opts.numWorkers = env_.world_size;
-    opts.waitWorkers = true;
-    opts.timeout = timeout_;
-    try {
-      store_ = c10::make_intrusive<c10d::TCPStore>(env_.master_addr, opts);
-    } catch (const std::exception& e) {
-      throw std::runtime_error("rendezvous at " + env_.master_addr + ":" + std::to_string(env_.master_port) +
-                               " failed on rank " + std::to_string(env_.rank) + ": " + e.what());
-    }
+    // Ranks listen where the other nodes can reach them (see listen_address).
+    gloo_address_ = listen_address(env_);
+    store_ = rendezvous(env_, gloo_address_, env_.rdzv_timeout.count() > 0 ? env_.rdzv_timeout : timeout_);
+    store_->setTimeout(timeout_);  // from here on the store serves group creation: a collective's bound
   }
   world = make_group("world", {[&] {
                        std::vector<int> all(env_.world_size);
@@ -144,13 +78,14 @@ Group ProcessGroups::make_group(const std::string& name, const std::vector<std::
         }
 #endif
         auto opts = c10d::ProcessGroupGloo::Options::create(timeout_);
-        const char* ifname = env_or_null("GLOO_SOCKET_IFNAME");
+        const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+        if (ifname && !*ifname) ifname = nullptr;
+        // GLOO_SOCKET_IFNAME (PyTorch's convention) overrides the address
+        // chosen at rendezvous, e.g. for a separate fast network.
         if (ifname)
           opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
-        else if (is_loopback(env_.master_addr))
-          opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
         else
-          opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+          opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(gloo_address_));
         opts->threads = 1;
         try {
           g.pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, g.rank, g.size(), opts);

@@ -13,22 +13,9 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "parallel/layout.h"
+#include "parallel/rendezvous.h"
 
 namespace trident {
-
-// Where this process sits, read from torchrun / SLURM / Open MPI variables.
-struct WorldEnv {
-  int rank = 0;
-  int world_size = 1;
-  int local_rank = 0;
-  std::string master_addr = "127.0.0.1";
-  int master_port = 29500;
-  std::string source = "none";  // which variables were found: "torchrun", "slurm", "ompi", "none"
-};
-
-// Reads the environment; no variables at all means a single process.
-// Throws std::runtime_error for malformed or inconsistent values.
-WorldEnv read_world_env();
 
 // One group: the c10d handle plus its members (global ranks, ascending in
 // group order) and this rank's index in it. `pg` is null when size() == 1:
@@ -79,6 +66,7 @@ class ProcessGroups {
   Layout layout_;
   std::string backend_;
   std::chrono::milliseconds timeout_;
+  std::string gloo_address_;  // where this rank's Gloo pairs listen (see the constructor)
   c10::intrusive_ptr<c10d::Store> store_;
 };
 

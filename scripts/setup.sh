@@ -8,9 +8,10 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 
 # libopenblas0-openmp matters: without it Debian's libtorch multiplies matrices
-# on the reference BLAS, ~27x slower.
+# on the reference BLAS, ~27x slower. iproute2 (`ip netns`) lets the multinode
+# tests build two nodes out of network namespaces.
 packages=(build-essential cmake libtorch-dev libgloo-dev libtomlplusplus-dev libboost-program-options-dev
-          libgtest-dev libopenblas0-openmp ccache python3)
+          libgtest-dev libopenblas0-openmp ccache python3 iproute2)
 command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
 
 missing=()

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "launch/fault.h"
 #include "launch/launcher.h"
 
 namespace fs = std::filesystem;
@@ -213,6 +215,57 @@ TEST(LauncherPure, ValidateAndPickPort) {
   EXPECT_LE(port, 65535);
 }
 
+TEST(LauncherPure, RankListPlacesRanks) {
+  EXPECT_EQ(parse_rank_list("0,1,6,7"), (std::vector<int>{0, 1, 6, 7}));
+  for (const char* bad : {"", "0,,1", "a", "1,-2", "3x"}) EXPECT_THROW(parse_rank_list(bad), LaunchError) << bad;
+  LaunchOptions o;
+  o.command = {"true"};
+  o.nnodes = 2;
+  o.node_rank = 1;
+  o.nproc_per_node = 2;
+  o.ranks = {3, 0};
+  EXPECT_NO_THROW(validate(o));
+  EXPECT_EQ(global_rank(o, 0), 3);
+  EXPECT_EQ(global_rank(o, 1), 0);
+  o.rdzv_timeout_seconds = 2.5;
+  const Environment env = rank_environment(o, 1, 4242);
+  EXPECT_EQ(env[0], (std::pair<std::string, std::string>{"RANK", "0"}));
+  EXPECT_NE(std::find(env.begin(), env.end(), std::pair<std::string, std::string>{"TRIDENT_RDZV_TIMEOUT_S", "2.5"}),
+            env.end());
+  for (const auto& ranks : {std::vector<int>{0}, std::vector<int>{0, 4}, std::vector<int>{1, 1}}) {
+    auto bad = o;
+    bad.ranks = ranks;
+    EXPECT_THROW(validate(bad), LaunchError);
+  }
+  auto bad = o;
+  bad.rdzv_timeout_seconds = 0;
+  EXPECT_THROW(validate(bad), LaunchError);
+  o.ranks.clear();
+  EXPECT_EQ(global_rank(o, 1), 3);  // the default block: node_rank * nproc + local
+}
+
+TEST(LauncherPure, FaultSpec) {
+  const FaultSpec f = parse_fault("rank=3,step=2,kind=stall");
+  EXPECT_EQ(f.rank, 3);
+  EXPECT_EQ(f.step, 2);
+  EXPECT_EQ(f.kind, "stall");
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"rank=1,step=2,kind=explode", "kind='explode'"},
+      {"rank=1,kind=kill", "lacks step"},
+      {"rank=x,step=1,kind=kill", "rank='x'"},
+      {"rank=1,step=1,kind=kill,when=now", "unknown key 'when'"},
+      {"rank", "not key=value"},
+  };
+  for (const auto& [text, message] : bad) {
+    try {
+      parse_fault(text);
+      ADD_FAILURE() << text << " was accepted";
+    } catch (const LaunchError& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Launcher, FailedRankStopsTheOthers) {
   TempDir dir;
   const std::string script = record_pids(dir.path) + "if [ \"$RANK\" = 1 ]; then " + await_ranks(dir.path, 3) +
@@ -221,11 +274,11 @@ TEST(Launcher, FailedRankStopsTheOthers) {
   run.finish();
   EXPECT_EQ(run.exit_code(), 3) << run.err;
   EXPECT_LT(run.seconds, 10.0);
-  EXPECT_NE(run.err.find("rank 1 (pid "), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("rank 1 on node 0 (pid "), std::string::npos) << run.err;
   EXPECT_NE(run.err.find("exited with status 3; stopping the other 2 ranks"), std::string::npos) << run.err;
   // Only the first failure is the cause; the stopped ranks are not reported.
-  EXPECT_EQ(run.err.find("rank 0 (pid"), std::string::npos) << run.err;
-  EXPECT_EQ(run.err.find("rank 2 (pid"), std::string::npos) << run.err;
+  EXPECT_EQ(run.err.find("rank 0 on node 0 (pid"), std::string::npos) << run.err;
+  EXPECT_EQ(run.err.find("rank 2 on node 0 (pid"), std::string::npos) << run.err;
   expect_all_dead(dir.path, 3);
 }
 
@@ -237,7 +290,7 @@ TEST(Launcher, RankKilledBySignalIsNamed) {
   run.finish();
   EXPECT_EQ(run.exit_code(), 128 + 9) << run.err;
   EXPECT_LT(run.seconds, 10.0);
-  EXPECT_NE(run.err.find("rank 0 (pid "), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("rank 0 on node 0 (pid "), std::string::npos) << run.err;
   EXPECT_NE(run.err.find("was killed by signal 9 (SIGKILL); stopping the other 1 rank"), std::string::npos)
       << run.err;
   expect_all_dead(dir.path, 2);
@@ -271,6 +324,39 @@ TEST(Launcher, RanksDieWithASigkilledLauncher) {
   EXPECT_FALSE(any_alive()) << "ranks outlived their SIGKILLed launcher";
 }
 
+// A rank stopped by a signal stalls its peers without failing: the launcher
+// says so at once and names it when another rank then fails; stopping it
+// works at once too (SIGCONT follows SIGTERM).
+TEST(Launcher, StoppedRankIsNamed) {
+  TempDir dir;
+  const std::string d = dir.path.string();
+  const std::string script = "if [ \"$RANK\" = 0 ]; then echo $$ > " + d + "/pid.0; kill -STOP $$; sleep 60; else " +
+                             await_ranks(dir.path, 1, "pid") + "sleep 0.5; exit 4; fi";
+  LauncherRun run({"--nproc-per-node", "2", "--grace", "30", "--", "sh", "-c", script}, dir.path);
+  run.finish(10.0);
+  EXPECT_EQ(run.exit_code(), 4) << run.err;
+  EXPECT_LT(run.seconds, 10.0) << "the stopped rank waited for the grace period";
+  EXPECT_NE(run.err.find("rank 0 on node 0 (pid "), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("was stopped by signal 19 (SIGSTOP)"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("exited with status 4; stopping the other 1 rank; rank 0 had been stopped by SIGSTOP"),
+            std::string::npos)
+      << run.err;
+  const auto pids = pids_in(dir.path, "pid");
+  ASSERT_EQ(pids.size(), 1u);
+  EXPECT_FALSE(alive(pids[0]));
+}
+
+TEST(Launcher, EarlyExitZeroIsNamedWhenAnotherFails) {
+  TempDir dir;
+  LauncherRun run({"--nproc-per-node", "2", "--", "sh", "-c",
+                   "if [ \"$RANK\" = 1 ]; then exit 0; fi; sleep 0.5; exit 5"},
+                  dir.path);
+  run.finish();
+  EXPECT_EQ(run.exit_code(), 5) << run.err;
+  EXPECT_NE(run.err.find("rank 0 on node 0 (pid "), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("exited with status 5; rank 1 had exited with status 0"), std::string::npos) << run.err;
+}
+
 TEST(Launcher, RankIgnoringSigtermIsKilledAfterGrace) {
   TempDir dir;
   // Rank 0 ignores SIGTERM (and so does its sleep); rank 1 fails once it has.
@@ -280,7 +366,7 @@ TEST(Launcher, RankIgnoringSigtermIsKilledAfterGrace) {
   LauncherRun run({"--nproc-per-node", "2", "--grace", "1", "--", "sh", "-c", script}, dir.path);
   run.finish(10.0);
   EXPECT_EQ(run.exit_code(), 2) << run.err;
-  EXPECT_NE(run.err.find("rank 1 (pid "), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("rank 1 on node 0 (pid "), std::string::npos) << run.err;
   EXPECT_NE(run.err.find("SIGKILL"), std::string::npos) << run.err;
   const auto pids = pids_in(dir.path, "pid");
   ASSERT_EQ(pids.size(), 1u);
@@ -359,6 +445,10 @@ TEST(Launcher, BadArgumentsAreExplained) {
       {{"--nproc-per-node", "2", "--master-port", "abc", "--", "true"}, "'abc'"},
       {{"--nproc-per-node", "1", "--nnodes", "2", "--master-port", "0", "--", "true"}, "--master-port 0 needs"},
       {{"--", "true"}, "nproc-per-node"},
+      {{"--nproc-per-node", "1", "--rdzv-timeout", "0", "--", "true"}, "--rdzv-timeout must be a positive number"},
+      {{"--nproc-per-node", "2", "--ranks", "0,0", "--", "true"}, "--ranks lists rank 0 twice"},
+      {{"--nproc-per-node", "2", "--ranks", "0", "--", "true"}, "--ranks lists 1 rank(s) but --nproc-per-node is 2"},
+      {{"--nproc-per-node", "1", "--ranks", "x", "--", "true"}, "--ranks 'x': 'x' is not a non-negative integer"},
   };
   for (const auto& [args, message] : cases) {
     TempDir dir;

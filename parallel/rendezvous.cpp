@@ -1,0 +1,342 @@
+// The rendezvous: environment parsing, the address to listen on, the store
+// connection and the join check (see rendezvous.h and NOTE [rendezvous]).
+#include "parallel/rendezvous.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+namespace trident {
+namespace {
+
+const char* env_or_null(const char* name) {
+  const char* v = std::getenv(name);
+  return (v && *v) ? v : nullptr;
+}
+
+int parse_int_env(const char* name, const char* value) {
+  char* end = nullptr;
+  const long v = std::strtol(value, &end, 10);
+  if (end == value || *end != '\0' || v < 0 || v > (1L << 30))
+    throw std::runtime_error(std::string("environment variable ") + name + "='" + value +
+                             "' is not a non-negative integer");
+  return static_cast<int>(v);
+}
+
+// Reads (rank, size, local) from one family of variables; false if absent.
+bool read_family(const char* rank_var, const char* size_var, const char* local_var, WorldEnv& env) {
+  const char* r = env_or_null(rank_var);
+  const char* s = env_or_null(size_var);
+  if (!r && !s) return false;
+  if (!r || !s)
+    throw std::runtime_error(std::string("environment sets ") + (r ? rank_var : size_var) +
+                             " but not " + (r ? size_var : rank_var));
+  env.rank = parse_int_env(rank_var, r);
+  env.world_size = parse_int_env(size_var, s);
+  const char* l = env_or_null(local_var);
+  env.local_rank = l ? parse_int_env(local_var, l) : env.rank;
+  return true;
+}
+
+bool is_loopback(const std::string& addr) {
+  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
+}
+
+using Clock = std::chrono::steady_clock;
+
+std::string store_address(const WorldEnv& env) { return env.master_addr + ":" + std::to_string(env.master_port); }
+
+std::string seconds_text(std::chrono::milliseconds t) {
+  std::ostringstream os;
+  os << static_cast<double>(t.count()) / 1000.0 << " s";
+  return os.str();
+}
+
+// "4-7" / "1, 3, 5-6": a rank list made short enough for one line.
+std::string rank_ranges(const std::vector<int>& ranks) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (!s.empty()) s += ", ";
+    s += std::to_string(ranks[i]);
+    if (j > i) s += "-" + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return s;
+}
+
+std::string store_text(c10d::Store& store, const std::string& key) {
+  const std::vector<uint8_t> v = store.get(key);
+  return std::string(v.begin(), v.end());
+}
+
+c10::intrusive_ptr<c10d::Store> connect_store(const WorldEnv& env, std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions opts;
+  opts.port = static_cast<std::uint16_t>(env.master_port);
+  opts.isServer = env.rank == 0;
+  opts.numWorkers = env.world_size;
+  opts.waitWorkers = false;  // join_rendezvous checks who arrived, not just how many
+  opts.timeout = timeout;
+  std::string why;
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
+  } catch (const c10::Error& e) {
+    why = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  if (env.rank == 0)
+    throw std::runtime_error(describe_place(env) + " could not host the rendezvous store at " + store_address(env) +
+                             " within " + seconds_text(timeout) +
+                             " (is the port taken, or MASTER_ADDR not this node's address?): " + why);
+  throw std::runtime_error(describe_place(env) + " could not reach the rendezvous store at " + store_address(env) +
+                           " within " + seconds_text(timeout) +
+                           " (is node 0 up, and are --master-addr and --master-port node 0's?): " + why);
+}
+
+// NOTE [rendezvous]
+// A TCPStore server counts connections, not who made them: a late node, a
+// wrong port and a node launched with another --nnodes all look like "not
+// enough workers yet" or, worse, like enough. So every rank posts
+// "<WORLD_SIZE> <node> <address>" under trident/rdzv/<rank>. Every other rank
+// reads rank 0's entry and fails at once on a different WORLD_SIZE (posting
+// trident/rdzv/abort so rank 0 fails too); rank 0 waits for ranks
+// 1..world-1, names the missing ones when the rendezvous timeout passes, and
+// posts a verdict that the others wait for (bounded by the same deadline).
+// Every rank thus ends inside the timeout with a message naming nodes,
+// address and port.
+void join_rendezvous(c10d::Store& store, const WorldEnv& env, const std::string& address,
+                     std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  const std::string mine = std::to_string(env.world_size) + " " + std::to_string(env.node_rank) + " " + address;
+  store.set("trident/rdzv/" + std::to_string(env.rank), std::vector<uint8_t>(mine.begin(), mine.end()));
+  const std::string verdict_key = "trident/rdzv/verdict", abort_key = "trident/rdzv/abort";
+  auto left = [&] {
+    return std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),
+                    std::chrono::milliseconds(1));
+  };
+  if (env.rank != 0) {
+    // Rank 0's entry carries its WORLD_SIZE: a node launched with another
+    // --nnodes finds out at once, and tells rank 0 through abort_key.
+    try {
+      store.wait({"trident/rdzv/0"}, left());
+    } catch (const std::exception&) {
+      throw std::runtime_error(describe_place(env) + " reached the rendezvous store at " + store_address(env) +
+                               " but rank 0 did not register within " + seconds_text(timeout));
+    }
+    std::istringstream in(store_text(store, "trident/rdzv/0"));
+    int world0 = 0;
+    in >> world0;
+    if (world0 != env.world_size) {
+      const std::string error = describe_place(env) + " has WORLD_SIZE " + std::to_string(env.world_size) +
+                                " but rank 0 at " + store_address(env) + " has " + std::to_string(world0) +
+                                ": --nnodes or --nproc-per-node differ between the nodes";
+      store.set(abort_key, std::vector<uint8_t>(error.begin(), error.end()));
+      throw std::runtime_error(error);
+    }
+  }
+  if (env.rank == 0) {
+    std::vector<int> missing;
+    for (int r = 1; r < env.world_size; ++r) missing.push_back(r);
+    std::vector<int> joined_nodes{env.node_rank};
+    std::map<std::pair<int, std::string>, std::vector<int>> places{{{env.node_rank, address}, {0}}};
+    std::string error;
+    while (error.empty()) {
+      if (store.check({abort_key})) {
+        error = store_text(store, abort_key);
+        break;
+      }
+      std::vector<int> still;
+      for (int r : missing) {
+        const std::string key = "trident/rdzv/" + std::to_string(r);
+        if (!store.check({key})) {
+          still.push_back(r);
+          continue;
+        }
+        std::istringstream in(store_text(store, key));
+        int world = 0, node = -1;
+        std::string addr;
+        in >> world >> node >> addr;
+        places[{node, addr}].push_back(r);
+        if (std::find(joined_nodes.begin(), joined_nodes.end(), node) == joined_nodes.end()) joined_nodes.push_back(node);
+        if (world != env.world_size && error.empty())
+          error = "rank " + std::to_string(r) + " on node " + std::to_string(node) + " (" + addr +
+                  ") has WORLD_SIZE " + std::to_string(world) + " but " + describe_place(env) + " has " +
+                  std::to_string(env.world_size) + ": --nnodes or --nproc-per-node differ between the nodes";
+      }
+      missing = std::move(still);
+      if (missing.empty() || !error.empty()) break;
+      if (Clock::now() >= deadline) {
+        std::sort(joined_nodes.begin(), joined_nodes.end());
+        std::string nodes;
+        for (int n : joined_nodes) nodes += (nodes.empty() ? "" : ", ") + std::to_string(n);
+        error = "rank(s) " + rank_ranges(missing) + " of " + std::to_string(env.world_size) +
+                " never joined the rendezvous at " + store_address(env) + " within " + seconds_text(timeout) +
+                " (node(s) " + nodes + " did; is every node started, with this --master-addr and --master-port?)";
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    const std::string verdict = error.empty() ? "ok " + std::to_string(env.world_size) : "error " + error;
+    store.set(verdict_key, std::vector<uint8_t>(verdict.begin(), verdict.end()));
+    if (!error.empty()) throw std::runtime_error(error);
+    // One line that shows where every rank listens: on a cluster, the first
+    // thing to check when a run across nodes misbehaves.
+    std::string where;
+    for (auto& [place, ranks] : places) {
+      std::sort(ranks.begin(), ranks.end());
+      where += (where.empty() ? "" : "; ") + std::string("node ") + std::to_string(place.first) + " at " +
+               place.second + ": rank(s) " + rank_ranges(ranks);
+    }
+    std::cout << "rendezvous at " << store_address(env) << ": " << env.world_size << " ranks joined (" << where << ")"
+              << std::endl;
+    return;
+  }
+  try {
+    store.wait({verdict_key}, left());
+  } catch (const std::exception&) {
+    throw std::runtime_error(describe_place(env) + " reached the rendezvous store at " + store_address(env) +
+                             " but rank 0 did not confirm every rank's arrival within " + seconds_text(timeout) +
+                             " (a node is missing, or node 0 died)");
+  }
+  const std::string verdict = store_text(store, verdict_key);
+  if (verdict.rfind("error ", 0) == 0)
+    throw std::runtime_error("rendezvous at " + store_address(env) + " failed, as rank 0 found: " + verdict.substr(6));
+  assert(verdict == "ok " + std::to_string(env.world_size));
+}
+
+}  // namespace
+
+WorldEnv read_world_env() {
+  WorldEnv env;
+  if (read_family("RANK", "WORLD_SIZE", "LOCAL_RANK", env))
+    env.source = "torchrun";
+  else if (read_family("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", env))
+    env.source = "ompi";
+  else if (read_family("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", env))
+    env.source = "slurm";
+  if (env.world_size < 1) throw std::runtime_error("WORLD_SIZE must be >= 1, got " + std::to_string(env.world_size));
+  if (env.rank >= env.world_size)
+    throw std::runtime_error("RANK " + std::to_string(env.rank) + " is not below WORLD_SIZE " +
+                             std::to_string(env.world_size));
+  const char* node = env.source == "torchrun" ? (env_or_null("NODE_RANK") ? env_or_null("NODE_RANK")
+                                                                            : env_or_null("GROUP_RANK"))
+                    : env.source == "slurm"  ? env_or_null("SLURM_NODEID")
+                                             : nullptr;
+  if (node) env.node_rank = parse_int_env(env.source == "slurm" ? "SLURM_NODEID" : "NODE_RANK", node);
+  if (const char* a = env_or_null("MASTER_ADDR")) {
+    env.master_addr = a;
+  } else if (env.source == "slurm" && env.world_size > 1) {
+    // srun starts the ranks itself and knows no rendezvous host; guessing
+    // 127.0.0.1 would make every node rendezvous with itself and time out.
+    const char* nnodes = env_or_null("SLURM_NNODES");
+    if (!nnodes || std::string(nnodes) != "1")
+      throw std::runtime_error("SLURM_NTASKS is " + std::to_string(env.world_size) +
+                               " but MASTER_ADDR is not set: export MASTER_ADDR=$(scontrol show hostnames "
+                               "\"$SLURM_JOB_NODELIST\" | head -n1) before srun");
+  }
+  if (const char* p = env_or_null("MASTER_PORT")) {
+    env.master_port = parse_int_env("MASTER_PORT", p);
+    if (env.master_port < 1 || env.master_port > 65535)
+      throw std::runtime_error(std::string("MASTER_PORT=") + p + " is not a port in 1..65535");
+  } else if (env.world_size > 1 && env.source != "slurm") {
+    // Under srun every task sees the same (absent) variable, so torchrun's
+    // default port 29500 is agreed on by all; elsewhere the launcher sets it.
+    throw std::runtime_error("WORLD_SIZE is " + std::to_string(env.world_size) +
+                             " but MASTER_PORT is not set (use `trident launch`)");
+  }
+  if (const char* t = env_or_null("TRIDENT_RDZV_TIMEOUT_S")) {
+    char* end = nullptr;
+    const double seconds = std::strtod(t, &end);
+    if (end == t || *end != '\0' || !(seconds > 0) || seconds > 1e6)
+      throw std::runtime_error(std::string("TRIDENT_RDZV_TIMEOUT_S='") + t +
+                               "' is not a positive number of seconds");
+    env.rdzv_timeout = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  }
+  return env;
+}
+
+std::string describe_place(const WorldEnv& env) {
+  std::string s = "rank " + std::to_string(env.rank);
+  if (env.node_rank >= 0) s += " on node " + std::to_string(env.node_rank);
+  return s;
+}
+
+std::string local_address_toward(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;  // Gloo's device below is IPv4, like the launcher's addresses
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
+  if (rc != 0 || !found)
+    throw std::runtime_error("MASTER_ADDR '" + host + "' does not resolve to an IPv4 address: " + gai_strerror(rc));
+  std::unique_ptr<addrinfo, void (*)(addrinfo*)> guard(found, ::freeaddrinfo);
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw std::runtime_error(std::string("cannot create a socket: ") + std::strerror(errno));
+  sockaddr_in local{};
+  socklen_t len = sizeof local;
+  // connect() on UDP only chooses the route and source address; nothing is sent.
+  const bool ok = ::connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!ok)
+    throw std::runtime_error("no route from this host to MASTER_ADDR " + host + ":" + std::to_string(port) + ": " +
+                             std::strerror(err));
+  char text[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &local.sin_addr, text, sizeof text);
+  if (!is_loopback(text)) return text;
+  // MASTER_ADDR names this host but resolves to loopback (Debian's /etc/hosts
+  // maps the host name to 127.0.1.1): listening there would hide this node's
+  // ranks from every other node, so take the first non-loopback IPv4 address.
+  ifaddrs* all = nullptr;
+  if (::getifaddrs(&all) != 0) return text;
+  std::string chosen = text;
+  for (ifaddrs* i = all; i; i = i->ifa_next)
+    if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && (i->ifa_flags & IFF_UP) && !(i->ifa_flags & IFF_LOOPBACK)) {
+      char found_text[INET_ADDRSTRLEN] = {};
+      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, found_text, sizeof found_text);
+      chosen = found_text;
+      break;
+    }
+  ::freeifaddrs(all);
+  return chosen;
+}
+
+std::string listen_address(const WorldEnv& env) {
+  return is_loopback(env.master_addr) ? "127.0.0.1" : local_address_toward(env.master_addr, env.master_port);
+}
+
+c10::intrusive_ptr<c10d::Store> rendezvous(const WorldEnv& env, const std::string& address,
+                                           std::chrono::milliseconds timeout) {
+  // One line per node: when a job hangs at start, the first thing to know is
+  // which nodes got this far and where they are looking for rank 0.
+  if (env.local_rank == 0)
+    std::cout << describe_place(env) << " joins the rendezvous at " << store_address(env) << " (listening on "
+              << address << ", timeout " << seconds_text(timeout) << ")" << std::endl;
+  auto store = connect_store(env, timeout);
+  join_rendezvous(*store, env, address, timeout);
+  return store;
+}
+
+}  // namespace trident
