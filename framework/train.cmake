@@ -2,6 +2,7 @@
 add_library(trident_train STATIC
   ${CMAKE_CURRENT_LIST_DIR}/trainer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/optimizer.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/auto_split.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cpu_memory.cpp
   ${PROJECT_SOURCE_DIR}/parallel/data_parallel.cpp
   ${PROJECT_SOURCE_DIR}/schedules/executor.cpp)

@@ -17,6 +17,7 @@
 
 #include <ATen/Parallel.h>
 
+#include "framework/auto_split.h"
 #include "framework/cpu_memory.h"
 #include "framework/data/dataset.h"
 #include "framework/lr_schedule.h"
@@ -223,7 +224,6 @@ void build(Run& r) {
   resolve_world(c, env.world_size);
   r.m = num_microbatches(c);
   r.schedule = build_schedule(c, r.m);  // schedule errors before any rendezvous
-  r.model = make_model(c);
   r.train_tokens = open_tokens(c, "train");
   r.train_data = std::make_unique<data::GptDataset>(r.train_tokens.view, c.model.seq_len, c.training.seed);
   if (c.training.eval_interval > 0) {
@@ -235,6 +235,12 @@ void build(Run& r) {
   r.pgs = std::make_unique<ProcessGroups>(env, layout, c.parallel.backend,
                                           std::chrono::milliseconds(static_cast<int64_t>(c.parallel.timeout_s * 1000)));
   r.tp = TpContext{&r.pgs->tp, c.parallel.sequence_parallel};
+  if (c.parallel.auto_split()) {
+    const AutoSplit split = choose_auto_split(*make_model(c), r.schedule, c.training.micro_batch_size, r.pgs->world);
+    c.parallel.pipeline_layers = split.layers;  // the effective config records the choice
+    if (r.pgs->rank() == 0) std::cout << split.describe() << std::endl;
+  }
+  r.model = make_model(c);
   const int stages = r.schedule.virtual_stages(), pp_rank = layout.coords(env.rank).pp;
   std::vector<Stage*> raw;
   std::vector<std::vector<Param*>> chunk_params;
