@@ -9,6 +9,7 @@ int cmd_train(int argc, char** argv);     // train from a TOML config (launch/cm
 int cmd_schedule(int argc, char** argv);  // generate/validate/simulate/render a pipeline schedule
 int cmd_tokenize(int argc, char** argv);  // stdin text -> token ids
 int cmd_data(int argc, char** argv);      // `data prepare`: text files -> binary token file
-int cmd_compare(int argc, char** argv);   // per-step differences of two runs' metrics.jsonl
+int cmd_compare(int argc, char** argv);
+int cmd_bench(int argc, char** argv);     // `bench bubble`: closed form, simulated and measured bubble   // per-step differences of two runs' metrics.jsonl
 
 }  // namespace trident::cli

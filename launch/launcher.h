@@ -26,6 +26,9 @@ struct LaunchOptions {
   bool prefix_output = true;              // "[rank R] " before each output line
   double grace_seconds = 3.0;             // SIGTERM -> SIGKILL delay when stopping ranks
   std::vector<std::string> command;       // program and arguments every rank runs
+  // Where ranks write their progress records (TRIDENT_PROGRESS_DIR, see
+  // launch/diagnose.h); launch() makes a temporary one when empty.
+  std::string progress_dir;
 };
 
 // Throws LaunchError naming the offending value and the allowed range.

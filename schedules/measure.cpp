@@ -120,6 +120,29 @@ MeasuredCosts measured_costs(const std::vector<Timeline>& steps) {
   return m;
 }
 
+double measured_latency(const Schedule& s, const Timeline& t) {
+  double sum = 0;
+  int n = 0;
+  for (size_t r = 0; r < t.ranks.size(); ++r) {
+    const auto& mine = t.ranks[r];
+    double idle_since = 0;  // end of the latest compute before the current position
+    for (size_t i = 0; i < mine.size(); ++i) {
+      const TimedAction& a = mine[i];
+      if (is_compute(a.action.kind)) idle_since = a.end;
+      if (a.action.kind != ActionKind::RECV_F && a.action.kind != ActionKind::RECV_B) continue;
+      const int peer = peer_rank(s, static_cast<int>(r), a.action);
+      if (peer == static_cast<int>(r)) continue;  // a local hand-over has no link
+      const Action send = counterpart(s, static_cast<int>(r), a.action);
+      for (const TimedAction& b : t.ranks.at(static_cast<size_t>(peer)))
+        if (b.action == send) {
+          if (idle_since <= b.start && a.end >= b.start) sum += a.end - b.start, ++n;
+          break;
+        }
+    }
+  }
+  return n ? sum / n : 0.0;
+}
+
 std::string render_chrome_ranks(const std::vector<RankRecording>& ranks, const std::string& title) {
   std::string out = "{\"displayTimeUnit\": \"ms\", \"otherData\": {\"title\": " + quoted(title) +
                     "}, \"traceEvents\": [\n";

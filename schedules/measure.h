@@ -47,6 +47,12 @@ struct MeasuredCosts {
 };
 MeasuredCosts measured_costs(const std::vector<Timeline>& steps);
 
+// Mean link latency of a timeline whose ranks share one clock (threads, or
+// processes of one host): over receives whose rank was already idle when the
+// matching send was posted, the time from that send to the data being there.
+// `s` is the schedule (with communication) the timeline ran. 0 when no such receive.
+double measured_latency(const Schedule& s, const Timeline& shared_clock);
+
 // Chrome trace ("traceEvents"), one process per rank (pid = global rank),
 // compute actions, receive waits and phases as "X" events in microseconds.
 std::string render_chrome_ranks(const std::vector<RankRecording>& ranks, const std::string& title);
