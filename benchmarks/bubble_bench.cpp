@@ -183,14 +183,23 @@ BubbleRow run_bubble_case(const BubbleCase& c, const StageMs& ms, int steps) {
     if (!errors[static_cast<size_t>(r)].empty())
       throw std::runtime_error("bench bubble " + c.schedule + " p=" + std::to_string(p) + " m=" + std::to_string(c.m) +
                                ": rank " + std::to_string(r) + ": " + errors[static_cast<size_t>(r)]);
+  // Median over the steps: one step hit by a stall of the shared machine
+  // (another user's burst) must not decide the figure.
+  std::vector<double> bubbles, steps_ms;
   for (int s = 0; s < steps; ++s) {
     const auto& b = busy[static_cast<size_t>(s)];
     const double step = *std::max_element(span[static_cast<size_t>(s)].begin(), span[static_cast<size_t>(s)].end());
     double sum = 0;
     for (double x : b) sum += x;
-    row.measured += (1.0 - sum / (p * step)) / steps;
-    row.step_ms += step / steps;
+    bubbles.push_back(1.0 - sum / (p * step));
+    steps_ms.push_back(step);
   }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  };
+  row.measured = median(bubbles);
+  row.step_ms = median(steps_ms);
   sched::MeasuredCosts mc = sched::measured_costs(measured);
   double latency = 0;
   for (const auto& t : measured) latency += sched::measured_latency(schedule, t) / steps;

@@ -19,8 +19,8 @@ struct BubbleRow {
   BubbleCase c;
   double closed_form = -1;  // -1: no closed form for this case
   double simulated = 0;     // simulator, the set costs, no latency
-  double measured = 0;      // mean over the measured steps
-  double step_ms = 0;       // measured pipeline time (slowest rank's executor run)
+  double measured = 0;      // median over the measured steps
+  double step_ms = 0;       // measured pipeline time (slowest rank's executor run), median
   double sim_step_ms = 0;   // simulated step time
   double predicted = 0;     // simulator with the run's measured mean F/B/I/W and link latency
   double latency_ms = 0;    // that measured latency
@@ -34,7 +34,8 @@ struct StageMs {
 // (p-1)/(vm+p-1), ZB-H1 with F = I = W and m >= p (p-1)/(3m+p-1); else -1.
 double closed_form_bubble(const BubbleCase& c, const StageMs& ms);
 
-// Runs one case: `steps` executor steps after one warm-up step.
+// Runs one case: `steps` executor steps after one warm-up step; the measured
+// figures are medians over the steps, the predicted one uses their mean costs.
 BubbleRow run_bubble_case(const BubbleCase& c, const StageMs& ms, int steps);
 
 std::string bubble_csv(const std::vector<BubbleRow>& rows);

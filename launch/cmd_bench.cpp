@@ -14,6 +14,7 @@
 
 #ifdef TRIDENT_HAVE_TORCH
 #include "benchmarks/bubble_bench.h"
+#include "benchmarks/throughput_bench.h"
 #endif
 
 namespace po = boost::program_options;
@@ -47,11 +48,62 @@ std::vector<int> ints(const std::string& s, const std::string& what) {
   return out;
 }
 
+#ifdef TRIDENT_HAVE_TORCH
+int bench_throughput(int argc, char** argv) {
+  po::options_description opts(
+      "usage: trident bench throughput [options] --out DIR\n\n"
+      "Tokens/s and MFU of real GPT stages: one `trident launch` + `trident train` per case\n"
+      "(dp = tp = 1, micro-batch size 1, global batch = m), medians over the steps after the\n"
+      "first. Writes DIR/throughput.csv and DIR/throughput.svg. --chunks applies to interleaved.\n\noptions");
+  std::string schedules = "1f1b,interleaved", stages = "1,2,4", mbs = "8", chunks = "2",
+              config = "configs/gpt-tiny.toml", out;
+  int steps = 4;
+  opts.add_options()("help,h", "show this help")("config", po::value(&config)->default_value(config), "model config")(
+      "schedules", po::value(&schedules)->default_value(schedules), "gpipe, 1f1b, interleaved, zb-h1")(
+      "stages", po::value(&stages)->default_value(stages), "pipeline ranks p")(
+      "microbatches", po::value(&mbs)->default_value(mbs), "micro-batches m")(
+      "chunks", po::value(&chunks)->default_value(chunks), "virtual chunks v of interleaved (>= 2)")(
+      "steps", po::value(&steps)->default_value(steps), "training steps per case (the first is not counted)")(
+      "out", po::value(&out), "output directory");
+  po::variables_map vm;
+  po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
+  po::notify(vm);
+  if (vm.count("help")) {
+    std::cout << opts << "\n";
+    return 0;
+  }
+  if (out.empty()) throw std::runtime_error("trident bench throughput: --out DIR is required");
+  if (steps < 2) throw std::runtime_error("--steps must be at least 2 (the first is warm-up), got " + std::to_string(steps));
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  std::filesystem::create_directories(out + "/runs");
+  std::vector<bench::ThroughputRow> rows;
+  for (const std::string& kind : split(schedules, "--schedules"))
+    for (int p : ints(stages, "--stages"))
+      for (int m : ints(mbs, "--microbatches"))
+        for (int v : kind == "interleaved" ? ints(chunks, "--chunks") : std::vector<int>{1}) {
+          if (kind == "interleaved" && v > 1 && m % p != 0) {
+            std::cout << "skip interleaved p=" << p << " m=" << m << " v=" << v << ": needs m % p == 0\n";
+            continue;
+          }
+          const bench::ThroughputRow r = bench::run_throughput_case(self, config, {kind, p, m, v}, steps, out + "/runs");
+          std::printf("%-12s p=%d m=%-3d v=%d  %8.0f tok/s  MFU %5.1f%%  bubble %5.1f%%  step %.3f s\n", kind.c_str(), p,
+                      m, v, r.tokens_per_s, 100 * r.mfu, 100 * r.bubble, r.step_s);
+          std::fflush(stdout);
+          rows.push_back(r);
+        }
+  std::ofstream(out + "/throughput.csv") << bench::throughput_csv(rows);
+  std::ofstream(out + "/throughput.svg") << bench::throughput_svg(rows, "Throughput, " + config);
+  std::cout << "wrote " << out << "/{throughput.csv,throughput.svg} (runs under " << out << "/runs)" << std::endl;
+  return 0;
+}
+#endif
+
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
   po::options_description opts(
-      "usage: trident bench bubble [options] --out DIR\n\n"
+      "usage: trident bench bubble [options] --out DIR\n"
+      "       trident bench throughput [options] --out DIR   (trident bench throughput --help)\n\n"
       "For each (schedule, p, m, v): the bubble in closed form (where one exists), simulated on the\n"
       "real action lists, and measured by running the real executor over Gloo with p ranks as threads\n"
       "of a synthetic stage whose F, I, W sleep for a set time (benchmarks/README.md says why).\n"
@@ -71,8 +123,12 @@ int cmd_bench(int argc, char** argv) {
     std::cout << opts << "\n";
     return argc < 2 ? 2 : 0;
   }
+#ifdef TRIDENT_HAVE_TORCH
+  if (std::string(argv[1]) == "throughput") return bench_throughput(argc - 1, argv + 1);
+#endif
   if (std::string(argv[1]) != "bubble")
-    throw std::runtime_error("trident bench: unknown benchmark '" + std::string(argv[1]) + "' (available: bubble)");
+    throw std::runtime_error("trident bench: unknown benchmark '" + std::string(argv[1]) +
+                             "' (available: bubble, throughput)");
   po::variables_map vm;
   po::store(po::command_line_parser(argc - 1, argv + 1).options(opts).run(), vm);
   po::notify(vm);

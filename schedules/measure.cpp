@@ -113,9 +113,8 @@ MeasuredCosts measured_costs(const std::vector<Timeline>& steps) {
   const double v = chunks;
   // The simulator wants F > 0 and B > W >= 0 for a full stage.
   m.costs.forward = std::max(1e-9, m.f * v);
-  const double weight = n[3] ? m.w : (m.b > 0 ? 0.0 : 0.0);
-  const double backward = n[1] ? m.b : m.i + m.w;
-  m.costs.weight = weight * v;
+  const double backward = n[1] ? m.b : m.i + m.w;  // a split backward costs I + W
+  m.costs.weight = m.w * v;
   m.costs.backward = std::max(backward * v, m.costs.weight + 1e-9);
   return m;
 }
