@@ -387,6 +387,15 @@ TrainSummary train(Config cfg) {
               << "% measured, " << 100 * predicted.bubble_fraction << "% predicted | pipeline time " << span_ms
               << " ms measured, " << predicted.step_time << " ms predicted | from mean F " << mc.f << " B " << mc.b
               << " I " << mc.i << " W " << mc.w << " ms per chunk, equal stages, no link latency" << std::endl;
+    // Mean busy time per stage: an unbalanced split shows as one stage busier than the rest.
+    std::vector<double> busy;
+    for (const auto& m : summary.steps) {
+      busy.resize(m.stage_busy_s.size());
+      for (size_t i = 0; i < busy.size(); ++i) busy[i] += 1000.0 * m.stage_busy_s[i] / static_cast<double>(summary.steps.size());
+    }
+    std::cout << "pipeline: mean busy ms per stage:";
+    for (double b : busy) std::cout << " " << b;
+    std::cout << std::endl;
     double tok = 0, mfu = 0;
     for (const auto& m : summary.steps) tok += m.tokens_per_s, mfu += m.mfu;
     const double n = std::max<double>(1, static_cast<double>(summary.steps.size()));

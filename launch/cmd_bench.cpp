@@ -58,7 +58,9 @@ int bench_throughput(int argc, char** argv) {
   std::string schedules = "1f1b,interleaved", stages = "1,2,4", mbs = "8", chunks = "2",
               config = "configs/gpt-tiny.toml", out;
   int steps = 4;
+  std::vector<std::string> sets;
   opts.add_options()("help,h", "show this help")("config", po::value(&config)->default_value(config), "model config")(
+      "set", po::value(&sets)->composing(), "passed to trident train, e.g. --set model.hidden=256 (repeatable)")(
       "schedules", po::value(&schedules)->default_value(schedules), "gpipe, 1f1b, interleaved, zb-h1")(
       "stages", po::value(&stages)->default_value(stages), "pipeline ranks p")(
       "microbatches", po::value(&mbs)->default_value(mbs), "micro-batches m")(
@@ -85,7 +87,9 @@ int bench_throughput(int argc, char** argv) {
             std::cout << "skip interleaved p=" << p << " m=" << m << " v=" << v << ": needs m % p == 0\n";
             continue;
           }
-          const bench::ThroughputRow r = bench::run_throughput_case(self, config, {kind, p, m, v}, steps, out + "/runs");
+          std::string cfg = config;
+          for (const std::string& kv : sets) cfg += " --set " + kv;
+          const bench::ThroughputRow r = bench::run_throughput_case(self, cfg, {kind, p, m, v}, steps, out + "/runs");
           std::printf("%-12s p=%d m=%-3d v=%d  %8.0f tok/s  MFU %5.1f%%  bubble %5.1f%%  step %.3f s\n", kind.c_str(), p,
                       m, v, r.tokens_per_s, 100 * r.mfu, 100 * r.bubble, r.step_s);
           std::fflush(stdout);
