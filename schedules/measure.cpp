@@ -133,7 +133,7 @@ double measured_latency(const Schedule& s, const Timeline& t) {
       if (peer == static_cast<int>(r)) continue;  // a local hand-over has no link
       const Action send = counterpart(s, static_cast<int>(r), a.action);
       for (const TimedAction& b : t.ranks.at(static_cast<size_t>(peer)))
-        if (b.action == send) {
+        if (b.action.kind == send.kind && b.action.mb == send.mb && b.action.chunk == send.chunk) {
           if (idle_since <= b.start && a.end >= b.start) sum += a.end - b.start, ++n;
           break;
         }

@@ -44,21 +44,21 @@ Fault parse_fault(const std::string& spec) {
   Fault f;
   const auto a = spec.find(':'), b = spec.rfind(':');
   if (a == std::string::npos || b == a)
-    throw std::runtime_error("TRIDENT_FAULT='" + spec + "': expected RANK:TOKEN:MODE, e.g. 3:F5:stall");
+    throw std::runtime_error("TRIDENT_FAULT_ACTION='" + spec + "': expected RANK:TOKEN:MODE, e.g. 3:F5:stall");
   try {
     f.rank = std::stoi(spec.substr(0, a));
   } catch (const std::exception&) {
-    throw std::runtime_error("TRIDENT_FAULT='" + spec + "': '" + spec.substr(0, a) + "' is not a rank number");
+    throw std::runtime_error("TRIDENT_FAULT_ACTION='" + spec + "': '" + spec.substr(0, a) + "' is not a rank number");
   }
   f.token = spec.substr(a + 1, b - a - 1);
   f.mode = spec.substr(b + 1);
   if (f.mode != "stall" && f.mode != "exit")
-    throw std::runtime_error("TRIDENT_FAULT='" + spec + "': mode '" + f.mode + "' is not stall or exit");
+    throw std::runtime_error("TRIDENT_FAULT_ACTION='" + spec + "': mode '" + f.mode + "' is not stall or exit");
   return f;
 }
 
 Progress::Progress(int global_rank) : rank_(global_rank) {
-  if (const char* f = std::getenv("TRIDENT_FAULT"); f && *f) fault_ = parse_fault(f);
+  if (const char* f = std::getenv("TRIDENT_FAULT_ACTION"); f && *f) fault_ = parse_fault(f);
   const char* dir = std::getenv("TRIDENT_PROGRESS_DIR");
   if (!dir || !*dir) return;
   const std::string path = std::string(dir) + "/rank" + std::to_string(rank_) + ".txt";

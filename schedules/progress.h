@@ -2,7 +2,7 @@
 // the rank hangs: one fixed-size record per rank, overwritten in place
 // (pwrite at offset 0) before every action and every wait, in the directory
 // named by TRIDENT_PROGRESS_DIR. Also the fault-injection switch
-// TRIDENT_FAULT that tests use to make one rank stall or die. Pure POSIX.
+// TRIDENT_FAULT_ACTION that tests use to make one rank stall or die. Pure POSIX.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +28,7 @@ struct ProgressRecord {
 std::string format_record(const ProgressRecord& r);  // one line, no newline
 bool parse_record(const std::string& line, ProgressRecord& out);
 
-// TRIDENT_FAULT="RANK:TOKEN:MODE": global rank RANK, before its first action
+// TRIDENT_FAULT_ACTION="RANK:TOKEN:MODE": global rank RANK, before its first action
 // whose token is TOKEN, stalls forever (MODE = stall) or exits at once with
 // status 86 (MODE = exit), as a hung or crashed process would.
 struct Fault {
@@ -40,7 +40,7 @@ Fault parse_fault(const std::string& spec);  // throws std::runtime_error naming
 
 class Progress {
  public:
-  // Reads TRIDENT_PROGRESS_DIR and TRIDENT_FAULT; does nothing when neither is set.
+  // Reads TRIDENT_PROGRESS_DIR and TRIDENT_FAULT_ACTION; does nothing when neither is set.
   explicit Progress(int global_rank);
   ~Progress();
   Progress(const Progress&) = delete;

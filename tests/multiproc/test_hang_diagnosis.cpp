@@ -1,4 +1,4 @@
-// Hang diagnosis at p = 4: TRIDENT_FAULT makes one rank of a gpt-tiny
+// Hang diagnosis at p = 4: TRIDENT_FAULT_ACTION makes one rank of a gpt-tiny
 // pipeline stall (or exit) before a given action; the launcher must exit
 // non-zero and print the chain of waits ending at that rank. The expected
 // chains follow from the 1F1B lists (schedules/generators), independently of
@@ -11,7 +11,7 @@ namespace trident {
 namespace {
 
 testing::RunResult run_with_fault(const std::string& fault) {
-  return testing::run_command("TRIDENT_FAULT=" + fault + " " + testing::bin("trident") +
+  return testing::run_command("TRIDENT_FAULT_ACTION=" + fault + " " + testing::bin("trident") +
                               " launch --nproc-per-node 4 --grace 1 -- " + testing::bin("trident") + " train --config " +
                               testing::src("configs/gpt-tiny.toml") +
                               " --set parallel.pp=4 --set training.steps=2 --set parallel.timeout_s=6"
