@@ -145,7 +145,8 @@ void write_trace(Run& r, int64_t step, double origin_us, const std::vector<sched
   std::vector<sched::RankRecording> pipeline;
   for (int g : r.pgs->pp.members) pipeline.push_back(all.at(static_cast<size_t>(g)));
   std::ofstream(r.cfg.logging.dir + "/timeline.svg")
-      << sched::render_svg(sched::to_timeline(pipeline, static_cast<int>(r.m), r.schedule.chunks), "measured " + title);
+      << sched::render_svg(sched::to_timeline(pipeline, static_cast<int>(r.m), r.schedule.chunks),
+                           "measured step " + std::to_string(step) + ", " + r.cfg.schedule.kind + ", ms");
 }
 
 MicroBatch load_micro_batch(const Run& r, const data::GptDataset& ds, int64_t step, int mb) {
