@@ -184,6 +184,8 @@ const std::vector<Field>& fields() {
       TRIDENT_FIELD(logging, dir, any(), "run directory: config.toml, metrics.jsonl, loss.svg"),
       TRIDENT_FIELD(logging, log_interval, at_least(1), "print a step line every N steps"),
       TRIDENT_FIELD(logging, progress, any(), "progress bar when stdout is a terminal"),
+      TRIDENT_FIELD(logging, trace, any(), "write trace.json and timeline.svg of step trace_step"),
+      TRIDENT_FIELD(logging, trace_step, at_least(1), "the step logging.trace records"),
   };
   return table;
 }
