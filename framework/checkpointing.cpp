@@ -175,6 +175,9 @@ int64_t Checkpointer::restore() {
     std::cout << "checkpoint: resumed from " << r.step_dir() << " (step " << r.step() << ", saved under "
               << r.meta().layout << ") in " << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()
               << " s" << std::endl;
+    if (r.step() >= cfg_.training.steps)
+      std::cout << "checkpoint: step " << r.step() << " is already training.steps = " << cfg_.training.steps
+                << ": nothing left to train" << std::endl;
     if (!same_layout && cfg_.model.dropout > 0)
       std::cout << "checkpoint: the layout changed, so dropout's random streams start afresh" << std::endl;
   }
