@@ -29,7 +29,8 @@
 //   every rank throw rather than hang), rank 0 commits (manifest, then moves
 //   `latest`, then prunes to checkpoint.keep), and all agree again that the
 //   commit happened. A rank killed anywhere before the commit leaves `latest`
-//   at the previous complete step. TRIDENT_SAVE_FAULT="rank=R,step=S" (tests
+//   at the previous complete step. Rank 0 checks every rank's files, so on
+//   several nodes checkpoint.dir must be one shared filesystem. TRIDENT_SAVE_FAULT="rank=R,step=S" (tests
 //   only, read in one place: the Checkpointer's constructor) SIGKILLs rank R
 //   right after it wrote its shard of step S, before the commit.
 #pragma once

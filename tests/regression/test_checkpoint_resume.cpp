@@ -170,6 +170,15 @@ TEST(CheckpointErrors, ExitAfterStepsResumesInPlaceAndBadCheckpointsAreErrors) {
             std::string::npos)
       << r.result.output;
 
+  // A missing tensor: `checkpoint init` writes weights only, no optimizer state.
+  const std::string init_ck = tmp.file("init-ck");
+  ASSERT_EQ(run_command(bin("trident") + " checkpoint init --config " + src("configs/gpt-tiny.toml") + " --out " +
+                        init_ck).status,
+            0);
+  r = train_tiny(tmp.file("run2"), 1, {"checkpoint.dir=" + init_ck, "checkpoint.resume=true"});
+  EXPECT_NE(r.result.status, 0);
+  EXPECT_NE(r.result.output.find("step-00000000 has no tensor optim.exp_avg."), std::string::npos) << r.result.output;
+
   // The same command with resume on continues in place: 20 rows, bit for bit the uninterrupted run's.
   const TrainRun resumed = train_tiny(tmp.file("run"), 1, {ck, "checkpoint.resume=true"});
   EXPECT_TRUE(matches_reference(reference.run.rows, resumed, 0));
