@@ -169,6 +169,8 @@ const std::vector<Field>& fields() {
       TRIDENT_FIELD(training, peak_tflops, at_least(0),
                     "device peak for MFU; 0 = measure a matmul at start-up"),
       TRIDENT_FIELD(training, device, one_of({"cpu", "cuda"}), "device every rank computes on"),
+      TRIDENT_FIELD(training, exit_after_steps, at_least(0),
+                    "stop cleanly after this step with a checkpoint (the LR schedule still follows steps); 0 = off"),
 
       TRIDENT_FIELD(data, source, one_of({"synthetic", "file"}), "where training tokens come from"),
       TRIDENT_FIELD(data, path, any(), "token file prefix written by `trident data prepare`"),
@@ -177,9 +179,11 @@ const std::vector<Field>& fields() {
                     "directory holding encoder.json and vocab.bpe (gpt2)"),
       TRIDENT_FIELD(data, synthetic_tokens, at_least(1), "tokens generated when source = \"synthetic\""),
 
-      TRIDENT_FIELD(checkpoint, dir, any(), "checkpoint directory; empty disables"),
-      TRIDENT_FIELD(checkpoint, interval, at_least(0), "save every N steps; 0 disables"),
+      TRIDENT_FIELD(checkpoint, dir, any(), "checkpoint directory (saved at the end of the run); empty disables"),
+      TRIDENT_FIELD(checkpoint, interval, at_least(0), "also save every N steps; 0 = only at the end of the run"),
       TRIDENT_FIELD(checkpoint, keep, at_least(1), "complete checkpoints kept in dir; older ones are deleted"),
+      TRIDENT_FIELD(checkpoint, resume, any(),
+                    "continue from the latest checkpoint in dir, saved under any layout (none yet: start at step 0)"),
 
       TRIDENT_FIELD(logging, dir, any(), "run directory: config.toml, metrics.jsonl, loss.svg"),
       TRIDENT_FIELD(logging, log_interval, at_least(1), "print a step line every N steps"),
@@ -606,6 +610,10 @@ void validate(const Config& c) {
   }
   if (c.checkpoint.interval > 0 && c.checkpoint.dir.empty())
     fail(c, "checkpoint.interval = " + n(c.checkpoint.interval) + " needs checkpoint.dir");
+  if (c.checkpoint.resume && c.checkpoint.dir.empty()) fail(c, "checkpoint.resume = true needs checkpoint.dir");
+  if (t.exit_after_steps > 0 && c.checkpoint.dir.empty())
+    fail(c, "training.exit_after_steps = " + n(t.exit_after_steps) +
+                " needs checkpoint.dir: the run would stop with nothing to continue from");
 }
 
 void resolve_world(Config& c, int64_t world_size) {

@@ -78,6 +78,7 @@ struct TrainingConfig {
   int64_t threads = 1;              // intra-op threads per rank
   double peak_tflops = 0.0;         // device peak for MFU; 0 = measure a matmul at start-up
   std::string device = "cpu";       // "cpu" | "cuda"
+  int64_t exit_after_steps = 0;     // stop cleanly after this step, with a checkpoint; 0 = run all steps
 };
 
 struct DataConfig {
@@ -90,8 +91,9 @@ struct DataConfig {
 
 struct CheckpointConfig {
   std::string dir;       // where checkpoints go; empty disables
-  int64_t interval = 0;  // save every N steps; 0 disables
+  int64_t interval = 0;  // also save every N steps; 0 = only at the end of the run
   int64_t keep = 2;      // complete checkpoints kept in dir (older ones are deleted)
+  bool resume = false;   // continue from dir's latest checkpoint (any layout), if it has one
 };
 
 struct LoggingConfig {

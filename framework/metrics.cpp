@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <sstream>
 #include <stdexcept>
@@ -109,11 +110,43 @@ std::string loss_svg(const std::vector<StepMetrics>& steps, const std::string& t
   return os.str();
 }
 
-RunLog::RunLog(const std::string& dir, const std::string& title) : dir_(dir), title_(title) {
+namespace {
+
+// The number after "key": in one metrics.jsonl line (written by to_json above).
+std::optional<double> json_number(const std::string& line, const std::string& key) {
+  const size_t at = line.find("\"" + key + "\":");
+  if (at == std::string::npos) return std::nullopt;
+  const char* start = line.c_str() + at + key.size() + 3;
+  char* end = nullptr;
+  const double v = std::strtod(start, &end);
+  if (end == start) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
+RunLog::RunLog(const std::string& dir, const std::string& title, int64_t continue_after) : dir_(dir), title_(title) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw std::runtime_error("cannot create logging.dir '" + dir + "': " + ec.message());
+  std::string kept;  // rows of steps <= continue_after, also in history_ for loss.svg
+  if (continue_after >= 0) {
+    std::ifstream old(dir + "/metrics.jsonl");
+    for (std::string line; std::getline(old, line);) {
+      const auto step = json_number(line, "step");
+      if (!step || *step > static_cast<double>(continue_after)) continue;
+      StepMetrics m;
+      m.step = static_cast<int64_t>(*step);
+      m.loss = json_number(line, "loss").value_or(0);
+      m.lr = json_number(line, "lr").value_or(0);
+      m.grad_norm = json_number(line, "grad_norm").value_or(0);
+      m.eval_loss = json_number(line, "eval_loss");
+      history_.push_back(m);
+      kept += line + "\n";
+    }
+  }
   jsonl_.open(dir + "/metrics.jsonl", std::ios::trunc);
+  jsonl_ << kept;
   if (!jsonl_) throw std::runtime_error("cannot write '" + dir + "/metrics.jsonl'");
 }
 

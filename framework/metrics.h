@@ -33,7 +33,10 @@ std::string loss_svg(const std::vector<StepMetrics>& steps, const std::string& t
 // The run directory: metrics.jsonl appended per step (flushed), loss.svg at close.
 class RunLog {
  public:
-  RunLog(const std::string& dir, const std::string& title);  // creates dir; throws if it cannot
+  // Creates dir (throws if it cannot) and starts metrics.jsonl afresh, or, with
+  // continue_after = k >= 0 (a run resumed from the checkpoint of step k), keeps
+  // its rows of steps 1..k so the file goes on with k + 1 as one run's would.
+  RunLog(const std::string& dir, const std::string& title, int64_t continue_after = -1);
   void write_config(const std::string& toml_text);
   void append(const StepMetrics& m);
   void finish();  // writes loss.svg

@@ -37,6 +37,11 @@ class AdamW {
   // Bytes of optimizer state (exp_avg and exp_avg_sq) this rank holds.
   int64_t state_bytes() const;
   const std::vector<OptimSegment>& segments() const { return segs_; }
+  // The state of segments()[i] (1-D, segment-sized) and the update count t:
+  // what a checkpoint saves and restores (framework/checkpointing.h).
+  std::vector<at::Tensor>& exp_avg() { return m_; }
+  std::vector<at::Tensor>& exp_avg_sq() { return v_; }
+  void set_steps_taken(int64_t t) { t_ = t; }
 
  private:
   std::vector<OptimSegment> segs_;

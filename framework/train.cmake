@@ -1,6 +1,7 @@
 # libtorch parts of framework/: optimizer, trainer (with the schedule executor).
 add_library(trident_train STATIC
   ${CMAKE_CURRENT_LIST_DIR}/trainer.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/checkpointing.cpp
   ${CMAKE_CURRENT_LIST_DIR}/optimizer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/auto_split.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cpu_memory.cpp

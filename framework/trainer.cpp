@@ -18,6 +18,7 @@
 #include <ATen/Parallel.h>
 
 #include "framework/auto_split.h"
+#include "framework/checkpointing.h"
 #include "framework/cpu_memory.h"
 #include "framework/data/dataset.h"
 #include "framework/lr_schedule.h"
@@ -260,6 +261,12 @@ std::map<std::string, bool> tied_placement(const Run& r, int pp_rank) {
   return out;
 }
 
+std::vector<std::vector<Param>*> chunk_params_of(Run& r) {
+  std::vector<std::vector<Param>*> out;
+  for (auto& s : r.stages) out.push_back(&s->params());
+  return out;
+}
+
 void build(Run& r) {
   Config& c = r.cfg;
   if (c.training.device != "cpu")
@@ -320,6 +327,8 @@ void build(Run& r) {
     for (Param* p : params)
       if (!(p->info.tied_copy && tied_local.count(p->info.name) && tied_local.at(p->info.name)))
         r.local_params += p->tensor.numel();
+  // A checkpoint resumed later overwrites these (checkpoint.resume wins over init_from).
+  if (!c.model.init_from.empty()) init_from_pretrained(c, chunk_params_of(r));
   r.exec = std::make_unique<Executor>(raw, r.pgs->pp, r.schedule, c.training.micro_batch_size);
   r.flops_per_step = r.model->flops_per_token() * static_cast<double>(c.training.global_batch_size * c.model.seq_len);
 }
@@ -358,27 +367,32 @@ TrainSummary train(Config cfg) {
   // Every rank says what it holds (tests add these up across pipeline stages).
   std::cout << r.pgs->layout().describe(r.pgs->rank()) << ": "
             << summary.local_params << " local parameters of " << r.model_params << std::endl;
+  Checkpointer checkpointer(c, *r.pgs, chunk_params_of(r), *r.dp);
+  const int64_t first_step = checkpointer.restore();  // 0, or the step of the checkpoint resumed
   std::unique_ptr<RunLog> log;
   if (leader) {
     std::cout << "trident train: " << r.pgs->layout().describe() << ", schedule " << c.schedule.kind << " (m="
               << r.m << ", v=" << c.schedule.chunks << "), " << r.model_params << " parameters, peak "
               << peak / 1e9 << " GFLOP/s per rank\n--- effective config ---\n"
               << to_toml(c) << "------------------------" << std::endl;
-    log = std::make_unique<RunLog>(c.logging.dir, "Trident " + c.model.arch + " loss (" + c.source + ")");
+    log = std::make_unique<RunLog>(c.logging.dir, "Trident " + c.model.arch + " loss (" + c.source + ")",
+                                   first_step > 0 ? first_step : -1);
     log->write_config(to_toml(c));
   }
   const bool bar = leader && c.logging.progress && isatty(STDOUT_FILENO);
   const auto start = Clock::now();
-  for (int64_t step = 0; step < c.training.steps; ++step) {
+  for (int64_t step = first_step; step < c.training.steps; ++step) {
     StepMetrics m = train_step(r, step);
     m.mfu = m.tflops * 1e12 / (peak * static_cast<double>(r.pgs->world_size()));
     summary.steps.push_back(m);
-    if (!leader) continue;
-    log->append(m);
-    if (bar) std::cout << "\r\033[K";
-    if (m.step % c.logging.log_interval == 0 || m.step == c.training.steps || m.eval_loss)
-      std::cout << format_step_line(m, c.training.steps) << std::endl;  // flushed: ranks' output is piped
-    if (bar) std::cout << format_progress(m.step, c.training.steps, seconds_since(start)) << std::flush;
+    if (leader) {
+      log->append(m);
+      if (bar) std::cout << "\r\033[K";
+      if (m.step % c.logging.log_interval == 0 || m.step == c.training.steps || m.eval_loss)
+        std::cout << format_step_line(m, c.training.steps) << std::endl;  // flushed: ranks' output is piped
+      if (bar) std::cout << format_progress(m.step, c.training.steps, seconds_since(start)) << std::flush;
+    }
+    if (checkpointer.after_step(m.step)) break;  // saves when due; true at training.exit_after_steps
   }
   // Measured against predicted: the simulator on this run's action lists with
   // its measured mean F/B/I/W (a collective over the pipeline).
@@ -406,7 +420,7 @@ TrainSummary train(Config cfg) {
     double tok = 0, mfu = 0;
     for (const auto& m : summary.steps) tok += m.tokens_per_s, mfu += m.mfu;
     const double n = std::max<double>(1, static_cast<double>(summary.steps.size()));
-    std::cout << "done: " << c.training.steps << " steps in " << seconds_since(start) << " s | loss "
+    std::cout << "done: " << summary.steps.size() << " steps in " << seconds_since(start) << " s | loss "
               << (summary.steps.empty() ? 0.0 : summary.steps.front().loss) << " -> "
               << (summary.steps.empty() ? 0.0 : summary.steps.back().loss) << " | mean " << tok / n
               << " tok/s | mean MFU " << 100 * mfu / n << "% | wrote " << c.logging.dir

@@ -38,10 +38,6 @@ int cmd_train(int argc, char** argv) {
   }
   if (config_path.empty()) throw std::runtime_error("--config FILE is required (see trident train --help)");
   Config cfg = load_config(config_path, sets);
-  // No silent features: the trainer does not call init_from_hf (models/gpt/hf_gpt2.h) yet.
-  if (!cfg.model.init_from.empty())
-    throw std::runtime_error(cfg.source + ": model.init_from = \"" + cfg.model.init_from +
-                             "\" is not supported by `trident train` yet (use `trident eval/generate --init-from`)");
 #ifdef TRIDENT_HAVE_TORCH
   // Test-only fault injection (launch/fault.h); inert unless TRIDENT_FAULT is set.
   launch::FaultInjector fault(read_world_env().rank, cfg.logging.dir, cfg.training.steps);

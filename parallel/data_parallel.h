@@ -89,6 +89,9 @@ class DataParallel : public GradObserver {
   void step(double lr);
 
   int64_t optimizer_state_bytes() const { return opt_->state_bytes(); }
+  // This rank's AdamW (its segments are its ZeRO shard under zero = 1).
+  AdamW& optimizer() { return *opt_; }
+  bool zero() const { return o_.zero != 0; }
   int num_buckets() const { return static_cast<int>(buckets_.size()); }
 
  private:

@@ -208,6 +208,9 @@ TEST(Config, BadConfigsNameKeyValueAndExpectation) {
       {"file data without path", "[data]\nsource = \"file\"\n", {}, "data.source = \"file\" needs data.path"},
       {"nccl on cpu", "[parallel]\nbackend = \"nccl\"\n", {}, "parallel.backend = \"nccl\" needs training.device = \"cuda\""},
       {"checkpoint without dir", "[checkpoint]\ninterval = 5\n", {}, "checkpoint.interval = 5 needs checkpoint.dir"},
+      {"resume without dir", "[checkpoint]\nresume = true\n", {}, "checkpoint.resume = true needs checkpoint.dir"},
+      {"exit without dir", "", {"training.exit_after_steps=3"},
+       "training.exit_after_steps = 3 needs checkpoint.dir: the run would stop with nothing to continue from"},
       {"override without =", "", {"training.steps"}, "--set training.steps: expected section.key=value"},
       {"override without section", "", {"steps=3"}, "--set steps=3: expected section.key=value"},
       {"unknown override key", "", {"training.stepz=3"}, "--set training.stepz=3: unknown key training.stepz: keys of [training] are steps,"},
@@ -275,7 +278,7 @@ TEST(Config, ValidateCatchesProgrammaticValues) {
 
 TEST(Config, KeysTableDescribesTypesAndDefaults) {
   const auto keys = trident::config_keys();
-  EXPECT_EQ(keys.size(), 55u);
+  EXPECT_EQ(keys.size(), 57u);
   bool found = false;
   for (const auto& k : keys) {
     if (k.name != "parallel.dp") continue;

@@ -1,0 +1,208 @@
+// Training checkpoints end to end (framework/checkpointing.h): a run stopped
+// by training.exit_after_steps and resumed gives bit-identical per-step losses
+// and gradient norms to the run that never stopped; a checkpoint of one layout
+// continues under another within the contract's 1e-5; a rank SIGKILLed during
+// a save leaves the previous checkpoint loadable and exactly resumable; a
+// corrupted file or another model is an error naming file, tensor and shapes.
+// Every comparison goes through `trident compare` (its exit status) as a user
+// would run it, besides the in-process check that names the first bad step.
+#include <stdlib.h>
+
+#include <fstream>
+#include <regex>
+
+#include "regression_util.h"
+
+namespace trident::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+int compare_status(const std::string& a, const std::string& b, const std::string& rtol) {
+  const RunResult r = run_command(bin("trident") + " compare " + a + " " + b + " --rtol " + rtol);
+  if (r.status != 0) std::cout << r.output;
+  return r.status;
+}
+
+// The metrics of run directory `dir` (written by two processes) as one run.
+TrainRun logged(const std::string& dir) {
+  TrainRun t;
+  t.result.status = 0;
+  t.rows = read_metrics(dir + "/metrics.jsonl");
+  t.command = "(the stopped and resumed run in " + dir + ")";
+  return t;
+}
+
+std::vector<std::string> with(std::vector<std::string> sets, const std::vector<std::string>& more) {
+  sets.insert(sets.end(), more.begin(), more.end());
+  return sets;
+}
+
+// Trains `first` for all 20 steps with a checkpoint after step 10, then
+// resumes a copy of that step-10 checkpoint under `second` in a run directory
+// holding a copy of the first run's metrics: the second run keeps steps 1..10
+// and appends 11..20, as a run stopped after step 10 and resumed in place
+// would (CheckpointErrors below runs that in place with
+// training.exit_after_steps). Checks both ran; returns the first run's directory.
+std::string branch_and_resume(const TempDir& tmp, int nproc_first, const std::vector<std::string>& first,
+                              int nproc_second, const std::vector<std::string>& second) {
+  const TrainRun a = train_tiny(tmp.file("full"), nproc_first,
+                                with(first, {"checkpoint.dir=" + tmp.file("ck"), "checkpoint.interval=10"}));
+  EXPECT_TRUE(completed(a));
+  fs::create_directories(tmp.file("ck2"));
+  fs::create_directories(tmp.file("run"));
+  fs::copy(tmp.file("ck/step-00000010"), tmp.file("ck2/step-00000010"));
+  std::ofstream(tmp.file("ck2/latest")) << "step-00000010\n";
+  fs::copy_file(tmp.file("full/metrics.jsonl"), tmp.file("run/metrics.jsonl"));
+  const TrainRun b = train_tiny(tmp.file("run"), nproc_second,
+                                with(second, {"checkpoint.dir=" + tmp.file("ck2"), "checkpoint.resume=true"}));
+  EXPECT_TRUE(completed(b));  // 20 rows: 1..10 kept, 11..20 appended
+  EXPECT_NE(b.result.output.find("resumed from " + tmp.file("ck2/step-00000010")), std::string::npos)
+      << b.result.output;
+  return tmp.file("full");
+}
+
+// ---- exact resume: same layout, bit for bit ----------------------------------
+
+void exact_resume(const std::string& tag, int nproc, const std::vector<std::string>& layout) {
+  TempDir tmp(tag);
+  const std::string full = branch_and_resume(tmp, nproc, layout, nproc, layout);
+  EXPECT_TRUE(matches_reference(read_metrics(full + "/metrics.jsonl"), logged(tmp.file("run")), 0));
+  EXPECT_EQ(compare_status(full, tmp.file("run"), "0"), 0);
+}
+
+TEST(CheckpointResume, OneFOneBPipelineWithDpIsBitExact) {
+  exact_resume("resume-1f1b", 4, {"parallel.pp=2", "parallel.dp=2", "schedule.kind=1f1b"});
+}
+
+TEST(CheckpointResume, InterleavedWithZeroIsBitExact) {
+  exact_resume("resume-interleaved", 4, {"parallel.pp=2", "parallel.dp=2", "parallel.zero=1",
+                                         "schedule.kind=interleaved", "schedule.chunks=2"});
+}
+
+// ---- reshard: saved under one layout, resumed under another -------------------
+
+void reshard(const std::string& tag, int nproc_from, const std::vector<std::string>& from, int nproc_to,
+             const std::vector<std::string>& to) {
+  TempDir tmp(tag);
+  const std::string full = branch_and_resume(tmp, nproc_from, from, nproc_to, to);  // full: kept its layout
+  EXPECT_TRUE(matches_reference(read_metrics(full + "/metrics.jsonl"), logged(tmp.file("run")), 1e-5));
+  EXPECT_EQ(compare_status(full, tmp.file("run"), "1e-5"), 0);
+}
+
+TEST(CheckpointReshard, Tp2ToTp1) {
+  reshard("reshard-tp", 2, {"parallel.tp=2"}, 1, {"parallel.tp=1"});
+}
+
+TEST(CheckpointReshard, Pp4ToPp2WithUnevenLayers) {
+  reshard("reshard-pp", 4, {"parallel.pp=4"}, 2, {"parallel.pp=2", "parallel.pipeline_layers=[3, 5]"});
+}
+
+TEST(CheckpointReshard, Dp2WithZeroToDp1) {
+  reshard("reshard-dp", 2, {"parallel.dp=2", "parallel.zero=1"}, 1, {"parallel.dp=1"});
+}
+
+TEST(CheckpointReshard, Chunks2ToChunks1) {
+  reshard("reshard-chunks", 2, {"parallel.pp=2", "schedule.kind=interleaved", "schedule.chunks=2"}, 2,
+          {"parallel.pp=2", "schedule.kind=1f1b", "schedule.chunks=1"});
+}
+
+// ---- a rank killed during a save ----------------------------------------------
+
+TEST(CheckpointFaults, RankKilledDuringSaveLeavesThePreviousCheckpointAndResumesExactly) {
+  const std::vector<std::string> layout{"parallel.dp=2", "parallel.zero=1"};
+  const CachedRun full = cached_run(2, layout);
+  ASSERT_TRUE(completed(full.run));
+  TempDir tmp("kill-save");
+  const std::vector<std::string> ck{"checkpoint.dir=" + tmp.file("ck"), "checkpoint.interval=5"};
+  // Rank 1 writes its whole shard of step 10, then dies before the commit.
+  setenv("TRIDENT_SAVE_FAULT", "rank=1,step=10", 1);
+  const TrainRun killed = train_tiny(tmp.file("run"), 2, with(layout, ck));
+  unsetenv("TRIDENT_SAVE_FAULT");
+  EXPECT_NE(killed.result.status, 0) << killed.result.output;
+  EXPECT_NE(killed.result.output.find("killed by signal 9"), std::string::npos) << killed.result.output;
+  EXPECT_EQ(slurp(tmp.file("ck/latest")), "step-00000005\n");
+  EXPECT_TRUE(fs::exists(tmp.file("ck/step-00000010/rank-00001.json"))) << "rank 1 finished its shard";
+  EXPECT_FALSE(fs::exists(tmp.file("ck/step-00000010/manifest.json"))) << "but nothing committed step 10";
+
+  const TrainRun resumed = train_tiny(tmp.file("run"), 2, with(layout, with(ck, {"checkpoint.resume=true"})));
+  ASSERT_TRUE(completed(resumed)) << resumed.result.output;
+  EXPECT_NE(resumed.result.output.find("resumed from " + tmp.file("ck/step-00000005")), std::string::npos)
+      << resumed.result.output;
+  EXPECT_TRUE(matches_reference(full.run.rows, resumed, 0));
+  EXPECT_EQ(compare_status(full.dir, tmp.file("run"), "0"), 0);
+  // checkpoint.keep = 2: steps 15 and 20 remain, and the torn step 10 was replaced and pruned.
+  std::vector<std::string> steps;
+  for (const auto& d : fs::directory_iterator(tmp.file("ck")))
+    if (d.is_directory()) steps.push_back(d.path().filename().string());
+  std::sort(steps.begin(), steps.end());
+  EXPECT_EQ(steps, (std::vector<std::string>{"step-00000015", "step-00000020"}));
+}
+
+// ---- errors ---------------------------------------------------------------------
+
+TEST(CheckpointErrors, ExitAfterStepsResumesInPlaceAndBadCheckpointsAreErrors) {
+  const CachedRun reference = cached_run(1, {});
+  ASSERT_TRUE(completed(reference.run));
+  TempDir tmp("ckpt-errors");
+  const std::string ck = "checkpoint.dir=" + tmp.file("ck");
+  const TrainRun first = train_tiny(tmp.file("run"), 1, {ck, "training.exit_after_steps=2"});
+  ASSERT_EQ(first.result.status, 0) << first.result.output;
+  EXPECT_EQ(first.rows.size(), 2u);
+  EXPECT_NE(first.result.output.find("stopping after step 2 of 20"), std::string::npos) << first.result.output;
+  EXPECT_EQ(slurp(tmp.file("ck/latest")), "step-00000002\n");
+
+  // A fresh run must not silently interleave its saves with the ones there.
+  TrainRun r = train_tiny(tmp.file("run2"), 1, {ck});
+  EXPECT_NE(r.result.status, 0);
+  EXPECT_NE(r.result.output.find("already holds a checkpoint (step-00000002); set checkpoint.resume = true"),
+            std::string::npos)
+      << r.result.output;
+
+  // Another model: names the key, and a tensor with both shapes.
+  r = train_tiny(tmp.file("run2"), 1, {ck, "checkpoint.resume=true", "model.hidden=32", "model.heads=4"});
+  EXPECT_NE(r.result.status, 0);
+  EXPECT_NE(r.result.output.find("holds another model: model.hidden: 64 in the checkpoint, 32 in the config"),
+            std::string::npos)
+      << r.result.output;
+  EXPECT_NE(r.result.output.find("tensor embedding.word.weight is [256, 64] in the checkpoint but [256, 32] in this "
+                                 "model"),
+            std::string::npos)
+      << r.result.output;
+
+  // A missing tensor: `checkpoint init` writes weights only, no optimizer state.
+  const std::string init_ck = tmp.file("init-ck");
+  ASSERT_EQ(run_command(bin("trident") + " checkpoint init --config " + src("configs/gpt-tiny.toml") + " --out " +
+                        init_ck).status,
+            0);
+  r = train_tiny(tmp.file("run2"), 1, {"checkpoint.dir=" + init_ck, "checkpoint.resume=true"});
+  EXPECT_NE(r.result.status, 0);
+  EXPECT_NE(r.result.output.find("step-00000000 has no tensor optim.exp_avg."), std::string::npos) << r.result.output;
+
+  // The same command with resume on continues in place: 20 rows, bit for bit the uninterrupted run's.
+  const TrainRun resumed = train_tiny(tmp.file("run"), 1, {ck, "checkpoint.resume=true"});
+  EXPECT_TRUE(matches_reference(reference.run.rows, resumed, 0));
+  EXPECT_EQ(compare_status(reference.dir, tmp.file("run"), "0"), 0);
+  EXPECT_EQ(slurp(tmp.file("ck/latest")), "step-00000020\n");
+
+  // One flipped byte inside the word embedding's bytes (offset from the index).
+  const std::string index = slurp(tmp.file("ck/step-00000020/rank-00000.json"));
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(index, m, std::regex(R"("name": "embedding\.word\.weight"[^}]*"byte_offset": (\d+))")))
+      << index.substr(0, 400);
+  const std::string bin_file = tmp.file("ck/step-00000020/rank-00000.bin");
+  {
+    std::fstream f(bin_file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(std::stoll(m[1]) + 100);
+    const char c = static_cast<char>(f.get());
+    f.seekp(std::stoll(m[1]) + 100);
+    f.put(static_cast<char>(c ^ 0x40));
+  }
+  r = train_tiny(tmp.file("run3"), 1, {ck, "checkpoint.resume=true"});
+  EXPECT_NE(r.result.status, 0);
+  EXPECT_NE(r.result.output.find(bin_file + ": embedding.word.weight fails its checksum"), std::string::npos)
+      << r.result.output;
+}
+
+}  // namespace
+}  // namespace trident::testing
