@@ -76,6 +76,8 @@ struct TrainingConfig {
   int64_t threads = 1;              // intra-op threads per rank
   double peak_tflops = 0.0;         // device peak for MFU; 0 = measure a matmul at start-up
   std::string device = "cpu";       // "cpu" | "cuda"
+  std::string precision = "fp32";   // "fp32" | "bf16" (fp32 master weights and gradients)
+  std::string recompute = "none";   // "none" | "full" (each block) | "selective" (attention core)
 };
 
 struct DataConfig {

@@ -111,16 +111,22 @@ const at::Tensor& GptChunk::p(const std::string& name) const {
 at::Tensor GptChunk::attention(const std::string& pre, const at::Tensor& x) const {
   const int64_t heads = cfg_.heads / tp_.size(), hd = cfg_.hidden / cfg_.heads;
   at::Tensor qkv = column_parallel_linear(tp_, x, p(pre + ".qkv.weight"), p(pre + ".qkv.bias"));
-  const int64_t b = qkv.size(0), s = qkv.size(1);  // full sequence, also under SP
-  qkv = qkv.view({b, s, heads, 3, hd});
-  at::Tensor q = qkv.select(3, 0).transpose(1, 2);  // (b, heads/tp, s, hd)
-  at::Tensor k = qkv.select(3, 1).transpose(1, 2);
-  at::Tensor v = qkv.select(3, 2).transpose(1, 2);
-  at::Tensor att = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
-  at::Tensor future = at::ones({s, s}, at::TensorOptions().dtype(at::kBool).device(x.device())).triu(1);
-  att = at::softmax(att.masked_fill(future, -std::numeric_limits<float>::infinity()), -1);
-  if (cfg_.dropout > 0) att = at::dropout(att, cfg_.dropout, true);
-  at::Tensor y = at::matmul(att, v).transpose(1, 2).reshape({b, s, heads * hd});  // (b, s, hidden/tp)
+  const double dropout = cfg_.dropout;
+  // The attention core: (b, s, 3 hidden/tp) -> (b, s, hidden/tp), holding
+  // (b, heads/tp, s, s) scores; what selective recomputation drops.
+  auto core = [heads, hd, dropout](const at::Tensor& qkv_flat) {
+    const int64_t b = qkv_flat.size(0), s = qkv_flat.size(1);  // full sequence, also under SP
+    at::Tensor qkv5 = qkv_flat.view({b, s, heads, 3, hd});
+    at::Tensor q = qkv5.select(3, 0).transpose(1, 2);  // (b, heads/tp, s, hd)
+    at::Tensor k = qkv5.select(3, 1).transpose(1, 2);
+    at::Tensor v = qkv5.select(3, 2).transpose(1, 2);
+    at::Tensor att = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
+    at::Tensor future = at::ones({s, s}, at::TensorOptions().dtype(at::kBool).device(qkv_flat.device())).triu(1);
+    att = at::softmax(att.masked_fill(future, -std::numeric_limits<float>::infinity()), -1);
+    if (dropout > 0) att = at::dropout(att, dropout, true);
+    return at::matmul(att, v).transpose(1, 2).reshape({b, s, heads * hd});  // (b, s, hidden/tp)
+  };
+  at::Tensor y = recompute_ == Recompute::kSelective ? trident::recompute(core, qkv) : core(qkv);
   return row_parallel_linear(tp_, y, p(pre + ".proj.weight"), p(pre + ".proj.bias"));
 }
 
@@ -154,7 +160,12 @@ at::Tensor GptChunk::run(const at::Tensor& input, const at::Tensor& targets) con
     x = x + pos;
     if (cfg_.dropout > 0) x = at::dropout(x, cfg_.dropout, true);
   }
-  for (int64_t l = spec_.first_layer; l < spec_.first_layer + spec_.num_layers; ++l) x = block(l, x);
+  for (int64_t l = spec_.first_layer; l < spec_.first_layer + spec_.num_layers; ++l) {
+    if (recompute_ == Recompute::kFull)
+      x = trident::recompute([this, l](const at::Tensor& in) { return block(l, in); }, x);
+    else
+      x = block(l, x);
+  }
   if (!spec_.has_head) return x;
   x = at::layer_norm(x, {cfg_.hidden}, p("final_ln.weight"), p("final_ln.bias"), cfg_.layernorm_eps);
   const at::Tensor& word = p("head.word.weight");

@@ -60,6 +60,9 @@ class GptChunk : public Stage {
   at::Tensor logits(const at::Tensor& ids) const;
 
   std::vector<Param>& params() override { return params_; }
+  // full: each block keeps only its input; selective: attention keeps qkv,
+  // not its (batch, heads, seq, seq) scores and probabilities.
+  void set_recompute(Recompute mode) override { recompute_ = mode; }
   const std::vector<Param>& params() const { return params_; }
   const ChunkSpec& spec() const { return spec_; }
 
@@ -74,6 +77,7 @@ class GptChunk : public Stage {
   ChunkSpec spec_;
   TpContext tp_;
   std::vector<Param> params_;
+  Recompute recompute_ = Recompute::kNone;
   std::vector<std::pair<std::string, size_t>> index_;  // name -> params_ position (small, linear scan)
 };
 

@@ -263,7 +263,7 @@ TEST(Config, ValidateCatchesProgrammaticValues) {
 
 TEST(Config, KeysTableDescribesTypesAndDefaults) {
   const auto keys = trident::config_keys();
-  EXPECT_EQ(keys.size(), 53u);
+  EXPECT_EQ(keys.size(), 55u);
   bool found = false;
   for (const auto& k : keys) {
     if (k.name != "parallel.dp") continue;
