@@ -219,8 +219,6 @@ void build(Run& r) {
   if (c.training.device != "cpu")
     throw std::runtime_error("training.device = \"" + c.training.device +
                              "\": this trainer runs on CPU only so far (CUDA tensors are not wired in yet)");
-  if (c.training.precision != "fp32")
-    throw std::runtime_error("training.precision = \"" + c.training.precision + "\" is not implemented yet");
   const WorldEnv env = read_world_env();
   resolve_world(c, env.world_size);
   r.m = num_microbatches(c);
@@ -243,6 +241,7 @@ void build(Run& r) {
   for (int chunk = 0; chunk < r.schedule.chunks; ++chunk) {
     r.stages.push_back(r.model->make_stage(r.schedule.stage_of(pp_rank, chunk), stages, r.tp, c.training.seed));
     r.stages.back()->set_recompute(parse_recompute(c.training.recompute));
+    r.stages.back()->set_compute_dtype(c.training.precision == "bf16" ? at::kBFloat16 : at::kFloat);
     raw.push_back(r.stages.back().get());
     chunk_params.emplace_back();
     for (Param& prm : r.stages.back()->params()) chunk_params.back().push_back(&prm);

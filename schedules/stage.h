@@ -40,6 +40,11 @@ class Stage {
   virtual void set_recompute(Recompute mode) {
     if (mode != Recompute::kNone) throw std::invalid_argument("this model does not support activation recomputation");
   }
+  // Mixed precision (NOTE [bf16] in models/gpt/gpt.h): the dtype of the
+  // matmuls; parameters, gradients and boundary tensors stay fp32.
+  virtual void set_compute_dtype(at::ScalarType dtype) {
+    if (dtype != at::kFloat) throw std::invalid_argument("this model does not support mixed precision");
+  }
 };
 
 // A parameter with copies in several virtual stages (a word embedding tied to

@@ -102,10 +102,30 @@ GptChunk::GptChunk(const ModelConfig& cfg, const ChunkSpec& spec, const TpContex
   }
 }
 
-const at::Tensor& GptChunk::p(const std::string& name) const {
+const at::Tensor& GptChunk::master(const std::string& name) const {
   for (const auto& [n, i] : index_)
     if (n == name) return params_[i].tensor;
   throw std::logic_error("GptChunk has no parameter " + name);
+}
+
+void GptChunk::set_recompute(Recompute mode) {
+  // Recomputation replays the CPU generator's state, but a test found the
+  // losses of a dropout run still differ from not recomputing: refused until
+  // that is understood.
+  if (mode != Recompute::kNone && cfg_.dropout > 0)
+    throw std::invalid_argument("training.recompute with model.dropout > 0 is not supported yet (set dropout = 0)");
+  recompute_ = mode;
+}
+
+at::Tensor GptChunk::p(const std::string& name) const {
+  const at::Tensor& t = master(name);
+  return compute_ == at::kFloat ? t : t.to(compute_);
+}
+
+at::Tensor GptChunk::norm(const std::string& pre, const at::Tensor& x) const {
+  return at::layer_norm(x.to(at::kFloat), {cfg_.hidden}, master(pre + ".weight"), master(pre + ".bias"),
+                        cfg_.layernorm_eps)
+      .to(x.scalar_type());
 }
 
 at::Tensor GptChunk::attention(const std::string& pre, const at::Tensor& x) const {
@@ -122,7 +142,8 @@ at::Tensor GptChunk::attention(const std::string& pre, const at::Tensor& x) cons
     at::Tensor v = qkv5.select(3, 2).transpose(1, 2);
     at::Tensor att = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
     at::Tensor future = at::ones({s, s}, at::TensorOptions().dtype(at::kBool).device(qkv_flat.device())).triu(1);
-    att = at::softmax(att.masked_fill(future, -std::numeric_limits<float>::infinity()), -1);
+    att = at::softmax(att.to(at::kFloat).masked_fill(future, -std::numeric_limits<float>::infinity()), -1)
+              .to(qkv_flat.scalar_type());  // softmax in fp32
     if (dropout > 0) att = at::dropout(att, dropout, true);
     return at::matmul(att, v).transpose(1, 2).reshape({b, s, heads * hd});  // (b, s, hidden/tp)
   };
@@ -132,11 +153,10 @@ at::Tensor GptChunk::attention(const std::string& pre, const at::Tensor& x) cons
 
 at::Tensor GptChunk::block(int64_t layer, const at::Tensor& x) const {
   const std::string pre = "layers." + std::to_string(layer);
-  const double eps = cfg_.layernorm_eps;
   auto resid_dropout = [&](at::Tensor t) { return cfg_.dropout > 0 ? at::dropout(t, cfg_.dropout, true) : t; };
-  at::Tensor h = at::layer_norm(x, {cfg_.hidden}, p(pre + ".ln1.weight"), p(pre + ".ln1.bias"), eps);
+  at::Tensor h = norm(pre + ".ln1", x);
   at::Tensor out = x + resid_dropout(attention(pre + ".attn", h));
-  h = at::layer_norm(out, {cfg_.hidden}, p(pre + ".ln2.weight"), p(pre + ".ln2.bias"), eps);
+  h = norm(pre + ".ln2", out);
   h = column_parallel_linear(tp_, h, p(pre + ".mlp.fc.weight"), p(pre + ".mlp.fc.bias"));  // (b, s, ffn/tp)
   h = at::gelu(h, "tanh");
   h = row_parallel_linear(tp_, h, p(pre + ".mlp.proj.weight"), p(pre + ".mlp.proj.bias"));
@@ -148,7 +168,7 @@ std::vector<int64_t> GptChunk::hidden_shape(int64_t mbs) const {
 }
 
 at::Tensor GptChunk::run(const at::Tensor& input, const at::Tensor& targets) const {
-  at::Tensor x = input;
+  at::Tensor x = spec_.has_embedding ? input : input.to(compute_);  // boundaries are fp32 (NOTE [bf16])
   if (spec_.has_embedding) {
     const at::Tensor& word = p("embedding.word.weight");
     x = vocab_parallel_embedding(tp_, input, word, tp_.rank() * word.size(0));  // (b, s[/tp], hidden)
@@ -166,10 +186,10 @@ at::Tensor GptChunk::run(const at::Tensor& input, const at::Tensor& targets) con
     else
       x = block(l, x);
   }
-  if (!spec_.has_head) return x;
-  x = at::layer_norm(x, {cfg_.hidden}, p("final_ln.weight"), p("final_ln.bias"), cfg_.layernorm_eps);
+  if (!spec_.has_head) return x.to(at::kFloat);
+  x = norm("final_ln", x);
   const at::Tensor& word = p("head.word.weight");
-  at::Tensor logits = column_parallel_linear(tp_, x, word, at::Tensor());  // (b, s, vocab/tp)
+  at::Tensor logits = column_parallel_linear(tp_, x, word, at::Tensor()).to(at::kFloat);  // (b, s, vocab/tp)
   return vocab_parallel_cross_entropy(tp_, logits, targets, tp_.rank() * word.size(0), cfg_.vocab_size).mean();
 }
 
@@ -204,8 +224,10 @@ at::Tensor GptChunk::logits(const at::Tensor& ids) const {
   const at::Tensor& word = p("embedding.word.weight");
   at::Tensor x = vocab_parallel_embedding(tp_, ids, word, 0) + p("embedding.position.weight").narrow(0, 0, ids.size(1));
   for (int64_t l = spec_.first_layer; l < spec_.first_layer + spec_.num_layers; ++l) x = block(l, x);
-  x = at::layer_norm(x, {cfg_.hidden}, p("final_ln.weight"), p("final_ln.bias"), cfg_.layernorm_eps);
-  return column_parallel_linear(tp_, x, p("head.word.weight"), at::Tensor()).narrow(-1, 0, cfg_.vocab_size);
+  x = norm("final_ln", x);
+  return column_parallel_linear(tp_, x, p("head.word.weight"), at::Tensor())
+      .narrow(-1, 0, cfg_.vocab_size)
+      .to(at::kFloat);
 }
 
 }  // namespace trident
