@@ -45,7 +45,7 @@ struct Rule {
   double hi = kInf;
   bool lo_open = false;
   bool hi_open = false;
-  bool minus_one_ok = false;         // parallel.dp: -1 means "world / (tp * pp)"
+  bool minus_one_ok = false;         // parallel.dp: -1 means "world / (tp * pp)"; an array: "auto" is [-1]
   std::vector<std::string> choices;  // strings: the allowed values; empty = any
 };
 
@@ -66,6 +66,13 @@ Rule unit_open() {  // [0, 1)
   r.hi_open = true;
   return r;
 }
+// An array of integers >= 1, or the string "auto" (stored as [-1]).
+Rule auto_or_array_at_least_1() {
+  Rule r = at_least(1);
+  r.minus_one_ok = true;
+  return r;
+}
+
 Rule auto_or_at_least_1() {
   Rule r = at_least(1);
   r.minus_one_ok = true;
@@ -128,8 +135,8 @@ const std::vector<Field>& fields() {
                     "data-parallel size; -1 = world size / (tp * pp)"),
       TRIDENT_FIELD(parallel, sequence_parallel, any(),
                     "shard LayerNorm/dropout regions along the sequence over tp"),
-      TRIDENT_FIELD(parallel, pipeline_layers, at_least(1),
-                    "layers per model chunk (pp * chunks entries); empty = uniform split"),
+      TRIDENT_FIELD(parallel, pipeline_layers, auto_or_array_at_least_1(),
+                    "layers per model chunk (pp * chunks entries); empty = uniform; \"auto\" = balanced by a profiling pass"),
       TRIDENT_FIELD(parallel, backend, one_of({"auto", "gloo", "nccl"}),
                     "collective backend; auto = nccl on cuda, gloo on cpu"),
       TRIDENT_FIELD(parallel, timeout_s, positive(), "timeout of every collective, in seconds"),
@@ -181,6 +188,8 @@ const std::vector<Field>& fields() {
       TRIDENT_FIELD(logging, dir, any(), "run directory: config.toml, metrics.jsonl, loss.svg"),
       TRIDENT_FIELD(logging, log_interval, at_least(1), "print a step line every N steps"),
       TRIDENT_FIELD(logging, progress, any(), "progress bar when stdout is a terminal"),
+      TRIDENT_FIELD(logging, trace, any(), "write trace.json and timeline.svg of step trace_step"),
+      TRIDENT_FIELD(logging, trace_step, at_least(1), "the step logging.trace records"),
   };
   return table;
 }
@@ -271,6 +280,7 @@ std::string format_field(const Field& f, const Config& c) {
     case Kind::Bool: return f.get<bool>(c) ? "true" : "false";
     case Kind::String: return quote(f.get<std::string>(c));
     case Kind::IntList: {
+      if (f.rule.minus_one_ok && f.get<std::vector<int64_t>>(c) == std::vector<int64_t>{-1}) return quote("auto");
       std::string out = "[";
       for (int64_t v : f.get<std::vector<int64_t>>(c))
         out += (out.size() > 1 ? ", " : "") + std::to_string(v);
@@ -313,7 +323,8 @@ std::string expectation(const Field& f) {
       for (size_t i = 0; i < r.choices.size(); ++i) out += (i ? ", " : "") + quote(r.choices[i]);
       return out;
     }
-    case Kind::IntList: return "an array of integers" + bounds_text(r);
+    case Kind::IntList:
+      return (r.minus_one_ok ? "\"auto\" or an array of integers" : "an array of integers") + bounds_text(r);
   }
   return "?";
 }
@@ -352,6 +363,7 @@ bool allowed(const Field& f, const Config& c) {
       return false;
     }
     case Kind::IntList:
+      if (r.minus_one_ok && f.get<std::vector<int64_t>>(c) == std::vector<int64_t>{-1}) return true;
       for (int64_t v : f.get<std::vector<int64_t>>(c))
         if (!in_bounds(r, static_cast<double>(v))) return false;
       return true;
@@ -387,6 +399,10 @@ bool assign(const Field& f, const toml::node& n, Config& c) {
       f.get<std::string>(c) = n.as_string()->get();
       return true;
     case Kind::IntList: {
+      if (f.rule.minus_one_ok && n.is_string() && n.as_string()->get() == "auto") {
+        f.get<std::vector<int64_t>>(c) = {-1};
+        return true;
+      }
       const toml::array* arr = n.as_array();
       if (!arr) return false;
       std::vector<int64_t> out;
@@ -473,6 +489,10 @@ void apply_override(const std::string& ov, Config& c, const std::string& name) {
     if (!allowed(*f, c)) bad_value(where, *f, quote(text), "");
     return;
   }
+  if (f->kind == Kind::IntList && f->rule.minus_one_ok && text == "auto") {  // --set parallel.pipeline_layers=auto
+    f->get<std::vector<int64_t>>(c) = {-1};
+    return;
+  }
   if (!ok) bad_value(where, *f, text, " (values are read as TOML)");
   set_field(*f, *parsed.get("v"), c, where, "");
 }
@@ -540,7 +560,11 @@ void validate(const Config& c) {
   }
 
   const int64_t model_chunks = p.pp * s.chunks;
-  if (p.pipeline_layers.empty()) {
+  if (p.auto_split()) {
+    if (m.layers < model_chunks)
+      fail(c, "parallel.pipeline_layers = \"auto\" needs at least one layer per model chunk: model.layers (" +
+                  n(m.layers) + ") < parallel.pp x schedule.chunks (" + n(model_chunks) + ")");
+  } else if (p.pipeline_layers.empty()) {
     if (m.layers % model_chunks != 0) {
       fail(c, "model.layers (" + n(m.layers) + ") must be divisible by parallel.pp (" + n(p.pp) +
                   ") x schedule.chunks (" + n(s.chunks) + ") = " + n(model_chunks) +

@@ -44,9 +44,11 @@ struct ParallelConfig {
   int64_t pp = 1;                            // pipeline-parallel size
   int64_t dp = -1;                           // data-parallel size; -1 = world / (tp * pp)
   bool sequence_parallel = false;            // shard LayerNorm/dropout regions along seq
-  std::vector<int64_t> pipeline_layers;      // explicit layers per chunk (pp * chunks entries); empty = uniform
+  std::vector<int64_t> pipeline_layers;      // explicit layers per chunk (pp * chunks entries); empty = uniform;
+                                             // [-1] = "auto" (balanced by a profiling pass, see auto_split())
   std::string backend = "auto";              // "auto" | "gloo" | "nccl"
   double timeout_s = 60.0;                   // collective timeout in seconds
+  bool auto_split() const { return pipeline_layers == std::vector<int64_t>{-1}; }
   double dp_bucket_mb = 25.0;                // data-parallel gradient bucket size, MiB
   bool overlap_grad_reduce = true;           // reduce buckets during the backward
   int64_t zero = 0;                          // 0 | 1 (ZeRO-1: optimizer state sharded over dp)
@@ -98,6 +100,8 @@ struct LoggingConfig {
   std::string dir = "runs/default";  // run directory: config.toml, metrics.jsonl, loss.svg
   int64_t log_interval = 1;          // print a step line every N steps
   bool progress = true;              // progress bar when stdout is a terminal
+  bool trace = false;                // write trace.json and timeline.svg of step trace_step
+  int64_t trace_step = 2;            // the step logging.trace records
 };
 
 struct Config {

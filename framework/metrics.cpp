@@ -32,6 +32,9 @@ std::string to_json(const StepMetrics& m) {
      << ",\"grad_norm\":" << num(m.grad_norm) << ",\"step_time_s\":" << num(m.step_time_s)
      << ",\"tokens_per_s\":" << num(m.tokens_per_s) << ",\"tflops\":" << num(m.tflops) << ",\"mfu\":" << num(m.mfu)
      << ",\"grad_sync_s\":" << num(m.grad_sync_s) << ",\"optimizer_state_bytes\":" << m.optimizer_state_bytes;
+  os << ",\"bubble\":" << num(m.bubble);
+  // Flat keys (busy_s_stage0, ...): every metrics.jsonl row stays a flat object.
+  for (size_t i = 0; i < m.stage_busy_s.size(); ++i) os << ",\"busy_s_stage" << i << "\":" << num(m.stage_busy_s[i]);
   if (m.eval_loss) os << ",\"eval_loss\":" << num(*m.eval_loss);
   os << "}";
   return os.str();
@@ -41,7 +44,8 @@ std::string format_step_line(const StepMetrics& m, int64_t total_steps) {
   std::ostringstream os;
   os << "step " << m.step << "/" << total_steps << " | loss " << fmt("%.4f", m.loss) << " | lr " << fmt("%.2e", m.lr)
      << " | grad-norm " << fmt("%.3f", m.grad_norm) << " | " << fmt("%.1f", m.tokens_per_s / 1000.0) << "k tok/s | "
-     << fmt("%.3f", m.tflops) << " TFLOP/s | MFU " << fmt("%.1f", 100.0 * m.mfu) << "%";
+     << fmt("%.3f", m.tflops) << " TFLOP/s | MFU " << fmt("%.1f", 100.0 * m.mfu) << "% | bubble "
+     << fmt("%.1f", 100.0 * m.bubble) << "%";
   if (m.eval_loss) os << " | eval-loss " << fmt("%.4f", *m.eval_loss);
   return os.str();
 }

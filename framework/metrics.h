@@ -17,6 +17,8 @@ struct StepMetrics {
   double step_time_s = 0, tokens_per_s = 0, tflops = 0, mfu = 0;
   double grad_sync_s = 0;             // exposed gradient-reduction time (not hidden by the backward)
   int64_t optimizer_state_bytes = 0;  // AdamW state held by this rank (falls to ~1/dp with ZeRO-1)
+  double bubble = 0;                  // measured: idle / (p x pipeline time) over rank 0's pipeline
+  std::vector<double> stage_busy_s;   // per pipeline stage: compute time in this step (busy_s_stageI)
   std::optional<double> eval_loss;
 };
 

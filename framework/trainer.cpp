@@ -17,16 +17,19 @@
 
 #include <ATen/Parallel.h>
 
+#include "framework/auto_split.h"
 #include "framework/cpu_memory.h"
 #include "framework/data/dataset.h"
 #include "framework/lr_schedule.h"
 #include "framework/optimizer.h"
+#include "framework/pipeline_measure.h"
 #include "models/registry.h"
 #include "parallel/data_parallel.h"
 #include "parallel/layout.h"
 #include "parallel/process_groups.h"
 #include "schedules/executor.h"
 #include "schedules/generators.h"
+#include "schedules/render.h"
 #include "schedules/validate.h"
 
 namespace trident {
@@ -34,6 +37,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double micros(Clock::time_point t) { return std::chrono::duration<double, std::micro>(t.time_since_epoch()).count(); }
 
 // The schedule this run executes, checked before any process group exists.
 sched::Schedule build_schedule(const Config& cfg, int64_t m) {
@@ -121,7 +125,30 @@ struct Run {
   int64_t model_params = 0;
   int64_t local_params = 0;  // parameters this rank steps (a local tied copy counts once)
   ExecutorStats peak;  // the largest in-flight count and boundary bytes of any step
+  CostAccumulator costs;  // measured F/B/I/W, for the simulator's prediction of this run
+  double span_sum_s = 0;  // pipeline time (slowest rank's executor run) summed over measured steps
+  int64_t measured_steps = 0;
 };
+
+// logging.trace: every rank's recording of this step goes to rank 0, which
+// writes trace.json (all ranks, with grad-sync and optimizer phases) and
+// timeline.svg (rank 0's pipeline, drawn like `trident schedule --format svg`).
+void write_trace(Run& r, int64_t step, double origin_us, const std::vector<sched::Phase>& phases) {
+  const sched::RankRecording mine{r.pgs->rank(), origin_us, r.exec->timeline(), phases};
+  const std::vector<std::string> texts = gather_strings(r.pgs->world, sched::to_text(mine));
+  if (r.pgs->rank() != 0) return;
+  std::vector<sched::RankRecording> all;
+  for (size_t i = 0; i < texts.size(); ++i) all.push_back(sched::recording_from_text(texts[i], static_cast<int>(i)));
+  const std::string title = "step " + std::to_string(step) + ", " + r.pgs->layout().describe() + ", " +
+                            r.cfg.schedule.kind + " m=" + std::to_string(r.m) + " v=" +
+                            std::to_string(r.cfg.schedule.chunks);
+  std::ofstream(r.cfg.logging.dir + "/trace.json") << sched::render_chrome_ranks(all, title);
+  std::vector<sched::RankRecording> pipeline;
+  for (int g : r.pgs->pp.members) pipeline.push_back(all.at(static_cast<size_t>(g)));
+  std::ofstream(r.cfg.logging.dir + "/timeline.svg")
+      << sched::render_svg(sched::to_timeline(pipeline, static_cast<int>(r.m), r.schedule.chunks),
+                           "measured step " + std::to_string(step) + ", " + r.cfg.schedule.kind + ", ms");
+}
 
 MicroBatch load_micro_batch(const Run& r, const data::GptDataset& ds, int64_t step, int mb) {
   const auto& c = r.cfg;
@@ -155,6 +182,7 @@ double evaluate(Run& r) {
 StepMetrics train_step(Run& r, int64_t step) {
   const auto& t = r.cfg.training;
   const auto start = Clock::now();
+  r.exec->progress().set_step(step + 1);
   r.dp->zero_grads();
 
   const auto& actions = r.schedule.ranks.at(r.pgs->layout().coords(r.pgs->rank()).pp);
@@ -165,9 +193,19 @@ StepMetrics train_step(Run& r, int64_t step) {
   r.peak.peak_boundary_bytes = std::max(r.peak.peak_boundary_bytes, stats.peak_boundary_bytes);
   r.peak.peak_activation_bytes = std::max(r.peak.peak_activation_bytes, stats.peak_activation_bytes);
 
+  const PipelineStep pipe = measure_pipeline_step(r.pgs->pp, *r.exec);
+  if (step > 0 || t.steps == 1) {  // the first step warms caches up: keep it out of the means
+    r.costs.add(*r.exec);
+    r.span_sum_s += pipe.span_s;
+    ++r.measured_steps;
+  }
+
+  r.exec->progress().phase("grad-sync");
   const auto sync_start = Clock::now();
   r.dp->finish_grad_sync();  // what of the gradient reduction the backward did not hide
   const double sync_s = seconds_since(sync_start);
+  const auto opt_start = Clock::now();
+  r.exec->progress().phase("optimizer");
   const double norm = r.dp->grad_norm();
   if (!std::isfinite(norm))  // every rank sees the same norm, so all stop together
     throw std::runtime_error("step " + std::to_string(step + 1) + ": the gradient norm is " + std::to_string(norm) +
@@ -175,6 +213,11 @@ StepMetrics train_step(Run& r, int64_t step) {
   if (t.grad_clip > 0 && norm > t.grad_clip) r.dp->scale_grads(t.grad_clip / (norm + 1e-6));
   const double lr = lr_at(step, t.steps, t.warmup_steps, t.lr, t.min_lr);
   r.dp->step(lr);
+  const auto opt_end = Clock::now();
+  if (r.cfg.logging.trace && step + 1 == r.cfg.logging.trace_step)
+    write_trace(r, step + 1, micros(start),
+                {{"grad-sync", micros(sync_start), micros(opt_start)}, {"optimizer", micros(opt_start), micros(opt_end)}});
+  r.exec->progress().phase("loss-reduce");
 
   StepMetrics m;
   m.step = step + 1;
@@ -183,10 +226,13 @@ StepMetrics train_step(Run& r, int64_t step) {
   m.grad_norm = norm;
   m.step_time_s = seconds_since(start);
   m.grad_sync_s = sync_s;
+  m.bubble = pipe.bubble;
+  m.stage_busy_s = pipe.stage_busy_s;
   m.optimizer_state_bytes = r.dp->optimizer_state_bytes();
   m.tokens_per_s = static_cast<double>(t.global_batch_size * r.cfg.model.seq_len) / m.step_time_s;
   m.tflops = r.flops_per_step / m.step_time_s / 1e12;
   if (t.eval_interval > 0 && (step + 1) % t.eval_interval == 0) m.eval_loss = evaluate(r);
+  r.exec->progress().done();
   return m;
 }
 
@@ -222,8 +268,10 @@ void build(Run& r) {
   const WorldEnv env = read_world_env();
   resolve_world(c, env.world_size);
   r.m = num_microbatches(c);
+  if (c.logging.trace && c.logging.trace_step > c.training.steps)
+    throw std::runtime_error("logging.trace_step = " + std::to_string(c.logging.trace_step) + " but training.steps = " +
+                             std::to_string(c.training.steps) + ": no step would be traced");
   r.schedule = build_schedule(c, r.m);  // schedule errors before any rendezvous
-  r.model = make_model(c);
   r.train_tokens = open_tokens(c, "train");
   r.train_data = std::make_unique<data::GptDataset>(r.train_tokens.view, c.model.seq_len, c.training.seed);
   if (c.training.eval_interval > 0) {
@@ -235,6 +283,12 @@ void build(Run& r) {
   r.pgs = std::make_unique<ProcessGroups>(env, layout, c.parallel.backend,
                                           std::chrono::milliseconds(static_cast<int64_t>(c.parallel.timeout_s * 1000)));
   r.tp = TpContext{&r.pgs->tp, c.parallel.sequence_parallel};
+  if (c.parallel.auto_split()) {
+    const AutoSplit split = choose_auto_split(*make_model(c), r.schedule, c.training.micro_batch_size, r.pgs->world);
+    c.parallel.pipeline_layers = split.layers;  // the effective config records the choice
+    if (r.pgs->rank() == 0) std::cout << split.describe() << std::endl;
+  }
+  r.model = make_model(c);
   const int stages = r.schedule.virtual_stages(), pp_rank = layout.coords(env.rank).pp;
   std::vector<Stage*> raw;
   std::vector<std::vector<Param*>> chunk_params;
@@ -328,9 +382,29 @@ TrainSummary train(Config cfg) {
       std::cout << format_step_line(m, c.training.steps) << std::endl;  // flushed: ranks' output is piped
     if (bar) std::cout << format_progress(m.step, c.training.steps, seconds_since(start)) << std::flush;
   }
+  // Measured against predicted: the simulator on this run's action lists with
+  // its measured mean F/B/I/W (a collective over the pipeline).
+  const sched::TimelineStats predicted = r.costs.predict(r.pgs->pp, r.schedule);
   if (leader) {
     if (bar) std::cout << "\r\033[K";
     log->finish();
+    double bubble = 0;
+    for (const auto& m : summary.steps) bubble += m.bubble;
+    const auto& mc = r.costs.costs;
+    const double span_ms = 1000.0 * r.span_sum_s / static_cast<double>(std::max<int64_t>(1, r.measured_steps));
+    std::cout << "pipeline: bubble mean " << 100 * bubble / std::max<double>(1, static_cast<double>(summary.steps.size()))
+              << "% measured, " << 100 * predicted.bubble_fraction << "% predicted | pipeline time " << span_ms
+              << " ms measured, " << predicted.step_time << " ms predicted | from mean F " << mc.f << " B " << mc.b
+              << " I " << mc.i << " W " << mc.w << " ms per chunk, equal stages, no link latency" << std::endl;
+    // Mean busy time per stage: an unbalanced split shows as one stage busier than the rest.
+    std::vector<double> busy;
+    for (const auto& m : summary.steps) {
+      busy.resize(m.stage_busy_s.size());
+      for (size_t i = 0; i < busy.size(); ++i) busy[i] += 1000.0 * m.stage_busy_s[i] / static_cast<double>(summary.steps.size());
+    }
+    std::cout << "pipeline: mean busy ms per stage:";
+    for (double b : busy) std::cout << " " << b;
+    std::cout << std::endl;
     double tok = 0, mfu = 0;
     for (const auto& m : summary.steps) tok += m.tokens_per_s, mfu += m.mfu;
     const double n = std::max<double>(1, static_cast<double>(summary.steps.size()));

@@ -14,5 +14,6 @@ int cmd_checkpoint(int argc, char** argv);  // `checkpoint init`: a config's ini
 int cmd_export(int argc, char** argv);      // checkpoint -> Hugging Face GPT-2 directory
 int cmd_eval(int argc, char** argv);        // loss of a text under a checkpoint / HF model
 int cmd_generate(int argc, char** argv);    // sample a continuation of a prompt
+int cmd_bench(int argc, char** argv);     // `bench bubble|throughput`: measured pipelines
 
 }  // namespace trident::cli

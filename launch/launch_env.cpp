@@ -126,6 +126,7 @@ Environment rank_environment(const LaunchOptions& o, int local_rank, int master_
   };
   // Ranks share the cores; one OpenMP thread each unless the user chose otherwise.
   if (std::getenv("OMP_NUM_THREADS") == nullptr) env.emplace_back("OMP_NUM_THREADS", "1");
+  if (!o.progress_dir.empty()) env.emplace_back("TRIDENT_PROGRESS_DIR", o.progress_dir);
   return env;
 }
 

@@ -23,6 +23,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <sstream>
+#include <string>
+
+#include "launch/diagnose.h"
 
 namespace trident::launch {
 
@@ -293,6 +297,7 @@ class Supervisor {
  public:
   Supervisor(const LaunchOptions& options, int master_port) : o_(options), port_(master_port) {}
   int run();
+  const FirstFailure& first_failure() const { return first_failure_; }
 
  private:
   void start_rank(int local_rank);
@@ -312,6 +317,7 @@ class Supervisor {
   SignalRelay signals_;  // declared before ranks_: outlives the final reaping
   RankSet ranks_;
   std::optional<int> exit_code_;  // set once, by the first cause of stopping
+  FirstFailure first_failure_;
   bool stopping_ = false;
   bool killed_ = false;
   Clock::time_point kill_deadline_{};
@@ -423,6 +429,7 @@ void Supervisor::on_failure(Rank& r) {
   }
   say(msg);
   exit_code_ = exit_code_of(r.status);
+  first_failure_ = {r.rank, describe_wait_status(r.status)};
   stop_all(SIGTERM);
 }
 
@@ -496,11 +503,53 @@ int Supervisor::run() {
 
 }  // namespace
 
+namespace {
+
+// A temporary progress directory, removed with its records on destruction
+// (RAII); a directory the caller named is left alone.
+class ProgressDir {
+ public:
+  explicit ProgressDir(const std::string& given) : path_(given) {
+    if (!path_.empty()) return;
+    const char* tmp = std::getenv("TMPDIR");
+    std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/trident-progress-XXXXXX";
+    if (::mkdtemp(templ.data()) == nullptr)
+      throw LaunchError("cannot create a progress directory " + templ + ": " + std::strerror(errno));
+    path_ = templ;
+    owned_ = true;
+  }
+  ~ProgressDir() {
+    if (!owned_) return;
+    for (const auto& r : sched::read_progress_dir(path_))
+      ::unlink((path_ + "/rank" + std::to_string(r.rank) + ".txt").c_str());
+    ::rmdir(path_.c_str());  // fails harmlessly if a rank left something else
+  }
+  ProgressDir(const ProgressDir&) = delete;
+  ProgressDir& operator=(const ProgressDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  bool owned_ = false;
+};
+
+}  // namespace
+
 int launch(const LaunchOptions& options) {
   validate(options);
   const int port = options.master_port == 0 ? pick_free_port() : options.master_port;
-  Supervisor supervisor(options, port);
-  return supervisor.run();
+  ProgressDir dir(options.progress_dir);
+  LaunchOptions o = options;
+  o.progress_dir = dir.path();
+  Supervisor supervisor(o, port);
+  const int code = supervisor.run();
+  if (code != 0) {  // where every rank stood: who waits on whom, or who died
+    const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::system_clock::now().time_since_epoch()).count();
+    std::istringstream lines(diagnose(sched::read_progress_dir(o.progress_dir), supervisor.first_failure(), now));
+    for (std::string line; std::getline(lines, line);) std::fprintf(stderr, "trident launch: diagnosis: %s\n", line.c_str());
+  }
+  return code;
 }
 
 }  // namespace trident::launch

@@ -31,6 +31,9 @@ struct LaunchOptions {
   // cluster with an odd topology) place ranks so that chosen groups span nodes.
   std::vector<int> ranks;
   std::vector<std::string> command;       // program and arguments every rank runs
+  // Where ranks write their progress records (TRIDENT_PROGRESS_DIR, see
+  // launch/diagnose.h); launch() makes a temporary one when empty.
+  std::string progress_dir;
 };
 
 // Throws LaunchError naming the offending value and the allowed range.

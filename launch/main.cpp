@@ -21,6 +21,7 @@ const Command kCommands[] = {
     {"schedule", trident::cli::cmd_schedule, "print, check, simulate and draw a pipeline schedule"},
     {"tokenize", trident::cli::cmd_tokenize, "print the token ids of stdin"},
     {"data", trident::cli::cmd_data, "prepare a binary token file from text"},
+    {"bench", trident::cli::cmd_bench, "pipeline benchmarks: bench bubble (closed form/simulated/measured), bench throughput"},
     {"compare", trident::cli::cmd_compare, "per-step loss/grad-norm differences of two runs (exit 1 beyond --rtol)"},
     {"checkpoint", trident::cli::cmd_checkpoint, "write a config's freshly initialised model as a checkpoint"},
     {"export", trident::cli::cmd_export, "write a checkpoint's model in Hugging Face GPT-2 layout"},

@@ -226,6 +226,8 @@ void WeightGradQueue::run() {
   for (auto& f : items) f();
 }
 
+WeightGradQueue* deferred_weight_grads() { return g_weight_grad_queue; }
+
 DeferWeightGrads::DeferWeightGrads(WeightGradQueue* q) : prev_(g_weight_grad_queue) { g_weight_grad_queue = q; }
 DeferWeightGrads::~DeferWeightGrads() { g_weight_grad_queue = prev_; }
 

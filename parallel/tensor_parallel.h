@@ -73,6 +73,11 @@ class DeferWeightGrads {
   WeightGradQueue* prev_;
 };
 
+// The queue DeferWeightGrads installed on this thread, or null: for custom
+// autograd functions (the benchmarks' synthetic stage) that split their
+// backward the way linear() does.
+WeightGradQueue* deferred_weight_grads();
+
 // y = x W^T + b with x (..., in), W (out, in), b (out) or undefined.
 at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);
 

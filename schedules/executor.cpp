@@ -3,6 +3,8 @@
 // of the step), a receive blocks only the compute action that consumes it.
 #include "schedules/executor.h"
 
+#include <chrono>
+#include <cmath>
 #include <stdexcept>
 
 namespace trident {
@@ -10,9 +12,15 @@ namespace trident {
 using sched::Action;
 using sched::ActionKind;
 
+namespace {
+double now_us() {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
 Executor::Executor(std::vector<Stage*> stages, const Group& pp, const sched::Schedule& placement,
                    int64_t micro_batch_size)
-    : chunks_(std::move(stages)), pp_(pp), shape_(placement), mbs_(micro_batch_size) {
+    : chunks_(std::move(stages)), pp_(pp), shape_(placement), mbs_(micro_batch_size), progress_(pp.global(pp.rank)) {
   if (chunks_.empty()) throw std::logic_error("Executor needs at least one stage");
   if (shape_.stages != pp.size() || shape_.chunks != static_cast<int>(chunks_.size()))
     throw std::logic_error("Executor: schedule is for p=" + std::to_string(shape_.stages) + " v=" +
@@ -36,6 +44,34 @@ void Executor::post_recv(const Action& a) {
   if (peer == pp_.rank) return;  // same rank (p = 1): send() hands the tensor over
   buf = at::empty(grad ? chunks_[a.chunk]->output_shape(mbs_) : chunks_[a.chunk]->input_shape(mbs_), at::kFloat);
   work = irecv(pp_, buf, peer, tag(grad, a.mb, stage(a.chunk)));
+  (grad ? s.recv_grad_posted : s.recv_act_posted) = now_us();
+}
+
+void Executor::record_recv(const Action& a) {
+  Slot& s = slots_[{a.mb, a.chunk}];
+  const bool grad = a.kind == ActionKind::RECV_B;
+  const bool pending = static_cast<bool>(grad ? s.recv_grad : s.recv_act);
+  const double t = now_us(), posted = grad ? s.recv_grad_posted : s.recv_act_posted;
+  // Pending: its consumer's wait fills in the end. Otherwise the data is here
+  // already (a hand-over between chunks of this rank).
+  timeline_.push_back({a, pending && posted > 0 ? posted : t, pending ? NAN : t});
+  if (pending) (grad ? s.recv_grad_entry : s.recv_act_entry) = static_cast<int>(timeline_.size()) - 1;
+}
+
+void Executor::wait_inputs(const Action& a, int i) {
+  const bool grad = a.kind != ActionKind::F;
+  if (grad ? is_last(a.chunk) : is_first(a.chunk)) return;
+  auto it = slots_.find({a.mb, a.chunk});
+  if (it == slots_.end()) return;  // the compute itself reports the missing input
+  Slot& s = it->second;
+  auto& work = grad ? s.recv_grad : s.recv_act;
+  if (!work) return;
+  const Action recv{grad ? ActionKind::RECV_B : ActionKind::RECV_F, a.mb, a.chunk};
+  if (progress_.enabled()) progress_.wait(i, sched::to_token(recv), pp_.global(sched::peer_rank(shape_, pp_.rank, recv)));
+  wait_work(pp_, work, grad ? "pipeline recv gradient" : "pipeline recv activation", -1);
+  work.reset();
+  const int entry = grad ? s.recv_grad_entry : s.recv_act_entry;
+  if (entry >= 0 && record_) timeline_[static_cast<size_t>(entry)].end = now_us();
 }
 
 void Executor::send(const Action& a) {
@@ -136,6 +172,8 @@ void Executor::run_action(const Action& a, const std::function<MicroBatch(int)>&
 ExecutorStats Executor::run(const std::vector<Action>& actions, const std::function<MicroBatch(int)>& batch,
                             double loss_scale, GradObserver* observer) {
   ExecutorStats stats;
+  timeline_.clear();
+  run_span_.first = now_us();
   // Per chunk: the list index of its last backward and of the last action
   // that adds to its weight gradients (B, or the W after an I).
   std::vector<size_t> last_backward(chunks_.size(), actions.size()), last_weights(chunks_.size(), actions.size());
@@ -155,11 +193,24 @@ ExecutorStats Executor::run(const std::vector<Action>& actions, const std::funct
         ++j;
       }
     }
-    if (observer && i == last_backward[chunk]) observer->final_backward_begins(actions[i].chunk);
-    run_action(actions[i], batch, loss_scale, stats);
+    const Action& a = actions[i];
+    if (progress_.enabled()) progress_.action(static_cast<int>(i), sched::to_token(a));
+    if (sched::is_compute(a.kind) && a.kind != ActionKind::W) wait_inputs(a, static_cast<int>(i));
+    if (observer && i == last_backward[chunk]) observer->final_backward_begins(a.chunk);
+    const double t0 = record_ ? now_us() : 0;
+    run_action(a, batch, loss_scale, stats);
+    if (record_) {
+      if (a.kind == ActionKind::RECV_F || a.kind == ActionKind::RECV_B)
+        record_recv(a);
+      else
+        timeline_.push_back({a, t0, sched::is_compute(a.kind) ? now_us() : t0});
+    }
     if (observer && i == last_weights[chunk]) observer->grads_final(actions[i].chunk);
   }
   finish_sends();
+  run_span_.second = now_us();
+  for (auto& e : timeline_)  // a receive whose data nobody waited for (cannot happen in a valid list)
+    if (std::isnan(e.end)) e.end = e.start;
   for (auto it = slots_.begin(); it != slots_.end();) {  // slots kept only for an I/W pair's SEND_B
     if (!it->second.output.defined() && it->second.deferred.empty() && !it->second.grad_in.defined())
       it = slots_.erase(it);

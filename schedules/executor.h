@@ -16,6 +16,8 @@
 #include "parallel/process_groups.h"
 #include "parallel/tensor_parallel.h"
 #include "schedules/action.h"
+#include "schedules/progress.h"
+#include "schedules/simulate.h"
 #include "schedules/stage.h"
 
 namespace trident {
@@ -52,6 +54,18 @@ class Executor {
   // stage, 0 elsewhere.
   double forward_only(int microbatches, const std::function<MicroBatch(int)>& batch);
 
+  // The last run()'s measured timeline, in list order: a compute spans its
+  // first to last op (after its inputs arrived), a RECV from when it was
+  // posted to when its data was there (its consumer waited for it), a SEND is
+  // the instant it was posted. Times are steady-clock microseconds (comparable
+  // between processes of one host); run_span() is run()'s own begin and end.
+  // Recording costs two clock reads per action (see tests/torch_unit/test_timeline.cpp).
+  void set_recording(bool on) { record_ = on; }
+  const std::vector<sched::TimedAction>& timeline() const { return timeline_; }
+  std::pair<double, double> run_span() const { return run_span_; }
+  // Where this rank reports its position for hang diagnosis (schedules/progress.h).
+  sched::Progress& progress() { return progress_; }
+
  private:
   struct Slot {  // one (micro-batch, chunk)
     at::Tensor input, output, grad_in;
@@ -59,10 +73,15 @@ class Executor {
     at::Tensor recv_act_buf, recv_grad_buf;
     WeightGradQueue deferred;
     int64_t activation_bytes = 0;  // live bytes the forward left behind
+    double recv_act_posted = 0, recv_grad_posted = 0;  // steady-clock us
+    int recv_act_entry = -1, recv_grad_entry = -1;     // their RECV's index in timeline_
   };
   void run_action(const sched::Action& a, const std::function<MicroBatch(int)>& batch, double loss_scale,
                   ExecutorStats& stats);
   void post_recv(const sched::Action& a);
+  // Blocks until the inputs of compute action `a` (list index i) have arrived.
+  void wait_inputs(const sched::Action& a, int i);
+  void record_recv(const sched::Action& a);
   void forward(const sched::Action& a, const std::function<MicroBatch(int)>& batch, ExecutorStats& stats);
   void backward(const sched::Action& a, double loss_scale, bool defer_weights);
   void send(const sched::Action& a);
@@ -80,6 +99,10 @@ class Executor {
   int64_t mbs_;
   std::map<std::pair<int, int>, Slot> slots_;
   std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, at::Tensor>> pending_sends_;
+  bool record_ = true;
+  std::vector<sched::TimedAction> timeline_;
+  std::pair<double, double> run_span_{0, 0};
+  sched::Progress progress_;
 };
 
 }  // namespace trident

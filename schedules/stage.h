@@ -54,6 +54,14 @@ struct TiedGroup {
   std::vector<int> stages;
 };
 
+// Forward + backward seconds of one micro-batch: each layer's, and the extra
+// of the first stage (embedding) and of the last (head and loss). Input of
+// the balanced split (parallel.pipeline_layers = "auto").
+struct LayerCosts {
+  std::vector<double> layers;
+  double embedding = 0, head = 0;
+};
+
 // The whole model, as the trainer sees it.
 class Model {
  public:
@@ -66,6 +74,8 @@ class Model {
   // parameter of the same name, whose gradient is added to the first's.
   virtual std::vector<ParamInfo> unique_params(int num_stages) const = 0;
   virtual std::vector<TiedGroup> tied_groups(int num_stages) const = 0;
+  // Times each layer, the embedding and the head on this process (tp = 1).
+  virtual LayerCosts profile(int64_t micro_batch_size, int reps) const = 0;
   // Model FLOPs of forward + backward per token (for MFU).
   virtual double flops_per_token() const = 0;
 };

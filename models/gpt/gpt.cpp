@@ -2,9 +2,13 @@
 // and head. Shapes in comments are per TP rank.
 #include "models/gpt/gpt.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+
+#include <ATen/CPUGeneratorImpl.h>
 
 namespace trident {
 
@@ -215,6 +219,40 @@ double GptModel::flops_per_token() const {
   const double matrices = l * (4 * h * h + 2 * h * static_cast<double>(cfg_.ffn())) +
                           h * static_cast<double>(cfg_.vocab_size);
   return 6 * matrices + 12 * l * h * static_cast<double>(cfg_.seq_len);
+}
+
+// Each piece alone at tp = 1: one block per layer (ChunkSpec of that layer
+// only), then a chunk with just the embedding and one with just the final
+// norm, head and loss. Median of `reps` timed forward + backward passes
+// after one untimed pass. Under TP every piece's matrices shrink alike, so
+// the ratios, which are what the split uses, carry over.
+LayerCosts GptModel::profile(int64_t mbs, int reps) const {
+  using Clock = std::chrono::steady_clock;
+  const TpContext tp1{};
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
+  const at::Tensor ids = at::randint(cfg_.vocab_size, {mbs, cfg_.seq_len}, gen);
+  const at::Tensor hidden = at::randn({mbs, cfg_.seq_len, cfg_.hidden}, gen);
+  auto time = [&](const ChunkSpec& spec) {
+    GptChunk chunk(cfg_, spec, tp1, 1);
+    std::vector<double> t;
+    for (int r = 0; r <= reps; ++r) {
+      const auto start = Clock::now();
+      at::Tensor in = spec.has_embedding ? ids : hidden.clone().requires_grad_(true);
+      at::Tensor out = chunk.forward(in, spec.has_head ? ids : at::Tensor());
+      if (spec.has_head)
+        out.backward();
+      else
+        out.backward(at::ones_like(out));
+      if (r > 0) t.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  };
+  LayerCosts c;
+  for (int64_t l = 0; l < cfg_.layers; ++l) c.layers.push_back(time({l, 1, false, false}));
+  c.embedding = time({0, 0, true, false});
+  c.head = time({cfg_.layers, 0, false, true});
+  return c;
 }
 
 at::Tensor GptChunk::logits(const at::Tensor& ids) const {

@@ -110,6 +110,7 @@ class GptModel : public Model {
     return {{"embedding.word.weight", {0, num_stages - 1}}};  // the embedding and the LM head
   }
   double flops_per_token() const override;
+  LayerCosts profile(int64_t micro_batch_size, int reps) const override;
 
  private:
   ModelConfig cfg_;

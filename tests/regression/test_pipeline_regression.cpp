@@ -96,6 +96,31 @@ TEST_P(PipelineRegression, BitIdenticalToReference) {
 INSTANTIATE_TEST_SUITE_P(Matrix, PipelineRegression, ::testing::ValuesIn(all_cases()),
                          [](const ::testing::TestParamInfo<PipelineCase>& i) { return i.param.name; });
 
+// parallel.pipeline_layers = "auto" on a model whose LM head dominates (a
+// vocabulary of 16384 against hidden 64): the profiling pass must give the
+// last stage fewer layers than the first, the simulated bubble of its split
+// must be below the even split's, and the run stays bit-identical to pp = 1.
+TEST(PipelineAutoSplit, HeadHeavyModelGetsAShorterLastStage) {
+  const std::vector<std::string> vocab = {"model.vocab_size=16384"};
+  const TrainRun ref = cached_reference(vocab);
+  ASSERT_TRUE(completed(ref));
+  TempDir dir("pp-auto");
+  std::vector<std::string> sets = vocab;
+  sets.insert(sets.end(), {"parallel.pp=2", "parallel.pipeline_layers=auto"});
+  const TrainRun run = train_tiny(dir.path(), 2, sets);
+  ASSERT_TRUE(completed(run)) << run.result.output;
+  EXPECT_TRUE(matches_reference(ref.rows, run, 0.0));
+  static const std::regex re(R"(auto split: layers per virtual stage \[(\d+), (\d+)\].*simulated bubble ([0-9.e-]+) \(most even split: ([0-9.e-]+)\))");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(run.result.output, m, re)) << run.result.output;
+  EXPECT_GT(std::stoi(m[1]), std::stoi(m[2])) << m[0];
+  EXPECT_EQ(std::stoi(m[1]) + std::stoi(m[2]), 8);
+  EXPECT_LT(std::stod(m[3]), std::stod(m[4])) << m[0];
+  // The effective config records the chosen split.
+  EXPECT_NE(slurp(dir.file("config.toml")).find("pipeline_layers = [" + std::string(m[1]) + ", " + std::string(m[2]) + "]"),
+            std::string::npos);
+}
+
 // A schedule written by `trident schedule` and read back with kind = "file"
 // runs the same actions as the generated one, so it matches as well.
 TEST(PipelineScheduleFile, OneF1BFromFileIsBitIdentical) {

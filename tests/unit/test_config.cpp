@@ -97,6 +97,18 @@ TEST(Config, WarmupLongerThanRunIsAccepted) {
   EXPECT_EQ(c.training.warmup_steps, 20);
 }
 
+// "auto" is stored as [-1], written back as "auto", and needs a layer per chunk.
+TEST(Config, AutoPipelineSplitRoundTrips) {
+  const Config c = parse_config("[parallel]\npp = 2\npipeline_layers = \"auto\"\n", "a.toml");
+  EXPECT_TRUE(c.parallel.auto_split());
+  EXPECT_NE(trident::to_toml(c).find("pipeline_layers = \"auto\""), std::string::npos);
+  EXPECT_EQ(parse_config(trident::to_toml(c), "b.toml"), c);
+  EXPECT_TRUE(parse_config("", "c.toml", {"parallel.pipeline_layers=auto"}).parallel.auto_split());
+  EXPECT_THROW(parse_config("[parallel]\npipeline_layers = \"even\"\n", "d.toml"), ConfigError);
+  EXPECT_THROW(parse_config("[model]\nlayers = 2\n[parallel]\npp = 4\npipeline_layers = \"auto\"\n", "e.toml"),
+               ConfigError);
+}
+
 TEST(Config, OverridesApplyInOrder) {
   const Config c = load_config(kTiny, {"training.lr=3e-4", "schedule.kind=interleaved", "schedule.chunks=2",
                                        "parallel.pp=2", "parallel.pipeline_layers=[1,2,2,3]",
@@ -165,7 +177,7 @@ TEST(Config, BadConfigsNameKeyValueAndExpectation) {
       {"unknown backend", "[parallel]\nbackend = \"mpi\"\n", {}, "parallel.backend = \"mpi\""},
       {"unknown device", "[training]\ndevice = \"tpu\"\n", {}, "training.device = \"tpu\""},
       {"bool as string", "[logging]\nprogress = \"yes\"\n", {}, "logging.progress = \"yes\": expected true or false"},
-      {"list of strings", "[parallel]\npipeline_layers = [\"a\"]\n", {}, "expected an array of integers >= 1"},
+      {"list of strings", "[parallel]\npipeline_layers = [\"a\"]\n", {}, "expected \"auto\" or an array of integers >= 1"},
       {"section not a table", "model = 3\n", {}, "x.toml: model must be a table [model]"},
       {"malformed TOML", "[model]\nlayers = = 2\n", {}, "x.toml:2:"},
       {"hidden % heads", "[model]\nhidden = 64\nheads = 6\n", {}, "model.hidden (64) must be divisible by model.heads (6)"},
@@ -177,7 +189,7 @@ TEST(Config, BadConfigsNameKeyValueAndExpectation) {
       {"layers % pp", "[model]\nlayers = 6\n[parallel]\npp = 4\n", {},
        "model.layers (6) must be divisible by parallel.pp (4) x schedule.chunks (1) = 4"},
       {"pipeline_layers count", "[model]\nlayers = 8\n[parallel]\npp = 2\npipeline_layers = [4, 4, 0]\n", {},
-       "parallel.pipeline_layers = [4, 4, 0]: expected an array of integers >= 1"},
+       "parallel.pipeline_layers = [4, 4, 0]: expected \"auto\" or an array of integers >= 1"},
       {"pipeline_layers entries", "[model]\nlayers = 8\n[parallel]\npp = 2\npipeline_layers = [8]\n", {},
        "parallel.pipeline_layers has 1 entries but parallel.pp (2) x schedule.chunks (1) = 2"},
       {"pipeline_layers sum", "[model]\nlayers = 8\n[parallel]\npp = 2\npipeline_layers = [3, 4]\n", {},

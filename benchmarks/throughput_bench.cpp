@@ -1,0 +1,123 @@
+// Throughput benchmark: see throughput_bench.h.
+#include "benchmarks/throughput_bench.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+
+namespace trident::bench {
+namespace {
+
+std::string f(double v, const char* fmt = "%.1f") {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, fmt, v);
+  return buf;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+// The number after "key": in a flat metrics.jsonl row.
+double field(const std::string& row, const std::string& key) {
+  const auto at = row.find("\"" + key + "\":");
+  if (at == std::string::npos) return NAN;
+  return std::strtod(row.c_str() + at + key.size() + 3, nullptr);
+}
+
+}  // namespace
+
+ThroughputRow run_throughput_case(const std::string& trident, const std::string& config, const ThroughputCase& c,
+                                  int steps, const std::string& scratch) {
+  const std::string dir = scratch + "/" + c.schedule + "-p" + std::to_string(c.p) + "-m" + std::to_string(c.m) +
+                          "-v" + std::to_string(c.v);
+  // One sample per micro-batch, so global_batch_size = m (dp = 1).
+  const std::string cmd = trident + " launch --master-port 0 --nproc-per-node " + std::to_string(c.p) + " -- " +
+                          trident + " train --config " + config + " --set parallel.pp=" + std::to_string(c.p) +
+                          " --set parallel.tp=1 --set parallel.dp=1 --set schedule.kind=" + c.schedule +
+                          " --set schedule.chunks=" + std::to_string(c.v) +
+                          " --set training.micro_batch_size=1 --set training.global_batch_size=" + std::to_string(c.m) +
+                          " --set training.steps=" + std::to_string(steps) + " --set training.eval_interval=0" +
+                          " --set logging.progress=false --set logging.dir=" + dir + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) throw std::runtime_error("cannot run: " + cmd);
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  if (pclose(p) != 0) throw std::runtime_error("bench throughput: this run failed:\n" + cmd + "\n" + out);
+  std::ifstream rows(dir + "/metrics.jsonl");
+  std::vector<double> tok, mfu, bubble, step;
+  std::string line;
+  for (int i = 0; std::getline(rows, line); ++i) {
+    if (i == 0 && steps > 1) continue;  // warm-up
+    tok.push_back(field(line, "tokens_per_s"));
+    mfu.push_back(field(line, "mfu"));
+    bubble.push_back(field(line, "bubble"));
+    step.push_back(field(line, "step_time_s"));
+  }
+  if (tok.empty()) throw std::runtime_error("bench throughput: no metrics in " + dir + "/metrics.jsonl");
+  return {c, median(tok), median(mfu), median(bubble), median(step)};
+}
+
+std::string throughput_csv(const std::vector<ThroughputRow>& rows) {
+  std::ostringstream s;
+  s << "schedule,p,m,v,tokens_per_s,mfu,bubble,step_s\n";
+  for (const auto& r : rows)
+    s << r.c.schedule << "," << r.c.p << "," << r.c.m << "," << r.c.v << "," << f(r.tokens_per_s) << ","
+      << f(r.mfu, "%.4f") << "," << f(r.bubble, "%.4f") << "," << f(r.step_s, "%.4f") << "\n";
+  return s.str();
+}
+
+std::string throughput_svg(const std::vector<ThroughputRow>& rows, const std::string& title) {
+  const double W = 860, H = 500, L = 80, R = 230, T = 50, B = 60;
+  int pmax = 1;
+  double ymax = 1;
+  for (const auto& r : rows) pmax = std::max(pmax, r.c.p), ymax = std::max(ymax, r.tokens_per_s);
+  ymax *= 1.1;
+  auto x = [&](int p) { return L + (pmax > 1 ? std::log2(p) / std::log2(pmax) : 0.5) * (W - L - R); };
+  auto y = [&](double v) { return T + (1 - v / ymax) * (H - T - B); };
+  static const char* colours[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf"};
+  std::string s = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + f(W) + "\" height=\"" + f(H) +
+                  "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+                  "<text x=\"" + f(L) + "\" y=\"25\" font-size=\"15\">" + title + "</text>\n";
+  for (int i = 0; i <= 5; ++i)
+    s += "<line x1=\"" + f(L) + "\" x2=\"" + f(W - R) + "\" y1=\"" + f(y(ymax * i / 5)) + "\" y2=\"" +
+         f(y(ymax * i / 5)) + "\" stroke=\"#ddd\"/><text x=\"" + f(L - 8) + "\" y=\"" + f(y(ymax * i / 5) + 4) +
+         "\" text-anchor=\"end\">" + f(ymax * i / 5, "%.0f") + "</text>\n";
+  for (int p = 1; p <= pmax; p *= 2)
+    s += "<text x=\"" + f(x(p)) + "\" y=\"" + f(H - B + 18) + "\" text-anchor=\"middle\">" + std::to_string(p) + "</text>\n";
+  s += "<text x=\"" + f((L + W - R) / 2) + "\" y=\"" + f(H - 15) + "\" text-anchor=\"middle\">pipeline stages p</text>"
+       "<text x=\"18\" y=\"" + f((T + H - B) / 2) + "\" transform=\"rotate(-90 18 " + f((T + H - B) / 2) +
+       ")\" text-anchor=\"middle\">tokens/s</text>\n";
+  std::map<std::string, std::vector<const ThroughputRow*>> lines;
+  for (const auto& r : rows)
+    lines[r.c.schedule + " v=" + std::to_string(r.c.v) + " m=" + std::to_string(r.c.m)].push_back(&r);
+  int k = 0;
+  for (auto& [name, pts] : lines) {
+    std::sort(pts.begin(), pts.end(), [](auto* a, auto* b) { return a->c.p < b->c.p; });
+    const std::string col = colours[k % 7];
+    std::string poly;
+    for (const auto* r : pts) {
+      poly += f(x(r->c.p)) + "," + f(y(r->tokens_per_s)) + " ";
+      s += "<circle cx=\"" + f(x(r->c.p)) + "\" cy=\"" + f(y(r->tokens_per_s)) + "\" r=\"3\" fill=\"" + col +
+           "\"><title>" + name + " p=" + std::to_string(r->c.p) + ": " + f(r->tokens_per_s) + " tok/s, MFU " +
+           f(100 * r->mfu) + "%</title></circle>\n";
+    }
+    s += "<polyline fill=\"none\" stroke=\"" + col + "\" stroke-width=\"1.5\" points=\"" + poly + "\"/>\n";
+    const double ly = T + 10 + 17 * k++;
+    s += "<line x1=\"" + f(W - R + 15) + "\" x2=\"" + f(W - R + 45) + "\" y1=\"" + f(ly) + "\" y2=\"" + f(ly) +
+         "\" stroke=\"" + col + "\" stroke-width=\"1.5\"/><text x=\"" + f(W - R + 52) + "\" y=\"" + f(ly + 4) + "\">" +
+         name + "</text>\n";
+  }
+  return s + "</svg>\n";
+}
+
+}  // namespace trident::bench

@@ -1,0 +1,188 @@
+// `trident bench bubble ...`: see benchmarks/bubble_bench.h and benchmarks/README.md.
+#include <boost/program_options.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "launch/commands.h"
+
+#ifdef TRIDENT_HAVE_TORCH
+#include "benchmarks/bubble_bench.h"
+#include "benchmarks/throughput_bench.h"
+#endif
+
+namespace po = boost::program_options;
+
+namespace trident::cli {
+namespace {
+
+std::vector<std::string> split(const std::string& s, const std::string& what) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ','))
+    if (!item.empty()) out.push_back(item);
+  if (out.empty()) throw std::runtime_error(what + ": expected a comma-separated list, got '" + s + "'");
+  return out;
+}
+
+std::vector<int> ints(const std::string& s, const std::string& what) {
+  std::vector<int> out;
+  for (const std::string& x : split(s, what)) {
+    size_t used = 0;
+    int v = 0;
+    try {
+      v = std::stoi(x, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != x.size() || v < 1) throw std::runtime_error(what + ": '" + x + "' is not a positive integer");
+    out.push_back(v);
+  }
+  return out;
+}
+
+#ifdef TRIDENT_HAVE_TORCH
+int bench_throughput(int argc, char** argv) {
+  po::options_description opts(
+      "usage: trident bench throughput [options] --out DIR\n\n"
+      "Tokens/s and MFU of real GPT stages: one `trident launch` + `trident train` per case\n"
+      "(dp = tp = 1, micro-batch size 1, global batch = m), medians over the steps after the\n"
+      "first. Writes DIR/throughput.csv and DIR/throughput.svg. --chunks applies to interleaved.\n\noptions");
+  std::string schedules = "1f1b,interleaved", stages = "1,2,4", mbs = "8", chunks = "2",
+              config = "configs/gpt-tiny.toml", out;
+  int steps = 4;
+  std::vector<std::string> sets;
+  opts.add_options()("help,h", "show this help")("config", po::value(&config)->default_value(config), "model config")(
+      "set", po::value(&sets)->composing(), "passed to trident train, e.g. --set model.hidden=256 (repeatable)")(
+      "schedules", po::value(&schedules)->default_value(schedules), "gpipe, 1f1b, interleaved, zb-h1")(
+      "stages", po::value(&stages)->default_value(stages), "pipeline ranks p")(
+      "microbatches", po::value(&mbs)->default_value(mbs), "micro-batches m")(
+      "chunks", po::value(&chunks)->default_value(chunks), "virtual chunks v of interleaved (>= 2)")(
+      "steps", po::value(&steps)->default_value(steps), "training steps per case (the first is not counted)")(
+      "out", po::value(&out), "output directory");
+  po::variables_map vm;
+  po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
+  po::notify(vm);
+  if (vm.count("help")) {
+    std::cout << opts << "\n";
+    return 0;
+  }
+  if (out.empty()) throw std::runtime_error("trident bench throughput: --out DIR is required");
+  if (steps < 2) throw std::runtime_error("--steps must be at least 2 (the first is warm-up), got " + std::to_string(steps));
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  std::filesystem::create_directories(out + "/runs");
+  std::vector<bench::ThroughputRow> rows;
+  for (const std::string& kind : split(schedules, "--schedules"))
+    for (int p : ints(stages, "--stages"))
+      for (int m : ints(mbs, "--microbatches"))
+        for (int v : kind == "interleaved" ? ints(chunks, "--chunks") : std::vector<int>{1}) {
+          if (kind == "interleaved" && v > 1 && m % p != 0) {
+            std::cout << "skip interleaved p=" << p << " m=" << m << " v=" << v << ": needs m % p == 0\n";
+            continue;
+          }
+          std::string cfg = config;
+          for (const std::string& kv : sets) cfg += " --set " + kv;
+          const bench::ThroughputRow r = bench::run_throughput_case(self, cfg, {kind, p, m, v}, steps, out + "/runs");
+          std::printf("%-12s p=%d m=%-3d v=%d  %8.0f tok/s  MFU %5.1f%%  bubble %5.1f%%  step %.3f s\n", kind.c_str(), p,
+                      m, v, r.tokens_per_s, 100 * r.mfu, 100 * r.bubble, r.step_s);
+          std::fflush(stdout);
+          rows.push_back(r);
+        }
+  std::ofstream(out + "/throughput.csv") << bench::throughput_csv(rows);
+  std::ofstream(out + "/throughput.svg") << bench::throughput_svg(rows, "Throughput, " + config);
+  std::cout << "wrote " << out << "/{throughput.csv,throughput.svg} (runs under " << out << "/runs)" << std::endl;
+  return 0;
+}
+#endif
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  po::options_description opts(
+      "usage: trident bench bubble [options] --out DIR\n"
+      "       trident bench throughput [options] --out DIR   (trident bench throughput --help)\n\n"
+      "For each (schedule, p, m, v): the bubble in closed form (where one exists), simulated on the\n"
+      "real action lists, and measured by running the real executor over Gloo with p ranks as threads\n"
+      "of a synthetic stage whose F, I, W sleep for a set time (benchmarks/README.md says why).\n"
+      "Writes DIR/bubble.csv and DIR/bubble.svg. --chunks applies to interleaved only.\n\noptions");
+  std::string schedules = "gpipe,1f1b,interleaved,zb-h1", stages = "2,4,8", mbs = "4,8,16", chunks = "2",
+              stage_ms = "20,40,20", out;
+  int steps = 2;
+  opts.add_options()("help,h", "show this help")("schedules", po::value(&schedules)->default_value(schedules),
+                                                  "gpipe, 1f1b, interleaved, zb-h1")(
+      "stages", po::value(&stages)->default_value(stages), "pipeline ranks p")(
+      "microbatches", po::value(&mbs)->default_value(mbs), "micro-batches m")(
+      "chunks", po::value(&chunks)->default_value(chunks), "virtual chunks v of interleaved (>= 2)")(
+      "stage-ms", po::value(&stage_ms)->default_value(stage_ms), "F,B,W milliseconds of a full stage (I = B - W)")(
+      "steps", po::value(&steps)->default_value(steps), "measured steps per case, after one warm-up step")(
+      "out", po::value(&out), "output directory");
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+    std::cout << opts << "\n";
+    return argc < 2 ? 2 : 0;
+  }
+#ifdef TRIDENT_HAVE_TORCH
+  if (std::string(argv[1]) == "throughput") return bench_throughput(argc - 1, argv + 1);
+#endif
+  if (std::string(argv[1]) != "bubble")
+    throw std::runtime_error("trident bench: unknown benchmark '" + std::string(argv[1]) +
+                             "' (available: bubble, throughput)");
+  po::variables_map vm;
+  po::store(po::command_line_parser(argc - 1, argv + 1).options(opts).run(), vm);
+  po::notify(vm);
+  if (vm.count("help")) {
+    std::cout << opts << "\n";
+    return 0;
+  }
+  if (out.empty()) throw std::runtime_error("trident bench bubble: --out DIR is required");
+  if (steps < 1) throw std::runtime_error("--steps must be at least 1, got " + std::to_string(steps));
+#ifdef TRIDENT_HAVE_TORCH
+  bench::StageMs ms;
+  {
+    const auto parts = split(stage_ms, "--stage-ms");
+    if (parts.size() != 3) throw std::runtime_error("--stage-ms: expected F,B,W, got '" + stage_ms + "'");
+    ms = {std::stod(parts[0]), std::stod(parts[1]), std::stod(parts[2])};
+    if (!(ms.f > 0 && ms.b > ms.w && ms.w >= 0))
+      throw std::runtime_error("--stage-ms " + stage_ms + ": need F > 0 and B > W >= 0");
+  }
+  std::vector<bench::BubbleRow> rows;
+  double worst = 0;
+  for (const std::string& kind : split(schedules, "--schedules")) {
+    if (kind != "gpipe" && kind != "1f1b" && kind != "interleaved" && kind != "zb-h1")
+      throw std::runtime_error("--schedules: unknown schedule '" + kind + "' (gpipe, 1f1b, interleaved, zb-h1)");
+    for (int p : ints(stages, "--stages"))
+      for (int m : ints(mbs, "--microbatches"))
+        for (int v : kind == "interleaved" ? ints(chunks, "--chunks") : std::vector<int>{1}) {
+          if (kind == "interleaved" && v > 1 && m % p != 0) {
+            std::cout << "skip interleaved p=" << p << " m=" << m << " v=" << v << ": needs m % p == 0\n";
+            continue;
+          }
+          bench::BubbleRow r = bench::run_bubble_case({kind, p, m, v}, ms, steps);
+          worst = std::max(worst, std::abs(r.measured - r.simulated));
+          std::printf("%-12s p=%d m=%-3d v=%d  closed %6s  simulated %5.1f%%  measured %5.1f%%  predicted %5.1f%% (latency %.2f ms)  step %7.1f ms\n",
+                      kind.c_str(), p, m, v,
+                      r.closed_form < 0 ? "-" : (std::to_string(std::lround(1000 * r.closed_form) / 10.0).substr(0, 4) + "%").c_str(),
+                      100 * r.simulated, 100 * r.measured, 100 * r.predicted, r.latency_ms, r.step_ms);
+          std::fflush(stdout);
+          rows.push_back(r);
+        }
+  }
+  std::filesystem::create_directories(out);
+  std::ofstream(out + "/bubble.csv") << bench::bubble_csv(rows);
+  std::ofstream(out + "/bubble.svg") << bench::bubble_svg(
+      rows, "Pipeline bubble, synthetic stage F,B,W = " + stage_ms + " ms");
+  std::cout << "largest |measured - simulated| = " << 100 * worst << " points; wrote " << out
+            << "/{bubble.csv,bubble.svg}" << std::endl;
+  return 0;
+#else
+  throw std::runtime_error("trident bench needs the libtorch build");
+#endif
+}
+
+}  // namespace trident::cli

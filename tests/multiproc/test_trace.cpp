@@ -1,0 +1,86 @@
+// logging.trace on a tp2 x pp2 x dp2 run (8 ranks, interleaved v = 2): the
+// trace.json rank 0 writes holds every rank; each rank's compute spans carry
+// their list index, appear in the order of that rank's schedule (generated
+// here, independently of the run) and never overlap; gradient sync and the
+// optimizer follow the last compute.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "parallel/layout.h"
+#include "schedules/generators.h"
+#include "tests/run_helpers.h"
+
+namespace trident {
+namespace {
+
+struct Event {
+  std::string name, cat;
+  double ts = 0, dur = 0;
+  int index = -1;
+};
+
+TEST(Trace, EveryRankInScheduleOrderWithoutOverlap) {
+  const std::string dir = ::testing::TempDir() + "trident_trace";
+  const auto r = testing::run_command(
+      testing::bin("trident") + " launch --nproc-per-node 8 -- " + testing::bin("trident") + " train --config " +
+      testing::src("configs/gpt-tiny.toml") +
+      " --set parallel.tp=2 --set parallel.pp=2 --set parallel.dp=2 --set schedule.kind=interleaved"
+      " --set schedule.chunks=2 --set training.steps=2 --set logging.trace=true --set logging.trace_step=2"
+      " --set logging.dir=" + dir);
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::ifstream f(dir + "/trace.json");
+  ASSERT_TRUE(f) << "no trace.json";
+  std::stringstream text;
+  text << f.rdbuf();
+  const std::string json = text.str();
+  std::map<int, std::vector<Event>> events;
+  std::set<int> named;
+  const std::regex meta(R"re("process_name", "ph": "M", "pid": (\d+))re");
+  for (auto it = std::sregex_iterator(json.begin(), json.end(), meta); it != std::sregex_iterator(); ++it)
+    named.insert(std::stoi((*it)[1]));
+  const std::regex ev(
+      R"re("name": "([^"]+)", "cat": "(\w+)", "ph": "X", "pid": (\d+), "tid": 0, "ts": ([-\d.]+), "dur": ([\d.]+)(, "args": \{"index": (\d+)\})?)re");
+  for (auto it = std::sregex_iterator(json.begin(), json.end(), ev); it != std::sregex_iterator(); ++it) {
+    const auto& m = *it;
+    events[std::stoi(m[3])].push_back(
+        {m[1], m[2], std::stod(m[4]), std::stod(m[5]), m[7].matched ? std::stoi(m[7]) : -1});
+  }
+  const Layout layout = Layout::make(8, 2, 2, 2);
+  const sched::Schedule s = sched::generate("interleaved", 2, 4, 2);  // m = 16 / (2 per micro-batch x dp 2)
+  for (int rank = 0; rank < 8; ++rank) {
+    EXPECT_TRUE(named.count(rank)) << "rank " << rank << " has no process in the trace";
+    const auto& list = s.ranks.at(static_cast<size_t>(layout.coords(rank).pp));
+    std::vector<std::string> expected, got;
+    for (const auto& a : list)
+      if (sched::is_compute(a.kind)) expected.push_back(sched::to_token(a));
+    double last_end = -1, compute_end = 0;
+    std::map<std::string, double> phase_start;
+    for (const Event& e : events[rank]) {
+      if (e.cat == "phase") {
+        phase_start[e.name] = e.ts;
+        continue;
+      }
+      if (e.cat != "compute") continue;
+      got.push_back(e.name);
+      ASSERT_GE(e.index, 0) << e.name;
+      EXPECT_EQ(sched::to_token(list.at(static_cast<size_t>(e.index))), e.name) << "rank " << rank;
+      EXPECT_GE(e.ts + 1e-3, last_end) << "rank " << rank << ": " << e.name << " overlaps the compute before it";
+      last_end = e.ts + e.dur;
+      compute_end = std::max(compute_end, last_end);
+    }
+    EXPECT_EQ(got, expected) << "rank " << rank;
+    ASSERT_TRUE(phase_start.count("grad-sync") && phase_start.count("optimizer")) << "rank " << rank;
+    EXPECT_GE(phase_start["grad-sync"] + 1e-3, compute_end) << "rank " << rank;
+    EXPECT_GE(phase_start["optimizer"], phase_start["grad-sync"]) << "rank " << rank;
+  }
+  std::ifstream svg(dir + "/timeline.svg");
+  EXPECT_TRUE(svg) << "no timeline.svg";
+}
+
+}  // namespace
+}  // namespace trident
