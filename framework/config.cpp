@@ -171,6 +171,10 @@ const std::vector<Field>& fields() {
       TRIDENT_FIELD(training, device, one_of({"cpu", "cuda"}), "device every rank computes on"),
       TRIDENT_FIELD(training, exit_after_steps, at_least(0),
                     "stop cleanly after this step with a checkpoint (the LR schedule still follows steps); 0 = off"),
+      TRIDENT_FIELD(training, precision, one_of({"fp32", "bf16"}),
+                    "bf16: bf16 weights and compute, fp32 master weights and gradients"),
+      TRIDENT_FIELD(training, recompute, one_of({"none", "full", "selective"}),
+                    "activation recomputation: every block, or only the attention core"),
 
       TRIDENT_FIELD(data, source, one_of({"synthetic", "file"}), "where training tokens come from"),
       TRIDENT_FIELD(data, path, any(), "token file prefix written by `trident data prepare`"),

@@ -79,6 +79,8 @@ struct TrainingConfig {
   double peak_tflops = 0.0;         // device peak for MFU; 0 = measure a matmul at start-up
   std::string device = "cpu";       // "cpu" | "cuda"
   int64_t exit_after_steps = 0;     // stop cleanly after this step, with a checkpoint; 0 = run all steps
+  std::string precision = "fp32";   // "fp32" | "bf16" (fp32 master weights and gradients)
+  std::string recompute = "none";   // "none" | "full" (each block) | "selective" (attention core)
 };
 
 struct DataConfig {

@@ -2,6 +2,8 @@
 #include "framework/cpu_memory.h"
 
 #include <atomic>
+#include <mutex>
+#include <unordered_map>
 
 #include <c10/core/CPUAllocator.h>
 
@@ -18,6 +20,27 @@ struct Allocation {
   size_t bytes;
 };
 
+// Allocations whose DataPtr context is their data (what c10's raw_allocate,
+// used by oneDNN's bf16 kernels, asserts): the base allocator's raw deleter
+// frees them, their sizes are kept here.
+std::mutex g_raw_mutex;
+std::unordered_map<void*, size_t>& raw_sizes() {
+  static std::unordered_map<void*, size_t> sizes;
+  return sizes;
+}
+c10::DeleterFnPtr g_base_raw_deleter = nullptr;
+
+void release_raw(void* p) {
+  size_t bytes = 0;
+  {
+    std::lock_guard<std::mutex> lock(g_raw_mutex);
+    auto it = raw_sizes().find(p);
+    if (it != raw_sizes().end()) bytes = it->second, raw_sizes().erase(it);
+  }
+  g_live.fetch_sub(static_cast<int64_t>(bytes));
+  g_base_raw_deleter(p);
+}
+
 void release(void* ctx) {
   auto* a = static_cast<Allocation*>(ctx);
   g_live.fetch_sub(static_cast<int64_t>(a->bytes));
@@ -32,8 +55,17 @@ class CountingAllocator final : public c10::Allocator {
     void* data = inner.get();
     const c10::Device device = inner.device();
     g_live.fetch_add(static_cast<int64_t>(n));
+    if (g_base_raw_deleter && inner.get_context() == data && inner.get_deleter() == g_base_raw_deleter) {
+      {
+        std::lock_guard<std::mutex> lock(g_raw_mutex);
+        raw_sizes()[data] = n;
+      }
+      inner.release_context();
+      return {data, data, &release_raw, device};
+    }
     return {data, new Allocation{std::move(inner), n}, &release, device};
   }
+  c10::DeleterFnPtr raw_deleter() const override { return g_base_raw_deleter ? &release_raw : nullptr; }
 
  private:
   c10::Allocator* base_;
@@ -43,6 +75,7 @@ class CountingAllocator final : public c10::Allocator {
 
 void install_cpu_memory_meter() {
   if (g_installed.exchange(true)) return;
+  g_base_raw_deleter = c10::GetCPUAllocator()->raw_deleter();
   static CountingAllocator counting(c10::GetCPUAllocator());
   c10::SetCPUAllocator(&counting, /*priority=*/1);
 }

@@ -21,13 +21,17 @@ const Group& unpack(AutogradContext* ctx) {
   return *reinterpret_cast<const Group*>(ctx->saved_data["group"].toInt());
 }
 
+// bf16 activations are reduced in fp32 (more accurate, and libtorch 1.13's
+// Gloo has no bf16 reductions), then cast back.
 at::Tensor all_reduced(const Group& g, const at::Tensor& x) {
+  if (x.scalar_type() == at::kBFloat16) return all_reduced(g, x.to(at::kFloat)).to(at::kBFloat16);
   at::Tensor y = x.contiguous().clone();
   all_reduce(g, y);
   return y;
 }
 
 at::Tensor gathered(const Group& g, const at::Tensor& x, int64_t dim) {
+  if (x.scalar_type() == at::kBFloat16) return gathered(g, x.to(at::kFloat), dim).to(at::kBFloat16);
   std::vector<at::Tensor> parts;
   all_gather(g, x.contiguous(), parts);
   return at::cat(parts, dim);

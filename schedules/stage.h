@@ -7,12 +7,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
 
 #include "parallel/param.h"
+#include "parallel/recompute.h"
 #include "parallel/tensor_parallel.h"
 
 namespace trident {
@@ -33,6 +35,16 @@ class Stage {
   // The trainer may replace a Param's tensor by a view of the same values
   // (data-parallel buckets); the stage must read params() at every forward.
   virtual std::vector<Param>& params() = 0;
+  // Activation recomputation (NOTE [recomputation]); a stage that cannot
+  // recompute says so rather than silently keeping its activations.
+  virtual void set_recompute(Recompute mode) {
+    if (mode != Recompute::kNone) throw std::invalid_argument("this model does not support activation recomputation");
+  }
+  // Mixed precision (NOTE [bf16] in models/gpt/gpt.h): the dtype of the
+  // matmuls; parameters, gradients and boundary tensors stay fp32.
+  virtual void set_compute_dtype(at::ScalarType dtype) {
+    if (dtype != at::kFloat) throw std::invalid_argument("this model does not support mixed precision");
+  }
 };
 
 // A parameter with copies in several virtual stages (a word embedding tied to

@@ -106,35 +106,61 @@ GptChunk::GptChunk(const ModelConfig& cfg, const ChunkSpec& spec, const TpContex
   }
 }
 
-const at::Tensor& GptChunk::p(const std::string& name) const {
+const at::Tensor& GptChunk::master(const std::string& name) const {
   for (const auto& [n, i] : index_)
     if (n == name) return params_[i].tensor;
   throw std::logic_error("GptChunk has no parameter " + name);
 }
 
+void GptChunk::set_recompute(Recompute mode) {
+  // Recomputation replays the CPU generator's state, but a test found the
+  // losses of a dropout run still differ from not recomputing: refused until
+  // that is understood.
+  if (mode != Recompute::kNone && cfg_.dropout > 0)
+    throw std::invalid_argument("training.recompute with model.dropout > 0 is not supported yet (set dropout = 0)");
+  recompute_ = mode;
+}
+
+at::Tensor GptChunk::p(const std::string& name) const {
+  const at::Tensor& t = master(name);
+  return compute_ == at::kFloat ? t : t.to(compute_);
+}
+
+at::Tensor GptChunk::norm(const std::string& pre, const at::Tensor& x) const {
+  return at::layer_norm(x.to(at::kFloat), {cfg_.hidden}, master(pre + ".weight"), master(pre + ".bias"),
+                        cfg_.layernorm_eps)
+      .to(x.scalar_type());
+}
+
 at::Tensor GptChunk::attention(const std::string& pre, const at::Tensor& x) const {
   const int64_t heads = cfg_.heads / tp_.size(), hd = cfg_.hidden / cfg_.heads;
   at::Tensor qkv = column_parallel_linear(tp_, x, p(pre + ".qkv.weight"), p(pre + ".qkv.bias"));
-  const int64_t b = qkv.size(0), s = qkv.size(1);  // full sequence, also under SP
-  qkv = qkv.view({b, s, heads, 3, hd});
-  at::Tensor q = qkv.select(3, 0).transpose(1, 2);  // (b, heads/tp, s, hd)
-  at::Tensor k = qkv.select(3, 1).transpose(1, 2);
-  at::Tensor v = qkv.select(3, 2).transpose(1, 2);
-  at::Tensor att = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
-  at::Tensor future = at::ones({s, s}, at::TensorOptions().dtype(at::kBool).device(x.device())).triu(1);
-  att = at::softmax(att.masked_fill(future, -std::numeric_limits<float>::infinity()), -1);
-  if (cfg_.dropout > 0) att = at::dropout(att, cfg_.dropout, true);
-  at::Tensor y = at::matmul(att, v).transpose(1, 2).reshape({b, s, heads * hd});  // (b, s, hidden/tp)
+  const double dropout = cfg_.dropout;
+  // The attention core: (b, s, 3 hidden/tp) -> (b, s, hidden/tp), holding
+  // (b, heads/tp, s, s) scores; what selective recomputation drops.
+  auto core = [heads, hd, dropout](const at::Tensor& qkv_flat) {
+    const int64_t b = qkv_flat.size(0), s = qkv_flat.size(1);  // full sequence, also under SP
+    at::Tensor qkv5 = qkv_flat.view({b, s, heads, 3, hd});
+    at::Tensor q = qkv5.select(3, 0).transpose(1, 2);  // (b, heads/tp, s, hd)
+    at::Tensor k = qkv5.select(3, 1).transpose(1, 2);
+    at::Tensor v = qkv5.select(3, 2).transpose(1, 2);
+    at::Tensor att = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
+    at::Tensor future = at::ones({s, s}, at::TensorOptions().dtype(at::kBool).device(qkv_flat.device())).triu(1);
+    att = at::softmax(att.to(at::kFloat).masked_fill(future, -std::numeric_limits<float>::infinity()), -1)
+              .to(qkv_flat.scalar_type());  // softmax in fp32
+    if (dropout > 0) att = at::dropout(att, dropout, true);
+    return at::matmul(att, v).transpose(1, 2).reshape({b, s, heads * hd});  // (b, s, hidden/tp)
+  };
+  at::Tensor y = recompute_ == Recompute::kSelective ? trident::recompute(core, qkv) : core(qkv);
   return row_parallel_linear(tp_, y, p(pre + ".proj.weight"), p(pre + ".proj.bias"));
 }
 
 at::Tensor GptChunk::block(int64_t layer, const at::Tensor& x) const {
   const std::string pre = "layers." + std::to_string(layer);
-  const double eps = cfg_.layernorm_eps;
   auto resid_dropout = [&](at::Tensor t) { return cfg_.dropout > 0 ? at::dropout(t, cfg_.dropout, true) : t; };
-  at::Tensor h = at::layer_norm(x, {cfg_.hidden}, p(pre + ".ln1.weight"), p(pre + ".ln1.bias"), eps);
+  at::Tensor h = norm(pre + ".ln1", x);
   at::Tensor out = x + resid_dropout(attention(pre + ".attn", h));
-  h = at::layer_norm(out, {cfg_.hidden}, p(pre + ".ln2.weight"), p(pre + ".ln2.bias"), eps);
+  h = norm(pre + ".ln2", out);
   h = column_parallel_linear(tp_, h, p(pre + ".mlp.fc.weight"), p(pre + ".mlp.fc.bias"));  // (b, s, ffn/tp)
   h = at::gelu(h, "tanh");
   h = row_parallel_linear(tp_, h, p(pre + ".mlp.proj.weight"), p(pre + ".mlp.proj.bias"));
@@ -146,7 +172,7 @@ std::vector<int64_t> GptChunk::hidden_shape(int64_t mbs) const {
 }
 
 at::Tensor GptChunk::run(const at::Tensor& input, const at::Tensor& targets) const {
-  at::Tensor x = input;
+  at::Tensor x = spec_.has_embedding ? input : input.to(compute_);  // boundaries are fp32 (NOTE [bf16])
   if (spec_.has_embedding) {
     const at::Tensor& word = p("embedding.word.weight");
     x = vocab_parallel_embedding(tp_, input, word, tp_.rank() * word.size(0));  // (b, s[/tp], hidden)
@@ -158,11 +184,16 @@ at::Tensor GptChunk::run(const at::Tensor& input, const at::Tensor& targets) con
     x = x + pos;
     if (cfg_.dropout > 0) x = at::dropout(x, cfg_.dropout, true);
   }
-  for (int64_t l = spec_.first_layer; l < spec_.first_layer + spec_.num_layers; ++l) x = block(l, x);
-  if (!spec_.has_head) return x;
-  x = at::layer_norm(x, {cfg_.hidden}, p("final_ln.weight"), p("final_ln.bias"), cfg_.layernorm_eps);
+  for (int64_t l = spec_.first_layer; l < spec_.first_layer + spec_.num_layers; ++l) {
+    if (recompute_ == Recompute::kFull)
+      x = trident::recompute([this, l](const at::Tensor& in) { return block(l, in); }, x);
+    else
+      x = block(l, x);
+  }
+  if (!spec_.has_head) return x.to(at::kFloat);
+  x = norm("final_ln", x);
   const at::Tensor& word = p("head.word.weight");
-  at::Tensor logits = column_parallel_linear(tp_, x, word, at::Tensor());  // (b, s, vocab/tp)
+  at::Tensor logits = column_parallel_linear(tp_, x, word, at::Tensor()).to(at::kFloat);  // (b, s, vocab/tp)
   return vocab_parallel_cross_entropy(tp_, logits, targets, tp_.rank() * word.size(0), cfg_.vocab_size).mean();
 }
 
@@ -231,8 +262,10 @@ at::Tensor GptChunk::logits(const at::Tensor& ids) const {
   const at::Tensor& word = p("embedding.word.weight");
   at::Tensor x = vocab_parallel_embedding(tp_, ids, word, 0) + p("embedding.position.weight").narrow(0, 0, ids.size(1));
   for (int64_t l = spec_.first_layer; l < spec_.first_layer + spec_.num_layers; ++l) x = block(l, x);
-  x = at::layer_norm(x, {cfg_.hidden}, p("final_ln.weight"), p("final_ln.bias"), cfg_.layernorm_eps);
-  return column_parallel_linear(tp_, x, p("head.word.weight"), at::Tensor()).narrow(-1, 0, cfg_.vocab_size);
+  x = norm("final_ln", x);
+  return column_parallel_linear(tp_, x, p("head.word.weight"), at::Tensor())
+      .narrow(-1, 0, cfg_.vocab_size)
+      .to(at::kFloat);
 }
 
 }  // namespace trident

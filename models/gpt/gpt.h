@@ -41,6 +41,16 @@ struct PlannedParam {
 std::vector<PlannedParam> gpt_param_plan(const ModelConfig& cfg, const ChunkSpec& spec, int64_t tp_size,
                                          int64_t tp_rank);
 
+// NOTE [bf16]
+// training.precision = "bf16" follows Megatron's scheme with fp32 master
+// weights: the parameters (the data-parallel buckets' fp32 views) stay fp32
+// and are what AdamW updates; each forward casts a weight to bf16 through
+// autograd, so its bf16 weight gradient is cast back and accumulated into the
+// fp32 gradient bucket across micro-batches, and reduced over DP in fp32.
+// Matmuls, GELU and the residual stream run in bf16; LayerNorm, softmax and
+// the cross-entropy in fp32. Boundary tensors between pipeline stages are
+// sent as fp32 (bf16 -> fp32 -> bf16 is exact, so pp-only layouts stay
+// bit-identical to pp = 1, at twice the bytes of a bf16 transfer).
 class GptChunk : public Stage {
  public:
   GptChunk(const ModelConfig& cfg, const ChunkSpec& spec, const TpContext& tp, int64_t seed);
@@ -60,13 +70,22 @@ class GptChunk : public Stage {
   at::Tensor logits(const at::Tensor& ids) const;
 
   std::vector<Param>& params() override { return params_; }
+  // full: each block keeps only its input; selective: attention keeps qkv,
+  // not its (batch, heads, seq, seq) scores and probabilities.
+  void set_recompute(Recompute mode) override;
+  void set_compute_dtype(at::ScalarType dtype) override { compute_ = dtype; }
   const std::vector<Param>& params() const { return params_; }
   const ChunkSpec& spec() const { return spec_; }
 
  private:
   at::Tensor run(const at::Tensor& input, const at::Tensor& targets) const;
   std::vector<int64_t> hidden_shape(int64_t mbs) const;
-  const at::Tensor& p(const std::string& name) const;
+  // A parameter in the compute dtype (an autograd cast of the fp32 master
+  // under bf16, so its gradient lands in fp32); master(): the fp32 tensor.
+  at::Tensor p(const std::string& name) const;
+  const at::Tensor& master(const std::string& name) const;
+  // LayerNorm `pre` computed in fp32, returned in x's dtype.
+  at::Tensor norm(const std::string& pre, const at::Tensor& x) const;
   at::Tensor block(int64_t layer, const at::Tensor& x) const;
   at::Tensor attention(const std::string& pre, const at::Tensor& x) const;
 
@@ -74,6 +93,8 @@ class GptChunk : public Stage {
   ChunkSpec spec_;
   TpContext tp_;
   std::vector<Param> params_;
+  Recompute recompute_ = Recompute::kNone;
+  at::ScalarType compute_ = at::kFloat;
   std::vector<std::pair<std::string, size_t>> index_;  // name -> params_ position (small, linear scan)
 };
 

@@ -278,7 +278,7 @@ TEST(Config, ValidateCatchesProgrammaticValues) {
 
 TEST(Config, KeysTableDescribesTypesAndDefaults) {
   const auto keys = trident::config_keys();
-  EXPECT_EQ(keys.size(), 57u);
+  EXPECT_EQ(keys.size(), 59u);
   bool found = false;
   for (const auto& k : keys) {
     if (k.name != "parallel.dp") continue;

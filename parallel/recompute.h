@@ -1,0 +1,38 @@
+// Activation recomputation (gradient checkpointing) for libtorch 1.13's C++
+// API, which has no checkpoint utility.
+//
+// NOTE [recomputation]
+// recompute(fn, x) returns fn(x) but keeps only x (and the CPU generator's
+// state, so dropout masks come out the same) instead of everything fn's
+// autograd graph would save. Its backward re-runs fn with grad enabled on a
+// detached copy of x and back-propagates through that fresh graph with a
+// nested (reentrant) torch::autograd::backward. The recomputed forward runs
+// the same ops on the same values, so every gradient is bit-identical to not
+// recomputing; parameter gradients reach their AccumulateGrad nodes (and the
+// data-parallel hooks on them) as usual, and since the nested backward runs on
+// the calling thread on CPU, the thread_local deferred-weight-gradient queue
+// (NOTE [I/W split]) still collects the linear layers' dW for a later W action.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include <ATen/ATen.h>
+
+namespace trident {
+
+enum class Recompute {
+  kNone,       // keep every activation
+  kFull,       // recompute each transformer block from its input
+  kSelective,  // recompute only the attention core (Korthikanti et al. 2022)
+};
+
+// "none" | "full" | "selective"; throws on anything else.
+Recompute parse_recompute(const std::string& name);
+
+// fn(x), recomputed in the backward instead of stored (see the NOTE). fn must
+// be a function of x and of parameters only (no other tensor needing grad).
+// When grad mode is off it is simply fn(x).
+at::Tensor recompute(const std::function<at::Tensor(const at::Tensor&)>& fn, const at::Tensor& x);
+
+}  // namespace trident
