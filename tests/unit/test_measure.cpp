@@ -17,7 +17,7 @@ TEST(Measure, CostsOfASimulatedRunAreTheSetCosts) {
   for (const char* kind : {"1f1b", "zb-h1", "interleaved"}) {
     const int v = std::string(kind) == "interleaved" ? 2 : 1;
     const Schedule s = generate(kind, 4, 8, v);
-    const Costs set{3.0, 5.0, 2.0, {}};
+    const Costs set{3.0, 5.0, 2.0, {}, {}, 0.0};
     const MeasuredCosts m = measured_costs({simulate(s, set)});
     EXPECT_NEAR(m.costs.forward, 3.0, 1e-9) << kind;
     EXPECT_NEAR(m.costs.backward, 5.0, 1e-9) << kind;
@@ -32,10 +32,10 @@ TEST(Measure, CostsOfASimulatedRunAreTheSetCosts) {
 TEST(Measure, LatencyOfASimulatedRunIsTheSetLatency) {
   for (double lat : {0.25, 1.5}) {
     const Schedule s = generate("1f1b", 4, 8, 1);
-    EXPECT_NEAR(measured_latency(s, simulate(s, {1.0, 2.0, 1.0, {lat}})), lat, 1e-9) << lat;
+    EXPECT_NEAR(measured_latency(s, simulate(s, {1.0, 2.0, 1.0, {lat}, {}, 0.0})), lat, 1e-9) << lat;
   }
   const Schedule s = generate("gpipe", 2, 4, 1);
-  EXPECT_EQ(measured_latency(s, simulate(s, {1.0, 2.0, 1.0, {}})), 0.0);
+  EXPECT_EQ(measured_latency(s, simulate(s, {1.0, 2.0, 1.0, {}, {}, 0.0})), 0.0);
 }
 
 TEST(Measure, RecordingRoundTripsAndRebasesPerRank) {
