@@ -8,7 +8,9 @@
 # is not run (the comment says why: the test suite itself, a real cluster).
 # To keep the test short, training runs get `--set training.steps=2` appended
 # and the benchmark scripts read STEPS/ROUNDS/REPS from the environment; their
-# outputs go to a scratch directory, never over committed results.
+# outputs go to a scratch directory, never over committed results (scripts/
+# run from the repository, which they locate themselves; they write only
+# ignored paths: build/, data/, runs/).
 #   tests/docs/doc_commands.sh REPO_DIR [--list]
 set -uo pipefail
 repo="$(cd "${1:?usage: doc_commands.sh REPO_DIR [--list]}" && pwd)"
@@ -60,7 +62,10 @@ for doc in "${docs[@]}"; do
     fi
     echo "=== $doc: $run"
     start=$(date +%s)
-    if ! (cd "$scratch" && timeout 600 bash -c "$run" < /dev/null > "$scratch/out.txt" 2>&1); then
+    # scripts/ find the repository from their own path, so they run from it.
+    dir="$scratch"
+    [[ "$run" == scripts/* ]] && dir="$repo"
+    if ! (cd "$dir" && timeout 600 bash -c "$run" < /dev/null > "$scratch/out.txt" 2>&1); then
       echo "FAILED ($doc): $run"
       tail -20 "$scratch/out.txt"
       fail=1
