@@ -223,9 +223,13 @@ double GptModel::flops_per_token() const {
 
 // Each piece alone at tp = 1: one block per layer (ChunkSpec of that layer
 // only), then a chunk with just the embedding and one with just the final
-// norm, head and loss. Median of `reps` timed forward + backward passes
-// after one untimed pass. Under TP every piece's matrices shrink alike, so
-// the ratios, which are what the split uses, carry over.
+// norm, head and loss. Each piece's cost is the minimum over `reps` timed
+// forward + backward passes (after one untimed pass) and over two sweeps of
+// all pieces: other work on the machine only ever adds time, so the minimum
+// is the estimate a burst of interference cannot inflate, and the second
+// sweep keeps one burst from landing on every repetition of one piece.
+// Under TP every piece's matrices shrink alike, so the ratios, which are
+// what the split uses, carry over.
 LayerCosts GptModel::profile(int64_t mbs, int reps) const {
   using Clock = std::chrono::steady_clock;
   const TpContext tp1{};
@@ -234,7 +238,7 @@ LayerCosts GptModel::profile(int64_t mbs, int reps) const {
   const at::Tensor hidden = at::randn({mbs, cfg_.seq_len, cfg_.hidden}, gen);
   auto time = [&](const ChunkSpec& spec) {
     GptChunk chunk(cfg_, spec, tp1, 1);
-    std::vector<double> t;
+    double best = std::numeric_limits<double>::infinity();
     for (int r = 0; r <= reps; ++r) {
       const auto start = Clock::now();
       at::Tensor in = spec.has_embedding ? ids : hidden.clone().requires_grad_(true);
@@ -243,15 +247,21 @@ LayerCosts GptModel::profile(int64_t mbs, int reps) const {
         out.backward();
       else
         out.backward(at::ones_like(out));
-      if (r > 0) t.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+      if (r > 0) best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
     }
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
+    return best;
   };
+  std::vector<ChunkSpec> pieces;
+  for (int64_t l = 0; l < cfg_.layers; ++l) pieces.push_back({l, 1, false, false});
+  pieces.push_back({0, 0, true, false});            // embedding
+  pieces.push_back({cfg_.layers, 0, false, true});  // final norm, head, loss
+  std::vector<double> cost(pieces.size(), std::numeric_limits<double>::infinity());
+  for (int sweep = 0; sweep < 2; ++sweep)
+    for (size_t i = 0; i < pieces.size(); ++i) cost[i] = std::min(cost[i], time(pieces[i]));
   LayerCosts c;
-  for (int64_t l = 0; l < cfg_.layers; ++l) c.layers.push_back(time({l, 1, false, false}));
-  c.embedding = time({0, 0, true, false});
-  c.head = time({cfg_.layers, 0, false, true});
+  c.layers.assign(cost.begin(), cost.end() - 2);
+  c.embedding = cost[cost.size() - 2];
+  c.head = cost.back();
   return c;
 }
 
