@@ -368,7 +368,8 @@ TrainSummary train(Config cfg) {
 
   // Every rank says what it holds (tests add these up across pipeline stages).
   std::cout << r.pgs->layout().describe(r.pgs->rank()) << ": "
-            << summary.local_params << " local parameters of " << r.model_params << std::endl;
+            << summary.local_params << " local parameters of " << r.model_params << ", "
+            << r.dp->dp_reduced_elements() << " gradient elements all-reduced over dp per step" << std::endl;
   Checkpointer checkpointer(c, *r.pgs, chunk_params_of(r), *r.dp);
   const int64_t first_step = checkpointer.restore();  // 0, or the step of the checkpoint resumed
   std::unique_ptr<RunLog> log;

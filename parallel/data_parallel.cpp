@@ -16,6 +16,7 @@ struct DataParallel::Bucket {
   at::Tensor data, grad;       // flat (padded to a multiple of dp)
   int64_t used = 0;            // elements holding parameters
   bool late = false;           // reduced in finish_grad_sync after TP / tied reductions
+  bool local = false;          // local tied copies: never reduced, sharded or gathered
   int64_t sp_end = 0;          // late bucket: elements [0, sp_end) are sequence-parallel gradients
   int pending = 0;             // parameters not yet final this step
   c10::intrusive_ptr<c10d::Work> work;
@@ -63,8 +64,18 @@ DataParallel::DataParallel(std::vector<std::vector<Param*>> chunks, DataParallel
       tied_pairs_.emplace_back(primary[p->info.name], p);
     }
   }
+  // A tied copy whose primary is on this rank: its gradient is added to the
+  // primary's before the DP reduction and then zeroed, and its value is
+  // copied from the primary after the step, so it needs no reduction at
+  // all (reducing it would double the late bucket: for GPT's tied head, the
+  // largest matrix of a small model).
+  auto is_local_copy = [&](const Param* p) {
+    auto it = tied_local.find(p->info.name);
+    return p->info.tied_copy && it != tied_local.end() && it->second;
+  };
   auto is_late = [&](const Param* p) {
-    return tied_local.count(p->info.name) > 0 || (o_.sequence_parallel && p->info.sequence_parallel_grad);
+    return !is_local_copy(p) &&
+           (tied_local.count(p->info.name) > 0 || (o_.sequence_parallel && p->info.sequence_parallel_grad));
   };
 
   // Buckets in reverse forward order; the late bucket last.
@@ -72,7 +83,7 @@ DataParallel::DataParallel(std::vector<std::vector<Param*>> chunks, DataParallel
   std::vector<std::vector<size_t>> plan;
   int64_t fill = cap;
   for (size_t k = n; k-- > 0;) {
-    if (is_late(params_[k])) continue;
+    if (is_late(params_[k]) || is_local_copy(params_[k])) continue;
     if (fill >= cap) plan.emplace_back(), fill = 0;
     plan.back().push_back(k);
     fill += params_[k]->tensor.numel();
@@ -81,15 +92,20 @@ DataParallel::DataParallel(std::vector<std::vector<Param*>> chunks, DataParallel
   for (size_t k = 0; k < n; ++k)  // sequence-parallel ones first, then tied (see sync_late)
     if (is_late(params_[k]) && !tied_local.count(params_[k]->info.name)) late.push_back(k);
   for (size_t k = 0; k < n; ++k)
-    if (tied_local.count(params_[k]->info.name)) late.push_back(k);
+    if (is_late(params_[k]) && tied_local.count(params_[k]->info.name)) late.push_back(k);
   if (!late.empty()) plan.push_back(late);
+  std::vector<size_t> local;
+  for (size_t k = 0; k < n; ++k)
+    if (is_local_copy(params_[k])) local.push_back(k);
+  if (!local.empty()) plan.push_back(local);
 
   const int64_t dp = g_.dp->size();
   at::NoGradGuard no_grad;
   for (size_t b = 0; b < plan.size(); ++b) {
     auto bucket = std::make_unique<Bucket>();
     bucket->params = plan[b];
-    bucket->late = !late.empty() && b + 1 == plan.size();
+    bucket->local = !local.empty() && b + 1 == plan.size();
+    bucket->late = !late.empty() && b + (local.empty() ? 1 : 2) == plan.size();
     for (size_t k : plan[b]) {
       offset_in_bucket_[k] = bucket->used;
       bucket->used += params_[k]->tensor.numel();
@@ -121,6 +137,7 @@ DataParallel::DataParallel(std::vector<std::vector<Param*>> chunks, DataParallel
   std::map<Param*, bool> skip;
   for (auto& [prim, copy] : tied_pairs_) skip[copy] = true;  // stepped through its primary
   for (const auto& bucket : buckets_) {
+    if (bucket->local) continue;
     const int64_t shard = shard_size(*bucket), lo = o_.zero ? g_.dp->rank * shard : 0,
                   hi = o_.zero ? lo + shard : bucket->used;
     for (size_t k : bucket->params) {
@@ -136,6 +153,14 @@ DataParallel::DataParallel(std::vector<std::vector<Param*>> chunks, DataParallel
 DataParallel::~DataParallel() = default;
 
 int64_t DataParallel::shard_size(const Bucket& b) const { return b.data.numel() / g_.dp->size(); }
+
+int64_t DataParallel::dp_reduced_elements() const {
+  if (g_.dp->size() == 1) return 0;
+  int64_t n = 0;
+  for (const auto& b : buckets_)
+    if (!b->local) n += b->used;
+  return n;
+}
 
 void DataParallel::zero_grads() {
   for (auto& b : buckets_) {
@@ -159,7 +184,7 @@ void DataParallel::mark_ready(size_t k) {
   if (ready_[k]) return;
   ready_[k] = true;
   Bucket& b = *buckets_[bucket_of_[k]];
-  if (--b.pending == 0 && o_.overlap && !b.late) launch(b);
+  if (--b.pending == 0 && o_.overlap && !b.late && !b.local) launch(b);
 }
 
 void DataParallel::launch(Bucket& b) {
@@ -190,6 +215,7 @@ void DataParallel::finish_grad_sync() {
   at::NoGradGuard no_grad;
   const double dp = g_.dp->size();
   for (auto& b : buckets_) {
+    if (b->local) continue;  // zeroed by sync_late, after adding into the primaries
     if (b->late) {
       sync_late(*b);
     } else if (b->work) {
@@ -207,6 +233,7 @@ double DataParallel::grad_norm() {
   at::Tensor slots = at::zeros({static_cast<int64_t>(norm_slots_.size())}, at::kDouble);
   double* s = slots.data_ptr<double>();
   for (const auto& bucket : buckets_) {
+    if (bucket->local) continue;  // tied copies: counted through their primaries
     const int64_t shard = shard_size(*bucket), lo = o_.zero ? g_.dp->rank * shard : 0,
                   hi = o_.zero ? lo + shard : bucket->used;
     for (size_t k : bucket->params) {
@@ -229,6 +256,7 @@ double DataParallel::grad_norm() {
 void DataParallel::scale_grads(double coef) {
   at::NoGradGuard no_grad;
   for (auto& b : buckets_) {
+    if (b->local) continue;
     if (o_.zero)
       b->grad.narrow(0, g_.dp->rank * shard_size(*b), shard_size(*b)).mul_(coef);
     else
@@ -241,6 +269,7 @@ void DataParallel::step(double lr) {
   at::NoGradGuard no_grad;
   if (o_.zero && g_.dp->size() > 1) {
     for (auto& b : buckets_) {
+      if (b->local) continue;  // copied from the primaries below
       const int64_t shard = shard_size(*b);
       std::vector<at::Tensor> parts;
       all_gather(*g_.dp, b->data.narrow(0, g_.dp->rank * shard, shard).clone(), parts);

@@ -16,7 +16,10 @@
 // Gradients that need another reduction first live in one "late" bucket,
 // reduced in finish_grad_sync() in a fixed order: sequence-parallel
 // gradients over TP, then the tied word embedding's two copies (added on one
-// rank, or all-reduced over the embedding group), then DP.
+// rank, or all-reduced over the embedding group), then DP. A tied copy whose
+// primary is on the same rank sits in a "local" bucket that is never reduced:
+// its gradient is added into the primary's first and its value is copied
+// back from the primary after the step.
 //
 // NOTE [ZeRO-1 over Gloo]
 // With zero = 1 each DP rank keeps AdamW state for, and updates, only its
@@ -93,6 +96,8 @@ class DataParallel : public GradObserver {
   AdamW& optimizer() { return *opt_; }
   bool zero() const { return o_.zero != 0; }
   int num_buckets() const { return static_cast<int>(buckets_.size()); }
+  // Gradient elements this rank all-reduces over DP each step (0 at dp = 1).
+  int64_t dp_reduced_elements() const;
 
  private:
   struct Bucket;

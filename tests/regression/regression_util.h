@@ -195,19 +195,23 @@ inline CachedRun cached_run(int nproc, const std::vector<std::string>& sets) {
 // The single-process gpt-tiny run with `sets`, from the cache or trained now.
 inline TrainRun cached_reference(const std::vector<std::string>& sets = {}) { return cached_run(1, sets).run; }
 
-// One rank's "rank R: tp T dp D pp P: N local parameters of M" line.
+// One rank's "rank R: tp T dp D pp P: N local parameters of M, K gradient
+// elements all-reduced over dp per step" line.
 struct ParamLine {
   int rank = 0;
   int pp = 0;
   long long local = 0;
   long long total = 0;
+  long long dp_reduced = 0;
 };
 
 inline std::vector<ParamLine> param_lines(const std::string& output) {
-  static const std::regex re(R"(rank (\d+): tp \d+ dp \d+ pp (\d+): (\d+) local parameters of (\d+))");
+  static const std::regex re(
+      R"(rank (\d+): tp \d+ dp \d+ pp (\d+): (\d+) local parameters of (\d+), (\d+) gradient elements all-reduced)");
   std::vector<ParamLine> lines;
   for (std::sregex_iterator it(output.begin(), output.end(), re), end; it != end; ++it)
-    lines.push_back({std::stoi((*it)[1]), std::stoi((*it)[2]), std::stoll((*it)[3]), std::stoll((*it)[4])});
+    lines.push_back({std::stoi((*it)[1]), std::stoi((*it)[2]), std::stoll((*it)[3]), std::stoll((*it)[4]),
+                     std::stoll((*it)[5])});
   return lines;
 }
 

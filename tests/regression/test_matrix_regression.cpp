@@ -121,7 +121,13 @@ TEST_P(MatrixRow, MatchesReference) {
   ASSERT_TRUE(completed(ref.run));
   const CachedRun run = run_row(r);
   ASSERT_TRUE(completed(run.run));
-  EXPECT_EQ(static_cast<int>(param_lines(run.run.result.output).size()), r.world()) << run.run.result.output;
+  const auto lines = param_lines(run.run.result.output);
+  EXPECT_EQ(static_cast<int>(lines.size()), r.world()) << run.run.result.output;
+  // Each gradient element a rank holds is all-reduced over DP exactly once a
+  // step: a tied copy whose primary is on the same rank (GPT's head at pp = 1)
+  // is added into the primary first and not reduced itself.
+  for (const auto& l : lines)
+    EXPECT_EQ(l.dp_reduced, r.dp > 1 ? l.local : 0) << "rank " << l.rank << " of " << r.name();
   EXPECT_TRUE(compare(ref.dir, run.dir, bit_identical_class(r) ? 0.0 : 1e-5)) << r.name();
 }
 
