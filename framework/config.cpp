@@ -18,6 +18,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "framework/json.h"
+
 namespace trident {
 namespace {
 
@@ -248,28 +250,8 @@ std::string format_double(double v) {
   return s;
 }
 
-// A TOML basic string.
-std::string quote(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char ch : s) {
-    switch (ch) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default:
-        if (ch < 0x20 || ch == 0x7f) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", ch);
-          out += buf;
-        } else {
-          out += static_cast<char>(ch);
-        }
-    }
-  }
-  return out + "\"";
-}
+// A TOML basic string: json::quote escapes all that TOML requires.
+using json::quote;
 
 std::string format_bound(double v) {
   return v == static_cast<double>(static_cast<int64_t>(v)) ? std::to_string(static_cast<int64_t>(v))

@@ -226,24 +226,6 @@ class Parser {
     return v;
   }
 
-  static void utf8(uint32_t cp, std::string& out) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
-
   std::string string() {
     ++pos_;  // opening quote
     std::string out;
@@ -275,8 +257,10 @@ class Parser {
             const uint32_t lo = hex4();
             if (lo < 0xDC00 || lo > 0xDFFF) fail("high surrogate followed by a non-low surrogate");
             cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+          } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+            fail("lone low surrogate");
           }
-          utf8(cp, out);
+          append_utf8(cp, out);
           break;
         }
         default: fail(std::string("unknown escape \\") + e);
@@ -291,6 +275,24 @@ class Parser {
 
 Value parse(const std::string& text, const std::string& source) { return Parser(text, source).document(); }
 
+void append_utf8(uint32_t cp, std::string& out) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
 // ---- writing ----------------------------------------------------------------
 
 std::string quote(const std::string& s) {
@@ -303,7 +305,7 @@ std::string quote(const std::string& s) {
       case '\r': out += "\\r"; break;
       case '\t': out += "\\t"; break;
       default:
-        if (ch < 0x20) {
+        if (ch < 0x20 || ch == 0x7f) {  // DEL too, so the literal is also a TOML basic string
           char buf[8];
           std::snprintf(buf, sizeof buf, "\\u%04x", ch);
           out += buf;

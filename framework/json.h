@@ -69,7 +69,11 @@ class Value {
 Value parse(const std::string& text, const std::string& source);
 // JSON text of v: compact, or one member per line indented by `indent` spaces.
 std::string dump(const Value& v, int indent = 0);
-// A JSON string literal of s (quotes and escapes added).
+// A JSON string literal of s (quotes and escapes added). Control characters
+// and DEL are written as \u00XX, so the literal is also a TOML basic string.
 std::string quote(const std::string& s);
+
+// Appends code point cp (< 0x110000) to out as UTF-8.
+void append_utf8(uint32_t cp, std::string& out);
 
 }  // namespace trident::json

@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include "framework/json.h"
+
 namespace trident::data {
 
 // Decodes the code point starting at s[pos]. Sets `len` to its byte length.
@@ -16,7 +18,7 @@ constexpr uint32_t kInvalidCodePoint = 0xFFFFFFFFu;
 uint32_t decode_utf8(std::string_view s, size_t pos, size_t& len);
 
 // Appends the UTF-8 encoding of code point cp (cp < 0x110000) to out.
-void append_utf8(uint32_t cp, std::string& out);
+using json::append_utf8;
 
 bool is_letter(uint32_t cp);  // JS \p{L}
 bool is_number(uint32_t cp);  // JS \p{N}

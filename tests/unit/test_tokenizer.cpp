@@ -123,6 +123,14 @@ TEST(JsonVocab, ParsesEscapesAndRejectsGarbage) {
   EXPECT_THROW(td::parse_json_vocab(R"({"a": 1,})", "t.json"), td::DataError);
   EXPECT_THROW(td::parse_json_vocab(R"({"a": -1})", "t.json"), td::DataError);
   EXPECT_THROW(td::parse_json_vocab(R"({"\ude00": 1})", "t.json"), td::DataError);
+  EXPECT_THROW(td::parse_json_vocab(R"([1, 2])", "t.json"), td::DataError);
+  EXPECT_THROW(td::parse_json_vocab(R"({"a": 4294967296})", "t.json"), td::DataError);
+  try {
+    td::parse_json_vocab(R"({"a": 1, "b": 2.5})", "v.json");
+    FAIL();
+  } catch (const td::DataError& err) {
+    EXPECT_NE(std::string(err.what()).find("v.json: id of \"b\""), std::string::npos) << err.what();
+  }
   try {
     td::parse_json_vocab(R"({"a" 1})", "bad.json");
     FAIL();
