@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "launch/commands.h"
+#include "launch/options.h"
 
 #ifdef TRIDENT_HAVE_TORCH
 #include "benchmarks/bubble_bench.h"
@@ -68,12 +69,7 @@ int bench_throughput(int argc, char** argv) {
       "steps", po::value(&steps)->default_value(steps), "training steps per case (the first is not counted)")(
       "out", po::value(&out), "output directory");
   po::variables_map vm;
-  po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
-  po::notify(vm);
-  if (vm.count("help")) {
-    std::cout << opts << "\n";
-    return 0;
-  }
+  if (!parse_args(argc, argv, opts, vm)) return 0;
   if (out.empty()) throw std::runtime_error("trident bench throughput: --out DIR is required");
   if (steps < 2) throw std::runtime_error("--steps must be at least 2 (the first is warm-up), got " + std::to_string(steps));
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
@@ -134,12 +130,7 @@ int cmd_bench(int argc, char** argv) {
     throw std::runtime_error("trident bench: unknown benchmark '" + std::string(argv[1]) +
                              "' (available: bubble, throughput)");
   po::variables_map vm;
-  po::store(po::command_line_parser(argc - 1, argv + 1).options(opts).run(), vm);
-  po::notify(vm);
-  if (vm.count("help")) {
-    std::cout << opts << "\n";
-    return 0;
-  }
+  if (!parse_args(argc - 1, argv + 1, opts, vm)) return 0;
   if (out.empty()) throw std::runtime_error("trident bench bubble: --out DIR is required");
   if (steps < 1) throw std::runtime_error("--steps must be at least 1, got " + std::to_string(steps));
 #ifdef TRIDENT_HAVE_TORCH

@@ -10,6 +10,7 @@
 #include "framework/checkpoint_store.h"
 #include "framework/config.h"
 #include "launch/commands.h"
+#include "launch/options.h"
 
 #ifdef TRIDENT_HAVE_TORCH
 #include "framework/checkpoint_tensors.h"
@@ -43,12 +44,7 @@ int cmd_checkpoint(int argc, char** argv) {
   po::positional_options_description pos;
   pos.add("action", 1).add("dir", 1);
   po::variables_map vm;
-  po::store(po::command_line_parser(argc, argv).options(opts).positional(pos).run(), vm);
-  po::notify(vm);
-  if (vm.count("help")) {
-    std::cout << opts << "\n";
-    return 0;
-  }
+  if (!parse_args(argc, argv, opts, vm, &pos)) return 0;
   if (action == "show") {
     if (show_dir.empty()) throw std::runtime_error("usage: trident checkpoint show DIR");
     const ckpt::Reader r(show_dir);

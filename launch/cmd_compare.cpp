@@ -14,6 +14,7 @@
 #include <boost/program_options.hpp>
 
 #include "launch/commands.h"
+#include "launch/options.h"
 
 namespace po = boost::program_options;
 
@@ -83,12 +84,7 @@ int cmd_compare(int argc, char** argv) {
   po::positional_options_description pos;
   pos.add("dirs", 2);
   po::variables_map vm;
-  po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), vm);
-  po::notify(vm);
-  if (vm.count("help")) {
-    std::cout << opts << "\n";
-    return 0;
-  }
+  if (!parse_args(argc, argv, opts, vm, &pos, &all)) return 0;
   if (dirs.size() != 2) throw std::runtime_error("expected two run directories (see trident compare --help)");
   if (!(rtol >= 0)) throw std::runtime_error("--rtol must be >= 0, got " + std::to_string(rtol));
   const auto a = read_jsonl(dirs[0]), b = read_jsonl(dirs[1]);

@@ -9,6 +9,7 @@
 #include "framework/atomic_file.h"
 #include "framework/data/tokenizer.h"
 #include "launch/commands.h"
+#include "launch/options.h"
 
 #ifdef TRIDENT_HAVE_TORCH
 #include "models/gpt/inference.h"
@@ -31,12 +32,7 @@ int cmd_eval(int argc, char** argv) {
       "text", po::value(&text), "text file to score")("tokenizer", po::value(&tokenizer), "byte | gpt2")(
       "tokenizer-dir", po::value(&tokenizer_dir), "folder with encoder.json and vocab.bpe (gpt2)");
   po::variables_map vm;
-  po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
-  po::notify(vm);
-  if (vm.count("help")) {
-    std::cout << opts << "\n";
-    return 0;
-  }
+  if (!parse_args(argc, argv, opts, vm)) return 0;
   if (text.empty()) throw std::runtime_error("--text FILE is required (see trident eval --help)");
 #ifdef TRIDENT_HAVE_TORCH
   LoadedGpt m = load_gpt(checkpoint, hf);

@@ -6,6 +6,7 @@
 #include <boost/program_options.hpp>
 
 #include "launch/commands.h"
+#include "launch/options.h"
 
 #ifdef TRIDENT_HAVE_TORCH
 #include "models/gpt/hf_gpt2.h"
@@ -26,12 +27,7 @@ int cmd_export(int argc, char** argv) {
   opts.add_options()("help,h", "show this help")("checkpoint", po::value(&checkpoint), "checkpoint directory")(
       "format", po::value(&format), "export format: hf-gpt2")("out", po::value(&out), "output directory");
   po::variables_map vm;
-  po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
-  po::notify(vm);
-  if (vm.count("help")) {
-    std::cout << opts << "\n";
-    return 0;
-  }
+  if (!parse_args(argc, argv, opts, vm)) return 0;
   if (checkpoint.empty() || out.empty() || format.empty())
     throw std::runtime_error("--checkpoint DIR, --format hf-gpt2 and --out DIR are required (see trident export --help)");
   if (format != "hf-gpt2") throw std::runtime_error("--format " + format + ": expected hf-gpt2");

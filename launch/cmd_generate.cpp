@@ -7,6 +7,7 @@
 
 #include "framework/data/tokenizer.h"
 #include "launch/commands.h"
+#include "launch/options.h"
 
 #ifdef TRIDENT_HAVE_TORCH
 #include "models/gpt/inference.h"
@@ -36,12 +37,7 @@ int cmd_generate(int argc, char** argv) {
       "seed", po::value(&seed)->default_value(0), "sampling seed")("tokenizer", po::value(&tokenizer), "byte | gpt2")(
       "tokenizer-dir", po::value(&tokenizer_dir), "folder with encoder.json and vocab.bpe (gpt2)");
   po::variables_map vm;
-  po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
-  po::notify(vm);
-  if (vm.count("help")) {
-    std::cout << opts << "\n";
-    return 0;
-  }
+  if (!parse_args(argc, argv, opts, vm)) return 0;
   if (!vm.count("prompt")) throw std::runtime_error("--prompt TEXT is required (see trident generate --help)");
   if (max_tokens < 0) throw std::runtime_error("--max-tokens " + std::to_string(max_tokens) + ": expected >= 0");
 #ifdef TRIDENT_HAVE_TORCH

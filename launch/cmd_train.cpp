@@ -8,6 +8,7 @@
 
 #include "framework/config.h"
 #include "launch/commands.h"
+#include "launch/options.h"
 #include "launch/fault.h"
 
 #ifdef TRIDENT_HAVE_TORCH
@@ -30,12 +31,7 @@ int cmd_train(int argc, char** argv) {
   opts.add_options()("help,h", "show this help")("config,c", po::value(&config_path), "TOML config file")(
       "set,s", po::value(&sets)->composing(), "override one key, e.g. --set parallel.pp=4 (repeatable)");
   po::variables_map vm;
-  po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
-  po::notify(vm);
-  if (vm.count("help")) {
-    std::cout << opts << "\n";
-    return 0;
-  }
+  if (!parse_args(argc, argv, opts, vm)) return 0;
   if (config_path.empty()) throw std::runtime_error("--config FILE is required (see trident train --help)");
   Config cfg = load_config(config_path, sets);
 #ifdef TRIDENT_HAVE_TORCH
