@@ -13,9 +13,8 @@
 
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/custom_function.h>
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
+#include "parallel/thread_group.h"
 #include "schedules/executor.h"
 #include "schedules/generators.h"
 #include "schedules/measure.h"
@@ -126,7 +125,7 @@ BubbleRow run_bubble_case(const BubbleCase& c, const StageMs& ms, int steps) {
   row.simulated = sim.bubble_fraction;
   row.sim_step_ms = sim.step_time;
 
-  auto store = c10::make_intrusive<c10d::HashStore>();
+  const auto store = make_thread_store();
   const int p = c.p;
   // Per step and rank: busy ms and executor span ms; per rank its timelines.
   std::vector<std::vector<double>> busy(static_cast<size_t>(steps), std::vector<double>(p)), span = busy;
@@ -138,16 +137,7 @@ BubbleRow run_bubble_case(const BubbleCase& c, const StageMs& ms, int steps) {
     threads.emplace_back([&, rank] {
       try {
         at::set_num_threads(1);
-        Group pp;
-        pp.name = "pp";
-        for (int i = 0; i < p; ++i) pp.members.push_back(i);
-        pp.rank = rank;
-        pp.timeout = std::chrono::milliseconds(120000);
-        if (p > 1) {
-          auto opts = c10d::ProcessGroupGloo::Options::create(pp.timeout);
-          opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-          pp.pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, p, opts);
-        }
+        Group pp = make_thread_group(store, "pp", rank, p, std::chrono::milliseconds(120000));
         std::vector<std::unique_ptr<SyntheticStage>> mine;
         std::vector<Stage*> raw;
         const int vs = schedule.virtual_stages();

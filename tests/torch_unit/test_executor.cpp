@@ -8,12 +8,11 @@
 #include <gtest/gtest.h>
 
 #include <ATen/Parallel.h>
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include <map>
 #include <thread>
 
+#include "parallel/thread_group.h"
 #include "schedules/executor.h"
 #include "schedules/generators.h"
 
@@ -100,7 +99,7 @@ struct Snapshots : GradObserver {
 // Every rank of a p-rank pipeline as a thread; returns the merged result.
 Result pipelined(const std::string& kind, int p, int m, int v) {
   const sched::Schedule schedule = sched::generate(kind, p, m, v);
-  auto store = c10::make_intrusive<c10d::HashStore>();
+  const auto store = make_thread_store();
   std::vector<Result> per_rank(static_cast<size_t>(p));
   std::vector<std::string> errors(static_cast<size_t>(p));
   std::vector<std::thread> threads;
@@ -108,16 +107,7 @@ Result pipelined(const std::string& kind, int p, int m, int v) {
     threads.emplace_back([&, rank] {
       try {
         at::set_num_threads(1);
-        Group pp;
-        pp.name = "pp";
-        for (int i = 0; i < p; ++i) pp.members.push_back(i);
-        pp.rank = rank;
-        pp.timeout = std::chrono::milliseconds(20000);
-        if (p > 1) {
-          auto opts = c10d::ProcessGroupGloo::Options::create(pp.timeout);
-          opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-          pp.pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, p, opts);
-        }
+        Group pp = make_thread_group(store, "pp", rank, p, std::chrono::milliseconds(20000));
         std::vector<std::unique_ptr<FakeStage>> mine;
         std::vector<Stage*> raw;
         for (int c = 0; c < v; ++c) {

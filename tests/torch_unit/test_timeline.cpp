@@ -5,12 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <ATen/Parallel.h>
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include <chrono>
 #include <thread>
 
+#include "parallel/thread_group.h"
 #include "schedules/executor.h"
 #include "schedules/generators.h"
 
@@ -48,18 +47,13 @@ TEST(ExecutorTimeline, OneEntryPerActionInOrderWithoutOverlap) {
   for (const char* kind : {"1f1b", "zb-h1"}) {
     const int p = 2, m = 6;
     const sched::Schedule s = sched::generate(kind, p, m, 1);
-    auto store = c10::make_intrusive<c10d::HashStore>();
+    const auto store = make_thread_store();
     std::vector<std::vector<sched::TimedAction>> got(p);
     std::vector<std::thread> threads;
     for (int rank = 0; rank < p; ++rank)
       threads.emplace_back([&, rank] {
         at::set_num_threads(1);
-        Group pp;
-        pp.members = {0, 1};
-        pp.rank = rank;
-        auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::milliseconds(20000));
-        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-        pp.pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, p, opts);
+        Group pp = make_thread_group(store, "pp", rank, p, std::chrono::milliseconds(20000));
         TinyStage stage(rank == 0, rank == p - 1);
         Executor exec({&stage}, pp, s, 1);
         exec.run(s.ranks[static_cast<size_t>(rank)], batch, 1.0);
