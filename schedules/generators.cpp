@@ -4,7 +4,6 @@
 
 #include <algorithm>
 
-#include "schedules/zeroed_buffer.h"
 
 namespace trident::sched {
 
@@ -45,6 +44,7 @@ std::vector<Action> interleaved_table(int p, int m, int v, int* first_round) {
 Schedule gpipe(int p, int m) {
   Schedule s = empty_schedule(p, m, 1);
   for (int r = 0; r < p; ++r) {
+    s.ranks[r].reserve(2 * static_cast<size_t>(m));
     for (int i = 0; i < m; ++i) s.ranks[r].push_back(act(ActionKind::F, i));      // all forwards
     // Then all backwards, in ascending micro-batch order (as PyTorch's GPipe
     // schedule does) so each gradient sums its micro-batches in the same
@@ -58,6 +58,7 @@ Schedule one_f_one_b(int p, int m) {
   Schedule s = empty_schedule(p, m, 1);
   for (int r = 0; r < p; ++r) {
     auto& out = s.ranks[r];
+    out.reserve(2 * static_cast<size_t>(m));
     const int warmup = std::min(p - r - 1, m);
     for (int i = 0; i < warmup; ++i) out.push_back(act(ActionKind::F, i));  // warm-up
     for (int i = 0; i < m - warmup; ++i) {                                   // steady: one F, one B
@@ -80,7 +81,7 @@ Schedule interleaved(int p, int m, int v) {
   auto bwd = [&](int k) { return act(ActionKind::B, table[k].mb, v - 1 - table[k].chunk); };
   for (int r = 0; r < p; ++r) {
     auto& out = s.ranks[r];
-    detail::reserve_populated(out, 2 * static_cast<size_t>(total));
+    out.reserve(2 * static_cast<size_t>(total));
     const int warmup = std::min((p - r - 1) * 2 + (v - 1) * round, total);
     for (int k = 0; k < warmup; ++k) out.push_back(fwd(k));  // warm-up
     for (int k = 0; k < total - warmup; ++k) {                // steady
@@ -96,6 +97,7 @@ Schedule zb_h1(int p, int m) {
   Schedule s = empty_schedule(p, m, 1);
   for (int r = 0; r < p; ++r) {
     auto& out = s.ranks[r];
+    out.reserve(3 * static_cast<size_t>(m));
     // Same F/I order as 1F1B, so the activations alive (F until I) peak as in 1F1B.
     const int warmup = std::min(p - r - 1, m);
     // Rank r holds back r weight-gradient passes so its input gradients reach
@@ -174,7 +176,7 @@ Schedule add_communication(const Schedule& s) {
     const auto& in = s.ranks[r];
     auto& list = out.ranks[r];
     list.clear();
-    detail::reserve_populated(list, in.size() * 3);
+    list.reserve(in.size() * 3);
     for (size_t i = 0; i < in.size();) {
       // A step is one compute action, or an overlapped pair run as one.
       const size_t n = in[i].overlap_next && i + 1 < in.size() ? 2 : 1;

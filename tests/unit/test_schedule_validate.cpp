@@ -21,7 +21,7 @@ std::string error_of(const Schedule& s) {
   return "";
 }
 
-void erase(std::vector<Action>& list, Action a) {
+void erase(ActionList& list, Action a) {
   auto it = std::find(list.begin(), list.end(), a);
   ASSERT_NE(it, list.end());
   list.erase(it);
