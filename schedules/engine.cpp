@@ -61,8 +61,7 @@ class Runner {
     if (costs_) {
       for (int k = 0; k < 4; ++k)
         for (int st = 0; st < S_; ++st)
-          cost_[k * S_ + st] = action_cost(*costs_, static_cast<ActionKind>(k), s.chunks) *
-                               (costs_->stage_scale.empty() ? 1.0 : costs_->stage_scale[st]);
+          cost_[k * S_ + st] = stage_action_cost(*costs_, static_cast<ActionKind>(k), s.chunks, st);
       for (int b = 0; b + 1 < S_; ++b)
         latency_[b] = costs_->latency.empty() ? 0.0 : costs_->latency.size() == 1 ? costs_->latency[0] : costs_->latency[b];
     }
