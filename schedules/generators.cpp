@@ -3,6 +3,7 @@
 #include "schedules/generators.h"
 
 #include <algorithm>
+#include <thread>
 
 
 namespace trident::sched {
@@ -39,6 +40,21 @@ std::vector<Action> interleaved_table(int p, int m, int v, int* first_round) {
   return table;
 }
 
+// Runs fn(r) for every rank r; for large schedules the ranks are split
+// between two threads (each writes only its own ranks' lists).
+template <typename Fn>
+void for_each_rank(int p, size_t actions, Fn fn) {
+  if (actions < (1u << 20) || p < 2) {
+    for (int r = 0; r < p; ++r) fn(r);
+    return;
+  }
+  std::thread other([&] {
+    for (int r = p / 2; r < p; ++r) fn(r);
+  });
+  for (int r = 0; r < p / 2; ++r) fn(r);
+  other.join();
+}
+
 }  // namespace
 
 Schedule gpipe(int p, int m) {
@@ -56,7 +72,7 @@ Schedule gpipe(int p, int m) {
 
 Schedule one_f_one_b(int p, int m) {
   Schedule s = empty_schedule(p, m, 1);
-  for (int r = 0; r < p; ++r) {
+  for_each_rank(p, 2 * static_cast<size_t>(m) * p, [&](int r) {
     auto& out = s.ranks[r];
     out.reserve(2 * static_cast<size_t>(m));
     const int warmup = std::min(p - r - 1, m);
@@ -66,7 +82,7 @@ Schedule one_f_one_b(int p, int m) {
       out.push_back(act(ActionKind::B, i));
     }
     for (int i = m - warmup; i < m; ++i) out.push_back(act(ActionKind::B, i));  // cool-down
-  }
+  });
   return s;
 }
 
@@ -79,7 +95,7 @@ Schedule interleaved(int p, int m, int v) {
   const int total = m * v;
   auto fwd = [&](int k) { return table[k]; };
   auto bwd = [&](int k) { return act(ActionKind::B, table[k].mb, v - 1 - table[k].chunk); };
-  for (int r = 0; r < p; ++r) {
+  for_each_rank(p, 2 * static_cast<size_t>(total) * p, [&](int r) {
     auto& out = s.ranks[r];
     out.reserve(2 * static_cast<size_t>(total));
     const int warmup = std::min((p - r - 1) * 2 + (v - 1) * round, total);
@@ -89,7 +105,7 @@ Schedule interleaved(int p, int m, int v) {
       out.push_back(bwd(k));
     }
     for (int k = total - warmup; k < total; ++k) out.push_back(bwd(k));  // cool-down
-  }
+  });
   return s;
 }
 
