@@ -24,7 +24,7 @@ namespace trident::sched::detail {
 
 namespace {
 
-constexpr size_t kSmall = 256u << 10;  // below this: operator new
+constexpr size_t kSmall = 64u << 10;  // below this: operator new
 constexpr size_t kHuge = 2u << 20;     // transparent huge page size
 constexpr size_t kArena = 64u << 20;
 
