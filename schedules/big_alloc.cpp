@@ -3,8 +3,9 @@
 // it comes from malloc, and on the virtual machines we measure on a 4 KB page
 // is expensive twice: once when first written (a fault) and again on every
 // TLB miss. Writing 0.5 GB measured 2.7 s in fresh 4 KB pages, 1.1 s even
-// when populated in advance, and 0.1 s in populated 2 MB pages
-// (benchmarks/results/simulator_scale.txt). So large lists are carved out of
+// when populated in advance, and 0.1 s in populated 2 MB pages (a test
+// program on the 2-core VM, 2026-12-01; schedules/README.md "At scale" has
+// the end-to-end figures). So large lists are carved out of
 // 64 MB arenas, 2 MB aligned, marked for transparent huge pages and populated
 // one allocation at a time; an arena is unmapped when its last list is freed.
 // Small lists (every schedule a training run uses) never come here.

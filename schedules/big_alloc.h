@@ -1,7 +1,8 @@
 // Allocator of the action lists (ActionList in action.h): small lists come
-// from operator new, large ones (a planner's p=1024, m=8192 lists are 0.5 MB
-// each, 0.5 GB in all) from shared arenas of transparent huge pages, mapped in
-// one call. NOTE [huge pages] in big_alloc.cpp says why.
+// from operator new, large ones (from 64 KB; a planner's p=1024, m=8192, v=4
+// lists are 0.5 MB each, 0.5 GB in all) from shared arenas of transparent
+// huge pages, mapped in one call. Thread-safe. NOTE [huge pages] in
+// big_alloc.cpp says why.
 #pragma once
 
 #include <cstddef>
