@@ -121,7 +121,7 @@ BubbleRow run_bubble_case(const BubbleCase& c, const StageMs& ms, int steps) {
   BubbleRow row;
   row.c = c;
   row.closed_form = closed_form_bubble(c, ms);
-  const sched::TimelineStats sim = sched::stats(sched::simulate(schedule, {ms.f, ms.b, ms.w, {}, {}, 0.0}));
+  const sched::TimelineStats sim = sched::stats(sched::simulate(schedule, {ms.f, ms.b, ms.w, {}, {}, 0.0, {}}));
   row.simulated = sim.bubble_fraction;
   row.sim_step_ms = sim.step_time;
 

@@ -30,39 +30,48 @@ PipelineStep measure_pipeline_step(const Group& pp, const Executor& exec) {
   return out;
 }
 
-void CostAccumulator::add(const Executor& exec) {
-  for (const sched::TimedAction& a : exec.timeline()) {
-    int k = -1;
-    switch (a.action.kind) {
-      case sched::ActionKind::F: k = 0; break;
-      case sched::ActionKind::B: k = 1; break;
-      case sched::ActionKind::I: k = 2; break;
-      case sched::ActionKind::W: k = 3; break;
-      default: break;
-    }
-    if (k < 0) continue;
-    sum_[k] += (a.end - a.start) / 1000.0;
-    n_[k] += 1;
-  }
+void CostAccumulator::add(const Executor& exec, int chunks) {
+  chunk_.resize(static_cast<size_t>(chunks));
+  for (const sched::TimedAction& a : exec.timeline())
+    chunk_.at(a.action.chunk).add(a.action.kind, (a.end - a.start) / 1000.0);
+}
+
+void CostAccumulator::add_latency_sample(const Group& pp, const Executor& exec) {
+  if (latency_calls_++ >= kLatencySteps || pp.size() < 2) return;
+  // Origin 0: every rank's times stay in its own clock (the estimate needs no shared one).
+  const std::vector<std::string> texts = gather_strings(pp, sched::to_text(sched::RankRecording{pp.rank, 0.0, exec.timeline(), {}}));
+  if (pp.rank != 0) return;
+  std::vector<sched::RankRecording> ranks;
+  for (size_t i = 0; i < texts.size(); ++i) ranks.push_back(sched::recording_from_text(texts[i], static_cast<int>(i)));
+  latency_steps_.push_back(sched::to_timeline(ranks, 1, 1));
 }
 
 sched::TimelineStats CostAccumulator::predict(const Group& pp, const sched::Schedule& schedule) {
-  at::Tensor mine = at::zeros({8}, at::kDouble);
-  for (int k = 0; k < 4; ++k) mine[k] = sum_[k], mine[4 + k] = n_[k];
-  all_reduce(pp, mine);
-  double mean[4];
-  for (int k = 0; k < 4; ++k) {
-    const double n = mine[4 + k].item<double>();
-    mean[k] = n > 0 ? mine[k].item<double>() / n : 0.0;
-  }
-  sched::MeasuredCosts& c = costs;
-  c.f = mean[0], c.b = mean[1], c.i = mean[2], c.w = mean[3];
-  const double v = schedule.chunks;
-  c.costs.forward = std::max(1e-6, mean[0] * v);
-  c.costs.weight = mean[3] * v;
-  const double backward = mean[1] > 0 ? mean[1] : mean[2] + mean[3];
-  c.costs.backward = std::max(backward * v, c.costs.weight + 1e-6);
-  return sched::stats(sched::simulate(schedule, c.costs));
+  const int v = schedule.chunks;
+  chunk_.resize(static_cast<size_t>(v));
+  at::Tensor mine = at::zeros({v * 8}, at::kDouble);
+  for (int c = 0; c < v; ++c)
+    for (int k = 0; k < 4; ++k) mine[c * 8 + k] = chunk_[c].sum[k], mine[c * 8 + 4 + k] = chunk_[c].count[k];
+  std::vector<at::Tensor> all;
+  all_gather(pp, mine, all);
+  if (pp.rank != 0) return {};
+  std::vector<sched::KindSums> stages(static_cast<size_t>(schedule.virtual_stages()));
+  double sum[4] = {0, 0, 0, 0}, n[4] = {0, 0, 0, 0};
+  for (size_t r = 0; r < all.size(); ++r)
+    for (int c = 0; c < v; ++c) {
+      sched::KindSums& st = stages.at(static_cast<size_t>(schedule.stage_of(static_cast<int>(r), c)));
+      for (int k = 0; k < 4; ++k) {
+        st.sum[k] = all[r][c * 8 + k].item<double>(), st.count[k] = all[r][c * 8 + 4 + k].item<double>();
+        sum[k] += st.sum[k], n[k] += st.count[k];
+      }
+    }
+  for (int k = 0; k < 4; ++k) mean_ms[k] = n[k] > 0 ? sum[k] / n[k] : 0.0;
+  // A receive counts as a wait (its end is the data's arrival) only when its
+  // rank had been idle for more than 50 us: the executor's own work between
+  // two actions (posting receives, the progress record) takes a few us.
+  latency = sched::measured_link_latency(schedule, latency_steps_, 0.05);
+  costs = sched::costs_from_stage_sums(stages, latency.per_boundary);
+  return sched::simulate_stats(schedule, costs);
 }
 
 std::vector<std::string> gather_strings(const Group& g, const std::string& mine) {

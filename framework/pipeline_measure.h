@@ -22,20 +22,29 @@ struct PipelineStep {
 // Collective over the pipeline group (every pipeline rank calls it each step).
 PipelineStep measure_pipeline_step(const Group& pp, const Executor& exec);
 
-// Per-kind compute sums of this rank, accumulated over steps, then combined
-// over the pipeline to predict the run's step and bubble with the simulator.
+// What the simulator needs to predict the run: this rank's compute times per
+// chunk and kind, accumulated over steps, and a few steps' recordings of the
+// whole pipeline for the link latency (NOTE [measured link latency] in
+// schedules/measure.h); combined over the pipeline by predict().
 class CostAccumulator {
  public:
-  void add(const Executor& exec);
-  // Collective over pp; returns the simulator's prediction for `schedule`
-  // with the pipeline's mean per-kind costs (stages assumed equal: the
-  // simulator takes one cost per kind) and no link latency.
+  void add(const Executor& exec, int chunks);
+  // Collective over pp for the first kLatencySteps calls, then a no-op:
+  // gathers this step's recordings to the pipeline's first rank.
+  void add_latency_sample(const Group& pp, const Executor& exec);
+  static constexpr int kLatencySteps = 8;
+  // Collective over pp. On the pipeline's first rank, the simulator's
+  // prediction for `schedule` with each virtual stage's own mean F, B, I, W
+  // and the measured latency of each link; elsewhere empty stats.
   sched::TimelineStats predict(const Group& pp, const sched::Schedule& schedule);
-  sched::MeasuredCosts costs;  // filled by predict(): the means it used (ms)
+  sched::Costs costs;             // filled by predict() on the first rank: what it simulated (ms)
+  sched::LinkLatency latency;     // ditto: the links' latency (ms)
+  double mean_ms[4] = {0, 0, 0, 0};  // ditto: pipeline-wide mean F, B, I, W per chunk (ms), for the summary
 
  private:
-  double sum_[4] = {0, 0, 0, 0};  // F, B, I, W in ms
-  double n_[4] = {0, 0, 0, 0};
+  std::vector<sched::KindSums> chunk_;         // [chunk], ms
+  std::vector<sched::Timeline> latency_steps_;  // pipeline's first rank: ranks' own clocks, ms
+  int latency_calls_ = 0;
 };
 
 // Every rank of `g` sends `mine`; group rank 0 gets all of them in group

@@ -196,7 +196,7 @@ StepMetrics train_step(Run& r, int64_t step) {
 
   const PipelineStep pipe = measure_pipeline_step(r.pgs->pp, *r.exec);
   if (step > 0 || t.steps == 1) {  // the first step warms caches up: keep it out of the means
-    r.costs.add(*r.exec);
+    r.costs.add(*r.exec, r.schedule.chunks);
     r.span_sum_s += pipe.span_s;
     ++r.measured_steps;
   }
@@ -232,6 +232,7 @@ StepMetrics train_step(Run& r, int64_t step) {
   m.optimizer_state_bytes = r.dp->optimizer_state_bytes();
   m.tokens_per_s = static_cast<double>(t.global_batch_size * r.cfg.model.seq_len) / m.step_time_s;
   m.tflops = r.flops_per_step / m.step_time_s / 1e12;
+  if (step > 0 || t.steps == 1) r.costs.add_latency_sample(r.pgs->pp, *r.exec);  // after the step's clock stopped
   if (t.eval_interval > 0 && (step + 1) % t.eval_interval == 0) m.eval_loss = evaluate(r);
   r.exec->progress().done();
   return m;
@@ -398,19 +399,26 @@ TrainSummary train(Config cfg) {
     if (checkpointer.after_step(m.step)) break;  // saves when due; true at training.exit_after_steps
   }
   // Measured against predicted: the simulator on this run's action lists with
-  // its measured mean F/B/I/W (a collective over the pipeline).
+  // each stage's measured mean F/B/I/W and each link's measured latency (a
+  // collective over the pipeline).
   const sched::TimelineStats predicted = r.costs.predict(r.pgs->pp, r.schedule);
   if (leader) {
     if (bar) std::cout << "\r\033[K";
     log->finish();
     double bubble = 0;
     for (const auto& m : summary.steps) bubble += m.bubble;
-    const auto& mc = r.costs.costs;
+    const auto& mc = r.costs;
     const double span_ms = 1000.0 * r.span_sum_s / static_cast<double>(std::max<int64_t>(1, r.measured_steps));
     std::cout << "pipeline: bubble mean " << 100 * bubble / std::max<double>(1, static_cast<double>(summary.steps.size()))
               << "% measured, " << 100 * predicted.bubble_fraction << "% predicted | pipeline time " << span_ms
-              << " ms measured, " << predicted.step_time << " ms predicted | from mean F " << mc.f << " B " << mc.b
-              << " I " << mc.i << " W " << mc.w << " ms per chunk, equal stages, no link latency" << std::endl;
+              << " ms measured, " << predicted.step_time << " ms predicted | from each stage's mean F B I W (overall "
+              << mc.mean_ms[0] << " " << mc.mean_ms[1] << " " << mc.mean_ms[2] << " " << mc.mean_ms[3] << " ms per chunk) and link latency "
+              << mc.latency.mean << " ms (" << mc.latency.links << " links, " << mc.latency.samples << " waits)"
+              << std::endl;
+    std::cout << "pipeline: predicted from ms per stage F/B/W:";
+    for (const sched::StageCosts& st : mc.costs.stage_costs)
+      std::cout << " " << st.forward << "/" << st.backward << "/" << st.weight;
+    std::cout << std::endl;
     // Mean busy time per stage: an unbalanced split shows as one stage busier than the rest.
     std::vector<double> busy;
     for (const auto& m : summary.steps) {

@@ -1,9 +1,22 @@
 // Entry point: `trident <subcommand> [options]`. Dispatches to launch/commands.h;
 // every error thrown below is printed once here with a non-zero exit.
+//
+// NOTE [two executables] Loading libtorch costs about a second of start-up on
+// the machines we measure on, more than a planner's whole simulation
+// (benchmarks/results/simulator_scale.txt). So with libtorch the build makes
+// two executables from these sources: `trident-torch`, which runs every
+// command, and `trident`, linked without libtorch, which runs the pure
+// commands itself and replaces itself (execv, same pid, arguments and
+// environment) by the `trident-torch` next to it for the rest.
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <string>
+#include <vector>
 
 #include "launch/commands.h"
 
@@ -12,22 +25,39 @@ namespace {
 struct Command {
   const char* name;
   int (*run)(int, char**);
+  bool torch;  // needs libtorch: run by trident-torch (NOTE [two executables])
   const char* summary;
 };
 
 const Command kCommands[] = {
-    {"launch", trident::cli::cmd_launch, "start N local ranks of a command with RANK/WORLD_SIZE/... set"},
-    {"train", trident::cli::cmd_train, "train a model from a TOML config"},
-    {"schedule", trident::cli::cmd_schedule, "print, check, simulate and draw a pipeline schedule"},
-    {"tokenize", trident::cli::cmd_tokenize, "print the token ids of stdin"},
-    {"data", trident::cli::cmd_data, "prepare a binary token file from text"},
-    {"bench", trident::cli::cmd_bench, "pipeline benchmarks: bench bubble (closed form/simulated/measured), bench throughput"},
-    {"compare", trident::cli::cmd_compare, "per-step loss/grad-norm differences of two runs (exit 1 beyond --rtol)"},
-    {"checkpoint", trident::cli::cmd_checkpoint, "write a config's freshly initialised model as a checkpoint"},
-    {"export", trident::cli::cmd_export, "write a checkpoint's model in Hugging Face GPT-2 layout"},
-    {"eval", trident::cli::cmd_eval, "mean next-token loss of a text under a checkpoint or HF model"},
-    {"generate", trident::cli::cmd_generate, "continue a prompt with a checkpoint or HF model"},
+    {"launch", trident::cli::cmd_launch, false, "start N local ranks of a command with RANK/WORLD_SIZE/... set"},
+    {"train", trident::cli::cmd_train, true, "train a model from a TOML config"},
+    {"schedule", trident::cli::cmd_schedule, false, "print, check, simulate and draw a pipeline schedule"},
+    {"tokenize", trident::cli::cmd_tokenize, false, "print the token ids of stdin"},
+    {"data", trident::cli::cmd_data, false, "prepare a binary token file from text"},
+    {"bench", trident::cli::cmd_bench, true, "pipeline benchmarks: bench bubble (closed form/simulated/measured), bench throughput"},
+    {"compare", trident::cli::cmd_compare, false, "per-step loss/grad-norm differences of two runs (exit 1 beyond --rtol)"},
+    {"checkpoint", trident::cli::cmd_checkpoint, true, "write a config's freshly initialised model as a checkpoint"},
+    {"export", trident::cli::cmd_export, true, "write a checkpoint's model in Hugging Face GPT-2 layout"},
+    {"eval", trident::cli::cmd_eval, true, "mean next-token loss of a text under a checkpoint or HF model"},
+    {"generate", trident::cli::cmd_generate, true, "continue a prompt with a checkpoint or HF model"},
 };
+
+#if defined(TRIDENT_TORCH_EXE) && !defined(TRIDENT_HAVE_TORCH)
+// Replaces this process by trident-torch with the same arguments; returns only on failure.
+int run_torch_executable(char** argv) {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const std::string exe = (ec ? std::filesystem::path(argv[0]).parent_path() : self.parent_path()) / TRIDENT_TORCH_EXE;
+  std::vector<char*> args{const_cast<char*>(exe.c_str())};
+  for (char** a = argv + 1; *a; ++a) args.push_back(*a);
+  args.push_back(nullptr);
+  ::execv(exe.c_str(), args.data());
+  std::fprintf(stderr, "trident %s: error: cannot run %s, which runs the libtorch commands: %s\n", argv[1], exe.c_str(),
+               std::strerror(errno));
+  return 1;
+}
+#endif
 
 void usage(FILE* out) {
   std::fprintf(out, "usage: trident <command> [options]   (trident <command> --help)\n\ncommands:\n");
@@ -48,6 +78,9 @@ int main(int argc, char** argv) {
   }
   for (const auto& c : kCommands) {
     if (name != c.name) continue;
+#if defined(TRIDENT_TORCH_EXE) && !defined(TRIDENT_HAVE_TORCH)
+    if (c.torch) return run_torch_executable(argv);
+#endif
     try {
       return c.run(argc - 1, argv + 1);
     } catch (const std::exception& e) {

@@ -75,7 +75,7 @@ Action parse_one(const std::string& tok, int line, const Schedule& s) {
 }
 
 // One token: an action, or an overlapped pair "F7+B3.1" of two compute actions.
-void parse_token(const std::string& tok, int line, const Schedule& s, std::vector<Action>* out) {
+void parse_token(const std::string& tok, int line, const Schedule& s, ActionList* out) {
   const size_t plus = tok.find('+');
   if (plus == std::string::npos) {
     out->push_back(parse_one(tok, line, s));

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "schedules/big_alloc.h"
+
 namespace trident::sched {
 
 // Thrown for every caller error about a schedule: bad text, unsupported
@@ -51,6 +53,10 @@ struct Action {
 };
 static_assert(sizeof(Action) == 8, "Action stays 8 bytes (see the comment above)");
 
+// One rank's list. Large lists live in huge-page arenas (NOTE [huge pages] in
+// big_alloc.cpp); otherwise an ordinary vector.
+using ActionList = std::vector<Action, detail::BigAllocator<Action>>;
+
 // Inline: the simulator calls these once per action.
 inline bool is_compute(ActionKind k) { return static_cast<uint8_t>(k) <= static_cast<uint8_t>(ActionKind::W); }  // F, B, I, W
 inline bool is_communication(ActionKind k) { return !is_compute(k); }  // SEND_*, RECV_*
@@ -87,7 +93,7 @@ struct Schedule {
   int microbatches = 1;  // m
   int chunks = 1;        // v: virtual stages (model chunks) per rank
   Placement placement = Placement::loop;
-  std::vector<std::vector<Action>> ranks;  // ranks[r] = what rank r does, in order
+  std::vector<ActionList> ranks;  // ranks[r] = what rank r does, in order
 
   int virtual_stages() const { return stages * chunks; }
   int stage_of(int rank, int chunk) const { return sched::stage_of(placement, stages, rank, chunk); }

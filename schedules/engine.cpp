@@ -15,7 +15,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <stdexcept>
+#include <thread>
 
 #include "schedules/generators.h"
 #include "schedules/zeroed_buffer.h"
@@ -61,8 +63,7 @@ class Runner {
     if (costs_) {
       for (int k = 0; k < 4; ++k)
         for (int st = 0; st < S_; ++st)
-          cost_[k * S_ + st] = action_cost(*costs_, static_cast<ActionKind>(k), s.chunks) *
-                               (costs_->stage_scale.empty() ? 1.0 : costs_->stage_scale[st]);
+          cost_[k * S_ + st] = stage_action_cost(*costs_, static_cast<ActionKind>(k), s.chunks, st);
       for (int b = 0; b + 1 < S_; ++b)
         latency_[b] = costs_->latency.empty() ? 0.0 : costs_->latency.size() == 1 ? costs_->latency[0] : costs_->latency[b];
     }
@@ -141,6 +142,19 @@ class Runner {
     return false;
   }
 
+  // NOTE [run beside the checks] Large schedules are run while another thread
+  // does the per-rank checks, so the run must not rely on them for memory
+  // safety: it stops at any action whose micro-batch, chunk, pair or peer
+  // stage would index outside its tables, and run() reports the checks' error
+  // (which names the spot) in its place.
+  bool in_range(const Action& a) const {
+    return static_cast<uint32_t>(a.mb) < static_cast<uint32_t>(m_) && a.chunk < v_;
+  }
+  [[noreturn]] void malformed(int r, size_t pc) const {
+    throw ScheduleError("invalid schedule: rank " + std::to_string(r) + " position " + std::to_string(pc) +
+                        " is malformed (out of range, a broken pair or a send past the pipeline's end)");
+  }
+
   void advance(int r, Ring& todo) {
     const auto& list = s_.ranks[r];
     const size_t n = list.size();
@@ -149,10 +163,12 @@ class Runner {
     double clock = clock_[r];
     while (pc < n) {
       const Action& a = list[pc];
+      if (!in_range(a) || (a.overlap_next && (pc + 1 == n || !in_range(list[pc + 1])))) malformed(r, pc);
       const int stage = stage_of_[static_cast<size_t>(r) * v_ + a.chunk];
       if (a.kind == ActionKind::SEND_F || a.kind == ActionKind::SEND_B) {
         const bool fwd = a.kind == ActionKind::SEND_F;
         const int into = fwd ? stage + 1 : stage - 1;
+        if (into < 0 || into >= S_) malformed(r, pc);
         deliver(fwd ? 0 : 1, into, a.mb, clock + link(r, into, fwd ? stage : stage - 1), todo);
         if (tl) tl->push_back({a, clock, clock});
         ++pc;
@@ -261,10 +277,36 @@ class Runner {
 RunResult run(const Schedule& s, const Costs* costs, bool record) {
   if (costs) check_costs(*costs, s.stages, s.chunks);
   RunResult out;
-  const bool comm = check_ranks(s, &out.report);
+  if (s.stages < 1 || static_cast<int>(s.ranks.size()) != s.stages || s.microbatches < 1 || s.chunks < 1) {
+    check_ranks(s, &out.report);  // throws, naming the shape
+  }
+  // Explicit communication is all or nothing; rank 0's list decides (check_ranks() checks the rest).
+  const bool comm = std::any_of(s.ranks[0].begin(), s.ranks[0].end(), [](const Action& a) { return is_communication(a.kind); });
   out.report.communication_added = !comm;
   Runner runner(s, costs, record, comm);
-  runner.run();
+  size_t actions = 0;
+  for (const auto& list : s.ranks) actions += list.size();
+  if (actions < (1u << 20)) {  // small: one after the other
+    check_ranks(s, &out.report);
+    runner.run();
+  } else {  // NOTE [run beside the checks]: the checks' error, if any, wins
+    std::exception_ptr check_error, run_error;
+    std::thread checker([&] {
+      try {
+        check_ranks(s, &out.report);
+      } catch (...) {
+        check_error = std::current_exception();
+      }
+    });
+    try {
+      runner.run();
+    } catch (...) {
+      run_error = std::current_exception();
+    }
+    checker.join();
+    if (check_error) std::rethrow_exception(check_error);
+    if (run_error) std::rethrow_exception(run_error);
+  }
   out.report.messages = runner.messages();
   if (costs) out.stats = runner.stats();
   if (record && costs) {

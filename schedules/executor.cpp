@@ -169,7 +169,7 @@ void Executor::run_action(const Action& a, const std::function<MicroBatch(int)>&
   if (sched::is_compute(a.kind)) track(stats);
 }
 
-ExecutorStats Executor::run(const std::vector<Action>& actions, const std::function<MicroBatch(int)>& batch,
+ExecutorStats Executor::run(const sched::ActionList& actions, const std::function<MicroBatch(int)>& batch,
                             double loss_scale, GradObserver* observer) {
   ExecutorStats stats;
   timeline_.clear();

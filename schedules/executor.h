@@ -46,7 +46,7 @@ class Executor {
   // Runs this rank's list for one step. `batch(mb)` gives micro-batch mb's
   // data; each micro-batch loss is scaled by `loss_scale` before its backward.
   // `observer`, when given, hears when each chunk's gradients become final.
-  ExecutorStats run(const std::vector<sched::Action>& actions, const std::function<MicroBatch(int)>& batch,
+  ExecutorStats run(const sched::ActionList& actions, const std::function<MicroBatch(int)>& batch,
                     double loss_scale, GradObserver* observer = nullptr);
 
   // Forward only (evaluation, no autograd): every micro-batch through every

@@ -3,8 +3,8 @@
 #include "schedules/generators.h"
 
 #include <algorithm>
+#include <thread>
 
-#include "schedules/zeroed_buffer.h"
 
 namespace trident::sched {
 
@@ -40,11 +40,27 @@ std::vector<Action> interleaved_table(int p, int m, int v, int* first_round) {
   return table;
 }
 
+// Runs fn(r) for every rank r; for large schedules the ranks are split
+// between two threads (each writes only its own ranks' lists).
+template <typename Fn>
+void for_each_rank(int p, size_t actions, Fn fn) {
+  if (actions < (1u << 20) || p < 2) {
+    for (int r = 0; r < p; ++r) fn(r);
+    return;
+  }
+  std::thread other([&] {
+    for (int r = p / 2; r < p; ++r) fn(r);
+  });
+  for (int r = 0; r < p / 2; ++r) fn(r);
+  other.join();
+}
+
 }  // namespace
 
 Schedule gpipe(int p, int m) {
   Schedule s = empty_schedule(p, m, 1);
   for (int r = 0; r < p; ++r) {
+    s.ranks[r].reserve(2 * static_cast<size_t>(m));
     for (int i = 0; i < m; ++i) s.ranks[r].push_back(act(ActionKind::F, i));      // all forwards
     // Then all backwards, in ascending micro-batch order (as PyTorch's GPipe
     // schedule does) so each gradient sums its micro-batches in the same
@@ -56,8 +72,9 @@ Schedule gpipe(int p, int m) {
 
 Schedule one_f_one_b(int p, int m) {
   Schedule s = empty_schedule(p, m, 1);
-  for (int r = 0; r < p; ++r) {
+  for_each_rank(p, 2 * static_cast<size_t>(m) * p, [&](int r) {
     auto& out = s.ranks[r];
+    out.reserve(2 * static_cast<size_t>(m));
     const int warmup = std::min(p - r - 1, m);
     for (int i = 0; i < warmup; ++i) out.push_back(act(ActionKind::F, i));  // warm-up
     for (int i = 0; i < m - warmup; ++i) {                                   // steady: one F, one B
@@ -65,7 +82,7 @@ Schedule one_f_one_b(int p, int m) {
       out.push_back(act(ActionKind::B, i));
     }
     for (int i = m - warmup; i < m; ++i) out.push_back(act(ActionKind::B, i));  // cool-down
-  }
+  });
   return s;
 }
 
@@ -78,9 +95,9 @@ Schedule interleaved(int p, int m, int v) {
   const int total = m * v;
   auto fwd = [&](int k) { return table[k]; };
   auto bwd = [&](int k) { return act(ActionKind::B, table[k].mb, v - 1 - table[k].chunk); };
-  for (int r = 0; r < p; ++r) {
+  for_each_rank(p, 2 * static_cast<size_t>(total) * p, [&](int r) {
     auto& out = s.ranks[r];
-    detail::reserve_populated(out, 2 * static_cast<size_t>(total));
+    out.reserve(2 * static_cast<size_t>(total));
     const int warmup = std::min((p - r - 1) * 2 + (v - 1) * round, total);
     for (int k = 0; k < warmup; ++k) out.push_back(fwd(k));  // warm-up
     for (int k = 0; k < total - warmup; ++k) {                // steady
@@ -88,7 +105,7 @@ Schedule interleaved(int p, int m, int v) {
       out.push_back(bwd(k));
     }
     for (int k = total - warmup; k < total; ++k) out.push_back(bwd(k));  // cool-down
-  }
+  });
   return s;
 }
 
@@ -96,6 +113,7 @@ Schedule zb_h1(int p, int m) {
   Schedule s = empty_schedule(p, m, 1);
   for (int r = 0; r < p; ++r) {
     auto& out = s.ranks[r];
+    out.reserve(3 * static_cast<size_t>(m));
     // Same F/I order as 1F1B, so the activations alive (F until I) peak as in 1F1B.
     const int warmup = std::min(p - r - 1, m);
     // Rank r holds back r weight-gradient passes so its input gradients reach
@@ -174,7 +192,7 @@ Schedule add_communication(const Schedule& s) {
     const auto& in = s.ranks[r];
     auto& list = out.ranks[r];
     list.clear();
-    detail::reserve_populated(list, in.size() * 3);
+    list.reserve(in.size() * 3);
     for (size_t i = 0; i < in.size();) {
       // A step is one compute action, or an overlapped pair run as one.
       const size_t n = in[i].overlap_next && i + 1 < in.size() ? 2 : 1;

@@ -5,7 +5,6 @@
 #include <stdexcept>
 
 #include "schedules/generators.h"
-#include "schedules/zeroed_buffer.h"
 
 namespace trident::sched {
 
@@ -14,12 +13,12 @@ namespace {
 // Per-rank counters of the next micro-batch for each kind and chunk, plus the
 // queue of weight-gradient passes an I left behind.
 struct Cursor {
-  std::vector<Action>* out;
+  ActionList* out;
   int m;  // real micro-batches: anything numbered >= m is dropped (see zb_v)
   int f[2] = {0, 0}, b[2] = {0, 0};
   std::deque<Action> w;
 
-  Cursor(std::vector<Action>* list, int microbatches) : out(list), m(microbatches) {}
+  Cursor(ActionList* list, int microbatches) : out(list), m(microbatches) {}
 
   void emit(Action a) {
     if (a.mb < m) out->push_back(a);
@@ -70,7 +69,7 @@ Schedule zb_v(int p, int m) {
   const int n = std::max(m, 2 * p - 1);
   for (int r = 0; r < p; ++r) {
     Cursor k(&s.ranks[r], m);
-    detail::reserve_populated(*k.out, 6 * static_cast<size_t>(m));
+    k.out->reserve(6 * static_cast<size_t>(m));
     for (int i = 0; i < 2 * (p - r) - 1; ++i) k.F(0);  // warm-up: fill the down-stroke of the V
     for (int i = 0; i < r; ++i) k.F(1), k.F(0);       //          chunk 1's forwards come back up
     for (int i = 0; i < p - r; ++i) k.F(1), k.I(1), k.W();  //    first backwards, weight right after
@@ -101,7 +100,7 @@ Schedule dualpipe_v(int p, int m) {
   Schedule s = empty_schedule(p, m, 2, Placement::v);
   for (int r = 0; r < p; ++r) {
     Cursor k(&s.ranks[r], m);
-    detail::reserve_populated(*k.out, 6 * static_cast<size_t>(m));
+    k.out->reserve(6 * static_cast<size_t>(m));
     const bool last = r == p - 1;
     for (int i = 0; i < 2 * (p - r - 1); ++i) k.F(0);           // 1: chunk 0 forwards
     for (int i = 0; i < r + 1; ++i) k.F(0), k.F(1);             // 2: F0 F1

@@ -1,6 +1,8 @@
 // Measured timelines: see measure.h.
 #include "schedules/measure.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -140,6 +142,88 @@ double measured_latency(const Schedule& s, const Timeline& t) {
     }
   }
   return n ? sum / n : 0.0;
+}
+
+void KindSums::add(ActionKind k, double duration) {
+  if (!is_compute(k)) return;
+  const int i = static_cast<int>(k);  // F, B, I, W are 0..3
+  sum[i] += duration;
+  count[i] += 1;
+}
+
+Costs costs_from_stage_sums(const std::vector<KindSums>& stages, std::vector<double> latency) {
+  double all[4] = {0, 0, 0, 0}, n_all[4] = {0, 0, 0, 0};
+  for (const KindSums& k : stages)
+    for (int i = 0; i < 4; ++i) all[i] += k.sum[i], n_all[i] += k.count[i];
+  Costs c;
+  c.latency = std::move(latency);
+  for (const KindSums& k : stages) {
+    double mean[4];
+    for (int i = 0; i < 4; ++i)
+      mean[i] = k.count[i] > 0 ? k.sum[i] / k.count[i] : n_all[i] > 0 ? all[i] / n_all[i] : 0.0;
+    const bool split = k.count[1] == 0 && (k.count[2] > 0 || (n_all[1] == 0 && n_all[2] > 0));  // I + W
+    StageCosts x;
+    x.forward = std::max(1e-9, mean[0]);  // the simulator wants F > 0 and B > W >= 0
+    x.weight = split ? mean[3] : 0.0;
+    x.backward = std::max(split ? mean[2] + mean[3] : mean[1], x.weight + 1e-9);
+    c.stage_costs.push_back(x);
+  }
+  return c;
+}
+
+LinkLatency measured_link_latency(const Schedule& s, const std::vector<Timeline>& steps, double min_wait) {
+  const int S = s.virtual_stages();
+  // [boundary][0: activation s -> s+1, 1: gradient s+1 -> s]: sum and count of d
+  std::vector<double> sum(2 * static_cast<size_t>(std::max(S - 1, 0)), 0.0), n(sum.size(), 0.0);
+  LinkLatency out;
+  for (const Timeline& t : steps) {
+    // Where each send was posted: [dir][into stage * m + mb].
+    std::vector<double> sent[2];
+    for (auto& v : sent) v.assign(static_cast<size_t>(S) * s.microbatches, std::nan(""));  // times may be negative
+    for (size_t r = 0; r < t.ranks.size(); ++r)
+      for (const TimedAction& a : t.ranks[r]) {
+        if (a.action.kind != ActionKind::SEND_F && a.action.kind != ActionKind::SEND_B) continue;
+        const int stage = s.stage_of(static_cast<int>(r), a.action.chunk);
+        const bool fwd = a.action.kind == ActionKind::SEND_F;
+        sent[fwd ? 0 : 1][static_cast<size_t>(fwd ? stage + 1 : stage - 1) * s.microbatches + a.action.mb] = a.start;
+      }
+    for (size_t r = 0; r < t.ranks.size(); ++r) {
+      double idle_since = 0;  // end of this rank's previous action (receives are only posted)
+      bool any = false;       // before its first action a rank is idle from the start: its first receive's post
+      for (const TimedAction& a : t.ranks[r]) {
+        const bool recv = a.action.kind == ActionKind::RECV_F || a.action.kind == ActionKind::RECV_B;
+        if (!recv) {
+          idle_since = a.end, any = true;
+          continue;
+        }
+        if (peer_rank(s, static_cast<int>(r), a.action) == static_cast<int>(r)) continue;  // local hand-over
+        if (a.end - (any ? idle_since : a.start) <= min_wait) continue;  // the data was there before it was needed
+        const int stage = s.stage_of(static_cast<int>(r), a.action.chunk);
+        const int dir = a.action.kind == ActionKind::RECV_F ? 0 : 1;
+        const double at = sent[dir][static_cast<size_t>(stage) * s.microbatches + a.action.mb];
+        if (std::isnan(at)) continue;
+        const size_t b = static_cast<size_t>(dir == 0 ? stage - 1 : stage);  // boundary b -> b+1
+        sum[2 * b + dir] += a.end - at;
+        n[2 * b + dir] += 1;
+      }
+    }
+  }
+  out.per_boundary.assign(static_cast<size_t>(std::max(S - 1, 0)), -1.0);
+  double total = 0;
+  for (size_t b = 0; b < out.per_boundary.size(); ++b) {
+    if (n[2 * b] == 0 || n[2 * b + 1] == 0) continue;
+    out.per_boundary[b] = std::max(0.0, (sum[2 * b] / n[2 * b] + sum[2 * b + 1] / n[2 * b + 1]) / 2);
+    total += out.per_boundary[b];
+    ++out.links;
+    out.samples += static_cast<int>(n[2 * b] + n[2 * b + 1]);
+  }
+  out.mean = out.links ? total / out.links : 0.0;
+  for (size_t b = 0; b < out.per_boundary.size(); ++b) {
+    const bool local = s.rank_of(static_cast<int>(b)) == s.rank_of(static_cast<int>(b) + 1);
+    if (local) out.per_boundary[b] = 0.0;
+    else if (out.per_boundary[b] < 0) out.per_boundary[b] = out.mean;
+  }
+  return out;
 }
 
 std::string render_chrome_ranks(const std::vector<RankRecording>& ranks, const std::string& title) {

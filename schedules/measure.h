@@ -53,6 +53,39 @@ MeasuredCosts measured_costs(const std::vector<Timeline>& steps);
 // `s` is the schedule (with communication) the timeline ran. 0 when no such receive.
 double measured_latency(const Schedule& s, const Timeline& shared_clock);
 
+// Sums of measured compute durations of one virtual stage, per kind F, B, I, W.
+struct KindSums {
+  double sum[4] = {0, 0, 0, 0};
+  double count[4] = {0, 0, 0, 0};
+  void add(ActionKind k, double duration);  // ignores communication
+};
+
+// The simulator's costs for a run from its per-virtual-stage sums (index =
+// virtual stage): Costs::stage_costs = each stage's mean F, B (or I + W when
+// the run split it) and W, and the given link latency. A stage with no
+// samples of a kind gets the mean of the stages that have them.
+Costs costs_from_stage_sums(const std::vector<KindSums>& stages, std::vector<double> latency);
+
+// NOTE [measured link latency] What the simulator calls latency: from a SEND
+// being posted to its data being there for the receiver. A receive shows that
+// only when its consumer had to wait: then the RECV's end (the wait's return)
+// is the arrival. So per link (virtual-stage boundary, ranks r -> r') and
+// direction, d = RECV end on the receiver - SEND start on the sender, over
+// receives whose rank had been idle for more than `min_wait` when the data
+// came (since the end of its previous action). Ranks may each use their own
+// clock: with r' = r + offset, activations give L + offset and gradients
+// L - offset, so a link's latency is the mean of its two directions' means,
+// offset free. A link with only one direction sampled is left out.
+struct LinkLatency {
+  std::vector<double> per_boundary;  // p*v-1 values, boundary s -> s+1; links left out get `mean`, local hand-overs 0
+  double mean = 0;                   // over the links measured; 0 when none
+  int links = 0;                     // links measured (both directions)
+  int samples = 0;                   // receives used
+};
+// `s` is the schedule with communication the timelines ran; each timeline one
+// step, every rank's times in its own clock, in one unit (min_wait too).
+LinkLatency measured_link_latency(const Schedule& s, const std::vector<Timeline>& steps, double min_wait);
+
 // Chrome trace ("traceEvents"), one process per rank (pid = global rank),
 // compute actions, receive waits and phases as "X" events in microseconds.
 std::string render_chrome_ranks(const std::vector<RankRecording>& ranks, const std::string& title);

@@ -26,6 +26,18 @@ void check_costs(const Costs& c, int p, int v) {
                         " values, expected one per virtual stage, p*v=" + std::to_string(stages));
   for (double x : c.stage_scale)
     if (!(x > 0)) throw ScheduleError("stage cost " + std::to_string(x) + " is not positive, expected > 0");
+  if (!c.stage_costs.empty() && c.stage_costs.size() != stages)
+    throw ScheduleError("per-stage costs have " + std::to_string(c.stage_costs.size()) +
+                        " entries, expected one per virtual stage, p*v=" + std::to_string(stages));
+  if (!c.stage_costs.empty() && !c.stage_scale.empty())
+    throw ScheduleError("costs give both per-stage costs and stage multipliers, expected one of them");
+  for (size_t st = 0; st < c.stage_costs.size(); ++st) {
+    const StageCosts& x = c.stage_costs[st];
+    if (!(x.forward > 0) || !(x.backward > x.weight) || !(x.weight >= 0))
+      throw ScheduleError("virtual stage " + std::to_string(st) + " costs F=" + std::to_string(x.forward) +
+                          " B=" + std::to_string(x.backward) + " W=" + std::to_string(x.weight) +
+                          ": expected F > 0 and B > W >= 0");
+  }
   if (!(c.overlap >= 0 && c.overlap <= 1))
     throw ScheduleError("overlap " + std::to_string(c.overlap) + ", expected 0 <= overlap <= 1");
 }
@@ -36,6 +48,19 @@ double action_cost(const Costs& c, ActionKind k, int chunks) {
     case ActionKind::B: return c.backward / chunks;
     case ActionKind::I: return (c.backward - c.weight) / chunks;
     case ActionKind::W: return c.weight / chunks;
+    default: return 0.0;
+  }
+}
+
+double stage_action_cost(const Costs& c, ActionKind k, int chunks, int stage) {
+  if (c.stage_costs.empty())
+    return action_cost(c, k, chunks) * (c.stage_scale.empty() ? 1.0 : c.stage_scale[static_cast<size_t>(stage)]);
+  const StageCosts& x = c.stage_costs[static_cast<size_t>(stage)];
+  switch (k) {
+    case ActionKind::F: return x.forward;
+    case ActionKind::B: return x.backward;
+    case ActionKind::I: return x.backward - x.weight;
+    case ActionKind::W: return x.weight;
     default: return 0.0;
   }
 }

@@ -9,6 +9,12 @@
 
 namespace trident::sched {
 
+// Costs of one virtual stage as they are (one chunk: not divided by v), for
+// example what a run measured on it.
+struct StageCosts {
+  double forward = 1.0, backward = 2.0, weight = 1.0;  // F, B (= I + W), W
+};
+
 // Costs of one FULL pipeline stage (all layers of one rank); a chunk of a
 // v-chunk schedule costs 1/v of each. I costs backward - weight.
 struct Costs {
@@ -23,13 +29,20 @@ struct Costs {
   // a + b - overlap * min(a, b): 0 = one after the other (what Trident's
   // executor does), 1 = the shorter one fully hidden.
   double overlap = 0.0;
+  // Per virtual stage: {} = the above for every stage, or p*v entries, each
+  // stage's own F, B, W used as given (not divided by v): stages need not share
+  // one F:B:W ratio (a run's measured stages do not). Excludes stage_scale.
+  std::vector<StageCosts> stage_costs;
 };
 
 // Throws ScheduleError unless forward > 0, backward > weight >= 0, latency
 // has 0, 1 or p*v-1 non-negative entries, stage_scale 0 or p*v positive
-// ones, and 0 <= overlap <= 1.
+// ones, stage_costs 0 or p*v entries with F > 0 and B > W >= 0 (and not
+// together with stage_scale), and 0 <= overlap <= 1.
 void check_costs(const Costs& c, int p, int v);
-double action_cost(const Costs& c, ActionKind k, int chunks);  // 0 for communication; stage_scale not applied
+double action_cost(const Costs& c, ActionKind k, int chunks);  // 0 for communication; per-stage terms not applied
+// Cost of kind k on virtual stage `stage`, every term applied (0 for communication).
+double stage_action_cost(const Costs& c, ActionKind k, int chunks, int stage);
 
 struct TimedAction {
   Action action;

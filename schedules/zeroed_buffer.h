@@ -8,27 +8,12 @@
 #include <cstdint>
 #include <cstdlib>
 #include <new>
-#include <vector>
 
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
 
 namespace trident::sched::detail {
-
-// Reserves n elements and, on Linux, maps their pages in one call
-// (MADV_POPULATE_WRITE) instead of one page fault per 4 KB on first write:
-// in a virtual machine that halves the time to fill a big action list.
-template <typename T>
-void reserve_populated(std::vector<T>& v, size_t n) {
-  v.reserve(n);
-#if defined(__linux__) && defined(MADV_POPULATE_WRITE)
-  const uintptr_t page = 4096, begin = (reinterpret_cast<uintptr_t>(v.data()) + page - 1) & ~(page - 1);
-  const uintptr_t end = reinterpret_cast<uintptr_t>(v.data() + v.capacity()) & ~(page - 1);
-  if (n * sizeof(T) >= (64u << 10) && end > begin)
-    madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE);  // a hint: errors ignored
-#endif
-}
 
 template <typename T>
 class ZeroedBuffer {

@@ -17,7 +17,7 @@ TEST(Measure, CostsOfASimulatedRunAreTheSetCosts) {
   for (const char* kind : {"1f1b", "zb-h1", "interleaved"}) {
     const int v = std::string(kind) == "interleaved" ? 2 : 1;
     const Schedule s = generate(kind, 4, 8, v);
-    const Costs set{3.0, 5.0, 2.0, {}, {}, 0.0};
+    const Costs set{3.0, 5.0, 2.0, {}, {}, 0.0, {}};
     const MeasuredCosts m = measured_costs({simulate(s, set)});
     EXPECT_NEAR(m.costs.forward, 3.0, 1e-9) << kind;
     EXPECT_NEAR(m.costs.backward, 5.0, 1e-9) << kind;
@@ -32,10 +32,78 @@ TEST(Measure, CostsOfASimulatedRunAreTheSetCosts) {
 TEST(Measure, LatencyOfASimulatedRunIsTheSetLatency) {
   for (double lat : {0.25, 1.5}) {
     const Schedule s = generate("1f1b", 4, 8, 1);
-    EXPECT_NEAR(measured_latency(s, simulate(s, {1.0, 2.0, 1.0, {lat}, {}, 0.0})), lat, 1e-9) << lat;
+    EXPECT_NEAR(measured_latency(s, simulate(s, {1.0, 2.0, 1.0, {lat}, {}, 0.0, {}})), lat, 1e-9) << lat;
   }
   const Schedule s = generate("gpipe", 2, 4, 1);
-  EXPECT_EQ(measured_latency(s, simulate(s, {1.0, 2.0, 1.0, {}, {}, 0.0})), 0.0);
+  EXPECT_EQ(measured_latency(s, simulate(s, {1.0, 2.0, 1.0, {}, {}, 0.0, {}})), 0.0);
+}
+
+// Hand-computed: 1F1B, p = 2, m = 2; stage 0 F = 1, B = 2; stage 1 (the one
+// with the head) F = 2, B = 4; link latency 0.5.
+//   rank 0: F0 [0,1] F1 [1,2]           B0 [8,10]            B1 [14,16]
+//   rank 1:   F0 [1.5,3.5] B0 [3.5,7.5] F1 [7.5,9.5] B1 [9.5,13.5]
+// (B0 on rank 0 waits for the gradient sent at 7.5, arriving at 8.) Step 16,
+// busy 6 and 12: bubble (10 + 4) / 32. Equal stages at the mean costs (F 1.5,
+// B 3) and no latency, what the trainer used to assume, give step 13.5 and
+// bubble 1/3.
+TEST(Measure, PredictionFromPerStageCostsAndLatencyMatchesHandComputed) {
+  const Schedule s = generate("1f1b", 2, 2, 1);
+  Costs set;
+  set.latency = {0.5};
+  set.stage_costs = {{1.0, 2.0, 0.0}, {2.0, 4.0, 0.0}};
+  Timeline measured = simulate(s, set);
+  ASSERT_DOUBLE_EQ(stats(measured).step_time, 16.0);  // the hand computation above
+  // The ranks' clocks disagree (other hosts): rank 1 reads 1000 more.
+  for (TimedAction& a : measured.ranks[1]) a.start += 1000, a.end += 1000;
+
+  std::vector<KindSums> per_stage(2);
+  for (int r = 0; r < 2; ++r)
+    for (const TimedAction& a : measured.ranks[r]) per_stage[r].add(a.action.kind, a.end - a.start);
+  const LinkLatency lat = measured_link_latency(s, {measured}, 1e-6);
+  EXPECT_EQ(lat.links, 1);
+  EXPECT_EQ(lat.samples, 3);  // RF0 on rank 1; RB0 and RB1 on rank 0 (RF1's data was there before F1)
+  EXPECT_NEAR(lat.mean, 0.5, 1e-9);
+  const Costs predicted_costs = costs_from_stage_sums(per_stage, lat.per_boundary);
+  ASSERT_EQ(predicted_costs.stage_costs.size(), 2u);
+  EXPECT_NEAR(predicted_costs.stage_costs[1].forward, 2.0, 1e-12);
+  EXPECT_NEAR(predicted_costs.stage_costs[1].backward, 4.0, 1e-12);
+  const TimelineStats predicted = simulate_stats(s, predicted_costs);
+  EXPECT_NEAR(predicted.step_time, 16.0, 1e-9);
+  EXPECT_NEAR(predicted.bubble_fraction, 14.0 / 32.0, 1e-12);
+
+  // The old assumption (mean costs on every stage, no latency) is far off.
+  const TimelineStats equal = simulate_stats(s, Costs{1.5, 3.0, 0.0, {}, {}, 0.0, {}});
+  EXPECT_NEAR(equal.step_time, 13.5, 1e-9);
+  EXPECT_NEAR(equal.bubble_fraction, 1.0 / 3.0, 1e-12);
+}
+
+TEST(Measure, LinkLatencyPerBoundaryWithOwnClocks) {
+  // Interleaved p = 2, v = 2 crosses ranks at every boundary (0->1 on ranks
+  // 0->1, 1->2 on 1->0, 2->3 on 0->1); each boundary's latency is recovered
+  // although rank 0's clock reads 250 less.
+  const Schedule s = generate("interleaved", 2, 4, 2);
+  Costs set;
+  set.latency = {0.3, 0.7, 0.2};
+  set.stage_costs = {{1, 2, 0}, {1, 2, 0}, {1, 2, 0}, {3, 5, 0}};
+  Timeline t = simulate(s, set);
+  for (TimedAction& a : t.ranks[0]) a.start -= 250, a.end -= 250;
+  const LinkLatency lat = measured_link_latency(s, {t}, 1e-6);
+  EXPECT_EQ(lat.links, 3);
+  ASSERT_EQ(lat.per_boundary.size(), 3u);
+  for (int b = 0; b < 3; ++b) EXPECT_NEAR(lat.per_boundary[b], set.latency[b], 1e-9) << b;
+  EXPECT_NEAR(lat.mean, 0.4, 1e-9);
+  // A V placement hands over locally at the turn: boundary p-1 -> p gets 0.
+  const Schedule v = generate("zb-v", 2, 4, 2);
+  const LinkLatency lv = measured_link_latency(v, {simulate(v, Costs{1, 2, 1, {0.5}, {}, 0.0, {}})}, 1e-6);
+  ASSERT_EQ(lv.per_boundary.size(), 3u);
+  EXPECT_EQ(lv.per_boundary[1], 0.0);
+  EXPECT_NEAR(lv.per_boundary[0], 0.5, 1e-9);
+  EXPECT_NEAR(lv.per_boundary[2], 0.5, 1e-9);
+  // One rank: no link to measure.
+  const Schedule one = generate("gpipe", 1, 4, 1);
+  const LinkLatency none = measured_link_latency(one, {simulate(one, Costs{})}, 1e-6);
+  EXPECT_EQ(none.links, 0);
+  EXPECT_TRUE(none.per_boundary.empty());
 }
 
 TEST(Measure, RecordingRoundTripsAndRebasesPerRank) {

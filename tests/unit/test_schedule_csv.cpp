@@ -122,7 +122,7 @@ TEST(ScheduleCsv, EarlyPostedReceivesAreNotWaits) {
   const Schedule lowered = from_pytorch_csv(artifact("zb1p_2rank_2stagep_comms.csv"));
   Schedule compute = lowered;
   for (auto& list : compute.ranks) {
-    std::vector<Action> kept;
+    ActionList kept;
     for (const Action& a : list)
       if (is_compute(a.kind)) kept.push_back(a);
     list = kept;

@@ -11,7 +11,7 @@ using namespace trident::sched;
 
 namespace {
 
-int count_kind(const std::vector<Action>& list, ActionKind k) {
+int count_kind(const ActionList& list, ActionKind k) {
   return static_cast<int>(std::count_if(list.begin(), list.end(), [&](const Action& a) { return a.kind == k; }));
 }
 
@@ -108,7 +108,7 @@ TEST(ScheduleGenerators, InterleavedWithOneChunkIsOneFOneB) {
 TEST(ScheduleGenerators, ZbH1SplitsBackwardAndKeepsOneFOneBOrder) {
   const Schedule z = zb_h1(4, 8), o = one_f_one_b(4, 8);
   for (int r = 0; r < 4; ++r) {
-    std::vector<Action> fi, fb;  // F/I order must equal 1F1B's F/B order
+    ActionList fi, fb;  // F/I order must equal 1F1B's F/B order
     for (const Action& a : z.ranks[r])
       if (a.kind != ActionKind::W) fi.push_back({a.kind == ActionKind::I ? ActionKind::B : a.kind, a.mb, a.chunk});
     EXPECT_EQ(fi, o.ranks[r]);

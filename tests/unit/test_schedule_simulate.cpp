@@ -128,6 +128,32 @@ TEST(ScheduleSimulate, LatencyDelaysEveryBoundary) {
   EXPECT_THROW(simulate(generate("gpipe", 2, 1), c), ScheduleError);
 }
 
+TEST(ScheduleSimulate, PerStageCostsAreUsedAsGiven) {
+  // Per-stage costs that are the uniform ones times a stage's multiplier
+  // simulate exactly like stage_scale (interleaved p=2 v=2: chunk costs are
+  // the full-stage costs / v, and stage_costs are not divided again).
+  Costs scaled = costs(2, 4, 1), given = costs(2, 4, 1);
+  scaled.stage_scale = {1, 1.5, 1, 3};
+  for (double k : scaled.stage_scale) given.stage_costs.push_back({k * 2 / 2, k * 4 / 2, k * 1 / 2});
+  for (const char* kind : {"interleaved"}) {
+    const TimelineStats a = run(kind, 2, 6, 2, scaled), b = run(kind, 2, 6, 2, given);
+    EXPECT_DOUBLE_EQ(a.step_time, b.step_time);
+    EXPECT_DOUBLE_EQ(a.bubble_fraction, b.bubble_fraction);
+  }
+  // Stages with their own F:B ratio: 1F1B p=2 m=1 is F0 F1 B1 B0 in a row.
+  Costs own = costs(1, 2, 1);
+  own.stage_costs = {{1, 5, 2}, {3, 4, 0}};
+  EXPECT_DOUBLE_EQ(run("1f1b", 2, 1, 1, own).step_time, 1 + 3 + 4 + 5);
+  EXPECT_DOUBLE_EQ(run("zb-h1", 2, 1, 1, own).step_time, 1 + 3 + 4 + 3 + 2);  // rank 0: I = 3 then W = 2
+  own.stage_scale = {1, 1};
+  EXPECT_THROW(run("1f1b", 2, 1, 1, own), ScheduleError);  // both ways at once
+  own.stage_scale = {};
+  own.stage_costs = {{1, 5, 2}};
+  EXPECT_THROW(run("1f1b", 2, 1, 1, own), ScheduleError);  // one per virtual stage
+  own.stage_costs = {{1, 2, 2}, {1, 2, 0}};
+  EXPECT_THROW(run("1f1b", 2, 1, 1, own), ScheduleError);  // B > W
+}
+
 TEST(ScheduleSimulate, RecvRecordsItsWait) {
   const Timeline t = simulate(generate("gpipe", 2, 1), costs(1, 2, 1));
   ASSERT_EQ(t.ranks[1].front().action, (Action{ActionKind::RECV_F, 0, 0}));

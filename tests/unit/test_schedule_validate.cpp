@@ -21,7 +21,7 @@ std::string error_of(const Schedule& s) {
   return "";
 }
 
-void erase(std::vector<Action>& list, Action a) {
+void erase(ActionList& list, Action a) {
   auto it = std::find(list.begin(), list.end(), a);
   ASSERT_NE(it, list.end());
   list.erase(it);
@@ -176,4 +176,26 @@ TEST(ScheduleValidate, MutatedSchedulesFailWithAScheduleError) {
       }
   EXPECT_GT(rejected, 1000);
   EXPECT_GT(accepted, 10);  // e.g. swapping two independent actions
+}
+
+// Schedules of a million actions or more are run while another thread checks
+// them (NOTE [run beside the checks] in engine.cpp): an action the run cannot
+// even index still gets the checks' error naming it, and a valid one passes.
+TEST(ScheduleValidate, LargeSchedulesCheckedBesideTheRun) {
+  Schedule s = interleaved(16, 32768, 2);  // 2 M compute actions
+  EXPECT_EQ(validate(s).compute_actions, 2 * 16 * 32768 * 2);
+  Schedule bad = s;
+  bad.ranks[3][1000].mb = 40000;  // past m
+  std::string e = error_of(bad);
+  EXPECT_TRUE(has(e, "rank 3 position 1000")) << e;
+  EXPECT_TRUE(has(e, "outside m=32768")) << e;
+  bad = s;
+  bad.ranks[15].back().chunk = 7;  // past v, on the last rank's last action
+  e = error_of(bad);
+  EXPECT_TRUE(has(e, "rank 15 position " + std::to_string(s.ranks[15].size() - 1))) << e;
+  bad = s;
+  std::swap(bad.ranks[0][0], bad.ranks[0][2 * 32768 * 2 - 1]);  // rank 0's first F after its last B
+  e = error_of(bad);
+  EXPECT_TRUE(has(e, "rank 0")) << e;
+  EXPECT_TRUE(has(e, "before its F")) << e;
 }
