@@ -23,6 +23,7 @@ namespace po = boost::program_options;
 namespace trident::cli {
 namespace {
 
+#ifdef TRIDENT_HAVE_TORCH
 std::vector<std::string> split(const std::string& s, const std::string& what) {
   std::vector<std::string> out;
   std::stringstream in(s);
@@ -49,7 +50,6 @@ std::vector<int> ints(const std::string& s, const std::string& what) {
   return out;
 }
 
-#ifdef TRIDENT_HAVE_TORCH
 int bench_throughput(int argc, char** argv) {
   po::options_description opts(
       "usage: trident bench throughput [options] --out DIR\n\n"

@@ -134,10 +134,11 @@ inline ::testing::AssertionResult matches_reference(const std::vector<StepRow>& 
 // NOTE [reference cache]
 // ctest runs every test in a process of its own, so a static alone would
 // retrain the reference once per test. The reference is a function of the
-// trident binary (the project's libraries are linked in statically), the
-// config file and the overrides, so it is also cached in the build dir under
-// a hash of all three: rebuilding trident or editing gpt-tiny.toml changes
-// the key. Runs that failed are never cached.
+// executables (`trident` and `trident-torch`, which trains: the project's
+// libraries are linked in statically), the config file and the overrides,
+// so it is also cached in the build dir under a hash of them all: rebuilding
+// either executable or editing gpt-tiny.toml changes the key. Runs that
+// failed are never cached.
 inline uint64_t fnv1a(uint64_t h, const std::string& bytes) {
   for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ULL;
   return h;
@@ -159,6 +160,7 @@ struct CachedRun {
 inline CachedRun cached_run(int nproc, const std::vector<std::string>& sets) {
   uint64_t h = 14695981039346656037ULL;
   h = fnv1a(h, slurp(bin("trident")));
+  h = fnv1a(h, slurp(bin("trident-torch")));
   h = fnv1a(h, slurp(src("configs/gpt-tiny.toml")));
   for (const auto& s : sets) h = fnv1a(h, s + "\n");
   h = fnv1a(h, std::to_string(kRegressionSteps));
