@@ -53,7 +53,7 @@ case $mode in
       echo "FAIL no results file in $work/out"; fail=1
     else
       cat "$results"
-      for want in "build: Trident: libtorch" "CUDA OFF" "throughput run: gpt2-1.3b.toml bf16" "tokens/s" \
+      for want in "build: Trident: libtorch" "CUDA OFF" "throughput run: gpt2-1.3b.toml (shrunk" "tokens/s" \
                   "MFU against trident's start-up matmul peak" "loss within rtol 1e-4: PASS" \
                   "grad_norm within rtol 1e-3: PASS" "CPU REHEARSAL"; do
         grep -q -- "$want" "$results" || { echo "FAIL results lack '$want'"; fail=1; }

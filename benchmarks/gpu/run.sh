@@ -198,7 +198,9 @@ else
   rm -rf "$big_dir"
   if run "$trident" "${big_args[@]}" > "$out/train-big.log" 2>&1; then
     read -r n tok tfl mfu st peak loss < <(summary "$big_dir/metrics.jsonl" 2)
-    note "throughput run: $(basename "$model") bf16, tp=pp=dp=1, mbs $mbs, gbs $gbs, recompute $recompute, device $device"
+    shrunk=""
+    [[ $rehearsal -eq 0 ]] || shrunk=" (shrunk for the rehearsal: 2 layers, hidden 64, seq 64)"
+    note "throughput run: $(basename "$model")$shrunk bf16, tp=pp=dp=1, mbs $mbs, gbs $gbs, recompute $recompute, device $device"
     note "  $(grep -m1 'trident train:' "$out/train-big.log" | sed 's/--- effective.*//')"
     note "  mean over steps 3..$steps ($n steps): $tok tokens/s, $tfl TFLOP/s, step $st s, last loss $loss"
     note "  MFU against trident's start-up matmul peak ($peak TFLOP/s): $(python3 -c "print(f'{100*$mfu:.1f}')")%"
