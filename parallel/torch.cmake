@@ -15,7 +15,9 @@ set(TRIDENT_HAVE_CUDA OFF)
 set(TRIDENT_HAVE_NCCL OFF)
 if(TORCH_CUDA_LIBRARIES)
   set(TRIDENT_HAVE_CUDA ON)
-  target_compile_definitions(trident_parallel PUBLIC TRIDENT_HAVE_CUDA)
+  # USE_DISTRIBUTED and USE_C10D_* open the c10d backend headers (libtorch's own
+  # targets may set them too; Debian's do).
+  target_compile_definitions(trident_parallel PUBLIC TRIDENT_HAVE_CUDA USE_DISTRIBUTED USE_C10D_GLOO)
   find_package(CUDAToolkit QUIET)  # backend.cpp reads the runtime's version and device names
   if(TARGET CUDA::cudart)
     target_link_libraries(trident_parallel PUBLIC CUDA::cudart)
@@ -26,7 +28,6 @@ if(TORCH_CUDA_LIBRARIES)
     endif()
   endforeach()
   if(TRIDENT_HAVE_NCCL)
-    # USE_C10D_NCCL opens ProcessGroupNCCL.hpp (libtorch's own targets may set it too).
     target_compile_definitions(trident_parallel PUBLIC TRIDENT_HAVE_NCCL USE_C10D_NCCL)
   endif()
 endif()
@@ -35,4 +36,5 @@ if(TRIDENT_REQUIRE_CUDA AND NOT TRIDENT_HAVE_CUDA)
                       "pass -DCMAKE_PREFIX_PATH=<a CUDA-enabled libtorch>, e.g. "
                       "$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')")
 endif()
-message(STATUS "Trident: libtorch ${Torch_VERSION} from ${Torch_DIR}; CUDA ${TRIDENT_HAVE_CUDA}, NCCL ${TRIDENT_HAVE_NCCL}")
+message(STATUS "Trident: libtorch ${Torch_VERSION} from ${Torch_DIR}; CUDA ${TRIDENT_HAVE_CUDA}, NCCL ${TRIDENT_HAVE_NCCL}; "
+               "TORCH_CXX_FLAGS '${TORCH_CXX_FLAGS}'")
