@@ -59,6 +59,12 @@ case $mode in
         grep -q -- "$want" "$results" || { echo "FAIL results lack '$want'"; fail=1; }
       done
       ! grep -q "FAIL" "$results" || { echo "FAIL results report a failure"; fail=1; }
+      # A failing step is reported, the rest still runs, and the exit status says so.
+      printf '[model]\nbogus = 1\n' > "$work/bad.toml"
+      check failing-step 1 "throughput run: FAILED" -- env -u OUT "$script" --cpu-rehearsal --deps "$work/deps" \
+        --build "$work/build" --out "$work/out-bad" --model "$work/bad.toml" --steps 3 --tiny-steps 3 --jobs 2
+      grep -q "loss within rtol 1e-4: PASS" "$work"/out-bad/results-*.txt ||
+        { echo "FAIL the comparison did not run after a failed step"; fail=1; }
       # The rehearsal compares the CPU with itself: the very same doubles.
       "$work/build/trident" compare "$repo/runs/gpu-work/tiny-cpu" "$repo/runs/gpu-work/tiny-dev" --rtol 0 ||
         { echo "FAIL the rehearsal's two CPU runs differ"; fail=1; }

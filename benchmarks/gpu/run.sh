@@ -16,6 +16,11 @@
 # Results: OUTDIR/results-DATE.txt (the file to commit as
 # benchmarks/gpu/results-DATE.txt) and up to 7 more files beside it.
 #
+# On the device tool: run benchmarks/gpu/vendor.sh here first, then
+#   run(command="bash benchmarks/gpu/run.sh", carry=[".gpu-deps"], timeout_s=780)
+# ($OUT is the folder that comes back), and commit $OUT/results-DATE.txt as
+# benchmarks/gpu/results-DATE.txt.
+#
 # --cpu-rehearsal runs the same steps on a machine without a GPU against
 # Debian's libtorch, with a small model for step 3 and the CPU for step 4, to
 # test the script itself; its figures are no GPU results. --dry-run prints
@@ -83,6 +88,7 @@ if [[ $dry -eq 0 ]]; then
   [[ -e $deps/include/toml++/toml.h && -e $deps/lib/libboost_program_options.a ]] ||
     { echo "run.sh: $deps lacks toml++ or Boost.Program_options: run benchmarks/gpu/vendor.sh first" >&2; exit 2; }
   [[ -e $deps/data/brown-gpt2.train.bin ]] || { echo "run.sh: $deps/data lacks brown-gpt2: rerun vendor.sh" >&2; exit 2; }
+  deps=$(cd "$deps" && pwd)
 fi
 if [[ -z $build ]]; then
   build=$repo/build-gpu
@@ -101,6 +107,7 @@ run() {  # echo a command; run it unless --dry-run
 note() { echo "$*"; [[ $dry -eq 1 ]] || echo "$*" >> "$results"; }
 
 mkdir -p "$out"
+failed=0  # the exit status: 1 when a step failed (the results file says which)
 [[ $dry -eq 1 ]] || { mkdir -p "$work"; : > "$results"; }
 t_start=$(date +%s)
 title="# Trident GPU check (benchmarks/gpu/run.sh), $(date -u +%FT%TZ)"
@@ -193,11 +200,12 @@ if [[ $rehearsal -eq 1 ]]; then  # a model this machine trains in seconds, throu
 fi
 t0=$(date +%s)
 if [[ $dry -eq 1 ]]; then
-  run "$trident" "${big_args[@]}"
+  run timeout 420 "$trident" "${big_args[@]}"
 else
   rm -rf "$big_dir"
-  if run "$trident" "${big_args[@]}" > "$out/train-big.log" 2>&1; then
-    read -r n tok tfl mfu st peak loss < <(summary "$big_dir/metrics.jsonl" 2)
+  # Bounded, so a hang still leaves time for step 4 and the results.
+  if run timeout 420 "$trident" "${big_args[@]}" > "$out/train-big.log" 2>&1; then
+    read -r n tok tfl mfu st peak loss < <(summary "$big_dir/metrics.jsonl" 2) || true
     shrunk=""
     [[ $rehearsal -eq 0 ]] || shrunk=" (shrunk for the rehearsal: 2 layers, hidden 64, seq 64)"
     note "throughput run: $(basename "$model")$shrunk bf16, tp=pp=dp=1, mbs $mbs, gbs $gbs, recompute $recompute, device $device"
@@ -210,6 +218,7 @@ else
     cp "$big_dir/metrics.jsonl" "$out/metrics-big.jsonl"
   else
     note "throughput run: FAILED (exit $?), see train-big.log:"
+    failed=1
     tail -5 "$out/train-big.log" | sed 's/^/  /' | tee -a "$results"
   fi
 fi
@@ -223,8 +232,8 @@ if [[ $dry -eq 1 ]]; then
 else
   rm -rf "$work/tiny-cpu" "$work/tiny-dev"
   tiny_ok=1
-  run "$trident" "${tiny[@]}" --set logging.dir="$work/tiny-cpu" > "$out/tiny.log" 2>&1 || tiny_ok=0
-  run "$trident" "${tiny[@]}" --set training.device="$device" --set logging.dir="$work/tiny-dev" >> "$out/tiny.log" 2>&1 || tiny_ok=0
+  run timeout 180 "$trident" "${tiny[@]}" --set logging.dir="$work/tiny-cpu" > "$out/tiny.log" 2>&1 || tiny_ok=0
+  run timeout 180 "$trident" "${tiny[@]}" --set training.device="$device" --set logging.dir="$work/tiny-dev" >> "$out/tiny.log" 2>&1 || tiny_ok=0
   if [[ $tiny_ok -eq 1 ]]; then
     cp "$work/tiny-dev/metrics.jsonl" "$out/metrics-tiny-$device.jsonl"
     note "gpt-tiny fp32, $tiny_steps steps, $device against cpu (same binary):"
@@ -237,16 +246,19 @@ else
         note "  $key within rtol $rtol: PASS ($(tail -1 "$work/cmp.txt"))"
       else
         note "  $key within rtol $rtol: FAIL ($(tail -1 "$work/cmp.txt"))"
+        failed=1
       fi
       cat "$work/cmp.txt" >> "$out/tiny.log"
     done
     if [[ -e $deps/ref-tiny-cpu/metrics.jsonl && $tiny_steps -eq 20 ]]; then
-      "$trident" compare "$deps/ref-tiny-cpu" "$work/tiny-dev" --keys loss --rtol 1e-4 > "$work/cmp.txt" 2>&1 &&
-        r=PASS || r=FAIL
+      r=PASS
+      "$trident" compare "$deps/ref-tiny-cpu" "$work/tiny-dev" --keys loss --rtol 1e-4 > "$work/cmp.txt" 2>&1 ||
+        { r=FAIL; failed=1; }
       note "  loss against the Debian CPU build's run (DEPS/ref-tiny-cpu) within rtol 1e-4: $r ($(tail -1 "$work/cmp.txt"))"
     fi
   else
     note "gpt-tiny comparison: FAILED, see tiny.log:"
+    failed=1
     tail -5 "$out/tiny.log" | sed 's/^/  /' | tee -a "$results"
   fi
 fi
@@ -257,3 +269,4 @@ if [[ $dry -eq 0 ]]; then
   echo "--- $results"
   cat "$results"
 fi
+exit $failed
