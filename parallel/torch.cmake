@@ -18,6 +18,10 @@ if(TORCH_CUDA_LIBRARIES)
   # USE_DISTRIBUTED and USE_C10D_* open the c10d backend headers (libtorch's own
   # targets may set them too; Debian's do).
   target_compile_definitions(trident_parallel PUBLIC TRIDENT_HAVE_CUDA USE_DISTRIBUTED USE_C10D_GLOO)
+  if(TRIDENT_VENDOR_DIR AND EXISTS ${TRIDENT_VENDOR_DIR}/gloo-fallback/gloo/algorithm.h)
+    # Searched after every other include path: used only if libtorch lacks Gloo's headers.
+    target_compile_options(trident_parallel PUBLIC -idirafter ${TRIDENT_VENDOR_DIR}/gloo-fallback)
+  endif()
   find_package(CUDAToolkit QUIET)  # backend.cpp reads the runtime's version and device names
   if(TARGET CUDA::cudart)
     target_link_libraries(trident_parallel PUBLIC CUDA::cudart)

@@ -5,6 +5,7 @@
 #   DIR/include/toml++/                  toml++ headers (used header-only there)
 #   DIR/include/boost/                   the headers <boost/program_options.hpp> includes
 #   DIR/lib/libboost_program_options.a   Debian's static Boost.Program_options
+#   DIR/gloo-fallback/gloo/              libgloo-dev's headers, searched after libtorch's
 #   DIR/data/brown-gpt2.{train,val}.bin  the prepared Brown corpus (scripts/setup_data.sh)
 #   DIR/ref-tiny-cpu/metrics.jsonl       gpt-tiny fp32 on this machine's CPU build (when build/trident exists)
 #   DIR/MANIFEST.txt                     where each came from, with package versions
@@ -35,6 +36,12 @@ echo '#include <boost/program_options.hpp>' | c++ -std=c++17 -x c++ -M - |
     cp "$h" "$dir/include/${h#/usr/include/}"
   done
 cp /usr/lib/x86_64-linux-gnu/libboost_program_options.a "$dir/lib/"
+# Gloo's headers, searched only after libtorch's own (a fallback in case a
+# libtorch ships ProcessGroupGloo.hpp without them).
+if [[ -d /usr/include/gloo ]]; then
+  mkdir -p "$dir/gloo-fallback"
+  cp -r /usr/include/gloo "$dir/gloo-fallback/"
+fi
 cp "$repo/data/brown-gpt2.train.bin" "$repo/data/brown-gpt2.val.bin" "$dir/data/"
 if [[ -x $repo/build/trident ]]; then
   "$repo/build/trident" train --config "$repo/configs/gpt-tiny.toml" --set training.steps=20 \
@@ -42,7 +49,7 @@ if [[ -x $repo/build/trident ]]; then
 fi
 {
   echo "made by benchmarks/gpu/vendor.sh on $(date -u +%FT%TZ)"
-  for p in libtomlplusplus-dev libboost-program-options1.74-dev libboost1.74-dev; do
+  for p in libtomlplusplus-dev libboost-program-options1.74-dev libboost1.74-dev libgloo-dev; do
     dpkg-query -W -f '${Package} ${Version}\n' "$p" 2>/dev/null || echo "$p (version unknown)"
   done
   echo "boost headers: $(find "$dir/include/boost" -type f | wc -l) files"
