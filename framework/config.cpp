@@ -169,8 +169,8 @@ const std::vector<Field>& fields() {
       TRIDENT_FIELD(training, eval_batches, at_least(1), "validation global batches per evaluation"),
       TRIDENT_FIELD(training, threads, at_least(1), "intra-op threads per rank"),
       TRIDENT_FIELD(training, peak_tflops, at_least(0),
-                    "device peak for MFU; 0 = measure a matmul at start-up"),
-      TRIDENT_FIELD(training, device, one_of({"cpu", "cuda"}), "device every rank computes on"),
+                    "device peak for MFU; 0 = measure a matmul at start-up (cuda: in the compute dtype)"),
+      TRIDENT_FIELD(training, device, one_of({"cpu", "cuda"}), "device every rank computes on; cuda = CUDA device LOCAL_RANK (a CUDA build)"),
       TRIDENT_FIELD(training, exit_after_steps, at_least(0),
                     "stop cleanly after this step with a checkpoint (the LR schedule still follows steps); 0 = off"),
       TRIDENT_FIELD(training, precision, one_of({"fp32", "bf16"}),
@@ -568,6 +568,9 @@ void validate(const Config& c) {
   }
   if (p.backend == "nccl" && t.device != "cuda")
     fail(c, "parallel.backend = \"nccl\" needs training.device = \"cuda\", got " + quote(t.device));
+  if (p.backend == "gloo" && t.device == "cuda")
+    fail(c, "parallel.backend = \"gloo\" with training.device = \"cuda\" is not supported: Gloo's send/recv read "
+            "host memory, so the pipeline's device buffers cannot travel over it (use \"nccl\" or \"auto\")");
 
   if (s.chunks > 1 && s.kind != "interleaved" && s.kind != "file" && s.kind != "zb-v" && s.kind != "dualpipev") {
     fail(c, "schedule.chunks = " + n(s.chunks) + " needs schedule.kind = \"interleaved\", \"zb-v\", \"dualpipev\" or \"file\", got " +

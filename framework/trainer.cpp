@@ -25,7 +25,9 @@
 #include "framework/optimizer.h"
 #include "framework/pipeline_measure.h"
 #include "models/registry.h"
+#include "parallel/backend.h"
 #include "parallel/data_parallel.h"
+#include "parallel/device.h"
 #include "parallel/layout.h"
 #include "parallel/process_groups.h"
 #include "schedules/executor.h"
@@ -85,14 +87,20 @@ TokenSource open_tokens(const Config& cfg, const std::string& split) {
   return src;
 }
 
-// fp32 matmul FLOP/s of one thread on this machine: the MFU denominator on CPU.
-double measure_matmul_peak() {
-  const int64_t n = 1024;
-  at::Tensor a = at::randn({n, n}), b = at::randn({n, n});
-  at::mm(a, b);  // warm-up
-  const int reps = 4;
+// The MFU denominator. CPU: one thread's fp32 1024^3 matmul rate. CUDA: the
+// device's matmul rate in the compute dtype (bf16 or fp32) on 8192^3
+// operands of random data, timed between device synchronizations.
+double measure_matmul_peak(const c10::Device& device, at::ScalarType dtype) {
+  const bool cuda = device.is_cuda();
+  const int64_t n = cuda ? 8192 : 1024;
+  const auto opts = at::TensorOptions().dtype(cuda ? dtype : at::kFloat).device(device);
+  at::Tensor a = at::randn({n, n}, opts), b = at::randn({n, n}, opts);
+  for (int i = 0; i < (cuda ? 3 : 1); ++i) at::mm(a, b);  // warm-up (cuBLAS handles and heuristics)
+  synchronize(device);
+  const int reps = cuda ? 10 : 4;
   auto t0 = Clock::now();
   for (int i = 0; i < reps; ++i) at::mm(a, b);
+  synchronize(device);
   return 2.0 * n * n * n * reps / seconds_since(t0);
 }
 
@@ -112,6 +120,7 @@ void keep_freed_memory() {
 
 struct Run {
   Config cfg;
+  c10::Device device{c10::kCPU};  // where this rank computes (training.device, LOCAL_RANK)
   int64_t m = 1;  // micro-batches per step per DP rank
   std::unique_ptr<ProcessGroups> pgs;
   TpContext tp;
@@ -159,7 +168,7 @@ MicroBatch load_micro_batch(const Run& r, const data::GptDataset& ds, int64_t st
   const int64_t s = c.model.seq_len;
   at::Tensor tok = at::empty({static_cast<int64_t>(idx.size()), s + 1}, at::kLong);
   for (size_t i = 0; i < idx.size(); ++i) ds.copy_sample(idx[i], tok[i].data_ptr<int64_t>());
-  return {tok.narrow(1, 0, s).contiguous(), tok.narrow(1, 1, s).contiguous()};
+  return {tok.narrow(1, 0, s).contiguous().to(r.device), tok.narrow(1, 1, s).contiguous().to(r.device)};
 }
 
 // Sum over the pipeline (only last stages hold losses), mean over micro-batches and DP.
@@ -270,10 +279,16 @@ std::vector<std::vector<Param>*> chunk_params_of(Run& r) {
 
 void build(Run& r) {
   Config& c = r.cfg;
-  if (c.training.device != "cpu")
-    throw std::runtime_error("training.device = \"" + c.training.device +
-                             "\": this trainer runs on CPU only so far (CUDA tensors are not wired in yet)");
   const WorldEnv env = read_world_env();
+  // One device per rank, from LOCAL_RANK; errors before any rendezvous.
+  const DeviceChoice device = choose_device(c.training.device, kHaveCuda, cuda_device_count(), env.local_rank);
+  const std::string backend = resolve_backend(c.parallel.backend, c.training.device, kHaveNccl);
+  if (device.cuda) {
+    set_cuda_device(device.index);
+    r.device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device.index));
+  } else {
+    install_cpu_memory_meter();  // activation bytes are measured on the host's allocator
+  }
   resolve_world(c, env.world_size);
   r.m = num_microbatches(c);
   if (c.logging.trace && c.logging.trace_step > c.training.steps)
@@ -288,8 +303,9 @@ void build(Run& r) {
   }
   const Layout layout = Layout::make(env.world_size, static_cast<int>(c.parallel.tp), static_cast<int>(c.parallel.pp),
                                      static_cast<int>(c.parallel.dp));
-  r.pgs = std::make_unique<ProcessGroups>(env, layout, c.parallel.backend,
-                                          std::chrono::milliseconds(static_cast<int64_t>(c.parallel.timeout_s * 1000)));
+  r.pgs = std::make_unique<ProcessGroups>(env, layout, backend,
+                                          std::chrono::milliseconds(static_cast<int64_t>(c.parallel.timeout_s * 1000)),
+                                          r.device);
   r.tp = TpContext{&r.pgs->tp, c.parallel.sequence_parallel};
   if (c.parallel.auto_split()) {
     const AutoSplit split = choose_auto_split(*make_model(c), r.schedule, c.training.micro_batch_size, r.pgs->world);
@@ -322,6 +338,7 @@ void build(Run& r) {
   dpo.overlap = c.parallel.overlap_grad_reduce;
   dpo.zero = static_cast<int>(c.parallel.zero);
   dpo.sequence_parallel = c.parallel.sequence_parallel;
+  dpo.device = r.device;  // the parameters move into the device's buckets here
   r.dp = std::make_unique<DataParallel>(chunk_params, groups, dpo,
                                         AdamWOptions{c.training.beta1, c.training.beta2, c.training.eps,
                                                      c.training.weight_decay},
@@ -332,7 +349,7 @@ void build(Run& r) {
         r.local_params += p->tensor.numel();
   // A checkpoint resumed later overwrites these (checkpoint.resume wins over init_from).
   if (!c.model.init_from.empty()) init_from_pretrained(c, chunk_params_of(r));
-  r.exec = std::make_unique<Executor>(raw, r.pgs->pp, r.schedule, c.training.micro_batch_size);
+  r.exec = std::make_unique<Executor>(raw, r.pgs->pp, r.schedule, c.training.micro_batch_size, r.device);
   r.flops_per_step = r.model->flops_per_token() * static_cast<double>(c.training.global_batch_size * c.model.seq_len);
 }
 
@@ -343,7 +360,6 @@ TrainSummary train(Config cfg) {
   r.cfg = std::move(cfg);
   at::set_num_threads(static_cast<int>(r.cfg.training.threads));
   keep_freed_memory();
-  install_cpu_memory_meter();
   build(r);
   const Config& c = r.cfg;
   const bool leader = r.pgs->rank() == 0;
@@ -354,16 +370,18 @@ TrainSummary train(Config cfg) {
   summary.local_params = r.local_params;
   summary.model_params = r.model_params;
 
-  // Peak for MFU: given (GPUs) or one thread's matmul rate, measured by rank 0
-  // alone while the others wait, times the devices (cores) the ranks share.
+  // Peak for MFU: given, or measured by rank 0 alone while the others wait.
+  // CPU: one thread's matmul rate times the devices (cores) the ranks share.
+  // CUDA: one device's matmul rate in the compute dtype (every rank has one).
   double peak = c.training.peak_tflops * 1e12;
   if (peak <= 0) {
     at::Tensor t = at::zeros({1}, at::kDouble);
-    if (leader) t.fill_(measure_matmul_peak());
+    if (leader) t.fill_(measure_matmul_peak(r.device, c.training.precision == "bf16" ? at::kBFloat16 : at::kFloat));
     broadcast(r.pgs->world, t, 0);
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    peak = t.item<double>() * static_cast<double>(std::min<int64_t>(r.pgs->world_size(), cores)) /
-           static_cast<double>(r.pgs->world_size());
+    peak = r.device.is_cuda() ? t.item<double>()
+                              : t.item<double>() * static_cast<double>(std::min<int64_t>(r.pgs->world_size(), cores)) /
+                                    static_cast<double>(r.pgs->world_size());
   }
   summary.peak_flops = peak;
 
@@ -376,7 +394,8 @@ TrainSummary train(Config cfg) {
   std::unique_ptr<RunLog> log;
   if (leader) {
     std::cout << "trident train: " << r.pgs->layout().describe() << ", schedule " << c.schedule.kind << " (m="
-              << r.m << ", v=" << c.schedule.chunks << "), " << r.model_params << " parameters, peak "
+              << r.m << ", v=" << c.schedule.chunks << "), " << r.model_params << " parameters, device "
+              << r.device.str() << " (" << describe_build() << "), backend " << r.pgs->backend() << ", peak "
               << peak / 1e9 << " GFLOP/s per rank\n--- effective config ---\n"
               << to_toml(c) << "------------------------" << std::endl;
     log = std::make_unique<RunLog>(c.logging.dir, "Trident " + c.model.arch + " loss (" + c.source + ")",

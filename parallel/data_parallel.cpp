@@ -112,8 +112,9 @@ DataParallel::DataParallel(std::vector<std::vector<Param*>> chunks, DataParallel
       if (bucket->late && !tied_local.count(params_[k]->info.name)) bucket->sp_end = bucket->used;
     }
     const int64_t padded = (bucket->used + dp - 1) / dp * dp;
-    bucket->data = at::zeros({padded}, at::kFloat);
-    bucket->grad = at::zeros({padded}, at::kFloat);
+    const auto on_device = at::TensorOptions().dtype(at::kFloat).device(o_.device);
+    bucket->data = at::zeros({padded}, on_device);
+    bucket->grad = at::zeros({padded}, on_device);
     for (size_t k : plan[b]) {
       bucket_of_[k] = b;
       Param* p = params_[k];
@@ -230,8 +231,11 @@ void DataParallel::finish_grad_sync() {
 
 double DataParallel::grad_norm() {
   at::NoGradGuard no_grad;
-  at::Tensor slots = at::zeros({static_cast<int64_t>(norm_slots_.size())}, at::kDouble);
-  double* s = slots.data_ptr<double>();
+  // Each parameter's sum of squares stays on the device until all are
+  // computed, then comes back in one copy; the host adds them into their
+  // slots in the same order as before (so the same doubles on the CPU).
+  std::vector<at::Tensor> squares;
+  std::vector<size_t> slot_of;
   for (const auto& bucket : buckets_) {
     if (bucket->local) continue;  // tied copies: counted through their primaries
     const int64_t shard = shard_size(*bucket), lo = o_.zero ? g_.dp->rank * shard : 0,
@@ -242,9 +246,16 @@ double DataParallel::grad_norm() {
       if (p->info.shard_dim < 0 && g_.tp->rank != 0) continue;     // replicated over TP: once
       const int64_t a = std::max(lo, offset_in_bucket_[k]), e = std::min(hi, offset_in_bucket_[k] + p->tensor.numel());
       if (a >= e) continue;
-      at::Tensor g = bucket->grad.narrow(0, a, e - a);
-      s[norm_slots_.at(p->info.name)] += g.to(at::kDouble).pow(2).sum().item<double>();
+      squares.push_back(bucket->grad.narrow(0, a, e - a).to(at::kDouble).pow(2).sum());
+      slot_of.push_back(norm_slots_.at(p->info.name));
     }
+  }
+  at::Tensor slots = at::zeros({static_cast<int64_t>(norm_slots_.size())}, at::kDouble);
+  double* s = slots.data_ptr<double>();
+  if (!squares.empty()) {
+    const at::Tensor host = at::stack(squares).to(at::kCPU);
+    const double* h = host.data_ptr<double>();
+    for (size_t i = 0; i < slot_of.size(); ++i) s[slot_of[i]] += h[i];
   }
   all_reduce(*g_.model_parallel, slots);
   if (o_.zero) all_reduce(*g_.dp, slots);

@@ -58,6 +58,9 @@ struct DataParallelOptions {
   bool overlap = true;             // reduce buckets during the backward
   int zero = 0;                    // 0: replicated optimizer; 1: optimizer state sharded over DP
   bool sequence_parallel = false;  // reduce sequence-parallel gradients over TP
+  // Where the buckets live: the parameters, their gradients and (through
+  // them) the optimizer state move there when the buckets are built.
+  c10::Device device{c10::kCPU};
 };
 
 struct DataParallelGroups {

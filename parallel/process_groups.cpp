@@ -8,7 +8,7 @@
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
-#include "parallel/backend.h"
+#include "parallel/device.h"
 
 namespace trident {
 namespace {
@@ -24,17 +24,12 @@ std::string describe_rank(const Group& g) {
 }  // namespace
 
 ProcessGroups::ProcessGroups(const WorldEnv& env, const Layout& layout, const std::string& backend,
-                             std::chrono::milliseconds timeout)
-    : env_(env), layout_(layout), backend_(backend), timeout_(timeout) {
+                             std::chrono::milliseconds timeout, c10::Device device)
+    : env_(env), layout_(layout), backend_(backend), device_(device), timeout_(timeout) {
   if (layout.world != env.world_size)
     throw std::runtime_error("layout " + layout.describe() + " does not match WORLD_SIZE " +
                              std::to_string(env.world_size));
-  if (backend_ == "auto") backend_ = "gloo";  // the CPU tensors of this build; CUDA picks nccl
-  if (backend_ == "nccl" && !kHaveNccl)
-    throw std::runtime_error("parallel.backend = \"nccl\" but this build of Trident has no NCCL "
-                             "(built against a CPU-only libtorch)");
-  if (backend_ != "gloo" && backend_ != "nccl")
-    throw std::runtime_error("unknown backend '" + backend_ + "' (expected gloo or nccl)");
+  backend_ = resolve_backend(backend_, device_.is_cuda() ? "cuda" : "cpu", kHaveNccl);
   if (env_.world_size > 1) {
     // Ranks listen where the other nodes can reach them (see listen_address).
     gloo_address_ = listen_address(env_);
@@ -61,6 +56,7 @@ Group ProcessGroups::make_group(const std::string& name, const std::vector<std::
   Group g;
   g.name = name;
   g.timeout = timeout_;
+  if (backend_ == "nccl") g.device = device_;
   for (size_t i = 0; i < all.size(); ++i) {
     const auto& members = all[i];
     for (size_t j = 0; j < members.size(); ++j) {
@@ -69,26 +65,15 @@ Group ProcessGroups::make_group(const std::string& name, const std::vector<std::
       g.rank = static_cast<int>(j);
       if (members.size() > 1) {
         auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name + "/" + std::to_string(i) + "/", store_);
-#ifdef TRIDENT_HAVE_NCCL
-        if (backend_ == "nccl") {
-          auto opts = c10d::ProcessGroupNCCL::Options::create();
-          opts->timeout = timeout_;
-          g.pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, g.rank, g.size(), opts);
-          continue;
-        }
-#endif
-        auto opts = c10d::ProcessGroupGloo::Options::create(timeout_);
-        const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
-        if (ifname && !*ifname) ifname = nullptr;
         // GLOO_SOCKET_IFNAME (PyTorch's convention) overrides the address
         // chosen at rendezvous, e.g. for a separate fast network.
-        if (ifname)
-          opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
-        else
-          opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(gloo_address_));
-        opts->threads = 1;
+        const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
         try {
-          g.pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, g.rank, g.size(), opts);
+          if (backend_ == "nccl") {
+            g.pg = make_nccl(prefixed, g.rank, g.size(), timeout_);
+          } else {
+            g.pg = make_gloo(prefixed, g.rank, g.size(), timeout_, gloo_address_, ifname ? ifname : "");
+          }
         } catch (const std::exception& e) {
           throw std::runtime_error("creating " + describe_rank(g) + " failed: " + e.what());
         }
@@ -111,7 +96,10 @@ void wait_work(const Group& g, const c10::intrusive_ptr<c10d::Work>& w, const ch
   if (peer >= 0) where += ", peer global rank " + std::to_string(g.global(peer));
   bool done = false;
   try {
-    done = w->wait(g.timeout);
+    // A CUDA group's wait makes the compute stream wait (NOTE [CUDA streams]);
+    // given a timeout, ProcessGroupNCCL would block the host instead, so the
+    // bound there is the communicator's own timeout (backend.cpp, make_nccl).
+    done = g.device.is_cuda() ? w->wait() : w->wait(g.timeout);
   } catch (const c10::Error& e) {  // one line, without libtorch's C++ backtrace
     throw std::runtime_error(where + " failed: " + e.what_without_backtrace());
   } catch (const std::exception& e) {
@@ -133,13 +121,19 @@ struct CommTimer {
 };
 }  // namespace
 
+// `t` on the group's device: itself, or a copy (a host tensor under NCCL).
+at::Tensor on_group_device(const Group& g, const at::Tensor& t) {
+  return t.device() == g.device ? t : t.to(g.device);
+}
+
 void all_reduce(const Group& g, at::Tensor& t, c10d::ReduceOp op) {
   if (g.size() == 1) return;
   CommTimer timer{g};
-  std::vector<at::Tensor> ts{t};
+  std::vector<at::Tensor> ts{on_group_device(g, t)};
   c10d::AllreduceOptions opts;
   opts.reduceOp = op;
   wait_work(g, g.pg->allreduce(ts, opts), "all_reduce", -1);
+  if (!ts[0].is_same(t)) t.copy_(ts[0]);
 }
 
 void all_gather(const Group& g, const at::Tensor& in, std::vector<at::Tensor>& out) {
@@ -149,19 +143,20 @@ void all_gather(const Group& g, const at::Tensor& in, std::vector<at::Tensor>& o
     return;
   }
   CommTimer timer{g};
+  std::vector<at::Tensor> ins{on_group_device(g, in).contiguous()};
   std::vector<std::vector<at::Tensor>> outs(1);
-  for (int i = 0; i < g.size(); ++i) outs[0].push_back(at::empty_like(in));
-  std::vector<at::Tensor> ins{in.contiguous()};
+  for (int i = 0; i < g.size(); ++i) outs[0].push_back(at::empty_like(ins[0]));
   wait_work(g, g.pg->allgather(outs, ins), "all_gather", -1);
-  out = std::move(outs[0]);
+  for (at::Tensor& o : outs[0]) out.push_back(o.device() == in.device() ? o : o.to(in.device()));
 }
 
 void broadcast(const Group& g, at::Tensor& t, int root_group_rank) {
   if (g.size() == 1) return;
-  std::vector<at::Tensor> ts{t};
+  std::vector<at::Tensor> ts{on_group_device(g, t)};
   c10d::BroadcastOptions opts;
   opts.rootRank = root_group_rank;
   wait_work(g, g.pg->broadcast(ts, opts), "broadcast", -1);
+  if (!ts[0].is_same(t)) t.copy_(ts[0]);
 }
 
 void barrier(const Group& g) {

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include <ATen/ATen.h>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include "parallel/backend.h"
 #include "parallel/layout.h"
 #include "parallel/rendezvous.h"
 
@@ -24,7 +24,11 @@ struct Group {
   std::string name;  // e.g. "tp", "pp" (for error messages)
   std::vector<int> members;
   int rank = 0;  // index of this process in members
-  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  c10::intrusive_ptr<CommBackend> pg;
+  // Where this group's collectives run: the CPU for Gloo, this rank's CUDA
+  // device for NCCL. The helpers below move a tensor held elsewhere (a loss or
+  // a norm on the host) there and back.
+  c10::Device device{c10::kCPU};
   std::chrono::milliseconds timeout{60000};
   // Cumulative wall time and count of all_reduce/all_gather calls on this
   // group (post + wait, so it includes waiting for slower peers); benchmarks
@@ -40,9 +44,11 @@ struct Group {
 class ProcessGroups {
  public:
   // Rendezvous over a TCPStore and create every group of `layout` on every
-  // rank in the same order. backend: "gloo", "nccl" or "auto".
+  // rank in the same order. backend: "gloo", "nccl" or "auto" (see
+  // resolve_backend in parallel/device.h); `device` is this rank's compute
+  // device, which NCCL groups run on.
   ProcessGroups(const WorldEnv& env, const Layout& layout, const std::string& backend,
-                std::chrono::milliseconds timeout);
+                std::chrono::milliseconds timeout, c10::Device device = c10::Device(c10::kCPU));
   ~ProcessGroups();
   ProcessGroups(const ProcessGroups&) = delete;
   ProcessGroups& operator=(const ProcessGroups&) = delete;
@@ -65,6 +71,7 @@ class ProcessGroups {
   WorldEnv env_;
   Layout layout_;
   std::string backend_;
+  c10::Device device_;
   std::chrono::milliseconds timeout_;
   std::string gloo_address_;  // where this rank's Gloo pairs listen (see the constructor)
   c10::intrusive_ptr<c10d::Store> store_;

@@ -19,8 +19,13 @@ double now_us() {
 }  // namespace
 
 Executor::Executor(std::vector<Stage*> stages, const Group& pp, const sched::Schedule& placement,
-                   int64_t micro_batch_size)
-    : chunks_(std::move(stages)), pp_(pp), shape_(placement), mbs_(micro_batch_size), progress_(pp.global(pp.rank)) {
+                   int64_t micro_batch_size, c10::Device device)
+    : chunks_(std::move(stages)),
+      pp_(pp),
+      shape_(placement),
+      mbs_(micro_batch_size),
+      device_(device),
+      progress_(pp.global(pp.rank)) {
   if (chunks_.empty()) throw std::logic_error("Executor needs at least one stage");
   if (shape_.stages != pp.size() || shape_.chunks != static_cast<int>(chunks_.size()))
     throw std::logic_error("Executor: schedule is for p=" + std::to_string(shape_.stages) + " v=" +
@@ -42,7 +47,8 @@ void Executor::post_recv(const Action& a) {
   auto& work = grad ? s.recv_grad : s.recv_act;
   if (buf.defined()) return;  // already posted (or delivered locally)
   if (peer == pp_.rank) return;  // same rank (p = 1): send() hands the tensor over
-  buf = at::empty(grad ? chunks_[a.chunk]->output_shape(mbs_) : chunks_[a.chunk]->input_shape(mbs_), at::kFloat);
+  buf = at::empty(grad ? chunks_[a.chunk]->output_shape(mbs_) : chunks_[a.chunk]->input_shape(mbs_),
+                  at::TensorOptions().dtype(at::kFloat).device(device_));
   work = irecv(pp_, buf, peer, tag(grad, a.mb, stage(a.chunk)));
   (grad ? s.recv_grad_posted : s.recv_act_posted) = now_us();
 }
@@ -95,7 +101,7 @@ void Executor::finish_sends() {
   pending_sends_.clear();
 }
 
-void Executor::forward(const Action& a, const std::function<MicroBatch(int)>& batch, ExecutorStats& stats) {
+void Executor::forward(const Action& a, const std::function<MicroBatch(int)>& batch) {
   Slot& s = slots_[{a.mb, a.chunk}];
   const bool first = is_first(a.chunk), last = is_last(a.chunk);
   MicroBatch data;
@@ -114,7 +120,9 @@ void Executor::forward(const Action& a, const std::function<MicroBatch(int)>& ba
   const int64_t before = live_cpu_bytes();
   s.output = chunks_[a.chunk]->forward(s.input, last ? data.targets : at::Tensor());
   s.activation_bytes = before < 0 ? -1 : live_cpu_bytes() - before;
-  if (last) stats.loss_sum += s.output.item<double>();
+  // The double sum of float losses, added in micro-batch order: the same
+  // doubles a host-side `+= item<double>()` gives.
+  if (last) loss_acc_.add_(s.output.detach().reshape({}).to(at::kDouble));
 }
 
 void Executor::backward(const Action& a, double loss_scale, bool defer_weights) {
@@ -137,6 +145,10 @@ void Executor::backward(const Action& a, double loss_scale, bool defer_weights) 
   s.output.reset();
 }
 
+void Executor::reset_loss() { loss_acc_ = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_)); }
+
+double Executor::read_loss() const { return loss_acc_.item<double>(); }
+
 void Executor::track(ExecutorStats& stats) {
   int inflight = 0;
   int64_t bytes = 0, activations = 0;
@@ -157,7 +169,7 @@ void Executor::run_action(const Action& a, const std::function<MicroBatch(int)>&
     case ActionKind::RECV_B: post_recv(a); break;
     case ActionKind::SEND_F:
     case ActionKind::SEND_B: send(a); break;
-    case ActionKind::F: forward(a, batch, stats); break;
+    case ActionKind::F: forward(a, batch); break;
     case ActionKind::B: backward(a, loss_scale, false); break;
     case ActionKind::I: backward(a, loss_scale, true); break;
     case ActionKind::W: slots_.at({a.mb, a.chunk}).deferred.run(); break;
@@ -173,6 +185,7 @@ ExecutorStats Executor::run(const sched::ActionList& actions, const std::functio
                             double loss_scale, GradObserver* observer) {
   ExecutorStats stats;
   timeline_.clear();
+  reset_loss();
   run_span_.first = now_us();
   // Per chunk: the list index of its last backward and of the last action
   // that adds to its weight gradients (B, or the W after an I).
@@ -208,6 +221,7 @@ ExecutorStats Executor::run(const sched::ActionList& actions, const std::functio
     if (observer && i == last_weights[chunk]) observer->grads_final(actions[i].chunk);
   }
   finish_sends();
+  stats.loss_sum = read_loss();
   run_span_.second = now_us();
   for (auto& e : timeline_)  // a receive whose data nobody waited for (cannot happen in a valid list)
     if (std::isnan(e.end)) e.end = e.start;
@@ -224,6 +238,7 @@ ExecutorStats Executor::run(const sched::ActionList& actions, const std::functio
 double Executor::forward_only(int microbatches, const std::function<MicroBatch(int)>& batch) {
   at::NoGradGuard no_grad;
   ExecutorStats stats;
+  reset_loss();
   const int v = static_cast<int>(chunks_.size());
   for (int mb = 0; mb < microbatches; ++mb) {
     for (int c = 0; c < v; ++c) {
@@ -234,7 +249,7 @@ double Executor::forward_only(int microbatches, const std::function<MicroBatch(i
     }
   }
   finish_sends();
-  return stats.loss_sum;
+  return read_loss();
 }
 
 }  // namespace trident

@@ -41,7 +41,10 @@ class Executor {
  public:
   // stages[c] is this rank's chunk c, virtual stage placement.stage_of(pp.rank, c);
   // `placement` gives p, v and the placement (its action lists are not read).
-  Executor(std::vector<Stage*> stages, const Group& pp, const sched::Schedule& placement, int64_t micro_batch_size);
+  // `device` is where the stages compute: received activations and gradients
+  // land there (the batches' tensors are expected there too).
+  Executor(std::vector<Stage*> stages, const Group& pp, const sched::Schedule& placement, int64_t micro_batch_size,
+           c10::Device device = c10::Device(c10::kCPU));
 
   // Runs this rank's list for one step. `batch(mb)` gives micro-batch mb's
   // data; each micro-batch loss is scaled by `loss_scale` before its backward.
@@ -82,7 +85,7 @@ class Executor {
   // Blocks until the inputs of compute action `a` (list index i) have arrived.
   void wait_inputs(const sched::Action& a, int i);
   void record_recv(const sched::Action& a);
-  void forward(const sched::Action& a, const std::function<MicroBatch(int)>& batch, ExecutorStats& stats);
+  void forward(const sched::Action& a, const std::function<MicroBatch(int)>& batch);
   void backward(const sched::Action& a, double loss_scale, bool defer_weights);
   void send(const sched::Action& a);
   void finish_sends();
@@ -92,11 +95,17 @@ class Executor {
   // Tag of the transfer of micro-batch mb's activation (or gradient) into virtual stage to_stage.
   int tag(bool grad, int mb, int to_stage) const;
   void track(ExecutorStats& stats);
+  void reset_loss();
+  double read_loss() const;
 
   std::vector<Stage*> chunks_;
   const Group& pp_;
   sched::Schedule shape_;  // p, v and placement only: stages and peers come from the schedule IR
   int64_t mbs_;
+  c10::Device device_;
+  // Sum of the last stage's micro-batch losses as a double on device_, read
+  // back once per run (a read per micro-batch would stall a GPU's queue).
+  at::Tensor loss_acc_;
   std::map<std::pair<int, int>, Slot> slots_;
   std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, at::Tensor>> pending_sends_;
   bool record_ = true;

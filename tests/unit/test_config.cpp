@@ -207,6 +207,8 @@ TEST(Config, BadConfigsNameKeyValueAndExpectation) {
       {"negative eval interval", "[training]\neval_interval = -1\n", {}, "training.eval_interval = -1: expected an integer >= 0"},
       {"file data without path", "[data]\nsource = \"file\"\n", {}, "data.source = \"file\" needs data.path"},
       {"nccl on cpu", "[parallel]\nbackend = \"nccl\"\n", {}, "parallel.backend = \"nccl\" needs training.device = \"cuda\""},
+      {"gloo on cuda", "[parallel]\nbackend = \"gloo\"\n[training]\ndevice = \"cuda\"\n", {},
+       "parallel.backend = \"gloo\" with training.device = \"cuda\" is not supported"},
       {"checkpoint without dir", "[checkpoint]\ninterval = 5\n", {}, "checkpoint.interval = 5 needs checkpoint.dir"},
       {"resume without dir", "[checkpoint]\nresume = true\n", {}, "checkpoint.resume = true needs checkpoint.dir"},
       {"exit without dir", "", {"training.exit_after_steps=3"},

@@ -1,0 +1,272 @@
+#!/usr/bin/env bash
+# The GPU check of issue 12, in one call of the device machine (one H200,
+# PyTorch with CUDA in its python3, CMake, nvcc, no network), well inside 15
+# minutes:
+#   1. configure and build `trident` against PyTorch's libtorch
+#      (-DCMAKE_PREFIX_PATH=torch.utils.cmake_prefix_path, TRIDENT_REQUIRE_CUDA),
+#      with toml++ and Boost.Program_options from DEPS (benchmarks/gpu/vendor.sh)
+#      and no tests (GoogleTest is not carried);
+#   2. the device's bf16 matmul rate, measured with PyTorch (8192^3, random data);
+#   3. tp = pp = dp = 1 bf16 training of MODEL (default configs/gpt2-1.3b.toml)
+#      on cuda for STEPS steps: tokens/s, and MFU against the matmul rate of
+#      step 2 and against the one trident measures itself at start-up
+#      (training.peak_tflops = 0);
+#   4. gpt-tiny fp32 on cuda against the same binary's CPU run (and against
+#      DEPS/ref-tiny-cpu, the CPU build's run, when present), by `trident compare`.
+# Results: OUTDIR/results-DATE.txt (the file to commit as
+# benchmarks/gpu/results-DATE.txt) and up to 7 more files beside it.
+#
+# On the device tool: run benchmarks/gpu/vendor.sh here first, then
+#   run(command="bash benchmarks/gpu/run.sh", carry=[".gpu-deps"], timeout_s=780)
+# ($OUT is the folder that comes back), and commit $OUT/results-DATE.txt as
+# benchmarks/gpu/results-DATE.txt.
+#
+# --cpu-rehearsal runs the same steps on a machine without a GPU against
+# Debian's libtorch, with a small model for step 3 and the CPU for step 4, to
+# test the script itself; its figures are no GPU results. --dry-run prints
+# the commands only.
+set -euo pipefail
+
+usage() {
+  cat <<'USAGE'
+usage: benchmarks/gpu/run.sh [options]
+  --out DIR         where results go (default: $OUT if set, else runs/gpu)
+  --deps DIR        folder from benchmarks/gpu/vendor.sh (default: .gpu-deps)
+  --build DIR       build folder (default: build-gpu, or build-gpu-rehearsal)
+  --model CONFIG    model of the throughput run (default: configs/gpt2-1.3b.toml)
+  --steps N         steps of the throughput run (default: 12; the first 2 are not timed)
+  --mbs N           micro-batch size of the throughput run (default: 2)
+  --gbs N           global batch size of the throughput run (default: 16)
+  --recompute MODE  training.recompute of the throughput run (default: none)
+  --tiny-steps N    steps of the gpt-tiny comparison (default: 20)
+  --jobs N          build parallelism (default: nproc)
+  --cpu-rehearsal   no GPU: Debian's libtorch, a small model, CPU only (tests the script)
+  --dry-run         print the commands, run nothing
+  -h, --help        this help
+USAGE
+}
+
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+out=${OUT:-$repo/runs/gpu}
+deps=$repo/.gpu-deps
+build=""
+model=$repo/configs/gpt2-1.3b.toml
+steps=12
+mbs=2
+gbs=16
+recompute=none
+tiny_steps=20
+jobs=$(nproc 2>/dev/null || echo 2)
+rehearsal=0
+dry=0
+
+need_value() { [[ $# -ge 2 && -n $2 && $2 != --* ]] || { echo "run.sh: $1 needs a value" >&2; usage >&2; exit 2; }; }
+positive() { [[ $2 =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: $1 must be a positive integer, got '$2'" >&2; exit 2; }; }
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --out) need_value "$@"; out=$2; shift 2 ;;
+    --deps) need_value "$@"; deps=$2; shift 2 ;;
+    --build) need_value "$@"; build=$2; shift 2 ;;
+    --model) need_value "$@"; model=$2; shift 2 ;;
+    --steps) need_value "$@"; positive "$1" "$2"; steps=$2; shift 2 ;;
+    --mbs) need_value "$@"; positive "$1" "$2"; mbs=$2; shift 2 ;;
+    --gbs) need_value "$@"; positive "$1" "$2"; gbs=$2; shift 2 ;;
+    --recompute) need_value "$@"; recompute=$2; shift 2 ;;
+    --tiny-steps) need_value "$@"; positive "$1" "$2"; tiny_steps=$2; shift 2 ;;
+    --jobs) need_value "$@"; positive "$1" "$2"; jobs=$2; shift 2 ;;
+    --cpu-rehearsal) rehearsal=1; shift ;;
+    --dry-run) dry=1; shift ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "run.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
+  esac
+done
+case $recompute in none | full | selective) ;; *) echo "run.sh: --recompute must be none, full or selective, got '$recompute'" >&2; exit 2 ;; esac
+(( gbs % mbs == 0 )) || { echo "run.sh: --gbs ($gbs) must be a multiple of --mbs ($mbs)" >&2; exit 2; }
+(( steps >= 3 )) || { echo "run.sh: --steps must be at least 3 (the first 2 are not timed), got $steps" >&2; exit 2; }
+[[ -f $model ]] || { echo "run.sh: --model $model: no such file" >&2; exit 2; }
+if [[ $dry -eq 0 ]]; then
+  [[ -e $deps/include/toml++/toml.h && -e $deps/lib/libboost_program_options.a ]] ||
+    { echo "run.sh: $deps lacks toml++ or Boost.Program_options: run benchmarks/gpu/vendor.sh first" >&2; exit 2; }
+  [[ -e $deps/data/brown-gpt2.train.bin ]] || { echo "run.sh: $deps/data lacks brown-gpt2: rerun vendor.sh" >&2; exit 2; }
+  deps=$(cd "$deps" && pwd)
+fi
+if [[ -z $build ]]; then
+  build=$repo/build-gpu
+  [[ $rehearsal -eq 0 ]] || build=$repo/build-gpu-rehearsal
+fi
+device=cuda
+[[ $rehearsal -eq 1 ]] && device=cpu
+day=$(date -u +%F)
+work=$repo/runs/gpu-work
+results=$out/results-$day.txt
+
+run() {  # echo a command; run it unless --dry-run
+  echo "+ $*"
+  [[ $dry -eq 1 ]] || "$@"
+}
+note() { echo "$*"; [[ $dry -eq 1 ]] || echo "$*" >> "$results"; }
+
+mkdir -p "$out"
+failed=0  # the exit status: 1 when a step failed (the results file says which)
+[[ $dry -eq 1 ]] || { mkdir -p "$work"; : > "$results"; }
+t_start=$(date +%s)
+title="# Trident GPU check (benchmarks/gpu/run.sh), $(date -u +%FT%TZ)"
+[[ $rehearsal -eq 0 ]] || title+=" -- CPU REHEARSAL: no GPU figures"
+note "$title"
+note "commit: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+
+# --- 0. what the machine has
+if [[ $dry -eq 0 ]]; then
+  {
+    uname -a; nproc
+    command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
+    command -v nvcc > /dev/null && nvcc --version | tail -2
+    cmake --version | head -1
+    c++ --version | head -1
+    python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1 || true
+  } > "$out/env.txt" 2>&1
+  note "machine: $(grep -m1 -i 'h200\|h100\|nvidia' "$out/env.txt" || echo 'no GPU listed'); $(grep -m1 '^torch' "$out/env.txt" || echo 'no python torch')"
+fi
+
+# --- 1. configure and build
+cmake_args=(-S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release -DTRIDENT_BUILD_TESTS=OFF -DTRIDENT_VENDOR_DIR="$deps")
+if [[ $rehearsal -eq 0 ]]; then
+  prefix=$( [[ $dry -eq 1 ]] && echo '<torch.utils.cmake_prefix_path>' || python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+  cmake_args+=(-DCMAKE_PREFIX_PATH="$prefix" -DTRIDENT_REQUIRE_CUDA=ON)
+fi
+command -v ninja > /dev/null && cmake_args+=(-G Ninja)
+t0=$(date +%s)
+if [[ $dry -eq 1 ]]; then
+  run cmake "${cmake_args[@]}"
+  run cmake --build "$build" --target trident -j "$jobs"
+else
+  { run cmake "${cmake_args[@]}" && run cmake --build "$build" --target trident -j "$jobs"; } > "$out/build.log" 2>&1 ||
+    { note "build: FAILED (see build.log)"; tail -40 "$out/build.log"; exit 1; }
+  note "build: $(grep -m1 'Trident: libtorch' "$out/build.log" | sed 's/^-- //') in $(( $(date +%s) - t0 )) s"
+fi
+trident=$build/trident
+
+# --- 2. the device's bf16 matmul rate, measured by PyTorch in this run
+matmul_tflops=""
+if [[ $rehearsal -eq 0 && $dry -eq 0 ]]; then
+  matmul_tflops=$(python3 - <<'PY'
+import torch, time
+n = 8192
+a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+for _ in range(3): a @ b
+torch.cuda.synchronize()
+rates = []
+for _ in range(5):
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for _ in range(10): a @ b
+    e.record(); torch.cuda.synchronize()
+    rates.append(2 * n**3 * 10 / (s.elapsed_time(e) / 1e3) / 1e12)
+print(f"{sorted(rates)[2]:.1f}")
+PY
+)
+  note "bf16 matmul (PyTorch, 8192^3, random data, median of 5 x 10): $matmul_tflops TFLOP/s"
+elif [[ $dry -eq 1 ]]; then
+  echo "+ python3 <bf16 matmul rate, 8192^3>"
+fi
+
+# summary FILE SKIP: mean tokens/s, TFLOP/s and trident's MFU over steps after SKIP, and trident's peak
+summary() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+rows = [r for r in rows if r["step"] > int(sys.argv[2])]
+n = len(rows)
+tok = sum(r["tokens_per_s"] for r in rows) / n
+tfl = sum(r["tflops"] for r in rows) / n
+mfu = sum(r["mfu"] for r in rows) / n
+st = sum(r["step_time_s"] for r in rows) / n
+print(f"{n} {tok:.1f} {tfl:.3f} {mfu:.4f} {st:.4f} {tfl / mfu if mfu > 0 else 0:.2f} {rows[-1]['loss']:.4f}")
+PY
+}
+
+# --- 3. tp = pp = dp = 1 bf16 throughput
+big_dir=$work/big
+big_args=(train --config "$model" --set parallel.tp=1 --set parallel.pp=1 --set parallel.dp=1
+  --set parallel.sequence_parallel=false --set parallel.backend=auto --set schedule.kind=1f1b
+  --set training.device="$device" --set training.precision=bf16 --set training.recompute="$recompute"
+  --set training.steps="$steps" --set training.micro_batch_size="$mbs" --set training.global_batch_size="$gbs"
+  --set training.peak_tflops=0 --set training.eval_interval=0 --set training.warmup_steps=1
+  --set data.source=file --set data.path="$deps/data/brown-gpt2" --set logging.dir="$big_dir" --set logging.progress=false)
+if [[ $rehearsal -eq 1 ]]; then  # a model this machine trains in seconds, through the same overrides
+  big_args+=(--set model.layers=2 --set model.hidden=64 --set model.heads=4 --set model.ffn_hidden=256
+    --set model.seq_len=64 --set training.threads=1)
+fi
+t0=$(date +%s)
+if [[ $dry -eq 1 ]]; then
+  run timeout 420 "$trident" "${big_args[@]}"
+else
+  rm -rf "$big_dir"
+  # Bounded, so a hang still leaves time for step 4 and the results.
+  if run timeout 420 "$trident" "${big_args[@]}" > "$out/train-big.log" 2>&1; then
+    read -r n tok tfl mfu st peak loss < <(summary "$big_dir/metrics.jsonl" 2) || true
+    shrunk=""
+    [[ $rehearsal -eq 0 ]] || shrunk=" (shrunk for the rehearsal: 2 layers, hidden 64, seq 64)"
+    note "throughput run: $(basename "$model")$shrunk bf16, tp=pp=dp=1, mbs $mbs, gbs $gbs, recompute $recompute, device $device"
+    note "  $(grep -m1 'trident train:' "$out/train-big.log" | sed 's/--- effective.*//')"
+    note "  mean over steps 3..$steps ($n steps): $tok tokens/s, $tfl TFLOP/s, step $st s, last loss $loss"
+    note "  MFU against trident's start-up matmul peak ($peak TFLOP/s): $(python3 -c "print(f'{100*$mfu:.1f}')")%"
+    if [[ -n $matmul_tflops ]]; then
+      note "  MFU against the PyTorch bf16 matmul rate ($matmul_tflops TFLOP/s): $(python3 -c "print(f'{100*$tfl/$matmul_tflops:.1f}')")% (goal >= 50%)"
+    fi
+    cp "$big_dir/metrics.jsonl" "$out/metrics-big.jsonl"
+  else
+    note "throughput run: FAILED (exit $?), see train-big.log:"
+    failed=1
+    tail -5 "$out/train-big.log" | sed 's/^/  /' | tee -a "$results"
+  fi
+fi
+
+# --- 4. gpt-tiny fp32: cuda against the CPU
+tiny=(train --config "$repo/configs/gpt-tiny.toml" --set training.steps="$tiny_steps" --set logging.progress=false)
+if [[ $dry -eq 1 ]]; then
+  run "$trident" "${tiny[@]}" --set logging.dir="$work/tiny-cpu"
+  run "$trident" "${tiny[@]}" --set training.device="$device" --set logging.dir="$work/tiny-dev"
+  run "$trident" compare "$work/tiny-cpu" "$work/tiny-dev" --keys loss --rtol 1e-4
+else
+  rm -rf "$work/tiny-cpu" "$work/tiny-dev"
+  tiny_ok=1
+  run timeout 180 "$trident" "${tiny[@]}" --set logging.dir="$work/tiny-cpu" > "$out/tiny.log" 2>&1 || tiny_ok=0
+  run timeout 180 "$trident" "${tiny[@]}" --set training.device="$device" --set logging.dir="$work/tiny-dev" >> "$out/tiny.log" 2>&1 || tiny_ok=0
+  if [[ $tiny_ok -eq 1 ]]; then
+    cp "$work/tiny-dev/metrics.jsonl" "$out/metrics-tiny-$device.jsonl"
+    note "gpt-tiny fp32, $tiny_steps steps, $device against cpu (same binary):"
+    # NOTE: different kernels (cuBLAS against the CPU's BLAS) sum in other
+    # orders in every matmul, not only in reductions as TP/DP do (1e-5 there):
+    # allowed 10x that on the loss and 100x on the gradient norm.
+    for check in "loss 1e-4" "grad_norm 1e-3"; do
+      read -r key rtol <<< "$check"
+      if "$trident" compare "$work/tiny-cpu" "$work/tiny-dev" --keys "$key" --rtol "$rtol" > "$work/cmp.txt" 2>&1; then
+        note "  $key within rtol $rtol: PASS ($(tail -1 "$work/cmp.txt"))"
+      else
+        note "  $key within rtol $rtol: FAIL ($(tail -1 "$work/cmp.txt"))"
+        failed=1
+      fi
+      cat "$work/cmp.txt" >> "$out/tiny.log"
+    done
+    if [[ -e $deps/ref-tiny-cpu/metrics.jsonl && $tiny_steps -eq 20 ]]; then
+      r=PASS
+      "$trident" compare "$deps/ref-tiny-cpu" "$work/tiny-dev" --keys loss --rtol 1e-4 > "$work/cmp.txt" 2>&1 ||
+        { r=FAIL; failed=1; }
+      note "  loss against the Debian CPU build's run (DEPS/ref-tiny-cpu) within rtol 1e-4: $r ($(tail -1 "$work/cmp.txt"))"
+    fi
+  else
+    note "gpt-tiny comparison: FAILED, see tiny.log:"
+    failed=1
+    tail -5 "$out/tiny.log" | sed 's/^/  /' | tee -a "$results"
+  fi
+fi
+note "total: $(( $(date +%s) - t_start )) s"
+if [[ $dry -eq 0 ]]; then
+  # On the device machine the results also land where they are committed.
+  [[ $rehearsal -eq 1 ]] || cp "$results" "$repo/benchmarks/gpu/" 2>/dev/null || true
+  echo "--- $results"
+  cat "$results"
+fi
+exit $failed

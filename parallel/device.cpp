@@ -1,0 +1,52 @@
+// Device and backend choice: see device.h.
+#include "parallel/device.h"
+
+#include <stdexcept>
+
+namespace trident {
+
+std::string DeviceChoice::str() const { return cuda ? "cuda:" + std::to_string(index) : "cpu"; }
+
+DeviceChoice choose_device(const std::string& device, bool cuda_built, int device_count, int local_rank) {
+  if (device == "cpu") return {};
+  if (device != "cuda")
+    throw std::runtime_error("training.device = \"" + device + "\": expected \"cpu\" or \"cuda\"");
+  if (!cuda_built)
+    throw std::runtime_error(
+        "training.device = \"cuda\" but this build of Trident has no CUDA: it was built against a CPU-only "
+        "libtorch. Configure a CUDA build with -DCMAKE_PREFIX_PATH=<a CUDA-enabled libtorch> (README: "
+        "\"Two builds\"), or set training.device = \"cpu\"");
+  if (local_rank < 0)
+    throw std::runtime_error("LOCAL_RANK = " + std::to_string(local_rank) + ": a local rank cannot be negative");
+  if (device_count <= 0)
+    throw std::runtime_error("training.device = \"cuda\" but this process sees no CUDA device "
+                             "(check the driver and CUDA_VISIBLE_DEVICES)");
+  if (local_rank >= device_count)
+    throw std::runtime_error("LOCAL_RANK = " + std::to_string(local_rank) + " needs CUDA device " +
+                             std::to_string(local_rank) + " but this process sees only " +
+                             std::to_string(device_count) + " (one device per rank: start at most " +
+                             std::to_string(device_count) + " ranks per node)");
+  return {true, local_rank};
+}
+
+std::string resolve_backend(const std::string& backend, const std::string& device, bool nccl_built) {
+  if (device != "cpu" && device != "cuda")
+    throw std::runtime_error("training.device = \"" + device + "\": expected \"cpu\" or \"cuda\"");
+  std::string b = backend;
+  if (b == "auto") b = device == "cuda" ? "nccl" : "gloo";
+  if (b != "gloo" && b != "nccl")
+    throw std::runtime_error("parallel.backend = \"" + backend + "\": expected \"auto\", \"gloo\" or \"nccl\"");
+  if (b == "nccl" && device != "cuda")
+    throw std::runtime_error("parallel.backend = \"nccl\" needs training.device = \"cuda\" (NCCL moves device "
+                             "memory only), got \"" + device + "\"");
+  if (b == "gloo" && device == "cuda")
+    throw std::runtime_error("parallel.backend = \"gloo\" with training.device = \"cuda\" is not supported: Gloo's "
+                             "send/recv read host memory, so the pipeline's device buffers cannot travel over it "
+                             "(use \"nccl\" or \"auto\")");
+  if (b == "nccl" && !nccl_built)
+    throw std::runtime_error("parallel.backend = \"nccl\" but this build of Trident has no NCCL (built against a "
+                             "CPU-only libtorch)");
+  return b;
+}
+
+}  // namespace trident
