@@ -2,7 +2,8 @@
 #include "parallel/thread_group.h"
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
+#include "parallel/backend.h"
 
 namespace trident {
 
@@ -15,11 +16,7 @@ Group make_thread_group(const c10::intrusive_ptr<c10d::Store>& store, const std:
   for (int i = 0; i < size; ++i) g.members.push_back(i);
   g.rank = rank;
   g.timeout = timeout;
-  if (size > 1) {
-    auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
-    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-    g.pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, opts);
-  }
+  if (size > 1) g.pg = make_gloo(store, rank, size, timeout, "127.0.0.1", "");
   return g;
 }
 
