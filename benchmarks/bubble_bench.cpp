@@ -9,7 +9,6 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
-#include <thread>
 
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -125,50 +124,39 @@ BubbleRow run_bubble_case(const BubbleCase& c, const StageMs& ms, int steps) {
   row.simulated = sim.bubble_fraction;
   row.sim_step_ms = sim.step_time;
 
-  const auto store = make_thread_store();
   const int p = c.p;
   // Per step and rank: busy ms and executor span ms; per rank its timelines.
   std::vector<std::vector<double>> busy(static_cast<size_t>(steps), std::vector<double>(p)), span = busy;
   std::vector<sched::Timeline> measured(static_cast<size_t>(steps));
   for (auto& t : measured) t.stages = p, t.microbatches = c.m, t.chunks = c.v, t.ranks.resize(static_cast<size_t>(p));
-  std::vector<std::string> errors(static_cast<size_t>(p));
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < p; ++rank) {
-    threads.emplace_back([&, rank] {
-      try {
-        at::set_num_threads(1);
-        Group pp = make_thread_group(store, "pp", rank, p, std::chrono::milliseconds(120000));
-        std::vector<std::unique_ptr<SyntheticStage>> mine;
-        std::vector<Stage*> raw;
-        const int vs = schedule.virtual_stages();
-        for (int ch = 0; ch < c.v; ++ch) {
-          const int s = schedule.stage_of(rank, ch);
-          mine.push_back(std::make_unique<SyntheticStage>(s == 0, s == vs - 1, ms.f / c.v, (ms.b - ms.w) / c.v,
-                                                          ms.w / c.v));
-          raw.push_back(mine.back().get());
-        }
-        Executor exec(raw, pp, schedule, 1);
-        auto batch = [](int) { return MicroBatch{at::ones({1, kWidth}, at::kLong), at::zeros({1, kWidth}, at::kLong)}; };
-        for (int step = -1; step < steps; ++step) {
-          at::Tensor sync = at::zeros({1});
-          all_reduce(pp, sync);  // every rank starts the step together, as after the trainer's collectives
-          exec.run(schedule.ranks[static_cast<size_t>(rank)], batch, 1.0);
-          if (step < 0) continue;  // warm-up
-          double b = 0;
-          for (const auto& a : exec.timeline())
-            if (sched::is_compute(a.action.kind)) b += a.end - a.start;
-          const auto s = static_cast<size_t>(step), r = static_cast<size_t>(rank);
-          busy[s][r] = b / 1000.0;
-          span[s][r] = (exec.run_span().second - exec.run_span().first) / 1000.0;
-          sched::RankRecording rec{rank, 0.0, exec.timeline(), {}};  // one clock for all threads: keep it
-          measured[s].ranks[r] = sched::to_timeline({rec}, c.m, c.v).ranks[0];
-        }
-      } catch (const std::exception& e) {
-        errors[static_cast<size_t>(rank)] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  const std::vector<std::string> errors = run_thread_group("pp", p, std::chrono::milliseconds(120000), [&](Group& pp) {
+    const int rank = pp.rank;
+    std::vector<std::unique_ptr<SyntheticStage>> mine;
+    std::vector<Stage*> raw;
+    const int vs = schedule.virtual_stages();
+    for (int ch = 0; ch < c.v; ++ch) {
+      const int s = schedule.stage_of(rank, ch);
+      mine.push_back(std::make_unique<SyntheticStage>(s == 0, s == vs - 1, ms.f / c.v, (ms.b - ms.w) / c.v,
+                                                      ms.w / c.v));
+      raw.push_back(mine.back().get());
+    }
+    Executor exec(raw, pp, schedule, 1);
+    auto batch = [](int) { return MicroBatch{at::ones({1, kWidth}, at::kLong), at::zeros({1, kWidth}, at::kLong)}; };
+    for (int step = -1; step < steps; ++step) {
+      at::Tensor sync = at::zeros({1});
+      all_reduce(pp, sync);  // every rank starts the step together, as after the trainer's collectives
+      exec.run(schedule.ranks[static_cast<size_t>(rank)], batch, 1.0);
+      if (step < 0) continue;  // warm-up
+      double b = 0;
+      for (const auto& a : exec.timeline())
+        if (sched::is_compute(a.action.kind)) b += a.end - a.start;
+      const auto s = static_cast<size_t>(step), r = static_cast<size_t>(rank);
+      busy[s][r] = b / 1000.0;
+      span[s][r] = (exec.run_span().second - exec.run_span().first) / 1000.0;
+      sched::RankRecording rec{rank, 0.0, exec.timeline(), {}};  // one clock for all threads: keep it
+      measured[s].ranks[r] = sched::to_timeline({rec}, c.m, c.v).ranks[0];
+    }
+  });
   for (int r = 0; r < p; ++r)
     if (!errors[static_cast<size_t>(r)].empty())
       throw std::runtime_error("bench bubble " + c.schedule + " p=" + std::to_string(p) + " m=" + std::to_string(c.m) +

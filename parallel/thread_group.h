@@ -1,25 +1,22 @@
-// A Gloo group whose ranks are threads of one process, meeting over an
-// in-memory store: executor tests and the synthetic-stage benchmark run a
-// whole pipeline in one process this way.
+// A pipeline of threads: each rank of a Gloo group is a thread of this
+// process, meeting the others over an in-memory store. Executor tests and the
+// synthetic-stage benchmark run a whole pipeline in one process this way.
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <string>
-
-#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <vector>
 
 #include "parallel/process_groups.h"
 
 namespace trident {
 
-// A new in-memory store for the `size` threads of one group.
-c10::intrusive_ptr<c10d::Store> make_thread_store();
-
-// Group `name` of ranks 0 .. size-1, seen from `rank`, over `store` (shared
-// by all its threads) on the loopback interface. Every thread calls it with
-// the same store, name, size and timeout. At size 1 the group has no
-// process group (nothing to communicate with).
-Group make_thread_group(const c10::intrusive_ptr<c10d::Store>& store, const std::string& name, int rank, int size,
-                        std::chrono::milliseconds timeout);
+// Runs body(group) on `size` threads, thread r as rank r of group `name`
+// (loopback Gloo; no process group at size 1), each with one intra-op
+// thread, and joins them all. Returns each rank's error message, "" for a
+// rank whose body returned normally.
+std::vector<std::string> run_thread_group(const std::string& name, int size, std::chrono::milliseconds timeout,
+                                          const std::function<void(Group&)>& body);
 
 }  // namespace trident

@@ -10,7 +10,6 @@
 #include <ATen/Parallel.h>
 
 #include <map>
-#include <thread>
 
 #include "parallel/thread_group.h"
 #include "schedules/executor.h"
@@ -99,42 +98,31 @@ struct Snapshots : GradObserver {
 // Every rank of a p-rank pipeline as a thread; returns the merged result.
 Result pipelined(const std::string& kind, int p, int m, int v) {
   const sched::Schedule schedule = sched::generate(kind, p, m, v);
-  const auto store = make_thread_store();
   std::vector<Result> per_rank(static_cast<size_t>(p));
-  std::vector<std::string> errors(static_cast<size_t>(p));
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < p; ++rank) {
-    threads.emplace_back([&, rank] {
-      try {
-        at::set_num_threads(1);
-        Group pp = make_thread_group(store, "pp", rank, p, std::chrono::milliseconds(20000));
-        std::vector<std::unique_ptr<FakeStage>> mine;
-        std::vector<Stage*> raw;
-        for (int c = 0; c < v; ++c) {
-          mine.push_back(std::make_unique<FakeStage>(schedule.stage_of(rank, c), p * v));
-          raw.push_back(mine.back().get());
+  const std::vector<std::string> errors = run_thread_group("pp", p, std::chrono::milliseconds(20000), [&](Group& pp) {
+    const int rank = pp.rank;
+    std::vector<std::unique_ptr<FakeStage>> mine;
+    std::vector<Stage*> raw;
+    for (int c = 0; c < v; ++c) {
+      mine.push_back(std::make_unique<FakeStage>(schedule.stage_of(rank, c), p * v));
+      raw.push_back(mine.back().get());
+    }
+    Executor exec(raw, pp, schedule, kMbs);
+    Snapshots snap;
+    snap.stages = raw;
+    ExecutorStats stats = exec.run(schedule.ranks[static_cast<size_t>(rank)], batch, 1.0 / m, &snap);
+    Result& r = per_rank[static_cast<size_t>(rank)];
+    r.loss_sum = stats.loss_sum;
+    for (auto& s : mine)
+      for (Param& prm : s->params()) {
+        r.grads[prm.info.name] = prm.tensor.grad();
+        EXPECT_TRUE(snap.at_final.count(prm.info.name)) << prm.info.name << " never declared final";
+        if (snap.at_final.count(prm.info.name)) {
+          EXPECT_TRUE(at::equal(snap.at_final[prm.info.name], prm.tensor.grad()))
+              << prm.info.name << " changed after grads_final (" << kind << " p=" << p << " v=" << v << ")";
         }
-        Executor exec(raw, pp, schedule, kMbs);
-        Snapshots snap;
-        snap.stages = raw;
-        ExecutorStats stats = exec.run(schedule.ranks[static_cast<size_t>(rank)], batch, 1.0 / m, &snap);
-        Result& r = per_rank[static_cast<size_t>(rank)];
-        r.loss_sum = stats.loss_sum;
-        for (auto& s : mine)
-          for (Param& prm : s->params()) {
-            r.grads[prm.info.name] = prm.tensor.grad();
-            EXPECT_TRUE(snap.at_final.count(prm.info.name)) << prm.info.name << " never declared final";
-            if (snap.at_final.count(prm.info.name)) {
-              EXPECT_TRUE(at::equal(snap.at_final[prm.info.name], prm.tensor.grad()))
-                  << prm.info.name << " changed after grads_final (" << kind << " p=" << p << " v=" << v << ")";
-            }
-          }
-      } catch (const std::exception& e) {
-        errors[static_cast<size_t>(rank)] = e.what();
       }
-    });
-  }
-  for (auto& t : threads) t.join();
+  });
   Result merged;
   for (int rank = 0; rank < p; ++rank) {
     EXPECT_EQ(errors[static_cast<size_t>(rank)], "") << "rank " << rank;

@@ -7,7 +7,6 @@
 #include <ATen/Parallel.h>
 
 #include <chrono>
-#include <thread>
 
 #include "parallel/thread_group.h"
 #include "schedules/executor.h"
@@ -47,20 +46,16 @@ TEST(ExecutorTimeline, OneEntryPerActionInOrderWithoutOverlap) {
   for (const char* kind : {"1f1b", "zb-h1"}) {
     const int p = 2, m = 6;
     const sched::Schedule s = sched::generate(kind, p, m, 1);
-    const auto store = make_thread_store();
     std::vector<std::vector<sched::TimedAction>> got(p);
-    std::vector<std::thread> threads;
-    for (int rank = 0; rank < p; ++rank)
-      threads.emplace_back([&, rank] {
-        at::set_num_threads(1);
-        Group pp = make_thread_group(store, "pp", rank, p, std::chrono::milliseconds(20000));
-        TinyStage stage(rank == 0, rank == p - 1);
-        Executor exec({&stage}, pp, s, 1);
-        exec.run(s.ranks[static_cast<size_t>(rank)], batch, 1.0);
-        got[static_cast<size_t>(rank)] = exec.timeline();
-        EXPECT_LE(exec.run_span().first, got[static_cast<size_t>(rank)].front().start);
-      });
-    for (auto& t : threads) t.join();
+    const std::vector<std::string> errors = run_thread_group("pp", p, std::chrono::milliseconds(20000), [&](Group& pp) {
+      const int rank = pp.rank;
+      TinyStage stage(rank == 0, rank == p - 1);
+      Executor exec({&stage}, pp, s, 1);
+      exec.run(s.ranks[static_cast<size_t>(rank)], batch, 1.0);
+      got[static_cast<size_t>(rank)] = exec.timeline();
+      EXPECT_LE(exec.run_span().first, got[static_cast<size_t>(rank)].front().start);
+    });
+    EXPECT_EQ(errors, std::vector<std::string>(p)) << kind;
     for (int rank = 0; rank < p; ++rank) {
       const auto& list = s.ranks[static_cast<size_t>(rank)];
       const auto& tl = got[static_cast<size_t>(rank)];
