@@ -23,7 +23,6 @@ namespace po = boost::program_options;
 namespace trident::cli {
 namespace {
 
-#ifdef TRIDENT_HAVE_TORCH
 std::vector<std::string> split(const std::string& s, const std::string& what) {
   std::vector<std::string> out;
   std::stringstream in(s);
@@ -50,47 +49,67 @@ std::vector<int> ints(const std::string& s, const std::string& what) {
   return out;
 }
 
+// The cases both benchmarks sweep: schedules x stages p x micro-batches m x
+// chunks v (v for interleaved only).
+struct Sweep {
+  std::string schedules, stages, microbatches, chunks = "2";
+
+  void add_options(po::options_description& opts) {
+    opts.add_options()("schedules", po::value(&schedules)->default_value(schedules), "gpipe, 1f1b, interleaved, zb-h1")(
+        "stages", po::value(&stages)->default_value(stages), "pipeline ranks p")(
+        "microbatches", po::value(&microbatches)->default_value(microbatches), "micro-batches m")(
+        "chunks", po::value(&chunks)->default_value(chunks), "virtual chunks v of interleaved (>= 2)");
+  }
+
+  // Calls run(kind, p, m, v) per case in order; interleaved cases with
+  // m % p != 0 are skipped, saying so.
+  template <typename Run>
+  void for_each(Run run) const {
+    for (const std::string& kind : split(schedules, "--schedules"))
+      for (int p : ints(stages, "--stages"))
+        for (int m : ints(microbatches, "--microbatches"))
+          for (int v : kind == "interleaved" ? ints(chunks, "--chunks") : std::vector<int>{1}) {
+            if (kind == "interleaved" && v > 1 && m % p != 0) {
+              std::cout << "skip interleaved p=" << p << " m=" << m << " v=" << v << ": needs m % p == 0\n";
+              continue;
+            }
+            run(kind, p, m, v);
+          }
+  }
+};
+
+#ifdef TRIDENT_HAVE_TORCH
 int bench_throughput(int argc, char** argv) {
   po::options_description opts(
       "usage: trident bench throughput [options] --out DIR\n\n"
       "Tokens/s and MFU of real GPT stages: one `trident launch` + `trident train` per case\n"
       "(dp = tp = 1, micro-batch size 1, global batch = m), medians over the steps after the\n"
       "first. Writes DIR/throughput.csv and DIR/throughput.svg. --chunks applies to interleaved.\n\noptions");
-  std::string schedules = "1f1b,interleaved", stages = "1,2,4", mbs = "8", chunks = "2",
-              config = "configs/gpt-tiny.toml", out;
+  Sweep sweep{"1f1b,interleaved", "1,2,4", "8"};
+  std::string config = "configs/gpt-tiny.toml", out;
   int steps = 4;
   std::vector<std::string> sets;
   opts.add_options()("help,h", "show this help")("config", po::value(&config)->default_value(config), "model config")(
-      "set", po::value(&sets)->composing(), "passed to trident train, e.g. --set model.hidden=256 (repeatable)")(
-      "schedules", po::value(&schedules)->default_value(schedules), "gpipe, 1f1b, interleaved, zb-h1")(
-      "stages", po::value(&stages)->default_value(stages), "pipeline ranks p")(
-      "microbatches", po::value(&mbs)->default_value(mbs), "micro-batches m")(
-      "chunks", po::value(&chunks)->default_value(chunks), "virtual chunks v of interleaved (>= 2)")(
-      "steps", po::value(&steps)->default_value(steps), "training steps per case (the first is not counted)")(
-      "out", po::value(&out), "output directory");
+      "set", po::value(&sets)->composing(), "passed to trident train, e.g. --set model.hidden=256 (repeatable)");
+  sweep.add_options(opts);
+  opts.add_options()("steps", po::value(&steps)->default_value(steps),
+                     "training steps per case (the first is not counted)")("out", po::value(&out), "output directory");
   po::variables_map vm;
   if (!parse_args(argc, argv, opts, vm)) return 0;
   if (out.empty()) throw std::runtime_error("trident bench throughput: --out DIR is required");
   if (steps < 2) throw std::runtime_error("--steps must be at least 2 (the first is warm-up), got " + std::to_string(steps));
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   std::filesystem::create_directories(out + "/runs");
+  std::string cfg = config;
+  for (const std::string& kv : sets) cfg += " --set " + kv;
   std::vector<bench::ThroughputRow> rows;
-  for (const std::string& kind : split(schedules, "--schedules"))
-    for (int p : ints(stages, "--stages"))
-      for (int m : ints(mbs, "--microbatches"))
-        for (int v : kind == "interleaved" ? ints(chunks, "--chunks") : std::vector<int>{1}) {
-          if (kind == "interleaved" && v > 1 && m % p != 0) {
-            std::cout << "skip interleaved p=" << p << " m=" << m << " v=" << v << ": needs m % p == 0\n";
-            continue;
-          }
-          std::string cfg = config;
-          for (const std::string& kv : sets) cfg += " --set " + kv;
-          const bench::ThroughputRow r = bench::run_throughput_case(self, cfg, {kind, p, m, v}, steps, out + "/runs");
-          std::printf("%-12s p=%d m=%-3d v=%d  %8.0f tok/s  MFU %5.1f%%  bubble %5.1f%%  step %.3f s\n", kind.c_str(), p,
-                      m, v, r.tokens_per_s, 100 * r.mfu, 100 * r.bubble, r.step_s);
-          std::fflush(stdout);
-          rows.push_back(r);
-        }
+  sweep.for_each([&](const std::string& kind, int p, int m, int v) {
+    const bench::ThroughputRow r = bench::run_throughput_case(self, cfg, {kind, p, m, v}, steps, out + "/runs");
+    std::printf("%-12s p=%d m=%-3d v=%d  %8.0f tok/s  MFU %5.1f%%  bubble %5.1f%%  step %.3f s\n", kind.c_str(), p, m, v,
+                r.tokens_per_s, 100 * r.mfu, 100 * r.bubble, r.step_s);
+    std::fflush(stdout);
+    rows.push_back(r);
+  });
   std::ofstream(out + "/throughput.csv") << bench::throughput_csv(rows);
   std::ofstream(out + "/throughput.svg") << bench::throughput_svg(rows, "Throughput, " + config);
   std::cout << "wrote " << out << "/{throughput.csv,throughput.svg} (runs under " << out << "/runs)" << std::endl;
@@ -108,14 +127,12 @@ int cmd_bench(int argc, char** argv) {
       "real action lists, and measured by running the real executor over Gloo with p ranks as threads\n"
       "of a synthetic stage whose F, I, W sleep for a set time (benchmarks/README.md says why).\n"
       "Writes DIR/bubble.csv and DIR/bubble.svg. --chunks applies to interleaved only.\n\noptions");
-  std::string schedules = "gpipe,1f1b,interleaved,zb-h1", stages = "2,4,8", mbs = "4,8,16", chunks = "2",
-              stage_ms = "20,40,20", out;
+  Sweep sweep{"gpipe,1f1b,interleaved,zb-h1", "2,4,8", "4,8,16"};
+  std::string stage_ms = "20,40,20", out;
   int steps = 2;
-  opts.add_options()("help,h", "show this help")("schedules", po::value(&schedules)->default_value(schedules),
-                                                  "gpipe, 1f1b, interleaved, zb-h1")(
-      "stages", po::value(&stages)->default_value(stages), "pipeline ranks p")(
-      "microbatches", po::value(&mbs)->default_value(mbs), "micro-batches m")(
-      "chunks", po::value(&chunks)->default_value(chunks), "virtual chunks v of interleaved (>= 2)")(
+  opts.add_options()("help,h", "show this help");
+  sweep.add_options(opts);
+  opts.add_options()(
       "stage-ms", po::value(&stage_ms)->default_value(stage_ms), "F,B,W milliseconds of a full stage (I = B - W)")(
       "steps", po::value(&steps)->default_value(steps), "measured steps per case, after one warm-up step")(
       "out", po::value(&out), "output directory");
@@ -144,26 +161,18 @@ int cmd_bench(int argc, char** argv) {
   }
   std::vector<bench::BubbleRow> rows;
   double worst = 0;
-  for (const std::string& kind : split(schedules, "--schedules")) {
+  sweep.for_each([&](const std::string& kind, int p, int m, int v) {
     if (kind != "gpipe" && kind != "1f1b" && kind != "interleaved" && kind != "zb-h1")
       throw std::runtime_error("--schedules: unknown schedule '" + kind + "' (gpipe, 1f1b, interleaved, zb-h1)");
-    for (int p : ints(stages, "--stages"))
-      for (int m : ints(mbs, "--microbatches"))
-        for (int v : kind == "interleaved" ? ints(chunks, "--chunks") : std::vector<int>{1}) {
-          if (kind == "interleaved" && v > 1 && m % p != 0) {
-            std::cout << "skip interleaved p=" << p << " m=" << m << " v=" << v << ": needs m % p == 0\n";
-            continue;
-          }
-          bench::BubbleRow r = bench::run_bubble_case({kind, p, m, v}, ms, steps);
-          worst = std::max(worst, std::abs(r.measured - r.simulated));
-          std::printf("%-12s p=%d m=%-3d v=%d  closed %6s  simulated %5.1f%%  measured %5.1f%%  predicted %5.1f%% (latency %.2f ms)  step %7.1f ms\n",
-                      kind.c_str(), p, m, v,
-                      r.closed_form < 0 ? "-" : (std::to_string(std::lround(1000 * r.closed_form) / 10.0).substr(0, 4) + "%").c_str(),
-                      100 * r.simulated, 100 * r.measured, 100 * r.predicted, r.latency_ms, r.step_ms);
-          std::fflush(stdout);
-          rows.push_back(r);
-        }
-  }
+    bench::BubbleRow r = bench::run_bubble_case({kind, p, m, v}, ms, steps);
+    worst = std::max(worst, std::abs(r.measured - r.simulated));
+    std::printf("%-12s p=%d m=%-3d v=%d  closed %6s  simulated %5.1f%%  measured %5.1f%%  predicted %5.1f%% (latency %.2f ms)  step %7.1f ms\n",
+                kind.c_str(), p, m, v,
+                r.closed_form < 0 ? "-" : (std::to_string(std::lround(1000 * r.closed_form) / 10.0).substr(0, 4) + "%").c_str(),
+                100 * r.simulated, 100 * r.measured, 100 * r.predicted, r.latency_ms, r.step_ms);
+    std::fflush(stdout);
+    rows.push_back(r);
+  });
   std::filesystem::create_directories(out);
   std::ofstream(out + "/bubble.csv") << bench::bubble_csv(rows);
   std::ofstream(out + "/bubble.svg") << bench::bubble_svg(
