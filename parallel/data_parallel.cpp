@@ -93,19 +93,21 @@ DataParallel::DataParallel(std::vector<std::vector<Param*>> chunks, DataParallel
     if (is_late(params_[k]) && !tied_local.count(params_[k]->info.name)) late.push_back(k);
   for (size_t k = 0; k < n; ++k)
     if (is_late(params_[k]) && tied_local.count(params_[k]->info.name)) late.push_back(k);
-  if (!late.empty()) plan.push_back(late);
+  const size_t none = static_cast<size_t>(-1);  // no such bucket
+  size_t late_index = none, local_index = none;
+  if (!late.empty()) late_index = plan.size(), plan.push_back(late);
   std::vector<size_t> local;
   for (size_t k = 0; k < n; ++k)
     if (is_local_copy(params_[k])) local.push_back(k);
-  if (!local.empty()) plan.push_back(local);
+  if (!local.empty()) local_index = plan.size(), plan.push_back(local);
 
   const int64_t dp = g_.dp->size();
   at::NoGradGuard no_grad;
   for (size_t b = 0; b < plan.size(); ++b) {
     auto bucket = std::make_unique<Bucket>();
     bucket->params = plan[b];
-    bucket->local = !local.empty() && b + 1 == plan.size();
-    bucket->late = !late.empty() && b + (local.empty() ? 1 : 2) == plan.size();
+    bucket->late = b == late_index;
+    bucket->local = b == local_index;
     for (size_t k : plan[b]) {
       offset_in_bucket_[k] = bucket->used;
       bucket->used += params_[k]->tensor.numel();
