@@ -34,6 +34,9 @@ int cmd_launch(int argc, char** argv) {
        "seconds between SIGTERM and SIGKILL when stopping ranks")
       ("rdzv-timeout", po::value<double>(&o.rdzv_timeout_seconds)->default_value(60.0),
        "seconds the ranks wait for every node to join before they fail, naming who is missing")
+      ("launcher-port", po::value<int>(&o.launcher_port)->default_value(0),
+       "multi-node: the port node 0's launcher listens on for the other launchers, which report "
+       "their ranks' failures through it (0: --master-port + 1)")
       ("ranks", po::value<std::string>(), "global ranks of this node's processes, e.g. 0,1,6,7 "
        "(default: node-rank*nproc-per-node onwards)")
       ("no-prefix", po::bool_switch(), "let ranks write straight to the terminal, without \"[rank R] \"");

@@ -41,6 +41,14 @@ void validate(const LaunchOptions& o) {
   if (o.master_port == 0 && o.nnodes > 1)
     fail("--master-port 0 needs --nnodes 1: the other " + std::to_string(o.nnodes - 1) +
          " node(s) could not learn the picked port");
+  if (o.launcher_port < 0 || o.launcher_port > 65535)
+    fail("--launcher-port " + std::to_string(o.launcher_port) +
+         " is not a TCP port: expected 1..65535, or 0 for --master-port + 1");
+  if (o.nnodes > 1 && o.launcher_port == 0 && o.master_port == 65535)
+    fail("--master-port 65535 leaves no port for the launchers (--master-port + 1): set --launcher-port");
+  if (o.nnodes > 1 && o.launcher_port != 0 && o.launcher_port == o.master_port)
+    fail("--launcher-port " + std::to_string(o.launcher_port) +
+         " equals --master-port: the launchers' channel and the ranks' store need two ports");
   if (o.master_addr.empty()) fail("--master-addr is empty: expected a host name or IP address");
   if (o.command.empty() || o.command[0].empty())
     fail("missing command: expected `trident launch [options] -- CMD ARGS...`");
@@ -88,6 +96,10 @@ std::vector<int> parse_rank_list(const std::string& text) {
 int global_rank(const LaunchOptions& o, int local_rank) {
   assert(local_rank >= 0 && local_rank < o.nproc_per_node);
   return o.ranks.empty() ? o.node_rank * o.nproc_per_node + local_rank : o.ranks[static_cast<size_t>(local_rank)];
+}
+
+int launcher_port(const LaunchOptions& o, int master_port) {
+  return o.launcher_port != 0 ? o.launcher_port : master_port + 1;
 }
 
 int pick_free_port() {

@@ -27,6 +27,8 @@
 #include <string>
 
 #include "launch/diagnose.h"
+#include "launch/job_channel.h"
+#include "launch/unique_fd.h"
 
 namespace trident::launch {
 
@@ -42,37 +44,6 @@ namespace {
 // and stdin from /dev/null because a background process group reading the
 // terminal would be stopped by SIGTTIN. RankSet's destructor kills and reaps any
 // rank still running, so an exception anywhere cannot leave orphans.
-
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(UniqueFd&& o) noexcept : fd_(o.release()) {}
-  UniqueFd& operator=(UniqueFd&& o) noexcept {
-    if (this != &o) {
-      reset();
-      fd_ = o.release();
-    }
-    return *this;
-  }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  ~UniqueFd() { reset(); }
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  int release() {
-    const int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-  void reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
 
 // Writes everything, retrying short writes; output to a closed terminal or
 // pipe is dropped rather than stopping the supervision of the ranks.
@@ -295,7 +266,12 @@ class RankSet {
 
 class Supervisor {
  public:
-  Supervisor(const LaunchOptions& options, int master_port) : o_(options), port_(master_port) {}
+  Supervisor(const LaunchOptions& options, int master_port)
+      : o_(options),
+        port_(master_port),
+        channel_(options.nnodes > 1 ? options.node_rank : 0, options.nnodes, options.master_addr,
+                 launcher_port(options, master_port), options.rdzv_timeout_seconds),
+        verdict_(options.nnodes) {}
   int run();
   const FirstFailure& first_failure() const { return first_failure_; }
 
@@ -305,6 +281,9 @@ class Supervisor {
   void handle_signals();
   void reap();
   void on_failure(Rank& r);
+  void on_job_event(const JobEvent& e);
+  void publish(JobEvent::Kind kind, const std::string& text);
+  void report_job_verdict();
   void stop_all(int sig);
   void drain_outputs(Clock::duration budget);
   void say(const std::string& msg) {
@@ -315,6 +294,8 @@ class Supervisor {
   const LaunchOptions& o_;
   const int port_;
   SignalRelay signals_;  // declared before ranks_: outlives the final reaping
+  JobChannel channel_;   // NOTE [job channel]; inert for a single node
+  JobVerdict verdict_;   // the job's first failure, as far as this launcher knows
   RankSet ranks_;
   std::optional<int> exit_code_;  // set once, by the first cause of stopping
   FirstFailure first_failure_;
@@ -363,8 +344,11 @@ void Supervisor::start_rank(int local_rank) {
 }
 
 void Supervisor::wait_for_events(int timeout_ms) {
-  std::vector<pollfd> fds{{signals_.read_fd(), POLLIN, 0}};
-  std::vector<LineRelay*> relays{nullptr};
+  std::vector<pollfd> fds;
+  const int channel_ms = channel_.add_poll_fds(fds);
+  if (channel_ms >= 0) timeout_ms = std::min(timeout_ms, channel_ms);
+  fds.push_back({signals_.read_fd(), POLLIN, 0});
+  std::vector<LineRelay*> relays(fds.size(), nullptr);
   for (auto& r : ranks_.ranks)
     for (auto& s : r.streams)
       if (s.open()) {
@@ -373,8 +357,46 @@ void Supervisor::wait_for_events(int timeout_ms) {
       }
   const int n = ::poll(fds.data(), fds.size(), timeout_ms);
   if (n < 0 && errno != EINTR) throw LaunchError(std::string("poll failed: ") + std::strerror(errno));
-  for (size_t i = 1; n > 0 && i < fds.size(); ++i)
-    if (fds[i].revents != 0) relays[i]->pump();
+  for (size_t i = 0; n > 0 && i < fds.size(); ++i)
+    if (fds[i].revents != 0 && relays[i]) relays[i]->pump();
+  for (const auto& e : channel_.service()) on_job_event(e);
+  for (const auto& line : channel_.take_notices()) say(line);
+}
+
+void Supervisor::publish(JobEvent::Kind kind, const std::string& text) {
+  const JobEvent e{kind, o_.node_rank, unix_ms_now(), text};
+  verdict_.add(e);
+  channel_.publish(e);
+}
+
+void Supervisor::on_job_event(const JobEvent& e) {
+  verdict_.add(e);
+  const std::string who = "node " + std::to_string(e.node);
+  if (e.kind == JobEvent::Kind::kStopped) say(who + " reports: " + e.text);
+  if (e.kind != JobEvent::Kind::kFailed && e.kind != JobEvent::Kind::kLost) return;
+  if (exit_code_) return;  // this node is already stopping for a cause of its own
+  const int running = ranks_.running_count();
+  say((e.kind == JobEvent::Kind::kLost ? e.text : who + " reports: " + e.text) + "; stopping the " +
+      std::to_string(running) + " rank(s) on this node");
+  exit_code_ = 1;
+  stop_all(SIGTERM);
+}
+
+void Supervisor::report_job_verdict() {
+  if (o_.nnodes <= 1) return;
+  publish(JobEvent::Kind::kDone, "exit status " + std::to_string(exit_code_.value_or(0)));
+  if (!exit_code_) return;
+  // The other launchers' reports may still be on their way: wait briefly.
+  const auto deadline = Clock::now() + std::chrono::seconds(1);
+  while (!verdict_.silent_nodes(o_.node_rank).empty() && Clock::now() < deadline) wait_for_events(50);
+  std::string line = "the job's first failure: " + (verdict_.failed() ? verdict_.describe() : "none reported");
+  const auto silent = verdict_.silent_nodes(o_.node_rank);
+  if (!silent.empty()) {
+    line += " (no word from the launcher of node(s)";
+    for (int n : silent) line += " " + std::to_string(n);
+    line += ")";
+  }
+  say(line);
 }
 
 void Supervisor::stop_all(int sig) {
@@ -398,7 +420,11 @@ void Supervisor::handle_signals() {
       continue;
     }
     say("received " + signal_name(sig) + "; forwarding it to " + std::to_string(running) + " rank(s)");
-    if (!exit_code_) exit_code_ = 128 + sig;
+    if (!exit_code_) {
+      exit_code_ = 128 + sig;
+      publish(JobEvent::Kind::kFailed, "the launcher of node " + std::to_string(o_.node_rank) + " received " +
+                                           signal_name(sig) + " and stopped its ranks");
+    }
     stop_all(sig);
   }
 }
@@ -409,9 +435,9 @@ void Supervisor::on_failure(Rank& r) {
     while (s.open() && s.pump()) {
     }
   const int others = ranks_.running_count();
-  std::string msg = "rank " + std::to_string(r.rank) + " on node " + std::to_string(o_.node_rank) + " (pid " +
-                    std::to_string(r.pid) + ") " + describe_wait_status(r.status);
-  if (others > 0) msg += "; stopping the other " + std::to_string(others) + (others == 1 ? " rank" : " ranks");
+  const std::string what = "rank " + std::to_string(r.rank) + " on node " + std::to_string(o_.node_rank) +
+                           " (pid " + std::to_string(r.pid) + ") " + describe_wait_status(r.status);
+  std::string notes;
   // A rank that left early with status 0 is no failure by itself, but its
   // peers then time out waiting for it: name it, it is the likely cause.
   auto ago = [&](Clock::time_point then) {
@@ -422,12 +448,16 @@ void Supervisor::on_failure(Rank& r) {
   for (const auto& e : ranks_.ranks) {
     if (&e == &r) continue;
     if (!e.running && WIFEXITED(e.status) && WEXITSTATUS(e.status) == 0)
-      msg += "; rank " + std::to_string(e.rank) + " had exited with status 0 " + ago(e.ended) + " earlier";
+      notes += "; rank " + std::to_string(e.rank) + " had exited with status 0 " + ago(e.ended) + " earlier";
     else if (e.running && e.stop_signal != 0)
-      msg += "; rank " + std::to_string(e.rank) + " had been stopped by " + signal_name(e.stop_signal) + " " +
+      notes += "; rank " + std::to_string(e.rank) + " had been stopped by " + signal_name(e.stop_signal) + " " +
              ago(e.stopped_at) + " earlier";
   }
+  const std::string msg = what + (others > 0 ? "; stopping the other " + std::to_string(others) +
+                                                   (others == 1 ? " rank" : " ranks")
+                                             : "") + notes;
   say(msg);
+  publish(JobEvent::Kind::kFailed, what + notes);
   exit_code_ = exit_code_of(r.status);
   first_failure_ = {r.rank, describe_wait_status(r.status)};
   stop_all(SIGTERM);
@@ -448,9 +478,11 @@ void Supervisor::reap() {
       // collective it is part of: say so, and name it when the others fail.
       r.stop_signal = WSTOPSIG(status);
       r.stopped_at = Clock::now();
-      say("rank " + std::to_string(r.rank) + " on node " + std::to_string(o_.node_rank) + " (pid " +
-          std::to_string(r.pid) + ") was stopped by signal " + std::to_string(r.stop_signal) + " (" +
-          signal_name(r.stop_signal) + "); its peers will stall until it is continued");
+      const std::string what = "rank " + std::to_string(r.rank) + " on node " + std::to_string(o_.node_rank) +
+                               " (pid " + std::to_string(r.pid) + ") was stopped by signal " +
+                               std::to_string(r.stop_signal) + " (" + signal_name(r.stop_signal) + ")";
+      say(what + "; its peers will stall until it is continued");
+      publish(JobEvent::Kind::kStopped, what);
       continue;
     }
     assert(got == r.pid || errno == ECHILD);
@@ -459,6 +491,9 @@ void Supervisor::reap() {
     r.ended = Clock::now();
     const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     if (failed && !exit_code_) on_failure(r);  // later deaths are consequences, not causes
+    if (!failed && o_.nnodes > 1)
+      publish(JobEvent::Kind::kExited0, "rank " + std::to_string(r.rank) + " on node " + std::to_string(o_.node_rank) +
+                                            " (pid " + std::to_string(r.pid) + ") exited with status 0");
   }
 }
 
@@ -498,6 +533,7 @@ int Supervisor::run() {
     }
   }
   drain_outputs(std::chrono::milliseconds(200));
+  report_job_verdict();
   return exit_code_.value_or(0);
 }
 

@@ -26,6 +26,7 @@ struct LaunchOptions {
   bool prefix_output = true;              // "[rank R] " before each output line
   double grace_seconds = 3.0;             // SIGTERM -> SIGKILL delay when stopping ranks
   double rdzv_timeout_seconds = 60.0;     // bound on the ranks' rendezvous (TRIDENT_RDZV_TIMEOUT_S)
+  int launcher_port = 0;                  // multi-node: node 0's launcher listens here; 0 = master port + 1
   // Global ranks this node runs, one per local rank; empty means the block
   // node_rank * nproc_per_node + [0, nproc_per_node). Lets a test (or a
   // cluster with an odd topology) place ranks so that chosen groups span nodes.
@@ -44,6 +45,9 @@ std::vector<int> parse_rank_list(const std::string& text);
 
 // The global rank of a local rank (see LaunchOptions::ranks).
 int global_rank(const LaunchOptions& options, int local_rank);
+
+// The port of the launchers' own channel (NOTE [job channel], job_channel.cpp).
+int launcher_port(const LaunchOptions& options, int master_port);
 
 // Binds a TCP socket to port 0 and returns the port the kernel chose. The port
 // is free now; another process could still take it before rank 0 binds it.

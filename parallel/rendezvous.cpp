@@ -65,6 +65,12 @@ using Clock = std::chrono::steady_clock;
 
 std::string store_address(const WorldEnv& env) { return env.master_addr + ":" + std::to_string(env.master_port); }
 
+// The first line of an exception's text (c10 errors append a backtrace).
+std::string first_line(const std::exception& e) {
+  const std::string text = e.what();
+  return text.substr(0, text.find('\n'));
+}
+
 std::string seconds_text(std::chrono::milliseconds t) {
   std::ostringstream os;
   os << static_cast<double>(t.count()) / 1000.0 << " s";
@@ -140,7 +146,15 @@ void join_rendezvous(c10d::Store& store, const WorldEnv& env, const std::string&
     // --nnodes finds out at once, and tells rank 0 through abort_key.
     try {
       store.wait({"trident/rdzv/0"}, left());
-    } catch (const std::exception&) {
+    } catch (const std::exception& e) {
+      // A store keeps its clients' connections; a failure well before the
+      // deadline means something else listens on that port.
+      if (deadline - Clock::now() > std::chrono::milliseconds(500))
+        throw std::runtime_error(
+            describe_place(env) + " reached " + store_address(env) +
+            ", but what listens there is not the rendezvous store (it dropped the connection: " + first_line(e) +
+            "); is --master-port the same on every node? (Node 0's launcher listens on --launcher-port, by "
+            "default --master-port + 1.)");
       throw std::runtime_error(describe_place(env) + " reached the rendezvous store at " + store_address(env) +
                                " but rank 0 did not register within " + seconds_text(timeout));
     }

@@ -3,8 +3,10 @@
 // For each fault (rank 2 SIGKILLed, stalled by SIGSTOP or exiting 0 during
 // step 3; the link cut; node 0's launcher SIGKILLed) every process is gone
 // within timeout_s + 10 s of the fault, both launchers exit non-zero, the
-// launcher that saw it names rank, node and what happened, and nothing is left
-// in the namespaces: no process, no listening socket (a stale store).
+// launcher that saw it names rank, node and what happened, both launchers
+// name the job's first failure where their channel still connects them
+// (NOTE [job channel]), and nothing is left in the namespaces: no process, no
+// listening socket (a stale store, a launcher's channel).
 // Each test prints "measured: ..." lines; launch/README.md tabulates them.
 #include <gtest/gtest.h>
 
@@ -36,6 +38,20 @@ struct FaultResult {
   double fault_to_exit[2] = {-1, -1};  // seconds from the fault to each launcher's exit
 };
 
+// The launcher's closing "the job's first failure: ..." line starts with
+// `head` and contains each of `parts`.
+bool names_first_failure(const std::string& log, const std::string& head, const std::string& part1,
+                         const std::string& part2 = "") {
+  const std::string key = "trident launch: the job's first failure: ";
+  const size_t at = log.find(key);
+  if (at == std::string::npos) return false;
+  const std::string line = log.substr(at + key.size(), log.find('\n', at) - at - key.size());
+  const bool ok = line.rfind(head, 0) == 0 && line.find(part1) != std::string::npos &&
+                  line.find(part2) != std::string::npos;
+  if (!ok) std::cout << "first-failure line: " << line << "\n";
+  return ok;
+}
+
 long count_lines(const fs::path& p) {
   const std::string text = slurp(p);
   return static_cast<long>(std::count(text.begin(), text.end(), '\n'));
@@ -66,13 +82,16 @@ void run_with_fault(const TwoNodes& net, const TempDir& dir, Trigger trigger, co
   };
   while (Clock::now() < deadline && !both_done()) {
     // When a rank's error first shows (printed after unwinding, just before
-    // it exits) and when its launcher reports the first failed rank (after
-    // reaping it): which part of the time to exit is the collective timeout.
+    // it exits) and when its launcher reports the first failure, its own
+    // rank's (after reaping it) or another node's: which part of the time to
+    // exit is the collective timeout.
     for (int n : {0, 1}) {
       if (!fault_at || (first_error[n] && verdict[n])) continue;
       const std::string log = node[n]->log();
       if (!first_error[n] && log.find("trident train: error:") != std::string::npos) first_error[n] = Clock::now();
-      if (!verdict[n] && log.find("trident launch: rank") != std::string::npos) verdict[n] = Clock::now();
+      if (!verdict[n] && (log.find("trident launch: rank") != std::string::npos ||
+                          log.find("trident launch: node") != std::string::npos))
+        verdict[n] = Clock::now();
     }
     if (!fault_at) {
       if (trigger == Trigger::kInProcess) {
@@ -123,6 +142,10 @@ TEST(Faults, RankKilledMidStep) {
   EXPECT_EQ(r.exit_code[1], 128 + 9);
   EXPECT_NE(r.log[1].find("trident launch: rank 2 on node 1 (pid "), std::string::npos);
   EXPECT_NE(r.log[1].find("was killed by signal 9 (SIGKILL)"), std::string::npos);
+  // Node 0 hears of it from node 1's launcher, and both name it as the cause.
+  EXPECT_NE(r.log[0].find("trident launch: node 1 reports: rank 2 on node 1 (pid "), std::string::npos);
+  for (int n : {0, 1})
+    EXPECT_TRUE(names_first_failure(r.log[n], "rank 2 on node 1 (pid ", "was killed by signal 9 (SIGKILL)")) << n;
 }
 
 TEST(Faults, RankStallsInCollective) {
@@ -135,6 +158,10 @@ TEST(Faults, RankStallsInCollective) {
   EXPECT_NE(r.log[1].find("was stopped by signal 19 (SIGSTOP)"), std::string::npos);
   // Its peers give up after the collective timeout and say so.
   EXPECT_NE((r.log[0] + r.log[1]).find("timed out"), std::string::npos);
+  // Node 0 hears of the stop at once, and both verdicts name it.
+  EXPECT_NE(r.log[0].find("trident launch: node 1 reports: rank 2 on node 1 (pid "), std::string::npos);
+  for (int n : {0, 1})
+    EXPECT_TRUE(names_first_failure(r.log[n], "", "rank 2", "SIGSTOP")) << n;
 }
 
 TEST(Faults, RankExitsZeroEarly) {
@@ -143,7 +170,10 @@ TEST(Faults, RankExitsZeroEarly) {
   TempDir dir;
   FaultResult r;
   run_with_fault(net, dir, Trigger::kInProcess, "rank=2,step=2,kind=exit0", r);
-  EXPECT_NE(r.log[1].find("rank 2 had exited with status 0"), std::string::npos);
+  // Wherever the first failure was (node 1's rank 3, or node 0's ranks on a
+  // reset connection), both verdicts name the early exit as what preceded it.
+  for (int n : {0, 1})
+    EXPECT_TRUE(names_first_failure(r.log[n], "", "rank 2", "exited with status 0")) << n;
 }
 
 TEST(Faults, LinkCut) {
@@ -155,6 +185,9 @@ TEST(Faults, LinkCut) {
   for (int n : {0, 1}) {
     EXPECT_NE(r.log[n].find("trident launch: rank "), std::string::npos) << "node " << n;
     EXPECT_NE(r.log[n].find(" on node " + std::to_string(n) + " (pid "), std::string::npos) << "node " << n;
+    // The cut link also carries the launchers' channel: each says whom it did not hear from.
+    EXPECT_TRUE(names_first_failure(r.log[n], "", "(no word from the launcher of node(s) " + std::to_string(1 - n) + ")"))
+        << n;
   }
 }
 
@@ -165,6 +198,9 @@ TEST(Faults, StoreHostKilled) {
   FaultResult r;
   run_with_fault(net, dir, Trigger::kKillNode0, "", r);
   EXPECT_EQ(r.exit_code[0], 128 + 9);  // our SIGKILL
-  EXPECT_NE(r.log[1].find(" on node 1 (pid "), std::string::npos);
-  EXPECT_NE(r.log[1].find("exited with status 1"), std::string::npos);
+  // Node 1's launcher sees node 0's launcher go and stops its ranks without
+  // waiting for their connection errors.
+  const std::string lost = std::string("node 0's launcher at ") + TwoNodes::kAddr[0] + ":29501 went away";
+  EXPECT_NE(r.log[1].find("trident launch: " + lost), std::string::npos);
+  EXPECT_TRUE(names_first_failure(r.log[1], lost, ""));
 }

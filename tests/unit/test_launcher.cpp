@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "launch/fault.h"
+#include "launch/job_channel.h"
 #include "launch/launcher.h"
 
 namespace fs = std::filesystem;
@@ -109,9 +110,9 @@ class LauncherRun {
       else std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     seconds = std::chrono::duration<double>(Clock::now() - start_).count();
-    ASSERT_TRUE(done_) << "launcher still running after " << limit << " s";
     out = read_file(out_path_);
     err = read_file(err_path_);
+    ASSERT_TRUE(done_) << "launcher still running after " << limit << " s; its stderr so far:\n" << err;
     ASSERT_NE(exit_code(), 125) << "could not exec " << kTrident << " (build the `trident` target)";
   }
   int exit_code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
@@ -263,6 +264,128 @@ TEST(LauncherPure, FaultSpec) {
     } catch (const LaunchError& e) {
       EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
     }
+  }
+}
+
+TEST(LauncherPure, JobEventsRoundTrip) {
+  const JobEvent e{JobEvent::Kind::kFailed, 1, 1764567890123, "rank 2 on node 1 (pid 7) was killed\nby signal 9"};
+  const std::string line = encode(e);
+  EXPECT_EQ(line, "failed 1 1764567890123 rank 2 on node 1 (pid 7) was killed by signal 9\n");
+  const auto back = decode(line.substr(0, line.size() - 1));
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->kind, JobEvent::Kind::kFailed);
+  EXPECT_EQ(back->node, 1);
+  EXPECT_EQ(back->unix_ms, 1764567890123);
+  EXPECT_EQ(back->text, "rank 2 on node 1 (pid 7) was killed by signal 9");
+  const auto hello = decode("hello 3 5 ");
+  ASSERT_TRUE(hello.has_value());
+  EXPECT_EQ(hello->kind, JobEvent::Kind::kHello);
+  EXPECT_EQ(hello->text, "");
+  for (const char* bad : {"", "GET / HTTP/1.1", "failed x 5 t", "failed -1 5 t", "exploded 1 5 t", "done 1"})
+    EXPECT_FALSE(decode(bad).has_value()) << bad;
+}
+
+TEST(LauncherPure, JobVerdictIsTheEarliestFailureWhateverTheArrivalOrder) {
+  JobVerdict v(3);
+  EXPECT_FALSE(v.failed());
+  EXPECT_EQ(v.silent_nodes(0), (std::vector<int>{1, 2}));
+  v.add({JobEvent::Kind::kStopped, 1, 1000, "rank 2 on node 1 (pid 7) was stopped by signal 19 (SIGSTOP)"});
+  v.add({JobEvent::Kind::kFailed, 0, 4500, "rank 0 on node 0 (pid 5) exited with status 1"});
+  v.add({JobEvent::Kind::kFailed, 2, 4000, "rank 5 on node 2 (pid 9) exited with status 1"});  // earlier, later news
+  ASSERT_TRUE(v.failed());
+  EXPECT_EQ(v.first()->node, 2);
+  // A stop on another node before the failure is named as the likely cause.
+  EXPECT_EQ(v.describe(), "rank 5 on node 2 (pid 9) exited with status 1; "
+                          "rank 2 on node 1 (pid 7) was stopped by signal 19 (SIGSTOP) 3.0 s earlier");
+  EXPECT_EQ(v.silent_nodes(0), (std::vector<int>{1}));
+  v.add({JobEvent::Kind::kDone, 1, 5000, "exit status 1"});
+  EXPECT_TRUE(v.silent_nodes(0).empty());
+  v.add({JobEvent::Kind::kLost, 1, 3999, "node 1's launcher went away"});
+  EXPECT_EQ(v.describe().rfind("node 1's launcher went away", 0), 0u) << v.describe();
+
+  // Normal exits before a late failure: three named, the rest counted.
+  JobVerdict end(2);
+  for (int r = 0; r < 5; ++r)
+    end.add({JobEvent::Kind::kExited0, 1, 100 + r, "rank " + std::to_string(r) + " on node 1 (pid 1) exited with status 0"});
+  end.add({JobEvent::Kind::kFailed, 0, 1100, "rank 9 on node 0 (pid 2) exited with status 1"});
+  EXPECT_EQ(end.describe(), "rank 9 on node 0 (pid 2) exited with status 1; "
+                            "rank 0 on node 1 (pid 1) exited with status 0 1.0 s earlier; "
+                            "rank 1 on node 1 (pid 1) exited with status 0 1.0 s earlier; "
+                            "rank 2 on node 1 (pid 1) exited with status 0 1.0 s earlier; and 2 more");
+}
+
+// Two launchers of one job on this machine ("nodes" 0 and 1 on loopback),
+// each with its own log directory; ranks record their PIDs in `shared`.
+struct TwoLaunchers {
+  TempDir shared, log[2];
+  int master_port = pick_free_port(), channel_port = pick_free_port();
+  std::vector<std::string> args(int node, const std::string& script) const {
+    return {"--nnodes", "2", "--node-rank", std::to_string(node), "--nproc-per-node", "1", "--master-port",
+            std::to_string(master_port), "--launcher-port", std::to_string(channel_port), "--grace", "1", "--",
+            "sh", "-c", script};
+  }
+};
+
+TEST(Launcher, FailureOnAnotherNodeStopsThisNodeAndIsNamedAsTheFirst) {
+  TwoLaunchers job;
+  const fs::path& d = job.shared.path;
+  LauncherRun node0(job.args(0, record_pids(d) + "wait"), job.log[0].path);
+  LauncherRun node1(job.args(1, record_pids(d) + await_ranks(d, 2) + "kill -9 $$"), job.log[1].path);
+  node1.finish();
+  node0.finish();
+  EXPECT_EQ(node1.exit_code(), 128 + 9) << node1.err;
+  EXPECT_EQ(node0.exit_code(), 1) << node0.err;
+  // Node 0's own rank never failed: it was stopped because node 1 said so.
+  EXPECT_NE(node0.err.find("node 1 reports: rank 1 on node 1 (pid "), std::string::npos) << node0.err;
+  EXPECT_NE(node0.err.find("; stopping the 1 rank(s) on this node"), std::string::npos) << node0.err;
+  for (const auto* run : {&node0, &node1}) {
+    EXPECT_NE(run->err.find("the job's first failure: rank 1 on node 1 (pid "), std::string::npos) << run->err;
+    EXPECT_NE(run->err.find("was killed by signal 9 (SIGKILL)\n"), std::string::npos) << run->err;
+    EXPECT_LT(run->seconds, 8.0) << run->err;
+    EXPECT_EQ(run->err.find("no word from"), std::string::npos) << run->err;
+  }
+  expect_all_dead(d, 2);
+}
+
+TEST(Launcher, LostNodeZeroLauncherStopsTheOtherNodes) {
+  TwoLaunchers job;
+  const fs::path& d = job.shared.path;
+  // Node 0's rank execs into sleep: PR_SET_PDEATHSIG reaches the launcher's
+  // child only, so a background job of it would outlive a SIGKILLed launcher.
+  LauncherRun node0(job.args(0, "echo $$ > " + d.string() + "/n0.$RANK; exec sleep 60"), job.log[0].path);
+  LauncherRun node1(job.args(1, record_pids(d) + "wait"), job.log[1].path);
+  ASSERT_TRUE(wait_for_files(d, "bg", 1, 10) && wait_for_files(d, "n0", 1, 10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // node 1's launcher connects (retries every 0.2 s)
+  ::kill(node0.pid(), SIGKILL);  // its rank follows through PR_SET_PDEATHSIG
+  const auto killed = Clock::now();
+  node1.finish(20);
+  const double after_kill = std::chrono::duration<double>(Clock::now() - killed).count();
+  EXPECT_EQ(node1.exit_code(), 1) << node1.err;
+  const std::string lost = "node 0's launcher at 127.0.0.1:" + std::to_string(job.channel_port) + " went away";
+  EXPECT_NE(node1.err.find(lost + " (its connection closed before it finished); stopping the 1 rank(s)"),
+            std::string::npos) << node1.err;
+  EXPECT_NE(node1.err.find("the job's first failure: " + lost), std::string::npos) << node1.err;
+  EXPECT_LT(after_kill, 10.0) << "its rank (sleep 60) would otherwise run on";
+  node0.finish();
+  expect_all_dead(d, 1);
+  for (pid_t p : pids_in(d, "n0")) EXPECT_FALSE(alive(p)) << "node 0's rank " << p << " survived its launcher";
+}
+
+TEST(Launcher, NodesFinishingAtDifferentTimesIsNoFailure) {
+  TwoLaunchers job;
+  // Node 1 starts first and finishes last; node 0's launcher exits while node 1's rank still runs.
+  LauncherRun node1(job.args(1, "sleep 1.5; echo node1 done"), job.log[1].path);
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  LauncherRun node0(job.args(0, "echo node0 done"), job.log[0].path);
+  node0.finish();
+  node1.finish();
+  EXPECT_EQ(node0.exit_code(), 0) << node0.err;
+  EXPECT_EQ(node1.exit_code(), 0) << node1.err;
+  EXPECT_NE(node1.out.find("node1 done"), std::string::npos);
+  for (const auto* run : {&node0, &node1}) {
+    EXPECT_EQ(run->err.find("went away"), std::string::npos) << run->err;
+    EXPECT_EQ(run->err.find("first failure"), std::string::npos) << run->err;
+    EXPECT_EQ(run->err.find("cannot reach"), std::string::npos) << run->err;
   }
 }
 
@@ -449,6 +572,9 @@ TEST(Launcher, BadArgumentsAreExplained) {
       {{"--nproc-per-node", "2", "--ranks", "0,0", "--", "true"}, "--ranks lists rank 0 twice"},
       {{"--nproc-per-node", "2", "--ranks", "0", "--", "true"}, "--ranks lists 1 rank(s) but --nproc-per-node is 2"},
       {{"--nproc-per-node", "1", "--ranks", "x", "--", "true"}, "--ranks 'x': 'x' is not a non-negative integer"},
+      {{"--nproc-per-node", "1", "--nnodes", "2", "--launcher-port", "29600", "--master-port", "29600", "--", "true"},
+       "--launcher-port 29600 equals --master-port"},
+      {{"--nproc-per-node", "1", "--launcher-port", "70000", "--", "true"}, "--launcher-port 70000 is not a TCP port"},
   };
   for (const auto& [args, message] : cases) {
     TempDir dir;
