@@ -316,6 +316,10 @@ std::vector<JobEvent> JobChannel::service() {
         continue;
       }
       if (e->kind == JobEvent::Kind::kHello) {
+        for (const auto& other : peers_)
+          if (other.get() != peer.get() && other->node == e->node && other->fd.valid())
+            notices_.push_back("two launchers say they are node " + std::to_string(e->node) +
+                               ": is --node-rank the same on two nodes?");
         peer->node = e->node;
         if (node_rank_ == 0) {  // answer, so that it knows a launcher listens here, then tell what it missed
           send_to(*peer, encode({JobEvent::Kind::kHello, 0, unix_ms_now(), ""}));
