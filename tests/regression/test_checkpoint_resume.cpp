@@ -80,6 +80,12 @@ TEST(CheckpointResume, InterleavedWithZeroIsBitExact) {
                                          "schedule.kind=interleaved", "schedule.chunks=2"});
 }
 
+// Under the V placement rank 0 holds the first and the last stage (and both
+// copies of the tied embedding): its checkpoint names the same global tensors.
+TEST(CheckpointResume, ZbVWithDpIsBitExact) {
+  exact_resume("resume-zbv", 4, {"parallel.pp=2", "parallel.dp=2", "schedule.kind=zb-v", "schedule.chunks=2"});
+}
+
 // ---- reshard: saved under one layout, resumed under another -------------------
 
 void reshard(const std::string& tag, int nproc_from, const std::vector<std::string>& from, int nproc_to,
@@ -105,6 +111,18 @@ TEST(CheckpointReshard, Dp2WithZeroToDp1) {
 TEST(CheckpointReshard, Chunks2ToChunks1) {
   reshard("reshard-chunks", 2, {"parallel.pp=2", "schedule.kind=interleaved", "schedule.chunks=2"}, 2,
           {"parallel.pp=2", "schedule.kind=1f1b", "schedule.chunks=1"});
+}
+
+// From the V placement (rank 1 holds stages 1 and 2) to the loop placement of
+// pp 4 (each rank one stage): pure pipeline parallelism on both sides, so no
+// arithmetic changes and the losses stay bit-identical.
+TEST(CheckpointReshard, DualPipeVToPp4Gpipe) {
+  TempDir tmp("reshard-v");
+  const std::string full =
+      branch_and_resume(tmp, 2, {"parallel.pp=2", "schedule.kind=dualpipev", "schedule.chunks=2"}, 4,
+                        {"parallel.pp=4", "schedule.kind=gpipe", "schedule.chunks=1"});
+  EXPECT_TRUE(matches_reference(read_metrics(full + "/metrics.jsonl"), logged(tmp.file("run")), 0));
+  EXPECT_EQ(compare_status(full, tmp.file("run"), "0"), 0);
 }
 
 // ---- a rank killed during a save ----------------------------------------------
