@@ -91,35 +91,38 @@ TEST(Rendezvous, WrongMasterAddr) {
   EXPECT_NE(logs[1].find("trident launch: rank 1 on node 1 (pid "), std::string::npos);
 }
 
-TEST(Rendezvous, WrongPort) {
+// Node 0 as it should be, node 1 with --master-port `port`: both fail in
+// time, node 0 naming the rank that never joined. Returns node 1's log.
+std::string node1_with_master_port(const std::string& port) {
   TwoNodes net;
-  REQUIRE_NODES(net);
+  if (!net.skip_reason().empty()) return "skipped: " + net.skip_reason();
+  if (!net.error().empty()) {
+    ADD_FAILURE() << net.error();
+    return "";
+  }
   TempDir dir;
   std::vector<std::unique_ptr<Proc>> nodes;
   nodes.push_back(start_node(net, dir, 0, {"--nnodes", "2", "--master-addr", TwoNodes::kAddr[0]}, kPp2));
   nodes.push_back(start_node(
-      net, dir, 1, {"--nnodes", "2", "--master-addr", TwoNodes::kAddr[0], "--master-port", "29510"}, kPp2));
+      net, dir, 1, {"--nnodes", "2", "--master-addr", TwoNodes::kAddr[0], "--master-port", port}, kPp2));
   const auto logs = expect_all_fail_in_time(nodes, net);
   EXPECT_NE(logs[0].find("rank(s) 1 of 2 never joined the rendezvous at 10.77.0.1:29500"), std::string::npos);
-  EXPECT_NE(logs[1].find("rank 1 on node 1 could not reach the rendezvous store at 10.77.0.1:29510"),
-            std::string::npos);
+  return logs[1];
+}
+
+TEST(Rendezvous, WrongPort) {
+  const std::string log = node1_with_master_port("29510");
+  if (log.rfind("skipped: ", 0) == 0) GTEST_SKIP() << log;
+  EXPECT_NE(log.find("rank 1 on node 1 could not reach the rendezvous store at 10.77.0.1:29510"), std::string::npos);
 }
 
 // The wrong port is the one node 0's launcher listens on for the other
 // launchers (--master-port + 1): the rank finds a server there that is not the
 // store, and says so at once instead of waiting for rank 0.
 TEST(Rendezvous, WrongPortIsNodeZerosLauncherChannel) {
-  TwoNodes net;
-  REQUIRE_NODES(net);
-  TempDir dir;
-  std::vector<std::unique_ptr<Proc>> nodes;
-  nodes.push_back(start_node(net, dir, 0, {"--nnodes", "2", "--master-addr", TwoNodes::kAddr[0]}, kPp2));
-  nodes.push_back(start_node(
-      net, dir, 1, {"--nnodes", "2", "--master-addr", TwoNodes::kAddr[0], "--master-port", "29501"}, kPp2));
-  const auto logs = expect_all_fail_in_time(nodes, net);
-  EXPECT_NE(logs[0].find("rank(s) 1 of 2 never joined the rendezvous at 10.77.0.1:29500"), std::string::npos);
-  EXPECT_NE(logs[1].find("rank 1 on node 1 reached 10.77.0.1:29501, but what listens there is not the rendezvous "
-                         "store"),
+  const std::string log = node1_with_master_port("29501");
+  if (log.rfind("skipped: ", 0) == 0) GTEST_SKIP() << log;
+  EXPECT_NE(log.find("rank 1 on node 1 reached 10.77.0.1:29501, but what listens there is not the rendezvous store"),
             std::string::npos);
 }
 
