@@ -1,6 +1,7 @@
 // Hang diagnosis: see diagnose.h.
 #include "launch/diagnose.h"
 
+#include <cstdio>
 #include <map>
 #include <set>
 #include <sstream>
@@ -15,13 +16,14 @@ std::string position(const sched::ProgressRecord& r) {
 
 // How a chain ends at rank r, which is not waiting on a peer.
 std::string ending(const std::map<int, sched::ProgressRecord>& by_rank, int r, const FirstFailure& first,
-                   int64_t now_ms) {
+                   int64_t now_ms, const std::map<int, std::string>& ended) {
   const std::string who = "rank " + std::to_string(r);
   auto it = by_rank.find(r);
   if (it == by_rank.end()) return who + " never reported its position";
   const sched::ProgressRecord& rec = it->second;
   const std::string since = std::to_string((now_ms - rec.time_ms + 500) / 1000) + " s";
   if (r == first.rank) return who + " died (" + first.how + ") at " + position(rec);
+  if (ended.count(r)) return who + " had " + ended.at(r) + ", last at " + position(rec);
   if (rec.state == "done") return who + " finished step " + std::to_string(rec.step) + " " + since + " ago";
   if (rec.state == "phase") return who + " has been in " + position(rec) + " for " + since;
   if (rec.state == "wait") return who + " waits in a collective at " + position(rec) + " for " + since;
@@ -30,10 +32,24 @@ std::string ending(const std::map<int, sched::ProgressRecord>& by_rank, int r, c
 
 }  // namespace
 
-std::string diagnose(const std::vector<sched::ProgressRecord>& records, const FirstFailure& first, int64_t now_ms) {
+FirstFailure parse_failure_line(const std::string& text) {
+  int rank = -1, node = -1, pid = -1, used = 0;
+  if (std::sscanf(text.c_str(), "rank %d on node %d (pid %d) %n", &rank, &node, &pid, &used) < 3 || used == 0)
+    return {};
+  const std::string how = text.substr(static_cast<size_t>(used));
+  return {rank, how.substr(0, how.find("; "))};
+}
+
+std::string diagnose(const std::vector<sched::ProgressRecord>& records, const FirstFailure& first, int64_t now_ms,
+                     const std::map<int, std::string>& ended) {
   std::map<int, sched::ProgressRecord> by_rank;
   for (const auto& r : records) by_rank[r.rank] = r;
+  // A rank killed by a signal, or one that had exited or been stopped, waits
+  // on nobody, whatever its last record says. A rank that failed on its own
+  // (a timeout) did wait: the chain goes on through it.
+  const bool first_killed = first.how.rfind("was killed", 0) == 0;
   auto waits_on = [&](int r) {
+    if ((r == first.rank && first_killed) || ended.count(r)) return -1;
     auto it = by_rank.find(r);
     return it != by_rank.end() && it->second.state == "wait" && it->second.peer >= 0 ? it->second.peer : -1;
   };
@@ -60,12 +76,13 @@ std::string diagnose(const std::vector<sched::ProgressRecord>& records, const Fi
       if (seen.count(r))
         links.push_back("a cycle back to rank " + std::to_string(r) + ": the schedules deadlock");
       else
-        links.push_back(ending(by_rank, r, first, now_ms)), shown.insert(r);
+        links.push_back(ending(by_rank, r, first, now_ms, ended)), shown.insert(r);
       std::string line;
       for (const auto& l : links) line += (line.empty() ? "" : " · ") + l;
       out << line << "\n";
     }
-  if (out.str().empty() && first.rank >= 0) out << ending(by_rank, first.rank, first, now_ms) << "\n";
+  // The rank that failed first, wherever it was, if no chain ended there.
+  if (first.rank >= 0 && !shown.count(first.rank)) out << ending(by_rank, first.rank, first, now_ms, ended) << "\n";
   return out.str();
 }
 

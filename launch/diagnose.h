@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -18,7 +19,17 @@ struct FirstFailure {
   std::string how;  // "exited with status 86", from describe_wait_status()
 };
 
-// One line per chain of waits; empty when there are no records.
-std::string diagnose(const std::vector<sched::ProgressRecord>& records, const FirstFailure& first, int64_t now_ms);
+// The rank and how it failed, from a launcher's "rank R on node N (pid P)
+// HOW[; notes]" line; rank -1 for another text (a launcher that went away).
+FirstFailure parse_failure_line(const std::string& text);
+
+// One line per chain of waits, then where the first failed rank was if no
+// chain ends there; empty when there are no records and no failure.
+// `ended` names ranks that had exited or been stopped before the failure
+// (rank -> "exited with status 0", "been stopped by signal 19 (SIGSTOP)"):
+// their last record is stale, so a chain ends there, as at a rank killed by
+// a signal; one that failed on its own (a timeout) is followed.
+std::string diagnose(const std::vector<sched::ProgressRecord>& records, const FirstFailure& first, int64_t now_ms,
+                     const std::map<int, std::string>& ended = {});
 
 }  // namespace trident::launch

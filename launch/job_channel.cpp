@@ -49,6 +49,7 @@ const char* kind_word(JobEvent::Kind k) {
     case JobEvent::Kind::kExited0: return "exited0";
     case JobEvent::Kind::kLost: return "lost";
     case JobEvent::Kind::kDone: return "done";
+    case JobEvent::Kind::kProgress: return "progress";
   }
   return "?";
 }
@@ -77,7 +78,7 @@ std::optional<JobEvent> decode(const std::string& line) {
   JobEvent e;
   bool known = false;
   for (auto k : {JobEvent::Kind::kHello, JobEvent::Kind::kFailed, JobEvent::Kind::kStopped,
-                 JobEvent::Kind::kExited0, JobEvent::Kind::kLost, JobEvent::Kind::kDone})
+                 JobEvent::Kind::kExited0, JobEvent::Kind::kLost, JobEvent::Kind::kDone, JobEvent::Kind::kProgress})
     if (std::strcmp(word, kind_word(k)) == 0) {
       e.kind = k;
       known = true;
@@ -99,16 +100,26 @@ void JobVerdict::add(const JobEvent& e) {
   const bool in_range = e.node >= 0 && static_cast<size_t>(e.node) < reported_.size();
   switch (e.kind) {
     case JobEvent::Kind::kFailed:
+      if (!first_ || e.unix_ms < first_->unix_ms) first_ = e;
+      break;
     case JobEvent::Kind::kLost:
       if (!first_ || e.unix_ms < first_->unix_ms) first_ = e;
       [[fallthrough]];
-    case JobEvent::Kind::kDone:
+    case JobEvent::Kind::kDone:  // its last word: progress records and all come before it
       if (in_range) reported_[static_cast<size_t>(e.node)] = true;
       break;
     case JobEvent::Kind::kStopped:
     case JobEvent::Kind::kExited0: notes_.push_back(e); break;
-    case JobEvent::Kind::kHello: break;
+    case JobEvent::Kind::kHello:
+    case JobEvent::Kind::kProgress: break;
   }
+}
+
+std::vector<JobEvent> JobVerdict::notes_before_first() const {
+  std::vector<JobEvent> notes;
+  for (const auto& note : notes_)
+    if (first_ && note.unix_ms <= first_->unix_ms) notes.push_back(note);
+  return notes;
 }
 
 std::vector<int> JobVerdict::silent_nodes(int self) const {

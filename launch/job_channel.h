@@ -25,6 +25,7 @@ struct JobEvent {
     kExited0,  // a rank on `node` exited with status 0 (normal at the end; a cause if others then fail)
     kLost,     // `node`'s launcher went away without finishing (text says how it was noticed)
     kDone,     // `node`'s launcher is about to exit (text: its exit status)
+    kProgress, // after a failure: a rank's last progress record (text: sched::format_record)
   };
   Kind kind = Kind::kHello;
   int node = 0;
@@ -45,7 +46,11 @@ class JobVerdict {
   void add(const JobEvent& event);
   bool failed() const { return first_.has_value(); }
   const std::optional<JobEvent>& first() const { return first_; }
-  // Nodes other than `self` that have reported no failure, loss or exit yet.
+  // Ranks (of any node) stopped by a signal or exited with status 0 before
+  // the first failure.
+  std::vector<JobEvent> notes_before_first() const;
+  // Nodes other than `self` whose launcher has not yet said it is exiting
+  // (nor gone away).
   std::vector<int> silent_nodes(int self) const;
   // "rank 2 on node 1 (pid 7) was killed by signal 9 (SIGKILL)", then up to
   // three stops or exits with status 0 on other nodes before it ("; rank 2 on

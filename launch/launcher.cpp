@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -273,7 +274,23 @@ class Supervisor {
                  launcher_port(options, master_port), options.rdzv_timeout_seconds),
         verdict_(options.nnodes) {}
   int run();
-  const FirstFailure& first_failure() const { return first_failure_; }
+  // The job's first failure when a rank of any node was it, else this node's.
+  FirstFailure first_failure() const {
+    const FirstFailure job = verdict_.failed() ? parse_failure_line(verdict_.first()->text) : FirstFailure{};
+    return job.rank >= 0 ? job : first_failure_;
+  }
+  // Ranks of any node that exited with status 0 or were stopped by a signal
+  // before the job's first failure: "exited with status 0", "been stopped by …".
+  std::map<int, std::string> early_exits() const {
+    std::map<int, std::string> exits;
+    for (const auto& e : verdict_.notes_before_first()) {
+      const FirstFailure f = parse_failure_line(e.text);
+      if (f.rank >= 0) exits[f.rank] = f.how.rfind("was ", 0) == 0 ? "been " + f.how.substr(4) : f.how;
+    }
+    return exits;
+  }
+  // Other nodes' ranks' last progress records, sent after a failure.
+  const std::vector<sched::ProgressRecord>& remote_progress() const { return remote_progress_; }
 
  private:
   void start_rank(int local_rank);
@@ -299,6 +316,7 @@ class Supervisor {
   RankSet ranks_;
   std::optional<int> exit_code_;  // set once, by the first cause of stopping
   FirstFailure first_failure_;
+  std::vector<sched::ProgressRecord> remote_progress_;
   bool stopping_ = false;
   bool killed_ = false;
   Clock::time_point kill_deadline_{};
@@ -371,6 +389,11 @@ void Supervisor::publish(JobEvent::Kind kind, const std::string& text) {
 
 void Supervisor::on_job_event(const JobEvent& e) {
   verdict_.add(e);
+  if (e.kind == JobEvent::Kind::kProgress) {
+    sched::ProgressRecord rec;
+    if (sched::parse_record(e.text, rec)) remote_progress_.push_back(rec);
+    return;
+  }
   const std::string who = "node " + std::to_string(e.node);
   if (e.kind == JobEvent::Kind::kStopped) say(who + " reports: " + e.text);
   if (e.kind != JobEvent::Kind::kFailed && e.kind != JobEvent::Kind::kLost) return;
@@ -384,6 +407,10 @@ void Supervisor::on_job_event(const JobEvent& e) {
 
 void Supervisor::report_job_verdict() {
   if (o_.nnodes <= 1) return;
+  // Where this node's ranks stopped, for the other nodes' diagnosis of a failure.
+  if (exit_code_)
+    for (const auto& rec : sched::read_progress_dir(o_.progress_dir))
+      publish(JobEvent::Kind::kProgress, sched::format_record(rec));
   publish(JobEvent::Kind::kDone, "exit status " + std::to_string(exit_code_.value_or(0)));
   if (!exit_code_) return;
   // The other launchers' reports may still be on their way: wait briefly.
@@ -491,7 +518,7 @@ void Supervisor::reap() {
     r.ended = Clock::now();
     const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     if (failed && !exit_code_) on_failure(r);  // later deaths are consequences, not causes
-    if (!failed && o_.nnodes > 1)
+    if (!failed)  // the other nodes hear of it; locally it feeds the diagnosis
       publish(JobEvent::Kind::kExited0, "rank " + std::to_string(r.rank) + " on node " + std::to_string(o_.node_rank) +
                                             " (pid " + std::to_string(r.pid) + ") exited with status 0");
   }
@@ -582,7 +609,9 @@ int launch(const LaunchOptions& options) {
   if (code != 0) {  // where every rank stood: who waits on whom, or who died
     const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
         std::chrono::system_clock::now().time_since_epoch()).count();
-    std::istringstream lines(diagnose(sched::read_progress_dir(o.progress_dir), supervisor.first_failure(), now));
+    auto records = sched::read_progress_dir(o.progress_dir);
+    records.insert(records.end(), supervisor.remote_progress().begin(), supervisor.remote_progress().end());
+    std::istringstream lines(diagnose(records, supervisor.first_failure(), now, supervisor.early_exits()));
     for (std::string line; std::getline(lines, line);) std::fprintf(stderr, "trident launch: diagnosis: %s\n", line.c_str());
   }
   return code;

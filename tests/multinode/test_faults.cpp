@@ -144,8 +144,12 @@ TEST(Faults, RankKilledMidStep) {
   EXPECT_NE(r.log[1].find("was killed by signal 9 (SIGKILL)"), std::string::npos);
   // Node 0 hears of it from node 1's launcher, and both name it as the cause.
   EXPECT_NE(r.log[0].find("trident launch: node 1 reports: rank 2 on node 1 (pid "), std::string::npos);
-  for (int n : {0, 1})
+  for (int n : {0, 1}) {
     EXPECT_TRUE(names_first_failure(r.log[n], "rank 2 on node 1 (pid ", "was killed by signal 9 (SIGKILL)")) << n;
+    // Node 1 sent its ranks' last progress records: node 0's diagnosis knows where rank 2 was.
+    EXPECT_NE(r.log[n].find("trident launch: diagnosis: "), std::string::npos) << n;
+    EXPECT_NE(r.log[n].find("rank 2 died (was killed by signal 9 (SIGKILL)) at "), std::string::npos) << n;
+  }
 }
 
 TEST(Faults, RankStallsInCollective) {

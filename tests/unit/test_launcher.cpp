@@ -297,10 +297,14 @@ TEST(LauncherPure, JobVerdictIsTheEarliestFailureWhateverTheArrivalOrder) {
   // A stop on another node before the failure is named as the likely cause.
   EXPECT_EQ(v.describe(), "rank 5 on node 2 (pid 9) exited with status 1; "
                           "rank 2 on node 1 (pid 7) was stopped by signal 19 (SIGSTOP) 3.0 s earlier");
+  EXPECT_EQ(v.notes_before_first().size(), 1u);
+  // A node is heard from once its launcher said it is exiting (its progress
+  // records come before that), or went away.
+  EXPECT_EQ(v.silent_nodes(0), (std::vector<int>{1, 2}));
+  v.add({JobEvent::Kind::kDone, 2, 5000, "exit status 1"});
   EXPECT_EQ(v.silent_nodes(0), (std::vector<int>{1}));
-  v.add({JobEvent::Kind::kDone, 1, 5000, "exit status 1"});
-  EXPECT_TRUE(v.silent_nodes(0).empty());
   v.add({JobEvent::Kind::kLost, 1, 3999, "node 1's launcher went away"});
+  EXPECT_TRUE(v.silent_nodes(0).empty());
   EXPECT_EQ(v.describe().rfind("node 1's launcher went away", 0), 0u) << v.describe();
 
   // Normal exits before a late failure: three named, the rest counted.

@@ -156,5 +156,33 @@ TEST(Diagnose, DeadRankCycleAndSilentRank) {
             "rank 0 waits RF0 from rank 3 · rank 3 never reported its position\n");
 }
 
+// Records gathered from several nodes after a failure: a rank killed by a
+// signal, or one that had exited or been stopped, ends a chain whatever its
+// stale record says; a rank that failed on its own (a timeout) is followed.
+TEST(Diagnose, KilledExitedAndStoppedRanksEndTheChain) {
+  const std::vector<ProgressRecord> snapshot{rec(0, "wait", "RB0", 2), rec(2, "wait", "RF0", 0)};
+  EXPECT_EQ(launch::diagnose(snapshot, {2, "was killed by signal 9 (SIGKILL)"}, 0),
+            "rank 0 waits RB0 from rank 2 · rank 2 died (was killed by signal 9 (SIGKILL)) at RF0 (step 1, list index 7)\n");
+  EXPECT_EQ(launch::diagnose(snapshot, {0, "exited with status 1"}, 0, {{2, "exited with status 0"}}),
+            "rank 0 waits RB0 from rank 2 · rank 2 had exited with status 0, last at RF0 (step 1, list index 7)\n");
+  EXPECT_EQ(launch::diagnose(snapshot, {0, "exited with status 1"}, 0,
+                             {{2, "been stopped by signal 19 (SIGSTOP)"}}),
+            "rank 0 waits RB0 from rank 2 · rank 2 had been stopped by signal 19 (SIGSTOP), last at RF0 (step 1, "
+            "list index 7)\n");
+  // The failed rank is named even when no chain ends at it.
+  EXPECT_EQ(launch::diagnose({rec(0, "run", "F3", -1), rec(1, "wait", "RF3", 0)}, {3, "exited with status 86"}, 0),
+            "rank 1 waits RF3 from rank 0 · rank 0 has made no progress since F3 (step 1, list index 7) for 0 s\n"
+            "rank 3 never reported its position\n");
+}
+
+TEST(Diagnose, FailureLinesOfTheLaunchers) {
+  const auto f = launch::parse_failure_line("rank 12 on node 3 (pid 4242) was killed by signal 9 (SIGKILL); rank 2 "
+                                            "had exited with status 0 0.6 s earlier");
+  EXPECT_EQ(f.rank, 12);
+  EXPECT_EQ(f.how, "was killed by signal 9 (SIGKILL)");
+  EXPECT_EQ(launch::parse_failure_line("node 0's launcher at 10.0.0.1:29501 went away").rank, -1);
+  EXPECT_EQ(launch::parse_failure_line("rank x on node 1").rank, -1);
+}
+
 }  // namespace
 }  // namespace trident
