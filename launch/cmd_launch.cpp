@@ -3,11 +3,11 @@
 #include <boost/program_options.hpp>
 
 #include <cstring>
-#include <iostream>
 #include <string>
 
 #include "launch/commands.h"
 #include "launch/launcher.h"
+#include "launch/options.h"
 
 namespace po = boost::program_options;
 
@@ -49,15 +49,13 @@ int cmd_launch(int argc, char** argv) {
       break;
     }
   po::variables_map vm;
-  po::store(po::command_line_parser(split, argv).options(desc).run(), vm);
-  if (vm.count("help")) {
-    std::cout << desc << "\nexample: build/trident launch --nproc-per-node 2 -- build/trident train --config configs/gpt-tiny.toml\n"
-              << "two nodes (on node 1; node 0 runs the same with --node-rank 0):\n"
-              << "  build/trident launch --nnodes 2 --node-rank 1 --nproc-per-node 4 --master-addr node0 -- \\\n"
-              << "    build/trident train --config configs/gpt-tiny.toml --set parallel.tp=2 --set parallel.pp=2\n";
+  // --help is answered before the required --nproc-per-node is checked.
+  if (!parse_args(split, argv, desc, vm, nullptr, nullptr,
+                  "example: build/trident launch --nproc-per-node 2 -- build/trident train --config configs/gpt-tiny.toml\n"
+                  "two nodes (on node 1; node 0 runs the same with --node-rank 0):\n"
+                  "  build/trident launch --nnodes 2 --node-rank 1 --nproc-per-node 4 --master-addr node0 -- \\\n"
+                  "    build/trident train --config configs/gpt-tiny.toml --set parallel.tp=2 --set parallel.pp=2\n"))
     return 0;
-  }
-  po::notify(vm);  // after --help, so that --help alone needs no --nproc-per-node
   o.prefix_output = !vm["no-prefix"].as<bool>();
   if (vm.count("ranks")) o.ranks = launch::parse_rank_list(vm["ranks"].as<std::string>());
   if (split == argc)

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "launch/commands.h"
+#include "launch/options.h"
 #include "schedules/generators.h"
 #include "schedules/pytorch_csv.h"
 #include "schedules/render.h"
@@ -134,14 +135,11 @@ int cmd_schedule(int argc, char** argv) {
       "format", po::value<std::string>()->default_value("text"), "text | schedule | csv | json | svg | chrome | summary")(
       "output,o", po::value<std::string>(), "write here instead of stdout");
   po::variables_map vm;
-  po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
-  po::notify(vm);
-  if (vm.count("help")) {
-    std::cout << opts << "\nFormats: text = time grid and bubble; schedule = the action lists in text form;\n"
-                         "csv = PyTorch's schedule CSV; summary = one JSON object (bubble_fraction, step_time,\n"
-                         "peak_inflight) from a run that stores nothing per action.\n";
+  if (!parse_args(argc, argv, opts, vm, nullptr, nullptr,
+                  "Formats: text = time grid and bubble; schedule = the action lists in text form;\n"
+                  "csv = PyTorch's schedule CSV; summary = one JSON object (bubble_fraction, step_time,\n"
+                  "peak_inflight) from a run that stores nothing per action.\n"))
     return 0;
-  }
   std::string kind = vm["kind"].as<std::string>();
   if (vm.count("from-csv") && vm["kind"].defaulted()) kind = "file";
   const std::string format = vm["format"].as<std::string>();
