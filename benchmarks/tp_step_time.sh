@@ -14,12 +14,12 @@
 # 3-10x whenever another process held a core (measured: 1000 vs 318 ms per
 # micro-batch); 1-thread ranks are unaffected by the setting.
 #
-# Usage: benchmarks/tp_step_time.sh [BUILD_DIR] [REPS]   (default: build 3)
+# Usage: benchmarks/tp_step_time.sh [BUILD_DIR] [REPS]   (default: build, $REPS or 3)
 # Writes benchmarks/results/tp_step_time.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
-REPS=${2:-3}
+REPS=${2:-${REPS:-3}}
 STEPS=${STEPS:-6}
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 TRIDENT=$BUILD/trident
