@@ -29,6 +29,7 @@
 
 #include "launch/diagnose.h"
 #include "launch/job_channel.h"
+#include "launch/relay.h"
 #include "launch/unique_fd.h"
 
 namespace trident::launch {
@@ -45,139 +46,6 @@ namespace {
 // and stdin from /dev/null because a background process group reading the
 // terminal would be stopped by SIGTTIN. RankSet's destructor kills and reaps any
 // rank still running, so an exception anywhere cannot leave orphans.
-
-// Writes everything, retrying short writes; output to a closed terminal or
-// pipe is dropped rather than stopping the supervision of the ranks.
-void write_all(int fd, const char* data, size_t size) {
-  while (size > 0) {
-    const ssize_t n = ::write(fd, data, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
-}
-
-// (read end, write end), both close-on-exec: a rank's dup2'ed copies are the
-// only ones that survive exec, so no rank holds another rank's pipe open.
-std::pair<UniqueFd, UniqueFd> make_pipe() {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) throw LaunchError(std::string("cannot create a pipe: ") + std::strerror(errno));
-  return {UniqueFd(fds[0]), UniqueFd(fds[1])};
-}
-
-// One rank's stdout or stderr: reads the pipe and writes each complete line,
-// prefixed, to the launcher's own stream with a single write().
-class LineRelay {
- public:
-  LineRelay(UniqueFd fd, int out_fd, std::string prefix)
-      : fd_(std::move(fd)), out_fd_(out_fd), prefix_(std::move(prefix)) {
-    ::fcntl(fd_.get(), F_SETFL, ::fcntl(fd_.get(), F_GETFL) | O_NONBLOCK);
-  }
-  int fd() const { return fd_.get(); }
-  bool open() const { return fd_.valid(); }
-
-  // Reads what is available. Returns true if more may come soon (data was
-  // read), false when the pipe is empty for now or closed.
-  bool pump() {
-    char buf[65536];
-    const ssize_t n = ::read(fd_.get(), buf, sizeof buf);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) return false;
-    if (n <= 0) {
-      close_and_flush();
-      return false;
-    }
-    pending_.append(buf, static_cast<size_t>(n));
-    size_t start = 0;
-    for (size_t nl; (nl = pending_.find('\n', start)) != std::string::npos; start = nl + 1)
-      emit(pending_.data() + start, nl - start);
-    pending_.erase(0, start);
-    // Bound memory for output that never ends a line (progress bars, binary).
-    if (pending_.size() >= kMaxLine) {
-      emit(pending_.data(), pending_.size());
-      pending_.clear();
-    }
-    return true;
-  }
-
-  // Emits a last line without its newline, as a line, and closes the pipe.
-  void close_and_flush() {
-    if (!pending_.empty()) emit(pending_.data(), pending_.size());
-    pending_.clear();
-    fd_.reset();
-  }
-
- private:
-  static constexpr size_t kMaxLine = 1 << 20;
-  void emit(const char* line, size_t size) {
-    std::string out;
-    out.reserve(prefix_.size() + size + 1);
-    out.append(prefix_).append(line, size).push_back('\n');
-    write_all(out_fd_, out.data(), out.size());
-  }
-  UniqueFd fd_;
-  int out_fd_;
-  std::string prefix_;
-  std::string pending_;  // bytes after the last newline seen
-};
-
-int g_signal_write_fd = -1;  // the self-pipe's write end while a SignalRelay exists
-
-extern "C" void relay_signal(int sig) {
-  const int saved = errno;
-  const unsigned char byte = static_cast<unsigned char>(sig);
-  const ssize_t n = ::write(g_signal_write_fd, &byte, 1);  // a full pipe drops it: the loop is awake anyway
-  (void)n;
-  errno = saved;
-}
-
-// Routes SIGINT, SIGTERM and SIGCHLD into a pipe the poll loop watches, ignores
-// SIGPIPE, and restores the previous handlers when it goes.
-class SignalRelay {
- public:
-  SignalRelay() {
-    assert(g_signal_write_fd < 0 && "one SignalRelay at a time");
-    auto [r, w] = make_pipe();
-    read_ = std::move(r);
-    write_ = std::move(w);
-    for (int fd : {read_.get(), write_.get()}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
-    g_signal_write_fd = write_.get();
-    struct sigaction sa {};
-    sa.sa_handler = relay_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;  // SIGCHLD on stop too: a SIGSTOPped rank is reported (Supervisor::reap)
-    for (size_t i = 0; i < kRelayed.size(); ++i) ::sigaction(kRelayed[i], &sa, &saved_[i]);
-    struct sigaction ignore {};
-    ignore.sa_handler = SIG_IGN;
-    sigemptyset(&ignore.sa_mask);
-    ::sigaction(SIGPIPE, &ignore, &saved_pipe_);
-  }
-  SignalRelay(const SignalRelay&) = delete;
-  SignalRelay& operator=(const SignalRelay&) = delete;
-  ~SignalRelay() {
-    for (size_t i = 0; i < kRelayed.size(); ++i) ::sigaction(kRelayed[i], &saved_[i], nullptr);
-    ::sigaction(SIGPIPE, &saved_pipe_, nullptr);
-    g_signal_write_fd = -1;
-  }
-  int read_fd() const { return read_.get(); }
-  std::vector<int> drain() {
-    std::vector<int> sigs;
-    unsigned char buf[64];
-    ssize_t n;
-    while ((n = ::read(read_.get(), buf, sizeof buf)) > 0) sigs.insert(sigs.end(), buf, buf + n);
-    return sigs;
-  }
-
- private:
-  static constexpr std::array<int, 3> kRelayed{SIGINT, SIGTERM, SIGCHLD};
-  UniqueFd read_, write_;
-  std::array<struct sigaction, 3> saved_{};
-  struct sigaction saved_pipe_ {};
-};
-
-}  // namespace
-
-namespace {
 
 using Clock = std::chrono::steady_clock;
 
