@@ -7,7 +7,6 @@
 #include <boost/program_options.hpp>
 
 #include "framework/atomic_file.h"
-#include "framework/data/tokenizer.h"
 #include "launch/commands.h"
 #include "launch/options.h"
 
@@ -36,13 +35,7 @@ int cmd_eval(int argc, char** argv) {
   if (text.empty()) throw std::runtime_error("--text FILE is required (see trident eval --help)");
 #ifdef TRIDENT_HAVE_TORCH
   LoadedGpt m = load_gpt(checkpoint, hf);
-  if (tokenizer.empty()) tokenizer = m.tokenizer;
-  if (tokenizer.empty()) throw std::runtime_error("the model records no tokenizer: give --tokenizer gpt2|byte");
-  if (tokenizer_dir.empty() && tokenizer == m.tokenizer) tokenizer_dir = m.tokenizer_dir;
-  const auto tok = data::make_tokenizer(tokenizer, tokenizer_dir);
-  if (tok->vocab_size() > static_cast<uint32_t>(m.model.vocab_size))
-    throw std::runtime_error("tokenizer " + tokenizer + " has " + std::to_string(tok->vocab_size()) +
-                             " tokens but the model's vocabulary has " + std::to_string(m.model.vocab_size));
+  const auto tok = model_tokenizer(m, tokenizer, tokenizer_dir);
   std::vector<int64_t> ids;
   for (uint32_t id : tok->encode(read_file(text))) ids.push_back(id);
   const EvalResult r = evaluate(*m.chunk, m.model.seq_len, ids);

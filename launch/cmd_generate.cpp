@@ -5,7 +5,6 @@
 
 #include <boost/program_options.hpp>
 
-#include "framework/data/tokenizer.h"
 #include "launch/commands.h"
 #include "launch/options.h"
 
@@ -42,13 +41,7 @@ int cmd_generate(int argc, char** argv) {
   if (max_tokens < 0) throw std::runtime_error("--max-tokens " + std::to_string(max_tokens) + ": expected >= 0");
 #ifdef TRIDENT_HAVE_TORCH
   LoadedGpt m = load_gpt(checkpoint, hf);
-  if (tokenizer.empty()) tokenizer = m.tokenizer;
-  if (tokenizer.empty()) throw std::runtime_error("the model records no tokenizer: give --tokenizer gpt2|byte");
-  if (tokenizer_dir.empty() && tokenizer == m.tokenizer) tokenizer_dir = m.tokenizer_dir;
-  const auto tok = data::make_tokenizer(tokenizer, tokenizer_dir);
-  if (tok->vocab_size() > static_cast<uint32_t>(m.model.vocab_size))
-    throw std::runtime_error("tokenizer " + tokenizer + " has " + std::to_string(tok->vocab_size()) +
-                             " tokens but the model's vocabulary has " + std::to_string(m.model.vocab_size));
+  const auto tok = model_tokenizer(m, tokenizer, tokenizer_dir);
   std::vector<int64_t> ids;
   for (uint32_t id : tok->encode(prompt)) ids.push_back(id);
   std::optional<int64_t> stop;

@@ -13,6 +13,17 @@
 
 namespace trident {
 
+std::unique_ptr<data::Tokenizer> model_tokenizer(const LoadedGpt& m, std::string name, std::string dir) {
+  if (name.empty()) name = m.tokenizer;
+  if (name.empty()) throw std::runtime_error("the model records no tokenizer: give --tokenizer gpt2|byte");
+  if (dir.empty() && name == m.tokenizer) dir = m.tokenizer_dir;
+  auto tok = data::make_tokenizer(name, dir);
+  if (tok->vocab_size() > static_cast<uint32_t>(m.model.vocab_size))
+    throw std::runtime_error("tokenizer " + name + " has " + std::to_string(tok->vocab_size()) +
+                             " tokens but the model's vocabulary has " + std::to_string(m.model.vocab_size));
+  return tok;
+}
+
 LoadedGpt load_gpt(const std::string& checkpoint, const std::string& hf_dir) {
   if (checkpoint.empty() == hf_dir.empty())
     throw std::runtime_error("give exactly one of --checkpoint DIR and --init-from HF_DIR");

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "framework/config.h"
+#include "framework/data/tokenizer.h"
 #include "models/gpt/gpt.h"
 
 namespace trident {
@@ -24,6 +25,12 @@ struct LoadedGpt {
 // Exactly one of `checkpoint` (a checkpoint_store directory of any layout) and
 // `hf_dir` (as written by `trident export --format hf-gpt2`) is non-empty.
 LoadedGpt load_gpt(const std::string& checkpoint, const std::string& hf_dir);
+
+// The tokenizer to use with `m`: `name` (or, when empty, the one the model
+// records) from `dir` (or the model's recorded folder for that tokenizer).
+// Throws when neither names one, or when it has more tokens than the model's
+// vocabulary.
+std::unique_ptr<data::Tokenizer> model_tokenizer(const LoadedGpt& m, std::string name, std::string dir);
 
 // The model section of a checkpoint's recorded config.
 ModelConfig checkpoint_model(const std::string& checkpoint);
