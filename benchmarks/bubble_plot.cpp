@@ -8,15 +8,12 @@
 #include <set>
 
 #include "benchmarks/bubble_bench.h"
+#include "schedules/format.h"
 
 namespace trident::bench {
 namespace {
 
-std::string f(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f", v);
-  return buf;
-}
+std::string f(double v) { return sched::fixed(v, 1); }
 
 const char* colour(const std::string& schedule) {
   if (schedule == "gpipe") return "#d62728";

@@ -1,5 +1,6 @@
 // Measured timelines: see measure.h.
 #include "schedules/measure.h"
+#include "schedules/format.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,15 +10,8 @@
 namespace trident::sched {
 namespace {
 
-std::string num(double v) {
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.3f", v);
-  return buf;
-}
-
-std::string quoted(const std::string& s) {  // tokens and phase names need no escaping beyond quotes
-  return "\"" + s + "\"";
-}
+std::string num(double v) { return fixed(v, 3); }
+std::string quoted(const std::string& s) { return json_string(s); }
 
 // The inverse of to_token() (KIND MB [.CHUNK]); action.h keeps its parser private.
 Action parse_token(const std::string& tok) {

@@ -1,5 +1,6 @@
 // Renderers. JSON and SVG are written by hand: the output is small and flat.
 #include "schedules/render.h"
+#include "schedules/format.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,24 +10,7 @@ namespace trident::sched {
 
 namespace {
 
-std::string num(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.10g", x);
-  return buf;
-}
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) {
-      out += ' ';
-      continue;
-    }
-    out += c;
-  }
-  return out + "\"";
-}
+std::string num(double x) { return general(x); }
 
 std::string xml_escape(const std::string& s) {
   std::string out;
