@@ -18,7 +18,10 @@ class AtomicFile {
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
 
-  void write(const void* data, size_t n);  // appends; throws naming the file on a short write
+  // Appends; throws naming the file on a short write. Every 8 MB it asks the
+  // kernel to start writing back (Linux), so the disk works while the caller
+  // prepares the next piece and commit()'s fsync has little left to do.
+  void write(const void* data, size_t n);
   uint64_t size() const { return size_; }
   void commit();  // fsync, rename to path, fsync the directory
   const std::string& path() const { return path_; }
@@ -27,6 +30,7 @@ class AtomicFile {
   std::string path_, tmp_;
   int fd_ = -1;
   uint64_t size_ = 0;
+  uint64_t flushed_ = 0;  // bytes whose writeback has been started
 };
 
 // The whole of `bytes` as the file `path`, atomically.
