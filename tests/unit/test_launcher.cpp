@@ -359,7 +359,7 @@ TEST(Launcher, LostNodeZeroLauncherStopsTheOtherNodes) {
   LauncherRun node0(job.args(0, "echo $$ > " + d.string() + "/n0.$RANK; exec sleep 60"), job.log[0].path);
   LauncherRun node1(job.args(1, record_pids(d) + "wait"), job.log[1].path);
   ASSERT_TRUE(wait_for_files(d, "bg", 1, 10) && wait_for_files(d, "n0", 1, 10));
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // node 1's launcher connects (retries every 0.2 s)
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // node 1's launcher connects (retries every 0.2 s)
   ::kill(node0.pid(), SIGKILL);  // its rank follows through PR_SET_PDEATHSIG
   const auto killed = Clock::now();
   node1.finish(20);
