@@ -21,6 +21,7 @@
 #include "models/gpt/gpt.h"
 #include "models/gpt/hf_gpt2.h"
 #include "models/gpt/inference.h"
+#include "tests/error_of.h"
 
 namespace trident {
 namespace {
@@ -144,15 +145,7 @@ at::Tensor sample_ids(const ModelConfig& cfg) {
   return at::randint(0, cfg.vocab_size, {3, cfg.seq_len}, gen, at::TensorOptions().dtype(at::kLong));
 }
 
-template <class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using testing::error_of;
 
 TEST(HfGpt2, ExportedModelMatchesAnIndependentGpt2Forward) {
   const ModelConfig cfg = tiny();

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "framework/checkpoint_store.h"
+#include "tests/error_of.h"
 
 namespace trident::ckpt {
 namespace {
@@ -87,12 +88,7 @@ void save(const std::string& dir, int64_t step, int keep, bool commit_it = true)
 
 template <class F>
 std::string error_of(F f) {
-  try {
-    f();
-  } catch (const CheckpointError& e) {
-    return e.what();
-  }
-  return "<no error>";
+  return testing::error_of<CheckpointError>(f);
 }
 
 TEST(CheckpointStore, Fnv1a64KnownVectors) {

@@ -6,19 +6,15 @@
 #include <string>
 
 #include "parallel/device.h"
+#include "tests/error_of.h"
 
 namespace trident {
 namespace {
 
-// The message of the std::runtime_error `f` throws ("" if none).
+// The message of the std::runtime_error a call throws.
 template <typename F>
 std::string error_of(F f) {
-  try {
-    f();
-  } catch (const std::runtime_error& e) {
-    return e.what();
-  }
-  return "";
+  return testing::error_of<std::runtime_error>(f);
 }
 
 TEST(Device, CpuIgnoresCudaFacts) {
