@@ -138,7 +138,7 @@ class Supervisor {
   Supervisor(const LaunchOptions& options, int master_port)
       : o_(options),
         port_(master_port),
-        channel_(options.nnodes > 1 ? options.node_rank : 0, options.nnodes, options.master_addr,
+        channel_(options.node_rank, options.nnodes, options.master_addr,
                  launcher_port(options, master_port), options.rdzv_timeout_seconds),
         verdict_(options.nnodes) {}
   int run();
@@ -171,6 +171,12 @@ class Supervisor {
   void report_job_verdict();
   void stop_all(int sig);
   void drain_outputs(Clock::duration budget);
+  // "rank 2 on node 1 (pid 4242)": how every report names a rank
+  // (parse_failure_line in diagnose.h reads it back).
+  std::string who(const Rank& r) const {
+    return "rank " + std::to_string(r.rank) + " on node " + std::to_string(o_.node_rank) + " (pid " +
+           std::to_string(r.pid) + ")";
+  }
   void say(const std::string& msg) {
     const std::string line = "trident launch: " + msg + "\n";
     write_all(STDERR_FILENO, line.data(), line.size());
@@ -330,8 +336,7 @@ void Supervisor::on_failure(Rank& r) {
     while (s.open() && s.pump()) {
     }
   const int others = ranks_.running_count();
-  const std::string what = "rank " + std::to_string(r.rank) + " on node " + std::to_string(o_.node_rank) +
-                           " (pid " + std::to_string(r.pid) + ") " + describe_wait_status(r.status);
+  const std::string what = who(r) + " " + describe_wait_status(r.status);
   std::string notes;
   // A rank that left early with status 0 is no failure by itself, but its
   // peers then time out waiting for it: name it, it is the likely cause.
@@ -373,9 +378,8 @@ void Supervisor::reap() {
       // collective it is part of: say so, and name it when the others fail.
       r.stop_signal = WSTOPSIG(status);
       r.stopped_at = Clock::now();
-      const std::string what = "rank " + std::to_string(r.rank) + " on node " + std::to_string(o_.node_rank) +
-                               " (pid " + std::to_string(r.pid) + ") was stopped by signal " +
-                               std::to_string(r.stop_signal) + " (" + signal_name(r.stop_signal) + ")";
+      const std::string what = who(r) + " was stopped by signal " + std::to_string(r.stop_signal) + " (" +
+                               signal_name(r.stop_signal) + ")";
       say(what + "; its peers will stall until it is continued");
       publish(JobEvent::Kind::kStopped, what);
       continue;
@@ -387,8 +391,7 @@ void Supervisor::reap() {
     const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     if (failed && !exit_code_) on_failure(r);  // later deaths are consequences, not causes
     if (!failed)  // the other nodes hear of it; locally it feeds the diagnosis
-      publish(JobEvent::Kind::kExited0, "rank " + std::to_string(r.rank) + " on node " + std::to_string(o_.node_rank) +
-                                            " (pid " + std::to_string(r.pid) + ") exited with status 0");
+      publish(JobEvent::Kind::kExited0, who(r) + " exited with status 0");
   }
 }
 
