@@ -65,10 +65,10 @@ using Clock = std::chrono::steady_clock;
 
 std::string store_address(const WorldEnv& env) { return env.master_addr + ":" + std::to_string(env.master_port); }
 
-// The first line of an exception's text (c10 errors append a backtrace).
-std::string first_line(const std::exception& e) {
-  const std::string text = e.what();
-  return text.substr(0, text.find('\n'));
+// An exception's message, without the backtrace c10 errors append.
+std::string message_of(const std::exception& e) {
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) return c10_error->what_without_backtrace();
+  return e.what();
 }
 
 std::string seconds_text(std::chrono::milliseconds t) {
@@ -106,10 +106,8 @@ c10::intrusive_ptr<c10d::Store> connect_store(const WorldEnv& env, std::chrono::
   std::string why;
   try {
     return c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
-  } catch (const c10::Error& e) {
-    why = e.what_without_backtrace();
   } catch (const std::exception& e) {
-    why = e.what();
+    why = message_of(e);
   }
   if (env.rank == 0)
     throw std::runtime_error(describe_place(env) + " could not host the rendezvous store at " + store_address(env) +
@@ -152,7 +150,7 @@ void join_rendezvous(c10d::Store& store, const WorldEnv& env, const std::string&
       if (deadline - Clock::now() > std::chrono::milliseconds(500))
         throw std::runtime_error(
             describe_place(env) + " reached " + store_address(env) +
-            ", but what listens there is not the rendezvous store (it dropped the connection: " + first_line(e) +
+            ", but what listens there is not the rendezvous store (it dropped the connection: " + message_of(e) +
             "); is --master-port the same on every node? (Node 0's launcher listens on --launcher-port, by "
             "default --master-port + 1.)");
       throw std::runtime_error(describe_place(env) + " reached the rendezvous store at " + store_address(env) +
