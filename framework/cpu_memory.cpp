@@ -50,7 +50,7 @@ void release(void* ctx) {
 class CountingAllocator final : public c10::Allocator {
  public:
   explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
-  c10::DataPtr allocate(size_t n) const override {
+  c10::DataPtr allocate(size_t n) override {
     c10::DataPtr inner = base_->allocate(n);
     void* data = inner.get();
     const c10::Device device = inner.device();
@@ -66,6 +66,9 @@ class CountingAllocator final : public c10::Allocator {
     return {data, new Allocation{std::move(inner), n}, &release, device};
   }
   c10::DeleterFnPtr raw_deleter() const override { return g_base_raw_deleter ? &release_raw : nullptr; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
 
  private:
   c10::Allocator* base_;

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include <ATen/core/grad_mode.h>
+
 namespace trident {
 namespace {
 

@@ -281,8 +281,9 @@ void build(Run& r) {
   Config& c = r.cfg;
   const WorldEnv env = read_world_env();
   // One device per rank, from LOCAL_RANK; errors before any rendezvous.
-  const DeviceChoice device = choose_device(c.training.device, kHaveCuda, cuda_device_count(), env.local_rank);
-  const std::string backend = resolve_backend(c.parallel.backend, c.training.device, kHaveNccl);
+  const DeviceChoice device =
+      choose_device(c.training.device, c.training.device == "cuda" ? cuda_device_count() : 0, env.local_rank);
+  const std::string backend = resolve_backend(c.parallel.backend, c.training.device);
   if (device.cuda) {
     set_cuda_device(device.index);
     r.device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device.index));

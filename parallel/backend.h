@@ -1,19 +1,13 @@
-// The one place that decides what this build has and hides how libtorch
-// versions differ (DESIGN.md principle 11). Everything CUDA or NCCL is
-// declared here and defined in parallel/backend.cpp, the only translation unit
-// that includes CUDA headers; the rest of Trident calls these functions.
+// The one place that holds what this build links and how libtorch is asked
+// for it (DESIGN.md principle 11). Everything CUDA or NCCL is declared here
+// and defined in parallel/backend.cpp, the only translation unit that
+// includes CUDA headers; the rest of Trident calls these functions.
 //
-// Build macros (set by CMake, parallel/torch.cmake):
-//   TRIDENT_HAVE_CUDA  libtorch was built with CUDA (c10_cuda is linked)
-//   TRIDENT_HAVE_NCCL  ...and ships ProcessGroupNCCL
-// Debian's libtorch 1.13 is CPU-only: neither is defined and no CUDA code is
-// compiled (tests/nccl_syntax.cmake parses that branch in CI).
-//
-// libtorch 1.13 against 2.x: from 2.0 on, ProcessGroupGloo and
-// ProcessGroupNCCL derive from c10d::Backend (c10d::ProcessGroup became a
-// dispatcher over backends); in 1.13 they are c10d::ProcessGroups. Both
-// bases offer the same allreduce/allgather/broadcast/send/recv/barrier, so
-// Trident holds a CommBackend.
+// There is one build: libtorch 2.11 from PyPI's torch, CUDA-enabled, linked
+// with libtorch's CUDA library and NCCL (parallel/torch.cmake). The same
+// binary trains on the CPU (Gloo) where no GPU is present and on CUDA devices
+// (NCCL) where they are; ProcessGroupGloo and ProcessGroupNCCL are
+// c10d::Backends.
 //
 // NOTE [CUDA streams]
 // Communication runs on streams of its own: ProcessGroupNCCL enqueues every
@@ -35,44 +29,21 @@
 
 #include <c10/core/Device.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
-#include <torch/version.h>
-
-#if TORCH_VERSION_MAJOR >= 2
 #include <torch/csrc/distributed/c10d/Backend.hpp>
-#else
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#endif
 
 namespace trident {
 
-#if TORCH_VERSION_MAJOR >= 2
 using CommBackend = c10d::Backend;
-#else
-using CommBackend = c10d::ProcessGroup;
-#endif
 
-constexpr bool kHaveCuda =
-#ifdef TRIDENT_HAVE_CUDA
-    true;
-#else
-    false;
-#endif
-
-constexpr bool kHaveNccl =
-#ifdef TRIDENT_HAVE_NCCL
-    true;
-#else
-    false;
-#endif
-
-// CUDA devices this process sees; 0 in a build without CUDA.
+// CUDA devices this process sees; 0 where there is no GPU or no driver.
 int cuda_device_count();
 // Makes CUDA device `index` the current one of the calling thread (and the
-// device NCCL communicators of this process use). Throws in a CPU build.
+// device NCCL communicators of this process use).
 void set_cuda_device(int index);
 // Blocks until all work queued on device `d` is done; nothing on the CPU.
 void synchronize(const c10::Device& d);
-// "CUDA 13.0, 1 device(s): NVIDIA H200" or "CPU only": for logs.
+// "libtorch 2.11.0, CUDA 13.0 (runtime 13.0), NCCL 2.28.9, 1 device(s): NVIDIA H200"
+// or "... 0 device(s)": for the start-up line of `trident train`.
 std::string describe_build();
 
 // A Gloo group of `size` ranks over `store`; its pairs listen on
@@ -80,8 +51,7 @@ std::string describe_build();
 c10::intrusive_ptr<CommBackend> make_gloo(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                           std::chrono::milliseconds timeout, const std::string& address,
                                           const std::string& ifname);
-// An NCCL group (high-priority streams, see NOTE [CUDA streams]). Throws in a
-// build without NCCL.
+// An NCCL group (high-priority streams, see NOTE [CUDA streams]).
 c10::intrusive_ptr<CommBackend> make_nccl(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                           std::chrono::milliseconds timeout);
 

@@ -1,5 +1,5 @@
 // Data parallelism: see data_parallel.h, NOTE [gradient buckets] and
-// NOTE [ZeRO-1 over Gloo].
+// NOTE [ZeRO-1 reduce-scatter].
 #include "parallel/data_parallel.h"
 
 #include <cmath>
@@ -21,6 +21,7 @@ struct DataParallel::Bucket {
   int pending = 0;             // parameters not yet final this step
   c10::intrusive_ptr<c10d::Work> work;
   bool reduced = false;
+  at::Tensor shard_grad;       // zero = 1, dp > 1: this rank's reduced shard (NOTE [ZeRO-1 reduce-scatter])
 };
 
 // Runs after a parameter's AccumulateGrad node: its gradient for this
@@ -117,6 +118,7 @@ DataParallel::DataParallel(std::vector<std::vector<Param*>> chunks, DataParallel
     const auto on_device = at::TensorOptions().dtype(at::kFloat).device(o_.device);
     bucket->data = at::zeros({padded}, on_device);
     bucket->grad = at::zeros({padded}, on_device);
+    if (o_.zero && dp > 1 && !bucket->local) bucket->shard_grad = at::zeros({padded / dp}, on_device);
     for (size_t k : plan[b]) {
       bucket_of_[k] = b;
       Param* p = params_[k];
@@ -192,8 +194,19 @@ void DataParallel::mark_ready(size_t k) {
 
 void DataParallel::launch(Bucket& b) {
   if (g_.dp->size() == 1) return;
+  if (b.shard_grad.defined()) {
+    b.work = reduce_scatter_async(*g_.dp, b.shard_grad, b.grad);
+    return;
+  }
   std::vector<at::Tensor> ts{b.grad};
   b.work = g_.dp->pg->allreduce(ts);
+}
+
+void DataParallel::land(Bucket& b) {
+  if (!b.work) return;
+  wait_work(*g_.dp, b.work, b.shard_grad.defined() ? "gradient reduce_scatter" : "gradient all_reduce", -1);
+  b.work.reset();
+  if (b.shard_grad.defined()) b.grad.narrow(0, g_.dp->rank * shard_size(b), shard_size(b)).copy_(b.shard_grad);
 }
 
 void DataParallel::sync_late(Bucket& b) {
@@ -211,7 +224,7 @@ void DataParallel::sync_late(Bucket& b) {
     at::Tensor g = p->tensor.grad();
     all_reduce(*g_.embedding, g);
   }
-  if (g_.dp->size() > 1) all_reduce(*g_.dp, b.grad);
+  if (g_.dp->size() > 1) launch(b), land(b);
 }
 
 void DataParallel::finish_grad_sync() {
@@ -221,11 +234,9 @@ void DataParallel::finish_grad_sync() {
     if (b->local) continue;  // zeroed by sync_late, after adding into the primaries
     if (b->late) {
       sync_late(*b);
-    } else if (b->work) {
-      wait_work(*g_.dp, b->work, "gradient all_reduce", -1);
-      b->work.reset();
-    } else if (g_.dp->size() > 1) {
-      all_reduce(*g_.dp, b->grad);
+    } else {
+      if (!b->work) launch(*b);  // not launched during the backward (no overlap)
+      land(*b);
     }
     if (dp > 1) b->grad.div_(dp);
   }
@@ -284,9 +295,8 @@ void DataParallel::step(double lr) {
     for (auto& b : buckets_) {
       if (b->local) continue;  // copied from the primaries below
       const int64_t shard = shard_size(*b);
-      std::vector<at::Tensor> parts;
-      all_gather(*g_.dp, b->data.narrow(0, g_.dp->rank * shard, shard).clone(), parts);
-      for (int r = 0; r < g_.dp->size(); ++r) b->data.narrow(0, r * shard, shard).copy_(parts[static_cast<size_t>(r)]);
+      at::Tensor mine = b->data.narrow(0, g_.dp->rank * shard, shard).clone();  // not aliasing the output
+      all_gather_into(*g_.dp, b->data, mine);
     }
   }
   for (auto& [prim, copy] : tied_pairs_) copy->tensor.copy_(prim->tensor);

@@ -21,18 +21,23 @@
 // its gradient is added into the primary's first and its value is copied
 // back from the primary after the step.
 //
-// NOTE [ZeRO-1 over Gloo]
+// NOTE [ZeRO-1 reduce-scatter]
 // With zero = 1 each DP rank keeps AdamW state for, and updates, only its
-// 1/dp shard of every bucket (buckets are padded to a multiple of dp), then
-// the parameters are all-gathered. libtorch 1.13's Gloo has no
-// reduce-scatter; the reduction is the same asynchronous all-reduce as with
-// zero = 0 (Gloo's ring algorithm, 2(n-1)/n of the bucket sent per rank
-// against (n-1)/n for a true reduce-scatter) followed by keeping the local
-// shard. We chose it over a reduce-scatter built from point-to-point steps
-// because it runs as one asynchronous operation per bucket, so it overlaps the
-// backward exactly as zero = 0 does, and its per-element sums are the very
-// ones zero = 0 computes. What ZeRO-1 saves here is optimizer memory (2 x 4
-// bytes per parameter, divided by dp), which is its point.
+// 1/dp shard of every bucket (buckets are padded to a multiple of dp). A
+// bucket's gradients are reduced by one asynchronous reduce-scatter
+// (c10d's _reduce_scatter_base, which libtorch 2.x's Gloo and NCCL both
+// have): each rank receives the sum of its own shard only, (n-1)/n of the
+// bucket sent per rank against an all-reduce's 2(n-1)/n, into a shard-sized
+// buffer that is copied into the bucket's shard once waited for. It starts as
+// soon as the bucket's gradients are final, as zero = 0's all-reduce does, so
+// it overlaps the backward the same way. After the step the updated shards
+// are all-gathered into the flat parameter buffer in one _allgather_base.
+// Gradients outside a rank's shard are left unreduced and are never read
+// (the norm, the clipping and the optimizer see the shard only). The sums of
+// a reduce-scatter are ordered differently from an all-reduce's, so zero = 1
+// agrees with zero = 0 within fp32 rounding, not bit for bit. (libtorch 1.13's
+// Gloo had no reduce-scatter; an all-reduce followed by keeping the shard
+// stood in for it until the move to 2.11.)
 #pragma once
 
 #include <map>
@@ -107,6 +112,7 @@ class DataParallel : public GradObserver {
   struct Hook;
   void mark_ready(size_t param_index);
   void launch(Bucket& b);
+  void land(Bucket& b);  // waits for a launched reduction; zero = 1: copies the shard into the bucket
   void sync_late(Bucket& b);
   int64_t shard_size(const Bucket& b) const;
 

@@ -7,20 +7,16 @@ namespace trident {
 
 std::string DeviceChoice::str() const { return cuda ? "cuda:" + std::to_string(index) : "cpu"; }
 
-DeviceChoice choose_device(const std::string& device, bool cuda_built, int device_count, int local_rank) {
+DeviceChoice choose_device(const std::string& device, int device_count, int local_rank) {
   if (device == "cpu") return {};
   if (device != "cuda")
     throw std::runtime_error("training.device = \"" + device + "\": expected \"cpu\" or \"cuda\"");
-  if (!cuda_built)
-    throw std::runtime_error(
-        "training.device = \"cuda\" but this build of Trident has no CUDA: it was built against a CPU-only "
-        "libtorch. Configure a CUDA build with -DCMAKE_PREFIX_PATH=<a CUDA-enabled libtorch> (README: "
-        "\"Two builds\"), or set training.device = \"cpu\"");
   if (local_rank < 0)
     throw std::runtime_error("LOCAL_RANK = " + std::to_string(local_rank) + ": a local rank cannot be negative");
   if (device_count <= 0)
-    throw std::runtime_error("training.device = \"cuda\" but this process sees no CUDA device "
-                             "(check the driver and CUDA_VISIBLE_DEVICES)");
+    throw std::runtime_error("training.device = \"cuda\" but this process sees " + std::to_string(device_count) +
+                             " CUDA devices (check the driver and CUDA_VISIBLE_DEVICES), or set "
+                             "training.device = \"cpu\"");
   if (local_rank >= device_count)
     throw std::runtime_error("LOCAL_RANK = " + std::to_string(local_rank) + " needs CUDA device " +
                              std::to_string(local_rank) + " but this process sees only " +
@@ -29,7 +25,7 @@ DeviceChoice choose_device(const std::string& device, bool cuda_built, int devic
   return {true, local_rank};
 }
 
-std::string resolve_backend(const std::string& backend, const std::string& device, bool nccl_built) {
+std::string resolve_backend(const std::string& backend, const std::string& device) {
   if (device != "cpu" && device != "cuda")
     throw std::runtime_error("training.device = \"" + device + "\": expected \"cpu\" or \"cuda\"");
   std::string b = backend;
@@ -43,9 +39,6 @@ std::string resolve_backend(const std::string& backend, const std::string& devic
     throw std::runtime_error("parallel.backend = \"gloo\" with training.device = \"cuda\" is not supported: Gloo's "
                              "send/recv read host memory, so the pipeline's device buffers cannot travel over it "
                              "(use \"nccl\" or \"auto\")");
-  if (b == "nccl" && !nccl_built)
-    throw std::runtime_error("parallel.backend = \"nccl\" but this build of Trident has no NCCL (built against a "
-                             "CPU-only libtorch)");
   return b;
 }
 

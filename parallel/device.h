@@ -1,7 +1,8 @@
 // Which device a rank computes on and which collective backend serves it:
 // pure functions of the config, the build and what the process sees, so the
-// rules are tested without a GPU (tests/unit/test_device.cpp). The build's
-// CUDA facts come from parallel/backend.h; this file knows no torch.
+// rules are tested without a GPU (tests/unit/test_device.cpp). There is one
+// build, CUDA-enabled (it links NCCL too); what varies is how many devices a
+// process sees (parallel/backend.h). This file knows no torch.
 #pragma once
 
 #include <string>
@@ -17,18 +18,16 @@ struct DeviceChoice {
 };
 
 // training.device ("cpu" | "cuda") for the rank with LOCAL_RANK `local_rank`
-// on a node whose process sees `device_count` CUDA devices, in a build that
-// has CUDA (`cuda_built`) or not. One device per rank: local rank i computes
-// on CUDA device i. Throws std::runtime_error naming the problem: "cuda" in a
-// CPU-only build, no device or fewer devices than local ranks, a negative
-// local rank, or an unknown device name.
-DeviceChoice choose_device(const std::string& device, bool cuda_built, int device_count, int local_rank);
+// on a node whose process sees `device_count` CUDA devices. One device per
+// rank: local rank i computes on CUDA device i. Throws std::runtime_error
+// naming the problem and the device count: no device or fewer devices than
+// local ranks, a negative local rank, or an unknown device name.
+DeviceChoice choose_device(const std::string& device, int device_count, int local_rank);
 
 // parallel.backend ("auto" | "gloo" | "nccl") for training.device: auto is
 // nccl on cuda and gloo on cpu. Throws for nccl on cpu (NCCL moves device
 // memory only), gloo on cuda (Gloo's send/recv read host memory, so the
-// pipeline's device buffers cannot travel over it), nccl in a build without
-// NCCL, and unknown names.
-std::string resolve_backend(const std::string& backend, const std::string& device, bool nccl_built);
+// pipeline's device buffers cannot travel over it), and unknown names.
+std::string resolve_backend(const std::string& backend, const std::string& device);
 
 }  // namespace trident

@@ -29,7 +29,7 @@ ProcessGroups::ProcessGroups(const WorldEnv& env, const Layout& layout, const st
   if (layout.world != env.world_size)
     throw std::runtime_error("layout " + layout.describe() + " does not match WORLD_SIZE " +
                              std::to_string(env.world_size));
-  backend_ = resolve_backend(backend_, device_.is_cuda() ? "cuda" : "cpu", kHaveNccl);
+  backend_ = resolve_backend(backend_, device_.is_cuda() ? "cuda" : "cpu");
   if (env_.world_size > 1) {
     // Ranks listen where the other nodes can reach them (see listen_address).
     gloo_address_ = listen_address(env_);
@@ -148,6 +148,18 @@ void all_gather(const Group& g, const at::Tensor& in, std::vector<at::Tensor>& o
   for (int i = 0; i < g.size(); ++i) outs[0].push_back(at::empty_like(ins[0]));
   wait_work(g, g.pg->allgather(outs, ins), "all_gather", -1);
   for (at::Tensor& o : outs[0]) out.push_back(o.device() == in.device() ? o : o.to(in.device()));
+}
+
+c10::intrusive_ptr<c10d::Work> reduce_scatter_async(const Group& g, at::Tensor& part, at::Tensor& full) {
+  TORCH_INTERNAL_ASSERT(full.numel() == part.numel() * g.size() && full.is_contiguous() && part.is_contiguous());
+  return g.pg->_reduce_scatter_base(part, full);
+}
+
+void all_gather_into(const Group& g, at::Tensor& full, at::Tensor& part) {
+  TORCH_INTERNAL_ASSERT(full.numel() == part.numel() * g.size() && full.is_contiguous() && part.is_contiguous());
+  if (g.size() == 1) return full.copy_(part), void();
+  CommTimer timer{g};
+  wait_work(g, g.pg->_allgather_base(full, part), "all_gather", -1);
 }
 
 void broadcast(const Group& g, at::Tensor& t, int root_group_rank) {

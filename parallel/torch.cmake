@@ -6,39 +6,49 @@ add_library(trident_parallel STATIC ${TRIDENT_PARALLEL_TORCH_SOURCES})
 target_compile_options(trident_parallel PRIVATE ${TRIDENT_WARNINGS})
 target_link_libraries(trident_parallel PUBLIC trident_layout ${TORCH_LIBRARIES})
 
-# Two builds. A libtorch built with CUDA (e.g. the one in a PyTorch install,
-# given by -DCMAKE_PREFIX_PATH) lists c10_cuda and the CUDA runtime in
-# TORCH_CUDA_LIBRARIES (TorchConfig.cmake); Debian's CPU-only libtorch leaves it
-# empty. Debian's headers ship ProcessGroupNCCL.hpp all the same, so NCCL is
-# taken only from a CUDA libtorch.
-set(TRIDENT_HAVE_CUDA OFF)
-set(TRIDENT_HAVE_NCCL OFF)
-if(TORCH_CUDA_LIBRARIES)
-  set(TRIDENT_HAVE_CUDA ON)
-  # USE_DISTRIBUTED and USE_C10D_* open the c10d backend headers (libtorch's own
-  # targets may set them too; Debian's do).
-  target_compile_definitions(trident_parallel PUBLIC TRIDENT_HAVE_CUDA USE_DISTRIBUTED USE_C10D_GLOO)
-  if(TRIDENT_VENDOR_DIR AND EXISTS ${TRIDENT_VENDOR_DIR}/gloo-fallback/gloo/algorithm.h)
-    # Searched after every other include path: used only if libtorch lacks Gloo's headers.
-    target_compile_options(trident_parallel PUBLIC -idirafter ${TRIDENT_VENDOR_DIR}/gloo-fallback)
-  endif()
-  find_package(CUDAToolkit QUIET)  # backend.cpp reads the runtime's version and device names
-  if(TARGET CUDA::cudart)
-    target_link_libraries(trident_parallel PUBLIC CUDA::cudart)
-  endif()
-  foreach(dir ${TORCH_INCLUDE_DIRS})
-    if(EXISTS ${dir}/torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp)
-      set(TRIDENT_HAVE_NCCL ON)
-    endif()
-  endforeach()
-  if(TRIDENT_HAVE_NCCL)
-    target_compile_definitions(trident_parallel PUBLIC TRIDENT_HAVE_NCCL USE_C10D_NCCL)
-  endif()
+# One build, CUDA-enabled (NOTE [CUDA from wheels] in cmake/TorchFromPython.cmake): PyPI's
+# libtorch lists c10_cuda and torch_cuda in TORCH_CUDA_LIBRARIES, and its headers ship
+# ProcessGroupNCCL.hpp. A missing piece is a configure error, never a quieter build.
+if(NOT TORCH_CUDA_LIBRARIES)
+  message(FATAL_ERROR "the libtorch found (Torch_DIR=${Torch_DIR}) has no CUDA libraries: Trident builds on "
+                      "PyPI's CUDA-enabled torch (requirements.txt, scripts/setup.sh)")
 endif()
-if(TRIDENT_REQUIRE_CUDA AND NOT TRIDENT_HAVE_CUDA)
-  message(FATAL_ERROR "TRIDENT_REQUIRE_CUDA is on but the libtorch found (Torch_DIR=${Torch_DIR}) has no CUDA: "
-                      "pass -DCMAKE_PREFIX_PATH=<a CUDA-enabled libtorch>, e.g. "
-                      "$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')")
+set(_nccl_header "")
+foreach(dir ${TORCH_INCLUDE_DIRS})
+  if(EXISTS ${dir}/torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp)
+    set(_nccl_header ${dir}/torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp)
+  endif()
+endforeach()
+if(NOT _nccl_header)
+  message(FATAL_ERROR "the libtorch found (Torch_DIR=${Torch_DIR}) has no torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp")
 endif()
-message(STATUS "Trident: libtorch ${Torch_VERSION} from ${Torch_DIR}; CUDA ${TRIDENT_HAVE_CUDA}, NCCL ${TRIDENT_HAVE_NCCL}; "
-               "TORCH_CXX_FLAGS '${TORCH_CXX_FLAGS}'")
+
+# NOTE [Gloo headers]
+# libtorch 2.11 links Gloo statically into libtorch_cpu.so (gloo's 2025-12 sources) but the
+# wheel ships none of Gloo's headers, which ProcessGroupGloo.hpp includes. No package
+# registry this project reaches has that Gloo's headers; Debian's libgloo-dev (2022-05) is
+# the one that has any. They differ from libtorch's Gloo (rendezvous::Store gained a base
+# class and five virtual functions), so Trident uses them only to parse ProcessGroupGloo.hpp
+# and never to lay out or run Gloo code of its own: it calls four functions libtorch
+# exports (ProcessGroupGloo's constructor, Options' constructor, createDeviceForHostname
+# and createDeviceForInterface), every ProcessGroupGloo member whose type comes from Gloo
+# is a shared_ptr (its size does not depend on Gloo's headers), and everything after
+# construction goes through c10d::Backend's virtual functions. tests/abi/gloo_abi.sh checks
+# the object file: it defines no symbol of namespace gloo and references only gloo symbols
+# that libtorch_cpu.so defines.
+find_path(TRIDENT_GLOO_INCLUDE_DIR gloo/rendezvous/store.h HINTS ${TRIDENT_VENDOR_DIR}/gloo-headers)
+if(NOT TRIDENT_GLOO_INCLUDE_DIR)
+  message(FATAL_ERROR "Gloo's headers (gloo/rendezvous/store.h) not found: apt-get install libgloo-dev "
+                      "(scripts/setup.sh does), or TRIDENT_VENDOR_DIR with gloo-headers/ (benchmarks/gpu/vendor.sh). "
+                      "See NOTE [Gloo headers] in parallel/torch.cmake")
+endif()
+# -idirafter: after libtorch's own include paths, so a libtorch that ships Gloo's headers wins.
+target_compile_options(trident_parallel PUBLIC -idirafter ${TRIDENT_GLOO_INCLUDE_DIR})
+
+# USE_DISTRIBUTED and USE_C10D_* open the c10d backend headers.
+target_compile_definitions(trident_parallel PUBLIC USE_DISTRIBUTED USE_C10D_GLOO USE_C10D_NCCL)
+target_include_directories(trident_parallel SYSTEM PUBLIC ${TRIDENT_NCCL_INCLUDE_DIR})
+find_package(CUDAToolkit REQUIRED)  # backend.cpp reads the runtime's version and device names
+target_link_libraries(trident_parallel PUBLIC CUDA::cudart ${TRIDENT_NCCL_LIBRARY})
+message(STATUS "Trident: libtorch ${Torch_VERSION} from ${Torch_DIR}; CUDA ${CUDAToolkit_VERSION}, "
+               "NCCL ${TRIDENT_NCCL_LIBRARY}; Gloo headers ${TRIDENT_GLOO_INCLUDE_DIR}; TORCH_CXX_FLAGS '${TORCH_CXX_FLAGS}'")

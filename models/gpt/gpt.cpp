@@ -2,6 +2,8 @@
 // and head. Shapes in comments are per TP rank.
 #include "models/gpt/gpt.h"
 
+#include "models/attention.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -144,12 +146,7 @@ at::Tensor GptChunk::attention(const std::string& pre, const at::Tensor& x) cons
     at::Tensor q = qkv5.select(3, 0).transpose(1, 2);  // (b, heads/tp, s, hd)
     at::Tensor k = qkv5.select(3, 1).transpose(1, 2);
     at::Tensor v = qkv5.select(3, 2).transpose(1, 2);
-    at::Tensor att = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
-    at::Tensor future = at::ones({s, s}, at::TensorOptions().dtype(at::kBool).device(qkv_flat.device())).triu(1);
-    att = at::softmax(att.to(at::kFloat).masked_fill(future, -std::numeric_limits<float>::infinity()), -1)
-              .to(qkv_flat.scalar_type());  // softmax in fp32
-    if (dropout > 0) att = at::dropout(att, dropout, true);
-    return at::matmul(att, v).transpose(1, 2).reshape({b, s, heads * hd});  // (b, s, hidden/tp)
+    return causal_attention(q, k, v, dropout).transpose(1, 2).reshape({b, s, heads * hd});  // (b, s, hidden/tp)
   };
   at::Tensor y = recompute_ == Recompute::kSelective ? trident::recompute(core, qkv) : core(qkv);
   return row_parallel_linear(tp_, y, p(pre + ".proj.weight"), p(pre + ".proj.bias"));

@@ -3,7 +3,6 @@
 
 #include <fstream>
 
-#include "parallel/backend.h"
 #include "tests/run_helpers.h"
 
 namespace trident {
@@ -31,12 +30,16 @@ std::string prepare_byte_file(const std::string& text, const std::string& name) 
   return dir + "/tok";
 }
 
-// A CPU-only build refuses training.device = "cuda" by name, before any
-// rendezvous, rather than running on the CPU.
-TEST(TrainErrors, CudaInACpuBuild) {
-  if (kHaveCuda) GTEST_SKIP() << "this build has CUDA";
-  expect_error("--set training.device=cuda", "training.device = \"cuda\" but this build of Trident has no CUDA");
-  expect_error("--set training.device=cuda --set parallel.backend=nccl", "this build of Trident has no CUDA");
+// With no CUDA device visible (none on the CPU machines; CUDA_VISIBLE_DEVICES
+// hides any elsewhere) the CUDA-enabled build refuses training.device =
+// "cuda" by name and device count, before any rendezvous, rather than running
+// on the CPU.
+TEST(TrainErrors, CudaWithNoDeviceVisible) {
+  auto r = testing::run_command("CUDA_VISIBLE_DEVICES= " + testing::bin("trident") + " train --config " +
+                                testing::src("configs/gpt-tiny.toml") + " --set training.device=cuda");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("training.device = \"cuda\" but this process sees 0 CUDA devices"), std::string::npos)
+      << r.output;
 }
 
 TEST(TrainErrors, GlooOnCuda) {
