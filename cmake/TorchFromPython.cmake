@@ -65,15 +65,30 @@ if(CUDA_TOOLKIT_ROOT_DIR OR CUDAToolkit_ROOT)
 endif()
 string(REGEX MATCH "^[0-9]+" _cuda_major "${TRIDENT_PY_TORCH_CUDA}")
 set(_cu ${TRIDENT_SITE_PACKAGES}/nvidia/cu${_cuda_major})
+set(_missing "")
 foreach(f bin/nvcc bin/nvcc.profile nvvm/bin/cicc include/cuda_runtime.h include/crt/host_config.h include/cuda.h
-          include/nv/target
-          lib/libcudart.so.${_cuda_major} lib/libcudart_static.a)
+          include/nv/target lib/libcudart.so.${_cuda_major} lib/libcudart_static.a)
   if(NOT EXISTS ${_cu}/${f})
-    message(FATAL_ERROR "CUDA ${TRIDENT_PY_TORCH_CUDA} toolkit incomplete: ${_cu}/${f} is missing. torch's CMake "
-                        "package needs nvcc and CUDA's headers: install requirements.txt (cuda-toolkit[nvcc,crt,nvvm,cccl]) "
-                        "into ${TRIDENT_PYTHON}'s environment, or pass -DCUDA_TOOLKIT_ROOT_DIR=<a CUDA ${TRIDENT_PY_TORCH_CUDA} toolkit>")
+    list(APPEND _missing ${_cu}/${f})
   endif()
 endforeach()
+if(_missing)
+  # A machine with a CUDA toolkit of its own (the GPU machine: nvcc on PATH) uses it.
+  find_program(_system_nvcc nvcc)
+  if(_system_nvcc)
+    get_filename_component(_system_cuda ${_system_nvcc} REALPATH)
+    get_filename_component(_system_cuda ${_system_cuda} DIRECTORY)
+    get_filename_component(_system_cuda ${_system_cuda} DIRECTORY)
+    set(CUDA_TOOLKIT_ROOT_DIR ${_system_cuda} CACHE PATH "CUDA toolkit (of nvcc on PATH)" FORCE)
+    set(CUDAToolkit_ROOT ${_system_cuda} CACHE PATH "CUDA toolkit (of nvcc on PATH)" FORCE)
+    message(STATUS "Trident: the wheels lack ${_missing}; using the CUDA toolkit of ${_system_nvcc}")
+    return()
+  endif()
+  message(FATAL_ERROR "CUDA ${TRIDENT_PY_TORCH_CUDA} toolkit incomplete: ${_missing} missing and no nvcc on PATH. "
+                      "torch's CMake package needs nvcc and CUDA's headers: install requirements.txt "
+                      "(cuda-toolkit[nvcc,crt,nvvm,cccl]) into ${TRIDENT_PYTHON}'s environment, or pass "
+                      "-DCUDA_TOOLKIT_ROOT_DIR=<a CUDA ${TRIDENT_PY_TORCH_CUDA} toolkit>")
+endif()
 set(_root ${PROJECT_BINARY_DIR}/cuda-root)
 file(MAKE_DIRECTORY ${_root}/lib64)
 foreach(d bin include nvvm)

@@ -155,6 +155,12 @@ c10::intrusive_ptr<c10d::Work> reduce_scatter_async(const Group& g, at::Tensor& 
   return g.pg->_reduce_scatter_base(part, full);
 }
 
+void reduce_scatter(const Group& g, at::Tensor& part, at::Tensor& full) {
+  if (g.size() == 1) return part.copy_(full), void();
+  CommTimer timer{g};
+  wait_work(g, reduce_scatter_async(g, part, full), "reduce_scatter", -1);
+}
+
 void all_gather_into(const Group& g, at::Tensor& full, at::Tensor& part) {
   TORCH_INTERNAL_ASSERT(full.numel() == part.numel() * g.size() && full.is_contiguous() && part.is_contiguous());
   if (g.size() == 1) return full.copy_(part), void();

@@ -86,6 +86,7 @@ void all_gather(const Group& g, const at::Tensor& in, std::vector<at::Tensor>& o
 // the group, this rank's n-element part written to `part`; and the parts of
 // every rank gathered into `full` in rank order. Both start asynchronously.
 c10::intrusive_ptr<c10d::Work> reduce_scatter_async(const Group& g, at::Tensor& part, at::Tensor& full);
+void reduce_scatter(const Group& g, at::Tensor& part, at::Tensor& full);  // ...waited for, and timed
 void all_gather_into(const Group& g, at::Tensor& full, at::Tensor& part);
 void broadcast(const Group& g, at::Tensor& t, int root_group_rank);
 void barrier(const Group& g);

@@ -1,5 +1,6 @@
-// Activation recomputation (gradient checkpointing) for libtorch 1.13's C++
-// API, which has no checkpoint utility.
+// Activation recomputation (gradient checkpointing) for libtorch's C++ API,
+// which has no checkpoint utility (torch.utils.checkpoint is Python; 2.11's
+// C++ API still has none).
 //
 // NOTE [recomputation]
 // recompute(fn, x) returns fn(x) but keeps only x (and the CPU generator's

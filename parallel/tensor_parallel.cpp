@@ -21,8 +21,8 @@ const Group& unpack(AutogradContext* ctx) {
   return *reinterpret_cast<const Group*>(ctx->saved_data["group"].toInt());
 }
 
-// bf16 activations are reduced in fp32 (more accurate, and libtorch 1.13's
-// Gloo has no bf16 reductions), then cast back.
+// bf16 activations are reduced in fp32 (a sum over tp ranks rounded once
+// instead of at every step of the ring), then cast back.
 at::Tensor all_reduced(const Group& g, const at::Tensor& x) {
   if (x.scalar_type() == at::kBFloat16) return all_reduced(g, x.to(at::kFloat)).to(at::kBFloat16);
   at::Tensor y = x.contiguous().clone();
@@ -35,6 +35,21 @@ at::Tensor gathered(const Group& g, const at::Tensor& x, int64_t dim) {
   std::vector<at::Tensor> parts;
   all_gather(g, x.contiguous(), parts);
   return at::cat(parts, dim);
+}
+
+// x summed over the group, this rank's 1/tp slice along `dim` kept: one
+// reduce-scatter (Gloo and NCCL in libtorch 2.x have one), with `dim` moved
+// outermost so each rank's slice is contiguous.
+at::Tensor reduce_scattered(const Group& g, const at::Tensor& x, int64_t dim) {
+  if (x.scalar_type() == at::kBFloat16) return reduce_scattered(g, x.to(at::kFloat), dim).to(at::kBFloat16);
+  const int64_t n = x.size(dim);
+  TORCH_CHECK(n % g.size() == 0, "dimension ", dim, " of size ", n, " does not split over tp=", g.size());
+  at::Tensor full = x.transpose(0, dim).contiguous();  // (n, ...)
+  auto shape = full.sizes().vec();
+  shape[0] = n / g.size();
+  at::Tensor part = at::empty(shape, full.options());
+  reduce_scatter(g, part, full);
+  return part.transpose(0, dim).contiguous();
 }
 
 at::Tensor my_slice(const Group& g, const at::Tensor& x, int64_t dim) {
@@ -91,14 +106,13 @@ struct GatherDim : torch::autograd::Function<GatherDim> {
   }
 };
 
-// Forward reduce-scatters along `dim` (Gloo has no reduce-scatter in this
-// libtorch, so all-reduce then slice); backward all-gathers.
+// Forward reduce-scatters along `dim`; backward all-gathers.
 struct ReduceScatterDim : torch::autograd::Function<ReduceScatterDim> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group, int64_t dim) {
     ctx->saved_data["group"] = group;
     ctx->saved_data["dim"] = dim;
     const Group& grp = *reinterpret_cast<const Group*>(group);
-    return my_slice(grp, all_reduced(grp, x), dim);
+    return reduce_scattered(grp, x, dim);
   }
   static variable_list backward(AutogradContext* ctx, variable_list g) {
     return {gathered(unpack(ctx), g[0], ctx->saved_data["dim"].toInt()), at::Tensor(), at::Tensor()};

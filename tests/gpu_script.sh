@@ -2,7 +2,7 @@
 # Tests of benchmarks/gpu/run.sh on a machine without a GPU.
 #   tests/gpu_script.sh args REPO       argument errors, and --dry-run's commands
 #   tests/gpu_script.sh rehearsal REPO WORK   vendor.sh, then run.sh --cpu-rehearsal:
-#       a second build against the vendored toml++ and Boost, the same training
+#       a second build against the vendored toml++, Boost and Gloo headers, the same training
 #       and comparison steps on the CPU, and a results file without failures.
 set -uo pipefail
 mode=${1:?usage: gpu_script.sh args|rehearsal REPO [WORK]}
@@ -34,8 +34,8 @@ case $mode in
     check no-model 2 "no such file" -- "$script" --model /nonexistent.toml
     check no-deps 2 "run benchmarks/gpu/vendor.sh first" -- "$script" --deps /nonexistent --out "$(mktemp -d)"
     check help 0 "--cpu-rehearsal" -- "$script" --help
-    check dry-cuda 0 "TRIDENT_REQUIRE_CUDA=ON" -- "$script" --dry-run --out "$(mktemp -d)"
-    check dry-prefix 0 "CMAKE_PREFIX_PATH=<torch.utils.cmake_prefix_path>" -- "$script" --dry-run --out "$(mktemp -d)"
+    check dry-python 0 "TRIDENT_PYTHON=python3" -- "$script" --dry-run --out "$(mktemp -d)"
+    check dry-vendor 0 "TRIDENT_VENDOR_DIR=" -- "$script" --dry-run --out "$(mktemp -d)"
     check dry-train 0 "training.device=cuda --set training.precision=bf16" -- "$script" --dry-run --out "$(mktemp -d)"
     check dry-model 0 "configs/gpt2-1.3b.toml" -- "$script" --dry-run --out "$(mktemp -d)"
     check dry-compare 0 "compare .*tiny-cpu .*tiny-dev --keys loss --rtol 1e-4" -- "$script" --dry-run --out "$(mktemp -d)"
@@ -53,7 +53,7 @@ case $mode in
       echo "FAIL no results file in $work/out"; fail=1
     else
       cat "$results"
-      for want in "build: Trident: libtorch" "CUDA OFF" "throughput run: gpt2-1.3b.toml (shrunk" "tokens/s" \
+      for want in "build: Trident: libtorch 2.11.0" "CUDA 13.0" "NCCL " "throughput run: gpt2-1.3b.toml (shrunk" "tokens/s" \
                   "MFU against trident's start-up matmul peak" "loss within rtol 1e-4: PASS" \
                   "grad_norm within rtol 1e-3: PASS" "CPU REHEARSAL"; do
         grep -q -- "$want" "$results" || { echo "FAIL results lack '$want'"; fail=1; }

@@ -1,30 +1,31 @@
 #!/usr/bin/env bash
-# The GPU check of issue 12, in one call of the device machine (one H200,
-# PyTorch with CUDA in its python3, CMake, nvcc, no network), well inside 15
-# minutes:
-#   1. configure and build `trident` against PyTorch's libtorch
-#      (-DCMAKE_PREFIX_PATH=torch.utils.cmake_prefix_path, TRIDENT_REQUIRE_CUDA),
-#      with toml++ and Boost.Program_options from DEPS (benchmarks/gpu/vendor.sh)
-#      and no tests (GoogleTest is not carried);
+# The GPU check, in one call of the device machine (one H200, Python 3.12 with
+# PyTorch 2.11.0+cu130, CMake, nvcc 13.0, no network), well inside 10 minutes:
+#   1. configure and build `trident` the way scripts/setup.sh does here (CMake finds
+#      libtorch through the python3's torch.utils.cmake_prefix_path, CUDA and NCCL
+#      from its nvidia-* wheels or the machine's nvcc), with what that machine
+#      lacks from DEPS (benchmarks/gpu/vendor.sh: toml++, Boost.Program_options,
+#      Gloo's headers, the prepared Brown tokens) and no tests (GoogleTest is not
+#      carried);
 #   2. the device's bf16 matmul rate, measured with PyTorch (8192^3, random data);
 #   3. tp = pp = dp = 1 bf16 training of MODEL (default configs/gpt2-1.3b.toml)
 #      on cuda for STEPS steps: tokens/s, and MFU against the matmul rate of
 #      step 2 and against the one trident measures itself at start-up
 #      (training.peak_tflops = 0);
 #   4. gpt-tiny fp32 on cuda against the same binary's CPU run (and against
-#      DEPS/ref-tiny-cpu, the CPU build's run, when present), by `trident compare`.
+#      DEPS/ref-tiny-cpu, the CPU machine's run, when present), by `trident compare`.
 # Results: OUTDIR/results-DATE.txt (the file to commit as
 # benchmarks/gpu/results-DATE.txt) and up to 7 more files beside it.
 #
 # On the device tool: run benchmarks/gpu/vendor.sh here first, then
-#   run(command="bash benchmarks/gpu/run.sh", carry=[".gpu-deps"], timeout_s=780)
+#   run(command="bash benchmarks/gpu/run.sh", carry=[".gpu-deps"], timeout_s=600)
 # ($OUT is the folder that comes back), and commit $OUT/results-DATE.txt as
 # benchmarks/gpu/results-DATE.txt.
 #
-# --cpu-rehearsal runs the same steps on a machine without a GPU against
-# Debian's libtorch, with a small model for step 3 and the CPU for step 4, to
-# test the script itself; its figures are no GPU results. --dry-run prints
-# the commands only.
+# --cpu-rehearsal runs the same steps on a machine without a GPU, building with
+# the project's .venv (scripts/setup.sh) as the device machine builds with its
+# python3, with a small model for step 3 and the CPU for step 4, to test the
+# script itself; its figures are no GPU results. --dry-run prints the commands only.
 set -euo pipefail
 
 usage() {
@@ -40,7 +41,7 @@ usage: benchmarks/gpu/run.sh [options]
   --recompute MODE  training.recompute of the throughput run (default: none)
   --tiny-steps N    steps of the gpt-tiny comparison (default: 20)
   --jobs N          build parallelism (default: nproc)
-  --cpu-rehearsal   no GPU: Debian's libtorch, a small model, CPU only (tests the script)
+  --cpu-rehearsal   no GPU: the project's .venv, a small model, CPU only (tests the script)
   --dry-run         print the commands, run nothing
   -h, --help        this help
 USAGE
@@ -129,11 +130,10 @@ if [[ $dry -eq 0 ]]; then
 fi
 
 # --- 1. configure and build
-cmake_args=(-S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release -DTRIDENT_BUILD_TESTS=OFF -DTRIDENT_VENDOR_DIR="$deps")
-if [[ $rehearsal -eq 0 ]]; then
-  prefix=$( [[ $dry -eq 1 ]] && echo '<torch.utils.cmake_prefix_path>' || python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
-  cmake_args+=(-DCMAKE_PREFIX_PATH="$prefix" -DTRIDENT_REQUIRE_CUDA=ON)
-fi
+python=python3  # the device machine's, which holds PyTorch
+[[ $rehearsal -eq 0 ]] || python=$repo/.venv/bin/python3
+cmake_args=(-S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release -DTRIDENT_BUILD_TESTS=OFF -DTRIDENT_VENDOR_DIR="$deps"
+            -DTRIDENT_PYTHON="$python")
 command -v ninja > /dev/null && cmake_args+=(-G Ninja)
 t0=$(date +%s)
 if [[ $dry -eq 1 ]]; then
@@ -254,7 +254,7 @@ else
       r=PASS
       "$trident" compare "$deps/ref-tiny-cpu" "$work/tiny-dev" --keys loss --rtol 1e-4 > "$work/cmp.txt" 2>&1 ||
         { r=FAIL; failed=1; }
-      note "  loss against the Debian CPU build's run (DEPS/ref-tiny-cpu) within rtol 1e-4: $r ($(tail -1 "$work/cmp.txt"))"
+      note "  loss against the CPU machine's run (DEPS/ref-tiny-cpu) within rtol 1e-4: $r ($(tail -1 "$work/cmp.txt"))"
     fi
   else
     note "gpt-tiny comparison: FAILED, see tiny.log:"

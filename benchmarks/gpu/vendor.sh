@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Prepares, on a machine with Debian's packages, what benchmarks/gpu/run.sh
-# needs on the GPU machine, which has PyTorch (its libtorch), CMake and nvcc
-# but no network and maybe neither toml++ nor Boost:
+# needs on the GPU machine, which has PyTorch 2.11 (its libtorch, CUDA and NCCL),
+# CMake and nvcc but no network, no toml++, no Boost and no Gloo headers:
 #   DIR/include/toml++/                  toml++ headers (used header-only there)
 #   DIR/include/boost/                   the headers <boost/program_options.hpp> includes
 #   DIR/lib/libboost_program_options.a   Debian's static Boost.Program_options
-#   DIR/gloo-fallback/gloo/              libgloo-dev's headers, searched after libtorch's
+#   DIR/gloo-headers/gloo/               libgloo-dev's headers (NOTE [Gloo headers] in parallel/torch.cmake)
 #   DIR/data/brown-gpt2.{train,val}.bin  the prepared Brown corpus (scripts/setup_data.sh)
 #   DIR/ref-tiny-cpu/metrics.jsonl       gpt-tiny fp32 on this machine's CPU build (when build/trident exists)
 #   DIR/MANIFEST.txt                     where each came from, with package versions
@@ -18,7 +18,7 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 dir=${1:-$repo/.gpu-deps}
 [[ $# -le 1 ]] || { usage >&2; exit 2; }
 for f in /usr/include/toml++/toml.h /usr/include/boost/program_options.hpp \
-         /usr/lib/x86_64-linux-gnu/libboost_program_options.a; do
+         /usr/lib/x86_64-linux-gnu/libboost_program_options.a /usr/include/gloo/rendezvous/store.h; do
   [[ -e $f ]] || { echo "vendor.sh: $f is missing (scripts/setup.sh installs the packages)" >&2; exit 1; }
 done
 for f in "$repo/data/brown-gpt2.train.bin" "$repo/data/brown-gpt2.val.bin"; do
@@ -36,12 +36,9 @@ echo '#include <boost/program_options.hpp>' | c++ -std=c++17 -x c++ -M - |
     cp "$h" "$dir/include/${h#/usr/include/}"
   done
 cp /usr/lib/x86_64-linux-gnu/libboost_program_options.a "$dir/lib/"
-# Gloo's headers, searched only after libtorch's own (a fallback in case a
-# libtorch ships ProcessGroupGloo.hpp without them).
-if [[ -d /usr/include/gloo ]]; then
-  mkdir -p "$dir/gloo-fallback"
-  cp -r /usr/include/gloo "$dir/gloo-fallback/"
-fi
+# Gloo's headers: PyPI's torch ships none (NOTE [Gloo headers] in parallel/torch.cmake).
+mkdir -p "$dir/gloo-headers"
+cp -r /usr/include/gloo "$dir/gloo-headers/"
 cp "$repo/data/brown-gpt2.train.bin" "$repo/data/brown-gpt2.val.bin" "$dir/data/"
 if [[ -x $repo/build/trident ]]; then
   "$repo/build/trident" train --config "$repo/configs/gpt-tiny.toml" --set training.steps=20 \

@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""The Python contender of benchmarks/run_train_bench.sh: the same GPT-2 as
+benchmarks/libtorch_gpt.h (token + position embeddings, pre-LN blocks with fused
+qkv and causal scaled_dot_product_attention, tanh-GELU MLP, final LayerNorm,
+head tied to the token embedding, padded vocabulary), trained by PyTorch eager
+as a user of torch 2.11 writes it: torch.optim.AdamW (decay on matrices only),
+clip_grad_norm_, gradient accumulation. It reads the same token file (NOTE
+[token file format] in framework/data/token_file.h) and prints one line
+  eager: steps N warmup W tokens_per_s T step_time_s S threads K torch V
+for the script to read. Shares no code with Trident."""
+import argparse
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def read_tokens(prefix):
+    path = prefix + ".train.bin"
+    with open(path, "rb") as f:
+        header = f.read(128)
+    if header[:8] != b"TRIDTOK\0":
+        sys.exit(f"eager_gpt.py: {path} is not a Trident token file")
+    width = int.from_bytes(header[12:16], "little")
+    count = int.from_bytes(header[16:24], "little")
+    dtype = {2: np.uint16, 4: np.uint32}[width]
+    return np.memmap(path, dtype=dtype, mode="r", offset=128, shape=(count,))
+
+
+class Block(nn.Module):
+    def __init__(self, hidden, heads, ffn):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
+        self.qkv, self.proj = nn.Linear(hidden, 3 * hidden), nn.Linear(hidden, hidden)
+        self.fc, self.out = nn.Linear(hidden, ffn), nn.Linear(ffn, hidden)
+
+    def forward(self, x):
+        b, s, h = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, self.heads, h // self.heads).permute(2, 0, 3, 1, 4).unbind(0)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, h)
+        r = x + self.proj(y)
+        return r + self.out(F.gelu(self.fc(self.ln2(r)), approximate="tanh"))
+
+
+class Gpt(nn.Module):
+    def __init__(self, a):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(a.vocab, a.hidden), nn.Embedding(a.seq, a.hidden)
+        self.blocks = nn.ModuleList(Block(a.hidden, a.heads, a.ffn) for _ in range(a.layers))
+        self.ln_f = nn.LayerNorm(a.hidden)
+
+    def forward(self, ids, targets):
+        x = self.wte(ids) + self.wpe.weight[: ids.shape[1]]
+        for blk in self.blocks:
+            x = blk(x)
+        logits = F.linear(self.ln_f(x), self.wte.weight)  # padded rows unmasked, as in the libtorch loop
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--data", required=True, help="token file prefix (PREFIX.train.bin)")
+    for name, default in [("layers", 4), ("hidden", 128), ("heads", 4), ("ffn", 512), ("seq", 128),
+                          ("vocab", 50304), ("micro-batch", 4), ("global-batch", 16), ("steps", 24),
+                          ("warmup", 4), ("threads", 1), ("seed", 1234)]:
+        p.add_argument("--" + name, type=int, default=default)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--weight-decay", type=float, default=0.1)
+    p.add_argument("--grad-clip", type=float, default=1.0)
+    a = p.parse_args()
+    if a.global_batch % a.micro_batch or a.steps <= a.warmup:
+        sys.exit("eager_gpt.py: --global-batch must be a multiple of --micro-batch and --steps > --warmup")
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    tokens = read_tokens(a.data)
+    samples = (len(tokens) - 1) // a.seq
+    model = Gpt(a)
+    decay = [q for q in model.parameters() if q.dim() >= 2]
+    no_decay = [q for q in model.parameters() if q.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
+    gen = np.random.default_rng(a.seed)
+    m = a.global_batch // a.micro_batch
+    times = []
+    for step in range(a.steps):
+        start = time.perf_counter()
+        opt.zero_grad(set_to_none=False)
+        order = gen.permutation(samples)[: a.global_batch]
+        for mb in range(m):
+            rows = [tokens[i * a.seq: i * a.seq + a.seq + 1] for i in order[mb * a.micro_batch:(mb + 1) * a.micro_batch]]
+            batch = torch.from_numpy(np.stack(rows).astype(np.int64))
+            loss = model(batch[:, :-1], batch[:, 1:])
+            (loss / m).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
+        opt.step()
+        if step >= a.warmup:
+            times.append(time.perf_counter() - start)
+    total = sum(times)
+    print(f"eager: steps {a.steps} warmup {a.warmup} tokens_per_s {len(times) * a.global_batch * a.seq / total:.2f} "
+          f"step_time_s {total / len(times):.4f} threads {torch.get_num_threads()} torch {torch.__version__} "
+          f"loss {loss.item():.4f}")
+
+
+if __name__ == "__main__":
+    main()
