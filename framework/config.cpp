@@ -176,7 +176,7 @@ const std::vector<Field>& fields() {
       TRIDENT_FIELD(training, precision, one_of({"fp32", "bf16"}),
                     "bf16: bf16 weights and compute, fp32 master weights and gradients"),
       TRIDENT_FIELD(training, recompute, one_of({"none", "full", "selective"}),
-                    "activation recomputation: every block, or only the attention core"),
+                    "activation recomputation: every block, or the attention core and MLP up projection"),
 
       TRIDENT_FIELD(data, source, one_of({"synthetic", "file"}), "where training tokens come from"),
       TRIDENT_FIELD(data, path, any(), "token file prefix written by `trident data prepare`"),

@@ -13,6 +13,15 @@
 // data-parallel hooks on them) as usual, and since the nested backward runs on
 // the calling thread on CPU, the thread_local deferred-weight-gradient queue
 // (NOTE [I/W split]) still collects the linear layers' dW for a later W action.
+//
+// "selective" began as Korthikanti et al. (2022)'s: recompute only the
+// attention core, whose (batch, heads, seq, seq) scores dominate. Attention
+// now runs through scaled_dot_product_attention (models/attention.h), whose
+// fused kernels keep O(seq) per head instead, so recomputing the core alone
+// saved nothing (measured on gpt-tiny: 2.22 MB without recomputation, 2.25 MB
+// with). Selective therefore also recomputes the MLP's up projection and GELU
+// from the block's normalised input, dropping the (batch, seq, ffn/tp)
+// activation that GELU's backward keeps, the largest of a block.
 #pragma once
 
 #include <functional>
@@ -25,7 +34,7 @@ namespace trident {
 enum class Recompute {
   kNone,       // keep every activation
   kFull,       // recompute each transformer block from its input
-  kSelective,  // recompute only the attention core (Korthikanti et al. 2022)
+  kSelective,  // recompute the attention core and the MLP's up projection + GELU
 };
 
 // "none" | "full" | "selective"; throws on anything else.

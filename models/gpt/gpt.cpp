@@ -158,8 +158,12 @@ at::Tensor GptChunk::block(int64_t layer, const at::Tensor& x) const {
   at::Tensor h = norm(pre + ".ln1", x);
   at::Tensor out = x + resid_dropout(attention(pre + ".attn", h));
   h = norm(pre + ".ln2", out);
-  h = column_parallel_linear(tp_, h, p(pre + ".mlp.fc.weight"), p(pre + ".mlp.fc.bias"));  // (b, s, ffn/tp)
-  h = at::gelu(h, "tanh");
+  // (b, s, ffn/tp): the up projection's output, which GELU's backward keeps, is the
+  // largest activation of a block; selective recomputation keeps its input instead.
+  auto up = [this, pre](const at::Tensor& in) {  // by value: the backward replays it
+    return at::gelu(column_parallel_linear(tp_, in, p(pre + ".mlp.fc.weight"), p(pre + ".mlp.fc.bias")), "tanh");
+  };
+  h = recompute_ == Recompute::kSelective ? trident::recompute(up, h) : up(h);
   h = row_parallel_linear(tp_, h, p(pre + ".mlp.proj.weight"), p(pre + ".mlp.proj.bias"));
   return out + resid_dropout(h);
 }

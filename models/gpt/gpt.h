@@ -70,8 +70,8 @@ class GptChunk : public Stage {
   at::Tensor logits(const at::Tensor& ids) const;
 
   std::vector<Param>& params() override { return params_; }
-  // full: each block keeps only its input; selective: attention keeps qkv,
-  // not its (batch, heads, seq, seq) scores and probabilities.
+  // full: each block keeps only its input; selective: the attention core and
+  // the MLP's up projection + GELU keep only their inputs (see NOTE [recomputation]).
   void set_recompute(Recompute mode) override;
   void set_compute_dtype(at::ScalarType dtype) override { compute_ = dtype; }
   const std::vector<Param>& params() const { return params_; }

@@ -42,8 +42,9 @@ TEST(Recompute, SelectiveIsBitIdenticalAndHoldsLess) {
   const long long none = activation_bytes(reference().result.output), sel = activation_bytes(run.result.output);
   std::cout << "activation bytes: none " << none << ", selective " << sel << std::endl;
   ASSERT_GT(sel, 0);
-  // Only the attention scores and probabilities go (seq 32 is short).
-  EXPECT_LT(sel, none);
+  // The MLP's (b, s, ffn) up projection goes (measured 2.22 MB -> 1.76 MB);
+  // SDPA's attention core held no (s, s) scores to begin with.
+  EXPECT_LT(sel * 10, none * 9);
 }
 
 // The I/W split defers linear layers' weight gradients from inside the
