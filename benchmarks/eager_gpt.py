@@ -58,7 +58,7 @@ class Gpt(nn.Module):
         for blk in self.blocks:
             x = blk(x)
         logits = F.linear(self.ln_f(x), self.wte.weight)  # padded rows unmasked, as in the libtorch loop
-        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
 
 
 def main():

@@ -54,16 +54,19 @@ run_loop() {  # $1: tag
     --micro-batch 4 --global-batch 16 --lr 3e-3 --steps "$steps" --warmup "$warmup" > "$work/$1.log" 2>&1
 }
 
-run_eager() {  # $1: tag; the same sizes, batches, optimizer and thread count
-  "$python" benchmarks/eager_gpt.py --data "$data" --layers 4 --hidden 128 --heads 4 --ffn 512 --seq 128 \
+run_eager() {  # $1: tag; the same sizes, batches, optimizer, thread count and allocator policy
+  MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=1073741824 "$python" benchmarks/eager_gpt.py --data "$data" --layers 4 --hidden 128 --heads 4 --ffn 512 --seq 128 \
     --vocab 50304 --micro-batch 4 --global-batch 16 --lr 3e-3 --steps "$steps" --warmup "$warmup" --threads 1 \
     > "$work/$1.log" 2>&1
 }
 
+contend() {  # $1: run function, $2: tag; a failure shows the contender's output
+  "$1" "$2" || { echo "run_train_bench: $2 failed:" >&2; tail -20 "$work/$2.log" >&2; exit 1; }
+}
 for r in $(seq 1 "$rounds"); do
-  echo "round $r/$rounds: trident"; run_trident "trident-$r"
-  echo "round $r/$rounds: libtorch loop"; run_loop "loop-$r"
-  echo "round $r/$rounds: PyTorch eager"; run_eager "eager-$r"
+  echo "round $r/$rounds: trident"; contend run_trident "trident-$r"
+  echo "round $r/$rounds: libtorch loop"; contend run_loop "loop-$r"
+  echo "round $r/$rounds: PyTorch eager"; contend run_eager "eager-$r"
   if [[ "${MALLOC_VARIANT:-0}" == 1 ]]; then
     echo "round $r/$rounds: trident, then libtorch loop, no mmap for large blocks"
     MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=4294967296 run_trident "trident-nommap-$r"

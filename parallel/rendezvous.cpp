@@ -96,6 +96,23 @@ std::string store_text(c10d::Store& store, const std::string& key) {
   return std::string(v.begin(), v.end());
 }
 
+// Whether host:port accepts a TCP connection within a second (closed at once).
+bool accepts_tcp(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || !found) return false;
+  std::unique_ptr<addrinfo, void (*)(addrinfo*)> guard(found, ::freeaddrinfo);
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  timeval limit{1, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);  // bounds a blocking connect()
+  const bool ok = ::connect(fd, found->ai_addr, found->ai_addrlen) == 0;
+  ::close(fd);
+  return ok;
+}
+
 c10::intrusive_ptr<c10d::Store> connect_store(const WorldEnv& env, std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<std::uint16_t>(env.master_port);
@@ -113,6 +130,15 @@ c10::intrusive_ptr<c10d::Store> connect_store(const WorldEnv& env, std::chrono::
     throw std::runtime_error(describe_place(env) + " could not host the rendezvous store at " + store_address(env) +
                              " within " + seconds_text(timeout) +
                              " (is the port taken, or MASTER_ADDR not this node's address?): " + why);
+  // libtorch 2.x's client completes a handshake inside the constructor and
+  // retries it until the timeout, so a port where something else listens (node
+  // 0's launcher channel, say) ends here too: it still accepts a plain TCP
+  // connection, which a port with nothing behind it does not.
+  if (accepts_tcp(env.master_addr, env.master_port))
+    throw std::runtime_error(describe_place(env) + " reached " + store_address(env) +
+                             ", but what listens there is not the rendezvous store (it accepts connections but did "
+                             "not answer the store's handshake within " + seconds_text(timeout) +
+                             "; is --master-port node 0's store port?): " + why);
   throw std::runtime_error(describe_place(env) + " could not reach the rendezvous store at " + store_address(env) +
                            " within " + seconds_text(timeout) +
                            " (is node 0 up, and are --master-addr and --master-port node 0's?): " + why);
