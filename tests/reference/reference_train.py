@@ -10,8 +10,9 @@ What it uses instead of Trident's code:
   model      transformers' GPT2LMHeadModel (eager attention), loaded with from_pretrained
   data       the token file read by trident_data.py and the sample order of
              framework/data/README.md written again there
-  optimizer  torch.optim.AdamW; the LR schedule written out again (lr_at below);
-             torch.nn.utils.clip_grad_norm_; gradient accumulation over micro-batches
+  optimizer  torch.optim.AdamW; the LR schedule written out again (lr_at below); torch's
+             clipping (clip_grad_norm_, or clip_grads_with_norm_ on a norm summed in float64:
+             NOTE [fp32 norms on CPU]); gradient accumulation over micro-batches
 
 It writes OUT/metrics.jsonl, one {"step", "loss", "lr", "grad_norm", "clipped"} object per
 step in the schema of Trident's metrics.jsonl, so `trident compare RUN_DIR OUT` reads it.
@@ -87,6 +88,9 @@ def main():
     ap.add_argument("--hf-dir", required=True, help="step-0 weights (trident checkpoint init + trident export)")
     ap.add_argument("--out", required=True, help="directory for metrics.jsonl")
     ap.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    ap.add_argument("--norm", choices=["float64", "native"], default="float64",
+                    help="gradient norm for clipping: squares summed in float64, or clip_grad_norm_ as it is "
+                         "(NOTE [fp32 norms on CPU])")
     ap.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: training.steps)")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
@@ -138,9 +142,23 @@ def main():
             # Trident's executor backpropagates loss * (1/m) for each of the m micro-batches.
             (loss * (1.0 / micro)).backward()
             loss_sum += loss.item()
-        # Norm before clipping over every parameter once (the tied head is wte);
-        # scales the gradients by clip / (norm + 1e-6) when that is < 1.
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm=clip if clip > 0 else float("inf")).item()
+        # The norm before clipping, over every parameter once (the tied head is wte);
+        # the gradients are then scaled by clip / (norm + 1e-6) when that is < 1.
+        # NOTE [fp32 norms on CPU]: torch's CPU L2-norm kernel sums a float32 tensor's squares in
+        # one float32 vector accumulator (pytorch/pytorch#169237), so clip_grad_norm_ on fp32
+        # gradients is off by 4e-4 relative on gpt-small-brown's 6.4M-element embedding gradient
+        # (the exact norm of the very same fp32 gradients is 1.5e-5 away from what it returns).
+        # --norm float64 (the default) keeps torch's clipping but sums each gradient's squares in
+        # float64 (vector_norm's dtype argument casts first), as Trident does;
+        # --norm native calls clip_grad_norm_ as it is.
+        max_norm = clip if clip > 0 else float("inf")
+        if args.norm == "native":
+            norm_t = torch.nn.utils.clip_grad_norm_(params, max_norm=max_norm)
+        else:
+            per_param = [torch.linalg.vector_norm(p.grad, 2, dtype=torch.float64) for p in params]
+            norm_t = torch.linalg.vector_norm(torch.stack(per_param), 2)
+            torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm_t)
+        norm = norm_t.item()
         if not math.isfinite(norm):
             raise SystemExit(f"step {step + 1}: gradient norm {norm}")
         lr = lr_at(step, t_cfg["steps"], t_cfg["warmup_steps"], t_cfg["lr"], t_cfg["min_lr"])
@@ -152,7 +170,7 @@ def main():
         out.write(json.dumps(row) + "\n")
         out.flush()
     out.close()
-    print(f"reference ({args.dtype}, {par['tp']}x{par['pp']}x{par['dp']} run reproduced on 1 process): {steps} steps "
+    print(f"reference ({args.dtype}, norm {args.norm}, {par['tp']}x{par['pp']}x{par['dp']} run reproduced on 1 process): {steps} steps "
           f"in {time.time() - start:.1f} s, wrote {args.out}/metrics.jsonl")
 
 
