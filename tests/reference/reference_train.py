@@ -68,8 +68,10 @@ def load_model(hf_dir, model_cfg, dtype):
     model = GPT2LMHeadModel.from_pretrained(hf_dir, dtype=torch.float32, attn_implementation="eager")
     c = model.config
     want = {"n_layer": model_cfg["layers"], "n_embd": model_cfg["hidden"], "n_head": model_cfg["heads"],
-            "vocab_size": model_cfg["vocab_size"], "n_positions": model_cfg["seq_len"]}
+            "vocab_size": model_cfg["vocab_size"]}
     got = {k: getattr(c, k) for k in want}
+    if c.n_positions < model_cfg["seq_len"]:
+        raise SystemExit(f"{hf_dir}: n_positions {c.n_positions} < model.seq_len {model_cfg['seq_len']}")
     inner = c.n_inner if c.n_inner is not None else 4 * c.n_embd
     ffn = model_cfg["ffn_hidden"] or 4 * model_cfg["hidden"]
     if got != want or inner != ffn or abs(c.layer_norm_epsilon - model_cfg["layernorm_eps"]) > 0:

@@ -11,8 +11,6 @@
   3. runs reference_train.py (transformers' GPT-2, torch AdamW) on those weights and
      the same token file in float32 and in float64;
   4. asserts, on every step:
-     - Trident vs the fp32 reference within a relative 1e-5 in loss and gradient norm
-       (`trident compare --rtol 1e-5`);
      - the contract against the fp64 truth:
          |Trident - fp64| <= K * max(|torch fp32 - fp64|, FLOOR * |fp64|)
        with K = 4 and FLOOR = 2^-22 (two float32 ulps, relative). The floor is the rounding
@@ -20,7 +18,14 @@
        it by luck of cancellation (1e-10 seen), while on well-conditioned steps two correct
        fp32 implementations differ by up to 4.9e-7 (measured, Trident vs torch fp32). Above the
        floor, i.e. on the ill-conditioned steps where fp32 runs drift apart, Trident must stay
-       within K times PyTorch's own distance from the truth.
+       within K times PyTorch's own distance from the truth;
+     - Trident vs the fp32 reference within a relative 1e-5 in loss and gradient norm, on
+       every step that is not ill-conditioned. A step (and key) is ill-conditioned when
+       PyTorch fp32's own error exceeds 1e-5 / (K + 1): there two correct fp32 runs may differ
+       by more than 1e-5 (measured on gpt-small-brown: steps 10 and 18, where the gradient norm
+       jumps and torch fp32 is 1.2e-4 and 2.0e-3 off the truth), and the contract above is
+       what holds them; elsewhere the contract implies the 1e-5. The ill-conditioned steps
+       are listed;
      - clipping was active on some steps and not on others, and on the same steps in the
        reference.
 It prints the per-step figures and writes them to WORK/results.json.
@@ -30,6 +35,7 @@ import argparse
 import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -99,7 +105,8 @@ def main():
     ap.add_argument("--case", choices=["tiny", "brown"], required=True)
     args = ap.parse_args()
     work = os.path.abspath(args.work)
-    os.makedirs(work, exist_ok=True)
+    shutil.rmtree(work, ignore_errors=True)  # checkpoints and runs must start afresh
+    os.makedirs(work)
     t = args.trident
     config, sets, clip = case_setup(args, work)
     setargs = [a for s in sets for a in ("--set", s)]
@@ -125,12 +132,9 @@ def main():
         print(run([sys.executable, os.path.join(HERE, "reference_train.py"), "--config", os.path.join(tri, "config.toml"),
                    "--hf-dir", hf0, "--out", out, "--dtype", dtype], env=env).splitlines()[-1])
 
-    cmp = subprocess.run([t, "compare", tri, ref32, "--rtol", str(RTOL_FP32)], stdout=subprocess.PIPE, text=True)
-    print(cmp.stdout)
-    failures = []
-    if cmp.returncode != 0:
-        failures.append(f"trident compare {tri} {ref32} --rtol {RTOL_FP32} exited {cmp.returncode}")
-
+    # The table of both runs (informational: its exit status is 1 when an ill-conditioned step differs by > 1e-5).
+    print(subprocess.run([t, "compare", tri, ref32, "--rtol", str(RTOL_FP32)], stdout=subprocess.PIPE, text=True).stdout)
+    failures, ill = [], []
     T, P, D = metrics(tri), metrics(ref32), metrics(ref64)
     if not len(T) == len(P) == len(D) == 20:
         raise SystemExit(f"FAIL: step counts {len(T)} {len(P)} {len(D)}, expected 20")
@@ -147,6 +151,14 @@ def main():
             row[k] = {"trident": x[k], "torch_fp32": y[k], "fp64": truth, "rel_err_trident": e_tri,
                       "rel_err_torch_fp32": e_pt, "ratio": ratio, "rel_trident_vs_torch_fp32": abs(x[k] - y[k]) / abs(y[k])}
             line += f" | {e_tri:14.2e} {e_pt:12.2e} {ratio:6.2f}"
+            d = row[k]["rel_trident_vs_torch_fp32"]
+            row[k]["ill_conditioned"] = e_pt > RTOL_FP32 / (K + 1)
+            if row[k]["ill_conditioned"]:
+                ill.append(f"step {x['step']} {k}: torch fp32 {e_pt:.2g} off fp64, Trident {e_tri:.2g}, "
+                           f"Trident vs torch fp32 {d:.2g}")
+            elif d > RTOL_FP32:
+                failures.append(f"step {x['step']} {k}: Trident and torch fp32 differ by {d:.3g} > {RTOL_FP32} on a "
+                                f"well-conditioned step (torch fp32 is {e_pt:.3g} off fp64)")
             if ratio > K:
                 failures.append(f"step {x['step']} {k}: |Trident - fp64| = {e_tri:.3g} > {K} x max(|torch fp32 - fp64| = "
                                 f"{e_pt:.3g}, {FLOOR:.3g}) (relative)")
@@ -155,6 +167,8 @@ def main():
             failures.append(f"step {x['step']}: clipped in Trident {row['clipped']}, in the reference {y['clipped']}")
         rows.append(row)
         print(line)
+    print(f"ill-conditioned (torch fp32 more than {RTOL_FP32 / (K + 1):.2g} off fp64): "
+          + ("; ".join(ill) if ill else "none"))
     clipped = sum(r["clipped"] for r in rows)
     print(f"clipping (grad_clip {clip}) active on {clipped} of {len(rows)} steps: "
           f"{[r['step'] for r in rows if r['clipped']]}")
@@ -165,12 +179,12 @@ def main():
           f"grad_norm {worst['grad_norm']:.2f} (contract K = {K})")
     with open(os.path.join(work, "results.json"), "w") as f:
         json.dump({"case": args.case, "K": K, "floor": FLOOR, "rtol_fp32": RTOL_FP32, "grad_clip": clip,
-                   "worst_ratio": worst, "steps": rows}, f, indent=1)
+                   "worst_ratio": worst, "ill_conditioned": ill, "steps": rows}, f, indent=1)
     if failures:
         print("FAIL:\n  " + "\n  ".join(failures))
         return 1
-    print(f"PASS: {args.case}: 20 steps, Trident = torch fp32 within {RTOL_FP32}, and within {K} x torch fp32's "
-          f"own error of the fp64 truth")
+    print(f"PASS: {args.case}: 20 steps within {K} x torch fp32's own error of the fp64 truth, and within "
+          f"{RTOL_FP32} of torch fp32 on every step not listed as ill-conditioned ({len(ill)} listed)")
     return 0
 
 

@@ -101,3 +101,17 @@ class Samples:
         """Sample i: seq_len + 1 tokens starting at i * seq_len."""
         start = i * self.seq_len
         return self.tokens[start:start + self.seq_len + 1]
+
+
+def write_token_file(path, tokens, vocab_size, tokenizer, end_of_text=0xFFFFFFFF, doc_count=1):
+    """Writes a token file as NOTE [token file format] describes (uint16 up to vocab 65536)."""
+    tokens = np.asarray(tokens, dtype=np.int64)
+    if tokens.size and (tokens.min() < 0 or tokens.max() >= vocab_size):
+        raise ValueError(f"token ids must lie in [0, {vocab_size})")
+    dtype_bytes = 2 if vocab_size <= 65536 else 4
+    header = MAGIC + struct.pack("<IIQQII", 1, dtype_bytes, tokens.size, doc_count, vocab_size, end_of_text)
+    header += tokenizer.encode().ljust(32, b"\0")
+    header = header.ljust(HEADER_BYTES, b"\0")
+    with open(path, "wb") as f:
+        f.write(header)
+        f.write(tokens.astype("<u2" if dtype_bytes == 2 else "<u4").tobytes())
