@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""A reference trainer for Trident's single-process run that shares nothing
+with Trident but its inputs (issue 19, item 1).
+
+Inputs, all written by Trident:
+  --config   a run's effective config.toml (RUN_DIR/config.toml): sizes, data path, seed, optimizer
+  --hf-dir   the step-0 weights: `trident checkpoint init` of the same config, then
+             `trident export --format hf-gpt2` (config.json + model.safetensors)
+What it uses instead of Trident's code:
+  model      transformers' GPT2LMHeadModel (eager attention), loaded with from_pretrained
+  data       the token file read by trident_data.py and the sample order of
+             framework/data/README.md written again there
+  optimizer  torch.optim.AdamW; the LR schedule written out again (lr_at below); torch's
+             clipping (clip_grad_norm_, or clip_grads_with_norm_ on a norm summed in float64:
+             NOTE [fp32 norms on CPU]); gradient accumulation over micro-batches
+
+It writes OUT/metrics.jsonl, one {"step", "loss", "lr", "grad_norm", "clipped"} object per
+step in the schema of Trident's metrics.jsonl, so `trident compare RUN_DIR OUT` reads it.
+
+NOTE [padded vocabulary rows]
+Trident pads the word embedding / LM head to model.vocab_size rounded up to
+vocab_pad_multiple * tp rows. Its loss (vocab_parallel_cross_entropy) leaves the
+padded columns out of the max and sets their exp() to zero, so they get
+probability 0 and a zero gradient; the padded rows start at zero and no token id
+reaches them through the embedding lookup either, so their gradient is exactly 0
+on every step, AdamW moves them by exactly 0 (m = v = 0; decay of 0 is 0) and they
+add exactly 0 to the gradient norm. `trident export` drops them, so an HF model
+with vocab_size = V rows and a plain softmax over V columns is the same function,
+the same gradients and the same norm: nothing else is needed here.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+import tomllib
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from trident_data import Samples, TokenFile  # noqa: E402
+
+
+def lr_at(step, total_steps, warmup, peak, floor):
+    """Linear warm-up to the peak (step counts from 0: the first step uses 1/warmup), then
+    cosine decay to the floor reached at the last step."""
+    if warmup > 0 and step < warmup:
+        return peak * (step + 1) / warmup
+    decay_steps = total_steps - warmup
+    if decay_steps <= 1:
+        return peak
+    progress = (step - warmup) / (decay_steps - 1)
+    return floor + 0.5 * (peak - floor) * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
+def no_decay(name):
+    """Trident's AdamW decays the matrices and both embeddings, never biases or LayerNorms."""
+    return name.endswith(".bias") or ".ln_" in name  # transformer.h.i.ln_{1,2}.*, transformer.ln_f.*
+
+
+def load_model(hf_dir, model_cfg, dtype):
+    from transformers import GPT2LMHeadModel
+
+    model = GPT2LMHeadModel.from_pretrained(hf_dir, dtype=torch.float32, attn_implementation="eager")
+    c = model.config
+    want = {"n_layer": model_cfg["layers"], "n_embd": model_cfg["hidden"], "n_head": model_cfg["heads"],
+            "vocab_size": model_cfg["vocab_size"]}
+    got = {k: getattr(c, k) for k in want}
+    if c.n_positions < model_cfg["seq_len"]:
+        raise SystemExit(f"{hf_dir}: n_positions {c.n_positions} < model.seq_len {model_cfg['seq_len']}")
+    inner = c.n_inner if c.n_inner is not None else 4 * c.n_embd
+    ffn = model_cfg["ffn_hidden"] or 4 * model_cfg["hidden"]
+    if got != want or inner != ffn or abs(c.layer_norm_epsilon - model_cfg["layernorm_eps"]) > 0:
+        raise SystemExit(f"{hf_dir}/config.json {got} (n_inner {inner}) does not match the run's config {want} "
+                         f"(MLP {ffn})")
+    if model.lm_head.weight.data_ptr() != model.transformer.wte.weight.data_ptr():
+        raise SystemExit("the LM head is not tied to wte")
+    if max(c.resid_pdrop, c.embd_pdrop, c.attn_pdrop) != 0 or model_cfg["dropout"] != 0:
+        raise SystemExit("the reference needs dropout 0 (model.dropout = 0)")
+    return model.to(dtype)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--config", required=True, help="Trident's effective config.toml of the run to reproduce")
+    ap.add_argument("--hf-dir", required=True, help="step-0 weights (trident checkpoint init + trident export)")
+    ap.add_argument("--out", required=True, help="directory for metrics.jsonl")
+    ap.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    ap.add_argument("--norm", choices=["float64", "native"], default="float64",
+                    help="gradient norm for clipping: squares summed in float64, or clip_grad_norm_ as it is "
+                         "(NOTE [fp32 norms on CPU])")
+    ap.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: training.steps)")
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    with open(args.config, "rb") as f:
+        cfg = tomllib.load(f)
+    m_cfg, t_cfg, d_cfg = cfg["model"], cfg["training"], cfg["data"]
+    par = cfg["parallel"]
+    if d_cfg["source"] != "file":
+        raise SystemExit("the reference reads a token file: the run needs data.source = \"file\"")
+    if t_cfg["precision"] != "fp32":
+        raise SystemExit("the reference reproduces fp32 runs (training.precision = \"fp32\")")
+    dtype = torch.float32 if args.dtype == "float32" else torch.float64
+
+    data = TokenFile(d_cfg["path"] + ".train.bin")
+    if data.vocab_size != m_cfg["vocab_size"]:
+        raise SystemExit(f"{data.path} has vocab {data.vocab_size} but model.vocab_size = {m_cfg['vocab_size']}")
+    seq = m_cfg["seq_len"]
+    samples = Samples(data.tokens, seq, t_cfg["seed"])
+    gbs, mbs = t_cfg["global_batch_size"], t_cfg["micro_batch_size"]
+    dp = 1  # the single-process run: one data-parallel rank holds the whole global batch
+    micro = gbs // (mbs * dp)
+
+    model = load_model(args.hf_dir, m_cfg, dtype)
+    model.train()  # dropout is 0, so train() and eval() compute the same; train() as a trainer would
+    decay, plain = [], []
+    for name, p in model.named_parameters():  # the tied lm_head.weight appears once, as transformer.wte.weight
+        (plain if no_decay(name) else decay).append(p)
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": t_cfg["weight_decay"]},
+                             {"params": plain, "weight_decay": 0.0}],
+                            lr=t_cfg["lr"], betas=(t_cfg["beta1"], t_cfg["beta2"]), eps=t_cfg["eps"],
+                            foreach=False)
+    params = decay + plain
+    clip = t_cfg["grad_clip"]
+    steps = args.steps or t_cfg["steps"]
+    os.makedirs(args.out, exist_ok=True)
+    out = open(os.path.join(args.out, "metrics.jsonl"), "w")
+    start = time.time()
+    for step in range(steps):
+        opt.zero_grad(set_to_none=True)
+        loss_sum = 0.0  # Python float (double), like Trident's double accumulator
+        for k in range(micro):
+            idx = samples.micro_batch(step, gbs, 0, dp, k, mbs)
+            win = torch.from_numpy(np.stack([samples.window(i) for i in idx]))  # (mbs, seq + 1) int64
+            x, y = win[:, :seq], win[:, 1:]
+            logits = model(input_ids=x).logits  # (mbs, seq, V)
+            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))  # mean over tokens
+            # Trident's executor backpropagates loss * (1/m) for each of the m micro-batches.
+            (loss * (1.0 / micro)).backward()
+            loss_sum += loss.item()
+        # The norm before clipping, over every parameter once (the tied head is wte);
+        # the gradients are then scaled by clip / (norm + 1e-6) when that is < 1.
+        # NOTE [fp32 norms on CPU]: torch's CPU L2-norm kernel sums a float32 tensor's squares in
+        # one float32 vector accumulator (pytorch/pytorch#169237), so clip_grad_norm_ on fp32
+        # gradients is off by 4e-4 relative on gpt-small-brown's 6.4M-element embedding gradient
+        # (the exact norm of the very same fp32 gradients is 1.5e-5 away from what it returns).
+        # --norm float64 (the default) keeps torch's clipping but sums each gradient's squares in
+        # float64 (vector_norm's dtype argument casts first), as Trident does;
+        # --norm native calls clip_grad_norm_ as it is.
+        max_norm = clip if clip > 0 else float("inf")
+        if args.norm == "native":
+            norm_t = torch.nn.utils.clip_grad_norm_(params, max_norm=max_norm)
+        else:
+            per_param = [torch.linalg.vector_norm(p.grad, 2, dtype=torch.float64) for p in params]
+            norm_t = torch.linalg.vector_norm(torch.stack(per_param), 2)
+            torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm_t)
+        norm = norm_t.item()
+        if not math.isfinite(norm):
+            raise SystemExit(f"step {step + 1}: gradient norm {norm}")
+        lr = lr_at(step, t_cfg["steps"], t_cfg["warmup_steps"], t_cfg["lr"], t_cfg["min_lr"])
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.step()
+        row = {"step": step + 1, "loss": loss_sum / micro, "lr": lr, "grad_norm": norm,
+               "clipped": 1 if clip > 0 and norm > clip else 0}
+        out.write(json.dumps(row) + "\n")
+        out.flush()
+    out.close()
+    print(f"reference ({args.dtype}, norm {args.norm}, {par['tp']}x{par['pp']}x{par['dp']} run reproduced on 1 process): {steps} steps "
+          f"in {time.time() - start:.1f} s, wrote {args.out}/metrics.jsonl")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""Trident's token files and sample order, written again from their documentation.
+
+Nothing here imports or calls Trident: the file format is NOTE [token file
+format] in framework/data/token_file.h, the order is the rule written out in
+framework/data/README.md ("Sample order"). The reference trainer uses this to
+feed transformers' GPT-2 the very micro-batches Trident trains on.
+"""
+
+import struct
+
+import numpy as np
+
+MASK64 = (1 << 64) - 1
+HEADER_BYTES = 128
+MAGIC = b"TRIDTOK\0"
+
+
+class TokenFile:
+    """A PREFIX.{train,val}.bin file: header fields and the tokens as int64."""
+
+    def __init__(self, path):
+        with open(path, "rb") as f:
+            raw = f.read()
+        if len(raw) < HEADER_BYTES or raw[:8] != MAGIC:
+            raise ValueError(f"{path}: not a Trident token file (magic {raw[:8]!r})")
+        version, dtype_bytes, count, docs, vocab, eot = struct.unpack_from("<IIQQII", raw, 8)
+        if version != 1 or dtype_bytes not in (2, 4):
+            raise ValueError(f"{path}: version {version}, {dtype_bytes} bytes per token: expected version 1, 2 or 4")
+        dtype = np.dtype("<u2") if dtype_bytes == 2 else np.dtype("<u4")
+        if len(raw) != HEADER_BYTES + count * dtype_bytes:
+            raise ValueError(f"{path}: header says {count} tokens but the file has {len(raw)} bytes")
+        self.path = path
+        self.vocab_size = vocab
+        self.end_of_text = eot
+        self.doc_count = docs
+        self.tokenizer = raw[40:72].rstrip(b"\0").decode()
+        self.tokens = np.frombuffer(raw, dtype=dtype, offset=HEADER_BYTES, count=count).astype(np.int64)
+
+
+def splitmix64(state):
+    """One step of splitmix64: returns (new_state, output), both uint64."""
+    state = (state + 0x9E3779B97F4A7C15) & MASK64
+    z = state
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return state, z ^ (z >> 31)
+
+
+def uniform_below(state, bound):
+    """Uniform integer in [0, bound) by rejection: (new_state, value)."""
+    limit = MASK64 - MASK64 % bound
+    while True:
+        state, r = splitmix64(state)
+        if r < limit:
+            return state, r % bound
+
+
+def epoch_order(seed, epoch, num_samples):
+    """The permutation of sample indices that epoch `epoch` visits (Fisher-Yates)."""
+    order = list(range(num_samples))
+    state = (seed ^ ((0xD1B54A32D192ED03 * (epoch + 1)) & MASK64)) & MASK64
+    state, _ = splitmix64(state)  # one output discarded
+    for i in range(num_samples - 1, 0, -1):
+        state, j = uniform_below(state, i + 1)
+        order[i], order[j] = order[j], order[i]
+    return order
+
+
+class Samples:
+    """Fixed windows of a token stream in Trident's seeded order."""
+
+    def __init__(self, tokens, seq_len, seed):
+        self.tokens = tokens
+        self.seq_len = seq_len
+        self.seed = seed
+        self.num_samples = (len(tokens) - 1) // seq_len
+        if self.num_samples < 1:
+            raise ValueError(f"{len(tokens)} tokens hold no window of seq_len + 1 = {seq_len + 1}")
+        self._orders = {}
+
+    def _order(self, epoch):
+        if epoch not in self._orders:
+            self._orders[epoch] = epoch_order(self.seed, epoch, self.num_samples)
+        return self._orders[epoch]
+
+    def global_batch(self, step, global_batch_size):
+        """Sample indices of optimizer step `step` (from 0): positions step*G .. step*G+G-1."""
+        out = []
+        for j in range(global_batch_size):
+            pos = step * global_batch_size + j
+            out.append(self._order(pos // self.num_samples)[pos % self.num_samples])
+        return out
+
+    def micro_batch(self, step, global_batch_size, dp_rank, dp, micro_index, micro_batch_size):
+        per_rank = global_batch_size // dp
+        g = self.global_batch(step, global_batch_size)
+        begin = dp_rank * per_rank + micro_index * micro_batch_size
+        return g[begin:begin + micro_batch_size]
+
+    def window(self, i):
+        """Sample i: seq_len + 1 tokens starting at i * seq_len."""
+        start = i * self.seq_len
+        return self.tokens[start:start + self.seq_len + 1]
+
+
+def write_token_file(path, tokens, vocab_size, tokenizer, end_of_text=0xFFFFFFFF, doc_count=1):
+    """Writes a token file as NOTE [token file format] describes (uint16 up to vocab 65536)."""
+    tokens = np.asarray(tokens, dtype=np.int64)
+    if tokens.size and (tokens.min() < 0 or tokens.max() >= vocab_size):
+        raise ValueError(f"token ids must lie in [0, {vocab_size})")
+    dtype_bytes = 2 if vocab_size <= 65536 else 4
+    header = MAGIC + struct.pack("<IIQQII", 1, dtype_bytes, tokens.size, doc_count, vocab_size, end_of_text)
+    header += tokenizer.encode().ljust(32, b"\0")
+    header = header.ljust(HEADER_BYTES, b"\0")
+    with open(path, "wb") as f:
+        f.write(header)
+        f.write(tokens.astype("<u2" if dtype_bytes == 2 else "<u4").tobytes())
