@@ -299,8 +299,42 @@ at::Tensor vocab_parallel_embedding(const TpContext& tp, const at::Tensor& ids, 
   return leave_row_parallel(tp, out);
 }
 
+// NOTE [whole-vocabulary cross-entropy]: with tp = 1 one rank holds every
+// column, and libtorch's log_softmax (one vectorised kernel) beats
+// VocabParallelCE's separate passes. Padded columns (>= valid_vocab) are left
+// out of the softmax as VocabParallelCE leaves them out, by writing -inf into
+// them in place (a few columns, not a pass): the logits are made for this loss
+// alone and the head's backward does not read them, and any narrowed copy of
+// the (tokens x vocab) logits, or the zero-filled buffers that nll_loss's and
+// narrow's backwards allocate, would cost a full pass each. The backward makes
+// softmax - onehot in place; exp(-inf) = 0 leaves the padded columns' gradient 0.
+struct WholeVocabCE : torch::autograd::Function<WholeVocabCE> {
+  // logits (b, s, v) fp32; targets (b, s) int64. Returns the per-token loss (b, s).
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor& targets,
+                            int64_t valid_vocab) {
+    const int64_t rows = logits.size(-1);
+    at::Tensor l = logits.scalar_type() == at::kFloat && logits.is_contiguous() ? logits : logits.to(at::kFloat).contiguous();
+    l = l.view({-1, rows});
+    if (valid_vocab < rows) l.narrow(1, valid_vocab, rows - valid_vocab).fill_(-std::numeric_limits<float>::infinity());
+    const at::Tensor lsm = at::_log_softmax(l, 1, false);  // (tokens, vocab)
+    const at::Tensor t = targets.reshape({-1, 1});
+    ctx->save_for_backward({lsm, t});
+    return lsm.gather(1, t).neg_().view(targets.sizes());
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor g = grads[0].reshape({-1, 1}).to(at::kFloat);  // (tokens, 1)
+    at::Tensor out = saved[0].exp().mul_(g);                        // softmax * g
+    out.scatter_add_(1, saved[1], g.neg());                         // - onehot(target) * g
+    auto shape = grads[0].sizes().vec();
+    shape.push_back(out.size(1));
+    return {out.view(shape), at::Tensor(), at::Tensor()};
+  }
+};
+
 at::Tensor vocab_parallel_cross_entropy(const TpContext& tp, const at::Tensor& logits, const at::Tensor& targets,
                                         int64_t vocab_start, int64_t valid_vocab) {
+  if (tp.size() == 1) return WholeVocabCE::apply(logits, targets, valid_vocab);
   return VocabParallelCE::apply(logits, targets, tp.size() == 1 ? int64_t{0} : pack(tp), vocab_start,
                                 valid_vocab);
 }

@@ -96,8 +96,9 @@ at::Tensor row_parallel_linear(const TpContext& tp, const at::Tensor& x, const a
 at::Tensor vocab_parallel_embedding(const TpContext& tp, const at::Tensor& ids, const at::Tensor& w,
                                     int64_t vocab_start);
 // Cross-entropy over vocab-parallel logits (batch, seq, vocab/tp) without
-// gathering them. Columns at global id >= valid_vocab (padding) are excluded.
-// Returns the per-token loss (batch, seq) in fp32.
+// gathering them. Columns at global id >= valid_vocab (padding) are excluded
+// (with tp = 1, by overwriting them with -inf in place: NOTE [whole-vocabulary
+// cross-entropy]). Returns the per-token loss (batch, seq) in fp32.
 at::Tensor vocab_parallel_cross_entropy(const TpContext& tp, const at::Tensor& logits,
                                         const at::Tensor& targets, int64_t vocab_start, int64_t valid_vocab);
 
