@@ -116,6 +116,9 @@ title="# Trident GPU check (benchmarks/gpu/run.sh), $(date -u +%FT%TZ)"
 note "$title"
 note "commit: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 
+python=python3  # the device machine's, which holds PyTorch
+[[ $rehearsal -eq 0 ]] || python=$repo/.venv/bin/python3
+
 # --- 0. what the machine has
 if [[ $dry -eq 0 ]]; then
   {
@@ -124,14 +127,12 @@ if [[ $dry -eq 0 ]]; then
     command -v nvcc > /dev/null && nvcc --version | tail -2
     cmake --version | head -1
     c++ --version | head -1
-    python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1 || true
+    "$python" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1 || true
   } > "$out/env.txt" 2>&1
   note "machine: $(grep -m1 -i 'h200\|h100\|nvidia' "$out/env.txt" || echo 'no GPU listed'); $(grep -m1 '^torch' "$out/env.txt" || echo 'no python torch')"
 fi
 
 # --- 1. configure and build
-python=python3  # the device machine's, which holds PyTorch
-[[ $rehearsal -eq 0 ]] || python=$repo/.venv/bin/python3
 cmake_args=(-S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release -DTRIDENT_BUILD_TESTS=OFF -DTRIDENT_VENDOR_DIR="$deps"
             -DTRIDENT_PYTHON="$python")
 command -v ninja > /dev/null && cmake_args+=(-G Ninja)
