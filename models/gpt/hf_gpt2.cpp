@@ -235,10 +235,11 @@ void write_hf_gpt2(const std::string& dir, const ModelConfig& cfg, const std::st
   c.set("tie_word_embeddings", json::Value::boolean(true));
   c.set("torch_dtype", json::Value::string("float32"));
   c.set("tokenizer", json::Value::string(tokenizer));
-  if (tokenizer == "gpt2") {
-    c.set("bos_token_id", json::Value::number(int64_t{50256}));
-    c.set("eos_token_id", json::Value::number(int64_t{50256}));
-  }
+  // GPT-2's <|endoftext|>; other tokenizers (bytes) have no such id, and a missing key would
+  // make transformers default to 50256, outside their vocabulary.
+  const json::Value eot = tokenizer == "gpt2" ? json::Value::number(int64_t{50256}) : json::Value::null();
+  c.set("bos_token_id", eot);
+  c.set("eos_token_id", eot);
   c.set("trident_version", json::Value::string(kTridentVersion));
   write_file_atomic(dir + "/config.json", json::dump(c, 2) + "\n");
 }

@@ -6,14 +6,15 @@ Trident -> transformers: gpt-tiny (vocabulary 256 padded to 288) trained 400 ste
 README files' bytes (enough that greedy continuations are not one repeated byte), saved, `trident export --format hf-gpt2`, then
 GPT2LMHeadModel.from_pretrained on the export, and on a held-out text:
   a. the mean next-token loss of `trident eval` (from the checkpoint and from the export)
-     equals transformers' over the same windows, within 1e-5 relative (eval prints 6 decimals);
+     equals transformers' over the same windows, within 1e-5 relative (eval prints 6 decimals),
+     and the logits `trident eval --logits` writes for the first window equal transformers'
+     within 1e-5 (largest difference relative to the largest logit);
   b. the full-precision check of the logits' use: one `trident train` step from
      model.init_from = the export on the held-out token file, against transformers' forward and
      backward on the same micro-batches (reference_train.py --steps 1): loss and gradient norm
-     within 1e-5 relative. Trident cannot print logits (`trident eval` prints the mean loss,
-     `trident generate` text), so the logits are compared through what they determine: the
-     loss of every micro-batch (their log-softmax at the targets) and, through the backward,
-     the gradient norm; and through (c), their argmax;
+     within 1e-5 relative: what the logits determine in training, the loss of every
+     micro-batch (their log-softmax at the targets) and, through the backward, the gradient
+     norm; and through (c), their argmax;
   c. greedy transformers generate() gives the same tokens as `trident generate --temperature 0`
      (from the export and from the checkpoint); the smallest top-1/top-2 logit gap on the way
      is printed, so a tie would be visible.
@@ -21,7 +22,8 @@ transformers -> Trident: a GPT2LMHeadModel that transformers creates (3 layers, 
 6 heads, MLP 100, vocabulary 259: padded by Trident to 264, n_positions 40 > seq_len 24),
 every parameter perturbed so biases and LayerNorms are not at their init, saved with
 save_pretrained:
-  d. `trident eval --init-from` gives transformers' loss on the held-out text (1e-5);
+  d. `trident eval --init-from` gives transformers' loss on the held-out text (1e-5) and its
+     logits (1e-5);
   e. `trident train --set model.init_from=...` for 5 steps on a token file with all 259 ids
      equals reference_train.py from the same directory (trident compare --rtol 1e-5).
 """
@@ -99,6 +101,21 @@ def trident_eval(t, source, text_file):
     return float(fields["loss"]), int(fields["tokens"])
 
 
+def logits_gap(t, source, text_file, model, ids, out):
+    """Largest |trident - transformers| logit of the first window over the largest |logit|."""
+    from safetensors.numpy import load_file
+
+    run([t, "eval", *source, "--text", text_file, "--tokenizer", "byte", "--logits", out])
+    got = load_file(out)
+    window = got["ids"].tolist()
+    assert window == ids[: len(window)], "trident's window is not the text's first tokens"
+    with torch.no_grad():
+        want = model(torch.tensor([window])).logits[0].double().numpy()
+    mine = got["logits"].astype(np.float64)
+    assert mine.shape == want.shape, f"logits shape {mine.shape} against transformers' {want.shape}"
+    return float(np.abs(mine - want).max() / np.abs(want).max())
+
+
 def close(a, b, rtol=RTOL, atol=0.0):
     return abs(a - b) <= rtol * abs(b) + atol
 
@@ -148,6 +165,10 @@ def main():
               f"eval {src[0]}: trident {got:.6f} ({m} tokens), transformers {want:.8f} ({n} tokens), "
               f"rel {abs(got - want) / want:.2e}")
 
+    for src in (["--checkpoint", ck], ["--init-from", hf]):
+        gap = logits_gap(t, src, held, model, ids, os.path.join(work, "logits.safetensors"))
+        check(gap <= RTOL, f"logits {src[0]}: largest difference {gap:.2e} of the largest logit (<= {RTOL})")
+
     # b. one training step's loss and gradient norm, full precision
     step_run, ref_run = os.path.join(work, "step-trident"), os.path.join(work, "step-transformers")
     run([t, "train", "--config", tiny, *base, "--set", "training.steps=1", "--set", f"data.path={heldtok}",
@@ -196,6 +217,9 @@ def main():
     check(close(got, want, atol=PRINT_ABS) and m == n,
           f"eval of the save_pretrained model: trident {got:.6f}, transformers {want:.8f}, "
           f"rel {abs(got - want) / want:.2e}")
+
+    gap = logits_gap(t, ["--init-from", hf2], held, made, ids, os.path.join(work, "logits-made.safetensors"))
+    check(gap <= RTOL, f"logits of the save_pretrained model: largest difference {gap:.2e} of the largest logit")
 
     # e. five training steps from it, on a token stream that uses all 259 ids
     stream = os.path.join(work, "ids259")
