@@ -181,6 +181,16 @@ double reduce_loss(Run& r, double local_sum) {
 }
 
 double evaluate(Run& r) {
+  // Evaluation applies no dropout; the stages go back to training on the way out.
+  struct Evaluating {
+    std::vector<std::unique_ptr<Stage>>& stages;
+    explicit Evaluating(std::vector<std::unique_ptr<Stage>>& s) : stages(s) {
+      for (auto& st : stages) st->set_training(false);
+    }
+    ~Evaluating() {
+      for (auto& st : stages) st->set_training(true);
+    }
+  } evaluating(r.stages);
   double sum = 0;
   for (int64_t e = 0; e < r.cfg.training.eval_batches; ++e)
     sum += reduce_loss(r, r.exec->forward_only(static_cast<int>(r.m), [&](int mb) {

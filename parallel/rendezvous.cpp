@@ -190,6 +190,14 @@ void join_rendezvous(c10d::Store& store, const WorldEnv& env, const std::string&
                                 " but rank 0 at " + store_address(env) + " has " + std::to_string(world0) +
                                 ": --nnodes or --nproc-per-node differ between the nodes";
       store.set(abort_key, std::vector<uint8_t>(error.begin(), error.end()));
+      // Rank 0 names the mismatch too, once it has read abort_key: wait (briefly) for its
+      // verdict, so this rank's exit, which the launchers turn into stopping every rank at
+      // once, does not cut rank 0 off before it says so.
+      try {
+        store.wait({verdict_key}, std::min(left(), std::chrono::milliseconds(2000)));
+      } catch (const std::exception&) {
+        // rank 0 gone or slow: this rank's own message says it all
+      }
       throw std::runtime_error(error);
     }
   }
@@ -218,8 +226,9 @@ void join_rendezvous(c10d::Store& store, const WorldEnv& env, const std::string&
         places[{node, addr}].push_back(r);
         if (std::find(joined_nodes.begin(), joined_nodes.end(), node) == joined_nodes.end()) joined_nodes.push_back(node);
         if (world != env.world_size && error.empty())
-          error = "rank " + std::to_string(r) + " on node " + std::to_string(node) + " (" + addr +
-                  ") has WORLD_SIZE " + std::to_string(world) + " but " + describe_place(env) + " has " +
+          // Worded as rank r itself words it (above), whichever of the two sees it first.
+          error = "rank " + std::to_string(r) + " on node " + std::to_string(node) + " has WORLD_SIZE " +
+                  std::to_string(world) + " but rank 0 at " + store_address(env) + " has " +
                   std::to_string(env.world_size) + ": --nnodes or --nproc-per-node differ between the nodes";
       }
       missing = std::move(still);

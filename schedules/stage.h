@@ -40,6 +40,10 @@ class Stage {
   virtual void set_recompute(Recompute mode) {
     if (mode != Recompute::kNone) throw std::invalid_argument("this model does not support activation recomputation");
   }
+  // Training (the default) or evaluation: evaluation and generation apply no
+  // dropout. A stage without dropout or other train-only behaviour has nothing
+  // to switch.
+  virtual void set_training(bool training) { (void)training; }
   // Mixed precision (NOTE [bf16] in models/gpt/gpt.h): the dtype of the
   // matmuls; parameters, gradients and boundary tensors stay fp32.
   virtual void set_compute_dtype(at::ScalarType dtype) {

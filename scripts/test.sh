@@ -8,4 +8,13 @@ cd "$repo"
 scripts/setup.sh
 cd build
 # One test at a time: multi-rank tests already use both cores.
-ctest --output-on-failure --timeout 600 "$@"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+ctest --output-on-failure --timeout 600 "$@" 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+# Under CI a skipped test is a failure: CI must not pass on tests that did not run.
+if [[ -n ${CI:-} ]] && grep -q 'The following tests did not run' "$log"; then
+  echo "scripts/test.sh: CI is set and some tests did not run (listed above): failing" >&2
+  exit 1
+fi
+exit "$status"

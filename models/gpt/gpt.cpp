@@ -137,7 +137,7 @@ at::Tensor GptChunk::norm(const std::string& pre, const at::Tensor& x) const {
 at::Tensor GptChunk::attention(const std::string& pre, const at::Tensor& x) const {
   const int64_t heads = cfg_.heads / tp_.size(), hd = cfg_.hidden / cfg_.heads;
   at::Tensor qkv = column_parallel_linear(tp_, x, p(pre + ".qkv.weight"), p(pre + ".qkv.bias"));
-  const double dropout = cfg_.dropout;
+  const double dropout = this->dropout();
   // The attention core: (b, s, 3 hidden/tp) -> (b, s, hidden/tp), holding
   // (b, heads/tp, s, s) scores; what selective recomputation drops.
   auto core = [heads, hd, dropout](const at::Tensor& qkv_flat) {
@@ -154,7 +154,7 @@ at::Tensor GptChunk::attention(const std::string& pre, const at::Tensor& x) cons
 
 at::Tensor GptChunk::block(int64_t layer, const at::Tensor& x) const {
   const std::string pre = "layers." + std::to_string(layer);
-  auto resid_dropout = [&](at::Tensor t) { return cfg_.dropout > 0 ? at::dropout(t, cfg_.dropout, true) : t; };
+  auto resid_dropout = [&](at::Tensor t) { return dropout() > 0 ? at::dropout(t, dropout(), true) : t; };
   at::Tensor h = norm(pre + ".ln1", x);
   at::Tensor out = x + resid_dropout(attention(pre + ".attn", h));
   h = norm(pre + ".ln2", out);
@@ -183,7 +183,7 @@ at::Tensor GptChunk::run(const at::Tensor& input, const at::Tensor& targets) con
       pos = pos.narrow(0, tp_.rank() * part, part);
     }
     x = x + pos;
-    if (cfg_.dropout > 0) x = at::dropout(x, cfg_.dropout, true);
+    if (dropout() > 0) x = at::dropout(x, dropout(), true);
   }
   for (int64_t l = spec_.first_layer; l < spec_.first_layer + spec_.num_layers; ++l) {
     if (recompute_ == Recompute::kFull)

@@ -74,6 +74,7 @@ class GptChunk : public Stage {
   // the MLP's up projection + GELU keep only their inputs (see NOTE [recomputation]).
   void set_recompute(Recompute mode) override;
   void set_compute_dtype(at::ScalarType dtype) override { compute_ = dtype; }
+  void set_training(bool training) override { training_ = training; }
   const std::vector<Param>& params() const { return params_; }
   const ChunkSpec& spec() const { return spec_; }
 
@@ -95,6 +96,8 @@ class GptChunk : public Stage {
   std::vector<Param> params_;
   Recompute recompute_ = Recompute::kNone;
   at::ScalarType compute_ = at::kFloat;
+  bool training_ = true;  // dropout only while training (set_training)
+  double dropout() const { return training_ ? cfg_.dropout : 0.0; }
   std::vector<std::pair<std::string, size_t>> index_;  // name -> params_ position (small, linear scan)
 };
 

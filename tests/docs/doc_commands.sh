@@ -40,7 +40,7 @@ scratch="$(mktemp -d "${TMPDIR:-/tmp}/trident-doc-XXXXXX")"
 trap 'rm -rf "$scratch"' EXIT
 # The commands use repository-relative paths; run them in a scratch copy of
 # the layout (links), so whatever they write lands in the scratch directory.
-for d in build configs scripts benchmarks schedules launch node_modules; do
+for d in build configs scripts benchmarks schedules launch node_modules .venv; do
   [[ -e "$repo/$d" ]] && ln -s "$repo/$d" "$scratch/$d"
 done
 export STEPS=2 ROUNDS=1 WARMUP=1 REPS=1 OUT="$scratch/bench-out.txt"

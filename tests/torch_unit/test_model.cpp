@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 
 #include "framework/config.h"
 #include "framework/lr_schedule.h"
@@ -28,17 +29,30 @@ ModelConfig tiny_model() {
 }
 
 TEST(Init, ShardIsASliceOfTheFullTensorOnEveryTpRank) {
+  // The full tensors are built once (at tp = 1, where nothing is sharded), and
+  // each shard is checked against rows/columns picked by index, at offsets the
+  // test computes itself: rank r of tp holds block r of size full/tp along the
+  // split dimension. Nothing of the plan's own offsets or narrow() is reused.
   const ModelConfig cfg = tiny_model();
   const ChunkSpec all{0, cfg.layers, true, true};
   for (int64_t tp : {2, 4}) {
+    std::map<std::string, at::Tensor> full;  // per tp: the padded vocabulary depends on it
     for (int64_t rank = 0; rank < tp; ++rank) {
       for (const PlannedParam& p : gpt_param_plan(cfg, all, tp, rank)) {
-        at::Tensor shard = init_shard(7, p.info, p.local_shape);
-        at::Tensor full = init_full_tensor(7, p.info);
-        at::Tensor expect = p.info.shard_dim < 0 ? full
-                                                 : full.narrow(p.info.shard_dim, p.info.shard_offset,
-                                                               p.local_shape[p.info.shard_dim]);
-        ASSERT_TRUE(at::equal(shard.detach(), expect)) << p.info.name << " tp " << tp << " rank " << rank;
+        if (!full.count(p.info.name)) {
+          ParamInfo whole = p.info;
+          whole.shard_dim = -1;
+          whole.shard_offset = 0;
+          full[p.info.name] = init_full_tensor(7, whole);
+        }
+        const at::Tensor& f = full[p.info.name];
+        at::Tensor shard = init_shard(7, p.info, p.local_shape).detach();
+        at::Tensor expect = f;
+        if (p.info.shard_dim >= 0) {
+          const int64_t d = p.info.shard_dim, block = f.size(d) / tp;
+          expect = f.index_select(d, at::arange(rank * block, (rank + 1) * block, at::kLong));
+        }
+        ASSERT_TRUE(at::equal(shard, expect)) << p.info.name << " tp " << tp << " rank " << rank;
       }
     }
   }
@@ -186,6 +200,33 @@ TEST(Training, EvalLossIsLoggedOnEvalSteps) {
   ASSERT_TRUE(rows[1].count("eval_loss"));
   EXPECT_TRUE(std::isfinite(rows[1]["eval_loss"]));
   EXPECT_TRUE(rows[3].count("eval_loss"));
+}
+
+}  // namespace
+}  // namespace trident
+
+namespace trident {
+namespace {
+
+// Evaluation and generation apply no dropout: a dropout-0.5 chunk set to
+// evaluation computes what the same weights without dropout compute, every
+// time; set back to training it drops again.
+TEST(Dropout, OnlyWhileTraining) {
+  ModelConfig cfg = tiny_model();
+  ModelConfig with_dropout = cfg;
+  with_dropout.dropout = 0.5;
+  TpContext tp;
+  at::Tensor ids = at::randint(0, cfg.vocab_size, {2, cfg.seq_len}, at::kLong);
+  at::Tensor tgt = at::randint(0, cfg.vocab_size, {2, cfg.seq_len}, at::kLong);
+  GptChunk plain(cfg, {0, cfg.layers, true, true}, tp, 5), dropping(with_dropout, {0, cfg.layers, true, true}, tp, 5);
+  const at::Tensor want = plain.forward(ids, tgt).detach();
+  const at::Tensor trained = dropping.forward(ids, tgt).detach();
+  EXPECT_FALSE(at::equal(trained, want));  // dropout is on while training
+  dropping.set_training(false);
+  EXPECT_TRUE(at::equal(dropping.forward(ids, tgt).detach(), want));
+  EXPECT_TRUE(at::equal(dropping.forward(ids, tgt).detach(), want));
+  dropping.set_training(true);
+  EXPECT_FALSE(at::equal(dropping.forward(ids, tgt).detach(), want));
 }
 
 }  // namespace

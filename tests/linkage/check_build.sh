@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# What the build links, checked on the binary itself (CTest: BuildLinks, label unit):
+#   1. build/trident-torch links libtorch's CUDA libraries and NCCL, directly (NEEDED) and
+#      resolved by the loader (ldd), and libtorch is the pinned 2.11.0;
+#   2. NOTE [Gloo headers] (parallel/torch.cmake): the binary defines no code of Gloo's own
+#      (only std containers of shared_ptrs to Gloo types) and needs no Gloo symbol from
+#      outside, so the Debian headers it parsed never lay out or run Gloo code;
+#   3. `trident train` names the libtorch version and the build's CUDA version at start.
+# Usage: tests/linkage/check_build.sh BUILD_DIR SOURCE_DIR
+set -uo pipefail
+build=$1 src=$2
+exe=$build/trident-torch
+failed=0
+fail() { echo "FAIL: $*"; failed=1; }
+
+needed=$(readelf -d "$exe" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+for lib in libnccl.so.2 libtorch_cuda.so libc10_cuda.so libcudart.so.13 libtorch_cpu.so; do
+  grep -qx "$lib" <<< "$needed" || fail "$exe does not link $lib directly (NEEDED: $(echo $needed))"
+done
+ldd_out=$(ldd "$exe")
+grep -q 'not found' <<< "$ldd_out" && fail "ldd $exe: $(grep 'not found' <<< "$ldd_out")"
+for lib in libnccl.so.2 libtorch_cuda.so libc10_cuda.so libcudart.so.13 libcublas.so.13; do
+  grep -q "$lib => /" <<< "$ldd_out" || fail "ldd $exe does not resolve $lib"
+done
+echo "links: $(grep -oE '(libnccl|libtorch_cuda|libc10_cuda|libcudart)[^ ]* => [^ ]*' <<< "$ldd_out" | tr '\n' ';')"
+
+# 2. Gloo: defined symbols naming gloo:: must be std containers of shared_ptr<gloo::...>.
+own=$(nm -C --defined-only "$exe" | grep 'gloo::' | grep -vE ' std::(vector|__shared_ptr|shared_ptr|_Sp_)[^ ]*<std::shared_ptr<gloo::' )
+[[ -z $own ]] || fail "the binary defines Gloo code compiled from the headers it parsed: $own"
+undefined=$(nm -C -u "$exe" | grep 'gloo::')
+[[ -z $undefined ]] || fail "the binary needs Gloo symbols from outside: $undefined"
+
+# 3. The start-up line.
+line=$("$build/trident" train --config "$src/configs/gpt-tiny.toml" --set training.steps=1 \
+       --set logging.dir="$(mktemp -d)" 2>&1 | grep -m1 '^trident train:')
+torch_version=$(sed -n 's/^torch==//p' "$src/requirements.txt")  # the pinned version
+grep -q "libtorch $torch_version, CUDA 13.0 build" <<< "$line" ||
+  fail "trident train's first line does not name libtorch $torch_version and CUDA 13.0: '$line'"
+echo "start line: $line"
+exit $failed
