@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch's torch.distributed.pipelining as a peer of Trident's pipeline (issue 19, item 4).
+"""PyTorch's torch.distributed.pipelining as a peer of Trident's pipeline.
 
 The same GPT stages (configs/gpt-tiny.toml; transformers' GPT2Block layers loaded from
 Trident's step-0 export, `trident checkpoint init` + `trident export --format hf-gpt2`, as
@@ -273,16 +273,6 @@ def worker(args):
 # the orchestrator
 
 
-def readme_files(src):
-    import glob
-
-    skip = ("build", ".venv", "node_modules", "runs", "data", "tests")
-    out = [os.path.join(src, "README.md")]
-    for depth in ("*/README.md", "*/*/README.md"):
-        out += [q for q in glob.glob(os.path.join(src, depth)) if os.path.relpath(q, src).split(os.sep)[0] not in skip]
-    return sorted(q for q in out if os.path.isfile(q))
-
-
 def m_of(run_dir):
     import tomllib
 
@@ -307,6 +297,8 @@ def run(args):
     say(f"torch {torch.__version__}, CPU, Gloo, one thread per rank (OMP_NUM_THREADS=1, torch.set_num_threads(1), "
         f"training.threads=1)")
     prefix = os.path.join(work, "readme-bytes")
+    from test_reference_training import readme_files  # tests/reference: the same training text
+
     sh([t, "data", "prepare", "--tokenizer", "byte", "--input", *readme_files(SRC), "--output", prefix])
     config = os.path.join(SRC, "configs/gpt-tiny.toml")
     sets = ["training.threads=1", f"training.steps={args.steps}", "model.dropout=0", "data.source=file",

@@ -194,6 +194,16 @@ class TwoNodes {
     return out;
   }
   bool empty(int node) const { return pids(node).find_first_not_of(" \n") == std::string::npos; }
+  // Empty within `seconds`: a process killed with its node is listed until the kernel
+  // has torn it down, a few milliseconds after its launcher's exit was seen.
+  bool empty_within(int node, double seconds) const {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (!empty(node)) {
+      if (std::chrono::steady_clock::now() >= until) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return true;
+  }
   // /etc/hosts as processes in the node's namespace see it (`ip netns exec`
   // bind-mounts /etc/netns/<name>/hosts over /etc/hosts).
   void set_hosts(int node, const std::string& content) const {

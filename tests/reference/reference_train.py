@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A reference trainer for Trident's single-process run that shares nothing
-with Trident but its inputs (issue 19, item 1).
+with Trident but its inputs.
 
 Inputs, all written by Trident:
   --config   a run's effective config.toml (RUN_DIR/config.toml): sizes, data path, seed, optimizer

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The Hugging Face round trip through Hugging Face's own code (issue 19, item 3):
+"""The Hugging Face round trip through Hugging Face's own code:
 the CTest test HfRoundTrip.
 
 Trident -> transformers: gpt-tiny (vocabulary 256 padded to 288) trained 400 steps on the
@@ -41,7 +41,7 @@ import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from test_reference_training import readme_files  # noqa: E402
+from test_reference_training import metrics, readme_files  # noqa: E402
 from trident_data import write_token_file  # noqa: E402
 
 RTOL = 1e-5
@@ -66,11 +66,6 @@ def run(cmd, **kw):
         sys.stdout.write(r.stdout.decode(errors="replace") + r.stderr.decode(errors="replace"))
         raise SystemExit(f"FAIL: exit {r.returncode}: {' '.join(cmd)}")
     return r.stdout
-
-
-def metrics(d):
-    with open(os.path.join(d, "metrics.jsonl")) as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def load_hf(d):

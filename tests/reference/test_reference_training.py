@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Trident's single-process training against an independent PyTorch reference
-(issue 19, item 1): the CTest tests ReferenceTrainingTiny / ReferenceTrainingBrown.
+"""Trident's single-process training against an independent PyTorch reference:
+the CTest tests ReferenceTrainingTiny / ReferenceTrainingBrown.
 
   1. prepares the token file (tiny: the byte tokens of the repository's README files;
      brown: the Brown corpus in GPT-2 BPE), trains with `trident train` on one process;
