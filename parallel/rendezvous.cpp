@@ -113,6 +113,35 @@ bool accepts_tcp(const std::string& host, int port) {
   return ok;
 }
 
+// Whether what listens at host:port drops a client that sends one byte that begins no
+// message of the store's protocol (a four-byte validation word) and no launcher's "hello":
+// node 0's launcher channel closes such a connection at once; a store waits for the rest
+// (and sees the client go). False when nothing listens or the connection stays open.
+bool closes_on_probe(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || !found) return false;
+  std::unique_ptr<addrinfo, void (*)(addrinfo*)> guard(found, ::freeaddrinfo);
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  timeval limit{0, 300 * 1000};  // bounds connect() and the wait for the peer's close
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+  bool closed = false;
+  if (::connect(fd, found->ai_addr, found->ai_addrlen) == 0) {
+    const char probe = '\x7f';
+    char byte = 0;
+    if (::send(fd, &probe, 1, MSG_NOSIGNAL) == 1) {
+      const ssize_t n = ::recv(fd, &byte, 1, 0);
+      closed = n == 0 || (n < 0 && errno == ECONNRESET);
+    }
+  }
+  ::close(fd);
+  return closed;
+}
+
 c10::intrusive_ptr<c10d::Store> connect_store(const WorldEnv& env, std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<std::uint16_t>(env.master_port);
@@ -120,6 +149,11 @@ c10::intrusive_ptr<c10d::Store> connect_store(const WorldEnv& env, std::chrono::
   opts.numWorkers = env.world_size;
   opts.waitWorkers = false;  // join_rendezvous checks who arrived, not just how many
   opts.timeout = timeout;
+  if (env.rank != 0 && closes_on_probe(env.master_addr, env.master_port))
+    throw std::runtime_error(describe_place(env) + " reached " + store_address(env) +
+                             ", but what listens there is not the rendezvous store (it closed the connection at a "
+                             "one-byte probe); is --master-port the same on every node? (Node 0's launcher listens on "
+                             "--launcher-port, by default --master-port + 1.)");
   std::string why;
   try {
     return c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);

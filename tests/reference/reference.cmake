@@ -4,6 +4,7 @@
 # the built `trident`.
 #   ReferenceTrainingTiny   gpt-tiny, 20 steps, vs transformers' GPT-2 + torch AdamW in fp32 and fp64
 #   ReferenceTrainingBrown  gpt-small-brown (GPT-2 BPE on Brown), 20 steps, the same
+#   ReferenceLayoutsTiny    the same for tp2, pp2 interleaved, dp2 ZeRO-1 and tp2 x pp2 x dp2 (every schedule)
 #   HfRoundTrip             trident export -> from_pretrained, generate(), save_pretrained -> --init-from
 set(_ref ${CMAKE_CURRENT_SOURCE_DIR}/reference)
 set(_ref_work ${CMAKE_CURRENT_BINARY_DIR}/reference)
@@ -18,6 +19,12 @@ foreach(case tiny brown)
                    --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/${case} --case ${case})
   set_tests_properties(${_name} PROPERTIES LABELS reference TIMEOUT 900)
 endforeach()
+# The regression matrix's layouts (tp2, pp2 interleaved, dp2 ZeRO-1, tp2 x pp2 x dp2 under
+# every schedule) against the same reference and contract.
+add_test(NAME ReferenceLayoutsTiny
+         COMMAND ${TRIDENT_PYTHON} ${_ref}/test_reference_training.py --trident ${PROJECT_BINARY_DIR}/trident
+                 --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/layouts --case tiny --layouts)
+set_tests_properties(ReferenceLayoutsTiny PROPERTIES LABELS reference TIMEOUT 900)
 add_test(NAME HfRoundTrip
          COMMAND ${TRIDENT_PYTHON} ${_ref}/test_hf_roundtrip.py --trident ${PROJECT_BINARY_DIR}/trident
                  --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/hf-roundtrip)

@@ -45,6 +45,16 @@ RTOL_FP32 = 1e-5
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
+# The regression matrix's layouts held to the reference (--layouts): (name, ranks, --set overrides).
+# A "pp" layout changes no arithmetic and must also equal Trident's single-process run bit for bit.
+_3D = ["parallel.tp=2", "parallel.pp=2", "parallel.dp=2", "parallel.zero=1"]
+LAYOUTS = [
+    ("tp2", 2, ["parallel.tp=2"]),
+    ("pp2_interleaved", 2, ["parallel.pp=2", "schedule.kind=interleaved", "schedule.chunks=2"]),
+    ("dp2_zero1", 2, ["parallel.dp=2", "parallel.zero=1"]),
+] + [(f"tp2_pp2_dp2_zero1_{k}", 8, _3D + [f"schedule.kind={k}", f"schedule.chunks={v}"])
+     for k, v in (("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("zb-h1", 1), ("zb-v", 2), ("dualpipev", 2))]
+
 
 def run(cmd, **kw):
     print("+ " + " ".join(cmd), flush=True)
@@ -95,12 +105,62 @@ def case_setup(args, work):
     return os.path.join(src, "configs/gpt-small-brown.toml"), sets, 1.0
 
 
+def check_against_reference(label, T, P, D, clip):
+    """The per-step contract of one Trident run T against the torch fp32 run P and the fp64 run D."""
+    failures, ill = [], []
+    if not len(T) == len(P) == len(D) == 20:
+        raise SystemExit(f"FAIL: {label}: step counts {len(T)} {len(P)} {len(D)}, expected 20")
+    rows = []
+    print(f"--- {label}")
+    print(f"{'step':>4} {'clip':>4} | {'loss: tri-fp64':>14} {'torch32-fp64':>12} {'ratio':>6} | "
+          f"{'norm: tri-fp64':>14} {'torch32-fp64':>12} {'ratio':>6} | {'tri vs torch32 loss':>19} {'norm':>9}")
+    for x, y, z in zip(T, P, D):
+        row = {"step": x["step"], "clipped": int(x["grad_norm"] > clip)}
+        line = f"{x['step']:>4} {'yes' if row['clipped'] else 'no':>4}"
+        for k in ("loss", "grad_norm"):
+            truth = z[k]
+            e_tri, e_pt = abs(x[k] - truth) / abs(truth), abs(y[k] - truth) / abs(truth)
+            ratio = e_tri / max(e_pt, FLOOR)
+            row[k] = {"trident": x[k], "torch_fp32": y[k], "fp64": truth, "rel_err_trident": e_tri,
+                      "rel_err_torch_fp32": e_pt, "ratio": ratio, "rel_trident_vs_torch_fp32": abs(x[k] - y[k]) / abs(y[k])}
+            line += f" | {e_tri:14.2e} {e_pt:12.2e} {ratio:6.2f}"
+            d = row[k]["rel_trident_vs_torch_fp32"]
+            row[k]["ill_conditioned"] = e_pt > RTOL_FP32 / (K + 1)
+            if row[k]["ill_conditioned"]:
+                ill.append(f"step {x['step']} {k}: torch fp32 {e_pt:.2g} off fp64, Trident {e_tri:.2g}, "
+                           f"Trident vs torch fp32 {d:.2g}")
+            elif d > RTOL_FP32:
+                failures.append(f"{label}: step {x['step']} {k}: Trident and torch fp32 differ by {d:.3g} > {RTOL_FP32} on a "
+                                f"well-conditioned step (torch fp32 is {e_pt:.3g} off fp64)")
+            if ratio > K:
+                failures.append(f"{label}: step {x['step']} {k}: |Trident - fp64| = {e_tri:.3g} > {K} x max(|torch fp32 - fp64| = "
+                                f"{e_pt:.3g}, {FLOOR:.3g}) (relative)")
+        line += f" | {row['loss']['rel_trident_vs_torch_fp32']:19.2e} {row['grad_norm']['rel_trident_vs_torch_fp32']:9.2e}"
+        if row["clipped"] != y["clipped"]:
+            failures.append(f"{label}: step {x['step']}: clipped in Trident {row['clipped']}, in the reference {y['clipped']}")
+        rows.append(row)
+        print(line)
+    print(f"ill-conditioned (torch fp32 more than {RTOL_FP32 / (K + 1):.2g} off fp64): "
+          + ("; ".join(ill) if ill else "none"))
+    clipped = sum(r["clipped"] for r in rows)
+    print(f"clipping (grad_clip {clip}) active on {clipped} of {len(rows)} steps: "
+          f"{[r['step'] for r in rows if r['clipped']]}")
+    if not 0 < clipped < len(rows):
+        failures.append(f"{label}: clipping active on {clipped} of {len(rows)} steps: expected some but not all")
+    worst = {k: max(r[k]["ratio"] for r in rows) for k in ("loss", "grad_norm")}
+    print(f"largest ratio |Trident - fp64| / max(|torch fp32 - fp64|, 2^-22): loss {worst['loss']:.2f}, "
+          f"grad_norm {worst['grad_norm']:.2f} (contract K = {K})")
+    return failures, ill, rows, worst
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--trident", required=True)
     ap.add_argument("--source-dir", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--case", choices=["tiny", "brown"], required=True)
+    ap.add_argument("--layouts", action="store_true",
+                    help="also run the parallel layouts of LAYOUTS and hold each to the same contract")
     args = ap.parse_args()
     work = os.path.abspath(args.work)
     shutil.rmtree(work, ignore_errors=True)  # checkpoints and runs must start afresh
@@ -132,57 +192,30 @@ def main():
 
     # The table of both runs (informational: its exit status is 1 when an ill-conditioned step differs by > 1e-5).
     print(subprocess.run([t, "compare", tri, ref32, "--rtol", str(RTOL_FP32)], stdout=subprocess.PIPE, text=True).stdout)
-    failures, ill = [], []
     T, P, D = metrics(tri), metrics(ref32), metrics(ref64)
-    if not len(T) == len(P) == len(D) == 20:
-        raise SystemExit(f"FAIL: step counts {len(T)} {len(P)} {len(D)}, expected 20")
-    rows = []
-    print(f"{'step':>4} {'clip':>4} | {'loss: tri-fp64':>14} {'torch32-fp64':>12} {'ratio':>6} | "
-          f"{'norm: tri-fp64':>14} {'torch32-fp64':>12} {'ratio':>6} | {'tri vs torch32 loss':>19} {'norm':>9}")
-    for x, y, z in zip(T, P, D):
-        row = {"step": x["step"], "clipped": int(x["grad_norm"] > clip)}
-        line = f"{x['step']:>4} {'yes' if row['clipped'] else 'no':>4}"
-        for k in ("loss", "grad_norm"):
-            truth = z[k]
-            e_tri, e_pt = abs(x[k] - truth) / abs(truth), abs(y[k] - truth) / abs(truth)
-            ratio = e_tri / max(e_pt, FLOOR)
-            row[k] = {"trident": x[k], "torch_fp32": y[k], "fp64": truth, "rel_err_trident": e_tri,
-                      "rel_err_torch_fp32": e_pt, "ratio": ratio, "rel_trident_vs_torch_fp32": abs(x[k] - y[k]) / abs(y[k])}
-            line += f" | {e_tri:14.2e} {e_pt:12.2e} {ratio:6.2f}"
-            d = row[k]["rel_trident_vs_torch_fp32"]
-            row[k]["ill_conditioned"] = e_pt > RTOL_FP32 / (K + 1)
-            if row[k]["ill_conditioned"]:
-                ill.append(f"step {x['step']} {k}: torch fp32 {e_pt:.2g} off fp64, Trident {e_tri:.2g}, "
-                           f"Trident vs torch fp32 {d:.2g}")
-            elif d > RTOL_FP32:
-                failures.append(f"step {x['step']} {k}: Trident and torch fp32 differ by {d:.3g} > {RTOL_FP32} on a "
-                                f"well-conditioned step (torch fp32 is {e_pt:.3g} off fp64)")
-            if ratio > K:
-                failures.append(f"step {x['step']} {k}: |Trident - fp64| = {e_tri:.3g} > {K} x max(|torch fp32 - fp64| = "
-                                f"{e_pt:.3g}, {FLOOR:.3g}) (relative)")
-        line += f" | {row['loss']['rel_trident_vs_torch_fp32']:19.2e} {row['grad_norm']['rel_trident_vs_torch_fp32']:9.2e}"
-        if row["clipped"] != y["clipped"]:
-            failures.append(f"step {x['step']}: clipped in Trident {row['clipped']}, in the reference {y['clipped']}")
-        rows.append(row)
-        print(line)
-    print(f"ill-conditioned (torch fp32 more than {RTOL_FP32 / (K + 1):.2g} off fp64): "
-          + ("; ".join(ill) if ill else "none"))
-    clipped = sum(r["clipped"] for r in rows)
-    print(f"clipping (grad_clip {clip}) active on {clipped} of {len(rows)} steps: "
-          f"{[r['step'] for r in rows if r['clipped']]}")
-    if not 0 < clipped < len(rows):
-        failures.append(f"clipping active on {clipped} of {len(rows)} steps: expected some but not all")
-    worst = {k: max(r[k]["ratio"] for r in rows) for k in ("loss", "grad_norm")}
-    print(f"largest ratio |Trident - fp64| / max(|torch fp32 - fp64|, 2^-22): loss {worst['loss']:.2f}, "
-          f"grad_norm {worst['grad_norm']:.2f} (contract K = {K})")
+    failures, ill, rows, worst = check_against_reference("single process", T, P, D, clip)
     with open(os.path.join(work, "results.json"), "w") as f:
         json.dump({"case": args.case, "K": K, "floor": FLOOR, "rtol_fp32": RTOL_FP32, "grad_clip": clip,
                    "worst_ratio": worst, "ill_conditioned": ill, "steps": rows}, f, indent=1)
+    layouts = LAYOUTS if args.layouts else []
+    for name, nproc, extra in layouts:
+        out = os.path.join(work, "layout-" + name)
+        cmd = [t, "launch", "--nproc-per-node", str(nproc), "--master-port", "0", "--", t, "train", "--config", config,
+               *setargs, *[a for s in extra for a in ("--set", s)], "--set", f"logging.dir={out}"]
+        run(cmd)
+        L = metrics(out)
+        f_, ill_, _, worst_ = check_against_reference(name, L, P, D, clip)
+        failures += f_
+        if name.startswith("pp") and [(a["loss"], a["grad_norm"]) for a in L] != [(b["loss"], b["grad_norm"]) for b in T]:
+            failures.append(f"{name}: pipeline parallelism alone changed the losses or norms (bit for bit expected)")
+        print(f"layout {name}: largest ratio loss {worst_['loss']:.2f}, grad_norm {worst_['grad_norm']:.2f}; "
+              f"{len(ill_)} ill-conditioned step/key(s)")
     if failures:
         print("FAIL:\n  " + "\n  ".join(failures))
         return 1
     print(f"PASS: {args.case}: 20 steps within {K} x torch fp32's own error of the fp64 truth, and within "
-          f"{RTOL_FP32} of torch fp32 on every step not listed as ill-conditioned ({len(ill)} listed)")
+          f"{RTOL_FP32} of torch fp32 on every step not listed as ill-conditioned ({len(ill)} listed)"
+          + (f"; so are the {len(layouts)} parallel layouts" if layouts else ""))
     return 0
 
 
