@@ -40,9 +40,12 @@ scratch="$(mktemp -d "${TMPDIR:-/tmp}/trident-doc-XXXXXX")"
 trap 'rm -rf "$scratch"' EXIT
 # The commands use repository-relative paths; run them in a scratch copy of
 # the layout (links), so whatever they write lands in the scratch directory.
-for d in build configs scripts benchmarks schedules launch node_modules .venv; do
+for d in build configs scripts schedules launch node_modules .venv; do
   [[ -e "$repo/$d" ]] && ln -s "$repo/$d" "$scratch/$d"
 done
+# benchmarks/ is copied, not linked: a benchmark that writes its results next to itself
+# (benchmarks/results/) writes into the copy, never over the committed files.
+cp -r "$repo/benchmarks" "$scratch/benchmarks"
 export STEPS=2 ROUNDS=1 WARMUP=1 REPS=1 OUT="$scratch/bench-out.txt"
 
 n=0
