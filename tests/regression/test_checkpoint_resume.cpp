@@ -104,6 +104,11 @@ TEST(CheckpointReshard, Tp2ToTp1) {
   reshard("reshard-tp", 2, {"parallel.tp=2"}, 1, {"parallel.tp=1"});
 }
 
+// The README's resume demo: saved by one process, resumed under tp = 2.
+TEST(CheckpointReshard, Tp1ToTp2) {
+  reshard("reshard-tp12", 1, {"parallel.tp=1"}, 2, {"parallel.tp=2"});
+}
+
 TEST(CheckpointReshard, Pp4ToPp2WithUnevenLayers) {
   reshard("reshard-pp", 4, {"parallel.pp=4"}, 2, {"parallel.pp=2", "parallel.pipeline_layers=[3, 5]"});
 }
