@@ -96,21 +96,32 @@ std::string store_text(c10d::Store& store, const std::string& key) {
   return std::string(v.begin(), v.end());
 }
 
-// Whether host:port accepts a TCP connection within a second (closed at once).
-bool accepts_tcp(const std::string& host, int port) {
+// A TCP socket connected to host:port, its sends, receives and the connect itself bounded
+// by `limit`; -1 when the name does not resolve or nothing accepts the connection.
+int connect_tcp(const std::string& host, int port, timeval limit) {
   addrinfo hints{};
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
-  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || !found) return false;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || !found) return -1;
   std::unique_ptr<addrinfo, void (*)(addrinfo*)> guard(found, ::freeaddrinfo);
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);  // also bounds a blocking connect()
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+  if (::connect(fd, found->ai_addr, found->ai_addrlen) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Whether host:port accepts a TCP connection within a second (closed at once).
+bool accepts_tcp(const std::string& host, int port) {
+  const int fd = connect_tcp(host, port, timeval{1, 0});
   if (fd < 0) return false;
-  timeval limit{1, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);  // bounds a blocking connect()
-  const bool ok = ::connect(fd, found->ai_addr, found->ai_addrlen) == 0;
   ::close(fd);
-  return ok;
+  return true;
 }
 
 // Whether what listens at host:port drops a client that sends one byte that begins no
@@ -118,25 +129,14 @@ bool accepts_tcp(const std::string& host, int port) {
 // node 0's launcher channel closes such a connection at once; a store waits for the rest
 // (and sees the client go). False when nothing listens or the connection stays open.
 bool closes_on_probe(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || !found) return false;
-  std::unique_ptr<addrinfo, void (*)(addrinfo*)> guard(found, ::freeaddrinfo);
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int fd = connect_tcp(host, port, timeval{0, 300 * 1000});  // bounds the wait for the peer's close
   if (fd < 0) return false;
-  timeval limit{0, 300 * 1000};  // bounds connect() and the wait for the peer's close
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
   bool closed = false;
-  if (::connect(fd, found->ai_addr, found->ai_addrlen) == 0) {
-    const char probe = '\x7f';
-    char byte = 0;
-    if (::send(fd, &probe, 1, MSG_NOSIGNAL) == 1) {
-      const ssize_t n = ::recv(fd, &byte, 1, 0);
-      closed = n == 0 || (n < 0 && errno == ECONNRESET);
-    }
+  const char probe = '\x7f';
+  char byte = 0;
+  if (::send(fd, &probe, 1, MSG_NOSIGNAL) == 1) {
+    const ssize_t n = ::recv(fd, &byte, 1, 0);
+    closed = n == 0 || (n < 0 && errno == ECONNRESET);
   }
   ::close(fd);
   return closed;

@@ -37,25 +37,28 @@ at::Tensor gathered(const Group& g, const at::Tensor& x, int64_t dim) {
   return at::cat(parts, dim);
 }
 
+// Each rank's share of x's dimension `dim`, which must split evenly over the group.
+int64_t part_size(const Group& g, const at::Tensor& x, int64_t dim) {
+  const int64_t n = x.size(dim);
+  TORCH_CHECK(n % g.size() == 0, "dimension ", dim, " of size ", n, " does not split over tp=", g.size());
+  return n / g.size();
+}
+
 // x summed over the group, this rank's 1/tp slice along `dim` kept: one
 // reduce-scatter (Gloo and NCCL in libtorch 2.x have one), with `dim` moved
 // outermost so each rank's slice is contiguous.
 at::Tensor reduce_scattered(const Group& g, const at::Tensor& x, int64_t dim) {
   if (x.scalar_type() == at::kBFloat16) return reduce_scattered(g, x.to(at::kFloat), dim).to(at::kBFloat16);
-  const int64_t n = x.size(dim);
-  TORCH_CHECK(n % g.size() == 0, "dimension ", dim, " of size ", n, " does not split over tp=", g.size());
   at::Tensor full = x.transpose(0, dim).contiguous();  // (n, ...)
   auto shape = full.sizes().vec();
-  shape[0] = n / g.size();
+  shape[0] = part_size(g, x, dim);
   at::Tensor part = at::empty(shape, full.options());
   reduce_scatter(g, part, full);
   return part.transpose(0, dim).contiguous();
 }
 
 at::Tensor my_slice(const Group& g, const at::Tensor& x, int64_t dim) {
-  const int64_t n = x.size(dim);
-  TORCH_CHECK(n % g.size() == 0, "dimension ", dim, " of size ", n, " does not split over tp=", g.size());
-  const int64_t part = n / g.size();
+  const int64_t part = part_size(g, x, dim);
   return x.narrow(dim, g.rank * part, part).contiguous();
 }
 
@@ -200,7 +203,7 @@ struct VocabParallelCE : torch::autograd::Function<VocabParallelCE> {
   // logits (b, s, v/tp) fp32; targets (b, s) int64 global ids.
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor& targets, int64_t group,
                             int64_t vocab_start, int64_t valid_vocab) {
-    const Group* g = reinterpret_cast<const Group*>(group);
+    const Group& g = *reinterpret_cast<const Group*>(group);  // tp > 1 (tp = 1: WholeVocabCE)
     const int64_t rows = logits.size(-1);
     const at::Tensor l = logits.to(at::kFloat).contiguous();
     // Padded ids never win: they are left out of the max and count as exp(-inf) = 0.
@@ -208,16 +211,16 @@ struct VocabParallelCE : torch::autograd::Function<VocabParallelCE> {
     at::Tensor mx = valid > 0 ? std::get<0>(l.narrow(-1, 0, valid).max(-1))
                               : at::full(l.sizes().slice(0, l.dim() - 1), -std::numeric_limits<float>::infinity(),
                                          l.options());
-    if (g) all_reduce(*g, mx, c10d::ReduceOp::MAX);
+    all_reduce(g, mx, c10d::ReduceOp::MAX);
     at::Tensor e = (l - mx.unsqueeze(-1)).exp_();
     if (valid < rows) e.narrow(-1, valid, rows - valid).zero_();
     at::Tensor se = e.sum(-1);
-    if (g) all_reduce(*g, se);
+    all_reduce(g, se);
     at::Tensor local = targets - vocab_start;
     at::Tensor in_range = (local >= 0).logical_and(local < rows);
     at::Tensor idx = local.clamp(0, rows - 1).unsqueeze(-1);
     at::Tensor picked = (l.gather(-1, idx).squeeze(-1) - mx) * in_range.to(at::kFloat);
-    if (g) all_reduce(*g, picked);
+    all_reduce(g, picked);
     ctx->save_for_backward({e, se, idx, in_range});
     ctx->saved_data["dtype"] = static_cast<int64_t>(logits.scalar_type());
     return se.log() - picked;
@@ -335,8 +338,7 @@ struct WholeVocabCE : torch::autograd::Function<WholeVocabCE> {
 at::Tensor vocab_parallel_cross_entropy(const TpContext& tp, const at::Tensor& logits, const at::Tensor& targets,
                                         int64_t vocab_start, int64_t valid_vocab) {
   if (tp.size() == 1) return WholeVocabCE::apply(logits, targets, valid_vocab);
-  return VocabParallelCE::apply(logits, targets, tp.size() == 1 ? int64_t{0} : pack(tp), vocab_start,
-                                valid_vocab);
+  return VocabParallelCE::apply(logits, targets, pack(tp), vocab_start, valid_vocab);
 }
 
 }  // namespace trident
