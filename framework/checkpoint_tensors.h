@@ -30,7 +30,7 @@
 #include <ATen/ATen.h>
 
 #include "framework/checkpoint_store.h"
-#include "parallel/param.h"
+#include "framework/param.h"
 
 namespace trident::ckpt {
 

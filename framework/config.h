@@ -8,14 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "framework/errors.h"
+
 namespace trident {
 
-// Thrown for every caller error in a config: names the file, key, value and
-// what was expected.
-class ConfigError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 struct ModelConfig {
   std::string arch = "gpt";        // model family; only "gpt" for now

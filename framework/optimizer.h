@@ -9,7 +9,7 @@
 
 #include <ATen/ATen.h>
 
-#include "parallel/param.h"
+#include "framework/param.h"
 
 namespace trident {
 
@@ -38,7 +38,7 @@ class AdamW {
   int64_t state_bytes() const;
   const std::vector<OptimSegment>& segments() const { return segs_; }
   // The state of segments()[i] (1-D, segment-sized) and the update count t:
-  // what a checkpoint saves and restores (framework/checkpointing.h).
+  // what a checkpoint saves and restores (framework/train/checkpointing.h).
   std::vector<at::Tensor>& exp_avg() { return m_; }
   std::vector<at::Tensor>& exp_avg_sq() { return v_; }
   void set_steps_taken(int64_t t) { t_ = t; }

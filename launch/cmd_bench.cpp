@@ -1,4 +1,4 @@
-// `trident bench bubble ...`: see benchmarks/bubble_bench.h and benchmarks/README.md.
+// `trident bench bubble ...`: see framework/train/bubble_bench.h and benchmarks/README.md.
 #include <boost/program_options.hpp>
 
 #include <cmath>
@@ -14,8 +14,8 @@
 #include "launch/options.h"
 
 #ifdef TRIDENT_HAVE_TORCH
-#include "benchmarks/bubble_bench.h"
-#include "benchmarks/throughput_bench.h"
+#include "framework/train/bubble_bench.h"
+#include "framework/train/throughput_bench.h"
 #endif
 
 namespace po = boost::program_options;

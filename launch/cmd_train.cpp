@@ -12,7 +12,7 @@
 #include "launch/fault.h"
 
 #ifdef TRIDENT_HAVE_TORCH
-#include "framework/trainer.h"
+#include "framework/train/trainer.h"
 #include "parallel/process_groups.h"
 #endif
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "framework/config.h"
-#include "schedules/stage.h"
+#include "models/model.h"
 
 namespace trident {
 

@@ -5,7 +5,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "framework/config.h"
+#include "framework/errors.h"
 
 namespace trident {
 

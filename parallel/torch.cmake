@@ -1,10 +1,10 @@
 # libtorch parts of parallel/: process groups, tensor-parallel mappings and layers, p2p,
 # and backend.cpp, the one translation unit with CUDA code (parallel/backend.h).
 file(GLOB TRIDENT_PARALLEL_TORCH_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
-list(FILTER TRIDENT_PARALLEL_TORCH_SOURCES EXCLUDE REGEX "(layout|device|data_parallel)\\.cpp$")
+list(FILTER TRIDENT_PARALLEL_TORCH_SOURCES EXCLUDE REGEX "(layout|device)\\.cpp$")
 add_library(trident_parallel STATIC ${TRIDENT_PARALLEL_TORCH_SOURCES})
 target_compile_options(trident_parallel PRIVATE ${TRIDENT_WARNINGS})
-target_link_libraries(trident_parallel PUBLIC trident_layout ${TORCH_LIBRARIES})
+target_link_libraries(trident_parallel PUBLIC trident_layout trident_foundation_torch ${TORCH_LIBRARIES})
 
 # One build, CUDA-enabled (NOTE [CUDA from wheels] in cmake/TorchFromPython.cmake): PyPI's
 # libtorch lists c10_cuda and torch_cuda in TORCH_CUDA_LIBRARIES, and its headers ship

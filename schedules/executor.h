@@ -1,4 +1,4 @@
-// Runs one pipeline rank's action list against its stages (schedules/stage.h): forwards and
+// Runs one pipeline rank's action list against its stages (models/model.h): forwards and
 // backwards (full, or split into I and W), with activations and gradients moved
 // over the PP group by c10d send/recv. Receives are posted as soon as the
 // action list reaches the compute action before the one that needs them, so
@@ -13,12 +13,13 @@
 #include <ATen/ATen.h>
 
 #include "framework/cpu_memory.h"
+#include "models/model.h"
+#include "parallel/grad_observer.h"
 #include "parallel/process_groups.h"
 #include "parallel/tensor_parallel.h"
 #include "schedules/action.h"
 #include "schedules/progress.h"
 #include "schedules/simulate.h"
-#include "schedules/stage.h"
 
 namespace trident {
 

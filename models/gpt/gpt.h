@@ -11,9 +11,9 @@
 #include <ATen/ATen.h>
 
 #include "framework/config.h"
-#include "parallel/param.h"
+#include "framework/param.h"
 #include "parallel/tensor_parallel.h"
-#include "schedules/stage.h"
+#include "models/model.h"
 
 namespace trident {
 

@@ -25,7 +25,7 @@
 #include <ATen/ATen.h>
 
 #include "framework/config.h"
-#include "parallel/param.h"
+#include "framework/param.h"
 
 namespace trident {
 

@@ -1,4 +1,4 @@
-// Training checkpoints end to end (framework/checkpointing.h): a run stopped
+// Training checkpoints end to end (framework/train/checkpointing.h): a run stopped
 // by training.exit_after_steps and resumed gives bit-identical per-step losses
 // and gradient norms to the run that never stopped; a checkpoint of one layout
 // continues under another within the contract's 1e-5; a rank SIGKILLed during

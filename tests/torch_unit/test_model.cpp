@@ -10,7 +10,7 @@
 #include "framework/lr_schedule.h"
 #include "framework/optimizer.h"
 #include "models/gpt/gpt.h"
-#include "parallel/param.h"
+#include "framework/param.h"
 #include "parallel/tensor_parallel.h"
 #include "tests/run_helpers.h"
 

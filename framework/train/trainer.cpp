@@ -1,7 +1,7 @@
 // The trainer: builds this rank's part of the run, then steps
 //   zero grads -> schedule -> grad sync -> clip -> AdamW -> log
 // once per optimizer step (train_step below).
-#include "framework/trainer.h"
+#include "framework/train/trainer.h"
 
 #include <malloc.h>
 #include <unistd.h>
@@ -17,13 +17,13 @@
 
 #include <ATen/Parallel.h>
 
-#include "framework/auto_split.h"
-#include "framework/checkpointing.h"
+#include "framework/train/auto_split.h"
+#include "framework/train/checkpointing.h"
 #include "framework/cpu_memory.h"
 #include "framework/data/dataset.h"
 #include "framework/lr_schedule.h"
 #include "framework/optimizer.h"
-#include "framework/pipeline_measure.h"
+#include "framework/train/pipeline_measure.h"
 #include "models/registry.h"
 #include "parallel/backend.h"
 #include "parallel/data_parallel.h"
@@ -347,7 +347,7 @@ void build(Run& r) {
   DataParallelOptions dpo;
   dpo.bucket_mb = c.parallel.dp_bucket_mb;
   dpo.overlap = c.parallel.overlap_grad_reduce;
-  dpo.zero = static_cast<int>(c.parallel.zero);
+  dpo.zero1 = c.parallel.zero == 1;
   dpo.sequence_parallel = c.parallel.sequence_parallel;
   dpo.device = r.device;  // the parameters move into the device's buckets here
   r.dp = std::make_unique<DataParallel>(chunk_params, groups, dpo,

@@ -1,5 +1,5 @@
 // Balanced pipeline split from measured costs: see auto_split.h.
-#include "framework/auto_split.h"
+#include "framework/train/auto_split.h"
 
 #include <sstream>
 

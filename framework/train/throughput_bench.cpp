@@ -1,5 +1,5 @@
 // Throughput benchmark: see throughput_bench.h.
-#include "benchmarks/throughput_bench.h"
+#include "framework/train/throughput_bench.h"
 
 #include <algorithm>
 #include <array>

@@ -1,5 +1,5 @@
 // Pipeline measurements: see pipeline_measure.h.
-#include "framework/pipeline_measure.h"
+#include "framework/train/pipeline_measure.h"
 
 #include <algorithm>
 #include <cstring>

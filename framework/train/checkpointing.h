@@ -41,7 +41,7 @@
 
 #include "framework/config.h"
 #include "parallel/data_parallel.h"
-#include "parallel/param.h"
+#include "framework/param.h"
 #include "parallel/process_groups.h"
 
 namespace trident {

@@ -9,7 +9,7 @@
 
 #include "parallel/process_groups.h"
 #include "schedules/action.h"
-#include "schedules/stage.h"
+#include "models/model.h"
 
 namespace trident {
 

@@ -1,8 +1,9 @@
-// What the executor and the trainer know of a model: a pipeline Stage (one
-// virtual stage's forward, boundary shapes and parameters) and a Model that
-// builds the stages of any layout and describes the whole (parameters in a
-// canonical order, FLOPs per token). GPT is one implementation
-// (models/gpt); the executor's tests run a fake one made of linear layers.
+// The model interface: what the executor and the trainer know of a model. A
+// pipeline Stage (one virtual stage's forward, boundary shapes and parameters)
+// and a Model that builds the stages of any layout and describes the whole
+// (parameters in a canonical order, tied groups, FLOPs per token). GPT is one
+// implementation (models/gpt); the executor's tests run a fake one made of
+// linear layers. Layer: above parallel/, below models/ (ARCHITECTURE.md).
 #pragma once
 
 #include <cstdint>
@@ -13,7 +14,7 @@
 
 #include <ATen/ATen.h>
 
-#include "parallel/param.h"
+#include "framework/param.h"  // Param, ParamInfo, TiedGroup
 #include "parallel/recompute.h"
 #include "parallel/tensor_parallel.h"
 
@@ -51,13 +52,6 @@ class Stage {
   }
 };
 
-// A parameter with copies in several virtual stages (a word embedding tied to
-// the LM head): its global name and the stages holding a copy.
-struct TiedGroup {
-  std::string name;
-  std::vector<int> stages;
-};
-
 // Forward + backward seconds of one micro-batch: each layer's, and the extra
 // of the first stage (embedding) and of the last (head and loss). Input of
 // the balanced split (parallel.pipeline_layers = "auto").
@@ -82,17 +76,6 @@ class Model {
   virtual LayerCosts profile(int64_t micro_batch_size, int reps) const = 0;
   // Model FLOPs of forward + backward per token (for MFU).
   virtual double flops_per_token() const = 0;
-};
-
-// Told by the executor when a step's gradients of a chunk become final, so
-// data parallelism can start reducing them during the rest of the backward.
-class GradObserver {
- public:
-  virtual ~GradObserver() = default;
-  // Before the last backward (B or I) of `chunk` in this step.
-  virtual void final_backward_begins(int chunk) = 0;
-  // After the last action that adds to `chunk`'s weight gradients (B or W).
-  virtual void grads_final(int chunk) = 0;
 };
 
 }  // namespace trident

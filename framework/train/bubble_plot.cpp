@@ -7,7 +7,7 @@
 #include <map>
 #include <set>
 
-#include "benchmarks/bubble_bench.h"
+#include "framework/train/bubble_bench.h"
 #include "schedules/format.h"
 
 namespace trident::bench {

@@ -1,5 +1,5 @@
 // Parameter init from (seed, global name): see param.h.
-#include "parallel/param.h"
+#include "framework/param.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 

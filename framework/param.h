@@ -31,6 +31,13 @@ struct Param {
   ParamInfo info;
 };
 
+// A parameter with copies in several virtual stages (a word embedding tied to
+// the LM head): its global name and the stages holding a copy.
+struct TiedGroup {
+  std::string name;
+  std::vector<int> stages;
+};
+
 // The full initial tensor of a parameter: a function of (seed, name) only.
 at::Tensor init_full_tensor(int64_t seed, const ParamInfo& info);
 // This rank's slice of init_full_tensor, as a fresh leaf requiring grad.

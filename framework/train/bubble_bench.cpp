@@ -1,5 +1,5 @@
 // Bubble benchmark: see bubble_bench.h.
-#include "benchmarks/bubble_bench.h"
+#include "framework/train/bubble_bench.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,6 +1,6 @@
 // Training checkpoints: see checkpointing.h, NOTE [training checkpoint
 // contents] and NOTE [checkpoint commit].
-#include "framework/checkpointing.h"
+#include "framework/train/checkpointing.h"
 
 #include <signal.h>
 #include <unistd.h>

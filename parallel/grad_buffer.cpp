@@ -1,0 +1,187 @@
+// The gradient buffer: see grad_buffer.h, NOTE [gradient buckets].
+#include "parallel/grad_buffer.h"
+
+#include <stdexcept>
+
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+namespace trident {
+
+// Runs after a parameter's AccumulateGrad node: its gradient for this
+// backward has been added to .grad.
+struct GradBuffer::Hook : torch::autograd::FunctionPostHook {
+  Hook(GradBuffer* buffer, size_t index) : buffer_(buffer), index_(index) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& inputs) override {
+    if (!inputs.empty() && inputs[0].defined() && buffer_->armed_[static_cast<size_t>(buffer_->chunk_of_[index_])])
+      buffer_->mark_ready(index_);
+    return outputs;
+  }
+  GradBuffer* buffer_;
+  size_t index_;
+};
+
+GradBuffer::GradBuffer(const std::vector<std::vector<Param*>>& chunks, const Group& dp, GradBufferOptions opts,
+                       const std::function<GradPlace(const Param&)>& place)
+    : dp_(dp), o_(opts) {
+  for (size_t c = 0; c < chunks.size(); ++c)
+    for (Param* p : chunks[c]) params_.push_back(p), chunk_of_.push_back(static_cast<int>(c));
+  armed_.assign(chunks.size(), false);
+  ready_.assign(params_.size(), false);
+  bucket_of_.assign(params_.size(), 0);
+  offset_in_bucket_.assign(params_.size(), 0);
+  plan_buckets(place);
+  // Final-gradient hooks, on the nodes that accumulate into .grad.
+  for (size_t k = 0; k < params_.size(); ++k) {
+    auto acc = torch::autograd::impl::grad_accumulator(params_[k]->tensor);
+    acc->add_post_hook(std::make_unique<Hook>(this, k));
+    accumulators_.push_back(std::move(acc));
+  }
+}
+
+GradBuffer::~GradBuffer() = default;
+
+void GradBuffer::plan_buckets(const std::function<GradPlace(const Param&)>& place) {
+  const size_t n = params_.size();
+  std::vector<GradPlace> where(n);
+  for (size_t k = 0; k < n; ++k) where[k] = place(*params_[k]);
+  // Buckets in reverse forward order; then the late bucket (sequence-parallel
+  // gradients first, then tied ones), then the local one.
+  const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(o_.bucket_mb * 1024 * 1024 / 4));
+  std::vector<std::vector<size_t>> plan;
+  int64_t fill = cap;
+  for (size_t k = n; k-- > 0;) {
+    if (where[k] != GradPlace::kBucket) continue;
+    if (fill >= cap) plan.emplace_back(), fill = 0;
+    plan.back().push_back(k);
+    fill += params_[k]->tensor.numel();
+  }
+  const size_t none = static_cast<size_t>(-1);  // no such bucket
+  size_t late_index = none, local_index = none;
+  std::vector<size_t> late, local;
+  for (GradPlace kind : {GradPlace::kLateSequenceParallel, GradPlace::kLateTied})
+    for (size_t k = 0; k < n; ++k)
+      if (where[k] == kind) late.push_back(k);
+  for (size_t k = 0; k < n; ++k)
+    if (where[k] == GradPlace::kLocal) local.push_back(k);
+  if (!late.empty()) late_index = plan.size(), plan.push_back(late);
+  if (!local.empty()) local_index = plan.size(), plan.push_back(local);
+
+  const int64_t dp = dp_.size();
+  at::NoGradGuard no_grad;
+  for (size_t b = 0; b < plan.size(); ++b) {
+    auto bucket = std::make_unique<Bucket>();
+    bucket->params = plan[b];
+    bucket->late = b == late_index;
+    bucket->local = b == local_index;
+    for (size_t k : plan[b]) {
+      offset_in_bucket_[k] = bucket->used;
+      bucket->used += params_[k]->tensor.numel();
+      if (bucket->late && where[k] == GradPlace::kLateSequenceParallel) bucket->sp_end = bucket->used;
+    }
+    const int64_t padded = (bucket->used + dp - 1) / dp * dp;
+    const auto on_device = at::TensorOptions().dtype(at::kFloat).device(o_.device);
+    bucket->data = at::zeros({padded}, on_device);
+    bucket->grad = at::zeros({padded}, on_device);
+    if (o_.sharded && dp > 1 && !bucket->local) bucket->shard_grad = at::zeros({padded / dp}, on_device);
+    for (size_t k : plan[b]) {
+      bucket_of_[k] = b;
+      Param* p = params_[k];
+      const auto shape = p->tensor.sizes().vec();
+      at::Tensor view = bucket->data.narrow(0, offset_in_bucket_[k], p->tensor.numel());
+      view.copy_(p->tensor.reshape({-1}));
+      p->tensor = view.view(shape).detach().requires_grad_(true);
+      p->tensor.mutable_grad() = bucket->grad.narrow(0, offset_in_bucket_[k], view.numel()).view(shape);
+    }
+    buckets_.push_back(std::move(bucket));
+  }
+}
+
+ShardRange GradBuffer::owned(const Bucket& b) const {
+  return owned_range(b.data.numel(), b.used, dp_.size(), dp_.rank, o_.sharded);
+}
+
+int64_t GradBuffer::dp_reduced_elements() const {
+  if (dp_.size() == 1) return 0;
+  int64_t n = 0;
+  for (const auto& b : buckets_)
+    if (!b->local) n += b->used;
+  return n;
+}
+
+void GradBuffer::zero_grads() {
+  for (auto& b : buckets_) {
+    b->grad.zero_();
+    b->pending = static_cast<int>(b->params.size());
+    b->work.reset();
+  }
+  ready_.assign(ready_.size(), false);
+  armed_.assign(armed_.size(), false);
+}
+
+void GradBuffer::final_backward_begins(int chunk) { armed_.at(static_cast<size_t>(chunk)) = true; }
+
+void GradBuffer::grads_final(int chunk) {
+  for (size_t k = 0; k < params_.size(); ++k)
+    if (chunk_of_[k] == chunk) mark_ready(k);
+}
+
+void GradBuffer::mark_ready(size_t k) {
+  if (ready_[k]) return;
+  ready_[k] = true;
+  Bucket& b = *buckets_[bucket_of_[k]];
+  if (--b.pending == 0 && o_.overlap && !b.late && !b.local) launch(b);
+}
+
+void GradBuffer::launch(Bucket& b) {
+  if (dp_.size() == 1) return;
+  if (b.shard_grad.defined()) {
+    b.work = reduce_scatter_async(dp_, b.shard_grad, b.grad);
+    return;
+  }
+  std::vector<at::Tensor> ts{b.grad};
+  b.work = dp_.pg->allreduce(ts);
+}
+
+void GradBuffer::land(Bucket& b) {
+  if (!b.work) return;
+  wait_work(dp_, b.work, b.shard_grad.defined() ? "gradient reduce_scatter" : "gradient all_reduce", -1);
+  b.work.reset();
+  if (b.shard_grad.defined()) {
+    const ShardRange own = owned(b);
+    b.grad.narrow(0, own.lo, own.hi - own.lo).copy_(b.shard_grad);
+  }
+}
+
+void GradBuffer::reduce(const std::function<void(at::Tensor sp_grads)>& before_late) {
+  at::NoGradGuard no_grad;
+  const double dp = dp_.size();
+  for (auto& b : buckets_) {
+    if (b->local) continue;  // added into the primaries by before_late
+    if (b->late) {
+      before_late(b->grad.narrow(0, 0, b->sp_end));
+      if (dp > 1) launch(*b), land(*b);
+    } else {
+      if (!b->work) launch(*b);  // not launched during the backward (no overlap)
+      land(*b);
+    }
+    if (dp > 1) b->grad.div_(dp);
+  }
+}
+
+void GradBuffer::scale(double coef) {
+  at::NoGradGuard no_grad;
+  for (auto& b : buckets_) {
+    if (b->local) continue;
+    if (o_.sharded) {
+      const ShardRange own = owned(*b);
+      b->grad.narrow(0, own.lo, own.hi - own.lo).mul_(coef);
+    } else {
+      b->grad.mul_(coef);
+    }
+  }
+}
+
+}  // namespace trident

@@ -1,0 +1,120 @@
+// The gradient buffer of data parallelism: parameters and gradients as views
+// of flat buckets, the hooks that find a gradient final, and each bucket's
+// asynchronous reduction over DP. What a gradient needs before or after that
+// reduction is parallel/grad_finalize.h; the ZeRO-1 optimizer is
+// parallel/zero_optimizer.h; parallel/data_parallel.h puts the three together.
+//
+// NOTE [gradient buckets]
+// Every parameter and its gradient are views into persistent flat buffers
+// (buckets of about `bucket_mb`), so gradients accumulate in place across
+// micro-batches and are reduced without any concatenation or copy. Buckets
+// hold parameters in reverse forward order, the order the backward finishes
+// them. With `overlap`, a bucket's asynchronous all-reduce over DP starts as
+// soon as every gradient in it is final: the executor says when a chunk's
+// last backward begins (then each parameter's AccumulateGrad post-hook marks
+// it final) and when its last weight gradient is in (after the deferred W of
+// zero-bubble schedules). reduce() waits for them just before clipping.
+//
+// Gradients that need another reduction first (GradPlace::kLate*) live in one
+// "late" bucket, reduced in reduce() after that other reduction (the
+// sequence-parallel ones first, then the tied ones). Gradients that are
+// never reduced (kLocal: a tied copy added into its primary on this rank)
+// sit in a "local" bucket of their own.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "framework/param.h"
+#include "parallel/grad_observer.h"
+#include "parallel/process_groups.h"
+#include "parallel/zero_optimizer.h"
+
+namespace torch::autograd {
+struct Node;
+}
+
+namespace trident {
+
+// Where a parameter's gradient goes (see NOTE [gradient buckets]).
+enum class GradPlace {
+  kBucket,                // reduced over DP as soon as its bucket is final
+  kLateSequenceParallel,  // late: first reduced over TP (sequence parallelism)
+  kLateTied,              // late: first added to the tied word embedding's other copy
+  kLocal,                 // never reduced: added into its primary on this rank
+};
+
+struct GradBufferOptions {
+  double bucket_mb = 25;  // target bucket size in MiB
+  bool overlap = true;    // reduce buckets during the backward
+  bool sharded = false;   // ZeRO-1: each rank receives only its shard of a bucket's sum
+  // Where the buckets live: the parameters, their gradients and (through
+  // them) the optimizer state move there when the buckets are built.
+  c10::Device device{c10::kCPU};
+};
+
+class GradBuffer : public GradObserver {
+ public:
+  struct Bucket {
+    std::vector<size_t> params;  // indices into params()
+    at::Tensor data, grad;       // flat, padded to a multiple of dp
+    int64_t used = 0;            // elements holding parameters
+    bool late = false;
+    bool local = false;
+    int64_t sp_end = 0;          // late bucket: elements [0, sp_end) are kLateSequenceParallel
+    int pending = 0;             // parameters not yet final this step
+    c10::intrusive_ptr<c10d::Work> work;
+    at::Tensor shard_grad;       // sharded, dp > 1: this rank's reduced shard (NOTE [ZeRO-1 reduce-scatter])
+  };
+
+  // chunks[c] = this rank's parameters of its chunk c, in forward order;
+  // place(p) says where p's gradient goes. Each parameter's tensor and
+  // gradient become views of its bucket.
+  GradBuffer(const std::vector<std::vector<Param*>>& chunks, const Group& dp, GradBufferOptions opts,
+             const std::function<GradPlace(const Param&)>& place);
+  ~GradBuffer() override;
+  GradBuffer(const GradBuffer&) = delete;
+  GradBuffer& operator=(const GradBuffer&) = delete;
+
+  void zero_grads();  // before a step's schedule
+  void final_backward_begins(int chunk) override;
+  void grads_final(int chunk) override;
+  // Waits for (or runs) every bucket's DP reduction and divides by dp, so
+  // each gradient this rank owns is the DP average. `before_late` runs on
+  // the late bucket's sequence-parallel part before the late bucket is
+  // reduced (it is given an empty tensor when there is none).
+  void reduce(const std::function<void(at::Tensor sp_grads)>& before_late);
+  // Multiplies every gradient element this rank owns by coef (clipping).
+  void scale(double coef);
+
+  const std::vector<Param*>& params() const { return params_; }
+  const std::vector<std::unique_ptr<Bucket>>& buckets() const { return buckets_; }
+  int64_t offset_in_bucket(size_t param_index) const { return offset_in_bucket_[param_index]; }
+  // The elements of `b` this rank owns (steps, norms, clips): NOTE [ZeRO-1 reduce-scatter].
+  ShardRange owned(const Bucket& b) const;
+  // Gradient elements this rank reduces over DP each step (0 at dp = 1).
+  int64_t dp_reduced_elements() const;
+  const Group& dp() const { return dp_; }
+
+ private:
+  struct Hook;
+  void plan_buckets(const std::function<GradPlace(const Param&)>& place);
+  void mark_ready(size_t param_index);
+  void launch(Bucket& b);
+  void land(Bucket& b);  // waits for a launched reduction; sharded: copies the shard into the bucket
+
+  const Group& dp_;
+  GradBufferOptions o_;
+  std::vector<Param*> params_;      // all, chunk by chunk in forward order
+  std::vector<int> chunk_of_;       // per param
+  std::vector<size_t> bucket_of_;   // per param
+  std::vector<int64_t> offset_in_bucket_;
+  std::vector<bool> ready_, armed_;  // per param; per chunk
+  std::vector<std::unique_ptr<Bucket>> buckets_;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keeps the hooked nodes alive
+};
+
+}  // namespace trident

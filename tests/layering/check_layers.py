@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""Layers only point down (ARCHITECTURE.md, DESIGN.md principle 12).
+
+Derives the include graph from the sources (every `#include "..."` that names
+a file of this repository) and fails on an arrow that runs back up, naming the
+file, the line and the rule. Also fails on a folder's CMake target compiling a
+file of another folder, and on a source file that no layer claims.
+
+  check_layers.py SOURCE_DIR     check the tree (exit 1 on a violation)
+  check_layers.py --self-test    check that each kind of violation is caught
+"""
+import fnmatch
+import os
+import re
+import sys
+import tempfile
+
+# Layers from the bottom up: (name, path patterns). A file belongs to the first
+# layer with a matching pattern, so the specific patterns come first.
+LAYERS = [
+    ("model interface", ["models/model.h"]),
+    ("executor", ["schedules/executor.h", "schedules/executor.cpp"]),
+    ("trainer", ["framework/train/*"]),
+    ("foundation", ["framework/*"]),  # framework/*.{h,cpp} and framework/data/
+    ("parallel", ["parallel/*"]),
+    ("schedules", ["schedules/*"]),
+    ("models", ["models/*"]),
+    ("launch", ["launch/*"]),
+    ("tools", ["benchmarks/*", "tests/*"]),
+]
+# What each layer may include besides itself. parallel/ and the pure
+# schedules/ are side by side on the foundation and do not see each other.
+ALLOWED = {
+    "foundation": [],
+    "parallel": ["foundation"],
+    "schedules": [],
+    "model interface": ["foundation", "parallel"],
+    "models": ["foundation", "parallel", "model interface"],
+    "executor": ["foundation", "parallel", "schedules", "model interface"],
+    "trainer": ["foundation", "parallel", "schedules", "model interface", "models", "executor"],
+    "launch": ["foundation", "parallel", "schedules", "model interface", "models", "executor", "trainer"],
+    "tools": ["foundation", "parallel", "schedules", "model interface", "models", "executor", "trainer", "launch"],
+}
+SOURCE_DIRS = ["framework", "parallel", "schedules", "models", "launch", "benchmarks", "tests"]
+CODE = (".h", ".cpp", ".inc")
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+
+
+def layer_of(path):
+    for name, patterns in LAYERS:
+        if any(fnmatch.fnmatchcase(path, p) for p in patterns):
+            return name
+    return None
+
+
+def sources(root):
+    for top in SOURCE_DIRS:
+        for dirpath, dirnames, filenames in os.walk(os.path.join(root, top)):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            for f in sorted(filenames):
+                if f.endswith(CODE):
+                    yield os.path.relpath(os.path.join(dirpath, f), root)
+
+
+def resolve(root, src, name):
+    """The repository path an include names, or None (a system or generated header)."""
+    for base in ("", os.path.dirname(src)):
+        cand = os.path.normpath(os.path.join(base, name))
+        if os.path.isfile(os.path.join(root, cand)):
+            return cand
+    return None
+
+
+def include_violations(root):
+    out = []
+    for src in sources(root):
+        mine = layer_of(src)
+        if mine is None:
+            out.append(f"{src}: no layer claims this file (add it to LAYERS in tests/layering/check_layers.py)")
+            continue
+        with open(os.path.join(root, src), encoding="utf-8", errors="replace") as f:
+            for lineno, line in enumerate(f, 1):
+                m = INCLUDE.match(line)
+                if not m:
+                    continue
+                target = resolve(root, src, m.group(1))
+                if target is None:
+                    continue
+                theirs = layer_of(target)
+                if theirs is None or theirs == mine or theirs in ALLOWED[mine]:
+                    continue
+                allowed = ", ".join(ALLOWED[mine]) or "nothing else of Trident"
+                out.append(f"{src}:{lineno}: includes {target} ({theirs}): the {mine} layer may include only "
+                           f"itself and {allowed} (layers only point down: ARCHITECTURE.md)")
+    return out
+
+
+TARGET = re.compile(r"\badd_(?:library|executable)\s*\(([^)]*)\)", re.S)
+
+
+def cmake_violations(root):
+    """A folder's targets compile only that folder's files."""
+    out = []
+    for top in SOURCE_DIRS:
+        if top == "tests":
+            continue
+        for dirpath, dirnames, filenames in os.walk(os.path.join(root, top)):
+            for f in sorted(filenames):
+                if f != "CMakeLists.txt" and not f.endswith(".cmake"):
+                    continue
+                path = os.path.join(dirpath, f)
+                rel = os.path.relpath(path, root)
+                text = open(path, encoding="utf-8").read()
+                for m in TARGET.finditer(text):
+                    lineno = text.count("\n", 0, m.start()) + 1
+                    for token in m.group(1).split():
+                        if "PROJECT_SOURCE_DIR" in token or ".." in token:
+                            out.append(f"{rel}:{lineno}: target compiles {token}, a file outside {os.path.dirname(rel)}/"
+                                       " (each folder builds its own library from its own files)")
+    return out
+
+
+def check(root):
+    return include_violations(root) + cmake_violations(root)
+
+
+def self_test():
+    """Each kind of violation in a small tree is reported with its file and line."""
+    cases = {
+        "framework/optimizer.h": '#pragma once\n#include "parallel/param.h"\n',  # foundation -> parallel
+        "parallel/param.h": "#pragma once\n",
+        "schedules/action.h": '#include <vector>\n\n#include "framework/config.h"\n',  # pure schedules -> foundation
+        "framework/config.h": "#pragma once\n",
+        "models/gpt/gpt.cpp": '#include "schedules/executor.h"\n',  # models -> executor
+        "schedules/executor.h": '#include "models/model.h"\n',  # fine: executor -> model interface
+        "models/model.h": '#include "framework/param.h"\n',  # fine
+        "framework/param.h": "",
+        "launch/cmd.cpp": '#include "benchmarks/bench.h"\n',  # launch -> tools
+        "benchmarks/bench.h": "",
+        "stray/x.cpp": "",  # not scanned: stray/ is no source folder
+        "framework/CMakeLists.txt": "add_library(x STATIC a.cpp\n  ${PROJECT_SOURCE_DIR}/parallel/y.cpp)\n",
+    }
+    expected = [
+        "framework/optimizer.h:2: includes parallel/param.h (parallel)",
+        "schedules/action.h:3: includes framework/config.h (foundation)",
+        "models/gpt/gpt.cpp:1: includes schedules/executor.h (executor)",
+        "launch/cmd.cpp:1: includes benchmarks/bench.h (tools)",
+        "framework/CMakeLists.txt:1: target compiles ${PROJECT_SOURCE_DIR}/parallel/y.cpp",
+    ]
+    with tempfile.TemporaryDirectory() as root:
+        for path, text in cases.items():
+            os.makedirs(os.path.join(root, os.path.dirname(path)), exist_ok=True)
+            with open(os.path.join(root, path), "w") as f:
+                f.write(text)
+        found = check(root)
+        failures = [e for e in expected if not any(v.startswith(e) for v in found)]
+        extra = [v for v in found if not any(v.startswith(e) for e in expected)]
+    for e in failures:
+        print(f"self-test: not reported: {e}")
+    for v in extra:
+        print(f"self-test: reported wrongly: {v}")
+    if failures or extra:
+        return 1
+    print(f"self-test: all {len(expected)} violations reported with file and line, nothing else")
+    return 0
+
+
+def main(argv):
+    if argv[1:] == ["--self-test"]:
+        return self_test()
+    if len(argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    root = argv[1]
+    found = check(root)
+    for v in found:
+        print(v)
+    n = sum(1 for _ in sources(root))
+    if found:
+        print(f"{len(found)} violation(s) of the layering in {n} source files")
+        return 1
+    print(f"{n} source files: every include points down or sideways within its layer; "
+          "every folder compiles only its own files")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
