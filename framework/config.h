@@ -95,8 +95,8 @@ struct CheckpointConfig {
 };
 
 struct LoggingConfig {
-  std::string dir = "runs/default";  // run directory: config.toml, metrics.jsonl, loss.svg
-  int64_t log_interval = 1;          // print a step line every N steps
+  std::string dir = "runs/default";  // run directory: config.toml, metrics.jsonl, loss.svg, rank-R.json
+  int64_t log_interval = 1;          // log (step line, metrics.jsonl row, loss reduction) every N steps
   bool progress = true;              // progress bar when stdout is a terminal
   bool trace = false;                // write trace.json and timeline.svg of step trace_step
   int64_t trace_step = 2;            // the step logging.trace records

@@ -1,7 +1,7 @@
 // AdamW with decoupled weight decay (Loshchilov & Hutter 2019), no decay on
 // biases and norms. Purely elementwise, so it runs over segments: contiguous
 // element ranges of parameters. A whole parameter is one segment; under
-// ZeRO-1 a rank's segments are the pieces of its shard (parallel/data_parallel.h),
+// ZeRO-1 a rank's segments are the pieces of its shard (parallel/zero_optimizer.h),
 // and each piece gets exactly the slice of the full tensor's update.
 #pragma once
 

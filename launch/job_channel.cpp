@@ -253,104 +253,120 @@ void JobChannel::drop(Peer& peer, const std::string& why, std::vector<JobEvent>&
   if (node_rank_ == 0) publish(lost);  // forwarded as node 0's news about that node
 }
 
+void JobChannel::accept_peers() {
+  if (!listener_.valid()) return;
+  for (int fd; (fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0;) {
+    auto p = std::make_unique<Peer>();
+    p->fd = UniqueFd(fd);
+    peers_.push_back(std::move(p));
+  }
+}
+
+void JobChannel::advance_hub_connection() {
+  if (node_rank_ == 0 || gave_up_ || peers_.empty()) return;
+  Peer& hub = *peers_.front();
+  if (!hub.fd.valid() && unix_ms_now() >= next_connect_ms_) {
+    try_connect();
+  } else if (hub.connecting) {
+    pollfd pfd{hub.fd.get(), POLLOUT, 0};
+    if (::poll(&pfd, 1, 0) <= 0) return;
+    int err = 0;
+    socklen_t len = sizeof err;
+    ::getsockopt(hub.fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err != 0) {
+      hub.fd.reset();  // refused (node 0 not up yet): retry later
+    } else {
+      hub.connecting = false;
+      say_hello(hub);
+    }
+  }
+}
+
+std::optional<std::string> JobChannel::read_available(Peer& peer) {
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(peer.fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return std::nullopt;
+    if (n <= 0) return n == 0 ? "its connection closed before it finished" : std::string(std::strerror(errno));
+    peer.pending.append(buf, static_cast<size_t>(n));
+  }
+}
+
+// Not a launcher of this job (a store client on the wrong port, a scanner, a
+// proxy): forget the connection, which the other side sees closed at once
+// instead of waiting for an answer.
+void JobChannel::forget_stray(Peer& peer, const std::string& what) {
+  if (node_rank_ != 0) {
+    gave_up_ = true;
+    notices_.push_back("something other than node 0's launcher answers at " + master_addr_ + ":" +
+                       std::to_string(port_) + " (--launcher-port): '" + what.substr(0, 80) +
+                       "'; failures on other nodes will not be reported here");
+  }
+  peer.fd.reset();
+}
+
+bool JobChannel::handle_line(Peer& peer, const std::string& line, std::vector<JobEvent>& out) {
+  const auto e = decode(line);
+  const bool valid = e && e->node < nnodes_ && e->node != node_rank_ &&
+                     (node_rank_ == 0 || e->node == 0 || e->kind != JobEvent::Kind::kHello);
+  if (!valid && peer.node < 0) return false;
+  if (!valid) {
+    notices_.push_back("ignoring a malformed message from another launcher: '" + line.substr(0, 80) + "'");
+    return true;
+  }
+  if (e->kind == JobEvent::Kind::kHello) {
+    for (const auto& other : peers_)
+      if (other.get() != &peer && other->node == e->node && other->fd.valid())
+        notices_.push_back("two launchers say they are node " + std::to_string(e->node) +
+                           ": is --node-rank the same on two nodes?");
+    peer.node = e->node;
+    if (node_rank_ == 0) {  // answer, so that it knows a launcher listens here, then tell what it missed
+      send_to(peer, encode({JobEvent::Kind::kHello, 0, unix_ms_now(), ""}));
+      for (const auto& l : history_) send_to(peer, l);
+    }
+    return true;
+  }
+  if (peer.node < 0) return true;  // events before the hello: not from a launcher
+  if (e->kind == JobEvent::Kind::kDone && e->node == peer.node) peer.done = true;
+  out.push_back(*e);
+  if (node_rank_ == 0) {
+    const std::string fwd = encode(*e);
+    history_.push_back(fwd);
+    for (auto& other : peers_)
+      if (other.get() != &peer && other->node >= 0 && other->fd.valid()) send_to(*other, fwd);
+  }
+  return true;
+}
+
+void JobChannel::serve_peer(Peer& peer, std::vector<JobEvent>& out) {
+  std::optional<std::string> closed = read_available(peer);  // handled after its last lines
+  const std::string hello = "hello";
+  if (peer.node < 0 && peer.pending.compare(0, hello.size(), hello, 0, peer.pending.size()) != 0) {
+    forget_stray(peer, peer.pending.substr(0, peer.pending.find('\n')));
+    peer.pending.clear();
+    return;
+  }
+  size_t start = 0;
+  for (size_t nl; peer.fd.valid() && (nl = peer.pending.find('\n', start)) != std::string::npos; start = nl + 1) {
+    const std::string line = peer.pending.substr(start, nl - start);
+    if (!handle_line(peer, line, out)) {
+      forget_stray(peer, line);
+      closed.reset();
+      break;
+    }
+  }
+  peer.pending.erase(0, start);
+  if (closed) drop(peer, *closed, out);
+}
+
 std::vector<JobEvent> JobChannel::service() {
   std::vector<JobEvent> out;
   if (nnodes_ <= 1) return out;
-  if (listener_.valid())
-    for (int fd; (fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0;) {
-      auto p = std::make_unique<Peer>();
-      p->fd = UniqueFd(fd);
-      peers_.push_back(std::move(p));
-    }
-  if (node_rank_ != 0 && !gave_up_ && !peers_.empty()) {
-    Peer& hub = *peers_.front();
-    if (!hub.fd.valid() && unix_ms_now() >= next_connect_ms_) try_connect();
-    else if (hub.connecting) {
-      pollfd pfd{hub.fd.get(), POLLOUT, 0};
-      if (::poll(&pfd, 1, 0) > 0) {
-        int err = 0;
-        socklen_t len = sizeof err;
-        ::getsockopt(hub.fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
-        if (err != 0) {
-          hub.fd.reset();  // refused (node 0 not up yet): retry later
-        } else {
-          hub.connecting = false;
-          say_hello(hub);
-        }
-      }
-    }
-  }
-  for (auto& peer : peers_) {
-    if (!peer->fd.valid() || peer->connecting) continue;
-    char buf[4096];
-    std::optional<std::string> closed;  // why the connection ended; handled after its last lines
-    for (;;) {
-      const ssize_t n = ::read(peer->fd.get(), buf, sizeof buf);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-      if (n <= 0) {
-        closed = n == 0 ? "its connection closed before it finished" : std::string(std::strerror(errno));
-        break;
-      }
-      peer->pending.append(buf, static_cast<size_t>(n));
-    }
-    // Not a launcher of this job (a store client on the wrong port, a
-    // scanner, a proxy): forget the connection, which the other side sees
-    // closed at once instead of waiting for an answer.
-    auto stray = [&](const std::string& what) {
-      if (node_rank_ != 0) {
-        gave_up_ = true;
-        notices_.push_back("something other than node 0's launcher answers at " + master_addr_ + ":" +
-                           std::to_string(port_) + " (--launcher-port): '" + what.substr(0, 80) +
-                           "'; failures on other nodes will not be reported here");
-      }
-      peer->fd.reset();
-      closed.reset();
-    };
-    const std::string hello = "hello";
-    if (peer->node < 0 && peer->pending.compare(0, hello.size(), hello, 0, peer->pending.size()) != 0) {
-      stray(peer->pending.substr(0, peer->pending.find('\n')));
-      peer->pending.clear();
-    }
-    size_t start = 0;
-    for (size_t nl; peer->fd.valid() && (nl = peer->pending.find('\n', start)) != std::string::npos; start = nl + 1) {
-      const std::string line = peer->pending.substr(start, nl - start);
-      const auto e = decode(line);
-      const bool valid = e && e->node < nnodes_ && e->node != node_rank_ && (node_rank_ == 0 || e->node == 0 ||
-                                                                              e->kind != JobEvent::Kind::kHello);
-      if (!valid && peer->node < 0) {
-        stray(line);
-        break;
-      }
-      if (!valid) {
-        notices_.push_back("ignoring a malformed message from another launcher: '" + line.substr(0, 80) + "'");
-        continue;
-      }
-      if (e->kind == JobEvent::Kind::kHello) {
-        for (const auto& other : peers_)
-          if (other.get() != peer.get() && other->node == e->node && other->fd.valid())
-            notices_.push_back("two launchers say they are node " + std::to_string(e->node) +
-                               ": is --node-rank the same on two nodes?");
-        peer->node = e->node;
-        if (node_rank_ == 0) {  // answer, so that it knows a launcher listens here, then tell what it missed
-          send_to(*peer, encode({JobEvent::Kind::kHello, 0, unix_ms_now(), ""}));
-          for (const auto& l : history_) send_to(*peer, l);
-        }
-        continue;
-      }
-      if (peer->node < 0) continue;  // events before the hello: not from a launcher
-      if (e->kind == JobEvent::Kind::kDone && e->node == peer->node) peer->done = true;
-      out.push_back(*e);
-      if (node_rank_ == 0) {
-        const std::string fwd = encode(*e);
-        history_.push_back(fwd);
-        for (auto& other : peers_)
-          if (other.get() != peer.get() && other->node >= 0 && other->fd.valid()) send_to(*other, fwd);
-      }
-    }
-    peer->pending.erase(0, start);
-    if (closed) drop(*peer, *closed, out);
-  }
+  accept_peers();
+  advance_hub_connection();
+  for (auto& peer : peers_)
+    if (peer->fd.valid() && !peer->connecting) serve_peer(*peer, out);
   if (node_rank_ == 0)
     peers_.erase(std::remove_if(peers_.begin(), peers_.end(), [](const auto& p) { return !p->fd.valid(); }),
                  peers_.end());

@@ -93,6 +93,16 @@ class JobChannel {
   void drop(Peer& peer, const std::string& why, std::vector<JobEvent>& out);
   void say_hello(Peer& hub);
   void send_to(Peer& peer, const std::string& line);  // queued while not connected
+  // The parts of service(), in its order.
+  void accept_peers();
+  void advance_hub_connection();  // other nodes: connect to node 0's launcher, or finish connecting
+  void serve_peer(Peer& peer, std::vector<JobEvent>& out);
+  // Reads whatever `peer` has sent into its pending text; returns why its connection ended, if it did.
+  std::optional<std::string> read_available(Peer& peer);
+  // Forgets a connection that is not a launcher of this job.
+  void forget_stray(Peer& peer, const std::string& what);
+  // One line from `peer`: false when it shows the connection is not a launcher's.
+  bool handle_line(Peer& peer, const std::string& line, std::vector<JobEvent>& out);
 
   int node_rank_, nnodes_;
   std::string master_addr_;

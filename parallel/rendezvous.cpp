@@ -178,6 +178,140 @@ c10::intrusive_ptr<c10d::Store> connect_store(const WorldEnv& env, std::chrono::
                            " (is node 0 up, and are --master-addr and --master-port node 0's?): " + why);
 }
 
+// The rendezvous as one rank sees it: its store, its place and the deadline.
+struct Rendezvous {
+  c10d::Store& store;
+  const WorldEnv& env;
+  std::chrono::milliseconds timeout;
+  Clock::time_point deadline;
+  static constexpr const char* kVerdict = "trident/rdzv/verdict";
+  static constexpr const char* kAbort = "trident/rdzv/abort";
+
+  std::chrono::milliseconds left() const {
+    return std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),
+                    std::chrono::milliseconds(1));
+  }
+  void post(const std::string& key, const std::string& text) const {
+    store.set(key, std::vector<uint8_t>(text.begin(), text.end()));
+  }
+};
+
+// A mismatched WORLD_SIZE, worded the same whichever side sees it first.
+std::string world_mismatch(const std::string& who, int world, const WorldEnv& env, int world0) {
+  return who + " has WORLD_SIZE " + std::to_string(world) + " but rank 0 at " + store_address(env) + " has " +
+         std::to_string(world0) + ": --nnodes or --nproc-per-node differ between the nodes";
+}
+
+// Ranks other than 0: rank 0's entry carries its WORLD_SIZE, so a node
+// launched with another --nnodes finds out at once, and tells rank 0
+// through kAbort.
+void check_rank0_world(const Rendezvous& rv) {
+  const WorldEnv& env = rv.env;
+  try {
+    rv.store.wait({"trident/rdzv/0"}, rv.left());
+  } catch (const std::exception& e) {
+    // A store keeps its clients' connections; a failure well before the
+    // deadline means something else listens on that port.
+    if (rv.deadline - Clock::now() > std::chrono::milliseconds(500))
+      throw std::runtime_error(
+          describe_place(env) + " reached " + store_address(env) +
+          ", but what listens there is not the rendezvous store (it dropped the connection: " + message_of(e) +
+          "); is --master-port the same on every node? (Node 0's launcher listens on --launcher-port, by "
+          "default --master-port + 1.)");
+    throw std::runtime_error(describe_place(env) + " reached the rendezvous store at " + store_address(env) +
+                             " but rank 0 did not register within " + seconds_text(rv.timeout));
+  }
+  std::istringstream in(store_text(rv.store, "trident/rdzv/0"));
+  int world0 = 0;
+  in >> world0;
+  if (world0 == env.world_size) return;
+  const std::string error = world_mismatch(describe_place(env), env.world_size, env, world0);
+  rv.post(Rendezvous::kAbort, error);
+  // Rank 0 names the mismatch too, once it has read kAbort: wait (briefly) for its
+  // verdict, so this rank's exit, which the launchers turn into stopping every rank at
+  // once, does not cut rank 0 off before it says so.
+  try {
+    rv.store.wait({Rendezvous::kVerdict}, std::min(rv.left(), std::chrono::milliseconds(2000)));
+  } catch (const std::exception&) {
+    // rank 0 gone or slow: this rank's own message says it all
+  }
+  throw std::runtime_error(error);
+}
+
+// Rank 0: who has arrived, from where (node, address) -> ranks.
+struct Arrivals {
+  std::vector<int> missing, nodes;
+  std::map<std::pair<int, std::string>, std::vector<int>> places;
+  std::string error;
+};
+
+// Reads the entries of the ranks still missing; records a WORLD_SIZE mismatch as the error.
+void read_arrivals(const Rendezvous& rv, Arrivals& a) {
+  std::vector<int> still;
+  for (int r : a.missing) {
+    const std::string key = "trident/rdzv/" + std::to_string(r);
+    if (!rv.store.check({key})) {
+      still.push_back(r);
+      continue;
+    }
+    std::istringstream in(store_text(rv.store, key));
+    int world = 0, node = -1;
+    std::string addr;
+    in >> world >> node >> addr;
+    a.places[{node, addr}].push_back(r);
+    if (std::find(a.nodes.begin(), a.nodes.end(), node) == a.nodes.end()) a.nodes.push_back(node);
+    if (world != rv.env.world_size && a.error.empty())
+      a.error = world_mismatch("rank " + std::to_string(r) + " on node " + std::to_string(node), world, rv.env,
+                               rv.env.world_size);
+  }
+  a.missing = std::move(still);
+}
+
+// Rank 0 waits for ranks 1..world-1 until the deadline, then posts its verdict.
+Arrivals gather_arrivals(const Rendezvous& rv, const std::string& address) {
+  const WorldEnv& env = rv.env;
+  Arrivals a;
+  for (int r = 1; r < env.world_size; ++r) a.missing.push_back(r);
+  a.nodes = {env.node_rank};
+  a.places = {{{env.node_rank, address}, {0}}};
+  while (a.error.empty()) {
+    if (rv.store.check({Rendezvous::kAbort})) {
+      a.error = store_text(rv.store, Rendezvous::kAbort);
+      break;
+    }
+    read_arrivals(rv, a);
+    if (a.missing.empty() || !a.error.empty()) break;
+    if (Clock::now() >= rv.deadline) {
+      std::sort(a.nodes.begin(), a.nodes.end());
+      std::string nodes;
+      for (int n : a.nodes) nodes += (nodes.empty() ? "" : ", ") + std::to_string(n);
+      a.error = "rank(s) " + rank_ranges(a.missing) + " of " + std::to_string(env.world_size) +
+                " never joined the rendezvous at " + store_address(env) + " within " + seconds_text(rv.timeout) +
+                " (node(s) " + nodes + " did; is every node started, with this --master-addr and --master-port?)";
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  rv.post(Rendezvous::kVerdict, a.error.empty() ? "ok " + std::to_string(env.world_size) : "error " + a.error);
+  return a;
+}
+
+// Ranks other than 0: rank 0's verdict on the whole rendezvous.
+void await_verdict(const Rendezvous& rv) {
+  const WorldEnv& env = rv.env;
+  try {
+    rv.store.wait({Rendezvous::kVerdict}, rv.left());
+  } catch (const std::exception&) {
+    throw std::runtime_error(describe_place(env) + " reached the rendezvous store at " + store_address(env) +
+                             " but rank 0 did not confirm every rank's arrival within " + seconds_text(rv.timeout) +
+                             " (a node is missing, or node 0 died)");
+  }
+  const std::string verdict = store_text(rv.store, Rendezvous::kVerdict);
+  if (verdict.rfind("error ", 0) == 0)
+    throw std::runtime_error("rendezvous at " + store_address(env) + " failed, as rank 0 found: " + verdict.substr(6));
+  assert(verdict == "ok " + std::to_string(env.world_size));
+}
+
 // NOTE [rendezvous]
 // A TCPStore server counts connections, not who made them: a late node, a
 // wrong port and a node launched with another --nnodes all look like "not
@@ -191,119 +325,26 @@ c10::intrusive_ptr<c10d::Store> connect_store(const WorldEnv& env, std::chrono::
 // address and port.
 void join_rendezvous(c10d::Store& store, const WorldEnv& env, const std::string& address,
                      std::chrono::milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  const std::string mine = std::to_string(env.world_size) + " " + std::to_string(env.node_rank) + " " + address;
-  store.set("trident/rdzv/" + std::to_string(env.rank), std::vector<uint8_t>(mine.begin(), mine.end()));
-  const std::string verdict_key = "trident/rdzv/verdict", abort_key = "trident/rdzv/abort";
-  auto left = [&] {
-    return std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),
-                    std::chrono::milliseconds(1));
-  };
+  const Rendezvous rv{store, env, timeout, Clock::now() + timeout};
+  rv.post("trident/rdzv/" + std::to_string(env.rank),
+          std::to_string(env.world_size) + " " + std::to_string(env.node_rank) + " " + address);
   if (env.rank != 0) {
-    // Rank 0's entry carries its WORLD_SIZE: a node launched with another
-    // --nnodes finds out at once, and tells rank 0 through abort_key.
-    try {
-      store.wait({"trident/rdzv/0"}, left());
-    } catch (const std::exception& e) {
-      // A store keeps its clients' connections; a failure well before the
-      // deadline means something else listens on that port.
-      if (deadline - Clock::now() > std::chrono::milliseconds(500))
-        throw std::runtime_error(
-            describe_place(env) + " reached " + store_address(env) +
-            ", but what listens there is not the rendezvous store (it dropped the connection: " + message_of(e) +
-            "); is --master-port the same on every node? (Node 0's launcher listens on --launcher-port, by "
-            "default --master-port + 1.)");
-      throw std::runtime_error(describe_place(env) + " reached the rendezvous store at " + store_address(env) +
-                               " but rank 0 did not register within " + seconds_text(timeout));
-    }
-    std::istringstream in(store_text(store, "trident/rdzv/0"));
-    int world0 = 0;
-    in >> world0;
-    if (world0 != env.world_size) {
-      const std::string error = describe_place(env) + " has WORLD_SIZE " + std::to_string(env.world_size) +
-                                " but rank 0 at " + store_address(env) + " has " + std::to_string(world0) +
-                                ": --nnodes or --nproc-per-node differ between the nodes";
-      store.set(abort_key, std::vector<uint8_t>(error.begin(), error.end()));
-      // Rank 0 names the mismatch too, once it has read abort_key: wait (briefly) for its
-      // verdict, so this rank's exit, which the launchers turn into stopping every rank at
-      // once, does not cut rank 0 off before it says so.
-      try {
-        store.wait({verdict_key}, std::min(left(), std::chrono::milliseconds(2000)));
-      } catch (const std::exception&) {
-        // rank 0 gone or slow: this rank's own message says it all
-      }
-      throw std::runtime_error(error);
-    }
-  }
-  if (env.rank == 0) {
-    std::vector<int> missing;
-    for (int r = 1; r < env.world_size; ++r) missing.push_back(r);
-    std::vector<int> joined_nodes{env.node_rank};
-    std::map<std::pair<int, std::string>, std::vector<int>> places{{{env.node_rank, address}, {0}}};
-    std::string error;
-    while (error.empty()) {
-      if (store.check({abort_key})) {
-        error = store_text(store, abort_key);
-        break;
-      }
-      std::vector<int> still;
-      for (int r : missing) {
-        const std::string key = "trident/rdzv/" + std::to_string(r);
-        if (!store.check({key})) {
-          still.push_back(r);
-          continue;
-        }
-        std::istringstream in(store_text(store, key));
-        int world = 0, node = -1;
-        std::string addr;
-        in >> world >> node >> addr;
-        places[{node, addr}].push_back(r);
-        if (std::find(joined_nodes.begin(), joined_nodes.end(), node) == joined_nodes.end()) joined_nodes.push_back(node);
-        if (world != env.world_size && error.empty())
-          // Worded as rank r itself words it (above), whichever of the two sees it first.
-          error = "rank " + std::to_string(r) + " on node " + std::to_string(node) + " has WORLD_SIZE " +
-                  std::to_string(world) + " but rank 0 at " + store_address(env) + " has " +
-                  std::to_string(env.world_size) + ": --nnodes or --nproc-per-node differ between the nodes";
-      }
-      missing = std::move(still);
-      if (missing.empty() || !error.empty()) break;
-      if (Clock::now() >= deadline) {
-        std::sort(joined_nodes.begin(), joined_nodes.end());
-        std::string nodes;
-        for (int n : joined_nodes) nodes += (nodes.empty() ? "" : ", ") + std::to_string(n);
-        error = "rank(s) " + rank_ranges(missing) + " of " + std::to_string(env.world_size) +
-                " never joined the rendezvous at " + store_address(env) + " within " + seconds_text(timeout) +
-                " (node(s) " + nodes + " did; is every node started, with this --master-addr and --master-port?)";
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    const std::string verdict = error.empty() ? "ok " + std::to_string(env.world_size) : "error " + error;
-    store.set(verdict_key, std::vector<uint8_t>(verdict.begin(), verdict.end()));
-    if (!error.empty()) throw std::runtime_error(error);
-    // One line that shows where every rank listens: on a cluster, the first
-    // thing to check when a run across nodes misbehaves.
-    std::string where;
-    for (auto& [place, ranks] : places) {
-      std::sort(ranks.begin(), ranks.end());
-      where += (where.empty() ? "" : "; ") + std::string("node ") + std::to_string(place.first) + " at " +
-               place.second + ": rank(s) " + rank_ranges(ranks);
-    }
-    std::cout << "rendezvous at " << store_address(env) << ": " << env.world_size << " ranks joined (" << where << ")"
-              << std::endl;
+    check_rank0_world(rv);
+    await_verdict(rv);
     return;
   }
-  try {
-    store.wait({verdict_key}, left());
-  } catch (const std::exception&) {
-    throw std::runtime_error(describe_place(env) + " reached the rendezvous store at " + store_address(env) +
-                             " but rank 0 did not confirm every rank's arrival within " + seconds_text(timeout) +
-                             " (a node is missing, or node 0 died)");
+  Arrivals a = gather_arrivals(rv, address);
+  if (!a.error.empty()) throw std::runtime_error(a.error);
+  // One line that shows where every rank listens: on a cluster, the first
+  // thing to check when a run across nodes misbehaves.
+  std::string where;
+  for (auto& [place, ranks] : a.places) {
+    std::sort(ranks.begin(), ranks.end());
+    where += (where.empty() ? "" : "; ") + std::string("node ") + std::to_string(place.first) + " at " +
+             place.second + ": rank(s) " + rank_ranges(ranks);
   }
-  const std::string verdict = store_text(store, verdict_key);
-  if (verdict.rfind("error ", 0) == 0)
-    throw std::runtime_error("rendezvous at " + store_address(env) + " failed, as rank 0 found: " + verdict.substr(6));
-  assert(verdict == "ok " + std::to_string(env.world_size));
+  std::cout << "rendezvous at " << store_address(env) << ": " << env.world_size << " ranks joined (" << where << ")"
+            << std::endl;
 }
 
 }  // namespace

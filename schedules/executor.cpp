@@ -221,7 +221,7 @@ ExecutorStats Executor::run(const sched::ActionList& actions, const std::functio
     if (observer && i == last_weights[chunk]) observer->grads_final(actions[i].chunk);
   }
   finish_sends();
-  stats.loss_sum = read_loss();
+  stats.loss = loss_acc_;
   run_span_.second = now_us();
   for (auto& e : timeline_)  // a receive whose data nobody waited for (cannot happen in a valid list)
     if (std::isnan(e.end)) e.end = e.start;

@@ -29,7 +29,11 @@ struct MicroBatch {
 };
 
 struct ExecutorStats {
-  double loss_sum = 0;               // sum of micro-batch mean losses (last stage only)
+  // Sum of micro-batch mean losses (last stage only; 0 elsewhere), a double
+  // scalar on the stages' device: read back only when asked (a read per step
+  // would stall a GPU's queue on steps that do not log).
+  at::Tensor loss;
+  double loss_sum() const { return loss.item<double>(); }
   int peak_inflight = 0;             // most micro-batches with live activations at once
   int64_t peak_boundary_bytes = 0;   // most bytes held in stage inputs/outputs at once
   // Most bytes held by in-flight micro-batches' activations at once: each

@@ -8,10 +8,13 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "framework/json.h"
 
 namespace trident::testing {
 
@@ -59,6 +62,24 @@ inline std::vector<StepRow> read_metrics(const std::string& path) {
     rows.push_back(row);
   }
   return rows;
+}
+
+// Every rank's logging.dir/rank-R.json of a finished `trident train` run
+// (NOTE [rank summary] in framework/train/trainer.cpp), in rank order; stops
+// at the first rank without one.
+inline std::vector<json::Value> rank_summaries(const std::string& dir) {
+  std::vector<json::Value> out;
+  for (int r = 0;; ++r) {
+    const std::string path = dir + "/rank-" + std::to_string(r) + ".json";
+    std::ifstream f(path, std::ios::binary);
+    if (!f) return out;
+    out.push_back(json::parse({std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()}, path));
+  }
+}
+
+// An integer field of a rank summary.
+inline int64_t field(const json::Value& summary, const std::string& key) {
+  return summary.at(key, "rank summary").as_int(key);
 }
 
 }  // namespace trident::testing

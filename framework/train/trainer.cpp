@@ -8,9 +8,11 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <memory>
 #include <thread>
@@ -19,8 +21,10 @@
 
 #include "framework/train/auto_split.h"
 #include "framework/train/checkpointing.h"
+#include "framework/atomic_file.h"
 #include "framework/cpu_memory.h"
 #include "framework/data/dataset.h"
+#include "framework/json.h"
 #include "framework/lr_schedule.h"
 #include "framework/optimizer.h"
 #include "framework/train/pipeline_measure.h"
@@ -138,6 +142,7 @@ struct Run {
   CostAccumulator costs;  // measured F/B/I/W, for the simulator's prediction of this run
   double span_sum_s = 0;  // pipeline time (slowest rank's executor run) summed over measured steps
   int64_t measured_steps = 0;
+  std::optional<AutoSplit> auto_split;  // parallel.pipeline_layers = "auto": the split chosen
 };
 
 // logging.trace: every rank's recording of this step goes to rank 0, which
@@ -199,9 +204,18 @@ double evaluate(Run& r) {
   return sum / static_cast<double>(r.cfg.training.eval_batches);
 }
 
-StepMetrics train_step(Run& r, int64_t step) {
+// One optimizer step. Only a logged step (every logging.log_interval steps,
+// the last step, and evaluation steps) reads its loss back from the device
+// and runs the collectives that only logging needs (the loss reduction, the
+// pipeline's busy times and link latencies); it returns the step's metrics,
+// the others nothing. The gradient norm is computed on every step: it is
+// the clipping's input and the guard against a non-finite update.
+std::optional<StepMetrics> train_step(Run& r, int64_t step) {
   const auto& t = r.cfg.training;
   const auto start = Clock::now();
+  const bool eval = t.eval_interval > 0 && (step + 1) % t.eval_interval == 0;
+  const bool logged = (step + 1) % r.cfg.logging.log_interval == 0 || step + 1 == t.steps || eval;
+  const bool measured = step > 0 || t.steps == 1;  // the first step warms caches up: keep it out of the means
   r.exec->progress().set_step(step + 1);
   r.dp->zero_grads();
 
@@ -212,12 +226,11 @@ StepMetrics train_step(Run& r, int64_t step) {
   r.peak.peak_inflight = std::max(r.peak.peak_inflight, stats.peak_inflight);
   r.peak.peak_boundary_bytes = std::max(r.peak.peak_boundary_bytes, stats.peak_boundary_bytes);
   r.peak.peak_activation_bytes = std::max(r.peak.peak_activation_bytes, stats.peak_activation_bytes);
-
-  const PipelineStep pipe = measure_pipeline_step(r.pgs->pp, *r.exec);
-  if (step > 0 || t.steps == 1) {  // the first step warms caches up: keep it out of the means
-    r.costs.add(*r.exec, r.schedule.chunks);
-    r.span_sum_s += pipe.span_s;
-    ++r.measured_steps;
+  if (measured) r.costs.add(*r.exec, r.schedule.chunks);
+  PipelineStep pipe;
+  if (logged) {
+    pipe = measure_pipeline_step(r.pgs->pp, *r.exec);  // a collective over the pipeline
+    if (measured) r.span_sum_s += pipe.span_s, ++r.measured_steps;
   }
 
   r.exec->progress().phase("grad-sync");
@@ -237,11 +250,14 @@ StepMetrics train_step(Run& r, int64_t step) {
   if (r.cfg.logging.trace && step + 1 == r.cfg.logging.trace_step)
     write_trace(r, step + 1, micros(start),
                 {{"grad-sync", micros(sync_start), micros(opt_start)}, {"optimizer", micros(opt_start), micros(opt_end)}});
+  if (!logged) {
+    r.exec->progress().done();
+    return std::nullopt;
+  }
   r.exec->progress().phase("loss-reduce");
-
   StepMetrics m;
   m.step = step + 1;
-  m.loss = reduce_loss(r, stats.loss_sum);
+  m.loss = reduce_loss(r, stats.loss_sum());
   m.lr = lr;
   m.grad_norm = norm;
   m.step_time_s = seconds_since(start);
@@ -251,8 +267,8 @@ StepMetrics train_step(Run& r, int64_t step) {
   m.optimizer_state_bytes = r.dp->optimizer_state_bytes();
   m.tokens_per_s = static_cast<double>(t.global_batch_size * r.cfg.model.seq_len) / m.step_time_s;
   m.tflops = r.flops_per_step / m.step_time_s / 1e12;
-  if (step > 0 || t.steps == 1) r.costs.add_latency_sample(r.pgs->pp, *r.exec);  // after the step's clock stopped
-  if (t.eval_interval > 0 && (step + 1) % t.eval_interval == 0) m.eval_loss = evaluate(r);
+  if (measured) r.costs.add_latency_sample(r.pgs->pp, *r.exec);  // after the step's clock stopped
+  if (eval) m.eval_loss = evaluate(r);
   r.exec->progress().done();
   return m;
 }
@@ -322,6 +338,7 @@ void build(Run& r) {
     const AutoSplit split = choose_auto_split(*make_model(c), r.schedule, c.training.micro_batch_size, r.pgs->world);
     c.parallel.pipeline_layers = split.layers;  // the effective config records the choice
     if (r.pgs->rank() == 0) std::cout << split.describe() << std::endl;
+    r.auto_split = split;
   }
   r.model = make_model(c);
   const int stages = r.schedule.virtual_stages(), pp_rank = layout.coords(env.rank).pp;
@@ -364,6 +381,103 @@ void build(Run& r) {
   r.flops_per_step = r.model->flops_per_token() * static_cast<double>(c.training.global_batch_size * c.model.seq_len);
 }
 
+// Peak for MFU: given, or measured by rank 0 alone while the others wait.
+// CPU: one thread's matmul rate times the devices (cores) the ranks share.
+// CUDA: one device's matmul rate in the compute dtype (every rank has one).
+double peak_flops_per_rank(Run& r) {
+  const Config& c = r.cfg;
+  if (c.training.peak_tflops > 0) return c.training.peak_tflops * 1e12;
+  at::Tensor t = at::zeros({1}, at::kDouble);
+  if (r.pgs->rank() == 0) t.fill_(measure_matmul_peak(r.device, c.training.precision == "bf16" ? at::kBFloat16 : at::kFloat));
+  broadcast(r.pgs->world, t, 0);
+  if (r.device.is_cuda()) return t.item<double>();
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  return t.item<double>() * static_cast<double>(std::min<int64_t>(r.pgs->world_size(), cores)) /
+         static_cast<double>(r.pgs->world_size());
+}
+
+// Rank 0's start: the run's one-line description and its effective config.
+void print_start(const Run& r, double peak) {
+  const Config& c = r.cfg;
+  std::cout << "trident train: " << r.pgs->layout().describe() << ", schedule " << c.schedule.kind << " (m=" << r.m
+            << ", v=" << c.schedule.chunks << "), " << r.model_params << " parameters, device " << r.device.str()
+            << " (" << describe_build() << "), backend " << r.pgs->backend() << ", peak " << peak / 1e9
+            << " GFLOP/s per rank\n--- effective config ---\n"
+            << to_toml(c) << "------------------------" << std::endl;
+}
+
+// Rank 0's end: measured against predicted (the simulator on this run's
+// action lists with each stage's measured mean F/B/I/W and each link's
+// measured latency), busy time per stage, and the run's means.
+void print_report(const Run& r, const TrainSummary& summary, const sched::TimelineStats& predicted, double seconds) {
+  const Config& c = r.cfg;
+  double bubble = 0;
+  for (const auto& m : summary.steps) bubble += m.bubble;
+  const auto& mc = r.costs;
+  const double span_ms = 1000.0 * r.span_sum_s / static_cast<double>(std::max<int64_t>(1, r.measured_steps));
+  std::cout << "pipeline: bubble mean " << 100 * bubble / std::max<double>(1, static_cast<double>(summary.steps.size()))
+            << "% measured, " << 100 * predicted.bubble_fraction << "% predicted | pipeline time " << span_ms
+            << " ms measured, " << predicted.step_time << " ms predicted | from each stage's mean F B I W (overall "
+            << mc.mean_ms[0] << " " << mc.mean_ms[1] << " " << mc.mean_ms[2] << " " << mc.mean_ms[3]
+            << " ms per chunk) and link latency " << mc.latency.mean << " ms (" << mc.latency.links << " links, "
+            << mc.latency.samples << " waits)" << std::endl;
+  std::cout << "pipeline: predicted from ms per stage F/B/W:";
+  for (const sched::StageCosts& st : mc.costs.stage_costs)
+    std::cout << " " << st.forward << "/" << st.backward << "/" << st.weight;
+  std::cout << std::endl;
+  // Mean busy time per stage: an unbalanced split shows as one stage busier than the rest.
+  std::vector<double> busy;
+  for (const auto& m : summary.steps) {
+    busy.resize(m.stage_busy_s.size());
+    for (size_t i = 0; i < busy.size(); ++i)
+      busy[i] += 1000.0 * m.stage_busy_s[i] / static_cast<double>(summary.steps.size());
+  }
+  std::cout << "pipeline: mean busy ms per stage:";
+  for (double b : busy) std::cout << " " << b;
+  std::cout << std::endl;
+  double tok = 0, mfu = 0;
+  for (const auto& m : summary.steps) tok += m.tokens_per_s, mfu += m.mfu;
+  const double n = std::max<double>(1, static_cast<double>(summary.steps.size()));
+  std::cout << "done: " << summary.steps.size() << " steps in " << seconds << " s | loss "
+            << (summary.steps.empty() ? 0.0 : summary.steps.front().loss) << " -> "
+            << (summary.steps.empty() ? 0.0 : summary.steps.back().loss) << " | mean " << tok / n
+            << " tok/s | mean MFU " << 100 * mfu / n << "% | wrote " << c.logging.dir
+            << "/{config.toml,metrics.jsonl,loss.svg}" << std::endl;
+}
+
+// NOTE [rank summary]
+// Every rank writes logging.dir/rank-R.json at the end of a run: what it
+// held and did, for tests and tools to read instead of the printed lines
+// (DESIGN.md principle 17). Numbers only; the printed lines say the same.
+void write_rank_summary(const Run& r, const TrainSummary& s) {
+  const int rank = r.pgs->rank();
+  const auto coords = r.pgs->layout().coords(rank);
+  json::Value v = json::Value::object();
+  v.set("rank", json::Value::number(static_cast<int64_t>(rank)));
+  v.set("tp", json::Value::number(static_cast<int64_t>(coords.tp)));
+  v.set("pp", json::Value::number(static_cast<int64_t>(coords.pp)));
+  v.set("dp", json::Value::number(static_cast<int64_t>(coords.dp)));
+  v.set("local_parameters", json::Value::number(s.local_params));
+  v.set("model_parameters", json::Value::number(s.model_params));
+  v.set("dp_reduced_elements", json::Value::number(r.dp->dp_reduced_elements()));
+  v.set("logged_steps", json::Value::number(static_cast<int64_t>(s.steps.size())));
+  v.set("peak_inflight", json::Value::number(static_cast<int64_t>(r.peak.peak_inflight)));
+  v.set("peak_activation_bytes", json::Value::number(r.peak.peak_activation_bytes));
+  v.set("peak_boundary_bytes", json::Value::number(r.peak.peak_boundary_bytes));
+  v.set("optimizer_state_bytes", json::Value::number(s.optimizer_state_bytes));
+  if (r.auto_split) {
+    json::Value a = json::Value::object();
+    json::Value layers = json::Value::array();
+    for (int64_t n : r.auto_split->layers) layers.push(json::Value::number(n));
+    a.set("layers", layers);
+    a.set("simulated_bubble", json::Value::number(r.auto_split->bubble));
+    a.set("even_split_simulated_bubble", json::Value::number(r.auto_split->uniform_bubble));
+    v.set("auto_split", a);
+  }
+  std::filesystem::create_directories(r.cfg.logging.dir);
+  write_file_atomic(r.cfg.logging.dir + "/rank-" + std::to_string(rank) + ".json", json::dump(v, 2) + "\n");
+}
+
 }  // namespace
 
 TrainSummary train(Config cfg) {
@@ -380,21 +494,7 @@ TrainSummary train(Config cfg) {
   TrainSummary summary;
   summary.local_params = r.local_params;
   summary.model_params = r.model_params;
-
-  // Peak for MFU: given, or measured by rank 0 alone while the others wait.
-  // CPU: one thread's matmul rate times the devices (cores) the ranks share.
-  // CUDA: one device's matmul rate in the compute dtype (every rank has one).
-  double peak = c.training.peak_tflops * 1e12;
-  if (peak <= 0) {
-    at::Tensor t = at::zeros({1}, at::kDouble);
-    if (leader) t.fill_(measure_matmul_peak(r.device, c.training.precision == "bf16" ? at::kBFloat16 : at::kFloat));
-    broadcast(r.pgs->world, t, 0);
-    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    peak = r.device.is_cuda() ? t.item<double>()
-                              : t.item<double>() * static_cast<double>(std::min<int64_t>(r.pgs->world_size(), cores)) /
-                                    static_cast<double>(r.pgs->world_size());
-  }
-  summary.peak_flops = peak;
+  const double peak = summary.peak_flops = peak_flops_per_rank(r);
 
   // Every rank says what it holds (tests add these up across pipeline stages).
   std::cout << r.pgs->layout().describe(r.pgs->rank()) << ": "
@@ -404,11 +504,7 @@ TrainSummary train(Config cfg) {
   const int64_t first_step = checkpointer.restore();  // 0, or the step of the checkpoint resumed
   std::unique_ptr<RunLog> log;
   if (leader) {
-    std::cout << "trident train: " << r.pgs->layout().describe() << ", schedule " << c.schedule.kind << " (m="
-              << r.m << ", v=" << c.schedule.chunks << "), " << r.model_params << " parameters, device "
-              << r.device.str() << " (" << describe_build() << "), backend " << r.pgs->backend() << ", peak "
-              << peak / 1e9 << " GFLOP/s per rank\n--- effective config ---\n"
-              << to_toml(c) << "------------------------" << std::endl;
+    print_start(r, peak);
     log = std::make_unique<RunLog>(c.logging.dir, "Trident " + c.model.arch + " loss (" + c.source + ")",
                                    first_step > 0 ? first_step : -1);
     log->write_config(to_toml(c));
@@ -416,56 +512,25 @@ TrainSummary train(Config cfg) {
   const bool bar = leader && c.logging.progress && isatty(STDOUT_FILENO);
   const auto start = Clock::now();
   for (int64_t step = first_step; step < c.training.steps; ++step) {
-    StepMetrics m = train_step(r, step);
-    m.mfu = m.tflops * 1e12 / (peak * static_cast<double>(r.pgs->world_size()));
-    summary.steps.push_back(m);
-    if (leader) {
-      log->append(m);
-      if (bar) std::cout << "\r\033[K";
-      if (m.step % c.logging.log_interval == 0 || m.step == c.training.steps || m.eval_loss)
+    // Only logged steps read the loss back and run the logging collectives (train_step).
+    if (const std::optional<StepMetrics> logged = train_step(r, step)) {
+      StepMetrics m = *logged;
+      m.mfu = m.tflops * 1e12 / (peak * static_cast<double>(r.pgs->world_size()));
+      summary.steps.push_back(m);
+      if (leader) {
+        log->append(m);
+        if (bar) std::cout << "\r\033[K";
         std::cout << format_step_line(m, c.training.steps) << std::endl;  // flushed: ranks' output is piped
-      if (bar) std::cout << format_progress(m.step, c.training.steps, seconds_since(start)) << std::flush;
+        if (bar) std::cout << format_progress(m.step, c.training.steps, seconds_since(start)) << std::flush;
+      }
     }
-    if (checkpointer.after_step(m.step)) break;  // saves when due; true at training.exit_after_steps
+    if (checkpointer.after_step(step + 1)) break;  // saves when due; true at training.exit_after_steps
   }
-  // Measured against predicted: the simulator on this run's action lists with
-  // each stage's measured mean F/B/I/W and each link's measured latency (a
-  // collective over the pipeline).
-  const sched::TimelineStats predicted = r.costs.predict(r.pgs->pp, r.schedule);
+  const sched::TimelineStats predicted = r.costs.predict(r.pgs->pp, r.schedule);  // a collective over the pipeline
   if (leader) {
     if (bar) std::cout << "\r\033[K";
     log->finish();
-    double bubble = 0;
-    for (const auto& m : summary.steps) bubble += m.bubble;
-    const auto& mc = r.costs;
-    const double span_ms = 1000.0 * r.span_sum_s / static_cast<double>(std::max<int64_t>(1, r.measured_steps));
-    std::cout << "pipeline: bubble mean " << 100 * bubble / std::max<double>(1, static_cast<double>(summary.steps.size()))
-              << "% measured, " << 100 * predicted.bubble_fraction << "% predicted | pipeline time " << span_ms
-              << " ms measured, " << predicted.step_time << " ms predicted | from each stage's mean F B I W (overall "
-              << mc.mean_ms[0] << " " << mc.mean_ms[1] << " " << mc.mean_ms[2] << " " << mc.mean_ms[3] << " ms per chunk) and link latency "
-              << mc.latency.mean << " ms (" << mc.latency.links << " links, " << mc.latency.samples << " waits)"
-              << std::endl;
-    std::cout << "pipeline: predicted from ms per stage F/B/W:";
-    for (const sched::StageCosts& st : mc.costs.stage_costs)
-      std::cout << " " << st.forward << "/" << st.backward << "/" << st.weight;
-    std::cout << std::endl;
-    // Mean busy time per stage: an unbalanced split shows as one stage busier than the rest.
-    std::vector<double> busy;
-    for (const auto& m : summary.steps) {
-      busy.resize(m.stage_busy_s.size());
-      for (size_t i = 0; i < busy.size(); ++i) busy[i] += 1000.0 * m.stage_busy_s[i] / static_cast<double>(summary.steps.size());
-    }
-    std::cout << "pipeline: mean busy ms per stage:";
-    for (double b : busy) std::cout << " " << b;
-    std::cout << std::endl;
-    double tok = 0, mfu = 0;
-    for (const auto& m : summary.steps) tok += m.tokens_per_s, mfu += m.mfu;
-    const double n = std::max<double>(1, static_cast<double>(summary.steps.size()));
-    std::cout << "done: " << summary.steps.size() << " steps in " << seconds_since(start) << " s | loss "
-              << (summary.steps.empty() ? 0.0 : summary.steps.front().loss) << " -> "
-              << (summary.steps.empty() ? 0.0 : summary.steps.back().loss) << " | mean " << tok / n
-              << " tok/s | mean MFU " << 100 * mfu / n << "% | wrote " << c.logging.dir
-              << "/{config.toml,metrics.jsonl,loss.svg}" << std::endl;
+    print_report(r, summary, predicted, seconds_since(start));
   }
   std::cout << r.pgs->layout().describe(r.pgs->rank()) << ": peak " << r.peak.peak_inflight
             << " micro-batches in flight holding " << r.peak.peak_activation_bytes << " activation bytes ("
@@ -473,6 +538,7 @@ TrainSummary train(Config cfg) {
             << r.dp->optimizer_state_bytes() << " bytes" << std::endl;
   summary.optimizer_state_bytes = r.dp->optimizer_state_bytes();
   summary.peak_inflight = r.peak.peak_inflight;
+  write_rank_summary(r, summary);
   barrier(r.pgs->world);
   return summary;
 }

@@ -101,17 +101,27 @@ GptChunk::GptChunk(const ModelConfig& cfg, const ChunkSpec& spec, const TpContex
     throw std::runtime_error("model shape does not split over tp=" + std::to_string(t));
   if (cfg.dropout > 0 && t > 1)
     throw std::runtime_error("model.dropout > 0 with tensor parallelism is not supported yet (set dropout = 0)");
-  for (auto& planned : gpt_param_plan(cfg, spec, t, tp.rank())) {
-    Param param{init_shard(seed, planned.info, planned.local_shape), planned.info};
-    index_.emplace_back(planned.info.tied_copy ? "head.word.weight" : planned.info.name, params_.size());
-    params_.push_back(std::move(param));
-  }
+  for (auto& planned : gpt_param_plan(cfg, spec, t, tp.rank()))
+    params_.push_back({init_shard(seed, planned.info, planned.local_shape), planned.info});
+  index_params();
 }
 
-const at::Tensor& GptChunk::master(const std::string& name) const {
-  for (const auto& [n, i] : index_)
-    if (n == name) return params_[i].tensor;
-  throw std::logic_error("GptChunk has no parameter " + name);
+void GptChunk::index_params() {
+  auto at = [&](const std::string& name, bool tied_copy = false) {
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (params_[i].info.name == name && params_[i].info.tied_copy == tied_copy) return i;
+    throw std::logic_error("GptChunk has no parameter " + name);
+  };
+  auto norm_at = [&](const std::string& pre) { return NormParams{at(pre + ".weight"), at(pre + ".bias")}; };
+  if (spec_.has_embedding) word_ = at("embedding.word.weight"), position_ = at("embedding.position.weight");
+  for (int64_t l = spec_.first_layer; l < spec_.first_layer + spec_.num_layers; ++l) {
+    const std::string pre = "layers." + std::to_string(l);
+    blocks_.push_back({norm_at(pre + ".ln1"), norm_at(pre + ".ln2"), at(pre + ".attn.qkv.weight"),
+                       at(pre + ".attn.qkv.bias"), at(pre + ".attn.proj.weight"), at(pre + ".attn.proj.bias"),
+                       at(pre + ".mlp.fc.weight"), at(pre + ".mlp.fc.bias"), at(pre + ".mlp.proj.weight"),
+                       at(pre + ".mlp.proj.bias")});
+  }
+  if (spec_.has_head) final_ln_ = norm_at("final_ln"), head_ = at("embedding.word.weight", true);
 }
 
 void GptChunk::set_recompute(Recompute mode) {
@@ -123,20 +133,19 @@ void GptChunk::set_recompute(Recompute mode) {
   recompute_ = mode;
 }
 
-at::Tensor GptChunk::p(const std::string& name) const {
-  const at::Tensor& t = master(name);
+at::Tensor GptChunk::p(size_t index) const {
+  const at::Tensor& t = master(index);
   return compute_ == at::kFloat ? t : t.to(compute_);
 }
 
-at::Tensor GptChunk::norm(const std::string& pre, const at::Tensor& x) const {
-  return at::layer_norm(x.to(at::kFloat), {cfg_.hidden}, master(pre + ".weight"), master(pre + ".bias"),
-                        cfg_.layernorm_eps)
+at::Tensor GptChunk::norm(const NormParams& n, const at::Tensor& x) const {
+  return at::layer_norm(x.to(at::kFloat), {cfg_.hidden}, master(n.weight), master(n.bias), cfg_.layernorm_eps)
       .to(x.scalar_type());
 }
 
-at::Tensor GptChunk::attention(const std::string& pre, const at::Tensor& x) const {
+at::Tensor GptChunk::attention(const BlockParams& b, const at::Tensor& x) const {
   const int64_t heads = cfg_.heads / tp_.size(), hd = cfg_.hidden / cfg_.heads;
-  at::Tensor qkv = column_parallel_linear(tp_, x, p(pre + ".qkv.weight"), p(pre + ".qkv.bias"));
+  at::Tensor qkv = column_parallel_linear(tp_, x, p(b.qkv_weight), p(b.qkv_bias));
   const double dropout = this->dropout();
   // The attention core: (b, s, 3 hidden/tp) -> (b, s, hidden/tp), holding
   // (b, heads/tp, s, s) scores; what selective recomputation drops.
@@ -149,22 +158,22 @@ at::Tensor GptChunk::attention(const std::string& pre, const at::Tensor& x) cons
     return causal_attention(q, k, v, dropout).transpose(1, 2).reshape({b, s, heads * hd});  // (b, s, hidden/tp)
   };
   at::Tensor y = recompute_ == Recompute::kSelective ? trident::recompute(core, qkv) : core(qkv);
-  return row_parallel_linear(tp_, y, p(pre + ".proj.weight"), p(pre + ".proj.bias"));
+  return row_parallel_linear(tp_, y, p(b.attn_proj_weight), p(b.attn_proj_bias));
 }
 
 at::Tensor GptChunk::block(int64_t layer, const at::Tensor& x) const {
-  const std::string pre = "layers." + std::to_string(layer);
+  const BlockParams& b = blocks_.at(static_cast<size_t>(layer - spec_.first_layer));
   auto resid_dropout = [&](at::Tensor t) { return dropout() > 0 ? at::dropout(t, dropout(), true) : t; };
-  at::Tensor h = norm(pre + ".ln1", x);
-  at::Tensor out = x + resid_dropout(attention(pre + ".attn", h));
-  h = norm(pre + ".ln2", out);
+  at::Tensor h = norm(b.ln1, x);
+  at::Tensor out = x + resid_dropout(attention(b, h));
+  h = norm(b.ln2, out);
   // (b, s, ffn/tp): the up projection's output, which GELU's backward keeps, is the
   // largest activation of a block; selective recomputation keeps its input instead.
-  auto up = [this, pre](const at::Tensor& in) {  // by value: the backward replays it
-    return at::gelu(column_parallel_linear(tp_, in, p(pre + ".mlp.fc.weight"), p(pre + ".mlp.fc.bias")), "tanh");
+  auto up = [this, b](const at::Tensor& in) {  // by value: the backward replays it
+    return at::gelu(column_parallel_linear(tp_, in, p(b.fc_weight), p(b.fc_bias)), "tanh");
   };
   h = recompute_ == Recompute::kSelective ? trident::recompute(up, h) : up(h);
-  h = row_parallel_linear(tp_, h, p(pre + ".mlp.proj.weight"), p(pre + ".mlp.proj.bias"));
+  h = row_parallel_linear(tp_, h, p(b.mlp_proj_weight), p(b.mlp_proj_bias));
   return out + resid_dropout(h);
 }
 
@@ -175,9 +184,9 @@ std::vector<int64_t> GptChunk::hidden_shape(int64_t mbs) const {
 at::Tensor GptChunk::run(const at::Tensor& input, const at::Tensor& targets) const {
   at::Tensor x = spec_.has_embedding ? input : input.to(compute_);  // boundaries are fp32 (NOTE [bf16])
   if (spec_.has_embedding) {
-    const at::Tensor& word = p("embedding.word.weight");
+    const at::Tensor word = p(word_);
     x = vocab_parallel_embedding(tp_, input, word, tp_.rank() * word.size(0));  // (b, s[/tp], hidden)
-    at::Tensor pos = p("embedding.position.weight").narrow(0, 0, input.size(1));
+    at::Tensor pos = p(position_).narrow(0, 0, input.size(1));
     if (tp_.sequence_parallel) {
       const int64_t part = input.size(1) / tp_.size();
       pos = pos.narrow(0, tp_.rank() * part, part);
@@ -192,8 +201,8 @@ at::Tensor GptChunk::run(const at::Tensor& input, const at::Tensor& targets) con
       x = block(l, x);
   }
   if (!spec_.has_head) return x.to(at::kFloat);
-  x = norm("final_ln", x);
-  const at::Tensor& word = p("head.word.weight");
+  x = norm(final_ln_, x);
+  const at::Tensor word = p(head_);
   at::Tensor logits = column_parallel_linear(tp_, x, word, at::Tensor()).to(at::kFloat);  // (b, s, vocab/tp)
   return vocab_parallel_cross_entropy(tp_, logits, targets, tp_.rank() * word.size(0), cfg_.vocab_size).mean();
 }
@@ -270,11 +279,11 @@ at::Tensor GptChunk::logits(const at::Tensor& ids) const {
   if (!spec_.has_embedding || !spec_.has_head || tp_.size() != 1)
     throw std::logic_error("GptChunk::logits needs the whole model on one rank (embedding, head, tp = 1)");
   // Same ops as forward() at tp = 1, where every TP mapping is the identity.
-  const at::Tensor& word = p("embedding.word.weight");
-  at::Tensor x = vocab_parallel_embedding(tp_, ids, word, 0) + p("embedding.position.weight").narrow(0, 0, ids.size(1));
+  const at::Tensor word = p(word_);
+  at::Tensor x = vocab_parallel_embedding(tp_, ids, word, 0) + p(position_).narrow(0, 0, ids.size(1));
   for (int64_t l = spec_.first_layer; l < spec_.first_layer + spec_.num_layers; ++l) x = block(l, x);
-  x = norm("final_ln", x);
-  return column_parallel_linear(tp_, x, p("head.word.weight"), at::Tensor())
+  x = norm(final_ln_, x);
+  return column_parallel_linear(tp_, x, p(head_), at::Tensor())
       .narrow(-1, 0, cfg_.vocab_size)
       .to(at::kFloat);
 }

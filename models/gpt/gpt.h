@@ -81,14 +81,26 @@ class GptChunk : public Stage {
  private:
   at::Tensor run(const at::Tensor& input, const at::Tensor& targets) const;
   std::vector<int64_t> hidden_shape(int64_t mbs) const;
+  // Positions in params_ of a LayerNorm's and a block's parameters, found by
+  // name once when the chunk is built (a forward reads params_ by position:
+  // the trainer may have replaced a Param's tensor by a view since).
+  struct NormParams {
+    size_t weight, bias;
+  };
+  struct BlockParams {
+    NormParams ln1, ln2;
+    size_t qkv_weight, qkv_bias, attn_proj_weight, attn_proj_bias;
+    size_t fc_weight, fc_bias, mlp_proj_weight, mlp_proj_bias;
+  };
+  void index_params();
   // A parameter in the compute dtype (an autograd cast of the fp32 master
   // under bf16, so its gradient lands in fp32); master(): the fp32 tensor.
-  at::Tensor p(const std::string& name) const;
-  const at::Tensor& master(const std::string& name) const;
-  // LayerNorm `pre` computed in fp32, returned in x's dtype.
-  at::Tensor norm(const std::string& pre, const at::Tensor& x) const;
+  at::Tensor p(size_t index) const;
+  const at::Tensor& master(size_t index) const { return params_[index].tensor; }
+  // LayerNorm computed in fp32, returned in x's dtype.
+  at::Tensor norm(const NormParams& n, const at::Tensor& x) const;
   at::Tensor block(int64_t layer, const at::Tensor& x) const;
-  at::Tensor attention(const std::string& pre, const at::Tensor& x) const;
+  at::Tensor attention(const BlockParams& b, const at::Tensor& x) const;
 
   ModelConfig cfg_;
   ChunkSpec spec_;
@@ -98,7 +110,9 @@ class GptChunk : public Stage {
   at::ScalarType compute_ = at::kFloat;
   bool training_ = true;  // dropout only while training (set_training)
   double dropout() const { return training_ ? cfg_.dropout : 0.0; }
-  std::vector<std::pair<std::string, size_t>> index_;  // name -> params_ position (small, linear scan)
+  size_t word_ = 0, position_ = 0, head_ = 0;  // embedding.word, embedding.position, the head's tied copy
+  NormParams final_ln_{0, 0};
+  std::vector<BlockParams> blocks_;  // blocks_[l - spec_.first_layer]
 };
 
 // The GPT model for the trainer: stages split by split_layers, parameters

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <map>
-#include <regex>
 
 #include "tests/run_helpers.h"
 
@@ -26,12 +25,11 @@ std::vector<RankPeak> run_and_measure(const std::string& kind, int chunks) {
                                 " --set logging.dir=" + dir);
   EXPECT_EQ(r.status, 0) << r.output;
   std::vector<RankPeak> peaks(4);
-  const std::regex line(R"(pp (\d): peak (\d+) micro-batches in flight holding (\d+) activation bytes)");
-  for (auto it = std::sregex_iterator(r.output.begin(), r.output.end(), line); it != std::sregex_iterator(); ++it) {
-    const int pp = std::stoi((*it)[1]);
-    peaks[pp] = {std::stoi((*it)[2]), std::stoll((*it)[3])};
+  for (const auto& s : testing::rank_summaries(dir)) {  // NOTE [rank summary]
+    const auto pp = static_cast<size_t>(testing::field(s, "pp"));
+    peaks.at(pp) = {static_cast<int>(testing::field(s, "peak_inflight")), testing::field(s, "peak_activation_bytes")};
   }
-  for (int pp = 0; pp < 4; ++pp) EXPECT_GE(peaks[pp].inflight, 0) << "no peak line for stage " << pp << "\n" << r.output;
+  for (int pp = 0; pp < 4; ++pp) EXPECT_GE(peaks[pp].inflight, 0) << "no summary for stage " << pp << "\n" << r.output;
   return peaks;
 }
 
@@ -48,14 +46,10 @@ std::vector<int> simulated(const std::string& kind, int chunks) {
   auto r = testing::run_command(testing::bin("trident") + " schedule --kind " + kind + " -p 4 -m 8 -v " +
                                 std::to_string(chunks) + " --format json");
   EXPECT_EQ(r.status, 0) << r.output;
-  std::smatch m;
   std::vector<int> out;
-  if (std::regex_search(r.output, m, std::regex(R"("peak_inflight": \[([0-9, ]+)\])"))) {
-    const std::string list = m[1];
-    const std::regex number(R"(\d+)");
-    for (auto it = std::sregex_iterator(list.begin(), list.end(), number); it != std::sregex_iterator(); ++it)
-      out.push_back(std::stoi(it->str()));
-  }
+  for (int64_t n : json::parse(r.output, "trident schedule --format json").at("peak_inflight", "the schedule's JSON")
+                       .as_int_array("peak_inflight"))
+    out.push_back(static_cast<int>(n));
   EXPECT_EQ(out.size(), 4u) << r.output;
   return out;
 }

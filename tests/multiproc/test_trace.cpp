@@ -7,12 +7,12 @@
 
 #include <fstream>
 #include <map>
-#include <regex>
 #include <set>
 #include <sstream>
 
 #include "parallel/layout.h"
 #include "schedules/generators.h"
+#include "framework/json.h"
 #include "tests/run_helpers.h"
 
 namespace trident {
@@ -37,18 +37,19 @@ TEST(Trace, EveryRankInScheduleOrderWithoutOverlap) {
   ASSERT_TRUE(f) << "no trace.json";
   std::stringstream text;
   text << f.rdbuf();
-  const std::string json = text.str();
+  const json::Value doc = json::parse(text.str(), dir + "/trace.json");
   std::map<int, std::vector<Event>> events;
   std::set<int> named;
-  const std::regex meta(R"re("process_name", "ph": "M", "pid": (\d+))re");
-  for (auto it = std::sregex_iterator(json.begin(), json.end(), meta); it != std::sregex_iterator(); ++it)
-    named.insert(std::stoi((*it)[1]));
-  const std::regex ev(
-      R"re("name": "([^"]+)", "cat": "(\w+)", "ph": "X", "pid": (\d+), "tid": 0, "ts": ([-\d.]+), "dur": ([\d.]+)(, "args": \{"index": (\d+)\})?)re");
-  for (auto it = std::sregex_iterator(json.begin(), json.end(), ev); it != std::sregex_iterator(); ++it) {
-    const auto& m = *it;
-    events[std::stoi(m[3])].push_back(
-        {m[1], m[2], std::stod(m[4]), std::stod(m[5]), m[7].matched ? std::stoi(m[7]) : -1});
+  for (const json::Value& e : doc.at("traceEvents", "trace.json").as_array("traceEvents")) {
+    const std::string ph = e.at("ph", "an event").as_string("ph"), name = e.at("name", "an event").as_string("name");
+    const int pid = static_cast<int>(e.at("pid", "an event").as_int("pid"));
+    if (ph == "M" && name == "process_name") named.insert(pid);
+    if (ph != "X") continue;
+    const json::Value* args = e.find("args");
+    const json::Value* index = args ? args->find("index") : nullptr;
+    events[pid].push_back({name, e.at("cat", "an event").as_string("cat"), e.at("ts", "an event").as_double("ts"),
+                           e.at("dur", "an event").as_double("dur"),
+                           index ? static_cast<int>(index->as_int("index")) : -1});
   }
   const Layout layout = Layout::make(8, 2, 2, 2);
   const sched::Schedule s = sched::generate("interleaved", 2, 4, 2);  // m = 16 / (2 per micro-batch x dp 2)

@@ -52,6 +52,7 @@ struct TrainRun {
   RunResult result;
   std::vector<StepRow> rows;
   std::string command;
+  std::string dir;  // its logging.dir: metrics.jsonl, rank-R.json
 };
 
 // Trains configs/gpt-tiny.toml for kRegressionSteps steps on `nproc` ranks
@@ -67,6 +68,7 @@ inline TrainRun train_tiny(const std::string& dir, int nproc, const std::vector<
       << " --set training.peak_tflops=1";
   for (const auto& s : sets) cmd << " --set '" << s << "'";
   TrainRun run;
+  run.dir = dir;
   run.command = cmd.str();
   run.result = run_command(run.command);
   run.rows = read_metrics(dir + "/metrics.jsonl");
@@ -176,6 +178,7 @@ inline CachedRun cached_run(int nproc, const std::vector<std::string>& sets) {
     out.run.result.status = 0;
     out.run.result.output = slurp((entry / "output.txt").string());
     out.run.rows = read_metrics((entry / "metrics.jsonl").string());
+    out.run.dir = out.dir;
     return out;
   }
   std::filesystem::create_directories(root);
@@ -190,31 +193,12 @@ inline CachedRun cached_run(int nproc, const std::vector<std::string>& sets) {
   } else {
     out.dir = tmp + ".failed";
   }
+  out.run.dir = out.dir;
   std::filesystem::remove_all(tmp, ec);
   return out;
 }
 
 // The single-process gpt-tiny run with `sets`, from the cache or trained now.
 inline TrainRun cached_reference(const std::vector<std::string>& sets = {}) { return cached_run(1, sets).run; }
-
-// One rank's "rank R: tp T dp D pp P: N local parameters of M, K gradient
-// elements all-reduced over dp per step" line.
-struct ParamLine {
-  int rank = 0;
-  int pp = 0;
-  long long local = 0;
-  long long total = 0;
-  long long dp_reduced = 0;
-};
-
-inline std::vector<ParamLine> param_lines(const std::string& output) {
-  static const std::regex re(
-      R"(rank (\d+): tp \d+ dp \d+ pp (\d+): (\d+) local parameters of (\d+), (\d+) gradient elements all-reduced)");
-  std::vector<ParamLine> lines;
-  for (std::sregex_iterator it(output.begin(), output.end(), re), end; it != end; ++it)
-    lines.push_back({std::stoi((*it)[1]), std::stoi((*it)[2]), std::stoll((*it)[3]), std::stoll((*it)[4]),
-                     std::stoll((*it)[5])});
-  return lines;
-}
 
 }  // namespace trident::testing

@@ -121,13 +121,14 @@ TEST_P(MatrixRow, MatchesReference) {
   ASSERT_TRUE(completed(ref.run));
   const CachedRun run = run_row(r);
   ASSERT_TRUE(completed(run.run));
-  const auto lines = param_lines(run.run.result.output);
-  EXPECT_EQ(static_cast<int>(lines.size()), r.world()) << run.run.result.output;
+  const auto ranks = rank_summaries(run.dir);
+  EXPECT_EQ(static_cast<int>(ranks.size()), r.world()) << run.run.result.output;
   // Each gradient element a rank holds is all-reduced over DP exactly once a
   // step: a tied copy whose primary is on the same rank (GPT's head at pp = 1)
   // is added into the primary first and not reduced itself.
-  for (const auto& l : lines)
-    EXPECT_EQ(l.dp_reduced, r.dp > 1 ? l.local : 0) << "rank " << l.rank << " of " << r.name();
+  for (const auto& s : ranks)
+    EXPECT_EQ(field(s, "dp_reduced_elements"), r.dp > 1 ? field(s, "local_parameters") : 0)
+        << "rank " << field(s, "rank") << " of " << r.name();
   EXPECT_TRUE(compare(ref.dir, run.dir, bit_identical_class(r) ? 0.0 : 1e-5)) << r.name();
 }
 
@@ -155,12 +156,10 @@ TEST(RegressionMatrix, PipelineScheduleAndOverlapChangeNoBits) {
   EXPECT_GE(compared, 5);
 }
 
-// Optimizer-state bytes of each rank, from its summary line.
-std::map<int, long long> state_bytes(const std::string& output) {
-  static const std::regex re(R"(rank (\d+): tp \d+ dp \d+ pp \d+: peak .* optimizer state (\d+) bytes)");
+// Optimizer-state bytes of each rank, from its rank summary.
+std::map<int, long long> state_bytes(const std::string& dir) {
   std::map<int, long long> out;
-  for (std::sregex_iterator it(output.begin(), output.end(), re), end; it != end; ++it)
-    out[std::stoi((*it)[1])] = std::stoll((*it)[2]);
+  for (const auto& s : rank_summaries(dir)) out[static_cast<int>(field(s, "rank"))] = field(s, "optimizer_state_bytes");
   return out;
 }
 
@@ -175,7 +174,7 @@ TEST(RegressionMatrix, ZeroOneMatchesZeroZeroAndHalvesOptimizerState) {
   const CachedRun z1 = cached_run(r.world(), r.sets());
   ASSERT_TRUE(completed(z0.run) && completed(z1.run));
   EXPECT_TRUE(compare(z0.dir, z1.dir, 1e-6));
-  const auto b0 = state_bytes(z0.run.result.output), b1 = state_bytes(z1.run.result.output);
+  const auto b0 = state_bytes(z0.dir), b1 = state_bytes(z1.dir);
   ASSERT_EQ(b0.size(), 8u) << z0.run.result.output;
   ASSERT_EQ(b1.size(), 8u) << z1.run.result.output;
   for (const auto& [rank, bytes] : b0) {

@@ -5,19 +5,16 @@
 // activation bytes of an in-flight micro-batch go down.
 #include <gtest/gtest.h>
 
-#include <regex>
 
 #include "regression_util.h"
 
 namespace trident::testing {
 namespace {
 
-// Rank 0's "peak N micro-batches in flight holding B activation bytes" figure.
-long long activation_bytes(const std::string& output) {
-  static const std::regex re(R"(rank 0: .* holding (\d+) activation bytes)");
-  std::smatch m;
-  if (!std::regex_search(output, m, re)) return -1;
-  return std::stoll(m[1]);
+// Rank 0's peak activation bytes, from its rank summary; -1 without one.
+long long activation_bytes(const TrainRun& run) {
+  const auto ranks = rank_summaries(run.dir);
+  return ranks.empty() ? -1 : field(ranks[0], "peak_activation_bytes");
 }
 
 const TrainRun& reference() {
@@ -28,7 +25,7 @@ const TrainRun& reference() {
 TEST(Recompute, FullIsBitIdenticalAndHoldsLessThanAThirdOfTheActivations) {
   const TrainRun run = cached_run(1, {"training.recompute=full"}).run;
   EXPECT_TRUE(matches_reference(reference().rows, run, 0));
-  const long long none = activation_bytes(reference().result.output), full = activation_bytes(run.result.output);
+  const long long none = activation_bytes(reference()), full = activation_bytes(run);
   std::cout << "activation bytes: none " << none << ", full " << full << std::endl;
   ASSERT_GT(none, 0);
   ASSERT_GT(full, 0);
@@ -39,7 +36,7 @@ TEST(Recompute, FullIsBitIdenticalAndHoldsLessThanAThirdOfTheActivations) {
 TEST(Recompute, SelectiveIsBitIdenticalAndHoldsLess) {
   const TrainRun run = cached_run(1, {"training.recompute=selective"}).run;
   EXPECT_TRUE(matches_reference(reference().rows, run, 0));
-  const long long none = activation_bytes(reference().result.output), sel = activation_bytes(run.result.output);
+  const long long none = activation_bytes(reference()), sel = activation_bytes(run);
   std::cout << "activation bytes: none " << none << ", selective " << sel << std::endl;
   ASSERT_GT(sel, 0);
   // The MLP's (b, s, ffn) up projection goes (measured 2.22 MB -> 1.76 MB);

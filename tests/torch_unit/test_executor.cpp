@@ -112,7 +112,7 @@ Result pipelined(const std::string& kind, int p, int m, int v) {
     snap.stages = raw;
     ExecutorStats stats = exec.run(schedule.ranks[static_cast<size_t>(rank)], batch, 1.0 / m, &snap);
     Result& r = per_rank[static_cast<size_t>(rank)];
-    r.loss_sum = stats.loss_sum;
+    r.loss_sum = stats.loss_sum();
     for (auto& s : mine)
       for (Param& prm : s->params()) {
         r.grads[prm.info.name] = prm.tensor.grad();
