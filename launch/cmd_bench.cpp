@@ -1,10 +1,10 @@
 // `trident bench bubble ...`: see benchmarks/bubble_bench.h and benchmarks/README.md.
 #include <boost/program_options.hpp>
+#include <sched.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <sched.h>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -154,9 +154,10 @@ int bench_throughput(int argc, char** argv) {
     rows.push_back(r);
   });
   const double best = bench::rescale_mfu(rows, peak, cores);
-  double lo = peak, hi = peak;
+  double lo = 0, hi = 0;  // the one-thread runs' own start-up timings
   for (const auto& r : rows)
-    if (r.threads == 1) lo = std::min(lo, r.run_peak_flops), hi = std::max(hi, r.run_peak_flops);
+    if (r.threads == 1 && r.run_peak_flops > 0)
+      lo = lo > 0 ? std::min(lo, r.run_peak_flops) : r.run_peak_flops, hi = std::max(hi, r.run_peak_flops);
   std::printf("MFU against one thread's best matmul rate, %.1f GFLOP/s (timed here: %.1f; the runs' start-up timings: "
               "%.1f-%.1f), x min(p x threads, %d cores)%s\n", best / 1e9, peak / 1e9, lo / 1e9, hi / 1e9, cores,
               best > min_used ? "; lines above printed before the best timing read MFU high: throughput.csv has the final" : "");
