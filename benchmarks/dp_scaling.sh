@@ -4,8 +4,11 @@
 # exposed gradient-reduction time per step (finish_grad_sync: what the
 # backward did not hide) with overlap_grad_reduce on and off, and the ceiling
 # the machine allows: two dp = 1 runs of half the batch side by side. The layouts run
-# interleaved REPS times, so machine noise hits them alike; medians of the
-# per-run means (first WARMUP steps left out) are reported.
+# interleaved REPS times, so machine noise hits them alike; each run gives its
+# mean tokens/s and grad-sync time (first WARMUP steps left out). Speed-ups are
+# the median over rounds of the per-round ratios (each ratio from runs of the
+# same round, i.e. the same moment); tokens/s and grad-sync are medians of the
+# per-run means.
 #   benchmarks/dp_scaling.sh [BUILD_DIR]   env: REPS (3), STEPS (20), WARMUP (4), OUT
 # Needs data/brown-gpt2.* (scripts/main.sh prepares it).
 set -euo pipefail
@@ -49,27 +52,39 @@ side_by_side() {
 
 : > "$tmp/results"
 for rep in $(seq "$reps"); do
-  echo "dp1 $(train dp1 1 --set parallel.dp=1)" >> "$tmp/results"
-  echo "dp2_overlap $(train dp2on 2 --set parallel.dp=2 --set parallel.overlap_grad_reduce=true)" >> "$tmp/results"
-  echo "dp2_no_overlap $(train dp2off 2 --set parallel.dp=2 --set parallel.overlap_grad_reduce=false)" >> "$tmp/results"
-  echo "side_by_side $(side_by_side)" >> "$tmp/results"
+  echo "$rep dp1 $(train dp1 1 --set parallel.dp=1)" >> "$tmp/results"
+  echo "$rep dp2_overlap $(train dp2on 2 --set parallel.dp=2 --set parallel.overlap_grad_reduce=true)" >> "$tmp/results"
+  echo "$rep dp2_no_overlap $(train dp2off 2 --set parallel.dp=2 --set parallel.overlap_grad_reduce=false)" >> "$tmp/results"
+  echo "$rep side_by_side $(side_by_side)" >> "$tmp/results"
   echo "dp_scaling: round $rep/$reps done" >&2
 done
 
 median() { sort -g | awk '{a[NR] = $1} END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
-col() { awk -v k="$1" -v c="$2" '$1 == k { print $c }' "$tmp/results" | median; }
-t1=$(col dp1 2) t2=$(col dp2_overlap 2) t3=$(col dp2_no_overlap 2) t4=$(col side_by_side 2)
-g2=$(col dp2_overlap 3) g3=$(col dp2_no_overlap 3)
+col() { awk -v k="$1" -v c="$2" '$2 == k { print $c }' "$tmp/results" | median; }
+# ratio LAYOUT: tokens/s of LAYOUT over dp1's in the same round, one line per round
+ratio() { awk -v k="$1" '$2 == "dp1" { base[$1] = $3 } $2 == k { r[$1] = $3; if ($1 > n) n = $1 }
+  END { for (i = 1; i <= n; ++i) printf "%.4f\n", r[i] / base[i] }' "$tmp/results"; }
+rounds() { ratio "$1" | awk '{ printf "%s%.2fx", (NR > 1 ? ", " : ""), $1 }'; }
+t1=$(col dp1 3) t2=$(col dp2_overlap 3) t3=$(col dp2_no_overlap 3) t4=$(col side_by_side 3)
+g2=$(col dp2_overlap 4) g3=$(col dp2_no_overlap 4)
+r2=$(ratio dp2_overlap | median) r3=$(ratio dp2_no_overlap | median) r4=$(ratio side_by_side | median)
+# dp2 with overlap against the side-by-side ceiling, per round
+rc=$(awk '$2 == "dp2_overlap" { a[$1] = $3 } $2 == "side_by_side" { b[$1] = $3 }
+  END { for (i in a) printf "%.4f\n", a[i] / b[i] }' "$tmp/results" | median)  # order irrelevant: a median
 {
-  echo "# dp scaling: gpt-small-brown, 1 thread per rank, global batch 16 x 128 tokens, $steps steps ($warmup warm-up left out), $reps interleaved rounds (medians)"
+  echo "# dp scaling: gpt-small-brown, 1 thread per rank, global batch 16 x 128 tokens, $steps steps ($warmup warm-up left out), $reps interleaved rounds"
+  echo "# command: REPS=$reps STEPS=$steps WARMUP=$warmup $0 $build"
   echo "# date: $(date -u '+%Y-%m-%d %H:%M UTC')  machine: $(nproc) cores  load before: $load_before  after: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "# tokens/s and grad-sync: medians of the per-run means; speed-ups: medians of the per-round ratios"
   echo "layout              tokens/s   exposed grad-sync s/step"
-  printf "dp1                 %8.1f   %.5f\n" "$t1" "$(col dp1 3)"
+  printf "dp1                 %8.1f   %.5f\n" "$t1" "$(col dp1 4)"
   printf "dp2 overlap on      %8.1f   %.5f\n" "$t2" "$g2"
   printf "dp2 overlap off     %8.1f   %.5f\n" "$t3" "$g3"
   printf "2 x dp1 side by side %7.1f   (no communication: the ceiling for dp2 here)\n" "$t4"
-  awk -v a="$t1" -v b="$t2" -v c="$t3" 'BEGIN { printf "speed-up dp2/dp1: %.2fx with overlap, %.2fx without (goal >= 1.7x)\n", b / a, c / a }'
-  awk -v a="$t1" -v b="$t2" -v d="$t4" 'BEGIN { printf "ceiling (2 x dp1 side by side)/dp1: %.2fx; dp2 with overlap reaches %.0f%% of it\n", d / a, 100 * b / d }'
-  echo "per-round raw (layout tokens/s grad-sync-s):"
+  printf "speed-up dp2/dp1 (median of per-round ratios): %.2fx with overlap (rounds: %s), %.2fx without (rounds: %s) (goal >= 1.7x)\n" \
+    "$r2" "$(rounds dp2_overlap)" "$r3" "$(rounds dp2_no_overlap)"
+  printf "ceiling (2 x dp1 side by side)/dp1 (median of per-round ratios): %.2fx (rounds: %s); dp2 with overlap reaches %.0f%% of it (median per round)\n" \
+    "$r4" "$(rounds side_by_side)" "$(awk -v x="$rc" 'BEGIN { print 100 * x }')"
+  echo "per-round raw (round layout tokens/s grad-sync-s):"
   sed 's/^/  /' "$tmp/results"
 } | tee "$out"

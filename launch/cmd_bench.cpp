@@ -1,6 +1,8 @@
 // `trident bench bubble ...`: see framework/train/bubble_bench.h and benchmarks/README.md.
 #include <boost/program_options.hpp>
+#include <sched.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -8,6 +10,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "launch/commands.h"
@@ -79,37 +82,85 @@ struct Sweep {
 };
 
 #ifdef TRIDENT_HAVE_TORCH
+// The cores this process may run on (its affinity mask; all of them if unknown).
+int usable_cores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
 int bench_throughput(int argc, char** argv) {
   po::options_description opts(
       "usage: trident bench throughput [options] --out DIR\n\n"
       "Tokens/s and MFU of real GPT stages: one `trident launch` + `trident train` per case\n"
       "(dp = tp = 1, micro-batch size 1, global batch = m), medians over the steps after the\n"
-      "first. Writes DIR/throughput.csv and DIR/throughput.svg. --chunks applies to interleaved.\n\noptions");
+      "first. Writes DIR/throughput.csv and DIR/throughput.svg. --chunks applies to interleaved.\n"
+      "Real stages compute on this machine's cores: p ranks beyond them share cores, so such a case\n"
+      "measures contention, not the schedule (trident bench bubble's synthetic stage does that);\n"
+      "p is capped at the usable cores unless --max-ranks says more. MFU: tflops over one\n"
+      "thread's best matmul rate (timed here, and by every run) x min(p x threads, cores).\n\noptions");
+  const int cores = usable_cores();
   Sweep sweep{"1f1b,interleaved", "1,2,4", "8"};
   std::string config = "configs/gpt-tiny.toml", out;
-  int steps = 4;
+  int steps = 4, max_ranks = cores;
   std::vector<std::string> sets;
   opts.add_options()("help,h", "show this help")("config", po::value(&config)->default_value(config), "model config")(
       "set", po::value(&sets)->composing(), "passed to trident train, e.g. --set model.hidden=256 (repeatable)");
   sweep.add_options(opts);
   opts.add_options()("steps", po::value(&steps)->default_value(steps),
-                     "training steps per case (the first is not counted)")("out", po::value(&out), "output directory");
+                     "training steps per case (the first is not counted)")(
+      "max-ranks", po::value(&max_ranks)->default_value(max_ranks),
+      "largest p run; the default is the cores this process may use (more: contention-bound)")(
+      "out", po::value(&out), "output directory");
   po::variables_map vm;
   if (!parse_args(argc, argv, opts, vm)) return 0;
   if (out.empty()) throw std::runtime_error("trident bench throughput: --out DIR is required");
   if (steps < 2) throw std::runtime_error("--steps must be at least 2 (the first is warm-up), got " + std::to_string(steps));
+  if (max_ranks < 1) throw std::runtime_error("--max-ranks must be at least 1, got " + std::to_string(max_ranks));
+  bool capped = false, runnable = false;
+  for (int p : ints(sweep.stages, "--stages")) {
+    if (p > max_ranks) {
+      std::cout << "bench throughput: p = " << p << " skipped: more ranks than --max-ranks " << max_ranks
+                << (vm["max-ranks"].defaulted() ? " (the " + std::to_string(cores) + " cores this process may use)" : "")
+                << "; pass --max-ranks " << p << " to run it anyway (contention-bound)\n";
+      capped = true;
+    } else {
+      runnable = true;
+    }
+  }
+  if (!runnable) throw std::runtime_error("trident bench throughput: every --stages value exceeds --max-ranks " +
+                                          std::to_string(max_ranks) + "; nothing to run");
+  std::cout << "bench throughput: " << cores << " usable cores; real stages of p ranks x training.threads compute on\n"
+            << "  them, so a case beyond " << cores << " is contention-bound (it measures shared cores as much as the\n"
+            << "  schedule; trident bench bubble measures schedules)" << (capped ? "; p capped at " + std::to_string(max_ranks) : "")
+            << std::endl;
+  const double peak = bench::measure_one_thread_peak();
+  double running = peak, min_used = peak;
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   std::filesystem::create_directories(out + "/runs");
   std::string cfg = config;
   for (const std::string& kv : sets) cfg += " --set " + kv;
   std::vector<bench::ThroughputRow> rows;
   sweep.for_each([&](const std::string& kind, int p, int m, int v) {
-    const bench::ThroughputRow r = bench::run_throughput_case(self, cfg, {kind, p, m, v}, steps, out + "/runs");
-    std::printf("%-12s p=%d m=%-3d v=%d  %8.0f tok/s  MFU %5.1f%%  bubble %5.1f%%  step %.3f s\n", kind.c_str(), p, m, v,
-                r.tokens_per_s, 100 * r.mfu, 100 * r.bubble, r.step_s);
+    if (p > max_ranks) return;  // said above
+    bench::ThroughputRow r = bench::run_throughput_case(self, cfg, {kind, p, m, v}, steps, out + "/runs");
+    std::vector<bench::ThroughputRow> one{r};
+    running = bench::rescale_mfu(one, running, cores);  // the best peak so far; throughput.csv has the final one
+    min_used = std::min(min_used, running);
+    std::printf("%-12s p=%d m=%-3d v=%d  %8.0f tok/s  MFU %5.1f%%  bubble %5.1f%%  step %.3f s%s\n", kind.c_str(), p, m,
+                v, r.tokens_per_s, 100 * one[0].mfu, 100 * r.bubble, r.step_s,
+                p * r.threads > cores ? "  (contention-bound)" : "");
     std::fflush(stdout);
     rows.push_back(r);
   });
+  const double best = bench::rescale_mfu(rows, peak, cores);
+  double lo = 0, hi = 0;  // the one-thread runs' own start-up timings
+  for (const auto& r : rows)
+    if (r.threads == 1 && r.run_peak_flops > 0)
+      lo = lo > 0 ? std::min(lo, r.run_peak_flops) : r.run_peak_flops, hi = std::max(hi, r.run_peak_flops);
+  std::printf("MFU against one thread's best matmul rate, %.1f GFLOP/s (timed here: %.1f; the runs' start-up timings: "
+              "%.1f-%.1f), x min(p x threads, %d cores)%s\n", best / 1e9, peak / 1e9, lo / 1e9, hi / 1e9, cores,
+              best > min_used ? "; lines above printed before the best timing read MFU high: throughput.csv has the final" : "");
   std::ofstream(out + "/throughput.csv") << bench::throughput_csv(rows);
   std::ofstream(out + "/throughput.svg") << bench::throughput_svg(rows, "Throughput, " + config);
   std::cout << "wrote " << out << "/{throughput.csv,throughput.svg} (runs under " << out << "/runs)" << std::endl;

@@ -3,12 +3,18 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 namespace trident::bench {
 namespace {
@@ -32,7 +38,45 @@ double field(const std::string& row, const std::string& key) {
   return std::strtod(row.c_str() + at + key.size() + 3, nullptr);
 }
 
+// `threads = N` of the [training] table in a run's config.toml (1 if absent).
+int training_threads(const std::string& config_toml) {
+  std::ifstream in(config_toml);
+  std::string line, table;
+  while (std::getline(in, line)) {
+    if (line.rfind("[", 0) == 0) table = line;
+    else if (table == "[training]" && line.rfind("threads", 0) == 0 && line.find('=') != std::string::npos)
+      return std::max(1, std::atoi(line.c_str() + line.find('=') + 1));
+  }
+  return 1;
+}
+
 }  // namespace
+
+double measure_one_thread_peak(int trials) {
+  const int before = at::get_num_threads();
+  at::set_num_threads(1);
+  const int64_t n = 1024;
+  at::Tensor a = at::randn({n, n}), b = at::randn({n, n});
+  at::mm(a, b);  // warm-up
+  double best = 0;
+  for (int i = 0; i < trials; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < 2; ++r) at::mm(a, b);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, 2 * 2.0 * n * n * n / s);
+  }
+  at::set_num_threads(before);
+  return best;
+}
+
+double rescale_mfu(std::vector<ThroughputRow>& rows, double measured_peak, int cores) {
+  double peak = measured_peak;
+  for (const auto& r : rows)
+    if (r.threads == 1) peak = std::max(peak, r.run_peak_flops);
+  for (auto& r : rows)
+    r.mfu = r.tflops * 1e12 / (peak * static_cast<double>(std::min(r.c.p * r.threads, std::max(1, cores))));
+  return peak;
+}
 
 ThroughputRow run_throughput_case(const std::string& trident, const std::string& config, const ThroughputCase& c,
                                   int steps, const std::string& scratch) {
@@ -54,7 +98,7 @@ ThroughputRow run_throughput_case(const std::string& trident, const std::string&
   while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
   if (pclose(p) != 0) throw std::runtime_error("bench throughput: this run failed:\n" + cmd + "\n" + out);
   std::ifstream rows(dir + "/metrics.jsonl");
-  std::vector<double> tok, mfu, bubble, step;
+  std::vector<double> tok, mfu, bubble, step, tflops;
   std::string line;
   for (int i = 0; std::getline(rows, line); ++i) {
     if (i == 0 && steps > 1) continue;  // warm-up
@@ -62,17 +106,25 @@ ThroughputRow run_throughput_case(const std::string& trident, const std::string&
     mfu.push_back(field(line, "mfu"));
     bubble.push_back(field(line, "bubble"));
     step.push_back(field(line, "step_time_s"));
+    tflops.push_back(field(line, "tflops"));
   }
   if (tok.empty()) throw std::runtime_error("bench throughput: no metrics in " + dir + "/metrics.jsonl");
-  return {c, median(tok), median(mfu), median(bubble), median(step)};
+  ThroughputRow r{c, median(tok), median(mfu), median(bubble), median(step), median(tflops)};
+  r.threads = training_threads(dir + "/config.toml");
+  // The trainer's mfu is tflops / (its one-thread peak x min(ranks, cores)) (framework/trainer.cpp),
+  // so its peak is recovered from any step's pair.
+  const double trainer_cores = std::max(1u, std::thread::hardware_concurrency());
+  if (r.mfu > 0) r.run_peak_flops = r.tflops * 1e12 / (r.mfu * std::min<double>(c.p, trainer_cores));
+  return r;
 }
 
 std::string throughput_csv(const std::vector<ThroughputRow>& rows) {
   std::ostringstream s;
-  s << "schedule,p,m,v,tokens_per_s,mfu,bubble,step_s\n";
+  s << "schedule,p,m,v,tokens_per_s,mfu,bubble,step_s,tflops,threads,run_peak_gflops\n";
   for (const auto& r : rows)
     s << r.c.schedule << "," << r.c.p << "," << r.c.m << "," << r.c.v << "," << f(r.tokens_per_s) << ","
-      << f(r.mfu, "%.4f") << "," << f(r.bubble, "%.4f") << "," << f(r.step_s, "%.4f") << "\n";
+      << f(r.mfu, "%.4f") << "," << f(r.bubble, "%.4f") << "," << f(r.step_s, "%.4f") << "," << f(r.tflops, "%.6f")
+      << "," << r.threads << "," << f(r.run_peak_flops / 1e9) << "\n";
   return s.str();
 }
 

@@ -40,8 +40,9 @@ extract() {  # prints one command per line, continuations joined
 scratch="$(mktemp -d "${TMPDIR:-/tmp}/trident-doc-XXXXXX")"
 trap 'rm -rf "$scratch"' EXIT
 # The commands use repository-relative paths; run them in a scratch copy of
-# the layout (links), so whatever they write lands in the scratch directory.
-for d in build configs scripts schedules launch node_modules .venv; do
+# the layout (links), so whatever they write lands in the scratch directory
+# (data/ too: the benchmarks on gpt-small-brown read its prepared tokens).
+for d in build configs scripts schedules launch node_modules .venv data; do
   [[ -e "$repo/$d" ]] && ln -s "$repo/$d" "$scratch/$d"
 done
 # benchmarks/ is copied, not linked: a benchmark that writes its results next to itself
