@@ -2,10 +2,10 @@
 # Activation memory under training.recompute = none / selective / full: for
 # gpt-tiny and gpt-small-brown (tp = pp = dp = 1, one thread, one step, eval
 # off) the bytes the forward leaves alive per in-flight micro-batch, as
-# `trident train` measures them on the host allocator (framework/trainer.cpp:
-# the per-rank "peak N micro-batches in flight holding B activation bytes"
-# line; metrics.jsonl has no such field). Deterministic up to the allocator, so
-# one run per mode.
+# `trident train` measures them on the host allocator (rank 0's rank-0.json in
+# the run directory: peak_inflight, peak_activation_bytes; NOTE [rank summary]
+# in framework/train/trainer.cpp). Deterministic up to the allocator, so one run
+# per mode.
 # Usage: benchmarks/recompute_memory.sh [BUILD_DIR]   (a directory holding `trident`;
 #   default build); writes benchmarks/results/recompute_memory.txt (or $OUT).
 # gpt-small-brown needs data/brown-gpt2.* (scripts/main.sh prepares it).
@@ -24,11 +24,12 @@ for config in gpt-tiny gpt-small-brown; do
       --set training.eval_interval=0 --set training.threads=1 --set training.peak_tflops=1 \
       --set logging.progress=false --set logging.dir="$tmp/$config-$mode" > "$log" 2>&1 ||
       { echo "recompute_memory: $config $mode failed:" >&2; tail -20 "$log" >&2; exit 1; }
-    line=$(grep -m1 'micro-batches in flight holding' "$log") ||
-      { echo "recompute_memory: no activation line in $log" >&2; exit 1; }
-    rows+=$(echo "$line" | awk -v c="$config" -v m="$mode" '{
-        for (i = 1; i <= NF; ++i) { if ($i == "peak") n = $(i + 1); if ($i == "holding") b = $(i + 1) }
-        printf "%-16s %-10s %3d %12d %10.2f\n", c, m, n, b, b / n / 1e6 }')$'\n'
+    summary="$tmp/$config-$mode/rank-0.json"
+    [[ -f $summary ]] || { echo "recompute_memory: no $summary (see $log)" >&2; exit 1; }
+    rows+=$(python3 -c 'import json, sys
+s = json.load(open(sys.argv[1]))
+n, b = s["peak_inflight"], s["peak_activation_bytes"]
+print("%-16s %-10s %3d %12d %10.2f" % (sys.argv[2], sys.argv[3], n, b, b / n / 1e6))' "$summary" "$config" "$mode")$'\n'
   done
 done
 {
