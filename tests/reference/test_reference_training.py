@@ -28,6 +28,9 @@ the CTest tests ReferenceTrainingTiny / ReferenceTrainingBrown.
        are listed;
      - clipping was active on some steps and not on others, and on the same steps in the
        reference.
+  5. tiny case: trains once more with training.precision = "bf16", runs reference_train.py
+     --dtype bfloat16 (torch.autocast), and holds Trident's bf16 run to the fp64 truth in the
+     same way, with a floor and a multiple of its own (NOTE [bf16 contract] in check_bf16).
 It prints the per-step figures and writes them to WORK/results.json.
 """
 
