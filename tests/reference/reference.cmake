@@ -2,7 +2,7 @@
 # CTest label `reference`. Python scripts run with TRIDENT_PYTHON (the project's
 # .venv from scripts/setup.sh: torch, transformers, safetensors, numpy) against
 # the built `trident`.
-#   ReferenceTrainingTiny   gpt-tiny, 20 steps, vs transformers' GPT-2 + torch AdamW in fp32 and fp64
+#   ReferenceTrainingTiny   gpt-tiny, 20 steps, vs transformers' GPT-2 + torch AdamW in fp32 and fp64; bf16 vs torch.autocast
 #   ReferenceTrainingBrown  gpt-small-brown (GPT-2 BPE on Brown), 20 steps, the same
 #   ReferenceLayoutsTiny    the same for tp2, pp2 interleaved, dp2 ZeRO-1 and tp2 x pp2 x dp2 (every schedule)
 #   HfRoundTrip             trident export -> from_pretrained, generate(), save_pretrained -> --init-from

@@ -10,6 +10,8 @@ What it uses instead of Trident's code:
   model      transformers' GPT2LMHeadModel (eager attention), loaded with from_pretrained
   data       the token file read by trident_data.py and the sample order of
              framework/data/README.md written again there
+  precision  --dtype float64 (the truth), float32, or bfloat16 under torch.autocast (NOTE [bf16 reference]);
+             --dp / --accumulate sum the micro-batch gradients in another order (NOTE [accumulation orders])
   optimizer  torch.optim.AdamW; the LR schedule written out again (lr_at below); torch's
              clipping (clip_grad_norm_, or clip_grads_with_norm_ on a norm summed in float64:
              NOTE [fp32 norms on CPU]); gradient accumulation over micro-batches
@@ -84,17 +86,65 @@ def load_model(hf_dir, model_cfg, dtype):
     return model.to(dtype)
 
 
+def tree_sum(ts):
+    """Pairwise (balanced tree) sum: ((t0 + t1) + (t2 + t3)) + ..."""
+    while len(ts) > 1:
+        ts = [ts[i] + ts[i + 1] if i + 1 < len(ts) else ts[i] for i in range(0, len(ts), 2)]
+    return ts[0]
+
+
+def accumulate(params, captured, dp, how):
+    """Sets each parameter's .grad from the per-micro-batch gradients, in rank-major order.
+
+    NOTE [accumulation orders]
+    Trident's dp ranks each backpropagate loss * (1/m_r) over their m_r = m/dp micro-batches,
+    accumulating in the gradient tensor in fp32 (micro-batch 0, then 1, ...); the all-reduce
+    then adds the dp partial sums and finish_grad_sync divides by dp. For dp = 2 the partial
+    sums have two addends (commutative: any all-reduce algorithm gives the same bits), and the
+    scalings are powers of two (exact), so what differs from the single-process run is only the
+    summation tree: (g0 + .. + g3) + (g4 + .. + g7) instead of g0 + .. + g7 left to right.
+      sequential  each rank's micro-batches left to right, then the ranks' sums left to right,
+                  then / dp: with --dp 1 bit-identical to autograd's accumulation
+      pairwise    one balanced tree over all m micro-batch gradients (then / dp)
+      float64     the m gradients summed in float64, rounded to the model dtype once (then / dp)
+    """
+    per_rank = len(captured) // dp
+    for j, p in enumerate(params):
+        gs = [c[j] for c in captured]
+        if how == "sequential":
+            parts = []
+            for r in range(dp):
+                acc = gs[r * per_rank].clone()
+                for g in gs[r * per_rank + 1:(r + 1) * per_rank]:
+                    acc += g
+                parts.append(acc)
+            total = parts[0]
+            for part in parts[1:]:
+                total = total + part
+        elif how == "pairwise":
+            total = tree_sum(gs)
+        else:
+            total = torch.stack(gs).to(torch.float64).sum(0).to(gs[0].dtype)
+        p.grad = total / dp if dp > 1 else total
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--config", required=True, help="Trident's effective config.toml of the run to reproduce")
     ap.add_argument("--hf-dir", required=True, help="step-0 weights (trident checkpoint init + trident export)")
     ap.add_argument("--out", required=True, help="directory for metrics.jsonl")
-    ap.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    ap.add_argument("--dtype", choices=["float32", "float64", "bfloat16"], default="float32",
+                    help="bfloat16: fp32 weights, optimizer and gradients, the forward under torch.autocast "
+                         "(NOTE [bf16 reference])")
     ap.add_argument("--norm", choices=["float64", "native"], default="float64",
                     help="gradient norm for clipping: squares summed in float64, or clip_grad_norm_ as it is "
                          "(NOTE [fp32 norms on CPU])")
     ap.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: training.steps)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--dp", type=int, default=1,
+                    help="sum the micro-batch gradients in data parallelism's order (NOTE [accumulation orders])")
+    ap.add_argument("--accumulate", choices=["autograd", "sequential", "pairwise", "float64"], default="autograd",
+                    help="how the micro-batch gradients are summed (NOTE [accumulation orders])")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -104,9 +154,23 @@ def main():
     par = cfg["parallel"]
     if d_cfg["source"] != "file":
         raise SystemExit("the reference reads a token file: the run needs data.source = \"file\"")
-    if t_cfg["precision"] != "fp32":
-        raise SystemExit("the reference reproduces fp32 runs (training.precision = \"fp32\")")
-    dtype = torch.float32 if args.dtype == "float32" else torch.float64
+    if t_cfg["precision"] not in ("fp32", "bf16"):
+        raise SystemExit(f"training.precision = {t_cfg['precision']!r}: the reference knows fp32 and bf16")
+    # The arithmetic is --dtype's whatever the run's precision: a bf16 run is held to the fp64 truth too.
+    dtype = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.float32}[args.dtype]
+    # NOTE [bf16 reference]
+    # PyTorch's own mixed-precision recipe, not Trident's scheme written again: the parameters,
+    # their gradients and AdamW stay fp32, and each micro-batch's forward runs under
+    # torch.autocast("cpu", bfloat16), which casts a weight to bf16 through autograd where an op
+    # of its lower-precision list (addmm, matmul, linear, bmm, ...) uses it, so the bf16 weight
+    # gradients are cast back and accumulated in the fp32 .grad, as in Trident. Both run the
+    # matmuls and GELU in bf16, and softmax, LayerNorm and the cross-entropy in fp32 (checked with
+    # forward hooks: Conv1D, the LM head and GELU give bf16; LayerNorm and the attention softmax
+    # fp32). What differs: autocast leaves the embeddings and the residual stream in fp32 (a bf16
+    # block output added to the fp32 residual promotes), where Trident (Megatron) keeps the
+    # residual stream in bf16. Autocast is what a PyTorch user of bf16 runs, and it needs no
+    # second model: that independence is what the comparison is for.
+    autocast = args.dtype == "bfloat16"
 
     data = TokenFile(d_cfg["path"] + ".train.bin")
     if data.vocab_size != m_cfg["vocab_size"]:
@@ -114,8 +178,13 @@ def main():
     seq = m_cfg["seq_len"]
     samples = Samples(data.tokens, seq, t_cfg["seed"])
     gbs, mbs = t_cfg["global_batch_size"], t_cfg["micro_batch_size"]
-    dp = 1  # the single-process run: one data-parallel rank holds the whole global batch
-    micro = gbs // (mbs * dp)
+    dp = args.dp  # 1: the single-process run, one data-parallel rank holds the whole global batch
+    if dp < 1 or gbs % (mbs * dp):
+        raise SystemExit(f"--dp {dp} does not divide global_batch_size {gbs} into micro-batches of {mbs}")
+    if dp > 1 and args.accumulate == "autograd":
+        args.accumulate = "sequential"
+    micro = gbs // mbs  # micro-batches per step, over all data-parallel ranks
+    local = micro // dp  # per rank
 
     model = load_model(args.hf_dir, m_cfg, dtype)
     model.train()  # dropout is 0, so train() and eval() compute the same; train() as a trainer would
@@ -135,15 +204,24 @@ def main():
     for step in range(steps):
         opt.zero_grad(set_to_none=True)
         loss_sum = 0.0  # Python float (double), like Trident's double accumulator
-        for k in range(micro):
-            idx = samples.micro_batch(step, gbs, 0, dp, k, mbs)
-            win = torch.from_numpy(np.stack([samples.window(i) for i in idx]))  # (mbs, seq + 1) int64
-            x, y = win[:, :seq], win[:, 1:]
-            logits = model(input_ids=x).logits  # (mbs, seq, V)
-            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))  # mean over tokens
-            # Trident's executor backpropagates loss * (1/m) for each of the m micro-batches.
-            (loss * (1.0 / micro)).backward()
-            loss_sum += loss.item()
+        captured = []  # (rank, micro-batch gradients) for --accumulate other than autograd
+        for r in range(dp):
+            for k in range(local):
+                idx = samples.micro_batch(step, gbs, r, dp, k, mbs)
+                win = torch.from_numpy(np.stack([samples.window(i) for i in idx]))  # (mbs, seq + 1) int64
+                x, y = win[:, :seq], win[:, 1:]
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                    logits = model(input_ids=x).logits  # (mbs, seq, V)
+                logits = logits.float() if autocast else logits  # cross-entropy in fp32
+                loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))  # mean over tokens
+                # Trident's executor backpropagates loss * (1/m) for each of a rank's m micro-batches.
+                (loss * (1.0 / local)).backward()
+                loss_sum += loss.item()
+                if args.accumulate != "autograd":
+                    captured.append([p.grad for p in params])
+                    opt.zero_grad(set_to_none=True)
+        if args.accumulate != "autograd":
+            accumulate(params, captured, dp, args.accumulate)
         # The norm before clipping, over every parameter once (the tied head is wte);
         # the gradients are then scaled by clip / (norm + 1e-6) when that is < 1.
         # NOTE [fp32 norms on CPU]: torch's CPU L2-norm kernel sums a float32 tensor's squares in
