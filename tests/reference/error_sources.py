@@ -116,7 +116,7 @@ def main():
     run([t, "data", "prepare", "--tokenizer", "byte", "--input", *files, "--output", prefix])
     config = os.path.join(src, "configs/gpt-tiny.toml")
     sets = ["training.threads=1", "training.steps=20", "model.dropout=0", "data.source=file",
-            "training.eval_interval=0", "training.peak_tflops=1", "logging.log_interval=5",
+            "training.eval_interval=0", "training.peak_tflops=1", "logging.log_interval=1",
             f"data.path={prefix}", "model.vocab_pad_multiple=96", "training.warmup_steps=3",
             f"training.grad_clip={CLIP}"] + ([f"training.seed={args.seed}"] if args.seed else [])
     setargs = [a for s in sets for a in ("--set", s)]
