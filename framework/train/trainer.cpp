@@ -291,6 +291,7 @@ std::vector<std::vector<Param>*> chunk_params_of(Run& r) {
 void build(Run& r) {
   Config& c = r.cfg;
   check_schedule_kind(c, sched::schedule_kinds());  // the rest of check_config ran when c was parsed
+  check_checkpoint_dir(c);
   const WorldEnv env = read_world_env();
   // One device per rank, from LOCAL_RANK; errors before any rendezvous.
   const DeviceChoice device =

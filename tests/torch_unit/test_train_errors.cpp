@@ -114,6 +114,19 @@ TEST(TrainErrors, RecomputeWithDropoutBeforeRendezvous) {
                                  "training.recompute = \"none\" or model.dropout = 0");
 }
 
+// A fresh run into a directory that holds a checkpoint is refused on every
+// rank before the rendezvous.
+TEST(TrainErrors, CheckpointDirInUseBeforeRendezvous) {
+  const std::string ck = ::testing::TempDir() + "trident_err_ck";
+  testing::run_command("rm -rf " + ck);
+  auto r = testing::run_command(testing::bin("trident") + " checkpoint init --config " +
+                                testing::src("configs/gpt-tiny.toml") + " --out " + ck);
+  ASSERT_EQ(r.status, 0) << r.output;
+  expect_error_before_rendezvous("--set checkpoint.dir=" + ck,
+                                 "checkpoint.dir = \"" + ck + "\" already holds a checkpoint (step-00000000) with "
+                                 "checkpoint.resume = false: expected checkpoint.resume = true");
+}
+
 // The generators' own list of kinds, checked before the schedule is built.
 TEST(TrainErrors, UnknownScheduleKind) {
   expect_error("--set schedule.kind=zigzag",
