@@ -92,4 +92,11 @@ class TokenFile {
 // "token file X was made by tokenizer gpt2 with vocab 50257 but model.vocab_size = 256".
 void check_vocab(const TokenFile& file, int64_t model_vocab_size);
 
+// data.tokenizer and data.tokenizer_dir against the tokenizer the file's header
+// names. Throws ConfigError naming both unless the names agree and, when a
+// directory is given, the tokenizer it holds has the file's vocab size and
+// end-of-text id: e.g. 'data.tokenizer = "byte" but token file X was written by
+// tokenizer "gpt2" (its header): expected data.tokenizer = "gpt2"'.
+void check_tokenizer(const TokenFile& file, const std::string& tokenizer, const std::string& tokenizer_dir);
+
 }  // namespace trident::data

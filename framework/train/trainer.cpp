@@ -51,14 +51,14 @@ sched::Schedule build_schedule(const Config& cfg, int64_t m) {
   const int p = static_cast<int>(cfg.parallel.pp), v = static_cast<int>(cfg.schedule.chunks);
   if (cfg.schedule.kind != "file") return sched::generate(cfg.schedule.kind, p, static_cast<int>(m), v);
   std::ifstream f(cfg.schedule.file);
-  if (!f) throw std::runtime_error("schedule.file: cannot open '" + cfg.schedule.file + "'");
+  if (!f) throw ConfigError("schedule.file = \"" + cfg.schedule.file + "\": cannot open it");
   std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   sched::Schedule s = sched::parse_text(text);
   if (s.stages != p || s.microbatches != m || s.chunks != v)
-    throw std::runtime_error("schedule.file '" + cfg.schedule.file + "' is for p=" + std::to_string(s.stages) +
-                             " m=" + std::to_string(s.microbatches) + " v=" + std::to_string(s.chunks) +
-                             " but this run has p=" + std::to_string(p) + " m=" + std::to_string(m) +
-                             " v=" + std::to_string(v));
+    throw ConfigError("schedule.file = \"" + cfg.schedule.file + "\" is for p=" + std::to_string(s.stages) +
+                      " m=" + std::to_string(s.microbatches) + " v=" + std::to_string(s.chunks) +
+                      " but this run has p=" + std::to_string(p) + " m=" + std::to_string(m) +
+                      " v=" + std::to_string(v) + ": expected a schedule for this run's p, m and v");
   sched::validate(s);
   return sched::has_communication(s) ? s : sched::add_communication(s);
 }
@@ -85,6 +85,7 @@ TokenSource open_tokens(const Config& cfg, const std::string& split) {
     src.view = data::TokenView::of(src.synthetic, "synthetic/" + split);
   } else {
     src.file = std::make_unique<data::TokenFile>(cfg.data.path + "." + split + ".bin");
+    data::check_tokenizer(*src.file, cfg.data.tokenizer, cfg.data.tokenizer_dir);
     data::check_vocab(*src.file, cfg.model.vocab_size);
     src.view = src.file->view();
   }
@@ -312,6 +313,8 @@ std::vector<std::vector<Param>*> chunk_params_of(Run& r) {
 
 void build(Run& r) {
   Config& c = r.cfg;
+  check_schedule_kind(c, sched::schedule_kinds());  // the rest of check_config ran when c was parsed
+  check_checkpoint_dir(c);
   const WorldEnv env = read_world_env();
   // One device per rank, from LOCAL_RANK; errors before any rendezvous.
   const DeviceChoice device =
@@ -325,9 +328,6 @@ void build(Run& r) {
   }
   resolve_world(c, env.world_size);
   r.m = num_microbatches(c);
-  if (c.logging.trace && c.logging.trace_step > c.training.steps)
-    throw std::runtime_error("logging.trace_step = " + std::to_string(c.logging.trace_step) + " but training.steps = " +
-                             std::to_string(c.training.steps) + ": no step would be traced");
   r.schedule = build_schedule(c, r.m);  // schedule errors before any rendezvous
   r.train_tokens = open_tokens(c, "train");
   r.train_data = std::make_unique<data::GptDataset>(r.train_tokens.view, c.model.seq_len, c.training.seed);

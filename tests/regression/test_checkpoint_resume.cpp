@@ -180,7 +180,8 @@ TEST(CheckpointErrors, ExitAfterStepsResumesInPlaceAndBadCheckpointsAreErrors) {
   // A fresh run must not silently interleave its saves with the ones there.
   TrainRun r = train_tiny(tmp.file("run2"), 1, {ck});
   EXPECT_NE(r.result.status, 0);
-  EXPECT_NE(r.result.output.find("already holds a checkpoint (step-00000002); set checkpoint.resume = true"),
+  EXPECT_NE(r.result.output.find("already holds a checkpoint (step-00000002) with checkpoint.resume = false: expected "
+                                    "checkpoint.resume = true"),
             std::string::npos)
       << r.result.output;
 
