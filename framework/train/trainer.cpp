@@ -54,11 +54,12 @@ sched::Schedule build_schedule(const Config& cfg, int64_t m) {
   if (!f) throw ConfigError("schedule.file = \"" + cfg.schedule.file + "\": cannot open it");
   std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   sched::Schedule s = sched::parse_text(text);
-  if (s.stages != p || s.microbatches != m || s.chunks != v)
-    throw ConfigError("schedule.file = \"" + cfg.schedule.file + "\" is for p=" + std::to_string(s.stages) +
+  if (s.pipeline_ranks != p || s.microbatches != m || s.chunks != v)
+    throw ConfigError("schedule.file = \"" + cfg.schedule.file + "\" is for p=" + std::to_string(s.pipeline_ranks) +
                       " m=" + std::to_string(s.microbatches) + " v=" + std::to_string(s.chunks) +
                       " but this run has p=" + std::to_string(p) + " m=" + std::to_string(m) +
                       " v=" + std::to_string(v) + ": expected a schedule for this run's p, m and v");
+  s = sched::with_reduce_grad(std::move(s));  // NOTE [files without REDUCE_GRAD] in schedules/generators.cpp
   sched::validate(s);
   return sched::has_communication(s) ? s : sched::add_communication(s);
 }
@@ -287,7 +288,7 @@ std::optional<StepMetrics> train_step(Run& r, int64_t step) {
 // first and the last pipeline rank: the only cross-rank tie supported).
 std::map<std::string, bool> tied_placement(const Run& r, int pp_rank) {
   std::map<std::string, bool> out;
-  const int p = r.schedule.stages;
+  const int p = r.schedule.pipeline_ranks;
   for (const TiedGroup& g : r.model->tied_groups(r.schedule.virtual_stages())) {
     std::set<int> ranks;
     for (int s : g.stages) ranks.insert(r.schedule.rank_of(s));
@@ -327,6 +328,8 @@ void build(Run& r) {
     install_cpu_memory_meter();  // activation bytes are measured on the host's allocator
   }
   resolve_world(c, env.world_size);
+  // schedule.chunks absent (0): what the kind needs; everything after (the schedule, checkpoints' layout) sees it.
+  if (c.schedule.chunks == 0) c.schedule.chunks = sched::default_chunks(c.schedule.kind);
   r.m = num_microbatches(c);
   r.schedule = build_schedule(c, r.m);  // schedule errors before any rendezvous
   r.train_tokens = open_tokens(c, "train");
@@ -384,7 +387,7 @@ void build(Run& r) {
         r.local_params += p->tensor.numel();
   // A checkpoint resumed later overwrites these (checkpoint.resume wins over init_from).
   if (!c.model.init_from.empty()) init_from_pretrained(c, chunk_params_of(r));
-  r.exec = std::make_unique<Executor>(raw, r.pgs->pp, r.schedule, c.training.micro_batch_size, r.device);
+  r.exec = std::make_unique<Executor>(raw, r.pgs->pp, r.schedule.stage_map(), c.training.micro_batch_size, r.device);
   r.flops_per_step = r.model->flops_per_token() * static_cast<double>(c.training.global_batch_size * c.model.seq_len);
 }
 
