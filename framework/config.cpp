@@ -24,6 +24,12 @@
 namespace trident {
 namespace {
 
+// What schedule.chunks = 0 (absent) stands for: the chunks the kind needs.
+// The trainer resolves it with sched::default_chunks (schedules/generators.h),
+// which the foundation cannot include (ARCHITECTURE.md), so this mirrors it
+// for the checks below; tests/unit/test_config.cpp checks that they agree.
+int64_t kind_chunks(const std::string& kind) { return kind == "zb-v" || kind == "dualpipev" ? 2 : 1; }
+
 enum class Kind { Int, Double, Bool, String, IntList };
 
 template <class T>
@@ -158,7 +164,9 @@ const std::vector<Field>& fields() {
                     "0: every dp rank keeps all optimizer state; 1: ZeRO-1, state sharded over dp"),
 
       TRIDENT_FIELD(schedule, kind, kind_rule(), "pipeline schedule"),
-      TRIDENT_FIELD(schedule, chunks, at_least(1), "virtual stages (model chunks) per pipeline rank"),
+      TRIDENT_FIELD(schedule, chunks, at_least(0),
+                    "chunks (virtual stages) per pipeline rank; 0 or absent = what the kind needs (2 for zb-v and "
+                    "dualpipev, else 1)"),
       TRIDENT_FIELD(schedule, file, any(), "schedule text file when kind = \"file\""),
 
       TRIDENT_FIELD(training, steps, at_least(1), "optimizer steps"),
@@ -569,7 +577,8 @@ void check_model_shape(const Config& c) {
 // Layers per model chunk (models/gpt/gpt.cpp's split_layers asserts the result).
 void check_pipeline_split(const Config& c) {
   const ParallelConfig& p = c.parallel;
-  const int64_t layers = c.model.layers, chunks = c.schedule.chunks, model_chunks = p.pp * chunks;
+  const int64_t layers = c.model.layers, chunks = c.schedule.chunks > 0 ? c.schedule.chunks : kind_chunks(c.schedule.kind),
+                model_chunks = p.pp * chunks;
   if (p.auto_split()) {
     if (layers < model_chunks)
       fail(c, "parallel.pipeline_layers = \"auto\" needs at least one layer per model chunk: model.layers (" +
@@ -598,6 +607,9 @@ void check_schedule(const Config& c) {
     fail(c, "schedule.chunks = " + n(s.chunks) + " needs schedule.kind = \"interleaved\", \"zb-v\", \"dualpipev\" or \"file\", got " +
                 quote(s.kind));
   }
+  if (kind_chunks(s.kind) == 2 && s.chunks != 2 && s.chunks != 0)
+    fail(c, "schedule.chunks = " + n(s.chunks) + ": schedule.kind = " + quote(s.kind) +
+                " runs 2 chunks per rank (leave schedule.chunks out, or set 2)");
   if (s.kind == "file" && s.file.empty()) fail(c, "schedule.kind = \"file\" needs schedule.file");
   if (s.kind != "file" && !s.file.empty()) {
     fail(c, "schedule.file = " + quote(s.file) + " with schedule.kind = " + quote(s.kind) +

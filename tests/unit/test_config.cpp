@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "schedules/generators.h"
+
 using trident::Config;
 using trident::ConfigError;
 using trident::load_config;
@@ -334,4 +336,40 @@ TEST(Config, KeysTableDescribesTypesAndDefaults) {
     EXPECT_FALSE(k.doc.empty());
   }
   EXPECT_TRUE(found);
+}
+
+namespace {
+
+// The schedule.chunks a config of `kind` with `chunks` ends up with in a run:
+// absent (0) becomes sched::default_chunks, as the trainer resolves it.
+std::string chunks_error(const std::string& kind, const std::string& chunks) {
+  std::vector<std::string> ov = {"parallel.pp=2", "schedule.kind=" + kind};
+  if (!chunks.empty()) ov.push_back("schedule.chunks=" + chunks);
+  try {
+    trident::load_config(kTiny, ov);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(Config, ChunksDefaultToWhatTheKindNeeds) {
+  // gpt-tiny has 4 layers: pp 2 x chunks 2 divides them, so only the chunks check can fail.
+  for (const std::string& kind : trident::sched::schedule_kinds()) {
+    EXPECT_EQ(chunks_error(kind, ""), "") << kind;  // absent: the kind's own
+    EXPECT_EQ(chunks_error(kind, std::to_string(trident::sched::default_chunks(kind))), "") << kind;
+  }
+  EXPECT_EQ(trident::load_config(kTiny, {"schedule.kind=zb-v"}).schedule.chunks, 0);  // resolved by the trainer
+  // An explicit other value is an error naming it.
+  EXPECT_NE(chunks_error("zb-v", "1").find("schedule.chunks = 1: schedule.kind = \"zb-v\" runs 2 chunks per rank"),
+            std::string::npos) << chunks_error("zb-v", "1");
+  EXPECT_NE(chunks_error("dualpipev", "4").find("schedule.chunks = 4: schedule.kind = \"dualpipev\" runs 2 chunks"),
+            std::string::npos) << chunks_error("dualpipev", "4");
+  EXPECT_NE(chunks_error("1f1b", "2").find("schedule.chunks = 2 needs schedule.kind"), std::string::npos);
+  // The layer check counts the kind's chunks when none are given: 6 layers do not split over pp 2 x 2.
+  EXPECT_NE(error_of([&] { trident::load_config(kTiny, {"parallel.pp=2", "schedule.kind=zb-v", "model.layers=6"}); })
+                .find("parallel.pp (2) x schedule.chunks (2) = 4"),
+            std::string::npos);
 }
