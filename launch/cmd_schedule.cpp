@@ -110,7 +110,7 @@ std::string summary_json(const std::string& title, const sched::Schedule& s, con
   char buf[512];
   const int peak = st.peak_inflight.empty() ? 0 : *std::max_element(st.peak_inflight.begin(), st.peak_inflight.end());
   std::snprintf(buf, sizeof buf,
-                "{\"title\": \"%s\", \"stages\": %d, \"microbatches\": %d, \"chunks\": %d, \"placement\": \"%s\", "
+                "{\"title\": \"%s\", \"pipeline_ranks\": %d, \"microbatches\": %d, \"chunks\": %d, \"placement\": \"%s\", "
                 "\"step_time\": %.10g, \"bubble_fraction\": %.10g, \"peak_inflight\": %d}\n",
                 json_escaped(title).c_str(), s.pipeline_ranks, s.microbatches, s.chunks, sched::placement_name(s.placement).c_str(),
                 st.step_time, st.bubble_fraction, peak);
@@ -125,7 +125,7 @@ int cmd_schedule(int argc, char** argv) {
   po::options_description opts("trident schedule [options]");
   opts.add_options()("help,h", "show this help")(
       "kind", po::value<std::string>()->default_value("1f1b"), (kinds + "file").c_str())(
-      "stages,p", po::value<int>(), "pipeline stages P")("microbatches,m", po::value<int>(), "micro-batches M")(
+      "stages,p", po::value<int>(), "pipeline ranks P")("microbatches,m", po::value<int>(), "micro-batches M")(
       "chunks,v", po::value<int>(), "chunks per rank V (default: what the kind needs, 2 for zb-v and dualpipev, else 1)")(
       "costs", po::value<std::string>()->default_value("1,2,1"), "F,B,W cost of one full stage (I = B - W)")(
       "latency", po::value<std::string>()->default_value("0"), "link latency: one value, or p*v-1 comma-separated")(

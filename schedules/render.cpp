@@ -78,7 +78,7 @@ std::string render_text(const Timeline& t, const std::string& title) {
 
 std::string render_json(const Timeline& t, const std::string& title) {
   const TimelineStats st = stats(t);
-  std::string out = "{\n  \"title\": " + json_string(title) + ",\n  \"stages\": " + std::to_string(t.pipeline_ranks) +
+  std::string out = "{\n  \"title\": " + json_string(title) + ",\n  \"pipeline_ranks\": " + std::to_string(t.pipeline_ranks) +
                     ",\n  \"microbatches\": " + std::to_string(t.microbatches) + ",\n  \"chunks\": " +
                     std::to_string(t.chunks) + ",\n  \"step_time\": " + num(st.step_time) +
                     ",\n  \"bubble_fraction\": " + num(st.bubble_fraction) + ",\n  \"busy\": [";

@@ -120,7 +120,7 @@ TEST(ScheduleCli, SummaryIsOneObjectWithTheFigures) {
   Result r = run_schedule("--kind 1f1b -p 4 -m 8 --format summary");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(r.out,
-            "{\"title\": \"1f1b\", \"stages\": 4, \"microbatches\": 8, \"chunks\": 1, \"placement\": \"loop\", "
+            "{\"title\": \"1f1b\", \"pipeline_ranks\": 4, \"microbatches\": 8, \"chunks\": 1, \"placement\": \"loop\", "
             "\"step_time\": 33, \"bubble_fraction\": 0.2727272727, \"peak_inflight\": 4}\n");
   r = run_schedule("--kind zb-v -p 4 -m 8 -v 2 --format summary");
   ASSERT_EQ(r.status, 0) << r.out;
