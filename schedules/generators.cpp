@@ -13,17 +13,21 @@ namespace {
 Action act(ActionKind k, int mb, int chunk = 0) { return Action{k, mb, chunk}; }
 
 // In place: one REDUCE_GRAD per chunk right after its last B or W on the rank.
+// Shifts from the back, so a list reserved with room for them is not
+// reallocated (a planner's lists are large: README "At scale").
 void place_reduce_grad(ActionList& list, int chunks) {
-  std::vector<size_t> last(static_cast<size_t>(chunks), list.size());
+  constexpr size_t kNone = static_cast<size_t>(-1);
+  std::vector<size_t> last(static_cast<size_t>(chunks), kNone);
   for (size_t i = 0; i < list.size(); ++i)
     if (adds_weight_grads(list[i].kind)) last[list[i].chunk] = i;
-  ActionList out;
-  out.reserve(list.size() + static_cast<size_t>(chunks));
-  for (size_t i = 0; i < list.size(); ++i) {
-    out.push_back(list[i]);
-    if (adds_weight_grads(list[i].kind) && last[list[i].chunk] == i) out.push_back(reduce_grad(list[i].chunk));
+  const size_t n = list.size();
+  const size_t extra = static_cast<size_t>(std::count_if(last.begin(), last.end(), [](size_t i) { return i != kNone; }));
+  list.resize(n + extra);
+  for (size_t i = n, w = n + extra; i-- > 0;) {
+    const Action a = list[i];
+    if (adds_weight_grads(a.kind) && last[a.chunk] == i) list[--w] = reduce_grad(a.chunk);
+    list[--w] = a;
   }
-  list.swap(out);
 }
 
 std::string describe(const std::string& kind, int p, int m, int v) {
@@ -74,7 +78,7 @@ void for_each_rank(int p, size_t actions, Fn fn) {
 Schedule gpipe(int p, int m) {
   Schedule s = empty_schedule(p, m, 1);
   for (int r = 0; r < p; ++r) {
-    s.ranks[r].reserve(2 * static_cast<size_t>(m));
+    s.ranks[r].reserve(2 * static_cast<size_t>(m) + 1);
     for (int i = 0; i < m; ++i) s.ranks[r].push_back(act(ActionKind::F, i));      // all forwards
     // Then all backwards, in ascending micro-batch order (as PyTorch's GPipe
     // schedule does) so each gradient sums its micro-batches in the same
@@ -89,7 +93,7 @@ Schedule one_f_one_b(int p, int m) {
   Schedule s = empty_schedule(p, m, 1);
   for_each_rank(p, 2 * static_cast<size_t>(m) * p, [&](int r) {
     auto& out = s.ranks[r];
-    out.reserve(2 * static_cast<size_t>(m));
+    out.reserve(2 * static_cast<size_t>(m) + 1);
     const int warmup = std::min(p - r - 1, m);
     for (int i = 0; i < warmup; ++i) out.push_back(act(ActionKind::F, i));  // warm-up
     for (int i = 0; i < m - warmup; ++i) {                                   // steady: one F, one B
@@ -113,7 +117,7 @@ Schedule interleaved(int p, int m, int v) {
   auto bwd = [&](int k) { return act(ActionKind::B, table[k].mb, v - 1 - table[k].chunk); };
   for_each_rank(p, 2 * static_cast<size_t>(total) * p, [&](int r) {
     auto& out = s.ranks[r];
-    out.reserve(2 * static_cast<size_t>(total));
+    out.reserve(2 * static_cast<size_t>(total) + v);
     const int warmup = std::min((p - r - 1) * 2 + (v - 1) * round, total);
     for (int k = 0; k < warmup; ++k) out.push_back(fwd(k));  // warm-up
     for (int k = 0; k < total - warmup; ++k) {                // steady
@@ -130,7 +134,7 @@ Schedule zb_h1(int p, int m) {
   Schedule s = empty_schedule(p, m, 1);
   for (int r = 0; r < p; ++r) {
     auto& out = s.ranks[r];
-    out.reserve(3 * static_cast<size_t>(m));
+    out.reserve(3 * static_cast<size_t>(m) + 1);
     // Same F/I order as 1F1B, so the activations alive (F until I) peak as in 1F1B.
     const int warmup = std::min(p - r - 1, m);
     // Rank r holds back r weight-gradient passes so its input gradients reach
@@ -227,14 +231,13 @@ bool has_reduce_grad(const Schedule& s) {
 // B or W on each rank: the only point at which they are known final. A file
 // that writes any REDUCE_GRAD is taken as written and must write all of them
 // (the validator checks it). The IR itself, and validate(), never imply one.
-Schedule add_reduce_grad(const Schedule& s) {
+Schedule add_reduce_grad(Schedule s) {
   if (has_reduce_grad(s)) throw ScheduleError("add_reduce_grad: the schedule already has REDUCE_GRAD actions");
-  Schedule out = s;
-  for (auto& list : out.ranks) place_reduce_grad(list, s.chunks);
-  return out;
+  for (auto& list : s.ranks) place_reduce_grad(list, s.chunks);
+  return s;
 }
 
-Schedule with_reduce_grad(Schedule s) { return has_reduce_grad(s) ? s : add_reduce_grad(s); }
+Schedule with_reduce_grad(Schedule s) { return has_reduce_grad(s) ? s : add_reduce_grad(std::move(s)); }
 
 Schedule add_communication(const Schedule& s) {
   if (has_communication(s)) throw ScheduleError("add_communication: the schedule already has send/recv actions");

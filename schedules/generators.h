@@ -48,7 +48,7 @@ bool has_reduce_grad(const Schedule& s);
 // ends with, and what a schedule read from a file gets when it has none
 // (NOTE [files without REDUCE_GRAD] in generators.cpp). Throws if s already
 // has a REDUCE_GRAD.
-Schedule add_reduce_grad(const Schedule& s);
+Schedule add_reduce_grad(Schedule s);
 // s as given when it has REDUCE_GRAD actions, add_reduce_grad(s) otherwise:
 // what the loaders of schedule files call.
 Schedule with_reduce_grad(Schedule s);

@@ -69,7 +69,7 @@ Schedule zb_v(int p, int m) {
   const int n = std::max(m, 2 * p - 1);
   for (int r = 0; r < p; ++r) {
     Cursor k(&s.ranks[r], m);
-    k.out->reserve(6 * static_cast<size_t>(m));
+    k.out->reserve(6 * static_cast<size_t>(m) + 2);  // F, I/B, W per chunk, and two REDUCE_GRAD
     for (int i = 0; i < 2 * (p - r) - 1; ++i) k.F(0);  // warm-up: fill the down-stroke of the V
     for (int i = 0; i < r; ++i) k.F(1), k.F(0);       //          chunk 1's forwards come back up
     for (int i = 0; i < p - r; ++i) k.F(1), k.I(1), k.W();  //    first backwards, weight right after
@@ -83,7 +83,7 @@ Schedule zb_v(int p, int m) {
     while (k.has_w(1)) k.W(1);  // the rest: chunk 1's, then chunk 0's
     while (k.has_w(0)) k.W(0);
   }
-  return add_reduce_grad(s);  // each chunk's REDUCE_GRAD right after its last W
+  return add_reduce_grad(std::move(s));  // each chunk's REDUCE_GRAD right after its last W
 }
 
 // NOTE [dualpipev] DualPipeV is DeepSeek-V3's DualPipe (DeepSeek-AI, "DeepSeek-V3
@@ -112,7 +112,7 @@ Schedule dualpipe_v(int p, int m) {
   Schedule s = empty_schedule(p, m, 2, Placement::v);
   for (int r = 0; r < p; ++r) {
     Cursor k(&s.ranks[r], m);
-    k.out->reserve(6 * static_cast<size_t>(m));
+    k.out->reserve(6 * static_cast<size_t>(m) + 2);  // F, I/B, W per chunk, and two REDUCE_GRAD
     for (int i = 0; i < 2 * (p - r - 1); ++i) k.F(0);           // 1: chunk 0 forwards
     for (int i = 0; i < r + 1; ++i) k.F(0), k.F(1);             // 2: F0 F1
     for (int i = 0; i < p - r - 1; ++i) k.I(1), k.W(), k.F(1);  // 3: zero-bubble I1 W F1
@@ -131,7 +131,7 @@ Schedule dualpipe_v(int p, int m) {
     for (int i = 0; i < p - r - 1; ++i) k.W(), k.I(0);  // 7: W then zero-bubble I0
     while (!k.w.empty()) k.W();                          // 8: the remaining W
   }
-  return add_reduce_grad(s);  // each chunk's REDUCE_GRAD right after its last W
+  return add_reduce_grad(std::move(s));  // each chunk's REDUCE_GRAD right after its last W
 }
 
 }  // namespace trident::sched
