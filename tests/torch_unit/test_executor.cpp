@@ -182,7 +182,7 @@ TEST(ExecutorFakeStage, GradsAreFinalAtTheReduceGradAction) {
   FakeStage s0(0, 2), s1(1, 2);
   // p = 1, v = 2: chunk 1's backwards come first, so its REDUCE_GRAD does too.
   const sched::Schedule sch = sched::generate("interleaved", 1, 2, 2);
-  ASSERT_EQ(sched::to_text(sch), "pipeline p=1 m=2 v=2\n0: F0 SF0 RF0.1 F0.1 F1 SF1 RF1.1 F1.1 B0.1 SB0.1 RB0 B0 "
+  ASSERT_EQ(sched::to_text(sch), "pipeline p=1 m=2 v=2\n0: F0 SF0 RF0.1 F0.1 B0.1 SB0.1 F1 SF1 RB0 B0 RF1.1 F1.1 "
                                  "B1.1 SB1.1 RD.1 RB1 B1 RD\n");
   Executor exec({&s0, &s1}, pp, sch.stage_map(), kMbs);
   CallLog log;
