@@ -29,7 +29,7 @@ class HfTokenizer : public Tokenizer {
   std::vector<uint32_t> encode(const std::string& text) const override;
   std::string decode(const std::vector<uint32_t>& ids) const override;
   uint32_t vocab_size() const override { return static_cast<uint32_t>(id_to_bytes_.size()); }
-  // "hf:" and the first 16 hex digits of the FNV-1a 64 hash of tokenizer.json's bytes.
+  // "hf:" and the 16 hex digits of the FNV-1a 64 hash of tokenizer.json's bytes.
   std::string name() const override { return name_; }
   // The special added token <|endoftext|> (GPT-2, Qwen2) or <|end_of_text|> (Llama 3).
   std::optional<uint32_t> end_of_text() const override { return eot_; }
