@@ -55,7 +55,12 @@ UNICODE = (
 )
 
 EDGE = ["", " ", "  ", "\n", " \n ", "a", "  a", "'", "'s", "1", "1234", " 1234", "...", " ...\n\n", "\t\t\tx",
-        "x   ", "x \n", "\r\r\n\n x"]
+        "x   ", "x \n", "\r\r\n\n x",
+        # Oniguruma's \s holds U+0085 and not U+FEFF (JavaScript's the reverse): each of
+        # these gives other ids under the other rule for the GPT-2 or the Llama 3 pattern.
+        "x \ufeffy", "it\ufeff's", "x \x85y", "a \x85b", "it\x85's", "x  \x85",
+        # (?i:'s) matches 's, 'S and 'ſ (U+017F folds to s), not 'ß or 'ﬅ.
+        "it'ſ", "IT'S", "x'ſy", "'ß", "'ﬅ"]
 
 
 def special_texts(specials):
