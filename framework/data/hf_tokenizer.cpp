@@ -13,7 +13,8 @@
 #include <cassert>
 #include <cstdio>
 #include <fstream>
-#include <limits>
+#include <functional>
+#include <queue>
 #include <sstream>
 
 #include "framework/data/errors.h"
@@ -267,19 +268,51 @@ std::vector<uint32_t> HfTokenizer::bpe(std::string_view piece) const {
       throw DataError(name_ + ": byte " + hex + " has no symbol in the vocab and the model has no unk_token");
     }
   }
-  constexpr uint32_t kNoRank = std::numeric_limits<uint32_t>::max();
-  while (word.size() > 1) {
-    uint32_t best = kNoRank, merged = 0;
-    size_t at = 0;
-    for (size_t i = 0; i + 1 < word.size(); ++i) {
-      const auto it = merges_.find((static_cast<uint64_t>(word[i]) << 32) | word[i + 1]);
-      if (it != merges_.end() && it->second.rank < best) best = it->second.rank, merged = it->second.id, at = i;
-    }
-    if (best == kNoRank) break;
-    word[at] = merged;
-    word.erase(word.begin() + static_cast<std::ptrdiff_t>(at) + 1);
-  }
+  merge_word(word);
   return word;
+}
+
+// NOTE [BPE by heap]: as tokenizers does it (word.rs, merge_all), in O(n log n) so a
+// long piece (a run of spaces or of '=') is not quadratic: a min-heap of candidate
+// merges keyed (rank, position); a popped candidate whose left symbol is gone, or whose
+// pair is no longer the one it was pushed for, is skipped. It merges the lowest-ranked
+// adjacent pair, the leftmost among equals, until none has a rank.
+void HfTokenizer::merge_word(std::vector<uint32_t>& word) const {
+  if (word.size() < 2) return;
+  struct Candidate {
+    uint32_t rank;
+    size_t pos;
+    uint32_t left, right;  // the pair it was pushed for
+    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  const size_t n = word.size();
+  std::vector<size_t> prev(n), next(n);  // linked list over live symbols; n = none
+  std::vector<bool> alive(n, true);
+  for (size_t i = 0; i < n; ++i) prev[i] = i == 0 ? n : i - 1, next[i] = i + 1;
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
+  auto push = [&](size_t pos) {
+    if (pos >= n || next[pos] >= n) return;
+    const auto it = merges_.find((static_cast<uint64_t>(word[pos]) << 32) | word[next[pos]]);
+    if (it != merges_.end()) heap.push(Candidate{it->second.rank, pos, word[pos], word[next[pos]]});
+  };
+  for (size_t i = 0; i + 1 < n; ++i) push(i);
+  while (!heap.empty()) {
+    const Candidate c = heap.top();
+    heap.pop();
+    if (!alive[c.pos] || next[c.pos] >= n || word[c.pos] != c.left || word[next[c.pos]] != c.right) continue;
+    const size_t right = next[c.pos];
+    word[c.pos] = merges_.at((static_cast<uint64_t>(c.left) << 32) | c.right).id;
+    alive[right] = false;
+    next[c.pos] = next[right];
+    if (next[right] < n) prev[next[right]] = c.pos;
+    push(prev[c.pos]);
+    push(c.pos);
+  }
+  size_t out = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (alive[i]) word[out++] = word[i];
+  }
+  word.resize(out);
 }
 
 std::vector<std::string_view> HfTokenizer::pieces_of(std::string_view text) const {

@@ -54,6 +54,8 @@ class HfTokenizer : public Tokenizer {
   void read_added_tokens(const json::Value& doc, const std::string& source);
   // Ids of one pre-token (raw bytes) by BPE.
   std::vector<uint32_t> bpe(std::string_view piece) const;
+  // Applies the merges to a word of symbol ids (NOTE [BPE by heap]).
+  void merge_word(std::vector<uint32_t>& word) const;
   // The pre-tokenizer's pieces (views into text).
   std::vector<std::string_view> pieces_of(std::string_view text) const;
   // Appends the ids of a stretch of text holding no added token.

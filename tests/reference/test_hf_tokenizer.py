@@ -62,7 +62,9 @@ EDGE = ["", " ", "  ", "\n", " \n ", "a", "  a", "'", "'s", "1", "1234", " 1234"
         # these gives other ids under the other rule for the GPT-2 or the Llama 3 pattern.
         "x \ufeffy", "it\ufeff's", "x \x85y", "a \x85b", "it\x85's", "x  \x85",
         # (?i:'s) matches 's, 'S and 'ſ (U+017F folds to s), not 'ß or 'ﬅ.
-        "it'ſ", "IT'S", "x'ſy", "'ß", "'ﬅ"]
+        "it'ſ", "IT'S", "x'ſy", "'ß", "'ﬅ",
+        # Long pieces (BPE over thousands of symbols).
+        "=" * 5000, " " * 3000 + "x", "ab" * 2000]
 
 
 def special_texts(specials):

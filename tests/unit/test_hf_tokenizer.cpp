@@ -130,6 +130,16 @@ TEST(HfTokenizer, MergesInBothFormsGiveTheSameIds) {
   EXPECT_EQ(a.name().size(), 19u);  // fits the token file header's 32 bytes
 }
 
+TEST(HfTokenizer, BpeMergesLowestRankThenLeftmost) {
+  // "aaaa": a a -> aa (leftmost first, so aa aa), then aa aa -> aaaa; "aaa" is aa a.
+  const td::HfTokenizer tok(json::dump(base_doc({"aa", "aaaa", "bc", "abc"}, {{"a", "a"}, {"aa", "aa"}, {"b", "c"}, {"a", "bc"}})), "t");
+  EXPECT_EQ(tok.encode("aaa"), (std::vector<uint32_t>{256, 'a'}));
+  EXPECT_EQ(tok.encode("aaaa"), (std::vector<uint32_t>{257}));
+  EXPECT_EQ(tok.encode("aaaaaaa"), (std::vector<uint32_t>{257, 256, 'a'}));
+  EXPECT_EQ(tok.encode("abc"), (std::vector<uint32_t>{259}));  // b c (rank 2) before a bc (rank 3)
+  EXPECT_EQ(tok.encode(std::string(100000, 'a')), std::vector<uint32_t>(25000, 257));  // long pieces stay fast
+}
+
 TEST(HfTokenizer, IgnoreMergesTakesWholeVocabularyWords) {
   // "ab" is in the vocab but no merge makes it.
   json::Value doc = base_doc({"ab"}, {});
