@@ -10,7 +10,6 @@
 //      entry is that entry).
 #include "framework/data/hf_tokenizer.h"
 
-#include <cassert>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -177,9 +176,8 @@ void HfTokenizer::read_model(const json::Value& model, const std::string& source
   ignore_merges_ = flag(model, "ignore_merges", false, what);
 
   byte_level_symbols(byte_symbol_);
-  const std::string (&symbol_of)[256] = byte_symbol_;
   std::unordered_map<std::string, uint8_t> byte_of;
-  for (int b = 0; b < 256; ++b) byte_of[symbol_of[b]] = static_cast<uint8_t>(b);
+  for (int b = 0; b < 256; ++b) byte_of[byte_symbol_[b]] = static_cast<uint8_t>(b);
   for (const auto& [symbol, value] : model.at("vocab", what).as_object(what + " vocab")) {
     const int64_t id = value.as_int(what + " vocab id of " + json::quote(symbol));
     if (id < 0 || id >= kMaxId) throw DataError(what + ": vocab id " + std::to_string(id) + " of " + json::quote(symbol) + " is out of range");
@@ -198,7 +196,7 @@ void HfTokenizer::read_model(const json::Value& model, const std::string& source
     id_to_bytes_[id] = std::move(bytes);
   }
   for (int b = 0; b < 256; ++b) {
-    const auto it = vocab_.find(symbol_of[b]);
+    const auto it = vocab_.find(byte_symbol_[b]);
     byte_id_[b] = it == vocab_.end() ? int64_t{-1} : static_cast<int64_t>(it->second);
   }
   if (const json::Value* unk = model.find("unk_token"); !is_unset(unk)) {
