@@ -97,7 +97,9 @@ void check_vocab(const TokenFile& file, int64_t model_vocab_size);
 // names. Throws ConfigError naming both unless the names agree and, when a
 // directory is given, the tokenizer it holds has the file's vocab size and
 // end-of-text id: e.g. 'data.tokenizer = "byte" but token file X was written by
-// tokenizer "gpt2" (its header): expected data.tokenizer = "gpt2"'.
+// tokenizer "gpt2" (its header): expected data.tokenizer = "gpt2"'. A file written by
+// a tokenizer.json (header hf:<hash>) needs data.tokenizer = "hf" and, with a
+// directory, the very tokenizer.json (the same hash).
 void check_tokenizer(const TokenFile& file, const std::string& tokenizer, const std::string& tokenizer_dir);
 
 }  // namespace trident::data

@@ -12,7 +12,9 @@
 #include "framework/data/errors.h"
 #include "framework/data/hf_pretokenize.h"
 #include "framework/data/hf_tokenizer.h"
+#include "framework/data/token_file.h"
 #include "framework/data/tokenizer.h"
+#include "framework/errors.h"
 #include "framework/data/unicode.h"
 #include "framework/json.h"
 
@@ -239,5 +241,35 @@ TEST(HfTokenizer, FactoryNeedsAFolderWithTokenizerJson) {
   std::ofstream(dir / "tokenizer.json") << json::dump(hello_doc());
   const auto tok = td::make_tokenizer("hf", dir.string());
   EXPECT_EQ(tok->encode("hello"), (std::vector<uint32_t>{259}));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(HfTokenizer, TokenFileNamesTheTokenizerJson) {
+  const auto dir = std::filesystem::temp_directory_path() / "trident-test-hf-token-file";
+  std::filesystem::create_directories(dir / "a");
+  std::filesystem::create_directories(dir / "b");
+  json::Value doc = hello_doc();
+  doc.set("added_tokens", json::Value::array({added_token(260, "<|endoftext|>", true)}));
+  std::ofstream(dir / "a" / "tokenizer.json") << json::dump(doc);
+  std::ofstream(dir / "b" / "tokenizer.json") << json::dump(doc) << "\n";  // other bytes, same vocabulary
+  const auto tok = td::make_tokenizer("hf", (dir / "a").string());
+  const std::string path = (dir / "t.bin").string();
+  td::write_token_file(path, tok->encode("hello<|endoftext|>"), 1, tok->name(), tok->vocab_size(), *tok->end_of_text());
+  const td::TokenFile f(path);
+  EXPECT_EQ(f.info().tokenizer, tok->name());
+  EXPECT_NO_THROW(td::check_tokenizer(f, "hf", (dir / "a").string()));
+  EXPECT_NO_THROW(td::check_tokenizer(f, "hf", ""));
+  auto message = [&](const std::string& name, const std::string& d) {
+    try {
+      td::check_tokenizer(f, name, d);
+    } catch (const trident::ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("<no ConfigError>");
+  };
+  EXPECT_NE(message("gpt2", "").find("expected data.tokenizer = \"hf\""), std::string::npos) << message("gpt2", "");
+  EXPECT_NE(message("hf", (dir / "b").string()).find("expected the folder of the tokenizer.json that wrote it"),
+            std::string::npos)
+      << message("hf", (dir / "b").string());
   std::filesystem::remove_all(dir);
 }
