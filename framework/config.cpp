@@ -196,9 +196,9 @@ const std::vector<Field>& fields() {
 
       TRIDENT_FIELD(data, source, one_of({"synthetic", "file"}), "where training tokens come from"),
       TRIDENT_FIELD(data, path, any(), "token file prefix written by `trident data prepare`"),
-      TRIDENT_FIELD(data, tokenizer, one_of({"byte", "gpt2"}), "tokenizer"),
+      TRIDENT_FIELD(data, tokenizer, one_of({"byte", "gpt2", "hf"}), "tokenizer"),
       TRIDENT_FIELD(data, tokenizer_dir, any(),
-                    "directory holding encoder.json and vocab.bpe (gpt2)"),
+                    "directory holding encoder.json and vocab.bpe (gpt2) or tokenizer.json (hf)"),
       TRIDENT_FIELD(data, synthetic_tokens, at_least(1), "tokens generated when source = \"synthetic\""),
 
       TRIDENT_FIELD(checkpoint, dir, any(), "checkpoint directory (saved at the end of the run); empty disables"),
@@ -661,11 +661,13 @@ void check_data(const Config& c) {
     fail(c, "data.synthetic_tokens (" + n(d.synthetic_tokens) + ") must exceed model.seq_len (" +
                 n(c.model.seq_len) + "): a sample needs seq_len + 1 tokens");
   }
-  if (!d.tokenizer_dir.empty() && d.tokenizer != "gpt2") {
+  if (!d.tokenizer_dir.empty() && d.tokenizer == "byte") {
     fail(c, "data.tokenizer_dir = " + quote(d.tokenizer_dir) + " with data.tokenizer = " + quote(d.tokenizer) +
-                ": expected data.tokenizer = \"gpt2\", or no data.tokenizer_dir (only gpt2 reads a vocabulary "
-                "directory)");
+                ": expected data.tokenizer = \"gpt2\" or \"hf\", or no data.tokenizer_dir (only gpt2 and hf read "
+                "a vocabulary directory)");
   }
+  if (d.tokenizer == "hf" && d.tokenizer_dir.empty())
+    fail(c, "data.tokenizer = \"hf\" needs data.tokenizer_dir (the folder holding tokenizer.json)");
 }
 
 void check_checkpoint(const Config& c) {

@@ -86,7 +86,7 @@ struct DataConfig {
   std::string source = "synthetic";  // "synthetic" | "file" (a prepared token file)
   std::string path;                  // prefix written by `trident data prepare`
   std::string tokenizer = "byte";    // "byte" | "gpt2"
-  std::string tokenizer_dir;         // directory with encoder.json and vocab.bpe (gpt2)
+  std::string tokenizer_dir;         // directory with encoder.json and vocab.bpe (gpt2) or tokenizer.json (hf)
   int64_t synthetic_tokens = 65536;  // tokens generated for source = "synthetic"
 };
 

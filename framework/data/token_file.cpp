@@ -176,13 +176,21 @@ void check_vocab(const TokenFile& file, int64_t model_vocab_size) {
 
 void check_tokenizer(const TokenFile& file, const std::string& tokenizer, const std::string& tokenizer_dir) {
   const TokenFileInfo& info = file.info();
-  if (tokenizer != info.tokenizer) {
+  // A Hugging Face tokenizer.json is recorded as hf:<hash of the file> (hf_tokenizer.h).
+  const bool hf = info.tokenizer.rfind("hf:", 0) == 0;
+  const std::string expected = hf ? "hf" : info.tokenizer;
+  if (tokenizer != expected) {
     throw ConfigError("data.tokenizer = \"" + tokenizer + "\" but token file " + file.path() +
                       " was written by tokenizer \"" + info.tokenizer + "\" (its header): expected data.tokenizer = \"" +
-                      info.tokenizer + "\"");
+                      expected + "\"");
   }
   if (tokenizer_dir.empty()) return;
   const auto tok = make_tokenizer(tokenizer, tokenizer_dir);  // DataError when the directory has no vocabulary
+  if (hf && tok->name() != info.tokenizer) {
+    throw ConfigError("data.tokenizer_dir = \"" + tokenizer_dir + "\" holds tokenizer " + tok->name() + " but token file " +
+                      file.path() + " was written by " + info.tokenizer +
+                      " (its header): expected the folder of the tokenizer.json that wrote it");
+  }
   const uint32_t eot = tok->end_of_text().value_or(kNoEndOfText);
   if (tok->vocab_size() != info.vocab_size || eot != info.end_of_text) {
     throw ConfigError("data.tokenizer_dir = \"" + tokenizer_dir + "\" holds a " + tokenizer + " vocabulary of " +

@@ -177,6 +177,7 @@ TEST(Config, BadConfigsNameKeyValueAndExpectation) {
       {"dropout 1", "[model]\ndropout = 1.0\n", {}, "model.dropout = 1.0: expected a number in [0, 1)"},
       {"unknown data source", "[data]\nsource = \"web\"\n", {}, "data.source = \"web\": expected one of"},
       {"unknown tokenizer", "[data]\ntokenizer = \"sp\"\n", {}, "data.tokenizer = \"sp\""},
+      {"hf tokenizer without its folder", "[data]\ntokenizer = \"hf\"\n", {}, "data.tokenizer = \"hf\" needs data.tokenizer_dir"},
       {"unknown backend", "[parallel]\nbackend = \"mpi\"\n", {}, "parallel.backend = \"mpi\""},
       {"unknown device", "[training]\ndevice = \"tpu\"\n", {}, "training.device = \"tpu\""},
       {"bool as string", "[logging]\nprogress = \"yes\"\n", {}, "logging.progress = \"yes\": expected true or false"},
@@ -221,8 +222,8 @@ TEST(Config, BadConfigsNameKeyValueAndExpectation) {
        "x.toml: data.path = \"data/brown\" with data.source = \"synthetic\": expected data.source = \"file\", or no "
        "data.path"},
       {"tokenizer dir with byte", "[data]\ntokenizer_dir = \"vocab\"\n", {},
-       "x.toml: data.tokenizer_dir = \"vocab\" with data.tokenizer = \"byte\": expected data.tokenizer = \"gpt2\", "
-       "or no data.tokenizer_dir"},
+       "x.toml: data.tokenizer_dir = \"vocab\" with data.tokenizer = \"byte\": expected data.tokenizer = \"gpt2\" "
+       "or \"hf\", or no data.tokenizer_dir"},
       {"bucket size 0", "[parallel]\ndp_bucket_mb = 0\n", {}, "parallel.dp_bucket_mb = 0"},
       {"negative eval interval", "[training]\neval_interval = -1\n", {}, "training.eval_interval = -1: expected an integer >= 0"},
       {"file data without path", "[data]\nsource = \"file\"\n", {}, "data.source = \"file\" needs data.path"},
