@@ -207,8 +207,9 @@ const std::vector<Field>& fields() {
       TRIDENT_FIELD(checkpoint, resume, any(),
                     "continue from the latest checkpoint in dir, saved under any layout (none yet: start at step 0)"),
 
-      TRIDENT_FIELD(logging, dir, any(), "run directory: config.toml, metrics.jsonl, loss.svg"),
-      TRIDENT_FIELD(logging, log_interval, at_least(1), "print a step line every N steps"),
+      TRIDENT_FIELD(logging, dir, any(), "run directory: config.toml, metrics.jsonl, loss.svg, rank-R.json"),
+      TRIDENT_FIELD(logging, log_interval, at_least(1),
+                    "log every N steps (and the last and each evaluation step): a step line and a metrics.jsonl row"),
       TRIDENT_FIELD(logging, progress, any(), "progress bar when stdout is a terminal"),
       TRIDENT_FIELD(logging, trace, any(), "write trace.json and timeline.svg of step trace_step"),
       TRIDENT_FIELD(logging, trace_step, at_least(1), "the step logging.trace records"),

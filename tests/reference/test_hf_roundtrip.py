@@ -218,7 +218,10 @@ def main():
 
     # e. five training steps from it, on a token stream that uses all 259 ids
     stream = os.path.join(work, "ids259")
-    write_token_file(stream + ".train.bin", np.random.default_rng(0).integers(0, 259, 6000), 259, "test")
+    # Random ids over all 259 entries. No tokenizer made them; the header names "byte" because
+    # `trident train` checks the header's tokenizer against data.tokenizer (default "byte"), and
+    # its vocab 259 against model.vocab_size.
+    write_token_file(stream + ".train.bin", np.random.default_rng(0).integers(0, 259, 6000), 259, "byte")
     tri5, ref5 = os.path.join(work, "made-trident"), os.path.join(work, "made-transformers")
     run([t, "train", "--config", tiny, "--set", "training.threads=1", "--set", "training.peak_tflops=1",
          "--set", "data.source=file", "--set", f"data.path={stream}", "--set", "model.layers=3",

@@ -178,7 +178,7 @@ TEST(PipelineConfigErrors, InterleavedNeedsAtLeastAsManyMicroBatchesAsStages) {
 TEST(PipelineConfigErrors, UnknownScheduleKind) {
   expect_config_error(1, {"schedule.kind=bogus"},
                       "schedule.kind = \"bogus\": expected one of \"gpipe\", \"1f1b\", \"interleaved\", \"zb-h1\", "
-                      "\"zb-v\", \"dualpipev\", \"file\"");
+                      "\"zb-v\", \"dualpipev\" or \"file\"");
 }
 
 }  // namespace
