@@ -29,7 +29,7 @@ train() {  # NAME NPROC SETS...
   "$build/trident" launch --nproc-per-node "$nproc" --master-port 0 -- \
     "$build/trident" train --config configs/gpt-small-brown.toml --set training.steps="$steps" \
     --set training.warmup_steps=0 --set training.eval_interval=0 --set training.threads=1 \
-    --set training.peak_tflops=1 --set logging.progress=false --set logging.dir="$dir" "$@" > "$dir.log" 2>&1 ||
+    --set training.peak_tflops=1 --set logging.progress=false --set logging.log_interval=1 --set logging.dir="$dir" "$@" > "$dir.log" 2>&1 ||
     { echo "dp_scaling: $name failed:" >&2; tail -20 "$dir.log" >&2; exit 1; }
   # mean tokens/s and grad_sync_s over the steps after warm-up
   awk -v w="$warmup" -F'[,:}]' '{

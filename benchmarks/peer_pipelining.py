@@ -303,7 +303,7 @@ def run(args):
     config = os.path.join(SRC, "configs/gpt-tiny.toml")
     sets = ["training.threads=1", f"training.steps={args.steps}", "model.dropout=0", "data.source=file",
             f"data.path={prefix}", "training.eval_interval=0", "training.peak_tflops=1", "training.grad_clip=2.0",
-            "logging.log_interval=100"]
+            "logging.log_interval=1"]  # every step: the per-step losses are compared
     setargs = [a for s in sets for a in ("--set", s)]
     ck0, hf0 = os.path.join(work, "ckpt0"), os.path.join(work, "hf0")
     sh([t, "checkpoint", "init", "--config", config, *setargs, "--out", ck0])

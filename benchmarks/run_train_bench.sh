@@ -41,7 +41,7 @@ trap 'rm -rf "$work"' EXIT
 config=configs/gpt-small-brown.toml
 common=(--set training.steps="$steps" --set training.warmup_steps=2 --set training.eval_interval=0
         --set training.threads=1 --set parallel.tp=1 --set parallel.pp=1 --set parallel.dp=1
-        --set logging.log_interval="$steps")
+        --set logging.log_interval=1)  # every step: the timed means read metrics.jsonl rows
 
 run_trident() {  # $1: tag; prints nothing, leaves $work/$1/metrics.jsonl and $work/$1.log
   "$trident" train --config "$config" "${common[@]}" --set logging.dir="$work/$1" > "$work/$1.log" 2>&1
