@@ -196,6 +196,8 @@ const std::vector<Field>& fields() {
       TRIDENT_FIELD(logging, progress, any(), "progress bar when stdout is a terminal"),
       TRIDENT_FIELD(logging, trace, any(), "write trace.json and timeline.svg of step trace_step"),
       TRIDENT_FIELD(logging, trace_step, at_least(1), "the step logging.trace records"),
+      TRIDENT_FIELD(logging, tensorboard, any(),
+                    "also write each metrics.jsonl row to dir/events.out.tfevents.<time>.<host> for TensorBoard"),
   };
   return table;
 }

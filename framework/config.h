@@ -100,6 +100,7 @@ struct LoggingConfig {
   bool progress = true;              // progress bar when stdout is a terminal
   bool trace = false;                // write trace.json and timeline.svg of step trace_step
   int64_t trace_step = 2;            // the step logging.trace records
+  bool tensorboard = false;          // also write the logged rows to a TensorBoard event file in dir
 };
 
 struct Config {

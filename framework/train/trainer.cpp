@@ -513,7 +513,7 @@ TrainSummary train(Config cfg) {
   if (leader) {
     print_start(r, peak);
     log = std::make_unique<RunLog>(c.logging.dir, "Trident " + c.model.arch + " loss (" + c.source + ")",
-                                   first_step > 0 ? first_step : -1);
+                                   first_step > 0 ? first_step : -1, c.logging.tensorboard);
     log->write_config(to_toml(c));
   }
   const bool bar = leader && c.logging.progress && isatty(STDOUT_FILENO);

@@ -280,7 +280,7 @@ TEST(Config, ValidateCatchesProgrammaticValues) {
 
 TEST(Config, KeysTableDescribesTypesAndDefaults) {
   const auto keys = trident::config_keys();
-  EXPECT_EQ(keys.size(), 59u);
+  EXPECT_EQ(keys.size(), 60u);
   bool found = false;
   for (const auto& k : keys) {
     if (k.name != "parallel.dp") continue;
