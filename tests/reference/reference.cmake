@@ -6,6 +6,7 @@
 #   ReferenceTrainingBrown  gpt-small-brown (GPT-2 BPE on Brown), 20 steps, the same
 #   ReferenceLayoutsTiny    the same for tp2, pp2 interleaved, dp2 ZeRO-1 and tp2 x pp2 x dp2 (every schedule)
 #   HfRoundTrip             trident export -> from_pretrained, generate(), save_pretrained -> --init-from
+#   TensorBoardEvents       logging.tensorboard's event file read by the tensorboard package
 set(_ref ${CMAKE_CURRENT_SOURCE_DIR}/reference)
 set(_ref_work ${CMAKE_CURRENT_BINARY_DIR}/reference)
 foreach(case tiny brown)
@@ -29,3 +30,7 @@ add_test(NAME HfRoundTrip
          COMMAND ${TRIDENT_PYTHON} ${_ref}/test_hf_roundtrip.py --trident ${PROJECT_BINARY_DIR}/trident
                  --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/hf-roundtrip)
 set_tests_properties(HfRoundTrip PROPERTIES LABELS reference TIMEOUT 600)
+add_test(NAME TensorBoardEvents
+         COMMAND ${TRIDENT_PYTHON} ${_ref}/test_tensorboard.py --trident ${PROJECT_BINARY_DIR}/trident
+                 --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/tensorboard)
+set_tests_properties(TensorBoardEvents PROPERTIES LABELS reference TIMEOUT 300)
