@@ -180,6 +180,8 @@ const std::vector<Field>& fields() {
 
       TRIDENT_FIELD(data, source, one_of({"synthetic", "file"}), "where training tokens come from"),
       TRIDENT_FIELD(data, path, any(), "token file prefix written by `trident data prepare`"),
+      TRIDENT_FIELD(data, format, one_of({"trident", "megatron"}),
+                    "files at data.path: PREFIX.train.bin/.val.bin, or Megatron's PREFIX.bin/.idx"),
       TRIDENT_FIELD(data, tokenizer, one_of({"byte", "gpt2"}), "tokenizer"),
       TRIDENT_FIELD(data, tokenizer_dir, any(),
                     "directory holding encoder.json and vocab.bpe (gpt2)"),
@@ -595,6 +597,11 @@ void validate(const Config& c) {
 
   if (d.source == "file" && d.path.empty())
     fail(c, "data.source = \"file\" needs data.path (the prefix written by `trident data prepare`)");
+  if (d.format == "megatron" && d.source != "file")
+    fail(c, "data.format = \"megatron\" reads data.path: it needs data.source = \"file\", got " + quote(d.source));
+  if (d.format == "megatron" && t.eval_interval > 0)
+    fail(c, "data.format = \"megatron\" reads one dataset (PREFIX.bin) and no validation split: "
+            "training.eval_interval must be 0, got " + n(t.eval_interval));
   if (d.source == "synthetic" && d.synthetic_tokens <= m.seq_len) {
     fail(c, "data.synthetic_tokens (" + n(d.synthetic_tokens) + ") must exceed model.seq_len (" +
                 n(m.seq_len) + "): a sample needs seq_len + 1 tokens");

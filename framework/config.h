@@ -82,6 +82,7 @@ struct TrainingConfig {
 struct DataConfig {
   std::string source = "synthetic";  // "synthetic" | "file" (a prepared token file)
   std::string path;                  // prefix written by `trident data prepare`
+  std::string format = "trident";    // "trident" (PREFIX.train.bin, .val.bin) | "megatron" (PREFIX.bin, .idx)
   std::string tokenizer = "byte";    // "byte" | "gpt2"
   std::string tokenizer_dir;         // directory with encoder.json and vocab.bpe (gpt2)
   int64_t synthetic_tokens = 65536;  // tokens generated for source = "synthetic"

@@ -24,6 +24,7 @@
 #include "framework/atomic_file.h"
 #include "framework/cpu_memory.h"
 #include "framework/data/dataset.h"
+#include "framework/data/megatron_dataset.h"
 #include "framework/json.h"
 #include "framework/lr_schedule.h"
 #include "framework/optimizer.h"
@@ -63,9 +64,11 @@ sched::Schedule build_schedule(const Config& cfg, int64_t m) {
   return sched::has_communication(s) ? s : sched::add_communication(s);
 }
 
-// Token streams: a prepared file (memory-mapped) or a synthetic stream.
+// Token streams: a prepared file or a Megatron dataset (memory-mapped), or a
+// synthetic stream.
 struct TokenSource {
   std::unique_ptr<data::TokenFile> file;
+  std::unique_ptr<data::MegatronDataset> megatron;
   std::vector<uint32_t> synthetic;
   data::TokenView view;
 };
@@ -83,6 +86,11 @@ TokenSource open_tokens(const Config& cfg, const std::string& split) {
                                            static_cast<uint64_t>(cfg.training.seed));
     if (split != "train") src.synthetic.erase(src.synthetic.begin(), src.synthetic.begin() + n);
     src.view = data::TokenView::of(src.synthetic, "synthetic/" + split);
+  } else if (cfg.data.format == "megatron") {
+    // validate() refuses evaluation with this format: only "train" is opened.
+    src.megatron = std::make_unique<data::MegatronDataset>(cfg.data.path);
+    src.megatron->check_vocab(cfg.model.vocab_size);
+    src.view = src.megatron->tokens();
   } else {
     src.file = std::make_unique<data::TokenFile>(cfg.data.path + "." + split + ".bin");
     data::check_vocab(*src.file, cfg.model.vocab_size);

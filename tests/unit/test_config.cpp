@@ -174,6 +174,11 @@ TEST(Config, BadConfigsNameKeyValueAndExpectation) {
        "schedule.kind = \"zigzag\": expected one of \"gpipe\", \"1f1b\", \"interleaved\", \"zb-h1\", \"zb-v\", \"dualpipev\", \"file\""},
       {"unknown data source", "[data]\nsource = \"web\"\n", {}, "data.source = \"web\": expected one of"},
       {"unknown tokenizer", "[data]\ntokenizer = \"sp\"\n", {}, "data.tokenizer = \"sp\""},
+      {"unknown data format", "[data]\nformat = \"hdf5\"\n", {}, "data.format = \"hdf5\": expected one of \"trident\", \"megatron\""},
+      {"megatron without a file", "[data]\nformat = \"megatron\"\n", {},
+       "data.format = \"megatron\" reads data.path: it needs data.source = \"file\", got \"synthetic\""},
+      {"megatron with evaluation", "[data]\nformat = \"megatron\"\nsource = \"file\"\npath = \"p\"\n[training]\neval_interval = 5\n", {},
+       "training.eval_interval must be 0, got 5"},
       {"unknown backend", "[parallel]\nbackend = \"mpi\"\n", {}, "parallel.backend = \"mpi\""},
       {"unknown device", "[training]\ndevice = \"tpu\"\n", {}, "training.device = \"tpu\""},
       {"bool as string", "[logging]\nprogress = \"yes\"\n", {}, "logging.progress = \"yes\": expected true or false"},
@@ -280,7 +285,7 @@ TEST(Config, ValidateCatchesProgrammaticValues) {
 
 TEST(Config, KeysTableDescribesTypesAndDefaults) {
   const auto keys = trident::config_keys();
-  EXPECT_EQ(keys.size(), 60u);
+  EXPECT_EQ(keys.size(), 61u);
   bool found = false;
   for (const auto& k : keys) {
     if (k.name != "parallel.dp") continue;
