@@ -7,6 +7,7 @@
 #   ReferenceLayoutsTiny    the same for tp2, pp2 interleaved, dp2 ZeRO-1 and tp2 x pp2 x dp2 (every schedule)
 #   HfRoundTrip             trident export -> from_pretrained, generate(), save_pretrained -> --init-from
 #   TensorBoardEvents       logging.tensorboard's event file read by the tensorboard package
+#   MegatronIndexedData     data.format = "megatron" on files megatron-core wrote, against a token file
 set(_ref ${CMAKE_CURRENT_SOURCE_DIR}/reference)
 set(_ref_work ${CMAKE_CURRENT_BINARY_DIR}/reference)
 foreach(case tiny brown)
@@ -34,3 +35,7 @@ add_test(NAME TensorBoardEvents
          COMMAND ${TRIDENT_PYTHON} ${_ref}/test_tensorboard.py --trident ${PROJECT_BINARY_DIR}/trident
                  --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/tensorboard)
 set_tests_properties(TensorBoardEvents PROPERTIES LABELS reference TIMEOUT 300)
+add_test(NAME MegatronIndexedData
+         COMMAND ${TRIDENT_PYTHON} ${_ref}/test_megatron_data.py --trident ${PROJECT_BINARY_DIR}/trident
+                 --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/megatron)
+set_tests_properties(MegatronIndexedData PROPERTIES LABELS reference TIMEOUT 300)
