@@ -71,8 +71,9 @@ def main():
     if not re.fullmatch(r"events\.out\.tfevents\.\d+\..+", name):
         fail(f"event file name {name}")
 
-    # Every record, as tensorboard's loader reads it (CRCs checked).
-    events = list(event_file_loader.EventFileLoader(files[0]).Load())
+    # Every record as written, parsed by tensorboard's loader (CRCs checked; the Legacy
+    # loader leaves simple_value as it is, EventFileLoader migrates it to a tensor).
+    events = list(event_file_loader.LegacyEventFileLoader(files[0]).Load())
     if not events or events[0].file_version != "brain.Event:2":
         fail(f"first event is not the file version: {events[:1]}")
     scalars = events[1:]
