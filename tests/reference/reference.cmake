@@ -1,6 +1,7 @@
 # tests/reference/: Trident against libraries outside it (DESIGN.md principle 15),
 # CTest label `reference`. Python scripts run with TRIDENT_PYTHON (the project's
-# .venv from scripts/setup.sh: torch, transformers, safetensors, numpy) against
+# .venv from scripts/setup.sh: torch, transformers, safetensors, numpy,
+# tensorboard, megatron-core) against
 # the built `trident`.
 #   ReferenceTrainingTiny   gpt-tiny, 20 steps, vs transformers' GPT-2 + torch AdamW in fp32 and fp64; bf16 vs torch.autocast
 #   ReferenceTrainingBrown  gpt-small-brown (GPT-2 BPE on Brown), 20 steps, the same
