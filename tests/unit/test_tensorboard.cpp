@@ -119,6 +119,20 @@ TEST(TensorBoard, RunLogWritesOneRecordPerRow) {
   EXPECT_NE(records[1].find("loss"), std::string::npos);
   EXPECT_EQ(records[1].find("eval_loss"), std::string::npos);
   EXPECT_NE(records[2].find("eval_loss"), std::string::npos);
+  // A resumed run (from step 1) writes a new file and never overwrites the first,
+  // even within the same second.
+  {
+    trident::RunLog resumed(dir.string(), "t", 1, /*tensorboard=*/true);
+    EXPECT_NE(resumed.event_file(), path);
+    trident::StepMetrics m;
+    m.step = 2;
+    resumed.append(m);
+    std::ifstream g(resumed.event_file(), std::ios::binary);
+    const std::string second((std::istreambuf_iterator<char>(g)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(read_records(second).size(), 2u);
+  }
+  std::ifstream again(path, std::ios::binary);
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(again)), std::istreambuf_iterator<char>()), file);
   // No tensorboard: no event file.
   trident::RunLog plain((dir / "plain").string(), "t");
   EXPECT_EQ(plain.event_file(), "");
