@@ -1,6 +1,9 @@
 // Config sections: one plain struct per TOML section, each with defaults and a
-// one-line comment per field. Pure C++ (no libtorch): parsing and validation
-// live in config.cpp and run before any process group exists.
+// one-line reminder per field. What every key means, its allowed values and
+// the checks across keys are documented once, in configs/README.md (its
+// tables are tested against the schema in config.cpp). Pure C++ (no
+// libtorch): parsing and validation live in config.cpp and run before any
+// process group exists.
 #pragma once
 
 #include <cstdint>
@@ -47,12 +50,12 @@ struct ParallelConfig {
   bool auto_split() const { return pipeline_layers == std::vector<int64_t>{-1}; }
   double dp_bucket_mb = 25.0;                // data-parallel gradient bucket size, MiB
   bool overlap_grad_reduce = true;           // reduce buckets during the backward
-  int64_t zero = 0;                          // 0 | 1 (ZeRO-1: optimizer state sharded over dp)
+  int64_t zero = 0;                          // 0 or 1 (ZeRO-1: optimizer state sharded over dp)
 };
 
 struct ScheduleConfig {
-  std::string kind = "1f1b";  // "gpipe" | "1f1b" | "interleaved" | "zb-h1" | "zb-v" | "dualpipev" | "file"
-  int64_t chunks = 1;         // virtual stages per pipeline rank (interleaved)
+  std::string kind = "1f1b";  // a generator's kind (schedules/generators.h) or "file"
+  int64_t chunks = 0;         // chunks (virtual stages) per pipeline rank; 0 = the kind's: 2 for zb-v, dualpipev, else 1
   std::string file;           // schedule text file when kind = "file"
 };
 
@@ -84,7 +87,7 @@ struct DataConfig {
   std::string path;                  // prefix written by `trident data prepare`
   std::string format = "trident";    // "trident" (PREFIX.train.bin, .val.bin) | "megatron" (PREFIX.bin, .idx)
   std::string tokenizer = "byte";    // "byte" | "gpt2"
-  std::string tokenizer_dir;         // directory with encoder.json and vocab.bpe (gpt2)
+  std::string tokenizer_dir;         // directory with encoder.json and vocab.bpe (gpt2) or tokenizer.json (hf)
   int64_t synthetic_tokens = 65536;  // tokens generated for source = "synthetic"
 };
 
@@ -122,10 +125,21 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 Config parse_config(const std::string& toml_text, const std::string& name,
                     const std::vector<std::string>& overrides = {});
 
-// Checks that need no world size: ranges and divisibility. Called by the parsers.
-void validate(const Config& c);
-// Resolves parallel.dp = -1 against the world size and checks tp*pp*dp == world.
-// Throws ConfigError, e.g. "tp(2) x pp(4) x dp(2) = 16 but WORLD_SIZE = 8".
+// Every check that needs no world size, each rule written once: per-key
+// ranges, model/TP divisibility, the pipeline split, schedule, batch, data and
+// checkpoint keys. Called by the parsers. Throws ConfigError naming the key,
+// the value and what was expected.
+void check_config(const Config& c);
+// schedule.kind must be "file" or one of the generators' kinds, passed in
+// because the foundation does not see schedules/ (the trainer hands it
+// sched::schedule_kinds() before any process group exists).
+void check_schedule_kind(const Config& c, const std::vector<std::string>& generator_kinds);
+// The layout arithmetic, for resolve_world and parallel/layout.cpp alike:
+// every factor >= 1 and tp * pp * dp == world. Throws ConfigError, e.g.
+// "<where>: tp(2) x pp(4) x dp(2) = 16 but WORLD_SIZE = 8".
+void check_layout_factors(const std::string& where, int64_t world, int64_t tp, int64_t pp, int64_t dp);
+// Resolves parallel.dp = -1 against the world size, then checks the layout
+// (check_layout_factors) and the batch split over the resolved dp.
 void resolve_world(Config& c, int64_t world_size);
 
 // The effective config as TOML text (every key, defaults included, each with

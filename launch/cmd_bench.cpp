@@ -15,6 +15,7 @@
 
 #include "launch/commands.h"
 #include "launch/options.h"
+#include "schedules/generators.h"
 
 #ifdef TRIDENT_HAVE_TORCH
 #include "framework/train/bubble_bench.h"
@@ -53,7 +54,7 @@ std::vector<int> ints(const std::string& s, const std::string& what) {
 }
 
 // The cases both benchmarks sweep: schedules x stages p x micro-batches m x
-// chunks v (v for interleaved only).
+// chunks v (v for interleaved only; the others run the chunks their kind needs).
 struct Sweep {
   std::string schedules, stages, microbatches, chunks = "2";
 
@@ -71,7 +72,7 @@ struct Sweep {
     for (const std::string& kind : split(schedules, "--schedules"))
       for (int p : ints(stages, "--stages"))
         for (int m : ints(microbatches, "--microbatches"))
-          for (int v : kind == "interleaved" ? ints(chunks, "--chunks") : std::vector<int>{1}) {
+          for (int v : kind == "interleaved" ? ints(chunks, "--chunks") : std::vector<int>{sched::default_chunks(kind)}) {
             if (kind == "interleaved" && v > 1 && m % p != 0) {
               std::cout << "skip interleaved p=" << p << " m=" << m << " v=" << v << ": needs m % p == 0\n";
               continue;

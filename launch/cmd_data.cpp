@@ -19,7 +19,7 @@ namespace {
 namespace po = boost::program_options;
 
 constexpr const char* kUsage =
-    "usage: trident data prepare --tokenizer byte|gpt2 [--tokenizer-dir D] --input PATH... --output PREFIX\n"
+    "usage: trident data prepare --tokenizer byte|gpt2|hf [--tokenizer-dir D] --input PATH... --output PREFIX\n"
     "                            [--val-fraction 0.05] [--format text|brown]\n"
     "       trident data text FILE        (running text of a Brown file)\n"
     "       trident data info FILE.bin    (header of a token file)\n";
@@ -42,10 +42,13 @@ int prepare(int argc, char** argv) {
       "Tokenizes documents (each input file is one document; a folder is its files sorted\n"
       "by name, Brown document names only with --format brown) and writes PREFIX.train.bin\n"
       "and PREFIX.val.bin. Document i goes to validation iff floor((i+1)f) > floor(if).\n"
-      "gpt2 appends id 50256 after every document; byte adds no separator");
+      "gpt2 appends id 50256 after every document; byte adds no separator; hf appends its\n"
+      "special token <|endoftext|> or <|end_of_text|> when it has one (else nothing) and\n"
+      "records the tokenizer as hf:<FNV-1a 64 of tokenizer.json, 16 hex digits>");
   opts.add_options()("help,h", "show this help")(
-      "tokenizer", po::value(&o.tokenizer)->default_value("byte"), "byte | gpt2")(
-      "tokenizer-dir", po::value(&o.tokenizer_dir), "gpt2 vocabulary folder (default: see `trident tokenize --help`)")(
+      "tokenizer", po::value(&o.tokenizer)->default_value("byte"), "byte | gpt2 | hf")(
+      "tokenizer-dir", po::value(&o.tokenizer_dir),
+      "gpt2 vocabulary folder (default: see `trident tokenize --help`); hf: the folder of tokenizer.json (required)")(
       "input", po::value(&o.inputs)->multitoken()->required(), "input files and/or folders")(
       "output", po::value(&o.output_prefix)->required(), "output prefix")(
       "val-fraction", po::value(&o.val_fraction)->default_value(0.05), "share of documents for validation")(

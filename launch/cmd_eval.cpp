@@ -1,4 +1,4 @@
-// `trident eval (--checkpoint DIR | --init-from HF_DIR) --text FILE [--tokenizer gpt2|byte] [--logits OUT]`
+// `trident eval (--checkpoint DIR | --init-from HF_DIR) --text FILE [--tokenizer gpt2|byte|hf] [--logits OUT]`
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
@@ -25,7 +25,7 @@ namespace trident::cli {
 
 int cmd_eval(int argc, char** argv) {
   po::options_description opts(
-      "usage: trident eval (--checkpoint DIR | --init-from HF_DIR) --text FILE [--tokenizer gpt2|byte]\n"
+      "usage: trident eval (--checkpoint DIR | --init-from HF_DIR) --text FILE [--tokenizer gpt2|byte|hf]\n"
       "                    [--logits OUT.safetensors]\n\n"
       "Prints `loss=<mean next-token cross-entropy> tokens=<count>` of a text under a model, on one\n"
       "process (CPU). The tokens are cut into windows tokens[k*L : k*L+L+1] (L = the model's seq_len:\n"
@@ -37,8 +37,8 @@ int cmd_eval(int argc, char** argv) {
   std::string checkpoint, hf, text, tokenizer, tokenizer_dir, logits_out;
   opts.add_options()("help,h", "show this help")("checkpoint", po::value(&checkpoint), "Trident checkpoint directory")(
       "init-from", po::value(&hf), "Hugging Face GPT-2 directory (trident export --format hf-gpt2)")(
-      "text", po::value(&text), "text file to score")("tokenizer", po::value(&tokenizer), "byte | gpt2")(
-      "tokenizer-dir", po::value(&tokenizer_dir), "folder with encoder.json and vocab.bpe (gpt2)")(
+      "text", po::value(&text), "text file to score")("tokenizer", po::value(&tokenizer), "byte | gpt2 | hf")(
+      "tokenizer-dir", po::value(&tokenizer_dir), "folder with encoder.json and vocab.bpe (gpt2) or tokenizer.json (hf)")(
       "logits", po::value(&logits_out), "also write the first window's logits to this safetensors file");
   po::variables_map vm;
   if (!parse_args(argc, argv, opts, vm)) return 0;

@@ -19,7 +19,7 @@ namespace trident::cli {
 int cmd_generate(int argc, char** argv) {
   po::options_description opts(
       "usage: trident generate (--checkpoint DIR | --init-from HF_DIR) --prompt TEXT\n"
-      "                        [--max-tokens N] [--temperature T] [--top-k K] [--seed S] [--tokenizer gpt2|byte]\n\n"
+      "                        [--max-tokens N] [--temperature T] [--top-k K] [--seed S] [--tokenizer gpt2|byte|hf]\n\n"
       "Prints the continuation of a prompt sampled from a model on one process (CPU). Temperature 0 is\n"
       "greedy; top-k 0 samples from the whole vocabulary. The context is cut to the model's last seq_len\n"
       "tokens. With the gpt2 tokenizer, generation stops at <|endoftext|>.\n\noptions");
@@ -33,8 +33,8 @@ int cmd_generate(int argc, char** argv) {
       "max-tokens", po::value(&max_tokens)->default_value(50), "tokens to generate")(
       "temperature", po::value(&temperature)->default_value(1.0), "softmax temperature; 0 = greedy")(
       "top-k", po::value(&top_k)->default_value(0), "sample among the K most likely tokens; 0 = all")(
-      "seed", po::value(&seed)->default_value(0), "sampling seed")("tokenizer", po::value(&tokenizer), "byte | gpt2")(
-      "tokenizer-dir", po::value(&tokenizer_dir), "folder with encoder.json and vocab.bpe (gpt2)");
+      "seed", po::value(&seed)->default_value(0), "sampling seed")("tokenizer", po::value(&tokenizer), "byte | gpt2 | hf")(
+      "tokenizer-dir", po::value(&tokenizer_dir), "folder with encoder.json and vocab.bpe (gpt2) or tokenizer.json (hf)");
   po::variables_map vm;
   if (!parse_args(argc, argv, opts, vm)) return 0;
   if (!vm.count("prompt")) throw std::runtime_error("--prompt TEXT is required (see trident generate --help)");

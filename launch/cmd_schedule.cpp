@@ -55,7 +55,8 @@ std::string read_file(const std::string& option, const std::string& path) {
 }
 
 // The schedule as given or generated: compute-only when generated (the
-// communication is implied, see schedules/README.md), as written when read.
+// communication is implied, see schedules/README.md), as written when read
+// (plus its REDUCE_GRAD actions when it has none).
 sched::Schedule load(const po::variables_map& vm, const std::string& kind) {
   if (vm.count("from-csv") && kind != "file")
     throw std::runtime_error("--from-csv needs --kind file (or no --kind), got --kind " + kind);
@@ -63,23 +64,25 @@ sched::Schedule load(const po::variables_map& vm, const std::string& kind) {
     if (vm.count("file")) throw std::runtime_error("--file needs --kind file, got --kind " + kind);
     if (!vm.count("stages") || !vm.count("microbatches"))
       throw std::runtime_error("--kind " + kind + " needs --stages and --microbatches");
-    return sched::generate_compute(kind, vm["stages"].as<int>(), vm["microbatches"].as<int>(), vm["chunks"].as<int>());
+    // No --chunks: what the kind needs (2 for zb-v and dualpipev); an explicit other value is check_supported()'s error.
+    const int v = vm.count("chunks") ? vm["chunks"].as<int>() : sched::default_chunks(kind);
+    return sched::generate_compute(kind, vm["stages"].as<int>(), vm["microbatches"].as<int>(), v);
   }
   if (vm.count("file") == vm.count("from-csv")) throw std::runtime_error("--kind file needs exactly one of --file PATH or --from-csv PATH");
   const bool csv = vm.count("from-csv") > 0;
   const int m = vm.count("microbatches") ? vm["microbatches"].as<int>() : 0;
   sched::Schedule s = csv ? sched::from_pytorch_csv(read_file("from-csv", vm["from-csv"].as<std::string>()), m)
                           : sched::parse_text(read_file("file", vm["file"].as<std::string>()));
-  if (vm.count("stages") && vm["stages"].as<int>() != s.stages)
+  if (vm.count("stages") && vm["stages"].as<int>() != s.pipeline_ranks)
     throw std::runtime_error("--stages " + std::to_string(vm["stages"].as<int>()) + " but the file has p=" +
-                             std::to_string(s.stages));
+                             std::to_string(s.pipeline_ranks));
   if (vm.count("microbatches") && vm["microbatches"].as<int>() != s.microbatches)
     throw std::runtime_error("--microbatches " + std::to_string(vm["microbatches"].as<int>()) +
                              " but the file has m=" + std::to_string(s.microbatches));
-  if (!vm["chunks"].defaulted() && vm["chunks"].as<int>() != s.chunks)
+  if (vm.count("chunks") && vm["chunks"].as<int>() != s.chunks)
     throw std::runtime_error("--chunks " + std::to_string(vm["chunks"].as<int>()) + " but the file has v=" +
                              std::to_string(s.chunks));
-  return s;
+  return sched::with_reduce_grad(std::move(s));  // NOTE [files without REDUCE_GRAD] in schedules/generators.cpp
 }
 
 sched::Costs parse_costs(const po::variables_map& vm) {
@@ -91,7 +94,6 @@ sched::Costs parse_costs(const po::variables_map& vm) {
   costs.weight = c[2];
   costs.latency = parse_numbers("latency", vm["latency"].as<std::string>());
   if (vm.count("stage-costs")) costs.stage_scale = parse_numbers("stage-costs", vm["stage-costs"].as<std::string>());
-  costs.overlap = vm["overlap"].as<double>();
   return costs;
 }
 
@@ -108,9 +110,9 @@ std::string summary_json(const std::string& title, const sched::Schedule& s, con
   char buf[512];
   const int peak = st.peak_inflight.empty() ? 0 : *std::max_element(st.peak_inflight.begin(), st.peak_inflight.end());
   std::snprintf(buf, sizeof buf,
-                "{\"title\": \"%s\", \"stages\": %d, \"microbatches\": %d, \"chunks\": %d, \"placement\": \"%s\", "
+                "{\"title\": \"%s\", \"pipeline_ranks\": %d, \"microbatches\": %d, \"chunks\": %d, \"placement\": \"%s\", "
                 "\"step_time\": %.10g, \"bubble_fraction\": %.10g, \"peak_inflight\": %d}\n",
-                json_escaped(title).c_str(), s.stages, s.microbatches, s.chunks, sched::placement_name(s.placement).c_str(),
+                json_escaped(title).c_str(), s.pipeline_ranks, s.microbatches, s.chunks, sched::placement_name(s.placement).c_str(),
                 st.step_time, st.bubble_fraction, peak);
   return buf;
 }
@@ -123,12 +125,11 @@ int cmd_schedule(int argc, char** argv) {
   po::options_description opts("trident schedule [options]");
   opts.add_options()("help,h", "show this help")(
       "kind", po::value<std::string>()->default_value("1f1b"), (kinds + "file").c_str())(
-      "stages,p", po::value<int>(), "pipeline stages P")("microbatches,m", po::value<int>(), "micro-batches M")(
-      "chunks,v", po::value<int>()->default_value(1), "virtual chunks per rank V (interleaved; 2 for zb-v, dualpipev)")(
+      "stages,p", po::value<int>(), "pipeline ranks P")("microbatches,m", po::value<int>(), "micro-batches M")(
+      "chunks,v", po::value<int>(), "chunks per rank V (default: what the kind needs, 2 for zb-v and dualpipev, else 1)")(
       "costs", po::value<std::string>()->default_value("1,2,1"), "F,B,W cost of one full stage (I = B - W)")(
       "latency", po::value<std::string>()->default_value("0"), "link latency: one value, or p*v-1 comma-separated")(
       "stage-costs", po::value<std::string>(), "p*v multipliers of each virtual stage's costs (an imbalanced split)")(
-      "overlap", po::value<double>()->default_value(0.0), "share of the shorter action hidden in an overlapped F+B pair, 0..1")(
       "file", po::value<std::string>(), "schedule in Trident's text form (with --kind file)")(
       "from-csv", po::value<std::string>(), "schedule in PyTorch's CSV form (with --kind file)")(
       "compute-only", "with --format schedule or csv: leave out the send/recv actions")(
@@ -158,7 +159,7 @@ int cmd_schedule(int argc, char** argv) {
     out = summary_json(title, s, sched::simulate_stats(s, costs));  // validates once, nothing per action
   } else if (format == "schedule" || format == "csv") {
     sched::validate(s);  // throws with the grid around the first violation
-    sched::check_costs(costs, s.stages, s.chunks);
+    sched::check_costs(costs, s.pipeline_ranks, s.chunks);
     const bool comm = sched::has_communication(s);
     if (vm.count("compute-only") && comm)
       throw std::runtime_error("--compute-only: the schedule read already has send/recv actions");

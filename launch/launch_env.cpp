@@ -27,7 +27,7 @@ std::string format_seconds(double s) {
 }
 }  // namespace
 
-void validate(const LaunchOptions& o) {
+void check_launch_options(const LaunchOptions& o) {
   auto fail = [](const std::string& msg) { throw LaunchError(msg); };
   if (o.nproc_per_node < 1)
     fail("--nproc-per-node must be at least 1, got " + std::to_string(o.nproc_per_node));

@@ -470,7 +470,7 @@ class ProgressDir {
 }  // namespace
 
 int launch(const LaunchOptions& options) {
-  validate(options);
+  check_launch_options(options);
   const int port = options.master_port == 0 ? pick_free_port() : options.master_port;
   ProgressDir dir(options.progress_dir);
   LaunchOptions o = options;

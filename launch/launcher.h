@@ -38,7 +38,7 @@ struct LaunchOptions {
 };
 
 // Throws LaunchError naming the offending value and the allowed range.
-void validate(const LaunchOptions& options);
+void check_launch_options(const LaunchOptions& options);
 
 // "0,1,6,7" -> {0, 1, 6, 7}; throws LaunchError naming a bad item.
 std::vector<int> parse_rank_list(const std::string& text);

@@ -9,8 +9,8 @@ std::string DeviceChoice::str() const { return cuda ? "cuda:" + std::to_string(i
 
 DeviceChoice choose_device(const std::string& device, int device_count, int local_rank) {
   if (device == "cpu") return {};
-  if (device != "cuda")
-    throw std::runtime_error("training.device = \"" + device + "\": expected \"cpu\" or \"cuda\"");
+  if (device != "cuda")  // check_config (framework/config.cpp) owns the allowed names
+    throw std::logic_error("choose_device: device \"" + device + "\" (check_config admits no such config)");
   if (local_rank < 0)
     throw std::runtime_error("LOCAL_RANK = " + std::to_string(local_rank) + ": a local rank cannot be negative");
   if (device_count <= 0)
@@ -25,20 +25,13 @@ DeviceChoice choose_device(const std::string& device, int device_count, int loca
   return {true, local_rank};
 }
 
+// The allowed names and pairs are check_config's rules (framework/config.cpp);
+// here they are asserted.
 std::string resolve_backend(const std::string& backend, const std::string& device) {
-  if (device != "cpu" && device != "cuda")
-    throw std::runtime_error("training.device = \"" + device + "\": expected \"cpu\" or \"cuda\"");
-  std::string b = backend;
-  if (b == "auto") b = device == "cuda" ? "nccl" : "gloo";
-  if (b != "gloo" && b != "nccl")
-    throw std::runtime_error("parallel.backend = \"" + backend + "\": expected \"auto\", \"gloo\" or \"nccl\"");
-  if (b == "nccl" && device != "cuda")
-    throw std::runtime_error("parallel.backend = \"nccl\" needs training.device = \"cuda\" (NCCL moves device "
-                             "memory only), got \"" + device + "\"");
-  if (b == "gloo" && device == "cuda")
-    throw std::runtime_error("parallel.backend = \"gloo\" with training.device = \"cuda\" is not supported: Gloo's "
-                             "send/recv read host memory, so the pipeline's device buffers cannot travel over it "
-                             "(use \"nccl\" or \"auto\")");
+  const std::string b = backend == "auto" ? (device == "cuda" ? "nccl" : "gloo") : backend;
+  if ((device != "cpu" && device != "cuda") || (b != "gloo" && b != "nccl") || (b == "nccl") != (device == "cuda"))
+    throw std::logic_error("resolve_backend: backend \"" + backend + "\" on device \"" + device +
+                           "\" (check_config admits no such config)");
   return b;
 }
 

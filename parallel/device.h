@@ -21,13 +21,13 @@ struct DeviceChoice {
 // on a node whose process sees `device_count` CUDA devices. One device per
 // rank: local rank i computes on CUDA device i. Throws std::runtime_error
 // naming the problem and the device count: no device or fewer devices than
-// local ranks, a negative local rank, or an unknown device name.
+// local ranks, or a negative local rank; std::logic_error for a device name
+// check_config (framework/config.cpp) would have refused.
 DeviceChoice choose_device(const std::string& device, int device_count, int local_rank);
 
 // parallel.backend ("auto" | "gloo" | "nccl") for training.device: auto is
-// nccl on cuda and gloo on cpu. Throws for nccl on cpu (NCCL moves device
-// memory only), gloo on cuda (Gloo's send/recv read host memory, so the
-// pipeline's device buffers cannot travel over it), and unknown names.
+// nccl on cuda and gloo on cpu. Which pairs are allowed (and why) is
+// check_config's rule; a pair it refuses throws std::logic_error here.
 std::string resolve_backend(const std::string& backend, const std::string& device);
 
 }  // namespace trident

@@ -11,9 +11,12 @@ namespace trident {
 class GradObserver {
  public:
   virtual ~GradObserver() = default;
-  // Before the last backward (B or I) of `chunk` in this step.
+  // Before the last backward (B or I) of `chunk` in this step: the last one
+  // ahead of the chunk's REDUCE_GRAD.
   virtual void final_backward_begins(int chunk) = 0;
-  // After the last action that adds to `chunk`'s weight gradients (B or W).
+  // At the chunk's REDUCE_GRAD action, which every schedule places after the
+  // last action that adds to `chunk`'s weight gradients (B or W) on this rank
+  // (schedules/README.md, "Gradient-reduction points").
   virtual void grads_final(int chunk) = 0;
 };
 

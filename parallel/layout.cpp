@@ -5,17 +5,11 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "framework/errors.h"
+#include "framework/config.h"
 
 namespace trident {
 
 namespace {
-
-std::string factors(int tp, int pp, int dp) {
-  std::ostringstream os;
-  os << "tp(" << tp << ") x pp(" << pp << ") x dp(" << dp << ")";
-  return os.str();
-}
 
 // Groups of one kind, ordered by smallest member: a rank opens a group when it
 // is the smallest member of its own group.
@@ -33,15 +27,7 @@ std::vector<std::vector<int>> collect(int world, GroupOf group_of) {
 }  // namespace
 
 Layout Layout::make(int world, int tp, int pp, int dp) {
-  if (world < 1 || tp < 1 || pp < 1 || dp < 1) {
-    throw ConfigError("layout: every factor must be >= 1, got " + factors(tp, pp, dp) +
-                      " with world size " + std::to_string(world));
-  }
-  const long long product = static_cast<long long>(tp) * pp * dp;
-  if (product != world) {
-    throw ConfigError("layout: " + factors(tp, pp, dp) + " = " + std::to_string(product) +
-                      " but world size = " + std::to_string(world));
-  }
+  check_layout_factors("layout", world, tp, pp, dp);  // the one copy of this rule (framework/config.h)
   Layout l;
   l.world = world;
   l.tp = tp;

@@ -29,8 +29,9 @@ struct Layout {
   int pp = 1;
   int dp = 1;
 
-  // Validates every factor >= 1 and tp * pp * dp == world; throws ConfigError
-  // naming every factor, e.g. "tp(2) x pp(4) x dp(2) = 16 but world size = 8".
+  // Validates every factor >= 1 and tp * pp * dp == world (check_layout_factors,
+  // framework/config.h); throws ConfigError naming every factor, e.g.
+  // "layout: tp(2) x pp(4) x dp(2) = 16 but WORLD_SIZE = 8".
   static Layout make(int world, int tp, int pp, int dp);
 
   Coords coords(int rank) const;  // throws std::out_of_range for rank outside [0, world)

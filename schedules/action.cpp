@@ -20,15 +20,19 @@ const char* prefix_of(ActionKind k) {
     case ActionKind::RECV_F: return "RF";
     case ActionKind::SEND_B: return "SB";
     case ActionKind::RECV_B: return "RB";
+    case ActionKind::REDUCE_GRAD: return "RD";
   }
   return "?";
 }
 
-const char* kGrammar = "F|B|I|W|SF|RF|SB|RB, a micro-batch number, and optionally '.' and a chunk number (e.g. F3, RB0.1)";
+const char* kGrammar =
+    "F|B|I|W|SF|RF|SB|RB, a micro-batch number, and optionally '.' and a chunk number (e.g. F3, RB0.1); "
+    "or RD and optionally '.' and a chunk number (RD, RD.1)";
 
 bool parse_kind(const std::string& p, ActionKind* k) {
   static const ActionKind all[] = {ActionKind::F,      ActionKind::B,      ActionKind::I,      ActionKind::W,
-                                   ActionKind::SEND_F, ActionKind::RECV_F, ActionKind::SEND_B, ActionKind::RECV_B};
+                                   ActionKind::SEND_F, ActionKind::RECV_F, ActionKind::SEND_B, ActionKind::RECV_B,
+                                   ActionKind::REDUCE_GRAD};
   for (ActionKind c : all) {
     if (p == prefix_of(c)) {
       *k = c;
@@ -62,7 +66,8 @@ Action parse_one(const std::string& tok, int line, const Schedule& s) {
   ActionKind kind;
   int mb = 0, chunk = 0;
   if (!parse_kind(tok.substr(0, i), &kind)) fail(line, tok, kGrammar);
-  if (!parse_number(tok, &i, &mb)) fail(line, tok, kGrammar);
+  // REDUCE_GRAD has no micro-batch: "RD" or "RD.1", never "RD0".
+  if (kind != ActionKind::REDUCE_GRAD && !parse_number(tok, &i, &mb)) fail(line, tok, kGrammar);
   if (i < tok.size() && tok[i] == '.') {
     ++i;
     if (!parse_number(tok, &i, &chunk)) fail(line, tok, kGrammar);
@@ -74,19 +79,13 @@ Action parse_one(const std::string& tok, int line, const Schedule& s) {
   return Action(kind, mb, chunk);
 }
 
-// One token: an action, or an overlapped pair "F7+B3.1" of two compute actions.
+// One token, one action. "F7+B3.1" (an overlapped pair, which Trident's IR
+// does not have: NOTE [no overlapped pairs] in generators_v.cpp) is refused.
 void parse_token(const std::string& tok, int line, const Schedule& s, ActionList* out) {
-  const size_t plus = tok.find('+');
-  if (plus == std::string::npos) {
-    out->push_back(parse_one(tok, line, s));
-    return;
-  }
-  Action first = parse_one(tok.substr(0, plus), line, s), second = parse_one(tok.substr(plus + 1), line, s);
-  if (!is_compute(first.kind) || !is_compute(second.kind))
-    fail(line, tok, "an overlapped pair of two compute actions, e.g. F7+B3.1");
-  first.overlap_next = true;
-  out->push_back(first);
-  out->push_back(second);
+  if (tok.find('+') != std::string::npos)
+    fail(line, tok, "one action per token: overlapped pairs (A+B) are not part of the IR, write the two actions "
+                    "one after the other (they run that way)");
+  out->push_back(parse_one(tok, line, s));
 }
 
 // Header "pipeline p=P m=M v=V [placement=loop|v]"; no placement means loop.
@@ -115,7 +114,8 @@ Schedule parse_header(const std::string& text, int line) {
 }  // namespace
 
 std::string to_token(const Action& a) {
-  std::string t = prefix_of(a.kind) + std::to_string(a.mb);
+  std::string t = prefix_of(a.kind);
+  if (a.kind != ActionKind::REDUCE_GRAD) t += std::to_string(a.mb);
   if (a.chunk != 0) t += "." + std::to_string(a.chunk);
   return t;
 }
@@ -135,14 +135,14 @@ std::vector<int> stages_of_rank(Placement pl, int p, int v, int rank) {
   return out;
 }
 
-int peer_rank(const Schedule& s, int rank, const Action& a) {
+int peer_rank(const StageMap& s, int rank, const Action& a) {
   assert(is_communication(a.kind));
   const int stage = s.stage_of(rank, a.chunk);
   const bool towards_next = a.kind == ActionKind::SEND_F || a.kind == ActionKind::RECV_B;
   return s.rank_of(towards_next ? stage + 1 : stage - 1);
 }
 
-Action counterpart(const Schedule& s, int rank, const Action& a) {
+Action counterpart(const StageMap& s, int rank, const Action& a) {
   assert(is_communication(a.kind));
   const int stage = s.stage_of(rank, a.chunk);
   switch (a.kind) {
@@ -155,11 +155,11 @@ Action counterpart(const Schedule& s, int rank, const Action& a) {
 
 Schedule empty_schedule(int p, int m, int v, Placement pl) {
   if (p < 1 || m < 1 || v < 1 || v > 65535)
-    throw ScheduleError("schedule needs stages, microbatches and chunks >= 1, got p=" + std::to_string(p) +
+    throw ScheduleError("schedule needs pipeline ranks, microbatches and chunks >= 1, got p=" + std::to_string(p) +
                         " m=" + std::to_string(m) + " v=" + std::to_string(v) + (v > 65535 ? " (at most 65535 chunks)" : ""));
   Schedule s;
   s.placement = pl;
-  s.stages = p;
+  s.pipeline_ranks = p;
   s.microbatches = m;
   s.chunks = v;
   s.ranks.assign(p, {});
@@ -167,19 +167,12 @@ Schedule empty_schedule(int p, int m, int v, Placement pl) {
 }
 
 std::string to_text(const Schedule& s) {
-  std::string out = "pipeline p=" + std::to_string(s.stages) + " m=" + std::to_string(s.microbatches) +
+  std::string out = "pipeline p=" + std::to_string(s.pipeline_ranks) + " m=" + std::to_string(s.microbatches) +
                     " v=" + std::to_string(s.chunks) +
                     (s.placement == Placement::v ? " placement=v" : "") + "\n";
   for (size_t r = 0; r < s.ranks.size(); ++r) {
     out += std::to_string(r) + ":";
-    const auto& list = s.ranks[r];
-    for (size_t i = 0; i < list.size(); ++i) {
-      Action a = list[i];
-      const bool pair = a.overlap_next && i + 1 < list.size();
-      a.overlap_next = false;
-      out += " " + to_token(a);
-      if (pair) out += "+" + to_token(list[++i]);
-    }
+    for (const Action& a : s.ranks[r]) out += " " + to_token(a);
     out += "\n";
   }
   return out;
@@ -206,15 +199,15 @@ Schedule parse_text(const std::string& text) {
     words >> label;
     if (label != std::to_string(next_rank) + ":")
       fail(line, label, "the rank label '" + std::to_string(next_rank) + ":' (ranks in order, one line each)");
-    if (next_rank >= s.stages)
-      fail(line, label, "at most p=" + std::to_string(s.stages) + " rank lines");
+    if (next_rank >= s.pipeline_ranks)
+      fail(line, label, "at most p=" + std::to_string(s.pipeline_ranks) + " rank lines");
     while (words >> tok) parse_token(tok, line, s, &s.ranks[next_rank]);
     ++next_rank;
   }
   if (!have_header) throw ScheduleError("schedule text is empty, expected a 'pipeline p=P m=M v=V' header");
-  if (next_rank != s.stages)
+  if (next_rank != s.pipeline_ranks)
     throw ScheduleError("schedule text has " + std::to_string(next_rank) + " rank lines, expected p=" +
-                        std::to_string(s.stages));
+                        std::to_string(s.pipeline_ranks));
   return s;
 }
 

@@ -28,27 +28,27 @@ enum class ActionKind : uint8_t {
   RECV_F,  // receive this chunk's input activation from the previous virtual stage
   SEND_B,  // send the gradient of this chunk's input to the previous virtual stage
   RECV_B,  // receive the gradient of this chunk's output from the next virtual stage
+  // This chunk's weight gradients are final for the step: no B or W of the
+  // chunk follows on this rank. Data parallelism may reduce them from here
+  // on (PyTorch's REDUCE_GRAD). One per (rank, chunk); it has no micro-batch
+  // (mb is 0). Neither compute nor communication.
+  REDUCE_GRAD,
 };
 
 // 8 bytes, so a planner can hold hundreds of millions of them (p=1024, m=8192,
 // v=4 is 67 M compute actions).
 struct Action {
   ActionKind kind = ActionKind::F;
-  // True on the first action of an overlapped pair (DualPipe's forward of one
-  // micro-batch run together with the backward of another): this compute
-  // action and the next one run as one step. The executor may run them one
-  // after the other; the simulator charges the pair Costs::overlap rules.
-  bool overlap_next = false;
-  uint16_t chunk = 0;  // chunk local to the rank, 0..v-1 (virtual stage: Schedule::stage_of)
-  int32_t mb = 0;      // micro-batch index, 0..m-1
+  // Nothing here is ignored by anyone who reads the IR: there is no overlap
+  // flag (NOTE [no overlapped pairs] in generators_v.cpp).
+  uint8_t unused_ = 0;  // padding, always 0
+  uint16_t chunk = 0;   // chunk local to the rank, 0..v-1 (virtual stage: Schedule::stage_of)
+  int32_t mb = 0;       // micro-batch index, 0..m-1 (0 for REDUCE_GRAD)
 
   Action() = default;
-  Action(ActionKind k, int mb_, int chunk_ = 0, bool overlap = false)
-      : kind(k), overlap_next(overlap), chunk(static_cast<uint16_t>(chunk_)), mb(mb_) {}
+  Action(ActionKind k, int mb_, int chunk_ = 0) : kind(k), chunk(static_cast<uint16_t>(chunk_)), mb(mb_) {}
 
-  bool operator==(const Action& o) const {
-    return kind == o.kind && mb == o.mb && chunk == o.chunk && overlap_next == o.overlap_next;
-  }
+  bool operator==(const Action& o) const { return kind == o.kind && mb == o.mb && chunk == o.chunk; }
   bool operator!=(const Action& o) const { return !(*this == o); }
 };
 static_assert(sizeof(Action) == 8, "Action stays 8 bytes (see the comment above)");
@@ -57,14 +57,23 @@ static_assert(sizeof(Action) == 8, "Action stays 8 bytes (see the comment above)
 // big_alloc.cpp); otherwise an ordinary vector.
 using ActionList = std::vector<Action, detail::BigAllocator<Action>>;
 
-// Inline: the simulator calls these once per action.
+// Inline: the simulator calls these once per action. The three classes are
+// disjoint: compute (F, B, I, W), communication (SEND_*, RECV_*), and
+// REDUCE_GRAD, which is neither.
 inline bool is_compute(ActionKind k) { return static_cast<uint8_t>(k) <= static_cast<uint8_t>(ActionKind::W); }  // F, B, I, W
-inline bool is_communication(ActionKind k) { return !is_compute(k); }  // SEND_*, RECV_*
+inline bool is_communication(ActionKind k) {  // SEND_F, RECV_F, SEND_B, RECV_B
+  return static_cast<uint8_t>(k) >= static_cast<uint8_t>(ActionKind::SEND_F) &&
+         static_cast<uint8_t>(k) <= static_cast<uint8_t>(ActionKind::RECV_B);
+}
 inline bool is_backward(ActionKind k) { return k == ActionKind::B || k == ActionKind::I; }  // receives/sends the gradient
+// Adds to the chunk's weight gradients: B, or the W after an I.
+inline bool adds_weight_grads(ActionKind k) { return k == ActionKind::B || k == ActionKind::W; }
+constexpr int kActionKinds = 9;  // number of ActionKind values
 
-// Token of one action: "F3", "B3.1", "SF3", "RB0.2" (chunk suffix only when > 0).
-// An overlapped pair is written as one token "F7+B3.1" by to_text().
+// Token of one action: "F3", "B3.1", "SF3", "RB0.2" (chunk suffix only when
+// > 0); REDUCE_GRAD has no micro-batch: "RD" (chunk 0), "RD.1" (chunk 1).
 std::string to_token(const Action& a);
+inline Action reduce_grad(int chunk) { return Action(ActionKind::REDUCE_GRAD, 0, chunk); }
 
 // NOTE [placement] Where virtual stage s (0..p*v-1, in model order) runs.
 // loop: Megatron's interleaving, s = chunk*p + rank (rank r holds r, p+r, 2p+r...).
@@ -88,29 +97,43 @@ inline int chunk_of(int p, int stage) { return stage / p; }
 // the layer split builds on that rank.
 std::vector<int> stages_of_rank(Placement pl, int p, int v, int rank);
 
+// Which rank and chunk run which virtual stage: p ranks, v chunks each, and
+// the placement; no action lists (what the executor needs besides its own list).
+struct StageMap {
+  int pipeline_ranks = 1;  // p
+  int chunks = 1;          // v: chunks (model pieces, one virtual stage each) per rank
+  Placement placement = Placement::loop;
+
+  int virtual_stages() const { return pipeline_ranks * chunks; }  // p*v
+  int stage_of(int rank, int chunk) const { return sched::stage_of(placement, pipeline_ranks, rank, chunk); }
+  int rank_of(int stage) const { return sched::rank_of(placement, pipeline_ranks, stage); }
+  int chunk_of(int stage) const { return sched::chunk_of(pipeline_ranks, stage); }
+};
+
 struct Schedule {
-  int stages = 1;        // p: pipeline ranks
-  int microbatches = 1;  // m
-  int chunks = 1;        // v: virtual stages (model chunks) per rank
+  int pipeline_ranks = 1;  // p
+  int microbatches = 1;    // m
+  int chunks = 1;          // v: chunks per rank; virtual stages are p*v
   Placement placement = Placement::loop;
   std::vector<ActionList> ranks;  // ranks[r] = what rank r does, in order
 
-  int virtual_stages() const { return stages * chunks; }
-  int stage_of(int rank, int chunk) const { return sched::stage_of(placement, stages, rank, chunk); }
-  int rank_of(int stage) const { return sched::rank_of(placement, stages, stage); }
-  int chunk_of(int stage) const { return sched::chunk_of(stages, stage); }
+  StageMap stage_map() const { return {pipeline_ranks, chunks, placement}; }
+  int virtual_stages() const { return pipeline_ranks * chunks; }
+  int stage_of(int rank, int chunk) const { return sched::stage_of(placement, pipeline_ranks, rank, chunk); }
+  int rank_of(int stage) const { return sched::rank_of(placement, pipeline_ranks, stage); }
+  int chunk_of(int stage) const { return sched::chunk_of(pipeline_ranks, stage); }
   bool operator==(const Schedule& o) const {
-    return stages == o.stages && microbatches == o.microbatches && chunks == o.chunks &&
+    return pipeline_ranks == o.pipeline_ranks && microbatches == o.microbatches && chunks == o.chunks &&
            placement == o.placement && ranks == o.ranks;
   }
 };
 
 // Peer of a communication action on `rank`: SEND_F/RECV_B talk to the next
 // virtual stage's rank, RECV_F/SEND_B to the previous one's. Asserts a comm kind.
-int peer_rank(const Schedule& s, int rank, const Action& a);
+int peer_rank(const StageMap& map, int rank, const Action& a);
 // The action on peer_rank() that pairs with `a`: SEND_F(mb, c) on rank r pairs
 // with RECV_F(mb, c') on the rank of virtual stage stage_of(r, c) + 1, and so on.
-Action counterpart(const Schedule& s, int rank, const Action& a);
+Action counterpart(const StageMap& map, int rank, const Action& a);
 
 // Schedule with p, m, v set and p empty rank lists; throws on p, m or v < 1
 // or v > 65535.

@@ -47,7 +47,7 @@ inline double decode_time(uint64_t stored) {
 class Runner {
  public:
   Runner(const Schedule& s, const Costs* costs, bool record, bool comm)
-      : s_(s), costs_(costs), record_(record && costs), comm_(comm), p_(s.stages), m_(s.microbatches),
+      : s_(s), costs_(costs), record_(record && costs), comm_(comm), p_(s.pipeline_ranks), m_(s.microbatches),
         v_(s.chunks), S_(s.virtual_stages()) {
     // Placement as tables: the run looks these up once or twice per action.
     rank_of_.resize(S_);
@@ -144,7 +144,7 @@ class Runner {
 
   // NOTE [run beside the checks] Large schedules are run while another thread
   // does the per-rank checks, so the run must not rely on them for memory
-  // safety: it stops at any action whose micro-batch, chunk, pair or peer
+  // safety: it stops at any action whose micro-batch, chunk or peer
   // stage would index outside its tables, and run() reports the checks' error
   // (which names the spot) in its place.
   bool in_range(const Action& a) const {
@@ -152,7 +152,7 @@ class Runner {
   }
   [[noreturn]] void malformed(int r, size_t pc) const {
     throw ScheduleError("invalid schedule: rank " + std::to_string(r) + " position " + std::to_string(pc) +
-                        " is malformed (out of range, a broken pair or a send past the pipeline's end)");
+                         " is malformed (out of range, or a send past the pipeline's end)");
   }
 
   void advance(int r, Ring& todo) {
@@ -163,7 +163,7 @@ class Runner {
     double clock = clock_[r];
     while (pc < n) {
       const Action& a = list[pc];
-      if (!in_range(a) || (a.overlap_next && (pc + 1 == n || !in_range(list[pc + 1])))) malformed(r, pc);
+      if (!in_range(a)) malformed(r, pc);
       const int stage = stage_of_[static_cast<size_t>(r) * v_ + a.chunk];
       if (a.kind == ActionKind::SEND_F || a.kind == ActionKind::SEND_B) {
         const bool fwd = a.kind == ActionKind::SEND_F;
@@ -182,52 +182,46 @@ class Runner {
         ++pc;
         continue;
       }
-      // A compute step: one action, or an overlapped pair (checked: both compute).
-      const int steps = a.overlap_next ? 2 : 1;
-      double start = clock, cost[2] = {0, 0}, got[2] = {-1, -1};
-      int dir[2] = {-1, -1}, st[2] = {stage, 0};
-      for (int j = 0; j < steps; ++j) {
-        const Action& b = list[pc + j];
-        st[j] = j == 0 ? stage : stage_of_[static_cast<size_t>(r) * v_ + b.chunk];
-        cost[j] = cost_[static_cast<int>(b.kind) * S_ + st[j]];
-        if (!input_of(b, st[j], &dir[j])) continue;
-        const uint64_t stored = ready_[key(st[j], b.mb)];
+      if (a.kind == ActionKind::REDUCE_GRAD) {  // zero cost: marks the chunk's gradients final, waits for nothing
+        if (tl) tl->push_back({a, clock, clock});
+        ++pc;
+        continue;
+      }
+      // A compute action.
+      double start = clock, got = -1;
+      int dir = -1;
+      const double cost = cost_[static_cast<int>(a.kind) * S_ + stage];
+      if (input_of(a, stage, &dir)) {
+        const uint64_t stored = ready_[key(stage, a.mb)];
         if (!is_sent(stored)) {  // blocked until that message is sent
-          waiting_[r] = wait_key(dir[j], st[j], b.mb);
-          blocked_at_[r] = static_cast<int>(pc + j);
+          waiting_[r] = wait_key(dir, stage, a.mb);
+          blocked_at_[r] = static_cast<int>(pc);
           pc_[r] = pc;
           clock_[r] = clock;
           return;
         }
-        got[j] = decode_time(stored);
-        ready_[key(st[j], b.mb)] = 0;  // consumed: the slot is free for the gradient
-        start = std::max(start, got[j]);
+        got = decode_time(stored);
+        ready_[key(stage, a.mb)] = 0;  // consumed: the slot is free for the gradient
+        start = std::max(start, got);
       }
-      const double hidden = steps == 2 && costs_ ? costs_->overlap * std::min(cost[0], cost[1]) : 0.0;
-      const double end = start + cost[0] + cost[1] - hidden;
-      double t = start;
-      for (int j = 0; j < steps; ++j) {
-        const Action& b = list[pc + j];
-        if (b.kind == ActionKind::F) peak_[r] = std::max(peak_[r], ++alive_[r]);
-        if (is_backward(b.kind)) --alive_[r];
-        if (dir[j] >= 0) ++messages_;
-        if (tl) {  // a pair is drawn as two boxes sharing its time in proportion to their costs
-          const double share = steps == 1 ? end - start : (end - start) * cost[j] / std::max(cost[0] + cost[1], 1e-300);
-          tl->push_back({b, t, j + 1 == steps ? end : t + share});
-          t += share;
-          if (comm_ && dir[j] >= 0) {
-            const int32_t at = recv_at_[dir[j]][key(st[j], b.mb)];
-            if (at >= 0) (*tl)[at].end = std::max((*tl)[at].start, got[j]);
-          }
+      const double end = start + cost;
+      if (a.kind == ActionKind::F) peak_[r] = std::max(peak_[r], ++alive_[r]);
+      if (is_backward(a.kind)) --alive_[r];
+      if (dir >= 0) ++messages_;
+      if (tl) {
+        tl->push_back({a, start, end});
+        if (comm_ && dir >= 0) {
+          const int32_t at = recv_at_[dir][key(stage, a.mb)];
+          if (at >= 0) (*tl)[at].end = std::max((*tl)[at].start, got);
         }
-        if (!comm_) {  // the sends add_communication() would put after this step
-          if (b.kind == ActionKind::F && st[j] < S_ - 1) deliver(0, st[j] + 1, b.mb, end + link(r, st[j] + 1, st[j]), todo);
-          if (is_backward(b.kind) && st[j] > 0) deliver(1, st[j] - 1, b.mb, end + link(r, st[j] - 1, st[j] - 1), todo);
-        }
+      }
+      if (!comm_) {  // the sends add_communication() would put after this action
+        if (a.kind == ActionKind::F && stage < S_ - 1) deliver(0, stage + 1, a.mb, end + link(r, stage + 1, stage), todo);
+        if (is_backward(a.kind) && stage > 0) deliver(1, stage - 1, a.mb, end + link(r, stage - 1, stage - 1), todo);
       }
       busy_[r] += end - start;
       clock = end;
-      pc += steps;
+      ++pc;
     }
     pc_[r] = pc;
     clock_[r] = clock;
@@ -275,9 +269,9 @@ class Runner {
 }  // namespace
 
 RunResult run(const Schedule& s, const Costs* costs, bool record) {
-  if (costs) check_costs(*costs, s.stages, s.chunks);
+  if (costs) check_costs(*costs, s.pipeline_ranks, s.chunks);
   RunResult out;
-  if (s.stages < 1 || static_cast<int>(s.ranks.size()) != s.stages || s.microbatches < 1 || s.chunks < 1) {
+  if (s.pipeline_ranks < 1 || static_cast<int>(s.ranks.size()) != s.pipeline_ranks || s.microbatches < 1 || s.chunks < 1) {
     check_ranks(s, &out.report);  // throws, naming the shape
   }
   // Explicit communication is all or nothing; rank 0's list decides (check_ranks() checks the rest).
@@ -311,7 +305,7 @@ RunResult run(const Schedule& s, const Costs* costs, bool record) {
   if (costs) out.stats = runner.stats();
   if (record && costs) {
     out.timeline = runner.take_timeline();
-    out.timeline.stages = s.stages;
+    out.timeline.pipeline_ranks = s.pipeline_ranks;
     out.timeline.microbatches = s.microbatches;
     out.timeline.chunks = s.chunks;
   }

@@ -1,6 +1,6 @@
-// The per-rank checks of a schedule (engine.h): ranges, overlapped pairs, one
-// forward and one backward per (micro-batch, chunk), receives before and sends
-// after their compute. A one-byte-per-slot pass first; on any anomaly the
+// The per-rank checks of a schedule (engine.h): ranges, one forward and one
+// backward per (micro-batch, chunk), receives before and sends after their
+// compute, one REDUCE_GRAD per chunk after its backward. A one-byte-per-slot pass first; on any anomaly the
 // detailed pass that names positions.
 #include <algorithm>
 #include <cstdint>
@@ -33,29 +33,61 @@ std::string at_text(const Schedule& s, int rank, int pos) {
 namespace {
 
 void check_shape(const Schedule& s) {
-  if (s.stages < 1 || s.microbatches < 1 || s.chunks < 1 || static_cast<int>(s.ranks.size()) != s.stages)
-    throw ScheduleError("invalid schedule: p=" + std::to_string(s.stages) + " m=" + std::to_string(s.microbatches) +
+  if (s.pipeline_ranks < 1 || s.microbatches < 1 || s.chunks < 1 || static_cast<int>(s.ranks.size()) != s.pipeline_ranks)
+    throw ScheduleError("invalid schedule: p=" + std::to_string(s.pipeline_ranks) + " m=" + std::to_string(s.microbatches) +
                         " v=" + std::to_string(s.chunks) + " with " + std::to_string(s.ranks.size()) +
                         " rank lists, expected p, m, v >= 1 and p lists");
 }
 
-// Each action's micro-batch and chunk in range, overlapped pairs well formed.
+// Each action's micro-batch and chunk in range (a REDUCE_GRAD's micro-batch is 0).
 void check_action(const Schedule& s, int r, int i) {
-  const auto& list = s.ranks[r];
-  const Action& a = list[i];
+  const Action& a = s.ranks[r][i];
   if (a.mb < 0 || a.mb >= s.microbatches || a.chunk >= s.chunks)
     violation(s, {{r, i}}, at_text(s, r, i) + " is outside m=" + std::to_string(s.microbatches) +
                                " micro-batches or v=" + std::to_string(s.chunks) + " chunks");
-  if (a.overlap_next && (!is_compute(a.kind) || i + 1 == static_cast<int>(list.size()) ||
-                         !is_compute(list[i + 1].kind) || list[i + 1].overlap_next))
-    violation(s, {{r, i}}, at_text(s, r, i) + " starts an overlapped pair, expected a compute action followed "
-                                              "by one more compute action");
+  if (a.kind == ActionKind::REDUCE_GRAD && a.mb != 0)
+    violation(s, {{r, i}}, at_text(s, r, i) + " is a REDUCE_GRAD with micro-batch " + std::to_string(a.mb) +
+                               ", expected 0 (it has none)");
+}
+
+// NOTE [REDUCE_GRAD rule] Per rank and chunk: exactly one REDUCE_GRAD, after
+// every B, I and W of that chunk on the rank (after the I too, though it adds
+// nothing to the weight gradients: a chunk's reduction point ends its
+// backward). The executor reduces the chunk's gradients there.
+void check_reduce_grad(const Schedule& s, int r) {
+  const auto& list = s.ranks[r];
+  for (int c = 0; c < s.chunks; ++c) {
+    int first = -1, second = -1, last_bwd = -1;
+    for (int i = 0; i < static_cast<int>(list.size()); ++i) {
+      const Action& a = list[i];
+      if (a.chunk != c) continue;
+      if (a.kind == ActionKind::REDUCE_GRAD) {
+        if (first < 0)
+          first = i;
+        else if (second < 0)
+          second = i;
+      }
+      if (a.kind == ActionKind::B || a.kind == ActionKind::I || a.kind == ActionKind::W) last_bwd = i;
+    }
+    const std::string tok = to_token(reduce_grad(c));
+    const std::string who = "rank " + std::to_string(r) + " chunk " + std::to_string(c) + " (virtual stage " +
+                            std::to_string(s.stage_of(r, c)) + ")";
+    if (first < 0)
+      violation(s, {{r, std::max(last_bwd, 0)}}, who + " has no REDUCE_GRAD " + tok + ", expected one right after "
+                    "its last B or W" + (last_bwd >= 0 ? " (" + at_text(s, r, last_bwd) + ")" : std::string()));
+    if (second >= 0)
+      violation(s, {{r, first}, {r, second}}, who + " has two REDUCE_GRAD " + tok + " (positions " +
+                    std::to_string(first) + " and " + std::to_string(second) + "), expected exactly one per chunk");
+    if (last_bwd > first)
+      violation(s, {{r, first}, {r, last_bwd}}, who + ": " + at_text(s, r, first) + " comes before " +
+                    at_text(s, r, last_bwd) + "; the chunk's REDUCE_GRAD must follow every B, I and W of the chunk");
+  }
 }
 
 // First position and count of each action kind for one (mb, chunk) on one rank.
 struct Slot {
-  int32_t first[8];
-  uint8_t count[8];
+  int32_t first[kActionKinds];
+  uint8_t count[kActionKinds];
 };
 
 // One F and one B, or one I and a later W, per (mb, chunk) on rank r; and,
@@ -69,7 +101,9 @@ void check_rank(const Schedule& s, int r, bool comm, std::vector<Slot>& slots) {
   const auto& list = s.ranks[r];
   for (int i = 0; i < static_cast<int>(list.size()); ++i) {
     const Action& a = list[i];
-    if (a.mb < 0 || a.mb >= m || a.chunk >= s.chunks || a.overlap_next) check_action(s, r, i);  // rare: full check
+    if (a.mb < 0 || a.mb >= m || a.chunk >= s.chunks || (a.kind == ActionKind::REDUCE_GRAD && a.mb != 0))
+      check_action(s, r, i);  // rare: full check
+    if (a.kind == ActionKind::REDUCE_GRAD) continue;  // check_reduce_grad()
     Slot& e = slots[static_cast<size_t>(a.chunk) * m + a.mb];
     const int k = static_cast<int>(list[i].kind);
     if (e.count[k] == 0) e.first[k] = i;
@@ -123,6 +157,7 @@ void check_rank(const Schedule& s, int r, bool comm, std::vector<Slot>& slots) {
 // false when the rank needs that detailed check. Counts compute actions and I.
 bool quick_check_rank(const Schedule& s, int r, bool comm, std::vector<uint8_t>& seen, ValidationReport* rep) {
   enum : uint8_t { kF = 1, kB = 2, kI = 4, kW = 8, kRF = 16, kSF = 32, kRB = 64, kSB = 128 };
+  std::vector<uint8_t> reduced(static_cast<size_t>(s.chunks), 0);  // per chunk: its REDUCE_GRAD was seen
   const int m = s.microbatches, v = s.chunks, last = s.virtual_stages() - 1;
   seen.assign(static_cast<size_t>(m) * v, 0);
   std::vector<int> stage(v);
@@ -134,8 +169,12 @@ bool quick_check_rank(const Schedule& s, int r, bool comm, std::vector<uint8_t>&
   for (size_t i = 0; i < n; ++i) {
     const Action a = list[i];
     if (a.mb < 0 || a.mb >= m || a.chunk >= v) return false;
-    if (a.overlap_next && (!is_compute(a.kind) || i + 1 == n || !is_compute(list[i + 1].kind) || list[i + 1].overlap_next))
-      return false;
+    if (a.kind == ActionKind::REDUCE_GRAD) {  // NOTE [REDUCE_GRAD rule]
+      if (a.mb != 0 || reduced[a.chunk]) return false;
+      reduced[a.chunk] = 1;
+      continue;
+    }
+    if ((a.kind == ActionKind::B || a.kind == ActionKind::I || a.kind == ActionKind::W) && reduced[a.chunk]) return false;
     uint8_t& f = seen[static_cast<size_t>(a.chunk) * m + a.mb];
     const int st = stage[a.chunk];
     bool ok = true;
@@ -152,11 +191,13 @@ bool quick_check_rank(const Schedule& s, int r, bool comm, std::vector<uint8_t>&
       case ActionKind::SEND_F: ok = st < last && (f & kF) && !(f & kSF); f |= kSF; break;
       case ActionKind::RECV_B: ok = st < last && !(f & (kRB | kB | kI)); f |= kRB; break;
       case ActionKind::SEND_B: ok = st > 0 && (f & (kB | kI)) && !(f & kSB); f |= kSB; break;
+      case ActionKind::REDUCE_GRAD: break;  // handled above
     }
     if (!ok) return false;
     compute += is_compute(a.kind) ? 1 : 0;
   }
   for (int c = 0; c < v; ++c) {
+    if (!reduced[c]) return false;
     uint8_t want_comm = 0;
     if (comm) want_comm = (stage[c] > 0 ? kRF | kSB : 0) | (stage[c] < last ? kSF | kRB : 0);
     for (int mb = 0; mb < m; ++mb) {
@@ -179,10 +220,11 @@ bool check_ranks(const Schedule& s, ValidationReport* rep) {
   // compute-only schedule would cost as much as checking it).
   const bool comm = std::any_of(s.ranks[0].begin(), s.ranks[0].end(), [](const Action& a) { return is_communication(a.kind); });
   std::vector<uint8_t> seen;
-  for (int r = 0; r < s.stages; ++r) {
+  for (int r = 0; r < s.pipeline_ranks; ++r) {
     if (quick_check_rank(s, r, comm, seen, rep)) continue;
     std::vector<Slot> slots;
     check_rank(s, r, comm, slots);  // throws, naming positions
+    check_reduce_grad(s, r);
     if (!comm && has_communication(s))
       throw ScheduleError("invalid schedule: rank " + std::to_string(r) +
                           " has send/recv actions but rank 0 has none: write them for every rank or for none");

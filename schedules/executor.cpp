@@ -18,31 +18,30 @@ double now_us() {
 }
 }  // namespace
 
-Executor::Executor(std::vector<Stage*> stages, const Group& pp, const sched::Schedule& placement,
+Executor::Executor(std::vector<Stage*> stages, const Group& pp, const sched::StageMap& map,
                    int64_t micro_batch_size, c10::Device device)
     : chunks_(std::move(stages)),
       pp_(pp),
-      shape_(placement),
+      map_(map),
       mbs_(micro_batch_size),
       device_(device),
       progress_(pp.global(pp.rank)) {
   if (chunks_.empty()) throw std::logic_error("Executor needs at least one stage");
-  if (shape_.stages != pp.size() || shape_.chunks != static_cast<int>(chunks_.size()))
-    throw std::logic_error("Executor: schedule is for p=" + std::to_string(shape_.stages) + " v=" +
-                           std::to_string(shape_.chunks) + " but the pipeline group has " +
+  if (map_.pipeline_ranks != pp.size() || map_.chunks != static_cast<int>(chunks_.size()))
+    throw std::logic_error("Executor: stage map is for p=" + std::to_string(map_.pipeline_ranks) + " v=" +
+                           std::to_string(map_.chunks) + " but the pipeline group has " +
                            std::to_string(pp.size()) + " ranks and this rank " + std::to_string(chunks_.size()) +
                            " stages");
-  shape_.ranks.assign(static_cast<size_t>(shape_.stages), {});
 }
 
 int Executor::tag(bool grad, int mb, int to_stage) const {
-  return (mb * 2 + (grad ? 1 : 0)) * shape_.virtual_stages() + to_stage;
+  return (mb * 2 + (grad ? 1 : 0)) * map_.virtual_stages() + to_stage;
 }
 
 void Executor::post_recv(const Action& a) {
   Slot& s = slots_[{a.mb, a.chunk}];
   const bool grad = a.kind == ActionKind::RECV_B;
-  const int peer = sched::peer_rank(shape_, pp_.rank, a);
+  const int peer = sched::peer_rank(map_, pp_.rank, a);
   at::Tensor& buf = grad ? s.recv_grad_buf : s.recv_act_buf;
   auto& work = grad ? s.recv_grad : s.recv_act;
   if (buf.defined()) return;  // already posted (or delivered locally)
@@ -73,7 +72,7 @@ void Executor::wait_inputs(const Action& a, int i) {
   auto& work = grad ? s.recv_grad : s.recv_act;
   if (!work) return;
   const Action recv{grad ? ActionKind::RECV_B : ActionKind::RECV_F, a.mb, a.chunk};
-  if (progress_.enabled()) progress_.wait(i, sched::to_token(recv), pp_.global(sched::peer_rank(shape_, pp_.rank, recv)));
+  if (progress_.enabled()) progress_.wait(i, sched::to_token(recv), pp_.global(sched::peer_rank(map_, pp_.rank, recv)));
   wait_work(pp_, work, grad ? "pipeline recv gradient" : "pipeline recv activation", -1);
   work.reset();
   const int entry = grad ? s.recv_grad_entry : s.recv_act_entry;
@@ -83,9 +82,9 @@ void Executor::wait_inputs(const Action& a, int i) {
 void Executor::send(const Action& a) {
   Slot& s = slots_.at({a.mb, a.chunk});
   const bool grad = a.kind == ActionKind::SEND_B;
-  const int peer = sched::peer_rank(shape_, pp_.rank, a);
-  const sched::Action into = sched::counterpart(shape_, pp_.rank, a);  // the peer's RECV
-  const int to_stage = shape_.stage_of(peer, into.chunk);
+  const int peer = sched::peer_rank(map_, pp_.rank, a);
+  const sched::Action into = sched::counterpart(map_, pp_.rank, a);  // the peer's RECV
+  const int to_stage = map_.stage_of(peer, into.chunk);
   at::Tensor t = (grad ? s.grad_in : s.output.detach()).contiguous();
   if (grad) s.grad_in.reset();
   if (peer == pp_.rank) {  // that virtual stage lives here too: hand over directly
@@ -173,6 +172,7 @@ void Executor::run_action(const Action& a, const std::function<MicroBatch(int)>&
     case ActionKind::B: backward(a, loss_scale, false); break;
     case ActionKind::I: backward(a, loss_scale, true); break;
     case ActionKind::W: slots_.at({a.mb, a.chunk}).deferred.run(); break;
+    case ActionKind::REDUCE_GRAD: break;  // run() tells the GradObserver: nothing of a slot changes
   }
   if (a.kind == ActionKind::B || a.kind == ActionKind::W) {  // nothing of this (mb, chunk) is left
     auto it = slots_.find({a.mb, a.chunk});
@@ -181,20 +181,36 @@ void Executor::run_action(const Action& a, const std::function<MicroBatch(int)>&
   if (sched::is_compute(a.kind)) track(stats);
 }
 
+void Executor::find_reduce_points(const sched::ActionList& actions, std::vector<size_t>* reduce,
+                                  std::vector<size_t>* last_backward) const {
+  // The chunk's gradients are final at its REDUCE_GRAD (the validator's rule:
+  // one per chunk, after every B, I and W of it), so the final backward is the
+  // last B or I before it.
+  reduce->assign(chunks_.size(), actions.size());
+  last_backward->assign(chunks_.size(), actions.size());
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const Action& a = actions[i];
+    const auto c = static_cast<size_t>(a.chunk);
+    if (c >= chunks_.size()) throw std::logic_error("action " + sched::to_token(a) + " names a chunk this rank lacks");
+    if (a.kind == ActionKind::REDUCE_GRAD && (*reduce)[c] == actions.size()) (*reduce)[c] = i;
+    if (sched::is_backward(a.kind) && (*reduce)[c] == actions.size()) (*last_backward)[c] = i;
+  }
+  for (size_t c = 0; c < chunks_.size(); ++c)
+    if ((*reduce)[c] == actions.size())
+      throw std::logic_error("Executor: the action list has no REDUCE_GRAD for chunk " + std::to_string(c) + " (" +
+                             sched::to_token(sched::reduce_grad(static_cast<int>(c))) +
+                             "), so it cannot say when that chunk's gradients are final; lists from "
+                             "sched::generate() and the schedule-file loaders have one per chunk");
+}
+
 ExecutorStats Executor::run(const sched::ActionList& actions, const std::function<MicroBatch(int)>& batch,
                             double loss_scale, GradObserver* observer) {
   ExecutorStats stats;
   timeline_.clear();
   reset_loss();
   run_span_.first = now_us();
-  // Per chunk: the list index of its last backward and of the last action
-  // that adds to its weight gradients (B, or the W after an I).
-  std::vector<size_t> last_backward(chunks_.size(), actions.size()), last_weights(chunks_.size(), actions.size());
-  for (size_t i = 0; i < actions.size(); ++i) {
-    const Action& a = actions[i];
-    if (a.kind == ActionKind::B || a.kind == ActionKind::I) last_backward.at(static_cast<size_t>(a.chunk)) = i;
-    if (a.kind == ActionKind::B || a.kind == ActionKind::W) last_weights.at(static_cast<size_t>(a.chunk)) = i;
-  }
+  std::vector<size_t> reduce_at, last_backward;
+  find_reduce_points(actions, &reduce_at, &last_backward);
   for (size_t i = 0; i < actions.size(); ++i) {
     const auto chunk = static_cast<size_t>(actions[i].chunk);
     if (sched::is_compute(actions[i].kind)) {
@@ -218,7 +234,7 @@ ExecutorStats Executor::run(const sched::ActionList& actions, const std::functio
       else
         timeline_.push_back({a, t0, sched::is_compute(a.kind) ? now_us() : t0});
     }
-    if (observer && i == last_weights[chunk]) observer->grads_final(actions[i].chunk);
+    if (observer && a.kind == ActionKind::REDUCE_GRAD) observer->grads_final(a.chunk);
   }
   finish_sends();
   stats.loss = loss_acc_;

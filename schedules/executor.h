@@ -44,16 +44,20 @@ struct ExecutorStats {
 
 class Executor {
  public:
-  // stages[c] is this rank's chunk c, virtual stage placement.stage_of(pp.rank, c);
-  // `placement` gives p, v and the placement (its action lists are not read).
+  // stages[c] is this rank's chunk c, virtual stage map.stage_of(pp.rank, c).
   // `device` is where the stages compute: received activations and gradients
   // land there (the batches' tensors are expected there too).
-  Executor(std::vector<Stage*> stages, const Group& pp, const sched::Schedule& placement, int64_t micro_batch_size,
+  Executor(std::vector<Stage*> stages, const Group& pp, const sched::StageMap& map, int64_t micro_batch_size,
            c10::Device device = c10::Device(c10::kCPU));
 
   // Runs this rank's list for one step. `batch(mb)` gives micro-batch mb's
   // data; each micro-batch loss is scaled by `loss_scale` before its backward.
-  // `observer`, when given, hears when each chunk's gradients become final.
+  // `observer`, when given, hears when each chunk's gradients become final:
+  // grads_final(c) at the chunk's REDUCE_GRAD, final_backward_begins(c)
+  // before the last B or I of chunk c ahead of that REDUCE_GRAD. Throws
+  // std::logic_error naming the chunk if the list lacks a chunk's REDUCE_GRAD
+  // (lists from sched::generate() and the schedule-file loaders have them).
+  // Every action kind of the IR is run; none is skipped.
   ExecutorStats run(const sched::ActionList& actions, const std::function<MicroBatch(int)>& batch,
                     double loss_scale, GradObserver* observer = nullptr);
 
@@ -94,9 +98,12 @@ class Executor {
   void backward(const sched::Action& a, double loss_scale, bool defer_weights);
   void send(const sched::Action& a);
   void finish_sends();
-  int stage(int chunk) const { return shape_.stage_of(pp_.rank, chunk); }
+  int stage(int chunk) const { return map_.stage_of(pp_.rank, chunk); }
   bool is_first(int chunk) const { return stage(chunk) == 0; }
-  bool is_last(int chunk) const { return stage(chunk) == shape_.virtual_stages() - 1; }
+  bool is_last(int chunk) const { return stage(chunk) == map_.virtual_stages() - 1; }
+  // Per chunk: list index of its REDUCE_GRAD and of its last B/I before it.
+  void find_reduce_points(const sched::ActionList& actions, std::vector<size_t>* reduce,
+                          std::vector<size_t>* last_backward) const;
   // Tag of the transfer of micro-batch mb's activation (or gradient) into virtual stage to_stage.
   int tag(bool grad, int mb, int to_stage) const;
   void track(ExecutorStats& stats);
@@ -105,7 +112,7 @@ class Executor {
 
   std::vector<Stage*> chunks_;
   const Group& pp_;
-  sched::Schedule shape_;  // p, v and placement only: stages and peers come from the schedule IR
+  sched::StageMap map_;  // virtual stages and peers
   int64_t mbs_;
   c10::Device device_;
   // Sum of the last stage's micro-batch losses as a double on device_, read

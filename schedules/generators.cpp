@@ -12,6 +12,24 @@ namespace {
 
 Action act(ActionKind k, int mb, int chunk = 0) { return Action{k, mb, chunk}; }
 
+// In place: one REDUCE_GRAD per chunk right after its last B or W on the rank.
+// Shifts from the back, so a list reserved with room for them is not
+// reallocated (a planner's lists are large: README "At scale").
+void place_reduce_grad(ActionList& list, int chunks) {
+  constexpr size_t kNone = static_cast<size_t>(-1);
+  std::vector<size_t> last(static_cast<size_t>(chunks), kNone);
+  for (size_t i = 0; i < list.size(); ++i)
+    if (adds_weight_grads(list[i].kind)) last[list[i].chunk] = i;
+  const size_t n = list.size();
+  const size_t extra = static_cast<size_t>(std::count_if(last.begin(), last.end(), [](size_t i) { return i != kNone; }));
+  list.resize(n + extra);
+  for (size_t i = n, w = n + extra; i-- > 0;) {
+    const Action a = list[i];
+    if (adds_weight_grads(a.kind) && last[a.chunk] == i) list[--w] = reduce_grad(a.chunk);
+    list[--w] = a;
+  }
+}
+
 std::string describe(const std::string& kind, int p, int m, int v) {
   return "kind '" + kind + "' with p=" + std::to_string(p) + " m=" + std::to_string(m) + " v=" + std::to_string(v);
 }
@@ -60,12 +78,13 @@ void for_each_rank(int p, size_t actions, Fn fn) {
 Schedule gpipe(int p, int m) {
   Schedule s = empty_schedule(p, m, 1);
   for (int r = 0; r < p; ++r) {
-    s.ranks[r].reserve(2 * static_cast<size_t>(m));
+    s.ranks[r].reserve(2 * static_cast<size_t>(m) + 1);
     for (int i = 0; i < m; ++i) s.ranks[r].push_back(act(ActionKind::F, i));      // all forwards
     // Then all backwards, in ascending micro-batch order (as PyTorch's GPipe
     // schedule does) so each gradient sums its micro-batches in the same
     // order as every other schedule: bit-identical to the pp = 1 reference.
     for (int i = 0; i < m; ++i) s.ranks[r].push_back(act(ActionKind::B, i));
+    s.ranks[r].push_back(reduce_grad(0));  // the last B was the last to add to the weight gradients
   }
   return s;
 }
@@ -74,7 +93,7 @@ Schedule one_f_one_b(int p, int m) {
   Schedule s = empty_schedule(p, m, 1);
   for_each_rank(p, 2 * static_cast<size_t>(m) * p, [&](int r) {
     auto& out = s.ranks[r];
-    out.reserve(2 * static_cast<size_t>(m));
+    out.reserve(2 * static_cast<size_t>(m) + 1);
     const int warmup = std::min(p - r - 1, m);
     for (int i = 0; i < warmup; ++i) out.push_back(act(ActionKind::F, i));  // warm-up
     for (int i = 0; i < m - warmup; ++i) {                                   // steady: one F, one B
@@ -82,6 +101,7 @@ Schedule one_f_one_b(int p, int m) {
       out.push_back(act(ActionKind::B, i));
     }
     for (int i = m - warmup; i < m; ++i) out.push_back(act(ActionKind::B, i));  // cool-down
+    out.push_back(reduce_grad(0));
   });
   return s;
 }
@@ -97,7 +117,7 @@ Schedule interleaved(int p, int m, int v) {
   auto bwd = [&](int k) { return act(ActionKind::B, table[k].mb, v - 1 - table[k].chunk); };
   for_each_rank(p, 2 * static_cast<size_t>(total) * p, [&](int r) {
     auto& out = s.ranks[r];
-    out.reserve(2 * static_cast<size_t>(total));
+    out.reserve(2 * static_cast<size_t>(total) + v);
     const int warmup = std::min((p - r - 1) * 2 + (v - 1) * round, total);
     for (int k = 0; k < warmup; ++k) out.push_back(fwd(k));  // warm-up
     for (int k = 0; k < total - warmup; ++k) {                // steady
@@ -105,6 +125,7 @@ Schedule interleaved(int p, int m, int v) {
       out.push_back(bwd(k));
     }
     for (int k = total - warmup; k < total; ++k) out.push_back(bwd(k));  // cool-down
+    place_reduce_grad(out, v);  // each chunk's after its last B (chunks finish at different points)
   });
   return s;
 }
@@ -113,7 +134,7 @@ Schedule zb_h1(int p, int m) {
   Schedule s = empty_schedule(p, m, 1);
   for (int r = 0; r < p; ++r) {
     auto& out = s.ranks[r];
-    out.reserve(3 * static_cast<size_t>(m));
+    out.reserve(3 * static_cast<size_t>(m) + 1);
     // Same F/I order as 1F1B, so the activations alive (F until I) peak as in 1F1B.
     const int warmup = std::min(p - r - 1, m);
     // Rank r holds back r weight-gradient passes so its input gradients reach
@@ -131,6 +152,7 @@ Schedule zb_h1(int p, int m) {
       out.push_back(act(ActionKind::W, next_w++));
     }
     while (next_w < m) out.push_back(act(ActionKind::W, next_w++));  // flush the rest
+    out.push_back(reduce_grad(0));  // after the last W
   }
   return s;
 }
@@ -138,6 +160,13 @@ Schedule zb_h1(int p, int m) {
 const std::vector<std::string>& schedule_kinds() {
   static const std::vector<std::string> kinds = {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipev"};
   return kinds;
+}
+
+int default_chunks(const std::string& kind) {
+  if (kind == "zb-v" || kind == "dualpipev") return 2;
+  if (kind == "file" || std::find(schedule_kinds().begin(), schedule_kinds().end(), kind) != schedule_kinds().end()) return 1;
+  check_supported(kind, 1, 1, 1);  // throws, listing the kinds
+  return 1;
 }
 
 void check_supported(const std::string& kind, int p, int m, int v) {
@@ -153,7 +182,9 @@ void check_supported(const std::string& kind, int p, int m, int v) {
     return;
   }
   if (kind == "zb-v" || kind == "dualpipev") {
-    if (v != 2) throw ScheduleError(describe(kind, p, m, v) + ": this kind runs two chunks per rank in a V, expected v=2");
+    if (v != 2)
+      throw ScheduleError(describe(kind, p, m, v) + ": this kind runs two chunks per rank in a V, expected v=2 "
+                          "(the default when no chunks are given)");
     if (kind == "dualpipev" && m < 2 * p)
       throw ScheduleError(describe(kind, p, m, v) + ": dualpipev needs m >= 2p microbatches");
     return;
@@ -164,6 +195,7 @@ void check_supported(const std::string& kind, int p, int m, int v) {
 }
 
 Schedule generate_compute(const std::string& kind, int p, int m, int v) {
+  if (v == 0) v = default_chunks(kind);
   check_supported(kind, p, m, v);
   if (kind == "gpipe") return gpipe(p, m);
   if (kind == "1f1b") return one_f_one_b(p, m);
@@ -184,6 +216,29 @@ bool has_communication(const Schedule& s) {
   return false;
 }
 
+bool has_reduce_grad(const Schedule& s) {
+  for (const auto& list : s.ranks)
+    for (const Action& a : list)
+      if (a.kind == ActionKind::REDUCE_GRAD) return true;
+  return false;
+}
+
+// NOTE [files without REDUCE_GRAD] A schedule read from a file (Trident's
+// text form, or PyTorch's CSV, whose multi-stage orders carry no
+// REDUCE_GRAD) may leave the gradient-reduction points out. The loaders
+// (`trident schedule --file/--from-csv`, `schedule.kind = "file"`) then
+// insert them where every generator puts them, right after each chunk's last
+// B or W on each rank: the only point at which they are known final. A file
+// that writes any REDUCE_GRAD is taken as written and must write all of them
+// (the validator checks it). The IR itself, and validate(), never imply one.
+Schedule add_reduce_grad(Schedule s) {
+  if (has_reduce_grad(s)) throw ScheduleError("add_reduce_grad: the schedule already has REDUCE_GRAD actions");
+  for (auto& list : s.ranks) place_reduce_grad(list, s.chunks);
+  return s;
+}
+
+Schedule with_reduce_grad(Schedule s) { return has_reduce_grad(s) ? s : add_reduce_grad(std::move(s)); }
+
 Schedule add_communication(const Schedule& s) {
   if (has_communication(s)) throw ScheduleError("add_communication: the schedule already has send/recv actions");
   Schedule out = s;
@@ -193,23 +248,13 @@ Schedule add_communication(const Schedule& s) {
     auto& list = out.ranks[r];
     list.clear();
     list.reserve(in.size() * 3);
-    for (size_t i = 0; i < in.size();) {
-      // A step is one compute action, or an overlapped pair run as one.
-      const size_t n = in[i].overlap_next && i + 1 < in.size() ? 2 : 1;
-      for (size_t j = i; j < i + n; ++j) {  // receives first
-        const Action& a = in[j];
-        const int stage = s.stage_of(static_cast<int>(r), a.chunk);
-        if (a.kind == ActionKind::F && stage > 0) list.push_back(act(ActionKind::RECV_F, a.mb, a.chunk));
-        if (is_backward(a.kind) && stage < last) list.push_back(act(ActionKind::RECV_B, a.mb, a.chunk));
-      }
-      for (size_t j = i; j < i + n; ++j) list.push_back(in[j]);
-      for (size_t j = i; j < i + n; ++j) {  // then sends
-        const Action& a = in[j];
-        const int stage = s.stage_of(static_cast<int>(r), a.chunk);
-        if (a.kind == ActionKind::F && stage < last) list.push_back(act(ActionKind::SEND_F, a.mb, a.chunk));
-        if (is_backward(a.kind) && stage > 0) list.push_back(act(ActionKind::SEND_B, a.mb, a.chunk));
-      }
-      i += n;
+    for (const Action& a : in) {
+      const int stage = s.stage_of(static_cast<int>(r), a.chunk);
+      if (a.kind == ActionKind::F && stage > 0) list.push_back(act(ActionKind::RECV_F, a.mb, a.chunk));
+      if (is_backward(a.kind) && stage < last) list.push_back(act(ActionKind::RECV_B, a.mb, a.chunk));
+      list.push_back(a);
+      if (a.kind == ActionKind::F && stage < last) list.push_back(act(ActionKind::SEND_F, a.mb, a.chunk));
+      if (is_backward(a.kind) && stage > 0) list.push_back(act(ActionKind::SEND_B, a.mb, a.chunk));
     }
   }
   return out;

@@ -10,34 +10,54 @@
 
 namespace trident::sched {
 
-// Compute-only generators (F/B/I/W); see README.md for supported (p, m, v).
+// Compute-only generators (F/B/I/W, and one REDUCE_GRAD per rank and chunk
+// right after the last action adding to that chunk's weight gradients); see
+// README.md for supported (p, m, v).
 Schedule gpipe(int p, int m);
 Schedule one_f_one_b(int p, int m);         // PipeDream-Flush
 Schedule interleaved(int p, int m, int v);  // Megatron interleaved 1F1B; v > 1 needs m >= p
 Schedule zb_h1(int p, int m);               // zero-bubble ZB-H1 (Qi et al. 2023)
 Schedule zb_v(int p, int m);                // ZB-V: v = 2, V placement, I/W split (Qi et al. 2023/2024)
-Schedule dualpipe_v(int p, int m);          // DualPipeV: v = 2, V placement, overlapped F/B pairs; m >= 2p
+Schedule dualpipe_v(int p, int m);          // DualPipeV's order: v = 2, V placement, m >= 2p (no overlap)
 
 // Every kind generate() accepts, in the order --help lists them.
 const std::vector<std::string>& schedule_kinds();
 
+// The chunks per rank a kind runs when none is asked for: 2 for zb-v and
+// dualpipev (they need exactly 2), 1 for every other kind, file included
+// (whose v comes from the file). Throws ScheduleError for an unknown kind.
+int default_chunks(const std::string& kind);
+
 // Throws ScheduleError naming kind, p, m, v when the combination is unsupported.
 void check_supported(const std::string& kind, int p, int m, int v);
 
-// Dispatches on kind and returns the compute-only schedule.
-Schedule generate_compute(const std::string& kind, int p, int m, int v = 1);
+// Dispatches on kind and returns the compute-only schedule; v = 0 means
+// default_chunks(kind).
+Schedule generate_compute(const std::string& kind, int p, int m, int v = 0);
 // Dispatches on kind and returns the schedule WITH communication added: what
 // the executor runs.
-Schedule generate(const std::string& kind, int p, int m, int v = 1);
+Schedule generate(const std::string& kind, int p, int m, int v = 0);
 
 // True when any rank's list holds a SEND_* or RECV_* action.
 bool has_communication(const Schedule& s);
+// True when any rank's list holds a REDUCE_GRAD.
+bool has_reduce_grad(const Schedule& s);
+
+// Inserts on every rank, for every chunk with a weight-gradient action (B or
+// W), one REDUCE_GRAD right after the last of them. What every generator
+// ends with, and what a schedule read from a file gets when it has none
+// (NOTE [files without REDUCE_GRAD] in generators.cpp). Throws if s already
+// has a REDUCE_GRAD.
+Schedule add_reduce_grad(Schedule s);
+// s as given when it has REDUCE_GRAD actions, add_reduce_grad(s) otherwise:
+// what the loaders of schedule files call.
+Schedule with_reduce_grad(Schedule s);
 
 // Inserts, for every compute action of a compute-only schedule, RECV_F right
 // before F (unless first virtual stage), SEND_F right after F (unless last),
 // RECV_B right before B/I (unless last) and SEND_B right after B/I (unless
-// first). An overlapped pair gets both receives before and both sends after
-// it. Throws if s already has communication.
+// first). REDUCE_GRAD is copied where it is. Throws if s already has
+// communication.
 Schedule add_communication(const Schedule& s);
 
 }  // namespace trident::sched

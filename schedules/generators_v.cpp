@@ -23,7 +23,7 @@ struct Cursor {
   void emit(Action a) {
     if (a.mb < m) out->push_back(a);
   }
-  void F(int c, bool overlap = false) { emit(Action(ActionKind::F, f[c]++, c, overlap)); }
+  void F(int c) { emit(Action(ActionKind::F, f[c]++, c)); }
   void B(int c) { emit(Action(ActionKind::B, b[c]++, c)); }
   void I(int c) {  // input gradient now, weight gradient queued
     w.push_back(Action(ActionKind::W, b[c], c));
@@ -69,7 +69,7 @@ Schedule zb_v(int p, int m) {
   const int n = std::max(m, 2 * p - 1);
   for (int r = 0; r < p; ++r) {
     Cursor k(&s.ranks[r], m);
-    k.out->reserve(6 * static_cast<size_t>(m));
+    k.out->reserve(6 * static_cast<size_t>(m) + 2);  // F, I/B, W per chunk, and two REDUCE_GRAD
     for (int i = 0; i < 2 * (p - r) - 1; ++i) k.F(0);  // warm-up: fill the down-stroke of the V
     for (int i = 0; i < r; ++i) k.F(1), k.F(0);       //          chunk 1's forwards come back up
     for (int i = 0; i < p - r; ++i) k.F(1), k.I(1), k.W();  //    first backwards, weight right after
@@ -83,37 +83,44 @@ Schedule zb_v(int p, int m) {
     while (k.has_w(1)) k.W(1);  // the rest: chunk 1's, then chunk 0's
     while (k.has_w(0)) k.W(0);
   }
-  return s;
+  return add_reduce_grad(std::move(s));  // each chunk's REDUCE_GRAD right after its last W
 }
 
 // NOTE [dualpipev] DualPipeV is DeepSeek-V3's DualPipe (DeepSeek-AI, "DeepSeek-V3
 // Technical Report", 2024, section 3.2.1) folded into a V on p ranks: the
 // eight steps of deepseek-ai/DualPipe's dualpipev.py, which PyTorch's
 // ScheduleDualPipeV reproduces (its artifact dualpipev_4rank_10mb.csv is our
-// test). In the main steps a forward of one chunk runs overlapped with the
-// full backward of the other (an overlapped pair, Action::overlap_next), which
-// in DeepSeek's setting hides one's all-to-all behind the other's compute.
-// Like the reference, the last rank runs its first main-step F0 and B1 one
-// after the other (the reference notes this shortens the bubble). Needs m >= 2p.
+// test). In the main steps DualPipe overlaps a forward of one chunk with the
+// full backward of the other, which in DeepSeek's setting hides one's
+// all-to-all behind the other's compute; here each such pair is the F and
+// then the B, one after the other (NOTE [no overlapped pairs]). Needs m >= 2p.
+//
+// NOTE [no overlapped pairs] Trident's IR has no overlapped F&B pair. An
+// overlap means the forward's transfers are in flight while the backward
+// computes, on a second stream or with asynchronous collectives inside the
+// model; Trident's executor has neither (one CPU thread per rank on Gloo, one
+// compute stream on CUDA) and ran every pair as F then B while the flag said
+// otherwise: something in the IR silently ignored. So the pair is gone (no
+// flag, no '+' token, no overlap in the simulator's costs) and `dualpipev` is
+// DualPipeV's order, F then B where DualPipe overlaps them, which is what
+// ran. Its order equals PyTorch's ScheduleDualPipeV with each
+// OVERLAP_F_B read as its two actions in order (PyTorch's runtime runs them
+// that way too on CPU). Bringing the overlap back needs an executor that
+// really overlaps (the measured timeline must show it) before the IR says so.
 Schedule dualpipe_v(int p, int m) {
   check_supported("dualpipev", p, m, 2);
   Schedule s = empty_schedule(p, m, 2, Placement::v);
   for (int r = 0; r < p; ++r) {
     Cursor k(&s.ranks[r], m);
-    k.out->reserve(6 * static_cast<size_t>(m));
-    const bool last = r == p - 1;
+    k.out->reserve(6 * static_cast<size_t>(m) + 2);  // F, I/B, W per chunk, and two REDUCE_GRAD
     for (int i = 0; i < 2 * (p - r - 1); ++i) k.F(0);           // 1: chunk 0 forwards
     for (int i = 0; i < r + 1; ++i) k.F(0), k.F(1);             // 2: F0 F1
     for (int i = 0; i < p - r - 1; ++i) k.I(1), k.W(), k.F(1);  // 3: zero-bubble I1 W F1
-    for (int i = 0; i < m - 2 * p + r + 1; ++i) {               // 4: main step, F0+B1 then F1+B0
-      if (i == 0 && last) {
-        k.F(0), k.B(1);  // not overlapped, see the NOTE
-      } else {
-        k.F(0, true), k.B(1);
-      }
-      k.F(1, true), k.B(0);
+    for (int i = 0; i < m - 2 * p + r + 1; ++i) {               // 4: main step: F0 B1, F1 B0
+      k.F(0), k.B(1);  // DualPipe overlaps each of these pairs
+      k.F(1), k.B(0);
     }
-    for (int i = 0; i < p - r - 1; ++i) k.B(1), k.F(1, true), k.B(0);  // 5: B1, F1+B0
+    for (int i = 0; i < p - r - 1; ++i) k.B(1), k.F(1), k.B(0);  // 5: B1, F1 then B0
     bool zb = false;  // 6: B1 B0, the second half with the I/W split
     for (int i = 0; i < r + 1; ++i) {
       if (i == (r + 1) / 2 && r % 2 == 1) zb = true;
@@ -124,7 +131,7 @@ Schedule dualpipe_v(int p, int m) {
     for (int i = 0; i < p - r - 1; ++i) k.W(), k.I(0);  // 7: W then zero-bubble I0
     while (!k.w.empty()) k.W();                          // 8: the remaining W
   }
-  return s;
+  return add_reduce_grad(std::move(s));  // each chunk's REDUCE_GRAD right after its last W
 }
 
 }  // namespace trident::sched

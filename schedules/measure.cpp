@@ -13,8 +13,12 @@ namespace {
 std::string num(double v) { return fixed(v, 3); }
 std::string quoted(const std::string& s) { return json_string(s); }
 
-// The inverse of to_token() (KIND MB [.CHUNK]); action.h keeps its parser private.
+// The inverse of to_token() (KIND MB [.CHUNK], or RD [.CHUNK]); action.h keeps its parser private.
 Action parse_token(const std::string& tok) {
+  if (tok.rfind("RD", 0) == 0) {  // REDUCE_GRAD: no micro-batch
+    int chunk = 0;
+    if (tok.size() == 2 || (std::sscanf(tok.c_str() + 2, ".%d", &chunk) == 1 && tok[2] == '.')) return reduce_grad(chunk);
+  }
   static const std::pair<const char*, ActionKind> kKinds[] = {
       {"SF", ActionKind::SEND_F}, {"RF", ActionKind::RECV_F}, {"SB", ActionKind::SEND_B}, {"RB", ActionKind::RECV_B},
       {"F", ActionKind::F},       {"B", ActionKind::B},       {"I", ActionKind::I},       {"W", ActionKind::W}};
@@ -68,7 +72,7 @@ RankRecording recording_from_text(const std::string& text, int rank) {
 
 Timeline to_timeline(const std::vector<RankRecording>& pipeline, int microbatches, int chunks) {
   Timeline t;
-  t.stages = static_cast<int>(pipeline.size());
+  t.pipeline_ranks = static_cast<int>(pipeline.size());
   t.microbatches = microbatches;
   t.chunks = chunks;
   t.us_per_unit = 1000.0;
@@ -124,9 +128,9 @@ double measured_latency(const Schedule& s, const Timeline& t) {
       const TimedAction& a = mine[i];
       if (is_compute(a.action.kind)) idle_since = a.end;
       if (a.action.kind != ActionKind::RECV_F && a.action.kind != ActionKind::RECV_B) continue;
-      const int peer = peer_rank(s, static_cast<int>(r), a.action);
+      const int peer = peer_rank(s.stage_map(), static_cast<int>(r), a.action);
       if (peer == static_cast<int>(r)) continue;  // a local hand-over has no link
-      const Action send = counterpart(s, static_cast<int>(r), a.action);
+      const Action send = counterpart(s.stage_map(), static_cast<int>(r), a.action);
       for (const TimedAction& b : t.ranks.at(static_cast<size_t>(peer)))
         if (b.action.kind == send.kind && b.action.mb == send.mb && b.action.chunk == send.chunk) {
           if (idle_since <= b.start && a.end >= b.start) sum += a.end - b.start, ++n;
@@ -189,7 +193,7 @@ LinkLatency measured_link_latency(const Schedule& s, const std::vector<Timeline>
           idle_since = a.end, any = true;
           continue;
         }
-        if (peer_rank(s, static_cast<int>(r), a.action) == static_cast<int>(r)) continue;  // local hand-over
+        if (peer_rank(s.stage_map(), static_cast<int>(r), a.action) == static_cast<int>(r)) continue;  // local hand-over
         if (a.end - (any ? idle_since : a.start) <= min_wait) continue;  // the data was there before it was needed
         const int stage = s.stage_of(static_cast<int>(r), a.action.chunk);
         const int dir = a.action.kind == ActionKind::RECV_F ? 0 : 1;

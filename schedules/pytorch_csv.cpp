@@ -16,7 +16,7 @@ struct Kind {
   const char* name;
 };
 // Longest names first so "SEND_F" is not read as a stage's "S".
-const Kind kKinds[] = {{ActionKind::SEND_F, "SEND_F"}, {ActionKind::RECV_F, "RECV_F"}, {ActionKind::SEND_B, "SEND_B"},
+const Kind kKinds[] = {{ActionKind::REDUCE_GRAD, "REDUCE_GRAD"}, {ActionKind::SEND_F, "SEND_F"}, {ActionKind::RECV_F, "RECV_F"}, {ActionKind::SEND_B, "SEND_B"},
                        {ActionKind::RECV_B, "RECV_B"}, {ActionKind::F, "F"},           {ActionKind::B, "B"},
                        {ActionKind::I, "I"},           {ActionKind::W, "W"}};
 
@@ -29,14 +29,15 @@ const char* name_of(ActionKind k) {
 struct Cell {  // one parsed action with its global stage
   ActionKind kind;
   int stage, mb;
-  bool overlap_next;
 };
 
 [[noreturn]] void fail(int row, const std::string& cell, const std::string& expected) {
   throw ScheduleError("schedule CSV row " + std::to_string(row) + ": bad cell '" + cell + "', expected " + expected);
 }
 
-const char* kGrammar = "STAGE TYPE MB with TYPE one of F B I W SEND_F RECV_F SEND_B RECV_B (e.g. 0F0, 1SEND_F3)";
+const char* kGrammar =
+    "STAGE TYPE MB with TYPE one of F B I W SEND_F RECV_F SEND_B RECV_B (e.g. 0F0, 1SEND_F3), or STAGE REDUCE_GRAD "
+    "(e.g. 3REDUCE_GRAD)";
 
 Cell parse_action(const std::string& text, int row, const std::string& cell) {
   size_t i = 0;
@@ -44,21 +45,26 @@ Cell parse_action(const std::string& text, int row, const std::string& cell) {
   while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])) && stage < 10000000) stage = stage * 10 + (text[i++] - '0');
   if (i == 0) fail(row, cell, kGrammar);
   const std::string rest = text.substr(i);
-  for (const char* unsupported : {"UNSHARD", "RESHARD", "REDUCE_GRAD"})
+  for (const char* unsupported : {"UNSHARD", "RESHARD"})
     if (rest.rfind(unsupported, 0) == 0)
       fail(row, cell, std::string("an action Trident has; ") + unsupported + " (FSDP) has none");
   for (const Kind& k : kKinds) {
     const size_t n = std::char_traits<char>::length(k.name);
     if (rest.compare(0, n, k.name) != 0) continue;
     size_t j = n;
+    if (k.kind == ActionKind::REDUCE_GRAD) {  // no micro-batch
+      if (j != rest.size()) fail(row, cell, kGrammar);
+      return Cell{k.kind, static_cast<int>(stage), 0};
+    }
     while (j < rest.size() && std::isdigit(static_cast<unsigned char>(rest[j])) && mb < 10000000) mb = mb * 10 + (rest[j++] - '0');
     if (j == n || j != rest.size()) fail(row, cell, kGrammar);
-    return Cell{k.kind, static_cast<int>(stage), static_cast<int>(mb), false};
+    return Cell{k.kind, static_cast<int>(stage), static_cast<int>(mb)};
   }
   fail(row, cell, kGrammar);
 }
 
-// "(a;b)OVERLAP_F_B" or a plain action.
+// "(a;b)OVERLAP_F_B" or a plain action. A pair becomes its two actions in
+// order, what runs (NOTE [no overlapped pairs] in generators_v.cpp).
 void parse_cell(const std::string& cell, int row, std::vector<Cell>* out) {
   if (cell.empty()) return;  // an idle step
   if (cell[0] != '(') {
@@ -70,7 +76,6 @@ void parse_cell(const std::string& cell, int row, std::vector<Cell>* out) {
     fail(row, cell, "an overlapped pair '(A;B)OVERLAP_F_B' of two compute actions");
   Cell a = parse_action(cell.substr(1, semi - 1), row, cell), b = parse_action(cell.substr(semi + 1, close - semi - 1), row, cell);
   if (!is_compute(a.kind) || !is_compute(b.kind)) fail(row, cell, "two compute actions in an overlapped pair");
-  a.overlap_next = true;
   out->push_back(a);
   out->push_back(b);
 }
@@ -84,19 +89,13 @@ std::string trim(const std::string& s) {
 
 std::string to_pytorch_csv(const Schedule& s) {
   std::string out;
-  for (int r = 0; r < s.stages; ++r) {
+  for (int r = 0; r < s.pipeline_ranks; ++r) {
     const auto& list = s.ranks[r];
-    auto cell = [&](const Action& a) {
-      return std::to_string(s.stage_of(r, a.chunk)) + name_of(a.kind) + std::to_string(a.mb);
-    };
     for (size_t i = 0; i < list.size(); ++i) {
+      const Action& a = list[i];
       if (i) out += ",";
-      if (list[i].overlap_next && i + 1 < list.size()) {
-        out += "(" + cell(list[i]) + ";" + cell(list[i + 1]) + ")OVERLAP_F_B";
-        ++i;
-      } else {
-        out += cell(list[i]);
-      }
+      out += std::to_string(s.stage_of(r, a.chunk)) + name_of(a.kind);
+      if (a.kind != ActionKind::REDUCE_GRAD) out += std::to_string(a.mb);
     }
     out += "\n";
   }
@@ -140,7 +139,7 @@ Schedule from_pytorch_csv(const std::string& text, int microbatches) {
   }
   Schedule s = empty_schedule(p, m, v, pl);
   for (int r = 0; r < p; ++r)
-    for (const Cell& c : rows[r]) s.ranks[r].push_back(Action(c.kind, c.mb, chunk_of(p, c.stage), c.overlap_next));
+    for (const Cell& c : rows[r]) s.ranks[r].push_back(Action(c.kind, c.mb, chunk_of(p, c.stage)));
   return s;
 }
 

@@ -26,7 +26,7 @@ std::string xml_escape(const std::string& s) {
 
 std::string summary(const Timeline& t, const TimelineStats& st, const std::string& title) {
   char buf[160];
-  std::snprintf(buf, sizeof buf, " p=%d m=%d v=%d: step %.4g, bubble %.2f%%", t.stages, t.microbatches, t.chunks,
+  std::snprintf(buf, sizeof buf, " p=%d m=%d v=%d: step %.4g, bubble %.2f%%", t.pipeline_ranks, t.microbatches, t.chunks,
                 st.step_time, 100.0 * st.bubble_fraction);
   return title + buf;
 }
@@ -37,6 +37,7 @@ const char* kind_name(ActionKind k) {
     case ActionKind::B: return "backward";
     case ActionKind::I: return "backward-input";
     case ActionKind::W: return "backward-weight";
+    case ActionKind::REDUCE_GRAD: return "reduce-grad";
     default: return "comm";
   }
 }
@@ -77,7 +78,7 @@ std::string render_text(const Timeline& t, const std::string& title) {
 
 std::string render_json(const Timeline& t, const std::string& title) {
   const TimelineStats st = stats(t);
-  std::string out = "{\n  \"title\": " + json_string(title) + ",\n  \"stages\": " + std::to_string(t.stages) +
+  std::string out = "{\n  \"title\": " + json_string(title) + ",\n  \"pipeline_ranks\": " + std::to_string(t.pipeline_ranks) +
                     ",\n  \"microbatches\": " + std::to_string(t.microbatches) + ",\n  \"chunks\": " +
                     std::to_string(t.chunks) + ",\n  \"step_time\": " + num(st.step_time) +
                     ",\n  \"bubble_fraction\": " + num(st.bubble_fraction) + ",\n  \"busy\": [";

@@ -38,8 +38,6 @@ void check_costs(const Costs& c, int p, int v) {
                           " B=" + std::to_string(x.backward) + " W=" + std::to_string(x.weight) +
                           ": expected F > 0 and B > W >= 0");
   }
-  if (!(c.overlap >= 0 && c.overlap <= 1))
-    throw ScheduleError("overlap " + std::to_string(c.overlap) + ", expected 0 <= overlap <= 1");
 }
 
 double action_cost(const Costs& c, ActionKind k, int chunks) {
@@ -66,7 +64,7 @@ double stage_action_cost(const Costs& c, ActionKind k, int chunks, int stage) {
 }
 
 Timeline simulate(const Schedule& s, const Costs& costs) {
-  check_costs(costs, s.stages, s.chunks);
+  check_costs(costs, s.pipeline_ranks, s.chunks);
   if (has_communication(s)) return detail::run(s, &costs, true).timeline;
   detail::run(s, nullptr, false);  // errors name positions in the lists as given
   return detail::run(add_communication(s), &costs, true).timeline;  // the timeline shows the receives

@@ -25,10 +25,6 @@ struct Costs {
   // Per virtual stage: {} = all 1, or p*v multipliers of that stage's F, B, W
   // (an imbalanced split: the stage with the head costs more).
   std::vector<double> stage_scale;
-  // Overlapped pair (Action::overlap_next) of costs a, b takes
-  // a + b - overlap * min(a, b): 0 = one after the other (what Trident's
-  // executor does), 1 = the shorter one fully hidden.
-  double overlap = 0.0;
   // Per virtual stage: {} = the above for every stage, or p*v entries, each
   // stage's own F, B, W used as given (not divided by v): stages need not share
   // one F:B:W ratio (a run's measured stages do not). Excludes stage_scale.
@@ -38,10 +34,10 @@ struct Costs {
 // Throws ScheduleError unless forward > 0, backward > weight >= 0, latency
 // has 0, 1 or p*v-1 non-negative entries, stage_scale 0 or p*v positive
 // ones, stage_costs 0 or p*v entries with F > 0 and B > W >= 0 (and not
-// together with stage_scale), and 0 <= overlap <= 1.
+// together with stage_scale).
 void check_costs(const Costs& c, int p, int v);
-double action_cost(const Costs& c, ActionKind k, int chunks);  // 0 for communication; per-stage terms not applied
-// Cost of kind k on virtual stage `stage`, every term applied (0 for communication).
+double action_cost(const Costs& c, ActionKind k, int chunks);  // 0 for communication and REDUCE_GRAD; per-stage terms not applied
+// Cost of kind k on virtual stage `stage`, every term applied (0 for communication and REDUCE_GRAD).
 double stage_action_cost(const Costs& c, ActionKind k, int chunks, int stage);
 
 struct TimedAction {
@@ -51,7 +47,7 @@ struct TimedAction {
 };
 
 struct Timeline {
-  int stages = 1, microbatches = 1, chunks = 1;
+  int pipeline_ranks = 1, microbatches = 1, chunks = 1;  // p, m, v
   double us_per_unit = 1000.0;  // microseconds per time unit (simulated: 1 unit = 1 ms)
   std::vector<std::vector<TimedAction>> ranks;  // per rank, in execution order
 };
@@ -59,7 +55,7 @@ struct Timeline {
 struct TimelineStats {
   double step_time = 0;             // latest end over all ranks (all start at 0)
   double bubble_fraction = 0;       // total idle / (p * step_time); idle = step - compute busy
-  std::vector<double> busy;         // per rank: time in compute actions (overlapped ones counted once)
+  std::vector<double> busy;         // per rank: time in compute actions (overlapping boxes counted once)
   std::vector<int> peak_inflight;   // per rank: max (mb, chunk) pairs alive, from F until its B or I
 };
 

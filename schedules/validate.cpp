@@ -18,7 +18,7 @@ std::string context_grid(const Schedule& s, int pos, const std::vector<std::pair
   for (int i = lo; i < hi; ++i) out += cell(std::to_string(i));
   while (out.back() == ' ') out.pop_back();
   out += "\n";
-  for (int r = 0; r < s.stages; ++r) {
+  for (int r = 0; r < s.pipeline_ranks; ++r) {
     std::string row = "  rank " + std::to_string(r);
     row += std::string(row.size() < 12 ? 12 - row.size() : 1, ' ');
     for (int i = lo; i < hi && i < static_cast<int>(s.ranks[r].size()); ++i) {

@@ -25,17 +25,6 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-// GPT-2's reversible byte -> code point map: printable Latin-1 bytes map to
-// themselves, the other 68 bytes to 256, 257, ... in byte order.
-void byte_to_unicode(std::string (&out)[256]) {
-  auto printable = [](int b) { return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF); };
-  uint32_t next = 256;
-  for (int b = 0; b < 256; ++b) {
-    out[b].clear();
-    append_utf8(printable(b) ? static_cast<uint32_t>(b) : next++, out[b]);
-  }
-}
-
 std::vector<std::string> split_ws(const std::string& line) {
   std::vector<std::string> parts;
   std::istringstream ss(line);
@@ -46,7 +35,7 @@ std::vector<std::string> split_ws(const std::string& line) {
 }  // namespace
 
 Gpt2Tokenizer::Gpt2Tokenizer(const std::string& dir) {
-  byte_to_unicode(byte_to_symbol_);
+  byte_level_symbols(byte_to_symbol_);
   std::unordered_map<std::string, uint8_t> symbol_to_byte;
   for (int b = 0; b < 256; ++b) symbol_to_byte[byte_to_symbol_[b]] = static_cast<uint8_t>(b);
 

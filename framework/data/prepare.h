@@ -8,8 +8,8 @@
 namespace trident::data {
 
 struct PrepareOptions {
-  std::string tokenizer = "byte";     // "byte" | "gpt2"
-  std::string tokenizer_dir;          // gpt2 vocabulary folder; empty = default_gpt2_dir()
+  std::string tokenizer = "byte";     // "byte" | "gpt2" | "hf"
+  std::string tokenizer_dir;          // gpt2 vocabulary folder (empty = default_gpt2_dir()); hf: tokenizer.json's folder
   std::vector<std::string> inputs;    // files and/or folders
   std::string output_prefix;          // writes PREFIX.train.bin and PREFIX.val.bin
   double val_fraction = 0.05;         // share of documents sent to validation, in [0, 1)
@@ -35,7 +35,8 @@ std::vector<std::string> list_documents(const std::vector<std::string>& inputs, 
 bool is_validation_document(uint64_t index, double val_fraction);
 
 // Runs the whole preparation. Each document's tokens are followed by the
-// tokenizer's end-of-text id when it has one (gpt2: 50256; byte: nothing).
+// tokenizer's end-of-text id when it has one (gpt2: 50256; byte: nothing; hf:
+// <|endoftext|> or <|end_of_text|>).
 PrepareSummary prepare_token_files(const PrepareOptions& options);
 
 }  // namespace trident::data

@@ -11,6 +11,8 @@
 #include <fstream>
 
 #include "framework/data/errors.h"
+#include "framework/data/tokenizer.h"
+#include "framework/errors.h"
 
 namespace trident::data {
 namespace {
@@ -169,6 +171,33 @@ void check_vocab(const TokenFile& file, int64_t model_vocab_size) {
     throw DataError("token file " + file.path() + " was made by tokenizer " + file.info().tokenizer + " with vocab " +
                     std::to_string(file.info().vocab_size) + " but model.vocab_size = " +
                     std::to_string(model_vocab_size));
+  }
+}
+
+void check_tokenizer(const TokenFile& file, const std::string& tokenizer, const std::string& tokenizer_dir) {
+  const TokenFileInfo& info = file.info();
+  // A Hugging Face tokenizer.json is recorded as hf:<hash of the file> (hf_tokenizer.h).
+  const bool hf = info.tokenizer.rfind("hf:", 0) == 0;
+  const std::string expected = hf ? "hf" : info.tokenizer;
+  if (tokenizer != expected) {
+    throw ConfigError("data.tokenizer = \"" + tokenizer + "\" but token file " + file.path() +
+                      " was written by tokenizer \"" + info.tokenizer + "\" (its header): expected data.tokenizer = \"" +
+                      expected + "\"");
+  }
+  if (tokenizer_dir.empty()) return;
+  const auto tok = make_tokenizer(tokenizer, tokenizer_dir);  // DataError when the directory has no vocabulary
+  if (hf && tok->name() != info.tokenizer) {
+    throw ConfigError("data.tokenizer_dir = \"" + tokenizer_dir + "\" holds tokenizer " + tok->name() + " but token file " +
+                      file.path() + " was written by " + info.tokenizer +
+                      " (its header): expected the folder of the tokenizer.json that wrote it");
+  }
+  const uint32_t eot = tok->end_of_text().value_or(kNoEndOfText);
+  if (tok->vocab_size() != info.vocab_size || eot != info.end_of_text) {
+    throw ConfigError("data.tokenizer_dir = \"" + tokenizer_dir + "\" holds a " + tokenizer + " vocabulary of " +
+                      std::to_string(tok->vocab_size()) + " tokens (end of text " + std::to_string(eot) +
+                      ") but token file " + file.path() + " was written with vocab " + std::to_string(info.vocab_size) +
+                      " (end of text " + std::to_string(info.end_of_text) +
+                      "): expected the directory of the tokenizer that wrote it");
   }
 }
 

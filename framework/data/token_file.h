@@ -9,7 +9,8 @@
 //   offset 24  u64      document count
 //   offset 32  u32      vocab size of the tokenizer that wrote it
 //   offset 36  u32      end-of-text id appended after each document, 0xFFFFFFFF if none
-//   offset 40  char[32] tokenizer name, NUL-padded ("byte", "gpt2")
+//   offset 40  char[32] tokenizer name, NUL-padded ("byte", "gpt2", or for a Hugging Face
+//                       tokenizer.json "hf:" and 16 hex digits of the FNV-1a 64 hash of its bytes)
 //   offset 72  zeros up to 128
 //   offset 128 tokens
 #pragma once
@@ -91,5 +92,14 @@ class TokenFile {
 // Throws DataError unless the file was made with a vocab equal to model_vocab_size:
 // "token file X was made by tokenizer gpt2 with vocab 50257 but model.vocab_size = 256".
 void check_vocab(const TokenFile& file, int64_t model_vocab_size);
+
+// data.tokenizer and data.tokenizer_dir against the tokenizer the file's header
+// names. Throws ConfigError naming both unless the names agree and, when a
+// directory is given, the tokenizer it holds has the file's vocab size and
+// end-of-text id: e.g. 'data.tokenizer = "byte" but token file X was written by
+// tokenizer "gpt2" (its header): expected data.tokenizer = "gpt2"'. A file written by
+// a tokenizer.json (header hf:<hash>) needs data.tokenizer = "hf" and, with a
+// directory, the very tokenizer.json (the same hash).
+void check_tokenizer(const TokenFile& file, const std::string& tokenizer, const std::string& tokenizer_dir);
 
 }  // namespace trident::data

@@ -8,6 +8,7 @@
 
 #include "framework/data/errors.h"
 #include "framework/data/gpt2_tokenizer.h"
+#include "framework/data/hf_tokenizer.h"
 
 namespace trident::data {
 
@@ -33,7 +34,11 @@ std::string ByteTokenizer::decode(const std::vector<uint32_t>& ids) const {
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::string& dir) {
   if (name == "byte") return std::make_unique<ByteTokenizer>();
   if (name == "gpt2") return std::make_unique<Gpt2Tokenizer>(dir.empty() ? default_gpt2_dir() : dir);
-  throw DataError("unknown tokenizer '" + name + "' (expected byte or gpt2)");
+  if (name == "hf") {
+    if (dir.empty()) throw DataError("tokenizer hf needs a folder holding tokenizer.json (--tokenizer-dir, data.tokenizer_dir)");
+    return HfTokenizer::from_dir(dir);
+  }
+  throw DataError("unknown tokenizer '" + name + "' (expected byte, gpt2 or hf)");
 }
 
 namespace {

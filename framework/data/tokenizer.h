@@ -1,5 +1,6 @@
 // Tokenizers: the abstract interface, the byte tokenizer, and the factory.
-// The GPT-2 BPE tokenizer is in framework/data/gpt2_tokenizer.h.
+// The GPT-2 BPE tokenizer is in framework/data/gpt2_tokenizer.h, Hugging Face's
+// tokenizer.json in framework/data/hf_tokenizer.h.
 #pragma once
 
 #include <cstdint>
@@ -34,7 +35,8 @@ class ByteTokenizer : public Tokenizer {
   std::optional<uint32_t> end_of_text() const override { return std::nullopt; }
 };
 
-// "byte" or "gpt2". For gpt2 an empty `dir` means default_gpt2_dir().
+// "byte", "gpt2" or "hf". For gpt2 an empty `dir` means default_gpt2_dir(); hf
+// reads dir/tokenizer.json (framework/data/hf_tokenizer.h) and needs `dir`.
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::string& dir = "");
 
 // Where the GPT-2 vocabulary (encoder.json, vocab.bpe) is looked for, in order:

@@ -52,6 +52,15 @@ uint32_t decode_utf8(std::string_view s, size_t pos, size_t& len) {
   return cp;
 }
 
+void byte_level_symbols(std::string (&out)[256]) {
+  auto printable = [](int b) { return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF); };
+  uint32_t next = 256;
+  for (int b = 0; b < 256; ++b) {
+    out[b].clear();
+    append_utf8(printable(b) ? static_cast<uint32_t>(b) : next++, out[b]);
+  }
+}
+
 bool is_letter(uint32_t cp) { return cp != kInvalidCodePoint && in_ranges(kLetterRanges, cp); }
 bool is_number(uint32_t cp) { return cp != kInvalidCodePoint && in_ranges(kNumberRanges, cp); }
 bool is_space(uint32_t cp) { return cp != kInvalidCodePoint && in_ranges(kSpaceRanges, cp); }

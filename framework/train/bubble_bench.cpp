@@ -120,7 +120,7 @@ BubbleRow run_bubble_case(const BubbleCase& c, const StageMs& ms, int steps) {
   BubbleRow row;
   row.c = c;
   row.closed_form = closed_form_bubble(c, ms);
-  const sched::TimelineStats sim = sched::stats(sched::simulate(schedule, {ms.f, ms.b, ms.w, {}, {}, 0.0, {}}));
+  const sched::TimelineStats sim = sched::stats(sched::simulate(schedule, {ms.f, ms.b, ms.w, {}, {}, {}}));
   row.simulated = sim.bubble_fraction;
   row.sim_step_ms = sim.step_time;
 
@@ -128,7 +128,7 @@ BubbleRow run_bubble_case(const BubbleCase& c, const StageMs& ms, int steps) {
   // Per step and rank: busy ms and executor span ms; per rank its timelines.
   std::vector<std::vector<double>> busy(static_cast<size_t>(steps), std::vector<double>(p)), span = busy;
   std::vector<sched::Timeline> measured(static_cast<size_t>(steps));
-  for (auto& t : measured) t.stages = p, t.microbatches = c.m, t.chunks = c.v, t.ranks.resize(static_cast<size_t>(p));
+  for (auto& t : measured) t.pipeline_ranks = p, t.microbatches = c.m, t.chunks = c.v, t.ranks.resize(static_cast<size_t>(p));
   const std::vector<std::string> errors = run_thread_group("pp", p, std::chrono::milliseconds(120000), [&](Group& pp) {
     const int rank = pp.rank;
     std::vector<std::unique_ptr<SyntheticStage>> mine;
@@ -140,7 +140,7 @@ BubbleRow run_bubble_case(const BubbleCase& c, const StageMs& ms, int steps) {
                                                       ms.w / c.v));
       raw.push_back(mine.back().get());
     }
-    Executor exec(raw, pp, schedule, 1);
+    Executor exec(raw, pp, schedule.stage_map(), 1);
     auto batch = [](int) { return MicroBatch{at::ones({1, kWidth}, at::kLong), at::zeros({1, kWidth}, at::kLong)}; };
     for (int step = -1; step < steps; ++step) {
       at::Tensor sync = at::zeros({1});

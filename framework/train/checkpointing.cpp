@@ -105,6 +105,16 @@ std::string latest_checkpoint(const std::string& dir) {
   return name;
 }
 
+void check_checkpoint_dir(const Config& cfg) {
+  const auto& k = cfg.checkpoint;
+  if (k.dir.empty() || k.resume) return;
+  const std::string latest = latest_checkpoint(k.dir);
+  if (!latest.empty())
+    throw ConfigError("checkpoint.dir = \"" + k.dir + "\" already holds a checkpoint (" + latest +
+                      ") with checkpoint.resume = false: expected checkpoint.resume = true (--set checkpoint.resume=true) "
+                      "to continue from it, or another directory");
+}
+
 Checkpointer::Checkpointer(const Config& cfg, ProcessGroups& pgs, std::vector<std::vector<Param>*> chunks,
                            DataParallel& dp)
     : cfg_(cfg), pgs_(pgs), chunks_(std::move(chunks)), dp_(dp) {
@@ -143,10 +153,8 @@ int64_t Checkpointer::restore() {
       std::cout << "checkpoint.resume: " << k.dir << " holds no checkpoint yet; starting at step 0" << std::endl;
     return 0;
   }
-  if (!k.resume)
-    throw std::runtime_error("checkpoint.dir '" + k.dir + "' already holds a checkpoint (" + latest +
-                             "); set checkpoint.resume = true (--set checkpoint.resume=true) to continue from it, "
-                             "or use another directory");
+  if (!k.resume) throw std::logic_error("Checkpointer::restore: " + k.dir + " holds " + latest + " but resume is off "
+                                        "(check_checkpoint_dir refuses such a run)");
   const auto start = std::chrono::steady_clock::now();
   ckpt::Reader r(k.dir);
   check_same_model(r, cfg_.model, chunks_);

@@ -46,15 +46,19 @@
 
 namespace trident {
 
+// Before any process group exists: throws ConfigError when checkpoint.dir
+// already holds a checkpoint and checkpoint.resume is off (a fresh run would
+// otherwise interleave its saves with another run's).
+void check_checkpoint_dir(const Config& cfg);
+
 class Checkpointer {
  public:
   // chunks[c]: this rank's parameters of its model chunk c (Stage::params()).
   Checkpointer(const Config& cfg, ProcessGroups& pgs, std::vector<std::vector<Param>*> chunks, DataParallel& dp);
 
   // At start-up. With checkpoint.resume and a checkpoint in checkpoint.dir:
-  // loads it (any layout) and returns its step; otherwise returns 0. Throws
-  // when checkpoint.dir already holds a checkpoint and resume is off (a fresh
-  // run would otherwise interleave its saves with another run's).
+  // loads it (any layout) and returns its step; otherwise returns 0.
+  // check_checkpoint_dir() has refused a fresh run into a used directory.
   int64_t restore();
 
   // After optimizer step `steps_done` (1-based) and its logging: saves when

@@ -52,14 +52,15 @@ sched::Schedule build_schedule(const Config& cfg, int64_t m) {
   const int p = static_cast<int>(cfg.parallel.pp), v = static_cast<int>(cfg.schedule.chunks);
   if (cfg.schedule.kind != "file") return sched::generate(cfg.schedule.kind, p, static_cast<int>(m), v);
   std::ifstream f(cfg.schedule.file);
-  if (!f) throw std::runtime_error("schedule.file: cannot open '" + cfg.schedule.file + "'");
+  if (!f) throw ConfigError("schedule.file = \"" + cfg.schedule.file + "\": cannot open it");
   std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   sched::Schedule s = sched::parse_text(text);
-  if (s.stages != p || s.microbatches != m || s.chunks != v)
-    throw std::runtime_error("schedule.file '" + cfg.schedule.file + "' is for p=" + std::to_string(s.stages) +
-                             " m=" + std::to_string(s.microbatches) + " v=" + std::to_string(s.chunks) +
-                             " but this run has p=" + std::to_string(p) + " m=" + std::to_string(m) +
-                             " v=" + std::to_string(v));
+  if (s.pipeline_ranks != p || s.microbatches != m || s.chunks != v)
+    throw ConfigError("schedule.file = \"" + cfg.schedule.file + "\" is for p=" + std::to_string(s.pipeline_ranks) +
+                      " m=" + std::to_string(s.microbatches) + " v=" + std::to_string(s.chunks) +
+                      " but this run has p=" + std::to_string(p) + " m=" + std::to_string(m) +
+                      " v=" + std::to_string(v) + ": expected a schedule for this run's p, m and v");
+  s = sched::with_reduce_grad(std::move(s));  // NOTE [files without REDUCE_GRAD] in schedules/generators.cpp
   sched::validate(s);
   return sched::has_communication(s) ? s : sched::add_communication(s);
 }
@@ -87,12 +88,13 @@ TokenSource open_tokens(const Config& cfg, const std::string& split) {
     if (split != "train") src.synthetic.erase(src.synthetic.begin(), src.synthetic.begin() + n);
     src.view = data::TokenView::of(src.synthetic, "synthetic/" + split);
   } else if (cfg.data.format == "megatron") {
-    // validate() refuses evaluation with this format: only "train" is opened.
+    // check_config() refuses evaluation with this format: only "train" is opened.
     src.megatron = std::make_unique<data::MegatronDataset>(cfg.data.path);
     src.megatron->check_vocab(cfg.model.vocab_size);
     src.view = src.megatron->tokens();
   } else {
     src.file = std::make_unique<data::TokenFile>(cfg.data.path + "." + split + ".bin");
+    data::check_tokenizer(*src.file, cfg.data.tokenizer, cfg.data.tokenizer_dir);
     data::check_vocab(*src.file, cfg.model.vocab_size);
     src.view = src.file->view();
   }
@@ -294,7 +296,7 @@ std::optional<StepMetrics> train_step(Run& r, int64_t step) {
 // first and the last pipeline rank: the only cross-rank tie supported).
 std::map<std::string, bool> tied_placement(const Run& r, int pp_rank) {
   std::map<std::string, bool> out;
-  const int p = r.schedule.stages;
+  const int p = r.schedule.pipeline_ranks;
   for (const TiedGroup& g : r.model->tied_groups(r.schedule.virtual_stages())) {
     std::set<int> ranks;
     for (int s : g.stages) ranks.insert(r.schedule.rank_of(s));
@@ -320,6 +322,8 @@ std::vector<std::vector<Param>*> chunk_params_of(Run& r) {
 
 void build(Run& r) {
   Config& c = r.cfg;
+  check_schedule_kind(c, sched::schedule_kinds());  // the rest of check_config ran when c was parsed
+  check_checkpoint_dir(c);
   const WorldEnv env = read_world_env();
   // One device per rank, from LOCAL_RANK; errors before any rendezvous.
   const DeviceChoice device =
@@ -332,10 +336,9 @@ void build(Run& r) {
     install_cpu_memory_meter();  // activation bytes are measured on the host's allocator
   }
   resolve_world(c, env.world_size);
+  // schedule.chunks absent (0): what the kind needs; everything after (the schedule, checkpoints' layout) sees it.
+  if (c.schedule.chunks == 0) c.schedule.chunks = sched::default_chunks(c.schedule.kind);
   r.m = num_microbatches(c);
-  if (c.logging.trace && c.logging.trace_step > c.training.steps)
-    throw std::runtime_error("logging.trace_step = " + std::to_string(c.logging.trace_step) + " but training.steps = " +
-                             std::to_string(c.training.steps) + ": no step would be traced");
   r.schedule = build_schedule(c, r.m);  // schedule errors before any rendezvous
   r.train_tokens = open_tokens(c, "train");
   r.train_data = std::make_unique<data::GptDataset>(r.train_tokens.view, c.model.seq_len, c.training.seed);
@@ -392,7 +395,7 @@ void build(Run& r) {
         r.local_params += p->tensor.numel();
   // A checkpoint resumed later overwrites these (checkpoint.resume wins over init_from).
   if (!c.model.init_from.empty()) init_from_pretrained(c, chunk_params_of(r));
-  r.exec = std::make_unique<Executor>(raw, r.pgs->pp, r.schedule, c.training.micro_batch_size, r.device);
+  r.exec = std::make_unique<Executor>(raw, r.pgs->pp, r.schedule.stage_map(), c.training.micro_batch_size, r.device);
   r.flops_per_step = r.model->flops_per_token() * static_cast<double>(c.training.global_batch_size * c.model.seq_len);
 }
 

@@ -14,26 +14,23 @@
 
 namespace trident {
 
+// The split a checked config describes (check_config, framework/config.cpp,
+// owns the rule and its messages); anything else here is a caller's bug.
 std::vector<ChunkSpec> split_layers(int64_t layers, int64_t stages, const std::vector<int64_t>& explicit_layers) {
   std::vector<int64_t> counts = explicit_layers;
-  if (counts.empty()) {
-    if (layers % stages != 0)
-      throw std::runtime_error("model.layers (" + std::to_string(layers) + ") is not divisible by pp x chunks (" +
-                               std::to_string(stages) + " virtual stages); give parallel.pipeline_layers explicitly");
-    counts.assign(stages, layers / stages);
-  }
-  if (static_cast<int64_t>(counts.size()) != stages)
-    throw std::runtime_error("parallel.pipeline_layers has " + std::to_string(counts.size()) +
-                             " entries but pp x chunks = " + std::to_string(stages));
+  if (counts.empty() && stages > 0 && layers % stages == 0) counts.assign(stages, layers / stages);
+  int64_t sum = 0;
+  for (int64_t n : counts) sum += n;
+  if (stages < 1 || static_cast<int64_t>(counts.size()) != stages || sum != layers)
+    throw std::logic_error("split_layers: " + std::to_string(layers) + " layers cannot go into " +
+                           std::to_string(stages) + " chunks as given (" + std::to_string(explicit_layers.size()) +
+                           " explicit entries); check_config admits no such config");
   std::vector<ChunkSpec> specs(stages);
   int64_t next = 0;
   for (int64_t s = 0; s < stages; ++s) {
     specs[s] = {next, counts[s], s == 0, s == stages - 1};
     next += counts[s];
   }
-  if (next != layers)
-    throw std::runtime_error("parallel.pipeline_layers sums to " + std::to_string(next) + " but model.layers = " +
-                             std::to_string(layers));
   return specs;
 }
 
@@ -97,10 +94,11 @@ std::vector<PlannedParam> gpt_param_plan(const ModelConfig& cfg, const ChunkSpec
 GptChunk::GptChunk(const ModelConfig& cfg, const ChunkSpec& spec, const TpContext& tp, int64_t seed)
     : cfg_(cfg), spec_(spec), tp_(tp) {
   const int64_t t = tp.size();
-  if (cfg.hidden % cfg.heads != 0 || cfg.heads % t != 0 || cfg.ffn() % t != 0 || cfg.padded_vocab(t) % t != 0)
-    throw std::runtime_error("model shape does not split over tp=" + std::to_string(t));
-  if (cfg.dropout > 0 && t > 1)
-    throw std::runtime_error("model.dropout > 0 with tensor parallelism is not supported yet (set dropout = 0)");
+  // Rules of check_config (framework/config.cpp), asserted here.
+  if (cfg.hidden % cfg.heads != 0 || cfg.heads % t != 0 || cfg.ffn() % t != 0 || cfg.padded_vocab(t) % t != 0 ||
+      (cfg.dropout > 0 && t > 1))
+    throw std::logic_error("GptChunk: the model config does not split over tp=" + std::to_string(t) +
+                           " (check_config admits no such config)");
   for (auto& planned : gpt_param_plan(cfg, spec, t, tp.rank()))
     params_.push_back({init_shard(seed, planned.info, planned.local_shape), planned.info});
   index_params();
@@ -126,10 +124,10 @@ void GptChunk::index_params() {
 
 void GptChunk::set_recompute(Recompute mode) {
   // Recomputation replays the CPU generator's state, but a test found the
-  // losses of a dropout run still differ from not recomputing: refused until
-  // that is understood.
+  // losses of a dropout run still differ from not recomputing: check_config
+  // refuses training.recompute with model.dropout > 0 until that is understood.
   if (mode != Recompute::kNone && cfg_.dropout > 0)
-    throw std::invalid_argument("training.recompute with model.dropout > 0 is not supported yet (set dropout = 0)");
+    throw std::logic_error("GptChunk::set_recompute with dropout > 0 (check_config admits no such config)");
   recompute_ = mode;
 }
 

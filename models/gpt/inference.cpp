@@ -15,7 +15,7 @@ namespace trident {
 
 std::unique_ptr<data::Tokenizer> model_tokenizer(const LoadedGpt& m, std::string name, std::string dir) {
   if (name.empty()) name = m.tokenizer;
-  if (name.empty()) throw std::runtime_error("the model records no tokenizer: give --tokenizer gpt2|byte");
+  if (name.empty()) throw std::runtime_error("the model records no tokenizer: give --tokenizer gpt2|byte|hf");
   if (dir.empty() && name == m.tokenizer) dir = m.tokenizer_dir;
   auto tok = data::make_tokenizer(name, dir);
   if (tok->vocab_size() > static_cast<uint32_t>(m.model.vocab_size))

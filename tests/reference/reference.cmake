@@ -9,8 +9,17 @@
 #   HfRoundTrip             trident export -> from_pretrained, generate(), save_pretrained -> --init-from
 #   TensorBoardEvents       logging.tensorboard's event file read by the tensorboard package
 #   MegatronIndexedData     data.format = "megatron" on files megatron-core wrote, against a token file
+#   HfTokenizer             --tokenizer hf ids vs tokenizers' encode (trained, GPT-2, Llama 3, Qwen2
+#                           tokenizer.json); needs only `tokenizers`, so it is also in the no-libtorch build
 set(_ref ${CMAKE_CURRENT_SOURCE_DIR}/reference)
 set(_ref_work ${CMAKE_CURRENT_BINARY_DIR}/reference)
+add_test(NAME HfTokenizer
+         COMMAND ${TRIDENT_PYTHON} ${_ref}/test_hf_tokenizer.py --trident ${PROJECT_BINARY_DIR}/trident
+                 --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/hf-tokenizer)
+set_tests_properties(HfTokenizer PROPERTIES LABELS reference TIMEOUT 300)
+if(NOT TRIDENT_WITH_TORCH)
+  return()  # the tests below train or load models: libtorch
+endif()
 foreach(case tiny brown)
   if(case STREQUAL "tiny")
     set(_name ReferenceTrainingTiny)

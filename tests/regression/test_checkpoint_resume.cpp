@@ -180,7 +180,8 @@ TEST(CheckpointErrors, ExitAfterStepsResumesInPlaceAndBadCheckpointsAreErrors) {
   // A fresh run must not silently interleave its saves with the ones there.
   TrainRun r = train_tiny(tmp.file("run2"), 1, {ck});
   EXPECT_NE(r.result.status, 0);
-  EXPECT_NE(r.result.output.find("already holds a checkpoint (step-00000002); set checkpoint.resume = true"),
+  EXPECT_NE(r.result.output.find("already holds a checkpoint (step-00000002) with checkpoint.resume = false: expected "
+                                    "checkpoint.resume = true"),
             std::string::npos)
       << r.result.output;
 
@@ -213,7 +214,8 @@ TEST(CheckpointErrors, ExitAfterStepsResumesInPlaceAndBadCheckpointsAreErrors) {
   // One flipped byte inside the word embedding's bytes (offset from the index).
   const std::string index = slurp(tmp.file("ck/step-00000020/rank-00000.json"));
   int64_t offset = -1;
-  for (const json::Value& e : json::parse(index, "rank-00000.json").at("entries", "the index").as_array("entries"))
+  const json::Value doc = json::parse(index, "rank-00000.json");
+  for (const json::Value& e : doc.at("entries", "the index").as_array("entries"))
     if (e.at("name", "an entry").as_string("name") == "embedding.word.weight")
       offset = e.at("byte_offset", "an entry").as_int("byte_offset");
   ASSERT_GE(offset, 0) << index.substr(0, 400);

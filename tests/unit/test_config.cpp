@@ -1,11 +1,14 @@
 // Config: defaults, the preset, overrides, round-trip, and one expected message
 // per kind of bad config.
 #include "framework/config.h"
+#include "schedules/generators.h"
 
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <sstream>
+
+#include "schedules/generators.h"
 
 using trident::Config;
 using trident::ConfigError;
@@ -113,7 +116,8 @@ TEST(Config, OverridesApplyInOrder) {
   const Config c = load_config(kTiny, {"training.lr=3e-4", "schedule.kind=interleaved", "schedule.chunks=2",
                                        "parallel.pp=2", "parallel.pipeline_layers=[1,2,2,3]",
                                        "logging.dir = runs/x y", "training.steps=5", "training.steps=7",
-                                       "model.dropout=0", "data.path=\"quoted\"", "logging.progress=false"});
+                                       "model.dropout=0", "data.source=file", "data.path=\"quoted\"",
+                                       "logging.progress=false"});
   EXPECT_DOUBLE_EQ(c.training.lr, 3e-4);
   EXPECT_EQ(c.schedule.kind, "interleaved");
   EXPECT_EQ(c.parallel.pipeline_layers, (std::vector<int64_t>{1, 2, 2, 3}));
@@ -126,7 +130,7 @@ TEST(Config, OverridesApplyInOrder) {
 
 TEST(Config, RoundTripThroughToToml) {
   Config c = load_config(kTiny, {"training.lr=3.0000000000000004e-4", "parallel.pipeline_layers=[3,5]",
-                                 "parallel.pp=2", "data.path=\"a \\\"q\\\" b\\\\c\"", "model.layernorm_eps=1e-6",
+                                 "parallel.pp=2", "data.source=file", "data.path=\"a \\\"q\\\" b\\\\c\"", "model.layernorm_eps=1e-6",
                                  "training.peak_tflops=90", "logging.progress=false"});
   const std::string text = trident::to_toml(c);
   const Config back = parse_config(text, "roundtrip.toml");
@@ -153,9 +157,10 @@ TEST(Config, ReadmeDocumentsEveryKey) {
     // Its table row: | `section.key` | type | `default` | allowed | meaning |
     const auto row = readme.find("| `" + k.name + "` |");
     ASSERT_NE(row, std::string::npos) << k.name << " is not in configs/README.md";
+    // The README is where a key is documented; its row says what the schema says.
     const std::string line = readme.substr(row, readme.find('\n', row) - row);
-    EXPECT_NE(line.find("| `" + k.default_value + "` |"), std::string::npos)
-        << k.name << ": README default disagrees with the schema's " << k.default_value;
+    EXPECT_EQ(line, "| `" + k.name + "` | " + k.type + " | `" + k.default_value + "` | " + k.expect + " | " + k.doc + " |")
+        << k.name << ": README row disagrees with the schema";
   }
 }
 
@@ -170,8 +175,6 @@ TEST(Config, BadConfigsNameKeyValueAndExpectation) {
       {"zero tp", "[parallel]\ntp = 0\n", {}, "parallel.tp = 0: expected an integer >= 1"},
       {"dp zero", "[parallel]\ndp = 0\n", {}, "parallel.dp = 0: expected -1 (auto) or an integer >= 1"},
       {"dropout 1", "[model]\ndropout = 1.0\n", {}, "model.dropout = 1.0: expected a number in [0, 1)"},
-      {"unknown schedule kind", "[schedule]\nkind = \"zigzag\"\n", {},
-       "schedule.kind = \"zigzag\": expected one of \"gpipe\", \"1f1b\", \"interleaved\", \"zb-h1\", \"zb-v\", \"dualpipev\", \"file\""},
       {"unknown data source", "[data]\nsource = \"web\"\n", {}, "data.source = \"web\": expected one of"},
       {"unknown tokenizer", "[data]\ntokenizer = \"sp\"\n", {}, "data.tokenizer = \"sp\""},
       {"unknown data format", "[data]\nformat = \"hdf5\"\n", {}, "data.format = \"hdf5\": expected one of \"trident\", \"megatron\""},
@@ -179,6 +182,7 @@ TEST(Config, BadConfigsNameKeyValueAndExpectation) {
        "data.format = \"megatron\" reads data.path: it needs data.source = \"file\", got \"synthetic\""},
       {"megatron with evaluation", "[data]\nformat = \"megatron\"\nsource = \"file\"\npath = \"p\"\n[training]\neval_interval = 5\n", {},
        "training.eval_interval must be 0, got 5"},
+      {"hf tokenizer without its folder", "[data]\ntokenizer = \"hf\"\n", {}, "data.tokenizer = \"hf\" needs data.tokenizer_dir"},
       {"unknown backend", "[parallel]\nbackend = \"mpi\"\n", {}, "parallel.backend = \"mpi\""},
       {"unknown device", "[training]\ndevice = \"tpu\"\n", {}, "training.device = \"tpu\""},
       {"bool as string", "[logging]\nprogress = \"yes\"\n", {}, "logging.progress = \"yes\": expected true or false"},
@@ -207,7 +211,24 @@ TEST(Config, BadConfigsNameKeyValueAndExpectation) {
       {"global % micro x dp", "[training]\nglobal_batch_size = 8\nmicro_batch_size = 2\n[parallel]\ndp = 3\n", {},
        "training.micro_batch_size (2) x parallel.dp (3) = 6"},
       {"min_lr > lr", "[training]\nlr = 1e-4\nmin_lr = 1e-3\n", {}, "training.min_lr (0.001) must be <= training.lr (0.0001)"},
-      {"zero 2", "[parallel]\nzero = 2\n", {}, "parallel.zero = 2: expected 0 (off) or 1"},
+      {"zero 2", "[parallel]\nzero = 2\n", {}, "x.toml: parallel.zero = 2: expected an integer in [0, 1]"},
+      {"dropout with tp", "[model]\ndropout = 0.1\n[parallel]\ntp = 2\n", {},
+       "x.toml: model.dropout = 0.1 with parallel.tp = 2: expected model.dropout = 0 when parallel.tp > 1"},
+      {"recompute with dropout", "[model]\ndropout = 0.1\n[training]\nrecompute = \"full\"\n", {},
+       "x.toml: training.recompute = \"full\" with model.dropout = 0.1: expected training.recompute = \"none\" or "
+       "model.dropout = 0"},
+      {"trace step after the run", "[training]\nsteps = 3\n[logging]\ntrace = true\ntrace_step = 5\n", {},
+       "x.toml: logging.trace_step = 5 but training.steps = 3: expected logging.trace_step <= training.steps when "
+       "logging.trace = true"},
+      {"schedule file without kind file", "[schedule]\nfile = \"s.txt\"\n", {},
+       "x.toml: schedule.file = \"s.txt\" with schedule.kind = \"1f1b\": expected schedule.kind = \"file\", or no "
+       "schedule.file"},
+      {"data path with synthetic data", "[data]\npath = \"data/brown\"\n", {},
+       "x.toml: data.path = \"data/brown\" with data.source = \"synthetic\": expected data.source = \"file\", or no "
+       "data.path"},
+      {"tokenizer dir with byte", "[data]\ntokenizer_dir = \"vocab\"\n", {},
+       "x.toml: data.tokenizer_dir = \"vocab\" with data.tokenizer = \"byte\": expected data.tokenizer = \"gpt2\" "
+       "or \"hf\", or no data.tokenizer_dir"},
       {"bucket size 0", "[parallel]\ndp_bucket_mb = 0\n", {}, "parallel.dp_bucket_mb = 0"},
       {"negative eval interval", "[training]\neval_interval = -1\n", {}, "training.eval_interval = -1: expected an integer >= 0"},
       {"file data without path", "[data]\nsource = \"file\"\n", {}, "data.source = \"file\" needs data.path"},
@@ -224,7 +245,7 @@ TEST(Config, BadConfigsNameKeyValueAndExpectation) {
       {"unknown override section", "", {"trainer.steps=3"}, "unknown key trainer.steps: sections are [model]"},
       {"override out of range", "", {"training.steps=-3"}, "x.toml: --set training.steps=-3: training.steps = -3: expected an integer >= 1"},
       {"override wrong type", "", {"training.lr=fast"}, "--set training.lr=fast: training.lr = fast: expected a number > 0"},
-      {"override bare string kind", "", {"schedule.kind=zigzag"}, "--set schedule.kind=zigzag: schedule.kind = \"zigzag\": expected one of"},
+      {"override bare string", "", {"training.device=tpu"}, "--set training.device=tpu: training.device = \"tpu\": expected one of"},
       {"override smuggling", "", {"training.steps=3\nmodel.layers = 4"}, "expected an integer >= 1 (values are read as TOML)"},
   };
   for (const BadCase& bc : cases) {
@@ -266,21 +287,46 @@ TEST(Config, ResolveWorld) {
   // dp resolved from the world must also split the global batch (16 / (2 * 3)).
   Config three = load_config(kTiny);
   EXPECT_NE(error_of([&] { trident::resolve_world(three, 3); })
-                .find("training.global_batch_size (16) must be divisible by training.micro_batch_size (2) x dp (3) = 6"),
+                .find("training.global_batch_size (16) must be divisible by training.micro_batch_size (2) x parallel.dp (3) = 6"),
             std::string::npos);
   Config unresolved = load_config(kTiny);
   EXPECT_NE(error_of([&] { trident::num_microbatches(unresolved); }).find("unresolved"), std::string::npos);
 }
 
-TEST(Config, ValidateCatchesProgrammaticValues) {
+TEST(Config, CheckConfigCatchesProgrammaticValues) {
   Config c;
   c.source = "code";
   c.training.beta2 = 1.5;
-  EXPECT_EQ(error_of([&] { trident::validate(c); }), "code: training.beta2 = 1.5: expected a number in [0, 1)");
+  EXPECT_EQ(error_of([&] { trident::check_config(c); }), "code: training.beta2 = 1.5: expected a number in [0, 1)");
   c = Config{};
   c.model.init_std = 0;
-  EXPECT_NE(error_of([&] { trident::validate(c); }).find("model.init_std = 0.0: expected a number > 0"),
+  EXPECT_NE(error_of([&] { trident::check_config(c); }).find("model.init_std = 0.0: expected a number > 0"),
             std::string::npos);
+}
+
+// The generators own the list of kinds; the config check is handed it.
+TEST(Config, ScheduleKindsAreTheGenerators) {
+  const auto& kinds = trident::sched::schedule_kinds();
+  for (const std::string& kind : kinds) {
+    Config c;
+    c.schedule.kind = kind;
+    EXPECT_NO_THROW(trident::check_schedule_kind(c, kinds)) << kind;
+  }
+  Config c = parse_config("[schedule]\nkind = \"file\"\nfile = \"s.txt\"\n", "f.toml");
+  EXPECT_NO_THROW(trident::check_schedule_kind(c, kinds));
+  c = parse_config("[schedule]\nkind = \"zigzag\"\n", "x.toml");  // parsing cannot know the generators
+  std::string expected = "x.toml: schedule.kind = \"zigzag\": expected one of ";
+  for (size_t i = 0; i < kinds.size(); ++i) expected += (i ? ", \"" : "\"") + kinds[i] + "\"";
+  EXPECT_EQ(error_of([&] { trident::check_schedule_kind(c, kinds); }), expected + " or \"file\"");
+}
+
+// The layout arithmetic has one copy, shared by resolve_world and Layout::make.
+TEST(Config, LayoutFactors) {
+  EXPECT_NO_THROW(trident::check_layout_factors("w", 16, 2, 4, 2));
+  EXPECT_EQ(error_of([] { trident::check_layout_factors("w", 8, 2, 4, 2); }),
+            "w: tp(2) x pp(4) x dp(2) = 16 but WORLD_SIZE = 8");
+  EXPECT_EQ(error_of([] { trident::check_layout_factors("w", 4, 0, 4, 1); }),
+            "w: every factor must be >= 1, got tp(0) x pp(4) x dp(1) with WORLD_SIZE = 4");
 }
 
 TEST(Config, KeysTableDescribesTypesAndDefaults) {
@@ -296,4 +342,40 @@ TEST(Config, KeysTableDescribesTypesAndDefaults) {
     EXPECT_FALSE(k.doc.empty());
   }
   EXPECT_TRUE(found);
+}
+
+namespace {
+
+// The schedule.chunks a config of `kind` with `chunks` ends up with in a run:
+// absent (0) becomes sched::default_chunks, as the trainer resolves it.
+std::string chunks_error(const std::string& kind, const std::string& chunks) {
+  std::vector<std::string> ov = {"parallel.pp=2", "schedule.kind=" + kind};
+  if (!chunks.empty()) ov.push_back("schedule.chunks=" + chunks);
+  try {
+    trident::load_config(kTiny, ov);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(Config, ChunksDefaultToWhatTheKindNeeds) {
+  // gpt-tiny has 4 layers: pp 2 x chunks 2 divides them, so only the chunks check can fail.
+  for (const std::string& kind : trident::sched::schedule_kinds()) {
+    EXPECT_EQ(chunks_error(kind, ""), "") << kind;  // absent: the kind's own
+    EXPECT_EQ(chunks_error(kind, std::to_string(trident::sched::default_chunks(kind))), "") << kind;
+  }
+  EXPECT_EQ(trident::load_config(kTiny, {"schedule.kind=zb-v"}).schedule.chunks, 0);  // resolved by the trainer
+  // An explicit other value is an error naming it.
+  EXPECT_NE(chunks_error("zb-v", "1").find("schedule.chunks = 1: schedule.kind = \"zb-v\" runs 2 chunks per rank"),
+            std::string::npos) << chunks_error("zb-v", "1");
+  EXPECT_NE(chunks_error("dualpipev", "4").find("schedule.chunks = 4: schedule.kind = \"dualpipev\" runs 2 chunks"),
+            std::string::npos) << chunks_error("dualpipev", "4");
+  EXPECT_NE(chunks_error("1f1b", "2").find("schedule.chunks = 2 needs schedule.kind"), std::string::npos);
+  // The layer check counts the kind's chunks when none are given: 6 layers do not split over pp 2 x 2.
+  EXPECT_NE(error_of([&] { trident::load_config(kTiny, {"parallel.pp=2", "schedule.kind=zb-v", "model.layers=6"}); })
+                .find("parallel.pp (2) x schedule.chunks (2) = 4"),
+            std::string::npos);
 }

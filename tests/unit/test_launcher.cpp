@@ -200,17 +200,17 @@ TEST(LauncherPure, RankEnvironment) {
 TEST(LauncherPure, ValidateAndPickPort) {
   LaunchOptions o;
   o.command = {"true"};
-  EXPECT_NO_THROW(validate(o));
+  EXPECT_NO_THROW(check_launch_options(o));
   auto bad = o;
   bad.nproc_per_node = 0;
-  EXPECT_THROW(validate(bad), LaunchError);
+  EXPECT_THROW(check_launch_options(bad), LaunchError);
   bad = o;
   bad.nnodes = 2;
   bad.node_rank = -1;
-  EXPECT_THROW(validate(bad), LaunchError);
+  EXPECT_THROW(check_launch_options(bad), LaunchError);
   bad = o;
   bad.command.clear();
-  EXPECT_THROW(validate(bad), LaunchError);
+  EXPECT_THROW(check_launch_options(bad), LaunchError);
   const int port = pick_free_port();
   EXPECT_GT(port, 0);
   EXPECT_LE(port, 65535);
@@ -225,7 +225,7 @@ TEST(LauncherPure, RankListPlacesRanks) {
   o.node_rank = 1;
   o.nproc_per_node = 2;
   o.ranks = {3, 0};
-  EXPECT_NO_THROW(validate(o));
+  EXPECT_NO_THROW(check_launch_options(o));
   EXPECT_EQ(global_rank(o, 0), 3);
   EXPECT_EQ(global_rank(o, 1), 0);
   o.rdzv_timeout_seconds = 2.5;
@@ -236,11 +236,11 @@ TEST(LauncherPure, RankListPlacesRanks) {
   for (const auto& ranks : {std::vector<int>{0}, std::vector<int>{0, 4}, std::vector<int>{1, 1}}) {
     auto bad = o;
     bad.ranks = ranks;
-    EXPECT_THROW(validate(bad), LaunchError);
+    EXPECT_THROW(check_launch_options(bad), LaunchError);
   }
   auto bad = o;
   bad.rdzv_timeout_seconds = 0;
-  EXPECT_THROW(validate(bad), LaunchError);
+  EXPECT_THROW(check_launch_options(bad), LaunchError);
   o.ranks.clear();
   EXPECT_EQ(global_rank(o, 1), 3);  // the default block: node_rank * nproc + local
 }

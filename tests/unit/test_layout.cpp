@@ -54,7 +54,7 @@ TEST(Layout, MakeRejectsBadFactorsNamingEach) {
     Layout::make(8, 2, 4, 2);
     FAIL() << "expected ConfigError";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("tp(2) x pp(4) x dp(2) = 16 but world size = 8"),
+    EXPECT_NE(std::string(e.what()).find("layout: tp(2) x pp(4) x dp(2) = 16 but WORLD_SIZE = 8"),
               std::string::npos)
         << e.what();
   }

@@ -17,7 +17,7 @@ TEST(Measure, CostsOfASimulatedRunAreTheSetCosts) {
   for (const char* kind : {"1f1b", "zb-h1", "interleaved"}) {
     const int v = std::string(kind) == "interleaved" ? 2 : 1;
     const Schedule s = generate(kind, 4, 8, v);
-    const Costs set{3.0, 5.0, 2.0, {}, {}, 0.0, {}};
+    const Costs set{3.0, 5.0, 2.0, {}, {}, {}};
     const MeasuredCosts m = measured_costs({simulate(s, set)});
     EXPECT_NEAR(m.costs.forward, 3.0, 1e-9) << kind;
     EXPECT_NEAR(m.costs.backward, 5.0, 1e-9) << kind;
@@ -32,10 +32,10 @@ TEST(Measure, CostsOfASimulatedRunAreTheSetCosts) {
 TEST(Measure, LatencyOfASimulatedRunIsTheSetLatency) {
   for (double lat : {0.25, 1.5}) {
     const Schedule s = generate("1f1b", 4, 8, 1);
-    EXPECT_NEAR(measured_latency(s, simulate(s, {1.0, 2.0, 1.0, {lat}, {}, 0.0, {}})), lat, 1e-9) << lat;
+    EXPECT_NEAR(measured_latency(s, simulate(s, {1.0, 2.0, 1.0, {lat}, {}, {}})), lat, 1e-9) << lat;
   }
   const Schedule s = generate("gpipe", 2, 4, 1);
-  EXPECT_EQ(measured_latency(s, simulate(s, {1.0, 2.0, 1.0, {}, {}, 0.0, {}})), 0.0);
+  EXPECT_EQ(measured_latency(s, simulate(s, {1.0, 2.0, 1.0, {}, {}, {}})), 0.0);
 }
 
 // Hand-computed: 1F1B, p = 2, m = 2; stage 0 F = 1, B = 2; stage 1 (the one
@@ -72,7 +72,7 @@ TEST(Measure, PredictionFromPerStageCostsAndLatencyMatchesHandComputed) {
   EXPECT_NEAR(predicted.bubble_fraction, 14.0 / 32.0, 1e-12);
 
   // The old assumption (mean costs on every stage, no latency) is far off.
-  const TimelineStats equal = simulate_stats(s, Costs{1.5, 3.0, 0.0, {}, {}, 0.0, {}});
+  const TimelineStats equal = simulate_stats(s, Costs{1.5, 3.0, 0.0, {}, {}, {}});
   EXPECT_NEAR(equal.step_time, 13.5, 1e-9);
   EXPECT_NEAR(equal.bubble_fraction, 1.0 / 3.0, 1e-12);
 }
@@ -94,7 +94,7 @@ TEST(Measure, LinkLatencyPerBoundaryWithOwnClocks) {
   EXPECT_NEAR(lat.mean, 0.4, 1e-9);
   // A V placement hands over locally at the turn: boundary p-1 -> p gets 0.
   const Schedule v = generate("zb-v", 2, 4, 2);
-  const LinkLatency lv = measured_link_latency(v, {simulate(v, Costs{1, 2, 1, {0.5}, {}, 0.0, {}})}, 1e-6);
+  const LinkLatency lv = measured_link_latency(v, {simulate(v, Costs{1, 2, 1, {0.5}, {}, {}})}, 1e-6);
   ASSERT_EQ(lv.per_boundary.size(), 3u);
   EXPECT_EQ(lv.per_boundary[1], 0.0);
   EXPECT_NEAR(lv.per_boundary[0], 0.5, 1e-9);

@@ -5,6 +5,7 @@
 
 #include <fstream>
 #include <map>
+#include <regex>
 #include <sstream>
 
 #include "schedules/generators.h"
@@ -36,14 +37,14 @@ std::string error_of(const std::string& csv) {
 // True when some rank receives from a peer in another order than the peer
 // sent: what a per-pair FIFO (no tags) could not run.
 bool out_of_send_order(const Schedule& s) {
-  for (int src = 0; src < s.stages; ++src)
-    for (int dst = 0; dst < s.stages; ++dst) {
+  for (int src = 0; src < s.pipeline_ranks; ++src)
+    for (int dst = 0; dst < s.pipeline_ranks; ++dst) {
       std::vector<Action> sent, received;  // the receive each message is for, in list order
       for (const Action& a : s.ranks[src])
-        if ((a.kind == ActionKind::SEND_F || a.kind == ActionKind::SEND_B) && peer_rank(s, src, a) == dst)
-          sent.push_back(counterpart(s, src, a));
+        if ((a.kind == ActionKind::SEND_F || a.kind == ActionKind::SEND_B) && peer_rank(s.stage_map(), src, a) == dst)
+          sent.push_back(counterpart(s.stage_map(), src, a));
       for (const Action& a : s.ranks[dst])
-        if ((a.kind == ActionKind::RECV_F || a.kind == ActionKind::RECV_B) && peer_rank(s, dst, a) == src)
+        if ((a.kind == ActionKind::RECV_F || a.kind == ActionKind::RECV_B) && peer_rank(s.stage_map(), dst, a) == src)
           received.push_back(a);
       if (sent != received) return true;
     }
@@ -53,21 +54,27 @@ bool out_of_send_order(const Schedule& s) {
 }  // namespace
 
 TEST(ScheduleCsv, DualPipeVGeneratorEqualsPyTorchArtifact) {
-  // ScheduleDualPipeV's published order for p=4, m=10, overlapped pairs included.
+  // ScheduleDualPipeV's published order for p=4, m=10. Its overlapped pairs
+  // are read as their two actions in order (NOTE [no overlapped pairs]); it
+  // has no REDUCE_GRAD, which the file loaders add where the generator puts it.
   const std::string csv = artifact("dualpipev_4rank_10mb.csv");
   const Schedule theirs = from_pytorch_csv(csv);
-  EXPECT_EQ(theirs.stages, 4);
+  EXPECT_EQ(theirs.pipeline_ranks, 4);
   EXPECT_EQ(theirs.chunks, 2);
   EXPECT_EQ(theirs.microbatches, 10);
   EXPECT_EQ(theirs.placement, Placement::v);
-  EXPECT_EQ(dualpipe_v(4, 10), theirs);
-  EXPECT_EQ(to_pytorch_csv(dualpipe_v(4, 10)), csv);  // byte for byte
-  EXPECT_NO_THROW(validate(theirs));
+  EXPECT_FALSE(has_reduce_grad(theirs));
+  EXPECT_EQ(dualpipe_v(4, 10), with_reduce_grad(theirs));
+  // Byte for byte, once each (A;B)OVERLAP_F_B cell is written as A,B and our REDUCE_GRAD cells are left out.
+  const std::string unpaired = std::regex_replace(csv, std::regex(R"(\(([^;]+);([^)]+)\)OVERLAP_F_B)"), "$1,$2");
+  EXPECT_EQ(std::regex_replace(to_pytorch_csv(dualpipe_v(4, 10)), std::regex(",[0-9]+REDUCE_GRAD"), ""), unpaired);
+  EXPECT_NO_THROW(validate(with_reduce_grad(theirs)));
+  EXPECT_NE(std::string(to_pytorch_csv(dualpipe_v(4, 10))).find(",7REDUCE_GRAD,0I6,"), std::string::npos);
 }
 
 TEST(ScheduleCsv, InterleavedZeroBubbleComputeArtifactValidates) {
-  const Schedule s = from_pytorch_csv(artifact("zb1p_2rank_2stagep_compute.csv"));
-  EXPECT_EQ(s.stages, 2);
+  const Schedule s = with_reduce_grad(from_pytorch_csv(artifact("zb1p_2rank_2stagep_compute.csv")));
+  EXPECT_EQ(s.pipeline_ranks, 2);
   EXPECT_EQ(s.chunks, 2);
   EXPECT_EQ(s.microbatches, 8);
   EXPECT_EQ(s.placement, Placement::loop);
@@ -81,19 +88,19 @@ TEST(ScheduleCsv, CommsArtifactAndTagMatching) {
   // PyTorch's lowered schedule posts receives early (several before the
   // compute that needs them).
   const std::string csv = artifact("zb1p_2rank_2stagep_comms.csv");
-  const Schedule s = from_pytorch_csv(csv);
+  EXPECT_EQ(to_pytorch_csv(from_pytorch_csv(csv)), csv);  // exact round trip
+  const Schedule s = with_reduce_grad(from_pytorch_csv(csv));
   EXPECT_TRUE(has_communication(s));
   const ValidationReport rep = validate(s);
   EXPECT_FALSE(rep.communication_added);
   EXPECT_EQ(rep.messages, 2 * 8 * 3);
-  EXPECT_EQ(to_pytorch_csv(s), csv);  // exact round trip
 
   // PyTorch's lowering keeps each pair of ranks in send order...
   EXPECT_FALSE(out_of_send_order(s));
   // ...but the same compute order with the receive right before each compute
   // (add_communication) does not: rank 0 sends SB0.1 (after I0.1) before
   // SF2, rank 1 needs mb 2's activation first. Tag matching accepts it.
-  const Schedule ours = add_communication(from_pytorch_csv(artifact("zb1p_2rank_2stagep_compute.csv")));
+  const Schedule ours = add_communication(with_reduce_grad(from_pytorch_csv(artifact("zb1p_2rank_2stagep_compute.csv"))));
   EXPECT_TRUE(out_of_send_order(ours));
   EXPECT_NO_THROW(validate(ours));
 
@@ -119,12 +126,12 @@ TEST(ScheduleCsv, EarlyPostedReceivesAreNotWaits) {
   // The same compute order simulates to the same step time whether receives
   // are posted early (PyTorch's lowering) or right before their compute.
   Costs c;  // F=1, B=2, W=1
-  const Schedule lowered = from_pytorch_csv(artifact("zb1p_2rank_2stagep_comms.csv"));
+  const Schedule lowered = with_reduce_grad(from_pytorch_csv(artifact("zb1p_2rank_2stagep_comms.csv")));
   Schedule compute = lowered;
   for (auto& list : compute.ranks) {
     ActionList kept;
     for (const Action& a : list)
-      if (is_compute(a.kind)) kept.push_back(a);
+      if (!is_communication(a.kind)) kept.push_back(a);
     list = kept;
   }
   const TimelineStats early = stats(simulate(lowered, c)), late = stats(simulate(compute, c));
@@ -138,9 +145,20 @@ TEST(ScheduleCsv, RoundTripOfGeneratedSchedules) {
     const int v = kind == "1f1b" ? 1 : 2;
     const Schedule s = generate(kind, 3, 7, v);
     EXPECT_EQ(from_pytorch_csv(to_pytorch_csv(s), 7), s) << kind;
+    EXPECT_NE(to_pytorch_csv(s).find("REDUCE_GRAD"), std::string::npos) << kind;
     const Schedule c = generate_compute(kind, 3, 7, v);
     EXPECT_EQ(from_pytorch_csv(to_pytorch_csv(c), 7), c) << kind;
   }
+}
+
+TEST(ScheduleCsv, ReduceGradCellsRoundTrip) {
+  // PyTorch writes "{stage}REDUCE_GRAD" (no micro-batch), as it appends one per stage to its single-stage orders.
+  const Schedule s = from_pytorch_csv("0F0,0F1,0B0,0B1,0REDUCE_GRAD\n1F0,1B0,1F1,1B1,1REDUCE_GRAD\n");
+  EXPECT_EQ(s.ranks[0].back(), reduce_grad(0));
+  EXPECT_EQ(s, generate_compute("1f1b", 2, 2));
+  EXPECT_EQ(to_pytorch_csv(generate_compute("zb-v", 2, 4)).substr(0, 4), "0F0,");
+  const Schedule v = generate_compute("zb-v", 2, 4);
+  EXPECT_EQ(from_pytorch_csv(to_pytorch_csv(v)), v);
 }
 
 TEST(ScheduleCsv, ErrorsNameRowAndCell) {
@@ -156,5 +174,8 @@ TEST(ScheduleCsv, ErrorsNameRowAndCell) {
   EXPECT_NE(e.find("neither as loop"), std::string::npos) << e;
   e = error_of("(0F0;0SEND_F0)OVERLAP_F_B\n");
   EXPECT_NE(e.find("two compute actions"), std::string::npos) << e;
+  e = error_of("0F0,0REDUCE_GRAD0\n");  // REDUCE_GRAD has no micro-batch
+  EXPECT_NE(e.find("'0REDUCE_GRAD0'"), std::string::npos) << e;
+  EXPECT_NE(e.find("STAGE REDUCE_GRAD"), std::string::npos) << e;
   EXPECT_NE(error_of("\n").find("empty"), std::string::npos);
 }

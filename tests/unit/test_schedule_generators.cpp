@@ -93,16 +93,17 @@ TEST(ScheduleGenerators, OneFOneBHasWarmupSteadyCooldown) {
     for (int i = 0; i < warmup; ++i) EXPECT_EQ(list[i], (Action{ActionKind::F, i, 0}));
     EXPECT_EQ(list[warmup], (Action{ActionKind::F, warmup, 0}));
     EXPECT_EQ(list[warmup + 1], (Action{ActionKind::B, 0, 0}));  // steady state starts 1F1B
-    EXPECT_EQ(list.back(), (Action{ActionKind::B, m - 1, 0}));
+    EXPECT_EQ(list[list.size() - 2], (Action{ActionKind::B, m - 1, 0}));
+    EXPECT_EQ(list.back(), reduce_grad(0));  // right after the last B
     EXPECT_EQ(count_kind(list, ActionKind::F), m);
   }
-  EXPECT_EQ(to_text(one_f_one_b(2, 3)), "pipeline p=2 m=3 v=1\n0: F0 F1 B0 F2 B1 B2\n1: F0 B0 F1 B1 F2 B2\n");
+  EXPECT_EQ(to_text(one_f_one_b(2, 3)), "pipeline p=2 m=3 v=1\n0: F0 F1 B0 F2 B1 B2 RD\n1: F0 B0 F1 B1 F2 B2 RD\n");
 }
 
 TEST(ScheduleGenerators, InterleavedWithOneChunkIsOneFOneB) {
   EXPECT_EQ(interleaved(3, 7, 1), one_f_one_b(3, 7));
   const Schedule s = interleaved(2, 2, 2);
-  EXPECT_EQ(to_text(s), "pipeline p=2 m=2 v=2\n0: F0 F1 F0.1 F1.1 B0.1 B1.1 B0 B1\n1: F0 F1 F0.1 B0.1 F1.1 B1.1 B0 B1\n");
+  EXPECT_EQ(to_text(s), "pipeline p=2 m=2 v=2\n0: F0 F1 F0.1 F1.1 B0.1 B1.1 RD.1 B0 B1 RD\n1: F0 F1 F0.1 B0.1 F1.1 B1.1 RD.1 B0 B1 RD\n");
 }
 
 TEST(ScheduleGenerators, ZbH1SplitsBackwardAndKeepsOneFOneBOrder) {
@@ -146,4 +147,58 @@ TEST(ScheduleGenerators, ZbVHasTheVShape) {
         EXPECT_EQ(count_kind(list, ActionKind::W), 2 * m);
       }
     }
+}
+
+TEST(ScheduleGenerators, EveryKindPlacesOneReduceGradRightAfterEachChunksLastWeightGradient) {
+  for (const std::string& kind : schedule_kinds())
+    for (int p = 1; p <= 5; ++p)
+      for (int m : {1, 2, 5, 2 * p, 2 * p + 3}) {
+        const int v = kind == "interleaved" ? 3 : default_chunks(kind);
+        try {
+          check_supported(kind, p, m, v);
+        } catch (const ScheduleError&) {
+          continue;
+        }
+        const Schedule s = generate_compute(kind, p, m, v);
+        for (int r = 0; r < p; ++r) {
+          const auto& list = s.ranks[r];
+          for (int c = 0; c < v; ++c) {
+            int last_weights = -1, reduce = -1, reduces = 0;
+            for (int i = 0; i < static_cast<int>(list.size()); ++i) {
+              if (list[i].chunk != c) continue;
+              if (adds_weight_grads(list[i].kind)) last_weights = i;
+              if (list[i].kind == ActionKind::REDUCE_GRAD) reduce = i, ++reduces;
+            }
+            EXPECT_EQ(reduces, 1) << kind << " p=" << p << " m=" << m << " rank " << r << " chunk " << c;
+            EXPECT_EQ(reduce, last_weights + 1) << kind << " p=" << p << " m=" << m << " rank " << r << " chunk " << c;
+          }
+        }
+        // With communication: after the chunk's last B or W and nothing but that B's SEND_B between them.
+        const Schedule full = generate(kind, p, m, v);
+        for (const auto& list : full.ranks)
+          for (size_t i = 0; i < list.size(); ++i) {
+            if (list[i].kind != ActionKind::REDUCE_GRAD) continue;
+            ASSERT_GE(i, 1u);
+            const Action& before = list[i - 1];
+            EXPECT_TRUE(adds_weight_grads(before.kind) || before.kind == ActionKind::SEND_B) << kind << " " << to_token(before);
+          }
+      }
+}
+
+TEST(ScheduleGenerators, ChunksDefaultToWhatTheKindNeeds) {
+  EXPECT_EQ(default_chunks("zb-v"), 2);
+  EXPECT_EQ(default_chunks("dualpipev"), 2);
+  for (const std::string kind : {"gpipe", "1f1b", "interleaved", "zb-h1", "file"}) EXPECT_EQ(default_chunks(kind), 1) << kind;
+  EXPECT_THROW(default_chunks("zb-w"), ScheduleError);
+  EXPECT_EQ(generate("zb-v", 4, 8), generate("zb-v", 4, 8, 2));  // v = 0: the kind's default
+  EXPECT_EQ(generate_compute("dualpipev", 2, 4).chunks, 2);
+  EXPECT_EQ(generate("1f1b", 2, 4).chunks, 1);
+  try {  // an explicit other value is an error naming it
+    generate("zb-v", 4, 8, 3);
+    FAIL();
+  } catch (const ScheduleError& e) {
+    EXPECT_NE(std::string(e.what()).find("kind 'zb-v' with p=4 m=8 v=3: this kind runs two chunks per rank in a V, expected v=2"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_THROW(generate("dualpipev", 2, 4, 1), ScheduleError);
 }

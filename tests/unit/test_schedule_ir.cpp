@@ -30,7 +30,7 @@ TEST(ScheduleIr, TokensIncludeChunkOnlyWhenNonZero) {
 
 TEST(ScheduleIr, ParsesHeaderRanksAndComments) {
   const Schedule s = parse_text("# a comment\npipeline p=2 m=2 v=2\n\n0: F0 RF1.1  # trailing\n1: W1.1 SB0\n");
-  EXPECT_EQ(s.stages, 2);
+  EXPECT_EQ(s.pipeline_ranks, 2);
   EXPECT_EQ(s.microbatches, 2);
   EXPECT_EQ(s.chunks, 2);
   ASSERT_EQ(s.ranks[0].size(), 2u);
@@ -89,7 +89,7 @@ TEST(ScheduleIr, ParseErrorsNameLineTokenAndExpectation) {
 
 TEST(ScheduleIr, AddCommunicationSurroundsComputeAndSkipsPipelineEnds) {
   const Schedule s = add_communication(gpipe(2, 1));
-  EXPECT_EQ(to_text(s), "pipeline p=2 m=1 v=1\n0: F0 SF0 RB0 B0\n1: RF0 F0 B0 SB0\n");
+  EXPECT_EQ(to_text(s), "pipeline p=2 m=1 v=1\n0: F0 SF0 RB0 B0 RD\n1: RF0 F0 B0 SB0 RD\n");
   EXPECT_TRUE(has_communication(s));
   EXPECT_FALSE(has_communication(gpipe(2, 1)));
   EXPECT_THROW(add_communication(s), ScheduleError);
@@ -97,11 +97,11 @@ TEST(ScheduleIr, AddCommunicationSurroundsComputeAndSkipsPipelineEnds) {
 
 TEST(ScheduleIr, PeersFollowLoopPlacement) {
   Schedule s = empty_schedule(2, 1, 2);  // virtual stages: 0=(r0,c0) 1=(r1,c0) 2=(r0,c1) 3=(r1,c1)
-  EXPECT_EQ(peer_rank(s, 1, {ActionKind::SEND_F, 0, 0}), 0);  // stage 1 -> stage 2 on rank 0
-  EXPECT_EQ(counterpart(s, 1, {ActionKind::SEND_F, 0, 0}), (Action{ActionKind::RECV_F, 0, 1}));
-  EXPECT_EQ(peer_rank(s, 0, {ActionKind::SEND_B, 0, 1}), 1);  // stage 2 -> stage 1
-  EXPECT_EQ(counterpart(s, 0, {ActionKind::SEND_B, 0, 1}), (Action{ActionKind::RECV_B, 0, 0}));
-  EXPECT_EQ(counterpart(s, 0, {ActionKind::RECV_B, 0, 0}), (Action{ActionKind::SEND_B, 0, 0}));
+  EXPECT_EQ(peer_rank(s.stage_map(), 1, {ActionKind::SEND_F, 0, 0}), 0);  // stage 1 -> stage 2 on rank 0
+  EXPECT_EQ(counterpart(s.stage_map(), 1, {ActionKind::SEND_F, 0, 0}), (Action{ActionKind::RECV_F, 0, 1}));
+  EXPECT_EQ(peer_rank(s.stage_map(), 0, {ActionKind::SEND_B, 0, 1}), 1);  // stage 2 -> stage 1
+  EXPECT_EQ(counterpart(s.stage_map(), 0, {ActionKind::SEND_B, 0, 1}), (Action{ActionKind::RECV_B, 0, 0}));
+  EXPECT_EQ(counterpart(s.stage_map(), 0, {ActionKind::RECV_B, 0, 0}), (Action{ActionKind::SEND_B, 0, 0}));
 }
 
 TEST(ScheduleIr, VPlacementMatchesPyTorchStageToRank) {
@@ -131,36 +131,65 @@ TEST(ScheduleIr, VPlacementMatchesPyTorchStageToRank) {
 
 TEST(ScheduleIr, PeersFollowVPlacement) {
   Schedule s = empty_schedule(2, 1, 2, Placement::v);  // stages: 0=(r0,c0) 1=(r1,c0) 2=(r1,c1) 3=(r0,c1)
-  EXPECT_EQ(peer_rank(s, 1, {ActionKind::SEND_F, 0, 0}), 1);  // the turn of the V stays on rank 1
-  EXPECT_EQ(counterpart(s, 1, {ActionKind::SEND_F, 0, 0}), (Action{ActionKind::RECV_F, 0, 1}));
-  EXPECT_EQ(peer_rank(s, 1, {ActionKind::SEND_F, 0, 1}), 0);  // stage 2 -> 3
-  EXPECT_EQ(peer_rank(s, 0, {ActionKind::SEND_B, 0, 1}), 1);  // stage 3 -> 2
-  EXPECT_EQ(counterpart(s, 0, {ActionKind::SEND_B, 0, 1}), (Action{ActionKind::RECV_B, 0, 1}));
+  EXPECT_EQ(peer_rank(s.stage_map(), 1, {ActionKind::SEND_F, 0, 0}), 1);  // the turn of the V stays on rank 1
+  EXPECT_EQ(counterpart(s.stage_map(), 1, {ActionKind::SEND_F, 0, 0}), (Action{ActionKind::RECV_F, 0, 1}));
+  EXPECT_EQ(peer_rank(s.stage_map(), 1, {ActionKind::SEND_F, 0, 1}), 0);  // stage 2 -> 3
+  EXPECT_EQ(peer_rank(s.stage_map(), 0, {ActionKind::SEND_B, 0, 1}), 1);  // stage 3 -> 2
+  EXPECT_EQ(counterpart(s.stage_map(), 0, {ActionKind::SEND_B, 0, 1}), (Action{ActionKind::RECV_B, 0, 1}));
 }
 
-TEST(ScheduleIr, PlacementAndOverlappedPairsRoundTrip) {
+TEST(ScheduleIr, PlacementRoundTripsAndOverlappedPairsAreRefused) {
   const std::string text =
       "pipeline p=2 m=2 v=2 placement=v\n"
-      "0: F0 F1 F0.1 F1+B0.1 B1.1 B0 B1\n"
-      "1: F0 F0.1 B0.1 F1 F1.1+B0 B1.1 B1\n";
+      "0: F0 F1 F0.1 F1.1 B1.1 RD.1 B0 B1 RD\n"
+      "1: F0 F0.1 B0.1 F1 F1.1 B0 B1.1 RD.1 B1 RD\n";
   const Schedule s = parse_text(text);
   EXPECT_EQ(s.placement, Placement::v);
-  ASSERT_EQ(s.ranks[0].size(), 8u);  // a pair is two actions, the first marked
-  EXPECT_EQ(s.ranks[0][3], Action(ActionKind::F, 1, 0, true));
-  EXPECT_EQ(s.ranks[0][4], Action(ActionKind::B, 0, 1));
+  ASSERT_EQ(s.ranks[0].size(), 9u);
+  EXPECT_EQ(s.ranks[0][5], reduce_grad(1));
   EXPECT_EQ(to_text(s), text);
-  EXPECT_EQ(parse_text("pipeline p=1 m=1 v=1 placement=loop\n0: F0 B0\n").placement, Placement::loop);
+  EXPECT_EQ(parse_text("pipeline p=1 m=1 v=1 placement=loop\n0: F0 B0 RD\n").placement, Placement::loop);
   EXPECT_NE(error_of("pipeline p=1 m=1 v=1 placement=w\n0: F0 B0\n").find("placement=v"), std::string::npos);
-  EXPECT_NE(error_of("pipeline p=1 m=2 v=1\n0: F0+SF1\n").find("overlapped pair"), std::string::npos);
+  // NOTE [no overlapped pairs]: the IR has no pair, so "A+B" is an error saying what to write.
+  EXPECT_NE(error_of("pipeline p=2 m=2 v=1\n0: F0 F1+B0 B1 RD\n1: F0 B0 F1 B1 RD\n").find("overlapped pairs (A+B) are not part of the IR"),
+            std::string::npos);
   EXPECT_THROW(parse_placement("zigzag"), ScheduleError);
   EXPECT_EQ(sizeof(Action), 8u);
 }
 
-TEST(ScheduleIr, AddCommunicationSurroundsAnOverlappedPair) {
+TEST(ScheduleIr, ReduceGradTokenHasNoMicroBatch) {
+  EXPECT_EQ(to_token(reduce_grad(0)), "RD");
+  EXPECT_EQ(to_token(reduce_grad(2)), "RD.2");
+  EXPECT_FALSE(is_compute(ActionKind::REDUCE_GRAD));
+  EXPECT_FALSE(is_communication(ActionKind::REDUCE_GRAD));
+  for (ActionKind k : {ActionKind::SEND_F, ActionKind::RECV_F, ActionKind::SEND_B, ActionKind::RECV_B})
+    EXPECT_TRUE(is_communication(k));
+  const Schedule s = parse_text("pipeline p=1 m=1 v=3\n0: RD RD.1 RD.2\n");
+  EXPECT_EQ(s.ranks[0][0], reduce_grad(0));
+  EXPECT_EQ(s.ranks[0][2], reduce_grad(2));
+  EXPECT_NE(error_of("pipeline p=1 m=2 v=1\n0: RD0\n").find("bad token 'RD0'"), std::string::npos);
+  EXPECT_NE(error_of("pipeline p=1 m=2 v=1\n0: RD0\n").find("or RD and optionally"), std::string::npos);
+  EXPECT_NE(error_of("pipeline p=1 m=1 v=2\n0: RD.2\n").find("a chunk below v=2"), std::string::npos);
+}
+
+TEST(ScheduleIr, AddReduceGradGoesRightAfterEachChunksLastWeightGradient) {
+  Schedule s = empty_schedule(1, 2, 2);
+  s.ranks[0] = parse_text("pipeline p=1 m=2 v=2\n0: F0 F0.1 F1 F1.1 I0.1 I1.1 B0 W0.1 B1 W1.1\n").ranks[0];
+  const Schedule r = add_reduce_grad(s);
+  EXPECT_EQ(to_text(r), "pipeline p=1 m=2 v=2\n0: F0 F0.1 F1 F1.1 I0.1 I1.1 B0 W0.1 B1 RD W1.1 RD.1\n");
+  EXPECT_TRUE(has_reduce_grad(r));
+  EXPECT_FALSE(has_reduce_grad(s));
+  EXPECT_THROW(add_reduce_grad(r), ScheduleError);
+  EXPECT_EQ(with_reduce_grad(r), r);  // as written when it has them
+  EXPECT_EQ(with_reduce_grad(s), r);
+}
+
+TEST(ScheduleIr, AddCommunicationKeepsReduceGradAfterTheSend) {
   Schedule s = empty_schedule(2, 2, 1);
-  s.ranks[0] = {Action(ActionKind::F, 0), Action(ActionKind::F, 1, 0, true), Action(ActionKind::B, 0),
-                Action(ActionKind::B, 1)};
-  s.ranks[1] = {Action(ActionKind::F, 0), Action(ActionKind::B, 0), Action(ActionKind::F, 1), Action(ActionKind::B, 1)};
+  s.ranks[0] = {Action(ActionKind::F, 0), Action(ActionKind::F, 1), Action(ActionKind::B, 0),
+                Action(ActionKind::B, 1), reduce_grad(0)};
+  s.ranks[1] = {Action(ActionKind::F, 0), Action(ActionKind::B, 0), Action(ActionKind::F, 1), Action(ActionKind::B, 1),
+                reduce_grad(0)};
   EXPECT_EQ(to_text(add_communication(s)),
-            "pipeline p=2 m=2 v=1\n0: F0 SF0 RB0 F1+B0 SF1 RB1 B1\n1: RF0 F0 B0 SB0 RF1 F1 B1 SB1\n");
+            "pipeline p=2 m=2 v=1\n0: F0 SF0 F1 SF1 RB0 B0 RB1 B1 RD\n1: RF0 F0 B0 SB0 RF1 F1 B1 SB1 RD\n");
 }
