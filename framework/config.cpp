@@ -181,7 +181,8 @@ const std::vector<Field>& fields() {
       TRIDENT_FIELD(data, source, one_of({"synthetic", "file"}), "where training tokens come from"),
       TRIDENT_FIELD(data, path, any(), "token file prefix written by `trident data prepare`"),
       TRIDENT_FIELD(data, format, one_of({"trident", "megatron"}),
-                    "files at data.path: PREFIX.train.bin/.val.bin, or Megatron's PREFIX.bin/.idx"),
+                    "the files at data.path: \"trident\" PREFIX.train.bin and PREFIX.val.bin; "
+                    "\"megatron\" Megatron-LM's PREFIX.bin + PREFIX.idx (uint16 or int32 tokens, no validation split)"),
       TRIDENT_FIELD(data, tokenizer, one_of({"byte", "gpt2"}), "tokenizer"),
       TRIDENT_FIELD(data, tokenizer_dir, any(),
                     "directory holding encoder.json and vocab.bpe (gpt2)"),
@@ -199,7 +200,8 @@ const std::vector<Field>& fields() {
       TRIDENT_FIELD(logging, trace, any(), "write trace.json and timeline.svg of step trace_step"),
       TRIDENT_FIELD(logging, trace_step, at_least(1), "the step logging.trace records"),
       TRIDENT_FIELD(logging, tensorboard, any(),
-                    "also write each metrics.jsonl row to dir/events.out.tfevents.<time>.<host> for TensorBoard"),
+                    "also write each metrics.jsonl row to dir/events.out.tfevents.<time>.<host> for TensorBoard "
+                    "(scalars tagged with its keys)"),
   };
   return table;
 }
