@@ -196,6 +196,9 @@ const std::vector<Field>& fields() {
 
       TRIDENT_FIELD(data, source, one_of({"synthetic", "file"}), "where training tokens come from"),
       TRIDENT_FIELD(data, path, any(), "token file prefix written by `trident data prepare`"),
+      TRIDENT_FIELD(data, format, one_of({"trident", "megatron"}),
+                    "the files at data.path: \"trident\" PREFIX.train.bin and PREFIX.val.bin; "
+                    "\"megatron\" Megatron-LM's PREFIX.bin + PREFIX.idx (uint16 or int32 tokens, no validation split)"),
       TRIDENT_FIELD(data, tokenizer, one_of({"byte", "gpt2", "hf"}), "tokenizer"),
       TRIDENT_FIELD(data, tokenizer_dir, any(),
                     "directory holding encoder.json and vocab.bpe (gpt2) or tokenizer.json (hf)"),
@@ -213,6 +216,9 @@ const std::vector<Field>& fields() {
       TRIDENT_FIELD(logging, progress, any(), "progress bar when stdout is a terminal"),
       TRIDENT_FIELD(logging, trace, any(), "write trace.json and timeline.svg of step trace_step"),
       TRIDENT_FIELD(logging, trace_step, at_least(1), "the step logging.trace records"),
+      TRIDENT_FIELD(logging, tensorboard, any(),
+                    "also write each metrics.jsonl row to dir/events.out.tfevents.<time>.<host> for TensorBoard "
+                    "(scalars tagged with its keys)"),
   };
   return table;
 }
@@ -654,6 +660,11 @@ void check_data(const Config& c) {
   const DataConfig& d = c.data;
   if (d.source == "file" && d.path.empty())
     fail(c, "data.source = \"file\" needs data.path (the prefix written by `trident data prepare`)");
+  if (d.format == "megatron" && d.source != "file")
+    fail(c, "data.format = \"megatron\" reads data.path: it needs data.source = \"file\", got " + quote(d.source));
+  if (d.format == "megatron" && c.training.eval_interval > 0)
+    fail(c, "data.format = \"megatron\" reads one dataset (PREFIX.bin) and no validation split: "
+            "training.eval_interval must be 0, got " + n(c.training.eval_interval));
   if (d.source == "synthetic" && !d.path.empty()) {
     fail(c, "data.path = " + quote(d.path) + " with data.source = \"synthetic\": expected data.source = \"file\", "
                 "or no data.path (synthetic data reads no file)");

@@ -85,6 +85,7 @@ struct TrainingConfig {
 struct DataConfig {
   std::string source = "synthetic";  // "synthetic" | "file" (a prepared token file)
   std::string path;                  // prefix written by `trident data prepare`
+  std::string format = "trident";    // "trident" (PREFIX.train.bin, .val.bin) | "megatron" (PREFIX.bin, .idx)
   std::string tokenizer = "byte";    // "byte" | "gpt2"
   std::string tokenizer_dir;         // directory with encoder.json and vocab.bpe (gpt2) or tokenizer.json (hf)
   int64_t synthetic_tokens = 65536;  // tokens generated for source = "synthetic"
@@ -103,6 +104,7 @@ struct LoggingConfig {
   bool progress = true;              // progress bar when stdout is a terminal
   bool trace = false;                // write trace.json and timeline.svg of step trace_step
   int64_t trace_step = 2;            // the step logging.trace records
+  bool tensorboard = false;          // also write the logged rows to a TensorBoard event file in dir
 };
 
 struct Config {

@@ -41,6 +41,23 @@ std::string to_json(const StepMetrics& m) {
   return os.str();
 }
 
+tensorboard::Scalars to_scalars(const StepMetrics& m) {
+  auto f = [](double v) { return static_cast<float>(v); };
+  tensorboard::Scalars s = {{"loss", f(m.loss)},
+                            {"lr", f(m.lr)},
+                            {"grad_norm", f(m.grad_norm)},
+                            {"step_time_s", f(m.step_time_s)},
+                            {"tokens_per_s", f(m.tokens_per_s)},
+                            {"tflops", f(m.tflops)},
+                            {"mfu", f(m.mfu)},
+                            {"grad_sync_s", f(m.grad_sync_s)},
+                            {"optimizer_state_bytes", f(static_cast<double>(m.optimizer_state_bytes))},
+                            {"bubble", f(m.bubble)}};
+  for (size_t i = 0; i < m.stage_busy_s.size(); ++i) s.emplace_back("busy_s_stage" + std::to_string(i), f(m.stage_busy_s[i]));
+  if (m.eval_loss) s.emplace_back("eval_loss", f(*m.eval_loss));
+  return s;
+}
+
 std::string format_step_line(const StepMetrics& m, int64_t total_steps) {
   std::ostringstream os;
   os << "step " << m.step << "/" << total_steps << " | loss " << fmt("%.4f", m.loss) << " | lr " << fmt("%.2e", m.lr)
@@ -125,7 +142,8 @@ std::optional<double> json_number(const std::string& line, const std::string& ke
 
 }  // namespace
 
-RunLog::RunLog(const std::string& dir, const std::string& title, int64_t continue_after) : dir_(dir), title_(title) {
+RunLog::RunLog(const std::string& dir, const std::string& title, int64_t continue_after, bool tensorboard)
+    : dir_(dir), title_(title) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw std::runtime_error("cannot create logging.dir '" + dir + "': " + ec.message());
@@ -148,6 +166,7 @@ RunLog::RunLog(const std::string& dir, const std::string& title, int64_t continu
   jsonl_.open(dir + "/metrics.jsonl", std::ios::trunc);
   jsonl_ << kept;
   if (!jsonl_) throw std::runtime_error("cannot write '" + dir + "/metrics.jsonl'");
+  if (tensorboard) events_ = std::make_unique<tensorboard::EventWriter>(dir);
 }
 
 void RunLog::write_config(const std::string& toml_text) {
@@ -160,6 +179,7 @@ void RunLog::append(const StepMetrics& m) {
   history_.push_back(m);
   jsonl_ << to_json(m) << "\n";
   jsonl_.flush();
+  if (events_) events_->add(m.step, to_scalars(m));
 }
 
 void RunLog::finish() {

@@ -5,9 +5,12 @@
 
 #include <cstdint>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "framework/tensorboard.h"
 
 namespace trident {
 
@@ -23,6 +26,8 @@ struct StepMetrics {
 };
 
 std::string to_json(const StepMetrics& m);
+// The row's numbers as TensorBoard scalars, tagged with metrics.jsonl's keys.
+tensorboard::Scalars to_scalars(const StepMetrics& m);
 // "step 12/30 | loss 4.1234 | lr 1.00e-03 | grad-norm 0.812 | 10.2k tok/s | 0.45 TFLOP/s | MFU 38.1%"
 std::string format_step_line(const StepMetrics& m, int64_t total_steps);
 // "[#######.......] 12/30  ETA 0:42"
@@ -30,22 +35,27 @@ std::string format_progress(int64_t done, int64_t total, double elapsed_s, int w
 // Loss (and eval loss) against step; axes with ticks, readable in a browser.
 std::string loss_svg(const std::vector<StepMetrics>& steps, const std::string& title);
 
-// The run directory: metrics.jsonl appended per step (flushed), loss.svg at close.
+// The run directory: metrics.jsonl appended per step (flushed), loss.svg at close,
+// and with tensorboard = true an event file of the same rows (tensorboard.h).
 class RunLog {
  public:
   // Creates dir (throws if it cannot) and starts metrics.jsonl afresh, or, with
   // continue_after = k >= 0 (a run resumed from the checkpoint of step k), keeps
   // its rows of steps 1..k so the file goes on with k + 1 as one run's would.
-  RunLog(const std::string& dir, const std::string& title, int64_t continue_after = -1);
+  // A resumed run's event file is a new one holding steps k + 1 on (TensorBoard
+  // reads every event file of the directory).
+  RunLog(const std::string& dir, const std::string& title, int64_t continue_after = -1, bool tensorboard = false);
   void write_config(const std::string& toml_text);
   void append(const StepMetrics& m);
   void finish();  // writes loss.svg
   const std::vector<StepMetrics>& history() const { return history_; }
   const std::string& dir() const { return dir_; }
+  std::string event_file() const { return events_ ? events_->path() : ""; }
 
  private:
   std::string dir_, title_;
   std::ofstream jsonl_;
+  std::unique_ptr<tensorboard::EventWriter> events_;
   std::vector<StepMetrics> history_;
 };
 

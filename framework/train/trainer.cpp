@@ -24,6 +24,7 @@
 #include "framework/atomic_file.h"
 #include "framework/cpu_memory.h"
 #include "framework/data/dataset.h"
+#include "framework/data/megatron_dataset.h"
 #include "framework/json.h"
 #include "framework/lr_schedule.h"
 #include "framework/optimizer.h"
@@ -64,9 +65,11 @@ sched::Schedule build_schedule(const Config& cfg, int64_t m) {
   return sched::has_communication(s) ? s : sched::add_communication(s);
 }
 
-// Token streams: a prepared file (memory-mapped) or a synthetic stream.
+// Token streams: a prepared file or a Megatron dataset (memory-mapped), or a
+// synthetic stream.
 struct TokenSource {
   std::unique_ptr<data::TokenFile> file;
+  std::unique_ptr<data::MegatronDataset> megatron;
   std::vector<uint32_t> synthetic;
   data::TokenView view;
 };
@@ -84,6 +87,11 @@ TokenSource open_tokens(const Config& cfg, const std::string& split) {
                                            static_cast<uint64_t>(cfg.training.seed));
     if (split != "train") src.synthetic.erase(src.synthetic.begin(), src.synthetic.begin() + n);
     src.view = data::TokenView::of(src.synthetic, "synthetic/" + split);
+  } else if (cfg.data.format == "megatron") {
+    // check_config() refuses evaluation with this format: only "train" is opened.
+    src.megatron = std::make_unique<data::MegatronDataset>(cfg.data.path);
+    src.megatron->check_vocab(cfg.model.vocab_size);
+    src.view = src.megatron->tokens();
   } else {
     src.file = std::make_unique<data::TokenFile>(cfg.data.path + "." + split + ".bin");
     data::check_tokenizer(*src.file, cfg.data.tokenizer, cfg.data.tokenizer_dir);
@@ -516,7 +524,7 @@ TrainSummary train(Config cfg) {
   if (leader) {
     print_start(r, peak);
     log = std::make_unique<RunLog>(c.logging.dir, "Trident " + c.model.arch + " loss (" + c.source + ")",
-                                   first_step > 0 ? first_step : -1);
+                                   first_step > 0 ? first_step : -1, c.logging.tensorboard);
     log->write_config(to_toml(c));
   }
   const bool bar = leader && c.logging.progress && isatty(STDOUT_FILENO);

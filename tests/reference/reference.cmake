@@ -1,11 +1,14 @@
 # tests/reference/: Trident against libraries outside it (DESIGN.md principle 15),
 # CTest label `reference`. Python scripts run with TRIDENT_PYTHON (the project's
-# .venv from scripts/setup.sh: torch, transformers, safetensors, numpy) against
+# .venv from scripts/setup.sh: torch, transformers, safetensors, numpy,
+# tensorboard, megatron-core) against
 # the built `trident`.
 #   ReferenceTrainingTiny   gpt-tiny, 20 steps, vs transformers' GPT-2 + torch AdamW in fp32 and fp64; bf16 vs torch.autocast
 #   ReferenceTrainingBrown  gpt-small-brown (GPT-2 BPE on Brown), 20 steps, the same
 #   ReferenceLayoutsTiny    the same for tp2, pp2 interleaved, dp2 ZeRO-1 and tp2 x pp2 x dp2 (every schedule)
 #   HfRoundTrip             trident export -> from_pretrained, generate(), save_pretrained -> --init-from
+#   TensorBoardEvents       logging.tensorboard's event file read by the tensorboard package
+#   MegatronIndexedData     data.format = "megatron" on files megatron-core wrote, against a token file
 #   HfTokenizer             --tokenizer hf ids vs tokenizers' encode (trained, GPT-2, Llama 3, Qwen2
 #                           tokenizer.json); needs only `tokenizers`, so it is also in the no-libtorch build
 set(_ref ${CMAKE_CURRENT_SOURCE_DIR}/reference)
@@ -38,3 +41,11 @@ add_test(NAME HfRoundTrip
          COMMAND ${TRIDENT_PYTHON} ${_ref}/test_hf_roundtrip.py --trident ${PROJECT_BINARY_DIR}/trident
                  --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/hf-roundtrip)
 set_tests_properties(HfRoundTrip PROPERTIES LABELS reference TIMEOUT 600)
+add_test(NAME TensorBoardEvents
+         COMMAND ${TRIDENT_PYTHON} ${_ref}/test_tensorboard.py --trident ${PROJECT_BINARY_DIR}/trident
+                 --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/tensorboard)
+set_tests_properties(TensorBoardEvents PROPERTIES LABELS reference TIMEOUT 300)
+add_test(NAME MegatronIndexedData
+         COMMAND ${TRIDENT_PYTHON} ${_ref}/test_megatron_data.py --trident ${PROJECT_BINARY_DIR}/trident
+                 --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/megatron)
+set_tests_properties(MegatronIndexedData PROPERTIES LABELS reference TIMEOUT 300)

@@ -177,6 +177,11 @@ TEST(Config, BadConfigsNameKeyValueAndExpectation) {
       {"dropout 1", "[model]\ndropout = 1.0\n", {}, "model.dropout = 1.0: expected a number in [0, 1)"},
       {"unknown data source", "[data]\nsource = \"web\"\n", {}, "data.source = \"web\": expected one of"},
       {"unknown tokenizer", "[data]\ntokenizer = \"sp\"\n", {}, "data.tokenizer = \"sp\""},
+      {"unknown data format", "[data]\nformat = \"hdf5\"\n", {}, "data.format = \"hdf5\": expected one of \"trident\", \"megatron\""},
+      {"megatron without a file", "[data]\nformat = \"megatron\"\n", {},
+       "data.format = \"megatron\" reads data.path: it needs data.source = \"file\", got \"synthetic\""},
+      {"megatron with evaluation", "[data]\nformat = \"megatron\"\nsource = \"file\"\npath = \"p\"\n[training]\neval_interval = 5\n", {},
+       "training.eval_interval must be 0, got 5"},
       {"hf tokenizer without its folder", "[data]\ntokenizer = \"hf\"\n", {}, "data.tokenizer = \"hf\" needs data.tokenizer_dir"},
       {"unknown backend", "[parallel]\nbackend = \"mpi\"\n", {}, "parallel.backend = \"mpi\""},
       {"unknown device", "[training]\ndevice = \"tpu\"\n", {}, "training.device = \"tpu\""},
@@ -326,7 +331,7 @@ TEST(Config, LayoutFactors) {
 
 TEST(Config, KeysTableDescribesTypesAndDefaults) {
   const auto keys = trident::config_keys();
-  EXPECT_EQ(keys.size(), 59u);
+  EXPECT_EQ(keys.size(), 61u);
   bool found = false;
   for (const auto& k : keys) {
     if (k.name != "parallel.dp") continue;
