@@ -28,10 +28,8 @@ save_pretrained:
      equals reference_train.py from the same directory (trident compare --rtol 1e-5).
 """
 
-import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -42,7 +40,7 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from test_reference_training import metrics, readme_files  # noqa: E402
-from trident_data import write_token_file  # noqa: E402
+from trident_data import reference_args, write_token_file  # noqa: E402
 
 RTOL = 1e-5
 PRINT_ABS = 5e-7  # `trident eval` prints the loss with 6 decimals
@@ -116,14 +114,8 @@ def close(a, b, rtol=RTOL, atol=0.0):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--trident", required=True)
-    ap.add_argument("--source-dir", required=True)
-    ap.add_argument("--work", required=True)
-    args = ap.parse_args()
-    t, work = args.trident, os.path.abspath(args.work)
-    shutil.rmtree(work, ignore_errors=True)  # checkpoints and runs must start afresh
-    os.makedirs(work)
+    args = reference_args()  # the work folder afresh: checkpoints and runs must start from nothing
+    t, work = args.trident, args.work
     torch.set_num_threads(1)
     failures = []
 

@@ -15,10 +15,8 @@ under the tokenizer name hf:<FNV-1a 64 of tokenizer.json>. Prints one JSON line 
 tokenizer and writes results.json in --work.
 """
 
-import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -219,13 +217,9 @@ def check_rejections(trident, work):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--trident", required=True)
-    ap.add_argument("--source-dir", required=True)
-    ap.add_argument("--work", required=True)
-    args = ap.parse_args()
-    shutil.rmtree(args.work, ignore_errors=True)
-    os.makedirs(args.work)
+    sys.path.insert(0, HERE)
+    from trident_data import reference_args
+    args = reference_args(__doc__)
     brown = brown_text(args.trident, args.source_dir)
     # The whole Brown corpus (6 MB) through GPT-2's vocabulary and the Llama-3-style one.
     results = [check_kind(k, args.trident, args.source_dir, args.work, brown if k in ("gpt2", "llama3") else "")

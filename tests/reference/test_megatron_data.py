@@ -13,10 +13,8 @@ gradient norms of the three runs are bit-identical, so Trident read the same tok
 and a corrupt PREFIX.idx make `trident train` fail with an error naming the file.
 """
 
-import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import warnings
@@ -26,7 +24,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from trident_data import write_token_file  # noqa: E402
+from trident_data import reference_args, write_token_file  # noqa: E402
 
 warnings.filterwarnings("ignore")  # megatron-core warns that Transformer Engine and Apex are absent
 from megatron.core.datasets.indexed_dataset import IndexedDataset, IndexedDatasetBuilder  # noqa: E402
@@ -62,13 +60,7 @@ def train(args, work, sets):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--trident", required=True)
-    ap.add_argument("--source-dir", required=True)
-    ap.add_argument("--work", required=True)
-    args = ap.parse_args()
-    shutil.rmtree(args.work, ignore_errors=True)
-    os.makedirs(args.work)
+    args = reference_args()
 
     rng = np.random.default_rng(7)
     docs = []

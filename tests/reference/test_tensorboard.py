@@ -13,18 +13,19 @@ readers (the record reader checks both masked CRC-32Cs of every record) must fin
     optimizer_state_bytes, the loss of every step equal to metrics.jsonl's in float32.
 """
 
-import argparse
 import glob
 import json
 import math
 import os
 import re
-import shutil
 import subprocess
 import sys
 
 import numpy as np
 from tensorboard.backend.event_processing import event_accumulator, event_file_loader
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from trident_data import reference_args  # noqa: E402
 
 REQUIRED = ["loss", "eval_loss", "lr", "grad_norm", "tokens_per_s", "tflops", "mfu", "bubble",
             "optimizer_state_bytes"]
@@ -43,12 +44,7 @@ def same(a, b):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--trident", required=True)
-    ap.add_argument("--source-dir", required=True)
-    ap.add_argument("--work", required=True)
-    args = ap.parse_args()
-    shutil.rmtree(args.work, ignore_errors=True)
+    args = reference_args()
     run_dir = os.path.join(args.work, "run")
     cmd = [args.trident, "train", "--config", os.path.join(args.source_dir, "configs", "gpt-tiny.toml"),
            "--set", "training.steps=6", "--set", "training.eval_interval=3", "--set", "training.threads=1",

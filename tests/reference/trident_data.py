@@ -115,3 +115,20 @@ def write_token_file(path, tokens, vocab_size, tokenizer, end_of_text=0xFFFFFFFF
     with open(path, "wb") as f:
         f.write(header)
         f.write(tokens.astype("<u2" if dtype_bytes == 2 else "<u4").tobytes())
+
+
+def reference_args(description=None):
+    """The arguments every reference test takes (--trident, --source-dir, --work), parsed;
+    the work folder is emptied and made afresh, absolute."""
+    import argparse
+    import os
+    import shutil
+    ap = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--trident", required=True, help="the built trident")
+    ap.add_argument("--source-dir", required=True, help="the repository root")
+    ap.add_argument("--work", required=True, help="a scratch folder (emptied first)")
+    args = ap.parse_args()
+    args.work = os.path.abspath(args.work)
+    shutil.rmtree(args.work, ignore_errors=True)
+    os.makedirs(args.work)
+    return args
