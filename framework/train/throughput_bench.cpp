@@ -111,7 +111,7 @@ ThroughputRow run_throughput_case(const std::string& trident, const std::string&
   if (tok.empty()) throw std::runtime_error("bench throughput: no metrics in " + dir + "/metrics.jsonl");
   ThroughputRow r{c, median(tok), median(mfu), median(bubble), median(step), median(tflops)};
   r.threads = training_threads(dir + "/config.toml");
-  // The trainer's mfu is tflops / (its one-thread peak x min(ranks, cores)) (framework/trainer.cpp),
+  // The trainer's mfu is tflops / (its one-thread peak x min(ranks, cores)) (framework/train/trainer.cpp),
   // so its peak is recovered from any step's pair.
   const double trainer_cores = std::max(1u, std::thread::hardware_concurrency());
   if (r.mfu > 0) r.run_peak_flops = r.tflops * 1e12 / (r.mfu * std::min<double>(c.p, trainer_cores));

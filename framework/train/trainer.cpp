@@ -427,7 +427,8 @@ void print_start(const Run& r, double peak) {
 // Rank 0's end: measured against predicted (the simulator on this run's
 // action lists with each stage's measured mean F/B/I/W and each link's
 // measured latency), busy time per stage, and the run's means.
-void print_report(const Run& r, const TrainSummary& summary, const sched::TimelineStats& predicted, double seconds) {
+void print_report(const Run& r, const TrainSummary& summary, const sched::TimelineStats& predicted, int64_t steps_run,
+                  double seconds) {
   const Config& c = r.cfg;
   double bubble = 0;
   for (const auto& m : summary.steps) bubble += m.bubble;
@@ -456,10 +457,13 @@ void print_report(const Run& r, const TrainSummary& summary, const sched::Timeli
   double tok = 0, mfu = 0;
   for (const auto& m : summary.steps) tok += m.tokens_per_s, mfu += m.mfu;
   const double n = std::max<double>(1, static_cast<double>(summary.steps.size()));
-  std::cout << "done: " << summary.steps.size() << " steps in " << seconds << " s | loss "
-            << (summary.steps.empty() ? 0.0 : summary.steps.front().loss) << " -> "
+  // Means over the logged steps (logging.log_interval); the loss of the first and the last of them.
+  std::cout << "done: " << steps_run << " steps in " << seconds << " s | loss "
+            << (summary.steps.empty() ? 0.0 : summary.steps.front().loss) << " (step "
+            << (summary.steps.empty() ? 0 : summary.steps.front().step) << ") -> "
             << (summary.steps.empty() ? 0.0 : summary.steps.back().loss) << " | mean " << tok / n
-            << " tok/s | mean MFU " << 100 * mfu / n << "% | wrote " << c.logging.dir
+            << " tok/s | mean MFU " << 100 * mfu / n << "% over " << summary.steps.size() << " logged steps | wrote "
+            << c.logging.dir
             << "/{config.toml,metrics.jsonl,loss.svg}" << std::endl;
 }
 
@@ -529,7 +533,8 @@ TrainSummary train(Config cfg) {
   }
   const bool bar = leader && c.logging.progress && isatty(STDOUT_FILENO);
   const auto start = Clock::now();
-  for (int64_t step = first_step; step < c.training.steps; ++step) {
+  int64_t steps_run = 0;
+  for (int64_t step = first_step; step < c.training.steps; ++step, ++steps_run) {
     // Only logged steps read the loss back and run the logging collectives (train_step).
     if (const std::optional<StepMetrics> logged = train_step(r, step)) {
       StepMetrics m = *logged;
@@ -542,13 +547,16 @@ TrainSummary train(Config cfg) {
         if (bar) std::cout << format_progress(m.step, c.training.steps, seconds_since(start)) << std::flush;
       }
     }
-    if (checkpointer.after_step(step + 1)) break;  // saves when due; true at training.exit_after_steps
+    if (checkpointer.after_step(step + 1)) {  // saves when due; true at training.exit_after_steps
+      ++steps_run;
+      break;
+    }
   }
   const sched::TimelineStats predicted = r.costs.predict(r.pgs->pp, r.schedule);  // a collective over the pipeline
   if (leader) {
     if (bar) std::cout << "\r\033[K";
     log->finish();
-    print_report(r, summary, predicted, seconds_since(start));
+    print_report(r, summary, predicted, steps_run, seconds_since(start));
   }
   std::cout << r.pgs->layout().describe(r.pgs->rank()) << ": peak " << r.peak.peak_inflight
             << " micro-batches in flight holding " << r.peak.peak_activation_bytes << " activation bytes ("
