@@ -13,6 +13,7 @@
 #include "framework/data/prepare.h"
 #include "framework/data/token_file.h"
 #include "framework/errors.h"
+#include "tests/error_of.h"
 
 namespace td = trident::data;
 namespace fs = std::filesystem;
@@ -123,12 +124,7 @@ TEST(TokenFile, CheckTokenizerNamesKeyFileAndHeader) {
   EXPECT_NO_THROW(td::check_tokenizer(f, "gpt2", ""));
   EXPECT_NO_THROW(td::check_tokenizer(f, "gpt2", vocab));  // scripts/setup_data.sh installs it
   auto message = [&](const std::string& name, const std::string& d) {
-    try {
-      td::check_tokenizer(f, name, d);
-    } catch (const trident::ConfigError& e) {
-      return std::string(e.what());
-    }
-    return std::string("<no ConfigError>");
+    return trident::testing::error_of<trident::ConfigError>([&] { td::check_tokenizer(f, name, d); });
   };
   EXPECT_EQ(message("byte", ""), "data.tokenizer = \"byte\" but token file " + path +
                                      " was written by tokenizer \"gpt2\" (its header): expected data.tokenizer = \"gpt2\"");

@@ -17,6 +17,7 @@
 #include "framework/errors.h"
 #include "framework/data/unicode.h"
 #include "framework/json.h"
+#include "tests/error_of.h"
 
 namespace td = trident::data;
 namespace json = trident::json;
@@ -260,12 +261,7 @@ TEST(HfTokenizer, TokenFileNamesTheTokenizerJson) {
   EXPECT_NO_THROW(td::check_tokenizer(f, "hf", (dir / "a").string()));
   EXPECT_NO_THROW(td::check_tokenizer(f, "hf", ""));
   auto message = [&](const std::string& name, const std::string& d) {
-    try {
-      td::check_tokenizer(f, name, d);
-    } catch (const trident::ConfigError& e) {
-      return std::string(e.what());
-    }
-    return std::string("<no ConfigError>");
+    return trident::testing::error_of<trident::ConfigError>([&] { td::check_tokenizer(f, name, d); });
   };
   EXPECT_NE(message("gpt2", "").find("expected data.tokenizer = \"hf\""), std::string::npos) << message("gpt2", "");
   EXPECT_NE(message("hf", (dir / "b").string()).find("expected the folder of the tokenizer.json that wrote it"),
