@@ -17,8 +17,8 @@ DataParallel::DataParallel(const std::vector<std::vector<Param*>>& chunks, DataP
   buffer_ = std::make_unique<GradBuffer>(chunks, *groups.dp, bo, [&](const Param& p) {
     return grad_place(p, tied_local, o_.sequence_parallel);
   });
-  finalizer_ = std::make_unique<GradFinalizer>(groups, find_tied(all, tied_local), std::move(norm_slots), o_.zero1);
-  optimizer_ = std::make_unique<ZeroOptimizer>(*buffer_, adam, o_.zero1);
+  finalizer_ = std::make_unique<GradFinalizer>(groups, find_tied(all, tied_local), std::move(norm_slots));
+  optimizer_ = std::make_unique<ZeroOptimizer>(*buffer_, adam);
 }
 
 void DataParallel::finish_grad_sync() {

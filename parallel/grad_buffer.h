@@ -98,6 +98,7 @@ class GradBuffer : public GradObserver {
   // Gradient elements this rank reduces over DP each step (0 at dp = 1).
   int64_t dp_reduced_elements() const;
   const Group& dp() const { return dp_; }
+  bool sharded() const { return o_.sharded; }  // ZeRO-1: each rank owns one shard of every bucket
 
  private:
   struct Hook;

@@ -36,9 +36,8 @@ GradPlace grad_place(const Param& p, const std::map<std::string, bool>& tied_loc
   return GradPlace::kBucket;
 }
 
-GradFinalizer::GradFinalizer(FinalizeGroups groups, TiedParams tied, std::map<std::string, size_t> norm_slots,
-                             bool sharded)
-    : g_(groups), tied_(std::move(tied)), norm_slots_(std::move(norm_slots)), sharded_(sharded) {}
+GradFinalizer::GradFinalizer(FinalizeGroups groups, TiedParams tied, std::map<std::string, size_t> norm_slots)
+    : g_(groups), tied_(std::move(tied)), norm_slots_(std::move(norm_slots)) {}
 
 void GradFinalizer::reduce_model_parallel(at::Tensor sp_grads) {
   at::NoGradGuard no_grad;
@@ -83,7 +82,7 @@ double GradFinalizer::grad_norm(const GradBuffer& buffer) const {
     for (size_t i = 0; i < slot_of.size(); ++i) s[slot_of[i]] += h[i];
   }
   all_reduce(*g_.model_parallel, slots);
-  if (sharded_) all_reduce(*g_.dp, slots);
+  if (buffer.sharded()) all_reduce(*g_.dp, slots);
   double total = 0;
   for (int64_t i = 0; i < slots.numel(); ++i) total += s[i];
   return std::sqrt(total);

@@ -47,7 +47,7 @@ struct FinalizeGroups {
 class GradFinalizer {
  public:
   // norm_slots: global name -> slot of the canonical order (Model::unique_params).
-  GradFinalizer(FinalizeGroups groups, TiedParams tied, std::map<std::string, size_t> norm_slots, bool sharded);
+  GradFinalizer(FinalizeGroups groups, TiedParams tied, std::map<std::string, size_t> norm_slots);
   // Before the late bucket's DP reduction: `sp_grads` (the late bucket's
   // sequence-parallel part) all-reduced over TP, then the tied reductions.
   void reduce_model_parallel(at::Tensor sp_grads);
@@ -62,7 +62,6 @@ class GradFinalizer {
   FinalizeGroups g_;
   TiedParams tied_;
   std::map<std::string, size_t> norm_slots_;
-  bool sharded_;
 };
 
 }  // namespace trident

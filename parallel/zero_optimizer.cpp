@@ -17,8 +17,7 @@ ShardRange owned_range(int64_t padded, int64_t used, int size, int rank, bool sh
   return {rank * shard, rank * shard + shard};
 }
 
-ZeroOptimizer::ZeroOptimizer(GradBuffer& buffer, AdamWOptions adam, bool sharded)
-    : buffer_(buffer), sharded_(sharded) {
+ZeroOptimizer::ZeroOptimizer(GradBuffer& buffer, AdamWOptions adam) : buffer_(buffer) {
   // The optimizer's segments: whole parameters, or the pieces of this rank's shards.
   std::vector<OptimSegment> segs;
   for (const auto& bucket : buffer_.buckets()) {
@@ -37,7 +36,7 @@ ZeroOptimizer::ZeroOptimizer(GradBuffer& buffer, AdamWOptions adam, bool sharded
 void ZeroOptimizer::step(double lr) {
   adam_->step(lr);
   const Group& dp = buffer_.dp();
-  if (!sharded_ || dp.size() == 1) return;
+  if (!buffer_.sharded() || dp.size() == 1) return;
   at::NoGradGuard no_grad;
   for (const auto& b : buffer_.buckets()) {
     if (b->local) continue;  // copied from the primaries (GradFinalizer::copy_tied)

@@ -42,8 +42,9 @@ ShardRange owned_range(int64_t padded, int64_t used, int size, int rank, bool sh
 class ZeroOptimizer {
  public:
   // AdamW over what this rank owns of every bucket of `buffer` but its local
-  // one (tied copies are stepped through their primaries).
-  ZeroOptimizer(GradBuffer& buffer, AdamWOptions adam, bool sharded);
+  // one (tied copies are stepped through their primaries); sharded (ZeRO-1)
+  // when the buffer is.
+  ZeroOptimizer(GradBuffer& buffer, AdamWOptions adam);
   // One AdamW update, then (sharded, dp > 1) the all-gather of every bucket's shards.
   void step(double lr);
   AdamW& adam() { return *adam_; }
@@ -51,7 +52,6 @@ class ZeroOptimizer {
 
  private:
   GradBuffer& buffer_;
-  bool sharded_;
   std::unique_ptr<AdamW> adam_;
 };
 

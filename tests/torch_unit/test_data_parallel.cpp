@@ -193,7 +193,7 @@ TEST(GradFinalizer, NormCountsEachParameterOnceOverTp) {
     // Full w gradient [1, 2, 3, 4]: rank 0 holds [1, 2], rank 1 [3, 4]; r's is [5, 6, 7] on both.
     w.tensor.mutable_grad().copy_(at::arange(2, at::kFloat) + 1 + 2 * tp.rank);
     r.tensor.mutable_grad().copy_(at::arange(3, at::kFloat) + 5);
-    GradFinalizer fin({&dp, &tp, &tp, &tp}, {}, {{"w", 0}, {"r", 1}}, false);
+    GradFinalizer fin({&dp, &tp, &tp, &tp}, {}, {{"w", 0}, {"r", 1}});
     const double norm = fin.grad_norm(buf);
     const double want = std::sqrt(1.0 + 4 + 9 + 16 + 25 + 36 + 49);
     if (norm != want)
@@ -211,7 +211,7 @@ TEST(GradFinalizer, TiedCopyAddsIntoItsPrimaryAndTakesItsValue) {
   const std::map<std::string, bool> local{{"emb", true}};
   GradBuffer buf({all}, g, GradBufferOptions{},
                  [&](const Param& p) { return grad_place(p, local, false); });
-  GradFinalizer fin({&g, &g, &g, &g}, find_tied(all, local), {{"emb", 0}}, false);
+  GradFinalizer fin({&g, &g, &g, &g}, find_tied(all, local), {{"emb", 0}});
   buf.zero_grads();
   prim.tensor.mutable_grad().fill_(1);
   copy.tensor.mutable_grad().fill_(2);
@@ -239,7 +239,7 @@ TEST(ZeroOptimizer, ShardedStepEqualsTheReplicatedOne) {
     GradBuffer sharded(sharded_ps.chunks(), dp, so, bucketed);
     const Group one = solo("one");
     GradBuffer replicated(replicated_ps.chunks(), one, ro, bucketed);
-    ZeroOptimizer zs(sharded, AdamWOptions{}, true), zr(replicated, AdamWOptions{}, false);
+    ZeroOptimizer zs(sharded, AdamWOptions{}), zr(replicated, AdamWOptions{});
     int64_t owned = 0;
     for (const auto& b : sharded.buckets()) owned += owned_used(sharded, *b);
     int64_t seg = 0;
