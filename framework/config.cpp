@@ -131,20 +131,31 @@ struct Field {
 
 const std::vector<Field>& fields() {
   static const std::vector<Field> table = {
-      TRIDENT_FIELD(model, arch, one_of({"gpt"}), "model family"),
+      TRIDENT_FIELD(model, arch, one_of({"gpt", "llama"}), "model family"),
       TRIDENT_FIELD(model, layers, at_least(1), "transformer blocks"),
       TRIDENT_FIELD(model, hidden, at_least(1), "model width"),
       TRIDENT_FIELD(model, heads, at_least(1), "attention heads"),
-      TRIDENT_FIELD(model, ffn_hidden, at_least(0), "MLP width; 0 means 4 * hidden"),
+      TRIDENT_FIELD(model, ffn_hidden, at_least(0), "MLP width; 0 means 4 * hidden (gpt only: llama needs it set)"),
+      TRIDENT_FIELD(model, kv_heads, at_least(0),
+                    "key/value heads, dividing heads (grouped-query attention; 1 = multi-query); 0 = heads (llama)"),
       TRIDENT_FIELD(model, seq_len, at_least(1), "tokens per sample"),
       TRIDENT_FIELD(model, vocab_size, at_least(1), "tokenizer vocabulary before padding"),
       TRIDENT_FIELD(model, vocab_pad_multiple, at_least(1),
                     "padded vocabulary is a multiple of this * tp"),
       TRIDENT_FIELD(model, dropout, unit_open(), "dropout probability (0 keeps runs exact)"),
       TRIDENT_FIELD(model, init_std, positive(), "standard deviation of the normal init"),
-      TRIDENT_FIELD(model, layernorm_eps, positive(), "LayerNorm epsilon"),
+      TRIDENT_FIELD(model, layernorm_eps, positive(), "LayerNorm (gpt) or RMSNorm (llama) epsilon"),
       TRIDENT_FIELD(model, init_from, any(),
-                    "Hugging Face GPT-2 directory to start from (see `trident export`); empty = random init"),
+                    "Hugging Face directory to start from (GPT-2 or Llama, see `trident export`); empty = random init"),
+      TRIDENT_FIELD(model, tie_embeddings, any(), "the LM head shares the word embedding (gpt: must be true)"),
+      TRIDENT_FIELD(model, rope_theta, positive(), "rotary position embedding base (llama)"),
+      TRIDENT_FIELD(model, rope_scaling, one_of({"none", "llama3"}),
+                    "rotary frequency scaling: none, or Llama 3.1's (the rope_* factors below; llama)"),
+      TRIDENT_FIELD(model, rope_factor, positive(), "llama3 rope scaling: factor"),
+      TRIDENT_FIELD(model, rope_low_freq_factor, positive(), "llama3 rope scaling: low_freq_factor"),
+      TRIDENT_FIELD(model, rope_high_freq_factor, positive(), "llama3 rope scaling: high_freq_factor"),
+      TRIDENT_FIELD(model, rope_original_max_position, at_least(1),
+                    "llama3 rope scaling: original_max_position_embeddings"),
 
       TRIDENT_FIELD(parallel, tp, at_least(1), "tensor-parallel size"),
       TRIDENT_FIELD(parallel, pp, at_least(1), "pipeline-parallel size (stages)"),
@@ -549,7 +560,48 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 namespace {
 
 // Shapes the model needs for its TP plan (models/gpt/gpt.cpp asserts them).
+// Keys of one family set under another, and the Llama-only shapes.
+void check_model_family(const Config& c) {
+  const ModelConfig& m = c.model;
+  const ModelConfig d;  // the defaults
+  const bool llama = m.arch == "llama";
+  if (!llama) {
+    const auto refuse = [&](bool set, const std::string& key) {
+      if (set) fail(c, key + " is a llama key: model.arch = " + quote(m.arch) + " does not read it");
+    };
+    refuse(m.kv_heads != 0 && m.kv_heads != m.heads, "model.kv_heads (" + n(m.kv_heads) + ")");
+    refuse(!m.tie_embeddings, "model.tie_embeddings = false");
+    refuse(m.rope_theta != d.rope_theta, "model.rope_theta");
+    refuse(m.rope_scaling != d.rope_scaling, "model.rope_scaling");
+  }
+  if (m.rope_scaling != "llama3") {
+    const auto refuse = [&](bool set, const std::string& key) {
+      if (set) fail(c, key + " is read only with model.rope_scaling = \"llama3\", got " + quote(m.rope_scaling));
+    };
+    refuse(m.rope_factor != d.rope_factor, "model.rope_factor");
+    refuse(m.rope_low_freq_factor != d.rope_low_freq_factor, "model.rope_low_freq_factor");
+    refuse(m.rope_high_freq_factor != d.rope_high_freq_factor, "model.rope_high_freq_factor");
+    refuse(m.rope_original_max_position != d.rope_original_max_position, "model.rope_original_max_position");
+  } else if (m.rope_high_freq_factor <= m.rope_low_freq_factor) {
+    fail(c, "model.rope_high_freq_factor (" + format_double(m.rope_high_freq_factor) +
+                ") must exceed model.rope_low_freq_factor (" + format_double(m.rope_low_freq_factor) + ")");
+  }
+  if (!llama) return;
+  if (m.ffn_hidden == 0)
+    fail(c, "model.ffn_hidden must be set for model.arch = \"llama\" (the SwiGLU width; Llama 3 8B uses 14336)");
+  if (m.dropout > 0) fail(c, "model.dropout = " + format_double(m.dropout) + ": llama has no dropout, expected 0");
+  if (m.heads % m.kv() != 0)
+    fail(c, "model.kv_heads (" + n(m.kv()) + ") must divide model.heads (" + n(m.heads) + ")");
+  if (m.kv() % c.parallel.tp != 0) {
+    fail(c, "parallel.tp (" + n(c.parallel.tp) + ") must divide model.kv_heads (" + n(m.kv()) +
+                "): each tensor-parallel rank holds whole key/value heads");
+  }
+  if (m.hidden % m.heads == 0 && m.head_dim() % 2 != 0)
+    fail(c, "model.hidden / model.heads (" + n(m.head_dim()) + ") must be even for rotary embeddings");
+}
+
 void check_model_shape(const Config& c) {
+  check_model_family(c);
   const ModelConfig& m = c.model;
   const ParallelConfig& p = c.parallel;
   if (m.hidden % m.heads != 0)

@@ -17,7 +17,7 @@ namespace trident {
 
 
 struct ModelConfig {
-  std::string arch = "gpt";        // model family; only "gpt" for now
+  std::string arch = "gpt";        // model family: "gpt" (GPT-2) or "llama"
   int64_t layers = 2;              // transformer blocks
   int64_t hidden = 64;             // model width
   int64_t heads = 4;               // attention heads (hidden % heads == 0)
@@ -27,10 +27,21 @@ struct ModelConfig {
   int64_t vocab_pad_multiple = 8;  // padded vocab is a multiple of this * tp
   double dropout = 0.0;            // dropout probability (0 keeps runs exact)
   double init_std = 0.02;          // std of the normal init
-  double layernorm_eps = 1e-5;     // LayerNorm epsilon
-  std::string init_from;           // Hugging Face GPT-2 directory to start from; empty = random init
+  double layernorm_eps = 1e-5;     // LayerNorm (gpt) or RMSNorm (llama) epsilon
+  std::string init_from;           // Hugging Face directory to start from; empty = random init
+  // Llama only (check_config refuses them for gpt).
+  int64_t kv_heads = 0;                       // key/value heads (grouped-query attention); 0 = heads
+  bool tie_embeddings = true;                 // LM head shares the word embedding (gpt: always)
+  double rope_theta = 10000.0;                // rotary base
+  std::string rope_scaling = "none";          // "none" | "llama3" (Llama 3.1 frequency scaling)
+  double rope_factor = 8.0;                   // llama3 scaling: factor
+  double rope_low_freq_factor = 1.0;          // llama3 scaling: low_freq_factor
+  double rope_high_freq_factor = 4.0;         // llama3 scaling: high_freq_factor
+  int64_t rope_original_max_position = 8192;  // llama3 scaling: original_max_position_embeddings
 
   int64_t ffn() const { return ffn_hidden > 0 ? ffn_hidden : 4 * hidden; }
+  int64_t kv() const { return kv_heads > 0 ? kv_heads : heads; }
+  int64_t head_dim() const { return hidden / heads; }
   // Vocabulary padded up to a multiple of vocab_pad_multiple * tp (Megatron).
   int64_t padded_vocab(int64_t tp) const {
     const int64_t m = vocab_pad_multiple * tp;
