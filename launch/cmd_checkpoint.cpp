@@ -14,7 +14,7 @@
 
 #ifdef TRIDENT_HAVE_TORCH
 #include "framework/checkpoint_tensors.h"
-#include "models/gpt/gpt.h"
+#include "models/registry.h"
 #endif
 
 namespace po = boost::program_options;
@@ -67,9 +67,8 @@ int cmd_checkpoint(int argc, char** argv) {
   int n = 0;
   {
     ckpt::ShardWriter w(out, 0, 0, 1);
-    for (const PlannedParam& p : gpt_param_plan(cfg.model, {0, cfg.model.layers, true, true}, 1, 0)) {
-      if (p.info.tied_copy) continue;  // stored once, under the embedding's name
-      ckpt::add_param(w, p.info.name, p.info, init_full_tensor(cfg.training.seed, p.info));
+    for (const ParamInfo& info : make_model(cfg)->unique_params(1)) {  // tied copies are stored once
+      ckpt::add_param(w, info.name, info, init_full_tensor(cfg.training.seed, info));
       ++n;
     }
     ckpt::Meta meta;

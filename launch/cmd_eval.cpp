@@ -16,7 +16,7 @@
 #ifdef TRIDENT_HAVE_TORCH
 #include <ATen/ATen.h>
 
-#include "models/gpt/inference.h"
+#include "models/inference.h"
 #endif
 
 namespace po = boost::program_options;
@@ -36,7 +36,7 @@ int cmd_eval(int argc, char** argv) {
       "compare against.\n\noptions");
   std::string checkpoint, hf, text, tokenizer, tokenizer_dir, logits_out;
   opts.add_options()("help,h", "show this help")("checkpoint", po::value(&checkpoint), "Trident checkpoint directory")(
-      "init-from", po::value(&hf), "Hugging Face GPT-2 directory (trident export --format hf-gpt2)")(
+      "init-from", po::value(&hf), "Hugging Face GPT-2 or Llama directory (e.g. from trident export)")(
       "text", po::value(&text), "text file to score")("tokenizer", po::value(&tokenizer), "byte | gpt2 | hf")(
       "tokenizer-dir", po::value(&tokenizer_dir), "folder with encoder.json and vocab.bpe (gpt2) or tokenizer.json (hf)")(
       "logits", po::value(&logits_out), "also write the first window's logits to this safetensors file");
@@ -44,7 +44,7 @@ int cmd_eval(int argc, char** argv) {
   if (!parse_args(argc, argv, opts, vm)) return 0;
   if (text.empty()) throw std::runtime_error("--text FILE is required (see trident eval --help)");
 #ifdef TRIDENT_HAVE_TORCH
-  LoadedGpt m = load_gpt(checkpoint, hf);
+  LoadedModel m = load_model(checkpoint, hf);
   const auto tok = model_tokenizer(m, tokenizer, tokenizer_dir);
   std::vector<int64_t> ids;
   for (uint32_t id : tok->encode(read_file(text))) ids.push_back(id);

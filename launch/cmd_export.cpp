@@ -1,4 +1,4 @@
-// `trident export --checkpoint DIR --format hf-gpt2 --out DIR`
+// `trident export --checkpoint DIR --format hf-gpt2|hf-llama --out DIR [--shard-mb N]`
 #include <iostream>
 #include <stdexcept>
 #include <string>
@@ -9,7 +9,7 @@
 #include "launch/options.h"
 
 #ifdef TRIDENT_HAVE_TORCH
-#include "models/gpt/hf_gpt2.h"
+#include "models/registry.h"
 #endif
 
 namespace po = boost::program_options;
@@ -18,22 +18,30 @@ namespace trident::cli {
 
 int cmd_export(int argc, char** argv) {
   po::options_description opts(
-      "usage: trident export --checkpoint DIR --format hf-gpt2 --out DIR\n\n"
+      "usage: trident export --checkpoint DIR --format hf-gpt2|hf-llama --out DIR [--shard-mb N]\n\n"
       "Writes the model of a Trident checkpoint (saved under any layout; DIR is the checkpoint directory,\n"
-      "whose `latest` is followed, or one step-XXXXXXXX directory) in Hugging Face's GPT-2 layout:\n"
-      "OUT/model.safetensors (wte, wpe, h.{i}.*, ln_f; Conv1D weights stored (in, out); no vocabulary\n"
-      "padding) and OUT/config.json. `trident eval/generate --init-from OUT` and model.init_from read it.\n\noptions");
+      "whose `latest` is followed, or one step-XXXXXXXX directory) as a Hugging Face model directory:\n"
+      "OUT/config.json and OUT/model.safetensors, without vocabulary padding. hf-gpt2 (model.arch = gpt):\n"
+      "GPT2LMHeadModel's layout (wte, wpe, h.{i}.*, ln_f; Conv1D weights stored (in, out)). hf-llama\n"
+      "(model.arch = llama): LlamaForCausalLM's (model.embed_tokens, model.layers.{i}.*, model.norm,\n"
+      "lm_head); --shard-mb N splits its weights into files of about N MiB listed in\n"
+      "model.safetensors.index.json. `trident eval/generate --init-from OUT` and model.init_from read it.\n\noptions");
   std::string checkpoint, format, out;
+  int64_t shard_mb = 0;
   opts.add_options()("help,h", "show this help")("checkpoint", po::value(&checkpoint), "checkpoint directory")(
-      "format", po::value(&format), "export format: hf-gpt2")("out", po::value(&out), "output directory");
+      "format", po::value(&format), "export format: hf-gpt2 | hf-llama")("out", po::value(&out), "output directory")(
+      "shard-mb", po::value(&shard_mb), "hf-llama: shard the weights into files of about N MiB (0: one file)");
   po::variables_map vm;
   if (!parse_args(argc, argv, opts, vm)) return 0;
   if (checkpoint.empty() || out.empty() || format.empty())
-    throw std::runtime_error("--checkpoint DIR, --format hf-gpt2 and --out DIR are required (see trident export --help)");
-  if (format != "hf-gpt2") throw std::runtime_error("--format " + format + ": expected hf-gpt2");
+    throw std::runtime_error("--checkpoint DIR, --format hf-gpt2|hf-llama and --out DIR are required (see trident export --help)");
+  if (format != "hf-gpt2" && format != "hf-llama")
+    throw std::runtime_error("--format " + format + ": expected hf-gpt2 or hf-llama");
+  if (shard_mb < 0) throw std::runtime_error("--shard-mb " + std::to_string(shard_mb) + ": expected >= 0");
 #ifdef TRIDENT_HAVE_TORCH
-  const int n = export_checkpoint_to_hf(checkpoint, out);
-  std::cout << "wrote " << out << "/model.safetensors (" << n << " tensors) and " << out << "/config.json\n";
+  const int n = export_checkpoint(checkpoint, format, out, shard_mb << 20);
+  std::cout << "wrote " << out << (shard_mb > 0 ? "/model-*.safetensors" : "/model.safetensors") << " (" << n
+            << " tensors) and " << out << "/config.json\n";
   return 0;
 #else
   throw std::runtime_error("this build of trident has no libtorch (configured with TRIDENT_WITH_TORCH=OFF)");

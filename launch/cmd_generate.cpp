@@ -9,7 +9,7 @@
 #include "launch/options.h"
 
 #ifdef TRIDENT_HAVE_TORCH
-#include "models/gpt/inference.h"
+#include "models/inference.h"
 #endif
 
 namespace po = boost::program_options;
@@ -28,7 +28,7 @@ int cmd_generate(int argc, char** argv) {
   double temperature = 1.0;
   uint64_t seed = 0;
   opts.add_options()("help,h", "show this help")("checkpoint", po::value(&checkpoint), "Trident checkpoint directory")(
-      "init-from", po::value(&hf), "Hugging Face GPT-2 directory (trident export --format hf-gpt2)")(
+      "init-from", po::value(&hf), "Hugging Face GPT-2 or Llama directory (e.g. from trident export)")(
       "prompt", po::value(&prompt), "text to continue")(
       "max-tokens", po::value(&max_tokens)->default_value(50), "tokens to generate")(
       "temperature", po::value(&temperature)->default_value(1.0), "softmax temperature; 0 = greedy")(
@@ -40,7 +40,7 @@ int cmd_generate(int argc, char** argv) {
   if (!vm.count("prompt")) throw std::runtime_error("--prompt TEXT is required (see trident generate --help)");
   if (max_tokens < 0) throw std::runtime_error("--max-tokens " + std::to_string(max_tokens) + ": expected >= 0");
 #ifdef TRIDENT_HAVE_TORCH
-  LoadedGpt m = load_gpt(checkpoint, hf);
+  LoadedModel m = load_model(checkpoint, hf);
   const auto tok = model_tokenizer(m, tokenizer, tokenizer_dir);
   std::vector<int64_t> ids;
   for (uint32_t id : tok->encode(prompt)) ids.push_back(id);

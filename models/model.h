@@ -47,6 +47,14 @@ class Stage {
   virtual void set_training(bool training) { (void)training; }
   // Mixed precision (NOTE [bf16] in models/gpt/gpt.h): the dtype of the
   // matmuls; parameters, gradients and boundary tensors stay fp32.
+  // A stage holding the whole model on one rank (embedding and head, tp = 1):
+  // next-token logits (batch, seq, vocab_size) of token ids (batch, seq),
+  // vocabulary padding dropped. For eval, generate and interop checks;
+  // training uses forward().
+  virtual at::Tensor logits(const at::Tensor& ids) const {
+    (void)ids;
+    throw std::logic_error("this stage does not compute logits");
+  }
   virtual void set_compute_dtype(at::ScalarType dtype) {
     if (dtype != at::kFloat) throw std::invalid_argument("this model does not support mixed precision");
   }

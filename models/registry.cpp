@@ -1,23 +1,89 @@
 // Model registry: see registry.h.
 #include "models/registry.h"
 
+#include <filesystem>
 #include <stdexcept>
+
+#include "framework/atomic_file.h"
+#include "framework/checkpoint_store.h"
+#include "framework/checkpoint_tensors.h"
+#include "framework/json.h"
 
 #include "models/gpt/gpt.h"
 #include "models/gpt/hf_gpt2.h"
+#include "models/llama/hf_llama.h"
+#include "models/llama/llama.h"
 
 namespace trident {
 
 std::unique_ptr<Model> make_model(const Config& cfg) {
   if (cfg.model.arch == "gpt") return std::make_unique<GptModel>(cfg.model, cfg.parallel.pipeline_layers);
-  throw std::runtime_error("model.arch = \"" + cfg.model.arch + "\": unknown model (known: gpt)");
+  if (cfg.model.arch == "llama") return std::make_unique<LlamaModel>(cfg.model, cfg.parallel.pipeline_layers);
+  throw std::runtime_error("model.arch = \"" + cfg.model.arch + "\": unknown model (known: gpt, llama)");
 }
 
+namespace {
+
+// config.json's model_type, or "" when absent.
+std::string hf_model_type(const std::string& dir) {
+  const std::string path = dir + "/config.json";
+  if (!std::filesystem::exists(path)) throw std::runtime_error(dir + " is not a Hugging Face model: no config.json");
+  const json::Value c = json::parse(read_file(path), path);
+  const json::Value* t = c.find("model_type");
+  return t ? t->as_string(path + " model_type") : "";
+}
+
+}  // namespace
+
 void init_from_pretrained(const Config& cfg, const std::vector<std::vector<Param>*>& chunks) {
-  if (cfg.model.arch != "gpt")
-    throw std::runtime_error("model.init_from: no pretrained format for model.arch = \"" + cfg.model.arch + "\"");
-  const HfGpt2 hf = read_hf_gpt2(cfg.model.init_from);  // once, for all chunks
-  for (std::vector<Param>* params : chunks) init_from_hf(hf, cfg.model, *params);
+  if (cfg.model.arch == "gpt") {
+    const HfGpt2 hf = read_hf_gpt2(cfg.model.init_from);  // once, for all chunks
+    for (std::vector<Param>* params : chunks) init_from_hf(hf, cfg.model, *params);
+    return;
+  }
+  if (cfg.model.arch == "llama") {
+    const HfLlama hf = read_hf_llama(cfg.model.init_from);
+    for (std::vector<Param>* params : chunks) init_from_hf_llama(hf, cfg.model, *params);
+    return;
+  }
+  throw std::runtime_error("model.init_from: no pretrained format for model.arch = \"" + cfg.model.arch + "\"");
+}
+
+Pretrained read_pretrained_config(const std::string& dir) {
+  const std::string type = hf_model_type(dir);
+  if (type == "llama") {
+    HfLlama hf = read_hf_llama(dir);
+    return {hf.model, hf.tokenizer};
+  }
+  if (type == "gpt2" || type.empty()) {  // GPT-2 files of older tools have no model_type
+    HfGpt2 hf = read_hf_gpt2(dir);
+    return {hf.model, hf.tokenizer};
+  }
+  throw std::runtime_error(dir + "/config.json: model_type = \"" + type + "\"; Trident reads \"gpt2\" and \"llama\"");
+}
+
+int export_checkpoint(const std::string& checkpoint, const std::string& format, const std::string& out,
+                      int64_t shard_bytes) {
+  const ckpt::Reader r(checkpoint);
+  const Config c = parse_config(r.meta().config_toml, r.step_dir() + "/manifest.json (config)");
+  const std::string want = c.model.arch == "llama" ? "hf-llama" : "hf-gpt2";
+  if (format != want)
+    throw std::runtime_error("--format " + format + ": the checkpoint holds a model.arch = \"" + c.model.arch +
+                             "\" model; export it with --format " + want);
+  if (shard_bytes > 0 && format != "hf-llama")
+    throw std::runtime_error("--shard-mb: only --format hf-llama writes sharded safetensors");
+  auto full = [&](const ParamInfo& info) {
+    at::Tensor t = at::zeros(info.full_shape, at::kFloat);
+    ckpt::load_param(r, info.name, info, t);
+    return t;
+  };
+  if (format == "hf-llama") return write_hf_llama(out, c.model, c.data.tokenizer, full, shard_bytes);
+  int n = 0;
+  write_hf_gpt2(out, c.model, c.data.tokenizer, [&](const ParamInfo& info) {
+    ++n;
+    return full(info);
+  });
+  return n;
 }
 
 }  // namespace trident

@@ -2,7 +2,9 @@
 // asks for a Model and never names a particular one.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "framework/config.h"
@@ -16,8 +18,23 @@ std::unique_ptr<Model> make_model(const Config& cfg);
 
 // `model.init_from`: fills this rank's parameters of every chunk (its TP
 // slices, tied copies included) from the pretrained model in cfg.model.init_from
-// (a Hugging Face GPT-2 directory for "gpt"). Throws naming the file, key or
-// tensor that does not fit.
+// (a Hugging Face GPT-2 directory for "gpt", a Llama one for "llama"). Throws
+// naming the file, key or tensor that does not fit.
 void init_from_pretrained(const Config& cfg, const std::vector<std::vector<Param>*>& chunks);
+
+// The model a Hugging Face directory holds (config.json's model_type: "gpt2"
+// or "llama") and the tokenizer it records.
+struct Pretrained {
+  ModelConfig model;
+  std::string tokenizer;
+};
+Pretrained read_pretrained_config(const std::string& dir);
+
+// `trident export`: the model of a checkpoint (any layout) to `out` in
+// `format` ("hf-gpt2" for gpt, "hf-llama" for llama; shard_bytes > 0 shards
+// a Llama's safetensors). Returns the number of tensors written; throws when
+// the format does not fit the checkpoint's model.
+int export_checkpoint(const std::string& checkpoint, const std::string& format, const std::string& out,
+                      int64_t shard_bytes = 0);
 
 }  // namespace trident

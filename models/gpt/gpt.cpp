@@ -10,53 +10,17 @@
 #include <limits>
 #include <stdexcept>
 
-#include <ATen/CPUGeneratorImpl.h>
 
 namespace trident {
-
-// The split a checked config describes (check_config, framework/config.cpp,
-// owns the rule and its messages); anything else here is a caller's bug.
-std::vector<ChunkSpec> split_layers(int64_t layers, int64_t stages, const std::vector<int64_t>& explicit_layers) {
-  std::vector<int64_t> counts = explicit_layers;
-  if (counts.empty() && stages > 0 && layers % stages == 0) counts.assign(stages, layers / stages);
-  int64_t sum = 0;
-  for (int64_t n : counts) sum += n;
-  if (stages < 1 || static_cast<int64_t>(counts.size()) != stages || sum != layers)
-    throw std::logic_error("split_layers: " + std::to_string(layers) + " layers cannot go into " +
-                           std::to_string(stages) + " chunks as given (" + std::to_string(explicit_layers.size()) +
-                           " explicit entries); check_config admits no such config");
-  std::vector<ChunkSpec> specs(stages);
-  int64_t next = 0;
-  for (int64_t s = 0; s < stages; ++s) {
-    specs[s] = {next, counts[s], s == 0, s == stages - 1};
-    next += counts[s];
-  }
-  return specs;
-}
 
 std::vector<PlannedParam> gpt_param_plan(const ModelConfig& cfg, const ChunkSpec& spec, int64_t tp_size,
                                          int64_t tp_rank) {
   const int64_t h = cfg.hidden, f = cfg.ffn(), vp = cfg.padded_vocab(tp_size);
   const double proj_std = cfg.init_std / std::sqrt(2.0 * static_cast<double>(cfg.layers));
-  std::vector<PlannedParam> plan;
-  // shard_dim: -1 replicated over TP, 0 column-parallel (split outputs), 1 row-parallel (split inputs).
-  auto add = [&](const std::string& name, std::vector<int64_t> full, int shard_dim, const std::string& init,
-                 double std_dev, bool no_decay, bool sp_grad) {
-    PlannedParam pp;
-    pp.info.name = name;
-    pp.info.full_shape = full;
-    pp.info.shard_dim = shard_dim;
-    pp.info.init = init;
-    pp.info.init_std = std_dev;
-    pp.info.no_decay = no_decay;
-    pp.info.sequence_parallel_grad = sp_grad;
-    pp.local_shape = full;
-    if (shard_dim >= 0) {
-      pp.local_shape[shard_dim] = full[shard_dim] / tp_size;
-      pp.info.shard_offset = tp_rank * pp.local_shape[shard_dim];
-    }
-    plan.push_back(pp);
-    return &plan.back();
+  ParamPlan plan(tp_size, tp_rank);
+  auto add = [&plan](const std::string& name, std::vector<int64_t> full, int shard_dim, const std::string& init,
+                     double std_dev, bool no_decay, bool sp_grad) {
+    return &plan.add(name, std::move(full), shard_dim, init, std_dev, no_decay, sp_grad);
   };
   auto norm = [&](const std::string& pre) {
     add(pre + ".weight", {h}, -1, "ones", 0, true, true);
@@ -88,7 +52,7 @@ std::vector<PlannedParam> gpt_param_plan(const ModelConfig& cfg, const ChunkSpec
     head->info.init_valid_rows = cfg.vocab_size;
     head->info.tied_copy = true;
   }
-  return plan;
+  return std::move(plan.params());
 }
 
 GptChunk::GptChunk(const ModelConfig& cfg, const ChunkSpec& spec, const TpContext& tp, int64_t seed)
@@ -106,9 +70,7 @@ GptChunk::GptChunk(const ModelConfig& cfg, const ChunkSpec& spec, const TpContex
 
 void GptChunk::index_params() {
   auto at = [&](const std::string& name, bool tied_copy = false) {
-    for (size_t i = 0; i < params_.size(); ++i)
-      if (params_[i].info.name == name && params_[i].info.tied_copy == tied_copy) return i;
-    throw std::logic_error("GptChunk has no parameter " + name);
+    return param_index(params_, name, "GptChunk", tied_copy);
   };
   auto norm_at = [&](const std::string& pre) { return NormParams{at(pre + ".weight"), at(pre + ".bias")}; };
   if (spec_.has_embedding) word_ = at("embedding.word.weight"), position_ = at("embedding.position.weight");
@@ -211,11 +173,8 @@ std::unique_ptr<Stage> GptModel::make_stage(int stage, int num_stages, const TpC
 }
 
 std::vector<ParamInfo> GptModel::unique_params(int num_stages) const {
-  std::vector<ParamInfo> all;
-  for (const auto& spec : split_layers(cfg_.layers, num_stages, pipeline_layers_))
-    for (const auto& planned : gpt_param_plan(cfg_, spec, 1, 0))
-      if (!planned.info.tied_copy) all.push_back(planned.info);
-  return all;
+  return unique_params_of(split_layers(cfg_.layers, num_stages, pipeline_layers_),
+                          [&](const ChunkSpec& spec) { return gpt_param_plan(cfg_, spec, 1, 0); });
 }
 
 // 6 x the matrix parameters (the tied head counted once, position table
@@ -229,48 +188,10 @@ double GptModel::flops_per_token() const {
   return 6 * matrices + 12 * l * h * static_cast<double>(cfg_.seq_len);
 }
 
-// Each piece alone at tp = 1: one block per layer (ChunkSpec of that layer
-// only), then a chunk with just the embedding and one with just the final
-// norm, head and loss. Each piece's cost is the minimum over `reps` timed
-// forward + backward passes (after one untimed pass) and over two sweeps of
-// all pieces: other work on the machine only ever adds time, so the minimum
-// is the estimate a burst of interference cannot inflate, and the second
-// sweep keeps one burst from landing on every repetition of one piece.
-// Under TP every piece's matrices shrink alike, so the ratios, which are
-// what the split uses, carry over.
 LayerCosts GptModel::profile(int64_t mbs, int reps) const {
-  using Clock = std::chrono::steady_clock;
-  const TpContext tp1{};
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
-  const at::Tensor ids = at::randint(cfg_.vocab_size, {mbs, cfg_.seq_len}, gen);
-  const at::Tensor hidden = at::randn({mbs, cfg_.seq_len, cfg_.hidden}, gen);
-  auto time = [&](const ChunkSpec& spec) {
-    GptChunk chunk(cfg_, spec, tp1, 1);
-    double best = std::numeric_limits<double>::infinity();
-    for (int r = 0; r <= reps; ++r) {
-      const auto start = Clock::now();
-      at::Tensor in = spec.has_embedding ? ids : hidden.clone().requires_grad_(true);
-      at::Tensor out = chunk.forward(in, spec.has_head ? ids : at::Tensor());
-      if (spec.has_head)
-        out.backward();
-      else
-        out.backward(at::ones_like(out));
-      if (r > 0) best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
-    }
-    return best;
-  };
-  std::vector<ChunkSpec> pieces;
-  for (int64_t l = 0; l < cfg_.layers; ++l) pieces.push_back({l, 1, false, false});
-  pieces.push_back({0, 0, true, false});            // embedding
-  pieces.push_back({cfg_.layers, 0, false, true});  // final norm, head, loss
-  std::vector<double> cost(pieces.size(), std::numeric_limits<double>::infinity());
-  for (int sweep = 0; sweep < 2; ++sweep)
-    for (size_t i = 0; i < pieces.size(); ++i) cost[i] = std::min(cost[i], time(pieces[i]));
-  LayerCosts c;
-  c.layers.assign(cost.begin(), cost.end() - 2);
-  c.embedding = cost[cost.size() - 2];
-  c.head = cost.back();
-  return c;
+  return profile_pieces(cfg_, mbs, reps, [this](const ChunkSpec& spec) {
+    return std::make_unique<GptChunk>(cfg_, spec, TpContext{}, 1);
+  });
 }
 
 at::Tensor GptChunk::logits(const at::Tensor& ids) const {

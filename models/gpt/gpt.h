@@ -14,27 +14,9 @@
 #include "framework/param.h"
 #include "parallel/tensor_parallel.h"
 #include "models/model.h"
+#include "models/plan.h"
 
 namespace trident {
-
-// One pipeline chunk (virtual stage): a contiguous range of blocks, plus the
-// embedding on the first and final LayerNorm, head and loss on the last.
-struct ChunkSpec {
-  int64_t first_layer = 0;
-  int64_t num_layers = 0;
-  bool has_embedding = false;
-  bool has_head = false;
-};
-
-// Splits model.layers over `stages` virtual stages (uniform, or
-// `explicit_layers` when non-empty). Entry s is virtual stage s; which rank
-// runs it is the schedule's business (sched::Schedule::stage_of).
-std::vector<ChunkSpec> split_layers(int64_t layers, int64_t stages, const std::vector<int64_t>& explicit_layers);
-
-struct PlannedParam {
-  ParamInfo info;
-  std::vector<int64_t> local_shape;
-};
 
 // The TP plan: every parameter of a chunk with its global name, full shape,
 // split dimension and init, for TP rank `tp_rank` of `tp_size`.
@@ -67,7 +49,7 @@ class GptChunk : public Stage {
   // The whole model on one rank (embedding and head, tp = 1): next-token
   // logits (batch, seq, vocab_size) of token ids (batch, seq), padding columns
   // dropped. For eval/generate and export checks; training uses forward().
-  at::Tensor logits(const at::Tensor& ids) const;
+  at::Tensor logits(const at::Tensor& ids) const override;
 
   std::vector<Param>& params() override { return params_; }
   // full: each block keeps only its input; selective: the attention core and

@@ -8,8 +8,6 @@
 #include <stdexcept>
 
 #include "framework/atomic_file.h"
-#include "framework/checkpoint_store.h"
-#include "framework/checkpoint_tensors.h"
 #include "framework/json.h"
 #include "framework/safetensors.h"
 #include "framework/version.h"
@@ -242,19 +240,6 @@ void write_hf_gpt2(const std::string& dir, const ModelConfig& cfg, const std::st
   c.set("eos_token_id", eot);
   c.set("trident_version", json::Value::string(kTridentVersion));
   write_file_atomic(dir + "/config.json", json::dump(c, 2) + "\n");
-}
-
-int export_checkpoint_to_hf(const std::string& checkpoint, const std::string& out_dir) {
-  const ckpt::Reader r(checkpoint);
-  const Config c = parse_config(r.meta().config_toml, r.step_dir() + "/manifest.json (config)");
-  int n = 0;
-  write_hf_gpt2(out_dir, c.model, c.data.tokenizer, [&](const ParamInfo& info) {
-    at::Tensor t = at::zeros(info.full_shape, at::kFloat);
-    ckpt::load_param(r, info.name, info, t);
-    ++n;
-    return t;
-  });
-  return n;
 }
 
 }  // namespace trident

@@ -64,8 +64,4 @@ void init_from_hf(const HfGpt2& hf, const ModelConfig& cfg, std::vector<Param>& 
 void write_hf_gpt2(const std::string& dir, const ModelConfig& cfg, const std::string& tokenizer,
                    const std::function<at::Tensor(const ParamInfo&)>& full);
 
-// `trident export --format hf-gpt2`: a checkpoint_store checkpoint (any layout)
-// to an HF directory. Returns the number of tensors written.
-int export_checkpoint_to_hf(const std::string& checkpoint, const std::string& out_dir);
-
 }  // namespace trident

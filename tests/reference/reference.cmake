@@ -7,6 +7,8 @@
 #   ReferenceTrainingBrown  gpt-small-brown (GPT-2 BPE on Brown), 20 steps, the same
 #   ReferenceLayoutsTiny    the same for tp2, pp2 interleaved, dp2 ZeRO-1 and tp2 x pp2 x dp2 (every schedule)
 #   HfRoundTrip             trident export -> from_pretrained, generate(), save_pretrained -> --init-from
+#   HfLlama                 the same for Llama (LlamaForCausalLM: GQA, MQA, llama3 rope, tied and untied, sharded)
+#   ReferenceTrainingLlama  llama-tiny, 20 steps and its layouts, vs LlamaForCausalLM + torch AdamW
 #   TensorBoardEvents       logging.tensorboard's event file read by the tensorboard package
 #   MegatronIndexedData     data.format = "megatron" on files megatron-core wrote, against a token file
 #   HfTokenizer             --tokenizer hf ids vs tokenizers' encode (trained, GPT-2, Llama 3, Qwen2
@@ -41,6 +43,14 @@ add_test(NAME HfRoundTrip
          COMMAND ${TRIDENT_PYTHON} ${_ref}/test_hf_roundtrip.py --trident ${PROJECT_BINARY_DIR}/trident
                  --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/hf-roundtrip)
 set_tests_properties(HfRoundTrip PROPERTIES LABELS reference TIMEOUT 600)
+add_test(NAME HfLlama
+         COMMAND ${TRIDENT_PYTHON} ${_ref}/test_hf_llama.py --trident ${PROJECT_BINARY_DIR}/trident
+                 --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/hf-llama)
+set_tests_properties(HfLlama PROPERTIES LABELS reference TIMEOUT 600)
+add_test(NAME ReferenceTrainingLlama
+         COMMAND ${TRIDENT_PYTHON} ${_ref}/test_reference_training.py --trident ${PROJECT_BINARY_DIR}/trident
+                 --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/llama --case llama-tiny --layouts)
+set_tests_properties(ReferenceTrainingLlama PROPERTIES LABELS reference TIMEOUT 900)
 add_test(NAME TensorBoardEvents
          COMMAND ${TRIDENT_PYTHON} ${_ref}/test_tensorboard.py --trident ${PROJECT_BINARY_DIR}/trident
                  --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/tensorboard)

@@ -5,9 +5,10 @@ with Trident but its inputs.
 Inputs, all written by Trident:
   --config   a run's effective config.toml (RUN_DIR/config.toml): sizes, data path, seed, optimizer
   --hf-dir   the step-0 weights: `trident checkpoint init` of the same config, then
-             `trident export --format hf-gpt2` (config.json + model.safetensors)
+             `trident export --format hf-gpt2` or `hf-llama` (config.json + model.safetensors)
 What it uses instead of Trident's code:
-  model      transformers' GPT2LMHeadModel (eager attention), loaded with from_pretrained
+  model      transformers' GPT2LMHeadModel (model.arch = "gpt") or LlamaForCausalLM ("llama"),
+             eager attention, loaded with from_pretrained
   data       the token file read by trident_data.py and the sample order of
              framework/data/README.md written again there
   precision  --dtype float64 (the truth), float32, or bfloat16 under torch.autocast (NOTE [bf16 reference]);
@@ -60,11 +61,14 @@ def lr_at(step, total_steps, warmup, peak, floor):
 
 
 def no_decay(name):
-    """Trident's AdamW decays the matrices and both embeddings, never biases or LayerNorms."""
-    return name.endswith(".bias") or ".ln_" in name  # transformer.h.i.ln_{1,2}.*, transformer.ln_f.*
+    """Trident's AdamW decays the matrices and both embeddings, never biases or norms."""
+    return (name.endswith(".bias") or ".ln_" in name  # GPT-2: transformer.h.i.ln_{1,2}.*, transformer.ln_f.*
+            or name.endswith("norm.weight"))  # Llama: input_layernorm, post_attention_layernorm, model.norm
 
 
 def load_model(hf_dir, model_cfg, dtype):
+    if model_cfg["arch"] == "llama":
+        return load_llama(hf_dir, model_cfg, dtype)
     from transformers import GPT2LMHeadModel
 
     model = GPT2LMHeadModel.from_pretrained(hf_dir, dtype=torch.float32, attn_implementation="eager")
@@ -83,6 +87,28 @@ def load_model(hf_dir, model_cfg, dtype):
         raise SystemExit("the LM head is not tied to wte")
     if max(c.resid_pdrop, c.embd_pdrop, c.attn_pdrop) != 0 or model_cfg["dropout"] != 0:
         raise SystemExit("the reference needs dropout 0 (model.dropout = 0)")
+    return model.to(dtype)
+
+
+def load_llama(hf_dir, model_cfg, dtype):
+    from transformers import LlamaForCausalLM
+
+    model = LlamaForCausalLM.from_pretrained(hf_dir, dtype=torch.float32, attn_implementation="eager")
+    c = model.config
+    kv = model_cfg.get("kv_heads", 0) or model_cfg["heads"]
+    want = {"num_hidden_layers": model_cfg["layers"], "hidden_size": model_cfg["hidden"],
+            "num_attention_heads": model_cfg["heads"], "num_key_value_heads": kv,
+            "intermediate_size": model_cfg["ffn_hidden"], "vocab_size": model_cfg["vocab_size"],
+            "rms_norm_eps": model_cfg["layernorm_eps"], "tie_word_embeddings": model_cfg["tie_embeddings"]}
+    got = {k: getattr(c, k) for k in want}
+    if got != want:
+        raise SystemExit(f"{hf_dir}/config.json {got} does not match the run's config {want}")
+    if c.rope_parameters["rope_theta"] != model_cfg["rope_theta"]:
+        raise SystemExit(f"{hf_dir}: rope_theta {c.rope_parameters['rope_theta']} != {model_cfg['rope_theta']}")
+    tied = model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    if tied != model_cfg["tie_embeddings"]:
+        raise SystemExit(f"the LM head is {'' if tied else 'not '}tied to the embedding, but model.tie_embeddings = "
+                         f"{model_cfg['tie_embeddings']}")
     return model.to(dtype)
 
 

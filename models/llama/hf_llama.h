@@ -1,0 +1,64 @@
+// Hugging Face Llama interop: Trident's Llama parameters (llama_param_plan's
+// names, full tensors) to and from transformers' LlamaForCausalLM directories
+// (config.json, and model.safetensors or shards listed in
+// model.safetensors.index.json).
+//
+// NOTE [HF Llama layout]
+//   Trident                          HF (LlamaForCausalLM)
+//   embedding.word.weight (Vp, h)    model.embed_tokens.weight (V, h): vocabulary padding removed
+//   layers.i.attn_norm.weight        model.layers.i.input_layernorm.weight
+//   layers.i.attn.{q,k,v,o}.weight   model.layers.i.self_attn.{q,k,v,o}_proj.weight (same layout:
+//                                    Trident's rotary embeddings use HF's rotate_half convention)
+//   layers.i.mlp_norm.weight         model.layers.i.post_attention_layernorm.weight
+//   layers.i.mlp.{gate,up,down}      model.layers.i.mlp.{gate,up,down}_proj.weight
+//   final_norm.weight                model.norm.weight
+//   head.weight (Vp, h)              lm_head.weight (V, h); absent or equal to embed_tokens when tied
+// config.json: hidden_size, intermediate_size, num_hidden_layers,
+// num_attention_heads, num_key_value_heads, vocab_size, rms_norm_eps,
+// max_position_embeddings (>= model.seq_len), tie_word_embeddings, and the
+// rotary base and scaling either as transformers 5 writes them
+// (rope_parameters {rope_type, rope_theta, ...}) or as older files do
+// (rope_theta, rope_scaling {rope_type|type, ...}).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "framework/config.h"
+#include "framework/param.h"
+
+namespace trident {
+
+struct HfLlama {
+  std::string dir;
+  ModelConfig model;      // from config.json; seq_len = max_position_embeddings
+  std::string tokenizer;  // config.json's "tokenizer" (written by trident export), else "hf" when
+                          // DIR/tokenizer.json exists, else ""
+  std::map<std::string, at::Tensor> tensors;  // HF names, float32
+};
+
+// Reads DIR/config.json and the weights (F32, F16 or BF16). Throws naming the
+// file and the key or tensor on anything unexpected or unsupported (biases,
+// another activation, a head_dim other than hidden/heads, another rope type).
+HfLlama read_hf_llama(const std::string& dir);
+
+// Throws naming every config.json field that differs from `cfg`.
+void check_hf_llama_matches(const HfLlama& hf, const ModelConfig& cfg);
+
+// Fills every parameter (this rank's slice) from `hf`, after the check.
+void init_from_hf_llama(const HfLlama& hf, const ModelConfig& cfg, std::vector<Param>& params);
+
+// Writes DIR/config.json and the weights: one model.safetensors, or, when
+// `shard_bytes` > 0, model-0000K-of-0000N.safetensors files of at most about
+// that many bytes each plus model.safetensors.index.json. `full(info)` returns
+// the full tensor of each untied parameter of the whole model at tp = 1.
+// Returns the number of tensors written.
+int write_hf_llama(const std::string& dir, const ModelConfig& cfg, const std::string& tokenizer,
+                   const std::function<at::Tensor(const ParamInfo&)>& full, int64_t shard_bytes = 0);
+
+}  // namespace trident

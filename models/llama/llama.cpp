@@ -1,0 +1,239 @@
+// Llama chunk: parameters from the TP plan (NOTE [Llama TP plan]), forward
+// through embedding, blocks and head. Shapes in comments are per TP rank.
+#include "models/llama/llama.h"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "models/attention.h"
+
+namespace trident {
+
+std::vector<PlannedParam> llama_param_plan(const ModelConfig& cfg, const ChunkSpec& spec, int64_t tp_size,
+                                           int64_t tp_rank) {
+  const int64_t h = cfg.hidden, f = cfg.ffn(), vp = cfg.padded_vocab(tp_size), d = cfg.head_dim();
+  const int64_t q_rows = cfg.heads * d, kv_rows = cfg.kv() * d;
+  // Output projections scaled by 1/sqrt(2 layers), as GPT's (GPT-2's init).
+  const double std_dev = cfg.init_std, out_std = cfg.init_std / std::sqrt(2.0 * static_cast<double>(cfg.layers));
+  ParamPlan plan(tp_size, tp_rank);
+  auto norm = [&](const std::string& name) { plan.add(name, {h}, -1, "ones", 0, true, true); };
+  auto matrix = [&](const std::string& name, std::vector<int64_t> full, int dim, double sd) {
+    plan.add(name, std::move(full), dim, "normal", sd, false, false);
+  };
+  if (spec.has_embedding)
+    plan.add("embedding.word.weight", {vp, h}, 0, "normal", std_dev, false, false).info.init_valid_rows =
+        cfg.vocab_size;
+  for (int64_t l = spec.first_layer; l < spec.first_layer + spec.num_layers; ++l) {
+    const std::string pre = "layers." + std::to_string(l);
+    norm(pre + ".attn_norm.weight");
+    matrix(pre + ".attn.q.weight", {q_rows, h}, 0, std_dev);
+    matrix(pre + ".attn.k.weight", {kv_rows, h}, 0, std_dev);
+    matrix(pre + ".attn.v.weight", {kv_rows, h}, 0, std_dev);
+    matrix(pre + ".attn.o.weight", {h, q_rows}, 1, out_std);
+    norm(pre + ".mlp_norm.weight");
+    matrix(pre + ".mlp.gate.weight", {f, h}, 0, std_dev);
+    matrix(pre + ".mlp.up.weight", {f, h}, 0, std_dev);
+    matrix(pre + ".mlp.down.weight", {h, f}, 1, out_std);
+  }
+  if (spec.has_head) {
+    norm("final_norm.weight");
+    // Tied: the word embedding's copy (same name, so the same init).
+    PlannedParam& head = plan.add(cfg.tie_embeddings ? "embedding.word.weight" : "head.weight", {vp, h}, 0,
+                                  "normal", std_dev, false, false);
+    head.info.init_valid_rows = cfg.vocab_size;
+    head.info.tied_copy = cfg.tie_embeddings;
+  }
+  return std::move(plan.params());
+}
+
+at::Tensor rope_inv_freq(const ModelConfig& cfg) {
+  const int64_t d = cfg.head_dim();
+  // 1 / theta^(2i/d), in fp32 as transformers computes it.
+  at::Tensor inv = at::reciprocal(at::pow(cfg.rope_theta, at::arange(0, d, 2, at::kLong).to(at::kFloat) / d));
+  if (cfg.rope_scaling != "llama3") return inv;
+  // Llama 3.1: wavelengths longer than original/low_freq_factor are slowed by
+  // `factor`, shorter than original/high_freq_factor kept, and the band in
+  // between interpolated (Meta's Llama 3.1 reference; transformers'
+  // _compute_llama3_parameters).
+  const double old_len = static_cast<double>(cfg.rope_original_max_position);
+  const double lo = cfg.rope_low_freq_factor, hi = cfg.rope_high_freq_factor, factor = cfg.rope_factor;
+  const double low_freq_wavelen = old_len / lo, high_freq_wavelen = old_len / hi;
+  const at::Tensor wavelen = 2 * M_PI / inv;
+  at::Tensor scaled = at::where(wavelen > low_freq_wavelen, inv / factor, inv);
+  const at::Tensor smooth = (old_len / wavelen - lo) / (hi - lo);
+  const at::Tensor smoothed = (1 - smooth) * scaled / factor + smooth * scaled;
+  const at::Tensor medium = (wavelen < high_freq_wavelen).logical_not().logical_and((wavelen > low_freq_wavelen).logical_not());
+  return at::where(medium, smoothed, scaled);
+}
+
+LlamaChunk::LlamaChunk(const ModelConfig& cfg, const ChunkSpec& spec, const TpContext& tp, int64_t seed)
+    : cfg_(cfg), spec_(spec), tp_(tp) {
+  const int64_t t = tp.size();
+  // Rules of check_config (framework/config.cpp), asserted here.
+  if (cfg.hidden % cfg.heads != 0 || cfg.heads % cfg.kv() != 0 || cfg.kv() % t != 0 || cfg.ffn() % t != 0 ||
+      cfg.padded_vocab(t) % t != 0 || cfg.head_dim() % 2 != 0 || cfg.dropout > 0)
+    throw std::logic_error("LlamaChunk: the model config does not split over tp=" + std::to_string(t) +
+                           " (check_config admits no such config)");
+  for (auto& planned : llama_param_plan(cfg, spec, t, tp.rank()))
+    params_.push_back({init_shard(seed, planned.info, planned.local_shape), planned.info});
+  auto at = [&](const std::string& name, bool tied = false) { return param_index(params_, name, "LlamaChunk", tied); };
+  if (spec_.has_embedding) word_ = at("embedding.word.weight");
+  for (int64_t l = spec_.first_layer; l < spec_.first_layer + spec_.num_layers; ++l) {
+    const std::string pre = "layers." + std::to_string(l);
+    blocks_.push_back({at(pre + ".attn_norm.weight"), at(pre + ".attn.q.weight"), at(pre + ".attn.k.weight"),
+                       at(pre + ".attn.v.weight"), at(pre + ".attn.o.weight"), at(pre + ".mlp_norm.weight"),
+                       at(pre + ".mlp.gate.weight"), at(pre + ".mlp.up.weight"), at(pre + ".mlp.down.weight")});
+  }
+  if (spec_.has_head) {
+    final_norm_ = at("final_norm.weight");
+    head_ = cfg.tie_embeddings ? at("embedding.word.weight", true) : at("head.weight");
+  }
+  if (spec_.num_layers > 0) {
+    // (seq, d): the angles of position s, each frequency twice (the two halves of a head).
+    const at::Tensor pos = at::arange(cfg.seq_len, at::kLong).to(at::kFloat);
+    const at::Tensor freqs = at::outer(pos, rope_inv_freq(cfg));
+    const at::Tensor emb = at::cat({freqs, freqs}, -1);
+    cos_ = emb.cos();
+    sin_ = emb.sin();
+  }
+}
+
+at::Tensor LlamaChunk::p(size_t index) const {
+  const at::Tensor& t = params_[index].tensor;
+  return compute_ == at::kFloat ? t : t.to(compute_);
+}
+
+// x / sqrt(mean(x²) + eps) · weight, in fp32, returned in x's dtype (the
+// weight multiplies after the cast back, as transformers' LlamaRMSNorm does).
+at::Tensor LlamaChunk::rms_norm(size_t weight, const at::Tensor& x) const {
+  const at::Tensor x32 = x.to(at::kFloat);
+  const at::Tensor normed = x32 * at::rsqrt(x32.pow(2).mean({-1}, true) + cfg_.layernorm_eps);
+  return p(weight) * normed.to(x.scalar_type());
+}
+
+at::Tensor LlamaChunk::rotate(const at::Tensor& x) const {
+  const int64_t s = x.size(2), half = x.size(3) / 2;
+  const at::Tensor cos = cos_.narrow(0, 0, s).to(x.scalar_type()), sin = sin_.narrow(0, 0, s).to(x.scalar_type());
+  const at::Tensor rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+  return x * cos + rotated * sin;
+}
+
+at::Tensor LlamaChunk::attention(const BlockParams& b, const at::Tensor& x) const {
+  const int64_t t = tp_.size(), heads = cfg_.heads / t, kv = cfg_.kv() / t, d = cfg_.head_dim();
+  const at::Tensor in = enter_column_parallel(tp_, x);  // (b, s, h): one gather under SP for q, k and v
+  const at::Tensor q = linear(in, p(b.q), at::Tensor()), k = linear(in, p(b.k), at::Tensor()),
+                   v = linear(in, p(b.v), at::Tensor());
+  // The attention core: rotary embeddings, key/value heads repeated for their
+  // query groups, SDPA; (b, s, H/tp·d) out. What selective recomputation drops.
+  auto core = [this, heads, kv, d](const at::Tensor& q2, const at::Tensor& k2, const at::Tensor& v2) {
+    const int64_t bs = q2.size(0), s = q2.size(1);
+    const at::Tensor qh = rotate(q2.view({bs, s, heads, d}).transpose(1, 2));  // (b, H/tp, s, d)
+    at::Tensor kh = rotate(k2.view({bs, s, kv, d}).transpose(1, 2));           // (b, K/tp, s, d)
+    at::Tensor vh = v2.view({bs, s, kv, d}).transpose(1, 2);
+    if (kv != heads) {
+      const int64_t group = heads / kv;
+      kh = kh.unsqueeze(2).expand({bs, kv, group, s, d}).reshape({bs, heads, s, d});
+      vh = vh.unsqueeze(2).expand({bs, kv, group, s, d}).reshape({bs, heads, s, d});
+    }
+    return causal_attention(qh, kh, vh, 0.0).transpose(1, 2).reshape({bs, s, heads * d});
+  };
+  at::Tensor y;
+  if (recompute_ == Recompute::kSelective) {
+    // One input for recompute(): q, k and v side by side, split again inside.
+    const int64_t qw = q.size(-1), kw = k.size(-1);
+    y = trident::recompute(
+        [core, qw, kw](const at::Tensor& qkv) {
+          return core(qkv.narrow(-1, 0, qw), qkv.narrow(-1, qw, kw), qkv.narrow(-1, qw + kw, kw));
+        },
+        at::cat({q, k, v}, -1));
+  } else {
+    y = core(q, k, v);
+  }
+  return row_parallel_linear(tp_, y, p(b.o), at::Tensor());
+}
+
+at::Tensor LlamaChunk::mlp(const BlockParams& b, const at::Tensor& x) const {
+  const at::Tensor in = enter_column_parallel(tp_, x);
+  // silu(gate) · up, (b, s, F/tp): the largest activations of a block.
+  auto gated = [this, b](const at::Tensor& xin) {
+    return at::silu(linear(xin, p(b.gate), at::Tensor())) * linear(xin, p(b.up), at::Tensor());
+  };
+  const at::Tensor a = recompute_ == Recompute::kSelective ? trident::recompute(gated, in) : gated(in);
+  return row_parallel_linear(tp_, a, p(b.down), at::Tensor());
+}
+
+at::Tensor LlamaChunk::block(int64_t layer, const at::Tensor& x) const {
+  const BlockParams& b = blocks_.at(static_cast<size_t>(layer - spec_.first_layer));
+  const at::Tensor h = x + attention(b, rms_norm(b.attn_norm, x));
+  return h + mlp(b, rms_norm(b.mlp_norm, h));
+}
+
+std::vector<int64_t> LlamaChunk::hidden_shape(int64_t mbs) const {
+  return {mbs, tp_.sequence_parallel ? cfg_.seq_len / tp_.size() : cfg_.seq_len, cfg_.hidden};
+}
+
+at::Tensor LlamaChunk::embed(const at::Tensor& ids) const {
+  const at::Tensor word = p(word_);
+  return vocab_parallel_embedding(tp_, ids, word, tp_.rank() * word.size(0));  // (b, s[/tp], h)
+}
+
+at::Tensor LlamaChunk::head_logits(const at::Tensor& x) const {
+  const at::Tensor w = p(head_);
+  return column_parallel_linear(tp_, rms_norm(final_norm_, x), w, at::Tensor()).to(at::kFloat);
+}
+
+at::Tensor LlamaChunk::run(const at::Tensor& input, const at::Tensor& targets) const {
+  at::Tensor x = spec_.has_embedding ? embed(input) : input.to(compute_);  // boundaries are fp32 (NOTE [bf16])
+  for (int64_t l = spec_.first_layer; l < spec_.first_layer + spec_.num_layers; ++l) {
+    if (recompute_ == Recompute::kFull)
+      x = trident::recompute([this, l](const at::Tensor& in) { return block(l, in); }, x);
+    else
+      x = block(l, x);
+  }
+  if (!spec_.has_head) return x.to(at::kFloat);
+  const int64_t vocab_start = tp_.rank() * params_[head_].tensor.size(0);
+  return vocab_parallel_cross_entropy(tp_, head_logits(x), targets, vocab_start, cfg_.vocab_size).mean();
+}
+
+at::Tensor LlamaChunk::logits(const at::Tensor& ids) const {
+  if (!spec_.has_embedding || !spec_.has_head || tp_.size() != 1)
+    throw std::logic_error("LlamaChunk::logits needs the whole model on one rank (embedding, head, tp = 1)");
+  at::Tensor x = embed(ids);
+  for (int64_t l = spec_.first_layer; l < spec_.first_layer + spec_.num_layers; ++l) x = block(l, x);
+  return head_logits(x).narrow(-1, 0, cfg_.vocab_size);
+}
+
+std::unique_ptr<Stage> LlamaModel::make_stage(int stage, int num_stages, const TpContext& tp, int64_t seed) const {
+  const auto specs = split_layers(cfg_.layers, num_stages, pipeline_layers_);
+  return std::make_unique<LlamaChunk>(cfg_, specs.at(static_cast<size_t>(stage)), tp, seed);
+}
+
+std::vector<ParamInfo> LlamaModel::unique_params(int num_stages) const {
+  return unique_params_of(split_layers(cfg_.layers, num_stages, pipeline_layers_),
+                          [&](const ChunkSpec& spec) { return llama_param_plan(cfg_, spec, 1, 0); });
+}
+
+std::vector<TiedGroup> LlamaModel::tied_groups(int num_stages) const {
+  if (!cfg_.tie_embeddings) return {};
+  return {{"embedding.word.weight", {0, num_stages - 1}}};  // the embedding and the LM head
+}
+
+// The PaLM convention, as GPT's (models/gpt/gpt.cpp): 6 x the matrix
+// parameters (q, k, v, o, gate, up, down, and the head once) plus attention's
+// 12 x layers x hidden x seq per token.
+double LlamaModel::flops_per_token() const {
+  const double h = static_cast<double>(cfg_.hidden), l = static_cast<double>(cfg_.layers);
+  const double qo = 2 * h * static_cast<double>(cfg_.heads * cfg_.head_dim());
+  const double kv = 2 * h * static_cast<double>(cfg_.kv() * cfg_.head_dim());
+  const double matrices = l * (qo + kv + 3 * h * static_cast<double>(cfg_.ffn())) +
+                          h * static_cast<double>(cfg_.vocab_size);
+  return 6 * matrices + 12 * l * h * static_cast<double>(cfg_.seq_len);
+}
+
+LayerCosts LlamaModel::profile(int64_t mbs, int reps) const {
+  return profile_pieces(cfg_, mbs, reps, [this](const ChunkSpec& spec) {
+    return std::make_unique<LlamaChunk>(cfg_, spec, TpContext{}, 1);
+  });
+}
+
+}  // namespace trident

@@ -1,0 +1,105 @@
+// Llama: token embedding, pre-RMSNorm blocks of causal self-attention with
+// rotary position embeddings and grouped-query attention (kv_heads key/value
+// heads shared by heads/kv_heads query heads each; multi-query at 1), a
+// SwiGLU MLP (down(silu(gate(x)) * up(x))), final RMSNorm and an LM head that
+// is its own matrix or the word embedding (model.tie_embeddings). No biases,
+// no dropout. The TP plan is written once, in llama_param_plan().
+//
+// NOTE [Llama TP plan]
+//   parameter                      shape          split over tp
+//   embedding.word.weight          (Vp, h)        rows (vocab-parallel)
+//   layers.i.attn_norm.weight      (h)            replicated (sequence-parallel gradient)
+//   layers.i.attn.q.weight         (H·d, h)       rows: whole query heads
+//   layers.i.attn.k.weight         (K·d, h)       rows: whole key/value heads (tp divides K)
+//   layers.i.attn.v.weight         (K·d, h)       rows, as k
+//   layers.i.attn.o.weight         (h, H·d)       columns (row-parallel)
+//   layers.i.mlp_norm.weight       (h)            replicated
+//   layers.i.mlp.gate.weight       (F, h)         rows
+//   layers.i.mlp.up.weight         (F, h)         rows
+//   layers.i.mlp.down.weight       (h, F)         columns (row-parallel)
+//   final_norm.weight              (h)            replicated
+//   head.weight                    (Vp, h)        rows; with tied embeddings a
+//                                                 copy of embedding.word.weight
+// TP rank r holds query heads [r·H/t, (r+1)·H/t) and key/value heads
+// [r·K/t, (r+1)·K/t): query head j reads key/value head j / (H/K), and that
+// head is on the same rank. Rotary embeddings use Hugging Face's layout (the
+// two halves of each head rotated together, "rotate_half"), so weights map
+// to and from transformers' LlamaForCausalLM without a permutation.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "framework/config.h"
+#include "framework/param.h"
+#include "models/model.h"
+#include "models/plan.h"
+#include "parallel/tensor_parallel.h"
+
+namespace trident {
+
+std::vector<PlannedParam> llama_param_plan(const ModelConfig& cfg, const ChunkSpec& spec, int64_t tp_size,
+                                           int64_t tp_rank);
+
+// Rotary frequencies (head_dim / 2 of them, fp32), with Llama 3.1's scaling
+// when cfg.rope_scaling = "llama3": Hugging Face's computation, step by step.
+at::Tensor rope_inv_freq(const ModelConfig& cfg);
+
+class LlamaChunk : public Stage {
+ public:
+  LlamaChunk(const ModelConfig& cfg, const ChunkSpec& spec, const TpContext& tp, int64_t seed);
+
+  at::Tensor forward(const at::Tensor& input, const at::Tensor& targets) override { return run(input, targets); }
+  std::vector<int64_t> input_shape(int64_t micro_batch_size) const override { return hidden_shape(micro_batch_size); }
+  std::vector<int64_t> output_shape(int64_t micro_batch_size) const override { return hidden_shape(micro_batch_size); }
+  std::vector<Param>& params() override { return params_; }
+  // full: each block keeps only its input; selective: the attention core and
+  // the MLP's gate/up products keep only their inputs (NOTE [recomputation]).
+  void set_recompute(Recompute mode) override { recompute_ = mode; }
+  void set_compute_dtype(at::ScalarType dtype) override { compute_ = dtype; }
+  at::Tensor logits(const at::Tensor& ids) const override;
+
+ private:
+  struct BlockParams {
+    size_t attn_norm, q, k, v, o, mlp_norm, gate, up, down;
+  };
+  at::Tensor run(const at::Tensor& input, const at::Tensor& targets) const;
+  std::vector<int64_t> hidden_shape(int64_t mbs) const;
+  at::Tensor p(size_t index) const;  // in the compute dtype (an autograd cast under bf16)
+  at::Tensor rms_norm(size_t weight, const at::Tensor& x) const;
+  at::Tensor rotate(const at::Tensor& x) const;  // (b, heads, s, d) -> rotary embedding applied
+  at::Tensor attention(const BlockParams& b, const at::Tensor& x) const;
+  at::Tensor mlp(const BlockParams& b, const at::Tensor& x) const;
+  at::Tensor block(int64_t layer, const at::Tensor& x) const;
+  at::Tensor embed(const at::Tensor& ids) const;
+  at::Tensor head_logits(const at::Tensor& x) const;  // final norm + head: (b, s, vocab/tp) fp32
+
+  ModelConfig cfg_;
+  ChunkSpec spec_;
+  TpContext tp_;
+  std::vector<Param> params_;
+  Recompute recompute_ = Recompute::kNone;
+  at::ScalarType compute_ = at::kFloat;
+  at::Tensor cos_, sin_;  // (seq_len, head_dim) fp32
+  size_t word_ = 0, final_norm_ = 0, head_ = 0;
+  std::vector<BlockParams> blocks_;  // blocks_[l - spec_.first_layer]
+};
+
+class LlamaModel : public Model {
+ public:
+  LlamaModel(const ModelConfig& cfg, std::vector<int64_t> pipeline_layers)
+      : cfg_(cfg), pipeline_layers_(std::move(pipeline_layers)) {}
+  std::unique_ptr<Stage> make_stage(int stage, int num_stages, const TpContext& tp, int64_t seed) const override;
+  std::vector<ParamInfo> unique_params(int num_stages) const override;
+  std::vector<TiedGroup> tied_groups(int num_stages) const override;
+  double flops_per_token() const override;
+  LayerCosts profile(int64_t micro_batch_size, int reps) const override;
+
+ private:
+  ModelConfig cfg_;
+  std::vector<int64_t> pipeline_layers_;
+};
+
+}  // namespace trident
