@@ -67,6 +67,7 @@ std::string line_of(const toml::node& n) {
 }
 
 std::string text_of(const toml::node& n) {
+  if (n.is_string()) return "\"" + n.as_string()->get() + "\"";  // toml++ would print 'literal'
   std::ostringstream os;
   n.visit([&os](const auto& x) { os << x; });
   return os.str();
