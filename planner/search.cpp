@@ -75,16 +75,16 @@ SearchResult search(const Problem& pr, const SearchOptions& o) {
   std::vector<Estimate> all;
   for (int tp : divisors(o.gpus)) {
     if (tp > pr.cluster.devices_per_node && !o.tp_across_nodes) {
-      drop("tp larger than a node (--tp-across-nodes allows it)");
+      drop("tp values larger than a node (--tp-across-nodes allows them)");
       continue;
     }
     if (m.heads % tp || m.kv() % tp || m.ffn() % tp || m.hidden % tp) {
-      drop("tp does not divide heads, kv_heads, ffn_hidden or hidden");
+      drop("tp values not dividing heads, kv_heads, ffn_hidden or hidden");
       continue;
     }
     for (int pp : divisors(o.gpus / tp)) {
       if (pp > m.layers) {
-        drop("pp larger than the layer count");
+        drop("pp values larger than the layer count");
         continue;
       }
       const int dp = o.gpus / (tp * pp);
@@ -139,7 +139,11 @@ SearchResult search(const Problem& pr, const SearchOptions& o) {
   }
   const size_t k = std::min(all.size(), static_cast<size_t>(o.top));
   std::partial_sort(all.begin(), all.begin() + static_cast<long>(k), all.end(),
-                    [](const Estimate& a, const Estimate& b) { return a.step_s < b.step_s; });
+                    [](const Estimate& a, const Estimate& b) {  // ties: less memory first, then the layout's text
+                      if (a.step_s != b.step_s) return a.step_s < b.step_s;
+                      if (a.peak_memory != b.peak_memory) return a.peak_memory < b.peak_memory;
+                      return layout_text(a.layout) < layout_text(b.layout);
+                    });
   all.resize(k);
   res.best = std::move(all);
   return res;
