@@ -251,6 +251,11 @@ Estimate evaluate(const Problem& pr, const Layout& l) {
   const double head_act = static_cast<double>(l.micro_batch * m.seq_len) *
                           (static_cast<double>(m.padded_vocab(l.tp)) / t * e + static_cast<double>(m.hidden) * e);
   const double bucket = pr.dp_bucket_mb * 1024 * 1024;
+  // A tied head on the rank that holds the embedding (V placement puts the last stage on rank 0)
+  // shares the embedding's matrix instead of a copy.
+  const bool tied = m.arch != "llama" || m.tie_embeddings;
+  const bool tied_on_one_rank = tied && l.pp > 1 && s.rank_of(0) == s.rank_of(stages - 1);
+  const double head_copy = static_cast<double>(m.padded_vocab(l.tp) / l.tp * m.hidden);
   double dp_worst = 0, opt_worst = 0;
   int busiest = 0;
   for (int r = 0; r < l.pp; ++r)
@@ -261,7 +266,7 @@ Estimate evaluate(const Problem& pr, const Layout& l) {
       const int vs = s.stage_of(r, ch);
       params += nl[vs] * static_cast<double>(pc.layer);
       if (vs == 0) params += static_cast<double>(pc.embedding);
-      if (vs == stages - 1) params += static_cast<double>(pc.head);
+      if (vs == stages - 1) params += static_cast<double>(pc.head) - (tied_on_one_rank ? head_copy : 0.0);
       act_chunk = std::max(act_chunk, nl[vs] * layer_act + (vs == stages - 1 ? head_act : 0.0));
       backward_one += costs.stage_costs[vs].backward * 1e-3;
     }
