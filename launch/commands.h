@@ -15,5 +15,6 @@ int cmd_export(int argc, char** argv);      // checkpoint -> Hugging Face GPT-2 
 int cmd_eval(int argc, char** argv);        // loss of a text under a checkpoint / HF model
 int cmd_generate(int argc, char** argv);    // sample a continuation of a prompt
 int cmd_bench(int argc, char** argv);     // `bench bubble|throughput`: measured pipelines
+int cmd_plan(int argc, char** argv);      // `plan`: the layout planner (planner/)
 
 }  // namespace trident::cli

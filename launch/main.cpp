@@ -36,6 +36,7 @@ const Command kCommands[] = {
     {"tokenize", trident::cli::cmd_tokenize, false, "print the token ids of stdin"},
     {"data", trident::cli::cmd_data, false, "prepare a binary token file from text"},
     {"bench", trident::cli::cmd_bench, true, "pipeline benchmarks: bench bubble (closed form/simulated/measured), bench throughput"},
+    {"plan", trident::cli::cmd_plan, false, "choose tp/pp/dp, schedule, micro-batch and recompute from a model of the step"},
     {"compare", trident::cli::cmd_compare, false, "per-step loss/grad-norm differences of two runs (exit 1 beyond --rtol)"},
     {"checkpoint", trident::cli::cmd_checkpoint, true, "write a config's freshly initialised model as a checkpoint"},
     {"export", trident::cli::cmd_export, true, "write a checkpoint's model in Hugging Face GPT-2 layout"},

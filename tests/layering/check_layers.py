@@ -25,6 +25,7 @@ LAYERS = [
     ("parallel", ["parallel/*"]),
     ("schedules", ["schedules/*"]),
     ("models", ["models/*"]),
+    ("planner", ["planner/*"]),
     ("launch", ["launch/*"]),
     ("tools", ["benchmarks/*", "tests/*"]),
 ]
@@ -38,10 +39,13 @@ ALLOWED = {
     "models": ["foundation", "parallel", "model interface"],
     "executor": ["foundation", "parallel", "schedules", "model interface"],
     "trainer": ["foundation", "parallel", "schedules", "model interface", "models", "executor"],
-    "launch": ["foundation", "parallel", "schedules", "model interface", "models", "executor", "trainer"],
-    "tools": ["foundation", "parallel", "schedules", "model interface", "models", "executor", "trainer", "launch"],
+    # The pure layout planner: the foundation's config structs and the pure schedules.
+    "planner": ["foundation", "schedules"],
+    "launch": ["foundation", "parallel", "schedules", "model interface", "models", "executor", "trainer", "planner"],
+    "tools": ["foundation", "parallel", "schedules", "model interface", "models", "executor", "trainer", "planner",
+              "launch"],
 }
-SOURCE_DIRS = ["framework", "parallel", "schedules", "models", "launch", "benchmarks", "tests"]
+SOURCE_DIRS = ["framework", "parallel", "schedules", "models", "planner", "launch", "benchmarks", "tests"]
 CODE = (".h", ".cpp", ".inc")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 

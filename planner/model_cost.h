@@ -1,0 +1,64 @@
+// FLOPs, parameters and activation memory of a GPT-2 or Llama model (pure):
+// the closed forms the planner's step model is built from.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "framework/config.h"
+
+namespace trident::plan {
+
+// FLOPs of one micro-batch (b sequences of s tokens) through one transformer
+// layer, the whole layer (divide by tp for one rank's share).
+struct LayerFlops {
+  double matmul = 0;     // forward FLOPs of the weight GEMMs: 2 * b*s * (matrix parameters of the layer)
+  double attention = 0;  // forward FLOPs of Q K^T and (softmax) V: 4 * b * s^2 * h (the full square, as
+                         // Narayanan et al. 2021 count it; a causal kernel could skip half)
+  double forward() const { return matmul + attention; }
+  // Backward, input-gradient part (I): one GEMM per weight GEMM, and twice the attention core (it has no weights).
+  double input_grad() const { return matmul + 2 * attention; }
+  double weight_grad() const { return matmul; }  // W: one GEMM per weight GEMM
+};
+LayerFlops layer_flops(const ModelConfig& m, int64_t micro_batch);
+
+// Forward FLOPs of the LM head of one micro-batch: 2 * b*s * h * padded vocabulary (backward: I and W as much).
+double head_flops(const ModelConfig& m, int64_t micro_batch, int64_t tp);
+
+// FLOPs of one training step of `samples` sequences: forward + backward of
+// every layer and the head, plus the extra forward of the recomputed part
+// ("none": nothing, "full": every layer, "selective": the attention core).
+// With recompute = "full" and a GPT model this equals Narayanan et al. 2021's
+// 96 B s l h^2 (1 + s/6h + V/16lh).
+double step_flops(const ModelConfig& m, int64_t samples, const std::string& recompute, int64_t tp = 1);
+
+// Parameters, as one rank of a tp-way tensor-parallel layout holds them.
+struct ParamCounts {
+  int64_t layer = 0;       // one transformer layer (its tp shard plus the replicated norms and row biases)
+  int64_t embedding = 0;   // word (vocab-parallel shard) and, for gpt, position embeddings: the first stage
+  int64_t head = 0;        // the last stage: final norm, and the LM head's own copy of the word embedding
+                           // (gpt and tied llama: a copy only when pp > 1; untied llama: its own matrix)
+};
+ParamCounts param_counts(const ModelConfig& m, int64_t tp, bool pipelined);
+int64_t total_params(const ModelConfig& m);  // the model's distinct parameters (tp = pp = 1)
+
+// NOTE [activation memory]
+// Bytes one layer keeps for its backward, per micro-batch of b sequences, on
+// one rank. Korthikanti et al. 2022 (arXiv 2205.05198), Sec. 4, count for a
+// GPT layer in 16-bit with dropout s*b*h*(34 + 5 a s / h) bytes: attention
+// 11 sbh + 5 a s^2 b, MLP 19 sbh, the two LayerNorms 4 sbh; with tensor
+// parallelism s*b*h*(10 + 24/t + 5 a s/(h t)), and with sequence parallelism
+// everything divided by t; full recomputation keeps only the layer input,
+// 2 sbh (divided by t with SP); selective recomputation drops the 5 a s^2 b
+// attention term. Here the same tensors are counted in elements and
+// multiplied by elem_bytes, so Trident's fp32 path (elem_bytes = 4) doubles
+// every term but the dropout masks (1 byte per element), which exist only
+// with dropout > 0; without dropout the attention keeps its softmax output
+// once (a s^2 b elements) instead of softmax output, dropout output and mask.
+// A Llama layer keeps q, k, v (k and v at kv_heads * head_dim), the output
+// projection's input, and four ffn-wide tensors of the SwiGLU MLP (gate,
+// up, silu(gate), their product), no masks.
+double layer_activation_bytes(const ModelConfig& m, int64_t micro_batch, int64_t tp, bool sequence_parallel,
+                              const std::string& recompute, int elem_bytes);
+
+}  // namespace trident::plan

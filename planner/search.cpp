@@ -1,0 +1,152 @@
+#include "planner/search.h"
+
+#include <algorithm>
+
+#include "planner/model_cost.h"
+#include "schedules/generators.h"
+#include "schedules/split.h"
+
+namespace trident::plan {
+
+namespace {
+
+std::vector<int> divisors(int n) {
+  std::vector<int> out;
+  for (int d = 1; d <= n; ++d)
+    if (n % d == 0) out.push_back(d);
+  return out;
+}
+
+// (kind, chunks) pairs worth trying at pp stages: pp = 1 has no pipeline, so one kind stands for all.
+std::vector<std::pair<std::string, int>> schedule_choices(int pp, int64_t layers) {
+  if (pp == 1) return {{"1f1b", 1}};
+  std::vector<std::pair<std::string, int>> out;
+  for (const std::string& k : sched::schedule_kinds()) {
+    if (k == "interleaved") {
+      for (int v : {2, 3, 4, 6, 8})
+        if (pp * v <= layers) out.push_back({k, v});
+      continue;
+    }
+    const int v = sched::default_chunks(k);
+    if (pp * v <= layers) out.push_back({k, v});
+  }
+  return out;
+}
+
+// The splits to try: uniform when the layers divide, and the balanced split that gives the
+// stage with the LM head fewer layers (schedules/split.h) when it differs.
+std::vector<std::vector<int>> splits(const Problem& pr, int tp, int stages, int mbs) {
+  const ModelConfig& m = pr.model;
+  std::vector<std::vector<int>> out;
+  if (m.layers % stages == 0) out.push_back({});
+  if (stages == 1) return out;
+  const LayerFlops lf = layer_flops(m, mbs);
+  const double layer = (lf.forward() + lf.input_grad() + lf.weight_grad()) / tp;
+  const double head = 3 * head_flops(m, mbs, tp) / tp;
+  const std::vector<double> costs(static_cast<size_t>(m.layers), layer);
+  std::vector<int> b = sched::balanced_split(costs, 0.0, head, stages);
+  const bool uniform = std::all_of(b.begin(), b.end(), [&](int n) { return n == b[0]; });
+  if (!uniform) out.push_back(b);
+  return out;
+}
+
+// Memory that no schedule avoids: states of the largest stage plus one micro-batch's activations.
+bool surely_too_big(const Problem& pr, const Layout& l) {
+  const ModelConfig& m = pr.model;
+  const ParamCounts pc = param_counts(m, l.tp, l.pp > 1);
+  const double params = static_cast<double>(pc.layer) * static_cast<double>(m.layers) / l.pp;
+  const double states = params * (pr.precision == "bf16" ? 10 : 8) + params * 8 / (l.zero ? l.dp : 1);
+  const double act = layer_activation_bytes(m, l.micro_batch, l.tp, l.sequence_parallel, l.recompute,
+                                            pr.precision == "bf16" ? 2 : 4);
+  return states + act > pr.cluster.device_memory_gib * 1024.0 * 1024 * 1024;
+}
+
+}  // namespace
+
+SearchResult search(const Problem& pr, const SearchOptions& o) {
+  if (o.gpus < 1) throw PlanError("--gpus " + std::to_string(o.gpus) + ": expected >= 1");
+  if (o.gpus > pr.cluster.devices())
+    throw PlanError("--gpus " + std::to_string(o.gpus) + " but the cluster " + pr.cluster.name + " (" +
+                    pr.cluster.source + ") has " + std::to_string(pr.cluster.devices()) + " devices");
+  if (o.top < 1) throw PlanError("--top " + std::to_string(o.top) + ": expected >= 1");
+  const ModelConfig& m = pr.model;
+  SearchResult res;
+  auto drop = [&](const std::string& why, int64_t n = 1) { res.dropped[why] += n; };
+  std::vector<Estimate> all;
+  for (int tp : divisors(o.gpus)) {
+    if (tp > pr.cluster.devices_per_node && !o.tp_across_nodes) {
+      drop("tp values larger than a node (--tp-across-nodes allows them)");
+      continue;
+    }
+    if (m.heads % tp || m.kv() % tp || m.ffn() % tp || m.hidden % tp) {
+      drop("tp values not dividing heads, kv_heads, ffn_hidden or hidden");
+      continue;
+    }
+    for (int pp : divisors(o.gpus / tp)) {
+      if (pp > m.layers) {
+        drop("pp values larger than the layer count");
+        continue;
+      }
+      const int dp = o.gpus / (tp * pp);
+      for (const auto& [kind, v] : schedule_choices(pp, m.layers)) {
+        for (int mbs = 1; mbs <= o.max_micro_batch; mbs *= 2) {
+          if (pr.global_batch % (static_cast<int64_t>(dp) * mbs) != 0) {
+            drop("global batch not a multiple of dp x micro-batch");
+            continue;
+          }
+          const int mb_count = static_cast<int>(pr.global_batch / (static_cast<int64_t>(dp) * mbs));
+          try {
+            sched::check_supported(kind, pp, mb_count, v);
+          } catch (const std::exception&) {
+            drop("schedule does not support (pp, micro-batches, chunks)");
+            continue;
+          }
+          for (const std::vector<int>& split : splits(pr, tp, pp * v, mbs)) {
+            for (const char* rec : {"none", "selective", "full"}) {
+              for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
+                for (int zero = 0; zero <= (dp > 1 ? 1 : 0); ++zero) {
+                  Layout l;
+                  l.tp = tp, l.pp = pp, l.dp = dp, l.schedule = kind, l.chunks = v, l.micro_batch = mbs;
+                  l.recompute = rec, l.sequence_parallel = sp == 1, l.zero = zero, l.layers = split;
+                  if (sp && m.seq_len % tp) {
+                    drop("sequence parallelism: tp does not divide seq_len");
+                    continue;
+                  }
+                  if (surely_too_big(pr, l)) {
+                    drop("exceeds device memory (states and one micro-batch alone)");
+                    continue;
+                  }
+                  Estimate e = evaluate(pr, l);
+                  ++res.evaluated;
+                  if (!e.fits) {
+                    drop("exceeds device memory (peak with the simulated in-flight micro-batches)");
+                    continue;
+                  }
+                  ++res.fitting;
+                  all.push_back(std::move(e));
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  if (all.empty()) {
+    std::string why;
+    for (const auto& [k, n] : res.dropped) why += "\n  " + std::to_string(n) + " x " + k;
+    throw PlanError("no layout of " + std::to_string(o.gpus) + " devices fits:" + why);
+  }
+  const size_t k = std::min(all.size(), static_cast<size_t>(o.top));
+  std::partial_sort(all.begin(), all.begin() + static_cast<long>(k), all.end(),
+                    [](const Estimate& a, const Estimate& b) {  // ties: less memory first, then the layout's text
+                      if (a.step_s != b.step_s) return a.step_s < b.step_s;
+                      if (a.peak_memory != b.peak_memory) return a.peak_memory < b.peak_memory;
+                      return layout_text(a.layout) < layout_text(b.layout);
+                    });
+  all.resize(k);
+  res.best = std::move(all);
+  return res;
+}
+
+}  // namespace trident::plan

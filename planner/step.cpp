@@ -1,0 +1,323 @@
+#include "planner/step.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "planner/model_cost.h"
+#include "schedules/generators.h"
+#include "schedules/simulate.h"
+
+namespace trident::plan {
+
+namespace {
+
+// NOTE [optimizer bytes] The clip norm and AdamW step are bound by memory
+// traffic: per parameter they read the fp32 gradient twice (norm, step), the
+// fp32 parameter and both moments (20 bytes) and write the parameter and both
+// moments (12 bytes); bf16 also writes the 2-byte compute copy.
+constexpr double kOptimizerBytesFp32 = 32.0;
+constexpr double kOptimizerBytesBf16 = 34.0;
+
+int elem_bytes(const std::string& precision) { return precision == "bf16" ? 2 : 4; }
+
+int parse_int(const std::string& key, const std::string& value) {
+  size_t used = 0;
+  int x = 0;
+  try {
+    x = std::stoi(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != value.size()) throw PlanError("--layout " + key + "=" + value + ": expected an integer");
+  return x;
+}
+
+// Ring collectives over n devices of a message of `bytes` (Patarasuk and Yuan 2009; NCCL's ring):
+// all-reduce moves 2 (n-1)/n of the message over each link in 2 (n-1) steps, all-gather and
+// reduce-scatter half of that (what the ZeRO-1 terms below use).
+double ring_allreduce(double bytes, int n, double gbs, double lat_us) {
+  if (n <= 1) return 0;
+  return 2.0 * (n - 1) / n * bytes / (gbs * 1e9) + 2.0 * (n - 1) * lat_us * 1e-6;
+}
+
+struct Link {
+  double gbs, lat_us;
+};
+Link link(const Cluster& c, bool intra) {
+  return intra ? Link{c.intra_bandwidth_gbs, c.intra_latency_us} : Link{c.inter_bandwidth_gbs, c.inter_latency_us};
+}
+
+int chunks_of(const Layout& l) { return l.chunks > 0 ? l.chunks : sched::default_chunks(l.schedule); }
+
+std::vector<int> layers_per_stage(const ModelConfig& m, const Layout& l) {
+  const int stages = l.pp * chunks_of(l);
+  if (!l.layers.empty()) return l.layers;
+  std::vector<int> out(stages, static_cast<int>(m.layers / stages));
+  return out;
+}
+
+}  // namespace
+
+Layout parse_layout(const std::string& text, int gpus) {
+  Layout l;
+  l.dp = -1;
+  std::vector<std::string> seen;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos) throw PlanError("--layout '" + text + "': item '" + item + "' is not key=value");
+    const std::string k = item.substr(0, eq), v = item.substr(eq + 1);
+    if (std::find(seen.begin(), seen.end(), k) != seen.end())
+      throw PlanError("--layout '" + text + "': " + k + " given twice");
+    seen.push_back(k);
+    if (k == "tp") l.tp = parse_int(k, v);
+    else if (k == "pp") l.pp = parse_int(k, v);
+    else if (k == "dp") l.dp = parse_int(k, v);
+    else if (k == "chunks") l.chunks = parse_int(k, v);
+    else if (k == "mbs") l.micro_batch = parse_int(k, v);
+    else if (k == "zero") l.zero = parse_int(k, v);
+    else if (k == "sp") l.sequence_parallel = parse_int(k, v) != 0;
+    else if (k == "schedule") l.schedule = v;
+    else if (k == "recompute") l.recompute = v;
+    else if (k == "layers") {
+      std::stringstream ls(v);
+      std::string n;
+      while (std::getline(ls, n, '+')) l.layers.push_back(parse_int(k, n));
+    } else {
+      throw PlanError("--layout '" + text + "': unknown key '" + k +
+                      "': expected tp, pp, dp, schedule, chunks, mbs, recompute, zero, sp, layers");
+    }
+  }
+  if (l.tp < 1 || l.pp < 1) throw PlanError("--layout '" + text + "': tp and pp must be >= 1");
+  if (l.dp == -1) {
+    if (gpus % (l.tp * l.pp) != 0)
+      throw PlanError("--layout '" + text + "': tp(" + std::to_string(l.tp) + ") x pp(" + std::to_string(l.pp) +
+                      ") does not divide --gpus " + std::to_string(gpus));
+    l.dp = gpus / (l.tp * l.pp);
+  }
+  if (l.dp < 1) throw PlanError("--layout '" + text + "': dp must be >= 1 (or -1: what --gpus leaves)");
+  if (l.tp * l.pp * l.dp != gpus)
+    throw PlanError("--layout '" + text + "': tp(" + std::to_string(l.tp) + ") x pp(" + std::to_string(l.pp) + ") x dp(" +
+                    std::to_string(l.dp) + ") = " + std::to_string(l.tp * l.pp * l.dp) + " but --gpus " +
+                    std::to_string(gpus));
+  if (l.micro_batch < 1) throw PlanError("--layout '" + text + "': mbs must be >= 1");
+  if (l.zero != 0 && l.zero != 1) throw PlanError("--layout '" + text + "': zero must be 0 or 1");
+  if (l.recompute != "none" && l.recompute != "full" && l.recompute != "selective")
+    throw PlanError("--layout '" + text + "': recompute=" + l.recompute + ": expected none, selective or full");
+  const auto& kinds = sched::schedule_kinds();
+  if (std::find(kinds.begin(), kinds.end(), l.schedule) == kinds.end()) {
+    std::string all;
+    for (const auto& kk : kinds) all += (all.empty() ? "" : ", ") + kk;
+    throw PlanError("--layout '" + text + "': schedule=" + l.schedule + ": expected one of " + all);
+  }
+  return l;
+}
+
+std::string layout_text(const Layout& l) {
+  std::string out = "tp=" + std::to_string(l.tp) + ",pp=" + std::to_string(l.pp) + ",dp=" + std::to_string(l.dp) +
+                    ",schedule=" + l.schedule + ",chunks=" + std::to_string(chunks_of(l)) +
+                    ",mbs=" + std::to_string(l.micro_batch) + ",recompute=" + l.recompute +
+                    ",zero=" + std::to_string(l.zero) + ",sp=" + std::to_string(l.sequence_parallel ? 1 : 0);
+  if (!l.layers.empty()) {
+    out += ",layers=";
+    for (size_t i = 0; i < l.layers.size(); ++i) out += (i ? "+" : "") + std::to_string(l.layers[i]);
+  }
+  return out;
+}
+
+void check_layout(const Problem& pr, const Layout& l) {
+  const ModelConfig& m = pr.model;
+  const std::string at = "layout " + layout_text(l) + ": ";
+  const int devices = l.tp * l.pp * l.dp;
+  if (devices > pr.cluster.devices())
+    throw PlanError(at + std::to_string(devices) + " devices but the cluster " + pr.cluster.name + " has " +
+                    std::to_string(pr.cluster.devices()));
+  for (auto [name, value] : {std::pair<const char*, int64_t>{"heads", m.heads}, {"kv_heads", m.kv()},
+                             {"ffn_hidden", m.ffn()}, {"hidden", m.hidden}})
+    if (value % l.tp != 0)
+      throw PlanError(at + "tp(" + std::to_string(l.tp) + ") does not divide model." + name + " = " + std::to_string(value));
+  if (l.sequence_parallel && l.tp == 1) throw PlanError(at + "sp=1 needs tp > 1");
+  if (l.sequence_parallel && m.seq_len % l.tp != 0)
+    throw PlanError(at + "sequence parallelism: tp(" + std::to_string(l.tp) + ") does not divide model.seq_len = " +
+                    std::to_string(m.seq_len));
+  if (l.zero == 1 && l.dp == 1) throw PlanError(at + "zero=1 needs dp > 1");
+  const int v = chunks_of(l);
+  if (!l.layers.empty()) {
+    if (static_cast<int>(l.layers.size()) != l.pp * v)
+      throw PlanError(at + "layers has " + std::to_string(l.layers.size()) + " entries, expected pp x chunks = " +
+                      std::to_string(l.pp * v));
+    int64_t sum = 0;
+    for (int n : l.layers) {
+      if (n < 1) throw PlanError(at + "every entry of layers must be >= 1");
+      sum += n;
+    }
+    if (sum != m.layers)
+      throw PlanError(at + "layers sum to " + std::to_string(sum) + ", model.layers = " + std::to_string(m.layers));
+  } else if (m.layers % (l.pp * v) != 0) {
+    throw PlanError(at + "model.layers = " + std::to_string(m.layers) + " is not a multiple of pp x chunks = " +
+                    std::to_string(l.pp * v) + ": give layers=A+B+... for an uneven split");
+  }
+  const int64_t per_step = static_cast<int64_t>(l.dp) * l.micro_batch;
+  if (pr.global_batch % per_step != 0)
+    throw PlanError(at + "global batch " + std::to_string(pr.global_batch) + " is not a multiple of dp x mbs = " +
+                    std::to_string(per_step));
+  try {
+    sched::check_supported(l.schedule, l.pp, static_cast<int>(pr.global_batch / per_step), v);
+  } catch (const std::exception& e) {
+    throw PlanError(at + e.what());
+  }
+}
+
+Estimate evaluate(const Problem& pr, const Layout& l) {
+  check_layout(pr, l);
+  const ModelConfig& m = pr.model;
+  const Cluster& c = pr.cluster;
+  const int v = chunks_of(l), stages = l.pp * v, e = elem_bytes(pr.precision);
+  const int mb_count = static_cast<int>(pr.global_batch / (static_cast<int64_t>(l.dp) * l.micro_batch));
+  const double rate = c.peak_tflops(pr.precision) * c.gemm_efficiency * 1e12;  // FLOP/s per device
+  const double t = l.tp, ov = c.action_overhead_us * 1e-6;
+  const double msg = static_cast<double>(l.micro_batch * m.seq_len * m.hidden) * e;  // (b, s, h) activation
+
+  // Tensor parallelism: 2 all-reduces (or all-gather + reduce-scatter pairs with SP: the same volume)
+  // in each layer's forward and 2 in its backward (Shoeybi et al. 2019); inside a node unless tp exceeds it.
+  const bool tp_intra = l.tp <= c.devices_per_node && c.devices_per_node % l.tp == 0;
+  const Link tl = link(c, tp_intra);
+  const double tp_pass = l.tp > 1 ? 2 * ring_allreduce(msg, l.tp, tl.gbs, tl.lat_us) : 0.0;
+
+  const LayerFlops lf = layer_flops(m, l.micro_batch);
+  const double hf = head_flops(m, l.micro_batch, l.tp);
+  const double rec_gemm = l.recompute == "full" ? lf.forward() / t / rate
+                          : l.recompute == "selective" ? lf.attention / t / rate : 0.0;
+  const double rec_tp = l.recompute == "full" ? tp_pass : 0.0;
+
+  const std::vector<int> nl = layers_per_stage(m, l);
+  sched::Schedule s = sched::generate_compute(l.schedule, l.pp, mb_count, v);
+  bool split_w = false;
+  for (const auto& list : s.ranks)
+    for (const auto& a : list)
+      if (a.kind == sched::ActionKind::W) split_w = true;
+
+  // Per virtual stage, one micro-batch, in milliseconds (the simulator's unit).
+  struct Parts {
+    double gemm = 0, rec = 0, tp = 0, over = 0;
+  };
+  std::vector<Parts> parts(stages);
+  sched::Costs costs;
+  costs.stage_costs.resize(stages);
+  for (int vs = 0; vs < stages; ++vs) {
+    const double n = nl[vs];
+    const bool last = vs == stages - 1;
+    double f = n * (lf.forward() / t / rate + tp_pass) + (last ? hf / t / rate : 0);
+    double w = n * lf.weight_grad() / t / rate + (last ? hf / t / rate : 0);
+    double i = n * (lf.input_grad() / t / rate + tp_pass + rec_gemm + rec_tp) + (last ? hf / t / rate : 0);
+    const double overhead = ov * (split_w ? 3 : 2);
+    f += ov;
+    i += ov;
+    if (split_w) w += ov;
+    costs.stage_costs[vs] = {f * 1e3, (i + w) * 1e3, w * 1e3};
+    parts[vs].tp = n * (2 * tp_pass + rec_tp);
+    parts[vs].rec = n * rec_gemm;
+    parts[vs].over = overhead;
+    parts[vs].gemm = f + i + w - parts[vs].tp - parts[vs].rec - overhead;
+  }
+  // Pipeline transfers: one (b, s, h) message per boundary, inter-node when the two stages' devices
+  // are on different nodes (NOTE [rank order] in parallel/layout.h: stage i starts at rank i*dp*tp).
+  std::vector<double> latency(stages - 1, 0.0);
+  for (int vs = 0; vs + 1 < stages; ++vs) {
+    const int r0 = s.rank_of(vs), r1 = s.rank_of(vs + 1);
+    if (r0 == r1) continue;
+    const int64_t g0 = static_cast<int64_t>(r0) * l.dp * l.tp, g1 = static_cast<int64_t>(r1) * l.dp * l.tp;
+    const Link pl = link(c, g0 / c.devices_per_node == g1 / c.devices_per_node);
+    latency[vs] = (msg / (pl.gbs * 1e9) + pl.lat_us * 1e-6) * 1e3;
+  }
+  sched::Costs free_costs = costs;
+  costs.latency = latency;
+  const sched::TimelineStats st = sched::simulate_stats(s, costs);
+  const sched::TimelineStats st0 = stages > 1 ? sched::simulate_stats(s, free_costs) : st;
+
+  Estimate est;
+  est.layout = l;
+  est.layout.chunks = v;
+  est.microbatches = mb_count;
+  const double pipe_s = st.step_time * 1e-3, pipe_free_s = st0.step_time * 1e-3;
+
+  // Per pipeline rank: parameters, the DP reduce, the optimizer, memory.
+  const ParamCounts pc = param_counts(m, l.tp, l.pp > 1);
+  const bool dp_intra = static_cast<int64_t>(l.tp) * l.dp <= c.devices_per_node;
+  const Link dl = link(c, dp_intra);
+  const double layer_act = layer_activation_bytes(m, l.micro_batch, l.tp, l.sequence_parallel, l.recompute, e);
+  const double head_act = static_cast<double>(l.micro_batch * m.seq_len) *
+                          (static_cast<double>(m.padded_vocab(l.tp)) / t * e + static_cast<double>(m.hidden) * e);
+  const double bucket = pr.dp_bucket_mb * 1024 * 1024;
+  // A tied head on the rank that holds the embedding (V placement puts the last stage on rank 0)
+  // shares the embedding's matrix instead of a copy.
+  const bool tied = m.arch != "llama" || m.tie_embeddings;
+  const bool tied_on_one_rank = tied && l.pp > 1 && s.rank_of(0) == s.rank_of(stages - 1);
+  const double head_copy = static_cast<double>(m.padded_vocab(l.tp) / l.tp * m.hidden);
+  double dp_worst = 0, opt_worst = 0;
+  int busiest = 0;
+  for (int r = 0; r < l.pp; ++r)
+    if (st.busy[r] > st.busy[busiest]) busiest = r;
+  for (int r = 0; r < l.pp; ++r) {
+    double params = 0, act_chunk = 0, backward_one = 0;
+    for (int ch = 0; ch < v; ++ch) {
+      const int vs = s.stage_of(r, ch);
+      params += nl[vs] * static_cast<double>(pc.layer);
+      if (vs == 0) params += static_cast<double>(pc.embedding);
+      if (vs == stages - 1) params += static_cast<double>(pc.head) - (tied_on_one_rank ? head_copy : 0.0);
+      act_chunk = std::max(act_chunk, nl[vs] * layer_act + (vs == stages - 1 ? head_act : 0.0));
+      backward_one += costs.stage_costs[vs].backward * 1e-3;
+    }
+    RankMemory rm;
+    rm.params = params * (pr.precision == "bf16" ? 6 : 4);  // fp32 master (+ bf16 compute copy)
+    rm.grads = params * 4;                                    // fp32 gradients
+    rm.optimizer = params * 8 / (l.zero ? l.dp : 1);          // AdamW moments (ZeRO-1 shards them over dp)
+    rm.peak_inflight = st.peak_inflight[r];
+    rm.activations = rm.peak_inflight * act_chunk;
+    rm.boundary = l.pp > 1 ? 2 * msg : 0.0;
+    est.memory.push_back(rm);
+
+    // Data parallelism: fp32 gradients reduced in buckets; with ZeRO-1 a reduce-scatter and, after the
+    // step, an all-gather of the updated parameters that nothing hides.
+    double dp_s = 0;
+    if (l.dp > 1) {
+      const double g = params * 4, buckets = std::ceil(g / bucket);
+      const double full = ring_allreduce(g, l.dp, dl.gbs, 0) + buckets * ring_allreduce(0, l.dp, 1, dl.lat_us);
+      const double reduce = l.zero ? full / 2 : full;
+      const double one_bucket = ring_allreduce(std::min(g, bucket), l.dp, dl.gbs, dl.lat_us) / (l.zero ? 2 : 1);
+      dp_s = pr.overlap_grad_reduce ? std::max(one_bucket, reduce - backward_one) : reduce;
+      if (l.zero) dp_s += full / 2;
+    }
+    const double opt_s = params / (l.zero ? l.dp : 1) *
+                         (pr.precision == "bf16" ? kOptimizerBytesBf16 : kOptimizerBytesFp32) /
+                         (c.memory_bandwidth_gbs * 1e9);
+    dp_worst = std::max(dp_worst, dp_s);
+    opt_worst = std::max(opt_worst, opt_s);
+  }
+  for (const auto& rm : est.memory) est.peak_memory = std::max(est.peak_memory, rm.total());
+  est.fits = est.peak_memory <= c.device_memory_gib * 1024.0 * 1024 * 1024;
+
+  // The busiest rank's work, split into its parts (its simulated busy time is their sum times m).
+  Breakdown& b = est.breakdown;
+  for (int ch = 0; ch < v; ++ch) {
+    const Parts& p = parts[s.stage_of(busiest, ch)];
+    b.compute += mb_count * (p.gemm + p.over);
+    b.recompute += mb_count * p.rec;
+    b.tp_comm += mb_count * p.tp;
+  }
+  b.bubble = std::max(0.0, pipe_free_s - (b.compute + b.recompute + b.tp_comm));
+  b.pp_comm = std::max(0.0, pipe_s - pipe_free_s);
+  b.dp_exposed = dp_worst;
+  b.optimizer = opt_worst;
+  est.step_s = pipe_s + dp_worst + opt_worst;
+
+  const int devices = l.tp * l.pp * l.dp;
+  est.tokens_per_s = static_cast<double>(pr.global_batch * m.seq_len) / est.step_s;
+  est.tflops_per_device = step_flops(m, pr.global_batch, l.recompute, l.tp) / est.step_s / devices / 1e12;
+  est.mfu = step_flops(m, pr.global_batch, "none", l.tp) / est.step_s / devices / (c.peak_tflops(pr.precision) * 1e12);
+  return est;
+}
+
+}  // namespace trident::plan

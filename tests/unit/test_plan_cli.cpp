@@ -1,0 +1,116 @@
+// `trident plan` end to end: the search on a small case, --layout on one row
+// of the published table, --emit-set accepted by trident train's config
+// parser, and bad arguments failing with a message. Runs the built binary.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "framework/config.h"
+#include "framework/json.h"
+
+namespace {
+
+struct Result {
+  int status;
+  std::string out;  // stdout (stderr too when merged)
+};
+
+Result run_plan(const std::string& args, bool merge = true) {
+  const std::string cmd = std::string("cd " TRIDENT_SOURCE_DIR " && " TRIDENT_BINARY_DIR "/trident plan ") + args +
+                          (merge ? " 2>&1" : "");
+  FILE* pipe = popen(cmd.c_str(), "r");
+  EXPECT_NE(pipe, nullptr);
+  Result r{-1, ""};
+  if (!pipe) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
+  r.status = pclose(pipe);
+  return r;
+}
+
+const std::string kTiny = "--config configs/gpt-tiny.toml --cluster configs/clusters/dgx-a100.toml ";
+
+}  // namespace
+
+TEST(PlanCli, SearchPrintsTheBestSortedAsJson) {
+  const Result r = run_plan(kTiny + "--gpus 4 --top 3 --format json", false);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const trident::json::Value v = trident::json::parse(r.out, "plan");
+  const auto& best = v.as_array("plan");
+  ASSERT_EQ(best.size(), 3u);
+  double last = 0;
+  for (const auto& e : best) {
+    EXPECT_EQ(e.at("tp", "e").as_int("tp") * e.at("pp", "e").as_int("pp") * e.at("dp", "e").as_int("dp"), 4);
+    const double step = e.at("step_s", "e").as_double("step_s");
+    EXPECT_GE(step, last);
+    last = step;
+    EXPECT_TRUE(e.at("fits", "e").as_bool("fits"));
+    double parts = 0;
+    for (const char* k : {"compute", "bubble", "tp_comm", "pp_comm", "dp_exposed", "optimizer", "recompute"})
+      parts += e.at("breakdown_s", "e").at(k, "breakdown").as_double(k);
+    EXPECT_NEAR(parts, step, 1e-6 * step) << "the breakdown adds up to the step";
+  }
+  const Result t = run_plan(kTiny + "--gpus 4 --top 2");
+  ASSERT_EQ(t.status, 0) << t.out;
+  EXPECT_NE(t.out.find("x global batch not a multiple of dp x micro-batch"), std::string::npos) << t.out;
+  const Result c = run_plan(kTiny + "--gpus 4 --top 2 --format csv");
+  ASSERT_EQ(c.status, 0) << c.out;
+  EXPECT_EQ(c.out.rfind("layout,microbatches,step_s,", 0), 0u) << c.out;
+}
+
+TEST(PlanCli, EmitSetLinesAreAcceptedByTheTrainConfigParser) {
+  const Result r = run_plan(kTiny + "--gpus 4 --layout tp=2,pp=2,schedule=interleaved,chunks=2,mbs=2,recompute=full --emit-set",
+                            false);
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::vector<std::string> sets;
+  std::istringstream in(r.out);
+  std::string line;
+  while (std::getline(in, line)) {
+    ASSERT_EQ(line.rfind("--set ", 0), 0u) << line;
+    sets.push_back(line.substr(6));
+  }
+  trident::Config c = trident::load_config(TRIDENT_SOURCE_DIR "/configs/gpt-tiny.toml", sets);
+  trident::resolve_world(c, 4);
+  EXPECT_EQ(c.parallel.tp, 2);
+  EXPECT_EQ(c.parallel.pp, 2);
+  EXPECT_EQ(c.parallel.dp, 1);
+  EXPECT_EQ(c.schedule.kind, "interleaved");
+  EXPECT_EQ(c.schedule.chunks, 2);
+  EXPECT_EQ(c.training.micro_batch_size, 2);
+  EXPECT_EQ(c.training.recompute, "full");
+  EXPECT_EQ(trident::num_microbatches(c), 8);
+}
+
+TEST(PlanCli, PublishedRowStaysWithinItsGoal) {
+  // Narayanan et al. 2021 Table 1, the 145.6 B row: 148 TFLOP/s per GPU published; goal +-15 %
+  // (benchmarks/plan_published.sh has every row and the fit of compute.gemm_efficiency).
+  const Result r = run_plan(
+      "--config configs/gpt2-1.3b.toml --set model.heads=96 --set model.hidden=12288 --set model.layers=80 "
+      "--set model.ffn_hidden=0 --set model.seq_len=2048 --set model.vocab_size=51200 --set model.vocab_pad_multiple=128 "
+      "--set training.precision=bf16 --set parallel.sequence_parallel=false --cluster configs/clusters/dgx-a100.toml "
+      "--gpus 1536 --global-batch 2304 --layout tp=8,pp=8,schedule=interleaved,chunks=2,mbs=1,recompute=full --format json",
+      false);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const double tflops = trident::json::parse(r.out, "plan").as_array("plan").at(0).at("tflops_per_device", "e").as_double("tflops");
+  EXPECT_NEAR(tflops / 148.0, 1.0, 0.15) << tflops;
+}
+
+TEST(PlanCli, BadArgumentsSayWhat) {
+  for (auto [args, expect] : std::vector<std::pair<std::string, std::string>>{
+           {"--config configs/gpt-tiny.toml --gpus 4", "--cluster is required"},
+           {kTiny + "--gpus 4 --format xml", "--format 'xml', expected table, csv or json"},
+           {kTiny + "--gpus 4 --layout tp=2 --top 3", "--top and --max-mbs apply to the search"},
+           {kTiny + "--gpus 4 --layout tp=3", "does not divide --gpus 4"},
+           {kTiny + "--gpus 4000", "--gpus 4000 but the cluster dgx-a100"},
+           {kTiny + "--gpus 4 --cluster-set compute.gemm_efficiency=2", "expected a fraction in (0, 1]"},
+           {kTiny + "--gpus 4 --set model.colour=1", "unknown key model.colour"}}) {
+    const Result r = run_plan(args);
+    EXPECT_NE(r.status, 0) << args;
+    EXPECT_NE(r.out.find(expect), std::string::npos) << args << "\n" << r.out;
+  }
+}

@@ -1,0 +1,232 @@
+// The planner's cost and memory model on hand-computed cases and published
+// figures, the cluster file's checks, one layout's breakdown, and the search.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "tests/error_of.h"
+#include "framework/config.h"
+#include "planner/cluster.h"
+#include "planner/model_cost.h"
+#include "planner/search.h"
+#include "planner/step.h"
+
+using namespace trident;
+using namespace trident::plan;
+using trident::testing::error_of;
+
+namespace {
+
+ModelConfig gpt(int64_t l, int64_t h, int64_t a, int64_t s, int64_t v) {
+  ModelConfig m;
+  m.layers = l, m.hidden = h, m.heads = a, m.seq_len = s, m.vocab_size = v, m.vocab_pad_multiple = 1;
+  return m;
+}
+
+// 1 TFLOP/s fp32 at full efficiency, 1 GB/s links without latency, no overheads: costs by hand.
+Cluster unit_cluster() {
+  return parse_cluster(
+      "[cluster]\nnodes = 1\ndevices_per_node = 8\ndevice_memory_gib = 16\n"
+      "[compute]\npeak_tflops_fp32 = 1.0\ngemm_efficiency = 1.0\nmemory_bandwidth_gbs = 1e12\n"
+      "[intra_node]\nbandwidth_gbs = 1.0\nlatency_us = 0\n[inter_node]\nbandwidth_gbs = 1.0\nlatency_us = 0\n",
+      "unit.toml");
+}
+
+}  // namespace
+
+TEST(PlannerCost, GptStepFlopsWithRecomputationAreNarayanansFormula) {
+  // Narayanan et al. 2021, Sec. 5.1: 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) with full recomputation.
+  for (auto [l, h, a, s, v, batch] : {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>{24, 2304, 24, 2048, 51200, 512},
+                                      {80, 12288, 96, 2048, 51200, 2304}, {8, 64, 8, 32, 256, 16}}) {
+    const ModelConfig m = gpt(l, h, a, s, v);
+    const double B = batch, S = s, L = l, H = h, V = v;
+    const double paper = 96 * B * S * L * H * H * (1 + S / (6 * H) + V / (16 * L * H));
+    EXPECT_NEAR(step_flops(m, batch, "full") / paper, 1.0, 1e-12) << "h=" << h;
+    // Without recomputation: 3 passes instead of 4 over the layers (72 B s l h^2 (1 + s/6h) + 6 B s h V).
+    const double none = 72 * B * S * L * H * H * (1 + S / (6 * H)) + 6 * B * S * H * V;
+    EXPECT_NEAR(step_flops(m, batch, "none") / none, 1.0, 1e-12);
+  }
+}
+
+TEST(PlannerCost, LlamaLayerFlopsCountGroupedQueryAttentionAndSwiGlu) {
+  ModelConfig m = gpt(2, 64, 4, 16, 256);
+  m.arch = "llama", m.kv_heads = 2, m.ffn_hidden = 128;  // head_dim 16: k and v are 64 x 32 each
+  const LayerFlops f = layer_flops(m, 3);
+  const double matrices = 64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 128;  // q, k v, o, gate up down = 36864
+  EXPECT_DOUBLE_EQ(f.matmul, 2.0 * 3 * 16 * matrices);
+  EXPECT_DOUBLE_EQ(f.attention, 4.0 * 3 * 16 * 16 * 64);
+  EXPECT_DOUBLE_EQ(f.input_grad() + f.weight_grad(), 2 * f.forward());
+}
+
+TEST(PlannerCost, ParameterCountsMatchGpt2AndLlama2) {
+  // GPT-2 small (Hugging Face gpt2): 124,439,808 parameters, the head tied to wte.
+  ModelConfig g = gpt(12, 768, 12, 1024, 50257);
+  EXPECT_EQ(total_params(g), 124439808);
+  // Llama 2 7B (Hugging Face meta-llama/Llama-2-7b-hf): 6,738,415,616 parameters, untied head.
+  ModelConfig l = gpt(32, 4096, 32, 4096, 32000);
+  l.arch = "llama", l.ffn_hidden = 11008, l.tie_embeddings = false;
+  EXPECT_EQ(total_params(l), 6738415616);
+  // tp = 2: matrices and column biases halve; norms and row-parallel biases stay whole.
+  const ParamCounts p2 = param_counts(g, 2, false);
+  EXPECT_EQ(p2.layer, (4 * 768 * 768 + 2 * 768 * 3072 + 3 * 768 + 3072) / 2 + 6 * 768);
+  EXPECT_EQ(p2.embedding, 50258 / 2 * 768 + 1024 * 768);  // vocab padded to a multiple of tp
+  EXPECT_EQ(param_counts(g, 1, true).head, 2 * 768 + 50257 * 768);  // last stage's copy of wte under pp
+}
+
+TEST(PlannerMemory, ActivationsAreKorthikantisFormulaIn16Bit) {
+  // Korthikanti et al. 2022: s b h (34 + 5 a s / h) bytes per layer (16-bit, dropout), tp: 10 + 24/t + 5as/(ht).
+  ModelConfig m = gpt(4, 1024, 16, 2048, 51200);
+  m.dropout = 0.1;
+  const double s = 2048, b = 2, h = 1024, a = 16;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, 2, 1, false, "none", 2), s * b * h * (34 + 5 * a * s / h));
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, 2, 4, false, "none", 2), s * b * h * (10 + 24.0 / 4 + 5 * a * s / (h * 4)));
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, 2, 4, true, "none", 2), s * b * h * (34 + 5 * a * s / h) / 4);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, 2, 4, true, "selective", 2), s * b * h * 34 / 4);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, 2, 1, false, "full", 2), 2 * s * b * h);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, 2, 4, true, "full", 2), 2 * s * b * h / 4);
+  // Trident's fp32 path without dropout: 4 bytes an element, no masks, the softmax output once:
+  // (4h + 4h + 2f) elements per token (f = 4h: 16h) and a s.
+  m.dropout = 0;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, 2, 1, false, "none", 4), s * b * (16 * h + a * s) * 4);
+  EXPECT_THROW(layer_activation_bytes(m, 2, 1, false, "some", 4), std::invalid_argument);
+}
+
+TEST(PlannerStep, OneDeviceStepIsFlopsOverRateAndTpAddsRingAllReduces) {
+  Problem pr;
+  pr.model = gpt(4, 64, 8, 32, 256);
+  pr.precision = "fp32";
+  pr.cluster = unit_cluster();
+  pr.global_batch = 8;
+  Layout l;
+  l.micro_batch = 2;
+  const Estimate e = evaluate(pr, l);
+  EXPECT_EQ(e.microbatches, 4);
+  EXPECT_NEAR(e.breakdown.compute, step_flops(pr.model, 8, "none") / 1e12, 1e-15);
+  EXPECT_DOUBLE_EQ(e.breakdown.bubble + e.breakdown.tp_comm + e.breakdown.pp_comm + e.breakdown.dp_exposed, 0.0);
+  EXPECT_NEAR(e.step_s, e.breakdown.compute + e.breakdown.optimizer, 1e-15);
+  // tp = 2: per layer and micro-batch 2 all-reduces forward, 2 backward of (b, s, h) fp32; a ring of 2
+  // moves 2 (n-1)/n = 1 message per link: 4 * (2*32*64*4 bytes) / 1 GB/s.
+  l.tp = 2;
+  const Estimate t = evaluate(pr, l);
+  EXPECT_NEAR(t.breakdown.tp_comm, 4.0 * 4 * 4 * (2 * 32 * 64 * 4) / 1e9, 1e-12);
+  EXPECT_NEAR(t.breakdown.compute, step_flops(pr.model, 8, "none", 2) / 2 / 1e12, 1e-12);
+  // Full recomputation: one more forward of every layer, and its 2 all-reduces.
+  l.recompute = "full";
+  const Estimate r = evaluate(pr, l);
+  EXPECT_NEAR(r.breakdown.recompute, 4.0 * layer_flops(pr.model, 2).forward() / 2 / 1e12 * 4, 1e-12);
+  EXPECT_NEAR(r.breakdown.tp_comm, t.breakdown.tp_comm * 1.5, 1e-12);
+}
+
+TEST(PlannerStep, PipelineBubbleAndMemoryFollowTheSimulatedSchedule) {
+  Problem pr;
+  pr.model = gpt(8, 256, 8, 64, 8);  // a tiny vocabulary: the head costs ~0.3 % of a stage
+  pr.precision = "fp32";
+  pr.cluster = unit_cluster();
+  pr.global_batch = 8;
+  Layout l;
+  l.pp = 4;
+  const Estimate e = evaluate(pr, l);
+  // 1F1B with p = 4, m = 8: bubble (p-1)/(m+p-1) of the pipeline's time with free transfers.
+  const double pipe = e.step_s - e.breakdown.optimizer - e.breakdown.pp_comm;
+  EXPECT_GT(e.breakdown.pp_comm, 0.0);
+  EXPECT_NEAR(e.breakdown.bubble / pipe, 3.0 / 11.0, 0.01);
+  ASSERT_EQ(e.memory.size(), 4u);
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(e.memory[r].peak_inflight, 4 - r);  // 1F1B: p - r micro-batches alive
+  const double layer = layer_activation_bytes(pr.model, 1, 1, false, "none", 4);
+  EXPECT_DOUBLE_EQ(e.memory[0].activations, 4 * 2 * layer);
+  const ParamCounts pc = param_counts(pr.model, 1, true);
+  EXPECT_DOUBLE_EQ(e.memory[0].params, 4.0 * (2 * pc.layer + pc.embedding));
+  EXPECT_DOUBLE_EQ(e.memory[0].optimizer, 8.0 * (2 * pc.layer + pc.embedding));
+  // dp = 2 with ZeRO-1: the moments are halved, nothing else.
+  pr.global_batch = 16;
+  l.dp = 2, l.zero = 1;
+  const Estimate z = evaluate(pr, l);
+  EXPECT_DOUBLE_EQ(z.memory[0].optimizer, e.memory[0].optimizer / 2);
+  EXPECT_DOUBLE_EQ(z.memory[0].grads, e.memory[0].grads);
+  EXPECT_GT(z.breakdown.dp_exposed, 0.0);
+}
+
+TEST(PlannerStep, BadLayoutsNameTheirProblem) {
+  Problem pr;
+  pr.model = gpt(8, 64, 8, 32, 256);
+  pr.precision = "fp32";
+  pr.cluster = unit_cluster();
+  pr.global_batch = 16;
+  EXPECT_NE(error_of<PlanError>([&] { evaluate(pr, parse_layout("tp=3,dp=1", 3)); }).find("does not divide model.heads = 8"),
+            std::string::npos);
+  EXPECT_NE(error_of<PlanError>([&] { evaluate(pr, parse_layout("pp=3", 3)); }).find("not a multiple of pp x chunks = 3"),
+            std::string::npos);
+  EXPECT_NE(error_of<PlanError>([&] { evaluate(pr, parse_layout("pp=2,layers=3+4", 2)); }).find("layers sum to 7"),
+            std::string::npos);
+  EXPECT_NE(error_of<PlanError>([&] { evaluate(pr, parse_layout("mbs=3", 1)); }).find("global batch 16 is not a multiple"),
+            std::string::npos);
+  EXPECT_NE(error_of<PlanError>([] { parse_layout("tp=2,pp=2,dp=1", 8); }).find("x dp(1) = 4 but --gpus 8"), std::string::npos);
+  EXPECT_NE(error_of<PlanError>([] { parse_layout("tp=2,colour=red", 2); }).find("unknown key 'colour'"), std::string::npos);
+  EXPECT_NE(error_of<PlanError>([] { parse_layout("schedule=fast", 1); }).find("schedule=fast: expected one of"),
+            std::string::npos);
+  // An uneven split is accepted and simulated as given.
+  const Estimate u = evaluate(pr, parse_layout("pp=2,layers=5+3", 2));
+  EXPECT_GT(u.memory[0].params, u.memory[1].params - 1e9);
+  EXPECT_EQ(u.layout.layers, (std::vector<int>{5, 3}));
+}
+
+TEST(PlannerCluster, PresetsParseAndBadFilesNameKeyAndLine) {
+  for (const char* f : {"dgx-a100", "dgx-h100"}) {
+    const std::string path = std::string(TRIDENT_SOURCE_DIR "/configs/clusters/") + f + ".toml";
+    const Cluster c = load_cluster(path);
+    EXPECT_EQ(c.devices_per_node, 8) << f;
+    EXPECT_EQ(parse_cluster(to_toml(c), "again").peak_tflops_bf16, c.peak_tflops_bf16);
+  }
+  EXPECT_EQ(load_cluster(TRIDENT_SOURCE_DIR "/configs/clusters/dgx-a100.toml").peak_tflops("bf16"), 312.0);
+  const std::string base = "[cluster]\nnodes = 1\ndevices_per_node = 2\ndevice_memory_gib = 8\n[compute]\npeak_tflops_fp32 = 1\n";
+  EXPECT_NE(error_of<PlanError>([&] { parse_cluster(base + "gemm_eficiency = 0.5\n", "c.toml"); })
+                .find("c.toml: unknown key compute.gemm_eficiency (line 7): keys of [compute] are"),
+            std::string::npos);
+  EXPECT_NE(error_of<PlanError>([&] { parse_cluster(base + "gemm_efficiency = 1.5\n", "c.toml"); })
+                .find("expected a fraction in (0, 1]"),
+            std::string::npos);
+  EXPECT_NE(error_of<PlanError>([&] { parse_cluster(base + "[network]\nx = 1\n", "c.toml"); }).find("unknown section [network]"),
+            std::string::npos);
+  EXPECT_NE(error_of<PlanError>([&] { parse_cluster("[cluster]\nnodes = \"two\"\n", "c.toml"); })
+                .find("cluster.nodes = \"two\" (line 2): expected an integer"),
+            std::string::npos);
+  EXPECT_NE(error_of<PlanError>([&] { parse_cluster(base + "[intra_node]\nbandwidth_gbs = 0\n", "c.toml"); })
+                .find("intra_node.bandwidth_gbs = 0 (line 8): expected a number > 0"),
+            std::string::npos);
+  EXPECT_NE(error_of<PlanError>([&] { parse_cluster("[cluster]\nnodes = 1\n", "c.toml"); }).find("missing cluster.devices_per_node"),
+            std::string::npos);
+  EXPECT_NE(error_of<PlanError>([&] { parse_cluster(base, "c.toml").peak_tflops("bf16"); }).find("no compute.peak_tflops_bf16"),
+            std::string::npos);
+  Cluster c = parse_cluster(base, "c.toml");
+  set_cluster_key(c, "compute.gemm_efficiency=0.25");
+  EXPECT_EQ(c.gemm_efficiency, 0.25);
+  EXPECT_NE(error_of<PlanError>([&] { set_cluster_key(c, "compute.speed=2"); }).find("unknown key compute.speed"),
+            std::string::npos);
+}
+
+TEST(PlannerSearch, SmallCaseKeepsTheFastestThatFitAndCountsDrops) {
+  Problem pr;
+  pr.model = gpt(8, 64, 8, 32, 256);
+  pr.precision = "fp32";
+  pr.cluster = unit_cluster();
+  pr.global_batch = 16;
+  SearchOptions o;
+  o.gpus = 4;
+  o.top = 4;
+  const SearchResult r = search(pr, o);
+  ASSERT_EQ(r.best.size(), 4u);
+  for (size_t i = 1; i < r.best.size(); ++i) EXPECT_LE(r.best[i - 1].step_s, r.best[i].step_s);
+  for (const Estimate& e : r.best) {
+    EXPECT_TRUE(e.fits);
+    EXPECT_EQ(e.layout.tp * e.layout.pp * e.layout.dp, 4);
+  }
+  EXPECT_GT(r.evaluated, 100);
+  EXPECT_GT(r.dropped.at("global batch not a multiple of dp x micro-batch"), 0);
+  // Every layout the search ranks is one evaluate() gives the same figures for.
+  EXPECT_DOUBLE_EQ(evaluate(pr, r.best[0].layout).step_s, r.best[0].step_s);
+  // A device memory nothing fits in: the error lists the reasons.
+  set_cluster_key(pr.cluster, "cluster.device_memory_gib=1e-6");
+  EXPECT_NE(error_of<PlanError>([&] { search(pr, o); }).find("no layout of 4 devices fits:"), std::string::npos);
+}
