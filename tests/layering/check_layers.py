@@ -19,12 +19,17 @@ import tempfile
 # layer with a matching pattern, so the specific patterns come first.
 LAYERS = [
     ("model interface", ["models/model.h"]),
+    # What every family shares (the chunk split, the TP plan builder, attention).
+    ("model parts", ["models/plan.*", "models/attention.*"]),
+    # One folder per family (models/gpt/, models/llama/): only the registry and
+    # inference above them, and the tools, may name one.
+    ("model families", ["models/*/*"]),
     ("executor", ["schedules/executor.h", "schedules/executor.cpp"]),
     ("trainer", ["framework/train/*"]),
     ("foundation", ["framework/*"]),  # framework/*.{h,cpp} and framework/data/
     ("parallel", ["parallel/*"]),
     ("schedules", ["schedules/*"]),
-    ("models", ["models/*"]),
+    ("models", ["models/*"]),  # the registry and inference of any family
     ("planner", ["planner/*"]),
     ("launch", ["launch/*"]),
     ("tools", ["benchmarks/*", "tests/*"]),
@@ -36,14 +41,16 @@ ALLOWED = {
     "parallel": ["foundation"],
     "schedules": [],
     "model interface": ["foundation", "parallel"],
-    "models": ["foundation", "parallel", "model interface"],
+    "model parts": ["foundation", "parallel", "model interface"],
+    "model families": ["foundation", "parallel", "model interface", "model parts"],
+    "models": ["foundation", "parallel", "model interface", "model parts", "model families"],
     "executor": ["foundation", "parallel", "schedules", "model interface"],
     "trainer": ["foundation", "parallel", "schedules", "model interface", "models", "executor"],
     # The pure layout planner: the foundation's config structs and the pure schedules.
     "planner": ["foundation", "schedules"],
     "launch": ["foundation", "parallel", "schedules", "model interface", "models", "executor", "trainer", "planner"],
-    "tools": ["foundation", "parallel", "schedules", "model interface", "models", "executor", "trainer", "planner",
-              "launch"],
+    "tools": ["foundation", "parallel", "schedules", "model interface", "model parts", "model families", "models",
+              "executor", "trainer", "planner", "launch"],
 }
 SOURCE_DIRS = ["framework", "parallel", "schedules", "models", "planner", "launch", "benchmarks", "tests"]
 CODE = (".h", ".cpp", ".inc")
@@ -135,7 +142,11 @@ def self_test():
         "parallel/param.h": "#pragma once\n",
         "schedules/action.h": '#include <vector>\n\n#include "framework/config.h"\n',  # pure schedules -> foundation
         "framework/config.h": "#pragma once\n",
-        "models/gpt/gpt.cpp": '#include "schedules/executor.h"\n',  # models -> executor
+        "models/gpt/gpt.cpp": '#include "schedules/executor.h"\n',  # a model family -> executor
+        "framework/train/trainer.cpp": '#include "models/registry.h"\n#include "models/gpt/gpt.h"\n',  # trainer -> a family
+        "models/registry.h": '#include "models/gpt/gpt.h"\n',  # fine: the registry names the families
+        "models/gpt/gpt.h": '#include "models/plan.h"\n',  # fine: a family uses the shared parts
+        "models/plan.h": "",
         "schedules/executor.h": '#include "models/model.h"\n',  # fine: executor -> model interface
         "models/model.h": '#include "framework/param.h"\n',  # fine
         "framework/param.h": "",
@@ -148,6 +159,7 @@ def self_test():
         "framework/optimizer.h:2: includes parallel/param.h (parallel)",
         "schedules/action.h:3: includes framework/config.h (foundation)",
         "models/gpt/gpt.cpp:1: includes schedules/executor.h (executor)",
+        "framework/train/trainer.cpp:2: includes models/gpt/gpt.h (model families)",
         "launch/cmd.cpp:1: includes benchmarks/bench.h (tools)",
         "framework/CMakeLists.txt:1: target compiles ${PROJECT_SOURCE_DIR}/parallel/y.cpp",
     ]

@@ -55,13 +55,14 @@ struct TrainRun {
   std::string dir;  // its logging.dir: metrics.jsonl, rank-R.json
 };
 
-// Trains configs/gpt-tiny.toml for kRegressionSteps steps on `nproc` ranks
+// Trains `config` (gpt-tiny unless given) for kRegressionSteps steps on `nproc` ranks
 // (through `trident launch` when nproc > 1) with extra `--set` overrides,
 // logging into `dir`. --master-port 0 lets runs of parallel ctest jobs coexist.
-inline TrainRun train_tiny(const std::string& dir, int nproc, const std::vector<std::string>& sets) {
+inline TrainRun train_tiny(const std::string& dir, int nproc, const std::vector<std::string>& sets,
+                           const std::string& config = "configs/gpt-tiny.toml") {
   std::ostringstream cmd;
   if (nproc > 1) cmd << bin("trident") << " launch --nproc-per-node " << nproc << " --master-port 0 -- ";
-  cmd << bin("trident") << " train --config " << src("configs/gpt-tiny.toml")
+  cmd << bin("trident") << " train --config " << src(config)
       << " --set training.steps=" << kRegressionSteps << " --set logging.dir=" << dir
       << " --set logging.progress=false"
       // MFU is not under test: a given peak skips the start-up matmul timing.
@@ -151,7 +152,7 @@ inline std::string slurp(const std::string& path) {
   return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
 }
 
-// A gpt-tiny run on `nproc` ranks with `sets`, from the cache or trained now.
+// A run of `config` (gpt-tiny unless given) on `nproc` ranks with `sets`, from the cache or trained now.
 // Its run directory (metrics.jsonl, output.txt) stays in the cache, so other
 // tests and `trident compare` can read it.
 struct CachedRun {
@@ -159,11 +160,13 @@ struct CachedRun {
   std::string dir;
 };
 
-inline CachedRun cached_run(int nproc, const std::vector<std::string>& sets) {
+inline CachedRun cached_run(int nproc, const std::vector<std::string>& sets,
+                            const std::string& config = "configs/gpt-tiny.toml") {
   uint64_t h = 14695981039346656037ULL;
   h = fnv1a(h, slurp(bin("trident")));
   h = fnv1a(h, slurp(bin("trident-torch")));
-  h = fnv1a(h, slurp(src("configs/gpt-tiny.toml")));
+  h = fnv1a(h, slurp(src(config)));
+  if (config != "configs/gpt-tiny.toml") h = fnv1a(h, config);
   for (const auto& s : sets) h = fnv1a(h, s + "\n");
   h = fnv1a(h, std::to_string(kRegressionSteps));
   if (nproc > 1) h = fnv1a(h, "nproc=" + std::to_string(nproc));
@@ -184,7 +187,7 @@ inline CachedRun cached_run(int nproc, const std::vector<std::string>& sets) {
   std::filesystem::create_directories(root);
   std::string tmp = (root / (std::string(key) + ".tmp-XXXXXX")).string();
   if (!mkdtemp(tmp.data())) throw std::runtime_error("mkdtemp failed for " + tmp);
-  out.run = train_tiny(tmp, nproc, sets);
+  out.run = train_tiny(tmp, nproc, sets, config);
   std::error_code ec;
   if (completed(out.run)) {
     std::ofstream(tmp + "/output.txt", std::ios::binary) << out.run.result.output;

@@ -25,6 +25,7 @@ namespace {
 // NOTE [larger micro-batches under TP] (test_tp_regression.cpp): 4 micro-
 // batches of 4 at dp = 1, 2 at dp = 2; the reference uses the same split.
 const std::string kSplit = "training.micro_batch_size=4";
+const std::string kGpt = "configs/gpt-tiny.toml", kLlama = "configs/llama-tiny.toml";
 
 struct Row {
   int tp, pp, dp;
@@ -32,17 +33,19 @@ struct Row {
   int zero;
   bool overlap;
   std::vector<std::string> extra;  // beyond the six factors
+  std::string config = kGpt;
   int world() const { return tp * pp * dp; }
   std::string name() const {
     std::string n = "tp" + std::to_string(tp) + "_pp" + std::to_string(pp) + "_dp" + std::to_string(dp) + "_" +
                     kind + "_zero" + std::to_string(zero) + (overlap ? "_overlap" : "_nooverlap");
     for (const auto& e : extra) n += e.find("sequence") != std::string::npos ? "_sp" : "_uneven";
+    if (config != kGpt) n = "llama_" + n;
     return std::regex_replace(n, std::regex("-"), "");
   }
   std::vector<std::string> sets() const {
     std::vector<std::string> s = {"parallel.tp=" + std::to_string(tp), "parallel.pp=" + std::to_string(pp),
                                   "parallel.dp=" + std::to_string(dp), "schedule.kind=" + kind,
-                                  "schedule.chunks=" + std::to_string(kind == "interleaved" ? 2 : 1),
+                                  "schedule.chunks=" + std::to_string(kind == "interleaved" || kind == "zb-v" ? 2 : 1),
                                   "parallel.zero=" + std::to_string(zero),
                                   std::string("parallel.overlap_grad_reduce=") + (overlap ? "true" : "false"), kSplit};
     s.insert(s.end(), extra.begin(), extra.end());
@@ -85,7 +88,24 @@ bool bit_identical_class(const Row& r) { return r.tp == 1 && r.dp == 1; }
   return ::testing::AssertionFailure() << cmd << " exited " << r.status << ":\n" << r.output;
 }
 
-CachedRun run_row(const Row& r) { return cached_run(r.world(), r.sets()); }
+CachedRun run_row(const Row& r) { return cached_run(r.world(), r.sets(), r.config); }
+
+// llama-tiny (grouped-query attention 8/4, untied head) under the layouts that
+// exercise what differs from GPT: kv heads split over tp (tp4: one per rank),
+// sequence parallelism, the untied head's own stage, V placement, ZeRO-1, 3D.
+const std::vector<Row>& llama_rows() {
+  static const std::vector<Row> r = {
+      {1, 2, 1, "1f1b", 0, true, {}, kLlama},
+      {1, 4, 1, "interleaved", 0, true, {}, kLlama},
+      {1, 2, 1, "zb-v", 0, true, {}, kLlama},
+      {1, 2, 1, "zb-h1", 0, true, {"parallel.pipeline_layers=[3, 5]"}, kLlama},
+      {2, 1, 1, "1f1b", 0, true, {}, kLlama},
+      {4, 1, 1, "1f1b", 0, true, {"parallel.sequence_parallel=true"}, kLlama},
+      {1, 1, 2, "1f1b", 1, true, {}, kLlama},
+      {2, 2, 2, "interleaved", 1, true, {"parallel.sequence_parallel=true"}, kLlama},
+  };
+  return r;
+}
 
 TEST(RegressionMatrix, RowsCoverEveryPairOfFactorValues) {
   using V = std::vector<std::string>;
@@ -133,6 +153,27 @@ TEST_P(MatrixRow, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Rows, MatrixRow, ::testing::ValuesIn(rows()),
+                         [](const ::testing::TestParamInfo<Row>& param_info) { return param_info.param.name(); });
+
+// The same checks for Llama against its own single-process run: pp-only rows
+// bit-identical, tp, sp, dp and ZeRO-1 within a relative 1e-5.
+class LlamaMatrixRow : public ::testing::TestWithParam<Row> {};
+
+TEST_P(LlamaMatrixRow, MatchesReference) {
+  const Row& r = GetParam();
+  const CachedRun ref = cached_run(1, {kSplit}, kLlama);
+  ASSERT_TRUE(completed(ref.run));
+  const CachedRun run = run_row(r);
+  ASSERT_TRUE(completed(run.run));
+  const auto ranks = rank_summaries(run.dir);
+  EXPECT_EQ(static_cast<int>(ranks.size()), r.world()) << run.run.result.output;
+  for (const auto& s : ranks)
+    EXPECT_EQ(field(s, "dp_reduced_elements"), r.dp > 1 ? field(s, "local_parameters") : 0)
+        << "rank " << field(s, "rank") << " of " << r.name();
+  EXPECT_TRUE(compare(ref.dir, run.dir, bit_identical_class(r) ? 0.0 : 1e-5)) << r.name();
+}
+
+INSTANTIATE_TEST_SUITE_P(Rows, LlamaMatrixRow, ::testing::ValuesIn(llama_rows()),
                          [](const ::testing::TestParamInfo<Row>& param_info) { return param_info.param.name(); });
 
 // Rows with the same tp, dp, zero and extras differ only in pp, schedule or
