@@ -93,6 +93,45 @@ TEST(Config, TinyPresetDividesForEveryMatrixLayout) {
         }
 }
 
+TEST(Config, LlamaTinyDividesForEveryMatrixLayout) {
+  const std::string llama = std::string(TRIDENT_SOURCE_DIR) + "/configs/llama-tiny.toml";
+  const Config base = load_config(llama);
+  EXPECT_EQ(base.model.arch, "llama");
+  EXPECT_LT(base.model.kv(), base.model.heads);  // grouped-query attention
+  EXPECT_FALSE(base.model.tie_embeddings);
+  for (int tp : {1, 2, 4})
+    for (int pp : {1, 2, 4})
+      for (int dp : {1, 2})
+        for (int chunks : {1, 2}) {
+          std::vector<std::string> ov = {"parallel.tp=" + std::to_string(tp), "parallel.pp=" + std::to_string(pp),
+                                         "schedule.chunks=" + std::to_string(chunks),
+                                         "parallel.sequence_parallel=true"};
+          if (chunks > 1) ov.push_back("schedule.kind=interleaved");
+          Config c = load_config(llama, ov);
+          trident::resolve_world(c, tp * pp * dp);
+          EXPECT_EQ(c.parallel.dp, dp);
+        }
+}
+
+// The GPU presets carry the published sizes (Meta's Llama 3.2 1B and 3.1 8B
+// model cards / config.json files) and pass every check of their layout.
+TEST(Config, LlamaGpuPresetsHaveThePublishedSizes) {
+  const Config one = load_config(std::string(TRIDENT_SOURCE_DIR) + "/configs/llama-3.2-1b.toml");
+  EXPECT_EQ(std::vector<int64_t>({one.model.layers, one.model.hidden, one.model.heads, one.model.kv(),
+                                  one.model.ffn(), one.model.vocab_size}),
+            std::vector<int64_t>({16, 2048, 32, 8, 8192, 128256}));
+  EXPECT_TRUE(one.model.tie_embeddings);
+  EXPECT_EQ(one.model.rope_factor, 32.0);
+  Config eight = load_config(std::string(TRIDENT_SOURCE_DIR) + "/configs/llama-3.1-8b.toml");
+  EXPECT_EQ(std::vector<int64_t>({eight.model.layers, eight.model.hidden, eight.model.heads, eight.model.kv(),
+                                  eight.model.ffn(), eight.model.vocab_size}),
+            std::vector<int64_t>({32, 4096, 32, 8, 14336, 128256}));
+  EXPECT_FALSE(eight.model.tie_embeddings);
+  EXPECT_EQ(eight.model.rope_theta, 500000.0);
+  trident::resolve_world(eight, 8);
+  EXPECT_EQ(eight.parallel.dp, 1);
+}
+
 // A warm-up longer than the run is accepted (the trainer warns): shortening
 // any preset takes one --set training.steps=N.
 TEST(Config, WarmupLongerThanRunIsAccepted) {

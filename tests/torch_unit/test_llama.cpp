@@ -1,0 +1,174 @@
+// Single-process checks of the Llama family against closed forms: parameter
+// counts of the published models, the rotary frequencies with and without
+// Llama 3.1's scaling, grouped-query attention as multi-head attention with
+// repeated key/value heads, the TP plan's shards, recomputation and bf16.
+// (Logits against transformers' LlamaForCausalLM: tests/reference/test_hf_llama.py.)
+#include <gtest/gtest.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+
+#include "framework/config.h"
+#include "models/llama/llama.h"
+#include "parallel/tensor_parallel.h"
+
+namespace trident {
+namespace {
+
+ModelConfig small(int64_t kv_heads) {
+  ModelConfig m;
+  m.arch = "llama";
+  m.layers = 2;
+  m.hidden = 32;
+  m.heads = 4;
+  m.kv_heads = kv_heads;
+  m.ffn_hidden = 48;
+  m.seq_len = 8;
+  m.vocab_size = 50;
+  m.tie_embeddings = false;
+  return m;
+}
+
+int64_t parameter_count(const ModelConfig& m) {
+  int64_t n = 0;
+  for (const ParamInfo& p : LlamaModel(m, {}).unique_params(1)) {
+    int64_t e = 1;
+    for (int64_t d : p.full_shape) e *= d;
+    n += e;
+  }
+  return n;
+}
+
+// Meta's Llama 3.2 1B has 1,235,814,400 parameters (tied) and Llama 3.1 8B
+// 8,030,261,248 (untied): the sums of the tensors of their safetensors files.
+TEST(Llama, ParameterCountsAreThePublishedModels) {
+  ModelConfig one = small(8);
+  one.layers = 16, one.hidden = 2048, one.heads = 32, one.ffn_hidden = 8192, one.vocab_size = 128256;
+  one.vocab_pad_multiple = 128, one.tie_embeddings = true;
+  EXPECT_EQ(parameter_count(one), 1235814400);
+  ModelConfig eight = one;
+  eight.layers = 32, eight.hidden = 4096, eight.ffn_hidden = 14336, eight.tie_embeddings = false;
+  EXPECT_EQ(parameter_count(eight), 8030261248);
+}
+
+// theta^(-2i/d), and with llama3 scaling each frequency by its band: kept
+// when its wavelength is under original/high_freq_factor, divided by factor
+// over original/low_freq_factor, interpolated between (written here in double).
+TEST(Llama, RotaryFrequenciesAndLlama3Scaling) {
+  ModelConfig m = small(2);
+  m.hidden = 64, m.heads = 4;  // head_dim 16: 8 frequencies
+  m.rope_theta = 10000.0;
+  const at::Tensor plain = rope_inv_freq(m);
+  ASSERT_EQ(plain.numel(), 8);
+  for (int64_t i = 0; i < 8; ++i)
+    EXPECT_NEAR(plain[i].item<double>(), std::pow(10000.0, -2.0 * static_cast<double>(i) / 16), 1e-6);
+  m.rope_scaling = "llama3";
+  m.rope_factor = 8, m.rope_low_freq_factor = 1, m.rope_high_freq_factor = 4, m.rope_original_max_position = 64;
+  const at::Tensor scaled = rope_inv_freq(m);
+  int kept = 0, slowed = 0, mixed = 0;
+  for (int64_t i = 0; i < 8; ++i) {
+    const double f = std::pow(10000.0, -2.0 * static_cast<double>(i) / 16), wavelen = 2 * M_PI / f;
+    double want;
+    if (wavelen < 64.0 / 4) {
+      want = f, ++kept;
+    } else if (wavelen > 64.0 / 1) {
+      want = f / 8, ++slowed;
+    } else {
+      const double s = (64.0 / wavelen - 1) / (4 - 1);
+      want = (1 - s) * f / 8 + s * f, ++mixed;
+    }
+    EXPECT_NEAR(scaled[i].item<double>(), want, 1e-6 * f) << "frequency " << i;
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(slowed, 0);
+  EXPECT_GT(mixed, 0);
+}
+
+// A model with 2 key/value heads is the model with 4 whose k and v rows
+// repeat each head for its two query heads.
+TEST(Llama, GroupedQueryAttentionIsMultiHeadWithRepeatedKeyValueHeads) {
+  const ChunkSpec all{0, 2, true, true};
+  LlamaChunk gqa(small(2), all, TpContext{}, 3), mha(small(4), all, TpContext{}, 4);
+  const int64_t d = 8;
+  {
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < mha.params().size(); ++i) {
+      Param& dst = mha.params()[i];
+      const Param& src = gqa.params()[i];
+      ASSERT_EQ(dst.info.name, src.info.name);
+      const bool kv = dst.info.name.find(".attn.k.") != std::string::npos ||
+                      dst.info.name.find(".attn.v.") != std::string::npos;
+      if (!kv) {
+        dst.tensor.copy_(src.tensor);
+        continue;
+      }
+      // (2 heads x d, h) -> (4 heads x d, h): head j of 4 is head j / 2 of 2.
+      dst.tensor.copy_(src.tensor.view({2, 1, d, 32}).expand({2, 2, d, 32}).reshape({4 * d, 32}));
+    }
+  }
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
+  const at::Tensor ids = at::randint(50, {2, 8}, gen);
+  const at::Tensor a = gqa.logits(ids), b = mha.logits(ids);
+  EXPECT_LE((a - b).abs().max().item<double>(), 1e-5 * a.abs().max().item<double>());
+}
+
+// Each TP rank holds whole query heads and whole key/value heads.
+TEST(Llama, TpPlanSplitsHeadsAndKeepsNormsWhole) {
+  const ModelConfig m = small(2);
+  const ChunkSpec all{0, 2, true, true};
+  for (const PlannedParam& p : llama_param_plan(m, all, 2, 1)) {
+    if (p.info.name == "layers.0.attn.q.weight") EXPECT_EQ(p.local_shape, (std::vector<int64_t>{16, 32}));
+    if (p.info.name == "layers.0.attn.k.weight") {
+      EXPECT_EQ(p.local_shape, (std::vector<int64_t>{8, 32}));  // one of the two kv heads
+      EXPECT_EQ(p.info.shard_offset, 8);
+    }
+    if (p.info.name == "layers.0.attn.o.weight") EXPECT_EQ(p.info.shard_dim, 1);
+    if (p.info.name == "layers.1.mlp.down.weight") EXPECT_EQ(p.local_shape, (std::vector<int64_t>{32, 24}));
+    if (p.info.name.find("norm") != std::string::npos) {
+      EXPECT_EQ(p.info.shard_dim, -1) << p.info.name;
+      EXPECT_TRUE(p.info.no_decay) << p.info.name;
+    }
+    if (p.info.name == "head.weight") EXPECT_FALSE(p.info.tied_copy);
+  }
+  ModelConfig tied = m;
+  tied.tie_embeddings = true;
+  EXPECT_EQ(LlamaModel(tied, {}).tied_groups(2).size(), 1u);
+  EXPECT_TRUE(LlamaModel(m, {}).tied_groups(2).empty());
+}
+
+std::vector<at::Tensor> grads_of(Recompute mode, at::ScalarType dtype, double* loss) {
+  LlamaChunk c(small(2), {0, 2, true, true}, TpContext{}, 9);
+  c.set_recompute(mode);
+  c.set_compute_dtype(dtype);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(6);
+  const at::Tensor ids = at::randint(50, {2, 8}, gen), targets = at::randint(50, {2, 8}, gen);
+  at::Tensor l = c.forward(ids, targets);
+  l.backward();
+  *loss = l.item<double>();
+  std::vector<at::Tensor> g;
+  for (Param& p : c.params()) g.push_back(p.tensor.grad().clone());
+  return g;
+}
+
+// Recomputation replays the same ops on the same values: every gradient
+// bit-identical. bf16 computes the same function within bf16's precision.
+TEST(Llama, RecomputationIsBitIdenticalAndBf16IsClose) {
+  double l0, l1, l2, l3;
+  const auto none = grads_of(Recompute::kNone, at::kFloat, &l0);
+  const auto full = grads_of(Recompute::kFull, at::kFloat, &l1);
+  const auto sel = grads_of(Recompute::kSelective, at::kFloat, &l2);
+  EXPECT_EQ(l0, l1);
+  EXPECT_EQ(l0, l2);
+  for (size_t i = 0; i < none.size(); ++i) {
+    EXPECT_TRUE(at::equal(none[i], full[i])) << "full, parameter " << i;
+    EXPECT_TRUE(at::equal(none[i], sel[i])) << "selective, parameter " << i;
+  }
+  const auto bf = grads_of(Recompute::kNone, at::kBFloat16, &l3);
+  EXPECT_NE(l0, l3);  // bf16 really ran
+  EXPECT_NEAR(l3, l0, 0.02 * l0);
+  for (size_t i = 0; i < none.size(); ++i) EXPECT_EQ(bf[i].scalar_type(), at::kFloat) << "fp32 master gradients";
+}
+
+}  // namespace
+}  // namespace trident
