@@ -49,16 +49,17 @@ std::vector<std::string> with(std::vector<std::string> sets, const std::vector<s
 // (CheckpointErrors below resumes in place, with training.exit_after_steps).
 // Returns the first run's directory.
 std::string branch_and_resume(const TempDir& tmp, int nproc_first, const std::vector<std::string>& first,
-                              int nproc_second, const std::vector<std::string>& second) {
+                              int nproc_second, const std::vector<std::string>& second,
+                              const std::string& config = "configs/gpt-tiny.toml") {
   const TrainRun a = train_tiny(tmp.file("full"), nproc_first,
-                                with(first, {"checkpoint.dir=" + tmp.file("ck"), "checkpoint.interval=10"}));
+                                with(first, {"checkpoint.dir=" + tmp.file("ck"), "checkpoint.interval=10"}), config);
   EXPECT_TRUE(completed(a));
   fs::create_directories(tmp.file("ck2"));
   fs::create_directories(tmp.file("run"));
   fs::copy(tmp.file("ck/step-00000010"), tmp.file("ck2/step-00000010"));
   std::ofstream(tmp.file("ck2/latest")) << "step-00000010\n";
   const TrainRun b = train_tiny(tmp.file("run"), nproc_second,
-                                with(second, {"checkpoint.dir=" + tmp.file("ck2"), "checkpoint.resume=true"}));
+                                with(second, {"checkpoint.dir=" + tmp.file("ck2"), "checkpoint.resume=true"}), config);
   EXPECT_EQ(b.result.status, 0) << b.result.output;
   EXPECT_EQ(b.rows.size(), 10u) << "the resumed run should log steps 11..20 only";
   for (size_t i = 0; i < b.rows.size(); ++i) EXPECT_EQ(b.rows[i].at("step"), 11.0 + static_cast<double>(i));
@@ -130,6 +131,23 @@ TEST(CheckpointReshard, DualPipeVToPp4Gpipe) {
       branch_and_resume(tmp, 2, {"parallel.pp=2", "schedule.kind=dualpipev", "schedule.chunks=2"}, 4,
                         {"parallel.pp=4", "schedule.kind=gpipe", "schedule.chunks=1"});
   EXPECT_TRUE(resumed_part_matches(full, tmp.file("run"), 0));
+}
+
+// Llama (untied head on the last stage, grouped-query attention): exact
+// resume under the V placement with ZeRO-1, and a checkpoint of tp 2 with
+// sequence parallelism (k/v heads split) resumed as pp 2.
+TEST(CheckpointResume, LlamaZbVWithZeroIsBitExact) {
+  TempDir tmp("resume-llama");
+  const std::vector<std::string> layout = {"parallel.pp=2", "parallel.dp=2", "parallel.zero=1", "schedule.kind=zb-v"};
+  const std::string full = branch_and_resume(tmp, 4, layout, 4, layout, "configs/llama-tiny.toml");
+  EXPECT_TRUE(resumed_part_matches(full, tmp.file("run"), 0));
+}
+
+TEST(CheckpointReshard, LlamaTp2SequenceParallelToPp2) {
+  TempDir tmp("reshard-llama");
+  const std::string full = branch_and_resume(tmp, 2, {"parallel.tp=2", "parallel.sequence_parallel=true"}, 2,
+                                             {"parallel.pp=2"}, "configs/llama-tiny.toml");
+  EXPECT_TRUE(resumed_part_matches(full, tmp.file("run"), 1e-5));
 }
 
 // ---- a rank killed during a save ----------------------------------------------
