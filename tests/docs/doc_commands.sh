@@ -3,8 +3,8 @@
 # texts, as written, and fails naming the first one that does not exit 0.
 #
 # A command is a line (with its backslash continuations) of a ```sh block in
-# README.md, configs/README.md, schedules/README.md, benchmarks/README.md or
-# launch/README.md; a block right after a line `<!-- doc-test: skip ... -->`
+# README.md, configs/README.md, schedules/README.md, benchmarks/README.md,
+# launch/README.md or models/README.md; a block right after a line `<!-- doc-test: skip ... -->`
 # is not run (the comment says why: the test suite itself, a real cluster).
 # To keep the test short, training runs that do not set training.steps themselves
 # get `--set training.steps=2` appended
@@ -16,7 +16,7 @@
 set -uo pipefail
 repo="$(cd "${1:?usage: doc_commands.sh REPO_DIR [--list]}" && pwd)"
 list_only="${2:-}"
-docs=(README.md configs/README.md schedules/README.md benchmarks/README.md launch/README.md)
+docs=(README.md configs/README.md schedules/README.md benchmarks/README.md launch/README.md models/README.md)
 
 extract() {  # prints one command per line, continuations joined
   awk '
