@@ -8,7 +8,8 @@
 #      Gloo's headers, the prepared Brown tokens) and no tests (GoogleTest is not
 #      carried);
 #   2. the device's bf16 matmul rate, measured with PyTorch (8192^3, random data);
-#   3. tp = pp = dp = 1 bf16 training of MODEL (default configs/gpt2-1.3b.toml)
+#   3. tp = pp = dp = 1 bf16 training of MODEL (default configs/gpt2-1.3b.toml; a Llama
+#      preset such as configs/llama-3.2-1b.toml trains on synthetic tokens)
 #      on cuda for STEPS steps: tokens/s, and MFU against the matmul rate of
 #      step 2 and against the one trident measures itself at start-up
 #      (training.peak_tflops = 0);
@@ -194,10 +195,19 @@ big_args=(train --config "$model" --set parallel.tp=1 --set parallel.pp=1 --set 
   --set training.device="$device" --set training.precision=bf16 --set training.recompute="$recompute"
   --set training.steps="$steps" --set training.micro_batch_size="$mbs" --set training.global_batch_size="$gbs"
   --set training.peak_tflops=0 --set training.eval_interval=0 --set training.warmup_steps=1
-  --set data.source=file --set data.path="$deps/data/brown-gpt2" --set logging.dir="$big_dir" --set logging.progress=false)
+  --set logging.dir="$big_dir" --set logging.progress=false)
+# A GPT model reads the Brown tokens (GPT-2 BPE); a Llama preset has its own vocabulary
+# (128,256 for Llama 3) and trains on its synthetic tokens.
+if grep -Eq '^arch *= *"llama"' "$model"; then
+  big_args+=(--set data.source=synthetic)
+else
+  big_args+=(--set data.source=file --set data.path="$deps/data/brown-gpt2")
+fi
 if [[ $rehearsal -eq 1 ]]; then  # a model this machine trains in seconds, through the same overrides
   big_args+=(--set model.layers=2 --set model.hidden=64 --set model.heads=4 --set model.ffn_hidden=256
     --set model.seq_len=64 --set training.threads=1)
+  grep -Eq '^arch *= *"llama"' "$model" && big_args+=(--set model.kv_heads=2 --set model.vocab_size=512 \
+    --set data.synthetic_tokens=20000)
 fi
 t0=$(date +%s)
 if [[ $dry -eq 1 ]]; then
