@@ -8,6 +8,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include "framework/json.h"
+
 namespace trident {
 
 // The split a checked config describes (check_config, framework/config.cpp,
@@ -97,6 +99,18 @@ LayerCosts profile_pieces(const ModelConfig& cfg, int64_t mbs, int reps,
   c.embedding = cost[cost.size() - 2];
   c.head = cost.back();
   return c;
+}
+
+void ConfigDiff::number(const char* theirs, double a, const char* ours, double b) {
+  if (a != b)
+    note(std::string(theirs) + " = " + json::dump(json::Value::number(a)) + " but " + ours + " = " +
+         json::dump(json::Value::number(b)));
+}
+
+void ConfigDiff::note(const std::string& text) { text_ += (text_.empty() ? "" : "; ") + text; }
+
+void ConfigDiff::throw_if_any(const std::string& dir) const {
+  if (!text_.empty()) throw std::runtime_error("Hugging Face model " + dir + " does not fit the config: " + text_);
 }
 
 }  // namespace trident

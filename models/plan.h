@@ -71,4 +71,17 @@ size_t param_index(const std::vector<Param>& params, const std::string& name, co
 LayerCosts profile_pieces(const ModelConfig& cfg, int64_t micro_batch_size, int reps,
                           const std::function<std::unique_ptr<Stage>(const ChunkSpec&)>& make);
 
+// The differences between a pretrained model's config.json and a Trident
+// config, for an error naming every one ("n_layer = 12 but model.layers = 8; ...").
+class ConfigDiff {
+ public:
+  void number(const char* theirs, double a, const char* ours, double b);  // noted when a != b
+  void note(const std::string& text);
+  // Throws std::runtime_error "Hugging Face model DIR does not fit the config: ..." when any.
+  void throw_if_any(const std::string& dir) const;
+
+ private:
+  std::string text_;
+};
+
 }  // namespace trident

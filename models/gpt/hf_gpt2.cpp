@@ -169,23 +169,17 @@ at::Tensor trident_tensor_from_hf(const HfGpt2& hf, const ParamInfo& info) {
 }
 
 void check_hf_matches(const HfGpt2& hf, const ModelConfig& cfg) {
-  std::string diff;
-  auto cmp = [&](const char* hf_key, double a, const char* key, double b) {
-    if (a != b)
-      diff += std::string(diff.empty() ? "" : "; ") + hf_key + " = " + json::dump(json::Value::number(a)) + " but " +
-              key + " = " + json::dump(json::Value::number(b));
-  };
+  ConfigDiff diff;
   const ModelConfig& m = hf.model;
-  cmp("n_layer", m.layers, "model.layers", cfg.layers);
-  cmp("n_embd", m.hidden, "model.hidden", cfg.hidden);
-  cmp("n_head", m.heads, "model.heads", cfg.heads);
-  cmp("n_inner (MLP width)", m.ffn(), "the MLP width", cfg.ffn());
-  cmp("vocab_size", m.vocab_size, "model.vocab_size", cfg.vocab_size);
-  cmp("layer_norm_epsilon", m.layernorm_eps, "model.layernorm_eps", cfg.layernorm_eps);
+  diff.number("n_layer", m.layers, "model.layers", cfg.layers);
+  diff.number("n_embd", m.hidden, "model.hidden", cfg.hidden);
+  diff.number("n_head", m.heads, "model.heads", cfg.heads);
+  diff.number("n_inner (MLP width)", m.ffn(), "the MLP width", cfg.ffn());
+  diff.number("vocab_size", m.vocab_size, "model.vocab_size", cfg.vocab_size);
+  diff.number("layer_norm_epsilon", m.layernorm_eps, "model.layernorm_eps", cfg.layernorm_eps);
   if (m.seq_len < cfg.seq_len)
-    diff += std::string(diff.empty() ? "" : "; ") + "n_positions = " + std::to_string(m.seq_len) +
-            " is less than model.seq_len = " + std::to_string(cfg.seq_len);
-  if (!diff.empty()) throw std::runtime_error("Hugging Face model " + hf.dir + " does not fit the config: " + diff);
+    diff.note("n_positions = " + std::to_string(m.seq_len) + " is less than model.seq_len = " + std::to_string(cfg.seq_len));
+  diff.throw_if_any(hf.dir);
 }
 
 void init_from_hf(const std::string& dir, const ModelConfig& cfg, std::vector<Param>& params) {

@@ -156,37 +156,32 @@ HfLlama read_hf_llama(const std::string& dir) {
 }
 
 void check_hf_llama_matches(const HfLlama& hf, const ModelConfig& cfg) {
-  std::string diff;
-  auto cmp = [&](const char* hf_key, double a, const char* key, double b) {
-    if (a != b)
-      diff += std::string(diff.empty() ? "" : "; ") + hf_key + " = " + json::dump(json::Value::number(a)) + " but " +
-              key + " = " + json::dump(json::Value::number(b));
-  };
+  ConfigDiff diff;
   const ModelConfig& m = hf.model;
-  if (cfg.arch != "llama") diff = "model.arch = \"" + cfg.arch + "\" (the directory holds a llama)";
-  cmp("num_hidden_layers", m.layers, "model.layers", cfg.layers);
-  cmp("hidden_size", m.hidden, "model.hidden", cfg.hidden);
-  cmp("num_attention_heads", m.heads, "model.heads", cfg.heads);
-  cmp("num_key_value_heads", m.kv(), "model.kv_heads", cfg.kv());
-  cmp("intermediate_size", m.ffn(), "model.ffn_hidden", cfg.ffn());
-  cmp("vocab_size", m.vocab_size, "model.vocab_size", cfg.vocab_size);
-  cmp("rms_norm_eps", m.layernorm_eps, "model.layernorm_eps", cfg.layernorm_eps);
-  cmp("rope_theta", m.rope_theta, "model.rope_theta", cfg.rope_theta);
-  cmp("tie_word_embeddings", m.tie_embeddings, "model.tie_embeddings", cfg.tie_embeddings);
-  if (m.rope_scaling != cfg.rope_scaling)
-    diff += std::string(diff.empty() ? "" : "; ") + "rope scaling \"" + m.rope_scaling + "\" but model.rope_scaling = \"" +
-            cfg.rope_scaling + "\"";
-  else if (m.rope_scaling == "llama3") {
-    cmp("rope factor", m.rope_factor, "model.rope_factor", cfg.rope_factor);
-    cmp("rope low_freq_factor", m.rope_low_freq_factor, "model.rope_low_freq_factor", cfg.rope_low_freq_factor);
-    cmp("rope high_freq_factor", m.rope_high_freq_factor, "model.rope_high_freq_factor", cfg.rope_high_freq_factor);
-    cmp("rope original_max_position_embeddings", m.rope_original_max_position, "model.rope_original_max_position",
-        cfg.rope_original_max_position);
+  if (cfg.arch != "llama") diff.note("model.arch = \"" + cfg.arch + "\" (the directory holds a llama)");
+  diff.number("num_hidden_layers", m.layers, "model.layers", cfg.layers);
+  diff.number("hidden_size", m.hidden, "model.hidden", cfg.hidden);
+  diff.number("num_attention_heads", m.heads, "model.heads", cfg.heads);
+  diff.number("num_key_value_heads", m.kv(), "model.kv_heads", cfg.kv());
+  diff.number("intermediate_size", m.ffn(), "model.ffn_hidden", cfg.ffn());
+  diff.number("vocab_size", m.vocab_size, "model.vocab_size", cfg.vocab_size);
+  diff.number("rms_norm_eps", m.layernorm_eps, "model.layernorm_eps", cfg.layernorm_eps);
+  diff.number("rope_theta", m.rope_theta, "model.rope_theta", cfg.rope_theta);
+  diff.number("tie_word_embeddings", m.tie_embeddings, "model.tie_embeddings", cfg.tie_embeddings);
+  if (m.rope_scaling != cfg.rope_scaling) {
+    diff.note("rope scaling \"" + m.rope_scaling + "\" but model.rope_scaling = \"" + cfg.rope_scaling + "\"");
+  } else if (m.rope_scaling == "llama3") {
+    diff.number("rope factor", m.rope_factor, "model.rope_factor", cfg.rope_factor);
+    diff.number("rope low_freq_factor", m.rope_low_freq_factor, "model.rope_low_freq_factor", cfg.rope_low_freq_factor);
+    diff.number("rope high_freq_factor", m.rope_high_freq_factor, "model.rope_high_freq_factor",
+                cfg.rope_high_freq_factor);
+    diff.number("rope original_max_position_embeddings", m.rope_original_max_position,
+                "model.rope_original_max_position", cfg.rope_original_max_position);
   }
   if (m.seq_len < cfg.seq_len)
-    diff += std::string(diff.empty() ? "" : "; ") + "max_position_embeddings = " + std::to_string(m.seq_len) +
-            " is less than model.seq_len = " + std::to_string(cfg.seq_len);
-  if (!diff.empty()) throw std::runtime_error("Hugging Face model " + hf.dir + " does not fit the config: " + diff);
+    diff.note("max_position_embeddings = " + std::to_string(m.seq_len) + " is less than model.seq_len = " +
+              std::to_string(cfg.seq_len));
+  diff.throw_if_any(hf.dir);
 }
 
 void init_from_hf_llama(const HfLlama& hf, const ModelConfig& cfg, std::vector<Param>& params) {

@@ -135,22 +135,25 @@ TEST(RegressionMatrix, RowsCoverEveryPairOfFactorValues) {
 
 class MatrixRow : public ::testing::TestWithParam<Row> {};
 
-TEST_P(MatrixRow, MatchesReference) {
-  const Row& r = GetParam();
-  const CachedRun ref = cached_run(1, {kSplit});
+// A row against the single-process run of its config: bit-identical when
+// tp = dp = 1, else within a relative 1e-5 (TP and DP change summation order
+// only). Each gradient element a rank holds is all-reduced over DP exactly once
+// a step: a tied copy whose primary is on the same rank (GPT's head at pp = 1)
+// is added into the primary first and not reduced itself.
+void expect_row_matches_reference(const Row& r) {
+  const CachedRun ref = cached_run(1, {kSplit}, r.config);
   ASSERT_TRUE(completed(ref.run));
   const CachedRun run = run_row(r);
   ASSERT_TRUE(completed(run.run));
   const auto ranks = rank_summaries(run.dir);
   EXPECT_EQ(static_cast<int>(ranks.size()), r.world()) << run.run.result.output;
-  // Each gradient element a rank holds is all-reduced over DP exactly once a
-  // step: a tied copy whose primary is on the same rank (GPT's head at pp = 1)
-  // is added into the primary first and not reduced itself.
   for (const auto& s : ranks)
     EXPECT_EQ(field(s, "dp_reduced_elements"), r.dp > 1 ? field(s, "local_parameters") : 0)
         << "rank " << field(s, "rank") << " of " << r.name();
   EXPECT_TRUE(compare(ref.dir, run.dir, bit_identical_class(r) ? 0.0 : 1e-5)) << r.name();
 }
+
+TEST_P(MatrixRow, MatchesReference) { expect_row_matches_reference(GetParam()); }
 
 INSTANTIATE_TEST_SUITE_P(Rows, MatrixRow, ::testing::ValuesIn(rows()),
                          [](const ::testing::TestParamInfo<Row>& param_info) { return param_info.param.name(); });
@@ -159,19 +162,7 @@ INSTANTIATE_TEST_SUITE_P(Rows, MatrixRow, ::testing::ValuesIn(rows()),
 // bit-identical, tp, sp, dp and ZeRO-1 within a relative 1e-5.
 class LlamaMatrixRow : public ::testing::TestWithParam<Row> {};
 
-TEST_P(LlamaMatrixRow, MatchesReference) {
-  const Row& r = GetParam();
-  const CachedRun ref = cached_run(1, {kSplit}, kLlama);
-  ASSERT_TRUE(completed(ref.run));
-  const CachedRun run = run_row(r);
-  ASSERT_TRUE(completed(run.run));
-  const auto ranks = rank_summaries(run.dir);
-  EXPECT_EQ(static_cast<int>(ranks.size()), r.world()) << run.run.result.output;
-  for (const auto& s : ranks)
-    EXPECT_EQ(field(s, "dp_reduced_elements"), r.dp > 1 ? field(s, "local_parameters") : 0)
-        << "rank " << field(s, "rank") << " of " << r.name();
-  EXPECT_TRUE(compare(ref.dir, run.dir, bit_identical_class(r) ? 0.0 : 1e-5)) << r.name();
-}
+TEST_P(LlamaMatrixRow, MatchesReference) { expect_row_matches_reference(GetParam()); }
 
 INSTANTIATE_TEST_SUITE_P(Rows, LlamaMatrixRow, ::testing::ValuesIn(llama_rows()),
                          [](const ::testing::TestParamInfo<Row>& param_info) { return param_info.param.name(); });

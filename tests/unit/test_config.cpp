@@ -77,7 +77,9 @@ TEST(Config, TinyPresetLoads) {
   EXPECT_EQ(c.logging.dir, "runs/gpt-tiny");
 }
 
-TEST(Config, TinyPresetDividesForEveryMatrixLayout) {
+// Every layout of the regression matrix (tp, pp in {1, 2, 4}, dp, chunks in
+// {1, 2}, sequence parallelism) passes check_config for the preset at `path`.
+void expect_divides_for_every_matrix_layout(const std::string& path) {
   for (int tp : {1, 2, 4})
     for (int pp : {1, 2, 4})
       for (int dp : {1, 2})
@@ -86,12 +88,14 @@ TEST(Config, TinyPresetDividesForEveryMatrixLayout) {
                                          "schedule.chunks=" + std::to_string(chunks),
                                          "parallel.sequence_parallel=true"};
           if (chunks > 1) ov.push_back("schedule.kind=interleaved");
-          Config c = load_config(kTiny, ov);
+          Config c = load_config(path, ov);
           trident::resolve_world(c, tp * pp * dp);
           EXPECT_EQ(c.parallel.dp, dp);
           EXPECT_EQ(trident::num_microbatches(c), 16 / (2 * dp));
         }
 }
+
+TEST(Config, TinyPresetDividesForEveryMatrixLayout) { expect_divides_for_every_matrix_layout(kTiny); }
 
 TEST(Config, LlamaTinyDividesForEveryMatrixLayout) {
   const std::string llama = std::string(TRIDENT_SOURCE_DIR) + "/configs/llama-tiny.toml";
@@ -99,18 +103,7 @@ TEST(Config, LlamaTinyDividesForEveryMatrixLayout) {
   EXPECT_EQ(base.model.arch, "llama");
   EXPECT_LT(base.model.kv(), base.model.heads);  // grouped-query attention
   EXPECT_FALSE(base.model.tie_embeddings);
-  for (int tp : {1, 2, 4})
-    for (int pp : {1, 2, 4})
-      for (int dp : {1, 2})
-        for (int chunks : {1, 2}) {
-          std::vector<std::string> ov = {"parallel.tp=" + std::to_string(tp), "parallel.pp=" + std::to_string(pp),
-                                         "schedule.chunks=" + std::to_string(chunks),
-                                         "parallel.sequence_parallel=true"};
-          if (chunks > 1) ov.push_back("schedule.kind=interleaved");
-          Config c = load_config(llama, ov);
-          trident::resolve_world(c, tp * pp * dp);
-          EXPECT_EQ(c.parallel.dp, dp);
-        }
+  expect_divides_for_every_matrix_layout(llama);
 }
 
 // The GPU presets carry the published sizes (Meta's Llama 3.2 1B and 3.1 8B
