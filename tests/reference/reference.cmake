@@ -8,7 +8,10 @@
 #   ReferenceLayoutsTiny    the same for tp2, pp2 interleaved, dp2 ZeRO-1 and tp2 x pp2 x dp2 (every schedule)
 #   HfRoundTrip             trident export -> from_pretrained, generate(), save_pretrained -> --init-from
 #   TensorBoardEvents       logging.tensorboard's event file read by the tensorboard package
-#   MegatronIndexedData     data.format = "megatron" on files megatron-core wrote, against a token file
+#   ReferenceTrainingBlend  gpt-tiny on a 3:1 blend of two Megatron datasets cut by data.split, 20 steps, the same
+#   MegatronIndexedData     data.format = "megatron" on files megatron-core wrote, against a token file;
+#                           files `trident data prepare` wrote (JSONL, gpt2 and hf) read by megatron-core's
+#                           IndexedDataset with tokenizers' ids; data.split's shares against megatron-core's
 #   HfTokenizer             --tokenizer hf ids vs tokenizers' encode (trained, GPT-2, Llama 3, Qwen2
 #                           tokenizer.json); needs only `tokenizers`, so it is also in the no-libtorch build
 set(_ref ${CMAKE_CURRENT_SOURCE_DIR}/reference)
@@ -37,6 +40,12 @@ add_test(NAME ReferenceLayoutsTiny
          COMMAND ${TRIDENT_PYTHON} ${_ref}/test_reference_training.py --trident ${PROJECT_BINARY_DIR}/trident
                  --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/layouts --case tiny --layouts)
 set_tests_properties(ReferenceLayoutsTiny PROPERTIES LABELS reference TIMEOUT 900)
+# A blend of two Megatron datasets (data.paths, data.split) read by the reference through
+# megatron-core and trident_data.Blend: the same per-step contract.
+add_test(NAME ReferenceTrainingBlend
+         COMMAND ${TRIDENT_PYTHON} ${_ref}/test_reference_training.py --trident ${PROJECT_BINARY_DIR}/trident
+                 --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/blend --case blend)
+set_tests_properties(ReferenceTrainingBlend PROPERTIES LABELS reference TIMEOUT 900)
 add_test(NAME HfRoundTrip
          COMMAND ${TRIDENT_PYTHON} ${_ref}/test_hf_roundtrip.py --trident ${PROJECT_BINARY_DIR}/trident
                  --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/hf-roundtrip)
