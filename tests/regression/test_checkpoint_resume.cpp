@@ -90,6 +90,23 @@ TEST(CheckpointResume, ZbVWithDpIsBitExact) {
   exact_resume("resume-zbv", 4, {"parallel.pp=2", "parallel.dp=2", "schedule.kind=zb-v", "schedule.chunks=2"});
 }
 
+// A blend (data.paths, NOTE [blended sample order]): the data position is a
+// function of (seed, step), so the resumed run, which starts its blend at step
+// 11, reads exactly the micro-batches of the run that never stopped.
+TEST(CheckpointResume, BlendWithDpIsBitExact) {
+  TempDir data("resume-blend-data");
+  const std::string a = data.file("readmes"), b = data.file("pages");
+  for (const auto& [prefix, inputs] :
+       {std::pair{a, src("README.md") + " " + src("configs/README.md")},
+        std::pair{b, src("ARCHITECTURE.md") + " " + src("framework/data/README.md")}}) {
+    const RunResult r =
+        run_command(bin("trident") + " data prepare --val-fraction 0 --input " + inputs + " --output " + prefix);
+    ASSERT_EQ(r.status, 0) << r.output;
+  }
+  exact_resume("resume-blend", 2,
+               {"parallel.dp=2", "data.source=file", "data.paths=[[3, \"" + a + "\"], [1, \"" + b + "\"]]"});
+}
+
 // ---- reshard: saved under one layout, resumed under another -------------------
 
 void reshard(const std::string& tag, int nproc_from, const std::vector<std::string>& from, int nproc_to,
