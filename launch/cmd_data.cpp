@@ -93,7 +93,7 @@ int prepare(int argc, char** argv) {
       "gpt2 vocabulary folder (default: see `trident tokenize --help`); hf: the folder of tokenizer.json (required)")(
       "input", po::value(&o.inputs)->multitoken()->required(), "input files and/or folders")(
       "output", po::value(&o.output_prefix)->required(), "output prefix")(
-      "val-fraction", po::value(&o.val_fraction)->default_value(0.05),
+      "val-fraction", po::value(&o.val_fraction)->default_value(0.05, "0.05"),
       "share of documents for validation (trident output; megatron output takes none)")(
       "format", po::value(&o.format)->default_value("text"), "text | brown (tagged Brown corpus files) | jsonl")(
       "json-key", po::value(&o.json_key)->default_value("text"), "jsonl: the member holding each line's document")(
