@@ -19,6 +19,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "framework/data/errors.h"
+#include "framework/data/megatron_dataset.h"
 #include "framework/json.h"
 
 namespace trident {
@@ -30,7 +32,7 @@ namespace {
 // for the checks below; tests/unit/test_config.cpp checks that they agree.
 int64_t kind_chunks(const std::string& kind) { return kind == "zb-v" || kind == "dualpipev" ? 2 : 1; }
 
-enum class Kind { Int, Double, Bool, String, IntList };
+enum class Kind { Int, Double, Bool, String, IntList, WeightedPaths };
 
 template <class T>
 constexpr Kind kind_of();
@@ -44,11 +46,13 @@ template <>
 constexpr Kind kind_of<std::string>() { return Kind::String; }
 template <>
 constexpr Kind kind_of<std::vector<int64_t>>() { return Kind::IntList; }
+template <>
+constexpr Kind kind_of<std::vector<WeightedPath>>() { return Kind::WeightedPaths; }
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // Allowed values of one key beyond its type. Numeric bounds apply to integers,
-// numbers and each element of an integer array.
+// numbers, each element of an integer array and each weight of a weighted-path list.
 struct Rule {
   double lo = -kInf;
   double hi = kInf;
@@ -209,7 +213,13 @@ const std::vector<Field>& fields() {
       TRIDENT_FIELD(data, path, any(), "token file prefix written by `trident data prepare`"),
       TRIDENT_FIELD(data, format, one_of({"trident", "megatron"}),
                     "the files at data.path: \"trident\" PREFIX.train.bin and PREFIX.val.bin; "
-                    "\"megatron\" Megatron-LM's PREFIX.bin + PREFIX.idx (uint16 or int32 tokens, no validation split)"),
+                    "\"megatron\" Megatron-LM's PREFIX.bin + PREFIX.idx (uint16 or int32 tokens), cut by data.split"),
+      TRIDENT_FIELD(data, paths, positive(),
+                    "a blend instead of data.path: [[weight, PREFIX], ...], datasets of data.format mixed by "
+                    "weight as Megatron's BlendedDataset does (framework/data/README.md)"),
+      TRIDENT_FIELD(data, split, any(),
+                    "megatron: train, valid, test shares cut by documents as Megatron does, e.g. \"969,30,1\"; "
+                    "empty = every document trains"),
       TRIDENT_FIELD(data, tokenizer, one_of({"byte", "gpt2", "hf"}), "tokenizer"),
       TRIDENT_FIELD(data, tokenizer_dir, any(),
                     "directory holding encoder.json and vocab.bpe (gpt2) or tokenizer.json (hf)"),
@@ -306,6 +316,12 @@ std::string format_field(const Field& f, const Config& c) {
         out += (out.size() > 1 ? ", " : "") + std::to_string(v);
       return out + "]";
     }
+    case Kind::WeightedPaths: {
+      std::string out = "[";
+      for (const WeightedPath& w : f.get<std::vector<WeightedPath>>(c))
+        out += (out.size() > 1 ? ", [" : "[") + format_double(w.weight) + ", " + quote(w.path) + "]";
+      return out + "]";
+    }
   }
   return "?";
 }
@@ -346,6 +362,7 @@ std::string expectation(const Field& f) {
     }
     case Kind::IntList:
       return (r.minus_one_ok ? "\"auto\" or an array of integers" : "an array of integers") + bounds_text(r);
+    case Kind::WeightedPaths: return "an array of [weight, prefix] pairs, each weight" + bounds_text(r);
   }
   return "?";
 }
@@ -357,6 +374,7 @@ std::string type_name(Kind k) {
     case Kind::Bool: return "boolean";
     case Kind::String: return "string";
     case Kind::IntList: return "array of integers";
+    case Kind::WeightedPaths: return "array of [number, string] pairs";
   }
   return "?";
 }
@@ -387,6 +405,10 @@ bool allowed(const Field& f, const Config& c) {
       if (r.minus_one_ok && f.get<std::vector<int64_t>>(c) == std::vector<int64_t>{-1}) return true;
       for (int64_t v : f.get<std::vector<int64_t>>(c))
         if (!in_bounds(r, static_cast<double>(v))) return false;
+      return true;
+    case Kind::WeightedPaths:
+      for (const WeightedPath& w : f.get<std::vector<WeightedPath>>(c))
+        if (!in_bounds(r, w.weight)) return false;
       return true;
   }
   return false;
@@ -432,6 +454,21 @@ bool assign(const Field& f, const toml::node& n, Config& c) {
         out.push_back(e.as_integer()->get());
       }
       f.get<std::vector<int64_t>>(c) = std::move(out);
+      return true;
+    }
+    case Kind::WeightedPaths: {  // [[0.7, "a"], [0.3, "b"]]: TOML arrays may mix types
+      const toml::array* arr = n.as_array();
+      if (!arr) return false;
+      std::vector<WeightedPath> out;
+      for (const toml::node& e : *arr) {
+        const toml::array* pair = e.as_array();
+        if (!pair || pair->size() != 2 || !(*pair)[1].is_string()) return false;
+        const toml::node& w = (*pair)[0];
+        if (!w.is_floating_point() && !w.is_integer()) return false;
+        out.push_back({w.is_integer() ? static_cast<double>(w.as_integer()->get()) : w.as_floating_point()->get(),
+                       (*pair)[1].as_string()->get()});
+      }
+      f.get<std::vector<WeightedPath>>(c) = std::move(out);
       return true;
     }
   }
@@ -710,13 +747,31 @@ void check_training(const Config& c) {
 
 void check_data(const Config& c) {
   const DataConfig& d = c.data;
-  if (d.source == "file" && d.path.empty())
-    fail(c, "data.source = \"file\" needs data.path (the prefix written by `trident data prepare`)");
+  if (d.source == "file" && d.path.empty() && d.paths.empty())
+    fail(c, "data.source = \"file\" needs data.path (the prefix written by `trident data prepare`) or data.paths");
+  if (!d.path.empty() && !d.paths.empty())
+    fail(c, "data.path = " + quote(d.path) + " and data.paths: expected one of them (data.paths is a blend)");
+  if (!d.paths.empty() && d.source != "file")
+    fail(c, "data.paths reads files: it needs data.source = \"file\", got " + quote(d.source));
   if (d.format == "megatron" && d.source != "file")
     fail(c, "data.format = \"megatron\" reads data.path: it needs data.source = \"file\", got " + quote(d.source));
-  if (d.format == "megatron" && c.training.eval_interval > 0)
-    fail(c, "data.format = \"megatron\" reads one dataset (PREFIX.bin) and no validation split: "
-            "training.eval_interval must be 0, got " + n(c.training.eval_interval));
+  if (!d.split.empty() && d.format != "megatron")
+    fail(c, "data.split = " + quote(d.split) + " with data.format = " + quote(d.format) +
+                ": expected data.format = \"megatron\" (a Trident token file is split when prepared: "
+                "PREFIX.train.bin and PREFIX.val.bin)");
+  if (!d.split.empty()) {
+    try {
+      const auto shares = data::parse_split(d.split);
+      if (c.training.eval_interval > 0 && shares[1] == 0)
+        fail(c, "data.split = " + quote(d.split) + " has no valid share but training.eval_interval = " +
+                    n(c.training.eval_interval) + ": expected a second part > 0");
+    } catch (const data::DataError& e) {
+      fail(c, e.what());
+    }
+  }
+  if (d.format == "megatron" && c.training.eval_interval > 0 && d.split.empty())
+    fail(c, "data.format = \"megatron\" with training.eval_interval = " + n(c.training.eval_interval) +
+                " needs data.split (e.g. \"969,30,1\"): without it every document trains and none validates");
   if (d.source == "synthetic" && !d.path.empty()) {
     fail(c, "data.path = " + quote(d.path) + " with data.source = \"synthetic\": expected data.source = \"file\", "
                 "or no data.path (synthetic data reads no file)");
@@ -824,6 +879,9 @@ bool operator==(const Config& a, const Config& b) {
       case Kind::Bool: same = f.get<bool>(a) == f.get<bool>(b); break;
       case Kind::String: same = f.get<std::string>(a) == f.get<std::string>(b); break;
       case Kind::IntList: same = f.get<std::vector<int64_t>>(a) == f.get<std::vector<int64_t>>(b); break;
+      case Kind::WeightedPaths:
+        same = f.get<std::vector<WeightedPath>>(a) == f.get<std::vector<WeightedPath>>(b);
+        break;
     }
     if (!same) return false;
   }

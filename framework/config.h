@@ -93,10 +93,19 @@ struct TrainingConfig {
   std::string recompute = "none";   // "none" | "full" (each block) | "selective" (attention core)
 };
 
+// One entry of data.paths: a dataset prefix and its weight in the blend.
+struct WeightedPath {
+  double weight = 1;
+  std::string path;
+  bool operator==(const WeightedPath& o) const { return weight == o.weight && path == o.path; }
+};
+
 struct DataConfig {
   std::string source = "synthetic";  // "synthetic" | "file" (a prepared token file)
   std::string path;                  // prefix written by `trident data prepare`
   std::string format = "trident";    // "trident" (PREFIX.train.bin, .val.bin) | "megatron" (PREFIX.bin, .idx)
+  std::vector<WeightedPath> paths;   // a blend [[weight, PREFIX], ...] instead of data.path
+  std::string split;                 // megatron: train,valid,test shares by documents ("969,30,1"); "" = all train
   std::string tokenizer = "byte";    // "byte" | "gpt2"
   std::string tokenizer_dir;         // directory with encoder.json and vocab.bpe (gpt2) or tokenizer.json (hf)
   int64_t synthetic_tokens = 65536;  // tokens generated for source = "synthetic"

@@ -9,6 +9,9 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "framework/atomic_file.h"
+#include "framework/plot_axis.h"
+
 namespace trident {
 namespace {
 
@@ -32,7 +35,8 @@ std::string to_json(const StepMetrics& m) {
   os << "{\"step\":" << m.step << ",\"loss\":" << num(m.loss) << ",\"lr\":" << num(m.lr)
      << ",\"grad_norm\":" << num(m.grad_norm) << ",\"step_time_s\":" << num(m.step_time_s)
      << ",\"tokens_per_s\":" << num(m.tokens_per_s) << ",\"tflops\":" << num(m.tflops) << ",\"mfu\":" << num(m.mfu)
-     << ",\"grad_sync_s\":" << num(m.grad_sync_s) << ",\"optimizer_state_bytes\":" << m.optimizer_state_bytes;
+     << ",\"grad_sync_s\":" << num(m.grad_sync_s) << ",\"optimizer_state_bytes\":" << m.optimizer_state_bytes
+     << ",\"peak_memory_bytes\":" << m.peak_memory_bytes;
   os << ",\"bubble\":" << num(m.bubble);
   // Flat keys (busy_s_stage0, ...): every metrics.jsonl row stays a flat object.
   for (size_t i = 0; i < m.stage_busy_s.size(); ++i) os << ",\"busy_s_stage" << i << "\":" << num(m.stage_busy_s[i]);
@@ -52,6 +56,7 @@ tensorboard::Scalars to_scalars(const StepMetrics& m) {
                             {"mfu", f(m.mfu)},
                             {"grad_sync_s", f(m.grad_sync_s)},
                             {"optimizer_state_bytes", f(static_cast<double>(m.optimizer_state_bytes))},
+                            {"peak_memory_bytes", f(static_cast<double>(m.peak_memory_bytes))},
                             {"bubble", f(m.bubble)}};
   for (size_t i = 0; i < m.stage_busy_s.size(); ++i) s.emplace_back("busy_s_stage" + std::to_string(i), f(m.stage_busy_s[i]));
   if (m.eval_loss) s.emplace_back("eval_loss", f(*m.eval_loss));
@@ -91,9 +96,12 @@ std::string loss_svg(const std::vector<StepMetrics>& steps, const std::string& t
       if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
     smax = std::max(smax, m.step);
   }
-  if (!std::isfinite(lo)) lo = 0, hi = 1;
-  if (hi - lo < 1e-9) hi = lo + 1;
-  auto x = [&](double s) { return L + (W - L - R) * (s - 1) / std::max<double>(1, static_cast<double>(smax - 1)); };
+  // Round 1-2-5 ticks on both axes (plot_axis.h): the axes run from tick to tick.
+  const Axis ya = round_axis(lo, hi, 5);
+  const Axis xa = round_axis(steps.empty() ? 1 : static_cast<double>(steps.front().step), static_cast<double>(smax),
+                             5, true);
+  lo = ya.lo, hi = ya.hi;
+  auto x = [&](double s) { return L + (W - L - R) * (s - xa.lo) / (xa.hi - xa.lo); };
   auto y = [&](double v) { return T + (H - T - B) * (hi - v) / (hi - lo); };
   std::ostringstream os;
   os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
@@ -101,13 +109,14 @@ std::string loss_svg(const std::vector<StepMetrics>& steps, const std::string& t
      << "<text x=\"" << W / 2 << "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">" << title << "</text>\n"
      << "<line x1=\"" << L << "\" y1=\"" << H - B << "\" x2=\"" << W - R << "\" y2=\"" << H - B << "\" stroke=\"black\"/>\n"
      << "<line x1=\"" << L << "\" y1=\"" << T << "\" x2=\"" << L << "\" y2=\"" << H - B << "\" stroke=\"black\"/>\n";
-  for (int i = 0; i <= 4; ++i) {
-    const double v = lo + (hi - lo) * i / 4.0;
-    os << "<text x=\"" << L - 6 << "\" y=\"" << y(v) + 4 << "\" text-anchor=\"end\">" << fmt("%.3g", v) << "</text>\n";
-    const double s = 1 + (static_cast<double>(smax) - 1) * i / 4.0;
-    os << "<text x=\"" << x(s) << "\" y=\"" << H - B + 18 << "\" text-anchor=\"middle\">" << std::llround(s)
-       << "</text>\n";
-  }
+  for (double v : ya.ticks)
+    os << "<line x1=\"" << L << "\" x2=\"" << W - R << "\" y1=\"" << y(v) << "\" y2=\"" << y(v)
+       << "\" stroke=\"#e5e5e5\"/><text x=\"" << L - 6 << "\" y=\"" << y(v) + 4 << "\" text-anchor=\"end\">"
+       << tick_label(v, ya.step) << "</text>\n";
+  for (double s : xa.ticks)
+    os << "<line x1=\"" << x(s) << "\" x2=\"" << x(s) << "\" y1=\"" << H - B << "\" y2=\"" << H - B + 4
+       << "\" stroke=\"black\"/><text x=\"" << x(s) << "\" y=\"" << H - B + 18 << "\" text-anchor=\"middle\">"
+       << tick_label(s, xa.step) << "</text>\n";
   os << "<text x=\"" << (L + W - R) / 2 << "\" y=\"" << H - 12 << "\" text-anchor=\"middle\">step</text>\n"
      << "<text x=\"16\" y=\"" << (T + H - B) / 2 << "\" transform=\"rotate(-90 16 " << (T + H - B) / 2
      << ")\" text-anchor=\"middle\">loss</text>\n<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"2\" points=\"";
@@ -180,11 +189,21 @@ void RunLog::append(const StepMetrics& m) {
   jsonl_ << to_json(m) << "\n";
   jsonl_.flush();
   if (events_) events_->add(m.step, to_scalars(m));
+  // NOTE [loss.svg during the run]: redrawn at the first logged step and then at
+  // most once a second (drawing is linear in the steps so far, so every step
+  // would make a long run's logging quadratic), atomically, so a run stopped by
+  // Ctrl-C or killed leaves a whole plot of its logged steps up to about a
+  // second before; finish() draws the last one.
+  const auto now = std::chrono::steady_clock::now();
+  if (!drawn_ || now - last_drawn_ >= std::chrono::seconds(1)) write_plot();
 }
 
-void RunLog::finish() {
-  std::ofstream f(dir_ + "/loss.svg", std::ios::trunc);
-  f << loss_svg(history_, title_);
+void RunLog::write_plot() {
+  write_file_atomic(dir_ + "/loss.svg", loss_svg(history_, title_));
+  drawn_ = true;
+  last_drawn_ = std::chrono::steady_clock::now();
 }
+
+void RunLog::finish() { write_plot(); }
 
 }  // namespace trident

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <fstream>
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,6 +21,7 @@ struct StepMetrics {
   double step_time_s = 0, tokens_per_s = 0, tflops = 0, mfu = 0;
   double grad_sync_s = 0;             // exposed gradient-reduction time (not hidden by the backward)
   int64_t optimizer_state_bytes = 0;  // AdamW state held by this rank (falls to ~1/dp with ZeRO-1)
+  int64_t peak_memory_bytes = 0;      // this rank's peak resident memory so far (getrusage ru_maxrss)
   double bubble = 0;                  // measured: idle / (p x pipeline time) over rank 0's pipeline
   std::vector<double> stage_busy_s;   // per pipeline stage: compute time in this step (busy_s_stageI)
   std::optional<double> eval_loss;
@@ -47,13 +49,16 @@ class RunLog {
   RunLog(const std::string& dir, const std::string& title, int64_t continue_after = -1, bool tensorboard = false);
   void write_config(const std::string& toml_text);
   void append(const StepMetrics& m);
-  void finish();  // writes loss.svg
+  void finish();  // writes loss.svg (append() also redraws it during the run: NOTE [loss.svg during the run])
   const std::vector<StepMetrics>& history() const { return history_; }
   const std::string& dir() const { return dir_; }
   std::string event_file() const { return events_ ? events_->path() : ""; }
 
  private:
+  void write_plot();
   std::string dir_, title_;
+  bool drawn_ = false;
+  std::chrono::steady_clock::time_point last_drawn_;
   std::ofstream jsonl_;
   std::unique_ptr<tensorboard::EventWriter> events_;
   std::vector<StepMetrics> history_;

@@ -1,14 +1,21 @@
 // `trident data prepare|text|info`: build token files, show a Brown file's running
 // text, print a token file's header.
+#include <unistd.h>
+
+#include <algorithm>
 #include <boost/program_options.hpp>
+#include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "framework/data/brown.h"
+#include "framework/data/megatron_dataset.h"
 #include "framework/data/prepare.h"
 #include "framework/data/token_file.h"
 #include "launch/commands.h"
@@ -20,9 +27,11 @@ namespace po = boost::program_options;
 
 constexpr const char* kUsage =
     "usage: trident data prepare --tokenizer byte|gpt2|hf [--tokenizer-dir D] --input PATH... --output PREFIX\n"
-    "                            [--val-fraction 0.05] [--format text|brown]\n"
+    "                            [--val-fraction 0.05] [--format text|brown|jsonl] [--json-key text]\n"
+    "                            [--skip-bad-lines] [--output-format trident|megatron] [--threads N]\n"
     "       trident data text FILE        (running text of a Brown file)\n"
-    "       trident data info FILE.bin    (header of a token file)\n";
+    "       trident data info FILE.bin    (header of a token file)\n"
+    "       trident data info PREFIX      (counts of a Megatron dataset PREFIX.bin + PREFIX.idx)\n";
 
 // Parses options; returns false after printing help.
 bool parse(int argc, char** argv, const po::options_description& opts, po::variables_map& vm) {
@@ -35,34 +44,99 @@ bool parse(int argc, char** argv, const po::options_description& opts, po::varia
   return true;
 }
 
+// A progress bar on stderr when it is a terminal: bytes done, share and rate.
+class ProgressBar {
+ public:
+  ProgressBar() : on_(isatty(STDERR_FILENO) != 0), start_(std::chrono::steady_clock::now()) {}
+  ~ProgressBar() { finish(); }
+  void finish() {  // ends the bar's line
+    if (drawn_) std::fputc('\n', stderr);
+    drawn_ = false;
+  }
+  void operator()(uint64_t done, uint64_t total) {
+    if (!on_ || total == 0) return;
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    const double f = std::min(1.0, static_cast<double>(done) / static_cast<double>(total));
+    constexpr int kWidth = 30;
+    const int fill = static_cast<int>(f * kWidth);
+    std::fprintf(stderr, "\r[%s%s] %5.1f%%  %.1f / %.1f MB  %.1f MB/s", std::string(fill, '#').c_str(),
+                 std::string(kWidth - fill, ' ').c_str(), 100 * f, done / 1e6, total / 1e6,
+                 s > 0 ? done / 1e6 / s : 0.0);
+    std::fflush(stderr);
+    drawn_ = true;
+  }
+
+ private:
+  bool on_, drawn_ = false;
+  std::chrono::steady_clock::time_point start_;
+};
+
 int prepare(int argc, char** argv) {
   data::PrepareOptions o;
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   po::options_description opts(
       "usage: trident data prepare [options]\n"
-      "Tokenizes documents (each input file is one document; a folder is its files sorted\n"
-      "by name, Brown document names only with --format brown) and writes PREFIX.train.bin\n"
-      "and PREFIX.val.bin. Document i goes to validation iff floor((i+1)f) > floor(if).\n"
-      "gpt2 appends id 50256 after every document; byte adds no separator; hf appends its\n"
+      "Tokenizes documents and writes PREFIX.train.bin and PREFIX.val.bin (Trident's token\n"
+      "files), or with --output-format megatron PREFIX.bin and PREFIX.idx (Megatron-LM's\n"
+      "indexed dataset, one sequence per document, every document: training cuts it with\n"
+      "data.split). A text or Brown input file is one document; a folder is its files sorted\n"
+      "by name (Brown document names only with --format brown); with --format jsonl each\n"
+      "line is a JSON object whose --json-key member is a document. Document i goes to\n"
+      "validation iff floor((i+1)f) > floor(if). gpt2 appends its end-of-text id 50256 after\n"
+      "every document; byte adds no separator (its 256 ids are the bytes); hf appends its\n"
       "special token <|endoftext|> or <|end_of_text|> when it has one (else nothing) and\n"
-      "records the tokenizer as hf:<FNV-1a 64 of tokenizer.json, 16 hex digits>");
+      "records the tokenizer as hf:<FNV-1a 64 of tokenizer.json, 16 hex digits>. The output\n"
+      "is the same for any --threads");
   opts.add_options()("help,h", "show this help")(
       "tokenizer", po::value(&o.tokenizer)->default_value("byte"), "byte | gpt2 | hf")(
       "tokenizer-dir", po::value(&o.tokenizer_dir),
       "gpt2 vocabulary folder (default: see `trident tokenize --help`); hf: the folder of tokenizer.json (required)")(
       "input", po::value(&o.inputs)->multitoken()->required(), "input files and/or folders")(
       "output", po::value(&o.output_prefix)->required(), "output prefix")(
-      "val-fraction", po::value(&o.val_fraction)->default_value(0.05), "share of documents for validation")(
-      "format", po::value(&o.format)->default_value("text"), "text | brown (tagged Brown corpus files)");
+      "val-fraction", po::value(&o.val_fraction)->default_value(0.05, "0.05"),
+      "share of documents for validation (trident output; megatron output takes none)")(
+      "format", po::value(&o.format)->default_value("text"), "text | brown (tagged Brown corpus files) | jsonl")(
+      "json-key", po::value(&o.json_key)->default_value("text"), "jsonl: the member holding each line's document")(
+      "skip-bad-lines", po::bool_switch(&o.skip_bad_lines),
+      "jsonl: skip a line that is not an object with a string --json-key member, and count it (default: fail "
+      "naming file and line)")(
+      "output-format", po::value(&o.output_format)->default_value("trident"), "trident | megatron")(
+      "threads", po::value(&o.threads)->default_value(static_cast<int>(cores)), "tokenizing threads (default: all cores)");
   po::variables_map vm;
   if (!parse(argc, argv, opts, vm)) return 0;
+  if (o.format != "jsonl" && !vm["json-key"].defaulted())
+    throw std::runtime_error("--json-key reads JSONL lines: it needs --format jsonl, got --format " + o.format);
+  if (o.format != "jsonl" && o.skip_bad_lines)
+    throw std::runtime_error("--skip-bad-lines skips JSONL lines: it needs --format jsonl, got --format " + o.format);
+  if (o.output_format == "megatron") {
+    if (!vm["val-fraction"].defaulted())
+      throw std::runtime_error("--val-fraction with --output-format megatron: a Megatron dataset holds every "
+                               "document and training cuts it with data.split (e.g. \"969,30,1\")");
+    o.val_fraction = 0;
+  }
+  ProgressBar bar;
+  o.progress = [&bar](uint64_t done, uint64_t total) { bar(done, total); };
+  const auto t0 = std::chrono::steady_clock::now();
   const auto s = data::prepare_token_files(o);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  bar.finish();
   std::printf("prepared %llu documents (%llu bytes of text) with tokenizer %s\n",
               static_cast<unsigned long long>(s.train_docs + s.val_docs),
               static_cast<unsigned long long>(s.text_bytes), o.tokenizer.c_str());
-  std::printf("  train: %llu docs, %llu tokens -> %s\n", static_cast<unsigned long long>(s.train_docs),
-              static_cast<unsigned long long>(s.train_tokens), s.files_written.at(0).c_str());
-  std::printf("  val:   %llu docs, %llu tokens -> %s\n", static_cast<unsigned long long>(s.val_docs),
-              static_cast<unsigned long long>(s.val_tokens), s.files_written.at(1).c_str());
+  if (o.output_format == "megatron") {
+    std::printf("  megatron: %llu docs, %llu tokens -> %s, %s\n", static_cast<unsigned long long>(s.train_docs),
+                static_cast<unsigned long long>(s.train_tokens), s.files_written.at(0).c_str(),
+                s.files_written.at(1).c_str());
+  } else {
+    std::printf("  train: %llu docs, %llu tokens -> %s\n", static_cast<unsigned long long>(s.train_docs),
+                static_cast<unsigned long long>(s.train_tokens), s.files_written.at(0).c_str());
+    std::printf("  val:   %llu docs, %llu tokens -> %s\n", static_cast<unsigned long long>(s.val_docs),
+                static_cast<unsigned long long>(s.val_tokens), s.files_written.at(1).c_str());
+  }
+  if (s.bad_lines > 0) std::printf("  skipped %llu bad lines\n", static_cast<unsigned long long>(s.bad_lines));
+  const double tokens = static_cast<double>(s.train_tokens + s.val_tokens);
+  std::printf("throughput: %.3f s, %.2f MB/s of input, %.3f M tokens/s, %d threads\n", secs,
+              static_cast<double>(s.input_bytes) / 1e6 / secs, tokens / 1e6 / secs, o.threads);
   return 0;
 }
 
@@ -81,8 +155,20 @@ int text(int argc, char** argv) {
 
 int info(int argc, char** argv) {
   if (argc != 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
-    std::cout << "usage: trident data info FILE.bin\nChecks a token file and prints its header.\n";
+    std::cout << "usage: trident data info FILE.bin | PREFIX\nChecks a token file and prints its header, or a "
+                 "Megatron dataset (PREFIX.bin + PREFIX.idx) and prints its index's counts.\n";
     return argc == 2 ? 0 : 2;
+  }
+  const std::string arg = argv[1];
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(arg + ".idx", ec)) {
+    const data::MegatronDataset ds(arg);
+    std::printf("%s: Megatron indexed dataset, dtype code %u (%s), %llu tokens, %llu sequences, %llu documents\n",
+                arg.c_str(), static_cast<unsigned>(ds.dtype_code()), ds.dtype_code() == 8 ? "uint16" : "int32",
+                static_cast<unsigned long long>(ds.tokens().size()),
+                static_cast<unsigned long long>(ds.sequence_count()),
+                static_cast<unsigned long long>(ds.document_count()));
+    return 0;
   }
   const data::TokenFile f(argv[1]);
   const auto& h = f.info();

@@ -7,7 +7,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cfenv>
+#include <cmath>
 #include <cstring>
+#include <sstream>
 
 #include "framework/data/errors.h"
 
@@ -165,6 +168,18 @@ int64_t MegatronDataset::document_index(uint64_t i) const {
 
 TokenView MegatronDataset::tokens() const { return TokenView(bin_.data, token_count_, dtype_bytes_, bin_path_); }
 
+TokenView MegatronDataset::tokens(uint64_t first, uint64_t last, const std::string& source) const {
+  if (first > last || last > sequences_)
+    throw DataError("sequences [" + std::to_string(first) + ", " + std::to_string(last) + ") of " + idx_path_ +
+                    ": out of range (it has " + std::to_string(sequences_) + ")");
+  if (first == last) return TokenView(bin_.data, 0, dtype_bytes_, source);
+  const uint64_t begin = static_cast<uint64_t>(sequence_pointer(first)) / dtype_bytes_;
+  const uint64_t end =
+      static_cast<uint64_t>(sequence_pointer(last - 1)) / dtype_bytes_ + static_cast<uint64_t>(sequence_length(last - 1));
+  return TokenView(static_cast<const unsigned char*>(bin_.data) + begin * dtype_bytes_, end - begin, dtype_bytes_,
+                   source);
+}
+
 std::vector<uint32_t> MegatronDataset::sequence(uint64_t i) const {
   const TokenView t = tokens();
   const uint64_t first = static_cast<uint64_t>(sequence_pointer(i)) / dtype_bytes_;
@@ -179,6 +194,117 @@ void MegatronDataset::check_vocab(int64_t vocab_size) const {
     if (static_cast<int64_t>(t[i]) >= vocab_size)
       throw DataError("Megatron data file " + bin_path_ + " has token id " + std::to_string(t[i]) + " at index " +
                       std::to_string(i) + ", not below model.vocab_size = " + std::to_string(vocab_size));
+}
+
+MegatronWriter::MegatronWriter(const std::string& prefix, uint32_t vocab_size)
+    : prefix_(prefix), vocab_size_(vocab_size), dtype_code_(vocab_size < 65500 ? 8 : 4) {
+  const std::string bin = prefix + ".bin";
+  std::remove((prefix + ".idx").c_str());  // no stale index beside a new .bin
+  bin_ = std::fopen(bin.c_str(), "wb");
+  if (bin_ == nullptr) throw DataError("cannot write Megatron data file " + bin + ": " + std::strerror(errno));
+}
+
+MegatronWriter::~MegatronWriter() {
+  if (bin_ != nullptr) std::fclose(bin_);
+}
+
+void MegatronWriter::add_document(const std::vector<uint32_t>& tokens) {
+  if (bin_ == nullptr) throw DataError("Megatron writer for " + prefix_ + ": add_document after finish");
+  if (tokens.size() > static_cast<size_t>(INT32_MAX))
+    throw DataError("a document of " + std::to_string(tokens.size()) + " tokens exceeds the int32 sequence length of " +
+                    prefix_ + ".idx");
+  const size_t width = dtype_code_ == 8 ? 2 : 4;
+  buffer_.resize(tokens.size() * width);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const uint32_t t = tokens[i];
+    if (t >= vocab_size_)
+      throw DataError("token id " + std::to_string(t) + " written to " + prefix_ + ".bin is not below the vocab size " +
+                      std::to_string(vocab_size_));
+    // Little-endian, as numpy writes on the machines Megatron runs on.
+    for (size_t b = 0; b < width; ++b) buffer_[i * width + b] = static_cast<unsigned char>(t >> (8 * b));
+  }
+  if (!buffer_.empty() && std::fwrite(buffer_.data(), 1, buffer_.size(), bin_) != buffer_.size())
+    throw DataError("cannot write Megatron data file " + prefix_ + ".bin: " + std::strerror(errno));
+  lengths_.push_back(static_cast<int32_t>(tokens.size()));
+  tokens_ += tokens.size();
+}
+
+void MegatronWriter::finish() {
+  const std::string bin = prefix_ + ".bin", idx = prefix_ + ".idx";
+  if (bin_ == nullptr) throw DataError("Megatron writer for " + prefix_ + ": finish called twice");
+  const int closed = std::fclose(bin_);
+  bin_ = nullptr;
+  if (closed != 0) throw DataError("cannot write Megatron data file " + bin + ": " + std::strerror(errno));
+  // NOTE [Megatron index format]: header, lengths, pointers, document indices.
+  std::string out(kMagic, sizeof kMagic);
+  auto put = [&out](const auto& v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  const uint64_t version = 1, count = lengths_.size(), doc_indices = count + 1;
+  put(version);
+  put(dtype_code_);
+  put(count);
+  put(doc_indices);
+  for (int32_t len : lengths_) put(len);
+  const int64_t width = dtype_code_ == 8 ? 2 : 4;
+  int64_t pointer = 0;
+  for (int32_t len : lengths_) {
+    put(pointer);
+    pointer += static_cast<int64_t>(len) * width;
+  }
+  for (uint64_t d = 0; d <= count; ++d) put(static_cast<int64_t>(d));
+  std::FILE* f = std::fopen(idx.c_str(), "wb");
+  if (f == nullptr) throw DataError("cannot write Megatron index " + idx + ": " + std::strerror(errno));
+  const bool ok = std::fwrite(out.data(), 1, out.size(), f) == out.size();
+  if (std::fclose(f) != 0 || !ok) throw DataError("cannot write Megatron index " + idx + ": " + std::strerror(errno));
+}
+
+std::array<double, 3> parse_split(const std::string& text) {
+  const auto bad = [&text](const std::string& why) {
+    return DataError("data.split = \"" + text + "\": " + why +
+                     " (expected up to three non-negative numbers separated by commas, e.g. \"969,30,1\")");
+  };
+  std::array<double, 3> w{0, 0, 0};
+  size_t count = 0, at = 0;
+  while (true) {
+    const size_t comma = text.find(',', at);
+    std::string part = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    const size_t b = part.find_first_not_of(' '), e = part.find_last_not_of(' ');
+    part = b == std::string::npos ? "" : part.substr(b, e - b + 1);
+    if (part.empty() || part.find_first_not_of("0123456789.") != std::string::npos)
+      throw bad("part " + std::to_string(count + 1) + " is \"" + part + "\", not a number");
+    if (count == 3) throw bad("more than three parts");
+    std::istringstream in(part);
+    in.imbue(std::locale::classic());
+    double v = 0;
+    if (!(in >> v) || !in.eof()) throw bad("part " + std::to_string(count + 1) + " is \"" + part + "\", not a number");
+    w[count++] = v;
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  const double sum = w[0] + w[1] + w[2];
+  if (!(sum > 0) || !std::isfinite(sum)) throw bad("the parts sum to " + std::to_string(sum));
+  for (double& v : w) v /= sum;
+  return w;
+}
+
+std::array<std::array<uint64_t, 2>, 3> megatron_split(const std::array<double, 3>& split, uint64_t elements) {
+  // Python's int(round(x)) for x >= 0: to nearest, ties to even (the default FE_TONEAREST of nearbyint).
+  const auto round_even = [](double x) {
+    const int mode = std::fegetround();
+    std::fesetround(FE_TONEAREST);
+    const double r = std::nearbyint(x);
+    std::fesetround(mode);
+    return static_cast<uint64_t>(r);
+  };
+  std::array<std::array<uint64_t, 2>, 3> out{};
+  double lo = 0;
+  for (size_t i = 0; i < 3; ++i) {
+    const double hi = lo + split[i];
+    if (hi > lo) {
+      out[i] = {round_even(lo * static_cast<double>(elements)), round_even(hi * static_cast<double>(elements))};
+    }
+    lo = hi;
+  }
+  return out;
 }
 
 }  // namespace trident::data

@@ -1,7 +1,9 @@
-// `trident data prepare`: text or Brown files -> PREFIX.train.bin / PREFIX.val.bin.
+// `trident data prepare`: text, Brown or JSONL files -> Trident token files
+// (PREFIX.train.bin / PREFIX.val.bin) or a Megatron indexed dataset (PREFIX.bin / .idx).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -11,22 +13,32 @@ struct PrepareOptions {
   std::string tokenizer = "byte";     // "byte" | "gpt2" | "hf"
   std::string tokenizer_dir;          // gpt2 vocabulary folder (empty = default_gpt2_dir()); hf: tokenizer.json's folder
   std::vector<std::string> inputs;    // files and/or folders
-  std::string output_prefix;          // writes PREFIX.train.bin and PREFIX.val.bin
-  double val_fraction = 0.05;         // share of documents sent to validation, in [0, 1)
-  std::string format = "text";        // "text" (as is) | "brown" (tagged, see brown.h)
+  std::string output_prefix;          // trident: PREFIX.train.bin and PREFIX.val.bin; megatron: PREFIX.bin, PREFIX.idx
+  double val_fraction = 0.05;         // share of documents sent to validation, in [0, 1) (trident output only)
+  std::string format = "text";        // "text" (as is) | "brown" (tagged, see brown.h) | "jsonl" (one document a line)
+  std::string json_key = "text";      // jsonl: the member holding a line's document
+  bool skip_bad_lines = false;        // jsonl: skip (and count) a bad line instead of failing on it
+  std::string output_format = "trident";  // "trident" | "megatron"
+  int threads = 1;                    // tokenizing threads (the output does not depend on it)
+  // Called after each batch with the input bytes done so far and their total.
+  std::function<void(uint64_t done, uint64_t total)> progress;
 };
 
 struct PrepareSummary {
   uint64_t train_docs = 0, val_docs = 0;
   uint64_t train_tokens = 0, val_tokens = 0;
-  uint64_t text_bytes = 0;
+  uint64_t text_bytes = 0;   // document text tokenized (a JSONL document's decoded string)
+  uint64_t input_bytes = 0;  // bytes of the input files
+  uint64_t bad_lines = 0;    // jsonl lines skipped by skip_bad_lines
   std::vector<std::string> files_written;
 };
 
-// Expands inputs into the ordered document list: a file is one document; a
-// folder contributes its regular files sorted by name (non-recursive; with
-// format "brown" only Brown document names like "ca01"). Throws DataError on a
-// missing input or when no document is found.
+// Expands inputs into the ordered list of input files: a file is itself; a folder
+// contributes its regular files sorted by name (non-recursive; with format
+// "brown" only Brown document names like "ca01"; otherwise names not starting
+// with '.'). With format text or brown each file is one document; with jsonl
+// each line of each file is. Throws DataError on a missing input or when no file
+// is found.
 std::vector<std::string> list_documents(const std::vector<std::string>& inputs, const std::string& format);
 
 // Document i (0-based, in list order) goes to validation iff
@@ -34,9 +46,16 @@ std::vector<std::string> list_documents(const std::vector<std::string>& inputs, 
 // (with f = 0.05, every 20th document).
 bool is_validation_document(uint64_t index, double val_fraction);
 
+// The document of one JSONL line: the string member `key` of the object on the
+// line. Throws DataError "FILE:LINE: ..." when the line is not a JSON object or
+// lacks a string `key`.
+std::string jsonl_document(const std::string& line, const std::string& key, const std::string& file, uint64_t line_no);
+
 // Runs the whole preparation. Each document's tokens are followed by the
-// tokenizer's end-of-text id when it has one (gpt2: 50256; byte: nothing; hf:
-// <|endoftext|> or <|end_of_text|>).
+// tokenizer's end-of-text id when it has one (gpt2: 50256; byte: nothing, its
+// 256 ids are the bytes; hf: <|endoftext|> or <|end_of_text|>). Documents are
+// tokenized by options.threads threads in batches and written in input order,
+// so the files are byte-identical for any thread count.
 PrepareSummary prepare_token_files(const PrepareOptions& options);
 
 }  // namespace trident::data

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "framework/train/bubble_bench.h"
+#include "framework/plot_axis.h"
 #include "schedules/format.h"
 
 namespace trident::bench {
@@ -33,7 +34,8 @@ std::string bubble_svg(const std::vector<BubbleRow>& rows, const std::string& ti
     ms.insert(r.c.m);
     ymax = std::max({ymax, r.measured, r.simulated, r.closed_form});
   }
-  ymax = std::ceil(ymax * 10) / 10;
+  const Axis ya = round_axis(0, ymax, 5);  // 1-2-5 ticks, e.g. 0, 10, ..., 50 %
+  ymax = ya.hi;
   // m on a log2 axis: the sweeps double it.
   const double lo = std::log2(std::max(1, *ms.begin())), hi = std::log2(std::max(2, *ms.rbegin()));
   auto x = [&](int m) { return L + (hi > lo ? (std::log2(m) - lo) / (hi - lo) : 0.5) * (W - L - R); };
@@ -41,11 +43,10 @@ std::string bubble_svg(const std::vector<BubbleRow>& rows, const std::string& ti
   std::string s = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + f(W) + "\" height=\"" + f(H) +
                   "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   s += "<text x=\"" + f(L) + "\" y=\"25\" font-size=\"15\">" + title + "</text>\n";
-  for (int i = 0; i <= 5; ++i) {
-    const double b = ymax * i / 5;
+  for (double b : ya.ticks) {
     s += "<line x1=\"" + f(L) + "\" x2=\"" + f(W - R) + "\" y1=\"" + f(y(b)) + "\" y2=\"" + f(y(b)) +
          "\" stroke=\"#ddd\"/><text x=\"" + f(L - 8) + "\" y=\"" + f(y(b) + 4) + "\" text-anchor=\"end\">" +
-         f(100 * b) + "%</text>\n";
+         tick_label(100 * b, 100 * ya.step) + "%</text>\n";
   }
   for (int m : ms)
     s += "<text x=\"" + f(x(m)) + "\" y=\"" + f(H - B + 18) + "\" text-anchor=\"middle\">" + std::to_string(m) +

@@ -1,6 +1,8 @@
 // Throughput benchmark: see throughput_bench.h.
 #include "framework/train/throughput_bench.h"
 
+#include "framework/plot_axis.h"
+
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -133,17 +135,18 @@ std::string throughput_svg(const std::vector<ThroughputRow>& rows, const std::st
   int pmax = 1;
   double ymax = 1;
   for (const auto& r : rows) pmax = std::max(pmax, r.c.p), ymax = std::max(ymax, r.tokens_per_s);
-  ymax *= 1.1;
+  const Axis ya = round_axis(0, ymax, 5);  // 1-2-5 ticks
+  ymax = ya.hi;
   auto x = [&](int p) { return L + (pmax > 1 ? std::log2(p) / std::log2(pmax) : 0.5) * (W - L - R); };
   auto y = [&](double v) { return T + (1 - v / ymax) * (H - T - B); };
   static const char* colours[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf"};
   std::string s = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + f(W) + "\" height=\"" + f(H) +
                   "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
                   "<text x=\"" + f(L) + "\" y=\"25\" font-size=\"15\">" + title + "</text>\n";
-  for (int i = 0; i <= 5; ++i)
-    s += "<line x1=\"" + f(L) + "\" x2=\"" + f(W - R) + "\" y1=\"" + f(y(ymax * i / 5)) + "\" y2=\"" +
-         f(y(ymax * i / 5)) + "\" stroke=\"#ddd\"/><text x=\"" + f(L - 8) + "\" y=\"" + f(y(ymax * i / 5) + 4) +
-         "\" text-anchor=\"end\">" + f(ymax * i / 5, "%.0f") + "</text>\n";
+  for (double v : ya.ticks)
+    s += "<line x1=\"" + f(L) + "\" x2=\"" + f(W - R) + "\" y1=\"" + f(y(v)) + "\" y2=\"" + f(y(v)) +
+         "\" stroke=\"#ddd\"/><text x=\"" + f(L - 8) + "\" y=\"" + f(y(v) + 4) + "\" text-anchor=\"end\">" +
+         tick_label(v, ya.step) + "</text>\n";
   for (int p = 1; p <= pmax; p *= 2)
     s += "<text x=\"" + f(x(p)) + "\" y=\"" + f(H - B + 18) + "\" text-anchor=\"middle\">" + std::to_string(p) + "</text>\n";
   s += "<text x=\"" + f((L + W - R) / 2) + "\" y=\"" + f(H - 15) + "\" text-anchor=\"middle\">pipeline stages p</text>"

@@ -4,6 +4,7 @@
 #include "framework/train/trainer.h"
 
 #include <malloc.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -65,14 +66,36 @@ sched::Schedule build_schedule(const Config& cfg, int64_t m) {
   return sched::has_communication(s) ? s : sched::add_communication(s);
 }
 
-// Token streams: a prepared file or a Megatron dataset (memory-mapped), or a
-// synthetic stream.
+// Token streams: prepared files or Megatron datasets (memory-mapped), one or a
+// blend (data.paths), or a synthetic stream.
 struct TokenSource {
-  std::unique_ptr<data::TokenFile> file;
-  std::unique_ptr<data::MegatronDataset> megatron;
+  std::vector<std::unique_ptr<data::TokenFile>> files;
+  std::vector<std::unique_ptr<data::MegatronDataset>> megatron;
   std::vector<uint32_t> synthetic;
-  data::TokenView view;
+  std::vector<data::WeightedTokens> parts;  // views into the above, with their weights
 };
+
+// One dataset's stream of `split` ("train" or "val"): a Megatron dataset's share of
+// its documents by data.split (NOTE [Megatron split]; all of them without one), or
+// a token file's PREFIX.split.bin.
+data::TokenView open_part(const Config& cfg, const std::string& prefix, const std::string& split, TokenSource& src) {
+  if (cfg.data.format == "megatron") {
+    src.megatron.push_back(std::make_unique<data::MegatronDataset>(prefix));
+    const data::MegatronDataset& ds = *src.megatron.back();
+    ds.check_vocab(cfg.model.vocab_size);
+    if (cfg.data.split.empty()) return ds.tokens(0, ds.sequence_count(), prefix + ".bin");  // check_config: no eval
+    const auto ranges = data::megatron_split(data::parse_split(cfg.data.split), ds.sequence_count());
+    const auto& r = ranges[split == "train" ? 0 : 1];
+    return ds.tokens(r[0], r[1],
+                     prefix + ".bin (data.split " + (split == "train" ? "train" : "valid") + " share: documents [" +
+                         std::to_string(r[0]) + ", " + std::to_string(r[1]) + "))");
+  }
+  src.files.push_back(std::make_unique<data::TokenFile>(prefix + "." + split + ".bin"));
+  const data::TokenFile& f = *src.files.back();
+  data::check_tokenizer(f, cfg.data.tokenizer, cfg.data.tokenizer_dir);
+  data::check_vocab(f, cfg.model.vocab_size);
+  return f.view();
+}
 
 TokenSource open_tokens(const Config& cfg, const std::string& split) {
   TokenSource src;
@@ -86,19 +109,22 @@ TokenSource open_tokens(const Config& cfg, const std::string& split) {
                                            static_cast<uint32_t>(cfg.model.vocab_size),
                                            static_cast<uint64_t>(cfg.training.seed));
     if (split != "train") src.synthetic.erase(src.synthetic.begin(), src.synthetic.begin() + n);
-    src.view = data::TokenView::of(src.synthetic, "synthetic/" + split);
-  } else if (cfg.data.format == "megatron") {
-    // check_config() refuses evaluation with this format: only "train" is opened.
-    src.megatron = std::make_unique<data::MegatronDataset>(cfg.data.path);
-    src.megatron->check_vocab(cfg.model.vocab_size);
-    src.view = src.megatron->tokens();
-  } else {
-    src.file = std::make_unique<data::TokenFile>(cfg.data.path + "." + split + ".bin");
-    data::check_tokenizer(*src.file, cfg.data.tokenizer, cfg.data.tokenizer_dir);
-    data::check_vocab(*src.file, cfg.model.vocab_size);
-    src.view = src.file->view();
+    src.parts.push_back({1.0, data::TokenView::of(src.synthetic, "synthetic/" + split)});
+    return src;
   }
+  // A blend is mixed per split with the same weights, as Megatron blends each split.
+  const std::vector<WeightedPath> paths =
+      cfg.data.paths.empty() ? std::vector<WeightedPath>{{1.0, cfg.data.path}} : cfg.data.paths;
+  for (const WeightedPath& w : paths) src.parts.push_back({w.weight, open_part(cfg, w.path, split, src)});
   return src;
+}
+
+// The process's peak resident set so far (Linux reports ru_maxrss in KiB): the
+// host memory a CPU run peaks at. A CUDA run's device memory is not in it.
+int64_t peak_resident_bytes() {
+  struct rusage u {};
+  if (getrusage(RUSAGE_SELF, &u) != 0) return -1;
+  return static_cast<int64_t>(u.ru_maxrss) * 1024;
 }
 
 // The MFU denominator. CPU: one thread's fp32 1024^3 matmul rate, the best
@@ -282,6 +308,7 @@ std::optional<StepMetrics> train_step(Run& r, int64_t step) {
   m.bubble = pipe.bubble;
   m.stage_busy_s = pipe.stage_busy_s;
   m.optimizer_state_bytes = r.dp->optimizer_state_bytes();
+  m.peak_memory_bytes = peak_resident_bytes();
   m.tokens_per_s = static_cast<double>(t.global_batch_size * r.cfg.model.seq_len) / m.step_time_s;
   m.tflops = r.flops_per_step / m.step_time_s / 1e12;
   if (measured) r.costs.add_latency_sample(r.pgs->pp, *r.exec);  // after the step's clock stopped
@@ -341,10 +368,10 @@ void build(Run& r) {
   r.m = num_microbatches(c);
   r.schedule = build_schedule(c, r.m);  // schedule errors before any rendezvous
   r.train_tokens = open_tokens(c, "train");
-  r.train_data = std::make_unique<data::GptDataset>(r.train_tokens.view, c.model.seq_len, c.training.seed);
+  r.train_data = std::make_unique<data::GptDataset>(r.train_tokens.parts, c.model.seq_len, c.training.seed);
   if (c.training.eval_interval > 0) {
     r.val_tokens = open_tokens(c, "val");
-    r.val_data = std::make_unique<data::GptDataset>(r.val_tokens.view, c.model.seq_len, c.training.seed);
+    r.val_data = std::make_unique<data::GptDataset>(r.val_tokens.parts, c.model.seq_len, c.training.seed);
   }
   const Layout layout = Layout::make(env.world_size, static_cast<int>(c.parallel.tp), static_cast<int>(c.parallel.pp),
                                      static_cast<int>(c.parallel.dp));

@@ -10,7 +10,10 @@
 #   HfLlama                 the same for Llama (LlamaForCausalLM: GQA, MQA, llama3 rope, tied and untied, sharded)
 #   ReferenceTrainingLlama  llama-tiny, 20 steps and its layouts, vs LlamaForCausalLM + torch AdamW
 #   TensorBoardEvents       logging.tensorboard's event file read by the tensorboard package
-#   MegatronIndexedData     data.format = "megatron" on files megatron-core wrote, against a token file
+#   ReferenceTrainingBlend  gpt-tiny on a 3:1 blend of two Megatron datasets cut by data.split, 20 steps, the same
+#   MegatronIndexedData     data.format = "megatron" on files megatron-core wrote, against a token file;
+#                           files `trident data prepare` wrote (JSONL, gpt2 and hf) read by megatron-core's
+#                           IndexedDataset with tokenizers' ids; data.split's shares against megatron-core's
 #   HfTokenizer             --tokenizer hf ids vs tokenizers' encode (trained, GPT-2, Llama 3, Qwen2
 #                           tokenizer.json); needs only `tokenizers`, so it is also in the no-libtorch build
 set(_ref ${CMAKE_CURRENT_SOURCE_DIR}/reference)
@@ -39,6 +42,12 @@ add_test(NAME ReferenceLayoutsTiny
          COMMAND ${TRIDENT_PYTHON} ${_ref}/test_reference_training.py --trident ${PROJECT_BINARY_DIR}/trident
                  --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/layouts --case tiny --layouts)
 set_tests_properties(ReferenceLayoutsTiny PROPERTIES LABELS reference TIMEOUT 900)
+# A blend of two Megatron datasets (data.paths, data.split) read by the reference through
+# megatron-core and trident_data.Blend: the same per-step contract.
+add_test(NAME ReferenceTrainingBlend
+         COMMAND ${TRIDENT_PYTHON} ${_ref}/test_reference_training.py --trident ${PROJECT_BINARY_DIR}/trident
+                 --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/blend --case blend)
+set_tests_properties(ReferenceTrainingBlend PROPERTIES LABELS reference TIMEOUT 900)
 add_test(NAME HfRoundTrip
          COMMAND ${TRIDENT_PYTHON} ${_ref}/test_hf_roundtrip.py --trident ${PROJECT_BINARY_DIR}/trident
                  --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/hf-roundtrip)

@@ -9,8 +9,9 @@ Inputs, all written by Trident:
 What it uses instead of Trident's code:
   model      transformers' GPT2LMHeadModel (model.arch = "gpt") or LlamaForCausalLM ("llama"),
              eager attention, loaded with from_pretrained
-  data       the token file read by trident_data.py and the sample order of
-             framework/data/README.md written again there
+  data       the token file read by trident_data.py, or a Megatron dataset read and cut
+             by megatron-core, and the sample order of framework/data/README.md (a blend:
+             NOTE [blended sample order]) written again there
   precision  --dtype float64 (the truth), float32, or bfloat16 under torch.autocast (NOTE [bf16 reference]);
              --dp / --accumulate sum the micro-batch gradients in another order (NOTE [accumulation orders])
   optimizer  torch.optim.AdamW; the LR schedule written out again (lr_at below); torch's
@@ -45,7 +46,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from trident_data import Samples, TokenFile  # noqa: E402
+from trident_data import Blend, TokenFile  # noqa: E402
 
 
 def lr_at(step, total_steps, warmup, peak, floor):
@@ -154,6 +155,30 @@ def accumulate(params, captured, dp, how):
         p.grad = total / dp if dp > 1 else total
 
 
+def train_tokens(d_cfg, prefix, vocab_size):
+    """The training stream of one dataset: a Trident token file's PREFIX.train.bin, or the
+    train share of a Megatron dataset read and cut by megatron-core itself (its
+    IndexedDataset, its split parser and matrix, and its int(round(share * sequences))
+    book-ends, blended_megatron_dataset_builder.py), the sequences concatenated in order."""
+    if d_cfg.get("format", "trident") != "megatron":
+        data = TokenFile(prefix + ".train.bin")
+        if data.vocab_size != vocab_size:
+            raise SystemExit(f"{data.path} has vocab {data.vocab_size} but model.vocab_size = {vocab_size}")
+        return data.tokens
+    import warnings
+    warnings.filterwarnings("ignore")  # megatron-core warns that Transformer Engine and Apex are absent
+    from megatron.core.datasets.blended_megatron_dataset_config import (convert_split_vector_to_split_matrix,
+                                                                        parse_and_normalize_split)
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+    ds = IndexedDataset(prefix)
+    n = len(ds)
+    begin, end = 0, n
+    if d_cfg.get("split"):
+        lo, hi = convert_split_vector_to_split_matrix(parse_and_normalize_split(d_cfg["split"]))[0]
+        begin, end = int(round(lo * float(n))), int(round(hi * float(n)))
+    return np.concatenate([ds[i].astype(np.int64) for i in range(begin, end)])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--config", required=True, help="Trident's effective config.toml of the run to reproduce")
@@ -198,11 +223,9 @@ def main():
     # second model: that independence is what the comparison is for.
     autocast = args.dtype == "bfloat16"
 
-    data = TokenFile(d_cfg["path"] + ".train.bin")
-    if data.vocab_size != m_cfg["vocab_size"]:
-        raise SystemExit(f"{data.path} has vocab {data.vocab_size} but model.vocab_size = {m_cfg['vocab_size']}")
     seq = m_cfg["seq_len"]
-    samples = Samples(data.tokens, seq, t_cfg["seed"])
+    weighted = d_cfg.get("paths") or [[1.0, d_cfg["path"]]]
+    samples = Blend([(w, train_tokens(d_cfg, prefix, m_cfg["vocab_size"])) for w, prefix in weighted], seq, t_cfg["seed"])
     gbs, mbs = t_cfg["global_batch_size"], t_cfg["micro_batch_size"]
     dp = args.dp  # 1: the single-process run, one data-parallel rank holds the whole global batch
     if dp < 1 or gbs % (mbs * dp):

@@ -104,6 +104,19 @@ def case_setup(args, work):
     common = ["training.threads=1", "training.steps=20", "model.dropout=0", "data.source=file",
               "training.eval_interval=0", "training.peak_tflops=1",  # a fixed MFU peak: no start-up matmul timing
               "logging.log_interval=1"]  # every step logged: the contract is per step
+    if args.case == "blend":
+        # Two Megatron datasets written by `trident data prepare` (bytes of the READMEs, and of
+        # the other Markdown pages), blended 3:1 and cut by Megatron's default split; the
+        # reference reads them with megatron-core (reference_train.py's train_tokens).
+        a, b = os.path.join(work, "blend-readmes"), os.path.join(work, "blend-pages")
+        run([t, "data", "prepare", "--tokenizer", "byte", "--output-format", "megatron", "--input",
+             *readme_files(src), "--output", a])
+        run([t, "data", "prepare", "--tokenizer", "byte", "--output-format", "megatron", "--input",
+             os.path.join(src, "ARCHITECTURE.md"), os.path.join(src, "tests/reference/README.md"), "--output", b])
+        clip = args.clip or 2.0
+        sets = common + ["data.format=megatron", f'data.paths=[[3, "{a}"], [1, "{b}"]]', "data.split=969,30,1",
+                         "model.vocab_pad_multiple=96", f"training.grad_clip={clip}"]
+        return os.path.join(src, "configs/gpt-tiny.toml"), sets + seed, clip
     if args.case in ("tiny", "llama-tiny"):
         prefix = os.path.join(work, "readme-bytes")
         run([t, "data", "prepare", "--tokenizer", "byte", "--input", *readme_files(src), "--output", prefix])
@@ -244,7 +257,7 @@ def main():
     ap.add_argument("--trident", required=True)
     ap.add_argument("--source-dir", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--case", choices=["tiny", "brown", "llama-tiny"], required=True)
+    ap.add_argument("--case", choices=["tiny", "brown", "blend", "llama-tiny"], required=True)
     ap.add_argument("--seed", type=int, default=0, help="training.seed (0: the config's)")
     ap.add_argument("--clip", type=float, default=0, help="tiny: training.grad_clip (0: 2.0; at 1.0 every step clips, which the clipping check rejects)")
     ap.add_argument("--layouts", action="store_true",

@@ -9,8 +9,9 @@ readers (the record reader checks both masked CRC-32Cs of every record) must fin
   - one event per metrics.jsonl row, with the row's step, and one simple_value per numeric
     key of the row (the tag is the key), equal to the row's value rounded to float32;
   - through EventAccumulator (what `tensorboard --logdir` uses): the scalars loss, eval_loss
-    (evaluation steps only), lr, grad_norm, tokens_per_s, tflops, mfu, bubble and
-    optimizer_state_bytes, the loss of every step equal to metrics.jsonl's in float32.
+    (evaluation steps only), lr, grad_norm, tokens_per_s, tflops, mfu, bubble,
+    optimizer_state_bytes and peak_memory_bytes, the loss of every step equal to
+    metrics.jsonl's in float32.
 """
 
 import glob
@@ -28,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from trident_data import reference_args  # noqa: E402
 
 REQUIRED = ["loss", "eval_loss", "lr", "grad_norm", "tokens_per_s", "tflops", "mfu", "bubble",
-            "optimizer_state_bytes"]
+            "optimizer_state_bytes", "peak_memory_bytes"]
 
 
 def fail(msg):

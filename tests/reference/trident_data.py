@@ -103,6 +103,53 @@ class Samples:
         return self.tokens[start:start + self.seq_len + 1]
 
 
+class Blend:
+    """Datasets mixed by weight: NOTE [blended sample order] in framework/data/dataset.h.
+
+    Position p goes to the dataset d with the largest w_d * max(p, 1) - c_d(p) (weights
+    normalised to sum 1, c_d(p) the positions before p that went to d, the lowest d on a
+    tie: megatron-core's build_blending_indices), and is the c_d(p)-th sample of d's own
+    order, seeded by seed + d * 0x9E3779B97F4A7C15. A sample id is d's own index plus the
+    samples of the datasets before d. One dataset is exactly Samples.
+    """
+
+    def __init__(self, weighted_tokens, seq_len, seed):
+        total = sum(float(w) for w, _ in weighted_tokens)
+        self.weights = [float(w) / total for w, _ in weighted_tokens]
+        self.parts = [Samples(t, seq_len, (seed + d * 0x9E3779B97F4A7C15) & MASK64)
+                      for d, (_, t) in enumerate(weighted_tokens)]
+        self.first = [sum(p.num_samples for p in self.parts[:d]) for d in range(len(self.parts))]
+        self.choice, self.counts = [], [0] * len(self.parts)  # (d, k) of positions 0, 1, ...
+
+    def _at(self, pos):
+        while len(self.choice) <= pos:
+            p = len(self.choice)
+            at = max(float(p), 1.0)
+            errors = [w * at - c for w, c in zip(self.weights, self.counts)]
+            d = errors.index(max(errors))  # the first of equal maxima
+            self.choice.append((d, self.counts[d]))
+            self.counts[d] += 1
+        return self.choice[pos]
+
+    def global_batch(self, step, global_batch_size):
+        out = []
+        for j in range(global_batch_size):
+            d, k = self._at(step * global_batch_size + j)
+            part = self.parts[d]
+            out.append(self.first[d] + part._order(k // part.num_samples)[k % part.num_samples])
+        return out
+
+    def micro_batch(self, step, global_batch_size, dp_rank, dp, micro_index, micro_batch_size):
+        per_rank = global_batch_size // dp
+        g = self.global_batch(step, global_batch_size)
+        begin = dp_rank * per_rank + micro_index * micro_batch_size
+        return g[begin:begin + micro_batch_size]
+
+    def window(self, i):
+        d = max(k for k in range(len(self.parts)) if self.first[k] <= i)
+        return self.parts[d].window(i - self.first[d])
+
+
 def write_token_file(path, tokens, vocab_size, tokenizer, end_of_text=0xFFFFFFFF, doc_count=1):
     """Writes a token file as NOTE [token file format] describes (uint16 up to vocab 65536)."""
     tokens = np.asarray(tokens, dtype=np.int64)

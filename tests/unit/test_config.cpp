@@ -160,6 +160,20 @@ TEST(Config, OverridesApplyInOrder) {
   EXPECT_FALSE(c.logging.progress);
 }
 
+// data.paths: TOML and --set, numbers with or without a fraction, written back.
+TEST(Config, BlendPathsParseAndRoundTrip) {
+  const Config c = parse_config("[data]\nsource = \"file\"\npaths = [[0.7, \"x/a\"], [3, \"b\"]]\n", "b.toml");
+  ASSERT_EQ(c.data.paths.size(), 2u);
+  EXPECT_EQ(c.data.paths[0].weight, 0.7);
+  EXPECT_EQ(c.data.paths[0].path, "x/a");
+  EXPECT_EQ(c.data.paths[1].weight, 3.0);
+  EXPECT_EQ(parse_config(trident::to_toml(c), "again.toml"), c);
+  EXPECT_NE(trident::to_toml(c).find("paths = [[0.7, \"x/a\"], [3.0, \"b\"]]"), std::string::npos) << trident::to_toml(c);
+  const Config d = load_config(kTiny, {"data.source=file", "data.paths=[[1, \"a\"], [1, \"b\"]]"});
+  EXPECT_EQ(d.data.paths.size(), 2u);
+  EXPECT_NE(d, c);
+}
+
 TEST(Config, RoundTripThroughToToml) {
   Config c = load_config(kTiny, {"training.lr=3.0000000000000004e-4", "parallel.pipeline_layers=[3,5]",
                                  "parallel.pp=2", "data.source=file", "data.path=\"a \\\"q\\\" b\\\\c\"", "model.layernorm_eps=1e-6",
@@ -213,7 +227,23 @@ TEST(Config, BadConfigsNameKeyValueAndExpectation) {
       {"megatron without a file", "[data]\nformat = \"megatron\"\n", {},
        "data.format = \"megatron\" reads data.path: it needs data.source = \"file\", got \"synthetic\""},
       {"megatron with evaluation", "[data]\nformat = \"megatron\"\nsource = \"file\"\npath = \"p\"\n[training]\neval_interval = 5\n", {},
-       "training.eval_interval must be 0, got 5"},
+       "data.format = \"megatron\" with training.eval_interval = 5 needs data.split (e.g. \"969,30,1\")"},
+      {"megatron split without valid", "[data]\nformat = \"megatron\"\nsource = \"file\"\npath = \"p\"\nsplit = \"99,0,1\"\n"
+       "[training]\neval_interval = 5\n", {}, "data.split = \"99,0,1\" has no valid share but training.eval_interval = 5"},
+      {"bad split", "[data]\nformat = \"megatron\"\nsource = \"file\"\npath = \"p\"\nsplit = \"99;1\"\n", {},
+       "data.split = \"99;1\": part 1 is \"99;1\", not a number"},
+      {"split of a token file", "[data]\nsource = \"file\"\npath = \"p\"\nsplit = \"9,1\"\n", {},
+       "data.split = \"9,1\" with data.format = \"trident\": expected data.format = \"megatron\""},
+      {"path and paths", "[data]\nsource = \"file\"\npath = \"p\"\npaths = [[1, \"a\"]]\n", {},
+       "data.path = \"p\" and data.paths: expected one of them"},
+      {"paths on synthetic data", "[data]\npaths = [[1, \"a\"]]\n", {},
+       "data.paths reads files: it needs data.source = \"file\", got \"synthetic\""},
+      {"paths weight", "[data]\nsource = \"file\"\npaths = [[0, \"a\"], [1, \"b\"]]\n", {},
+       "data.paths = [[0.0, \"a\"], [1.0, \"b\"]]: expected an array of [weight, prefix] pairs, each weight > 0"},
+      {"paths shape", "[data]\nsource = \"file\"\npaths = [\"a\", \"b\"]\n", {},
+       "x.toml: data.paths = [ 'a', 'b' ]: expected an array of [weight, prefix] pairs, each weight > 0"},
+      {"paths order", "[data]\nsource = \"file\"\npaths = [[\"a\", 1]]\n", {},
+       ": expected an array of [weight, prefix] pairs, each weight > 0"},
       {"hf tokenizer without its folder", "[data]\ntokenizer = \"hf\"\n", {}, "data.tokenizer = \"hf\" needs data.tokenizer_dir"},
       {"unknown backend", "[parallel]\nbackend = \"mpi\"\n", {}, "parallel.backend = \"mpi\""},
       {"unknown device", "[training]\ndevice = \"tpu\"\n", {}, "training.device = \"tpu\""},
@@ -376,7 +406,7 @@ TEST(Config, LayoutFactors) {
 
 TEST(Config, KeysTableDescribesTypesAndDefaults) {
   const auto keys = trident::config_keys();
-  EXPECT_EQ(keys.size(), 69u);
+  EXPECT_EQ(keys.size(), 71u);
   bool found = false;
   for (const auto& k : keys) {
     if (k.name != "parallel.dp") continue;

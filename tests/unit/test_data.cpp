@@ -244,3 +244,120 @@ TEST(Prepare, SplitsDocumentsAndWritesBothFiles) {
   o.inputs = {(dir / "nope").string()};
   expect_error([&] { td::prepare_token_files(o); }, {"nope", "neither a file nor a folder"});
 }
+
+namespace {
+
+std::string file_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+}  // namespace
+
+// JSONL: one document per line from the --json-key member (escapes decoded); a
+// bad line is an error naming file and line, or skipped and counted.
+TEST(Prepare, JsonlLinesAreDocuments) {
+  const auto dir = temp_dir("jsonl");
+  std::ofstream(dir / "a.jsonl") << "{\"text\": \"one\\n\", \"id\": 1}\n{\"id\": 2, \"text\": \"t\\u00e9\"}\n";
+  td::PrepareOptions o;
+  o.format = "jsonl";
+  o.inputs = {(dir / "a.jsonl").string()};
+  o.output_prefix = (dir / "out").string();
+  o.val_fraction = 0;
+  const auto s = td::prepare_token_files(o);
+  EXPECT_EQ(s.train_docs, 2u);
+  td::TokenFile train(o.output_prefix + ".train.bin");
+  std::string text;
+  for (size_t i = 0; i < train.size(); ++i) text += static_cast<char>(train[i]);
+  EXPECT_EQ(text, "one\nt\xc3\xa9");
+
+  const std::string bad = (dir / "bad.jsonl").string();
+  std::ofstream(bad) << "{\"text\": \"ok\"}\n{\"text\": 3}\nnot json\n{\"body\": \"x\"}\n[1]\n{\"text\": \"fine\"}\n";
+  o.inputs = {bad};
+  expect_error([&] { td::prepare_token_files(o); }, {bad + ":2: member \"text\" is not a string", "--skip-bad-lines"});
+  EXPECT_NE(trident::testing::error_of([&] { td::jsonl_document("not json", "text", "f.jsonl", 3); })
+                .find("f.jsonl:3: line: invalid JSON"),
+            std::string::npos);
+  EXPECT_NE(trident::testing::error_of([&] { td::jsonl_document("{\"body\": 1}", "text", "f.jsonl", 4); })
+                .find("f.jsonl:4: the object has no member \"text\""),
+            std::string::npos);
+  EXPECT_NE(trident::testing::error_of([&] { td::jsonl_document("[1]", "text", "f.jsonl", 5); })
+                .find("f.jsonl:5: the line is not a JSON object"),
+            std::string::npos);
+  o.skip_bad_lines = true;
+  const auto skipped = td::prepare_token_files(o);
+  EXPECT_EQ(skipped.bad_lines, 4u);
+  EXPECT_EQ(skipped.train_docs, 2u);
+  o.json_key = "body";
+  EXPECT_EQ(td::prepare_token_files(o).train_docs, 1u);
+}
+
+// The files do not depend on the thread count (Trident's and Megatron's format).
+TEST(Prepare, OutputIsTheSameForAnyThreadCount) {
+  const auto dir = temp_dir("threads");
+  {
+    std::ofstream f(dir / "in.jsonl");
+    uint64_t state = 3;
+    for (int i = 0; i < 3000; ++i) {  // documents of 0 to 199 letters
+      std::string doc(td::splitmix64(state) % 200, 'a');
+      for (char& c : doc) c = static_cast<char>('a' + td::splitmix64(state) % 26);
+      f << "{\"text\": \"" << doc << "\"}\n";
+    }
+  }
+  for (const std::string format : {"trident", "megatron"}) {
+    std::vector<std::vector<std::string>> outputs;
+    for (int threads : {1, 2, 5}) {
+      td::PrepareOptions o;
+      o.format = "jsonl";
+      o.output_format = format;
+      o.val_fraction = format == "trident" ? 0.1 : 0;
+      o.threads = threads;
+      o.inputs = {(dir / "in.jsonl").string()};
+      o.output_prefix = (dir / (format + std::to_string(threads))).string();
+      const auto s = td::prepare_token_files(o);
+      EXPECT_EQ(s.train_docs + s.val_docs, 3000u);
+      std::vector<std::string> files;
+      for (const auto& f : s.files_written) files.push_back(file_bytes(f));
+      outputs.push_back(files);
+    }
+    EXPECT_EQ(outputs[0], outputs[1]) << format;
+    EXPECT_EQ(outputs[0], outputs[2]) << format;
+    EXPECT_GT(outputs[0][0].size(), 3000u * 50) << format;
+  }
+}
+
+// A blend of one dataset is that dataset; two datasets take positions in the
+// weights' proportion by Megatron's greedy rule (NOTE [blended sample order]).
+TEST(GptDataset, BlendFollowsTheWeights) {
+  const auto a = td::synthetic_tokens(4001, 50, 1), b = td::synthetic_tokens(2001, 50, 2);
+  const td::GptDataset alone(td::TokenView::of(a, "a"), 8, 42);
+  const td::GptDataset one({{3.0, td::TokenView::of(a, "a")}}, 8, 42);
+  for (int64_t step : {0, 7, 300}) EXPECT_EQ(alone.global_batch(step, 16), one.global_batch(step, 16));
+
+  const td::GptDataset blend({{3.0, td::TokenView::of(a, "a")}, {1.0, td::TokenView::of(b, "b")}}, 8, 42);
+  EXPECT_EQ(blend.num_samples(), 500 + 250);
+  // Positions 0..3: w = (0.75, 0.25); errors at p = 0 (counted as 1): 0.75 vs 0.25 -> a;
+  // p = 1: -0.25 vs 0.25 -> b; p = 2: 0.5 vs -0.5 -> a; p = 3: 0.25 vs -0.25 -> a.
+  const auto first = blend.global_batch(0, 4);
+  const std::vector<size_t> datasets = {blend.dataset_of(first[0]), blend.dataset_of(first[1]),
+                                        blend.dataset_of(first[2]), blend.dataset_of(first[3])};
+  EXPECT_EQ(datasets, (std::vector<size_t>{0, 1, 0, 0}));
+  // Dataset 0 of a blend orders its samples as it does alone: its k-th sample is alone's.
+  EXPECT_EQ(first[0], alone.global_batch(0, 1)[0]);
+  EXPECT_EQ(first[2], alone.global_batch(1, 1)[0]);
+  int64_t from_b = 0;
+  for (int64_t step = 0; step < 100; ++step)
+    for (int64_t id : blend.global_batch(step, 8)) from_b += blend.dataset_of(id) == 1 ? 1 : 0;
+  EXPECT_EQ(from_b, 200);  // a quarter of 800 positions
+  // A pure function of the step, in any order of asking (a resumed run starts late).
+  const td::GptDataset fresh({{3.0, td::TokenView::of(a, "a")}, {1.0, td::TokenView::of(b, "b")}}, 8, 42);
+  const auto late = fresh.global_batch(90, 8);
+  EXPECT_EQ(late, blend.global_batch(90, 8));
+  EXPECT_EQ(fresh.global_batch(3, 8), blend.global_batch(3, 8));
+  // Sample ids of b are offset by a's 500 samples and hold b's tokens.
+  std::vector<int64_t> got(9);
+  blend.copy_sample(500 + 7, got.data());
+  for (int k = 0; k < 9; ++k) EXPECT_EQ(got[k], b[7 * 8 + k]);
+  expect_error([&] { td::GptDataset({{0.0, td::TokenView::of(a, "a")}}, 8, 1); },
+               {"blend weight 0.000000 of a", "positive finite"});
+}

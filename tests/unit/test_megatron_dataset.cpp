@@ -138,3 +138,70 @@ TEST_F(MegatronDatasetTest, CorruptFilesAreNamedErrors) {
   expect_has(error(build<int32_t>({{3, -4}}, 4)), "Megatron data file " + bin + " has token id -4 at index 1");
   expect_has(error(build<uint16_t>({{}}, 8)), bin + " holds no tokens");
 }
+
+// MegatronWriter writes exactly the bytes build() lays out by the NOTE (what
+// IndexedDatasetBuilder writes); tests/reference/test_megatron_data.py has
+// megatron-core's IndexedDataset read them.
+TEST_F(MegatronDatasetTest, WriterWritesTheIndexFormat) {
+  {
+    trident::data::MegatronWriter w(prefix_, 65536 - 37);  // 65499 < 65500: uint16
+    EXPECT_EQ(w.dtype_code(), 8);
+    for (const auto& d : std::vector<std::vector<uint32_t>>{{5, 6, 7}, {}, {65498, 0}, {1}}) w.add_document(d);
+    w.finish();
+    EXPECT_EQ(w.documents(), 4u);
+    EXPECT_EQ(w.tokens(), 6u);
+  }
+  const std::vector<std::vector<uint16_t>> docs = {{5, 6, 7}, {}, {65498, 0}, {1}};
+  const Files expect = build(docs, 8);
+  std::ifstream idx(prefix_ + ".idx", std::ios::binary), bin(prefix_ + ".bin", std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(idx), {}), expect.idx);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(bin), {}), expect.bin);
+  MegatronDataset ds(prefix_);
+  EXPECT_EQ(ds.sequence(2), (std::vector<uint32_t>{65498, 0}));
+
+  {
+    trident::data::MegatronWriter w(prefix_, 65500);  // Megatron's int32 from 65500 on
+    EXPECT_EQ(w.dtype_code(), 4);
+    w.add_document({70000 % 65500, 3});
+    w.finish();
+  }
+  EXPECT_EQ(MegatronDataset(prefix_).sequence(0), (std::vector<uint32_t>{4500, 3}));
+  trident::data::MegatronWriter w(prefix_, 256);
+  EXPECT_NE(error_of([&] { w.add_document({1, 256}); }).find("token id 256 written to " + prefix_ +
+                                                              ".bin is not below the vocab size 256"),
+            std::string::npos);
+}
+
+// A split's stream is the concatenation of its sequences.
+TEST_F(MegatronDatasetTest, SequenceRangeTokens) {
+  write(build(kDocs, 8));
+  MegatronDataset ds(prefix_);
+  const auto t = ds.tokens(2, 4, "part");
+  ASSERT_EQ(t.size(), 3u);
+  EXPECT_EQ(t[0], 65535u);
+  EXPECT_EQ(t[2], 1u);
+  EXPECT_EQ(ds.tokens(1, 2, "empty").size(), 0u);
+  EXPECT_NE(error_of([&] { ds.tokens(3, 5, "x"); }).find("out of range (it has 4)"), std::string::npos);
+}
+
+// NOTE [Megatron split], closed-form cases: Megatron's default, ties rounded to
+// even as Python's round() does, a zero share absent, missing parts zero.
+TEST(MegatronSplit, CutsAsMegatronDoes) {
+  using trident::data::megatron_split;
+  using trident::data::parse_split;
+  using R = std::array<std::array<uint64_t, 2>, 3>;
+  EXPECT_EQ(megatron_split(parse_split("969,30,1"), 1000), (R{{{0, 969}, {969, 999}, {999, 1000}}}));
+  EXPECT_EQ(megatron_split(parse_split("969, 30, 1"), 10), (R{{{0, 10}, {10, 10}, {10, 10}}}));
+  // 0.5 * 5 = 2.5 rounds to 2 (even), 0.5 * 3 = 1.5 to 2.
+  EXPECT_EQ(megatron_split(parse_split("1,1"), 5), (R{{{0, 2}, {2, 5}, {0, 0}}}));
+  EXPECT_EQ(megatron_split(parse_split("1,1"), 3), (R{{{0, 2}, {2, 3}, {0, 0}}}));
+  EXPECT_EQ(megatron_split(parse_split("98,2"), 100), (R{{{0, 98}, {98, 100}, {0, 0}}}));
+  EXPECT_EQ(megatron_split(parse_split("0,1,0"), 7), (R{{{0, 0}, {0, 7}, {0, 0}}}));
+  const auto w = parse_split("969,30,1");
+  EXPECT_DOUBLE_EQ(w[0], 0.969);
+  EXPECT_DOUBLE_EQ(w[2], 0.001);
+  for (const char* bad : {"", "a,b", "1,2,3,4", "0,0", "1,,2", "-1,2", "1e3"})
+    EXPECT_NE(error_of([&] { parse_split(bad); }).find(std::string("data.split = \"") + bad + "\""), std::string::npos)
+        << bad;
+  EXPECT_NE(error_of([&] { parse_split("0,0"); }).find("the parts sum to 0"), std::string::npos);
+}
