@@ -118,7 +118,7 @@ def summary(pts):
     errs = [abs(p - m) / m for _, _, p, m in pts]
     return statistics.median(errs), max(errs), spearman([(p, m) for _, _, p, m in pts])
 
-print("# step time (ms): predicted (the planner's breakdown of it: compute incl. action overhead, bubble, tp_comm, pp_comm,")
+print("# step time (ms): predicted (the planner's breakdown of it: compute incl. action and layer host overhead, bubble, tp_comm, pp_comm,")
 print("# dp_exposed, optimizer, recompute) against measured")
 print(f"{'layout':22s} {'world':>5s} {'pred_ms':>9s} {'meas_ms':>9s} {'err':>9s} {'compute':>8s} {'bubble':>7s} {'tp_comm':>7s} {'pp_comm':>7s} {'dp_exp':>7s} {'optim':>6s} {'recomp':>7s}")
 print("\n".join(time_rows))

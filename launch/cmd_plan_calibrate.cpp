@@ -67,9 +67,10 @@ int cmd_plan_calibrate(int argc, char** argv) {
   if (!parse_args(argc, argv, opts, vm, nullptr, nullptr,
                   "Measures one rank's fp32 matmul rate (1024^3) and memory bandwidth (a += b, 64 MiB), Gloo\n"
                   "all-reduce, all-gather and point-to-point times between local ranks, and the executor's\n"
-                  "time per pipeline action of a stage that computes nothing; fits the ring model's bandwidth\n"
+                  "time per pipeline action of a stage that computes nothing and per GPT and Llama layer of a model\n"
+                  "too small to compute anything; fits the ring model's bandwidth\n"
                   "and latency to the transfers and writes the cluster file, the measurements in its header.\n"
-                  "example: build/trident plan calibrate --out configs/clusters/local.toml\n"))
+                  "example: build/trident plan calibrate --out local.toml --repeats 5\n"))
     return 0;
 #ifndef TRIDENT_HAVE_TORCH
   throw std::runtime_error("plan calibrate measures with libtorch and Gloo: build with libtorch (cmake without "
@@ -107,6 +108,10 @@ int cmd_plan_calibrate(int argc, char** argv) {
   c.gemm_efficiency = 1.0;  // the peak is the measured rate itself
   c.memory_bandwidth_gbs = m.memory_gbs;
   c.action_overhead_us = m.action_overhead_us;
+  for (const bench::Calibration::Layer& l : m.layers) {
+    if (l.arch == "gpt") c.gpt_layer_forward_us = l.forward_us, c.gpt_layer_backward_us = l.backward_us;
+    if (l.arch == "llama") c.llama_layer_forward_us = l.forward_us, c.llama_layer_backward_us = l.backward_us;
+  }
   c.intra_bandwidth_gbs = c.inter_bandwidth_gbs = fit.bandwidth_gbs;
   c.intra_latency_us = c.inter_latency_us = fit.latency_us;
 
@@ -134,7 +139,9 @@ int cmd_plan_calibrate(int argc, char** argv) {
      << " GB/s, latency " << fmt("%.4g", fit.latency_us) << " us; the model's |error| over those rows: median "
      << fmt("%.0f", 100 * fit.median_rel_error) << " %, worst " << fmt("%.0f", 100 * fit.worst_rel_error) << " %\n"
      << "# action_overhead_us: mean F and B time through the executor of a stage that computes nothing (1f1b, "
-     << o.ranks << " ranks)\n\n"
+     << o.ranks << " ranks);\n"
+     << "# *_layer_*_us: median host time per layer of a model too small to compute (hidden 8, seq 8, one sample),\n"
+     << "# the difference of 5 layers and 1 layer over 4 (NOTE [layer overhead] in framework/train/calibrate.cpp)\n\n"
      << plan::to_toml(c);
   const std::string text = os.str();
   plan::parse_cluster(text, out);  // what it writes, the planner reads

@@ -11,6 +11,8 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include "framework/config.h"
+#include "models/registry.h"
 #include "parallel/thread_group.h"
 #include "schedules/executor.h"
 #include "schedules/generators.h"
@@ -156,6 +158,44 @@ double action_overhead_us(int ranks) {
   return sum / ranks;
 }
 
+// NOTE [layer overhead] A transformer layer of hidden 8, 2 heads, FFN 16,
+// sequence 8 and one sample has next to no arithmetic (about 20 kFLOP per
+// pass), so its time is what every layer costs the host regardless of size:
+// dispatching its operators and building and walking its autograd graph.
+// Timed as the middle stage of a 3-stage split with 1 and with 5 layers; the
+// difference over 4 layers leaves the stage's own cost out (the action
+// overhead measures that). Medians of 30 passes: the runs it predicts see
+// the machine's load too.
+Calibration::Layer layer_overhead(const std::string& arch, int threads) {
+  const int before = at::get_num_threads();
+  at::set_num_threads(threads);
+  auto time = [&](int64_t k) {
+    Config cfg;
+    cfg.model.arch = arch;
+    cfg.model.layers = k + 2, cfg.model.hidden = 8, cfg.model.heads = 2, cfg.model.ffn_hidden = 16;
+    cfg.model.seq_len = 8, cfg.model.vocab_size = 16, cfg.model.vocab_pad_multiple = 1;
+    cfg.parallel.pipeline_layers = {1, k, 1};
+    const std::unique_ptr<Stage> stage = make_model(cfg)->make_stage(1, 3, TpContext{}, 1);
+    const at::Tensor x = at::randn({1, cfg.model.seq_len, cfg.model.hidden});
+    std::vector<double> f, b;
+    for (int r = -3; r < 30; ++r) {
+      at::Tensor in = x.clone().requires_grad_(true);
+      const auto t0 = Clock::now();
+      at::Tensor out = stage->forward(in, at::Tensor());
+      const double tf = since(t0);
+      const auto t1 = Clock::now();
+      out.backward(at::ones_like(out));
+      const double tb = since(t1);
+      for (Param& p : stage->params()) p.tensor.mutable_grad() = at::Tensor();
+      if (r >= 0) f.push_back(tf), b.push_back(tb);
+    }
+    return std::pair<double, double>{median(f), median(b)};
+  };
+  const auto one = time(1), five = time(5);
+  at::set_num_threads(before);
+  return {arch, std::max(0.0, (five.first - one.first) / 4 * 1e6), std::max(0.0, (five.second - one.second) / 4 * 1e6)};
+}
+
 }  // namespace
 
 Calibration calibrate(const CalibrateOptions& o) {
@@ -184,6 +224,7 @@ Calibration calibrate(const CalibrateOptions& o) {
       throw std::runtime_error("plan calibrate: rank " + std::to_string(r) + ": " + errors[static_cast<size_t>(r)]);
   c.comm = comm;
   c.action_overhead_us = action_overhead_us(o.ranks);
+  for (const char* arch : {"gpt", "llama"}) c.layers.push_back(layer_overhead(arch, o.threads));
   return c;
 }
 

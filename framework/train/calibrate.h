@@ -30,6 +30,13 @@ struct Calibration {
   double memory_gbs = 0;            // streaming a += b over 64 MiB tensors (3 bytes moved per byte)
   std::vector<CommTiming> comm;     // every kind at every size
   double action_overhead_us = 0;    // mean F, I and W time of a stage that computes nothing, through the executor
+  // Per model family ("gpt", "llama"): median host time of one layer's forward and backward, us, from a
+  // middle pipeline stage of a model too small to compute anything (NOTE [layer overhead] in calibrate.cpp).
+  struct Layer {
+    std::string arch;
+    double forward_us = 0, backward_us = 0;
+  };
+  std::vector<Layer> layers;
   double host_memory_gib = 0;       // MemTotal of /proc/meminfo
   int cores = 0;                    // std::thread::hardware_concurrency
 };

@@ -268,3 +268,29 @@ TEST(PlannerCalibration, FitHoldsLatencyAtZeroAndRejectsBadSamples) {
   EXPECT_NE(error_of([] { fit_link({{"p2p", 2, 1000, 2e-5}, {"p2p", 2, 2000, 1e-5}}); }).find("no bandwidth"),
             std::string::npos);
 }
+
+TEST(PlannerCalibration, LayerHostOverheadAddsPerLayerAndMicroBatchForItsFamilyOnly) {
+  Problem pr;
+  pr.model = gpt(4, 64, 4, 32, 256);
+  pr.precision = "fp32";
+  pr.cluster = unit_cluster();
+  pr.global_batch = 8;
+  const Layout l = parse_layout("mbs=2", 1);  // 4 micro-batches, pp = 1
+  const double base = evaluate(pr, l).step_s;
+  set_cluster_key(pr.cluster, "compute.gpt_layer_forward_us=100");
+  set_cluster_key(pr.cluster, "compute.gpt_layer_backward_us=200");
+  set_cluster_key(pr.cluster, "compute.llama_layer_forward_us=5000");
+  const Estimate e = evaluate(pr, l);
+  EXPECT_NEAR(e.step_s - base, 4 * 4 * 300e-6, 1e-12);  // micro-batches x layers x (F + B)
+  // Full recomputation runs each layer's forward once more in its backward: its host time too.
+  const Layout full = parse_layout("mbs=2,recompute=full", 1);
+  const double full_delta = evaluate(pr, full).step_s;
+  pr.cluster = unit_cluster();
+  EXPECT_NEAR(full_delta - evaluate(pr, full).step_s, 4 * 4 * 400e-6, 1e-12);
+  Cluster written = unit_cluster();
+  set_cluster_key(written, "compute.llama_layer_backward_us=7");
+  EXPECT_EQ(parse_cluster(to_toml(written), "again.toml").llama_layer_backward_us, 7.0);  // the file keeps it
+  EXPECT_NE(error_of([] { Cluster c = unit_cluster(); set_cluster_key(c, "compute.gpt_layer_forward_us=-1"); }).find(
+                "expected a number >= 0"),
+            std::string::npos);
+}
