@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -70,7 +71,7 @@ int cmd_plan_calibrate(int argc, char** argv) {
                   "time per pipeline action of a stage that computes nothing and per GPT and Llama layer of a model\n"
                   "too small to compute anything; fits the ring model's bandwidth\n"
                   "and latency to the transfers and writes the cluster file, the measurements in its header.\n"
-                  "example: build/trident plan calibrate --out local.toml --repeats 5\n"))
+                  "example: build/trident plan calibrate --out runs/local.toml --repeats 5\n"))
     return 0;
 #ifndef TRIDENT_HAVE_TORCH
   throw std::runtime_error("plan calibrate measures with libtorch and Gloo: build with libtorch (cmake without "
@@ -87,7 +88,13 @@ int cmd_plan_calibrate(int argc, char** argv) {
   const int devices = vm.count("devices") ? vm["devices"].as<int>() : usable_cores();
   if (devices < 1) throw std::runtime_error("--devices " + std::to_string(devices) + ": expected >= 1");
   const std::string out = vm["out"].as<std::string>();
-  { std::ofstream probe(out, std::ios::app); if (!probe) throw std::runtime_error("--out '" + out + "': cannot write it"); }
+  {
+    const std::filesystem::path dir = std::filesystem::path(out).parent_path();
+    std::error_code ec;
+    if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+    std::ofstream probe(out, std::ios::app);
+    if (!probe) throw std::runtime_error("--out '" + out + "': cannot write it");
+  }
 
   const bench::Calibration m = bench::calibrate(o);
   // The link is fitted to the collectives (what TP, DP and ZeRO-1 use); point-to-point rows are shown against it.
