@@ -101,7 +101,7 @@ def spearman(pairs):
     mp, mm = statistics.mean(rp), statistics.mean(rm)
     return sum((a - mp) * (b - mm) for a, b in zip(rp, rm)) / (sum((a - mp) ** 2 for a in rp) * sum((b - mm) ** 2 for b in rm)) ** 0.5
 
-time_rows, time_pts, median_pts, mem_rows, mem_pairs, mem_errs = [], [], [], [], []
+time_rows, time_pts, median_pts, mem_rows, mem_pairs, mem_errs = [], [], [], [], [], []
 for line in open(os.path.join(tmp, "index")):
     name, model, world, layout = line.strip().split("|")
     plan = json.load(open(os.path.join(tmp, name + ".plan.json")))[0]
