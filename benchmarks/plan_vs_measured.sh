@@ -79,10 +79,11 @@ done <<< "$layouts"
   echo "#    the embedding, the LM head and the loss, the optimizer's per-tensor steps, zeroing the gradients, loading"
   echo "#    the micro-batches and the trainer's own per-step collectives (loss, pipeline measurement);"
   echo "#  - transfers: the link is fitted to Gloo collectives between threads of one process; a run's ranks are"
-  echo "#    processes, and on a loaded machine a Gloo call's latency is mostly a peer waiting for a core, which varies"
-  echo "#    from call to call (calibrations minutes apart fitted latencies of 0.1 to 2 ms): tp rows, with 2"
-  echo "#    all-reduces per layer and pass, swing with it; point-to-point transfers are charged the collectives' latency;"
-  echo "#  - step-to-step noise: mean and median of the same steps differ by up to several times on some rows."
+  echo "#    processes, and under load a Gloo collective's time is mostly waiting for a peer to be scheduled: small"
+  echo "#    all-reduces took ~4 ms in local.toml's calibration, calibrations minutes apart fitted latencies of 0.07"
+  echo "#    to 2.3 ms, so tp rows (2 all-reduces per layer and pass) swing with the load; point-to-point transfers"
+  echo "#    are charged that collective latency, ~30x the point-to-point rows of local.toml: pp_comm is over-predicted;"
+  echo "#  - step-to-step noise: compare the mean with the median of the same steps (next to it in the table)."
   "$py" - "$tmp" "$svg" "$skip" <<'PY'
 import json, os, statistics, sys
 tmp, svg_path, skip = sys.argv[1], sys.argv[2], int(sys.argv[3])
