@@ -81,7 +81,6 @@ TEST(IdleAttribution, AnUnevenSplitShowsAsImbalance) {
   ASSERT_EQ(uneven.rows.size(), 4u) << uneven.output;
   // 7 + 1 layers: the light stage waits about 6 layers' work per micro-batch; 4 + 4 has none to speak of.
   EXPECT_GT(total(uneven, "idle_imbalance"), 2 * total(even, "idle_imbalance") + 1e-3);
-  EXPECT_GT(total(uneven, "idle_imbalance"), total(uneven, "idle_transfers"));
   // Both splits run the same schedule (p = 2, m = 8): its inherent part is there in both.
   EXPECT_GT(total(even, "idle_inherent"), 0.0);
   EXPECT_GT(total(uneven, "idle_inherent"), 0.0);
