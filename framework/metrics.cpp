@@ -28,6 +28,18 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
+// Flat keys of each pipeline stage's idle parts, in a fixed order.
+std::vector<std::pair<std::string, double>> idle_fields(const StepMetrics& m) {
+  std::vector<std::pair<std::string, double>> out;
+  for (size_t i = 0; i < m.stage_idle.size(); ++i) {
+    const IdleParts& p = m.stage_idle[i];
+    const std::string st = "_s_stage" + std::to_string(i);
+    out.insert(out.end(), {{"idle" + st, p.total}, {"idle_inherent" + st, p.inherent}, {"idle_imbalance" + st, p.imbalance},
+                           {"idle_transfers" + st, p.transfers}, {"idle_sync" + st, p.sync}});
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string to_json(const StepMetrics& m) {
@@ -40,6 +52,7 @@ std::string to_json(const StepMetrics& m) {
   os << ",\"bubble\":" << num(m.bubble);
   // Flat keys (busy_s_stage0, ...): every metrics.jsonl row stays a flat object.
   for (size_t i = 0; i < m.stage_busy_s.size(); ++i) os << ",\"busy_s_stage" << i << "\":" << num(m.stage_busy_s[i]);
+  for (const auto& [key, value] : idle_fields(m)) os << ",\"" << key << "\":" << num(value);
   if (m.eval_loss) os << ",\"eval_loss\":" << num(*m.eval_loss);
   os << "}";
   return os.str();
@@ -59,6 +72,7 @@ tensorboard::Scalars to_scalars(const StepMetrics& m) {
                             {"peak_memory_bytes", f(static_cast<double>(m.peak_memory_bytes))},
                             {"bubble", f(m.bubble)}};
   for (size_t i = 0; i < m.stage_busy_s.size(); ++i) s.emplace_back("busy_s_stage" + std::to_string(i), f(m.stage_busy_s[i]));
+  for (const auto& [key, value] : idle_fields(m)) s.emplace_back(key, f(value));
   if (m.eval_loss) s.emplace_back("eval_loss", f(*m.eval_loss));
   return s;
 }

@@ -15,6 +15,13 @@
 
 namespace trident {
 
+// One pipeline rank's idle time in one step and its parts, seconds
+// (NOTE [idle attribution] in framework/train/pipeline_measure.h): total =
+// inherent + imbalance + transfers + sync.
+struct IdleParts {
+  double total = 0, inherent = 0, imbalance = 0, transfers = 0, sync = 0;
+};
+
 struct StepMetrics {
   int64_t step = 0;  // 1-based
   double loss = 0, lr = 0, grad_norm = 0;
@@ -24,6 +31,7 @@ struct StepMetrics {
   int64_t peak_memory_bytes = 0;      // this rank's peak resident memory so far (getrusage ru_maxrss)
   double bubble = 0;                  // measured: idle / (p x pipeline time) over rank 0's pipeline
   std::vector<double> stage_busy_s;   // per pipeline stage: compute time in this step (busy_s_stageI)
+  std::vector<IdleParts> stage_idle;  // per pipeline stage: idle_s_stageI, idle_inherent_s_stageI, ... (to_json)
   std::optional<double> eval_loss;
 };
 

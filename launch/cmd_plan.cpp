@@ -130,6 +130,7 @@ std::string emit_set(const plan::Estimate& e, int64_t global_batch, const std::v
 }  // namespace
 
 int cmd_plan(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "calibrate") return cmd_plan_calibrate(argc - 1, argv + 1);
   po::options_description opts("trident plan --config MODEL.toml --cluster CLUSTER.toml --gpus N [options]");
   opts.add_options()("help,h", "show this help")("config", po::value<std::string>(), "model config (a trident train TOML)")(
       "set", po::value<std::vector<std::string>>(), "section.key=value override of the config (repeatable)")(
@@ -150,7 +151,8 @@ int cmd_plan(int argc, char** argv) {
                   "The step time is the schedule simulated on its action lists with per-stage costs from FLOPs\n"
                   "(compute.gemm_efficiency of the peak), ring collectives for TP and DP, and transfers per\n"
                   "boundary; TFLOP/s count recomputation (as Narayanan et al. 2021), MFU does not.\n"
-                  "example: build/trident plan --config configs/gpt-tiny.toml --cluster configs/clusters/dgx-a100.toml --gpus 8 --top 3\n"))
+                  "example: build/trident plan --config configs/gpt-tiny.toml --cluster configs/clusters/dgx-a100.toml --gpus 8 --top 3\n"
+                  "`trident plan calibrate --help`: measure this machine and write its cluster file.\n"))
     return 0;
   for (const char* required : {"config", "cluster", "gpus"})
     if (!vm.count(required)) throw std::runtime_error(std::string("--") + required + " is required (see --help)");

@@ -16,5 +16,6 @@ int cmd_eval(int argc, char** argv);        // loss of a text under a checkpoint
 int cmd_generate(int argc, char** argv);    // sample a continuation of a prompt
 int cmd_bench(int argc, char** argv);     // `bench bubble|throughput`: measured pipelines
 int cmd_plan(int argc, char** argv);      // `plan`: the layout planner (planner/)
+int cmd_plan_calibrate(int argc, char** argv);  // `plan calibrate`: this machine's cluster file (libtorch)
 
 }  // namespace trident::cli

@@ -43,6 +43,14 @@ const std::vector<Key>& keys() {
        "device memory bandwidth, GB/s"},
       {"compute", "action_overhead_us", Key::Real, nullptr, nullptr, &Cluster::action_overhead_us, 0, false,
        "host overhead per pipeline action, microseconds"},
+      {"compute", "gpt_layer_forward_us", Key::Real, nullptr, nullptr, &Cluster::gpt_layer_forward_us, 0, false,
+       "host time of a GPT layer's forward beyond its FLOPs, microseconds"},
+      {"compute", "gpt_layer_backward_us", Key::Real, nullptr, nullptr, &Cluster::gpt_layer_backward_us, 0, false,
+       "host time of a GPT layer's backward beyond its FLOPs, microseconds"},
+      {"compute", "llama_layer_forward_us", Key::Real, nullptr, nullptr, &Cluster::llama_layer_forward_us, 0, false,
+       "host time of a Llama layer's forward beyond its FLOPs, microseconds"},
+      {"compute", "llama_layer_backward_us", Key::Real, nullptr, nullptr, &Cluster::llama_layer_backward_us, 0, false,
+       "host time of a Llama layer's backward beyond its FLOPs, microseconds"},
       {"intra_node", "bandwidth_gbs", Key::Real, nullptr, nullptr, &Cluster::intra_bandwidth_gbs, 0, true,
        "per device, one direction, GB/s"},
       {"intra_node", "latency_us", Key::Real, nullptr, nullptr, &Cluster::intra_latency_us, 0, false,
@@ -126,6 +134,12 @@ double Cluster::peak_tflops(const std::string& precision) const {
     throw PlanError(source + ": no compute.peak_tflops_" + precision + " for a run in " + precision +
                     ": add it to the cluster file");
   return p;
+}
+
+std::pair<double, double> Cluster::layer_overhead_s(const std::string& arch) const {
+  if (arch == "gpt") return {gpt_layer_forward_us * 1e-6, gpt_layer_backward_us * 1e-6};
+  if (arch == "llama") return {llama_layer_forward_us * 1e-6, llama_layer_backward_us * 1e-6};
+  return {0.0, 0.0};
 }
 
 Cluster parse_cluster(const std::string& toml_text, const std::string& name) {

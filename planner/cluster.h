@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace trident::plan {
@@ -20,6 +21,10 @@ struct Cluster {
   double gemm_efficiency = 1.0;     // [compute] fraction of the peak a large GEMM reaches
   double memory_bandwidth_gbs = 1000.0;  // [compute] device memory bandwidth (the optimizer step is bound by it)
   double action_overhead_us = 0.0;       // [compute] host overhead per pipeline action (F, B, I or W of one chunk)
+  // [compute] host time of one transformer layer's forward and backward beyond its FLOPs (the
+  // per-operator dispatch that dominates small layers), per model family; 0 = none.
+  double gpt_layer_forward_us = 0.0, gpt_layer_backward_us = 0.0;
+  double llama_layer_forward_us = 0.0, llama_layer_backward_us = 0.0;
   double intra_bandwidth_gbs = 1.0;      // [intra_node] per device, one direction
   double intra_latency_us = 0.0;         // [intra_node] per message
   double inter_bandwidth_gbs = 1.0;      // [inter_node] per device, one direction
@@ -29,6 +34,8 @@ struct Cluster {
   int devices() const { return nodes * devices_per_node; }
   // Peak of "fp32" or "bf16"; throws PlanError when the file gives none for it.
   double peak_tflops(const std::string& precision) const;
+  // {forward, backward} host seconds per layer of model family `arch` (0, 0 for an unknown one).
+  std::pair<double, double> layer_overhead_s(const std::string& arch) const;
 };
 
 // Thrown for every caller error of the planner: a bad cluster file, a layout

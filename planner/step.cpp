@@ -193,6 +193,7 @@ Estimate evaluate(const Problem& pr, const Layout& l) {
   const double rec_tp = l.recompute == "full" ? tp_pass : 0.0;
 
   const std::vector<int> nl = layers_per_stage(m, l);
+  const std::pair<double, double> layer_host = c.layer_overhead_s(m.arch);  // (forward, backward) seconds
   sched::Schedule s = sched::generate_compute(l.schedule, l.pp, mb_count, v);
   bool split_w = false;
   for (const auto& list : s.ranks)
@@ -212,9 +213,11 @@ Estimate evaluate(const Problem& pr, const Layout& l) {
     double f = n * (lf.forward() / t / rate + tp_pass) + (last ? hf / t / rate : 0);
     double w = n * lf.weight_grad() / t / rate + (last ? hf / t / rate : 0);
     double i = n * (lf.input_grad() / t / rate + tp_pass + rec_gemm + rec_tp) + (last ? hf / t / rate : 0);
-    const double overhead = ov * (split_w ? 3 : 2);
-    f += ov;
-    i += ov;
+    // Host time per layer beyond its FLOPs: the forward's once more for a fully recomputed layer.
+    const double host_f = n * layer_host.first, host_i = n * (layer_host.second + (l.recompute == "full" ? layer_host.first : 0));
+    const double overhead = ov * (split_w ? 3 : 2) + host_f + host_i;
+    f += ov + host_f;
+    i += ov + host_i;
     if (split_w) w += ov;
     costs.stage_costs[vs] = {f * 1e3, (i + w) * 1e3, w * 1e3};
     parts[vs].tp = n * (2 * tp_pass + rec_tp);

@@ -32,7 +32,7 @@ std::string layout_text(const Layout& l);  // the same form, every key
 
 // What one step costs, in seconds on the slowest path: the terms add up to step_s.
 struct Breakdown {
-  double compute = 0;    // GEMM time (and per-action host overhead) of the busiest pipeline rank
+  double compute = 0;    // GEMM time (and per-action and per-layer host overhead) of the busiest pipeline rank
   double recompute = 0;  // its extra forward of recomputed layers
   double tp_comm = 0;    // its tensor-parallel collectives
   double bubble = 0;     // pipeline idle beyond the busiest rank's work, with free transfers

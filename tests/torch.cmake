@@ -38,3 +38,6 @@ file(GLOB TRIDENT_REGRESSION_TESTS CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}
 foreach(src ${TRIDENT_REGRESSION_TESTS})
   trident_torch_test(${src} regression)
 endforeach()
+
+# The calibration test reads the file it wrote with the planner's parser.
+target_link_libraries(test_plan_calibrate PRIVATE trident_planner)

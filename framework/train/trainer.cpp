@@ -270,16 +270,15 @@ std::optional<StepMetrics> train_step(Run& r, int64_t step) {
   r.peak.peak_boundary_bytes = std::max(r.peak.peak_boundary_bytes, stats.peak_boundary_bytes);
   r.peak.peak_activation_bytes = std::max(r.peak.peak_activation_bytes, stats.peak_activation_bytes);
   if (measured) r.costs.add(*r.exec, r.schedule.chunks);
-  PipelineStep pipe;
-  if (logged) {
-    pipe = measure_pipeline_step(r.pgs->pp, *r.exec);  // a collective over the pipeline
-    if (measured) r.span_sum_s += pipe.span_s, ++r.measured_steps;
-  }
-
   r.exec->progress().phase("grad-sync");
   const auto sync_start = Clock::now();
   r.dp->finish_grad_sync();  // what of the gradient reduction the backward did not hide
   const double sync_s = seconds_since(sync_start);
+  PipelineStep pipe;
+  if (logged) {
+    pipe = measure_pipeline_step(r.pgs->pp, *r.exec, r.schedule, sync_s);  // a collective over the pipeline
+    if (measured) r.span_sum_s += pipe.span_s, ++r.measured_steps;
+  }
   const auto opt_start = Clock::now();
   r.exec->progress().phase("optimizer");
   const double norm = r.dp->grad_norm();
@@ -307,6 +306,7 @@ std::optional<StepMetrics> train_step(Run& r, int64_t step) {
   m.grad_sync_s = sync_s;
   m.bubble = pipe.bubble;
   m.stage_busy_s = pipe.stage_busy_s;
+  m.stage_idle = pipe.idle;
   m.optimizer_state_bytes = r.dp->optimizer_state_bytes();
   m.peak_memory_bytes = peak_resident_bytes();
   m.tokens_per_s = static_cast<double>(t.global_batch_size * r.cfg.model.seq_len) / m.step_time_s;
@@ -480,6 +480,23 @@ void print_report(const Run& r, const TrainSummary& summary, const sched::Timeli
   }
   std::cout << "pipeline: mean busy ms per stage:";
   for (double b : busy) std::cout << " " << b;
+  std::cout << std::endl;
+  // NOTE [idle attribution] in pipeline_measure.h: each stage's idle and its parts, means over the logged steps.
+  std::vector<IdleParts> idle;
+  for (const auto& m : summary.steps) {
+    idle.resize(m.stage_idle.size());
+    for (size_t i = 0; i < idle.size(); ++i) {
+      const double w = 1000.0 / static_cast<double>(summary.steps.size());
+      const IdleParts& p = m.stage_idle[i];
+      idle[i].total += w * p.total, idle[i].inherent += w * p.inherent, idle[i].imbalance += w * p.imbalance;
+      idle[i].transfers += w * p.transfers, idle[i].sync += w * p.sync;
+    }
+  }
+  std::cout << "pipeline: mean idle ms per stage = inherent to the schedule + stage imbalance + waiting on transfers + "
+               "DP sync:";
+  for (const IdleParts& p : idle)
+    std::cout << " " << p.total << " = " << p.inherent << " + " << p.imbalance << " + " << p.transfers << " + " << p.sync
+              << ";";
   std::cout << std::endl;
   double tok = 0, mfu = 0;
   for (const auto& m : summary.steps) tok += m.tokens_per_s, mfu += m.mfu;

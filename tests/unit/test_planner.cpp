@@ -8,6 +8,7 @@
 
 #include "tests/error_of.h"
 #include "framework/config.h"
+#include "planner/calibration.h"
 #include "planner/cluster.h"
 #include "planner/model_cost.h"
 #include "planner/search.h"
@@ -229,4 +230,67 @@ TEST(PlannerSearch, SmallCaseKeepsTheFastestThatFitAndCountsDrops) {
   // A device memory nothing fits in: the error lists the reasons.
   set_cluster_key(pr.cluster, "cluster.device_memory_gib=1e-6");
   EXPECT_NE(error_of<PlanError>([&] { search(pr, o); }).find("no layout of 4 devices fits:"), std::string::npos);
+}
+
+TEST(PlannerCalibration, FitRecoversTheRingModelsBandwidthAndLatency) {
+  // Timings made by the ring formulas themselves from 2 GB/s and 30 us, over 2 and 4 ranks.
+  std::vector<LinkSample> s;
+  for (const char* kind : {"all_reduce", "all_gather", "p2p"})
+    for (int n : {2, 4})
+      for (double bytes : {1024.0, 65536.0, 4194304.0}) {
+        LinkSample x{kind, n, bytes, 0};
+        const RingTerms r = ring_terms(x);
+        x.seconds = r.volume_bytes / 2e9 + r.steps * 30e-6;
+        s.push_back(x);
+      }
+  EXPECT_NEAR(ring_terms(s[0]).volume_bytes, 1024.0, 1e-9);  // all-reduce on 2 ranks: 2 (n-1)/n = 1
+  EXPECT_EQ(ring_terms(s[0]).steps, 2);
+  const LinkFit f = fit_link(s);
+  EXPECT_NEAR(f.bandwidth_gbs, 2.0, 1e-6);
+  EXPECT_NEAR(f.latency_us, 30.0, 1e-6);
+  EXPECT_LT(f.worst_rel_error, 1e-9);
+}
+
+TEST(PlannerCalibration, FitHoldsLatencyAtZeroAndRejectsBadSamples) {
+  // Times falling short of proportional at small sizes would need a negative latency: held at 0.
+  const LinkFit f = fit_link({{"p2p", 2, 1000, 0.5e-6}, {"p2p", 2, 1e6, 1e-3}});
+  EXPECT_EQ(f.latency_us, 0.0);
+  EXPECT_GT(f.bandwidth_gbs, 0.0);
+  EXPECT_GT(f.worst_rel_error, 0.1);  // the two rows disagree: the error says so
+  EXPECT_NE(error_of([] { fit_link({{"broadcast", 2, 1000, 1e-5}, {"p2p", 2, 2000, 2e-5}}); }).find("kind 'broadcast'"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { fit_link({{"p2p", 1, 1000, 1e-5}, {"p2p", 1, 2000, 2e-5}}); }).find("ranks >= 2"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { fit_link({{"p2p", 2, 1000, 0}, {"p2p", 2, 2000, 2e-5}}); }).find("seconds > 0"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { fit_link({{"p2p", 2, 1000, 1e-5}, {"all_reduce", 2, 1000, 2e-5}}); }).find("two message sizes"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { fit_link({{"p2p", 2, 1000, 2e-5}, {"p2p", 2, 2000, 1e-5}}); }).find("no bandwidth"),
+            std::string::npos);
+}
+
+TEST(PlannerCalibration, LayerHostOverheadAddsPerLayerAndMicroBatchForItsFamilyOnly) {
+  Problem pr;
+  pr.model = gpt(4, 64, 4, 32, 256);
+  pr.precision = "fp32";
+  pr.cluster = unit_cluster();
+  pr.global_batch = 8;
+  const Layout l = parse_layout("mbs=2", 1);  // 4 micro-batches, pp = 1
+  const double base = evaluate(pr, l).step_s;
+  set_cluster_key(pr.cluster, "compute.gpt_layer_forward_us=100");
+  set_cluster_key(pr.cluster, "compute.gpt_layer_backward_us=200");
+  set_cluster_key(pr.cluster, "compute.llama_layer_forward_us=5000");
+  const Estimate e = evaluate(pr, l);
+  EXPECT_NEAR(e.step_s - base, 4 * 4 * 300e-6, 1e-12);  // micro-batches x layers x (F + B)
+  // Full recomputation runs each layer's forward once more in its backward: its host time too.
+  const Layout full = parse_layout("mbs=2,recompute=full", 1);
+  const double full_delta = evaluate(pr, full).step_s;
+  pr.cluster = unit_cluster();
+  EXPECT_NEAR(full_delta - evaluate(pr, full).step_s, 4 * 4 * 400e-6, 1e-12);
+  Cluster written = unit_cluster();
+  set_cluster_key(written, "compute.llama_layer_backward_us=7");
+  EXPECT_EQ(parse_cluster(to_toml(written), "again.toml").llama_layer_backward_us, 7.0);  // the file keeps it
+  EXPECT_NE(error_of([] { Cluster c = unit_cluster(); set_cluster_key(c, "compute.gpt_layer_forward_us=-1"); }).find(
+                "expected a number >= 0"),
+            std::string::npos);
 }

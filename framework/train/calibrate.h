@@ -1,0 +1,47 @@
+// `trident plan calibrate`'s measurements of this machine: one rank's fp32
+// matmul rate and memory bandwidth, Gloo all-reduce, all-gather and
+// point-to-point timings between local ranks, and the executor's overhead per
+// pipeline action. launch/cmd_plan.cpp turns them into a cluster file.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace trident::bench {
+
+struct CalibrateOptions {
+  int ranks = 2;                 // local ranks (threads of this process over loopback Gloo)
+  int repeats = 20;              // calls timed back to back per message size and round (3 rounds)
+  int64_t max_bytes = 16 << 20;  // largest message; sizes go up from 1 KiB by x4
+  int threads = 1;               // intra-op threads of the matmul (training.threads of the runs)
+};
+
+struct CommTiming {
+  std::string kind;  // all_reduce | all_gather | p2p
+  double bytes = 0;  // all-reduce, p2p: the tensor; all-gather: the gathered whole
+  double seconds = 0;  // per call: the median round's mean, rank 0's clock
+};
+
+struct Calibration {
+  double matmul_flops = 0;          // fp32, best of several 1024^3 matmuls on `threads` threads
+  std::vector<std::pair<double, double>> small_matmuls;  // (n, FLOP/s) of n^3 matmuls, n = 64..512
+  double memory_gbs = 0;            // streaming a += b over 64 MiB tensors (3 bytes moved per byte)
+  std::vector<CommTiming> comm;     // every kind at every size
+  double action_overhead_us = 0;    // mean F, I and W time of a stage that computes nothing, through the executor
+  // Per model family ("gpt", "llama"): median host time of one layer's forward and backward, us, from a
+  // middle pipeline stage of a model too small to compute anything (NOTE [layer overhead] in calibrate.cpp).
+  struct Layer {
+    std::string arch;
+    double forward_us = 0, backward_us = 0;
+  };
+  std::vector<Layer> layers;
+  double host_memory_gib = 0;       // MemTotal of /proc/meminfo
+  int cores = 0;                    // std::thread::hardware_concurrency
+};
+
+// Runs every measurement; throws std::runtime_error naming a bad option or a failed rank.
+Calibration calibrate(const CalibrateOptions& o);
+
+}  // namespace trident::bench

@@ -1,0 +1,165 @@
+// `trident plan calibrate`: measures this machine (framework/train/calibrate.h)
+// and writes its cluster description for `trident plan --cluster`. Needs
+// libtorch and Gloo: the `trident` without libtorch hands it to trident-torch
+// (NOTE [two executables] in main.cpp).
+#include <boost/program_options.hpp>
+#include <sched.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "launch/commands.h"
+#include "launch/options.h"
+#include "planner/calibration.h"
+#include "planner/cluster.h"
+
+#ifdef TRIDENT_HAVE_TORCH
+#include "framework/train/calibrate.h"
+#endif
+
+namespace po = boost::program_options;
+
+namespace trident::cli {
+
+#ifdef TRIDENT_HAVE_TORCH
+namespace {
+
+int usable_cores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+std::string fmt(const char* f, double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, x);
+  return buf;
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+}  // namespace
+#endif
+
+int cmd_plan_calibrate(int argc, char** argv) {
+  po::options_description opts("trident plan calibrate --out CLUSTER.toml [options]");
+  opts.add_options()("help,h", "show this help")("out", po::value<std::string>(), "cluster file to write")(
+      "name", po::value<std::string>()->default_value("local"), "cluster.name of the file")(
+      "ranks", po::value<int>()->default_value(2), "local ranks the transfers run between (threads over loopback Gloo)")(
+      "devices", po::value<int>(), "cluster.devices_per_node (default: the cores this process may use)")(
+      "threads", po::value<int>()->default_value(1), "intra-op threads of the matmul (the runs' training.threads)")(
+      "repeats", po::value<int>()->default_value(20), "calls timed back to back per message size (median of 3 rounds)")(
+      "max-size-mib", po::value<double>()->default_value(16.0), "largest message, MiB (sizes from 1 KiB by x4)");
+  po::variables_map vm;
+  if (!parse_args(argc, argv, opts, vm, nullptr, nullptr,
+                  "Measures one rank's fp32 matmul rate (1024^3) and memory bandwidth (a += b, 64 MiB), Gloo\n"
+                  "all-reduce, all-gather and point-to-point times between local ranks, and the executor's\n"
+                  "time per pipeline action of a stage that computes nothing and per GPT and Llama layer of a model\n"
+                  "too small to compute anything; fits the ring model's bandwidth\n"
+                  "and latency to the transfers and writes the cluster file, the measurements in its header.\n"
+                  "example: build/trident plan calibrate --out runs/local.toml --repeats 5\n"))
+    return 0;
+#ifndef TRIDENT_HAVE_TORCH
+  throw std::runtime_error("plan calibrate measures with libtorch and Gloo: build with libtorch (cmake without "
+                           "-DTRIDENT_WITH_TORCH=OFF) and run that build's trident");
+#else
+  if (!vm.count("out")) throw std::runtime_error("--out is required (see --help)");
+  bench::CalibrateOptions o;
+  o.ranks = vm["ranks"].as<int>();
+  o.repeats = vm["repeats"].as<int>();
+  o.threads = vm["threads"].as<int>();
+  const double mib = vm["max-size-mib"].as<double>();
+  if (!(mib > 0) || mib > 1024) throw std::runtime_error("--max-size-mib " + fmt("%g", mib) + ": expected (0, 1024]");
+  o.max_bytes = static_cast<int64_t>(mib * 1024 * 1024);
+  const int devices = vm.count("devices") ? vm["devices"].as<int>() : usable_cores();
+  if (devices < 1) throw std::runtime_error("--devices " + std::to_string(devices) + ": expected >= 1");
+  const std::string out = vm["out"].as<std::string>();
+  {
+    const std::filesystem::path dir = std::filesystem::path(out).parent_path();
+    std::error_code ec;
+    if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+    std::ofstream probe(out, std::ios::app);
+    if (!probe) throw std::runtime_error("--out '" + out + "': cannot write it");
+  }
+
+  const bench::Calibration m = bench::calibrate(o);
+  // The link is fitted to the collectives (what TP, DP and ZeRO-1 use); point-to-point rows are shown against it.
+  std::vector<plan::LinkSample> samples, collectives;
+  for (const bench::CommTiming& t : m.comm) {
+    samples.push_back({t.kind, o.ranks, t.bytes, t.seconds});
+    if (t.kind != "p2p") collectives.push_back(samples.back());
+  }
+  const plan::LinkFit fit = plan::fit_link(collectives);
+
+  plan::Cluster c;
+  c.name = vm["name"].as<std::string>();
+  c.nodes = 1;
+  c.devices_per_node = devices;
+  c.device_memory_gib = m.host_memory_gib / devices;
+  c.peak_tflops_fp32 = m.matmul_flops / 1e12;
+  c.peak_tflops_bf16 = 0;
+  c.gemm_efficiency = 1.0;  // the peak is the measured rate itself
+  c.memory_bandwidth_gbs = m.memory_gbs;
+  c.action_overhead_us = m.action_overhead_us;
+  for (const bench::Calibration::Layer& l : m.layers) {
+    if (l.arch == "gpt") c.gpt_layer_forward_us = l.forward_us, c.gpt_layer_backward_us = l.backward_us;
+    if (l.arch == "llama") c.llama_layer_forward_us = l.forward_us, c.llama_layer_backward_us = l.backward_us;
+  }
+  c.intra_bandwidth_gbs = c.inter_bandwidth_gbs = fit.bandwidth_gbs;
+  c.intra_latency_us = c.inter_latency_us = fit.latency_us;
+
+  std::ostringstream os;
+  std::string command = "trident plan calibrate";
+  for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
+  os << "# This machine, measured by `" << command << "`\n"
+     << "# at " << utc_now() << " on " << m.cores << " cores, " << fmt("%.1f", m.host_memory_gib) << " GiB.\n"
+     << "# One device = one rank with " << o.threads << " intra-op thread(s); device_memory_gib is the host's memory\n"
+     << "# shared by " << devices << " ranks. peak_tflops_fp32 is the measured matmul rate (fp32 1024^3, best of 8),\n"
+     << "# so gemm_efficiency is 1 for GEMMs of that size; smaller ones ran at";
+  for (const auto& [n, rate] : m.small_matmuls) os << " " << fmt("%.0f", n) << "^3 " << fmt("%.1f", rate / 1e9);
+  os << " GFLOP/s.\n# One node: [inter_node] repeats [intra_node] (no second node was measured).\n"
+     << "# Transfers between " << o.ranks << " local ranks (threads over loopback Gloo), per call the median of 3 rounds of "
+     << o.repeats << " calls back to back:\n#   kind        bytes      measured_us  ring-model_us\n";
+  for (const plan::LinkSample& s : samples) {
+    const plan::RingTerms r = plan::ring_terms(s);
+    const double model = r.volume_bytes / (fit.bandwidth_gbs * 1e9) + r.steps * fit.latency_us * 1e-6;
+    char line[160];
+    std::snprintf(line, sizeof line, "#   %-10s %10.0f %12.1f %14.1f\n", s.kind.c_str(), s.bytes, s.seconds * 1e6,
+                  model * 1e6);
+    os << line;
+  }
+  os << "# fitted to the all-reduce and all-gather rows (least squares of the relative error): bandwidth " << fmt("%.4g", fit.bandwidth_gbs)
+     << " GB/s, latency " << fmt("%.4g", fit.latency_us) << " us; the model's |error| over those rows: median "
+     << fmt("%.0f", 100 * fit.median_rel_error) << " %, worst " << fmt("%.0f", 100 * fit.worst_rel_error) << " %\n"
+     << "# action_overhead_us: mean F and B time through the executor of a stage that computes nothing (1f1b, "
+     << o.ranks << " ranks);\n"
+     << "# *_layer_*_us: median host time per layer of a model too small to compute (hidden 8, seq 8, one sample),\n"
+     << "# the difference of 5 layers and 1 layer over 4 (NOTE [layer overhead] in framework/train/calibrate.cpp)\n\n"
+     << plan::to_toml(c);
+  const std::string text = os.str();
+  plan::parse_cluster(text, out);  // what it writes, the planner reads
+  std::ofstream f(out, std::ios::trunc);
+  f << text;
+  if (!f) throw std::runtime_error("--out '" + out + "': writing failed");
+  std::cout << "wrote " << out << ": fp32 matmul " << fmt("%.1f", m.matmul_flops / 1e9) << " GFLOP/s, memory "
+            << fmt("%.1f", m.memory_gbs) << " GB/s, link " << fmt("%.3g", fit.bandwidth_gbs) << " GB/s + "
+            << fmt("%.3g", fit.latency_us) << " us, action overhead " << fmt("%.1f", m.action_overhead_us) << " us\n";
+  return 0;
+#endif
+}
+
+}  // namespace trident::cli

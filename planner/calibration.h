@@ -1,0 +1,44 @@
+// From measured transfers to a cluster file's link figures (pure): the
+// bandwidth and latency that make the step model's ring formulas (ring
+// all-reduce, all-gather, one point-to-point message; planner/step.cpp)
+// reproduce the timings `trident plan calibrate` measured.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "planner/cluster.h"
+
+namespace trident::plan {
+
+// One measured operation: `kind` over `ranks` ranks on a message of `bytes`
+// (all-reduce and point-to-point: the tensor; all-gather: the gathered whole).
+struct LinkSample {
+  std::string kind;  // "all_reduce" | "all_gather" | "p2p"
+  int ranks = 2;
+  double bytes = 0;
+  double seconds = 0;
+};
+
+// The ring model's time of a sample as volume / bandwidth + steps x latency:
+// the bytes each link carries and the number of latency-bound steps.
+struct RingTerms {
+  double volume_bytes = 0;
+  double steps = 0;
+};
+RingTerms ring_terms(const LinkSample& s);
+
+struct LinkFit {
+  double bandwidth_gbs = 0;  // GB/s, one direction
+  double latency_us = 0;     // per message
+  double median_rel_error = 0, worst_rel_error = 0;  // of the fitted model over the samples
+};
+
+// Least squares of the relative error (each sample weighs 1/seconds^2, so a
+// 1 KiB message counts as much as a 16 MiB one) over bandwidth and latency,
+// the latency held >= 0. Throws PlanError naming the bad sample (unknown
+// kind, ranks < 2, bytes or seconds <= 0) or when fewer than two message
+// sizes were given.
+LinkFit fit_link(const std::vector<LinkSample>& samples);
+
+}  // namespace trident::plan

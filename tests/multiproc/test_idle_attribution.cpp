@@ -1,0 +1,90 @@
+// NOTE [idle attribution] (framework/train/pipeline_measure.h) on real runs:
+// gpt-tiny at pp = 2 with a balanced (4 + 4 layers) and an uneven (7 + 1)
+// split. Every logged step's parts in metrics.jsonl are non-negative and add
+// up to the stage's idle time, which is the slowest stage's span less its own
+// busy time plus its gradient sync; the uneven split's imbalance part is the
+// larger; the closing summary prints the split.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "tests/run_helpers.h"
+
+namespace trident {
+namespace {
+
+struct TrainRun {
+  std::vector<testing::StepRow> rows;
+  std::string output;
+};
+
+TrainRun train(const std::string& name, const std::string& layers) {
+  const std::string dir = ::testing::TempDir() + "trident_idle_" + name;
+  const auto r = testing::run_command(testing::bin("trident") + " launch --nproc-per-node 2 -- " + testing::bin("trident") +
+                                      " train --config " + testing::src("configs/gpt-tiny.toml") +
+                                      " --set parallel.pp=2 --set 'parallel.pipeline_layers=" + layers + "'" +
+                                      " --set training.steps=4 --set logging.progress=false --set logging.dir=" + dir);
+  EXPECT_EQ(r.status, 0) << r.output;
+  return {testing::read_metrics(dir + "/metrics.jsonl"), r.output};
+}
+
+const TrainRun& run(const std::string& name, const std::string& layers) {
+  static std::map<std::string, TrainRun> cache;
+  auto it = cache.find(name);
+  if (it == cache.end()) it = cache.emplace(name, train(name, layers)).first;
+  return it->second;
+}
+
+double field(const testing::StepRow& row, const std::string& key) {
+  const auto it = row.find(key);
+  EXPECT_NE(it, row.end()) << "metrics.jsonl has no " << key;
+  return it == row.end() ? NAN : it->second;
+}
+
+// Sum over the steps after the first (warm-up) and both stages of one part.
+double total(const TrainRun& r, const std::string& part) {
+  double sum = 0;
+  for (size_t s = 1; s < r.rows.size(); ++s)
+    for (int st = 0; st < 2; ++st) sum += field(r.rows[s], part + "_s_stage" + std::to_string(st));
+  return sum;
+}
+
+TEST(IdleAttribution, PartsAreNonNegativeAndAddUpToTheMeasuredIdle) {
+  for (const auto& [name, layers] : std::vector<std::pair<std::string, std::string>>{{"even", "[4,4]"}, {"uneven", "[7,1]"}}) {
+    const TrainRun& r = run(name, layers);
+    ASSERT_EQ(r.rows.size(), 4u) << r.output;
+    for (const testing::StepRow& row : r.rows)
+      for (int st = 0; st < 2; ++st) {
+        const std::string s = "_s_stage" + std::to_string(st);
+        const double idle = field(row, "idle" + s), inherent = field(row, "idle_inherent" + s),
+                     imbalance = field(row, "idle_imbalance" + s), transfers = field(row, "idle_transfers" + s),
+                     sync = field(row, "idle_sync" + s);
+        for (double part : {inherent, imbalance, transfers, sync}) EXPECT_GE(part, 0.0) << name << " stage " << st;
+        EXPECT_NEAR(inherent + imbalance + transfers + sync, idle, 1e-12 + 1e-9 * idle) << name << " stage " << st;
+        // The pipeline part of the idle is the slowest stage's span less this stage's busy time.
+        double longest_busy = 0;
+        for (int o = 0; o < 2; ++o) longest_busy = std::max(longest_busy, field(row, "busy_s_stage" + std::to_string(o)));
+        EXPECT_GE(idle - sync + 1e-9, longest_busy - field(row, "busy_s_stage" + std::to_string(st))) << name;
+      }
+    EXPECT_NE(r.output.find("pipeline: mean idle ms per stage = inherent to the schedule + stage imbalance + waiting "
+                            "on transfers + DP sync:"),
+              std::string::npos)
+        << r.output;
+  }
+}
+
+TEST(IdleAttribution, AnUnevenSplitShowsAsImbalance) {
+  const TrainRun& even = run("even", "[4,4]");
+  const TrainRun& uneven = run("uneven", "[7,1]");
+  ASSERT_EQ(even.rows.size(), 4u) << even.output;
+  ASSERT_EQ(uneven.rows.size(), 4u) << uneven.output;
+  // 7 + 1 layers: the light stage waits about 6 layers' work per micro-batch; 4 + 4 has none to speak of.
+  EXPECT_GT(total(uneven, "idle_imbalance"), 2 * total(even, "idle_imbalance") + 1e-3);
+  // Both splits run the same schedule (p = 2, m = 8): its inherent part is there in both.
+  EXPECT_GT(total(even, "idle_inherent"), 0.0);
+  EXPECT_GT(total(uneven, "idle_inherent"), 0.0);
+}
+
+}  // namespace
+}  // namespace trident
