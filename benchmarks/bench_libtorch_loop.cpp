@@ -77,7 +77,7 @@ struct Batches {
   explicit Batches(const Options& opts) : o(opts) {
     if (o.data.empty()) return;
     file = std::make_unique<trident::data::TokenFile>(o.data + ".train.bin");
-    ds = std::make_unique<trident::data::GptDataset>(file->view(), o.seq, static_cast<uint64_t>(o.seed));
+    ds = std::make_unique<trident::data::CausalLmDataset>(file->view(), o.seq, static_cast<uint64_t>(o.seed));
   }
   std::pair<torch::Tensor, torch::Tensor> get(int64_t step, int64_t mb) const {
     torch::Tensor tok;
@@ -92,7 +92,7 @@ struct Batches {
   }
   const Options& o;
   std::unique_ptr<trident::data::TokenFile> file;
-  std::unique_ptr<trident::data::GptDataset> ds;
+  std::unique_ptr<trident::data::CausalLmDataset> ds;
 };
 
 }  // namespace

@@ -1,4 +1,4 @@
-// GptDataset sampling order and slicing, and the synthetic token stream.
+// CausalLmDataset sampling order and slicing, and the synthetic token stream.
 #include "framework/data/dataset.h"
 
 #include <algorithm>
@@ -32,10 +32,10 @@ uint64_t uniform_below(uint64_t& state, uint64_t bound) {
 
 }  // namespace
 
-GptDataset::GptDataset(TokenView tokens, int64_t seq_len, uint64_t seed)
-    : GptDataset(std::vector<WeightedTokens>{{1.0, std::move(tokens)}}, seq_len, seed) {}
+CausalLmDataset::CausalLmDataset(TokenView tokens, int64_t seq_len, uint64_t seed)
+    : CausalLmDataset(std::vector<WeightedTokens>{{1.0, std::move(tokens)}}, seq_len, seed) {}
 
-GptDataset::GptDataset(std::vector<WeightedTokens> parts, int64_t seq_len, uint64_t seed) : seq_len_(seq_len) {
+CausalLmDataset::CausalLmDataset(std::vector<WeightedTokens> parts, int64_t seq_len, uint64_t seed) : seq_len_(seq_len) {
   if (seq_len < 1) throw DataError("seq_len must be at least 1, got " + std::to_string(seq_len));
   if (parts.empty()) throw DataError("a blend needs at least one dataset");
   double total = 0;
@@ -63,13 +63,13 @@ GptDataset::GptDataset(std::vector<WeightedTokens> parts, int64_t seq_len, uint6
   blend_counts_.assign(parts_.size(), 0);
 }
 
-size_t GptDataset::dataset_of(int64_t i) const {
+size_t CausalLmDataset::dataset_of(int64_t i) const {
   size_t d = 0;
   while (d + 1 < parts_.size() && i >= parts_[d + 1].first_id) ++d;
   return d;
 }
 
-const std::vector<int64_t>& GptDataset::epoch_order(Part& part, int64_t epoch) const {
+const std::vector<int64_t>& CausalLmDataset::epoch_order(Part& part, int64_t epoch) const {
   if (epoch == part.cached_epoch) return part.cached_order;
   auto& order = part.cached_order;
   order.resize(static_cast<size_t>(part.samples));
@@ -85,7 +85,7 @@ const std::vector<int64_t>& GptDataset::epoch_order(Part& part, int64_t epoch) c
   return order;
 }
 
-void GptDataset::blend_range(int64_t lo, int64_t hi) const {
+void CausalLmDataset::blend_range(int64_t lo, int64_t hi) const {
   if (lo < blend_base_) {  // behind the window: start again from position 0
     blend_base_ = 0;
     blend_dataset_.clear();
@@ -116,7 +116,7 @@ void GptDataset::blend_range(int64_t lo, int64_t hi) const {
   }
 }
 
-std::vector<int64_t> GptDataset::global_batch(int64_t step, int64_t global_batch_size) const {
+std::vector<int64_t> CausalLmDataset::global_batch(int64_t step, int64_t global_batch_size) const {
   if (step < 0) throw DataError("step must be >= 0, got " + std::to_string(step));
   if (global_batch_size < 1) throw DataError("global batch size must be >= 1, got " + std::to_string(global_batch_size));
   std::vector<int64_t> batch;
@@ -138,7 +138,7 @@ std::vector<int64_t> GptDataset::global_batch(int64_t step, int64_t global_batch
   return batch;
 }
 
-std::vector<int64_t> GptDataset::micro_batch(int64_t step, int64_t global_batch_size, int64_t dp_rank, int64_t dp,
+std::vector<int64_t> CausalLmDataset::micro_batch(int64_t step, int64_t global_batch_size, int64_t dp_rank, int64_t dp,
                                              int64_t micro_index, int64_t micro_batch_size) const {
   if (dp < 1 || micro_batch_size < 1 || global_batch_size < 1 || global_batch_size % (dp * micro_batch_size) != 0) {
     throw DataError("global batch size " + std::to_string(global_batch_size) + " must be a positive multiple of dp(" +
@@ -159,7 +159,7 @@ std::vector<int64_t> GptDataset::micro_batch(int64_t step, int64_t global_batch_
   return std::vector<int64_t>(begin, begin + micro_batch_size);
 }
 
-void GptDataset::copy_sample(int64_t i, int64_t* out) const {
+void CausalLmDataset::copy_sample(int64_t i, int64_t* out) const {
   if (i < 0 || i >= num_samples_) {
     throw DataError("sample " + std::to_string(i) + " out of range [0, " + std::to_string(num_samples_) + ")");
   }

@@ -33,16 +33,16 @@ struct WeightedTokens {
 // orders its samples exactly as it would alone). Every position is a pure
 // function of (seed, weights, streams, p): a resumed run, any layout and the
 // reference trainer (tests/reference/trident_data.py) read the same samples.
-class GptDataset {
+class CausalLmDataset {
  public:
   // Sample i is tokens [i*seq_len, i*seq_len + seq_len + 1): seq_len inputs and,
   // shifted by one, seq_len targets. Throws DataError if seq_len < 1 or the stream
   // has fewer than seq_len + 1 tokens. `tokens` storage must outlive the dataset.
-  GptDataset(TokenView tokens, int64_t seq_len, uint64_t seed);
+  CausalLmDataset(TokenView tokens, int64_t seq_len, uint64_t seed);
   // A blend (NOTE [blended sample order]): sample ids are dataset d's own sample
   // index plus the sample counts of datasets 0 .. d-1. Throws DataError on an
   // empty list, a weight that is not positive and finite, or a stream too short.
-  GptDataset(std::vector<WeightedTokens> parts, int64_t seq_len, uint64_t seed);
+  CausalLmDataset(std::vector<WeightedTokens> parts, int64_t seq_len, uint64_t seed);
 
   int64_t seq_len() const { return seq_len_; }
   int64_t num_samples() const { return num_samples_; }  // sum over datasets of (n_d - 1) / seq_len

@@ -177,7 +177,7 @@ struct Run {
   std::unique_ptr<Executor> exec;
   sched::Schedule schedule;
   TokenSource train_tokens, val_tokens;
-  std::unique_ptr<data::GptDataset> train_data, val_data;
+  std::unique_ptr<data::CausalLmDataset> train_data, val_data;
   double flops_per_step = 0;
   int64_t model_params = 0;
   int64_t local_params = 0;  // parameters this rank steps (a local tied copy counts once)
@@ -208,7 +208,7 @@ void write_trace(Run& r, int64_t step, double origin_us, const std::vector<sched
                            "measured step " + std::to_string(step) + ", " + r.cfg.schedule.kind + ", ms");
 }
 
-MicroBatch load_micro_batch(const Run& r, const data::GptDataset& ds, int64_t step, int mb) {
+MicroBatch load_micro_batch(const Run& r, const data::CausalLmDataset& ds, int64_t step, int mb) {
   const auto& c = r.cfg;
   const auto coords = r.pgs->layout().coords(r.pgs->rank());
   auto idx = ds.micro_batch(step, c.training.global_batch_size, coords.dp, c.parallel.dp, mb,
@@ -368,10 +368,10 @@ void build(Run& r) {
   r.m = num_microbatches(c);
   r.schedule = build_schedule(c, r.m);  // schedule errors before any rendezvous
   r.train_tokens = open_tokens(c, "train");
-  r.train_data = std::make_unique<data::GptDataset>(r.train_tokens.parts, c.model.seq_len, c.training.seed);
+  r.train_data = std::make_unique<data::CausalLmDataset>(r.train_tokens.parts, c.model.seq_len, c.training.seed);
   if (c.training.eval_interval > 0) {
     r.val_tokens = open_tokens(c, "val");
-    r.val_data = std::make_unique<data::GptDataset>(r.val_tokens.parts, c.model.seq_len, c.training.seed);
+    r.val_data = std::make_unique<data::CausalLmDataset>(r.val_tokens.parts, c.model.seq_len, c.training.seed);
   }
   const Layout layout = Layout::make(env.world_size, static_cast<int>(c.parallel.tp), static_cast<int>(c.parallel.pp),
                                      static_cast<int>(c.parallel.dp));

@@ -1,4 +1,4 @@
-// Token files (write/read and every bad-file error), GptDataset order and
+// Token files (write/read and every bad-file error), CausalLmDataset order and
 // DP/micro-batch slicing, synthetic tokens, and `data prepare` end to end.
 #include <gtest/gtest.h>
 
@@ -144,10 +144,10 @@ TEST(TokenFile, CheckTokenizerNamesKeyFileAndHeader) {
   }
 }
 
-TEST(GptDataset, SamplesAreWindowsWithOneExtraToken) {
+TEST(CausalLmDataset, SamplesAreWindowsWithOneExtraToken) {
   std::vector<uint32_t> tokens(103);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>(i);
-  td::GptDataset ds(td::TokenView::of(tokens, "mem"), 10, 1);
+  td::CausalLmDataset ds(td::TokenView::of(tokens, "mem"), 10, 1);
   EXPECT_EQ(ds.num_samples(), 10);  // (103 - 1) / 10
   std::vector<int64_t> buf(11);
   ds.copy_sample(9, buf.data());
@@ -156,18 +156,18 @@ TEST(GptDataset, SamplesAreWindowsWithOneExtraToken) {
   EXPECT_THROW(ds.copy_sample(10, buf.data()), td::DataError);
 }
 
-TEST(GptDataset, TooShortStreamNamesSeqLenAndSource) {
+TEST(CausalLmDataset, TooShortStreamNamesSeqLenAndSource) {
   std::vector<uint32_t> tokens(300);
-  expect_error([&] { td::GptDataset ds(td::TokenView::of(tokens, "FILE.bin"), 1024, 1); },
+  expect_error([&] { td::CausalLmDataset ds(td::TokenView::of(tokens, "FILE.bin"), 1024, 1); },
                {"seq_len 1024 needs at least 1025 tokens but FILE.bin has 300"});
   std::vector<uint32_t> exact(1025);
-  EXPECT_EQ(td::GptDataset(td::TokenView::of(exact, "x"), 1024, 1).num_samples(), 1);
+  EXPECT_EQ(td::CausalLmDataset(td::TokenView::of(exact, "x"), 1024, 1).num_samples(), 1);
 }
 
-TEST(GptDataset, GlobalBatchIsAFunctionOfSeedAndStep) {
+TEST(CausalLmDataset, GlobalBatchIsAFunctionOfSeedAndStep) {
   std::vector<uint32_t> tokens(1001);
-  td::GptDataset a(td::TokenView::of(tokens, "t"), 10, 42), b(td::TokenView::of(tokens, "t"), 10, 42);
-  td::GptDataset other_seed(td::TokenView::of(tokens, "t"), 10, 43);
+  td::CausalLmDataset a(td::TokenView::of(tokens, "t"), 10, 42), b(td::TokenView::of(tokens, "t"), 10, 42);
+  td::CausalLmDataset other_seed(td::TokenView::of(tokens, "t"), 10, 43);
   // Same (seed, step) -> same indices, regardless of which steps were asked before.
   const auto s7 = a.global_batch(7, 16);
   b.global_batch(0, 16);
@@ -184,9 +184,9 @@ TEST(GptDataset, GlobalBatchIsAFunctionOfSeedAndStep) {
   EXPECT_NE(a.global_batch(0, 100), a.global_batch(1, 100));  // epochs are shuffled differently
 }
 
-TEST(GptDataset, MicroBatchesPartitionTheGlobalBatch) {
+TEST(CausalLmDataset, MicroBatchesPartitionTheGlobalBatch) {
   std::vector<uint32_t> tokens(4097);
-  td::GptDataset ds(td::TokenView::of(tokens, "t"), 8, 3);
+  td::CausalLmDataset ds(td::TokenView::of(tokens, "t"), 8, 3);
   for (auto [G, dp, mbs] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
            {8, 1, 1}, {8, 2, 2}, {12, 3, 2}, {16, 4, 4}, {24, 2, 3}, {6, 6, 1}}) {
     for (int64_t step : {0, 5, 63}) {
@@ -328,13 +328,13 @@ TEST(Prepare, OutputIsTheSameForAnyThreadCount) {
 
 // A blend of one dataset is that dataset; two datasets take positions in the
 // weights' proportion by Megatron's greedy rule (NOTE [blended sample order]).
-TEST(GptDataset, BlendFollowsTheWeights) {
+TEST(CausalLmDataset, BlendFollowsTheWeights) {
   const auto a = td::synthetic_tokens(4001, 50, 1), b = td::synthetic_tokens(2001, 50, 2);
-  const td::GptDataset alone(td::TokenView::of(a, "a"), 8, 42);
-  const td::GptDataset one({{3.0, td::TokenView::of(a, "a")}}, 8, 42);
+  const td::CausalLmDataset alone(td::TokenView::of(a, "a"), 8, 42);
+  const td::CausalLmDataset one({{3.0, td::TokenView::of(a, "a")}}, 8, 42);
   for (int64_t step : {0, 7, 300}) EXPECT_EQ(alone.global_batch(step, 16), one.global_batch(step, 16));
 
-  const td::GptDataset blend({{3.0, td::TokenView::of(a, "a")}, {1.0, td::TokenView::of(b, "b")}}, 8, 42);
+  const td::CausalLmDataset blend({{3.0, td::TokenView::of(a, "a")}, {1.0, td::TokenView::of(b, "b")}}, 8, 42);
   EXPECT_EQ(blend.num_samples(), 500 + 250);
   // Positions 0..3: w = (0.75, 0.25); errors at p = 0 (counted as 1): 0.75 vs 0.25 -> a;
   // p = 1: -0.25 vs 0.25 -> b; p = 2: 0.5 vs -0.5 -> a; p = 3: 0.25 vs -0.25 -> a.
@@ -350,7 +350,7 @@ TEST(GptDataset, BlendFollowsTheWeights) {
     for (int64_t id : blend.global_batch(step, 8)) from_b += blend.dataset_of(id) == 1 ? 1 : 0;
   EXPECT_EQ(from_b, 200);  // a quarter of 800 positions
   // A pure function of the step, in any order of asking (a resumed run starts late).
-  const td::GptDataset fresh({{3.0, td::TokenView::of(a, "a")}, {1.0, td::TokenView::of(b, "b")}}, 8, 42);
+  const td::CausalLmDataset fresh({{3.0, td::TokenView::of(a, "a")}, {1.0, td::TokenView::of(b, "b")}}, 8, 42);
   const auto late = fresh.global_batch(90, 8);
   EXPECT_EQ(late, blend.global_batch(90, 8));
   EXPECT_EQ(fresh.global_batch(3, 8), blend.global_batch(3, 8));
@@ -358,6 +358,6 @@ TEST(GptDataset, BlendFollowsTheWeights) {
   std::vector<int64_t> got(9);
   blend.copy_sample(500 + 7, got.data());
   for (int k = 0; k < 9; ++k) EXPECT_EQ(got[k], b[7 * 8 + k]);
-  expect_error([&] { td::GptDataset({{0.0, td::TokenView::of(a, "a")}}, 8, 1); },
+  expect_error([&] { td::CausalLmDataset({{0.0, td::TokenView::of(a, "a")}}, 8, 1); },
                {"blend weight 0.000000 of a", "positive finite"});
 }
