@@ -66,7 +66,17 @@ def epoch_order(seed, epoch, num_samples):
     return order
 
 
-class Samples:
+class MicroBatches:
+    """A data-parallel rank's micro-batch: its slice of global_batch (defined by the subclass)."""
+
+    def micro_batch(self, step, global_batch_size, dp_rank, dp, micro_index, micro_batch_size):
+        per_rank = global_batch_size // dp
+        g = self.global_batch(step, global_batch_size)
+        begin = dp_rank * per_rank + micro_index * micro_batch_size
+        return g[begin:begin + micro_batch_size]
+
+
+class Samples(MicroBatches):
     """Fixed windows of a token stream in Trident's seeded order."""
 
     def __init__(self, tokens, seq_len, seed):
@@ -91,19 +101,13 @@ class Samples:
             out.append(self._order(pos // self.num_samples)[pos % self.num_samples])
         return out
 
-    def micro_batch(self, step, global_batch_size, dp_rank, dp, micro_index, micro_batch_size):
-        per_rank = global_batch_size // dp
-        g = self.global_batch(step, global_batch_size)
-        begin = dp_rank * per_rank + micro_index * micro_batch_size
-        return g[begin:begin + micro_batch_size]
-
     def window(self, i):
         """Sample i: seq_len + 1 tokens starting at i * seq_len."""
         start = i * self.seq_len
         return self.tokens[start:start + self.seq_len + 1]
 
 
-class Blend:
+class Blend(MicroBatches):
     """Datasets mixed by weight: NOTE [blended sample order] in framework/data/dataset.h.
 
     Position p goes to the dataset d with the largest w_d * max(p, 1) - c_d(p) (weights
@@ -138,12 +142,6 @@ class Blend:
             part = self.parts[d]
             out.append(self.first[d] + part._order(k // part.num_samples)[k % part.num_samples])
         return out
-
-    def micro_batch(self, step, global_batch_size, dp_rank, dp, micro_index, micro_batch_size):
-        per_rank = global_batch_size // dp
-        g = self.global_batch(step, global_batch_size)
-        begin = dp_rank * per_rank + micro_index * micro_batch_size
-        return g[begin:begin + micro_batch_size]
 
     def window(self, i):
         d = max(k for k in range(len(self.parts)) if self.first[k] <= i)
