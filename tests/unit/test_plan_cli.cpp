@@ -3,14 +3,13 @@
 // parser, and bad arguments failing with a message. Runs the built binary.
 #include <gtest/gtest.h>
 
-#include <array>
-#include <cstdio>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "framework/config.h"
 #include "framework/json.h"
+#include "tests/run_helpers.h"
 
 namespace {
 
@@ -19,18 +18,12 @@ struct Result {
   std::string out;  // stdout (stderr too when merged)
 };
 
+// `trident plan ARGS` run from the source tree; stdout alone when !merge (JSON to parse).
 Result run_plan(const std::string& args, bool merge = true) {
-  const std::string cmd = std::string("cd " TRIDENT_SOURCE_DIR " && " TRIDENT_BINARY_DIR "/trident plan ") + args +
-                          (merge ? " 2>&1" : "");
-  FILE* pipe = popen(cmd.c_str(), "r");
-  EXPECT_NE(pipe, nullptr);
-  Result r{-1, ""};
-  if (!pipe) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
-  r.status = pclose(pipe);
-  return r;
+  const std::string plan = trident::testing::bin("trident") + " plan " + args;
+  const trident::testing::RunResult r = trident::testing::run_command(
+      "cd " + trident::testing::src("") + " && " + (merge ? plan : "(" + plan + " 2>/dev/null)"));
+  return {r.status, r.output};
 }
 
 const std::string kTiny = "--config configs/gpt-tiny.toml --cluster configs/clusters/dgx-a100.toml ";

@@ -2,14 +2,13 @@
 // bad arguments fail with a message. Runs the built binary.
 #include <gtest/gtest.h>
 
-#include <array>
 #include <cstdlib>
-#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
 
 #include "schedules/action.h"
+#include "tests/run_helpers.h"
 
 namespace {
 
@@ -19,16 +18,8 @@ struct Result {
 };
 
 Result run_schedule(const std::string& args) {
-  const std::string cmd = std::string(TRIDENT_BINARY_DIR "/trident schedule ") + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  EXPECT_NE(pipe, nullptr);
-  Result r{-1, ""};
-  if (!pipe) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
-  r.status = pclose(pipe);
-  return r;
+  const trident::testing::RunResult r = trident::testing::run_command(trident::testing::bin("trident") + " schedule " + args);
+  return {r.status, r.output};
 }
 
 }  // namespace
