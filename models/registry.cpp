@@ -52,11 +52,11 @@ void init_from_pretrained(const Config& cfg, const std::vector<std::vector<Param
 Pretrained read_pretrained_config(const std::string& dir) {
   const std::string type = hf_model_type(dir);
   if (type == "llama") {
-    HfLlama hf = read_hf_llama(dir);
+    HfLlama hf = read_hf_llama_config(dir);
     return {hf.model, hf.tokenizer};
   }
   if (type == "gpt2" || type.empty()) {  // GPT-2 files of older tools have no model_type
-    HfGpt2 hf = read_hf_gpt2(dir);
+    HfGpt2 hf = read_hf_gpt2_config(dir);
     return {hf.model, hf.tokenizer};
   }
   throw std::runtime_error(dir + "/config.json: model_type = \"" + type + "\"; Trident reads \"gpt2\" and \"llama\"");

@@ -88,7 +88,7 @@ std::vector<int64_t> hf_shape(const std::vector<int64_t>& full, Conv conv, const
 
 }  // namespace
 
-HfGpt2 read_hf_gpt2(const std::string& dir) {
+HfGpt2 read_hf_gpt2_config(const std::string& dir) {
   HfGpt2 hf;
   hf.dir = dir;
   const std::string cpath = dir + "/config.json";
@@ -113,7 +113,11 @@ HfGpt2 read_hf_gpt2(const std::string& dir) {
   if (const json::Value* t = c.find("tokenizer")) hf.tokenizer = t->as_string(cpath + " tokenizer");
   else if (hf.model.vocab_size == 50257) hf.tokenizer = "gpt2";
   else if (hf.model.vocab_size == 256) hf.tokenizer = "byte";
+  return hf;
+}
 
+HfGpt2 read_hf_gpt2(const std::string& dir) {
+  HfGpt2 hf = read_hf_gpt2_config(dir);
   const std::string wpath = dir + "/model.safetensors";
   if (!std::filesystem::exists(wpath)) throw std::runtime_error(dir + " has no model.safetensors");
   at::Tensor lm_head;

@@ -40,6 +40,8 @@ struct HfGpt2 {
 // "transformer." prefix and HF's attention-mask buffers are accepted).
 // Throws naming the file and the key or tensor on anything unexpected.
 HfGpt2 read_hf_gpt2(const std::string& dir);
+// The same from DIR/config.json alone (no tensors read).
+HfGpt2 read_hf_gpt2_config(const std::string& dir);
 
 // The full Trident tensor of parameter `info` from an HF model, with the
 // vocabulary padded to info.full_shape[0] (zero rows). Throws naming the

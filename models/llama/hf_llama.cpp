@@ -99,7 +99,7 @@ std::vector<std::string> weight_files(const std::string& dir) {
 
 }  // namespace
 
-HfLlama read_hf_llama(const std::string& dir) {
+HfLlama read_hf_llama_config(const std::string& dir) {
   HfLlama hf;
   hf.dir = dir;
   const std::string cpath = dir + "/config.json";
@@ -136,7 +136,12 @@ HfLlama read_hf_llama(const std::string& dir) {
   read_rope(c, cpath, m);
   if (const json::Value* t = c.find("tokenizer"); t && t->is_string()) hf.tokenizer = t->as_string("");
   else if (std::filesystem::exists(dir + "/tokenizer.json")) hf.tokenizer = "hf";
+  return hf;
+}
 
+HfLlama read_hf_llama(const std::string& dir) {
+  HfLlama hf = read_hf_llama_config(dir);
+  const ModelConfig& m = hf.model;
   for (const std::string& path : weight_files(dir)) {
     for (const st::Tensor& t : st::read_file(path)) {
       if (t.name.find("rotary_emb.inv_freq") != std::string::npos) continue;  // a buffer some files keep

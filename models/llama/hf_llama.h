@@ -46,6 +46,8 @@ struct HfLlama {
 // file and the key or tensor on anything unexpected or unsupported (biases,
 // another activation, a head_dim other than hidden/heads, another rope type).
 HfLlama read_hf_llama(const std::string& dir);
+// The same from DIR/config.json alone (no tensors read).
+HfLlama read_hf_llama_config(const std::string& dir);
 
 // Throws naming every config.json field that differs from `cfg`.
 void check_hf_llama_matches(const HfLlama& hf, const ModelConfig& cfg);
