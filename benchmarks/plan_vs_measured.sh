@@ -15,18 +15,29 @@
 #   writes benchmarks/results/plan_vs_measured.txt (or $OUT) and, beside it, plan_vs_measured.svg.
 set -euo pipefail
 build="${1:-build}" out="${OUT:-benchmarks/results/plan_vs_measured.txt}"
-plan_build="${PLAN_BUILD:-$build}" cluster="${CLUSTER:-configs/clusters/local.toml}"
+plan_build="${PLAN_BUILD:-$build}" cluster="${CLUSTER:-}"
 steps="${STEPS:-12}"
 skip="${SKIP:-$(( steps > 2 ? 2 : steps - 1 ))}"  # warm-up steps left out of the mean
 svg="${out%.txt}.svg"
 py=python3
 [[ -x .venv/bin/python3 ]] && py=.venv/bin/python3
 [[ -x $build/trident ]] || { echo "plan_vs_measured: $build/trident not found" >&2; exit 1; }
-[[ -f $cluster ]] || { echo "plan_vs_measured: $cluster not found (write it with trident plan calibrate)" >&2; exit 1; }
+[[ -z $cluster || -f $cluster ]] || { echo "plan_vs_measured: $cluster not found (write it with trident plan calibrate)" >&2; exit 1; }
 (( steps > skip )) || { echo "plan_vs_measured: STEPS ($steps) must exceed SKIP ($skip)" >&2; exit 1; }
 tmp="$(mktemp -d)"
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 trap 'rm -rf "$tmp"' EXIT
+# This machine and each model, measured now: the link and host figures swing with the machine's load, so
+# the runs below are predicted from figures of the same hour. Nothing here is fitted to the runs.
+if [[ -z $cluster ]]; then
+  cluster="$tmp/local.toml"
+  "$build/trident" plan calibrate --out "$cluster" > "$tmp/calibrate.log" 2>&1 ||
+    { echo "plan_vs_measured: calibrate failed:" >&2; cat "$tmp/calibrate.log" >&2; exit 1; }
+fi
+for model in gpt llama; do
+  "$build/trident" plan profile --config "configs/$model-tiny.toml" --mbs 2,4 --out "$tmp/$model.profile.toml" \
+    > "$tmp/$model.profile.log" 2>&1 || { echo "plan_vs_measured: profile of $model failed:" >&2; cat "$tmp/$model.profile.log" >&2; exit 1; }
+done
 # name | model | world | plan --layout | trident train --set ...
 layouts="gpt-single-mbs2|gpt|1|mbs=2|training.micro_batch_size=2
 gpt-single-mbs4|gpt|1|mbs=4|training.micro_batch_size=4
@@ -59,7 +70,7 @@ while IFS='|' read -r name model world layout sets; do
     --set training.steps="$steps" --set logging.progress=false --set logging.dir="$tmp/$name" > "$tmp/$name.log" 2>&1 ||
     { echo "plan_vs_measured: $name failed:" >&2; tail -20 "$tmp/$name.log" >&2; exit 1; }
   "$plan_build/trident" plan --config "$cfg" --cluster "$cluster" --cluster-set cluster.devices_per_node=8 \
-    --gpus "$world" --layout "$layout" --format json > "$tmp/$name.plan.json"
+    --profile "$tmp/$model.profile.toml" --gpus "$world" --layout "$layout" --format json > "$tmp/$name.plan.json"
   echo "$name|$model|$world|$layout" >> "$tmp/index"
   echo "plan_vs_measured: $name done" >&2
 done <<< "$layouts"
@@ -114,7 +125,7 @@ for line in open(os.path.join(tmp, "index")):
     median_pts.append((name, int(world), plan["step_s"], med_t))
     time_rows.append(f"{name:22s} {world:>5s} {1e3*plan['step_s']:9.1f} {1e3*meas_t:9.1f} {100*(plan['step_s']-meas_t)/meas_t:+8.1f}% {1e3*med_t:9.1f} "
                      f"{1e3*b['compute']:8.1f} {1e3*b['bubble']:7.1f} {1e3*b['tp_comm']:7.1f} {1e3*b['pp_comm']:7.1f} "
-                     f"{1e3*b['dp_exposed']:7.1f} {1e3*b['optimizer']:6.2f} {1e3*b['recompute']:7.1f}")
+                     f"{1e3*b['dp_exposed']:7.1f} {1e3*b['optimizer']:6.2f} {1e3*b['recompute']:7.1f} {1e3*b['step_sync']:6.1f}")
     meas = {}
     for r in range(int(world)):
         s = json.load(open(os.path.join(tmp, name, f"rank-{r}.json")))
@@ -137,8 +148,8 @@ def summary(pts):
     return statistics.median(errs), max(errs), spearman([(p, m) for _, _, p, m in pts])
 
 print("# step time (ms): predicted (the planner's breakdown of it: compute incl. action and layer host overhead, bubble, tp_comm, pp_comm,")
-print("# dp_exposed, optimizer, recompute) against measured (the mean; the median of the same steps beside it)")
-print(f"{'layout':22s} {'world':>5s} {'pred_ms':>9s} {'meas_ms':>9s} {'err':>9s} {'median_ms':>9s} {'compute':>8s} {'bubble':>7s} {'tp_comm':>7s} {'pp_comm':>7s} {'dp_exp':>7s} {'optim':>6s} {'recomp':>7s}")
+print("# dp_exposed, optimizer, recompute, step_sync) against measured (the mean; the median of the same steps beside it)")
+print(f"{'layout':22s} {'world':>5s} {'pred_ms':>9s} {'meas_ms':>9s} {'err':>9s} {'median_ms':>9s} {'compute':>8s} {'bubble':>7s} {'tp_comm':>7s} {'pp_comm':>7s} {'dp_exp':>7s} {'optim':>6s} {'recomp':>7s} {'sync':>6s}")
 print("\n".join(time_rows))
 for label, pts in (("all rows", time_pts), ("world <= 2 (a core per rank)", [p for p in time_pts if p[1] <= 2]),
                    ("world > 2 (ranks share the 2 cores)", [p for p in time_pts if p[1] > 2])):

@@ -31,13 +31,14 @@ std::string fmt(const char* f, double x) {
 
 std::vector<std::pair<const char*, double>> parts(const plan::Breakdown& b) {
   return {{"compute", b.compute}, {"bubble", b.bubble},   {"tp_comm", b.tp_comm},     {"pp_comm", b.pp_comm},
-          {"dp_exposed", b.dp_exposed}, {"optimizer", b.optimizer}, {"recompute", b.recompute}};
+          {"dp_exposed", b.dp_exposed}, {"optimizer", b.optimizer}, {"recompute", b.recompute},
+          {"step_sync", b.step_sync}};
 }
 
 std::string table(const std::vector<plan::Estimate>& es) {
   std::ostringstream os;
   os << "  # layout                                                          step_s   tokens/s  TFLOP/s/dev    MFU  "
-        "peak_GiB | compute bubble tp_comm pp_comm dp_exp optim recomp (% of step)\n";
+        "peak_GiB | compute bubble tp_comm pp_comm dp_exp optim recomp  sync (% of step)\n";
   for (size_t i = 0; i < es.size(); ++i) {
     const plan::Estimate& e = es[i];
     char line[512];
@@ -131,11 +132,14 @@ std::string emit_set(const plan::Estimate& e, int64_t global_batch, const std::v
 
 int cmd_plan(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "calibrate") return cmd_plan_calibrate(argc - 1, argv + 1);
+  if (argc > 1 && std::string(argv[1]) == "profile") return cmd_plan_profile(argc - 1, argv + 1);
   po::options_description opts("trident plan --config MODEL.toml --cluster CLUSTER.toml --gpus N [options]");
   opts.add_options()("help,h", "show this help")("config", po::value<std::string>(), "model config (a trident train TOML)")(
       "set", po::value<std::vector<std::string>>(), "section.key=value override of the config (repeatable)")(
       "cluster", po::value<std::string>(), "cluster description (configs/clusters/*.toml)")(
       "cluster-set", po::value<std::vector<std::string>>(), "section.key=value override of the cluster (repeatable)")(
+      "profile", po::value<std::string>(), "this model's measured costs (written by trident plan profile) instead of "
+                                           "its FLOPs at the cluster's GEMM rate")(
       "gpus", po::value<int>(), "devices to plan for")(
       "global-batch", po::value<int64_t>(), "samples per step (default: the config's training.global_batch_size)")(
       "seq", po::value<int64_t>(), "sequence length (default: the config's model.seq_len)")(
@@ -149,10 +153,12 @@ int cmd_plan(int argc, char** argv) {
   po::variables_map vm;
   if (!parse_args(argc, argv, opts, vm, nullptr, nullptr,
                   "The step time is the schedule simulated on its action lists with per-stage costs from FLOPs\n"
-                  "(compute.gemm_efficiency of the peak), ring collectives for TP and DP, and transfers per\n"
-                  "boundary; TFLOP/s count recomputation (as Narayanan et al. 2021), MFU does not.\n"
+                  "(compute.gemm_efficiency of the peak) or from a measured --profile, ring collectives for TP\n"
+                  "and DP, and transfers per boundary; TFLOP/s count recomputation (as Narayanan et al. 2021),\n"
+                  "MFU does not.\n"
                   "example: build/trident plan --config configs/gpt-tiny.toml --cluster configs/clusters/dgx-a100.toml --gpus 8 --top 3\n"
-                  "`trident plan calibrate --help`: measure this machine and write its cluster file.\n"))
+                  "`trident plan calibrate --help`: measure this machine and write its cluster file.\n"
+                  "`trident plan profile --help`: measure a model on this machine for --profile.\n"))
     return 0;
   for (const char* required : {"config", "cluster", "gpus"})
     if (!vm.count(required)) throw std::runtime_error(std::string("--") + required + " is required (see --help)");
@@ -173,6 +179,8 @@ int cmd_plan(int argc, char** argv) {
   if (pr.global_batch < 1) throw std::runtime_error("--global-batch must be >= 1");
   pr.overlap_grad_reduce = cfg.parallel.overlap_grad_reduce;
   pr.dp_bucket_mb = cfg.parallel.dp_bucket_mb;
+  pr.log_interval = cfg.logging.log_interval;
+  if (vm.count("profile")) pr.profile = plan::load_profile(vm["profile"].as<std::string>());
   const int gpus = vm["gpus"].as<int>();
 
   std::vector<plan::Estimate> shown;

@@ -69,8 +69,9 @@ int cmd_plan_calibrate(int argc, char** argv) {
                   "Measures one rank's fp32 matmul rate (1024^3) and memory bandwidth (a += b, 64 MiB), Gloo\n"
                   "all-reduce, all-gather and point-to-point times between local ranks, and the executor's\n"
                   "time per pipeline action of a stage that computes nothing and per GPT and Llama layer of a model\n"
-                  "too small to compute anything; fits the ring model's bandwidth\n"
-                  "and latency to the transfers and writes the cluster file, the measurements in its header.\n"
+                  "too small to compute anything, and a pipeline transfer's latency between two computing ranks;\n"
+                  "fits the ring model's bandwidth and per-call time to the collectives and writes the cluster\n"
+                  "file, the measurements in its header.\n"
                   "example: build/trident plan calibrate --out runs/local.toml --repeats 5\n"))
     return 0;
 #ifndef TRIDENT_HAVE_TORCH
@@ -97,13 +98,12 @@ int cmd_plan_calibrate(int argc, char** argv) {
   }
 
   const bench::Calibration m = bench::calibrate(o);
-  // The link is fitted to the collectives (what TP, DP and ZeRO-1 use); point-to-point rows are shown against it.
-  std::vector<plan::LinkSample> samples, collectives;
-  for (const bench::CommTiming& t : m.comm) {
-    samples.push_back({t.kind, o.ranks, t.bytes, t.seconds});
-    if (t.kind != "p2p") collectives.push_back(samples.back());
-  }
-  const plan::LinkFit fit = plan::fit_link(collectives);
+  // Bandwidth, latency per message and the per-call collective time are fitted to every row (the
+  // ping-pongs mostly fix the latency, the collectives the per-call time); a pipeline transfer's latency
+  // is the busy pipeline's (NOTE [busy link] in framework/train/calibrate.cpp).
+  std::vector<plan::LinkSample> samples;
+  for (const bench::CommTiming& t : m.comm) samples.push_back({t.kind, o.ranks, t.bytes, t.seconds});
+  const plan::LinkFit fit = plan::fit_link(samples);
 
   plan::Cluster c;
   c.name = vm["name"].as<std::string>();
@@ -121,6 +121,13 @@ int cmd_plan_calibrate(int argc, char** argv) {
   }
   c.intra_bandwidth_gbs = c.inter_bandwidth_gbs = fit.bandwidth_gbs;
   c.intra_latency_us = c.inter_latency_us = fit.latency_us;
+  // The per-call time is the busy all-reduce's beyond its ring terms (NOTE [busy link]): what a collective
+  // costs between computing ranks, which back-to-back calls between idle ones do not show.
+  const double busy_ring = fit.model_seconds({"all_reduce", 2, m.busy_collective_bytes, 0}) * 1e6 - fit.collective_us;
+  const double collective_us = std::max(0.0, m.busy_collective_us - busy_ring);
+  c.intra_collective_us = c.inter_collective_us = collective_us;
+  c.compute_slots_per_node = m.cores;
+  c.intra_pipeline_latency_us = c.inter_pipeline_latency_us = m.pipeline_latency_us;
 
   std::ostringstream os;
   std::string command = "trident plan calibrate";
@@ -135,16 +142,22 @@ int cmd_plan_calibrate(int argc, char** argv) {
      << "# Transfers between " << o.ranks << " local ranks (threads over loopback Gloo), per call the median of 3 rounds of "
      << o.repeats << " calls back to back:\n#   kind        bytes      measured_us  ring-model_us\n";
   for (const plan::LinkSample& s : samples) {
-    const plan::RingTerms r = plan::ring_terms(s);
-    const double model = r.volume_bytes / (fit.bandwidth_gbs * 1e9) + r.steps * fit.latency_us * 1e-6;
+    const double model = fit.model_seconds(s);
     char line[160];
     std::snprintf(line, sizeof line, "#   %-10s %10.0f %12.1f %14.1f\n", s.kind.c_str(), s.bytes, s.seconds * 1e6,
                   model * 1e6);
     os << line;
   }
-  os << "# fitted to the all-reduce and all-gather rows (least squares of the relative error): bandwidth " << fmt("%.4g", fit.bandwidth_gbs)
-     << " GB/s, latency " << fmt("%.4g", fit.latency_us) << " us; the model's |error| over those rows: median "
+  os << "# pipeline_latency_us: a pipeline transfer's latency measured through the executor while both ranks compute\n"
+     << "# (1f1b, 2 ranks, " << m.pipeline_latency_samples << " receive waits; NOTE [busy link] in framework/train/calibrate.cpp)\n"
+     << "# bandwidth, latency_us and collective_us: fitted to the rows above (least squares of the relative error):\n"
+     << "# bandwidth " << fmt("%.4g", fit.bandwidth_gbs) << " GB/s, latency " << fmt("%.4g", fit.latency_us)
+     << " us per message, collective " << fmt("%.4g", fit.collective_us) << " us per call; the model's |error| over them: median "
      << fmt("%.0f", 100 * fit.median_rel_error) << " %, worst " << fmt("%.0f", 100 * fit.worst_rel_error) << " %\n"
+     << "# collective_us written: a " << fmt("%.0f", m.busy_collective_bytes) << "-byte all-reduce between 2 ranks that each run a 256^3\n"
+     << "# matmul before it took " << fmt("%.0f", m.busy_collective_us) << " us beyond the matmul, " << fmt("%.0f", busy_ring)
+     << " us of it the ring terms above (NOTE [busy link])\n"
+     << "# compute_slots_per_node: the cores; more ranks than cores share them\n"
      << "# action_overhead_us: mean F and B time through the executor of a stage that computes nothing (1f1b, "
      << o.ranks << " ranks);\n"
      << "# *_layer_*_us: median host time per layer of a model too small to compute (hidden 8, seq 8, one sample),\n"
@@ -157,7 +170,8 @@ int cmd_plan_calibrate(int argc, char** argv) {
   if (!f) throw std::runtime_error("--out '" + out + "': writing failed");
   std::cout << "wrote " << out << ": fp32 matmul " << fmt("%.1f", m.matmul_flops / 1e9) << " GFLOP/s, memory "
             << fmt("%.1f", m.memory_gbs) << " GB/s, link " << fmt("%.3g", fit.bandwidth_gbs) << " GB/s + "
-            << fmt("%.3g", fit.latency_us) << " us, action overhead " << fmt("%.1f", m.action_overhead_us) << " us\n";
+            << fmt("%.3g", fit.latency_us) << " us per message + " << fmt("%.3g", collective_us)
+            << " us per collective (busy), pipeline transfer " << fmt("%.3g", m.pipeline_latency_us) << " us, action overhead " << fmt("%.1f", m.action_overhead_us) << " us\n";
   return 0;
 #endif
 }

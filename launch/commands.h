@@ -17,5 +17,6 @@ int cmd_generate(int argc, char** argv);    // sample a continuation of a prompt
 int cmd_bench(int argc, char** argv);     // `bench bubble|throughput`: measured pipelines
 int cmd_plan(int argc, char** argv);      // `plan`: the layout planner (planner/)
 int cmd_plan_calibrate(int argc, char** argv);  // `plan calibrate`: this machine's cluster file (libtorch)
+int cmd_plan_profile(int argc, char** argv);    // `plan profile`: a model's measured costs for `plan --profile` (libtorch)
 
 }  // namespace trident::cli

@@ -80,8 +80,9 @@ int main(int argc, char** argv) {
   for (const auto& c : kCommands) {
     if (name != c.name) continue;
 #if defined(TRIDENT_TORCH_EXE) && !defined(TRIDENT_HAVE_TORCH)
-    // `plan` is pure but for `plan calibrate`, which measures with libtorch.
-    const bool torch_sub = name == "plan" && argc > 2 && std::string(argv[2]) == "calibrate";
+    // `plan` is pure but for `plan calibrate` and `plan profile`, which measure with libtorch.
+    const bool torch_sub =
+        name == "plan" && argc > 2 && (std::string(argv[2]) == "calibrate" || std::string(argv[2]) == "profile");
     if (c.torch || torch_sub) return run_torch_executable(argv);
 #endif
     try {

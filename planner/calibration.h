@@ -20,25 +20,32 @@ struct LinkSample {
   double seconds = 0;
 };
 
-// The ring model's time of a sample as volume / bandwidth + steps x latency:
-// the bytes each link carries and the number of latency-bound steps.
+// The ring model's time of a sample as volume / bandwidth + steps x latency
+// + calls x collective time: the bytes each link carries, the number of
+// latency-bound steps, and 1 for a collective call (0 for a point-to-point
+// message), whose backend has work of its own beyond its ring steps.
 struct RingTerms {
   double volume_bytes = 0;
   double steps = 0;
+  double calls = 0;
 };
 RingTerms ring_terms(const LinkSample& s);
 
 struct LinkFit {
   double bandwidth_gbs = 0;  // GB/s, one direction
   double latency_us = 0;     // per message
+  double collective_us = 0;  // per collective call
   double median_rel_error = 0, worst_rel_error = 0;  // of the fitted model over the samples
+  double model_seconds(const LinkSample& s) const;   // the fitted model's time of s
 };
 
 // Least squares of the relative error (each sample weighs 1/seconds^2, so a
-// 1 KiB message counts as much as a 16 MiB one) over bandwidth and latency,
-// the latency held >= 0. Throws PlanError naming the bad sample (unknown
-// kind, ranks < 2, bytes or seconds <= 0) or when fewer than two message
-// sizes were given.
-LinkFit fit_link(const std::vector<LinkSample>& samples);
+// 1 KiB message counts as much as a 16 MiB one) over bandwidth, latency and
+// the per-call collective time, each time held >= 0. With `latency_us` >= 0
+// the latency is that figure (measured some other way) and only bandwidth
+// and collective time are fitted. Throws PlanError naming the bad sample
+// (unknown kind, ranks < 2, bytes or seconds <= 0) or when fewer than two
+// message sizes were given.
+LinkFit fit_link(const std::vector<LinkSample>& samples, double latency_us = -1);
 
 }  // namespace trident::plan

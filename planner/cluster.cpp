@@ -1,5 +1,6 @@
 #include "planner/cluster.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -33,6 +34,8 @@ const std::vector<Key>& keys() {
        "accelerators (or ranks) per node"},
       {"cluster", "device_memory_gib", Key::Real, nullptr, nullptr, &Cluster::device_memory_gib, 0, true,
        "usable memory per device, GiB"},
+      {"cluster", "compute_slots_per_node", Key::Int, nullptr, &Cluster::compute_slots_per_node, nullptr, 0, false,
+       "devices' worth of compute per node; more ranks on a node share it (a CPU host: its cores; 0: devices_per_node)"},
       {"compute", "peak_tflops_bf16", Key::Real, nullptr, nullptr, &Cluster::peak_tflops_bf16, 0, false,
        "dense bf16 peak per device, TFLOP/s (0: not given)"},
       {"compute", "peak_tflops_fp32", Key::Real, nullptr, nullptr, &Cluster::peak_tflops_fp32, 0, false,
@@ -54,11 +57,19 @@ const std::vector<Key>& keys() {
       {"intra_node", "bandwidth_gbs", Key::Real, nullptr, nullptr, &Cluster::intra_bandwidth_gbs, 0, true,
        "per device, one direction, GB/s"},
       {"intra_node", "latency_us", Key::Real, nullptr, nullptr, &Cluster::intra_latency_us, 0, false,
-       "per message, microseconds"},
+       "per message (a point-to-point transfer or one ring step), microseconds"},
+      {"intra_node", "collective_us", Key::Real, nullptr, nullptr, &Cluster::intra_collective_us, 0, false,
+       "per collective call beyond its ring steps (the backend's own work), microseconds"},
+      {"intra_node", "pipeline_latency_us", Key::Real, nullptr, nullptr, &Cluster::intra_pipeline_latency_us, 0, false,
+       "per pipeline transfer as the executor sees it while the ranks compute, microseconds (0: latency_us)"},
       {"inter_node", "bandwidth_gbs", Key::Real, nullptr, nullptr, &Cluster::inter_bandwidth_gbs, 0, true,
        "per device, one direction, GB/s"},
       {"inter_node", "latency_us", Key::Real, nullptr, nullptr, &Cluster::inter_latency_us, 0, false,
-       "per message, microseconds"},
+       "per message (a point-to-point transfer or one ring step), microseconds"},
+      {"inter_node", "collective_us", Key::Real, nullptr, nullptr, &Cluster::inter_collective_us, 0, false,
+       "per collective call beyond its ring steps (the backend's own work), microseconds"},
+      {"inter_node", "pipeline_latency_us", Key::Real, nullptr, nullptr, &Cluster::inter_pipeline_latency_us, 0, false,
+       "per pipeline transfer as the executor sees it while the ranks compute, microseconds (0: latency_us)"},
   };
   return k;
 }
@@ -134,6 +145,12 @@ double Cluster::peak_tflops(const std::string& precision) const {
     throw PlanError(source + ": no compute.peak_tflops_" + precision + " for a run in " + precision +
                     ": add it to the cluster file");
   return p;
+}
+
+double Cluster::compute_sharing(int64_t ranks) const {
+  if (compute_slots_per_node <= 0) return 1.0;
+  const double on_node = static_cast<double>(std::min<int64_t>(ranks, devices_per_node));
+  return std::max(1.0, on_node / compute_slots_per_node);
 }
 
 std::pair<double, double> Cluster::layer_overhead_s(const std::string& arch) const {

@@ -16,6 +16,7 @@ struct Cluster {
   int nodes = 1;                    // [cluster] nodes
   int devices_per_node = 1;         // [cluster] devices_per_node
   double device_memory_gib = 80.0;  // [cluster] device_memory_gib, usable memory per device
+  int compute_slots_per_node = 0;   // [cluster] devices' worth of compute a node has (0: devices_per_node)
   double peak_tflops_bf16 = 0.0;    // [compute] dense peak in bf16 (0 = no bf16 figure given)
   double peak_tflops_fp32 = 0.0;    // [compute] dense peak in fp32 (0 = no fp32 figure given)
   double gemm_efficiency = 1.0;     // [compute] fraction of the peak a large GEMM reaches
@@ -26,12 +27,19 @@ struct Cluster {
   double gpt_layer_forward_us = 0.0, gpt_layer_backward_us = 0.0;
   double llama_layer_forward_us = 0.0, llama_layer_backward_us = 0.0;
   double intra_bandwidth_gbs = 1.0;      // [intra_node] per device, one direction
-  double intra_latency_us = 0.0;         // [intra_node] per message
+  double intra_latency_us = 0.0;         // [intra_node] per message (a point-to-point transfer, a ring step)
+  double intra_collective_us = 0.0;      // [intra_node] per collective call beyond its ring steps
+  double intra_pipeline_latency_us = 0.0;  // [intra_node] per pipeline transfer while ranks compute (0: latency_us)
   double inter_bandwidth_gbs = 1.0;      // [inter_node] per device, one direction
   double inter_latency_us = 0.0;         // [inter_node] per message
+  double inter_collective_us = 0.0;      // [inter_node] per collective call
+  double inter_pipeline_latency_us = 0.0;  // [inter_node] per pipeline transfer (0: latency_us)
   std::string source = "<defaults>";     // file it came from (for messages)
 
   int devices() const { return nodes * devices_per_node; }
+  // How much slower each rank computes when `ranks` of one job share a node: ranks per compute slot
+  // beyond one (a CPU host whose ranks outnumber its cores), else 1.
+  double compute_sharing(int64_t ranks) const;
   // Peak of "fp32" or "bf16"; throws PlanError when the file gives none for it.
   double peak_tflops(const std::string& precision) const;
   // {forward, backward} host seconds per layer of model family `arch` (0, 0 for an unknown one).

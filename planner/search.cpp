@@ -73,6 +73,17 @@ SearchResult search(const Problem& pr, const SearchOptions& o) {
   SearchResult res;
   auto drop = [&](const std::string& why, int64_t n = 1) { res.dropped[why] += n; };
   std::vector<Estimate> all;
+  // Micro-batch sizes 1, 2, 4, ... up to the option; with a profile, the sizes it measured.
+  std::vector<int> micro_batches;
+  if (pr.profile) {
+    check_profile_matches(*pr.profile, m, pr.precision);
+    for (int mbs : pr.profile->micro_batches())
+      if (mbs <= o.max_micro_batch) micro_batches.push_back(mbs);
+    if (micro_batches.empty())
+      throw PlanError(pr.profile->source + " measured no micro-batch size <= " + std::to_string(o.max_micro_batch));
+  } else {
+    for (int mbs = 1; mbs <= o.max_micro_batch; mbs *= 2) micro_batches.push_back(mbs);
+  }
   for (int tp : divisors(o.gpus)) {
     if (tp > pr.cluster.devices_per_node && !o.tp_across_nodes) {
       drop("tp values larger than a node (--tp-across-nodes allows them)");
@@ -89,7 +100,7 @@ SearchResult search(const Problem& pr, const SearchOptions& o) {
       }
       const int dp = o.gpus / (tp * pp);
       for (const auto& [kind, v] : schedule_choices(pp, m.layers)) {
-        for (int mbs = 1; mbs <= o.max_micro_batch; mbs *= 2) {
+        for (int mbs : micro_batches) {
           if (pr.global_batch % (static_cast<int64_t>(dp) * mbs) != 0) {
             drop("global batch not a multiple of dp x micro-batch");
             continue;

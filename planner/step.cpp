@@ -35,17 +35,20 @@ int parse_int(const std::string& key, const std::string& value) {
 
 // Ring collectives over n devices of a message of `bytes` (Patarasuk and Yuan 2009; NCCL's ring):
 // all-reduce moves 2 (n-1)/n of the message over each link in 2 (n-1) steps, all-gather and
-// reduce-scatter half of that (what the ZeRO-1 terms below use).
-double ring_allreduce(double bytes, int n, double gbs, double lat_us) {
-  if (n <= 1) return 0;
-  return 2.0 * (n - 1) / n * bytes / (gbs * 1e9) + 2.0 * (n - 1) * lat_us * 1e-6;
-}
-
+// reduce-scatter half of that (what the ZeRO-1 terms below use). Every call also costs the link's
+// per-call collective time (the backend's own work: on a loaded host, waking the peer's threads).
 struct Link {
-  double gbs, lat_us;
+  double gbs, lat_us, call_us;
 };
 Link link(const Cluster& c, bool intra) {
-  return intra ? Link{c.intra_bandwidth_gbs, c.intra_latency_us} : Link{c.inter_bandwidth_gbs, c.inter_latency_us};
+  return intra ? Link{c.intra_bandwidth_gbs, c.intra_latency_us, c.intra_collective_us}
+               : Link{c.inter_bandwidth_gbs, c.inter_latency_us, c.inter_collective_us};
+}
+// `calls` collectives moving an all-reduce's volume of `bytes` in all (one all-reduce, or a
+// reduce-scatter and an all-gather: calls = 2).
+double ring_allreduce(double bytes, int n, const Link& k, int calls = 1) {
+  if (n <= 1) return 0;
+  return 2.0 * (n - 1) / n * bytes / (k.gbs * 1e9) + 2.0 * (n - 1) * k.lat_us * 1e-6 + calls * k.call_us * 1e-6;
 }
 
 int chunks_of(const Layout& l) { return l.chunks > 0 ? l.chunks : sched::default_chunks(l.schedule); }
@@ -159,6 +162,10 @@ void check_layout(const Problem& pr, const Layout& l) {
     throw PlanError(at + "model.layers = " + std::to_string(m.layers) + " is not a multiple of pp x chunks = " +
                     std::to_string(l.pp * v) + ": give layers=A+B+... for an uneven split");
   }
+  if (pr.profile) {
+    check_profile_matches(*pr.profile, m, pr.precision);
+    pr.profile->at(l.micro_batch);  // throws naming the sizes it has
+  }
   const int64_t per_step = static_cast<int64_t>(l.dp) * l.micro_batch;
   if (pr.global_batch % per_step != 0)
     throw PlanError(at + "global batch " + std::to_string(pr.global_batch) + " is not a multiple of dp x mbs = " +
@@ -176,15 +183,18 @@ Estimate evaluate(const Problem& pr, const Layout& l) {
   const Cluster& c = pr.cluster;
   const int v = chunks_of(l), stages = l.pp * v, e = elem_bytes(pr.precision);
   const int mb_count = static_cast<int>(pr.global_batch / (static_cast<int64_t>(l.dp) * l.micro_batch));
-  const double rate = c.peak_tflops(pr.precision) * c.gemm_efficiency * 1e12;  // FLOP/s per device
-  const double t = l.tp, ov = c.action_overhead_us * 1e-6;
+  // Ranks that outnumber a node's compute slots share them: every compute cost stretches alike.
+  const double slow = c.compute_sharing(static_cast<int64_t>(l.tp) * l.pp * l.dp);
+  const double rate = c.peak_tflops(pr.precision) * c.gemm_efficiency * 1e12 / slow;  // FLOP/s per device
+  const double t = l.tp, ov0 = c.action_overhead_us * 1e-6, ov = ov0 * slow;
   const double msg = static_cast<double>(l.micro_batch * m.seq_len * m.hidden) * e;  // (b, s, h) activation
 
-  // Tensor parallelism: 2 all-reduces (or all-gather + reduce-scatter pairs with SP: the same volume)
-  // in each layer's forward and 2 in its backward (Shoeybi et al. 2019); inside a node unless tp exceeds it.
+  // Tensor parallelism: 2 all-reduces (or all-gather + reduce-scatter pairs with SP: the same volume
+  // in twice the calls) in each layer's forward and 2 in its backward (Shoeybi et al. 2019); inside a
+  // node unless tp exceeds it.
   const bool tp_intra = l.tp <= c.devices_per_node && c.devices_per_node % l.tp == 0;
   const Link tl = link(c, tp_intra);
-  const double tp_pass = l.tp > 1 ? 2 * ring_allreduce(msg, l.tp, tl.gbs, tl.lat_us) : 0.0;
+  const double tp_pass = l.tp > 1 ? 2 * ring_allreduce(msg, l.tp, tl, l.sequence_parallel ? 2 : 1) : 0.0;
 
   const LayerFlops lf = layer_flops(m, l.micro_batch);
   const double hf = head_flops(m, l.micro_batch, l.tp);
@@ -193,7 +203,8 @@ Estimate evaluate(const Problem& pr, const Layout& l) {
   const double rec_tp = l.recompute == "full" ? tp_pass : 0.0;
 
   const std::vector<int> nl = layers_per_stage(m, l);
-  const std::pair<double, double> layer_host = c.layer_overhead_s(m.arch);  // (forward, backward) seconds
+  std::pair<double, double> layer_host = c.layer_overhead_s(m.arch);  // (forward, backward) seconds
+  layer_host.first *= slow, layer_host.second *= slow;
   sched::Schedule s = sched::generate_compute(l.schedule, l.pp, mb_count, v);
   bool split_w = false;
   for (const auto& list : s.ranks)
@@ -207,9 +218,43 @@ Estimate evaluate(const Problem& pr, const Layout& l) {
   std::vector<Parts> parts(stages);
   sched::Costs costs;
   costs.stage_costs.resize(stages);
+  // With a measured profile (NOTE [measured profile]): its pieces, each scaled so that the pieces of one
+  // stage's action carry one action overhead (the profile's whole-model F and B carried one); under TP,
+  // what exceeds the cluster's per-layer host time divides by tp. ZB schedules split B into I and W in
+  // the proportion of their FLOPs.
+  const MicroBatchProfile* prof = pr.profile ? &pr.profile->at(l.micro_batch) : nullptr;
+  const int rc = recompute_index(l.recompute);
+  const double w_share = lf.weight_grad() / (lf.input_grad() + lf.weight_grad());
+  auto tp_scaled = [&](double x, double host) { return std::min(x, host) + std::max(0.0, x - host) / t; };
   for (int vs = 0; vs < stages; ++vs) {
     const double n = nl[vs];
-    const bool last = vs == stages - 1;
+    const bool first = vs == 0, last = vs == stages - 1;
+    if (prof) {
+      const double kf = std::max(0.0, prof->forward_ms(pr.profile->layers) * 1e-3 - ov0) / (prof->forward_ms(pr.profile->layers) * 1e-3) * slow;
+      auto piece = [&](double layer_ms, double emb_ms, double head_ms, double k, double host) {
+        return n * tp_scaled(layer_ms * 1e-3 * k, host) + (first ? tp_scaled(emb_ms * 1e-3 * k, host) : 0.0) +
+               (last ? tp_scaled(head_ms * 1e-3 * k, host) : 0.0);
+      };
+      auto backward = [&](int mode) {
+        const double k =
+            std::max(0.0, prof->backward_ms(mode, pr.profile->layers) * 1e-3 - ov0) / (prof->backward_ms(mode, pr.profile->layers) * 1e-3) * slow;
+        return piece(prof->layer_backward_ms[mode], prof->embedding_backward_ms[mode], prof->head_backward_ms[mode], k,
+                     layer_host.second);
+      };
+      const double comp_f = piece(prof->layer_forward_ms, prof->embedding_forward_ms, prof->head_forward_ms, kf,
+                                  layer_host.first);
+      const double comp_b0 = backward(0), comp_b = std::max(comp_b0, backward(rc));
+      double w = split_w ? comp_b0 * w_share : 0.0;
+      double i = comp_b - w + ov + n * (tp_pass + rec_tp);
+      const double f = comp_f + ov + n * tp_pass;
+      if (split_w) w += ov;
+      costs.stage_costs[vs] = {f * 1e3, (i + w) * 1e3, w * 1e3};
+      parts[vs].tp = n * (2 * tp_pass + rec_tp);
+      parts[vs].rec = comp_b - comp_b0;
+      parts[vs].over = ov * (split_w ? 3 : 2);
+      parts[vs].gemm = f + i + w - parts[vs].tp - parts[vs].rec - parts[vs].over;
+      continue;
+    }
     double f = n * (lf.forward() / t / rate + tp_pass) + (last ? hf / t / rate : 0);
     double w = n * lf.weight_grad() / t / rate + (last ? hf / t / rate : 0);
     double i = n * (lf.input_grad() / t / rate + tp_pass + rec_gemm + rec_tp) + (last ? hf / t / rate : 0);
@@ -233,7 +278,9 @@ Estimate evaluate(const Problem& pr, const Layout& l) {
     if (r0 == r1) continue;
     const int64_t g0 = static_cast<int64_t>(r0) * l.dp * l.tp, g1 = static_cast<int64_t>(r1) * l.dp * l.tp;
     const Link pl = link(c, g0 / c.devices_per_node == g1 / c.devices_per_node);
-    latency[vs] = (msg / (pl.gbs * 1e9) + pl.lat_us * 1e-6) * 1e3;
+    const bool intra = g0 / c.devices_per_node == g1 / c.devices_per_node;
+    const double busy_lat = intra ? c.intra_pipeline_latency_us : c.inter_pipeline_latency_us;
+    latency[vs] = (msg / (pl.gbs * 1e9) + (busy_lat > 0 ? busy_lat : pl.lat_us) * 1e-6) * 1e3;
   }
   sched::Costs free_costs = costs;
   costs.latency = latency;
@@ -287,15 +334,24 @@ Estimate evaluate(const Problem& pr, const Layout& l) {
     double dp_s = 0;
     if (l.dp > 1) {
       const double g = params * 4, buckets = std::ceil(g / bucket);
-      const double full = ring_allreduce(g, l.dp, dl.gbs, 0) + buckets * ring_allreduce(0, l.dp, 1, dl.lat_us);
-      const double reduce = l.zero ? full / 2 : full;
-      const double one_bucket = ring_allreduce(std::min(g, bucket), l.dp, dl.gbs, dl.lat_us) / (l.zero ? 2 : 1);
+      // A ring all-reduce per bucket; ZeRO-1 instead a reduce-scatter per bucket and, after the step, an
+      // all-gather per bucket, each half the volume and the steps of the all-reduce but a call of its own.
+      const double n = l.dp, f = std::min(g, bucket) / g;
+      const double vol = 2 * (n - 1) / n * g / (dl.gbs * 1e9), lat = 2 * (n - 1) * dl.lat_us * 1e-6,
+                   call = dl.call_us * 1e-6;
+      const double half = vol / 2 + buckets * (lat / 2 + call);
+      const double reduce = l.zero ? half : vol + buckets * (lat + call);
+      const double one_bucket = l.zero ? vol * f / 2 + lat / 2 + call : vol * f + lat + call;
       dp_s = pr.overlap_grad_reduce ? std::max(one_bucket, reduce - backward_one) : reduce;
-      if (l.zero) dp_s += full / 2;
+      if (l.zero) dp_s += half;
     }
-    const double opt_s = params / (l.zero ? l.dp : 1) *
-                         (pr.precision == "bf16" ? kOptimizerBytesBf16 : kOptimizerBytesFp32) /
-                         (c.memory_bandwidth_gbs * 1e9);
+    // With a profile: its measured step overhead (the whole model on one rank) in the share of the
+    // model's parameters this pipeline rank updates. Host-bound work (per tensor, loading, logging)
+    // does not shrink with tp or ZeRO's sharding, so neither divides it.
+    const double opt_s = slow * (prof ? prof->step_overhead_ms * 1e-3 * params * t / static_cast<double>(total_params(m))
+                                      : params / (l.zero ? l.dp : 1) *
+                                            (pr.precision == "bf16" ? kOptimizerBytesBf16 : kOptimizerBytesFp32) /
+                                            (c.memory_bandwidth_gbs * 1e9));
     dp_worst = std::max(dp_worst, dp_s);
     opt_worst = std::max(opt_worst, opt_s);
   }
@@ -314,7 +370,20 @@ Estimate evaluate(const Problem& pr, const Layout& l) {
   b.pp_comm = std::max(0.0, pipe_s - pipe_free_s);
   b.dp_exposed = dp_worst;
   b.optimizer = opt_worst;
-  est.step_s = pipe_s + dp_worst + opt_worst;
+  // The step's small collectives (latency and call time only): the gradient norm's all-reduce over the
+  // model-parallel ranks (tp x pp, and dp when ZeRO-1 shards the gradients), the tied embedding's
+  // gradient between its first and last stage, and on a logged step the loss over pp and dp and the
+  // pipeline's busy times gathered over pp.
+  {
+    const Link sl = link(c, static_cast<int64_t>(l.tp) * l.pp * l.dp <= c.devices_per_node);
+    auto small = [&](int n) { return ring_allreduce(8.0 * static_cast<double>(m.layers), n, sl); };
+    double sync = small(l.tp * l.pp) + (l.zero ? small(l.dp) : 0.0);
+    if (tied && l.pp > 1 && !tied_on_one_rank) sync += ring_allreduce(head_copy * 4, 2, sl);
+    const double logged = 1.0 / static_cast<double>(std::max<int64_t>(1, pr.log_interval));
+    sync += logged * (2 * small(l.pp) + small(l.dp));
+    b.step_sync = sync;
+  }
+  est.step_s = pipe_s + dp_worst + opt_worst + b.step_sync;
 
   const int devices = l.tp * l.pp * l.dp;
   est.tokens_per_s = static_cast<double>(pr.global_batch * m.seq_len) / est.step_s;

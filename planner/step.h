@@ -5,11 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "framework/config.h"
 #include "planner/cluster.h"
+#include "planner/profile.h"
 
 namespace trident::plan {
 
@@ -38,7 +40,9 @@ struct Breakdown {
   double bubble = 0;     // pipeline idle beyond the busiest rank's work, with free transfers
   double pp_comm = 0;    // what the point-to-point transfers add to the pipeline's step
   double dp_exposed = 0; // the part of the gradient reduce (and ZeRO's parameter gather) not hidden by the backward
-  double optimizer = 0;  // clip norm and AdamW step (memory-bound)
+  double optimizer = 0;  // clip norm and AdamW step (memory-bound; with a profile: its measured step overhead)
+  double step_sync = 0;  // the step's small collectives: the gradient norm over the model-parallel ranks (and
+                         // dp with ZeRO-1), the tied embedding's gradient, the logged loss and pipeline figures
 };
 
 struct RankMemory {  // bytes on one device of pipeline rank r
@@ -68,6 +72,11 @@ struct Problem {
   int64_t global_batch = 1;
   bool overlap_grad_reduce = true;
   double dp_bucket_mb = 25.0;
+  int64_t log_interval = 1;  // logging.log_interval: a logged step also reduces the loss and gathers the
+                             // pipeline's busy times
+  // Measured per-piece compute of this model (NOTE [measured profile]); without it compute is FLOPs at
+  // the cluster's GEMM rate plus its per-layer and per-action host time.
+  std::optional<Profile> profile;
 };
 
 // Throws PlanError when the layout does not fit the model, the batch or the

@@ -1,10 +1,15 @@
 // `trident plan calibrate`'s measurements: see calibrate.h.
 #include "framework/train/calibrate.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <memory>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 
@@ -12,10 +17,12 @@
 #include <ATen/Parallel.h>
 
 #include "framework/config.h"
+#include "framework/train/trainer.h"
 #include "models/registry.h"
 #include "parallel/thread_group.h"
 #include "schedules/executor.h"
 #include "schedules/generators.h"
+#include "schedules/measure.h"
 
 namespace trident::bench {
 namespace {
@@ -131,6 +138,101 @@ class NullStage : public Stage {
   std::vector<Param> params_;
 };
 
+// NOTE [busy link] What a pipeline transfer costs as training sees it: two
+// ranks run 1f1b through the real executor on stages that each keep their
+// core busy (one 384^3 matmul forward and one backward, about a millisecond
+// each here), and the latency is measured from their timelines as the trainer
+// measures it (NOTE [measured link latency] in schedules/measure.h). On a
+// host whose ranks share its cores this is mostly the time for the receiving
+// rank's communication thread to be scheduled, which back-to-back ping-pongs
+// between idle ranks do not see.
+class BusyStage : public Stage {
+ public:
+  BusyStage(bool first, bool last) : first_(first), last_(last) {
+    Param w;
+    w.info.name = "w";
+    w.info.full_shape = {1};
+    w.tensor = at::ones({1}).requires_grad_(true);
+    params_.push_back(w);
+    Param a;
+    a.info.name = "a";
+    a.info.full_shape = {kN, kN};
+    a.tensor = at::randn({kN, kN}).requires_grad_(true);
+    params_.push_back(a);
+    b_ = at::randn({kN, kN});
+  }
+  at::Tensor forward(const at::Tensor& input, const at::Tensor&) override {
+    at::Tensor y = (first_ ? input.to(at::kFloat) : input) * params_[0].tensor;  // (mbs, 4)
+    y = y + at::mm(params_[1].tensor, b_).sum() * 0.0;                          // the busy part
+    return last_ ? y.mean() : y;
+  }
+  std::vector<int64_t> input_shape(int64_t mbs) const override { return {mbs, 4}; }
+  std::vector<int64_t> output_shape(int64_t mbs) const override { return {mbs, 4}; }
+  std::vector<Param>& params() override { return params_; }
+
+ private:
+  static constexpr int64_t kN = 384;
+  bool first_, last_;
+  std::vector<Param> params_;
+  at::Tensor b_;
+};
+
+sched::LinkLatency busy_link_latency() {
+  const int ranks = 2, m = 8, steps = 8;
+  const sched::Schedule schedule = sched::generate("1f1b", ranks, m, 1);
+  std::vector<std::vector<sched::RankRecording>> rec(steps, std::vector<sched::RankRecording>(ranks));
+  const std::vector<std::string> errors = run_thread_group("pp", ranks, std::chrono::milliseconds(120000), [&](Group& pp) {
+    BusyStage stage(pp.rank == 0, pp.rank == ranks - 1);
+    Executor exec({&stage}, pp, schedule.stage_map(), 1);
+    auto batch = [](int) { return MicroBatch{at::ones({1, 4}, at::kLong), at::zeros({1, 4}, at::kLong)}; };
+    for (int step = -2; step < steps; ++step) {
+      exec.run(schedule.ranks[static_cast<size_t>(pp.rank)], batch, 1.0);
+      for (Param& p : stage.params()) p.tensor.mutable_grad() = at::Tensor();
+      if (step >= 0) rec[static_cast<size_t>(step)][static_cast<size_t>(pp.rank)] = {pp.rank, 0.0, exec.timeline(), {}};
+    }
+  });
+  for (int r = 0; r < ranks; ++r)
+    if (!errors[static_cast<size_t>(r)].empty())
+      throw std::runtime_error("plan calibrate: pipeline latency, rank " + std::to_string(r) + ": " +
+                               errors[static_cast<size_t>(r)]);
+  std::vector<sched::Timeline> timelines;
+  for (const auto& step : rec) timelines.push_back(sched::to_timeline(step, m, 1));
+  return sched::measured_link_latency(schedule, timelines, 0.05);  // ms; the trainer's 50 us idle threshold
+}
+
+// NOTE [busy link], for collectives: two ranks each run a 256^3 matmul and then a 16 KiB all-reduce
+// (a tensor-parallel layer's pattern), 30 times a round; the same matmuls alone, timed on each rank
+// before, are subtracted. The median of 3 rounds, rank 0's clock.
+double busy_collective_us(int64_t bytes) {
+  const int ranks = 2, reps = 30;
+  std::vector<double> rounds;
+  const std::vector<std::string> errors = run_thread_group("tp", ranks, std::chrono::milliseconds(120000), [&](Group& g) {
+    const at::Tensor a = at::randn({256, 256}), b = at::randn({256, 256});
+    at::Tensor t = at::ones({bytes / 4});
+    at::Tensor sink = at::zeros({256, 256});
+    auto compute = [&] { sink.add_(at::mm(a, b)); };
+    for (int round = -1; round < 3; ++round) {
+      barrier(g);
+      const auto t0 = Clock::now();
+      for (int i = 0; i < reps; ++i) compute();
+      const double alone = since(t0);
+      barrier(g);
+      const auto t1 = Clock::now();
+      for (int i = 0; i < reps; ++i) {
+        compute();
+        all_reduce(g, t);
+      }
+      const double both = since(t1);
+      if (g.rank == 0 && round >= 0) rounds.push_back((both - alone) / reps);
+    }
+  });
+  for (int r = 0; r < ranks; ++r)
+    if (!errors[static_cast<size_t>(r)].empty())
+      throw std::runtime_error("plan calibrate: busy all-reduce, rank " + std::to_string(r) + ": " +
+                               errors[static_cast<size_t>(r)]);
+  return std::max(0.0, median(rounds)) * 1e6;
+}
+
 double action_overhead_us(int ranks) {
   const int m = 8, steps = 10;
   const sched::Schedule schedule = sched::generate("1f1b", ranks, m, 1);
@@ -224,8 +326,109 @@ Calibration calibrate(const CalibrateOptions& o) {
       throw std::runtime_error("plan calibrate: rank " + std::to_string(r) + ": " + errors[static_cast<size_t>(r)]);
   c.comm = comm;
   c.action_overhead_us = action_overhead_us(o.ranks);
+  const sched::LinkLatency busy = busy_link_latency();
+  if (busy.links == 0)
+    throw std::runtime_error("plan calibrate: the busy pipeline's link latency could not be measured (no receive "
+                             "waited); rerun, or lower the machine's load");
+  c.pipeline_latency_us = busy.mean * 1000.0;
+  c.pipeline_latency_samples = busy.samples;
+  c.busy_collective_bytes = 16384;
+  c.busy_collective_us = busy_collective_us(16384);
   for (const char* arch : {"gpt", "llama"}) c.layers.push_back(layer_overhead(arch, o.threads));
   return c;
+}
+
+namespace {
+
+// One training run of `cfg` on this process (a world of one), its output held back: the mean F and B
+// per micro-batch and the mean step time beyond the actions, over the steps after the first two.
+struct Measured {
+  double forward_ms = 0, backward_ms = 0, overhead_ms = 0;
+};
+Measured train_once(const Config& cfg, int64_t microbatches) {
+  std::ostringstream held;
+  std::streambuf* const out = std::cout.rdbuf(held.rdbuf());
+  TrainSummary summary;
+  try {
+    summary = train(cfg);
+  } catch (const std::exception& e) {
+    std::cout.rdbuf(out);
+    throw std::runtime_error(std::string(e.what()) + "\n--- the trainer's output ---\n" + held.str());
+  }
+  std::cout.rdbuf(out);
+  if (summary.stage_forward_ms.size() != 1 || summary.steps.size() < 3)
+    throw std::runtime_error("plan profile: the run left " + std::to_string(summary.steps.size()) +
+                             " logged steps and " + std::to_string(summary.stage_forward_ms.size()) +
+                             " stage costs; expected >= 3 and 1");
+  // Medians over the steps (a burst of other work on the machine lands on one step, not on all): the
+  // step's busy time per micro-batch, split into F and B in the proportion of the executor's means.
+  std::vector<double> busy, over;
+  for (size_t i = 2; i < summary.steps.size(); ++i) {
+    busy.push_back(summary.steps[i].stage_busy_s.at(0));
+    over.push_back(summary.steps[i].step_time_s - busy.back());
+  }
+  const double per_mb_ms = 1e3 * median(busy) / static_cast<double>(microbatches);
+  const double f = summary.stage_forward_ms[0], b = summary.stage_backward_ms[0];
+  Measured m;
+  m.forward_ms = per_mb_ms * f / (f + b);
+  m.backward_ms = per_mb_ms * b / (f + b);
+  m.overhead_ms = 1e3 * median(over);
+  return m;
+}
+
+}  // namespace
+
+std::vector<ProfileRow> measure_profile(const Config& cfg, const std::vector<int64_t>& micro_batches,
+                                        const ProfileOptions& o) {
+  if (o.steps < 3) throw std::runtime_error("plan profile: --steps " + std::to_string(o.steps) + ": expected >= 3");
+  if (o.microbatches < 1)
+    throw std::runtime_error("plan profile: --microbatches " + std::to_string(o.microbatches) + ": expected >= 1");
+  if (micro_batches.empty()) throw std::runtime_error("plan profile: no micro-batch size given");
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("trident-profile-" + std::to_string(::getpid()));
+  std::vector<ProfileRow> rows;
+  for (int64_t mbs : micro_batches) {
+    if (mbs < 1) throw std::runtime_error("plan profile: micro-batch size " + std::to_string(mbs) + ": expected >= 1");
+    Config c = cfg;
+    c.parallel.tp = c.parallel.pp = c.parallel.dp = 1;
+    c.parallel.zero = 0;
+    c.parallel.sequence_parallel = false;
+    c.parallel.pipeline_layers.clear();
+    c.schedule.kind = "1f1b";
+    c.schedule.chunks = 0;
+    c.training.micro_batch_size = mbs;
+    c.training.global_batch_size = mbs * o.microbatches;
+    c.training.steps = o.steps;
+    c.training.warmup_steps = std::min<int64_t>(c.training.warmup_steps, o.steps);
+    c.training.eval_interval = 0;
+    c.checkpoint = CheckpointConfig{};
+    c.logging.dir = (dir / ("mbs" + std::to_string(mbs))).string();
+    c.logging.log_interval = 1;
+    c.logging.progress = false;
+    c.logging.trace = false;
+    c.logging.tensorboard = false;
+    ProfileRow row;
+    row.micro_batch = mbs;
+    const char* modes[3] = {"none", "selective", "full"};
+    for (int k = 0; k < 3; ++k) {
+      c.training.recompute = modes[k];
+      const Measured m = train_once(c, o.microbatches);
+      if (k == 0) row.forward_ms = m.forward_ms, row.step_overhead_ms = std::max(0.0, m.overhead_ms);
+      row.backward_ms[k] = m.backward_ms;
+    }
+    c.training.recompute = "none";
+    const LayerCosts pieces = make_model(c)->profile(mbs, 3);
+    double layers = 0;
+    for (double x : pieces.layers) layers += x;
+    const double total = layers + pieces.embedding + pieces.head;
+    row.embedding_share = pieces.embedding / total;
+    row.head_share = pieces.head / total;
+    row.layer_share = layers / static_cast<double>(pieces.layers.size()) / total;
+    rows.push_back(row);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  return rows;
 }
 
 }  // namespace trident::bench

@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "framework/config.h"
+
 namespace trident::bench {
 
 struct CalibrateOptions {
@@ -30,6 +32,13 @@ struct Calibration {
   double memory_gbs = 0;            // streaming a += b over 64 MiB tensors (3 bytes moved per byte)
   std::vector<CommTiming> comm;     // every kind at every size
   double action_overhead_us = 0;    // mean F, I and W time of a stage that computes nothing, through the executor
+  // A pipeline transfer's latency as the executor sees it while both ranks compute (NOTE [busy link]).
+  double pipeline_latency_us = 0;
+  int pipeline_latency_samples = 0;
+  // A small all-reduce's time between computing ranks, what the computation alone took subtracted
+  // (NOTE [busy link]); `busy_collective_bytes` is its message.
+  double busy_collective_us = 0;
+  double busy_collective_bytes = 0;
   // Per model family ("gpt", "llama"): median host time of one layer's forward and backward, us, from a
   // middle pipeline stage of a model too small to compute anything (NOTE [layer overhead] in calibrate.cpp).
   struct Layer {
@@ -43,5 +52,25 @@ struct Calibration {
 
 // Runs every measurement; throws std::runtime_error naming a bad option or a failed rank.
 Calibration calibrate(const CalibrateOptions& o);
+
+// `trident plan profile`'s measurement of one model at one micro-batch size
+// (NOTE [measured profile] in planner/profile.h): the trainer on one device.
+struct ProfileRow {
+  int64_t micro_batch = 0;
+  double forward_ms = 0;                  // the whole model's mean F per micro-batch
+  double backward_ms[3] = {0, 0, 0};      // and B, with recompute none, selective, full
+  double step_overhead_ms = 0;            // per step beyond the actions (recompute none)
+  // Shares of the whole in the pieces' times alone (Model::profile): embedding, one layer (the mean), head.
+  double embedding_share = 0, layer_share = 0, head_share = 0;
+};
+struct ProfileOptions {
+  int steps = 10;        // trained per measurement; the first 2 are left out of the medians
+  int microbatches = 8;  // per step
+};
+// `cfg` with the layout made one device (tp = pp = dp = 1, no ZeRO) and the
+// micro-batch sizes given; prints nothing (the trainer's output is held back
+// and shown only in the error of a failed run). Throws std::runtime_error.
+std::vector<ProfileRow> measure_profile(const Config& cfg, const std::vector<int64_t>& micro_batches,
+                                        const ProfileOptions& o);
 
 }  // namespace trident::bench

@@ -608,6 +608,10 @@ TrainSummary train(Config cfg) {
             << r.dp->optimizer_state_bytes() << " bytes" << std::endl;
   summary.optimizer_state_bytes = r.dp->optimizer_state_bytes();
   summary.peak_inflight = r.peak.peak_inflight;
+  for (const sched::StageCosts& sc : r.costs.costs.stage_costs) {
+    summary.stage_forward_ms.push_back(sc.forward);
+    summary.stage_backward_ms.push_back(sc.backward);
+  }
   write_rank_summary(r, summary);
   barrier(r.pgs->world);
   return summary;

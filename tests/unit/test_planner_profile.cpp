@@ -1,0 +1,208 @@
+// The planner with a measured profile (planner/profile.h) and the link
+// model's per-call collective and busy-pipeline latency: the file's checks,
+// and the step model on hand-computed cases.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tests/error_of.h"
+#include "framework/config.h"
+#include "planner/calibration.h"
+#include "planner/cluster.h"
+#include "planner/model_cost.h"
+#include "planner/profile.h"
+#include "planner/step.h"
+
+using namespace trident;
+using namespace trident::plan;
+using trident::testing::error_of;
+
+namespace {
+
+ModelConfig gpt(int64_t l, int64_t h, int64_t a, int64_t s, int64_t v) {
+  ModelConfig m;
+  m.layers = l, m.hidden = h, m.heads = a, m.seq_len = s, m.vocab_size = v, m.vocab_pad_multiple = 1;
+  return m;
+}
+
+// 1 TFLOP/s fp32, 1 GB/s links without latency, no overheads.
+Cluster unit_cluster() {
+  return parse_cluster(
+      "[cluster]\nnodes = 1\ndevices_per_node = 8\ndevice_memory_gib = 16\n"
+      "[compute]\npeak_tflops_fp32 = 1.0\ngemm_efficiency = 1.0\nmemory_bandwidth_gbs = 1e12\n"
+      "[intra_node]\nbandwidth_gbs = 1.0\nlatency_us = 0\n[inter_node]\nbandwidth_gbs = 1.0\nlatency_us = 0\n",
+      "unit.toml");
+}
+
+// A profile of gpt(4, 64, 8, 32, 256) at micro-batch sizes 1 and 2: whole-model F 1 + 4 x 2 + 3 = 12 ms,
+// B 24 ms (selective 26, full 36), step overhead 5 ms.
+std::string profile_text() {
+  std::string rows;
+  for (int mbs : {1, 2})
+    rows += "[[micro_batch]]\nsize = " + std::to_string(mbs) +
+            "\nlayer_forward_ms = 2.0\nembedding_forward_ms = 1.0\nhead_forward_ms = 3\n"
+            "layer_backward_ms = 4.0\nlayer_backward_selective_ms = 4.5\nlayer_backward_full_ms = 6.5\n"
+            "embedding_backward_ms = 2.0\nembedding_backward_selective_ms = 2.0\nembedding_backward_full_ms = 2.0\n"
+            "head_backward_ms = 6.0\nhead_backward_selective_ms = 6.0\nhead_backward_full_ms = 8.0\n"
+            "step_overhead_ms = 5.0\n";
+  return "[model]\narch = \"gpt\"\nlayers = 4\nhidden = 64\nheads = 8\nkv_heads = 8\nffn_hidden = 256\nseq_len = 32\n"
+         "vocab_size = 256\nprecision = \"fp32\"\nthreads = 1\n" + rows;
+}
+
+Problem problem() {
+  Problem pr;
+  pr.model = gpt(4, 64, 8, 32, 256);
+  pr.precision = "fp32";
+  pr.cluster = unit_cluster();
+  pr.global_batch = 8;
+  pr.profile = parse_profile(profile_text(), "p.toml");
+  return pr;
+}
+
+std::string replaced(std::string s, const std::string& from, const std::string& to) {
+  return s.replace(s.find(from), from.size(), to);
+}
+
+}  // namespace
+
+TEST(PlannerProfile, FileRoundTripsAndBadFilesNameTheKey) {
+  const Profile p = parse_profile(profile_text(), "p.toml");
+  ASSERT_EQ(p.rows.size(), 2u);
+  EXPECT_DOUBLE_EQ(p.at(2).forward_ms(4), 12.0);
+  EXPECT_DOUBLE_EQ(p.at(2).backward_ms(recompute_index("full"), 4), 6.5 * 4 + 2 + 8);
+  const Profile again = parse_profile(to_toml(p), "again.toml");
+  EXPECT_EQ(again.micro_batches(), p.micro_batches());
+  EXPECT_DOUBLE_EQ(again.at(1).layer_backward_ms[1], 4.5);
+  EXPECT_EQ(again.arch, "gpt");
+  EXPECT_EQ(again.ffn_hidden, 256);
+  EXPECT_NE(error_of([] { parse_profile(profile_text(), "p.toml").at(4); }).find("no micro-batch size 4 (it has 1, 2)"),
+            std::string::npos);
+  const std::string t = profile_text();
+  EXPECT_NE(error_of([&] { parse_profile(replaced(t, "head_forward_ms = 3", "head_forward_ms = -3"), "p.toml"); })
+                .find("micro_batch.head_forward_ms (line"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { parse_profile(replaced(t, "head_forward_ms = 3", "head_forwards_ms = 3"), "p.toml"); })
+                .find("micro_batch.head_forwards_ms (line"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { parse_profile(replaced(t, "head_forward_ms = 3\n", ""), "p.toml"); })
+                .find("size = 1 has no head_forward_ms"),
+            std::string::npos);
+  const std::string twice = error_of([&] { parse_profile(replaced(t, "\nsize = 2", "\nsize = 1"), "p.toml"); });
+  EXPECT_NE(twice.find("size 1 given twice"), std::string::npos) << twice;
+  EXPECT_NE(error_of([&] { parse_profile(replaced(t, "threads = 1\n", ""), "p.toml"); }).find("missing model.threads"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { parse_profile(replaced(t, "[model]", "[modle]"), "p.toml"); }).find("unknown section [modle]"),
+            std::string::npos);
+  // Another model's profile is refused, every difference named; another layer count is not a difference.
+  Problem pr = problem();
+  pr.model.hidden = 128, pr.model.seq_len = 64, pr.model.layers = 8;
+  const std::string e = error_of([&] { evaluate(pr, parse_layout("mbs=2", 1)); });
+  EXPECT_NE(e.find("measured on another model: hidden 64 there, 128 here; ffn_hidden 256 there, 512 here; seq_len 32 there, 64 here"), std::string::npos)
+      << e;
+
+  pr = problem();
+  pr.precision = "bf16";
+  pr.cluster.peak_tflops_bf16 = 1.0;
+  EXPECT_NE(error_of([&] { evaluate(pr, parse_layout("mbs=2", 1)); }).find("precision fp32 there, bf16 here"),
+            std::string::npos);
+  pr = problem();
+  EXPECT_NE(error_of([&] { evaluate(pr, parse_layout("mbs=4", 1)); }).find("no micro-batch size 4"), std::string::npos);
+}
+
+TEST(PlannerProfile, OneDeviceStepIsTheProfilesActionsAndOverhead) {
+  Problem pr = problem();
+  // pp = 1: 4 micro-batches of the whole model's F and B, then the step overhead.
+  const Estimate e = evaluate(pr, parse_layout("mbs=2", 1));
+  EXPECT_NEAR(e.step_s, 4 * (12 + 24) * 1e-3 + 5e-3, 1e-12);
+  EXPECT_NEAR(e.breakdown.optimizer, 5e-3, 1e-12);
+  EXPECT_NEAR(e.breakdown.compute, 4 * 36e-3, 1e-12);
+  // Recomputation: its measured backward; the difference is the recompute part.
+  const Estimate full = evaluate(pr, parse_layout("mbs=2,recompute=full", 1));
+  EXPECT_NEAR(full.step_s, 4 * (12 + 36) * 1e-3 + 5e-3, 1e-12);
+  EXPECT_NEAR(full.breakdown.recompute, 4 * 12e-3, 1e-12);
+  // An action overhead stays one per action: the whole-model F and B already held one each.
+  set_cluster_key(pr.cluster, "compute.action_overhead_us=500");
+  EXPECT_NEAR(evaluate(pr, parse_layout("mbs=2", 1)).step_s, e.step_s, 1e-12);
+}
+
+TEST(PlannerProfile, PipelineStagesSplitThePiecesAndPayTheirOwnActions) {
+  Problem pr = problem();
+  set_cluster_key(pr.cluster, "compute.action_overhead_us=1000");
+  // pp = 2, 1f1b, 4 micro-batches; a transfer is (2, 32, 64) fp32 at 1 GB/s, 16.384 us. Scale of the pieces: F (12 - 1) / 12, B (24 - 1) / 24.
+  // Stage 0: embedding + 2 layers, stage 1: 2 layers + head; each action adds the 1 ms overhead back.
+  const double kf = 11.0 / 12, kb = 23.0 / 24;
+  const double f0 = (1 + 2 * 2) * kf + 1, b0 = (2 + 2 * 4) * kb + 1;
+  const double f1 = (2 * 2 + 3) * kf + 1, b1 = (2 * 4 + 6) * kb + 1;
+  const Estimate e = evaluate(pr, parse_layout("pp=2,mbs=2", 2));
+  // 1f1b on 2 ranks, m = 4: stage 1 waits f0 for its first input, then runs its 4 F and 4 B back to
+  // back (stage 0's inputs and gradients come in time: f0 <= f1 + b1 and b1 >= f0); stage 0's last B
+  // follows stage 1's last B. Two transfers lie on that path: the first activation and the last gradient.
+  const double pipe = f0 + 4 * (f1 + b1) + b0 + 2 * 0.016384;
+  // Overhead: each rank's share of the parameters (the larger rank's), on top.
+  const ParamCounts pc = param_counts(pr.model, 1, true);
+  const double share = std::max(2.0 * pc.layer + pc.embedding, 2.0 * pc.layer + pc.head) / total_params(pr.model);
+  EXPECT_NEAR(e.step_s, (pipe + 5 * share) * 1e-3 + e.breakdown.step_sync, 1e-9);
+  // The step's small collectives over 2 ranks (a ring of 2 moves the message once): the norm's 8 bytes
+  // per layer, the tied word embedding's gradient (256 x 64 fp32), the logged loss and busy times.
+  EXPECT_NEAR(e.breakdown.step_sync, (8.0 * 4 + 256 * 64 * 4 + 2 * 8.0 * 4) / 1e9, 1e-15);
+}
+
+TEST(PlannerProfile, TensorParallelismDividesWhatExceedsTheLayersHostTime) {
+  Problem pr = problem();
+  set_cluster_key(pr.cluster, "compute.gpt_layer_forward_us=1000");
+  set_cluster_key(pr.cluster, "compute.gpt_layer_backward_us=1000");
+  const Estimate e = evaluate(pr, parse_layout("tp=2,mbs=2", 2));
+  // Per micro-batch: F = 4 x (1 + (2 - 1) / 2) + 1 + (1 + (3 - 1) / 2) = 9 ms,
+  // B = 4 x (1 + 3/2) + (1 + 1/2) + (1 + 5/2) = 15 ms; compute is everything but the collectives.
+  EXPECT_NEAR(e.breakdown.compute, 4 * (9 + 15) * 1e-3, 1e-12);
+  EXPECT_GT(e.breakdown.tp_comm, 0.0);
+}
+
+TEST(PlannerLink, CollectiveCallTimeCountsPerCallAndSequenceParallelismDoublesTheCalls) {
+  Problem pr;
+  pr.model = gpt(4, 64, 8, 32, 256);
+  pr.precision = "fp32";
+  pr.cluster = unit_cluster();
+  pr.global_batch = 8;
+  const double base = evaluate(pr, parse_layout("tp=2,mbs=2", 2)).breakdown.tp_comm;
+  set_cluster_key(pr.cluster, "intra_node.collective_us=100");
+  // 4 layers x 4 micro-batches x 4 all-reduces (2 forward, 2 backward), each one call.
+  EXPECT_NEAR(evaluate(pr, parse_layout("tp=2,mbs=2", 2)).breakdown.tp_comm - base, 4 * 4 * 4 * 100e-6, 1e-12);
+  // With SP: the same volume in an all-gather and a reduce-scatter each: twice the calls.
+  EXPECT_NEAR(evaluate(pr, parse_layout("tp=2,sp=1,mbs=2", 2)).breakdown.tp_comm - base, 2 * 4 * 4 * 4 * 100e-6, 1e-12);
+  // A pipeline transfer takes pipeline_latency_us when it is given, else latency_us.
+  const double pp_free = evaluate(pr, parse_layout("pp=2,mbs=2", 2)).breakdown.pp_comm;
+  set_cluster_key(pr.cluster, "intra_node.latency_us=10");
+  const double pp_lat = evaluate(pr, parse_layout("pp=2,mbs=2", 2)).breakdown.pp_comm;
+  set_cluster_key(pr.cluster, "intra_node.pipeline_latency_us=1000");
+  const double pp_busy = evaluate(pr, parse_layout("pp=2,mbs=2", 2)).breakdown.pp_comm;
+  EXPECT_GT(pp_lat, pp_free);
+  EXPECT_GT(pp_busy, 20 * pp_lat);
+  EXPECT_EQ(parse_cluster(to_toml(pr.cluster), "again.toml").intra_pipeline_latency_us, 1000.0);
+}
+
+TEST(PlannerLink, FitRecoversBandwidthLatencyAndCallTime) {
+  // Timings made by the model itself from 2 GB/s, 30 us per message and 400 us per collective call.
+  std::vector<LinkSample> s;
+  for (const char* kind : {"all_reduce", "all_gather", "p2p"})
+    for (int n : {2, 4})
+      for (double bytes : {1024.0, 65536.0, 4194304.0}) {
+        LinkSample x{kind, n, bytes, 0};
+        const RingTerms r = ring_terms(x);
+        x.seconds = r.volume_bytes / 2e9 + r.steps * 30e-6 + r.calls * 400e-6;
+        s.push_back(x);
+      }
+  const LinkFit f = fit_link(s);
+  EXPECT_NEAR(f.bandwidth_gbs, 2.0, 1e-6);
+  EXPECT_NEAR(f.latency_us, 30.0, 1e-6);
+  EXPECT_NEAR(f.collective_us, 400.0, 1e-6);
+  EXPECT_LT(f.worst_rel_error, 1e-9);
+  // With the latency given, only bandwidth and call time are fitted (and found again).
+  const LinkFit g = fit_link(s, 30.0);
+  EXPECT_EQ(g.latency_us, 30.0);
+  EXPECT_NEAR(g.collective_us, 400.0, 1e-6);
+  // Collectives no slower than their ring volume need no call time: held at 0, not negative.
+  std::vector<LinkSample> fast;
+  for (double bytes : {1024.0, 65536.0}) fast.push_back({"all_reduce", 2, bytes, bytes / 1e9});
+  EXPECT_EQ(fit_link(fast).collective_us, 0.0);
+}
