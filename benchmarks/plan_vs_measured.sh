@@ -2,21 +2,24 @@
 # `trident plan` against measured runs: gpt-tiny and llama-tiny layouts over world sizes 1-8 (tp, pp, dp,
 # ZeRO-1, every schedule kind, recomputation), each trained for real, and predicted with the calibrated
 # description of this machine (configs/clusters/local.toml, written by `trident plan calibrate`).
-#  - step time: measured = mean step_time_s of metrics.jsonl over the steps after the first $SKIP;
-#    predicted = `trident plan --layout ... --format json`'s step_s. One cluster file for every row; nothing
-#    is fitted here (cluster.devices_per_node is set to 8 so that every world size is one node).
+#  - step time: measured = the median step_time_s of metrics.jsonl over the steps after the first $SKIP
+#    (a burst of other work on the 2 cores lands on single steps; the mean is shown beside it);
+#    predicted = `trident plan --layout ... --profile ... --format json`'s step_s, from this machine's
+#    cluster file (`trident plan calibrate`, run first unless CLUSTER names one) and each model's profile
+#    (`trident plan profile`, one device, run first): one cluster and one profile per model for every row,
+#    nothing fitted to the rows (cluster.devices_per_node is set to 8 so that every world size is one node).
 #  - memory per pipeline rank: the predicted bytes of parameters + gradients + optimizer state +
 #    activations + boundary buffers against what the run's rank-R.json reports (NOTE [rank summary]:
 #    local parameters, optimizer state, peak activation and boundary bytes).
 # Usage: benchmarks/plan_vs_measured.sh [BUILD_DIR]   (a directory holding `trident`; default build;
 #   PLAN_BUILD from the environment: where the planning `trident` is, default BUILD_DIR; CLUSTER: the
-#   cluster file, default configs/clusters/local.toml; STEPS (default 12) and SKIP (default 2, fewer when STEPS <= 2); ONLY, an extended
+#   cluster file, default: calibrated now; STEPS (default 20) and SKIP (default 2, fewer when STEPS <= 2); ONLY, an extended
 #   regular expression: run only the layouts whose names match it);
 #   writes benchmarks/results/plan_vs_measured.txt (or $OUT) and, beside it, plan_vs_measured.svg.
 set -euo pipefail
 build="${1:-build}" out="${OUT:-benchmarks/results/plan_vs_measured.txt}"
 plan_build="${PLAN_BUILD:-$build}" cluster="${CLUSTER:-}"
-steps="${STEPS:-12}"
+steps="${STEPS:-20}"
 skip="${SKIP:-$(( steps > 2 ? 2 : steps - 1 ))}"  # warm-up steps left out of the mean
 svg="${out%.txt}.svg"
 py=python3
@@ -76,11 +79,18 @@ while IFS='|' read -r name model world layout sets; do
 done <<< "$layouts"
 [[ -s $tmp/index ]] || { echo "plan_vs_measured: no layout matches ONLY='${ONLY:-}'" >&2; exit 1; }
 {
-  echo "# trident plan vs measured runs: configs/{gpt,llama}-tiny.toml, $steps steps per layout (step time: mean of steps $((skip + 1))-$steps)"
+  echo "# trident plan vs measured runs: configs/{gpt,llama}-tiny.toml, $steps steps per layout (step time: median of steps $((skip + 1))-$steps)"
   echo "# date: $(date -u +%Y-%m-%dT%H:%M:%SZ)  machine: $(nproc) cores  commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
   echo "# load (1, 5, 15 min) before: $load_before  after: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "# cluster: $cluster, $(grep -m1 '^# This machine, measured by' "$cluster" | sed 's/^# This machine, //')"
   echo "# command: PLAN_BUILD=$plan_build benchmarks/plan_vs_measured.sh $build"
+  echo "# the cluster's compute and links, as calibrated:"
+  grep -E '^(peak_tflops_fp32|action_overhead_us|gpt_layer|llama_layer|compute_slots_per_node|bandwidth_gbs|latency_us|collective_us|pipeline_latency_us) ' "$cluster" |
+    awk '!seen[$1]++ { print "#   " $1 " = " $3 }'
+  for model in gpt llama; do
+    echo "# $model-tiny's profile (trident plan profile --config configs/$model-tiny.toml --mbs 2,4), whole model per micro-batch:"
+    grep '^#   mbs' "$tmp/$model.profile.toml"
+  done
   echo "# where the step-time model is wrong on this machine (read from the table below; nothing is fitted per row):"
   echo "#  - contention: the machine has 2 cores and the model one device per rank. World 4 puts 2 ranks on a core and"
   echo "#    world 8 four, and other users' builds share the cores too (the load above): compute of ranks beyond 2 is"
@@ -113,7 +123,7 @@ def spearman(pairs):
     mp, mm = statistics.mean(rp), statistics.mean(rm)
     return sum((a - mp) * (b - mm) for a, b in zip(rp, rm)) / (sum((a - mp) ** 2 for a in rp) * sum((b - mm) ** 2 for b in rm)) ** 0.5
 
-time_rows, time_pts, median_pts, mem_rows, mem_pairs, mem_errs = [], [], [], [], [], []
+time_rows, time_pts, mean_pts, mem_rows, mem_pairs, mem_errs = [], [], [], [], [], []
 for line in open(os.path.join(tmp, "index")):
     name, model, world, layout = line.strip().split("|")
     plan = json.load(open(os.path.join(tmp, name + ".plan.json")))[0]
@@ -121,9 +131,9 @@ for line in open(os.path.join(tmp, "index")):
     meas_t = statistics.mean(r["step_time_s"] for r in rows[skip:])
     med_t = statistics.median(r["step_time_s"] for r in rows[skip:])
     b = plan["breakdown_s"]
-    time_pts.append((name, int(world), plan["step_s"], meas_t))
-    median_pts.append((name, int(world), plan["step_s"], med_t))
-    time_rows.append(f"{name:22s} {world:>5s} {1e3*plan['step_s']:9.1f} {1e3*meas_t:9.1f} {100*(plan['step_s']-meas_t)/meas_t:+8.1f}% {1e3*med_t:9.1f} "
+    time_pts.append((name, int(world), plan["step_s"], med_t))
+    mean_pts.append((name, int(world), plan["step_s"], meas_t))
+    time_rows.append(f"{name:22s} {world:>5s} {1e3*plan['step_s']:9.1f} {1e3*med_t:9.1f} {100*(plan['step_s']-med_t)/med_t:+8.1f}% {1e3*meas_t:9.1f} "
                      f"{1e3*b['compute']:8.1f} {1e3*b['bubble']:7.1f} {1e3*b['tp_comm']:7.1f} {1e3*b['pp_comm']:7.1f} "
                      f"{1e3*b['dp_exposed']:7.1f} {1e3*b['optimizer']:6.2f} {1e3*b['recompute']:7.1f} {1e3*b['step_sync']:6.1f}")
     meas = {}
@@ -148,16 +158,16 @@ def summary(pts):
     return statistics.median(errs), max(errs), spearman([(p, m) for _, _, p, m in pts])
 
 print("# step time (ms): predicted (the planner's breakdown of it: compute incl. action and layer host overhead, bubble, tp_comm, pp_comm,")
-print("# dp_exposed, optimizer, recompute, step_sync) against measured (the mean; the median of the same steps beside it)")
-print(f"{'layout':22s} {'world':>5s} {'pred_ms':>9s} {'meas_ms':>9s} {'err':>9s} {'median_ms':>9s} {'compute':>8s} {'bubble':>7s} {'tp_comm':>7s} {'pp_comm':>7s} {'dp_exp':>7s} {'optim':>6s} {'recomp':>7s} {'sync':>6s}")
+print("# dp_exposed, optimizer, recompute, step_sync) against measured (the median step; the mean of the same steps beside it)")
+print(f"{'layout':22s} {'world':>5s} {'pred_ms':>9s} {'meas_ms':>9s} {'err':>9s} {'mean_ms':>9s} {'compute':>8s} {'bubble':>7s} {'tp_comm':>7s} {'pp_comm':>7s} {'dp_exp':>7s} {'optim':>6s} {'recomp':>7s} {'sync':>6s}")
 print("\n".join(time_rows))
 for label, pts in (("all rows", time_pts), ("world <= 2 (a core per rank)", [p for p in time_pts if p[1] <= 2]),
                    ("world > 2 (ranks share the 2 cores)", [p for p in time_pts if p[1] > 2])):
     if len(pts) >= 2:
         med, worst, rho = summary(pts)
         print(f"step time, {label}: {len(pts)} layouts, median |error| {100*med:.1f}%, worst {100*worst:.1f}%, Spearman {rho:.3f}")
-med, worst, rho = summary(median_pts)
-print(f"step time against the median step instead of the mean, all rows: median |error| {100*med:.1f}%, worst {100*worst:.1f}%, Spearman {rho:.3f}")
+med, worst, rho = summary(mean_pts)
+print(f"step time against the mean step instead of the median, all rows: median |error| {100*med:.1f}%, worst {100*worst:.1f}%, Spearman {rho:.3f}")
 print("goals (median |error| <= 10 %, worst <= 25 %, Spearman >= 0.9 on step time): "
       + ("met" if summary(time_pts)[0] <= 0.10 and summary(time_pts)[1] <= 0.25 and summary(time_pts)[2] >= 0.9 else "missed"))
 print()

@@ -58,13 +58,14 @@ int cmd_plan_profile(int argc, char** argv) {
       "set", po::value<std::vector<std::string>>(), "section.key=value override of the config (repeatable)")(
       "out", po::value<std::string>(), "profile file to write")(
       "mbs", po::value<std::string>()->default_value("1,2,4"), "micro-batch sizes to measure, comma-separated")(
-      "steps", po::value<int>()->default_value(10), "steps trained per measurement (the first 2 are left out)")(
+      "steps", po::value<int>()->default_value(16), "steps trained per measurement (the first 2 are left out)")(
       "microbatches", po::value<int>()->default_value(8), "micro-batches per step");
   po::variables_map vm;
   if (!parse_args(argc, argv, opts, vm, nullptr, nullptr,
                   "Trains the model on one device (tp = pp = dp = 1) with each micro-batch size and each\n"
-                  "recomputation mode, and writes its mean F and B per micro-batch, split into embedding,\n"
-                  "layers and head in the proportions the pieces take alone, and the step's time beyond them.\n"
+                  "recomputation mode (and once with the backward split into I and W), and writes its F and B\n"
+                  "per micro-batch, split into embedding, layers and head in the proportions the pieces take\n"
+                  "alone, and the step's time beyond them.\n"
                   "`trident plan --profile FILE` then predicts every layout of that model from these figures.\n"
                   "example: build/trident plan profile --config configs/gpt-tiny.toml --mbs 2 --steps 4 --out runs/gpt-tiny.profile.toml\n"))
     return 0;
@@ -109,6 +110,8 @@ int cmd_plan_profile(int argc, char** argv) {
       m.head_backward_ms[k] = r.backward_ms[k] * r.head_share;
     }
     m.step_overhead_ms = r.step_overhead_ms;
+    m.split_backward_ratio = r.split_backward_ratio;
+    m.weight_share = r.weight_share;
     p.rows.push_back(m);
   }
   std::ostringstream os;
@@ -116,15 +119,16 @@ int cmd_plan_profile(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
   os << "# " << cfg.source << " measured by `" << command << "`\n"
      << "# (NOTE [measured profile] in planner/profile.h): per micro-batch size, " << o.steps << " steps of "
-     << o.microbatches << " micro-batches on one device\n# for each recomputation mode; the medians leave the first 2 "
-     << "steps out. Whole-model F and B per micro-batch (ms):\n";
+     << o.microbatches << " micro-batches on one device\n# for each recomputation mode and with zb-h1; the medians leave "
+     << "the first 2 steps out. Whole-model F and B per micro-batch (ms):\n";
   for (const bench::ProfileRow& r : rows) {
     char line[256];
     std::snprintf(line, sizeof line,
                   "#   mbs %3lld  F %8.3f  B %8.3f (selective %8.3f, full %8.3f)  step overhead %7.3f  shares: "
-                  "embedding %.3f, layer %.3f, head %.3f\n",
+                  "embedding %.3f, layer %.3f, head %.3f; split B %.3f of B, W %.3f of it\n",
                   static_cast<long long>(r.micro_batch), r.forward_ms, r.backward_ms[0], r.backward_ms[1],
-                  r.backward_ms[2], r.step_overhead_ms, r.embedding_share, r.layer_share, r.head_share);
+                  r.backward_ms[2], r.step_overhead_ms, r.embedding_share, r.layer_share, r.head_share,
+                  r.split_backward_ratio, r.weight_share);
     os << line;
   }
   os << "\n" << plan::to_toml(p);

@@ -38,6 +38,8 @@ const std::vector<RowKey>& row_keys() {
         {"head_backward_selective_ms", [](MicroBatchProfile& r) { return &r.head_backward_ms[1]; }},
         {"head_backward_full_ms", [](MicroBatchProfile& r) { return &r.head_backward_ms[2]; }},
         {"step_overhead_ms", [](MicroBatchProfile& r) { return &r.step_overhead_ms; }},
+        {"split_backward_ratio", [](MicroBatchProfile& r) { return &r.split_backward_ratio; }},
+        {"weight_share", [](MicroBatchProfile& r) { return &r.weight_share; }},
     };
     return v;
   }();
@@ -164,8 +166,9 @@ Profile parse_profile(const std::string& toml_text, const std::string& name) {
       if (it == row_keys().end()) throw PlanError(at + ": unknown key of [[micro_batch]]");
       double x = node.is_integer() ? static_cast<double>(node.as_integer()->get())
                  : node.is_floating_point() ? node.as_floating_point()->get() : -1.0;
+      if (key == "weight_share" && !(x > 0 && x < 1)) throw PlanError(at + ": expected a fraction in (0, 1)");
       if (!std::isfinite(x) || x < 0 || (x == 0 && key != "step_overhead_ms"))
-        throw PlanError(at + ": expected a number of milliseconds > 0");
+        throw PlanError(at + (key == "split_backward_ratio" ? ": expected a ratio > 0" : ": expected a number of milliseconds > 0"));
       *it->at(r) = x;
     }
     if (!got.count("size")) throw PlanError(name + ": a [[micro_batch]]" + line_of(rn) + " has no size");

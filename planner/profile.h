@@ -14,7 +14,8 @@ namespace trident::plan {
 
 // NOTE [measured profile] One micro-batch size of one model, measured by
 // training it on one device (pp = tp = dp = 1) through the real trainer: the
-// executor's mean F and B per micro-batch and the step's time beyond them.
+// median step's busy time per micro-batch, split into F and B as the
+// executor's means split it, and the median step's time beyond them.
 // The whole model's F and B are split into the embedding, the layers and
 // the head (final norm, LM head, loss) in the proportions Model::profile
 // times each piece alone, so the pieces add up to what the trainer measured,
@@ -28,6 +29,9 @@ struct MicroBatchProfile {
   // Per step, the whole model on one rank: zeroing the gradients, the norm, clipping and AdamW, loading
   // and logging (what the step took beyond its F and B actions).
   double step_overhead_ms = 0;
+  // A backward split into I and W (the ZB schedules): its time over the unsplit B's (measured with
+  // zb-h1 on one device), and W's share of it.
+  double split_backward_ratio = 1, weight_share = 0;
   // The whole model's F and B (recompute: 0 none, 1 selective, 2 full) with `layers` layers.
   double forward_ms(int64_t layers) const;
   double backward_ms(int recompute, int64_t layers) const;

@@ -220,11 +220,10 @@ Estimate evaluate(const Problem& pr, const Layout& l) {
   costs.stage_costs.resize(stages);
   // With a measured profile (NOTE [measured profile]): its pieces, each scaled so that the pieces of one
   // stage's action carry one action overhead (the profile's whole-model F and B carried one); under TP,
-  // what exceeds the cluster's per-layer host time divides by tp. ZB schedules split B into I and W in
-  // the proportion of their FLOPs.
+  // what exceeds the cluster's per-layer host time divides by tp. ZB schedules split B into I and W as
+  // the profile measured them.
   const MicroBatchProfile* prof = pr.profile ? &pr.profile->at(l.micro_batch) : nullptr;
   const int rc = recompute_index(l.recompute);
-  const double w_share = lf.weight_grad() / (lf.input_grad() + lf.weight_grad());
   auto tp_scaled = [&](double x, double host) { return std::min(x, host) + std::max(0.0, x - host) / t; };
   for (int vs = 0; vs < stages; ++vs) {
     const double n = nl[vs];
@@ -243,8 +242,13 @@ Estimate evaluate(const Problem& pr, const Layout& l) {
       };
       const double comp_f = piece(prof->layer_forward_ms, prof->embedding_forward_ms, prof->head_forward_ms, kf,
                                   layer_host.first);
-      const double comp_b0 = backward(0), comp_b = std::max(comp_b0, backward(rc));
-      double w = split_w ? comp_b0 * w_share : 0.0;
+      double comp_b0 = backward(0), comp_b = std::max(comp_b0, backward(rc));
+      if (split_w) {  // the measured cost of a split backward, its recomputation extra kept
+        const double extra = comp_b - comp_b0;
+        comp_b0 *= prof->split_backward_ratio;
+        comp_b = comp_b0 + extra;
+      }
+      double w = split_w ? comp_b0 * prof->weight_share : 0.0;
       double i = comp_b - w + ov + n * (tp_pass + rec_tp);
       const double f = comp_f + ov + n * tp_pass;
       if (split_w) w += ov;

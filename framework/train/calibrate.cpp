@@ -343,7 +343,7 @@ namespace {
 // One training run of `cfg` on this process (a world of one), its output held back: the mean F and B
 // per micro-batch and the mean step time beyond the actions, over the steps after the first two.
 struct Measured {
-  double forward_ms = 0, backward_ms = 0, overhead_ms = 0;
+  double forward_ms = 0, backward_ms = 0, weight_ms = 0, overhead_ms = 0;
 };
 Measured train_once(const Config& cfg, int64_t microbatches) {
   std::ostringstream held;
@@ -372,6 +372,7 @@ Measured train_once(const Config& cfg, int64_t microbatches) {
   Measured m;
   m.forward_ms = per_mb_ms * f / (f + b);
   m.backward_ms = per_mb_ms * b / (f + b);
+  m.weight_ms = b > 0 ? m.backward_ms * summary.stage_weight_ms[0] / b : 0.0;
   m.overhead_ms = 1e3 * median(over);
   return m;
 }
@@ -417,6 +418,11 @@ std::vector<ProfileRow> measure_profile(const Config& cfg, const std::vector<int
       row.backward_ms[k] = m.backward_ms;
     }
     c.training.recompute = "none";
+    c.schedule.kind = "zb-h1";  // B as I and W, each its own action
+    const Measured split = train_once(c, o.microbatches);
+    row.split_backward_ratio = split.backward_ms / row.backward_ms[0];
+    row.weight_share = split.backward_ms > 0 ? split.weight_ms / split.backward_ms : 0.0;
+    c.schedule.kind = "1f1b";
     const LayerCosts pieces = make_model(c)->profile(mbs, 3);
     double layers = 0;
     for (double x : pieces.layers) layers += x;

@@ -60,11 +60,13 @@ struct ProfileRow {
   double forward_ms = 0;                  // the whole model's mean F per micro-batch
   double backward_ms[3] = {0, 0, 0};      // and B, with recompute none, selective, full
   double step_overhead_ms = 0;            // per step beyond the actions (recompute none)
+  // B split into I and W (a ZB schedule): its time over the unsplit B's, and W's share of it.
+  double split_backward_ratio = 1, weight_share = 0;
   // Shares of the whole in the pieces' times alone (Model::profile): embedding, one layer (the mean), head.
   double embedding_share = 0, layer_share = 0, head_share = 0;
 };
 struct ProfileOptions {
-  int steps = 10;        // trained per measurement; the first 2 are left out of the medians
+  int steps = 16;        // trained per measurement; the first 2 are left out of the medians
   int microbatches = 8;  // per step
 };
 // `cfg` with the layout made one device (tp = pp = dp = 1, no ZeRO) and the

@@ -611,6 +611,7 @@ TrainSummary train(Config cfg) {
   for (const sched::StageCosts& sc : r.costs.costs.stage_costs) {
     summary.stage_forward_ms.push_back(sc.forward);
     summary.stage_backward_ms.push_back(sc.backward);
+    summary.stage_weight_ms.push_back(sc.weight);
   }
   write_rank_summary(r, summary);
   barrier(r.pgs->world);

@@ -16,9 +16,9 @@ struct TrainSummary {
   double peak_flops = 0;           // per-device peak FLOP/s used for MFU
   int peak_inflight = 0;           // most micro-batches with live activations on this rank
   int64_t optimizer_state_bytes = 0;  // AdamW state on this rank
-  // The pipeline's first rank: each virtual stage's mean F and B (I + W) time per micro-batch, ms, over
-  // the steps after the first (what the simulator's prediction in the run's report used).
-  std::vector<double> stage_forward_ms, stage_backward_ms;
+  // The pipeline's first rank: each virtual stage's mean F, B (I + W) and W time per micro-batch, ms,
+  // over the steps after the first (what the simulator's prediction in the run's report used).
+  std::vector<double> stage_forward_ms, stage_backward_ms, stage_weight_ms;
 };
 
 // Runs training for this process's rank (read from the environment). Rank 0

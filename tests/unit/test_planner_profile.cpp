@@ -44,7 +44,7 @@ std::string profile_text() {
             "layer_backward_ms = 4.0\nlayer_backward_selective_ms = 4.5\nlayer_backward_full_ms = 6.5\n"
             "embedding_backward_ms = 2.0\nembedding_backward_selective_ms = 2.0\nembedding_backward_full_ms = 2.0\n"
             "head_backward_ms = 6.0\nhead_backward_selective_ms = 6.0\nhead_backward_full_ms = 8.0\n"
-            "step_overhead_ms = 5.0\n";
+            "step_overhead_ms = 5.0\nsplit_backward_ratio = 0.75\nweight_share = 0.25\n";
   return "[model]\narch = \"gpt\"\nlayers = 4\nhidden = 64\nheads = 8\nkv_heads = 8\nffn_hidden = 256\nseq_len = 32\n"
          "vocab_size = 256\nprecision = \"fp32\"\nthreads = 1\n" + rows;
 }
@@ -87,6 +87,9 @@ TEST(PlannerProfile, FileRoundTripsAndBadFilesNameTheKey) {
   EXPECT_NE(error_of([&] { parse_profile(replaced(t, "head_forward_ms = 3\n", ""), "p.toml"); })
                 .find("size = 1 has no head_forward_ms"),
             std::string::npos);
+  EXPECT_NE(error_of([&] { parse_profile(replaced(t, "weight_share = 0.25", "weight_share = 1.5"), "p.toml"); })
+                .find("expected a fraction in (0, 1)"),
+            std::string::npos);
   const std::string twice = error_of([&] { parse_profile(replaced(t, "\nsize = 2", "\nsize = 1"), "p.toml"); });
   EXPECT_NE(twice.find("size 1 given twice"), std::string::npos) << twice;
   EXPECT_NE(error_of([&] { parse_profile(replaced(t, "threads = 1\n", ""), "p.toml"); }).find("missing model.threads"),
@@ -120,6 +123,8 @@ TEST(PlannerProfile, OneDeviceStepIsTheProfilesActionsAndOverhead) {
   const Estimate full = evaluate(pr, parse_layout("mbs=2,recompute=full", 1));
   EXPECT_NEAR(full.step_s, 4 * (12 + 36) * 1e-3 + 5e-3, 1e-12);
   EXPECT_NEAR(full.breakdown.recompute, 4 * 12e-3, 1e-12);
+  // A ZB schedule splits B as measured: 0.75 of the unsplit B, a quarter of it W.
+  EXPECT_NEAR(evaluate(pr, parse_layout("mbs=2,schedule=zb-h1", 1)).step_s, 4 * (12 + 18) * 1e-3 + 5e-3, 1e-12);
   // An action overhead stays one per action: the whole-model F and B already held one each.
   set_cluster_key(pr.cluster, "compute.action_overhead_us=500");
   EXPECT_NEAR(evaluate(pr, parse_layout("mbs=2", 1)).step_s, e.step_s, 1e-12);
