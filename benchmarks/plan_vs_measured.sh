@@ -13,19 +13,20 @@
 #    local parameters, optimizer state, peak activation and boundary bytes).
 # Usage: benchmarks/plan_vs_measured.sh [BUILD_DIR]   (a directory holding `trident`; default build;
 #   PLAN_BUILD from the environment: where the planning `trident` is, default BUILD_DIR; CLUSTER: the
-#   cluster file, default: calibrated now; STEPS (default 20) and SKIP (default 2, fewer when STEPS <= 2); ONLY, an extended
+#   cluster file, default: calibrated now; ROUNDS (default 2), STEPS (default 20) and SKIP (default 2, fewer when STEPS <= 2); ONLY, an extended
 #   regular expression: run only the layouts whose names match it);
 #   writes benchmarks/results/plan_vs_measured.txt (or $OUT) and, beside it, plan_vs_measured.svg.
 set -euo pipefail
 build="${1:-build}" out="${OUT:-benchmarks/results/plan_vs_measured.txt}"
 plan_build="${PLAN_BUILD:-$build}" cluster="${CLUSTER:-}"
-steps="${STEPS:-20}"
+steps="${STEPS:-20}" rounds="${ROUNDS:-2}"
 skip="${SKIP:-$(( steps > 2 ? 2 : steps - 1 ))}"  # warm-up steps left out of the mean
 svg="${out%.txt}.svg"
 py=python3
 [[ -x .venv/bin/python3 ]] && py=.venv/bin/python3
 [[ -x $build/trident ]] || { echo "plan_vs_measured: $build/trident not found" >&2; exit 1; }
 [[ -z $cluster || -f $cluster ]] || { echo "plan_vs_measured: $cluster not found (write it with trident plan calibrate)" >&2; exit 1; }
+(( rounds >= 1 )) || { echo "plan_vs_measured: ROUNDS ($rounds) must be >= 1" >&2; exit 1; }
 (( steps > skip )) || { echo "plan_vs_measured: STEPS ($steps) must exceed SKIP ($skip)" >&2; exit 1; }
 tmp="$(mktemp -d)"
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
@@ -64,22 +65,28 @@ llama-pp2-zbh1|llama|2|pp=2,schedule=zb-h1,mbs=2|parallel.pp=2 schedule.kind=zb-
 llama-tp2|llama|2|tp=2,mbs=2|parallel.tp=2 training.micro_batch_size=2
 llama-dp2-zero1|llama|2|dp=2,zero=1,mbs=2|parallel.zero=1 training.micro_batch_size=2
 llama-tp2-dp2|llama|4|tp=2,mbs=2|parallel.tp=2 training.micro_batch_size=2"
-while IFS='|' read -r name model world layout sets; do
-  [[ -n "${ONLY:-}" && ! $name =~ ${ONLY} ]] && continue
-  cfg="configs/$model-tiny.toml"
-  args=()
-  for s in $sets; do args+=(--set "$s"); done
-  "$build/trident" launch --nproc-per-node "$world" --master-port 0 -- "$build/trident" train --config "$cfg" "${args[@]}" \
-    --set training.steps="$steps" --set logging.progress=false --set logging.dir="$tmp/$name" > "$tmp/$name.log" 2>&1 ||
-    { echo "plan_vs_measured: $name failed:" >&2; tail -20 "$tmp/$name.log" >&2; exit 1; }
-  "$plan_build/trident" plan --config "$cfg" --cluster "$cluster" --cluster-set cluster.devices_per_node=8 \
-    --profile "$tmp/$model.profile.toml" --gpus "$world" --layout "$layout" --format json > "$tmp/$name.plan.json"
-  echo "$name|$model|$world|$layout" >> "$tmp/index"
-  echo "plan_vs_measured: $name done" >&2
-done <<< "$layouts"
+# Every layout trains ROUNDS times, the rounds one after another over all layouts (a slow spell of the
+# machine lands on one round of many layouts, not on every round of one); the steps of all rounds count.
+for round in $(seq 1 "$rounds"); do
+  while IFS='|' read -r name model world layout sets; do
+    [[ -n "${ONLY:-}" && ! $name =~ ${ONLY} ]] && continue
+    cfg="configs/$model-tiny.toml"
+    args=()
+    for s in $sets; do args+=(--set "$s"); done
+    "$build/trident" launch --nproc-per-node "$world" --master-port 0 -- "$build/trident" train --config "$cfg" "${args[@]}" \
+      --set training.steps="$steps" --set logging.progress=false --set logging.dir="$tmp/$name.r$round" > "$tmp/$name.log" 2>&1 ||
+      { echo "plan_vs_measured: $name failed:" >&2; tail -20 "$tmp/$name.log" >&2; exit 1; }
+    if (( round == 1 )); then
+      "$plan_build/trident" plan --config "$cfg" --cluster "$cluster" --cluster-set cluster.devices_per_node=8 \
+        --profile "$tmp/$model.profile.toml" --gpus "$world" --layout "$layout" --format json > "$tmp/$name.plan.json"
+      echo "$name|$model|$world|$layout" >> "$tmp/index"
+    fi
+    echo "plan_vs_measured: $name done (round $round of $rounds)" >&2
+  done <<< "$layouts"
+done
 [[ -s $tmp/index ]] || { echo "plan_vs_measured: no layout matches ONLY='${ONLY:-}'" >&2; exit 1; }
 {
-  echo "# trident plan vs measured runs: configs/{gpt,llama}-tiny.toml, $steps steps per layout (step time: median of steps $((skip + 1))-$steps)"
+  echo "# trident plan vs measured runs: configs/{gpt,llama}-tiny.toml, $rounds rounds of $steps steps per layout (step time: median of steps $((skip + 1))-$steps of every round)"
   echo "# date: $(date -u +%Y-%m-%dT%H:%M:%SZ)  machine: $(nproc) cores  commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
   echo "# load (1, 5, 15 min) before: $load_before  after: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "# cluster: $cluster, $(grep -m1 '^# This machine, measured by' "$cluster" | sed 's/^# This machine, //')"
@@ -105,9 +112,9 @@ done <<< "$layouts"
   echo "#    to 2.3 ms, so tp rows (2 all-reduces per layer and pass) swing with the load; point-to-point transfers"
   echo "#    are charged that collective latency, ~30x the point-to-point rows of local.toml: pp_comm is over-predicted;"
   echo "#  - step-to-step noise: compare the mean with the median of the same steps (next to it in the table)."
-  "$py" - "$tmp" "$svg" "$skip" <<'PY'
+  "$py" - "$tmp" "$svg" "$skip" "$rounds" <<'PY'
 import json, os, statistics, sys
-tmp, svg_path, skip = sys.argv[1], sys.argv[2], int(sys.argv[3])
+tmp, svg_path, skip, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 
 def rank(xs):
     order = sorted(range(len(xs)), key=lambda i: xs[i]); r = [0.0] * len(xs); i = 0
@@ -127,9 +134,11 @@ time_rows, time_pts, mean_pts, mem_rows, mem_pairs, mem_errs = [], [], [], [], [
 for line in open(os.path.join(tmp, "index")):
     name, model, world, layout = line.strip().split("|")
     plan = json.load(open(os.path.join(tmp, name + ".plan.json")))[0]
-    rows = [json.loads(l) for l in open(os.path.join(tmp, name, "metrics.jsonl"))]
-    meas_t = statistics.mean(r["step_time_s"] for r in rows[skip:])
-    med_t = statistics.median(r["step_time_s"] for r in rows[skip:])
+    times = []
+    for rd in range(1, rounds + 1):
+        rows = [json.loads(l) for l in open(os.path.join(tmp, f"{name}.r{rd}", "metrics.jsonl"))]
+        times += [r["step_time_s"] for r in rows[skip:]]
+    meas_t, med_t = statistics.mean(times), statistics.median(times)
     b = plan["breakdown_s"]
     time_pts.append((name, int(world), plan["step_s"], med_t))
     mean_pts.append((name, int(world), plan["step_s"], meas_t))
@@ -138,7 +147,7 @@ for line in open(os.path.join(tmp, "index")):
                      f"{1e3*b['dp_exposed']:7.1f} {1e3*b['optimizer']:6.2f} {1e3*b['recompute']:7.1f} {1e3*b['step_sync']:6.1f}")
     meas = {}
     for r in range(int(world)):
-        s = json.load(open(os.path.join(tmp, name, f"rank-{r}.json")))
+        s = json.load(open(os.path.join(tmp, f"{name}.r1", f"rank-{r}.json")))
         if s["tp"] != 0 or s["dp"] != 0:
             continue  # one device per pipeline rank: tp and dp peers hold the same
         states = s["local_parameters"] * 8 + s["optimizer_state_bytes"]  # fp32 weights and gradients

@@ -59,7 +59,8 @@ int cmd_plan_profile(int argc, char** argv) {
       "out", po::value<std::string>(), "profile file to write")(
       "mbs", po::value<std::string>()->default_value("1,2,4"), "micro-batch sizes to measure, comma-separated")(
       "steps", po::value<int>()->default_value(16), "steps trained per measurement (the first 2 are left out)")(
-      "microbatches", po::value<int>()->default_value(8), "micro-batches per step");
+      "microbatches", po::value<int>()->default_value(8), "micro-batches per step")(
+      "repeats", po::value<int>()->default_value(3), "runs of each kind, interleaved (the median of each figure)");
   po::variables_map vm;
   if (!parse_args(argc, argv, opts, vm, nullptr, nullptr,
                   "Trains the model on one device (tp = pp = dp = 1) with each micro-batch size and each\n"
@@ -67,7 +68,7 @@ int cmd_plan_profile(int argc, char** argv) {
                   "per micro-batch, split into embedding, layers and head in the proportions the pieces take\n"
                   "alone, and the step's time beyond them.\n"
                   "`trident plan --profile FILE` then predicts every layout of that model from these figures.\n"
-                  "example: build/trident plan profile --config configs/gpt-tiny.toml --mbs 2 --steps 4 --out runs/gpt-tiny.profile.toml\n"))
+                  "example: build/trident plan profile --config configs/gpt-tiny.toml --mbs 2 --steps 4 --repeats 1 --out runs/gpt-tiny.profile.toml\n"))
     return 0;
 #ifndef TRIDENT_HAVE_TORCH
   throw std::runtime_error("plan profile trains with libtorch: build with libtorch (cmake without "
@@ -90,6 +91,7 @@ int cmd_plan_profile(int argc, char** argv) {
   bench::ProfileOptions o;
   o.steps = vm["steps"].as<int>();
   o.microbatches = vm["microbatches"].as<int>();
+  o.repeats = vm["repeats"].as<int>();
   const std::vector<bench::ProfileRow> rows = bench::measure_profile(cfg, sizes, o);
 
   plan::Profile p;
@@ -118,9 +120,9 @@ int cmd_plan_profile(int argc, char** argv) {
   std::string command = "trident plan profile";
   for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
   os << "# " << cfg.source << " measured by `" << command << "`\n"
-     << "# (NOTE [measured profile] in planner/profile.h): per micro-batch size, " << o.steps << " steps of "
-     << o.microbatches << " micro-batches on one device\n# for each recomputation mode and with zb-h1; the medians leave "
-     << "the first 2 steps out. Whole-model F and B per micro-batch (ms):\n";
+     << "# (NOTE [measured profile] in planner/profile.h): per micro-batch size, " << o.repeats << " x " << o.steps
+     << " steps of " << o.microbatches << " micro-batches on one device\n# for each recomputation mode and with zb-h1 "
+     << "(medians of the steps after the first 2, then of the repetitions).\n# Whole-model F and B per micro-batch (ms):\n";
   for (const bench::ProfileRow& r : rows) {
     char line[256];
     std::snprintf(line, sizeof line,

@@ -1,10 +1,19 @@
 // A pipeline of threads: see thread_group.h.
 #include "parallel/thread_group.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
 #include <exception>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
 #include <thread>
 
 #include <ATen/Parallel.h>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include "parallel/backend.h"
@@ -33,6 +42,68 @@ std::vector<std::string> run_thread_group(const std::string& name, int size, std
     });
   for (auto& t : threads) t.join();
   return errors;
+}
+
+namespace {
+
+std::string read_all(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+std::vector<std::string> run_process_group(const std::string& name, int size, std::chrono::milliseconds timeout,
+                                           const std::function<std::string(Group&)>& body) {
+  std::string dir_template = (std::filesystem::temp_directory_path() / "trident-group-XXXXXX").string();
+  if (!mkdtemp(dir_template.data())) throw std::runtime_error("run_process_group: cannot make a temporary directory");
+  const std::filesystem::path dir(dir_template);
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < size; ++rank) {
+    const pid_t pid = fork();
+    if (pid < 0) throw std::runtime_error("run_process_group: fork failed");
+    if (pid == 0) {  // the child: one rank; it leaves through _Exit, running no destructors of the parent's state
+      int code = 0;
+      try {
+        at::set_num_threads(1);
+        Group g;
+        g.name = name;
+        for (int i = 0; i < size; ++i) g.members.push_back(i);
+        g.rank = rank;
+        g.timeout = timeout;
+        if (size > 1) {
+          const auto store = c10::make_intrusive<c10d::FileStore>((dir / "store").string(), size);
+          g.pg = make_gloo(store, rank, size, timeout, "127.0.0.1", "");
+        }
+        const std::string out = body(g);
+        std::ofstream(dir / ("rank-" + std::to_string(rank) + ".out")) << out;
+      } catch (const std::exception& e) {
+        std::ofstream(dir / ("rank-" + std::to_string(rank) + ".err")) << e.what();
+        code = 1;
+      }
+      std::_Exit(code);
+    }
+    pids.push_back(pid);
+  }
+  std::string failed;
+  for (int rank = 0; rank < size; ++rank) {
+    int status = 0;
+    waitpid(pids[static_cast<size_t>(rank)], &status, 0);
+    const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (!ok && failed.empty()) {
+      const std::string err = read_all(dir / ("rank-" + std::to_string(rank) + ".err"));
+      failed = "rank " + std::to_string(rank) + " of " + name + ": " +
+               (err.empty() ? std::string(WIFSIGNALED(status) ? "killed by a signal" : "exited without a result") : err);
+    }
+  }
+  std::vector<std::string> out;
+  for (int rank = 0; rank < size && failed.empty(); ++rank) out.push_back(read_all(dir / ("rank-" + std::to_string(rank) + ".out")));
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  if (!failed.empty()) throw std::runtime_error(failed);
+  return out;
 }
 
 }  // namespace trident

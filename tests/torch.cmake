@@ -39,5 +39,6 @@ foreach(src ${TRIDENT_REGRESSION_TESTS})
   trident_torch_test(${src} regression)
 endforeach()
 
-# The calibration test reads the file it wrote with the planner's parser.
+# The calibration and profile tests read the files they wrote with the planner's parser.
 target_link_libraries(test_plan_calibrate PRIVATE trident_planner)
+target_link_libraries(test_plan_profile PRIVATE trident_planner)

@@ -180,21 +180,36 @@ class BusyStage : public Stage {
 sched::LinkLatency busy_link_latency() {
   const int ranks = 2, m = 8, steps = 8;
   const sched::Schedule schedule = sched::generate("1f1b", ranks, m, 1);
-  std::vector<std::vector<sched::RankRecording>> rec(steps, std::vector<sched::RankRecording>(ranks));
-  const std::vector<std::string> errors = run_thread_group("pp", ranks, std::chrono::milliseconds(120000), [&](Group& pp) {
+  // Each rank sends back its recordings, one per step, each ended by a line "end".
+  const std::vector<std::string> texts = run_process_group("pp", ranks, std::chrono::milliseconds(120000), [&](Group& pp) {
     BusyStage stage(pp.rank == 0, pp.rank == ranks - 1);
     Executor exec({&stage}, pp, schedule.stage_map(), 1);
     auto batch = [](int) { return MicroBatch{at::ones({1, 4}, at::kLong), at::zeros({1, 4}, at::kLong)}; };
+    std::string out;
     for (int step = -2; step < steps; ++step) {
       exec.run(schedule.ranks[static_cast<size_t>(pp.rank)], batch, 1.0);
       for (Param& p : stage.params()) p.tensor.mutable_grad() = at::Tensor();
-      if (step >= 0) rec[static_cast<size_t>(step)][static_cast<size_t>(pp.rank)] = {pp.rank, 0.0, exec.timeline(), {}};
+      if (step >= 0) out += sched::to_text(sched::RankRecording{pp.rank, 0.0, exec.timeline(), {}}) + "end\n";
     }
+    return out;
   });
-  for (int r = 0; r < ranks; ++r)
-    if (!errors[static_cast<size_t>(r)].empty())
-      throw std::runtime_error("plan calibrate: pipeline latency, rank " + std::to_string(r) + ": " +
-                               errors[static_cast<size_t>(r)]);
+  std::vector<std::vector<sched::RankRecording>> rec(steps);
+  for (int r = 0; r < ranks; ++r) {
+    std::istringstream in(texts[static_cast<size_t>(r)]);
+    std::string line, one;
+    size_t step = 0;
+    while (std::getline(in, line)) {
+      if (line != "end") {
+        one += line + "\n";
+        continue;
+      }
+      if (step < rec.size()) rec[step++].push_back(sched::recording_from_text(one, r));
+      one.clear();
+    }
+    if (step != rec.size())
+      throw std::runtime_error("plan calibrate: pipeline latency: rank " + std::to_string(r) + " sent " +
+                               std::to_string(step) + " of " + std::to_string(steps) + " steps");
+  }
   std::vector<sched::Timeline> timelines;
   for (const auto& step : rec) timelines.push_back(sched::to_timeline(step, m, 1));
   return sched::measured_link_latency(schedule, timelines, 0.05);  // ms; the trainer's 50 us idle threshold
@@ -205,12 +220,12 @@ sched::LinkLatency busy_link_latency() {
 // before, are subtracted. The median of 3 rounds, rank 0's clock.
 double busy_collective_us(int64_t bytes) {
   const int ranks = 2, reps = 30;
-  std::vector<double> rounds;
-  const std::vector<std::string> errors = run_thread_group("tp", ranks, std::chrono::milliseconds(120000), [&](Group& g) {
+  const std::vector<std::string> texts = run_process_group("tp", ranks, std::chrono::milliseconds(120000), [&](Group& g) {
     const at::Tensor a = at::randn({256, 256}), b = at::randn({256, 256});
     at::Tensor t = at::ones({bytes / 4});
     at::Tensor sink = at::zeros({256, 256});
     auto compute = [&] { sink.add_(at::mm(a, b)); };
+    std::vector<double> rounds;
     for (int round = -1; round < 3; ++round) {
       barrier(g);
       const auto t0 = Clock::now();
@@ -223,14 +238,11 @@ double busy_collective_us(int64_t bytes) {
         all_reduce(g, t);
       }
       const double both = since(t1);
-      if (g.rank == 0 && round >= 0) rounds.push_back((both - alone) / reps);
+      if (round >= 0) rounds.push_back((both - alone) / reps);
     }
+    return std::to_string(median(rounds));
   });
-  for (int r = 0; r < ranks; ++r)
-    if (!errors[static_cast<size_t>(r)].empty())
-      throw std::runtime_error("plan calibrate: busy all-reduce, rank " + std::to_string(r) + ": " +
-                               errors[static_cast<size_t>(r)]);
-  return std::max(0.0, median(rounds)) * 1e6;
+  return std::max(0.0, std::stod(texts[0])) * 1e6;
 }
 
 double action_overhead_us(int ranks) {
@@ -310,30 +322,39 @@ Calibration calibrate(const CalibrateOptions& o) {
   Calibration c;
   c.cores = static_cast<int>(std::thread::hardware_concurrency());
   c.host_memory_gib = host_memory_gib();
+  std::vector<int64_t> sizes;
+  for (int64_t b = 1024; b <= o.max_bytes; b *= 4) sizes.push_back(b);
+  // Rank processes, as in training (the kernel schedules their threads against each other); rank 0
+  // sends back one line "kind bytes seconds" per timing. Forked first, before this process has threads.
+  const std::vector<std::string> texts =
+      run_process_group("calibrate", o.ranks, std::chrono::milliseconds(120000), [&](Group& g) {
+        std::vector<CommTiming> comm;
+        for (const char* kind : {"all_reduce", "all_gather", "p2p"})
+          for (int64_t b : sizes) time_comm(g, kind, b, o.repeats, comm);
+        std::ostringstream os;
+        os.precision(17);
+        for (const CommTiming& t : comm) os << t.kind << " " << t.bytes << " " << t.seconds << "\n";
+        return os.str();
+      });
+  std::istringstream rows(texts[0]);
+  CommTiming t;
+  while (rows >> t.kind >> t.bytes >> t.seconds) c.comm.push_back(t);
+  c.pipeline_latency_samples = 0;
+  {  // NOTE [busy link]
+    const sched::LinkLatency busy = busy_link_latency();
+    if (busy.links == 0)
+      throw std::runtime_error("plan calibrate: the busy pipeline's link latency could not be measured (no receive "
+                               "waited); rerun, or lower the machine's load");
+    c.pipeline_latency_us = busy.mean * 1000.0;
+    c.pipeline_latency_samples = busy.samples;
+    c.busy_collective_bytes = 16384;
+    c.busy_collective_us = busy_collective_us(16384);
+  }
+  // From here on this process runs threads (intra-op pools, thread groups).
   c.matmul_flops = matmul_rate(o.threads, 1024);
   for (int64_t n : {64, 128, 256, 512}) c.small_matmuls.push_back({static_cast<double>(n), matmul_rate(o.threads, n)});
   c.memory_gbs = memory_rate();
-  std::vector<int64_t> sizes;
-  for (int64_t b = 1024; b <= o.max_bytes; b *= 4) sizes.push_back(b);
-  std::vector<CommTiming> comm;
-  const std::vector<std::string> errors =
-      run_thread_group("calibrate", o.ranks, std::chrono::milliseconds(120000), [&](Group& g) {
-        for (const char* kind : {"all_reduce", "all_gather", "p2p"})
-          for (int64_t b : sizes) time_comm(g, kind, b, o.repeats, comm);
-      });
-  for (int r = 0; r < o.ranks; ++r)
-    if (!errors[static_cast<size_t>(r)].empty())
-      throw std::runtime_error("plan calibrate: rank " + std::to_string(r) + ": " + errors[static_cast<size_t>(r)]);
-  c.comm = comm;
   c.action_overhead_us = action_overhead_us(o.ranks);
-  const sched::LinkLatency busy = busy_link_latency();
-  if (busy.links == 0)
-    throw std::runtime_error("plan calibrate: the busy pipeline's link latency could not be measured (no receive "
-                             "waited); rerun, or lower the machine's load");
-  c.pipeline_latency_us = busy.mean * 1000.0;
-  c.pipeline_latency_samples = busy.samples;
-  c.busy_collective_bytes = 16384;
-  c.busy_collective_us = busy_collective_us(16384);
   for (const char* arch : {"gpt", "llama"}) c.layers.push_back(layer_overhead(arch, o.threads));
   return c;
 }
@@ -385,6 +406,7 @@ std::vector<ProfileRow> measure_profile(const Config& cfg, const std::vector<int
   if (o.microbatches < 1)
     throw std::runtime_error("plan profile: --microbatches " + std::to_string(o.microbatches) + ": expected >= 1");
   if (micro_batches.empty()) throw std::runtime_error("plan profile: no micro-batch size given");
+  if (o.repeats < 1) throw std::runtime_error("plan profile: --repeats " + std::to_string(o.repeats) + ": expected >= 1");
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("trident-profile-" + std::to_string(::getpid()));
   std::vector<ProfileRow> rows;
@@ -410,18 +432,30 @@ std::vector<ProfileRow> measure_profile(const Config& cfg, const std::vector<int
     c.logging.tensorboard = false;
     ProfileRow row;
     row.micro_batch = mbs;
-    const char* modes[3] = {"none", "selective", "full"};
-    for (int k = 0; k < 3; ++k) {
-      c.training.recompute = modes[k];
-      const Measured m = train_once(c, o.microbatches);
-      if (k == 0) row.forward_ms = m.forward_ms, row.step_overhead_ms = std::max(0.0, m.overhead_ms);
-      row.backward_ms[k] = m.backward_ms;
-    }
+    // The four runs (recompute none, selective, full; zb-h1) `repeats` times, interleaved so that a slow
+    // spell of the machine lands on one repetition of each rather than on every run of one; per figure
+    // the median of its repetitions.
+    const char* modes[4] = {"none", "selective", "full", "none"};
+    std::vector<double> f, b[3], over, split_b, split_w;
+    for (int rep = 0; rep < o.repeats; ++rep)
+      for (int k = 0; k < 4; ++k) {
+        c.training.recompute = modes[k];
+        c.schedule.kind = k == 3 ? "zb-h1" : "1f1b";  // k = 3: B as I and W, each its own action
+        const Measured m = train_once(c, o.microbatches);
+        if (k == 3) {
+          split_b.push_back(m.backward_ms);
+          split_w.push_back(m.backward_ms > 0 ? m.weight_ms / m.backward_ms : 0.0);
+          continue;
+        }
+        b[k].push_back(m.backward_ms);
+        if (k == 0) f.push_back(m.forward_ms), over.push_back(std::max(0.0, m.overhead_ms));
+      }
+    row.forward_ms = median(f);
+    for (int k = 0; k < 3; ++k) row.backward_ms[k] = median(b[k]);
+    row.step_overhead_ms = median(over);
+    row.split_backward_ratio = median(split_b) / row.backward_ms[0];
+    row.weight_share = median(split_w);
     c.training.recompute = "none";
-    c.schedule.kind = "zb-h1";  // B as I and W, each its own action
-    const Measured split = train_once(c, o.microbatches);
-    row.split_backward_ratio = split.backward_ms / row.backward_ms[0];
-    row.weight_share = split.backward_ms > 0 ? split.weight_ms / split.backward_ms : 0.0;
     c.schedule.kind = "1f1b";
     const LayerCosts pieces = make_model(c)->profile(mbs, 3);
     double layers = 0;

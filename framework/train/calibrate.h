@@ -68,6 +68,7 @@ struct ProfileRow {
 struct ProfileOptions {
   int steps = 16;        // trained per measurement; the first 2 are left out of the medians
   int microbatches = 8;  // per step
+  int repeats = 3;       // runs of each kind, interleaved; the median of each figure over them
 };
 // `cfg` with the layout made one device (tp = pp = dp = 1, no ZeRO) and the
 // micro-batch sizes given; prints nothing (the trainer's output is held back

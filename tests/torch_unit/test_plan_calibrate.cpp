@@ -38,6 +38,11 @@ TEST(PlanCalibrate, WritesAClusterFileThePlannerReads) {
   EXPECT_LT(c.intra_bandwidth_gbs, 1000.0);
   EXPECT_GE(c.intra_latency_us, 0.0);
   EXPECT_LT(c.intra_latency_us, 1e5);
+  EXPECT_GE(c.intra_collective_us, 0.0);
+  EXPECT_LT(c.intra_collective_us, 1e6);
+  EXPECT_GT(c.intra_pipeline_latency_us, 0.0);  // a transfer between computing ranks takes some time
+  EXPECT_LT(c.intra_pipeline_latency_us, 1e6);
+  EXPECT_GE(c.compute_slots_per_node, 1);
   EXPECT_GT(c.action_overhead_us, 0.1);
   EXPECT_LT(c.action_overhead_us, 1e5);
   EXPECT_GT(c.device_memory_gib, 0.0);
@@ -49,6 +54,8 @@ TEST(PlanCalibrate, WritesAClusterFileThePlannerReads) {
       << text.str();
   for (const char* kind : {"all_reduce", "all_gather", "p2p"})
     EXPECT_NE(text.str().find(std::string("#   ") + kind), std::string::npos) << kind;
+  for (const char* said : {"# pipeline_latency_us: ", "# collective_us written: "})
+    EXPECT_NE(text.str().find(said), std::string::npos) << said;
 
   const RunResult p = run_command(bin("trident") + " plan --config " + src("configs/gpt-tiny.toml") + " --cluster " +
                                   out + " --gpus 2 --layout pp=2,mbs=2 --format json");
