@@ -126,7 +126,7 @@ int cmd_plan_calibrate(int argc, char** argv) {
   const double busy_ring = fit.model_seconds({"all_reduce", 2, m.busy_collective_bytes, 0}) * 1e6 - fit.collective_us;
   const double collective_us = std::max(0.0, m.busy_collective_us - busy_ring);
   c.intra_collective_us = c.inter_collective_us = collective_us;
-  c.compute_slots_per_node = m.cores;
+  c.compute_slots_per_node = 2 / m.concurrent_slowdown;
   c.intra_pipeline_latency_us = c.inter_pipeline_latency_us = m.pipeline_latency_us;
 
   std::ostringstream os;
@@ -157,7 +157,8 @@ int cmd_plan_calibrate(int argc, char** argv) {
      << "# collective_us written: a " << fmt("%.0f", m.busy_collective_bytes) << "-byte all-reduce between 2 ranks that each run a 256^3\n"
      << "# matmul before it took " << fmt("%.0f", m.busy_collective_us) << " us beyond the matmul, " << fmt("%.0f", busy_ring)
      << " us of it the ring terms above (NOTE [busy link])\n"
-     << "# compute_slots_per_node: the cores; more ranks than cores share them\n"
+     << "# compute_slots_per_node: 2 ranks over how much slower a rank of that busy pipeline computed than the same\n"
+     << "# stage alone (" << fmt("%.3f", m.concurrent_slowdown) << "x; NOTE [shared compute] in framework/train/calibrate.cpp)\n"
      << "# action_overhead_us: mean F and B time through the executor of a stage that computes nothing (1f1b, "
      << o.ranks << " ranks);\n"
      << "# *_layer_*_us: median host time per layer of a model too small to compute (hidden 8, seq 8, one sample),\n"

@@ -26,6 +26,7 @@ namespace po = boost::program_options;
 
 namespace trident::cli {
 
+#ifdef TRIDENT_HAVE_TORCH
 namespace {
 
 std::vector<int64_t> parse_sizes(const std::string& text) {
@@ -51,6 +52,7 @@ std::vector<int64_t> parse_sizes(const std::string& text) {
 }
 
 }  // namespace
+#endif
 
 int cmd_plan_profile(int argc, char** argv) {
   po::options_description opts("trident plan profile --config MODEL.toml --out PROFILE.toml [options]");

@@ -1,6 +1,7 @@
 // A pipeline of threads: see thread_group.h.
 #include "parallel/thread_group.h"
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -87,16 +88,35 @@ std::vector<std::string> run_process_group(const std::string& name, int size, st
     }
     pids.push_back(pid);
   }
+  // Every child ends within the timeout (its collectives are bounded by it) plus a margin; one that
+  // does not is killed and named.
   std::string failed;
-  for (int rank = 0; rank < size; ++rank) {
-    int status = 0;
-    waitpid(pids[static_cast<size_t>(rank)], &status, 0);
-    const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    if (!ok && failed.empty()) {
-      const std::string err = read_all(dir / ("rank-" + std::to_string(rank) + ".err"));
-      failed = "rank " + std::to_string(rank) + " of " + name + ": " +
-               (err.empty() ? std::string(WIFSIGNALED(status) ? "killed by a signal" : "exited without a result") : err);
+  const auto deadline = std::chrono::steady_clock::now() + timeout + std::chrono::seconds(30);
+  std::vector<bool> done(static_cast<size_t>(size), false);
+  for (int left = size; left > 0;) {
+    for (int rank = 0; rank < size; ++rank) {
+      if (done[static_cast<size_t>(rank)]) continue;
+      int status = 0;
+      if (waitpid(pids[static_cast<size_t>(rank)], &status, WNOHANG) == 0) continue;
+      done[static_cast<size_t>(rank)] = true, --left;
+      const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (!ok && failed.empty()) {
+        const std::string err = read_all(dir / ("rank-" + std::to_string(rank) + ".err"));
+        failed = "rank " + std::to_string(rank) + " of " + name + ": " +
+                 (err.empty() ? std::string(WIFSIGNALED(status) ? "killed by a signal" : "exited without a result") : err);
+      }
     }
+    if (left == 0) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      for (int rank = 0; rank < size; ++rank)
+        if (!done[static_cast<size_t>(rank)]) {
+          kill(pids[static_cast<size_t>(rank)], SIGKILL);
+          waitpid(pids[static_cast<size_t>(rank)], nullptr, 0);
+          if (failed.empty()) failed = "rank " + std::to_string(rank) + " of " + name + " did not finish in time";
+        }
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   std::vector<std::string> out;
   for (int rank = 0; rank < size && failed.empty(); ++rank) out.push_back(read_all(dir / ("rank-" + std::to_string(rank) + ".out")));

@@ -16,7 +16,7 @@ struct Cluster {
   int nodes = 1;                    // [cluster] nodes
   int devices_per_node = 1;         // [cluster] devices_per_node
   double device_memory_gib = 80.0;  // [cluster] device_memory_gib, usable memory per device
-  int compute_slots_per_node = 0;   // [cluster] devices' worth of compute a node has (0: devices_per_node)
+  double compute_slots_per_node = 0;  // [cluster] devices' worth of compute a node has (0: devices_per_node)
   double peak_tflops_bf16 = 0.0;    // [compute] dense peak in bf16 (0 = no bf16 figure given)
   double peak_tflops_fp32 = 0.0;    // [compute] dense peak in fp32 (0 = no fp32 figure given)
   double gemm_efficiency = 1.0;     // [compute] fraction of the peak a large GEMM reaches

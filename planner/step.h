@@ -1,7 +1,8 @@
 // The model of one training step (pure): a layout's per-stage costs from the
-// closed forms of model_cost.h and the cluster description, the schedule
-// simulated on its real action lists, the DP reduce and the optimizer after
-// it, and the peak memory of every pipeline rank.
+// closed forms of model_cost.h and the cluster description (or from a
+// measured profile of the model, planner/profile.h), the schedule simulated
+// on its real action lists, the DP reduce, the optimizer and the step's
+// small collectives after it, and the peak memory of every pipeline rank.
 #pragma once
 
 #include <cstdint>

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
@@ -140,12 +141,20 @@ class NullStage : public Stage {
 
 // NOTE [busy link] What a pipeline transfer costs as training sees it: two
 // ranks run 1f1b through the real executor on stages that each keep their
-// core busy (one 384^3 matmul forward and one backward, about a millisecond
-// each here), and the latency is measured from their timelines as the trainer
-// measures it (NOTE [measured link latency] in schedules/measure.h). On a
-// host whose ranks share its cores this is mostly the time for the receiving
-// rank's communication thread to be scheduled, which back-to-back ping-pongs
-// between idle ranks do not see.
+// core busy the way a small model's layers do (24 layers of a 64 x 64 matmul
+// and a GELU: small operators, host-bound), and the latency is measured from
+// their timelines as the trainer measures it (NOTE [measured link latency] in
+// schedules/measure.h). On a host whose ranks share its cores this is mostly
+// the time for the receiving rank's communication thread to be scheduled,
+// which back-to-back ping-pongs between idle ranks do not see.
+//
+// NOTE [shared compute] The same stage alone (one rank, nothing exchanged)
+// computes faster than in that pipeline when the ranks and their
+// communication threads share the machine (two vCPUs that are hyperthreads of
+// one core, a shared cache, a lower clock when both work): the ratio of the
+// pipeline's mean F + B per micro-batch to the lone stage's is how much
+// slower each rank computes, which the cluster file turns into devices' worth
+// of compute per node.
 class BusyStage : public Stage {
  public:
   BusyStage(bool first, bool last) : first_(first), last_(last) {
@@ -154,16 +163,20 @@ class BusyStage : public Stage {
     w.info.full_shape = {1};
     w.tensor = at::ones({1}).requires_grad_(true);
     params_.push_back(w);
-    Param a;
-    a.info.name = "a";
-    a.info.full_shape = {kN, kN};
-    a.tensor = at::randn({kN, kN}).requires_grad_(true);
-    params_.push_back(a);
-    b_ = at::randn({kN, kN});
+    for (int i = 0; i < kLayers; ++i) {
+      Param a;
+      a.info.name = "a" + std::to_string(i);
+      a.info.full_shape = {kN, kN};
+      a.tensor = (at::randn({kN, kN}) * 0.1).requires_grad_(true);
+      params_.push_back(a);
+    }
+    h_ = at::randn({kN, kN});
   }
   at::Tensor forward(const at::Tensor& input, const at::Tensor&) override {
     at::Tensor y = (first_ ? input.to(at::kFloat) : input) * params_[0].tensor;  // (mbs, 4)
-    y = y + at::mm(params_[1].tensor, b_).sum() * 0.0;                          // the busy part
+    at::Tensor z = h_;
+    for (int i = 1; i <= kLayers; ++i) z = at::gelu(at::mm(z, params_[static_cast<size_t>(i)].tensor));
+    y = y + z.sum() * 0.0;  // the busy part
     return last_ ? y.mean() : y;
   }
   std::vector<int64_t> input_shape(int64_t mbs) const override { return {mbs, 4}; }
@@ -171,48 +184,74 @@ class BusyStage : public Stage {
   std::vector<Param>& params() override { return params_; }
 
  private:
-  static constexpr int64_t kN = 384;
+  static constexpr int64_t kN = 64;
+  static constexpr int kLayers = 24;
   bool first_, last_;
   std::vector<Param> params_;
-  at::Tensor b_;
+  at::Tensor h_;
 };
 
-sched::LinkLatency busy_link_latency() {
-  const int ranks = 2, m = 8, steps = 8;
-  const sched::Schedule schedule = sched::generate("1f1b", ranks, m, 1);
-  // Each rank sends back its recordings, one per step, each ended by a line "end".
-  const std::vector<std::string> texts = run_process_group("pp", ranks, std::chrono::milliseconds(120000), [&](Group& pp) {
-    BusyStage stage(pp.rank == 0, pp.rank == ranks - 1);
-    Executor exec({&stage}, pp, schedule.stage_map(), 1);
-    auto batch = [](int) { return MicroBatch{at::ones({1, 4}, at::kLong), at::zeros({1, 4}, at::kLong)}; };
-    std::string out;
-    for (int step = -2; step < steps; ++step) {
-      exec.run(schedule.ranks[static_cast<size_t>(pp.rank)], batch, 1.0);
-      for (Param& p : stage.params()) p.tensor.mutable_grad() = at::Tensor();
-      if (step >= 0) out += sched::to_text(sched::RankRecording{pp.rank, 0.0, exec.timeline(), {}}) + "end\n";
-    }
-    return out;
-  });
-  std::vector<std::vector<sched::RankRecording>> rec(steps);
-  for (int r = 0; r < ranks; ++r) {
-    std::istringstream in(texts[static_cast<size_t>(r)]);
-    std::string line, one;
-    size_t step = 0;
-    while (std::getline(in, line)) {
-      if (line != "end") {
-        one += line + "\n";
-        continue;
+struct BusyPipeline {
+  sched::LinkLatency latency;
+  double slowdown = 1;  // NOTE [shared compute]
+};
+
+BusyPipeline busy_pipeline() {
+  const int m = 8, steps = 8;
+  // `ranks` ranks of 1f1b; each sends back its recordings, one per step, each ended by a line "end".
+  auto run = [&](int ranks) {
+    const sched::Schedule schedule = sched::generate("1f1b", ranks, m, 1);
+    const std::vector<std::string> texts = run_process_group("pp", ranks, std::chrono::milliseconds(120000), [&](Group& pp) {
+      BusyStage stage(pp.rank == 0, pp.rank == ranks - 1);
+      Executor exec({&stage}, pp, schedule.stage_map(), 1);
+      auto batch = [](int) { return MicroBatch{at::ones({1, 4}, at::kLong), at::zeros({1, 4}, at::kLong)}; };
+      std::string out;
+      for (int step = -2; step < steps; ++step) {
+        exec.run(schedule.ranks[static_cast<size_t>(pp.rank)], batch, 1.0);
+        for (Param& p : stage.params()) p.tensor.mutable_grad() = at::Tensor();
+        if (step >= 0) out += sched::to_text(sched::RankRecording{pp.rank, 0.0, exec.timeline(), {}}) + "end\n";
       }
-      if (step < rec.size()) rec[step++].push_back(sched::recording_from_text(one, r));
-      one.clear();
+      return out;
+    });
+    std::vector<std::vector<sched::RankRecording>> rec(steps);
+    for (int r = 0; r < ranks; ++r) {
+      std::istringstream in(texts[static_cast<size_t>(r)]);
+      std::string line, one;
+      size_t step = 0;
+      while (std::getline(in, line)) {
+        if (line != "end") {
+          one += line + "\n";
+          continue;
+        }
+        if (step < rec.size()) rec[step++].push_back(sched::recording_from_text(one, r));
+        one.clear();
+      }
+      if (step != rec.size())
+        throw std::runtime_error("plan calibrate: busy pipeline: rank " + std::to_string(r) + " sent " +
+                                 std::to_string(step) + " of " + std::to_string(steps) + " steps");
     }
-    if (step != rec.size())
-      throw std::runtime_error("plan calibrate: pipeline latency: rank " + std::to_string(r) + " sent " +
-                               std::to_string(step) + " of " + std::to_string(steps) + " steps");
-  }
+    return std::make_pair(schedule, rec);
+  };
+  auto compute_per_mb = [&](const std::vector<std::vector<sched::RankRecording>>& rec) {
+    double us = 0;
+    int mbs = 0;
+    for (const auto& step : rec)
+      for (const sched::RankRecording& r : step) {
+        for (const sched::TimedAction& a : r.actions)
+          if (sched::is_compute(a.action.kind)) us += a.end - a.start;
+        mbs += m;
+      }
+    return us / mbs;
+  };
+  BusyPipeline out;
+  const auto [alone_schedule, alone] = run(1);
+  const auto [schedule, two] = run(2);
   std::vector<sched::Timeline> timelines;
-  for (const auto& step : rec) timelines.push_back(sched::to_timeline(step, m, 1));
-  return sched::measured_link_latency(schedule, timelines, 0.05);  // ms; the trainer's 50 us idle threshold
+  for (const auto& step : two) timelines.push_back(sched::to_timeline(step, m, 1));
+  out.latency = sched::measured_link_latency(schedule, timelines, 0.05);  // ms; the trainer's 50 us idle threshold
+  out.slowdown = std::max(1.0, compute_per_mb(two) / compute_per_mb(alone));
+  (void)alone_schedule;
+  return out;
 }
 
 // NOTE [busy link], for collectives: two ranks each run a 256^3 matmul and then a 16 KiB all-reduce
@@ -341,7 +380,9 @@ Calibration calibrate(const CalibrateOptions& o) {
   while (rows >> t.kind >> t.bytes >> t.seconds) c.comm.push_back(t);
   c.pipeline_latency_samples = 0;
   {  // NOTE [busy link]
-    const sched::LinkLatency busy = busy_link_latency();
+    const BusyPipeline pipe = busy_pipeline();
+    const sched::LinkLatency& busy = pipe.latency;
+    c.concurrent_slowdown = pipe.slowdown;
     if (busy.links == 0)
       throw std::runtime_error("plan calibrate: the busy pipeline's link latency could not be measured (no receive "
                                "waited); rerun, or lower the machine's load");
@@ -409,9 +450,7 @@ std::vector<ProfileRow> measure_profile(const Config& cfg, const std::vector<int
   if (o.repeats < 1) throw std::runtime_error("plan profile: --repeats " + std::to_string(o.repeats) + ": expected >= 1");
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("trident-profile-" + std::to_string(::getpid()));
-  std::vector<ProfileRow> rows;
-  for (int64_t mbs : micro_batches) {
-    if (mbs < 1) throw std::runtime_error("plan profile: micro-batch size " + std::to_string(mbs) + ": expected >= 1");
+  auto one_device = [&](int64_t mbs) {
     Config c = cfg;
     c.parallel.tp = c.parallel.pp = c.parallel.dp = 1;
     c.parallel.zero = 0;
@@ -430,6 +469,13 @@ std::vector<ProfileRow> measure_profile(const Config& cfg, const std::vector<int
     c.logging.progress = false;
     c.logging.trace = false;
     c.logging.tensorboard = false;
+    return c;
+  };
+  for (int64_t mbs : micro_batches)
+    if (mbs < 1) throw std::runtime_error("plan profile: micro-batch size " + std::to_string(mbs) + ": expected >= 1");
+  std::vector<ProfileRow> rows;
+  for (int64_t mbs : micro_batches) {
+    Config c = one_device(mbs);
     ProfileRow row;
     row.micro_batch = mbs;
     // The four runs (recompute none, selective, full; zb-h1) `repeats` times, interleaved so that a slow

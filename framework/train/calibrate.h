@@ -39,6 +39,9 @@ struct Calibration {
   // (NOTE [busy link]); `busy_collective_bytes` is its message.
   double busy_collective_us = 0;
   double busy_collective_bytes = 0;
+  // How much slower a rank computes in a 2-rank pipeline (the other rank computing and both
+  // communicating) than the same stage alone (NOTE [shared compute]); >= 1.
+  double concurrent_slowdown = 1;
   // Per model family ("gpt", "llama"): median host time of one layer's forward and backward, us, from a
   // middle pipeline stage of a model too small to compute anything (NOTE [layer overhead] in calibrate.cpp).
   struct Layer {

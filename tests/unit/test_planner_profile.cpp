@@ -211,3 +211,23 @@ TEST(PlannerLink, FitRecoversBandwidthLatencyAndCallTime) {
   for (double bytes : {1024.0, 65536.0}) fast.push_back({"all_reduce", 2, bytes, bytes / 1e9});
   EXPECT_EQ(fit_link(fast).collective_us, 0.0);
 }
+
+TEST(PlannerProfile, RanksBeyondTheComputeSlotsComputeSlower) {
+  Problem pr = problem();
+  const Estimate base = evaluate(pr, parse_layout("dp=2,mbs=2", 2));
+  // 2 ranks on a node with 1.6 devices' worth of compute: every compute cost x 2 / 1.6 = 1.25.
+  set_cluster_key(pr.cluster, "cluster.compute_slots_per_node=1.6");
+  const Estimate shared = evaluate(pr, parse_layout("dp=2,mbs=2", 2));
+  EXPECT_NEAR(shared.breakdown.compute, 1.25 * base.breakdown.compute, 1e-12);
+  EXPECT_NEAR(shared.breakdown.optimizer, 1.25 * base.breakdown.optimizer, 1e-12);
+  EXPECT_EQ(shared.breakdown.dp_exposed, base.breakdown.dp_exposed);  // transfers are not compute
+  // 4 ranks: 4 / 1.6 = 2.5 x.
+  pr.global_batch = 16;
+  const Estimate four = evaluate(pr, parse_layout("dp=4,mbs=2", 4));
+  set_cluster_key(pr.cluster, "cluster.compute_slots_per_node=0");
+  EXPECT_NEAR(four.breakdown.compute, 2.5 * evaluate(pr, parse_layout("dp=4,mbs=2", 4)).breakdown.compute, 1e-12);
+  // One rank alone computes at its own speed.
+  set_cluster_key(pr.cluster, "cluster.compute_slots_per_node=1.6");
+  pr.global_batch = 8;
+  EXPECT_NEAR(evaluate(pr, parse_layout("mbs=2", 1)).step_s, 4 * (12 + 24) * 1e-3 + 5e-3, 1e-12);
+}
