@@ -13,13 +13,13 @@
 #    local parameters, optimizer state, peak activation and boundary bytes).
 # Usage: benchmarks/plan_vs_measured.sh [BUILD_DIR]   (a directory holding `trident`; default build;
 #   PLAN_BUILD from the environment: where the planning `trident` is, default BUILD_DIR; CLUSTER: the
-#   cluster file, default: calibrated now; ROUNDS (default 2), STEPS (default 20) and SKIP (default 2, fewer when STEPS <= 2); ONLY, an extended
+#   cluster file, default: calibrated now; ROUNDS (default 3), STEPS (default 20) and SKIP (default 2, fewer when STEPS <= 2); ONLY, an extended
 #   regular expression: run only the layouts whose names match it);
 #   writes benchmarks/results/plan_vs_measured.txt (or $OUT) and, beside it, plan_vs_measured.svg.
 set -euo pipefail
 build="${1:-build}" out="${OUT:-benchmarks/results/plan_vs_measured.txt}"
 plan_build="${PLAN_BUILD:-$build}" cluster="${CLUSTER:-}"
-steps="${STEPS:-20}" rounds="${ROUNDS:-2}"
+steps="${STEPS:-20}" rounds="${ROUNDS:-3}"
 skip="${SKIP:-$(( steps > 2 ? 2 : steps - 1 ))}"  # warm-up steps left out of the mean
 svg="${out%.txt}.svg"
 py=python3

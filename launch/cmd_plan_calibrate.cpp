@@ -99,8 +99,9 @@ int cmd_plan_calibrate(int argc, char** argv) {
 
   const bench::Calibration m = bench::calibrate(o);
   // Bandwidth, latency per message and the per-call collective time are fitted to every row (the
-  // ping-pongs mostly fix the latency, the collectives the per-call time); a pipeline transfer's latency
-  // is the busy pipeline's (NOTE [busy link] in framework/train/calibrate.cpp).
+  // ping-pongs mostly fix the latency, the collectives the per-call time); the bandwidth is written,
+  // the latencies and call time come from the busy measurements (NOTE [busy link] in
+  // framework/train/calibrate.cpp).
   std::vector<plan::LinkSample> samples;
   for (const bench::CommTiming& t : m.comm) samples.push_back({t.kind, o.ranks, t.bytes, t.seconds});
   const plan::LinkFit fit = plan::fit_link(samples);
@@ -120,11 +121,13 @@ int cmd_plan_calibrate(int argc, char** argv) {
     if (l.arch == "llama") c.llama_layer_forward_us = l.forward_us, c.llama_layer_backward_us = l.backward_us;
   }
   c.intra_bandwidth_gbs = c.inter_bandwidth_gbs = fit.bandwidth_gbs;
-  c.intra_latency_us = c.inter_latency_us = fit.latency_us;
-  // The per-call time is the busy all-reduce's beyond its ring terms (NOTE [busy link]): what a collective
-  // costs between computing ranks, which back-to-back calls between idle ones do not show.
-  const double busy_ring = fit.model_seconds({"all_reduce", 2, m.busy_collective_bytes, 0}) * 1e6 - fit.collective_us;
-  const double collective_us = std::max(0.0, m.busy_collective_us - busy_ring);
+  // Between computing ranks (NOTE [busy link]) a collective's ring step and call cost more than the
+  // back-to-back timings show: the busy all-reduce (2 ring steps on 2 ranks) and all-gather (1 step),
+  // their volume terms taken off, give a step's latency (the difference) and a call's time (the rest).
+  const double bw = fit.bandwidth_gbs * 1e9, bytes = m.busy_collective_bytes;
+  const double ar = m.busy_collective_us - bytes / bw * 1e6, ag = m.busy_all_gather_us - bytes / 2 / bw * 1e6;
+  const double step_us = std::max(0.0, ar - ag), collective_us = std::max(0.0, ag - step_us);
+  c.intra_latency_us = c.inter_latency_us = step_us;
   c.intra_collective_us = c.inter_collective_us = collective_us;
   c.compute_slots_per_node = 2 / m.concurrent_slowdown;
   c.intra_pipeline_latency_us = c.inter_pipeline_latency_us = m.pipeline_latency_us;
@@ -150,13 +153,14 @@ int cmd_plan_calibrate(int argc, char** argv) {
   }
   os << "# pipeline_latency_us: a pipeline transfer's latency measured through the executor while both ranks compute\n"
      << "# (1f1b, 2 ranks, " << m.pipeline_latency_samples << " receive waits; NOTE [busy link] in framework/train/calibrate.cpp)\n"
-     << "# bandwidth, latency_us and collective_us: fitted to the rows above (least squares of the relative error):\n"
-     << "# bandwidth " << fmt("%.4g", fit.bandwidth_gbs) << " GB/s, latency " << fmt("%.4g", fit.latency_us)
-     << " us per message, collective " << fmt("%.4g", fit.collective_us) << " us per call; the model's |error| over them: median "
+     << "# bandwidth_gbs: fitted to the rows above with a latency and a per-call time (least squares of the relative\n"
+     << "# error): bandwidth " << fmt("%.4g", fit.bandwidth_gbs) << " GB/s, back-to-back latency " << fmt("%.4g", fit.latency_us)
+     << " us per message, " << fmt("%.4g", fit.collective_us) << " us per call; the model's |error| over them: median "
      << fmt("%.0f", 100 * fit.median_rel_error) << " %, worst " << fmt("%.0f", 100 * fit.worst_rel_error) << " %\n"
-     << "# collective_us written: a " << fmt("%.0f", m.busy_collective_bytes) << "-byte all-reduce between 2 ranks that each run a 256^3\n"
-     << "# matmul before it took " << fmt("%.0f", m.busy_collective_us) << " us beyond the matmul, " << fmt("%.0f", busy_ring)
-     << " us of it the ring terms above (NOTE [busy link])\n"
+     << "# latency_us and collective_us written: a " << fmt("%.0f", bytes) << "-byte all-reduce and all-gather between 2 ranks that\n"
+     << "# each run a 256^3 matmul before them took " << fmt("%.0f", m.busy_collective_us) << " and "
+     << fmt("%.0f", m.busy_all_gather_us) << " us beyond the matmul: " << fmt("%.0f", step_us) << " us per ring step, "
+     << fmt("%.0f", collective_us) << " us per call (NOTE [busy link])\n"
      << "# compute_slots_per_node: 2 ranks over how much slower a rank of that busy pipeline computed than the same\n"
      << "# stage alone (" << fmt("%.3f", m.concurrent_slowdown) << "x; NOTE [shared compute] in framework/train/calibrate.cpp)\n"
      << "# action_overhead_us: mean F and B time through the executor of a stage that computes nothing (1f1b, "
@@ -171,7 +175,7 @@ int cmd_plan_calibrate(int argc, char** argv) {
   if (!f) throw std::runtime_error("--out '" + out + "': writing failed");
   std::cout << "wrote " << out << ": fp32 matmul " << fmt("%.1f", m.matmul_flops / 1e9) << " GFLOP/s, memory "
             << fmt("%.1f", m.memory_gbs) << " GB/s, link " << fmt("%.3g", fit.bandwidth_gbs) << " GB/s + "
-            << fmt("%.3g", fit.latency_us) << " us per message + " << fmt("%.3g", collective_us)
+            << fmt("%.3g", step_us) << " us per ring step + " << fmt("%.3g", collective_us)
             << " us per collective (busy), pipeline transfer " << fmt("%.3g", m.pipeline_latency_us) << " us, action overhead " << fmt("%.1f", m.action_overhead_us) << " us\n";
   return 0;
 #endif

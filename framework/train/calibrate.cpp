@@ -141,7 +141,7 @@ class NullStage : public Stage {
 
 // NOTE [busy link] What a pipeline transfer costs as training sees it: two
 // ranks run 1f1b through the real executor on stages that each keep their
-// core busy the way a small model's layers do (24 layers of a 64 x 64 matmul
+// core busy the way a small model's layers do (64 layers of a 64 x 64 matmul
 // and a GELU: small operators, host-bound), and the latency is measured from
 // their timelines as the trainer measures it (NOTE [measured link latency] in
 // schedules/measure.h). On a host whose ranks share its cores this is mostly
@@ -185,7 +185,7 @@ class BusyStage : public Stage {
 
  private:
   static constexpr int64_t kN = 64;
-  static constexpr int kLayers = 24;
+  static constexpr int kLayers = 64;
   bool first_, last_;
   std::vector<Param> params_;
   at::Tensor h_;
@@ -255,13 +255,15 @@ BusyPipeline busy_pipeline() {
 }
 
 // NOTE [busy link], for collectives: two ranks each run a 256^3 matmul and then a 16 KiB all-reduce
-// (a tensor-parallel layer's pattern), 30 times a round; the same matmuls alone, timed on each rank
-// before, are subtracted. The median of 3 rounds, rank 0's clock.
-double busy_collective_us(int64_t bytes) {
+// or all-gather (a tensor-parallel layer's pattern), 30 times a round; the same matmuls alone, timed
+// on each rank before, are subtracted. The median of 3 rounds, rank 0's clock. The all-reduce is two
+// ring steps and the all-gather one: their difference is a busy step's time, the rest a call's.
+double busy_collective_us(const std::string& kind, int64_t bytes) {
   const int ranks = 2, reps = 30;
   const std::vector<std::string> texts = run_process_group("tp", ranks, std::chrono::milliseconds(120000), [&](Group& g) {
     const at::Tensor a = at::randn({256, 256}), b = at::randn({256, 256});
-    at::Tensor t = at::ones({bytes / 4});
+    at::Tensor t = at::ones({kind == "all_gather" ? bytes / 4 / ranks : bytes / 4});
+    std::vector<at::Tensor> gathered;
     at::Tensor sink = at::zeros({256, 256});
     auto compute = [&] { sink.add_(at::mm(a, b)); };
     std::vector<double> rounds;
@@ -274,7 +276,10 @@ double busy_collective_us(int64_t bytes) {
       const auto t1 = Clock::now();
       for (int i = 0; i < reps; ++i) {
         compute();
-        all_reduce(g, t);
+        if (kind == "all_gather")
+          all_gather(g, t, gathered);
+        else
+          all_reduce(g, t);
       }
       const double both = since(t1);
       if (round >= 0) rounds.push_back((both - alone) / reps);
@@ -389,7 +394,8 @@ Calibration calibrate(const CalibrateOptions& o) {
     c.pipeline_latency_us = busy.mean * 1000.0;
     c.pipeline_latency_samples = busy.samples;
     c.busy_collective_bytes = 16384;
-    c.busy_collective_us = busy_collective_us(16384);
+    c.busy_collective_us = busy_collective_us("all_reduce", 16384);
+    c.busy_all_gather_us = busy_collective_us("all_gather", 16384);
   }
   // From here on this process runs threads (intra-op pools, thread groups).
   c.matmul_flops = matmul_rate(o.threads, 1024);

@@ -35,9 +35,10 @@ struct Calibration {
   // A pipeline transfer's latency as the executor sees it while both ranks compute (NOTE [busy link]).
   double pipeline_latency_us = 0;
   int pipeline_latency_samples = 0;
-  // A small all-reduce's time between computing ranks, what the computation alone took subtracted
-  // (NOTE [busy link]); `busy_collective_bytes` is its message.
-  double busy_collective_us = 0;
+  // A small all-reduce's and all-gather's time between computing ranks, what the computation alone
+  // took subtracted (NOTE [busy link]); `busy_collective_bytes` is the message.
+  double busy_collective_us = 0;   // all-reduce
+  double busy_all_gather_us = 0;   // all-gather of the same bytes in all
   double busy_collective_bytes = 0;
   // How much slower a rank computes in a 2-rank pipeline (the other rank computing and both
   // communicating) than the same stage alone (NOTE [shared compute]); >= 1.
