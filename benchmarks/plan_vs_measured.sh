@@ -13,7 +13,8 @@
 #    local parameters, optimizer state, peak activation and boundary bytes).
 # Usage: benchmarks/plan_vs_measured.sh [BUILD_DIR]   (a directory holding `trident`; default build;
 #   PLAN_BUILD from the environment: where the planning `trident` is, default BUILD_DIR; CLUSTER: the
-#   cluster file, default: calibrated now; ROUNDS (default 3), STEPS (default 20) and SKIP (default 2, fewer when STEPS <= 2); ONLY, an extended
+#   cluster file, default: calibrated now; ROUNDS (default 3), STEPS (default 20; the profiles train
+#   STEPS within 4-16 steps, min(ROUNDS, 3) times) and SKIP (default 2, fewer when STEPS <= 2); ONLY, an extended
 #   regular expression: run only the layouts whose names match it);
 #   writes benchmarks/results/plan_vs_measured.txt (or $OUT) and, beside it, plan_vs_measured.svg.
 set -euo pipefail
@@ -40,6 +41,7 @@ if [[ -z $cluster ]]; then
 fi
 for model in gpt llama; do
   "$build/trident" plan profile --config "configs/$model-tiny.toml" --mbs 2,4 --out "$tmp/$model.profile.toml" \
+    --steps "$(( steps < 4 ? 4 : steps > 16 ? 16 : steps ))" --repeats "$(( rounds > 3 ? 3 : rounds ))" \
     > "$tmp/$model.profile.log" 2>&1 || { echo "plan_vs_measured: profile of $model failed:" >&2; cat "$tmp/$model.profile.log" >&2; exit 1; }
 done
 # name | model | world | plan --layout | trident train --set ...
@@ -98,20 +100,16 @@ done
     echo "# $model-tiny's profile (trident plan profile --config configs/$model-tiny.toml --mbs 2,4), whole model per micro-batch:"
     grep '^#   mbs' "$tmp/$model.profile.toml"
   done
-  echo "# where the step-time model is wrong on this machine (read from the table below; nothing is fitted per row):"
-  echo "#  - contention: the machine has 2 cores and the model one device per rank. World 4 puts 2 ranks on a core and"
-  echo "#    world 8 four, and other users' builds share the cores too (the load above): compute of ranks beyond 2 is"
-  echo "#    under-predicted by the ranks per core, and every rank's step by whatever else ran;"
-  echo "#  - compute of these tiny models (hidden 64) is host-bound, not FLOP-bound: the model counts GEMM FLOPs at the"
-  echo "#    1024^3 matmul rate plus the measured host time per layer and per action, and leaves out the host time of"
-  echo "#    the embedding, the LM head and the loss, the optimizer's per-tensor steps, zeroing the gradients, loading"
-  echo "#    the micro-batches and the trainer's own per-step collectives (loss, pipeline measurement);"
-  echo "#  - transfers: the link is fitted to Gloo collectives between threads of one process; a run's ranks are"
-  echo "#    processes, and under load a Gloo collective's time is mostly waiting for a peer to be scheduled: small"
-  echo "#    all-reduces took ~4 ms in local.toml's calibration, calibrations minutes apart fitted latencies of 0.07"
-  echo "#    to 2.3 ms, so tp rows (2 all-reduces per layer and pass) swing with the load; point-to-point transfers"
-  echo "#    are charged that collective latency, ~30x the point-to-point rows of local.toml: pp_comm is over-predicted;"
-  echo "#  - step-to-step noise: compare the mean with the median of the same steps (next to it in the table)."
+  echo "# where the step-time model is wrong on this machine (nothing is fitted per row; the figures above are all it reads):"
+  echo "#  - the machine's speed drifts: the same layout's median step differs from one round to the next (the"
+  echo "#    'rounds' column: (slowest - fastest round) / median, and its summary line below the table). The profiles"
+  echo "#    and the calibration are measured first and the runs over the next quarter hour; each layout's median is"
+  echo "#    over all its rounds, but a slow or fast spell still moves rows together (a group of rows all low)."
+  echo "#  - collectives between computing ranks: the per-step and per-call times come from an all-reduce and an"
+  echo "#    all-gather after a matmul on each rank; inside training (the trainer's and the executor's own threads on"
+  echo "#    the same 2 cores, more and smaller operators between calls) they took longer, so tp rows come out low."
+  echo "#  - world > 2: ranks beyond the compute slots stretch compute by ranks per slot; the latencies of transfers and"
+  echo "#    collectives, measured with 2 ranks, are not stretched, though 4 or 8 processes on 2 cores wait longer too."
   "$py" - "$tmp" "$svg" "$skip" "$rounds" <<'PY'
 import json, os, statistics, sys
 tmp, svg_path, skip, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
@@ -130,21 +128,24 @@ def spearman(pairs):
     mp, mm = statistics.mean(rp), statistics.mean(rm)
     return sum((a - mp) * (b - mm) for a, b in zip(rp, rm)) / (sum((a - mp) ** 2 for a in rp) * sum((b - mm) ** 2 for b in rm)) ** 0.5
 
-time_rows, time_pts, mean_pts, mem_rows, mem_pairs, mem_errs = [], [], [], [], [], []
+spreads, time_rows, time_pts, mean_pts, mem_rows, mem_pairs, mem_errs = [], [], [], [], [], [], []
 for line in open(os.path.join(tmp, "index")):
     name, model, world, layout = line.strip().split("|")
     plan = json.load(open(os.path.join(tmp, name + ".plan.json")))[0]
-    times = []
+    times, per_round = [], []
     for rd in range(1, rounds + 1):
         rows = [json.loads(l) for l in open(os.path.join(tmp, f"{name}.r{rd}", "metrics.jsonl"))]
+        per_round.append(statistics.median(r["step_time_s"] for r in rows[skip:]))
         times += [r["step_time_s"] for r in rows[skip:]]
     meas_t, med_t = statistics.mean(times), statistics.median(times)
+    spread = (max(per_round) - min(per_round)) / med_t
+    spreads.append(spread)
     b = plan["breakdown_s"]
     time_pts.append((name, int(world), plan["step_s"], med_t))
     mean_pts.append((name, int(world), plan["step_s"], meas_t))
     time_rows.append(f"{name:22s} {world:>5s} {1e3*plan['step_s']:9.1f} {1e3*med_t:9.1f} {100*(plan['step_s']-med_t)/med_t:+8.1f}% {1e3*meas_t:9.1f} "
                      f"{1e3*b['compute']:8.1f} {1e3*b['bubble']:7.1f} {1e3*b['tp_comm']:7.1f} {1e3*b['pp_comm']:7.1f} "
-                     f"{1e3*b['dp_exposed']:7.1f} {1e3*b['optimizer']:6.2f} {1e3*b['recompute']:7.1f} {1e3*b['step_sync']:6.1f}")
+                     f"{1e3*b['dp_exposed']:7.1f} {1e3*b['optimizer']:6.2f} {1e3*b['recompute']:7.1f} {1e3*b['step_sync']:6.1f} {100*spread:6.1f}%")
     meas = {}
     for r in range(int(world)):
         s = json.load(open(os.path.join(tmp, f"{name}.r1", f"rank-{r}.json")))
@@ -168,13 +169,15 @@ def summary(pts):
 
 print("# step time (ms): predicted (the planner's breakdown of it: compute incl. action and layer host overhead, bubble, tp_comm, pp_comm,")
 print("# dp_exposed, optimizer, recompute, step_sync) against measured (the median step; the mean of the same steps beside it)")
-print(f"{'layout':22s} {'world':>5s} {'pred_ms':>9s} {'meas_ms':>9s} {'err':>9s} {'mean_ms':>9s} {'compute':>8s} {'bubble':>7s} {'tp_comm':>7s} {'pp_comm':>7s} {'dp_exp':>7s} {'optim':>6s} {'recomp':>7s} {'sync':>6s}")
+print(f"{'layout':22s} {'world':>5s} {'pred_ms':>9s} {'meas_ms':>9s} {'err':>9s} {'mean_ms':>9s} {'compute':>8s} {'bubble':>7s} {'tp_comm':>7s} {'pp_comm':>7s} {'dp_exp':>7s} {'optim':>6s} {'recomp':>7s} {'sync':>6s} {'rounds':>7s}")
 print("\n".join(time_rows))
 for label, pts in (("all rows", time_pts), ("world <= 2 (a core per rank)", [p for p in time_pts if p[1] <= 2]),
                    ("world > 2 (ranks share the 2 cores)", [p for p in time_pts if p[1] > 2])):
     if len(pts) >= 2:
         med, worst, rho = summary(pts)
         print(f"step time, {label}: {len(pts)} layouts, median |error| {100*med:.1f}%, worst {100*worst:.1f}%, Spearman {rho:.3f}")
+if rounds > 1:
+    print(f"round-to-round spread of the measured median step ((slowest - fastest round) / median): median {100*statistics.median(spreads):.1f}%, worst {100*max(spreads):.1f}%")
 med, worst, rho = summary(mean_pts)
 print(f"step time against the mean step instead of the median, all rows: median |error| {100*med:.1f}%, worst {100*worst:.1f}%, Spearman {rho:.3f}")
 print("goals (median |error| <= 10 %, worst <= 25 %, Spearman >= 0.9 on step time): "
