@@ -66,7 +66,8 @@ int cmd_plan_profile(int argc, char** argv) {
   po::variables_map vm;
   if (!parse_args(argc, argv, opts, vm, nullptr, nullptr,
                   "Trains the model on one device (tp = pp = dp = 1) with each micro-batch size and each\n"
-                  "recomputation mode (and once with the backward split into I and W), and writes its F and B\n"
+                  "recomputation mode (and once with the backward split into I and W, and once as a 2-stage\n"
+                  "pipeline of two processes: how much slower ranks sharing the machine compute), writes its F and B\n"
                   "per micro-batch, split into embedding, layers and head in the proportions the pieces take\n"
                   "alone, and the step's time beyond them.\n"
                   "`trident plan --profile FILE` then predicts every layout of that model from these figures.\n"
@@ -116,6 +117,7 @@ int cmd_plan_profile(int argc, char** argv) {
     m.step_overhead_ms = r.step_overhead_ms;
     m.split_backward_ratio = r.split_backward_ratio;
     m.weight_share = r.weight_share;
+    m.pipeline_slowdown = r.pipeline_slowdown;
     p.rows.push_back(m);
   }
   std::ostringstream os;
@@ -129,10 +131,10 @@ int cmd_plan_profile(int argc, char** argv) {
     char line[256];
     std::snprintf(line, sizeof line,
                   "#   mbs %3lld  F %8.3f  B %8.3f (selective %8.3f, full %8.3f)  step overhead %7.3f  shares: "
-                  "embedding %.3f, layer %.3f, head %.3f; split B %.3f of B, W %.3f of it\n",
+                  "embedding %.3f, layer %.3f, head %.3f; split B %.3f of B, W %.3f of it; as pp = 2 %.3fx slower\n",
                   static_cast<long long>(r.micro_batch), r.forward_ms, r.backward_ms[0], r.backward_ms[1],
                   r.backward_ms[2], r.step_overhead_ms, r.embedding_share, r.layer_share, r.head_share,
-                  r.split_backward_ratio, r.weight_share);
+                  r.split_backward_ratio, r.weight_share, r.pipeline_slowdown);
     os << line;
   }
   os << "\n" << plan::to_toml(p);

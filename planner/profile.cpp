@@ -40,6 +40,7 @@ const std::vector<RowKey>& row_keys() {
         {"step_overhead_ms", [](MicroBatchProfile& r) { return &r.step_overhead_ms; }},
         {"split_backward_ratio", [](MicroBatchProfile& r) { return &r.split_backward_ratio; }},
         {"weight_share", [](MicroBatchProfile& r) { return &r.weight_share; }},
+        {"pipeline_slowdown", [](MicroBatchProfile& r) { return &r.pipeline_slowdown; }},
     };
     return v;
   }();
@@ -167,6 +168,7 @@ Profile parse_profile(const std::string& toml_text, const std::string& name) {
       double x = node.is_integer() ? static_cast<double>(node.as_integer()->get())
                  : node.is_floating_point() ? node.as_floating_point()->get() : -1.0;
       if (key == "weight_share" && !(x > 0 && x < 1)) throw PlanError(at + ": expected a fraction in (0, 1)");
+      if (key == "pipeline_slowdown" && !(x >= 1)) throw PlanError(at + ": expected a factor >= 1");
       if (!std::isfinite(x) || x < 0 || (x == 0 && key != "step_overhead_ms"))
         throw PlanError(at + (key == "split_backward_ratio" ? ": expected a ratio > 0" : ": expected a number of milliseconds > 0"));
       *it->at(r) = x;

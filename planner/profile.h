@@ -32,6 +32,12 @@ struct MicroBatchProfile {
   // A backward split into I and W (the ZB schedules): its time over the unsplit B's (measured with
   // zb-h1 on one device), and W's share of it.
   double split_backward_ratio = 1, weight_share = 0;
+  // How much slower the same training computed per micro-batch as a pipeline of two rank processes on
+  // this machine (pp = 2: the ranks, their communication threads and the machine shared) than on one
+  // device (NOTE [shared compute] in framework/train/calibrate.cpp); >= 1. With a profile the planner
+  // gives a node 2 / pipeline_slowdown devices' worth of compute, in place of the cluster file's
+  // compute_slots_per_node: a profile describes the machine it was measured on.
+  double pipeline_slowdown = 1;
   // The whole model's F and B (recompute: 0 none, 1 selective, 2 full) with `layers` layers.
   double forward_ms(int64_t layers) const;
   double backward_ms(int recompute, int64_t layers) const;

@@ -184,7 +184,12 @@ Estimate evaluate(const Problem& pr, const Layout& l) {
   const int v = chunks_of(l), stages = l.pp * v, e = elem_bytes(pr.precision);
   const int mb_count = static_cast<int>(pr.global_batch / (static_cast<int64_t>(l.dp) * l.micro_batch));
   // Ranks that outnumber a node's compute slots share them: every compute cost stretches alike.
-  const double slow = c.compute_sharing(static_cast<int64_t>(l.tp) * l.pp * l.dp);
+  const int64_t world = static_cast<int64_t>(l.tp) * l.pp * l.dp;
+  double slow = c.compute_sharing(world);
+  if (pr.profile) {  // the profile measured how this model shares the machine it ran on
+    const double slots = 2 / pr.profile->at(l.micro_batch).pipeline_slowdown;
+    slow = std::max(1.0, static_cast<double>(std::min<int64_t>(world, c.devices_per_node)) / slots);
+  }
   const double rate = c.peak_tflops(pr.precision) * c.gemm_efficiency * 1e12 / slow;  // FLOP/s per device
   const double t = l.tp, ov0 = c.action_overhead_us * 1e-6, ov = ov0 * slow;
   const double msg = static_cast<double>(l.micro_batch * m.seq_len * m.hidden) * e;  // (b, s, h) activation
@@ -229,14 +234,15 @@ Estimate evaluate(const Problem& pr, const Layout& l) {
     const double n = nl[vs];
     const bool first = vs == 0, last = vs == stages - 1;
     if (prof) {
-      const double kf = std::max(0.0, prof->forward_ms(pr.profile->layers) * 1e-3 - ov0) / (prof->forward_ms(pr.profile->layers) * 1e-3) * slow;
+      // Seconds of one action's pieces per second the profile measured: its overhead out, the sharing in.
+      auto scale = [&](double whole_ms) { return std::max(0.0, whole_ms * 1e-3 - ov0) / (whole_ms * 1e-3) * slow; };
+      const double kf = scale(prof->forward_ms(pr.profile->layers));
       auto piece = [&](double layer_ms, double emb_ms, double head_ms, double k, double host) {
         return n * tp_scaled(layer_ms * 1e-3 * k, host) + (first ? tp_scaled(emb_ms * 1e-3 * k, host) : 0.0) +
                (last ? tp_scaled(head_ms * 1e-3 * k, host) : 0.0);
       };
       auto backward = [&](int mode) {
-        const double k =
-            std::max(0.0, prof->backward_ms(mode, pr.profile->layers) * 1e-3 - ov0) / (prof->backward_ms(mode, pr.profile->layers) * 1e-3) * slow;
+        const double k = scale(prof->backward_ms(mode, pr.profile->layers));
         return piece(prof->layer_backward_ms[mode], prof->embedding_backward_ms[mode], prof->head_backward_ms[mode], k,
                      layer_host.second);
       };
@@ -281,8 +287,8 @@ Estimate evaluate(const Problem& pr, const Layout& l) {
     const int r0 = s.rank_of(vs), r1 = s.rank_of(vs + 1);
     if (r0 == r1) continue;
     const int64_t g0 = static_cast<int64_t>(r0) * l.dp * l.tp, g1 = static_cast<int64_t>(r1) * l.dp * l.tp;
-    const Link pl = link(c, g0 / c.devices_per_node == g1 / c.devices_per_node);
     const bool intra = g0 / c.devices_per_node == g1 / c.devices_per_node;
+    const Link pl = link(c, intra);
     const double busy_lat = intra ? c.intra_pipeline_latency_us : c.inter_pipeline_latency_us;
     latency[vs] = (msg / (pl.gbs * 1e9) + (busy_lat > 0 ? busy_lat : pl.lat_us) * 1e-6) * 1e3;
   }
@@ -352,7 +358,8 @@ Estimate evaluate(const Problem& pr, const Layout& l) {
     // With a profile: its measured step overhead (the whole model on one rank) in the share of the
     // model's parameters this pipeline rank updates. Host-bound work (per tensor, loading, logging)
     // does not shrink with tp or ZeRO's sharding, so neither divides it.
-    const double opt_s = slow * (prof ? prof->step_overhead_ms * 1e-3 * params * t / static_cast<double>(total_params(m))
+    const double share = params * t / static_cast<double>(total_params(m));
+    const double opt_s = slow * (prof ? prof->step_overhead_ms * 1e-3 * share
                                       : params / (l.zero ? l.dp : 1) *
                                             (pr.precision == "bf16" ? kOptimizerBytesBf16 : kOptimizerBytesFp32) /
                                             (c.memory_bandwidth_gbs * 1e9));

@@ -1,6 +1,9 @@
 // `trident plan calibrate`'s measurements: see calibrate.h.
 #include "framework/train/calibrate.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -445,6 +448,44 @@ Measured train_once(const Config& cfg, int64_t microbatches) {
   return m;
 }
 
+// A TCP port free on the loopback interface now (the kernel's pick for port 0).
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw std::runtime_error("plan profile: cannot open a socket");
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  close(fd);
+  if (!ok) throw std::runtime_error("plan profile: cannot find a free port");
+  return ntohs(a.sin_port);
+}
+
+// One pipelined run of `cfg` (this process is one of its ranks), its output held back: the pipeline's
+// busy time per micro-batch, all stages added, the median over the steps after the first two.
+double pipeline_busy_ms(const Config& cfg, int64_t microbatches) {
+  std::ostringstream held;
+  std::streambuf* const out = std::cout.rdbuf(held.rdbuf());
+  TrainSummary summary;
+  try {
+    summary = train(cfg);
+  } catch (const std::exception& e) {
+    std::cout.rdbuf(out);
+    throw std::runtime_error(std::string(e.what()) + "\n--- the trainer's output ---\n" + held.str());
+  }
+  std::cout.rdbuf(out);
+  std::vector<double> busy;
+  for (size_t i = 2; i < summary.steps.size(); ++i) {
+    double sum = 0;
+    for (double b : summary.steps[i].stage_busy_s) sum += b;
+    busy.push_back(sum);
+  }
+  if (busy.empty()) throw std::runtime_error("plan profile: the pipelined run left fewer than 3 logged steps");
+  return 1e3 * median(busy) / static_cast<double>(microbatches);
+}
+
 }  // namespace
 
 std::vector<ProfileRow> measure_profile(const Config& cfg, const std::vector<int64_t>& micro_batches,
@@ -479,6 +520,28 @@ std::vector<ProfileRow> measure_profile(const Config& cfg, const std::vector<int
   };
   for (int64_t mbs : micro_batches)
     if (mbs < 1) throw std::runtime_error("plan profile: micro-batch size " + std::to_string(mbs) + ": expected >= 1");
+  // NOTE [shared compute], for this model: the same training as a 2-stage pipeline of two processes
+  // (forked first, while this process has no threads of its own), each stage's median busy time per
+  // micro-batch added up, `repeats` times; the one-device figure below divides it.
+  std::map<int64_t, double> pipelined;
+  for (int64_t mbs : micro_batches) {
+    std::vector<double> runs;
+    for (int rep = 0; rep < o.repeats; ++rep) {
+      const int port = free_port();
+      const std::vector<std::string> out = run_process_group("pp2", 2, std::chrono::milliseconds(600000), [&](Group& g) {
+        for (const auto& [k, v] : std::vector<std::pair<const char*, std::string>>{
+                 {"RANK", std::to_string(g.rank)}, {"LOCAL_RANK", std::to_string(g.rank)}, {"WORLD_SIZE", "2"},
+                 {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}})
+          setenv(k, v.c_str(), 1);
+        Config c = one_device(mbs);
+        c.parallel.pp = 2;
+        c.logging.dir += "-pp2";
+        return std::to_string(pipeline_busy_ms(c, o.microbatches));
+      });
+      runs.push_back(std::stod(out[0]));
+    }
+    pipelined[mbs] = median(runs);
+  }
   std::vector<ProfileRow> rows;
   for (int64_t mbs : micro_batches) {
     Config c = one_device(mbs);
@@ -507,6 +570,7 @@ std::vector<ProfileRow> measure_profile(const Config& cfg, const std::vector<int
     row.step_overhead_ms = median(over);
     row.split_backward_ratio = median(split_b) / row.backward_ms[0];
     row.weight_share = median(split_w);
+    row.pipeline_slowdown = std::max(1.0, pipelined.at(mbs) / (row.forward_ms + row.backward_ms[0]));
     c.training.recompute = "none";
     c.schedule.kind = "1f1b";
     const LayerCosts pieces = make_model(c)->profile(mbs, 3);

@@ -66,6 +66,8 @@ struct ProfileRow {
   double step_overhead_ms = 0;            // per step beyond the actions (recompute none)
   // B split into I and W (a ZB schedule): its time over the unsplit B's, and W's share of it.
   double split_backward_ratio = 1, weight_share = 0;
+  // F + B per micro-batch as a 2-process pipeline (both stages) over the one-device figure.
+  double pipeline_slowdown = 1;
   // Shares of the whole in the pieces' times alone (Model::profile): embedding, one layer (the mean), head.
   double embedding_share = 0, layer_share = 0, head_share = 0;
 };

@@ -44,7 +44,7 @@ std::string profile_text() {
             "layer_backward_ms = 4.0\nlayer_backward_selective_ms = 4.5\nlayer_backward_full_ms = 6.5\n"
             "embedding_backward_ms = 2.0\nembedding_backward_selective_ms = 2.0\nembedding_backward_full_ms = 2.0\n"
             "head_backward_ms = 6.0\nhead_backward_selective_ms = 6.0\nhead_backward_full_ms = 8.0\n"
-            "step_overhead_ms = 5.0\nsplit_backward_ratio = 0.75\nweight_share = 0.25\n";
+            "step_overhead_ms = 5.0\nsplit_backward_ratio = 0.75\nweight_share = 0.25\npipeline_slowdown = 1.0\n";
   return "[model]\narch = \"gpt\"\nlayers = 4\nhidden = 64\nheads = 8\nkv_heads = 8\nffn_hidden = 256\nseq_len = 32\n"
          "vocab_size = 256\nprecision = \"fp32\"\nthreads = 1\n" + rows;
 }
@@ -212,22 +212,32 @@ TEST(PlannerLink, FitRecoversBandwidthLatencyAndCallTime) {
   EXPECT_EQ(fit_link(fast).collective_us, 0.0);
 }
 
-TEST(PlannerProfile, RanksBeyondTheComputeSlotsComputeSlower) {
+TEST(PlannerProfile, RanksSharingTheMachineComputeSlowerByTheProfilesMeasure) {
   Problem pr = problem();
   const Estimate base = evaluate(pr, parse_layout("dp=2,mbs=2", 2));
-  // 2 ranks on a node with 1.6 devices' worth of compute: every compute cost x 2 / 1.6 = 1.25.
-  set_cluster_key(pr.cluster, "cluster.compute_slots_per_node=1.6");
+  // The cluster's compute slots give way to the profile's measure of the machine it ran on.
+  set_cluster_key(pr.cluster, "cluster.compute_slots_per_node=1");
+  EXPECT_NEAR(evaluate(pr, parse_layout("dp=2,mbs=2", 2)).breakdown.compute, base.breakdown.compute, 1e-12);
+  // As a 2-process pipeline it computed 1.25 x slower: 1.6 devices' worth, 2 ranks x 1.25, 4 ranks x 2.5.
+  for (MicroBatchProfile& r : pr.profile->rows) r.pipeline_slowdown = 1.25;
   const Estimate shared = evaluate(pr, parse_layout("dp=2,mbs=2", 2));
   EXPECT_NEAR(shared.breakdown.compute, 1.25 * base.breakdown.compute, 1e-12);
   EXPECT_NEAR(shared.breakdown.optimizer, 1.25 * base.breakdown.optimizer, 1e-12);
   EXPECT_EQ(shared.breakdown.dp_exposed, base.breakdown.dp_exposed);  // transfers are not compute
-  // 4 ranks: 4 / 1.6 = 2.5 x.
   pr.global_batch = 16;
   const Estimate four = evaluate(pr, parse_layout("dp=4,mbs=2", 4));
-  set_cluster_key(pr.cluster, "cluster.compute_slots_per_node=0");
-  EXPECT_NEAR(four.breakdown.compute, 2.5 * evaluate(pr, parse_layout("dp=4,mbs=2", 4)).breakdown.compute, 1e-12);
+  for (MicroBatchProfile& r : pr.profile->rows) r.pipeline_slowdown = 1.0;  // 4 ranks on 2 slots: x 2
+  EXPECT_NEAR(four.breakdown.compute, 2.5 / 2.0 * evaluate(pr, parse_layout("dp=4,mbs=2", 4)).breakdown.compute, 1e-12);
   // One rank alone computes at its own speed.
-  set_cluster_key(pr.cluster, "cluster.compute_slots_per_node=1.6");
+  for (MicroBatchProfile& r : pr.profile->rows) r.pipeline_slowdown = 1.25;
   pr.global_batch = 8;
   EXPECT_NEAR(evaluate(pr, parse_layout("mbs=2", 1)).step_s, 4 * (12 + 24) * 1e-3 + 5e-3, 1e-12);
+}
+
+TEST(PlannerProfile, WithoutAProfileTheClustersComputeSlotsCount) {
+  Problem pr = problem();
+  pr.profile.reset();
+  const Estimate base = evaluate(pr, parse_layout("dp=2,mbs=2", 2));
+  set_cluster_key(pr.cluster, "cluster.compute_slots_per_node=1.6");
+  EXPECT_NEAR(evaluate(pr, parse_layout("dp=2,mbs=2", 2)).breakdown.compute, 1.25 * base.breakdown.compute, 1e-12);
 }
