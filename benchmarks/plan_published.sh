@@ -64,7 +64,7 @@ done
   echo "# row command (with --cluster-set compute.gemm_efficiency=$best_eff):"
   echo "#   $(row_cmd $(head -1 <<< "$rows"))"
   printf "%-8s %5s %6s %6s %3s %3s %5s %5s %5s %9s %9s %8s  %s\n" params_B heads hidden layers tp pp gpus batch chunks \
-    published predicted error "breakdown of the step (% of step: compute bubble tp_comm pp_comm dp_exposed optimizer recompute)"
+    published predicted error "breakdown of the step (% of step: compute bubble tp_comm pp_comm dp_exposed optimizer recompute step_sync)"
   errs=()
   while read -r row; do
     set -- $row

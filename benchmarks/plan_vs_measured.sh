@@ -105,9 +105,12 @@ done
   echo "#    'rounds' column: (slowest - fastest round) / median, and its summary line below the table). The profiles"
   echo "#    and the calibration are measured first and the runs over the next quarter hour; each layout's median is"
   echo "#    over all its rounds, but a slow or fast spell still moves rows together (a group of rows all low)."
-  echo "#  - collectives between computing ranks: the per-step and per-call times come from an all-reduce and an"
-  echo "#    all-gather after a matmul on each rank; inside training (the trainer's and the executor's own threads on"
-  echo "#    the same 2 cores, more and smaller operators between calls) they took longer, so tp rows come out low."
+  echo "#  - collectives between computing ranks: the per-step and per-call times come from one all-reduce and one"
+  echo "#    all-gather after a matmul on each rank, measured once; inside training the ranks' other threads (the"
+  echo "#    executor's, the trainer's) and smaller operators between calls change what a call costs, and so does the"
+  echo "#    load between the calibration and the run: the tp rows move with it (see the signed errors per group below)."
+  echo "#  - sharing the cores: the profile's one pp = 2 run gives how much slower ranks compute side by side; one"
+  echo "#    figure serves every layout, and it is as noisy as any one run (the profiles above show it per size)."
   echo "#  - world > 2: ranks beyond the compute slots stretch compute by ranks per slot; the latencies of transfers and"
   echo "#    collectives, measured with 2 ranks, are not stretched, though 4 or 8 processes on 2 cores wait longer too."
   "$py" - "$tmp" "$svg" "$skip" "$rounds" <<'PY'
@@ -176,6 +179,14 @@ for label, pts in (("all rows", time_pts), ("world <= 2 (a core per rank)", [p f
     if len(pts) >= 2:
         med, worst, rho = summary(pts)
         print(f"step time, {label}: {len(pts)} layouts, median |error| {100*med:.1f}%, worst {100*worst:.1f}%, Spearman {rho:.3f}")
+groups = {"one device": lambda n, w: w == 1, "pp only (world 2)": lambda n, w: w == 2 and "-pp" in n and "tp" not in n,
+          "tp (world 2)": lambda n, w: w == 2 and "-tp" in n, "dp (world 2)": lambda n, w: w == 2 and "-dp" in n,
+          "world > 2": lambda n, w: w > 2}
+signed = []
+for label, pick in groups.items():
+    errs = [(p - m) / m for n, w, p, m in time_pts if pick(n, w)]
+    if errs: signed.append(f"{label} {100*statistics.median(errs):+.1f}% ({len(errs)})")
+print("signed error, median per group of layouts (layouts): " + ", ".join(signed))
 if rounds > 1:
     print(f"round-to-round spread of the measured median step ((slowest - fastest round) / median): median {100*statistics.median(spreads):.1f}%, worst {100*max(spreads):.1f}%")
 med, worst, rho = summary(mean_pts)

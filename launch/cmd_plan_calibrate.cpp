@@ -9,7 +9,6 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -89,13 +88,7 @@ int cmd_plan_calibrate(int argc, char** argv) {
   const int devices = vm.count("devices") ? vm["devices"].as<int>() : usable_cores();
   if (devices < 1) throw std::runtime_error("--devices " + std::to_string(devices) + ": expected >= 1");
   const std::string out = vm["out"].as<std::string>();
-  {
-    const std::filesystem::path dir = std::filesystem::path(out).parent_path();
-    std::error_code ec;
-    if (!dir.empty()) std::filesystem::create_directories(dir, ec);
-    std::ofstream probe(out, std::ios::app);
-    if (!probe) throw std::runtime_error("--out '" + out + "': cannot write it");
-  }
+  check_writable_output(out);
 
   const bench::Calibration m = bench::calibrate(o);
   // Bandwidth, latency per message and the per-call collective time are fitted to every row (the

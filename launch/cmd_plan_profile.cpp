@@ -5,7 +5,6 @@
 #include <boost/program_options.hpp>
 
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -84,13 +83,7 @@ int cmd_plan_profile(int argc, char** argv) {
       vm.count("set") ? vm["set"].as<std::vector<std::string>>() : std::vector<std::string>{};
   const Config cfg = load_config(vm["config"].as<std::string>(), sets);
   const std::string out = vm["out"].as<std::string>();
-  {
-    const std::filesystem::path dir = std::filesystem::path(out).parent_path();
-    std::error_code ec;
-    if (!dir.empty()) std::filesystem::create_directories(dir, ec);
-    std::ofstream probe(out, std::ios::app);
-    if (!probe) throw std::runtime_error("--out '" + out + "': cannot write it");
-  }
+  check_writable_output(out);
   bench::ProfileOptions o;
   o.steps = vm["steps"].as<int>();
   o.microbatches = vm["microbatches"].as<int>();

@@ -1,7 +1,10 @@
 // Command-line parsing shared by the subcommands: see options.h.
 #include "launch/options.h"
 
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <stdexcept>
 
 namespace po = boost::program_options;
 
@@ -20,6 +23,14 @@ bool parse_args(int argc, char** argv, const po::options_description& visible, p
   }
   po::notify(vm);
   return true;
+}
+
+void check_writable_output(const std::string& path) {
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+  std::ofstream probe(path, std::ios::app);
+  if (!probe) throw std::runtime_error("--out '" + path + "': cannot write it");
 }
 
 }  // namespace trident::cli

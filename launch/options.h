@@ -16,4 +16,8 @@ bool parse_args(int argc, char** argv, const boost::program_options::options_des
                 const boost::program_options::positional_options_description* positional = nullptr,
                 const boost::program_options::options_description* all = nullptr, const std::string& help_tail = "");
 
+// An --out file a command writes at its end: makes its folder and checks now, before the command's
+// work, that the file can be written; throws "--out 'PATH': cannot write it".
+void check_writable_output(const std::string& path);
+
 }  // namespace trident::cli

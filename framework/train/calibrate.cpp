@@ -416,17 +416,22 @@ namespace {
 struct Measured {
   double forward_ms = 0, backward_ms = 0, weight_ms = 0, overhead_ms = 0;
 };
-Measured train_once(const Config& cfg, int64_t microbatches) {
+// train(cfg) with its output held back, shown only in the error of a failed run.
+TrainSummary train_quietly(const Config& cfg) {
   std::ostringstream held;
   std::streambuf* const out = std::cout.rdbuf(held.rdbuf());
-  TrainSummary summary;
   try {
-    summary = train(cfg);
+    TrainSummary summary = train(cfg);
+    std::cout.rdbuf(out);
+    return summary;
   } catch (const std::exception& e) {
     std::cout.rdbuf(out);
     throw std::runtime_error(std::string(e.what()) + "\n--- the trainer's output ---\n" + held.str());
   }
-  std::cout.rdbuf(out);
+}
+
+Measured train_once(const Config& cfg, int64_t microbatches) {
+  const TrainSummary summary = train_quietly(cfg);
   if (summary.stage_forward_ms.size() != 1 || summary.steps.size() < 3)
     throw std::runtime_error("plan profile: the run left " + std::to_string(summary.steps.size()) +
                              " logged steps and " + std::to_string(summary.stage_forward_ms.size()) +
@@ -466,16 +471,7 @@ int free_port() {
 // One pipelined run of `cfg` (this process is one of its ranks), its output held back: the pipeline's
 // busy time per micro-batch, all stages added, the median over the steps after the first two.
 double pipeline_busy_ms(const Config& cfg, int64_t microbatches) {
-  std::ostringstream held;
-  std::streambuf* const out = std::cout.rdbuf(held.rdbuf());
-  TrainSummary summary;
-  try {
-    summary = train(cfg);
-  } catch (const std::exception& e) {
-    std::cout.rdbuf(out);
-    throw std::runtime_error(std::string(e.what()) + "\n--- the trainer's output ---\n" + held.str());
-  }
-  std::cout.rdbuf(out);
+  const TrainSummary summary = train_quietly(cfg);
   std::vector<double> busy;
   for (size_t i = 2; i < summary.steps.size(); ++i) {
     double sum = 0;

@@ -56,7 +56,7 @@ TEST(PlanCalibrate, WritesAClusterFileThePlannerReads) {
       << text.str();
   for (const char* kind : {"all_reduce", "all_gather", "p2p"})
     EXPECT_NE(text.str().find(std::string("#   ") + kind), std::string::npos) << kind;
-  for (const char* said : {"# pipeline_latency_us: ", "# collective_us written: "})
+  for (const char* said : {"# pipeline_latency_us: ", "# latency_us and collective_us written: ", "# compute_slots_per_node: "})
     EXPECT_NE(text.str().find(said), std::string::npos) << said;
 
   const RunResult p = run_command(bin("trident") + " plan --config " + src("configs/gpt-tiny.toml") + " --cluster " +

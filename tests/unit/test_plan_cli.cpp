@@ -44,7 +44,7 @@ TEST(PlanCli, SearchPrintsTheBestSortedAsJson) {
     last = step;
     EXPECT_TRUE(e.at("fits", "e").as_bool("fits"));
     double parts = 0;
-    for (const char* k : {"compute", "bubble", "tp_comm", "pp_comm", "dp_exposed", "optimizer", "recompute"})
+    for (const char* k : {"compute", "bubble", "tp_comm", "pp_comm", "dp_exposed", "optimizer", "recompute", "step_sync"})
       parts += e.at("breakdown_s", "e").at(k, "breakdown").as_double(k);
     EXPECT_NEAR(parts, step, 1e-6 * step) << "the breakdown adds up to the step";
   }

@@ -6,36 +6,20 @@
 #include <fstream>
 #include <sstream>
 
-#include "tests/error_of.h"
 #include "framework/config.h"
 #include "planner/calibration.h"
 #include "planner/cluster.h"
 #include "planner/model_cost.h"
 #include "planner/search.h"
 #include "planner/step.h"
+#include "tests/error_of.h"
+#include "tests/unit/planner_fixtures.h"
 
 using namespace trident;
 using namespace trident::plan;
 using trident::testing::error_of;
-
-namespace {
-
-ModelConfig gpt(int64_t l, int64_t h, int64_t a, int64_t s, int64_t v) {
-  ModelConfig m;
-  m.layers = l, m.hidden = h, m.heads = a, m.seq_len = s, m.vocab_size = v, m.vocab_pad_multiple = 1;
-  return m;
-}
-
-// 1 TFLOP/s fp32 at full efficiency, 1 GB/s links without latency, no overheads: costs by hand.
-Cluster unit_cluster() {
-  return parse_cluster(
-      "[cluster]\nnodes = 1\ndevices_per_node = 8\ndevice_memory_gib = 16\n"
-      "[compute]\npeak_tflops_fp32 = 1.0\ngemm_efficiency = 1.0\nmemory_bandwidth_gbs = 1e12\n"
-      "[intra_node]\nbandwidth_gbs = 1.0\nlatency_us = 0\n[inter_node]\nbandwidth_gbs = 1.0\nlatency_us = 0\n",
-      "unit.toml");
-}
-
-}  // namespace
+using trident::testing::gpt;
+using trident::testing::unit_cluster;
 
 TEST(PlannerCost, GptStepFlopsWithRecomputationAreNarayanansFormula) {
   // Narayanan et al. 2021, Sec. 5.1: 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) with full recomputation.

@@ -5,34 +5,22 @@
 
 #include <string>
 
-#include "tests/error_of.h"
 #include "framework/config.h"
 #include "planner/calibration.h"
 #include "planner/cluster.h"
 #include "planner/model_cost.h"
 #include "planner/profile.h"
 #include "planner/step.h"
+#include "tests/error_of.h"
+#include "tests/unit/planner_fixtures.h"
 
 using namespace trident;
 using namespace trident::plan;
 using trident::testing::error_of;
+using trident::testing::gpt;
+using trident::testing::unit_cluster;
 
 namespace {
-
-ModelConfig gpt(int64_t l, int64_t h, int64_t a, int64_t s, int64_t v) {
-  ModelConfig m;
-  m.layers = l, m.hidden = h, m.heads = a, m.seq_len = s, m.vocab_size = v, m.vocab_pad_multiple = 1;
-  return m;
-}
-
-// 1 TFLOP/s fp32, 1 GB/s links without latency, no overheads.
-Cluster unit_cluster() {
-  return parse_cluster(
-      "[cluster]\nnodes = 1\ndevices_per_node = 8\ndevice_memory_gib = 16\n"
-      "[compute]\npeak_tflops_fp32 = 1.0\ngemm_efficiency = 1.0\nmemory_bandwidth_gbs = 1e12\n"
-      "[intra_node]\nbandwidth_gbs = 1.0\nlatency_us = 0\n[inter_node]\nbandwidth_gbs = 1.0\nlatency_us = 0\n",
-      "unit.toml");
-}
 
 // A profile of gpt(4, 64, 8, 32, 256) at micro-batch sizes 1 and 2: whole-model F 1 + 4 x 2 + 3 = 12 ms,
 // B 24 ms (selective 26, full 36), step overhead 5 ms.
