@@ -10,6 +10,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -258,38 +259,40 @@ BusyPipeline busy_pipeline() {
 }
 
 // NOTE [busy link], for collectives: two ranks each run a 256^3 matmul and then a 16 KiB all-reduce
-// or all-gather (a tensor-parallel layer's pattern), 30 times a round; the same matmuls alone, timed
-// on each rank before, are subtracted. The median of 3 rounds, rank 0's clock. The all-reduce is two
-// ring steps and the all-gather one: their difference is a busy step's time, the rest a call's.
-double busy_collective_us(const std::string& kind, int64_t bytes) {
-  const int ranks = 2, reps = 30;
+// or all-gather (a tensor-parallel layer's pattern), 30 times each per round, the two kinds in the
+// same round so that they see the same load; the same matmuls alone, timed in the round too, are
+// subtracted. Medians of 9 rounds, rank 0's clock. The all-reduce is two ring steps and the
+// all-gather one: their difference is a busy step's time, the rest a call's.
+std::pair<double, double> busy_collectives_us(int64_t bytes) {
+  const int ranks = 2, reps = 30, rounds = 9;
   const std::vector<std::string> texts = run_process_group("tp", ranks, std::chrono::milliseconds(120000), [&](Group& g) {
     const at::Tensor a = at::randn({256, 256}), b = at::randn({256, 256});
-    at::Tensor t = at::ones({kind == "all_gather" ? bytes / 4 / ranks : bytes / 4});
+    at::Tensor whole = at::ones({bytes / 4}), part = at::ones({bytes / 4 / ranks});
     std::vector<at::Tensor> gathered;
     at::Tensor sink = at::zeros({256, 256});
     auto compute = [&] { sink.add_(at::mm(a, b)); };
-    std::vector<double> rounds;
-    for (int round = -1; round < 3; ++round) {
+    auto timed = [&](const std::function<void()>& call) {
       barrier(g);
       const auto t0 = Clock::now();
-      for (int i = 0; i < reps; ++i) compute();
-      const double alone = since(t0);
-      barrier(g);
-      const auto t1 = Clock::now();
       for (int i = 0; i < reps; ++i) {
         compute();
-        if (kind == "all_gather")
-          all_gather(g, t, gathered);
-        else
-          all_reduce(g, t);
+        call();
       }
-      const double both = since(t1);
-      if (round >= 0) rounds.push_back((both - alone) / reps);
+      return since(t0);
+    };
+    std::vector<double> ar, ag;
+    for (int round = -1; round < rounds; ++round) {
+      const double alone = timed([] {});
+      const double reduce = timed([&] { all_reduce(g, whole); });
+      const double gather = timed([&] { all_gather(g, part, gathered); });
+      if (round >= 0) ar.push_back((reduce - alone) / reps), ag.push_back((gather - alone) / reps);
     }
-    return std::to_string(median(rounds));
+    return std::to_string(median(ar)) + " " + std::to_string(median(ag));
   });
-  return std::max(0.0, std::stod(texts[0])) * 1e6;
+  std::istringstream in(texts[0]);
+  double ar = 0, ag = 0;
+  in >> ar >> ag;
+  return {std::max(0.0, ar) * 1e6, std::max(0.0, ag) * 1e6};
 }
 
 double action_overhead_us(int ranks) {
@@ -397,8 +400,9 @@ Calibration calibrate(const CalibrateOptions& o) {
     c.pipeline_latency_us = busy.mean * 1000.0;
     c.pipeline_latency_samples = busy.samples;
     c.busy_collective_bytes = 16384;
-    c.busy_collective_us = busy_collective_us("all_reduce", 16384);
-    c.busy_all_gather_us = busy_collective_us("all_gather", 16384);
+    const auto [ar, ag] = busy_collectives_us(16384);
+    c.busy_collective_us = ar;
+    c.busy_all_gather_us = ag;
   }
   // From here on this process runs threads (intra-op pools, thread groups).
   c.matmul_flops = matmul_rate(o.threads, 1024);
