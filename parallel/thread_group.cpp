@@ -21,6 +21,24 @@
 
 namespace trident {
 
+namespace {
+
+// Rank `rank` of a loopback Gloo group `name` of `size` over `store` (no process group at size 1),
+// on one intra-op thread.
+Group local_member(const std::string& name, int size, int rank, std::chrono::milliseconds timeout,
+                   const std::function<c10::intrusive_ptr<c10d::Store>()>& store) {
+  at::set_num_threads(1);
+  Group g;
+  g.name = name;
+  for (int i = 0; i < size; ++i) g.members.push_back(i);
+  g.rank = rank;
+  g.timeout = timeout;
+  if (size > 1) g.pg = make_gloo(store(), rank, size, timeout, "127.0.0.1", "");
+  return g;
+}
+
+}  // namespace
+
 std::vector<std::string> run_thread_group(const std::string& name, int size, std::chrono::milliseconds timeout,
                                           const std::function<void(Group&)>& body) {
   const c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::HashStore>();
@@ -29,13 +47,7 @@ std::vector<std::string> run_thread_group(const std::string& name, int size, std
   for (int rank = 0; rank < size; ++rank)
     threads.emplace_back([&, rank] {
       try {
-        at::set_num_threads(1);
-        Group g;
-        g.name = name;
-        for (int i = 0; i < size; ++i) g.members.push_back(i);
-        g.rank = rank;
-        g.timeout = timeout;
-        if (size > 1) g.pg = make_gloo(store, rank, size, timeout, "127.0.0.1", "");
+        Group g = local_member(name, size, rank, timeout, [&] { return store; });
         body(g);
       } catch (const std::exception& e) {
         errors[static_cast<size_t>(rank)] = e.what();
@@ -68,16 +80,9 @@ std::vector<std::string> run_process_group(const std::string& name, int size, st
     if (pid == 0) {  // the child: one rank; it leaves through _Exit, running no destructors of the parent's state
       int code = 0;
       try {
-        at::set_num_threads(1);
-        Group g;
-        g.name = name;
-        for (int i = 0; i < size; ++i) g.members.push_back(i);
-        g.rank = rank;
-        g.timeout = timeout;
-        if (size > 1) {
-          const auto store = c10::make_intrusive<c10d::FileStore>((dir / "store").string(), size);
-          g.pg = make_gloo(store, rank, size, timeout, "127.0.0.1", "");
-        }
+        Group g = local_member(name, size, rank, timeout, [&]() -> c10::intrusive_ptr<c10d::Store> {
+          return c10::make_intrusive<c10d::FileStore>((dir / "store").string(), size);
+        });
         const std::string out = body(g);
         std::ofstream(dir / ("rank-" + std::to_string(rank) + ".out")) << out;
       } catch (const std::exception& e) {
