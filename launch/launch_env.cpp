@@ -1,19 +1,16 @@
 // The launcher's pure parts: option checks, the ranks' environment, port
 // picking and wait-status wording (see launcher.h). No processes are started here.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cassert>
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
 
+#include "framework/free_port.h"
 #include "launch/launcher.h"
 
 namespace trident::launch {
@@ -103,24 +100,11 @@ int launcher_port(const LaunchOptions& o, int master_port) {
 }
 
 int pick_free_port() {
-  struct Fd {
-    int fd;
-    ~Fd() {
-      if (fd >= 0) ::close(fd);
-    }
-    int get() const { return fd; }
-  } sock{::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)};
-  if (sock.get() < 0) throw LaunchError(std::string("cannot create a socket to pick a port: ") + std::strerror(errno));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  addr.sin_port = 0;  // the kernel picks a free ephemeral port
-  if (::bind(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
-    throw LaunchError(std::string("cannot bind a socket to port 0: ") + std::strerror(errno));
-  socklen_t len = sizeof addr;
-  if (::getsockname(sock.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0)
-    throw LaunchError(std::string("cannot read back the picked port: ") + std::strerror(errno));
-  return ntohs(addr.sin_port);
+  try {
+    return trident::pick_free_port();
+  } catch (const std::runtime_error& e) {
+    throw LaunchError(e.what());
+  }
 }
 
 Environment rank_environment(const LaunchOptions& o, int local_rank, int master_port) {
