@@ -1,9 +1,6 @@
 // `trident plan calibrate`'s measurements: see calibrate.h.
 #include "framework/train/calibrate.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +19,7 @@
 #include <ATen/Parallel.h>
 
 #include "framework/config.h"
+#include "framework/free_port.h"
 #include "framework/train/trainer.h"
 #include "models/registry.h"
 #include "parallel/thread_group.h"
@@ -202,9 +200,9 @@ struct BusyPipeline {
 
 BusyPipeline busy_pipeline() {
   const int m = 8, steps = 8;
-  // `ranks` ranks of 1f1b; each sends back its recordings, one per step, each ended by a line "end".
-  auto run = [&](int ranks) {
-    const sched::Schedule schedule = sched::generate("1f1b", ranks, m, 1);
+  // The ranks of `schedule` (1f1b); each sends back its recordings, one per step, each ended by a line "end".
+  auto run = [&](const sched::Schedule& schedule) {
+    const int ranks = schedule.pipeline_ranks;
     const std::vector<std::string> texts = run_process_group("pp", ranks, std::chrono::milliseconds(120000), [&](Group& pp) {
       BusyStage stage(pp.rank == 0, pp.rank == ranks - 1);
       Executor exec({&stage}, pp, schedule.stage_map(), 1);
@@ -234,7 +232,7 @@ BusyPipeline busy_pipeline() {
         throw std::runtime_error("plan calibrate: busy pipeline: rank " + std::to_string(r) + " sent " +
                                  std::to_string(step) + " of " + std::to_string(steps) + " steps");
     }
-    return std::make_pair(schedule, rec);
+    return rec;
   };
   auto compute_per_mb = [&](const std::vector<std::vector<sched::RankRecording>>& rec) {
     double us = 0;
@@ -248,13 +246,13 @@ BusyPipeline busy_pipeline() {
     return us / mbs;
   };
   BusyPipeline out;
-  const auto [alone_schedule, alone] = run(1);
-  const auto [schedule, two] = run(2);
+  const sched::Schedule schedule = sched::generate("1f1b", 2, m, 1);
+  const auto alone = run(sched::generate("1f1b", 1, m, 1));
+  const auto two = run(schedule);
   std::vector<sched::Timeline> timelines;
   for (const auto& step : two) timelines.push_back(sched::to_timeline(step, m, 1));
   out.latency = sched::measured_link_latency(schedule, timelines, 0.05);  // ms; the trainer's 50 us idle threshold
   out.slowdown = std::max(1.0, compute_per_mb(two) / compute_per_mb(alone));
-  (void)alone_schedule;
   return out;
 }
 
@@ -389,7 +387,6 @@ Calibration calibrate(const CalibrateOptions& o) {
   std::istringstream rows(texts[0]);
   CommTiming t;
   while (rows >> t.kind >> t.bytes >> t.seconds) c.comm.push_back(t);
-  c.pipeline_latency_samples = 0;
   {  // NOTE [busy link]
     const BusyPipeline pipe = busy_pipeline();
     const sched::LinkLatency& busy = pipe.latency;
@@ -415,8 +412,8 @@ Calibration calibrate(const CalibrateOptions& o) {
 
 namespace {
 
-// One training run of `cfg` on this process (a world of one), its output held back: the mean F and B
-// per micro-batch and the mean step time beyond the actions, over the steps after the first two.
+// What one training run of a world of one measured: F, B and W per micro-batch and the step's time
+// beyond its actions, ms (train_once).
 struct Measured {
   double forward_ms = 0, backward_ms = 0, weight_ms = 0, overhead_ms = 0;
 };
@@ -434,6 +431,7 @@ TrainSummary train_quietly(const Config& cfg) {
   }
 }
 
+// One training run of `cfg` on this process (a world of one), its output held back.
 Measured train_once(const Config& cfg, int64_t microbatches) {
   const TrainSummary summary = train_quietly(cfg);
   if (summary.stage_forward_ms.size() != 1 || summary.steps.size() < 3)
@@ -455,21 +453,6 @@ Measured train_once(const Config& cfg, int64_t microbatches) {
   m.weight_ms = b > 0 ? m.backward_ms * summary.stage_weight_ms[0] / b : 0.0;
   m.overhead_ms = 1e3 * median(over);
   return m;
-}
-
-// A TCP port free on the loopback interface now (the kernel's pick for port 0).
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) throw std::runtime_error("plan profile: cannot open a socket");
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-                  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
-  close(fd);
-  if (!ok) throw std::runtime_error("plan profile: cannot find a free port");
-  return ntohs(a.sin_port);
 }
 
 // One pipelined run of `cfg` (this process is one of its ranks), its output held back: the pipeline's
@@ -527,7 +510,7 @@ std::vector<ProfileRow> measure_profile(const Config& cfg, const std::vector<int
   for (int64_t mbs : micro_batches) {
     std::vector<double> runs;
     for (int rep = 0; rep < o.repeats; ++rep) {
-      const int port = free_port();
+      const int port = pick_free_port();
       const std::vector<std::string> out = run_process_group("pp2", 2, std::chrono::milliseconds(600000), [&](Group& g) {
         for (const auto& [k, v] : std::vector<std::pair<const char*, std::string>>{
                  {"RANK", std::to_string(g.rank)}, {"LOCAL_RANK", std::to_string(g.rank)}, {"WORLD_SIZE", "2"},
