@@ -2,10 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <sstream>
 
 #include <toml++/toml.h>
+
+#include "planner/toml_file.h"
 
 namespace trident::plan {
 
@@ -81,10 +82,6 @@ std::string keys_of(const std::string& section) {
   return out;
 }
 
-std::string line_of(const toml::node& n) {
-  return n.source().begin.line ? " (line " + std::to_string(n.source().begin.line) + ")" : "";
-}
-
 std::string text_of(const toml::node& n) {
   if (n.is_string()) return "\"" + n.as_string()->get() + "\"";  // toml++ would print 'literal'
   std::ostringstream os;
@@ -147,10 +144,11 @@ double Cluster::peak_tflops(const std::string& precision) const {
   return p;
 }
 
-double Cluster::compute_sharing(int64_t ranks) const {
-  if (compute_slots_per_node <= 0) return 1.0;
+double Cluster::compute_sharing(int64_t ranks, double slots) const {
+  const double s = slots > 0 ? slots : compute_slots_per_node;
+  if (s <= 0) return 1.0;
   const double on_node = static_cast<double>(std::min<int64_t>(ranks, devices_per_node));
-  return std::max(1.0, on_node / compute_slots_per_node);
+  return std::max(1.0, on_node / s);
 }
 
 std::pair<double, double> Cluster::layer_overhead_s(const std::string& arch) const {
@@ -160,12 +158,7 @@ std::pair<double, double> Cluster::layer_overhead_s(const std::string& arch) con
 }
 
 Cluster parse_cluster(const std::string& toml_text, const std::string& name) {
-  toml::table root;
-  try {
-    root = toml::parse(std::string_view(toml_text), std::string_view(name));
-  } catch (const toml::parse_error& e) {
-    throw PlanError(name + ": " + std::string(e.description()) + " (line " + std::to_string(e.source().begin.line) + ")");
-  }
+  const toml::table root = parse_toml(toml_text, name);
   Cluster c;
   c.source = name;
   for (const auto& [sk, node] : root) {
@@ -190,11 +183,7 @@ Cluster parse_cluster(const std::string& toml_text, const std::string& name) {
 }
 
 Cluster load_cluster(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw PlanError("cluster file '" + path + "': cannot open it");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_cluster(ss.str(), path);
+  return parse_cluster(read_toml_file(path, "cluster"), path);
 }
 
 void set_cluster_key(Cluster& c, const std::string& assignment) {
@@ -227,15 +216,7 @@ std::string to_toml(const Cluster& c) {
     os << k.key << " = ";
     if (k.kind == Key::Text) os << '"' << c.*(k.text) << '"';
     if (k.kind == Key::Int) os << c.*(k.integer);
-    if (k.kind == Key::Real) {
-      const double x = c.*(k.real);
-      std::ostringstream v;
-      v.precision(10);
-      v << x;
-      std::string s = v.str();
-      if (s.find_first_of(".e") == std::string::npos) s += ".0";
-      os << s;
-    }
+    if (k.kind == Key::Real) os << real_text(c.*(k.real));
     os << "  # " << k.doc << "\n";
   }
   return os.str();

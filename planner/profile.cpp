@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <set>
 #include <sstream>
 
 #include <toml++/toml.h>
 
 #include "planner/cluster.h"  // PlanError
+#include "planner/toml_file.h"
 
 namespace trident::plan {
 
@@ -60,19 +60,6 @@ int64_t* model_int(Profile& p, const std::string& k) {
   return nullptr;
 }
 
-std::string line_of(const toml::node& n) {
-  return n.source().begin.line ? " (line " + std::to_string(n.source().begin.line) + ")" : "";
-}
-
-std::string number_text(double x) {
-  std::ostringstream v;
-  v.precision(10);
-  v << x;
-  std::string s = v.str();
-  if (s.find_first_of(".e") == std::string::npos) s += ".0";
-  return s;
-}
-
 }  // namespace
 
 double MicroBatchProfile::forward_ms(int64_t layers) const {
@@ -106,12 +93,7 @@ std::vector<int> Profile::micro_batches() const {
 }
 
 Profile parse_profile(const std::string& toml_text, const std::string& name) {
-  toml::table root;
-  try {
-    root = toml::parse(std::string_view(toml_text), std::string_view(name));
-  } catch (const toml::parse_error& e) {
-    throw PlanError(name + ": " + std::string(e.description()) + " (line " + std::to_string(e.source().begin.line) + ")");
-  }
+  const toml::table root = parse_toml(toml_text, name);
   Profile p;
   p.source = name;
   for (const auto& [k, node] : root) {
@@ -187,11 +169,7 @@ Profile parse_profile(const std::string& toml_text, const std::string& name) {
 }
 
 Profile load_profile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw PlanError("profile file '" + path + "': cannot open it");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_profile(ss.str(), path);
+  return parse_profile(read_toml_file(path, "profile"), path);
 }
 
 std::string to_toml(const Profile& p) {
@@ -203,7 +181,7 @@ std::string to_toml(const Profile& p) {
   for (const MicroBatchProfile& r : p.rows) {
     MicroBatchProfile row = r;
     os << "\n[[micro_batch]]  # ms per micro-batch (step_overhead_ms: per step)\nsize = " << r.micro_batch << "\n";
-    for (const RowKey& rk : row_keys()) os << rk.name << " = " << number_text(*rk.at(row)) << "\n";
+    for (const RowKey& rk : row_keys()) os << rk.name << " = " << real_text(*rk.at(row)) << "\n";
   }
   return os.str();
 }
