@@ -115,11 +115,10 @@ int cmd_plan_calibrate(int argc, char** argv) {
   }
   c.intra_bandwidth_gbs = c.inter_bandwidth_gbs = fit.bandwidth_gbs;
   // Between computing ranks (NOTE [busy link]) a collective's ring step and call cost more than the
-  // back-to-back timings show: the busy all-reduce (2 ring steps on 2 ranks) and all-gather (1 step),
-  // their volume terms taken off, give a step's latency (the difference) and a call's time (the rest).
-  const double bw = fit.bandwidth_gbs * 1e9, bytes = m.busy_collective_bytes;
-  const double ar = m.busy_collective_us - bytes / bw * 1e6, ag = m.busy_all_gather_us - bytes / 2 / bw * 1e6;
-  const double step_us = std::max(0.0, ar - ag), collective_us = std::max(0.0, ag - step_us);
+  // back-to-back timings show.
+  const double bytes = m.busy_collective_bytes;
+  const plan::BusyLink busy = plan::busy_link(fit, bytes, m.busy_collective_us, m.busy_all_gather_us);
+  const double step_us = busy.step_us, collective_us = busy.collective_us;
   c.intra_latency_us = c.inter_latency_us = step_us;
   c.intra_collective_us = c.inter_collective_us = collective_us;
   c.compute_slots_per_node = 2 / m.concurrent_slowdown;

@@ -122,4 +122,14 @@ LinkFit fit_link(const std::vector<LinkSample>& samples, double latency_us) {
   return f;
 }
 
+BusyLink busy_link(const LinkFit& fit, double bytes, double all_reduce_us, double all_gather_us) {
+  const double bw = fit.bandwidth_gbs * 1e9;
+  const double ar = all_reduce_us - ring_terms({"all_reduce", 2, bytes, 0}).volume_bytes / bw * 1e6;
+  const double ag = all_gather_us - ring_terms({"all_gather", 2, bytes, 0}).volume_bytes / bw * 1e6;
+  BusyLink b;
+  b.step_us = std::max(0.0, ar - ag);
+  b.collective_us = std::max(0.0, ag - b.step_us);
+  return b;
+}
+
 }  // namespace trident::plan

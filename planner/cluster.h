@@ -38,8 +38,9 @@ struct Cluster {
 
   int devices() const { return nodes * devices_per_node; }
   // How much slower each rank computes when `ranks` of one job share a node: ranks per compute slot
-  // beyond one (a CPU host whose ranks outnumber its cores), else 1.
-  double compute_sharing(int64_t ranks) const;
+  // beyond one (a CPU host whose ranks outnumber its cores), else 1. `slots` > 0 stands in for
+  // compute_slots_per_node (a model profile's own measure of the machine).
+  double compute_sharing(int64_t ranks, double slots = 0) const;
   // Peak of "fp32" or "bf16"; throws PlanError when the file gives none for it.
   double peak_tflops(const std::string& precision) const;
   // {forward, backward} host seconds per layer of model family `arch` (0, 0 for an unknown one).

@@ -184,12 +184,9 @@ Estimate evaluate(const Problem& pr, const Layout& l) {
   const int v = chunks_of(l), stages = l.pp * v, e = elem_bytes(pr.precision);
   const int mb_count = static_cast<int>(pr.global_batch / (static_cast<int64_t>(l.dp) * l.micro_batch));
   // Ranks that outnumber a node's compute slots share them: every compute cost stretches alike.
-  const int64_t world = static_cast<int64_t>(l.tp) * l.pp * l.dp;
-  double slow = c.compute_sharing(world);
-  if (pr.profile) {  // the profile measured how this model shares the machine it ran on
-    const double slots = 2 / pr.profile->at(l.micro_batch).pipeline_slowdown;
-    slow = std::max(1.0, static_cast<double>(std::min<int64_t>(world, c.devices_per_node)) / slots);
-  }
+  // A profile measured how this model shares the machine it ran on: 2 ranks' worth of compute over its slowdown.
+  const double slow = c.compute_sharing(static_cast<int64_t>(l.tp) * l.pp * l.dp,
+                                        pr.profile ? 2 / pr.profile->at(l.micro_batch).pipeline_slowdown : 0.0);
   const double rate = c.peak_tflops(pr.precision) * c.gemm_efficiency * 1e12 / slow;  // FLOP/s per device
   const double t = l.tp, ov0 = c.action_overhead_us * 1e-6, ov = ov0 * slow;
   const double msg = static_cast<double>(l.micro_batch * m.seq_len * m.hidden) * e;  // (b, s, h) activation
@@ -230,21 +227,24 @@ Estimate evaluate(const Problem& pr, const Layout& l) {
   const MicroBatchProfile* prof = pr.profile ? &pr.profile->at(l.micro_batch) : nullptr;
   const int rc = recompute_index(l.recompute);
   auto tp_scaled = [&](double x, double host) { return std::min(x, host) + std::max(0.0, x - host) / t; };
+  // Seconds of one action's pieces per millisecond the profile measured: its overhead out, the sharing in.
+  double kf = 0, kb[3] = {0, 0, 0};
+  if (prof) {
+    auto scale = [&](double whole_ms) { return std::max(0.0, whole_ms * 1e-3 - ov0) / whole_ms * slow; };
+    kf = scale(prof->forward_ms(pr.profile->layers));
+    for (int mode = 0; mode < 3; ++mode) kb[mode] = scale(prof->backward_ms(mode, pr.profile->layers));
+  }
   for (int vs = 0; vs < stages; ++vs) {
     const double n = nl[vs];
     const bool first = vs == 0, last = vs == stages - 1;
     if (prof) {
-      // Seconds of one action's pieces per second the profile measured: its overhead out, the sharing in.
-      auto scale = [&](double whole_ms) { return std::max(0.0, whole_ms * 1e-3 - ov0) / (whole_ms * 1e-3) * slow; };
-      const double kf = scale(prof->forward_ms(pr.profile->layers));
       auto piece = [&](double layer_ms, double emb_ms, double head_ms, double k, double host) {
-        return n * tp_scaled(layer_ms * 1e-3 * k, host) + (first ? tp_scaled(emb_ms * 1e-3 * k, host) : 0.0) +
-               (last ? tp_scaled(head_ms * 1e-3 * k, host) : 0.0);
+        return n * tp_scaled(layer_ms * k, host) + (first ? tp_scaled(emb_ms * k, host) : 0.0) +
+               (last ? tp_scaled(head_ms * k, host) : 0.0);
       };
       auto backward = [&](int mode) {
-        const double k = scale(prof->backward_ms(mode, pr.profile->layers));
-        return piece(prof->layer_backward_ms[mode], prof->embedding_backward_ms[mode], prof->head_backward_ms[mode], k,
-                     layer_host.second);
+        return piece(prof->layer_backward_ms[mode], prof->embedding_backward_ms[mode], prof->head_backward_ms[mode],
+                     kb[mode], layer_host.second);
       };
       const double comp_f = piece(prof->layer_forward_ms, prof->embedding_forward_ms, prof->head_forward_ms, kf,
                                   layer_host.first);

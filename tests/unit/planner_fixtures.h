@@ -5,6 +5,7 @@
 
 #include "framework/config.h"
 #include "planner/cluster.h"
+#include "planner/step.h"
 
 namespace trident::testing {
 
@@ -22,6 +23,16 @@ inline plan::Cluster unit_cluster() {
       "[compute]\npeak_tflops_fp32 = 1.0\ngemm_efficiency = 1.0\nmemory_bandwidth_gbs = 1e12\n"
       "[intra_node]\nbandwidth_gbs = 1.0\nlatency_us = 0\n[inter_node]\nbandwidth_gbs = 1.0\nlatency_us = 0\n",
       "unit.toml");
+}
+
+// An fp32 run of `m` on unit_cluster() with `global_batch` samples a step.
+inline plan::Problem unit_problem(const ModelConfig& m, int64_t global_batch) {
+  plan::Problem pr;
+  pr.model = m;
+  pr.precision = "fp32";
+  pr.cluster = unit_cluster();
+  pr.global_batch = global_batch;
+  return pr;
 }
 
 }  // namespace trident::testing

@@ -18,7 +18,7 @@ using namespace trident;
 using namespace trident::plan;
 using trident::testing::error_of;
 using trident::testing::gpt;
-using trident::testing::unit_cluster;
+using trident::testing::unit_problem;
 
 namespace {
 
@@ -38,11 +38,7 @@ std::string profile_text() {
 }
 
 Problem problem() {
-  Problem pr;
-  pr.model = gpt(4, 64, 8, 32, 256);
-  pr.precision = "fp32";
-  pr.cluster = unit_cluster();
-  pr.global_batch = 8;
+  Problem pr = unit_problem(gpt(4, 64, 8, 32, 256), 8);
   pr.profile = parse_profile(profile_text(), "p.toml");
   return pr;
 }
@@ -152,11 +148,7 @@ TEST(PlannerProfile, TensorParallelismDividesWhatExceedsTheLayersHostTime) {
 }
 
 TEST(PlannerLink, CollectiveCallTimeCountsPerCallAndSequenceParallelismDoublesTheCalls) {
-  Problem pr;
-  pr.model = gpt(4, 64, 8, 32, 256);
-  pr.precision = "fp32";
-  pr.cluster = unit_cluster();
-  pr.global_batch = 8;
+  Problem pr = unit_problem(gpt(4, 64, 8, 32, 256), 8);
   const double base = evaluate(pr, parse_layout("tp=2,mbs=2", 2)).breakdown.tp_comm;
   set_cluster_key(pr.cluster, "intra_node.collective_us=100");
   // 4 layers x 4 micro-batches x 4 all-reduces (2 forward, 2 backward), each one call.
@@ -228,4 +220,17 @@ TEST(PlannerProfile, WithoutAProfileTheClustersComputeSlotsCount) {
   const Estimate base = evaluate(pr, parse_layout("dp=2,mbs=2", 2));
   set_cluster_key(pr.cluster, "cluster.compute_slots_per_node=1.6");
   EXPECT_NEAR(evaluate(pr, parse_layout("dp=2,mbs=2", 2)).breakdown.compute, 1.25 * base.breakdown.compute, 1e-12);
+}
+
+TEST(PlannerLink, BusyAllReduceAndAllGatherGiveAStepAndACall) {
+  // 16 KiB at 1 GB/s: the all-reduce on 2 ranks moves it once (16.384 us), the all-gather half (8.192 us).
+  LinkFit fit;
+  fit.bandwidth_gbs = 1.0;
+  const BusyLink b = busy_link(fit, 16384, 2400 + 16.384, 1400 + 8.192);
+  EXPECT_NEAR(b.step_us, 1000.0, 1e-9);
+  EXPECT_NEAR(b.collective_us, 400.0, 1e-9);
+  // An all-gather as slow as the all-reduce leaves no step time; neither figure goes below 0.
+  const BusyLink flat = busy_link(fit, 16384, 1500, 1600);
+  EXPECT_EQ(flat.step_us, 0.0);
+  EXPECT_NEAR(flat.collective_us, 1600 - 8.192, 1e-9);
 }
