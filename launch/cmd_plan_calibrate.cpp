@@ -58,7 +58,7 @@ int cmd_plan_calibrate(int argc, char** argv) {
   po::options_description opts("trident plan calibrate --out CLUSTER.toml [options]");
   opts.add_options()("help,h", "show this help")("out", po::value<std::string>(), "cluster file to write")(
       "name", po::value<std::string>()->default_value("local"), "cluster.name of the file")(
-      "ranks", po::value<int>()->default_value(2), "local ranks the transfers run between (threads over loopback Gloo)")(
+      "ranks", po::value<int>()->default_value(2), "local ranks the transfers run between (forked processes over loopback Gloo)")(
       "devices", po::value<int>(), "cluster.devices_per_node (default: the cores this process may use)")(
       "threads", po::value<int>()->default_value(1), "intra-op threads of the matmul (the runs' training.threads)")(
       "repeats", po::value<int>()->default_value(20), "calls timed back to back per message size (median of 3 rounds)")(
@@ -134,7 +134,7 @@ int cmd_plan_calibrate(int argc, char** argv) {
      << "# so gemm_efficiency is 1 for GEMMs of that size; smaller ones ran at";
   for (const auto& [n, rate] : m.small_matmuls) os << " " << fmt("%.0f", n) << "^3 " << fmt("%.1f", rate / 1e9);
   os << " GFLOP/s.\n# One node: [inter_node] repeats [intra_node] (no second node was measured).\n"
-     << "# Transfers between " << o.ranks << " local ranks (threads over loopback Gloo), per call the median of 3 rounds of "
+     << "# Transfers between " << o.ranks << " local ranks (forked processes over loopback Gloo), per call the median of 3 rounds of "
      << o.repeats << " calls back to back:\n#   kind        bytes      measured_us  ring-model_us\n";
   for (const plan::LinkSample& s : samples) {
     const double model = fit.model_seconds(s);

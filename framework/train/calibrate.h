@@ -14,7 +14,7 @@
 namespace trident::bench {
 
 struct CalibrateOptions {
-  int ranks = 2;                 // local ranks (threads of this process over loopback Gloo)
+  int ranks = 2;                 // local ranks (processes forked from this one, over loopback Gloo)
   int repeats = 20;              // calls timed back to back per message size and round (3 rounds)
   int64_t max_bytes = 16 << 20;  // largest message; sizes go up from 1 KiB by x4
   int threads = 1;               // intra-op threads of the matmul (training.threads of the runs)
