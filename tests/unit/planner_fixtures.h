@@ -2,8 +2,10 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "framework/config.h"
+#include "planner/calibration.h"
 #include "planner/cluster.h"
 #include "planner/step.h"
 
@@ -33,6 +35,21 @@ inline plan::Problem unit_problem(const ModelConfig& m, int64_t global_batch) {
   pr.cluster = unit_cluster();
   pr.global_batch = global_batch;
   return pr;
+}
+
+// Link timings made by the ring model itself (calibration.h) from `gbs`, `lat_us` per message and
+// `call_us` per collective call: every kind over 2 and 4 ranks at 1 KiB, 64 KiB and 4 MiB.
+inline std::vector<plan::LinkSample> model_link_samples(double gbs, double lat_us, double call_us) {
+  std::vector<plan::LinkSample> s;
+  for (const char* kind : {"all_reduce", "all_gather", "p2p"})
+    for (int n : {2, 4})
+      for (double bytes : {1024.0, 65536.0, 4194304.0}) {
+        plan::LinkSample x{kind, n, bytes, 0};
+        const plan::RingTerms r = plan::ring_terms(x);
+        x.seconds = r.volume_bytes / (gbs * 1e9) + r.steps * lat_us * 1e-6 + r.calls * call_us * 1e-6;
+        s.push_back(x);
+      }
+  return s;
 }
 
 }  // namespace trident::testing

@@ -218,15 +218,7 @@ TEST(PlannerSearch, SmallCaseKeepsTheFastestThatFitAndCountsDrops) {
 
 TEST(PlannerCalibration, FitRecoversTheRingModelsBandwidthAndLatency) {
   // Timings made by the ring formulas themselves from 2 GB/s and 30 us, over 2 and 4 ranks.
-  std::vector<LinkSample> s;
-  for (const char* kind : {"all_reduce", "all_gather", "p2p"})
-    for (int n : {2, 4})
-      for (double bytes : {1024.0, 65536.0, 4194304.0}) {
-        LinkSample x{kind, n, bytes, 0};
-        const RingTerms r = ring_terms(x);
-        x.seconds = r.volume_bytes / 2e9 + r.steps * 30e-6;
-        s.push_back(x);
-      }
+  const std::vector<LinkSample> s = trident::testing::model_link_samples(2.0, 30.0, 0.0);
   EXPECT_NEAR(ring_terms(s[0]).volume_bytes, 1024.0, 1e-9);  // all-reduce on 2 ranks: 2 (n-1)/n = 1
   EXPECT_EQ(ring_terms(s[0]).steps, 2);
   const LinkFit f = fit_link(s);

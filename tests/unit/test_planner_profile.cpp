@@ -168,15 +168,7 @@ TEST(PlannerLink, CollectiveCallTimeCountsPerCallAndSequenceParallelismDoublesTh
 
 TEST(PlannerLink, FitRecoversBandwidthLatencyAndCallTime) {
   // Timings made by the model itself from 2 GB/s, 30 us per message and 400 us per collective call.
-  std::vector<LinkSample> s;
-  for (const char* kind : {"all_reduce", "all_gather", "p2p"})
-    for (int n : {2, 4})
-      for (double bytes : {1024.0, 65536.0, 4194304.0}) {
-        LinkSample x{kind, n, bytes, 0};
-        const RingTerms r = ring_terms(x);
-        x.seconds = r.volume_bytes / 2e9 + r.steps * 30e-6 + r.calls * 400e-6;
-        s.push_back(x);
-      }
+  const std::vector<LinkSample> s = trident::testing::model_link_samples(2.0, 30.0, 400.0);
   const LinkFit f = fit_link(s);
   EXPECT_NEAR(f.bandwidth_gbs, 2.0, 1e-6);
   EXPECT_NEAR(f.latency_us, 30.0, 1e-6);
