@@ -169,8 +169,9 @@ const std::vector<Field>& fields() {
                     "shard LayerNorm/dropout regions along the sequence over tp"),
       TRIDENT_FIELD(parallel, pipeline_layers, auto_or_at_least_1(),
                     "layers per model chunk (pp * chunks entries); empty = uniform; \"auto\" = balanced by a profiling pass"),
-      TRIDENT_FIELD(parallel, backend, one_of({"auto", "gloo", "nccl"}),
-                    "collective backend; auto = nccl on cuda, gloo on cpu"),
+      TRIDENT_FIELD(parallel, backend, one_of({"auto", "gloo", "nccl", "nccl-rules"}),
+                    "collective backend; auto = nccl on cuda, gloo on cpu; nccl-rules = test backend: Gloo on cpu "
+                    "with NCCL's point-to-point rules"),
       TRIDENT_FIELD(parallel, timeout_s, positive(), "timeout of every collective, in seconds"),
       TRIDENT_FIELD(parallel, dp_bucket_mb, positive(), "size of a data-parallel gradient bucket, in MiB"),
       TRIDENT_FIELD(parallel, overlap_grad_reduce, any(),
@@ -736,6 +737,9 @@ void check_training(const Config& c) {
   if (p.backend == "nccl" && t.device != "cuda")
     fail(c, "parallel.backend = \"nccl\" needs training.device = \"cuda\" (NCCL moves device memory only), got " +
                 quote(t.device));
+  if (p.backend == "nccl-rules" && t.device != "cpu")
+    fail(c, "parallel.backend = \"nccl-rules\" is a CPU test backend (Gloo with NCCL's point-to-point rules) and needs "
+            "training.device = \"cpu\", got " + quote(t.device));
   if (p.backend == "gloo" && t.device == "cuda")
     fail(c, "parallel.backend = \"gloo\" with training.device = \"cuda\" is not supported: Gloo's send/recv read "
             "host memory, so the pipeline's device buffers cannot travel over it (use \"nccl\" or \"auto\")");

@@ -29,7 +29,8 @@ DeviceChoice choose_device(const std::string& device, int device_count, int loca
 // here they are asserted.
 std::string resolve_backend(const std::string& backend, const std::string& device) {
   const std::string b = backend == "auto" ? (device == "cuda" ? "nccl" : "gloo") : backend;
-  if ((device != "cpu" && device != "cuda") || (b != "gloo" && b != "nccl") || (b == "nccl") != (device == "cuda"))
+  if ((device != "cpu" && device != "cuda") || (b != "gloo" && b != "nccl" && b != "nccl-rules") ||
+      (b == "nccl") != (device == "cuda") || (b == "nccl-rules" && device != "cpu"))
     throw std::logic_error("resolve_backend: backend \"" + backend + "\" on device \"" + device +
                            "\" (check_config admits no such config)");
   return b;

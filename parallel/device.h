@@ -25,8 +25,9 @@ struct DeviceChoice {
 // check_config (framework/config.cpp) would have refused.
 DeviceChoice choose_device(const std::string& device, int device_count, int local_rank);
 
-// parallel.backend ("auto" | "gloo" | "nccl") for training.device: auto is
-// nccl on cuda and gloo on cpu. Which pairs are allowed (and why) is
+// parallel.backend ("auto" | "gloo" | "nccl" | "nccl-rules") for
+// training.device: auto is nccl on cuda and gloo on cpu; nccl-rules is the CPU
+// test backend that plays by NCCL's point-to-point rules (parallel/nccl_rules.h). Which pairs are allowed (and why) is
 // check_config's rule; a pair it refuses throws std::logic_error here.
 std::string resolve_backend(const std::string& backend, const std::string& device);
 

@@ -8,6 +8,8 @@
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
+#include "parallel/nccl_rules.h"
+
 #include "parallel/device.h"
 
 namespace trident {
@@ -71,6 +73,9 @@ Group ProcessGroups::make_group(const std::string& name, const std::vector<std::
         try {
           if (backend_ == "nccl") {
             g.pg = make_nccl(prefixed, g.rank, g.size(), timeout_);
+          } else if (backend_ == "nccl-rules") {  // NOTE [NCCL rules on the CPU]
+            g.pg = make_nccl_rules(make_gloo(prefixed, g.rank, g.size(), timeout_, gloo_address_, ifname ? ifname : ""),
+                                   g.rank, g.size(), timeout_);
           } else {
             g.pg = make_gloo(prefixed, g.rank, g.size(), timeout_, gloo_address_, ifname ? ifname : "");
           }
@@ -190,6 +195,19 @@ c10::intrusive_ptr<c10d::Work> isend(const Group& g, at::Tensor& t, int peer, in
 c10::intrusive_ptr<c10d::Work> irecv(const Group& g, at::Tensor& t, int peer, int tag) {
   std::vector<at::Tensor> ts{t};
   return g.pg->recv(ts, peer, tag);
+}
+
+std::vector<c10::intrusive_ptr<c10d::Work>> batch_isend_irecv(const Group& g, std::vector<P2POp>& ops) {
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  if (ops.empty()) return works;
+  const bool coalesce = g.pg->supportsCoalescing();
+  if (coalesce) g.pg->startCoalescing();
+  for (P2POp& op : ops) {
+    auto w = op.send ? isend(g, op.tensor, op.peer, op.tag) : irecv(g, op.tensor, op.peer, op.tag);
+    if (!coalesce) works.push_back(std::move(w));
+  }
+  if (coalesce) works.push_back(g.pg->endCoalescing());
+  return works;
 }
 
 }  // namespace trident

@@ -91,9 +91,23 @@ void all_gather_into(const Group& g, at::Tensor& full, at::Tensor& part);
 void broadcast(const Group& g, at::Tensor& t, int root_group_rank);
 void barrier(const Group& g);
 // Point to point inside a group (peer is a group rank). send/recv return the
-// pending work so callers can post receives early; wait_work() finishes one.
+// pending work; wait_work() finishes one.
 c10::intrusive_ptr<c10d::Work> isend(const Group& g, at::Tensor& t, int peer, int tag);
 c10::intrusive_ptr<c10d::Work> irecv(const Group& g, at::Tensor& t, int peer, int tag);
+// One operation of a batch. The tag is Gloo's; NCCL has none (NOTE [pair order]
+// in schedules/pair_order.h: both ends post a pair's operations in one order).
+struct P2POp {
+  bool send = false;
+  at::Tensor tensor;  // contiguous, on the group's device
+  int peer = 0;       // group rank
+  int tag = 0;
+};
+// Posts `ops` as one group, what torch.distributed.batch_isend_irecv does:
+// coalesced into one Work (startCoalescing/endCoalescing) where the backend
+// supports it (NCCL, nccl-rules), so that the sends and receives launch
+// together and none waits for another; one by one otherwise (Gloo, whose
+// operations never block each other). Returns what to wait for.
+std::vector<c10::intrusive_ptr<c10d::Work>> batch_isend_irecv(const Group& g, std::vector<P2POp>& ops);
 void wait_work(const Group& g, const c10::intrusive_ptr<c10d::Work>& w, const char* op, int peer);
 
 }  // namespace trident

@@ -18,6 +18,7 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include "parallel/backend.h"
+#include "parallel/nccl_rules.h"
 
 namespace trident {
 
@@ -26,7 +27,7 @@ namespace {
 // Rank `rank` of a loopback Gloo group `name` of `size` over `store` (no process group at size 1),
 // on one intra-op thread.
 Group local_member(const std::string& name, int size, int rank, std::chrono::milliseconds timeout,
-                   const std::function<c10::intrusive_ptr<c10d::Store>()>& store) {
+                   const std::function<c10::intrusive_ptr<c10d::Store>()>& store, const std::string& backend = "gloo") {
   at::set_num_threads(1);
   Group g;
   g.name = name;
@@ -34,20 +35,23 @@ Group local_member(const std::string& name, int size, int rank, std::chrono::mil
   g.rank = rank;
   g.timeout = timeout;
   if (size > 1) g.pg = make_gloo(store(), rank, size, timeout, "127.0.0.1", "");
+  if (size > 1 && backend == "nccl-rules") g.pg = make_nccl_rules(g.pg, rank, size, timeout);
+  if (backend != "gloo" && backend != "nccl-rules")
+    throw std::invalid_argument("run_thread_group: backend \"" + backend + "\": expected gloo or nccl-rules");
   return g;
 }
 
 }  // namespace
 
 std::vector<std::string> run_thread_group(const std::string& name, int size, std::chrono::milliseconds timeout,
-                                          const std::function<void(Group&)>& body) {
+                                          const std::function<void(Group&)>& body, const std::string& backend) {
   const c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::HashStore>();
   std::vector<std::string> errors(static_cast<size_t>(size));
   std::vector<std::thread> threads;
   for (int rank = 0; rank < size; ++rank)
     threads.emplace_back([&, rank] {
       try {
-        Group g = local_member(name, size, rank, timeout, [&] { return store; });
+        Group g = local_member(name, size, rank, timeout, [&] { return store; }, backend);
         body(g);
       } catch (const std::exception& e) {
         errors[static_cast<size_t>(rank)] = e.what();

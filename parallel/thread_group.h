@@ -14,11 +14,13 @@
 namespace trident {
 
 // Runs body(group) on `size` threads, thread r as rank r of group `name`
-// (loopback Gloo; no process group at size 1), each with one intra-op
-// thread, and joins them all. Returns each rank's error message, "" for a
-// rank whose body returned normally.
+// (loopback Gloo, or with backend "nccl-rules" Gloo under NCCL's
+// point-to-point rules: parallel/nccl_rules.h; no process group at size 1),
+// each with one intra-op thread, and joins them all. Returns each rank's
+// error message, "" for a rank whose body returned normally.
 std::vector<std::string> run_thread_group(const std::string& name, int size, std::chrono::milliseconds timeout,
-                                          const std::function<void(Group&)>& body);
+                                          const std::function<void(Group&)>& body,
+                                          const std::string& backend = "gloo");
 
 // The same group made of processes: forks `size` children (call it before
 // this process starts threads of its own), child r rank r over a store in a

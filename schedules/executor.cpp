@@ -1,11 +1,15 @@
-// Pipeline executor: see executor.h. Communication semantics match what the
-// validator assumes: sends never block (their completion is awaited at the end
-// of the step), a receive blocks only the compute action that consumes it.
+// Pipeline executor: see executor.h. Communication follows NOTE [pair order]
+// (schedules/pair_order.h), which the validator checks every list against:
+// the sends and receives between two computes are posted as one group when
+// the next compute is reached, in list order; a compute waits for the group
+// that received its input; every group is waited for by the end of the step.
 #include "schedules/executor.h"
 
 #include <chrono>
 #include <cmath>
 #include <stdexcept>
+
+#include "schedules/generators.h"
 
 namespace trident {
 
@@ -43,24 +47,45 @@ void Executor::post_recv(const Action& a) {
   const bool grad = a.kind == ActionKind::RECV_B;
   const int peer = sched::peer_rank(map_, pp_.rank, a);
   at::Tensor& buf = grad ? s.recv_grad_buf : s.recv_act_buf;
-  auto& work = grad ? s.recv_grad : s.recv_act;
-  if (buf.defined()) return;  // already posted (or delivered locally)
-  if (peer == pp_.rank) return;  // same rank (p = 1): send() hands the tensor over
+  if (buf.defined()) return;     // delivered locally already
+  if (peer == pp_.rank) return;  // same rank (p = 1, the turn of a V): send() hands the tensor over
   buf = at::empty(grad ? chunks_[a.chunk]->output_shape(mbs_) : chunks_[a.chunk]->input_shape(mbs_),
                   at::TensorOptions().dtype(at::kFloat).device(device_));
-  work = irecv(pp_, buf, peer, tag(grad, a.mb, stage(a.chunk)));
-  (grad ? s.recv_grad_posted : s.recv_act_posted) = now_us();
+  (grad ? s.recv_grad_group : s.recv_act_group) = static_cast<int>(groups_.size());  // the group being gathered
+  queued_.push_back({false, buf, peer, tag(grad, a.mb, stage(a.chunk))});
+  queued_group_.what.push_back("receive " + sched::to_token(a) + " from pipeline rank " + std::to_string(peer));
+}
+
+void Executor::post_group() {
+  if (queued_.empty()) return;
+  queued_group_.works = batch_isend_irecv(pp_, queued_);
+  groups_.push_back(std::move(queued_group_));
+  queued_group_ = CommGroup{};
+  queued_.clear();
+}
+
+void Executor::wait_group(int index) {
+  CommGroup& g = groups_.at(static_cast<size_t>(index));
+  if (g.done) return;
+  std::string what = "pipeline group {";
+  for (size_t i = 0; i < g.what.size(); ++i) what += (i ? ", " : "") + g.what[i];
+  what += "}";
+  for (auto& w : g.works) wait_work(pp_, w, what.c_str(), -1);
+  g.done = true;
+  g.works.clear();
+  g.sent.clear();
 }
 
 void Executor::record_recv(const Action& a) {
   Slot& s = slots_[{a.mb, a.chunk}];
   const bool grad = a.kind == ActionKind::RECV_B;
-  const bool pending = static_cast<bool>(grad ? s.recv_grad : s.recv_act);
-  const double t = now_us(), posted = grad ? s.recv_grad_posted : s.recv_act_posted;
+  const int group = grad ? s.recv_grad_group : s.recv_act_group;
+  const bool pending = group >= 0;  // not waited for yet
+  const double t = now_us();
   // Pending: its consumer's wait fills in the end. Otherwise the data is here
   // already (a hand-over between chunks of this rank).
-  timeline_.push_back({a, pending && posted > 0 ? posted : t, pending ? NAN : t});
-  if (pending) (grad ? s.recv_grad_entry : s.recv_act_entry) = static_cast<int>(timeline_.size()) - 1;
+  timeline_.push_back({a, t, pending ? NAN : t});
+  if (group >= 0) (grad ? s.recv_grad_entry : s.recv_act_entry) = static_cast<int>(timeline_.size()) - 1;
 }
 
 void Executor::wait_inputs(const Action& a, int i) {
@@ -69,12 +94,12 @@ void Executor::wait_inputs(const Action& a, int i) {
   auto it = slots_.find({a.mb, a.chunk});
   if (it == slots_.end()) return;  // the compute itself reports the missing input
   Slot& s = it->second;
-  auto& work = grad ? s.recv_grad : s.recv_act;
-  if (!work) return;
+  int& group = grad ? s.recv_grad_group : s.recv_act_group;
+  if (group < 0) return;  // a local hand-over
   const Action recv{grad ? ActionKind::RECV_B : ActionKind::RECV_F, a.mb, a.chunk};
   if (progress_.enabled()) progress_.wait(i, sched::to_token(recv), pp_.global(sched::peer_rank(map_, pp_.rank, recv)));
-  wait_work(pp_, work, grad ? "pipeline recv gradient" : "pipeline recv activation", -1);
-  work.reset();
+  wait_group(group);
+  group = -1;
   const int entry = grad ? s.recv_grad_entry : s.recv_act_entry;
   if (entry >= 0 && record_) timeline_[static_cast<size_t>(entry)].end = now_us();
 }
@@ -92,12 +117,15 @@ void Executor::send(const Action& a) {
     (grad ? dst.recv_grad_buf : dst.recv_act_buf) = t.clone();
     return;
   }
-  pending_sends_.emplace_back(isend(pp_, t, peer, tag(grad, a.mb, to_stage)), t);
+  queued_.push_back({true, t, peer, tag(grad, a.mb, to_stage)});
+  queued_group_.sent.push_back(t);
+  queued_group_.what.push_back("send " + sched::to_token(a) + " to pipeline rank " + std::to_string(peer));
 }
 
-void Executor::finish_sends() {
-  for (auto& [work, tensor] : pending_sends_) wait_work(pp_, work, "pipeline send", -1);
-  pending_sends_.clear();
+void Executor::finish_groups() {
+  post_group();
+  for (size_t i = 0; i < groups_.size(); ++i) wait_group(static_cast<int>(i));
+  groups_.clear();
 }
 
 void Executor::forward(const Action& a, const std::function<MicroBatch(int)>& batch) {
@@ -108,13 +136,11 @@ void Executor::forward(const Action& a, const std::function<MicroBatch(int)>& ba
   if (first) {
     s.input = data.input;
   } else {
-    if (s.recv_act) wait_work(pp_, s.recv_act, "pipeline recv activation", -1);
-    if (!s.recv_act_buf.defined())
+    if (!s.recv_act_buf.defined() || s.recv_act_group >= 0)
       throw std::logic_error("F" + std::to_string(a.mb) + " on chunk " + std::to_string(a.chunk) +
                              " has no received activation (schedule lacks its RECV_F)");
-    s.input = s.recv_act_buf.requires_grad_(true);
+    s.input = s.recv_act_buf.requires_grad_(at::GradMode::is_enabled());
     s.recv_act_buf.reset();
-    s.recv_act.reset();
   }
   const int64_t before = live_cpu_bytes();
   s.output = chunks_[a.chunk]->forward(s.input, last ? data.targets : at::Tensor());
@@ -132,12 +158,10 @@ void Executor::backward(const Action& a, double loss_scale, bool defer_weights) 
   if (is_last(a.chunk)) {
     (s.output * loss_scale).backward();
   } else {
-    if (s.recv_grad) wait_work(pp_, s.recv_grad, "pipeline recv gradient", -1);
-    if (!s.recv_grad_buf.defined())
+    if (!s.recv_grad_buf.defined() || s.recv_grad_group >= 0)
       throw std::logic_error("B" + std::to_string(a.mb) + " has no received gradient (schedule lacks its RECV_B)");
     s.output.backward(s.recv_grad_buf);
     s.recv_grad_buf.reset();
-    s.recv_grad.reset();
   }
   if (!is_first(a.chunk)) s.grad_in = s.input.grad();
   s.input.reset();
@@ -209,34 +233,7 @@ ExecutorStats Executor::run(const sched::ActionList& actions, const std::functio
   timeline_.clear();
   reset_loss();
   run_span_.first = now_us();
-  std::vector<size_t> reduce_at, last_backward;
-  find_reduce_points(actions, &reduce_at, &last_backward);
-  for (size_t i = 0; i < actions.size(); ++i) {
-    const auto chunk = static_cast<size_t>(actions[i].chunk);
-    if (sched::is_compute(actions[i].kind)) {
-      // Post the receives the next compute action will need, so they arrive
-      // while this one computes.
-      size_t j = i + 1;
-      while (j < actions.size() && !sched::is_compute(actions[j].kind)) {
-        if (actions[j].kind == ActionKind::RECV_F || actions[j].kind == ActionKind::RECV_B) post_recv(actions[j]);
-        ++j;
-      }
-    }
-    const Action& a = actions[i];
-    if (progress_.enabled()) progress_.action(static_cast<int>(i), sched::to_token(a));
-    if (sched::is_compute(a.kind) && a.kind != ActionKind::W) wait_inputs(a, static_cast<int>(i));
-    if (observer && i == last_backward[chunk]) observer->final_backward_begins(a.chunk);
-    const double t0 = record_ ? now_us() : 0;
-    run_action(a, batch, loss_scale, stats);
-    if (record_) {
-      if (a.kind == ActionKind::RECV_F || a.kind == ActionKind::RECV_B)
-        record_recv(a);
-      else
-        timeline_.push_back({a, t0, sched::is_compute(a.kind) ? now_us() : t0});
-    }
-    if (observer && a.kind == ActionKind::REDUCE_GRAD) observer->grads_final(a.chunk);
-  }
-  finish_sends();
+  run_list(actions, batch, loss_scale, stats, observer, false);
   stats.loss = loss_acc_;
   run_span_.second = now_us();
   for (auto& e : timeline_)  // a receive whose data nobody waited for (cannot happen in a valid list)
@@ -251,20 +248,48 @@ ExecutorStats Executor::run(const sched::ActionList& actions, const std::functio
   return stats;
 }
 
+void Executor::run_list(const sched::ActionList& actions, const std::function<MicroBatch(int)>& batch,
+                        double loss_scale, ExecutorStats& stats, GradObserver* observer, bool forward_only) {
+  std::vector<size_t> reduce_at, last_backward;
+  if (!forward_only) find_reduce_points(actions, &reduce_at, &last_backward);
+  groups_.clear();
+  try {
+    for (size_t i = 0; i < actions.size(); ++i) {
+      const Action& a = actions[i];
+      const auto chunk = static_cast<size_t>(a.chunk);
+      if (progress_.enabled()) progress_.action(static_cast<int>(i), sched::to_token(a));
+      if (sched::is_compute(a.kind)) {
+        post_group();  // the communication since the last compute, as one group
+        if (a.kind != ActionKind::W) wait_inputs(a, static_cast<int>(i));
+      }
+      if (observer && i == last_backward[chunk]) observer->final_backward_begins(a.chunk);
+      const double t0 = record_ ? now_us() : 0;
+      run_action(a, batch, loss_scale, stats);
+      if (record_ && !forward_only) {
+        if (a.kind == ActionKind::RECV_F || a.kind == ActionKind::RECV_B)
+          record_recv(a);
+        else
+          timeline_.push_back({a, t0, sched::is_compute(a.kind) ? now_us() : t0});
+      }
+      if (observer && a.kind == ActionKind::REDUCE_GRAD) observer->grads_final(a.chunk);
+      // Evaluation keeps no activations: a chunk's are done once sent on (or the loss is taken).
+      if (forward_only && (a.kind == ActionKind::SEND_F || (a.kind == ActionKind::F && is_last(a.chunk))))
+        slots_.erase({a.mb, a.chunk});
+    }
+    finish_groups();
+  } catch (...) {
+    queued_.clear();
+    queued_group_ = CommGroup{};
+    groups_.clear();
+    throw;
+  }
+}
+
 double Executor::forward_only(int microbatches, const std::function<MicroBatch(int)>& batch) {
   at::NoGradGuard no_grad;
   ExecutorStats stats;
   reset_loss();
-  const int v = static_cast<int>(chunks_.size());
-  for (int mb = 0; mb < microbatches; ++mb) {
-    for (int c = 0; c < v; ++c) {
-      if (!is_first(c)) run_action({ActionKind::RECV_F, mb, c}, batch, 1.0, stats);
-      run_action({ActionKind::F, mb, c}, batch, 1.0, stats);
-      if (!is_last(c)) run_action({ActionKind::SEND_F, mb, c}, batch, 1.0, stats);
-      slots_.erase({mb, c});  // no backward follows: drop the activations now
-    }
-  }
-  finish_sends();
+  run_list(sched::forward_only_actions(map_, pp_.rank, microbatches), batch, 1.0, stats, nullptr, true);
   return read_loss();
 }
 

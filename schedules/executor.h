@@ -1,13 +1,17 @@
 // Runs one pipeline rank's action list against its stages (models/model.h): forwards and
 // backwards (full, or split into I and W), with activations and gradients moved
-// over the PP group by c10d send/recv. Receives are posted as soon as the
-// action list reaches the compute action before the one that needs them, so
-// the transfer overlaps that compute. Every action starts and ends in
-// Executor::run_action(), the one place a timeline recorder hooks in.
+// over the PP group by c10d send/recv. The communication actions between two
+// compute actions go out as one group (batch_isend_irecv: coalesced under
+// NCCL), in list order, when the list reaches the next compute; that compute
+// waits for the group holding its input (NOTE [pair order] in
+// schedules/pair_order.h says why this, and only this, is safe under NCCL).
+// Every action starts and ends in Executor::run_action(), the one place a
+// timeline recorder hooks in.
 #pragma once
 
 #include <functional>
 #include <map>
+#include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -62,14 +66,14 @@ class Executor {
                     double loss_scale, GradObserver* observer = nullptr);
 
   // Forward only (evaluation, no autograd): every micro-batch through every
-  // local chunk in virtual-stage order. Returns the summed loss on the last
-  // stage, 0 elsewhere.
+  // local chunk in virtual-stage order (sched::forward_only_actions). Returns
+  // the summed loss on the last stage, 0 elsewhere.
   double forward_only(int microbatches, const std::function<MicroBatch(int)>& batch);
 
   // The last run()'s measured timeline, in list order: a compute spans its
-  // first to last op (after its inputs arrived), a RECV from when it was
-  // posted to when its data was there (its consumer waited for it), a SEND is
-  // the instant it was posted. Times are steady-clock microseconds (comparable
+  // first to last op (after its inputs arrived), a RECV from when its group
+  // was posted to when its data was there (its consumer waited for it), a
+  // SEND is the instant it was queued. Times are steady-clock microseconds (comparable
   // between processes of one host); run_span() is run()'s own begin and end.
   // Recording costs two clock reads per action (see tests/torch_unit/test_timeline.cpp).
   void set_recording(bool on) { record_ = on; }
@@ -81,23 +85,35 @@ class Executor {
  private:
   struct Slot {  // one (micro-batch, chunk)
     at::Tensor input, output, grad_in;
-    c10::intrusive_ptr<c10d::Work> recv_act, recv_grad;
     at::Tensor recv_act_buf, recv_grad_buf;
+    int recv_act_group = -1, recv_grad_group = -1;  // index in groups_ of the group receiving them
     WeightGradQueue deferred;
     int64_t activation_bytes = 0;  // live bytes the forward left behind
-    double recv_act_posted = 0, recv_grad_posted = 0;  // steady-clock us
     int recv_act_entry = -1, recv_grad_entry = -1;     // their RECV's index in timeline_
+  };
+  // One group of point-to-point operations (the communication between two computes).
+  struct CommGroup {
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    std::vector<at::Tensor> sent;  // kept alive until the group is done
+    std::vector<std::string> what;  // "send F3 to rank 1", for errors
+    bool done = false;
   };
   void run_action(const sched::Action& a, const std::function<MicroBatch(int)>& batch, double loss_scale,
                   ExecutorStats& stats);
+  // Runs a list: run() and forward_only() both.
+  void run_list(const sched::ActionList& actions, const std::function<MicroBatch(int)>& batch, double loss_scale,
+                ExecutorStats& stats, GradObserver* observer, bool forward_only);
   void post_recv(const sched::Action& a);
+  // Posts the operations queued since the last compute as one group.
+  void post_group();
+  void wait_group(int index);
   // Blocks until the inputs of compute action `a` (list index i) have arrived.
   void wait_inputs(const sched::Action& a, int i);
   void record_recv(const sched::Action& a);
   void forward(const sched::Action& a, const std::function<MicroBatch(int)>& batch);
   void backward(const sched::Action& a, double loss_scale, bool defer_weights);
   void send(const sched::Action& a);
-  void finish_sends();
+  void finish_groups();
   int stage(int chunk) const { return map_.stage_of(pp_.rank, chunk); }
   bool is_first(int chunk) const { return stage(chunk) == 0; }
   bool is_last(int chunk) const { return stage(chunk) == map_.virtual_stages() - 1; }
@@ -119,7 +135,9 @@ class Executor {
   // back once per run (a read per micro-batch would stall a GPU's queue).
   at::Tensor loss_acc_;
   std::map<std::pair<int, int>, Slot> slots_;
-  std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, at::Tensor>> pending_sends_;
+  std::vector<P2POp> queued_;  // operations of the group being gathered
+  CommGroup queued_group_;     // its tensors and descriptions
+  std::vector<CommGroup> groups_;  // this run's posted groups
   bool record_ = true;
   std::vector<sched::TimedAction> timeline_;
   std::pair<double, double> run_span_{0, 0};

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <thread>
 
+#include "schedules/pair_order.h"
+
 
 namespace trident::sched {
 
@@ -239,6 +241,23 @@ Schedule add_reduce_grad(Schedule s) {
 
 Schedule with_reduce_grad(Schedule s) { return has_reduce_grad(s) ? s : add_reduce_grad(std::move(s)); }
 
+ActionList forward_only_actions(const StageMap& map, int rank, int microbatches) {
+  ActionList list;
+  const int last = map.virtual_stages() - 1;
+  // Chunks in virtual-stage order: a micro-batch visits this rank's stages low to high.
+  std::vector<int> order(map.chunks);
+  for (int c = 0; c < map.chunks; ++c) order[c] = c;
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return map.stage_of(rank, a) < map.stage_of(rank, b); });
+  for (int mb = 0; mb < microbatches; ++mb)
+    for (int c : order) {
+      const int stage = map.stage_of(rank, c);
+      if (stage > 0) list.push_back(act(ActionKind::RECV_F, mb, c));
+      list.push_back(act(ActionKind::F, mb, c));
+      if (stage < last) list.push_back(act(ActionKind::SEND_F, mb, c));
+    }
+  return list;
+}
+
 Schedule add_communication(const Schedule& s) {
   if (has_communication(s)) throw ScheduleError("add_communication: the schedule already has send/recv actions");
   Schedule out = s;
@@ -257,6 +276,7 @@ Schedule add_communication(const Schedule& s) {
       if (is_backward(a.kind) && stage > 0) list.push_back(act(ActionKind::SEND_B, a.mb, a.chunk));
     }
   }
+  order_receives(out);  // NOTE [pair order]: each receiver takes a pair's messages in the sender's order
   return out;
 }
 

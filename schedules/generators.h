@@ -38,6 +38,12 @@ Schedule generate_compute(const std::string& kind, int p, int m, int v = 0);
 // the executor runs.
 Schedule generate(const std::string& kind, int p, int m, int v = 0);
 
+// Evaluation's list for `rank`: every micro-batch through the rank's chunks in
+// virtual-stage order, each F with its RECV_F before and SEND_F after (no
+// backward, no REDUCE_GRAD). Every rank's such list passes
+// check_pair_order() (tests/unit/test_pair_order.cpp).
+ActionList forward_only_actions(const StageMap& map, int rank, int microbatches);
+
 // True when any rank's list holds a SEND_* or RECV_* action.
 bool has_communication(const Schedule& s);
 // True when any rank's list holds a REDUCE_GRAD.

@@ -5,6 +5,8 @@
 #include <algorithm>
 
 #include "schedules/engine.h"
+#include "schedules/generators.h"
+#include "schedules/pair_order.h"
 
 namespace trident::sched {
 
@@ -32,6 +34,11 @@ std::string context_grid(const Schedule& s, int pos, const std::vector<std::pair
   return out;
 }
 
-ValidationReport validate(const Schedule& s) { return detail::run(s, nullptr, false).report; }
+ValidationReport validate(const Schedule& s) {
+  ValidationReport report = detail::run(s, nullptr, false).report;
+  // NOTE [pair order]: what runs is the explicit list, or add_communication() of a compute-only one.
+  check_pair_order(report.communication_added ? add_communication(s) : s);
+  return report;
+}
 
 }  // namespace trident::sched

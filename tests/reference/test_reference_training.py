@@ -306,6 +306,8 @@ def main():
     layouts = (LLAMA_LAYOUTS if args.case == "llama-tiny" else LAYOUTS) if args.layouts else []
     for name, nproc, extra in layouts:
         out = os.path.join(work, "layout-" + name)
+        if "parallel.pp=2" in extra or "parallel.pp=4" in extra:  # pipelines under NCCL's point-to-point rules
+            extra = extra + ["parallel.backend=nccl-rules"]       # (NOTE [NCCL rules on the CPU])
         cmd = [t, "launch", "--nproc-per-node", str(nproc), "--master-port", "0", "--", t, "train", "--config", config,
                *setargs, *[a for s in extra for a in ("--set", s)], "--set", f"logging.dir={out}"]
         run(cmd)

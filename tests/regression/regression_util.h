@@ -68,6 +68,16 @@ inline TrainRun train_tiny(const std::string& dir, int nproc, const std::vector<
       // MFU is not under test: a given peak skips the start-up matmul timing.
       << " --set training.peak_tflops=1";
   for (const auto& s : sets) cmd << " --set '" << s << "'";
+  // Every pipeline runs under NCCL's point-to-point rules (no tags, one
+  // stream, a receive holding it: NOTE [NCCL rules on the CPU] in
+  // parallel/nccl_rules.h), unless the run names its backend.
+  const bool pipelined = std::any_of(sets.begin(), sets.end(), [](const std::string& s) {
+    return s.rfind("parallel.pp=", 0) == 0 && s != "parallel.pp=1";
+  });
+  const bool backend_named = std::any_of(sets.begin(), sets.end(), [](const std::string& s) {
+    return s.rfind("parallel.backend=", 0) == 0;
+  });
+  if (pipelined && !backend_named) cmd << " --set parallel.backend=nccl-rules";
   TrainRun run;
   run.dir = dir;
   run.command = cmd.str();

@@ -4,12 +4,17 @@
 // and every parameter's gradient must equal the same stages run one after
 // another in a single thread, bit for bit (every schedule adds micro-batch
 // gradients in ascending order). The GradObserver's "final" calls are checked
-// against the end of the step.
+// against the end of the step. Every kind runs under the nccl-rules backend
+// too (NOTE [NCCL rules on the CPU] in parallel/nccl_rules.h), and the lists
+// the executor ran before NOTE [pair order] fail under it.
 #include <gtest/gtest.h>
 
 #include <ATen/Parallel.h>
 
 #include <map>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "parallel/thread_group.h"
 #include "schedules/executor.h"
@@ -95,11 +100,14 @@ struct Snapshots : GradObserver {
   }
 };
 
-// Every rank of a p-rank pipeline as a thread; returns the merged result.
-Result pipelined(const std::string& kind, int p, int m, int v) {
-  const sched::Schedule schedule = sched::generate(kind, p, m, v);
+// Every rank of a p-rank pipeline as a thread running `schedule`; returns
+// the merged result and each rank's error.
+Result run_pipeline(const sched::Schedule& schedule, const std::string& backend, std::vector<std::string>* errors_out,
+                    std::chrono::milliseconds timeout = std::chrono::milliseconds(20000)) {
+  const int p = schedule.pipeline_ranks, m = schedule.microbatches, v = schedule.chunks;
+  const std::string kind = "list";
   std::vector<Result> per_rank(static_cast<size_t>(p));
-  const std::vector<std::string> errors = run_thread_group("pp", p, std::chrono::milliseconds(20000), [&](Group& pp) {
+  const std::vector<std::string> errors = run_thread_group("pp", p, timeout, [&](Group& pp) {
     const int rank = pp.rank;
     std::vector<std::unique_ptr<FakeStage>> mine;
     std::vector<Stage*> raw;
@@ -122,19 +130,33 @@ Result pipelined(const std::string& kind, int p, int m, int v) {
               << prm.info.name << " changed after grads_final (" << kind << " p=" << p << " v=" << v << ")";
         }
       }
-  });
+  }, backend);
   Result merged;
   for (int rank = 0; rank < p; ++rank) {
-    EXPECT_EQ(errors[static_cast<size_t>(rank)], "") << "rank " << rank;
     merged.loss_sum += per_rank[static_cast<size_t>(rank)].loss_sum;
     for (auto& [name, g] : per_rank[static_cast<size_t>(rank)].grads) merged.grads[name] = g;
   }
+  *errors_out = errors;
   return merged;
 }
 
-void expect_same(const std::string& kind, int p, int v, int m) {
+Result pipelined(const std::string& kind, int p, int m, int v, const std::string& backend = "gloo") {
+  std::vector<std::string> errors;
+  Result r = run_pipeline(sched::generate(kind, p, m, v), backend, &errors);
+  for (int rank = 0; rank < p; ++rank) EXPECT_EQ(errors[static_cast<size_t>(rank)], "") << "rank " << rank;
+  return r;
+}
+
+bool same_grads(const Result& a, const Result& b) {
+  if (a.grads.size() != b.grads.size()) return false;
+  for (const auto& [name, g] : a.grads)
+    if (!b.grads.count(name) || !b.grads.at(name).defined() || !at::equal(b.grads.at(name), g)) return false;
+  return true;
+}
+
+void expect_same(const std::string& kind, int p, int v, int m, const std::string& backend = "gloo") {
   const Result ref = sequential(p * v, m);
-  const Result got = pipelined(kind, p, m, v);
+  const Result got = pipelined(kind, p, m, v, backend);
   EXPECT_EQ(got.loss_sum, ref.loss_sum) << kind << " p=" << p << " v=" << v;
   ASSERT_EQ(got.grads.size(), ref.grads.size()) << kind << " p=" << p << " v=" << v;
   for (const auto& [name, g] : ref.grads) {
@@ -151,6 +173,122 @@ TEST(ExecutorFakeStage, EveryScheduleMatchesSequentialStages) {
 
 TEST(ExecutorFakeStage, InterleavedTwoChunksMatchesSequentialStages) {
   for (int p : {1, 2, 4}) expect_same("interleaved", p, 2, 8);
+}
+
+TEST(ExecutorNcclRules, EveryKindMatchesSequentialStages) {
+  // Under NCCL's matching and stream order (no tags, one stream, a receive
+  // holding it), including the shapes whose pair order the generators had
+  // to fix (zb-v p = 2 m = 3, interleaved p = 2 m = 5, dualpipev p = 3 m = 6).
+  for (const char* kind : {"gpipe", "1f1b", "zb-h1"}) expect_same(kind, 2, 1, 5, "nccl-rules");
+  expect_same("1f1b", 4, 1, 6, "nccl-rules");
+  expect_same("interleaved", 2, 2, 5, "nccl-rules");
+  expect_same("interleaved", 2, 2, 4, "nccl-rules");
+  expect_same("zb-v", 2, 2, 3, "nccl-rules");
+  expect_same("dualpipev", 3, 2, 6, "nccl-rules");
+}
+
+// The lists as the executor ran them before NOTE [pair order], for the
+// evidence that the nccl-rules backend is not vacuous.
+sched::Schedule with_prefetched_receives(sched::Schedule s) {  // each receive ahead of the compute before its consumer
+  for (sched::ActionList& list : s.ranks) {
+    sched::ActionList out;
+    std::vector<char> taken(list.size(), 0);
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (taken[i]) continue;
+      if (sched::is_compute(list[i].kind))
+        for (size_t j = i + 1; j < list.size() && !sched::is_compute(list[j].kind); ++j)
+          if (list[j].kind == sched::ActionKind::RECV_F || list[j].kind == sched::ActionKind::RECV_B)
+            out.push_back(list[j]), taken[j] = 1;
+      out.push_back(list[i]);
+    }
+    list = out;
+  }
+  return s;
+}
+sched::Schedule with_unordered_receives(const sched::Schedule& compute_only) {  // each receive right before its compute
+  sched::Schedule out = compute_only;
+  const int last = compute_only.virtual_stages() - 1;
+  for (size_t r = 0; r < out.ranks.size(); ++r) {
+    sched::ActionList& list = out.ranks[r];
+    list.clear();
+    for (const sched::Action& a : compute_only.ranks[r]) {
+      const int st = compute_only.stage_of(static_cast<int>(r), a.chunk);
+      using K = sched::ActionKind;
+      if (a.kind == K::F && st > 0) list.push_back(sched::Action(K::RECV_F, a.mb, a.chunk));
+      if (sched::is_backward(a.kind) && st < last) list.push_back(sched::Action(K::RECV_B, a.mb, a.chunk));
+      list.push_back(a);
+      if (a.kind == K::F && st < last) list.push_back(sched::Action(K::SEND_F, a.mb, a.chunk));
+      if (sched::is_backward(a.kind) && st > 0) list.push_back(sched::Action(K::SEND_B, a.mb, a.chunk));
+    }
+  }
+  return out;
+}
+
+TEST(ExecutorNcclRules, TheOldReceivePrefetchDeadlocks) {
+  // gpipe p = 2, m = 1 with each receive posted before the compute ahead of
+  // its consumer: Gloo runs it; under NCCL's rules rank 0's stream holds RB0
+  // ahead of SF0 and rank 1's RF0 ahead of SB0, and the deadline names them.
+  const sched::Schedule old = with_prefetched_receives(sched::generate("gpipe", 2, 1));
+  std::vector<std::string> errors;
+  const Result gloo = run_pipeline(old, "gloo", &errors);
+  EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
+  EXPECT_EQ(gloo.loss_sum, sequential(2, 1).loss_sum);
+  run_pipeline(old, "nccl-rules", &errors, std::chrono::milliseconds(2000));
+  ASSERT_EQ(errors.size(), 2u);
+  for (const std::string& e : errors) EXPECT_NE(e.find("deadlock under NCCL's rules"), std::string::npos) << e;
+  EXPECT_NE(errors[0].find("receive #0 from rank 1"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[1].find("receive #0 from rank 0"), std::string::npos) << errors[1];
+}
+
+TEST(ExecutorNcclRules, UnorderedReceivesFail) {
+  // zb-v p = 2, m = 3 with each receive right before its compute: rank 0
+  // sends SF2 before SB0.1, rank 1 receives RB0.1 first. Under NCCL's
+  // matching the k-th send meets the k-th receive: the same-shaped tensors
+  // land in each other's buffers, or the groups wait on each other; either
+  // way the step does not produce the sequential result (the validator
+  // refuses such a list before it runs: tests/unit/test_pair_order.cpp).
+  const sched::Schedule unordered = with_unordered_receives(sched::generate_compute("zb-v", 2, 3));
+  std::vector<std::string> errors;
+  const Result nccl = run_pipeline(unordered, "nccl-rules", &errors, std::chrono::milliseconds(4000));
+  const bool failed = errors != std::vector<std::string>{"", ""};
+  EXPECT_TRUE(failed || !same_grads(nccl, sequential(4, 3)));
+  // The same schedule as generate() orders it runs (ExecutorNcclRules.EveryKindMatchesSequentialStages).
+}
+
+TEST(ExecutorNcclRules, EvaluationMatchesSequentialStages) {
+  for (const auto& [kind, p, v] : std::vector<std::tuple<std::string, int, int>>{
+           {"1f1b", 2, 1}, {"1f1b", 3, 1}, {"interleaved", 2, 2}, {"zb-v", 2, 2}}) {
+    const sched::Schedule schedule = sched::generate(kind, p, 4, v);
+    double ref = 0;
+    {
+      at::NoGradGuard no_grad;
+      std::vector<std::unique_ptr<FakeStage>> st;
+      for (int s = 0; s < p * v; ++s) st.push_back(std::make_unique<FakeStage>(s, p * v));
+      for (int mb = 0; mb < 4; ++mb) {
+        MicroBatch b = batch(mb);
+        at::Tensor x = b.input;
+        for (int s = 0; s < p * v; ++s) x = st[static_cast<size_t>(s)]->forward(x, s == p * v - 1 ? b.targets : at::Tensor());
+        ref += x.item<double>();
+      }
+    }
+    std::vector<double> loss(static_cast<size_t>(p), 0);
+    const auto errors = run_thread_group("pp", p, std::chrono::milliseconds(20000), [&](Group& pp) {
+      std::vector<std::unique_ptr<FakeStage>> mine;
+      std::vector<Stage*> raw;
+      for (int c = 0; c < v; ++c) {
+        mine.push_back(std::make_unique<FakeStage>(schedule.stage_of(pp.rank, c), p * v));
+        raw.push_back(mine.back().get());
+      }
+      Executor exec(raw, pp, schedule.stage_map(), kMbs);
+      loss[static_cast<size_t>(pp.rank)] = exec.forward_only(4, batch);
+    }, "nccl-rules");
+    double sum = 0;
+    for (int r = 0; r < p; ++r) {
+      EXPECT_EQ(errors[static_cast<size_t>(r)], "") << kind << " rank " << r;
+      sum += loss[static_cast<size_t>(r)];
+    }
+    EXPECT_EQ(sum, ref) << kind << " p=" << p << " v=" << v;
+  }
 }
 
 TEST(ExecutorFakeStage, RejectsAScheduleForAnotherPipeline) {
