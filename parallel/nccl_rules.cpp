@@ -51,6 +51,14 @@ class NcclRulesBackend : public CommBackend {
     }
     cv_.notify_all();
     stream_.join();
+    // The last acknowledgements may still be on their way: a peer waits for
+    // them, so they are delivered before the Gloo pairs close.
+    for (auto& a : acks_) {
+      try {
+        a.first->wait(deadline_);
+      } catch (const std::exception&) {  // the peer is gone already: nothing waits for it
+      }
+    }
   }
 
   const std::string getBackendName() const override { return "nccl-rules"; }

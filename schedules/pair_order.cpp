@@ -128,11 +128,49 @@ class StreamRun {
       }
       if (!repair_ || !repair_stall(wake)) break;
     }
-    report_deadlock();
   }
 
   // Per rank: (list position of a receive, list position it goes right after).
   const std::vector<std::vector<std::pair<int, int>>>& moves() const { return moves_; }
+
+  // Throws naming each blocked rank when the run did not reach every list's end.
+  void report_deadlock() const {
+    std::vector<detail::Where> at;
+    std::string what;
+    for (int r = 0; r < p_; ++r) {
+      const Rank& rk = ranks_[r];
+      if (rk.computes_done == rk.need.size() && rk.groups_done == rk.groups.size()) continue;
+      std::string line;
+      if (rk.active) {
+        const Group& g = rk.groups[rk.groups_done];
+        for (int k = g.begin; k < g.end; ++k) {
+          const Op& op = rk.ops[k];
+          if (matched(op)) continue;
+          const Posted& pp = posted_[op.pair];
+          const int theirs = op.send ? pp.recvs : pp.sends;
+          at.push_back({r, op.pos});
+          line = detail::at_text(s_, r, op.pos) + " waits for rank " + std::to_string(op.peer) + "'s " +
+                 (op.send ? "receive" : "send") + " #" + std::to_string(op.seq) + " on their pair (it has posted " +
+                 std::to_string(theirs) + ")";
+          break;
+        }
+      } else if (rk.computes_done < rk.need.size()) {
+        const int pos = rk.compute_pos[rk.computes_done];
+        at.push_back({r, pos});
+        line = detail::at_text(s_, r, pos) + " waits for its input";
+      } else {
+        const int pos = rk.ops[rk.groups[rk.groups_done].begin].pos;
+        at.push_back({r, pos});
+        line = detail::at_text(s_, r, pos) + " waits for the compute before it";
+      }
+      what += (what.empty() ? "" : "; ") + line;
+    }
+    if (!at.empty())
+      detail::violation(s_, at,
+                        "deadlock under NCCL's rules (a rank's communication between two computes launches as one "
+                        "group, its groups run in order on one stream, a receive holds it until matched: NOTE [pair "
+                        "order]): " + what);
+  }
 
  private:
   struct Op {
@@ -287,44 +325,6 @@ class StreamRun {
     }
   }
 
-  void report_deadlock() const {
-    std::vector<detail::Where> at;
-    std::string what;
-    for (int r = 0; r < p_; ++r) {
-      const Rank& rk = ranks_[r];
-      if (rk.computes_done == rk.need.size() && rk.groups_done == rk.groups.size()) continue;
-      std::string line;
-      if (rk.active) {
-        const Group& g = rk.groups[rk.groups_done];
-        for (int k = g.begin; k < g.end; ++k) {
-          const Op& op = rk.ops[k];
-          if (matched(op)) continue;
-          const Posted& pp = posted_[op.pair];
-          const int theirs = op.send ? pp.recvs : pp.sends;
-          at.push_back({r, op.pos});
-          line = detail::at_text(s_, r, op.pos) + " waits for rank " + std::to_string(op.peer) + "'s " +
-                 (op.send ? "receive" : "send") + " #" + std::to_string(op.seq) + " on their pair (it has posted " +
-                 std::to_string(theirs) + ")";
-          break;
-        }
-      } else if (rk.computes_done < rk.need.size()) {
-        const int pos = rk.compute_pos[rk.computes_done];
-        at.push_back({r, pos});
-        line = detail::at_text(s_, r, pos) + " waits for its input";
-      } else {
-        const int pos = rk.ops[rk.groups[rk.groups_done].begin].pos;
-        at.push_back({r, pos});
-        line = detail::at_text(s_, r, pos) + " waits for the compute before it";
-      }
-      what += (what.empty() ? "" : "; ") + line;
-    }
-    if (!at.empty())
-      detail::violation(s_, at,
-                        "deadlock under NCCL's rules (a rank's communication between two computes launches as one "
-                        "group, its groups run in order on one stream, a receive holds it until matched: NOTE [pair "
-                        "order]): " + what);
-  }
-
   const Schedule& s_;
   const int p_;
   const bool repair_;
@@ -340,7 +340,9 @@ class StreamRun {
 
 void check_pair_order(const Schedule& s) {
   check_sequences(s);
-  StreamRun(s, false).run();
+  StreamRun run(s, false);
+  run.run();
+  run.report_deadlock();
 }
 
 void order_receives(Schedule& s) {
@@ -418,7 +420,8 @@ void order_receives(Schedule& s) {
     list = std::move(out);
   }
   // Then receives that would leave two groups waiting on each other join the
-  // earlier group of their receiver.
+  // earlier group of their receiver. A deadlock no move resolves is left for
+  // the validator to report.
   StreamRun run(s, true);
   run.run();
   for (int r = 0; r < p; ++r) {

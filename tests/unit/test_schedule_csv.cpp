@@ -84,7 +84,7 @@ TEST(ScheduleCsv, InterleavedZeroBubbleComputeArtifactValidates) {
   EXPECT_EQ(rep.messages, 2 * 8 * 3);
 }
 
-TEST(ScheduleCsv, CommsArtifactAndTagMatching) {
+TEST(ScheduleCsv, CommsArtifactAndPairOrder) {
   // PyTorch's lowered schedule posts receives early (several before the
   // compute that needs them).
   const std::string csv = artifact("zb1p_2rank_2stagep_comms.csv");
@@ -95,14 +95,33 @@ TEST(ScheduleCsv, CommsArtifactAndTagMatching) {
   EXPECT_FALSE(rep.communication_added);
   EXPECT_EQ(rep.messages, 2 * 8 * 3);
 
-  // PyTorch's lowering keeps each pair of ranks in send order...
+  // PyTorch's lowering keeps each pair of ranks in send order (what NCCL,
+  // which has no tags, needs: NOTE [pair order])...
   EXPECT_FALSE(out_of_send_order(s));
-  // ...but the same compute order with the receive right before each compute
-  // (add_communication) does not: rank 0 sends SB0.1 (after I0.1) before
-  // SF2, rank 1 needs mb 2's activation first. Tag matching accepts it.
-  const Schedule ours = add_communication(with_reduce_grad(from_pytorch_csv(artifact("zb1p_2rank_2stagep_compute.csv"))));
-  EXPECT_TRUE(out_of_send_order(ours));
+  // ...and so does add_communication() on the same compute order: rank 0
+  // sends SB0.1 (after I0.1) before SF2, so rank 1 posts RB0.1 before RF2
+  // although it needs mb 2's activation first.
+  const Schedule compute_only = with_reduce_grad(from_pytorch_csv(artifact("zb1p_2rank_2stagep_compute.csv")));
+  const Schedule ours = add_communication(compute_only);
+  EXPECT_FALSE(out_of_send_order(ours));
   EXPECT_NO_THROW(validate(ours));
+  // The receive right before each compute, as add_communication() placed it
+  // before, is out of send order, and refused.
+  Schedule unordered = ours;
+  for (size_t r = 0; r < unordered.ranks.size(); ++r) {
+    ActionList& list = unordered.ranks[r];
+    list.clear();
+    for (const Action& a : compute_only.ranks[r]) {
+      const int st = compute_only.stage_of(static_cast<int>(r), a.chunk), last = compute_only.virtual_stages() - 1;
+      if (a.kind == ActionKind::F && st > 0) list.push_back(Action(ActionKind::RECV_F, a.mb, a.chunk));
+      if (is_backward(a.kind) && st < last) list.push_back(Action(ActionKind::RECV_B, a.mb, a.chunk));
+      list.push_back(a);
+      if (a.kind == ActionKind::F && st < last) list.push_back(Action(ActionKind::SEND_F, a.mb, a.chunk));
+      if (is_backward(a.kind) && st > 0) list.push_back(Action(ActionKind::SEND_B, a.mb, a.chunk));
+    }
+  }
+  EXPECT_TRUE(out_of_send_order(unordered));
+  EXPECT_THROW(validate(unordered), ScheduleError);
 
   // Its compute order equals the compute artifact's once I+W pairs that
   // PyTorch merged into B are merged there too.
