@@ -5,8 +5,10 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <chrono>
 #include <stdexcept>
 
+#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <torch/csrc/api/include/torch/version.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -42,6 +44,54 @@ std::string describe_build() {
   cudaDeviceProp prop{};
   if (devices > 0 && cudaGetDeviceProperties(&prop, 0) == cudaSuccess) s += ": " + std::string(prop.name);
   return s;
+}
+
+namespace {
+double steady_us() {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+struct StepClock::Impl {
+  bool cuda = false;
+  double origin_us = 0;
+  std::vector<double> host;                                // CPU: each mark's host time
+  std::vector<std::unique_ptr<at::cuda::CUDAEvent>> pool;  // CUDA: [0] the origin, then the marks (reused)
+  size_t used = 0;                                         // events recorded since begin()
+  at::cuda::CUDAEvent& next() {
+    if (used == pool.size()) pool.push_back(std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault));  // timing on
+    return *pool[used++];
+  }
+};
+
+StepClock::StepClock(c10::Device device) : impl_(std::make_unique<Impl>()) { impl_->cuda = device.is_cuda(); }
+StepClock::~StepClock() = default;
+
+void StepClock::begin() {
+  impl_->host.clear();
+  impl_->used = 0;
+  if (impl_->cuda) impl_->next().record();
+  impl_->origin_us = steady_us();
+}
+
+int StepClock::mark() {
+  if (!impl_->cuda) {
+    impl_->host.push_back(steady_us());
+    return static_cast<int>(impl_->host.size()) - 1;
+  }
+  impl_->next().record();
+  return static_cast<int>(impl_->used) - 2;  // the origin is not a mark
+}
+
+std::vector<double> StepClock::times_us() const {
+  if (!impl_->cuda) return impl_->host;
+  std::vector<double> out;
+  if (impl_->used < 2) return out;
+  impl_->pool[impl_->used - 1]->synchronize();
+  const at::cuda::CUDAEvent& origin = *impl_->pool[0];
+  for (size_t i = 1; i < impl_->used; ++i)
+    out.push_back(impl_->origin_us + 1000.0 * static_cast<double>(origin.elapsed_time(*impl_->pool[i])));
+  return out;
 }
 
 c10::intrusive_ptr<CommBackend> make_gloo(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,

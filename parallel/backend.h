@@ -26,7 +26,9 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include <c10/core/Device.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -46,6 +48,36 @@ void synchronize(const c10::Device& d);
 // "libtorch 2.11.0, CUDA 13.0 (runtime 13.0), NCCL 2.28.9, 1 device(s): NVIDIA H200"
 // or "... 0 device(s)": for the start-up line of `trident train`.
 std::string describe_build();
+
+// NOTE [device time]
+// On CUDA a host clock read after an operation says when it was queued, not
+// when it ran. A StepClock marks points on the compute stream instead (CUDA
+// events, read only when times() is asked, after the marked work is done)
+// and gives each mark as a steady-clock time: the host time of begin() plus
+// the device time elapsed since begin()'s event. On the CPU a mark is the
+// host's steady clock at the call, as before. The executor's timeline, and
+// what reads it (the measured bubble, the per-stage F/B/I/W means behind the
+// predicted pipeline and `trident plan profile`), is device time on CUDA
+// this way.
+class StepClock {
+ public:
+  explicit StepClock(c10::Device device);
+  ~StepClock();
+  StepClock(const StepClock&) = delete;
+  StepClock& operator=(const StepClock&) = delete;
+  // Forgets the marks; the origin of the next ones is now.
+  void begin();
+  // A point on the device's stream after everything queued so far; returns
+  // its index (0, 1, ... since begin()).
+  int mark();
+  // Steady-clock microseconds of every mark since begin(), in index order.
+  // On CUDA it waits for the last mark's work (call it after the step).
+  std::vector<double> times_us() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 // A Gloo group of `size` ranks over `store`; its pairs listen on
 // `address`, or on interface `ifname` when it is not empty.

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "framework/host_read.h"
+
 namespace trident {
 
 TiedParams find_tied(const std::vector<Param*>& params, const std::map<std::string, bool>& tied_local) {
@@ -55,9 +57,11 @@ void GradFinalizer::reduce_model_parallel(at::Tensor sp_grads) {
 
 double GradFinalizer::grad_norm(const GradBuffer& buffer) const {
   at::NoGradGuard no_grad;
-  // Each parameter's sum of squares stays on the device until all are
-  // computed, then comes back in one copy; the host adds them into their
-  // slots in the same order as before (so the same doubles on the CPU).
+  // Each parameter's sum of squares goes into its slot on the device, the
+  // slots are reduced over the groups there, and only the norm comes back:
+  // one host read a step (NOTE [host reads]). The additions are the ones the
+  // host made before, in the same order (index_add_ adds in index order on
+  // the CPU; each slot gets one addend per rank), so the doubles are too.
   std::vector<at::Tensor> squares;
   std::vector<size_t> slot_of;
   for (const auto& bucket : buffer.buckets()) {
@@ -74,18 +78,22 @@ double GradFinalizer::grad_norm(const GradBuffer& buffer) const {
       slot_of.push_back(norm_slots_.at(p->info.name));
     }
   }
-  at::Tensor slots = at::zeros({static_cast<int64_t>(norm_slots_.size())}, at::kDouble);
-  double* s = slots.data_ptr<double>();
+  const at::Device device = buffer.buckets().empty() ? at::Device(at::kCPU) : buffer.buckets().front()->grad.device();
+  const auto doubles = at::TensorOptions().dtype(at::kDouble).device(device);
+  at::Tensor slots = at::zeros({static_cast<int64_t>(norm_slots_.size())}, doubles);
   if (!squares.empty()) {
-    const at::Tensor host = at::stack(squares).to(at::kCPU);
-    const double* h = host.data_ptr<double>();
-    for (size_t i = 0; i < slot_of.size(); ++i) s[slot_of[i]] += h[i];
+    // The slots' order is the same every step: their index goes to the device once.
+    if (!norm_index_.defined() || norm_index_.numel() != static_cast<int64_t>(slot_of.size())) {
+      std::vector<int64_t> idx(slot_of.begin(), slot_of.end());
+      norm_index_ = at::tensor(idx, at::kLong).to(device);
+    }
+    slots.index_add_(0, norm_index_, at::stack(squares));
   }
   all_reduce(*g_.model_parallel, slots);
   if (buffer.sharded()) all_reduce(*g_.dp, slots);
-  double total = 0;
-  for (int64_t i = 0; i < slots.numel(); ++i) total += s[i];
-  return std::sqrt(total);
+  // The slots summed one after another (a running sum), as the host did.
+  const at::Tensor total = slots.numel() > 0 ? slots.cumsum(0)[-1] : at::zeros({}, doubles);
+  return std::sqrt(read_scalar(total, "gradient norm"));
 }
 
 void GradFinalizer::copy_tied() {

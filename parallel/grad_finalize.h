@@ -62,6 +62,7 @@ class GradFinalizer {
   FinalizeGroups g_;
   TiedParams tied_;
   std::map<std::string, size_t> norm_slots_;
+  mutable at::Tensor norm_index_;  // grad_norm()'s slot of each square, on the device
 };
 
 }  // namespace trident

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "framework/host_read.h"
 #include "schedules/generators.h"
 
 namespace trident {
@@ -16,11 +17,6 @@ namespace trident {
 using sched::Action;
 using sched::ActionKind;
 
-namespace {
-double now_us() {
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-}  // namespace
 
 Executor::Executor(std::vector<Stage*> stages, const Group& pp, const sched::StageMap& map,
                    int64_t micro_batch_size, c10::Device device)
@@ -29,6 +25,7 @@ Executor::Executor(std::vector<Stage*> stages, const Group& pp, const sched::Sta
       map_(map),
       mbs_(micro_batch_size),
       device_(device),
+      clock_(device),
       progress_(pp.global(pp.rank)) {
   if (chunks_.empty()) throw std::logic_error("Executor needs at least one stage");
   if (map_.pipeline_ranks != pp.size() || map_.chunks != static_cast<int>(chunks_.size()))
@@ -81,10 +78,11 @@ void Executor::record_recv(const Action& a) {
   const bool grad = a.kind == ActionKind::RECV_B;
   const int group = grad ? s.recv_grad_group : s.recv_act_group;
   const bool pending = group >= 0;  // not waited for yet
-  const double t = now_us();
+  const int t = clock_.mark();
   // Pending: its consumer's wait fills in the end. Otherwise the data is here
   // already (a hand-over between chunks of this rank).
-  timeline_.push_back({a, t, pending ? NAN : t});
+  timeline_.push_back({a, 0, 0});
+  marks_.push_back({t, pending ? -1 : t});
   if (group >= 0) (grad ? s.recv_grad_entry : s.recv_act_entry) = static_cast<int>(timeline_.size()) - 1;
 }
 
@@ -101,7 +99,7 @@ void Executor::wait_inputs(const Action& a, int i) {
   wait_group(group);
   group = -1;
   const int entry = grad ? s.recv_grad_entry : s.recv_act_entry;
-  if (entry >= 0 && record_) timeline_[static_cast<size_t>(entry)].end = now_us();
+  if (entry >= 0 && record_) marks_[static_cast<size_t>(entry)].second = clock_.mark();
 }
 
 void Executor::send(const Action& a) {
@@ -170,7 +168,20 @@ void Executor::backward(const Action& a, double loss_scale, bool defer_weights) 
 
 void Executor::reset_loss() { loss_acc_ = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_)); }
 
-double Executor::read_loss() const { return loss_acc_.item<double>(); }
+void Executor::resolve_timeline() const {
+  if (resolved_) return;
+  const std::vector<double> t = clock_.times_us();  // NOTE [device time]: on CUDA, waits for the step
+  auto at = [&](int mark) { return mark >= 0 && static_cast<size_t>(mark) < t.size() ? t[static_cast<size_t>(mark)] : NAN; };
+  for (size_t i = 0; i < timeline_.size(); ++i) {
+    timeline_[i].start = at(marks_[i].first);
+    timeline_[i].end = at(marks_[i].second);
+    if (std::isnan(timeline_[i].end)) timeline_[i].end = timeline_[i].start;  // a receive nobody waited for (cannot happen in a valid list)
+  }
+  run_span_ = {at(span_marks_.first), at(span_marks_.second)};
+  resolved_ = true;
+}
+
+double ExecutorStats::loss_sum() const { return read_scalar(loss, "pipeline loss"); }
 
 void Executor::track(ExecutorStats& stats) {
   int inflight = 0;
@@ -231,13 +242,13 @@ ExecutorStats Executor::run(const sched::ActionList& actions, const std::functio
                             double loss_scale, GradObserver* observer) {
   ExecutorStats stats;
   timeline_.clear();
+  marks_.clear();
+  resolved_ = !record_;
   reset_loss();
-  run_span_.first = now_us();
+  if (record_) clock_.begin(), span_marks_.first = clock_.mark();
   run_list(actions, batch, loss_scale, stats, observer, false);
   stats.loss = loss_acc_;
-  run_span_.second = now_us();
-  for (auto& e : timeline_)  // a receive whose data nobody waited for (cannot happen in a valid list)
-    if (std::isnan(e.end)) e.end = e.start;
+  if (record_) span_marks_.second = clock_.mark();
   for (auto it = slots_.begin(); it != slots_.end();) {  // slots kept only for an I/W pair's SEND_B
     if (!it->second.output.defined() && it->second.deferred.empty() && !it->second.grad_in.defined())
       it = slots_.erase(it);
@@ -263,13 +274,13 @@ void Executor::run_list(const sched::ActionList& actions, const std::function<Mi
         if (a.kind != ActionKind::W) wait_inputs(a, static_cast<int>(i));
       }
       if (observer && i == last_backward[chunk]) observer->final_backward_begins(a.chunk);
-      const double t0 = record_ ? now_us() : 0;
+      const int t0 = record_ && !forward_only ? clock_.mark() : -1;
       run_action(a, batch, loss_scale, stats);
       if (record_ && !forward_only) {
         if (a.kind == ActionKind::RECV_F || a.kind == ActionKind::RECV_B)
           record_recv(a);
         else
-          timeline_.push_back({a, t0, sched::is_compute(a.kind) ? now_us() : t0});
+          timeline_.push_back({a, 0, 0}), marks_.push_back({t0, sched::is_compute(a.kind) ? clock_.mark() : t0});
       }
       if (observer && a.kind == ActionKind::REDUCE_GRAD) observer->grads_final(a.chunk);
       // Evaluation keeps no activations: a chunk's are done once sent on (or the loss is taken).
@@ -285,12 +296,12 @@ void Executor::run_list(const sched::ActionList& actions, const std::function<Mi
   }
 }
 
-double Executor::forward_only(int microbatches, const std::function<MicroBatch(int)>& batch) {
+at::Tensor Executor::forward_only(int microbatches, const std::function<MicroBatch(int)>& batch) {
   at::NoGradGuard no_grad;
   ExecutorStats stats;
   reset_loss();
   run_list(sched::forward_only_actions(map_, pp_.rank, microbatches), batch, 1.0, stats, nullptr, true);
-  return read_loss();
+  return loss_acc_;
 }
 
 }  // namespace trident

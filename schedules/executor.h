@@ -37,7 +37,7 @@ struct ExecutorStats {
   // scalar on the stages' device: read back only when asked (a read per step
   // would stall a GPU's queue on steps that do not log).
   at::Tensor loss;
-  double loss_sum() const { return loss.item<double>(); }
+  double loss_sum() const;  // reads it (NOTE [host reads])
   int peak_inflight = 0;             // most micro-batches with live activations at once
   int64_t peak_boundary_bytes = 0;   // most bytes held in stage inputs/outputs at once
   // Most bytes held by in-flight micro-batches' activations at once: each
@@ -67,18 +67,28 @@ class Executor {
 
   // Forward only (evaluation, no autograd): every micro-batch through every
   // local chunk in virtual-stage order (sched::forward_only_actions). Returns
-  // the summed loss on the last stage, 0 elsewhere.
-  double forward_only(int microbatches, const std::function<MicroBatch(int)>& batch);
+  // the summed loss on the last stage, 0 elsewhere: a double scalar on the
+  // stages' device, as ExecutorStats::loss.
+  at::Tensor forward_only(int microbatches, const std::function<MicroBatch(int)>& batch);
 
   // The last run()'s measured timeline, in list order: a compute spans its
   // first to last op (after its inputs arrived), a RECV from when its group
   // was posted to when its data was there (its consumer waited for it), a
   // SEND is the instant it was queued. Times are steady-clock microseconds (comparable
   // between processes of one host); run_span() is run()'s own begin and end.
-  // Recording costs two clock reads per action (see tests/torch_unit/test_timeline.cpp).
+  // Recording costs two clock marks per action (see tests/torch_unit/test_timeline.cpp).
+  // On CUDA the marks are events on the compute stream, so the times are the
+  // device's (NOTE [device time] in parallel/backend.h) and reading them
+  // waits for the step's work; on the CPU they are host clock reads.
   void set_recording(bool on) { record_ = on; }
-  const std::vector<sched::TimedAction>& timeline() const { return timeline_; }
-  std::pair<double, double> run_span() const { return run_span_; }
+  const std::vector<sched::TimedAction>& timeline() const {
+    resolve_timeline();
+    return timeline_;
+  }
+  std::pair<double, double> run_span() const {
+    resolve_timeline();
+    return run_span_;
+  }
   // Where this rank reports its position for hang diagnosis (schedules/progress.h).
   sched::Progress& progress() { return progress_; }
 
@@ -124,7 +134,6 @@ class Executor {
   int tag(bool grad, int mb, int to_stage) const;
   void track(ExecutorStats& stats);
   void reset_loss();
-  double read_loss() const;
 
   std::vector<Stage*> chunks_;
   const Group& pp_;
@@ -139,8 +148,14 @@ class Executor {
   CommGroup queued_group_;     // its tensors and descriptions
   std::vector<CommGroup> groups_;  // this run's posted groups
   bool record_ = true;
-  std::vector<sched::TimedAction> timeline_;
-  std::pair<double, double> run_span_{0, 0};
+  // The timeline as clock marks, turned into times when first read.
+  void resolve_timeline() const;
+  StepClock clock_;
+  std::vector<std::pair<int, int>> marks_;  // per timeline_ entry: its start and end mark (-1: none yet)
+  std::pair<int, int> span_marks_{-1, -1};
+  mutable bool resolved_ = true;
+  mutable std::vector<sched::TimedAction> timeline_;
+  mutable std::pair<double, double> run_span_{0, 0};
   sched::Progress progress_;
 };
 

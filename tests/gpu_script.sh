@@ -40,6 +40,17 @@ case $mode in
     check dry-model 0 "configs/gpt2-1.3b.toml" -- "$script" --dry-run --out "$(mktemp -d)"
     check dry-compare 0 "compare .*tiny-cpu .*tiny-dev --keys loss --rtol 1e-4" -- "$script" --dry-run --out "$(mktemp -d)"
     check vendor-args 2 "usage" -- "$repo/benchmarks/gpu/vendor.sh" --bogus
+    # nvcc where GPU machines keep it when PATH has none: $CUDA_HOME, then /usr/local/cuda.
+    fake=$(mktemp -d)
+    mkdir -p "$fake/cuda/bin" "$fake/bin"
+    printf '#!/bin/sh\necho fake nvcc\n' > "$fake/cuda/bin/nvcc"
+    chmod +x "$fake/cuda/bin/nvcc"
+    for tool in bash git date dirname nproc cat grep sed mkdir python3 basename tail cp env; do
+      p=$(command -v "$tool") && ln -sf "$p" "$fake/bin/$tool"
+    done
+    check nvcc-cuda-home 0 "nvcc: $fake/cuda/bin/nvcc" -- env PATH="$fake/bin" CUDA_HOME="$fake/cuda" \
+      "$script" --dry-run --out "$(mktemp -d)"
+    rm -rf "$fake"
     ;;
   rehearsal)
     work=${3:?WORK}

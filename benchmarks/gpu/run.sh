@@ -120,6 +120,19 @@ note "commit: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknow
 python=python3  # the device machine's, which holds PyTorch
 [[ $rehearsal -eq 0 ]] || python=$repo/.venv/bin/python3
 
+# The CUDA toolkit: nvcc on PATH, else where GPU machines keep it ($CUDA_HOME,
+# $CUDA_PATH, /usr/local/cuda); CMake (cmake/TorchFromPython.cmake) takes the
+# nvcc on PATH when the python's wheels lack one.
+if ! command -v nvcc > /dev/null; then
+  for d in "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda; do
+    if [[ -n $d && -x $d/bin/nvcc ]]; then
+      export PATH=$d/bin:$PATH
+      break
+    fi
+  done
+fi
+note "nvcc: $(command -v nvcc || echo 'none (the python's nvidia-* wheels must bring it)')"
+
 # --- 0. what the machine has
 if [[ $dry -eq 0 ]]; then
   {

@@ -26,6 +26,7 @@
 #include "framework/cpu_memory.h"
 #include "framework/data/dataset.h"
 #include "framework/data/megatron_dataset.h"
+#include "framework/host_read.h"
 #include "framework/json.h"
 #include "framework/lr_schedule.h"
 #include "framework/optimizer.h"
@@ -186,6 +187,8 @@ struct Run {
   double span_sum_s = 0;  // pipeline time (slowest rank's executor run) summed over measured steps
   int64_t measured_steps = 0;
   std::optional<AutoSplit> auto_split;  // parallel.pipeline_layers = "auto": the split chosen
+  // NOTE [host reads]: the most of each kind one step made, for logged and other steps.
+  std::map<std::string, int64_t> reads_logged, reads_other;
 };
 
 // logging.trace: every rank's recording of this step goes to rank 0, which
@@ -219,13 +222,14 @@ MicroBatch load_micro_batch(const Run& r, const data::CausalLmDataset& ds, int64
   return {tok.narrow(1, 0, s).contiguous().to(r.device), tok.narrow(1, 1, s).contiguous().to(r.device)};
 }
 
-// Sum over the pipeline (only last stages hold losses), mean over micro-batches and DP.
-double reduce_loss(Run& r, double local_sum) {
-  at::Tensor t = at::full({1}, local_sum, at::kDouble);
+// Sum over the pipeline (only last stages hold losses), mean over micro-batches
+// and DP, on the device; the result is the step's one read of the loss.
+double reduce_loss(Run& r, const at::Tensor& local_sum) {
+  at::Tensor t = local_sum.reshape({1}).to(at::kDouble).clone();
   all_reduce(r.pgs->pp, t);
   t.div_(static_cast<double>(r.m));
   all_reduce(r.pgs->dp, t);
-  return t.item<double>() / static_cast<double>(r.pgs->dp.size());
+  return read_scalar(t, "loss") / static_cast<double>(r.pgs->dp.size());
 }
 
 double evaluate(Run& r) {
@@ -269,7 +273,8 @@ std::optional<StepMetrics> train_step(Run& r, int64_t step) {
   r.peak.peak_inflight = std::max(r.peak.peak_inflight, stats.peak_inflight);
   r.peak.peak_boundary_bytes = std::max(r.peak.peak_boundary_bytes, stats.peak_boundary_bytes);
   r.peak.peak_activation_bytes = std::max(r.peak.peak_activation_bytes, stats.peak_activation_bytes);
-  if (measured) r.costs.add(*r.exec, r.schedule.chunks);
+  // On CUDA reading the timeline waits for the step (NOTE [device time]): only logged steps do.
+  if (measured && (logged || !r.device.is_cuda())) r.costs.add(*r.exec, r.schedule.chunks);
   r.exec->progress().phase("grad-sync");
   const auto sync_start = Clock::now();
   r.dp->finish_grad_sync();  // what of the gradient reduction the backward did not hide
@@ -299,7 +304,7 @@ std::optional<StepMetrics> train_step(Run& r, int64_t step) {
   r.exec->progress().phase("loss-reduce");
   StepMetrics m;
   m.step = step + 1;
-  m.loss = reduce_loss(r, stats.loss_sum());
+  m.loss = reduce_loss(r, stats.loss);
   m.lr = lr;
   m.grad_norm = norm;
   m.step_time_s = seconds_since(start);
@@ -531,6 +536,15 @@ void write_rank_summary(const Run& r, const TrainSummary& s) {
   v.set("peak_activation_bytes", json::Value::number(r.peak.peak_activation_bytes));
   v.set("peak_boundary_bytes", json::Value::number(r.peak.peak_boundary_bytes));
   v.set("optimizer_state_bytes", json::Value::number(s.optimizer_state_bytes));
+  // NOTE [host reads]: the most reads of each kind one step made.
+  json::Value reads = json::Value::object();
+  for (const auto& [key, counts] : {std::make_pair("logged_step", &r.reads_logged), std::make_pair("other_step", &r.reads_other)}) {
+    json::Value k = json::Value::object();
+    for (const auto& [what, n] : *counts)
+      if (n > 0) k.set(what, json::Value::number(n));
+    reads.set(key, k);
+  }
+  v.set("host_reads", reads);
   if (r.auto_split) {
     json::Value a = json::Value::object();
     json::Value layers = json::Value::array();
@@ -580,7 +594,15 @@ TrainSummary train(Config cfg) {
   int64_t steps_run = 0;
   for (int64_t step = first_step; step < c.training.steps; ++step, ++steps_run) {
     // Only logged steps read the loss back and run the logging collectives (train_step).
-    if (const std::optional<StepMetrics> logged = train_step(r, step)) {
+    const std::map<std::string, int64_t> reads_before = host_reads();
+    const std::optional<StepMetrics> logged = train_step(r, step);
+    for (const auto& [what, n] : host_reads()) {
+      auto it = reads_before.find(what);
+      const int64_t in_step = n - (it == reads_before.end() ? 0 : it->second);
+      int64_t& most = (logged ? r.reads_logged : r.reads_other)[what];
+      most = std::max(most, in_step);
+    }
+    if (logged) {
       StepMetrics m = *logged;
       m.mfu = m.tflops * 1e12 / (peak * static_cast<double>(r.pgs->world_size()));
       summary.steps.push_back(m);

@@ -280,7 +280,7 @@ TEST(ExecutorNcclRules, EvaluationMatchesSequentialStages) {
         raw.push_back(mine.back().get());
       }
       Executor exec(raw, pp, schedule.stage_map(), kMbs);
-      loss[static_cast<size_t>(pp.rank)] = exec.forward_only(4, batch);
+      loss[static_cast<size_t>(pp.rank)] = exec.forward_only(4, batch).item<double>();
     }, "nccl-rules");
     double sum = 0;
     for (int r = 0; r < p; ++r) {
