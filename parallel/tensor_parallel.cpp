@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <limits>
+#include <mutex>
 
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -122,9 +123,15 @@ struct ReduceScatterDim : torch::autograd::Function<ReduceScatterDim> {
   }
 };
 
-// Per thread: a CPU backward runs on the thread that called it, so ranks run
-// as threads in one process (the executor's tests) each see their own queue.
-thread_local WeightGradQueue* g_weight_grad_queue = nullptr;
+// The forward-time scope (NOTE [I/W split]): read only by forwards, which run
+// on the caller's thread; a backward reads the queue its forward kept.
+thread_local const WeightGradQueue* g_weight_grad_scope = nullptr;
+
+// What an autograd context keeps of the scope's queue (saved_data holds IValues).
+struct QueueHolder : torch::CustomClassHolder {
+  explicit QueueHolder(const WeightGradQueue& queue) : q(queue) {}
+  WeightGradQueue q;
+};
 
 void accumulate_grad(at::Tensor param, const at::Tensor& g) {
   at::NoGradGuard no_grad;
@@ -141,6 +148,7 @@ at::Tensor linear_forward(AutogradContext* ctx, const at::Tensor& x, const at::T
   ctx->saved_data["w"] = w;
   ctx->saved_data["b"] = b;
   ctx->save_for_backward({x});
+  keep_weight_grad_queue(ctx);
   const at::Tensor x2 = x.reshape({-1, x.size(-1)});  // (tokens, in)
   at::Tensor y = b.defined() ? at::addmm(b, x2, w.t()) : at::mm(x2, w.t());
   auto shape = x.sizes().vec();
@@ -162,7 +170,7 @@ variable_list linear_backward(AutogradContext* ctx, const variable_list& grads) 
     at::Tensor gb = b.defined() ? gy.sum(0) : at::Tensor();
     return std::make_pair(gw, gb);
   };
-  if (WeightGradQueue* q = g_weight_grad_queue) {
+  if (WeightGradQueue* q = deferring_weight_grad_queue(ctx)) {
     q->push([weight_grads, w, b]() {
       auto [gw, gb] = weight_grads();
       accumulate_grad(w, gw);
@@ -237,16 +245,54 @@ struct VocabParallelCE : torch::autograd::Function<VocabParallelCE> {
 
 }  // namespace
 
+struct WeightGradQueue::State {
+  std::atomic<bool> armed{false};
+  mutable std::mutex mutex;  // pushes may come from the engine's threads
+  std::vector<std::function<void()>> items;
+};
+
+WeightGradQueue::WeightGradQueue() : state_(std::make_shared<State>()) {}
+
+void WeightGradQueue::arm(bool defer) { state_->armed = defer; }
+bool WeightGradQueue::armed() const { return state_->armed; }
+
+void WeightGradQueue::push(std::function<void()> f) {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->items.push_back(std::move(f));
+}
+
 void WeightGradQueue::run() {
-  auto items = std::move(items_);
-  items_.clear();
+  std::vector<std::function<void()>> items;
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    items.swap(state_->items);
+  }
   for (auto& f : items) f();
 }
 
-WeightGradQueue* deferred_weight_grads() { return g_weight_grad_queue; }
+bool WeightGradQueue::empty() const { return size() == 0; }
 
-DeferWeightGrads::DeferWeightGrads(WeightGradQueue* q) : prev_(g_weight_grad_queue) { g_weight_grad_queue = q; }
-DeferWeightGrads::~DeferWeightGrads() { g_weight_grad_queue = prev_; }
+size_t WeightGradQueue::size() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->items.size();
+}
+
+WeightGradScope::WeightGradScope(const WeightGradQueue* q) : prev_(g_weight_grad_scope) { g_weight_grad_scope = q; }
+WeightGradScope::~WeightGradScope() { g_weight_grad_scope = prev_; }
+
+const WeightGradQueue* weight_grad_scope() { return g_weight_grad_scope; }
+
+void keep_weight_grad_queue(AutogradContext* ctx) {
+  if (const WeightGradQueue* q = g_weight_grad_scope)
+    ctx->saved_data["weight_grad_queue"] = c10::IValue::make_capsule(c10::make_intrusive<QueueHolder>(*q));
+}
+
+WeightGradQueue* deferring_weight_grad_queue(AutogradContext* ctx) {
+  auto it = ctx->saved_data.find("weight_grad_queue");
+  if (it == ctx->saved_data.end()) return nullptr;
+  auto* holder = static_cast<QueueHolder*>(it->second.toCapsule().get());  // the capsule in ctx keeps it alive
+  return holder->q.armed() ? &holder->q : nullptr;
+}
 
 at::Tensor copy_to_tp(const TpContext& tp, const at::Tensor& x) {
   return tp.size() == 1 ? x : CopyToTp::apply(x, pack(tp));
