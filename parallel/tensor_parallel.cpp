@@ -7,7 +7,9 @@
 #include <limits>
 #include <mutex>
 
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/functions/accumulate_grad.h>
 
 namespace trident {
 
@@ -142,6 +144,42 @@ void accumulate_grad(at::Tensor param, const at::Tensor& g) {
     acc.add_(g);
 }
 
+// The leaves whose AccumulateGrad nodes the graph of `t` reaches.
+std::vector<at::Tensor> leaves_of(const at::Tensor& t) {
+  std::vector<at::Tensor> leaves;
+  std::vector<torch::autograd::Node*> todo{t.grad_fn().get()}, seen;
+  while (!todo.empty()) {
+    torch::autograd::Node* n = todo.back();
+    todo.pop_back();
+    if (!n || std::find(seen.begin(), seen.end(), n) != seen.end()) continue;
+    seen.push_back(n);
+    if (auto* acc = dynamic_cast<torch::autograd::AccumulateGrad*>(n)) {
+      leaves.push_back(acc->variable);
+      continue;
+    }
+    for (const auto& e : n->next_edges()) todo.push_back(e.function.get());
+  }
+  return leaves;
+}
+
+// A deferred weight gradient, added where the undeferred backward would have
+// added it (NOTE [I/W split]): a leaf's .grad, or through a computed weight's
+// grad_fn (under bf16 the cast of the fp32 master: ToCopyBackward, bf16 ->
+// fp32) into its leaves' .grad. torch::autograd::grad runs the same backward
+// functions as the engine did in a B; the leaves' AccumulateGrad nodes (and
+// their post-hooks) do not run, as for a leaf.
+void accumulate_weight_grad(const at::Tensor& w, const at::Tensor& gw) {
+  if (!w.grad_fn()) {
+    accumulate_grad(w, gw);
+    return;
+  }
+  const std::vector<at::Tensor> leaves = leaves_of(w);
+  const variable_list g = torch::autograd::grad({w}, leaves, {gw}, /*retain_graph=*/true, /*create_graph=*/false,
+                                                /*allow_unused=*/true);
+  for (size_t i = 0; i < leaves.size(); ++i)
+    if (g[i].defined()) accumulate_grad(leaves[i], g[i]);
+}
+
 // y = x W^T (+ b). libtorch's custom functions take no undefined tensors as
 // inputs, so the bias-free variant is its own function; both share the math.
 at::Tensor linear_forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
@@ -173,8 +211,8 @@ variable_list linear_backward(AutogradContext* ctx, const variable_list& grads) 
   if (WeightGradQueue* q = deferring_weight_grad_queue(ctx)) {
     q->push([weight_grads, w, b]() {
       auto [gw, gb] = weight_grads();
-      accumulate_grad(w, gw);
-      if (b.defined()) accumulate_grad(b, gb);
+      accumulate_weight_grad(w, gw);
+      if (b.defined()) accumulate_weight_grad(b, gb);
     });
     return {gx, at::Tensor(), at::Tensor()};
   }

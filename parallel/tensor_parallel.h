@@ -72,6 +72,20 @@ at::Tensor leave_row_parallel(const TpContext& tp, const at::Tensor& x);
 // thread on CUDA), so it captures the scope at forward time and re-opens it
 // around the re-forward (NOTE [recomputation]).
 //
+// A queued dW reaches its parameter where the undeferred backward would have
+// taken it: into .grad of a leaf weight, or, for a weight computed from a
+// leaf (under bf16, the autograd cast of the fp32 master, NOTE [bf16]),
+// through that weight's grad_fn into the leaf's .grad, the same ops on the
+// same values. That path runs through torch::autograd::grad, not backward():
+// the parameters' AccumulateGrad nodes do not run, so their post-hooks (the
+// data-parallel "gradient final" marks, NOTE [gradient buckets]) do not fire
+// in a W, for a leaf or not; the executor's REDUCE_GRAD says when a chunk's
+// gradients are final. (Through backward(), a W that follows the chunk's last
+// I, e.g. zb-h1's W0 W1 after I1 on the last stage, would mark a gradient
+// final and start its bucket's DP reduction before the next W adds to it:
+// tried, the tp2 x pp2 x dp2 bf16 zb-h1 run's grad norms then moved by up to
+// 9% from the same layout under 1f1b.)
+//
 // A handle: copies share one queue (as copies of at::Tensor share storage).
 class WeightGradQueue {
  public:

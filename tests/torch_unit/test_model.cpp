@@ -180,9 +180,10 @@ TEST(DeferredWeightGrads, BitIdenticalToTheFullBackward) {
 // forward runs on the test's thread inside the queue's scope and the queue is
 // armed there, as the executor does; the backward runs on a fresh std::thread
 // (on CPU the engine computes on the thread that calls backward). W must still
-// wait for the W action, and I + W must equal B bit for bit, also with
+// wait for the W action, and I + W must equal B bit for bit: with
 // recomputation (whose re-forward runs inside that backward, on the other
-// thread).
+// thread) and under bf16 (whose linear weights are autograd casts of the fp32
+// masters, NOTE [bf16]).
 void on_another_thread(const at::Tensor& loss) {
   std::thread t([&loss] { loss.backward(); });
   t.join();
@@ -249,7 +250,10 @@ INSTANTIATE_TEST_SUITE_P(
     Cases, DeferredWeightGradsOnAnotherThread,
     ::testing::Values(SplitCase{Recompute::kNone, at::kFloat, "fp32"},
                       SplitCase{Recompute::kFull, at::kFloat, "fp32_recompute_full"},
-                      SplitCase{Recompute::kSelective, at::kFloat, "fp32_recompute_selective"}),
+                      SplitCase{Recompute::kSelective, at::kFloat, "fp32_recompute_selective"},
+                      SplitCase{Recompute::kNone, at::kBFloat16, "bf16"},
+                      SplitCase{Recompute::kFull, at::kBFloat16, "bf16_recompute_full"},
+                      SplitCase{Recompute::kSelective, at::kBFloat16, "bf16_recompute_selective"}),
     [](const ::testing::TestParamInfo<SplitCase>& param_info) { return param_info.param.name; });
 
 // A 30-step gpt-tiny run through the real command: the loss must fall.
