@@ -1,11 +1,14 @@
 // Activation recomputation: see NOTE [recomputation] in recompute.h.
 #include "parallel/recompute.h"
 
+#include <optional>
 #include <stdexcept>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
+
+#include "parallel/tensor_parallel.h"
 
 namespace trident {
 
@@ -25,6 +28,9 @@ using torch::autograd::variable_list;
 struct FnHolder : torch::CustomClassHolder {
   std::function<at::Tensor(const at::Tensor&)> fn;
   at::Tensor rng_state;  // the CPU generator's state before the forward (dropout)
+  // The forward's weight-gradient scope (NOTE [I/W split]), re-opened around
+  // the re-forward: on CUDA that runs on the engine's thread, not the caller's.
+  std::optional<WeightGradQueue> queue;
 };
 
 struct RecomputeFn : torch::autograd::Function<RecomputeFn> {
@@ -32,6 +38,7 @@ struct RecomputeFn : torch::autograd::Function<RecomputeFn> {
                             const std::function<at::Tensor(const at::Tensor&)>& fn) {
     auto holder = c10::make_intrusive<FnHolder>();
     holder->fn = fn;
+    if (const WeightGradQueue* q = weight_grad_scope()) holder->queue = *q;
     auto gen = at::detail::getDefaultCPUGenerator();
     {
       std::lock_guard<std::mutex> lock(gen.mutex());
@@ -55,6 +62,7 @@ struct RecomputeFn : torch::autograd::Function<RecomputeFn> {
     at::Tensor out;
     {
       at::AutoGradMode enable(true);
+      WeightGradScope scope(holder->queue ? &*holder->queue : nullptr);
       out = holder->fn(x);
     }
     {

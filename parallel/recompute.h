@@ -10,9 +10,13 @@
 // nested (reentrant) torch::autograd::backward. The recomputed forward runs
 // the same ops on the same values, so every gradient is bit-identical to not
 // recomputing; parameter gradients reach their AccumulateGrad nodes (and the
-// data-parallel hooks on them) as usual, and since the nested backward runs on
-// the calling thread on CPU, the thread_local deferred-weight-gradient queue
-// (NOTE [I/W split]) still collects the linear layers' dW for a later W action.
+// data-parallel hooks on them) as usual. The re-forward runs inside the
+// backward, on the autograd engine's device thread on CUDA, where the
+// caller's forward-time weight-gradient scope (NOTE [I/W split]) is not open:
+// so the forward keeps the scope's queue and the backward re-opens it around
+// the re-forward. The recomputed linear layers then record the same queue,
+// and an I defers their dW for a later W action as it does without
+// recomputation, on whatever thread the backward runs.
 //
 // "selective" began as Korthikanti et al. (2022)'s: recompute only the
 // attention core, whose (batch, heads, seq, seq) scores dominate. Attention

@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <atomic>
 #include <limits>
+#include <mutex>
 
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/functions/accumulate_grad.h>
 
 namespace trident {
 
@@ -122,9 +125,15 @@ struct ReduceScatterDim : torch::autograd::Function<ReduceScatterDim> {
   }
 };
 
-// Per thread: a CPU backward runs on the thread that called it, so ranks run
-// as threads in one process (the executor's tests) each see their own queue.
-thread_local WeightGradQueue* g_weight_grad_queue = nullptr;
+// The forward-time scope (NOTE [I/W split]): read only by forwards, which run
+// on the caller's thread; a backward reads the queue its forward kept.
+thread_local const WeightGradQueue* g_weight_grad_scope = nullptr;
+
+// What an autograd context keeps of the scope's queue (saved_data holds IValues).
+struct QueueHolder : torch::CustomClassHolder {
+  explicit QueueHolder(const WeightGradQueue& queue) : q(queue) {}
+  WeightGradQueue q;
+};
 
 void accumulate_grad(at::Tensor param, const at::Tensor& g) {
   at::NoGradGuard no_grad;
@@ -135,12 +144,49 @@ void accumulate_grad(at::Tensor param, const at::Tensor& g) {
     acc.add_(g);
 }
 
+// The leaves whose AccumulateGrad nodes the graph of `t` reaches.
+std::vector<at::Tensor> leaves_of(const at::Tensor& t) {
+  std::vector<at::Tensor> leaves;
+  std::vector<torch::autograd::Node*> todo{t.grad_fn().get()}, seen;
+  while (!todo.empty()) {
+    torch::autograd::Node* n = todo.back();
+    todo.pop_back();
+    if (!n || std::find(seen.begin(), seen.end(), n) != seen.end()) continue;
+    seen.push_back(n);
+    if (auto* acc = dynamic_cast<torch::autograd::AccumulateGrad*>(n)) {
+      leaves.push_back(acc->variable);
+      continue;
+    }
+    for (const auto& e : n->next_edges()) todo.push_back(e.function.get());
+  }
+  return leaves;
+}
+
+// A deferred weight gradient, added where the undeferred backward would have
+// added it (NOTE [I/W split]): a leaf's .grad, or through a computed weight's
+// grad_fn (under bf16 the cast of the fp32 master: ToCopyBackward, bf16 ->
+// fp32) into its leaves' .grad. torch::autograd::grad runs the same backward
+// functions as the engine did in a B; the leaves' AccumulateGrad nodes (and
+// their post-hooks) do not run, as for a leaf.
+void accumulate_weight_grad(const at::Tensor& w, const at::Tensor& gw) {
+  if (!w.grad_fn()) {
+    accumulate_grad(w, gw);
+    return;
+  }
+  const std::vector<at::Tensor> leaves = leaves_of(w);
+  const variable_list g = torch::autograd::grad({w}, leaves, {gw}, /*retain_graph=*/true, /*create_graph=*/false,
+                                                /*allow_unused=*/true);
+  for (size_t i = 0; i < leaves.size(); ++i)
+    if (g[i].defined()) accumulate_grad(leaves[i], g[i]);
+}
+
 // y = x W^T (+ b). libtorch's custom functions take no undefined tensors as
 // inputs, so the bias-free variant is its own function; both share the math.
 at::Tensor linear_forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
   ctx->saved_data["w"] = w;
   ctx->saved_data["b"] = b;
   ctx->save_for_backward({x});
+  keep_weight_grad_queue(ctx);
   const at::Tensor x2 = x.reshape({-1, x.size(-1)});  // (tokens, in)
   at::Tensor y = b.defined() ? at::addmm(b, x2, w.t()) : at::mm(x2, w.t());
   auto shape = x.sizes().vec();
@@ -162,11 +208,11 @@ variable_list linear_backward(AutogradContext* ctx, const variable_list& grads) 
     at::Tensor gb = b.defined() ? gy.sum(0) : at::Tensor();
     return std::make_pair(gw, gb);
   };
-  if (WeightGradQueue* q = g_weight_grad_queue) {
+  if (WeightGradQueue* q = deferring_weight_grad_queue(ctx)) {
     q->push([weight_grads, w, b]() {
       auto [gw, gb] = weight_grads();
-      accumulate_grad(w, gw);
-      if (b.defined()) accumulate_grad(b, gb);
+      accumulate_weight_grad(w, gw);
+      if (b.defined()) accumulate_weight_grad(b, gb);
     });
     return {gx, at::Tensor(), at::Tensor()};
   }
@@ -237,16 +283,54 @@ struct VocabParallelCE : torch::autograd::Function<VocabParallelCE> {
 
 }  // namespace
 
+struct WeightGradQueue::State {
+  std::atomic<bool> armed{false};
+  mutable std::mutex mutex;  // pushes may come from the engine's threads
+  std::vector<std::function<void()>> items;
+};
+
+WeightGradQueue::WeightGradQueue() : state_(std::make_shared<State>()) {}
+
+void WeightGradQueue::arm(bool defer) { state_->armed = defer; }
+bool WeightGradQueue::armed() const { return state_->armed; }
+
+void WeightGradQueue::push(std::function<void()> f) {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->items.push_back(std::move(f));
+}
+
 void WeightGradQueue::run() {
-  auto items = std::move(items_);
-  items_.clear();
+  std::vector<std::function<void()>> items;
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    items.swap(state_->items);
+  }
   for (auto& f : items) f();
 }
 
-WeightGradQueue* deferred_weight_grads() { return g_weight_grad_queue; }
+bool WeightGradQueue::empty() const { return size() == 0; }
 
-DeferWeightGrads::DeferWeightGrads(WeightGradQueue* q) : prev_(g_weight_grad_queue) { g_weight_grad_queue = q; }
-DeferWeightGrads::~DeferWeightGrads() { g_weight_grad_queue = prev_; }
+size_t WeightGradQueue::size() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->items.size();
+}
+
+WeightGradScope::WeightGradScope(const WeightGradQueue* q) : prev_(g_weight_grad_scope) { g_weight_grad_scope = q; }
+WeightGradScope::~WeightGradScope() { g_weight_grad_scope = prev_; }
+
+const WeightGradQueue* weight_grad_scope() { return g_weight_grad_scope; }
+
+void keep_weight_grad_queue(AutogradContext* ctx) {
+  if (const WeightGradQueue* q = g_weight_grad_scope)
+    ctx->saved_data["weight_grad_queue"] = c10::IValue::make_capsule(c10::make_intrusive<QueueHolder>(*q));
+}
+
+WeightGradQueue* deferring_weight_grad_queue(AutogradContext* ctx) {
+  auto it = ctx->saved_data.find("weight_grad_queue");
+  if (it == ctx->saved_data.end()) return nullptr;
+  auto* holder = static_cast<QueueHolder*>(it->second.toCapsule().get());  // the capsule in ctx keeps it alive
+  return holder->q.armed() ? &holder->q : nullptr;
+}
 
 at::Tensor copy_to_tp(const TpContext& tp, const at::Tensor& x) {
   return tp.size() == 1 ? x : CopyToTp::apply(x, pack(tp));

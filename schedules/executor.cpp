@@ -141,6 +141,7 @@ void Executor::forward(const Action& a, const std::function<MicroBatch(int)>& ba
     s.recv_act_buf.reset();
   }
   const int64_t before = live_cpu_bytes();
+  WeightGradScope scope(&s.deferred);  // the graph keeps this micro-batch's W queue (NOTE [I/W split])
   s.output = chunks_[a.chunk]->forward(s.input, last ? data.targets : at::Tensor());
   s.activation_bytes = before < 0 ? -1 : live_cpu_bytes() - before;
   // The double sum of float losses, added in micro-batch order: the same
@@ -152,7 +153,7 @@ void Executor::backward(const Action& a, double loss_scale, bool defer_weights) 
   Slot& s = slots_.at({a.mb, a.chunk});
   if (!s.output.defined())
     throw std::logic_error("backward of micro-batch " + std::to_string(a.mb) + " before its forward");
-  DeferWeightGrads guard(defer_weights ? &s.deferred : nullptr);
+  s.deferred.arm(defer_weights);  // read by the backward functions, on whichever thread runs them
   if (is_last(a.chunk)) {
     (s.output * loss_scale).backward();
   } else {

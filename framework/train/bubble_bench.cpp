@@ -46,6 +46,7 @@ struct SleepFn : torch::autograd::Function<SleepFn> {
     ctx->saved_data["i"] = i_ms;
     ctx->saved_data["w"] = w_ms;
     ctx->save_for_backward({x, w});
+    keep_weight_grad_queue(ctx);
     sleep_ms(f_ms);
     return x * w;
   }
@@ -59,7 +60,7 @@ struct SleepFn : torch::autograd::Function<SleepFn> {
       sleep_ms(w_ms);
       return (g * x).sum().reshape({1});
     };
-    if (WeightGradQueue* q = deferred_weight_grads()) {
+    if (WeightGradQueue* q = deferring_weight_grad_queue(ctx)) {
       q->push([weight_grad, w]() mutable {
         at::NoGradGuard no_grad;
         at::Tensor gw = weight_grad();

@@ -26,6 +26,11 @@ namespace trident::testing {
 // The contract is stated over at least 20 steps; never run fewer.
 constexpr int kRegressionSteps = 20;
 
+// A bf16 run against the bf16 single process under TP or DP: relative
+// tolerances on the loss and on the gradient norm (why these: the head of
+// test_bf16_regression.cpp).
+constexpr double kBf16LossTol = 1e-3, kBf16NormTol = 2e-2;
+
 // A unique directory under the system temp dir, removed by the destructor.
 class TempDir {
  public:

@@ -18,7 +18,7 @@
 namespace trident::testing {
 namespace {
 
-constexpr double kLossTol = 1e-3, kNormTol = 2e-2;
+constexpr double kLossTol = kBf16LossTol, kNormTol = kBf16NormTol;
 
 ::testing::AssertionResult within_bf16(const std::vector<StepRow>& ref, const TrainRun& run) {
   if (auto c = completed(run); !c) return c;

@@ -5,12 +5,16 @@
 
 #include <cmath>
 #include <map>
+#include <string>
+#include <thread>
+#include <tuple>
 
 #include "framework/config.h"
 #include "framework/lr_schedule.h"
 #include "framework/optimizer.h"
 #include "models/gpt/gpt.h"
 #include "framework/param.h"
+#include "parallel/recompute.h"
 #include "parallel/tensor_parallel.h"
 #include "tests/run_helpers.h"
 
@@ -148,10 +152,13 @@ TEST(DeferredWeightGrads, BitIdenticalToTheFullBackward) {
   GptChunk a(cfg, {0, cfg.layers, true, true}, tp, 5), b(cfg, {0, cfg.layers, true, true}, tp, 5);
   a.forward(ids, tgt).backward();
   WeightGradQueue q;
+  at::Tensor loss;
   {
-    DeferWeightGrads guard(&q);
-    b.forward(ids, tgt).backward();
+    WeightGradScope scope(&q);
+    loss = b.forward(ids, tgt);
   }
+  q.arm(true);
+  loss.backward();
   EXPECT_GT(q.size(), 0u);
   const Param* deferred = nullptr;
   for (const Param& p : b.params())
@@ -166,6 +173,88 @@ TEST(DeferredWeightGrads, BitIdenticalToTheFullBackward) {
     EXPECT_TRUE(at::equal(ga, gb)) << a.params()[i].info.name;
   }
 }
+
+// NOTE [I/W split] on another thread. On CUDA the autograd engine runs
+// backward functions on a device thread of its own, so a queue the caller's
+// thread knows of is invisible there unless the graph carries it. Here the
+// forward runs on the test's thread inside the queue's scope and the queue is
+// armed there, as the executor does; the backward runs on a fresh std::thread
+// (on CPU the engine computes on the thread that calls backward). W must still
+// wait for the W action, and I + W must equal B bit for bit: with
+// recomputation (whose re-forward runs inside that backward, on the other
+// thread) and under bf16 (whose linear weights are autograd casts of the fp32
+// masters, NOTE [bf16]).
+void on_another_thread(const at::Tensor& loss) {
+  std::thread t([&loss] { loss.backward(); });
+  t.join();
+}
+
+// A linear layer's weight: what a split backward defers (a row-parallel
+// layer's bias is added after the reduction, outside linear()).
+bool is_linear_weight(const std::string& name) {
+  const bool linear = name.find(".attn.") != std::string::npos || name.find(".mlp.") != std::string::npos;
+  return linear && name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0;
+}
+
+struct SplitCase {
+  Recompute recompute;
+  at::ScalarType dtype;
+  std::string name;
+};
+
+void PrintTo(const SplitCase& c, std::ostream* os) { *os << c.name; }
+
+class DeferredWeightGradsOnAnotherThread : public ::testing::TestWithParam<SplitCase> {};
+
+TEST_P(DeferredWeightGradsOnAnotherThread, WWaitsAndIPlusWEqualsB) {
+  const SplitCase c = GetParam();
+  const ModelConfig cfg = tiny_model();
+  TpContext tp;
+  at::Tensor ids = at::randint(0, cfg.vocab_size, {2, cfg.seq_len}, at::kLong);
+  at::Tensor tgt = at::randint(0, cfg.vocab_size, {2, cfg.seq_len}, at::kLong);
+  GptChunk full(cfg, {0, cfg.layers, true, true}, tp, 5), split(cfg, {0, cfg.layers, true, true}, tp, 5);
+  WeightGradQueue queue_b, queue_i;
+  at::Tensor loss_b, loss_i;
+  for (auto [chunk, queue, loss] : {std::tuple{&full, &queue_b, &loss_b}, std::tuple{&split, &queue_i, &loss_i}}) {
+    chunk->set_recompute(c.recompute);
+    chunk->set_compute_dtype(c.dtype);
+    WeightGradScope scope(queue);
+    *loss = chunk->forward(ids, tgt);
+  }
+  queue_b.arm(false);  // a B: the queue is recorded but not armed
+  queue_i.arm(true);   // an I
+  on_another_thread(loss_b);
+  on_another_thread(loss_i);
+  EXPECT_TRUE(queue_b.empty());
+  ASSERT_FALSE(queue_i.empty()) << "the I deferred nothing: the backward thread did not find the queue";
+  int waiting = 0;
+  for (const Param& p : split.params()) {
+    if (!is_linear_weight(p.info.name)) continue;
+    EXPECT_FALSE(p.tensor.grad().defined()) << p.info.name << " has its gradient before W";
+    ++waiting;
+  }
+  EXPECT_GT(waiting, 0);
+  queue_i.run();
+  EXPECT_TRUE(queue_i.empty());
+  for (size_t i = 0; i < full.params().size(); ++i) {
+    const at::Tensor& gb = full.params()[i].tensor.grad();
+    const at::Tensor& giw = split.params()[i].tensor.grad();
+    const std::string& name = full.params()[i].info.name;
+    ASSERT_TRUE(gb.defined()) << name;
+    ASSERT_TRUE(giw.defined()) << name << " has no gradient after I + W";
+    EXPECT_TRUE(at::equal(gb, giw)) << name << ": I + W differs from B";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, DeferredWeightGradsOnAnotherThread,
+    ::testing::Values(SplitCase{Recompute::kNone, at::kFloat, "fp32"},
+                      SplitCase{Recompute::kFull, at::kFloat, "fp32_recompute_full"},
+                      SplitCase{Recompute::kSelective, at::kFloat, "fp32_recompute_selective"},
+                      SplitCase{Recompute::kNone, at::kBFloat16, "bf16"},
+                      SplitCase{Recompute::kFull, at::kBFloat16, "bf16_recompute_full"},
+                      SplitCase{Recompute::kSelective, at::kBFloat16, "bf16_recompute_selective"}),
+    [](const ::testing::TestParamInfo<SplitCase>& param_info) { return param_info.param.name; });
 
 // A 30-step gpt-tiny run through the real command: the loss must fall.
 TEST(Training, GptTinyLossFallsOver30Steps) {
