@@ -3,8 +3,9 @@
 // C++ API still has none).
 //
 // NOTE [recomputation]
-// recompute(fn, x) returns fn(x) but keeps only x (and the CPU generator's
-// state, so dropout masks come out the same) instead of everything fn's
+// recompute(fn, x) returns fn(x) but keeps only x (and the state of the
+// CPU's generator and, on CUDA, of x's device's, so dropout masks come out
+// the same) instead of everything fn's
 // autograd graph would save. Its backward re-runs fn with grad enabled on a
 // detached copy of x and back-propagates through that fresh graph with a
 // nested (reentrant) torch::autograd::backward. The recomputed forward runs

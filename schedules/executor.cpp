@@ -207,7 +207,12 @@ void Executor::run_action(const Action& a, const std::function<MicroBatch(int)>&
     case ActionKind::F: forward(a, batch); break;
     case ActionKind::B: backward(a, loss_scale, false); break;
     case ActionKind::I: backward(a, loss_scale, true); break;
-    case ActionKind::W: slots_.at({a.mb, a.chunk}).deferred.run(); break;
+    case ActionKind::W: {
+      WeightGradQueue& q = slots_.at({a.mb, a.chunk}).deferred;
+      stats.deferred_weight_grads += static_cast<int64_t>(q.size());
+      q.run();
+      break;
+    }
     case ActionKind::REDUCE_GRAD: break;  // run() tells the GradObserver: nothing of a slot changes
   }
   if (a.kind == ActionKind::B || a.kind == ActionKind::W) {  // nothing of this (mb, chunk) is left

@@ -39,6 +39,9 @@ struct ExecutorStats {
   at::Tensor loss;
   double loss_sum() const;  // reads it (NOTE [host reads])
   int peak_inflight = 0;             // most micro-batches with live activations at once
+  // Weight-gradient computations the W actions ran (deferred by their I):
+  // 0 under a schedule without I/W, and 0 if deferral silently failed.
+  int64_t deferred_weight_grads = 0;
   int64_t peak_boundary_bytes = 0;   // most bytes held in stage inputs/outputs at once
   // Most bytes held by in-flight micro-batches' activations at once: each
   // forward's growth in live CPU bytes (framework/cpu_memory.h), held until

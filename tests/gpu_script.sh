@@ -66,7 +66,8 @@ case $mode in
       cat "$results"
       for want in "build: Trident: libtorch 2.11.0" "CUDA 13.0" "NCCL " "throughput run: gpt2-1.3b.toml (shrunk" "tokens/s" \
                   "MFU against trident's start-up matmul peak" "loss within rtol 1e-4: PASS" \
-                  "grad_norm within rtol 1e-3: PASS" "CPU REHEARSAL"; do
+                  "grad_norm within rtol 1e-3: PASS" "CPU REHEARSAL" "llama-tiny fp32" \
+                  "gpt-tiny bf16 on cpu, 4 steps" "llama-tiny bf16 on cpu, 4 steps" "equal 1f1b's bit for bit: PASS"; do
         grep -q -- "$want" "$results" || { echo "FAIL results lack '$want'"; fail=1; }
       done
       ! grep -q "FAIL" "$results" || { echo "FAIL results report a failure"; fail=1; }

@@ -13,8 +13,12 @@
 #      on cuda for STEPS steps: tokens/s, and MFU against the matmul rate of
 #      step 2 and against the one trident measures itself at start-up
 #      (training.peak_tflops = 0);
-#   4. gpt-tiny fp32 on cuda against the same binary's CPU run (and against
-#      DEPS/ref-tiny-cpu, the CPU machine's run, when present), by `trident compare`.
+#   4. gpt-tiny and llama-tiny fp32 on cuda against the same binary's CPU run (and
+#      gpt-tiny against DEPS/ref-tiny-cpu, the CPU machine's run, when present), by
+#      `trident compare`;
+#   5. gpt-tiny and llama-tiny bf16 on cuda under 1f1b and zb-h1: W deferred after I on
+#      the device (the rank summary's deferred_weight_grads > 0) and zb-h1 bit-identical
+#      to 1f1b.
 # Results: OUTDIR/results-DATE.txt (the file to commit as
 # benchmarks/gpu/results-DATE.txt) and up to 7 more files beside it.
 #
@@ -247,8 +251,9 @@ else
   fi
 fi
 
-# --- 4. gpt-tiny fp32: cuda against the CPU
-tiny=(train --config "$repo/configs/gpt-tiny.toml" --set training.steps="$tiny_steps" --set logging.progress=false)
+# --- 4. gpt-tiny and llama-tiny fp32: the device against the CPU (the same binary)
+for family in gpt llama; do
+tiny=(train --config "$repo/configs/$family-tiny.toml" --set training.steps="$tiny_steps" --set logging.progress=false)
 if [[ $dry -eq 1 ]]; then
   run "$trident" "${tiny[@]}" --set logging.dir="$work/tiny-cpu"
   run "$trident" "${tiny[@]}" --set training.device="$device" --set logging.dir="$work/tiny-dev"
@@ -256,11 +261,11 @@ if [[ $dry -eq 1 ]]; then
 else
   rm -rf "$work/tiny-cpu" "$work/tiny-dev"
   tiny_ok=1
-  run timeout 180 "$trident" "${tiny[@]}" --set logging.dir="$work/tiny-cpu" > "$out/tiny.log" 2>&1 || tiny_ok=0
+  run timeout 180 "$trident" "${tiny[@]}" --set logging.dir="$work/tiny-cpu" >> "$out/tiny.log" 2>&1 || tiny_ok=0
   run timeout 180 "$trident" "${tiny[@]}" --set training.device="$device" --set logging.dir="$work/tiny-dev" >> "$out/tiny.log" 2>&1 || tiny_ok=0
   if [[ $tiny_ok -eq 1 ]]; then
-    cp "$work/tiny-dev/metrics.jsonl" "$out/metrics-tiny-$device.jsonl"
-    note "gpt-tiny fp32, $tiny_steps steps, $device against cpu (same binary):"
+    cp "$work/tiny-dev/metrics.jsonl" "$out/metrics-$family-tiny-$device.jsonl"
+    note "$family-tiny fp32, $tiny_steps steps, $device against cpu (same binary):"
     # NOTE: different kernels (cuBLAS against the CPU's BLAS) sum in other
     # orders in every matmul, not only in reductions as TP/DP do (1e-5 there):
     # allowed 10x that on the loss and 100x on the gradient norm.
@@ -274,18 +279,49 @@ else
       fi
       cat "$work/cmp.txt" >> "$out/tiny.log"
     done
-    if [[ -e $deps/ref-tiny-cpu/metrics.jsonl && $tiny_steps -eq 20 ]]; then
+    if [[ $family == gpt && -e $deps/ref-tiny-cpu/metrics.jsonl && $tiny_steps -eq 20 ]]; then
       r=PASS
       "$trident" compare "$deps/ref-tiny-cpu" "$work/tiny-dev" --keys loss --rtol 1e-4 > "$work/cmp.txt" 2>&1 ||
         { r=FAIL; failed=1; }
       note "  loss against the CPU machine's run (DEPS/ref-tiny-cpu) within rtol 1e-4: $r ($(tail -1 "$work/cmp.txt"))"
     fi
   else
-    note "gpt-tiny comparison: FAILED, see tiny.log:"
+    note "$family-tiny comparison: FAILED, see tiny.log:"
     failed=1
     tail -5 "$out/tiny.log" | sed 's/^/  /' | tee -a "$results"
   fi
 fi
+done
+
+# --- 5. both families in bf16 on the device, and zero-bubble's W deferral there: zb-h1
+# defers each weight gradient from its I to its W (NOTE [I/W split]); on CUDA that needs the
+# queue to reach the autograd engine's device thread. The rank summary counts what the W
+# actions computed (0 if the I did it all), and zb-h1 must equal 1f1b bit for bit.
+for family in gpt llama; do
+  for kind in 1f1b zb-h1; do
+    d=$work/defer-$family-$kind
+    args=(train --config "$repo/configs/$family-tiny.toml" --set training.steps=4 --set training.device="$device"
+          --set training.precision=bf16 --set schedule.kind="$kind" --set training.eval_interval=0
+          --set logging.log_interval=1 --set logging.progress=false --set logging.dir="$d")
+    if [[ $dry -eq 1 ]]; then
+      run "$trident" "${args[@]}"
+      continue
+    fi
+    rm -rf "$d"
+    run timeout 180 "$trident" "${args[@]}" >> "$out/defer.log" 2>&1 || { note "$family-tiny bf16 $kind on $device: FAILED (see defer.log)"; failed=1; }
+  done
+  [[ $dry -eq 1 ]] && continue
+  a=$work/defer-$family-1f1b b=$work/defer-$family-zb-h1
+  [[ -e $a/metrics.jsonl && -e $b/rank-0.json ]] || continue
+  n=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["deferred_weight_grads"])' "$b/rank-0.json")
+  last=$(python3 -c 'import json, sys; r = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]; print(f"{r[0][\"loss\"]:.4f} -> {r[-1][\"loss\"]:.4f}")' "$a/metrics.jsonl")
+  r=PASS
+  "$trident" compare "$a" "$b" --keys loss,grad_norm --rtol 0 > "$work/cmp.txt" 2>&1 || r=FAIL
+  (( n > 0 )) || r=FAIL
+  [[ $r == PASS ]] || failed=1
+  note "$family-tiny bf16 on $device, 4 steps, loss $last; W deferral: zb-h1's W actions computed $n weight gradients" \
+       "and its losses and norms equal 1f1b's bit for bit: $r"
+done
 note "total: $(( $(date +%s) - t_start )) s"
 if [[ $dry -eq 0 ]]; then
   # On the device machine the results also land where they are committed.

@@ -14,6 +14,7 @@
 #include <stdexcept>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 #include <ATen/core/grad_mode.h>
 
 #include "framework/atomic_file.h"
@@ -47,15 +48,20 @@ void agree(const Group& world, const std::string& error, const std::string& what
   if (!who.empty()) throw std::runtime_error(what + ": failed on rank " + who + " (see its message)");
 }
 
-std::string rng_state() {
-  at::Generator gen = at::detail::getDefaultCPUGenerator();
+// The generator of `device`: the CPU's, or a CUDA device's own (its dropout draws from it).
+at::Generator generator_of(const c10::Device& device) {
+  return device.is_cuda() ? at::globalContext().defaultGenerator(device) : at::detail::getDefaultCPUGenerator();
+}
+
+std::string rng_state(const c10::Device& device = c10::Device(c10::kCPU)) {
+  at::Generator gen = generator_of(device);
   std::lock_guard<std::mutex> lock(gen.mutex());
   const at::Tensor s = gen.get_state().contiguous();
   return std::string(static_cast<const char*>(s.data_ptr()), static_cast<size_t>(s.numel()));
 }
 
-void set_rng_state(const std::string& bytes) {
-  at::Generator gen = at::detail::getDefaultCPUGenerator();
+void set_rng_state(const std::string& bytes, const c10::Device& device = c10::Device(c10::kCPU)) {
+  at::Generator gen = generator_of(device);
   std::lock_guard<std::mutex> lock(gen.mutex());
   at::Tensor s = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
   std::copy(bytes.begin(), bytes.end(), static_cast<char*>(s.data_ptr()));
@@ -178,7 +184,13 @@ int64_t Checkpointer::restore() {
   // Same layout: every rank continues its own random stream. Another layout
   // has other ranks, so there is no stream to continue (it matters only with dropout).
   const bool same_layout = r.world() == pgs_.world_size() && r.meta().layout == layout_text();
-  if (same_layout) set_rng_state(r.blob(pgs_.rank(), "rng.cpu"));
+  if (same_layout) {
+    set_rng_state(r.blob(pgs_.rank(), "rng.cpu"));
+    // A CUDA run's device generator too (dropout on CUDA draws from it); a
+    // checkpoint written on the CPU has none, and its device stream starts afresh.
+    const c10::Device dev = device();
+    if (dev.is_cuda() && r.has_blob(pgs_.rank(), "rng.cuda")) set_rng_state(r.blob(pgs_.rank(), "rng.cuda"), dev);
+  }
   if (leader) {
     std::cout << "checkpoint: resumed from " << r.step_dir() << " (step " << r.step() << ", saved under "
               << r.meta().layout << ") in " << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()
@@ -190,6 +202,12 @@ int64_t Checkpointer::restore() {
       std::cout << "checkpoint: the layout changed, so dropout's random streams start afresh" << std::endl;
   }
   return r.step();
+}
+
+c10::Device Checkpointer::device() const {
+  for (const auto* params : chunks_)
+    if (!params->empty()) return params->front().tensor.device();
+  return c10::Device(c10::kCPU);
 }
 
 bool Checkpointer::after_step(int64_t steps_done) {
@@ -227,6 +245,7 @@ void Checkpointer::save(int64_t steps_done) {
       }
     }
     w.add_blob("rng.cpu", rng_state());
+    if (device().is_cuda()) w.add_blob("rng.cuda", rng_state(device()));
     ckpt::Meta meta;
     meta.step = steps_done;
     meta.config_toml = to_toml(cfg_);

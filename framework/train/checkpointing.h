@@ -67,6 +67,8 @@ class Checkpointer {
   bool after_step(int64_t steps_done);
 
  private:
+  // Where this rank's parameters live (training.device): whose generator is saved besides the CPU's.
+  c10::Device device() const;
   void save(int64_t steps_done);
   std::string layout_text() const;
 

@@ -182,7 +182,7 @@ struct Run {
   double flops_per_step = 0;
   int64_t model_params = 0;
   int64_t local_params = 0;  // parameters this rank steps (a local tied copy counts once)
-  ExecutorStats peak;  // the largest in-flight count and boundary bytes of any step
+  ExecutorStats peak;  // the largest in-flight count and boundary bytes of any step; deferred W summed
   CostAccumulator costs;  // measured F/B/I/W, for the simulator's prediction of this run
   double span_sum_s = 0;  // pipeline time (slowest rank's executor run) summed over measured steps
   int64_t measured_steps = 0;
@@ -273,6 +273,7 @@ std::optional<StepMetrics> train_step(Run& r, int64_t step) {
   r.peak.peak_inflight = std::max(r.peak.peak_inflight, stats.peak_inflight);
   r.peak.peak_boundary_bytes = std::max(r.peak.peak_boundary_bytes, stats.peak_boundary_bytes);
   r.peak.peak_activation_bytes = std::max(r.peak.peak_activation_bytes, stats.peak_activation_bytes);
+  r.peak.deferred_weight_grads += stats.deferred_weight_grads;
   // On CUDA reading the timeline waits for the step (NOTE [device time]): only logged steps do.
   if (measured && (logged || !r.device.is_cuda())) r.costs.add(*r.exec, r.schedule.chunks);
   r.exec->progress().phase("grad-sync");
@@ -535,6 +536,9 @@ void write_rank_summary(const Run& r, const TrainSummary& s) {
   v.set("peak_inflight", json::Value::number(static_cast<int64_t>(r.peak.peak_inflight)));
   v.set("peak_activation_bytes", json::Value::number(r.peak.peak_activation_bytes));
   v.set("peak_boundary_bytes", json::Value::number(r.peak.peak_boundary_bytes));
+  // Weight-gradient computations W actions ran over the run (zero-bubble
+  // schedules: > 0 when the I deferred them, as it must on every device).
+  v.set("deferred_weight_grads", json::Value::number(r.peak.deferred_weight_grads));
   v.set("optimizer_state_bytes", json::Value::number(s.optimizer_state_bytes));
   // NOTE [host reads]: the most reads of each kind one step made.
   json::Value reads = json::Value::object();

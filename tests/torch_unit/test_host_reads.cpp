@@ -3,13 +3,14 @@
 // every second one logged; each rank's summary says how often each kind of
 // read happened in one step: a non-logged step reads the gradient norm once
 // (clipping and the non-finite guard need it) and nothing else; a logged step
-// adds the reduced loss once.
+// adds the reduced loss once. And the deferred weight gradients W ran.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <filesystem>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "../run_helpers.h"
 
@@ -42,6 +43,43 @@ TEST(HostReads, OneNamedReadPerStepAndTheLossOnLoggedSteps) {
     EXPECT_EQ(reads_of(s, "logged_step"), norm_and_loss) << json::dump(s, 2);
   }
   std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace trident::testing
+
+namespace trident::testing {
+namespace {
+
+// The rank summary counts the weight-gradient computations W actions ran:
+// zb-h1 defers them (I computes none), so W runs them; 1f1b has no W. The
+// GPU script reads the same field on CUDA, where deferral depends on the
+// queue reaching the autograd engine's device thread (NOTE [I/W split]).
+TEST(DeferredWeightGrads, CountedInTheRankSummaryAndChangeNoBits) {
+  std::map<std::string, int64_t> count;
+  std::map<std::string, std::vector<StepRow>> rows;
+  for (const std::string kind : {"1f1b", "zb-h1"}) {
+    char tmpl[] = "/tmp/trident-defer-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    const std::string dir = tmpl;
+    const RunResult r = run_command(bin("trident") + " train --config " + src("configs/gpt-tiny.toml") +
+                                    " --set schedule.kind=" + kind + " --set training.steps=3"
+                                    " --set logging.log_interval=1 --set training.eval_interval=0"
+                                    " --set training.peak_tflops=1 --set logging.dir=" + dir);
+    ASSERT_EQ(r.status, 0) << r.output;
+    const auto summaries = rank_summaries(dir);
+    ASSERT_EQ(summaries.size(), 1u);
+    count[kind] = field(summaries[0], "deferred_weight_grads");
+    rows[kind] = read_metrics(dir + "/metrics.jsonl");
+    std::filesystem::remove_all(dir);
+  }
+  EXPECT_EQ(count["1f1b"], 0);
+  EXPECT_GT(count["zb-h1"], 0);
+  ASSERT_EQ(rows["1f1b"].size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(rows["zb-h1"].at(i).at("loss"), rows["1f1b"][i].at("loss")) << "step " << i + 1;
+    EXPECT_EQ(rows["zb-h1"].at(i).at("grad_norm"), rows["1f1b"][i].at("grad_norm")) << "step " << i + 1;
+  }
 }
 
 }  // namespace
