@@ -20,6 +20,14 @@
 
 namespace trident {
 
+// A tensor a stage computes with that is not a parameter: no gradient, no
+// optimizer state, not in checkpoints (Llama's rotary tables). `name` is for
+// messages ("rope.cos"); `tensor` points into the stage.
+struct Buffer {
+  std::string name;
+  at::Tensor* tensor;
+};
+
 class Stage {
  public:
   virtual ~Stage() = default;
@@ -36,6 +44,13 @@ class Stage {
   // The trainer may replace a Param's tensor by a view of the same values
   // (data-parallel buckets); the stage must read params() at every forward.
   virtual std::vector<Param>& params() = 0;
+  // Buffers (see Buffer) live where the stage computes: the trainer moves
+  // them to training.device once, as it moves the parameters into the
+  // device's buckets, so no forward copies a table from the host.
+  virtual std::vector<Buffer> buffers() { return {}; }
+  void move_buffers(const c10::Device& device) {
+    for (const Buffer& b : buffers()) *b.tensor = b.tensor->to(device);
+  }
   // Activation recomputation (NOTE [recomputation]); a stage that cannot
   // recompute says so rather than silently keeping its activations.
   virtual void set_recompute(Recompute mode) {

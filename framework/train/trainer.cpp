@@ -211,16 +211,45 @@ void write_trace(Run& r, int64_t step, double origin_us, const std::vector<sched
                            "measured step " + std::to_string(step) + ", " + r.cfg.schedule.kind + ", ms");
 }
 
-MicroBatch load_micro_batch(const Run& r, const data::CausalLmDataset& ds, int64_t step, int mb) {
-  const auto& c = r.cfg;
-  const auto coords = r.pgs->layout().coords(r.pgs->rank());
-  auto idx = ds.micro_batch(step, c.training.global_batch_size, coords.dp, c.parallel.dp, mb,
-                            c.training.micro_batch_size);
-  const int64_t s = c.model.seq_len;
-  at::Tensor tok = at::empty({static_cast<int64_t>(idx.size()), s + 1}, at::kLong);
-  for (size_t i = 0; i < idx.size(); ++i) ds.copy_sample(idx[i], tok[i].data_ptr<int64_t>());
-  return {tok.narrow(1, 0, s).contiguous().to(r.device), tok.narrow(1, 1, s).contiguous().to(r.device)};
-}
+// NOTE [step batches]
+// A step's inputs and targets, (m x mbs, seq) int64 each, are read when its
+// first micro-batch is asked for (only the first and last pipeline stages
+// ask) and go to the device in one copy: on CUDA from pinned host memory
+// with non_blocking, so the host queues it and goes on, and the kernels that
+// read it run after it on the same stream. Micro-batch k is rows
+// [k x mbs, (k+1) x mbs) of them, a view. On the CPU there is no copy and the
+// rows hold what a per-micro-batch load held (same samples, same order).
+class StepBatches {
+ public:
+  StepBatches(const Run& r, const data::CausalLmDataset& ds, int64_t step) : r_(r), ds_(ds), step_(step) {}
+  MicroBatch operator()(int mb) {
+    if (!inputs_.defined()) load();
+    const int64_t mbs = r_.cfg.training.micro_batch_size;
+    return {inputs_.narrow(0, mb * mbs, mbs), targets_.narrow(0, mb * mbs, mbs)};
+  }
+
+ private:
+  void load() {
+    const auto& c = r_.cfg;
+    const auto coords = r_.pgs->layout().coords(r_.pgs->rank());
+    const int64_t mbs = c.training.micro_batch_size, s = c.model.seq_len;
+    // Pinned memory needs a CUDA device; the CPU's tensor is the one it computes on.
+    at::Tensor tok = at::empty({r_.m * mbs, s + 1}, at::TensorOptions(at::kLong).pinned_memory(r_.device.is_cuda()));
+    int64_t row = 0;
+    for (int64_t mb = 0; mb < r_.m; ++mb)
+      for (int64_t sample : ds_.micro_batch(step_, c.training.global_batch_size, coords.dp, c.parallel.dp, mb, mbs))
+        ds_.copy_sample(sample, tok[row++].data_ptr<int64_t>());
+    TORCH_INTERNAL_ASSERT(row == tok.size(0));
+    tok = tok.to(r_.device, /*non_blocking=*/true);  // the step's one host-to-device copy (none on the CPU)
+    inputs_ = tok.narrow(1, 0, s).contiguous();
+    targets_ = tok.narrow(1, 1, s).contiguous();
+  }
+
+  const Run& r_;
+  const data::CausalLmDataset& ds_;
+  int64_t step_;
+  at::Tensor inputs_, targets_;  // (m x mbs, seq) on r_.device
+};
 
 // Sum over the pipeline (only last stages hold losses), mean over micro-batches
 // and DP, on the device; the result is the step's one read of the loss.
@@ -244,10 +273,10 @@ double evaluate(Run& r) {
     }
   } evaluating(r.stages);
   double sum = 0;
-  for (int64_t e = 0; e < r.cfg.training.eval_batches; ++e)
-    sum += reduce_loss(r, r.exec->forward_only(static_cast<int>(r.m), [&](int mb) {
-      return load_micro_batch(r, *r.val_data, e, mb);
-    }));
+  for (int64_t e = 0; e < r.cfg.training.eval_batches; ++e) {
+    StepBatches batches(r, *r.val_data, e);
+    sum += reduce_loss(r, r.exec->forward_only(static_cast<int>(r.m), [&](int mb) { return batches(mb); }));
+  }
   return sum / static_cast<double>(r.cfg.training.eval_batches);
 }
 
@@ -267,9 +296,9 @@ std::optional<StepMetrics> train_step(Run& r, int64_t step) {
   r.dp->zero_grads();
 
   const auto& actions = r.schedule.ranks.at(r.pgs->layout().coords(r.pgs->rank()).pp);
+  StepBatches batches(r, *r.train_data, step);
   ExecutorStats stats = r.exec->run(
-      actions, [&](int mb) { return load_micro_batch(r, *r.train_data, step, mb); }, 1.0 / static_cast<double>(r.m),
-      r.dp.get());
+      actions, [&](int mb) { return batches(mb); }, 1.0 / static_cast<double>(r.m), r.dp.get());
   r.peak.peak_inflight = std::max(r.peak.peak_inflight, stats.peak_inflight);
   r.peak.peak_boundary_bytes = std::max(r.peak.peak_boundary_bytes, stats.peak_boundary_bytes);
   r.peak.peak_activation_bytes = std::max(r.peak.peak_activation_bytes, stats.peak_activation_bytes);
@@ -399,6 +428,7 @@ void build(Run& r) {
     r.stages.push_back(r.model->make_stage(r.schedule.stage_of(pp_rank, chunk), stages, r.tp, c.training.seed));
     r.stages.back()->set_recompute(parse_recompute(c.training.recompute));
     r.stages.back()->set_compute_dtype(c.training.precision == "bf16" ? at::kBFloat16 : at::kFloat);
+    r.stages.back()->move_buffers(r.device);  // once; the parameters move with the DataParallel below
     raw.push_back(r.stages.back().get());
     chunk_params.emplace_back();
     for (Param& prm : r.stages.back()->params()) chunk_params.back().push_back(&prm);

@@ -98,6 +98,11 @@ LlamaChunk::LlamaChunk(const ModelConfig& cfg, const ChunkSpec& spec, const TpCo
   }
 }
 
+std::vector<Buffer> LlamaChunk::buffers() {
+  if (!cos_.defined()) return {};
+  return {{"rope.cos", &cos_}, {"rope.sin", &sin_}};
+}
+
 at::Tensor LlamaChunk::p(size_t index) const {
   const at::Tensor& t = params_[index].tensor;
   return compute_ == at::kFloat ? t : t.to(compute_);

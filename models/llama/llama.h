@@ -55,6 +55,8 @@ class LlamaChunk : public Stage {
   std::vector<int64_t> input_shape(int64_t micro_batch_size) const override { return hidden_shape(micro_batch_size); }
   std::vector<int64_t> output_shape(int64_t micro_batch_size) const override { return hidden_shape(micro_batch_size); }
   std::vector<Param>& params() override { return params_; }
+  // The rotary tables, "rope.cos" and "rope.sin" (none in a chunk without blocks).
+  std::vector<Buffer> buffers() override;
   // full: each block keeps only its input; selective: the attention core and
   // the MLP's gate/up products keep only their inputs (NOTE [recomputation]).
   void set_recompute(Recompute mode) override { recompute_ = mode; }
@@ -82,7 +84,7 @@ class LlamaChunk : public Stage {
   std::vector<Param> params_;
   Recompute recompute_ = Recompute::kNone;
   at::ScalarType compute_ = at::kFloat;
-  at::Tensor cos_, sin_;  // (seq_len, head_dim) fp32
+  at::Tensor cos_, sin_;  // (seq_len, head_dim) fp32, on the stage's device (buffers())
   size_t word_ = 0, final_norm_ = 0, head_ = 0;
   std::vector<BlockParams> blocks_;  // blocks_[l - spec_.first_layer]
 };
