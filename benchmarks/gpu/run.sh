@@ -314,7 +314,7 @@ for family in gpt llama; do
   a=$work/defer-$family-1f1b b=$work/defer-$family-zb-h1
   [[ -e $a/metrics.jsonl && -e $b/rank-0.json ]] || continue
   n=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["deferred_weight_grads"])' "$b/rank-0.json")
-  last=$(python3 -c 'import json, sys; r = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]; print(f"{r[0][\"loss\"]:.4f} -> {r[-1][\"loss\"]:.4f}")' "$a/metrics.jsonl")
+  last=$(python3 -c 'import json, sys; r = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]; print("%.4f -> %.4f" % (r[0]["loss"], r[-1]["loss"]))' "$a/metrics.jsonl")
   r=PASS
   "$trident" compare "$a" "$b" --keys loss,grad_norm --rtol 0 > "$work/cmp.txt" 2>&1 || r=FAIL
   (( n > 0 )) || r=FAIL
