@@ -19,6 +19,7 @@
 #include "parallel/thread_group.h"
 #include "schedules/executor.h"
 #include "schedules/generators.h"
+#include "../schedule_helpers.h"
 
 namespace trident {
 namespace {
@@ -187,42 +188,8 @@ TEST(ExecutorNcclRules, EveryKindMatchesSequentialStages) {
   expect_same("dualpipev", 3, 2, 6, "nccl-rules");
 }
 
-// The lists as the executor ran them before NOTE [pair order], for the
-// evidence that the nccl-rules backend is not vacuous.
-sched::Schedule with_prefetched_receives(sched::Schedule s) {  // each receive ahead of the compute before its consumer
-  for (sched::ActionList& list : s.ranks) {
-    sched::ActionList out;
-    std::vector<char> taken(list.size(), 0);
-    for (size_t i = 0; i < list.size(); ++i) {
-      if (taken[i]) continue;
-      if (sched::is_compute(list[i].kind))
-        for (size_t j = i + 1; j < list.size() && !sched::is_compute(list[j].kind); ++j)
-          if (list[j].kind == sched::ActionKind::RECV_F || list[j].kind == sched::ActionKind::RECV_B)
-            out.push_back(list[j]), taken[j] = 1;
-      out.push_back(list[i]);
-    }
-    list = out;
-  }
-  return s;
-}
-sched::Schedule with_unordered_receives(const sched::Schedule& compute_only) {  // each receive right before its compute
-  sched::Schedule out = compute_only;
-  const int last = compute_only.virtual_stages() - 1;
-  for (size_t r = 0; r < out.ranks.size(); ++r) {
-    sched::ActionList& list = out.ranks[r];
-    list.clear();
-    for (const sched::Action& a : compute_only.ranks[r]) {
-      const int st = compute_only.stage_of(static_cast<int>(r), a.chunk);
-      using K = sched::ActionKind;
-      if (a.kind == K::F && st > 0) list.push_back(sched::Action(K::RECV_F, a.mb, a.chunk));
-      if (sched::is_backward(a.kind) && st < last) list.push_back(sched::Action(K::RECV_B, a.mb, a.chunk));
-      list.push_back(a);
-      if (a.kind == K::F && st < last) list.push_back(sched::Action(K::SEND_F, a.mb, a.chunk));
-      if (sched::is_backward(a.kind) && st > 0) list.push_back(sched::Action(K::SEND_B, a.mb, a.chunk));
-    }
-  }
-  return out;
-}
+using testing::unordered_communication;
+using testing::with_prefetched_receives;
 
 TEST(ExecutorNcclRules, TheOldReceivePrefetchDeadlocks) {
   // gpipe p = 2, m = 1 with each receive posted before the compute ahead of
@@ -247,7 +214,7 @@ TEST(ExecutorNcclRules, UnorderedReceivesFail) {
   // land in each other's buffers, or the groups wait on each other; either
   // way the step does not produce the sequential result (the validator
   // refuses such a list before it runs: tests/unit/test_pair_order.cpp).
-  const sched::Schedule unordered = with_unordered_receives(sched::generate_compute("zb-v", 2, 3));
+  const sched::Schedule unordered = unordered_communication(sched::generate_compute("zb-v", 2, 3));
   std::vector<std::string> errors;
   const Result nccl = run_pipeline(unordered, "nccl-rules", &errors, std::chrono::milliseconds(4000));
   const bool failed = errors != std::vector<std::string>{"", ""};

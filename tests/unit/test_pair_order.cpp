@@ -11,10 +11,14 @@
 #include "schedules/generators.h"
 #include "schedules/pair_order.h"
 #include "schedules/validate.h"
+#include "../schedule_helpers.h"
 
 using namespace trident::sched;
+using trident::testing::unordered_communication;
 
 namespace {
+
+Schedule prefetched(const Schedule& s) { return trident::testing::with_prefetched_receives(s); }
 
 std::string error_of(const Schedule& s) {
   try {
@@ -26,44 +30,6 @@ std::string error_of(const Schedule& s) {
 }
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
-// Communication as add_communication() places it, without order_receives():
-// each receive right before its compute, each send right after.
-Schedule unordered_communication(const Schedule& s) {
-  Schedule out = s;
-  const int last = s.virtual_stages() - 1;
-  for (size_t r = 0; r < s.ranks.size(); ++r) {
-    ActionList& list = out.ranks[r];
-    list.clear();
-    for (const Action& a : s.ranks[r]) {
-      const int stage = s.stage_of(static_cast<int>(r), a.chunk);
-      if (a.kind == ActionKind::F && stage > 0) list.push_back(Action(ActionKind::RECV_F, a.mb, a.chunk));
-      if (is_backward(a.kind) && stage < last) list.push_back(Action(ActionKind::RECV_B, a.mb, a.chunk));
-      list.push_back(a);
-      if (a.kind == ActionKind::F && stage < last) list.push_back(Action(ActionKind::SEND_F, a.mb, a.chunk));
-      if (is_backward(a.kind) && stage > 0) list.push_back(Action(ActionKind::SEND_B, a.mb, a.chunk));
-    }
-  }
-  return out;
-}
-
-// What the executor did before NOTE [pair order]: each receive posted ahead
-// of the compute before its consumer (to overlap the transfer with it).
-Schedule prefetched(Schedule s) {
-  for (ActionList& list : s.ranks) {
-    ActionList out;
-    std::vector<char> taken(list.size(), 0);
-    for (size_t i = 0; i < list.size(); ++i) {
-      if (taken[i]) continue;
-      if (is_compute(list[i].kind))
-        for (size_t j = i + 1; j < list.size() && !is_compute(list[j].kind); ++j)
-          if (list[j].kind == ActionKind::RECV_F || list[j].kind == ActionKind::RECV_B) out.push_back(list[j]), taken[j] = 1;
-      out.push_back(list[i]);
-    }
-    list = out;
-  }
-  return s;
-}
 
 }  // namespace
 

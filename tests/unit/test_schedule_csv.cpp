@@ -12,6 +12,7 @@
 #include "schedules/pytorch_csv.h"
 #include "schedules/simulate.h"
 #include "schedules/validate.h"
+#include "../schedule_helpers.h"
 
 using namespace trident::sched;
 
@@ -107,19 +108,7 @@ TEST(ScheduleCsv, CommsArtifactAndPairOrder) {
   EXPECT_NO_THROW(validate(ours));
   // The receive right before each compute, as add_communication() placed it
   // before, is out of send order, and refused.
-  Schedule unordered = ours;
-  for (size_t r = 0; r < unordered.ranks.size(); ++r) {
-    ActionList& list = unordered.ranks[r];
-    list.clear();
-    for (const Action& a : compute_only.ranks[r]) {
-      const int st = compute_only.stage_of(static_cast<int>(r), a.chunk), last = compute_only.virtual_stages() - 1;
-      if (a.kind == ActionKind::F && st > 0) list.push_back(Action(ActionKind::RECV_F, a.mb, a.chunk));
-      if (is_backward(a.kind) && st < last) list.push_back(Action(ActionKind::RECV_B, a.mb, a.chunk));
-      list.push_back(a);
-      if (a.kind == ActionKind::F && st < last) list.push_back(Action(ActionKind::SEND_F, a.mb, a.chunk));
-      if (is_backward(a.kind) && st > 0) list.push_back(Action(ActionKind::SEND_B, a.mb, a.chunk));
-    }
-  }
+  const Schedule unordered = trident::testing::unordered_communication(compute_only);
   EXPECT_TRUE(out_of_send_order(unordered));
   EXPECT_THROW(validate(unordered), ScheduleError);
 
