@@ -85,6 +85,20 @@ Rule between(double lo, double hi) {  // [lo, hi]
   r.hi = hi;
   return r;
 }
+Rule above_at_most(double lo, double hi) {  // (lo, hi]
+  Rule r = between(lo, hi);
+  r.lo_open = true;
+  return r;
+}
+
+// NOTE [timeout bounds] parallel.timeout_s becomes std::chrono::milliseconds
+// (trainer.cpp) that c10d and Gloo add to a steady_clock time point in
+// nanoseconds: 1e6 s (11.6 days, the launcher's --rdzv-timeout bound too) is
+// 1e15 ns, far from int64's 9.2e18, where 1e300 or inf overflow into Gloo's
+// "timeout.count() >= 0. Invalid timeout". Below 1 s the store's group
+// creation (which the same timeout bounds) times out on a loaded host, and
+// 1e-9 s truncates to 0 ms: socket warnings, then a backtrace.
+constexpr double kMinTimeoutS = 1, kMaxTimeoutS = 1e6;
 // An integer >= 1, or -1 (auto); for an array, integers >= 1 or the string
 // "auto" (stored as [-1]).
 Rule auto_or_at_least_1() {
@@ -172,8 +186,9 @@ const std::vector<Field>& fields() {
       TRIDENT_FIELD(parallel, backend, one_of({"auto", "gloo", "nccl", "nccl-rules"}),
                     "collective backend; auto = nccl on cuda, gloo on cpu; nccl-rules = test backend: Gloo on cpu "
                     "with NCCL's point-to-point rules"),
-      TRIDENT_FIELD(parallel, timeout_s, positive(), "timeout of every collective, in seconds"),
-      TRIDENT_FIELD(parallel, dp_bucket_mb, positive(), "size of a data-parallel gradient bucket, in MiB"),
+      TRIDENT_FIELD(parallel, timeout_s, between(kMinTimeoutS, kMaxTimeoutS),
+                    "timeout of every collective, in seconds (NOTE [timeout bounds])"),
+      TRIDENT_FIELD(parallel, dp_bucket_mb, above_at_most(0, 1048576), "size of a data-parallel gradient bucket, in MiB"),
       TRIDENT_FIELD(parallel, overlap_grad_reduce, any(),
                     "all-reduce each gradient bucket over dp during the backward, once it is final"),
       TRIDENT_FIELD(parallel, zero, between(0, 1),
@@ -199,7 +214,8 @@ const std::vector<Field>& fields() {
       TRIDENT_FIELD(training, grad_clip, at_least(0), "clip by global gradient norm; 0 disables"),
       TRIDENT_FIELD(training, eval_interval, at_least(0), "evaluate every N steps; 0 disables"),
       TRIDENT_FIELD(training, eval_batches, at_least(1), "validation global batches per evaluation"),
-      TRIDENT_FIELD(training, threads, at_least(1), "intra-op threads per rank"),
+      TRIDENT_FIELD(training, threads, between(1, 1024),
+                    "intra-op threads per rank (at most the host's cores: checked when training starts)"),
       TRIDENT_FIELD(training, peak_tflops, at_least(0),
                     "device peak for MFU; 0 = measure a matmul at start-up (cuda: in the compute dtype)"),
       TRIDENT_FIELD(training, device, one_of({"cpu", "cuda"}), "device every rank computes on; cuda = CUDA device LOCAL_RANK (a CUDA build)"),
@@ -353,7 +369,7 @@ std::string expectation(const Field& f) {
   switch (f.kind) {
     case Kind::Int:
       return r.minus_one_ok ? "-1 (auto) or an integer" + bounds_text(r) : "an integer" + bounds_text(r);
-    case Kind::Double: return "a number" + bounds_text(r);
+    case Kind::Double: return "a finite number" + bounds_text(r);
     case Kind::Bool: return "true or false";
     case Kind::String: {
       if (r.choices.empty()) return "a string";
@@ -363,7 +379,7 @@ std::string expectation(const Field& f) {
     }
     case Kind::IntList:
       return (r.minus_one_ok ? "\"auto\" or an array of integers" : "an array of integers") + bounds_text(r);
-    case Kind::WeightedPaths: return "an array of [weight, prefix] pairs, each weight" + bounds_text(r);
+    case Kind::WeightedPaths: return "an array of [weight, prefix] pairs, each weight a finite number" + bounds_text(r);
   }
   return "?";
 }
@@ -381,7 +397,9 @@ std::string type_name(Kind k) {
 }
 
 bool in_bounds(const Rule& r, double v) {
-  // Written so that NaN fails every bound.
+  // Every number is finite: inf passes "> 0" as NaN does not, and means nothing
+  // as a learning rate, an epsilon or a timeout (NaN fails the bounds below too).
+  if (!std::isfinite(v)) return false;
   const bool lo_ok = r.lo_open ? v > r.lo : v >= r.lo;
   const bool hi_ok = r.hi_open ? v < r.hi : v <= r.hi;
   return lo_ok && hi_ok;
@@ -597,6 +615,70 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 // Each rule is written once, here; the components that rely on one assert it.
 namespace {
 
+// ---- sizes ------------------------------------------------------------------
+// NOTE [size checks] Every size product (parameters, a micro-batch's logits,
+// tokens) is computed here in long double, which cannot overflow at any int64
+// inputs, and refused when it would not fit int64 bytes: after this check the
+// model, the data and the schedule compute their sizes in int64 safely.
+// check_host_resources() then compares a lower bound of a rank's memory with
+// the host's, before anything is allocated or any rank is met.
+using Big = long double;
+constexpr Big kMaxBytes = 9.2e18L;  // int64's 9223372036854775807, rounded down
+
+std::string big(Big v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3Lg", v);
+  return buf;
+}
+
+// The model's parameters (tp = pp = 1): per block the attention (q, o: hidden^2
+// each; k, v: hidden x kv_heads x head_dim each) and the MLP (2 matrices for
+// gpt, 3 for llama's SwiGLU), plus the embedding and an untied head. Biases
+// and norms are left out: this is a lower bound.
+Big model_params(const ModelConfig& m) {
+  const Big h = m.hidden, kv_width = Big(m.kv()) * (Big(m.hidden) / Big(m.heads));
+  const Big ffn = m.ffn_hidden > 0 ? Big(m.ffn_hidden) : 4 * h;
+  const Big block = 2 * h * h + 2 * h * kv_width + (m.arch == "llama" ? 3 : 2) * h * ffn;
+  const Big embed = Big(m.vocab_size) * h * (m.tie_embeddings ? 1 : 2) + (m.arch == "gpt" ? Big(m.seq_len) * h : 0);
+  return Big(m.layers) * block + embed;
+}
+
+void check_sizes(const Config& c) {
+  const ModelConfig& m = c.model;
+  const TrainingConfig& t = c.training;
+  const Big params = model_params(m);
+  if (params * 4 > kMaxBytes) {
+    fail(c, "model.layers (" + n(m.layers) + ") x model.hidden (" + n(m.hidden) + ")^2 (and model.ffn_hidden, "
+            "model.vocab_size): about " + big(params) + " parameters, " + big(params * 4) +
+            " bytes, overflow int64 (NOTE [size checks]): expected a model under 2.3e18 parameters");
+  }
+  const Big logits = Big(t.micro_batch_size) * Big(m.seq_len) * Big(m.vocab_size);
+  if (logits * 4 > kMaxBytes) {
+    fail(c, "training.micro_batch_size (" + n(t.micro_batch_size) + ") x model.seq_len (" + n(m.seq_len) +
+            ") x model.vocab_size (" + n(m.vocab_size) + ") = " + big(logits) +
+            " logits of one micro-batch overflow int64 bytes (NOTE [size checks])");
+  }
+  const Big step_tokens = Big(t.global_batch_size) * Big(m.seq_len + 1);
+  if (step_tokens * 8 > kMaxBytes) {
+    fail(c, "training.global_batch_size (" + n(t.global_batch_size) + ") x model.seq_len (" + n(m.seq_len) +
+            ") = " + big(step_tokens) + " tokens per step overflow int64 bytes (NOTE [size checks])");
+  }
+  if (Big(c.data.synthetic_tokens) * 2 * 4 > kMaxBytes) {  // training and validation tokens, uint32 each
+    fail(c, "data.synthetic_tokens (" + n(c.data.synthetic_tokens) + ") overflows int64 bytes (NOTE [size checks])");
+  }
+  const int64_t max_int = std::numeric_limits<int>::max();
+  if (t.global_batch_size / t.micro_batch_size > max_int) {
+    fail(c, "training.global_batch_size (" + n(t.global_batch_size) + ") / training.micro_batch_size (" +
+            n(t.micro_batch_size) + ") = " + n(t.global_batch_size / t.micro_batch_size) +
+            " micro-batches: expected at most " + n(max_int) + " (a schedule counts them in int)");
+  }
+  for (const auto& [value, key] : {std::pair{m.layers, "model.layers"}, std::pair{m.heads, "model.heads"},
+                                   std::pair{c.parallel.tp, "parallel.tp"}, std::pair{c.parallel.pp, "parallel.pp"},
+                                   std::pair{c.parallel.dp, "parallel.dp"}, std::pair{c.schedule.chunks, "schedule.chunks"}}) {
+    if (value > max_int) fail(c, std::string(key) + " = " + n(value) + ": expected at most " + n(max_int));
+  }
+}
+
 // Shapes the model needs for its TP plan (models/gpt/gpt.cpp asserts them).
 // Keys of one family set under another, and the Llama-only shapes.
 void check_model_family(const Config& c) {
@@ -808,12 +890,42 @@ void check_config(const Config& c) {
   for (const Field& f : fields()) {
     if (!allowed(f, c)) bad_value(c.source, f, format_field(f, c), "");
   }
+  check_sizes(c);  // before any product below is formed in int64
   check_model_shape(c);
   check_pipeline_split(c);
   check_schedule(c);
   check_training(c);
   check_data(c);
   check_checkpoint(c);
+}
+
+void check_host_resources(const Config& c, int64_t ranks_on_host, int64_t host_bytes, int64_t host_cores) {
+  const ModelConfig& m = c.model;
+  const ParallelConfig& p = c.parallel;
+  const TrainingConfig& t = c.training;
+  if (host_cores > 0 && t.threads > host_cores) {
+    fail(c, "training.threads = " + n(t.threads) + " but this host has " + n(host_cores) +
+                " cores: expected at most " + n(host_cores) + " (more threads than cores only contend)");
+  }
+  if (host_bytes <= 0 || t.device != "cpu") return;  // cuda: the device's memory, which the planner models
+  // A lower bound of one rank's memory (NOTE [size checks]): its share of the
+  // parameters with their fp32 weight, gradient and AdamW moments (16 bytes;
+  // ZeRO-1 shards the moments over dp), one micro-batch's fp32 logits, and the
+  // synthetic tokens (uint32, training and validation).
+  const Big dp = p.dp > 0 ? Big(p.dp) : 1;
+  const Big params = model_params(m) / (Big(p.tp) * Big(p.pp));
+  const Big state = params * (8 + (p.zero == 1 ? 8 / dp : 8));
+  const Big logits = Big(t.micro_batch_size) * Big(m.seq_len) * Big(m.vocab_size) / Big(p.tp) * 4;
+  const Big tokens = c.data.source == "synthetic" ? Big(c.data.synthetic_tokens) * 4 : 0;
+  const Big rank = state + logits + tokens, total = rank * Big(std::max<int64_t>(ranks_on_host, 1));
+  if (total > Big(host_bytes)) {
+    fail(c, "needs at least " + big(total) + " bytes of host memory but this host has " + big(host_bytes) +
+                " (MemTotal): " + n(ranks_on_host) + " rank(s) x (" + big(params) +
+                " parameters of model.layers = " + n(m.layers) + ", model.hidden = " + n(m.hidden) +
+                ", model.vocab_size = " + n(m.vocab_size) + " over parallel.tp x parallel.pp, 16 bytes each with "
+                "AdamW: " + big(state) + "; logits of training.micro_batch_size x model.seq_len x model.vocab_size: " +
+                big(logits) + "; data.synthetic_tokens: " + big(tokens) + ")");
+  }
 }
 
 void check_schedule_kind(const Config& c, const std::vector<std::string>& generator_kinds) {

@@ -150,6 +150,12 @@ Config parse_config(const std::string& toml_text, const std::string& name,
 // checkpoint keys. Called by the parsers. Throws ConfigError naming the key,
 // the value and what was expected.
 void check_config(const Config& c);
+// What this host can hold, before anything is allocated (NOTE [size checks] in
+// config.cpp): training.threads at most host_cores, and on training.device =
+// "cpu" a lower bound of ranks_on_host ranks' memory (parameters with AdamW
+// state, a micro-batch's logits, synthetic tokens) at most host_bytes. A value
+// <= 0 skips its check. Throws ConfigError naming the keys and the estimate.
+void check_host_resources(const Config& c, int64_t ranks_on_host, int64_t host_bytes, int64_t host_cores);
 // schedule.kind must be "file" or one of the generators' kinds, passed in
 // because the foundation does not see schedules/ (the trainer hands it
 // sched::schedule_kinds() before any process group exists).

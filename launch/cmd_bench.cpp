@@ -33,7 +33,7 @@ std::vector<std::string> split(const std::string& s, const std::string& what) {
   std::string item;
   while (std::getline(in, item, ','))
     if (!item.empty()) out.push_back(item);
-  if (out.empty()) throw std::runtime_error(what + ": expected a comma-separated list, got '" + s + "'");
+  if (out.empty()) throw BadInput(what + ": expected a comma-separated list, got '" + s + "'");
   return out;
 }
 
@@ -47,7 +47,7 @@ std::vector<int> ints(const std::string& s, const std::string& what) {
     } catch (const std::exception&) {
       used = 0;
     }
-    if (used != x.size() || v < 1) throw std::runtime_error(what + ": '" + x + "' is not a positive integer");
+    if (used != x.size() || v < 1) throw BadInput(what + ": '" + x + "' is not a positive integer");
     out.push_back(v);
   }
   return out;
@@ -115,9 +115,9 @@ int bench_throughput(int argc, char** argv) {
       "out", po::value(&out), "output directory");
   po::variables_map vm;
   if (!parse_args(argc, argv, opts, vm)) return 0;
-  if (out.empty()) throw std::runtime_error("trident bench throughput: --out DIR is required");
-  if (steps < 2) throw std::runtime_error("--steps must be at least 2 (the first is warm-up), got " + std::to_string(steps));
-  if (max_ranks < 1) throw std::runtime_error("--max-ranks must be at least 1, got " + std::to_string(max_ranks));
+  if (out.empty()) throw BadInput("trident bench throughput: --out DIR is required");
+  if (steps < 2) throw BadInput("--steps must be at least 2 (the first is warm-up), got " + std::to_string(steps));
+  if (max_ranks < 1) throw BadInput("--max-ranks must be at least 1, got " + std::to_string(max_ranks));
   bool capped = false, runnable = false;
   for (int p : ints(sweep.stages, "--stages")) {
     if (p > max_ranks) {
@@ -129,7 +129,7 @@ int bench_throughput(int argc, char** argv) {
       runnable = true;
     }
   }
-  if (!runnable) throw std::runtime_error("trident bench throughput: every --stages value exceeds --max-ranks " +
+  if (!runnable) throw BadInput("trident bench throughput: every --stages value exceeds --max-ranks " +
                                           std::to_string(max_ranks) + "; nothing to run");
   std::cout << "bench throughput: " << cores << " usable cores; real stages of p ranks x training.threads compute on\n"
             << "  them, so a case beyond " << cores << " is contention-bound (it measures shared cores as much as the\n"
@@ -196,26 +196,26 @@ int cmd_bench(int argc, char** argv) {
   if (std::string(argv[1]) == "throughput") return bench_throughput(argc - 1, argv + 1);
 #endif
   if (std::string(argv[1]) != "bubble")
-    throw std::runtime_error("trident bench: unknown benchmark '" + std::string(argv[1]) +
+    throw BadInput("trident bench: unknown benchmark '" + std::string(argv[1]) +
                              "' (available: bubble, throughput)");
   po::variables_map vm;
   if (!parse_args(argc - 1, argv + 1, opts, vm)) return 0;
-  if (out.empty()) throw std::runtime_error("trident bench bubble: --out DIR is required");
-  if (steps < 1) throw std::runtime_error("--steps must be at least 1, got " + std::to_string(steps));
+  if (out.empty()) throw BadInput("trident bench bubble: --out DIR is required");
+  if (steps < 1) throw BadInput("--steps must be at least 1, got " + std::to_string(steps));
 #ifdef TRIDENT_HAVE_TORCH
   bench::StageMs ms;
   {
     const auto parts = split(stage_ms, "--stage-ms");
-    if (parts.size() != 3) throw std::runtime_error("--stage-ms: expected F,B,W, got '" + stage_ms + "'");
+    if (parts.size() != 3) throw BadInput("--stage-ms: expected F,B,W, got '" + stage_ms + "'");
     ms = {std::stod(parts[0]), std::stod(parts[1]), std::stod(parts[2])};
     if (!(ms.f > 0 && ms.b > ms.w && ms.w >= 0))
-      throw std::runtime_error("--stage-ms " + stage_ms + ": need F > 0 and B > W >= 0");
+      throw BadInput("--stage-ms " + stage_ms + ": need F > 0 and B > W >= 0");
   }
   std::vector<bench::BubbleRow> rows;
   double worst = 0;
   sweep.for_each([&](const std::string& kind, int p, int m, int v) {
     if (kind != "gpipe" && kind != "1f1b" && kind != "interleaved" && kind != "zb-h1")
-      throw std::runtime_error("--schedules: unknown schedule '" + kind + "' (gpipe, 1f1b, interleaved, zb-h1)");
+      throw BadInput("--schedules: unknown schedule '" + kind + "' (gpipe, 1f1b, interleaved, zb-h1)");
     bench::BubbleRow r = bench::run_bubble_case({kind, p, m, v}, ms, steps);
     worst = std::max(worst, std::abs(r.measured - r.simulated));
     std::printf("%-12s p=%d m=%-3d v=%d  closed %6s  simulated %5.1f%%  measured %5.1f%%  predicted %5.1f%% (latency %.2f ms)  step %7.1f ms\n",

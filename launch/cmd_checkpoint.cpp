@@ -46,7 +46,7 @@ int cmd_checkpoint(int argc, char** argv) {
   po::variables_map vm;
   if (!parse_args(argc, argv, opts, vm, &pos)) return 0;
   if (action == "show") {
-    if (show_dir.empty()) throw std::runtime_error("usage: trident checkpoint show DIR");
+    if (show_dir.empty()) throw BadInput("usage: trident checkpoint show DIR");
     const ckpt::Reader r(show_dir);
     std::cout << r.step_dir() << ": step " << r.step() << ", world " << r.world() << ", layout \"" << r.meta().layout
               << "\", trident " << r.meta().trident_version << "\n";
@@ -59,9 +59,9 @@ int cmd_checkpoint(int argc, char** argv) {
     std::cout << r.names().size() << " tensors, checksums ok\n";
     return 0;
   }
-  if (action != "init") throw std::runtime_error("expected `trident checkpoint init` or `show` (see trident checkpoint --help)");
+  if (action != "init") throw BadInput("expected `trident checkpoint init` or `show` (see trident checkpoint --help)");
   if (config_path.empty() || out.empty())
-    throw std::runtime_error("--config FILE and --out DIR are required (see trident checkpoint --help)");
+    throw BadInput("--config FILE and --out DIR are required (see trident checkpoint --help)");
   Config cfg = load_config(config_path, sets);
 #ifdef TRIDENT_HAVE_TORCH
   int n = 0;

@@ -27,7 +27,7 @@ using Row = std::map<std::string, double>;
 std::vector<Row> read_jsonl(const std::string& dir) {
   const std::string path = dir + "/metrics.jsonl";
   std::ifstream f(path);
-  if (!f) throw std::runtime_error("cannot open " + path + " (is " + dir + " a run directory?)");
+  if (!f) throw BadInput("cannot open " + path + " (is " + dir + " a run directory?)");
   std::vector<Row> rows;
   std::string line;
   int lineno = 0;
@@ -39,20 +39,20 @@ std::vector<Row> read_jsonl(const std::string& dir) {
     while ((i = line.find('"', i)) != std::string::npos) {
       const size_t j = line.find('"', i + 1);
       if (j == std::string::npos || j + 1 >= line.size() || line[j + 1] != ':')
-        throw std::runtime_error(path + ":" + std::to_string(lineno) + ": not a flat JSON object of numbers");
+        throw BadInput(path + ":" + std::to_string(lineno) + ": not a flat JSON object of numbers");
       const std::string key = line.substr(i + 1, j - i - 1);
       const size_t e = line.find_first_of(",}", j + 2);
       const std::string val = line.substr(j + 2, e - j - 2);
       try {
         row[key] = val == "null" ? NAN : std::stod(val);
       } catch (const std::exception&) {
-        throw std::runtime_error(path + ":" + std::to_string(lineno) + ": '" + key + "' is not a number: " + val);
+        throw BadInput(path + ":" + std::to_string(lineno) + ": '" + key + "' is not a number: " + val);
       }
       i = e;
     }
     rows.push_back(row);
   }
-  if (rows.empty()) throw std::runtime_error(path + " has no steps");
+  if (rows.empty()) throw BadInput(path + " has no steps");
   return rows;
 }
 
@@ -85,13 +85,13 @@ int cmd_compare(int argc, char** argv) {
   pos.add("dirs", 2);
   po::variables_map vm;
   if (!parse_args(argc, argv, opts, vm, &pos, &all)) return 0;
-  if (dirs.size() != 2) throw std::runtime_error("expected two run directories (see trident compare --help)");
-  if (!(rtol >= 0)) throw std::runtime_error("--rtol must be >= 0, got " + std::to_string(rtol));
+  if (dirs.size() != 2) throw BadInput("expected two run directories (see trident compare --help)");
+  if (!(rtol >= 0)) throw BadInput("--rtol must be >= 0, got " + std::to_string(rtol));
   const auto a = read_jsonl(dirs[0]), b = read_jsonl(dirs[1]);
   const auto names = split_commas(keys);
-  if (names.empty()) throw std::runtime_error("--keys is empty");
+  if (names.empty()) throw BadInput("--keys is empty");
   if (a.size() != b.size())
-    throw std::runtime_error(dirs[0] + " has " + std::to_string(a.size()) + " steps but " + dirs[1] + " has " +
+    throw BadInput(dirs[0] + " has " + std::to_string(a.size()) + " steps but " + dirs[1] + " has " +
                              std::to_string(b.size()));
   std::printf("%6s", "step");
   for (const auto& k : names) std::printf("  %24s %24s %10s", (k + " A").c_str(), (k + " B").c_str(), "rel");
@@ -102,7 +102,7 @@ int cmd_compare(int argc, char** argv) {
     std::printf("%6zu", i + 1);
     for (const auto& k : names) {
       if (!a[i].count(k) || !b[i].count(k))
-        throw std::runtime_error("step " + std::to_string(i + 1) + " has no '" + k + "' in both runs");
+        throw BadInput("step " + std::to_string(i + 1) + " has no '" + k + "' in both runs");
       const double x = a[i].at(k), y = b[i].at(k);
       const double rel = x == y ? 0.0 : std::fabs(y - x) / std::fabs(x);
       const bool ok = rtol == 0 ? x == y : rel <= rtol;

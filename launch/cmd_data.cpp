@@ -19,6 +19,7 @@
 #include "framework/data/prepare.h"
 #include "framework/data/token_file.h"
 #include "launch/commands.h"
+#include "launch/options.h"
 
 namespace trident::cli {
 namespace {
@@ -105,12 +106,12 @@ int prepare(int argc, char** argv) {
   po::variables_map vm;
   if (!parse(argc, argv, opts, vm)) return 0;
   if (o.format != "jsonl" && !vm["json-key"].defaulted())
-    throw std::runtime_error("--json-key reads JSONL lines: it needs --format jsonl, got --format " + o.format);
+    throw BadInput("--json-key reads JSONL lines: it needs --format jsonl, got --format " + o.format);
   if (o.format != "jsonl" && o.skip_bad_lines)
-    throw std::runtime_error("--skip-bad-lines skips JSONL lines: it needs --format jsonl, got --format " + o.format);
+    throw BadInput("--skip-bad-lines skips JSONL lines: it needs --format jsonl, got --format " + o.format);
   if (o.output_format == "megatron") {
     if (!vm["val-fraction"].defaulted())
-      throw std::runtime_error("--val-fraction with --output-format megatron: a Megatron dataset holds every "
+      throw BadInput("--val-fraction with --output-format megatron: a Megatron dataset holds every "
                                "document and training cuts it with data.split (e.g. \"969,30,1\")");
     o.val_fraction = 0;
   }
@@ -146,7 +147,7 @@ int text(int argc, char** argv) {
     return argc == 2 ? 0 : 2;
   }
   std::ifstream in(argv[1], std::ios::binary);
-  if (!in) throw std::runtime_error(std::string("cannot read ") + argv[1]);
+  if (!in) throw BadInput(std::string("cannot read ") + argv[1]);
   std::ostringstream ss;
   ss << in.rdbuf();
   std::cout << data::brown_to_text(ss.str());

@@ -42,7 +42,7 @@ int cmd_eval(int argc, char** argv) {
       "logits", po::value(&logits_out), "also write the first window's logits to this safetensors file");
   po::variables_map vm;
   if (!parse_args(argc, argv, opts, vm)) return 0;
-  if (text.empty()) throw std::runtime_error("--text FILE is required (see trident eval --help)");
+  if (text.empty()) throw BadInput("--text FILE is required (see trident eval --help)");
 #ifdef TRIDENT_HAVE_TORCH
   LoadedModel m = load_model(checkpoint, hf);
   const auto tok = model_tokenizer(m, tokenizer, tokenizer_dir);

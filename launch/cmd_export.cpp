@@ -34,10 +34,10 @@ int cmd_export(int argc, char** argv) {
   po::variables_map vm;
   if (!parse_args(argc, argv, opts, vm)) return 0;
   if (checkpoint.empty() || out.empty() || format.empty())
-    throw std::runtime_error("--checkpoint DIR, --format hf-gpt2|hf-llama and --out DIR are required (see trident export --help)");
+    throw BadInput("--checkpoint DIR, --format hf-gpt2|hf-llama and --out DIR are required (see trident export --help)");
   if (format != "hf-gpt2" && format != "hf-llama")
-    throw std::runtime_error("--format " + format + ": expected hf-gpt2 or hf-llama");
-  if (shard_mb < 0) throw std::runtime_error("--shard-mb " + std::to_string(shard_mb) + ": expected >= 0");
+    throw BadInput("--format " + format + ": expected hf-gpt2 or hf-llama");
+  if (shard_mb < 0) throw BadInput("--shard-mb " + std::to_string(shard_mb) + ": expected >= 0");
 #ifdef TRIDENT_HAVE_TORCH
   const int n = export_checkpoint(checkpoint, format, out, shard_mb << 20);
   std::cout << "wrote " << out << (shard_mb > 0 ? "/model-*.safetensors" : "/model.safetensors") << " (" << n

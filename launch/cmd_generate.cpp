@@ -37,8 +37,8 @@ int cmd_generate(int argc, char** argv) {
       "tokenizer-dir", po::value(&tokenizer_dir), "folder with encoder.json and vocab.bpe (gpt2) or tokenizer.json (hf)");
   po::variables_map vm;
   if (!parse_args(argc, argv, opts, vm)) return 0;
-  if (!vm.count("prompt")) throw std::runtime_error("--prompt TEXT is required (see trident generate --help)");
-  if (max_tokens < 0) throw std::runtime_error("--max-tokens " + std::to_string(max_tokens) + ": expected >= 0");
+  if (!vm.count("prompt")) throw BadInput("--prompt TEXT is required (see trident generate --help)");
+  if (max_tokens < 0) throw BadInput("--max-tokens " + std::to_string(max_tokens) + ": expected >= 0");
 #ifdef TRIDENT_HAVE_TORCH
   LoadedModel m = load_model(checkpoint, hf);
   const auto tok = model_tokenizer(m, tokenizer, tokenizer_dir);

@@ -161,10 +161,10 @@ int cmd_plan(int argc, char** argv) {
                   "`trident plan profile --help`: measure a model on this machine for --profile.\n"))
     return 0;
   for (const char* required : {"config", "cluster", "gpus"})
-    if (!vm.count(required)) throw std::runtime_error(std::string("--") + required + " is required (see --help)");
+    if (!vm.count(required)) throw BadInput(std::string("--") + required + " is required (see --help)");
   const std::string format = vm["format"].as<std::string>();
   if (format != "table" && format != "csv" && format != "json")
-    throw std::runtime_error("--format '" + format + "', expected table, csv or json");
+    throw BadInput("--format '" + format + "', expected table, csv or json");
   std::vector<std::string> sets = vm.count("set") ? vm["set"].as<std::vector<std::string>>() : std::vector<std::string>{};
   if (vm.count("seq")) sets.push_back("model.seq_len=" + std::to_string(vm["seq"].as<int64_t>()));
   const Config cfg = load_config(vm["config"].as<std::string>(), sets);
@@ -176,7 +176,7 @@ int cmd_plan(int argc, char** argv) {
   if (vm.count("cluster-set"))
     for (const std::string& s : vm["cluster-set"].as<std::vector<std::string>>()) plan::set_cluster_key(pr.cluster, s);
   pr.global_batch = vm.count("global-batch") ? vm["global-batch"].as<int64_t>() : cfg.training.global_batch_size;
-  if (pr.global_batch < 1) throw std::runtime_error("--global-batch must be >= 1");
+  if (pr.global_batch < 1) throw BadInput("--global-batch must be >= 1");
   pr.overlap_grad_reduce = cfg.parallel.overlap_grad_reduce;
   pr.dp_bucket_mb = cfg.parallel.dp_bucket_mb;
   pr.log_interval = cfg.logging.log_interval;
@@ -187,12 +187,12 @@ int cmd_plan(int argc, char** argv) {
   std::string header;
   if (vm.count("layout")) {
     for (const char* o : {"tp-across-nodes"})
-      if (vm.count(o)) throw std::runtime_error(std::string("--") + o + " applies to the search, not to --layout");
+      if (vm.count(o)) throw BadInput(std::string("--") + o + " applies to the search, not to --layout");
     if (!vm["top"].defaulted() || !vm["max-mbs"].defaulted())
-      throw std::runtime_error("--top and --max-mbs apply to the search, not to --layout");
+      throw BadInput("--top and --max-mbs apply to the search, not to --layout");
     shown.push_back(plan::evaluate(pr, plan::parse_layout(vm["layout"].as<std::string>(), gpus)));
     if (shown[0].layout.tp * shown[0].layout.pp * shown[0].layout.dp > pr.cluster.devices())
-      throw std::runtime_error("--layout needs more devices than the cluster has");
+      throw BadInput("--layout needs more devices than the cluster has");
   } else {
     plan::SearchOptions o;
     o.gpus = gpus;

@@ -77,16 +77,16 @@ int cmd_plan_calibrate(int argc, char** argv) {
   throw std::runtime_error("plan calibrate measures with libtorch and Gloo: build with libtorch (cmake without "
                            "-DTRIDENT_WITH_TORCH=OFF) and run that build's trident");
 #else
-  if (!vm.count("out")) throw std::runtime_error("--out is required (see --help)");
+  if (!vm.count("out")) throw BadInput("--out is required (see --help)");
   bench::CalibrateOptions o;
   o.ranks = vm["ranks"].as<int>();
   o.repeats = vm["repeats"].as<int>();
   o.threads = vm["threads"].as<int>();
   const double mib = vm["max-size-mib"].as<double>();
-  if (!(mib > 0) || mib > 1024) throw std::runtime_error("--max-size-mib " + fmt("%g", mib) + ": expected (0, 1024]");
+  if (!(mib > 0) || mib > 1024) throw BadInput("--max-size-mib " + fmt("%g", mib) + ": expected (0, 1024]");
   o.max_bytes = static_cast<int64_t>(mib * 1024 * 1024);
   const int devices = vm.count("devices") ? vm["devices"].as<int>() : usable_cores();
-  if (devices < 1) throw std::runtime_error("--devices " + std::to_string(devices) + ": expected >= 1");
+  if (devices < 1) throw BadInput("--devices " + std::to_string(devices) + ": expected >= 1");
   const std::string out = vm["out"].as<std::string>();
   check_writable_output(out);
 

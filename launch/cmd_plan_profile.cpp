@@ -41,12 +41,12 @@ std::vector<int64_t> parse_sizes(const std::string& text) {
       used = 0;
     }
     if (used == 0 || used != item.size() || x < 1)
-      throw std::runtime_error("--mbs '" + text + "': '" + item + "' is not an integer >= 1");
+      throw BadInput("--mbs '" + text + "': '" + item + "' is not an integer >= 1");
     for (int64_t y : out)
-      if (y == x) throw std::runtime_error("--mbs '" + text + "': " + item + " given twice");
+      if (y == x) throw BadInput("--mbs '" + text + "': " + item + " given twice");
     out.push_back(x);
   }
-  if (out.empty()) throw std::runtime_error("--mbs '" + text + "': no micro-batch size");
+  if (out.empty()) throw BadInput("--mbs '" + text + "': no micro-batch size");
   return out;
 }
 
@@ -77,7 +77,7 @@ int cmd_plan_profile(int argc, char** argv) {
                            "-DTRIDENT_WITH_TORCH=OFF) and run that build's trident");
 #else
   for (const char* required : {"config", "out"})
-    if (!vm.count(required)) throw std::runtime_error(std::string("--") + required + " is required (see --help)");
+    if (!vm.count(required)) throw BadInput(std::string("--") + required + " is required (see --help)");
   const std::vector<int64_t> sizes = parse_sizes(vm["mbs"].as<std::string>());
   const std::vector<std::string> sets =
       vm.count("set") ? vm["set"].as<std::vector<std::string>>() : std::vector<std::string>{};

@@ -40,7 +40,7 @@ std::vector<double> parse_numbers(const std::string& option, const std::string& 
       used = 0;
     }
     if (used == 0 || used != item.size())
-      throw std::runtime_error("--" + option + " '" + text + "': '" + item + "' is not a number");
+      throw BadInput("--" + option + " '" + text + "': '" + item + "' is not a number");
     out.push_back(x);
   }
   return out;
@@ -48,7 +48,7 @@ std::vector<double> parse_numbers(const std::string& option, const std::string& 
 
 std::string read_file(const std::string& option, const std::string& path) {
   std::ifstream in(path);
-  if (!in) throw std::runtime_error("--" + option + " '" + path + "': cannot open it");
+  if (!in) throw BadInput("--" + option + " '" + path + "': cannot open it");
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
@@ -59,35 +59,35 @@ std::string read_file(const std::string& option, const std::string& path) {
 // (plus its REDUCE_GRAD actions when it has none).
 sched::Schedule load(const po::variables_map& vm, const std::string& kind) {
   if (vm.count("from-csv") && kind != "file")
-    throw std::runtime_error("--from-csv needs --kind file (or no --kind), got --kind " + kind);
+    throw BadInput("--from-csv needs --kind file (or no --kind), got --kind " + kind);
   if (kind != "file") {
-    if (vm.count("file")) throw std::runtime_error("--file needs --kind file, got --kind " + kind);
+    if (vm.count("file")) throw BadInput("--file needs --kind file, got --kind " + kind);
     if (!vm.count("stages") || !vm.count("microbatches"))
-      throw std::runtime_error("--kind " + kind + " needs --stages and --microbatches");
+      throw BadInput("--kind " + kind + " needs --stages and --microbatches");
     // No --chunks: what the kind needs (2 for zb-v and dualpipev); an explicit other value is check_supported()'s error.
     const int v = vm.count("chunks") ? vm["chunks"].as<int>() : sched::default_chunks(kind);
     return sched::generate_compute(kind, vm["stages"].as<int>(), vm["microbatches"].as<int>(), v);
   }
-  if (vm.count("file") == vm.count("from-csv")) throw std::runtime_error("--kind file needs exactly one of --file PATH or --from-csv PATH");
+  if (vm.count("file") == vm.count("from-csv")) throw BadInput("--kind file needs exactly one of --file PATH or --from-csv PATH");
   const bool csv = vm.count("from-csv") > 0;
   const int m = vm.count("microbatches") ? vm["microbatches"].as<int>() : 0;
   sched::Schedule s = csv ? sched::from_pytorch_csv(read_file("from-csv", vm["from-csv"].as<std::string>()), m)
                           : sched::parse_text(read_file("file", vm["file"].as<std::string>()));
   if (vm.count("stages") && vm["stages"].as<int>() != s.pipeline_ranks)
-    throw std::runtime_error("--stages " + std::to_string(vm["stages"].as<int>()) + " but the file has p=" +
+    throw BadInput("--stages " + std::to_string(vm["stages"].as<int>()) + " but the file has p=" +
                              std::to_string(s.pipeline_ranks));
   if (vm.count("microbatches") && vm["microbatches"].as<int>() != s.microbatches)
-    throw std::runtime_error("--microbatches " + std::to_string(vm["microbatches"].as<int>()) +
+    throw BadInput("--microbatches " + std::to_string(vm["microbatches"].as<int>()) +
                              " but the file has m=" + std::to_string(s.microbatches));
   if (vm.count("chunks") && vm["chunks"].as<int>() != s.chunks)
-    throw std::runtime_error("--chunks " + std::to_string(vm["chunks"].as<int>()) + " but the file has v=" +
+    throw BadInput("--chunks " + std::to_string(vm["chunks"].as<int>()) + " but the file has v=" +
                              std::to_string(s.chunks));
   return sched::with_reduce_grad(std::move(s));  // NOTE [files without REDUCE_GRAD] in schedules/generators.cpp
 }
 
 sched::Costs parse_costs(const po::variables_map& vm) {
   const std::vector<double> c = parse_numbers("costs", vm["costs"].as<std::string>());
-  if (c.size() != 3) throw std::runtime_error("--costs '" + vm["costs"].as<std::string>() + "', expected F,B,W");
+  if (c.size() != 3) throw BadInput("--costs '" + vm["costs"].as<std::string>() + "', expected F,B,W");
   sched::Costs costs;
   costs.forward = c[0];
   costs.backward = c[1];
@@ -145,9 +145,9 @@ int cmd_schedule(int argc, char** argv) {
   if (vm.count("from-csv") && vm["kind"].defaulted()) kind = "file";
   const std::string format = vm["format"].as<std::string>();
   if (std::find(std::begin(kFormats), std::end(kFormats), format) == std::end(kFormats))
-    throw std::runtime_error("--format '" + format + "', expected text, schedule, csv, json, svg, chrome or summary");
+    throw BadInput("--format '" + format + "', expected text, schedule, csv, json, svg, chrome or summary");
   if (vm.count("compute-only") && format != "schedule" && format != "csv")
-    throw std::runtime_error("--compute-only applies to --format schedule or csv, got --format " + format);
+    throw BadInput("--compute-only applies to --format schedule or csv, got --format " + format);
   const sched::Costs costs = parse_costs(vm);
 
   const sched::Schedule s = load(vm, kind);
@@ -162,7 +162,7 @@ int cmd_schedule(int argc, char** argv) {
     sched::check_costs(costs, s.pipeline_ranks, s.chunks);
     const bool comm = sched::has_communication(s);
     if (vm.count("compute-only") && comm)
-      throw std::runtime_error("--compute-only: the schedule read already has send/recv actions");
+      throw BadInput("--compute-only: the schedule read already has send/recv actions");
     const sched::Schedule shown = comm || vm.count("compute-only") ? s : sched::add_communication(s);
     out = format == "csv" ? sched::to_pytorch_csv(shown) : sched::to_text(shown);
   } else {
@@ -177,7 +177,7 @@ int cmd_schedule(int argc, char** argv) {
     return 0;
   }
   std::ofstream f(vm["output"].as<std::string>());
-  if (!(f << out)) throw std::runtime_error("--output '" + vm["output"].as<std::string>() + "': cannot write it");
+  if (!(f << out)) throw BadInput("--output '" + vm["output"].as<std::string>() + "': cannot write it");
   return 0;
 }
 

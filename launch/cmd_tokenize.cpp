@@ -10,6 +10,7 @@
 #include "framework/data/tokenizer.h"
 #include "framework/json.h"
 #include "launch/commands.h"
+#include "launch/options.h"
 
 namespace trident::cli {
 
@@ -39,7 +40,7 @@ int cmd_tokenize(int argc, char** argv) {
   po::notify(vm);
   std::ostringstream in;
   if (vm.count("pieces")) {
-    if (tokenizer != "hf") throw std::runtime_error("--pieces is for --tokenizer hf (got --tokenizer " + tokenizer + ")");
+    if (tokenizer != "hf") throw BadInput("--pieces is for --tokenizer hf (got --tokenizer " + tokenizer + ")");
     const auto hf = data::HfTokenizer::from_dir(dir);
     in << std::cin.rdbuf();
     json::Value pieces = json::Value::array();

@@ -32,7 +32,7 @@ int cmd_train(int argc, char** argv) {
       "set,s", po::value(&sets)->composing(), "override one key, e.g. --set parallel.pp=4 (repeatable)");
   po::variables_map vm;
   if (!parse_args(argc, argv, opts, vm)) return 0;
-  if (config_path.empty()) throw std::runtime_error("--config FILE is required (see trident train --help)");
+  if (config_path.empty()) throw BadInput("--config FILE is required (see trident train --help)");
   Config cfg = load_config(config_path, sets);
 #ifdef TRIDENT_HAVE_TORCH
   // Test-only fault injection (launch/fault.h); inert unless TRIDENT_FAULT is set.

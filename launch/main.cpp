@@ -1,5 +1,6 @@
 // Entry point: `trident <subcommand> [options]`. Dispatches to launch/commands.h;
-// every error thrown below is printed once here with a non-zero exit.
+// every error thrown below is printed once here with a non-zero exit: 2 for
+// bad input, 1 for a failure (NOTE [exit statuses] in launch/options.h).
 //
 // NOTE [two executables] Loading libtorch costs about a second of start-up on
 // the machines we measure on, more than a planner's whole simulation
@@ -18,7 +19,17 @@
 #include <string>
 #include <vector>
 
+#include <boost/program_options/errors.hpp>
+
+#include "framework/checkpoint_store.h"
+#include "framework/data/errors.h"
+#include "framework/errors.h"
+#include "framework/json.h"
 #include "launch/commands.h"
+#include "launch/launcher.h"
+#include "launch/options.h"
+#include "planner/cluster.h"
+#include "schedules/action.h"
 
 namespace {
 
@@ -60,6 +71,20 @@ int run_torch_executable(char** argv) {
 }
 #endif
 
+// NOTE [exit statuses]: the caller-error types of every layer are bad input.
+int exit_status_of(const std::exception& e) {
+  const bool bad_input = dynamic_cast<const trident::cli::BadInput*>(&e) ||
+                         dynamic_cast<const trident::ConfigError*>(&e) ||
+                         dynamic_cast<const trident::data::DataError*>(&e) ||
+                         dynamic_cast<const trident::json::JsonError*>(&e) ||
+                         dynamic_cast<const trident::ckpt::CheckpointError*>(&e) ||
+                         dynamic_cast<const trident::sched::ScheduleError*>(&e) ||
+                         dynamic_cast<const trident::plan::PlanError*>(&e) ||
+                         dynamic_cast<const trident::launch::LaunchError*>(&e) ||
+                         dynamic_cast<const boost::program_options::error*>(&e);
+  return bad_input ? 2 : 1;
+}
+
 void usage(FILE* out) {
   std::fprintf(out, "usage: trident <command> [options]   (trident <command> --help)\n\ncommands:\n");
   for (const auto& c : kCommands) std::fprintf(out, "  %-10s %s\n", c.name, c.summary);
@@ -89,10 +114,12 @@ int main(int argc, char** argv) {
       return c.run(argc - 1, argv + 1);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "trident %s: error: %s\n", c.name, e.what());
-      return 1;
+      return exit_status_of(e);
     }
   }
-  std::fprintf(stderr, "trident: unknown command '%s'\n", name.c_str());
-  usage(stderr);
+  std::string names;
+  for (const auto& c : kCommands) names += std::string(names.empty() ? "" : ", ") + c.name;
+  std::fprintf(stderr, "trident: error: unknown command '%s': expected one of %s (trident --help)\n", name.c_str(),
+               names.c_str());
   return 2;
 }

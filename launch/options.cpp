@@ -30,7 +30,7 @@ void check_writable_output(const std::string& path) {
   std::error_code ec;
   if (!dir.empty()) std::filesystem::create_directories(dir, ec);
   std::ofstream probe(path, std::ios::app);
-  if (!probe) throw std::runtime_error("--out '" + path + "': cannot write it");
+  if (!probe) throw BadInput("--out '" + path + "': cannot write it");
 }
 
 }  // namespace trident::cli

@@ -5,7 +5,20 @@
 
 #include <boost/program_options.hpp>
 
+#include <stdexcept>
+
 namespace trident::cli {
+
+// NOTE [exit statuses] Every command exits 0 on success, 1 on a failure or a
+// difference (a rank that died, a diverged run, `compare` beyond --rtol, an
+// internal error) and 2 on bad input: a wrong option or argument, a config
+// key, a data, token, schedule, plan, JSON or checkpoint file that its
+// reader refuses (main.cpp maps the error types). BadInput is a command's own
+// caller error about its arguments.
+class BadInput : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 // Parses argv (argv[0] is the subcommand) into vm against `all` (`visible`
 // plus hidden positional ones, or `visible` itself when null) and notifies

@@ -174,6 +174,16 @@ int default_chunks(const std::string& kind) {
 void check_supported(const std::string& kind, int p, int m, int v) {
   if (p < 1 || m < 1 || v < 1)
     throw ScheduleError(describe(kind, p, m, v) + ": stages, microbatches and chunks must be >= 1");
+  // NOTE [schedule size bound] p x m x v compute slots, each 2-3 actions plus
+  // their sends and receives: 2^25 (1024 x 8192 x 4, benchmarks/results/
+  // simulator_scale.txt) takes about 0.8 GB and a second; p = m = 100000 would
+  // take hundreds of GB, so it is refused before anything is generated.
+  constexpr int64_t kMaxSlots = int64_t{1} << 25;
+  const int64_t slots = int64_t{p} * m * v;
+  if (slots > kMaxSlots)
+    throw ScheduleError(describe(kind, p, m, v) + ": stages x microbatches x chunks = " + std::to_string(slots) +
+                        " compute slots, expected at most " + std::to_string(kMaxSlots) +
+                        " (about 0.8 GB of actions at that bound)");
   if (kind == "gpipe" || kind == "1f1b" || kind == "zb-h1") {
     if (v != 1) throw ScheduleError(describe(kind, p, m, v) + ": this kind has one chunk per rank, expected v=1");
     return;

@@ -4,11 +4,13 @@
 #include "framework/train/trainer.h"
 
 #include <malloc.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -398,6 +400,25 @@ void build(Run& r) {
     install_cpu_memory_meter();  // activation bytes are measured on the host's allocator
   }
   resolve_world(c, env.world_size);
+  {
+    // What this host holds, before anything is allocated or any rank is met
+    // (NOTE [size checks] in framework/config.cpp): MemTotal and the cores this
+    // process may run on; the ranks sharing them from LOCAL_WORLD_SIZE.
+    int64_t mem_bytes = 0, cores = 0;
+    std::ifstream meminfo("/proc/meminfo");
+    for (std::string key; meminfo >> key;) {
+      int64_t kib = 0;
+      if (key == "MemTotal:" && meminfo >> kib) mem_bytes = kib * 1024;
+      if (mem_bytes) break;
+      meminfo.ignore(1 << 10, '\n');
+    }
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : std::thread::hardware_concurrency();
+    const char* local = std::getenv("LOCAL_WORLD_SIZE");
+    const int64_t on_host = local && std::atoll(local) > 0 ? std::atoll(local) : env.world_size;
+    check_host_resources(c, on_host, mem_bytes, cores);
+  }
   // schedule.chunks absent (0): what the kind needs; everything after (the schedule, checkpoints' layout) sees it.
   if (c.schedule.chunks == 0) c.schedule.chunks = sched::default_chunks(c.schedule.kind);
   r.m = num_microbatches(c);

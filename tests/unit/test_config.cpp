@@ -220,7 +220,7 @@ TEST(Config, BadConfigsNameKeyValueAndExpectation) {
       {"negative steps", "[training]\nsteps = -3\n", {}, "x.toml: training.steps = -3: expected an integer >= 1"},
       {"zero tp", "[parallel]\ntp = 0\n", {}, "parallel.tp = 0: expected an integer >= 1"},
       {"dp zero", "[parallel]\ndp = 0\n", {}, "parallel.dp = 0: expected -1 (auto) or an integer >= 1"},
-      {"dropout 1", "[model]\ndropout = 1.0\n", {}, "model.dropout = 1.0: expected a number in [0, 1)"},
+      {"dropout 1", "[model]\ndropout = 1.0\n", {}, "model.dropout = 1.0: expected a finite number in [0, 1)"},
       {"unknown data source", "[data]\nsource = \"web\"\n", {}, "data.source = \"web\": expected one of"},
       {"unknown tokenizer", "[data]\ntokenizer = \"sp\"\n", {}, "data.tokenizer = \"sp\""},
       {"unknown data format", "[data]\nformat = \"hdf5\"\n", {}, "data.format = \"hdf5\": expected one of \"trident\", \"megatron\""},
@@ -239,11 +239,11 @@ TEST(Config, BadConfigsNameKeyValueAndExpectation) {
       {"paths on synthetic data", "[data]\npaths = [[1, \"a\"]]\n", {},
        "data.paths reads files: it needs data.source = \"file\", got \"synthetic\""},
       {"paths weight", "[data]\nsource = \"file\"\npaths = [[0, \"a\"], [1, \"b\"]]\n", {},
-       "data.paths = [[0.0, \"a\"], [1.0, \"b\"]]: expected an array of [weight, prefix] pairs, each weight > 0"},
+       "data.paths = [[0.0, \"a\"], [1.0, \"b\"]]: expected an array of [weight, prefix] pairs, each weight a finite number > 0"},
       {"paths shape", "[data]\nsource = \"file\"\npaths = [\"a\", \"b\"]\n", {},
-       "x.toml: data.paths = [ 'a', 'b' ]: expected an array of [weight, prefix] pairs, each weight > 0"},
+       "x.toml: data.paths = [ 'a', 'b' ]: expected an array of [weight, prefix] pairs, each weight a finite number > 0"},
       {"paths order", "[data]\nsource = \"file\"\npaths = [[\"a\", 1]]\n", {},
-       ": expected an array of [weight, prefix] pairs, each weight > 0"},
+       ": expected an array of [weight, prefix] pairs, each weight a finite number > 0"},
       {"hf tokenizer without its folder", "[data]\ntokenizer = \"hf\"\n", {}, "data.tokenizer = \"hf\" needs data.tokenizer_dir"},
       {"unknown backend", "[parallel]\nbackend = \"mpi\"\n", {}, "parallel.backend = \"mpi\""},
       {"unknown device", "[training]\ndevice = \"tpu\"\n", {}, "training.device = \"tpu\""},
@@ -319,7 +319,18 @@ TEST(Config, BadConfigsNameKeyValueAndExpectation) {
       {"unknown override key", "", {"training.stepz=3"}, "--set training.stepz=3: unknown key training.stepz: keys of [training] are steps,"},
       {"unknown override section", "", {"trainer.steps=3"}, "unknown key trainer.steps: sections are [model]"},
       {"override out of range", "", {"training.steps=-3"}, "x.toml: --set training.steps=-3: training.steps = -3: expected an integer >= 1"},
-      {"override wrong type", "", {"training.lr=fast"}, "--set training.lr=fast: training.lr = fast: expected a number > 0"},
+      {"override wrong type", "", {"training.lr=fast"}, "--set training.lr=fast: training.lr = fast: expected a finite number > 0"},
+      {"lr inf", "", {"training.lr=inf"}, "training.lr = inf: expected a finite number > 0"},
+      {"init_std inf", "", {"model.init_std=inf"}, "model.init_std = inf: expected a finite number > 0"},
+      {"layernorm_eps inf", "[model]\nlayernorm_eps = inf\n", {}, "x.toml: model.layernorm_eps = inf: expected a finite number > 0 (line 2)"},
+      {"eps inf", "", {"training.eps=+inf"}, "training.eps = inf: expected a finite number > 0"},
+      {"weight decay nan", "", {"training.weight_decay=nan"}, "training.weight_decay = nan: expected a finite number >= 0"},
+      {"blend weight inf", "", {"data.source=file", "data.paths=[[inf, \"a\"]]"}, "each weight a finite number > 0"},
+      {"timeout inf", "", {"parallel.timeout_s=inf"}, "parallel.timeout_s = inf: expected a finite number in [1, 1000000]"},
+      {"timeout huge", "", {"parallel.timeout_s=1e300"}, "parallel.timeout_s = 1e+300: expected a finite number in [1, 1000000]"},
+      {"timeout tiny", "", {"parallel.timeout_s=1e-9"}, "parallel.timeout_s = 1e-09: expected a finite number in [1, 1000000]"},
+      {"bucket huge", "", {"parallel.dp_bucket_mb=1e30"}, "parallel.dp_bucket_mb = 1e+30: expected a finite number in (0, 1048576]"},
+      {"threads huge", "", {"training.threads=100000"}, "training.threads = 100000: expected an integer in [1, 1024]"},
       {"override bare string", "", {"training.device=tpu"}, "--set training.device=tpu: training.device = \"tpu\": expected one of"},
       {"override smuggling", "", {"training.steps=3\nmodel.layers = 4"}, "expected an integer >= 1 (values are read as TOML)"},
   };
@@ -372,10 +383,10 @@ TEST(Config, CheckConfigCatchesProgrammaticValues) {
   Config c;
   c.source = "code";
   c.training.beta2 = 1.5;
-  EXPECT_EQ(error_of([&] { trident::check_config(c); }), "code: training.beta2 = 1.5: expected a number in [0, 1)");
+  EXPECT_EQ(error_of([&] { trident::check_config(c); }), "code: training.beta2 = 1.5: expected a finite number in [0, 1)");
   c = Config{};
   c.model.init_std = 0;
-  EXPECT_NE(error_of([&] { trident::check_config(c); }).find("model.init_std = 0.0: expected a number > 0"),
+  EXPECT_NE(error_of([&] { trident::check_config(c); }).find("model.init_std = 0.0: expected a finite number > 0"),
             std::string::npos);
 }
 
