@@ -18,15 +18,17 @@ testing::RunResult run_with_fault(const std::string& fault) {
                               " --set logging.dir=" + ::testing::TempDir() + "trident_hang");
 }
 
-// Rank 3 (the last stage) stalls before F1 of step 1. 1F1B: it has sent the
-// gradient of micro-batch 0 upstream, so rank 2 runs B0 and F2, then waits
-// for RB1 from rank 3; rank 1 and rank 0 wait for their RB1 from the next
-// rank. Receives time out after parallel.timeout_s.
+// Rank 3 (the last stage) stalls before F1 of step 1. 1F1B at p = 4, rank 3:
+// RF0 F0 B0 SB0 RF1 F1 ...; the executor posts the communication between two
+// computes when it reaches the next one (NOTE [pair order]), so the group
+// {SB0, RF1} is never posted: rank 2, whose group after F1 holds RB0 from
+// rank 3, waits for it; rank 1 and rank 0 wait for their RB0 from the next
+// rank the same way. Receives time out after parallel.timeout_s.
 TEST(HangDiagnosis, StalledRankEndsTheChainOfWaits) {
   const auto r = run_with_fault("3:F1:stall");
   EXPECT_NE(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("trident launch: diagnosis: rank 0 waits RB1 from rank 1 · rank 1 waits RB1 from rank 2 · "
-                          "rank 2 waits RB1 from rank 3 · rank 3 has made no progress since F1 (step 1, list index 5) for"),
+  EXPECT_NE(r.output.find("trident launch: diagnosis: rank 0 waits RB0 from rank 1 · rank 1 waits RB0 from rank 2 · "
+                          "rank 2 waits RB0 from rank 3 · rank 3 has made no progress since F1 (step 1, list index 5) for"),
             std::string::npos)
       << r.output;
 }
