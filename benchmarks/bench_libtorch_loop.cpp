@@ -21,8 +21,8 @@
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
-#include "framework/data/dataset.h"
-#include "framework/data/token_file.h"
+#include "core/data/dataset.h"
+#include "core/data/token_file.h"
 #include "benchmarks/libtorch_gpt.h"
 
 namespace {

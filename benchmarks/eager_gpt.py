@@ -5,7 +5,7 @@ qkv and causal scaled_dot_product_attention, tanh-GELU MLP, final LayerNorm,
 head tied to the token embedding, padded vocabulary), trained by PyTorch eager
 as a user of torch 2.11 writes it: torch.optim.AdamW (decay on matrices only),
 clip_grad_norm_, gradient accumulation. It reads the same token file (NOTE
-[token file format] in framework/data/token_file.h) and prints one line
+[token file format] in core/data/token_file.h) and prints one line
   eager: steps N warmup W tokens_per_s T step_time_s S threads K torch V
 for the script to read. Shares no code with Trident."""
 import argparse

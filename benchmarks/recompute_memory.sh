@@ -4,7 +4,7 @@
 # off) the bytes the forward leaves alive per in-flight micro-batch, as
 # `trident train` measures them on the host allocator (rank 0's rank-0.json in
 # the run directory: peak_inflight, peak_activation_bytes; NOTE [rank summary]
-# in framework/train/trainer.cpp). Deterministic up to the allocator, so one run
+# in framework/trainer.cpp). Deterministic up to the allocator, so one run
 # per mode.
 # Usage: benchmarks/recompute_memory.sh [BUILD_DIR]   (a directory holding `trident`;
 #   default build); writes benchmarks/results/recompute_memory.txt (or $OUT).

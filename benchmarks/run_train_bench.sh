@@ -48,7 +48,7 @@ run_trident() {  # $1: tag; prints nothing, leaves $work/$1/metrics.jsonl and $w
 }
 run_loop() {  # $1: tag
   # The loop gets the allocator policy trident sets for itself in-process
-  # (framework/train/trainer.cpp, NOTE [malloc and large tensors]), so the ratio
+  # (framework/trainer.cpp, NOTE [malloc and large tensors]), so the ratio
   # compares the training code, not glibc's mmap threshold.
   MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=1073741824 "$loop" --data "$data" --layers 4 --hidden 128 --heads 4 --ffn 512 --seq 128 --vocab 50304 \
     --micro-batch 4 --global-batch 16 --lr 3e-3 --steps "$steps" --warmup "$warmup" > "$work/$1.log" 2>&1
@@ -130,7 +130,7 @@ EOF
        "BLAS: $("$python" -c 'import torch; print(next(l.strip(" -") for l in torch.__config__.show().splitlines() if "Math Kernel" in l or "BLAS_INFO" in l))' 2>/dev/null || echo unknown)"
   echo "command: benchmarks/run_train_bench.sh $build (ROUNDS=$rounds STEPS=$steps WARMUP=$warmup)"
   echo "run: $rounds rounds x $steps steps (first $warmup untimed), micro-batch 4, global batch 16, seq 128"
-  echo "commit: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- models parallel framework schedules || echo ' (+ local changes)')"
+  echo "commit: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- models parallel core runtime framework schedules || echo ' (+ local changes)')"
   echo
   cat "$work/summary.txt"
 } | tee "$out"

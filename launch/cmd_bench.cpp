@@ -1,4 +1,4 @@
-// `trident bench bubble ...`: see framework/train/bubble_bench.h and benchmarks/README.md.
+// `trident bench bubble ...`: see measure/bubble_bench.h and benchmarks/README.md.
 #include <boost/program_options.hpp>
 #include <sched.h>
 
@@ -18,8 +18,8 @@
 #include "schedules/generators.h"
 
 #ifdef TRIDENT_HAVE_TORCH
-#include "framework/train/bubble_bench.h"
-#include "framework/train/throughput_bench.h"
+#include "measure/bubble_bench.h"
+#include "measure/throughput_bench.h"
 #endif
 
 namespace po = boost::program_options;

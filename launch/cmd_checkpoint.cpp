@@ -7,13 +7,13 @@
 
 #include <boost/program_options.hpp>
 
-#include "framework/checkpoint_store.h"
-#include "framework/config.h"
+#include "core/checkpoint_store.h"
+#include "core/config.h"
 #include "launch/commands.h"
 #include "launch/options.h"
 
 #ifdef TRIDENT_HAVE_TORCH
-#include "framework/checkpoint_tensors.h"
+#include "core/checkpoint_tensors.h"
 #include "models/registry.h"
 #endif
 

@@ -14,10 +14,10 @@
 #include <string>
 #include <thread>
 
-#include "framework/data/brown.h"
-#include "framework/data/megatron_dataset.h"
-#include "framework/data/prepare.h"
-#include "framework/data/token_file.h"
+#include "core/data/brown.h"
+#include "core/data/megatron_dataset.h"
+#include "core/data/prepare.h"
+#include "core/data/token_file.h"
 #include "launch/commands.h"
 #include "launch/options.h"
 

@@ -8,8 +8,8 @@
 
 #include <boost/program_options.hpp>
 
-#include "framework/atomic_file.h"
-#include "framework/safetensors.h"
+#include "core/atomic_file.h"
+#include "core/safetensors.h"
 #include "launch/commands.h"
 #include "launch/options.h"
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "framework/config.h"
+#include "core/config.h"
 #include "launch/commands.h"
 #include "launch/options.h"
 #include "planner/search.h"

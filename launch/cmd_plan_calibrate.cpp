@@ -1,4 +1,4 @@
-// `trident plan calibrate`: measures this machine (framework/train/calibrate.h)
+// `trident plan calibrate`: measures this machine (measure/calibrate.h)
 // and writes its cluster description for `trident plan --cluster`. Needs
 // libtorch and Gloo: the `trident` without libtorch hands it to trident-torch
 // (NOTE [two executables] in main.cpp).
@@ -22,7 +22,7 @@
 #include "planner/cluster.h"
 
 #ifdef TRIDENT_HAVE_TORCH
-#include "framework/train/calibrate.h"
+#include "measure/calibrate.h"
 #endif
 
 namespace po = boost::program_options;
@@ -94,7 +94,7 @@ int cmd_plan_calibrate(int argc, char** argv) {
   // Bandwidth, latency per message and the per-call collective time are fitted to every row (the
   // ping-pongs mostly fix the latency, the collectives the per-call time); the bandwidth is written,
   // the latencies and call time come from the busy measurements (NOTE [busy link] in
-  // framework/train/calibrate.cpp).
+  // measure/calibrate.cpp).
   std::vector<plan::LinkSample> samples;
   for (const bench::CommTiming& t : m.comm) samples.push_back({t.kind, o.ranks, t.bytes, t.seconds});
   const plan::LinkFit fit = plan::fit_link(samples);
@@ -144,7 +144,7 @@ int cmd_plan_calibrate(int argc, char** argv) {
     os << line;
   }
   os << "# pipeline_latency_us: a pipeline transfer's latency measured through the executor while both ranks compute\n"
-     << "# (1f1b, 2 ranks, " << m.pipeline_latency_samples << " receive waits; NOTE [busy link] in framework/train/calibrate.cpp)\n"
+     << "# (1f1b, 2 ranks, " << m.pipeline_latency_samples << " receive waits; NOTE [busy link] in measure/calibrate.cpp)\n"
      << "# bandwidth_gbs: fitted to the rows above with a latency and a per-call time (least squares of the relative\n"
      << "# error): bandwidth " << fmt("%.4g", fit.bandwidth_gbs) << " GB/s, back-to-back latency " << fmt("%.4g", fit.latency_us)
      << " us per message, " << fmt("%.4g", fit.collective_us) << " us per call; the model's |error| over them: median "
@@ -154,11 +154,11 @@ int cmd_plan_calibrate(int argc, char** argv) {
      << fmt("%.0f", m.busy_all_gather_us) << " us beyond the matmul: " << fmt("%.0f", step_us) << " us per ring step, "
      << fmt("%.0f", collective_us) << " us per call (NOTE [busy link])\n"
      << "# compute_slots_per_node: 2 ranks over how much slower a rank of that busy pipeline computed than the same\n"
-     << "# stage alone (" << fmt("%.3f", m.concurrent_slowdown) << "x; NOTE [shared compute] in framework/train/calibrate.cpp)\n"
+     << "# stage alone (" << fmt("%.3f", m.concurrent_slowdown) << "x; NOTE [shared compute] in measure/calibrate.cpp)\n"
      << "# action_overhead_us: mean F and B time through the executor of a stage that computes nothing (1f1b, "
      << o.ranks << " ranks);\n"
      << "# *_layer_*_us: median host time per layer of a model too small to compute (hidden 8, seq 8, one sample),\n"
-     << "# the difference of 5 layers and 1 layer over 4 (NOTE [layer overhead] in framework/train/calibrate.cpp)\n\n"
+     << "# the difference of 5 layers and 1 layer over 4 (NOTE [layer overhead] in measure/calibrate.cpp)\n\n"
      << plan::to_toml(c);
   const std::string text = os.str();
   plan::parse_cluster(text, out);  // what it writes, the planner reads

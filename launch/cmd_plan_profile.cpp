@@ -1,5 +1,5 @@
 // `trident plan profile`: measures one model on this machine (the trainer on
-// one device, framework/train/calibrate.h) and writes its profile for
+// one device, measure/calibrate.h) and writes its profile for
 // `trident plan --profile` (planner/profile.h). Needs libtorch: the `trident`
 // without it hands the command to trident-torch (NOTE [two executables]).
 #include <boost/program_options.hpp>
@@ -12,13 +12,13 @@
 #include <string>
 #include <vector>
 
-#include "framework/config.h"
+#include "core/config.h"
 #include "launch/commands.h"
 #include "launch/options.h"
 #include "planner/profile.h"
 
 #ifdef TRIDENT_HAVE_TORCH
-#include "framework/train/calibrate.h"
+#include "measure/calibrate.h"
 #endif
 
 namespace po = boost::program_options;

@@ -6,9 +6,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "framework/data/hf_tokenizer.h"
-#include "framework/data/tokenizer.h"
-#include "framework/json.h"
+#include "core/data/hf_tokenizer.h"
+#include "core/data/tokenizer.h"
+#include "core/json.h"
 #include "launch/commands.h"
 #include "launch/options.h"
 

@@ -6,13 +6,13 @@
 
 #include <boost/program_options.hpp>
 
-#include "framework/config.h"
+#include "core/config.h"
 #include "launch/commands.h"
 #include "launch/options.h"
 #include "launch/fault.h"
 
 #ifdef TRIDENT_HAVE_TORCH
-#include "framework/train/trainer.h"
+#include "framework/trainer.h"
 #include "parallel/process_groups.h"
 #endif
 

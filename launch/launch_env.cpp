@@ -10,7 +10,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "framework/free_port.h"
+#include "core/free_port.h"
 #include "launch/launcher.h"
 
 namespace trident::launch {

@@ -49,7 +49,7 @@ int global_rank(const LaunchOptions& options, int local_rank);
 // The port of the launchers' own channel (NOTE [job channel], job_channel.cpp).
 int launcher_port(const LaunchOptions& options, int master_port);
 
-// trident::pick_free_port (framework/free_port.h), its failure a LaunchError.
+// trident::pick_free_port (core/free_port.h), its failure a LaunchError.
 int pick_free_port();
 
 // Variables set for one rank, in a fixed order (RANK, WORLD_SIZE, LOCAL_RANK,

@@ -21,10 +21,10 @@
 
 #include <boost/program_options/errors.hpp>
 
-#include "framework/checkpoint_store.h"
-#include "framework/data/errors.h"
-#include "framework/errors.h"
-#include "framework/json.h"
+#include "core/checkpoint_store.h"
+#include "core/data/errors.h"
+#include "core/errors.h"
+#include "core/json.h"
 #include "launch/commands.h"
 #include "launch/launcher.h"
 #include "launch/options.h"

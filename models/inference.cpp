@@ -7,8 +7,8 @@
 #include <limits>
 #include <stdexcept>
 
-#include "framework/checkpoint_store.h"
-#include "framework/checkpoint_tensors.h"
+#include "core/checkpoint_store.h"
+#include "core/checkpoint_tensors.h"
 #include "models/registry.h"
 
 namespace trident {

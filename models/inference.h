@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "framework/config.h"
-#include "framework/data/tokenizer.h"
-#include "models/model.h"
+#include "core/config.h"
+#include "core/data/tokenizer.h"
+#include "models/common/model.h"
 
 namespace trident {
 

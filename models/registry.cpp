@@ -4,10 +4,10 @@
 #include <filesystem>
 #include <stdexcept>
 
-#include "framework/atomic_file.h"
-#include "framework/checkpoint_store.h"
-#include "framework/checkpoint_tensors.h"
-#include "framework/json.h"
+#include "core/atomic_file.h"
+#include "core/checkpoint_store.h"
+#include "core/checkpoint_tensors.h"
+#include "core/json.h"
 
 #include "models/gpt/gpt.h"
 #include "models/gpt/hf_gpt2.h"

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "framework/config.h"
-#include "models/model.h"
+#include "core/config.h"
+#include "models/common/model.h"
 
 namespace trident {
 

@@ -21,7 +21,7 @@
 // ahead of compute kernels. libtorch gives no way to pass a stream of our own
 // to a c10d operation; what Trident must do is not block the host: losses and
 // norms are read back at most once per step (the loss only on logged steps:
-// framework/train/trainer.cpp; the norm: parallel/grad_finalize.cpp), not per
+// framework/trainer.cpp; the norm: parallel/grad_finalize.cpp), not per
 // micro-batch or parameter.
 #pragma once
 

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "framework/optimizer.h"
-#include "framework/param.h"
+#include "core/optimizer.h"
+#include "core/param.h"
 #include "parallel/grad_buffer.h"
 #include "parallel/grad_finalize.h"
 #include "parallel/grad_observer.h"

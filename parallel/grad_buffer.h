@@ -28,7 +28,7 @@
 
 #include <ATen/ATen.h>
 
-#include "framework/param.h"
+#include "core/param.h"
 #include "parallel/grad_observer.h"
 #include "parallel/process_groups.h"
 #include "parallel/zero_optimizer.h"

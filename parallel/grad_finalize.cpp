@@ -4,7 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "framework/host_read.h"
+#include "core/host_read.h"
 
 namespace trident {
 

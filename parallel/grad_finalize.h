@@ -13,7 +13,7 @@
 
 #include <ATen/ATen.h>
 
-#include "framework/param.h"
+#include "core/param.h"
 #include "parallel/grad_buffer.h"
 #include "parallel/process_groups.h"
 

@@ -1,6 +1,6 @@
 // What the executor tells data parallelism during a step's backward: when a
 // chunk's gradients start to become final, and when they are. The executor
-// (schedules/executor.h) calls it; the gradient buffer (parallel/data_parallel.h)
+// (runtime/executor.h) calls it; the gradient buffer (parallel/data_parallel.h)
 // listens, to start reducing gradients while the rest of the backward runs.
 #pragma once
 

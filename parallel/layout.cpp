@@ -5,7 +5,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "framework/config.h"
+#include "core/config.h"
 
 namespace trident {
 
@@ -27,7 +27,7 @@ std::vector<std::vector<int>> collect(int world, GroupOf group_of) {
 }  // namespace
 
 Layout Layout::make(int world, int tp, int pp, int dp) {
-  check_layout_factors("layout", world, tp, pp, dp);  // the one copy of this rule (framework/config.h)
+  check_layout_factors("layout", world, tp, pp, dp);  // the one copy of this rule (core/config.h)
   Layout l;
   l.world = world;
   l.tp = tp;

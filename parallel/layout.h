@@ -30,7 +30,7 @@ struct Layout {
   int dp = 1;
 
   // Validates every factor >= 1 and tp * pp * dp == world (check_layout_factors,
-  // framework/config.h); throws ConfigError naming every factor, e.g.
+  // core/config.h); throws ConfigError naming every factor, e.g.
   // "layout: tp(2) x pp(4) x dp(2) = 16 but WORLD_SIZE = 8".
   static Layout make(int world, int tp, int pp, int dp);
 

@@ -21,7 +21,7 @@
 //
 // "selective" began as Korthikanti et al. (2022)'s: recompute only the
 // attention core, whose (batch, heads, seq, seq) scores dominate. Attention
-// now runs through scaled_dot_product_attention (models/attention.h), whose
+// now runs through scaled_dot_product_attention (models/common/attention.h), whose
 // fused kernels keep O(seq) per head instead, so recomputing the core alone
 // saved nothing (measured on gpt-tiny: 2.22 MB without recomputation, 2.25 MB
 // with). Selective therefore also recomputes the MLP's up projection and GELU

@@ -23,7 +23,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "framework/optimizer.h"
+#include "core/optimizer.h"
 
 namespace trident {
 

@@ -48,7 +48,7 @@ struct LinkFit {
 // message sizes were given.
 LinkFit fit_link(const std::vector<LinkSample>& samples, double latency_us = -1);
 
-// NOTE [busy link] in framework/train/calibrate.cpp: an all-reduce and an all-gather of `bytes` between
+// NOTE [busy link] in measure/calibrate.cpp: an all-reduce and an all-gather of `bytes` between
 // 2 ranks that compute between calls took `all_reduce_us` and `all_gather_us`. Their volume at the
 // fitted bandwidth taken off, the all-reduce is 2 ring steps and a call, the all-gather 1 step and a
 // call: the difference is a busy ring step's latency, the rest a call's time (each held >= 0).

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "framework/config.h"
+#include "core/config.h"
 
 namespace trident::plan {
 

@@ -1,5 +1,5 @@
 // A model's measured costs on one device (pure): what `trident plan profile`
-// writes (framework/train/calibrate.h measures it) and `trident plan
+// writes (measure/calibrate.h measures it) and `trident plan
 // --profile` reads in place of the FLOP model's compute. Every figure is per
 // micro-batch on one rank at tp = 1, in milliseconds.
 #pragma once
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "framework/config.h"
+#include "core/config.h"
 
 namespace trident::plan {
 
@@ -34,7 +34,7 @@ struct MicroBatchProfile {
   double split_backward_ratio = 1, weight_share = 0;
   // How much slower the same training computed per micro-batch as a pipeline of two rank processes on
   // this machine (pp = 2: the ranks, their communication threads and the machine shared) than on one
-  // device (NOTE [shared compute] in framework/train/calibrate.cpp); >= 1. With a profile the planner
+  // device (NOTE [shared compute] in measure/calibrate.cpp); >= 1. With a profile the planner
   // gives a node 2 / pipeline_slowdown devices' worth of compute, in place of the cluster file's
   // compute_slots_per_node: a profile describes the machine it was measured on.
   double pipeline_slowdown = 1;

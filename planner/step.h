@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "framework/config.h"
+#include "core/config.h"
 #include "planner/cluster.h"
 #include "planner/profile.h"
 

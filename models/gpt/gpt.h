@@ -10,11 +10,11 @@
 
 #include <ATen/ATen.h>
 
-#include "framework/config.h"
-#include "framework/param.h"
+#include "core/config.h"
+#include "core/param.h"
 #include "parallel/tensor_parallel.h"
-#include "models/model.h"
-#include "models/plan.h"
+#include "models/common/model.h"
+#include "models/common/plan.h"
 
 namespace trident {
 

@@ -24,8 +24,8 @@
 
 #include <ATen/ATen.h>
 
-#include "framework/config.h"
-#include "framework/param.h"
+#include "core/config.h"
+#include "core/param.h"
 
 namespace trident {
 

@@ -9,10 +9,10 @@
 #include <set>
 #include <stdexcept>
 
-#include "framework/atomic_file.h"
-#include "framework/json.h"
-#include "framework/safetensors.h"
-#include "framework/version.h"
+#include "core/atomic_file.h"
+#include "core/json.h"
+#include "core/safetensors.h"
+#include "core/version.h"
 #include "models/llama/llama.h"
 
 namespace trident {

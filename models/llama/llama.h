@@ -32,10 +32,10 @@
 
 #include <ATen/ATen.h>
 
-#include "framework/config.h"
-#include "framework/param.h"
-#include "models/model.h"
-#include "models/plan.h"
+#include "core/config.h"
+#include "core/param.h"
+#include "models/common/model.h"
+#include "models/common/plan.h"
 #include "parallel/tensor_parallel.h"
 
 namespace trident {

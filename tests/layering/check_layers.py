@@ -9,30 +9,32 @@ file of another folder, and on a source file that no layer claims.
   check_layers.py SOURCE_DIR     check the tree (exit 1 on a violation)
   check_layers.py --self-test    check that each kind of violation is caught
 """
-import fnmatch
 import os
 import re
 import sys
 import tempfile
 
-# Layers from the bottom up: (name, path patterns). A file belongs to the first
-# layer with a matching pattern, so the specific patterns come first.
+# Layers from the bottom up: (name, folders). A file belongs to the layer that
+# lists its folder or, failing that, the nearest listed folder above it; but a
+# folder split into layers (models/) claims only its own files, so a new
+# subfolder there (a new model family) must be listed before it builds.
 LAYERS = [
-    ("model interface", ["models/model.h"]),
-    # What every family shares (the chunk split, the TP plan builder, attention).
-    ("model parts", ["models/plan.*", "models/attention.*"]),
-    # One folder per family (models/gpt/, models/llama/): only the registry and
-    # inference above them, and the tools, may name one.
-    ("model families", ["models/*/*"]),
-    ("executor", ["schedules/executor.h", "schedules/executor.cpp"]),
-    ("trainer", ["framework/train/*"]),
-    ("foundation", ["framework/*"]),  # framework/*.{h,cpp} and framework/data/
-    ("parallel", ["parallel/*"]),
-    ("schedules", ["schedules/*"]),
-    ("models", ["models/*"]),  # the registry and inference of any family
-    ("planner", ["planner/*"]),
-    ("launch", ["launch/*"]),
-    ("tools", ["benchmarks/*", "tests/*"]),
+    ("foundation", ["core"]),  # core/*.{h,cpp} and core/data/
+    ("parallel", ["parallel"]),
+    ("schedules", ["schedules"]),  # the pure schedule code
+    # The model interface and what every family shares (the chunk split, the TP
+    # plan builder, attention).
+    ("model common", ["models/common"]),
+    # One folder per family: only the registry and inference above them, and the
+    # tools, may name one.
+    ("model families", ["models/gpt", "models/llama"]),
+    ("models", ["models"]),  # the registry and inference of any family
+    ("runtime", ["runtime"]),  # the executor and the pipeline measurements
+    ("trainer", ["framework"]),
+    ("measure", ["measure"]),  # the bench harness, calibration, model profiles
+    ("planner", ["planner"]),
+    ("launch", ["launch"]),
+    ("tools", ["benchmarks", "tests"]),
 ]
 # What each layer may include besides itself. parallel/ and the pure
 # schedules/ are side by side on the foundation and do not see each other.
@@ -40,27 +42,35 @@ ALLOWED = {
     "foundation": [],
     "parallel": ["foundation"],
     "schedules": [],
-    "model interface": ["foundation", "parallel"],
-    "model parts": ["foundation", "parallel", "model interface"],
-    "model families": ["foundation", "parallel", "model interface", "model parts"],
-    "models": ["foundation", "parallel", "model interface", "model parts", "model families"],
-    "executor": ["foundation", "parallel", "schedules", "model interface"],
-    "trainer": ["foundation", "parallel", "schedules", "model interface", "models", "executor"],
+    "model common": ["foundation", "parallel"],
+    "model families": ["foundation", "parallel", "model common"],
+    "models": ["foundation", "parallel", "model common", "model families"],
+    "runtime": ["foundation", "parallel", "schedules", "model common"],
+    "trainer": ["foundation", "parallel", "schedules", "model common", "models", "runtime"],
+    "measure": ["foundation", "parallel", "schedules", "model common", "models", "runtime", "trainer"],
     # The pure layout planner: the foundation's config structs and the pure schedules.
     "planner": ["foundation", "schedules"],
-    "launch": ["foundation", "parallel", "schedules", "model interface", "models", "executor", "trainer", "planner"],
-    "tools": ["foundation", "parallel", "schedules", "model interface", "model parts", "model families", "models",
-              "executor", "trainer", "planner", "launch"],
+    "launch": ["foundation", "parallel", "schedules", "model common", "models", "runtime", "trainer", "measure",
+               "planner"],
+    "tools": ["foundation", "parallel", "schedules", "model common", "model families", "models", "runtime",
+              "trainer", "measure", "planner", "launch"],
 }
-SOURCE_DIRS = ["framework", "parallel", "schedules", "models", "planner", "launch", "benchmarks", "tests"]
+FOLDER_LAYER = {folder: name for name, folders in LAYERS for folder in folders}
+SOURCE_DIRS = sorted({folder.split("/")[0] for folder in FOLDER_LAYER})
 CODE = (".h", ".cpp", ".inc")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
 
 def layer_of(path):
-    for name, patterns in LAYERS:
-        if any(fnmatch.fnmatchcase(path, p) for p in patterns):
-            return name
+    folder = os.path.dirname(path)
+    here = folder
+    while here:
+        if here in FOLDER_LAYER:
+            split = any(f.startswith(here + "/") for f in FOLDER_LAYER)
+            if here != folder and split:
+                return None  # a subfolder of a folder split into layers, not listed itself
+            return FOLDER_LAYER[here]
+        here = os.path.dirname(here)
     return None
 
 
@@ -87,7 +97,7 @@ def include_violations(root):
     for src in sources(root):
         mine = layer_of(src)
         if mine is None:
-            out.append(f"{src}: no layer claims this file (add it to LAYERS in tests/layering/check_layers.py)")
+            out.append(f"{src}: no layer claims this file (add its folder to LAYERS in tests/layering/check_layers.py)")
             continue
         with open(os.path.join(root, src), encoding="utf-8", errors="replace") as f:
             for lineno, line in enumerate(f, 1):
@@ -125,7 +135,7 @@ def cmake_violations(root):
                 for m in TARGET.finditer(text):
                     lineno = text.count("\n", 0, m.start()) + 1
                     for token in m.group(1).split():
-                        if "PROJECT_SOURCE_DIR" in token or ".." in token:
+                        if "PROJECT_SOURCE_DIR" in token or ".." in token or (token.endswith(".cpp") and "/" in token):
                             out.append(f"{rel}:{lineno}: target compiles {token}, a file outside {os.path.dirname(rel)}/"
                                        " (each folder builds its own library from its own files)")
     return out
@@ -138,30 +148,41 @@ def check(root):
 def self_test():
     """Each kind of violation in a small tree is reported with its file and line."""
     cases = {
-        "framework/optimizer.h": '#pragma once\n#include "parallel/param.h"\n',  # foundation -> parallel
+        "core/optimizer.h": '#pragma once\n#include "parallel/param.h"\n',  # foundation -> parallel
         "parallel/param.h": "#pragma once\n",
-        "schedules/action.h": '#include <vector>\n\n#include "framework/config.h"\n',  # pure schedules -> foundation
-        "framework/config.h": "#pragma once\n",
-        "models/gpt/gpt.cpp": '#include "schedules/executor.h"\n',  # a model family -> executor
-        "framework/train/trainer.cpp": '#include "models/registry.h"\n#include "models/gpt/gpt.h"\n',  # trainer -> a family
+        "schedules/action.h": '#include <vector>\n\n#include "core/config.h"\n',  # pure schedules -> foundation
+        "core/config.h": "#pragma once\n",
+        "core/data/tokenizer.h": '#include "core/config.h"\n',  # fine: core/data/ is the foundation
+        "models/gpt/gpt.cpp": '#include "runtime/executor.h"\n',  # a model family -> runtime
+        "framework/trainer.cpp": '#include "models/registry.h"\n#include "models/gpt/gpt.h"\n',  # trainer -> a family
+        "framework/trainer.h": '#include "measure/calibrate.h"\n',  # trainer -> measure (above it)
+        "measure/calibrate.h": '#include "framework/trainer.h"\n',  # fine: measure -> trainer
         "models/registry.h": '#include "models/gpt/gpt.h"\n',  # fine: the registry names the families
-        "models/gpt/gpt.h": '#include "models/plan.h"\n',  # fine: a family uses the shared parts
-        "models/plan.h": "",
-        "schedules/executor.h": '#include "models/model.h"\n',  # fine: executor -> model interface
-        "models/model.h": '#include "framework/param.h"\n',  # fine
-        "framework/param.h": "",
+        "models/gpt/gpt.h": '#include "models/common/plan.h"\n',  # fine: a family uses the shared parts
+        "models/common/plan.h": "",
+        "models/mistral/mistral.h": "",  # a family folder no layer lists
+        "runtime/executor.h": '#include "models/common/model.h"\n',  # fine: runtime -> model interface
+        "runtime/pipeline_measure.h": '#include "framework/trainer.h"\n',  # runtime -> trainer
+        "models/common/model.h": '#include "core/param.h"\n',  # fine
+        "core/param.h": "",
         "launch/cmd.cpp": '#include "benchmarks/bench.h"\n',  # launch -> tools
         "benchmarks/bench.h": "",
+        "tests/unit/test_x.cpp": '#include "launch/cmd.cpp"\n#include "models/gpt/gpt.h"\n',  # fine: tools
         "stray/x.cpp": "",  # not scanned: stray/ is no source folder
-        "framework/CMakeLists.txt": "add_library(x STATIC a.cpp\n  ${PROJECT_SOURCE_DIR}/parallel/y.cpp)\n",
+        "core/CMakeLists.txt": "add_library(x STATIC a.cpp\n  ${PROJECT_SOURCE_DIR}/parallel/y.cpp)\n",
+        "models/CMakeLists.txt": "add_library(m STATIC registry.cpp gpt/gpt.cpp)\n",  # a subfolder's file
     }
     expected = [
-        "framework/optimizer.h:2: includes parallel/param.h (parallel)",
-        "schedules/action.h:3: includes framework/config.h (foundation)",
-        "models/gpt/gpt.cpp:1: includes schedules/executor.h (executor)",
-        "framework/train/trainer.cpp:2: includes models/gpt/gpt.h (model families)",
+        "core/optimizer.h:2: includes parallel/param.h (parallel)",
+        "schedules/action.h:3: includes core/config.h (foundation)",
+        "models/gpt/gpt.cpp:1: includes runtime/executor.h (runtime)",
+        "framework/trainer.cpp:2: includes models/gpt/gpt.h (model families)",
+        "framework/trainer.h:1: includes measure/calibrate.h (measure)",
+        "models/mistral/mistral.h: no layer claims this file",
+        "runtime/pipeline_measure.h:1: includes framework/trainer.h (trainer)",
         "launch/cmd.cpp:1: includes benchmarks/bench.h (tools)",
-        "framework/CMakeLists.txt:1: target compiles ${PROJECT_SOURCE_DIR}/parallel/y.cpp",
+        "core/CMakeLists.txt:1: target compiles ${PROJECT_SOURCE_DIR}/parallel/y.cpp",
+        "models/CMakeLists.txt:1: target compiles gpt/gpt.cpp",
     ]
     with tempfile.TemporaryDirectory() as root:
         for path, text in cases.items():

@@ -1,4 +1,4 @@
-// NOTE [idle attribution] (framework/train/pipeline_measure.h) on real runs:
+// NOTE [idle attribution] (runtime/pipeline_measure.h) on real runs:
 // gpt-tiny at pp = 2 with a balanced (4 + 4 layers) and an uneven (7 + 1)
 // split. Every logged step's parts in metrics.jsonl are non-negative and add
 // up to the stage's idle time, which is the slowest stage's span less its own

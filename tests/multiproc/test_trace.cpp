@@ -12,7 +12,7 @@
 
 #include "parallel/layout.h"
 #include "schedules/generators.h"
-#include "framework/json.h"
+#include "core/json.h"
 #include "tests/run_helpers.h"
 
 namespace trident {

@@ -1,4 +1,4 @@
-// Training checkpoints end to end (framework/train/checkpointing.h): a run stopped
+// Training checkpoints end to end (framework/checkpointing.h): a run stopped
 // by training.exit_after_steps and resumed gives bit-identical per-step losses
 // and gradient norms to the run that never stopped; a checkpoint of one layout
 // continues under another within the contract's 1e-5; a rank SIGKILLed during
@@ -99,7 +99,7 @@ std::pair<std::string, std::string> blend_datasets(const TempDir& data) {
   const std::string a = data.file("readmes"), b = data.file("pages");
   for (const auto& [prefix, inputs] :
        {std::pair{a, src("README.md") + " " + src("configs/README.md")},
-        std::pair{b, src("ARCHITECTURE.md") + " " + src("framework/data/README.md")}}) {
+        std::pair{b, src("ARCHITECTURE.md") + " " + src("core/data/README.md")}}) {
     const RunResult r =
         run_command(bin("trident") + " data prepare --val-fraction 0 --input " + inputs + " --output " + prefix);
     EXPECT_EQ(r.status, 0) << r.output;

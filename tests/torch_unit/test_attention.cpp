@@ -1,4 +1,4 @@
-// The SDPA attention core (models/attention.h) against softmax(QKᵀ/√d)V written
+// The SDPA attention core (models/common/attention.h) against softmax(QKᵀ/√d)V written
 // out: forward and gradients in fp32 within fp32 rounding, the causal mask
 // (a change to a later key leaves earlier queries alone), the head slice a
 // tensor-parallel rank computes, recomputation, and bf16 through the same path.
@@ -8,7 +8,7 @@
 #include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/autograd.h>
 
-#include "models/attention.h"
+#include "models/common/attention.h"
 #include "parallel/recompute.h"
 
 namespace trident {

@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <map>
 
-#include "framework/checkpoint_store.h"
-#include "framework/checkpoint_tensors.h"
+#include "core/checkpoint_store.h"
+#include "core/checkpoint_tensors.h"
 #include "models/gpt/gpt.h"
 
 namespace trident::ckpt {

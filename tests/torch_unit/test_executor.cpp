@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "parallel/thread_group.h"
-#include "schedules/executor.h"
+#include "runtime/executor.h"
 #include "schedules/generators.h"
 #include "../schedule_helpers.h"
 

@@ -13,11 +13,11 @@
 #include <filesystem>
 #include <map>
 
-#include "framework/atomic_file.h"
-#include "framework/checkpoint_store.h"
-#include "framework/checkpoint_tensors.h"
-#include "framework/json.h"
-#include "framework/safetensors.h"
+#include "core/atomic_file.h"
+#include "core/checkpoint_store.h"
+#include "core/checkpoint_tensors.h"
+#include "core/json.h"
+#include "core/safetensors.h"
 #include "models/gpt/gpt.h"
 #include "models/gpt/hf_gpt2.h"
 #include "models/inference.h"

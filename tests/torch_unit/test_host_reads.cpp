@@ -1,4 +1,4 @@
-// NOTE [host reads] (framework/host_read.h): a training step reads device
+// NOTE [host reads] (core/host_read.h): a training step reads device
 // tensors on the host only where named. A 2-stage pipeline trains 4 steps,
 // every second one logged; each rank's summary says how often each kind of
 // read happened in one step: a non-logged step reads the gradient norm once

@@ -9,7 +9,7 @@
 
 #include <cmath>
 
-#include "framework/config.h"
+#include "core/config.h"
 #include "models/llama/llama.h"
 #include "parallel/tensor_parallel.h"
 

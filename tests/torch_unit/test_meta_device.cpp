@@ -26,8 +26,8 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/library.h>
 
-#include "framework/config.h"
-#include "models/model.h"
+#include "core/config.h"
+#include "models/common/model.h"
 #include "models/registry.h"
 #include "parallel/process_groups.h"
 #include "parallel/recompute.h"

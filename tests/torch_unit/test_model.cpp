@@ -9,11 +9,11 @@
 #include <thread>
 #include <tuple>
 
-#include "framework/config.h"
-#include "framework/lr_schedule.h"
-#include "framework/optimizer.h"
+#include "core/config.h"
+#include "core/lr_schedule.h"
+#include "core/optimizer.h"
 #include "models/gpt/gpt.h"
-#include "framework/param.h"
+#include "core/param.h"
 #include "parallel/recompute.h"
 #include "parallel/tensor_parallel.h"
 #include "tests/run_helpers.h"

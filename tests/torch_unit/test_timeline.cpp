@@ -9,7 +9,7 @@
 #include <chrono>
 
 #include "parallel/thread_group.h"
-#include "schedules/executor.h"
+#include "runtime/executor.h"
 #include "schedules/generators.h"
 
 namespace trident {

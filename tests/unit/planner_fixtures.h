@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "framework/config.h"
+#include "core/config.h"
 #include "planner/calibration.h"
 #include "planner/cluster.h"
 #include "planner/step.h"

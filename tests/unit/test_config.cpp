@@ -1,6 +1,6 @@
 // Config: defaults, the preset, overrides, round-trip, and one expected message
 // per kind of bad config.
-#include "framework/config.h"
+#include "core/config.h"
 #include "schedules/generators.h"
 
 #include <gtest/gtest.h>

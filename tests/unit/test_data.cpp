@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "framework/data/dataset.h"
-#include "framework/data/errors.h"
-#include "framework/data/prepare.h"
-#include "framework/data/token_file.h"
-#include "framework/errors.h"
+#include "core/data/dataset.h"
+#include "core/data/errors.h"
+#include "core/data/prepare.h"
+#include "core/data/token_file.h"
+#include "core/errors.h"
 #include "tests/error_of.h"
 
 namespace td = trident::data;

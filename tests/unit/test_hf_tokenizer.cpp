@@ -9,14 +9,14 @@
 #include <string>
 #include <vector>
 
-#include "framework/data/errors.h"
-#include "framework/data/hf_pretokenize.h"
-#include "framework/data/hf_tokenizer.h"
-#include "framework/data/token_file.h"
-#include "framework/data/tokenizer.h"
-#include "framework/errors.h"
-#include "framework/data/unicode.h"
-#include "framework/json.h"
+#include "core/data/errors.h"
+#include "core/data/hf_pretokenize.h"
+#include "core/data/hf_tokenizer.h"
+#include "core/data/token_file.h"
+#include "core/data/tokenizer.h"
+#include "core/errors.h"
+#include "core/data/unicode.h"
+#include "core/json.h"
 #include "tests/error_of.h"
 
 namespace td = trident::data;

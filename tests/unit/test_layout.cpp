@@ -8,7 +8,7 @@
 #include <set>
 #include <stdexcept>
 
-#include "framework/config.h"
+#include "core/config.h"
 
 using trident::ConfigError;
 using trident::Coords;

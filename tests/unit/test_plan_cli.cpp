@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "framework/config.h"
-#include "framework/json.h"
+#include "core/config.h"
+#include "core/json.h"
 #include "tests/run_helpers.h"
 
 namespace {

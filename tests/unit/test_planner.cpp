@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "framework/config.h"
+#include "core/config.h"
 #include "planner/calibration.h"
 #include "planner/cluster.h"
 #include "planner/model_cost.h"

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "framework/config.h"
+#include "core/config.h"
 #include "planner/calibration.h"
 #include "planner/cluster.h"
 #include "planner/model_cost.h"

@@ -7,8 +7,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "framework/json.h"
-#include "framework/safetensors.h"
+#include "core/json.h"
+#include "core/safetensors.h"
 
 namespace trident {
 namespace {

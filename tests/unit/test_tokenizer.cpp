@@ -7,12 +7,12 @@
 #include <string>
 #include <vector>
 
-#include "framework/data/brown.h"
-#include "framework/data/errors.h"
-#include "framework/data/gpt2_tokenizer.h"
-#include "framework/data/json_vocab.h"
-#include "framework/data/pretokenize.h"
-#include "framework/data/tokenizer.h"
+#include "core/data/brown.h"
+#include "core/data/errors.h"
+#include "core/data/gpt2_tokenizer.h"
+#include "core/data/json_vocab.h"
+#include "core/data/pretokenize.h"
+#include "core/data/tokenizer.h"
 
 namespace td = trident::data;
 

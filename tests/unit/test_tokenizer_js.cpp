@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "framework/data/brown.h"
-#include "framework/data/gpt2_tokenizer.h"
+#include "core/data/brown.h"
+#include "core/data/gpt2_tokenizer.h"
 
 namespace td = trident::data;
 namespace fs = std::filesystem;

@@ -1,0 +1,147 @@
+// Index-file helpers of the checkpoint store: see checkpoint_index.h.
+#include "core/checkpoint_index.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include "core/atomic_file.h"
+#include "core/version.h"
+
+namespace fs = std::filesystem;
+
+namespace trident::ckpt {
+
+uint64_t fnv1a64(const void* data, size_t n, uint64_t h) {
+  const unsigned char* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+std::string step_dir_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step-%08lld", static_cast<long long>(step));
+  return buf;
+}
+
+namespace detail {
+
+std::string rank_name(int rank) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "rank-%05d", rank);
+  return buf;
+}
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+std::string hex(uint64_t v) {
+  char buf[20];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+uint64_t parse_hex(const std::string& s, const std::string& what) {
+  if (s.size() != 16 || s.find_first_not_of("0123456789abcdef") != std::string::npos)
+    throw CheckpointError(what + ": checksum \"" + s + "\" is not 16 hex digits");
+  return std::stoull(s, nullptr, 16);
+}
+
+int64_t volume(const std::vector<int64_t>& extent) {
+  int64_t n = 1;
+  for (int64_t e : extent) n *= e;
+  return n;
+}
+
+json::Value int_array(const std::vector<int64_t>& v) {
+  json::Value a = json::Value::array();
+  for (int64_t x : v) a.push(json::Value::number(x));
+  return a;
+}
+
+json::Value meta_json(const Meta& m) {
+  json::Value j = json::Value::object();
+  j.set("step", json::Value::number(m.step));
+  j.set("trident_version", json::Value::string(m.trident_version.empty() ? kTridentVersion : m.trident_version));
+  j.set("layout", json::Value::string(m.layout));
+  j.set("config", json::Value::string(m.config_toml));
+  json::Value extra = json::Value::object();
+  for (const auto& [k, v] : m.extra) extra.set(k, json::Value::string(v));
+  j.set("extra", extra);
+  return j;
+}
+
+Meta meta_from(const json::Value& j, const std::string& what) {
+  Meta m;
+  m.step = j.at("step", what).as_int(what + ".step");
+  m.trident_version = j.at("trident_version", what).as_string(what + ".trident_version");
+  m.layout = j.at("layout", what).as_string(what + ".layout");
+  m.config_toml = j.at("config", what).as_string(what + ".config");
+  for (const auto& [k, v] : j.at("extra", what).as_object(what + ".extra")) m.extra[k] = v.as_string(what + "." + k);
+  return m;
+}
+
+// The file's JSON, with any parse or shape error naming the file.
+json::Value read_json(const std::string& path) {
+  if (!fs::exists(path)) throw CheckpointError("checkpoint file " + path + " is missing");
+  try {
+    return json::parse(read_file(path), path);
+  } catch (const json::JsonError& e) {
+    throw CheckpointError(std::string(e.what()) + " (truncated or corrupted checkpoint index)");
+  }
+}
+
+void check_box(const std::string& name, const std::vector<int64_t>& full, const std::vector<int64_t>& off,
+               const std::vector<int64_t>& ext, const std::string& who) {
+  bool ok = off.size() == full.size() && ext.size() == full.size();
+  for (size_t d = 0; ok && d < full.size(); ++d) ok = off[d] >= 0 && ext[d] >= 0 && off[d] + ext[d] <= full[d];
+  if (!ok)
+    throw CheckpointError(who + ": tensor " + name + ": box offset " + shape_text(off) + " extent " +
+                          shape_text(ext) + " does not fit the full shape " + shape_text(full));
+}
+
+json::Value checked_index(const std::string& step_dir, int rank, int64_t step, int world) {
+  const std::string base = step_dir + "/" + rank_name(rank);
+  const json::Value idx = read_json(base + ".json");
+  const std::string what = base + ".json";
+  if (idx.at("format", what).as_string(what + " format") != kFormat)
+    throw CheckpointError(what + " is not a Trident checkpoint index");
+  if (idx.at("format_version", what).as_int(what) != kFormatVersion)
+    throw CheckpointError(what + " has format_version " + std::to_string(idx.at("format_version", what).as_int(what)) +
+                          "; this Trident reads " + std::to_string(kFormatVersion));
+  const int64_t s = idx.at("meta", what).at("step", what).as_int(what + " meta.step");
+  const int64_t w = idx.at("world", what).as_int(what + " world");
+  if (s != step || w != world)
+    throw CheckpointError(what + " is from step " + std::to_string(s) + " with world " + std::to_string(w) +
+                          ", expected step " + std::to_string(step) + " with world " + std::to_string(world));
+  const std::string bin = base + ".bin";
+  if (!fs::exists(bin)) throw CheckpointError("checkpoint file " + bin + " is missing");
+  const uint64_t want = static_cast<uint64_t>(idx.at("bin_size", what).as_int(what)), have = fs::file_size(bin);
+  if (have < want) {
+    std::string first = "its data";
+    for (const json::Value& e : idx.at("entries", what).as_array(what)) {
+      if (static_cast<uint64_t>(e.at("byte_offset", what).as_int(what) + e.at("nbytes", what).as_int(what)) > have) {
+        first = "tensor " + e.at("name", what).as_string(what);
+        break;
+      }
+    }
+    throw CheckpointError("checkpoint file " + bin + " is truncated: " + std::to_string(have) + " of " +
+                          std::to_string(want) + " bytes; " + first + " is cut off");
+  }
+  return idx;
+}
+
+// Step number of a "step-XXXXXXXX" directory name, or -1.
+int64_t step_of(const std::string& name) {
+  if (name.size() != 13 || name.compare(0, 5, "step-") != 0) return -1;
+  if (name.find_first_not_of("0123456789", 5) != std::string::npos) return -1;
+  return std::stoll(name.substr(5));
+}
+
+}  // namespace detail
+}  // namespace trident::ckpt

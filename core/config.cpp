@@ -1,0 +1,1015 @@
+// Config parsing and validation. One schema table (fields()) lists every key with
+// its member, type, allowed values and meaning; TOML parsing, --set overrides,
+// per-key checks, to_toml, operator== and config_keys() all read it, so they
+// cannot drift apart. Cross-field checks follow in check_config(); what each key
+// means is documented once, in configs/README.md's tables.
+#include "core/config.h"
+
+#include <toml++/toml.h>
+
+#include <cassert>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include "core/data/errors.h"
+#include "core/data/megatron_dataset.h"
+#include "core/json.h"
+
+namespace trident {
+namespace {
+
+// What schedule.chunks = 0 (absent) stands for: the chunks the kind needs.
+// The trainer resolves it with sched::default_chunks (schedules/generators.h),
+// which the foundation cannot include (ARCHITECTURE.md), so this mirrors it
+// for the checks below; tests/unit/test_config.cpp checks that they agree.
+int64_t kind_chunks(const std::string& kind) { return kind == "zb-v" || kind == "dualpipev" ? 2 : 1; }
+
+enum class Kind { Int, Double, Bool, String, IntList, WeightedPaths };
+
+template <class T>
+constexpr Kind kind_of();
+template <>
+constexpr Kind kind_of<int64_t>() { return Kind::Int; }
+template <>
+constexpr Kind kind_of<double>() { return Kind::Double; }
+template <>
+constexpr Kind kind_of<bool>() { return Kind::Bool; }
+template <>
+constexpr Kind kind_of<std::string>() { return Kind::String; }
+template <>
+constexpr Kind kind_of<std::vector<int64_t>>() { return Kind::IntList; }
+template <>
+constexpr Kind kind_of<std::vector<WeightedPath>>() { return Kind::WeightedPaths; }
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Allowed values of one key beyond its type. Numeric bounds apply to integers,
+// numbers, each element of an integer array and each weight of a weighted-path list.
+struct Rule {
+  double lo = -kInf;
+  double hi = kInf;
+  bool lo_open = false;
+  bool hi_open = false;
+  bool minus_one_ok = false;         // parallel.dp: -1 means "world / (tp * pp)"; an array: "auto" is [-1]
+  std::vector<std::string> choices;  // strings: the allowed values; empty = any
+  std::string described;             // the expectation, when a check outside the table makes it (see kind_rule)
+};
+
+Rule any() { return {}; }
+Rule at_least(double lo) {
+  Rule r;
+  r.lo = lo;
+  return r;
+}
+Rule positive() {
+  Rule r = at_least(0);
+  r.lo_open = true;
+  return r;
+}
+Rule unit_open() {  // [0, 1)
+  Rule r = at_least(0);
+  r.hi = 1;
+  r.hi_open = true;
+  return r;
+}
+Rule between(double lo, double hi) {  // [lo, hi]
+  Rule r = at_least(lo);
+  r.hi = hi;
+  return r;
+}
+Rule above_at_most(double lo, double hi) {  // (lo, hi]
+  Rule r = between(lo, hi);
+  r.lo_open = true;
+  return r;
+}
+
+// NOTE [timeout bounds] parallel.timeout_s becomes std::chrono::milliseconds
+// (trainer.cpp) that c10d and Gloo add to a steady_clock time point in
+// nanoseconds: 1e6 s (11.6 days, the launcher's --rdzv-timeout bound too) is
+// 1e15 ns, far from int64's 9.2e18, where 1e300 or inf overflow into Gloo's
+// "timeout.count() >= 0. Invalid timeout". Below 1 s the store's group
+// creation (which the same timeout bounds) times out on a loaded host, and
+// 1e-9 s truncates to 0 ms: socket warnings, then a backtrace.
+constexpr double kMinTimeoutS = 1, kMaxTimeoutS = 1e6;
+// An integer >= 1, or -1 (auto); for an array, integers >= 1 or the string
+// "auto" (stored as [-1]).
+Rule auto_or_at_least_1() {
+  Rule r = at_least(1);
+  r.minus_one_ok = true;
+  return r;
+}
+Rule one_of(std::vector<std::string> choices) {
+  Rule r;
+  r.choices = std::move(choices);
+  return r;
+}
+// schedule.kind: the generators own the list of kinds (schedules/generators.h),
+// which the foundation cannot see; check_schedule_kind() is handed it.
+Rule kind_rule() {
+  Rule r;
+  r.described = "a generator's kind (schedules/generators.h: schedule_kinds()) or \"file\"";
+  return r;
+}
+
+struct Field {
+  const char* section;
+  const char* key;
+  Kind kind;
+  void* (*ref)(Config&);  // address of this key's member inside a Config
+  Rule rule;
+  const char* doc;
+
+  std::string name() const { return std::string(section) + "." + key; }
+  template <class T>
+  T& get(Config& c) const {
+    assert(kind == kind_of<T>());
+    return *static_cast<T*>(ref(c));
+  }
+  template <class T>
+  const T& get(const Config& c) const {
+    // ref() only computes an address; nothing is written through it here.
+    return get<T>(const_cast<Config&>(c));
+  }
+};
+
+// The member's type picks the Kind, so a table entry cannot disagree with the struct.
+#define TRIDENT_FIELD(sec, key, rule, doc)                                                       \
+  Field {                                                                                        \
+    #sec, #key, kind_of<std::remove_reference_t<decltype(std::declval<Config&>().sec.key)>>(), \
+        [](Config& c) -> void* { return &c.sec.key; }, rule, doc                                 \
+  }
+
+const std::vector<Field>& fields() {
+  static const std::vector<Field> table = {
+      TRIDENT_FIELD(model, arch, one_of({"gpt", "llama"}), "model family"),
+      TRIDENT_FIELD(model, layers, at_least(1), "transformer blocks"),
+      TRIDENT_FIELD(model, hidden, at_least(1), "model width"),
+      TRIDENT_FIELD(model, heads, at_least(1), "attention heads"),
+      TRIDENT_FIELD(model, ffn_hidden, at_least(0), "MLP width; 0 means 4 * hidden (gpt only: llama needs it set)"),
+      TRIDENT_FIELD(model, kv_heads, at_least(0),
+                    "key/value heads, dividing heads (grouped-query attention; 1 = multi-query); 0 = heads (llama)"),
+      TRIDENT_FIELD(model, seq_len, at_least(1), "tokens per sample"),
+      TRIDENT_FIELD(model, vocab_size, at_least(1), "tokenizer vocabulary before padding"),
+      TRIDENT_FIELD(model, vocab_pad_multiple, at_least(1),
+                    "padded vocabulary is a multiple of this * tp"),
+      TRIDENT_FIELD(model, dropout, unit_open(), "dropout probability (0 keeps runs exact)"),
+      TRIDENT_FIELD(model, init_std, positive(), "standard deviation of the normal init"),
+      TRIDENT_FIELD(model, layernorm_eps, positive(), "LayerNorm (gpt) or RMSNorm (llama) epsilon"),
+      TRIDENT_FIELD(model, init_from, any(),
+                    "Hugging Face directory to start from (GPT-2 or Llama, see `trident export`); empty = random init"),
+      TRIDENT_FIELD(model, tie_embeddings, any(), "the LM head shares the word embedding (gpt: must be true)"),
+      TRIDENT_FIELD(model, rope_theta, positive(), "rotary position embedding base (llama)"),
+      TRIDENT_FIELD(model, rope_scaling, one_of({"none", "llama3"}),
+                    "rotary frequency scaling: none, or Llama 3.1's (the rope_* factors below; llama)"),
+      TRIDENT_FIELD(model, rope_factor, positive(), "llama3 rope scaling: factor"),
+      TRIDENT_FIELD(model, rope_low_freq_factor, positive(), "llama3 rope scaling: low_freq_factor"),
+      TRIDENT_FIELD(model, rope_high_freq_factor, positive(), "llama3 rope scaling: high_freq_factor"),
+      TRIDENT_FIELD(model, rope_original_max_position, at_least(1),
+                    "llama3 rope scaling: original_max_position_embeddings"),
+
+      TRIDENT_FIELD(parallel, tp, at_least(1), "tensor-parallel size"),
+      TRIDENT_FIELD(parallel, pp, at_least(1), "pipeline-parallel size (stages)"),
+      TRIDENT_FIELD(parallel, dp, auto_or_at_least_1(),
+                    "data-parallel size; -1 = world size / (tp * pp)"),
+      TRIDENT_FIELD(parallel, sequence_parallel, any(),
+                    "shard LayerNorm/dropout regions along the sequence over tp"),
+      TRIDENT_FIELD(parallel, pipeline_layers, auto_or_at_least_1(),
+                    "layers per model chunk (pp * chunks entries); empty = uniform; \"auto\" = balanced by a profiling pass"),
+      TRIDENT_FIELD(parallel, backend, one_of({"auto", "gloo", "nccl", "nccl-rules"}),
+                    "collective backend; auto = nccl on cuda, gloo on cpu; nccl-rules = test backend: Gloo on cpu "
+                    "with NCCL's point-to-point rules"),
+      TRIDENT_FIELD(parallel, timeout_s, between(kMinTimeoutS, kMaxTimeoutS),
+                    "timeout of every collective, in seconds (NOTE [timeout bounds])"),
+      TRIDENT_FIELD(parallel, dp_bucket_mb, above_at_most(0, 1048576), "size of a data-parallel gradient bucket, in MiB"),
+      TRIDENT_FIELD(parallel, overlap_grad_reduce, any(),
+                    "all-reduce each gradient bucket over dp during the backward, once it is final"),
+      TRIDENT_FIELD(parallel, zero, between(0, 1),
+                    "0: every dp rank keeps all optimizer state; 1: ZeRO-1, state sharded over dp"),
+
+      TRIDENT_FIELD(schedule, kind, kind_rule(), "pipeline schedule"),
+      TRIDENT_FIELD(schedule, chunks, at_least(0),
+                    "chunks (virtual stages) per pipeline rank; 0 or absent = what the kind needs (2 for zb-v and "
+                    "dualpipev, else 1)"),
+      TRIDENT_FIELD(schedule, file, any(), "schedule text file when kind = \"file\""),
+
+      TRIDENT_FIELD(training, steps, at_least(1), "optimizer steps"),
+      TRIDENT_FIELD(training, micro_batch_size, at_least(1), "samples per micro-batch"),
+      TRIDENT_FIELD(training, global_batch_size, at_least(1), "samples per step over all DP ranks"),
+      TRIDENT_FIELD(training, seed, at_least(0), "seeds the initial weights and the data order"),
+      TRIDENT_FIELD(training, lr, positive(), "peak learning rate"),
+      TRIDENT_FIELD(training, min_lr, at_least(0), "floor of the cosine decay"),
+      TRIDENT_FIELD(training, warmup_steps, at_least(0), "linear warm-up steps"),
+      TRIDENT_FIELD(training, weight_decay, at_least(0), "AdamW decay (not on biases and norms)"),
+      TRIDENT_FIELD(training, beta1, unit_open(), "AdamW beta1"),
+      TRIDENT_FIELD(training, beta2, unit_open(), "AdamW beta2"),
+      TRIDENT_FIELD(training, eps, positive(), "AdamW epsilon"),
+      TRIDENT_FIELD(training, grad_clip, at_least(0), "clip by global gradient norm; 0 disables"),
+      TRIDENT_FIELD(training, eval_interval, at_least(0), "evaluate every N steps; 0 disables"),
+      TRIDENT_FIELD(training, eval_batches, at_least(1), "validation global batches per evaluation"),
+      TRIDENT_FIELD(training, threads, between(1, 1024),
+                    "intra-op threads per rank (at most the host's cores: checked when training starts)"),
+      TRIDENT_FIELD(training, peak_tflops, at_least(0),
+                    "device peak for MFU; 0 = measure a matmul at start-up (cuda: in the compute dtype)"),
+      TRIDENT_FIELD(training, device, one_of({"cpu", "cuda"}), "device every rank computes on; cuda = CUDA device LOCAL_RANK (a CUDA build)"),
+      TRIDENT_FIELD(training, exit_after_steps, at_least(0),
+                    "stop cleanly after this step with a checkpoint (the LR schedule still follows steps); 0 = off"),
+      TRIDENT_FIELD(training, precision, one_of({"fp32", "bf16"}),
+                    "bf16: bf16 weights and compute, fp32 master weights and gradients"),
+      TRIDENT_FIELD(training, recompute, one_of({"none", "full", "selective"}),
+                    "activation recomputation: every block, or the attention core and the MLP up projection + GELU"),
+
+      TRIDENT_FIELD(data, source, one_of({"synthetic", "file"}), "where training tokens come from"),
+      TRIDENT_FIELD(data, path, any(), "token file prefix written by `trident data prepare`"),
+      TRIDENT_FIELD(data, format, one_of({"trident", "megatron"}),
+                    "the files at data.path: \"trident\" PREFIX.train.bin and PREFIX.val.bin; "
+                    "\"megatron\" Megatron-LM's PREFIX.bin + PREFIX.idx (uint16 or int32 tokens), cut by data.split"),
+      TRIDENT_FIELD(data, paths, positive(),
+                    "a blend instead of data.path: [[weight, PREFIX], ...], datasets of data.format mixed by "
+                    "weight as Megatron's BlendedDataset does (core/data/README.md)"),
+      TRIDENT_FIELD(data, split, any(),
+                    "megatron: train, valid, test shares cut by documents as Megatron does, e.g. \"969,30,1\"; "
+                    "empty = every document trains"),
+      TRIDENT_FIELD(data, tokenizer, one_of({"byte", "gpt2", "hf"}), "tokenizer"),
+      TRIDENT_FIELD(data, tokenizer_dir, any(),
+                    "directory holding encoder.json and vocab.bpe (gpt2) or tokenizer.json (hf)"),
+      TRIDENT_FIELD(data, synthetic_tokens, at_least(1), "tokens generated when source = \"synthetic\""),
+
+      TRIDENT_FIELD(checkpoint, dir, any(), "checkpoint directory (saved at the end of the run); empty disables"),
+      TRIDENT_FIELD(checkpoint, interval, at_least(0), "also save every N steps; 0 = only at the end of the run"),
+      TRIDENT_FIELD(checkpoint, keep, at_least(1), "complete checkpoints kept in dir; older ones are deleted"),
+      TRIDENT_FIELD(checkpoint, resume, any(),
+                    "continue from the latest checkpoint in dir, saved under any layout (none yet: start at step 0)"),
+
+      TRIDENT_FIELD(logging, dir, any(), "run directory: config.toml, metrics.jsonl, loss.svg, rank-R.json"),
+      TRIDENT_FIELD(logging, log_interval, at_least(1),
+                    "log every N steps (and the last and each evaluation step): a step line and a metrics.jsonl row"),
+      TRIDENT_FIELD(logging, progress, any(), "progress bar when stdout is a terminal"),
+      TRIDENT_FIELD(logging, trace, any(), "write trace.json and timeline.svg of step trace_step"),
+      TRIDENT_FIELD(logging, trace_step, at_least(1), "the step logging.trace records"),
+      TRIDENT_FIELD(logging, tensorboard, any(),
+                    "also write each metrics.jsonl row to dir/events.out.tfevents.<time>.<host> for TensorBoard "
+                    "(scalars tagged with its keys)"),
+  };
+  return table;
+}
+#undef TRIDENT_FIELD
+
+const char* const kSections[] = {"model", "parallel", "schedule", "training",
+                                 "data", "checkpoint", "logging"};
+
+bool is_section(const std::string& s) {
+  for (const char* name : kSections)
+    if (s == name) return true;
+  return false;
+}
+
+const Field* find_field(const std::string& section, const std::string& key) {
+  for (const Field& f : fields())
+    if (section == f.section && key == f.key) return &f;
+  return nullptr;
+}
+
+std::string list_sections() {
+  std::string out;
+  for (const char* name : kSections) out += std::string(out.empty() ? "" : ", ") + "[" + name + "]";
+  return out;
+}
+
+std::string list_keys(const std::string& section) {
+  std::string out;
+  for (const Field& f : fields())
+    if (section == f.section) out += std::string(out.empty() ? "" : ", ") + f.key;
+  return out;
+}
+
+// ---- value text -------------------------------------------------------------
+
+// Shortest decimal text that reads back as exactly `v`, always a TOML float.
+std::string format_double(double v) {
+  char buf[64];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  std::string s = buf;
+  // 60 reads better as 60.0 than as 6e+01.
+  if (s.find("e+") != std::string::npos && v == static_cast<double>(static_cast<int64_t>(v)) &&
+      std::abs(v) < 1e15) {
+    std::snprintf(buf, sizeof buf, "%.1f", v);
+    s = buf;
+  }
+  if (s == "-nan") s = "nan";
+  if (s.find_first_of(".eni") == std::string::npos) s += ".0";
+  return s;
+}
+
+// A TOML basic string: json::quote escapes all that TOML requires.
+using json::quote;
+
+std::string format_bound(double v) {
+  return v == static_cast<double>(static_cast<int64_t>(v)) ? std::to_string(static_cast<int64_t>(v))
+                                                           : format_double(v);
+}
+
+// The field's value in c as TOML text.
+std::string format_field(const Field& f, const Config& c) {
+  switch (f.kind) {
+    case Kind::Int: return std::to_string(f.get<int64_t>(c));
+    case Kind::Double: return format_double(f.get<double>(c));
+    case Kind::Bool: return f.get<bool>(c) ? "true" : "false";
+    case Kind::String: return quote(f.get<std::string>(c));
+    case Kind::IntList: {
+      if (f.rule.minus_one_ok && f.get<std::vector<int64_t>>(c) == std::vector<int64_t>{-1}) return quote("auto");
+      std::string out = "[";
+      for (int64_t v : f.get<std::vector<int64_t>>(c))
+        out += (out.size() > 1 ? ", " : "") + std::to_string(v);
+      return out + "]";
+    }
+    case Kind::WeightedPaths: {
+      std::string out = "[";
+      for (const WeightedPath& w : f.get<std::vector<WeightedPath>>(c))
+        out += (out.size() > 1 ? ", [" : "[") + format_double(w.weight) + ", " + quote(w.path) + "]";
+      return out + "]";
+    }
+  }
+  return "?";
+}
+
+std::string node_text(const toml::node& n) {
+  if (n.is_string()) return quote(n.as_string()->get());  // toml++ would print 'literal'
+  std::ostringstream os;
+  n.visit([&os](const auto& x) { os << x; });
+  return os.str();
+}
+
+// ---- rules ------------------------------------------------------------------
+
+std::string bounds_text(const Rule& r) {
+  const bool has_lo = r.lo > -kInf, has_hi = r.hi < kInf;
+  if (has_lo && has_hi) {
+    return " in " + std::string(r.lo_open ? "(" : "[") + format_bound(r.lo) + ", " +
+           format_bound(r.hi) + (r.hi_open ? ")" : "]");
+  }
+  if (has_lo) return std::string(r.lo_open ? " > " : " >= ") + format_bound(r.lo);
+  if (has_hi) return std::string(r.hi_open ? " < " : " <= ") + format_bound(r.hi);
+  return "";
+}
+
+std::string expectation(const Field& f) {
+  const Rule& r = f.rule;
+  if (!r.described.empty()) return r.described;
+  switch (f.kind) {
+    case Kind::Int:
+      return r.minus_one_ok ? "-1 (auto) or an integer" + bounds_text(r) : "an integer" + bounds_text(r);
+    case Kind::Double: return "a finite number" + bounds_text(r);
+    case Kind::Bool: return "true or false";
+    case Kind::String: {
+      if (r.choices.empty()) return "a string";
+      std::string out = "one of ";
+      for (size_t i = 0; i < r.choices.size(); ++i) out += (i ? ", " : "") + quote(r.choices[i]);
+      return out;
+    }
+    case Kind::IntList:
+      return (r.minus_one_ok ? "\"auto\" or an array of integers" : "an array of integers") + bounds_text(r);
+    case Kind::WeightedPaths: return "an array of [weight, prefix] pairs, each weight a finite number" + bounds_text(r);
+  }
+  return "?";
+}
+
+std::string type_name(Kind k) {
+  switch (k) {
+    case Kind::Int: return "integer";
+    case Kind::Double: return "number";
+    case Kind::Bool: return "boolean";
+    case Kind::String: return "string";
+    case Kind::IntList: return "array of integers";
+    case Kind::WeightedPaths: return "array of [number, string] pairs";
+  }
+  return "?";
+}
+
+bool in_bounds(const Rule& r, double v) {
+  // Every number is finite: inf passes "> 0" as NaN does not, and means nothing
+  // as a learning rate, an epsilon or a timeout (NaN fails the bounds below too).
+  if (!std::isfinite(v)) return false;
+  const bool lo_ok = r.lo_open ? v > r.lo : v >= r.lo;
+  const bool hi_ok = r.hi_open ? v < r.hi : v <= r.hi;
+  return lo_ok && hi_ok;
+}
+
+bool allowed(const Field& f, const Config& c) {
+  const Rule& r = f.rule;
+  switch (f.kind) {
+    case Kind::Int: {
+      const int64_t v = f.get<int64_t>(c);
+      return (r.minus_one_ok && v == -1) || in_bounds(r, static_cast<double>(v));
+    }
+    case Kind::Double: return in_bounds(r, f.get<double>(c));
+    case Kind::Bool: return true;
+    case Kind::String: {
+      if (r.choices.empty()) return true;
+      for (const auto& choice : r.choices)
+        if (f.get<std::string>(c) == choice) return true;
+      return false;
+    }
+    case Kind::IntList:
+      if (r.minus_one_ok && f.get<std::vector<int64_t>>(c) == std::vector<int64_t>{-1}) return true;
+      for (int64_t v : f.get<std::vector<int64_t>>(c))
+        if (!in_bounds(r, static_cast<double>(v))) return false;
+      return true;
+    case Kind::WeightedPaths:
+      for (const WeightedPath& w : f.get<std::vector<WeightedPath>>(c))
+        if (!in_bounds(r, w.weight)) return false;
+      return true;
+  }
+  return false;
+}
+
+// ---- setting keys -----------------------------------------------------------
+
+// Stores n into f's member of c; false when n has the wrong type (an integer is
+// accepted for a number, a float never for an integer).
+bool assign(const Field& f, const toml::node& n, Config& c) {
+  switch (f.kind) {
+    case Kind::Int:
+      if (!n.is_integer()) return false;
+      f.get<int64_t>(c) = n.as_integer()->get();
+      return true;
+    case Kind::Double:
+      if (n.is_floating_point()) {
+        f.get<double>(c) = n.as_floating_point()->get();
+      } else if (n.is_integer()) {
+        f.get<double>(c) = static_cast<double>(n.as_integer()->get());
+      } else {
+        return false;
+      }
+      return true;
+    case Kind::Bool:
+      if (!n.is_boolean()) return false;
+      f.get<bool>(c) = n.as_boolean()->get();
+      return true;
+    case Kind::String:
+      if (!n.is_string()) return false;
+      f.get<std::string>(c) = n.as_string()->get();
+      return true;
+    case Kind::IntList: {
+      if (f.rule.minus_one_ok && n.is_string() && n.as_string()->get() == "auto") {
+        f.get<std::vector<int64_t>>(c) = {-1};
+        return true;
+      }
+      const toml::array* arr = n.as_array();
+      if (!arr) return false;
+      std::vector<int64_t> out;
+      for (const toml::node& e : *arr) {
+        if (!e.is_integer()) return false;
+        out.push_back(e.as_integer()->get());
+      }
+      f.get<std::vector<int64_t>>(c) = std::move(out);
+      return true;
+    }
+    case Kind::WeightedPaths: {  // [[0.7, "a"], [0.3, "b"]]: TOML arrays may mix types
+      const toml::array* arr = n.as_array();
+      if (!arr) return false;
+      std::vector<WeightedPath> out;
+      for (const toml::node& e : *arr) {
+        const toml::array* pair = e.as_array();
+        if (!pair || pair->size() != 2 || !(*pair)[1].is_string()) return false;
+        const toml::node& w = (*pair)[0];
+        if (!w.is_floating_point() && !w.is_integer()) return false;
+        out.push_back({w.is_integer() ? static_cast<double>(w.as_integer()->get()) : w.as_floating_point()->get(),
+                       (*pair)[1].as_string()->get()});
+      }
+      f.get<std::vector<WeightedPath>>(c) = std::move(out);
+      return true;
+    }
+  }
+  return false;
+}
+
+[[noreturn]] void bad_value(const std::string& where, const Field& f, const std::string& value,
+                            const std::string& suffix) {
+  throw ConfigError(where + ": " + f.name() + " = " + value + ": expected " + expectation(f) + suffix);
+}
+
+void set_field(const Field& f, const toml::node& n, Config& c, const std::string& where,
+               const std::string& suffix) {
+  if (!assign(f, n, c)) bad_value(where, f, node_text(n), suffix);
+  if (!allowed(f, c)) bad_value(where, f, format_field(f, c), suffix);
+}
+
+std::string line_of(const toml::node& n) {
+  return " (line " + std::to_string(n.source().begin.line) + ")";
+}
+
+void read_sections(const toml::table& root, const std::string& name, Config& c) {
+  for (const auto& [k, node] : root) {
+    const std::string section(k.str());
+    if (!is_section(section)) {
+      throw ConfigError(name + ": unknown " + (node.is_table() ? "section [" + section + "]" : "top-level key " + section) +
+                        line_of(node) + ": expected one of " + list_sections());
+    }
+    const toml::table* tbl = node.as_table();
+    if (!tbl) throw ConfigError(name + ": " + section + " must be a table [" + section + "]" + line_of(node));
+    for (const auto& [kk, value] : *tbl) {
+      const std::string key(kk.str());
+      const Field* f = find_field(section, key);
+      if (!f) {
+        throw ConfigError(name + ": unknown key " + section + "." + key + line_of(value) + ": keys of [" +
+                          section + "] are " + list_keys(section));
+      }
+      set_field(*f, value, c, name, line_of(value));
+    }
+  }
+}
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
+}
+
+// `section.key=value`, the value read as TOML; a string key also takes bare text.
+void apply_override(const std::string& ov, Config& c, const std::string& name) {
+  const std::string where = name + ": --set " + ov;
+  const auto eq = ov.find('=');
+  const std::string path = trim(ov.substr(0, eq));
+  const auto dot = path.find('.');
+  if (eq == std::string::npos || dot == std::string::npos || dot == 0 || dot + 1 == path.size()) {
+    throw ConfigError("--set " + ov + ": expected section.key=value, e.g. training.lr=3e-4");
+  }
+  const std::string section = path.substr(0, dot), key = path.substr(dot + 1);
+  const Field* f = find_field(section, key);
+  if (!f) {
+    const std::string hint = is_section(section) ? "keys of [" + section + "] are " + list_keys(section)
+                                                 : "sections are " + list_sections();
+    throw ConfigError("--set " + ov + ": unknown key " + path + ": " + hint);
+  }
+  const std::string text = trim(ov.substr(eq + 1));
+  toml::table parsed;
+  bool ok = false;
+  try {
+    const std::string doc = "v = " + text;
+    parsed = toml::parse(std::string_view(doc), std::string_view("--set"));
+    ok = parsed.size() == 1;  // "1\nx = 2" must not smuggle in a second key
+  } catch (const toml::parse_error&) {
+  }
+  if (f->kind == Kind::String && (!ok || !parsed.get("v")->is_string())) {
+    f->get<std::string>(c) = text;  // bare string: --set schedule.kind=interleaved
+    if (!allowed(*f, c)) bad_value(where, *f, quote(text), "");
+    return;
+  }
+  if (f->kind == Kind::IntList && f->rule.minus_one_ok && text == "auto") {  // --set parallel.pipeline_layers=auto
+    f->get<std::vector<int64_t>>(c) = {-1};
+    return;
+  }
+  if (!ok) bad_value(where, *f, text, " (values are read as TOML)");
+  set_field(*f, *parsed.get("v"), c, where, "");
+}
+
+[[noreturn]] void fail(const Config& c, const std::string& msg) { throw ConfigError(c.source + ": " + msg); }
+
+std::string n(int64_t v) { return std::to_string(v); }
+
+}  // namespace
+
+// ---- public API ---------------------------------------------------------------
+
+Config parse_config(const std::string& toml_text, const std::string& name,
+                    const std::vector<std::string>& overrides) {
+  toml::table root;
+  try {
+    root = toml::parse(std::string_view(toml_text), std::string_view(name));
+  } catch (const toml::parse_error& e) {
+    const auto& at = e.source().begin;
+    throw ConfigError(name + ":" + n(at.line) + ":" + n(at.column) + ": invalid TOML: " +
+                      std::string(e.description()));
+  }
+  Config c;
+  c.source = name;
+  read_sections(root, name, c);
+  for (const std::string& ov : overrides) apply_override(ov, c, name);
+  check_config(c);
+  return c;
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  std::ifstream in(path, std::ios::binary);
+  if (!in || std::filesystem::is_directory(path, ec)) {
+    throw ConfigError("cannot open config file '" + path + "'");
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_config(text.str(), path, overrides);
+}
+
+// ---- cross-field checks ----------------------------------------------------------
+// Each rule is written once, here; the components that rely on one assert it.
+namespace {
+
+// ---- sizes ------------------------------------------------------------------
+// NOTE [size checks] Every size product (parameters, a micro-batch's logits,
+// tokens) is computed here in long double, which cannot overflow at any int64
+// inputs, and refused when it would not fit int64 bytes: after this check the
+// model, the data and the schedule compute their sizes in int64 safely.
+// check_host_resources() then compares a lower bound of a rank's memory with
+// the host's, before anything is allocated or any rank is met.
+using Big = long double;
+constexpr Big kMaxBytes = 9.2e18L;  // int64's 9223372036854775807, rounded down
+
+std::string big(Big v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3Lg", v);
+  return buf;
+}
+
+// The model's parameters (tp = pp = 1): per block the attention (q, o: hidden^2
+// each; k, v: hidden x kv_heads x head_dim each) and the MLP (2 matrices for
+// gpt, 3 for llama's SwiGLU), plus the embedding and an untied head. Biases
+// and norms are left out: this is a lower bound.
+Big model_params(const ModelConfig& m) {
+  const Big h = m.hidden, kv_width = Big(m.kv()) * (Big(m.hidden) / Big(m.heads));
+  const Big ffn = m.ffn_hidden > 0 ? Big(m.ffn_hidden) : 4 * h;
+  const Big block = 2 * h * h + 2 * h * kv_width + (m.arch == "llama" ? 3 : 2) * h * ffn;
+  const Big embed = Big(m.vocab_size) * h * (m.tie_embeddings ? 1 : 2) + (m.arch == "gpt" ? Big(m.seq_len) * h : 0);
+  return Big(m.layers) * block + embed;
+}
+
+void check_sizes(const Config& c) {
+  const ModelConfig& m = c.model;
+  const TrainingConfig& t = c.training;
+  const Big params = model_params(m);
+  if (params * 4 > kMaxBytes) {
+    fail(c, "model.layers (" + n(m.layers) + ") x model.hidden (" + n(m.hidden) + ")^2 (and model.ffn_hidden, "
+            "model.vocab_size): about " + big(params) + " parameters, " + big(params * 4) +
+            " bytes, overflow int64 (NOTE [size checks]): expected a model under 2.3e18 parameters");
+  }
+  const Big logits = Big(t.micro_batch_size) * Big(m.seq_len) * Big(m.vocab_size);
+  if (logits * 4 > kMaxBytes) {
+    fail(c, "training.micro_batch_size (" + n(t.micro_batch_size) + ") x model.seq_len (" + n(m.seq_len) +
+            ") x model.vocab_size (" + n(m.vocab_size) + ") = " + big(logits) +
+            " logits of one micro-batch overflow int64 bytes (NOTE [size checks])");
+  }
+  const Big step_tokens = Big(t.global_batch_size) * Big(m.seq_len + 1);
+  if (step_tokens * 8 > kMaxBytes) {
+    fail(c, "training.global_batch_size (" + n(t.global_batch_size) + ") x model.seq_len (" + n(m.seq_len) +
+            ") = " + big(step_tokens) + " tokens per step overflow int64 bytes (NOTE [size checks])");
+  }
+  if (Big(c.data.synthetic_tokens) * 2 * 4 > kMaxBytes) {  // training and validation tokens, uint32 each
+    fail(c, "data.synthetic_tokens (" + n(c.data.synthetic_tokens) + ") overflows int64 bytes (NOTE [size checks])");
+  }
+  const int64_t max_int = std::numeric_limits<int>::max();
+  if (t.global_batch_size / t.micro_batch_size > max_int) {
+    fail(c, "training.global_batch_size (" + n(t.global_batch_size) + ") / training.micro_batch_size (" +
+            n(t.micro_batch_size) + ") = " + n(t.global_batch_size / t.micro_batch_size) +
+            " micro-batches: expected at most " + n(max_int) + " (a schedule counts them in int)");
+  }
+  for (const auto& [value, key] : {std::pair{m.layers, "model.layers"}, std::pair{m.heads, "model.heads"},
+                                   std::pair{c.parallel.tp, "parallel.tp"}, std::pair{c.parallel.pp, "parallel.pp"},
+                                   std::pair{c.parallel.dp, "parallel.dp"}, std::pair{c.schedule.chunks, "schedule.chunks"}}) {
+    if (value > max_int) fail(c, std::string(key) + " = " + n(value) + ": expected at most " + n(max_int));
+  }
+}
+
+// Shapes the model needs for its TP plan (models/gpt/gpt.cpp asserts them).
+// Keys of one family set under another, and the Llama-only shapes.
+void check_model_family(const Config& c) {
+  const ModelConfig& m = c.model;
+  const ModelConfig d;  // the defaults
+  const bool llama = m.arch == "llama";
+  if (!llama) {
+    const auto refuse = [&](bool set, const std::string& key) {
+      if (set) fail(c, key + " is a llama key: model.arch = " + quote(m.arch) + " does not read it");
+    };
+    refuse(m.kv_heads != 0 && m.kv_heads != m.heads, "model.kv_heads (" + n(m.kv_heads) + ")");
+    refuse(!m.tie_embeddings, "model.tie_embeddings = false");
+    refuse(m.rope_theta != d.rope_theta, "model.rope_theta");
+    refuse(m.rope_scaling != d.rope_scaling, "model.rope_scaling");
+  }
+  if (m.rope_scaling != "llama3") {
+    const auto refuse = [&](bool set, const std::string& key) {
+      if (set) fail(c, key + " is read only with model.rope_scaling = \"llama3\", got " + quote(m.rope_scaling));
+    };
+    refuse(m.rope_factor != d.rope_factor, "model.rope_factor");
+    refuse(m.rope_low_freq_factor != d.rope_low_freq_factor, "model.rope_low_freq_factor");
+    refuse(m.rope_high_freq_factor != d.rope_high_freq_factor, "model.rope_high_freq_factor");
+    refuse(m.rope_original_max_position != d.rope_original_max_position, "model.rope_original_max_position");
+  } else if (m.rope_high_freq_factor <= m.rope_low_freq_factor) {
+    fail(c, "model.rope_high_freq_factor (" + format_double(m.rope_high_freq_factor) +
+                ") must exceed model.rope_low_freq_factor (" + format_double(m.rope_low_freq_factor) + ")");
+  }
+  if (!llama) return;
+  if (m.ffn_hidden == 0)
+    fail(c, "model.ffn_hidden must be set for model.arch = \"llama\" (the SwiGLU width; Llama 3 8B uses 14336)");
+  if (m.dropout > 0) fail(c, "model.dropout = " + format_double(m.dropout) + ": llama has no dropout, expected 0");
+  if (m.heads % m.kv() != 0)
+    fail(c, "model.kv_heads (" + n(m.kv()) + ") must divide model.heads (" + n(m.heads) + ")");
+  if (m.kv() % c.parallel.tp != 0) {
+    fail(c, "parallel.tp (" + n(c.parallel.tp) + ") must divide model.kv_heads (" + n(m.kv()) +
+                "): each tensor-parallel rank holds whole key/value heads");
+  }
+  if (m.hidden % m.heads == 0 && m.head_dim() % 2 != 0)
+    fail(c, "model.hidden / model.heads (" + n(m.head_dim()) + ") must be even for rotary embeddings");
+}
+
+void check_model_shape(const Config& c) {
+  check_model_family(c);
+  const ModelConfig& m = c.model;
+  const ParallelConfig& p = c.parallel;
+  if (m.hidden % m.heads != 0)
+    fail(c, "model.hidden (" + n(m.hidden) + ") must be divisible by model.heads (" + n(m.heads) + ")");
+  if (m.heads % p.tp != 0)
+    fail(c, "parallel.tp (" + n(p.tp) + ") must divide model.heads (" + n(m.heads) + ")");
+  if (m.ffn() % p.tp != 0) {
+    fail(c, "parallel.tp (" + n(p.tp) + ") must divide the MLP width (" + n(m.ffn()) +
+                (m.ffn_hidden > 0 ? ", model.ffn_hidden)" : ", 4 x model.hidden)"));
+  }
+  if (m.padded_vocab(p.tp) % p.tp != 0)
+    fail(c, "parallel.tp (" + n(p.tp) + ") must divide the padded vocabulary (" + n(m.padded_vocab(p.tp)) + ")");
+  if (p.sequence_parallel && m.seq_len % p.tp != 0) {
+    fail(c, "parallel.sequence_parallel needs model.seq_len (" + n(m.seq_len) +
+                ") divisible by parallel.tp (" + n(p.tp) + ")");
+  }
+  if (m.dropout > 0 && p.tp > 1) {
+    fail(c, "model.dropout = " + format_double(m.dropout) + " with parallel.tp = " + n(p.tp) +
+                ": expected model.dropout = 0 when parallel.tp > 1 (dropout under tensor parallelism is not "
+                "supported yet)");
+  }
+  const std::string& rc = c.training.recompute;
+  if (rc != "none" && m.dropout > 0) {
+    // Recomputation replays the CPU generator's state, but a test found the
+    // losses of a dropout run still differ from not recomputing.
+    fail(c, "training.recompute = " + quote(rc) + " with model.dropout = " + format_double(m.dropout) +
+                ": expected training.recompute = \"none\" or model.dropout = 0 (recomputation with dropout is "
+                "not supported yet)");
+  }
+}
+
+// Layers per model chunk (models/gpt/gpt.cpp's split_layers asserts the result).
+void check_pipeline_split(const Config& c) {
+  const ParallelConfig& p = c.parallel;
+  const int64_t layers = c.model.layers, chunks = c.schedule.chunks > 0 ? c.schedule.chunks : kind_chunks(c.schedule.kind),
+                model_chunks = p.pp * chunks;
+  if (p.auto_split()) {
+    if (layers < model_chunks)
+      fail(c, "parallel.pipeline_layers = \"auto\" needs at least one layer per model chunk: model.layers (" +
+                  n(layers) + ") < parallel.pp x schedule.chunks (" + n(model_chunks) + ")");
+  } else if (p.pipeline_layers.empty()) {
+    if (layers % model_chunks != 0) {
+      fail(c, "model.layers (" + n(layers) + ") must be divisible by parallel.pp (" + n(p.pp) +
+                  ") x schedule.chunks (" + n(chunks) + ") = " + n(model_chunks) +
+                  ", or give parallel.pipeline_layers");
+    }
+  } else {
+    if (static_cast<int64_t>(p.pipeline_layers.size()) != model_chunks) {
+      fail(c, "parallel.pipeline_layers has " + n(p.pipeline_layers.size()) + " entries but parallel.pp (" +
+                  n(p.pp) + ") x schedule.chunks (" + n(chunks) + ") = " + n(model_chunks));
+    }
+    int64_t sum = 0;
+    for (int64_t v : p.pipeline_layers) sum += v;
+    if (sum != layers)
+      fail(c, "parallel.pipeline_layers sums to " + n(sum) + " but model.layers = " + n(layers));
+  }
+}
+
+void check_schedule(const Config& c) {
+  const ScheduleConfig& s = c.schedule;
+  if (s.chunks > 1 && s.kind != "interleaved" && s.kind != "file" && s.kind != "zb-v" && s.kind != "dualpipev") {
+    fail(c, "schedule.chunks = " + n(s.chunks) + " needs schedule.kind = \"interleaved\", \"zb-v\", \"dualpipev\" or \"file\", got " +
+                quote(s.kind));
+  }
+  if (kind_chunks(s.kind) == 2 && s.chunks != 2 && s.chunks != 0)
+    fail(c, "schedule.chunks = " + n(s.chunks) + ": schedule.kind = " + quote(s.kind) +
+                " runs 2 chunks per rank (leave schedule.chunks out, or set 2)");
+  if (s.kind == "file" && s.file.empty()) fail(c, "schedule.kind = \"file\" needs schedule.file");
+  if (s.kind != "file" && !s.file.empty()) {
+    fail(c, "schedule.file = " + quote(s.file) + " with schedule.kind = " + quote(s.kind) +
+                ": expected schedule.kind = \"file\", or no schedule.file (it would be ignored)");
+  }
+}
+
+// The global batch splits into micro-batches on each of dp ranks.
+void check_batch_split(const Config& c, int64_t dp) {
+  const TrainingConfig& t = c.training;
+  if (t.global_batch_size % (t.micro_batch_size * dp) != 0) {
+    fail(c, "training.global_batch_size (" + n(t.global_batch_size) +
+                ") must be divisible by training.micro_batch_size (" + n(t.micro_batch_size) +
+                ") x parallel.dp (" + n(dp) + ") = " + n(t.micro_batch_size * dp));
+  }
+}
+
+void check_training(const Config& c) {
+  const TrainingConfig& t = c.training;
+  const ParallelConfig& p = c.parallel;
+  if (t.global_batch_size % t.micro_batch_size != 0) {
+    fail(c, "training.global_batch_size (" + n(t.global_batch_size) +
+                ") must be divisible by training.micro_batch_size (" + n(t.micro_batch_size) + ")");
+  }
+  if (p.dp >= 1) check_batch_split(c, p.dp);
+  if (t.min_lr > t.lr)
+    fail(c, "training.min_lr (" + format_double(t.min_lr) + ") must be <= training.lr (" + format_double(t.lr) + ")");
+  if (p.backend == "nccl" && t.device != "cuda")
+    fail(c, "parallel.backend = \"nccl\" needs training.device = \"cuda\" (NCCL moves device memory only), got " +
+                quote(t.device));
+  if (p.backend == "nccl-rules" && t.device != "cpu")
+    fail(c, "parallel.backend = \"nccl-rules\" is a CPU test backend (Gloo with NCCL's point-to-point rules) and needs "
+            "training.device = \"cpu\", got " + quote(t.device));
+  if (p.backend == "gloo" && t.device == "cuda")
+    fail(c, "parallel.backend = \"gloo\" with training.device = \"cuda\" is not supported: Gloo's send/recv read "
+            "host memory, so the pipeline's device buffers cannot travel over it (use \"nccl\" or \"auto\")");
+  if (c.logging.trace && c.logging.trace_step > t.steps) {
+    fail(c, "logging.trace_step = " + n(c.logging.trace_step) + " but training.steps = " + n(t.steps) +
+                ": expected logging.trace_step <= training.steps when logging.trace = true (no step would be traced)");
+  }
+}
+
+void check_data(const Config& c) {
+  const DataConfig& d = c.data;
+  if (d.source == "file" && d.path.empty() && d.paths.empty())
+    fail(c, "data.source = \"file\" needs data.path (the prefix written by `trident data prepare`) or data.paths");
+  if (!d.path.empty() && !d.paths.empty())
+    fail(c, "data.path = " + quote(d.path) + " and data.paths: expected one of them (data.paths is a blend)");
+  if (!d.paths.empty() && d.source != "file")
+    fail(c, "data.paths reads files: it needs data.source = \"file\", got " + quote(d.source));
+  if (d.format == "megatron" && d.source != "file")
+    fail(c, "data.format = \"megatron\" reads data.path: it needs data.source = \"file\", got " + quote(d.source));
+  if (!d.split.empty() && d.format != "megatron")
+    fail(c, "data.split = " + quote(d.split) + " with data.format = " + quote(d.format) +
+                ": expected data.format = \"megatron\" (a Trident token file is split when prepared: "
+                "PREFIX.train.bin and PREFIX.val.bin)");
+  if (!d.split.empty()) {
+    try {
+      const auto shares = data::parse_split(d.split);
+      if (c.training.eval_interval > 0 && shares[1] == 0)
+        fail(c, "data.split = " + quote(d.split) + " has no valid share but training.eval_interval = " +
+                    n(c.training.eval_interval) + ": expected a second part > 0");
+    } catch (const data::DataError& e) {
+      fail(c, e.what());
+    }
+  }
+  if (d.format == "megatron" && c.training.eval_interval > 0 && d.split.empty())
+    fail(c, "data.format = \"megatron\" with training.eval_interval = " + n(c.training.eval_interval) +
+                " needs data.split (e.g. \"969,30,1\"): without it every document trains and none validates");
+  if (d.source == "synthetic" && !d.path.empty()) {
+    fail(c, "data.path = " + quote(d.path) + " with data.source = \"synthetic\": expected data.source = \"file\", "
+                "or no data.path (synthetic data reads no file)");
+  }
+  if (d.source == "synthetic" && d.synthetic_tokens <= c.model.seq_len) {
+    fail(c, "data.synthetic_tokens (" + n(d.synthetic_tokens) + ") must exceed model.seq_len (" +
+                n(c.model.seq_len) + "): a sample needs seq_len + 1 tokens");
+  }
+  if (!d.tokenizer_dir.empty() && d.tokenizer == "byte") {
+    fail(c, "data.tokenizer_dir = " + quote(d.tokenizer_dir) + " with data.tokenizer = " + quote(d.tokenizer) +
+                ": expected data.tokenizer = \"gpt2\" or \"hf\", or no data.tokenizer_dir (only gpt2 and hf read "
+                "a vocabulary directory)");
+  }
+  if (d.tokenizer == "hf" && d.tokenizer_dir.empty())
+    fail(c, "data.tokenizer = \"hf\" needs data.tokenizer_dir (the folder holding tokenizer.json)");
+}
+
+void check_checkpoint(const Config& c) {
+  if (c.checkpoint.interval > 0 && c.checkpoint.dir.empty())
+    fail(c, "checkpoint.interval = " + n(c.checkpoint.interval) + " needs checkpoint.dir");
+  if (c.checkpoint.resume && c.checkpoint.dir.empty()) fail(c, "checkpoint.resume = true needs checkpoint.dir");
+  if (c.training.exit_after_steps > 0 && c.checkpoint.dir.empty())
+    fail(c, "training.exit_after_steps = " + n(c.training.exit_after_steps) +
+                " needs checkpoint.dir: the run would stop with nothing to continue from");
+}
+
+}  // namespace
+
+void check_config(const Config& c) {
+  for (const Field& f : fields()) {
+    if (!allowed(f, c)) bad_value(c.source, f, format_field(f, c), "");
+  }
+  check_sizes(c);  // before any product below is formed in int64
+  check_model_shape(c);
+  check_pipeline_split(c);
+  check_schedule(c);
+  check_training(c);
+  check_data(c);
+  check_checkpoint(c);
+}
+
+void check_host_resources(const Config& c, int64_t ranks_on_host, int64_t host_bytes, int64_t host_cores) {
+  const ModelConfig& m = c.model;
+  const ParallelConfig& p = c.parallel;
+  const TrainingConfig& t = c.training;
+  if (host_cores > 0 && t.threads > host_cores) {
+    fail(c, "training.threads = " + n(t.threads) + " but this host has " + n(host_cores) +
+                " cores: expected at most " + n(host_cores) + " (more threads than cores only contend)");
+  }
+  if (host_bytes <= 0 || t.device != "cpu") return;  // cuda: the device's memory, which the planner models
+  // A lower bound of one rank's memory (NOTE [size checks]): its share of the
+  // parameters with their fp32 weight, gradient and AdamW moments (16 bytes;
+  // ZeRO-1 shards the moments over dp), one micro-batch's fp32 logits, and the
+  // synthetic tokens (uint32, training and validation).
+  const Big dp = p.dp > 0 ? Big(p.dp) : 1;
+  const Big params = model_params(m) / (Big(p.tp) * Big(p.pp));
+  const Big state = params * (8 + (p.zero == 1 ? 8 / dp : 8));
+  const Big logits = Big(t.micro_batch_size) * Big(m.seq_len) * Big(m.vocab_size) / Big(p.tp) * 4;
+  const Big tokens = c.data.source == "synthetic" ? Big(c.data.synthetic_tokens) * 4 : 0;
+  const Big rank = state + logits + tokens, total = rank * Big(std::max<int64_t>(ranks_on_host, 1));
+  if (total > Big(host_bytes)) {
+    fail(c, "needs at least " + big(total) + " bytes of host memory but this host has " + big(host_bytes) +
+                " (MemTotal): " + n(ranks_on_host) + " rank(s) x (" + big(params) +
+                " parameters of model.layers = " + n(m.layers) + ", model.hidden = " + n(m.hidden) +
+                ", model.vocab_size = " + n(m.vocab_size) + " over parallel.tp x parallel.pp, 16 bytes each with "
+                "AdamW: " + big(state) + "; logits of training.micro_batch_size x model.seq_len x model.vocab_size: " +
+                big(logits) + "; data.synthetic_tokens: " + big(tokens) + ")");
+  }
+}
+
+void check_schedule_kind(const Config& c, const std::vector<std::string>& generator_kinds) {
+  const std::string& kind = c.schedule.kind;
+  if (kind == "file") return;
+  std::string known;
+  for (const std::string& k : generator_kinds) {
+    if (kind == k) return;
+    known += (known.empty() ? "" : ", ") + quote(k);
+  }
+  fail(c, "schedule.kind = " + quote(kind) + ": expected one of " + known + " or \"file\"");
+}
+
+void check_layout_factors(const std::string& where, int64_t world, int64_t tp, int64_t pp, int64_t dp) {
+  const std::string factors = "tp(" + n(tp) + ") x pp(" + n(pp) + ") x dp(" + n(dp) + ")";
+  if (world < 1 || tp < 1 || pp < 1 || dp < 1) {
+    throw ConfigError(where + ": every factor must be >= 1, got " + factors + " with WORLD_SIZE = " + n(world));
+  }
+  const int64_t product = tp * pp * dp;
+  if (product != world) {
+    throw ConfigError(where + ": " + factors + " = " + n(product) + " but WORLD_SIZE = " + n(world));
+  }
+}
+
+void resolve_world(Config& c, int64_t world_size) {
+  ParallelConfig& p = c.parallel;
+  if (world_size < 1) fail(c, "WORLD_SIZE = " + n(world_size) + ": expected an integer >= 1");
+  if (p.dp == -1) {
+    if (world_size % (p.tp * p.pp) != 0) {
+      fail(c, "parallel: WORLD_SIZE = " + n(world_size) + " is not divisible by tp(" + n(p.tp) + ") x pp(" +
+                  n(p.pp) + ") = " + n(p.tp * p.pp) + " (parallel.dp = -1 asks for world / (tp x pp))");
+    }
+    p.dp = world_size / (p.tp * p.pp);
+  }
+  check_layout_factors(c.source + ": parallel", world_size, p.tp, p.pp, p.dp);
+  check_batch_split(c, p.dp);
+}
+
+int64_t num_microbatches(const Config& c) {
+  const int64_t dp = c.parallel.dp;
+  if (dp < 1) fail(c, "parallel.dp = " + n(dp) + " is unresolved: call resolve_world first");
+  return c.training.global_batch_size / (c.training.micro_batch_size * dp);
+}
+
+std::string to_toml(const Config& c) {
+  std::ostringstream os;
+  os << "# Trident config: every key with its effective value (from " << c.source << ").\n";
+  std::string section;
+  for (const Field& f : fields()) {
+    if (section != f.section) {
+      section = f.section;
+      os << "\n[" << section << "]\n";
+    }
+    std::string line = std::string(f.key) + " = " + format_field(f, c);
+    if (line.size() < 32) line.resize(32, ' ');
+    os << line << "  # " << f.doc << "\n";
+  }
+  return os.str();
+}
+
+bool operator==(const Config& a, const Config& b) {
+  for (const Field& f : fields()) {
+    bool same = false;
+    switch (f.kind) {
+      case Kind::Int: same = f.get<int64_t>(a) == f.get<int64_t>(b); break;
+      case Kind::Double: same = f.get<double>(a) == f.get<double>(b); break;
+      case Kind::Bool: same = f.get<bool>(a) == f.get<bool>(b); break;
+      case Kind::String: same = f.get<std::string>(a) == f.get<std::string>(b); break;
+      case Kind::IntList: same = f.get<std::vector<int64_t>>(a) == f.get<std::vector<int64_t>>(b); break;
+      case Kind::WeightedPaths:
+        same = f.get<std::vector<WeightedPath>>(a) == f.get<std::vector<WeightedPath>>(b);
+        break;
+    }
+    if (!same) return false;
+  }
+  return true;
+}
+
+std::vector<ConfigKey> config_keys() {
+  const Config defaults;
+  std::vector<ConfigKey> out;
+  for (const Field& f : fields())
+    out.push_back({f.name(), type_name(f.kind), format_field(f, defaults), expectation(f), f.doc});
+  return out;
+}
+
+}  // namespace trident

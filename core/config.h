@@ -1,0 +1,194 @@
+// Config sections: one plain struct per TOML section, each with defaults and a
+// one-line reminder per field. What every key means, its allowed values and
+// the checks across keys are documented once, in configs/README.md (its
+// tables are tested against the schema in config.cpp). Pure C++ (no
+// libtorch): parsing and validation live in config.cpp and run before any
+// process group exists.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/errors.h"
+
+namespace trident {
+
+
+struct ModelConfig {
+  std::string arch = "gpt";        // model family: "gpt" (GPT-2) or "llama"
+  int64_t layers = 2;              // transformer blocks
+  int64_t hidden = 64;             // model width
+  int64_t heads = 4;               // attention heads (hidden % heads == 0)
+  int64_t ffn_hidden = 0;          // MLP width; 0 means 4 * hidden
+  int64_t seq_len = 32;            // tokens per sample
+  int64_t vocab_size = 256;        // tokenizer vocabulary (before padding)
+  int64_t vocab_pad_multiple = 8;  // padded vocab is a multiple of this * tp
+  double dropout = 0.0;            // dropout probability (0 keeps runs exact)
+  double init_std = 0.02;          // std of the normal init
+  double layernorm_eps = 1e-5;     // LayerNorm (gpt) or RMSNorm (llama) epsilon
+  std::string init_from;           // Hugging Face directory to start from; empty = random init
+  // Llama only (check_config refuses them for gpt).
+  int64_t kv_heads = 0;                       // key/value heads (grouped-query attention); 0 = heads
+  bool tie_embeddings = true;                 // LM head shares the word embedding (gpt: always)
+  double rope_theta = 10000.0;                // rotary base
+  std::string rope_scaling = "none";          // "none" | "llama3" (Llama 3.1 frequency scaling)
+  double rope_factor = 8.0;                   // llama3 scaling: factor
+  double rope_low_freq_factor = 1.0;          // llama3 scaling: low_freq_factor
+  double rope_high_freq_factor = 4.0;         // llama3 scaling: high_freq_factor
+  int64_t rope_original_max_position = 8192;  // llama3 scaling: original_max_position_embeddings
+
+  int64_t ffn() const { return ffn_hidden > 0 ? ffn_hidden : 4 * hidden; }
+  int64_t kv() const { return kv_heads > 0 ? kv_heads : heads; }
+  int64_t head_dim() const { return hidden / heads; }
+  // Vocabulary padded up to a multiple of vocab_pad_multiple * tp (Megatron).
+  int64_t padded_vocab(int64_t tp) const {
+    const int64_t m = vocab_pad_multiple * tp;
+    return (vocab_size + m - 1) / m * m;
+  }
+};
+
+struct ParallelConfig {
+  int64_t tp = 1;                            // tensor-parallel size
+  int64_t pp = 1;                            // pipeline-parallel size
+  int64_t dp = -1;                           // data-parallel size; -1 = world / (tp * pp)
+  bool sequence_parallel = false;            // shard LayerNorm/dropout regions along seq
+  std::vector<int64_t> pipeline_layers;      // explicit layers per chunk (pp * chunks entries); empty = uniform;
+                                             // [-1] = "auto" (balanced by a profiling pass, see auto_split())
+  std::string backend = "auto";              // "auto" | "gloo" | "nccl"
+  double timeout_s = 60.0;                   // collective timeout in seconds
+  bool auto_split() const { return pipeline_layers == std::vector<int64_t>{-1}; }
+  double dp_bucket_mb = 25.0;                // data-parallel gradient bucket size, MiB
+  bool overlap_grad_reduce = true;           // reduce buckets during the backward
+  int64_t zero = 0;                          // 0 or 1 (ZeRO-1: optimizer state sharded over dp)
+};
+
+struct ScheduleConfig {
+  std::string kind = "1f1b";  // a generator's kind (schedules/generators.h) or "file"
+  int64_t chunks = 0;         // chunks (virtual stages) per pipeline rank; 0 = the kind's: 2 for zb-v, dualpipev, else 1
+  std::string file;           // schedule text file when kind = "file"
+};
+
+struct TrainingConfig {
+  int64_t steps = 10;               // optimizer steps
+  int64_t micro_batch_size = 1;     // samples per micro-batch
+  int64_t global_batch_size = 8;    // samples per step over all DP ranks
+  int64_t seed = 1234;              // seeds init and data order
+  double lr = 1e-3;                 // peak learning rate
+  double min_lr = 1e-4;             // floor of the cosine decay
+  int64_t warmup_steps = 0;         // linear warm-up steps
+  double weight_decay = 0.1;        // AdamW decay (not applied to biases and norms)
+  double beta1 = 0.9;               // AdamW beta1
+  double beta2 = 0.95;              // AdamW beta2
+  double eps = 1e-8;                // AdamW epsilon
+  double grad_clip = 1.0;           // clip by global norm; 0 disables
+  int64_t eval_interval = 0;        // evaluate every N steps; 0 disables
+  int64_t eval_batches = 2;         // validation global batches per evaluation
+  int64_t threads = 1;              // intra-op threads per rank
+  double peak_tflops = 0.0;         // device peak for MFU; 0 = measure a matmul at start-up
+  std::string device = "cpu";       // "cpu" | "cuda"
+  int64_t exit_after_steps = 0;     // stop cleanly after this step, with a checkpoint; 0 = run all steps
+  std::string precision = "fp32";   // "fp32" | "bf16" (fp32 master weights and gradients)
+  std::string recompute = "none";   // "none" | "full" (each block) | "selective" (attention core)
+};
+
+// One entry of data.paths: a dataset prefix and its weight in the blend.
+struct WeightedPath {
+  double weight = 1;
+  std::string path;
+  bool operator==(const WeightedPath& o) const { return weight == o.weight && path == o.path; }
+};
+
+struct DataConfig {
+  std::string source = "synthetic";  // "synthetic" | "file" (a prepared token file)
+  std::string path;                  // prefix written by `trident data prepare`
+  std::string format = "trident";    // "trident" (PREFIX.train.bin, .val.bin) | "megatron" (PREFIX.bin, .idx)
+  std::vector<WeightedPath> paths;   // a blend [[weight, PREFIX], ...] instead of data.path
+  std::string split;                 // megatron: train,valid,test shares by documents ("969,30,1"); "" = all train
+  std::string tokenizer = "byte";    // "byte" | "gpt2"
+  std::string tokenizer_dir;         // directory with encoder.json and vocab.bpe (gpt2) or tokenizer.json (hf)
+  int64_t synthetic_tokens = 65536;  // tokens generated for source = "synthetic"
+};
+
+struct CheckpointConfig {
+  std::string dir;       // where checkpoints go; empty disables
+  int64_t interval = 0;  // also save every N steps; 0 = only at the end of the run
+  int64_t keep = 2;      // complete checkpoints kept in dir (older ones are deleted)
+  bool resume = false;   // continue from dir's latest checkpoint (any layout), if it has one
+};
+
+struct LoggingConfig {
+  std::string dir = "runs/default";  // run directory: config.toml, metrics.jsonl, loss.svg, rank-R.json
+  int64_t log_interval = 1;          // log (step line, metrics.jsonl row, loss reduction) every N steps
+  bool progress = true;              // progress bar when stdout is a terminal
+  bool trace = false;                // write trace.json and timeline.svg of step trace_step
+  int64_t trace_step = 2;            // the step logging.trace records
+  bool tensorboard = false;          // also write the logged rows to a TensorBoard event file in dir
+};
+
+struct Config {
+  ModelConfig model;
+  ParallelConfig parallel;
+  ScheduleConfig schedule;
+  TrainingConfig training;
+  DataConfig data;
+  CheckpointConfig checkpoint;
+  LoggingConfig logging;
+  std::string source = "<defaults>";  // file the config came from (for messages)
+};
+
+// Parses a TOML file, then applies `section.key=value` overrides in order.
+// Throws ConfigError naming file, key, value and expectation.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// Same from a TOML string (tests); `name` stands in for the file in messages.
+Config parse_config(const std::string& toml_text, const std::string& name,
+                    const std::vector<std::string>& overrides = {});
+
+// Every check that needs no world size, each rule written once: per-key
+// ranges, model/TP divisibility, the pipeline split, schedule, batch, data and
+// checkpoint keys. Called by the parsers. Throws ConfigError naming the key,
+// the value and what was expected.
+void check_config(const Config& c);
+// What this host can hold, before anything is allocated (NOTE [size checks] in
+// config.cpp): training.threads at most host_cores, and on training.device =
+// "cpu" a lower bound of ranks_on_host ranks' memory (parameters with AdamW
+// state, a micro-batch's logits, synthetic tokens) at most host_bytes. A value
+// <= 0 skips its check. Throws ConfigError naming the keys and the estimate.
+void check_host_resources(const Config& c, int64_t ranks_on_host, int64_t host_bytes, int64_t host_cores);
+// schedule.kind must be "file" or one of the generators' kinds, passed in
+// because the foundation does not see schedules/ (the trainer hands it
+// sched::schedule_kinds() before any process group exists).
+void check_schedule_kind(const Config& c, const std::vector<std::string>& generator_kinds);
+// The layout arithmetic, for resolve_world and parallel/layout.cpp alike:
+// every factor >= 1 and tp * pp * dp == world. Throws ConfigError, e.g.
+// "<where>: tp(2) x pp(4) x dp(2) = 16 but WORLD_SIZE = 8".
+void check_layout_factors(const std::string& where, int64_t world, int64_t tp, int64_t pp, int64_t dp);
+// Resolves parallel.dp = -1 against the world size, then checks the layout
+// (check_layout_factors) and the batch split over the resolved dp.
+void resolve_world(Config& c, int64_t world_size);
+
+// The effective config as TOML text (every key, defaults included, each with
+// its one-line comment). parse_config(to_toml(c), ...) == c.
+std::string to_toml(const Config& c);
+
+// Micro-batches per step on each DP rank: global_batch_size / (micro_batch_size * dp).
+// Needs a resolved dp (after resolve_world); throws ConfigError otherwise.
+int64_t num_microbatches(const Config& c);
+
+// Every key equal; `source` is ignored.
+bool operator==(const Config& a, const Config& b);
+inline bool operator!=(const Config& a, const Config& b) { return !(a == b); }
+
+// One key of the schema, from the single table that parsing, --set, to_toml
+// and validation all read (configs/README.md documents the same keys).
+struct ConfigKey {
+  std::string name;           // "section.key"
+  std::string type;           // "integer" | "number" | "boolean" | "string" | "array of integers"
+  std::string default_value;  // as TOML text
+  std::string expect;         // constraint, e.g. "an integer >= 1"
+  std::string doc;            // one-line meaning
+};
+std::vector<ConfigKey> config_keys();
+
+}  // namespace trident

@@ -1,0 +1,281 @@
+// Training checkpoints: see checkpointing.h, NOTE [training checkpoint
+// contents] and NOTE [checkpoint commit].
+#include "framework/checkpointing.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <mutex>
+#include <stdexcept>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
+#include <ATen/core/grad_mode.h>
+
+#include "core/atomic_file.h"
+#include "core/checkpoint_store.h"
+#include "core/checkpoint_tensors.h"
+
+namespace trident {
+namespace {
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+// The moments of AdamW as stored: (name prefix, the optimizer's per-segment tensors).
+std::vector<std::pair<std::string, std::vector<at::Tensor>*>> moments(AdamW& opt) {
+  return {{"optim.exp_avg.", &opt.exp_avg()}, {"optim.exp_avg_sq.", &opt.exp_avg_sq()}};
+}
+
+// Every rank says whether its part succeeded; all throw together when any
+// failed, so no rank is left waiting in a later collective for one that gave up.
+void agree(const Group& world, const std::string& error, const std::string& what) {
+  at::Tensor failed = at::zeros({world.size()}, at::kDouble);
+  if (!error.empty()) failed[world.rank].fill_(1.0);
+  all_reduce(world, failed);
+  if (!error.empty()) throw std::runtime_error(what + ": " + error);
+  std::string who;
+  for (int r = 0; r < world.size(); ++r)
+    if (failed[r].item<double>() > 0) who += (who.empty() ? "" : ", ") + std::to_string(world.global(r));
+  if (!who.empty()) throw std::runtime_error(what + ": failed on rank " + who + " (see its message)");
+}
+
+// The generator of `device`: the CPU's, or a CUDA device's own (its dropout draws from it).
+at::Generator generator_of(const c10::Device& device) {
+  return device.is_cuda() ? at::globalContext().defaultGenerator(device) : at::detail::getDefaultCPUGenerator();
+}
+
+std::string rng_state(const c10::Device& device = c10::Device(c10::kCPU)) {
+  at::Generator gen = generator_of(device);
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  const at::Tensor s = gen.get_state().contiguous();
+  return std::string(static_cast<const char*>(s.data_ptr()), static_cast<size_t>(s.numel()));
+}
+
+void set_rng_state(const std::string& bytes, const c10::Device& device = c10::Device(c10::kCPU)) {
+  at::Generator gen = generator_of(device);
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  at::Tensor s = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
+  std::copy(bytes.begin(), bytes.end(), static_cast<char*>(s.data_ptr()));
+  gen.set_state(s);
+}
+
+// A checkpoint of another model would load silently where shapes happen to
+// agree (heads), or load a prefix of it (fewer layers, a smaller padded
+// vocabulary), so the shape-defining keys must match; the error also names
+// the first tensor whose shape differs, with both shapes.
+void check_same_model(const ckpt::Reader& r, const ModelConfig& mine, const std::vector<std::vector<Param>*>& chunks) {
+  const ModelConfig theirs = parse_config(r.meta().config_toml, r.step_dir() + "/manifest.json (config)").model;
+  std::string diff;
+  auto cmp = [&](const std::string& key, const std::string& a, const std::string& b) {
+    if (a != b) diff += (diff.empty() ? "" : "; ") + key + ": " + a + " in the checkpoint, " + b + " in the config";
+  };
+  auto s = [](int64_t v) { return std::to_string(v); };
+  cmp("model.arch", theirs.arch, mine.arch);
+  cmp("model.layers", s(theirs.layers), s(mine.layers));
+  cmp("model.hidden", s(theirs.hidden), s(mine.hidden));
+  cmp("model.heads", s(theirs.heads), s(mine.heads));
+  cmp("MLP width (model.ffn_hidden)", s(theirs.ffn()), s(mine.ffn()));
+  cmp("model.seq_len", s(theirs.seq_len), s(mine.seq_len));
+  cmp("model.vocab_size", s(theirs.vocab_size), s(mine.vocab_size));
+  if (diff.empty()) return;
+  std::string tensor;
+  for (const auto* params : chunks)
+    for (const Param& p : *params) {
+      if (!tensor.empty()) break;
+      if (!r.has(p.info.name))
+        tensor = "tensor " + p.info.name + " " + shape_text(p.info.full_shape) + " is not in the checkpoint";
+      else if (r.full_shape(p.info.name) != p.info.full_shape)
+        tensor = "tensor " + p.info.name + " is " + shape_text(r.full_shape(p.info.name)) +
+                 " in the checkpoint but " + shape_text(p.info.full_shape) + " in this model";
+    }
+  throw ckpt::CheckpointError("checkpoint " + r.step_dir() + " holds another model: " + diff +
+                              (tensor.empty() ? "" : " (" + tensor + ")"));
+}
+
+}  // namespace
+
+std::string latest_checkpoint(const std::string& dir) {
+  const std::string path = dir + "/latest";
+  if (!std::filesystem::exists(path)) return "";
+  std::string name = read_file(path);
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  return name;
+}
+
+void check_checkpoint_dir(const Config& cfg) {
+  const auto& k = cfg.checkpoint;
+  if (k.dir.empty() || k.resume) return;
+  const std::string latest = latest_checkpoint(k.dir);
+  if (!latest.empty())
+    throw ConfigError("checkpoint.dir = \"" + k.dir + "\" already holds a checkpoint (" + latest +
+                      ") with checkpoint.resume = false: expected checkpoint.resume = true (--set checkpoint.resume=true) "
+                      "to continue from it, or another directory");
+}
+
+Checkpointer::Checkpointer(const Config& cfg, ProcessGroups& pgs, std::vector<std::vector<Param>*> chunks,
+                           DataParallel& dp)
+    : cfg_(cfg), pgs_(pgs), chunks_(std::move(chunks)), dp_(dp) {
+  const char* fault = std::getenv("TRIDENT_SAVE_FAULT");
+  if (!fault || !*fault) return;
+  long long step = -1;
+  char tail = 0;
+  if (std::sscanf(fault, "rank=%d,step=%lld%c", &fault_rank_, &step, &tail) != 2 || fault_rank_ < 0 || step < 1)
+    throw std::runtime_error(std::string("TRIDENT_SAVE_FAULT='") + fault +
+                             "': expected \"rank=R,step=S\" (R >= 0, S >= 1)");
+  fault_step_ = step;
+  const auto& k = cfg_.checkpoint;
+  const bool saves = !k.dir.empty() && ((k.interval > 0 && step % k.interval == 0) || step == cfg_.training.steps ||
+                                        step == cfg_.training.exit_after_steps);
+  if (!saves || fault_rank_ >= pgs_.world_size())  // a fault that can never fire would pass a test silently
+    throw std::runtime_error(std::string("TRIDENT_SAVE_FAULT='") + fault + "': this run saves no checkpoint at step " +
+                             std::to_string(step) + " on rank " + std::to_string(fault_rank_));
+}
+
+std::string Checkpointer::layout_text() const {
+  const auto& p = cfg_.parallel;
+  std::string layers;
+  for (int64_t n : p.pipeline_layers) layers += (layers.empty() ? "" : ",") + std::to_string(n);
+  return "tp=" + std::to_string(p.tp) + " pp=" + std::to_string(p.pp) + " dp=" + std::to_string(p.dp) +
+         " chunks=" + std::to_string(cfg_.schedule.chunks) + " zero=" + std::to_string(p.zero) +
+         " pipeline_layers=[" + layers + "]";
+}
+
+int64_t Checkpointer::restore() {
+  const auto& k = cfg_.checkpoint;
+  const bool leader = pgs_.rank() == 0;
+  if (k.dir.empty()) return 0;
+  const std::string latest = latest_checkpoint(k.dir);
+  if (latest.empty()) {
+    if (k.resume && leader)
+      std::cout << "checkpoint.resume: " << k.dir << " holds no checkpoint yet; starting at step 0" << std::endl;
+    return 0;
+  }
+  if (!k.resume) throw std::logic_error("Checkpointer::restore: " + k.dir + " holds " + latest + " but resume is off "
+                                        "(check_checkpoint_dir refuses such a run)");
+  const auto start = std::chrono::steady_clock::now();
+  ckpt::Reader r(k.dir);
+  check_same_model(r, cfg_.model, chunks_);
+  for (auto* params : chunks_) ckpt::load_params(r, *params);  // tied copies read their primary's entry
+
+  AdamW& opt = dp_.optimizer();
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < opt.segments().size(); ++i) {
+    const OptimSegment& seg = opt.segments()[i];
+    for (auto& [prefix, state] : moments(opt)) {
+      at::Tensor slice = at::empty(seg.param->tensor.sizes(), seg.param->tensor.options().requires_grad(false));
+      ckpt::load_param(r, prefix + seg.param->info.name, seg.param->info, slice);
+      (*state)[i].copy_(slice.view({-1}).narrow(0, seg.offset, seg.numel));
+    }
+  }
+  const auto adam = r.meta().extra.find("adam_steps");
+  if (adam == r.meta().extra.end())
+    throw ckpt::CheckpointError("checkpoint " + r.step_dir() + " has no adam_steps in its metadata");
+  opt.set_steps_taken(std::stoll(adam->second));
+
+  // Same layout: every rank continues its own random stream. Another layout
+  // has other ranks, so there is no stream to continue (it matters only with dropout).
+  const bool same_layout = r.world() == pgs_.world_size() && r.meta().layout == layout_text();
+  if (same_layout) {
+    set_rng_state(r.blob(pgs_.rank(), "rng.cpu"));
+    // A CUDA run's device generator too (dropout on CUDA draws from it); a
+    // checkpoint written on the CPU has none, and its device stream starts afresh.
+    const c10::Device dev = device();
+    if (dev.is_cuda() && r.has_blob(pgs_.rank(), "rng.cuda")) set_rng_state(r.blob(pgs_.rank(), "rng.cuda"), dev);
+  }
+  if (leader) {
+    std::cout << "checkpoint: resumed from " << r.step_dir() << " (step " << r.step() << ", saved under "
+              << r.meta().layout << ") in " << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()
+              << " s" << std::endl;
+    if (r.step() >= cfg_.training.steps)
+      std::cout << "checkpoint: step " << r.step() << " is already training.steps = " << cfg_.training.steps
+                << ": nothing left to train" << std::endl;
+    if (!same_layout && cfg_.model.dropout > 0)
+      std::cout << "checkpoint: the layout changed, so dropout's random streams start afresh" << std::endl;
+  }
+  return r.step();
+}
+
+c10::Device Checkpointer::device() const {
+  for (const auto* params : chunks_)
+    if (!params->empty()) return params->front().tensor.device();
+  return c10::Device(c10::kCPU);
+}
+
+bool Checkpointer::after_step(int64_t steps_done) {
+  const auto& t = cfg_.training;
+  const auto& k = cfg_.checkpoint;
+  const bool stop = t.exit_after_steps > 0 && steps_done == t.exit_after_steps && steps_done < t.steps;
+  const bool due = !k.dir.empty() &&
+                   ((k.interval > 0 && steps_done % k.interval == 0) || steps_done == t.steps || stop);
+  if (due) save(steps_done);
+  if (stop && pgs_.rank() == 0)
+    std::cout << "training.exit_after_steps = " << t.exit_after_steps << ": stopping after step " << steps_done
+              << " of " << t.steps << "; continue with --set checkpoint.resume=true" << std::endl;
+  return stop;
+}
+
+void Checkpointer::save(int64_t steps_done) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto& k = cfg_.checkpoint;
+  const int rank = pgs_.rank(), world = pgs_.world_size();
+  const Coords c = pgs_.layout().coords(rank);
+  AdamW& opt = dp_.optimizer();
+  std::string error;
+  try {
+    ckpt::ShardWriter w(k.dir, steps_done, rank, world);
+    if (c.dp == 0)
+      for (auto* params : chunks_) ckpt::save_params(w, *params, c.tp);
+    if (c.dp == 0 || dp_.zero()) {  // without ZeRO the dp replicas hold the same state
+      for (size_t i = 0; i < opt.segments().size(); ++i) {
+        const OptimSegment& seg = opt.segments()[i];
+        const ParamInfo& info = seg.param->info;
+        if (!ckpt::stores_param(info, c.tp)) continue;
+        for (auto& [prefix, state] : moments(opt))
+          ckpt::add_tensor_flat(w, prefix + info.name, info.full_shape, ckpt::param_offset(info),
+                                seg.param->tensor.sizes().vec(), seg.offset, (*state)[i]);
+      }
+    }
+    w.add_blob("rng.cpu", rng_state());
+    if (device().is_cuda()) w.add_blob("rng.cuda", rng_state(device()));
+    ckpt::Meta meta;
+    meta.step = steps_done;
+    meta.config_toml = to_toml(cfg_);
+    meta.layout = layout_text();
+    meta.extra["adam_steps"] = std::to_string(opt.steps_taken());
+    w.set_meta(meta);
+    w.finish();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (rank == fault_rank_ && steps_done == fault_step_) {
+    const std::string msg = "TRIDENT_SAVE_FAULT: rank " + std::to_string(rank) + " killing itself after writing its " +
+                            "shard of step " + std::to_string(steps_done) + ", before the commit\n";
+    const ssize_t n = ::write(STDERR_FILENO, msg.data(), msg.size());
+    (void)n;
+    ::raise(SIGKILL);
+  }
+  const std::string step_dir = k.dir + "/" + ckpt::step_dir_name(steps_done);
+  agree(pgs_.world, error, "saving checkpoint " + step_dir);
+  if (rank == 0) {
+    try {
+      ckpt::commit(k.dir, steps_done, world, static_cast<int>(k.keep));
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  agree(pgs_.world, error, "committing checkpoint " + step_dir);
+  if (rank == 0)
+    std::cout << "checkpoint: saved step " << steps_done << " to " << step_dir << " in "
+              << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s" << std::endl;
+}
+
+}  // namespace trident

@@ -1,0 +1,86 @@
+// Training checkpoints: what the trainer saves every checkpoint.interval steps
+// and at the end of a run, and loads on checkpoint.resume, on top of the
+// sharded store (core/checkpoint_store.h, NOTE [checkpoint format]).
+//
+// NOTE [training checkpoint contents]
+//   <param name>                 the parameters, each slice under its global name with
+//                                its offset in the full tensor (dp rank 0 writes them;
+//                                TP-replicated ones from tp rank 0; a tied copy never:
+//                                it is restored from its primary's entry)
+//   optim.exp_avg.<param name>   AdamW's moments, in the parameter's own full-tensor
+//   optim.exp_avg_sq.<name>      coordinates: a ZeRO-1 shard is a flat range of the
+//                                rank's slice, so any layout (zero on or off, other
+//                                tp/pp/dp/chunks) reads back the part it steps
+//   meta.step                    optimizer steps done; also the LR-schedule position
+//                                (lr_at(step, training.steps, ...)) and the data
+//                                position: a batch is a pure function of (seed, step)
+//                                (core/data/dataset.h), so the step is all of it
+//   meta.extra.adam_steps        AdamW's update count t (its bias corrections)
+//   blob rng.cpu (per rank)      the default CPU generator (dropout); restored only on
+//                                the same layout, where ranks keep their streams
+//   meta.config_toml, layout     the effective config and "tp=.. pp=.. dp=.. ..."
+// Loading checks the model keys first (another model is an error naming the
+// key, and a tensor with both its shapes), then reads every slice this rank
+// holds from whichever shards cover it.
+//
+// NOTE [checkpoint commit]
+//   Every rank writes its shard (temp files, fsync, rename); then all ranks
+//   agree over the world that every shard is written (a rank that failed makes
+//   every rank throw rather than hang), rank 0 commits (manifest, then moves
+//   `latest`, then prunes to checkpoint.keep), and all agree again that the
+//   commit happened. A rank killed anywhere before the commit leaves `latest`
+//   at the previous complete step. Rank 0 checks every rank's files, so on
+//   several nodes checkpoint.dir must be one shared filesystem. TRIDENT_SAVE_FAULT="rank=R,step=S" (tests
+//   only, read in one place: the Checkpointer's constructor) SIGKILLs rank R
+//   right after it wrote its shard of step S, before the commit.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "parallel/data_parallel.h"
+#include "core/param.h"
+#include "parallel/process_groups.h"
+
+namespace trident {
+
+// Before any process group exists: throws ConfigError when checkpoint.dir
+// already holds a checkpoint and checkpoint.resume is off (a fresh run would
+// otherwise interleave its saves with another run's).
+void check_checkpoint_dir(const Config& cfg);
+
+class Checkpointer {
+ public:
+  // chunks[c]: this rank's parameters of its model chunk c (Stage::params()).
+  Checkpointer(const Config& cfg, ProcessGroups& pgs, std::vector<std::vector<Param>*> chunks, DataParallel& dp);
+
+  // At start-up. With checkpoint.resume and a checkpoint in checkpoint.dir:
+  // loads it (any layout) and returns its step; otherwise returns 0.
+  // check_checkpoint_dir() has refused a fresh run into a used directory.
+  int64_t restore();
+
+  // After optimizer step `steps_done` (1-based) and its logging: saves when
+  // due (every checkpoint.interval steps, at training.steps, at
+  // training.exit_after_steps). Returns true when the run should stop here.
+  bool after_step(int64_t steps_done);
+
+ private:
+  // Where this rank's parameters live (training.device): whose generator is saved besides the CPU's.
+  c10::Device device() const;
+  void save(int64_t steps_done);
+  std::string layout_text() const;
+
+  const Config& cfg_;
+  ProcessGroups& pgs_;
+  std::vector<std::vector<Param>*> chunks_;
+  DataParallel& dp_;
+  int fault_rank_ = -1;  // TRIDENT_SAVE_FAULT
+  int64_t fault_step_ = -1;
+};
+
+// "step-00000100" or "" when `dir` has no `latest`.
+std::string latest_checkpoint(const std::string& dir);
+
+}  // namespace trident

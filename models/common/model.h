@@ -1,0 +1,104 @@
+// The model interface: what the executor and the trainer know of a model. A
+// pipeline Stage (one virtual stage's forward, boundary shapes and parameters)
+// and a Model that builds the stages of any layout and describes the whole
+// (parameters in a canonical order, tied groups, FLOPs per token). GPT is one
+// implementation (models/gpt); the executor's tests run a fake one made of
+// linear layers. Layer: above parallel/, below models/ (ARCHITECTURE.md).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "core/param.h"  // Param, ParamInfo, TiedGroup
+#include "parallel/recompute.h"
+#include "parallel/tensor_parallel.h"
+
+namespace trident {
+
+// A tensor a stage computes with that is not a parameter: no gradient, no
+// optimizer state, not in checkpoints (Llama's rotary tables). `name` is for
+// messages ("rope.cos"); `tensor` points into the stage.
+struct Buffer {
+  std::string name;
+  at::Tensor* tensor;
+};
+
+class Stage {
+ public:
+  virtual ~Stage() = default;
+  // First virtual stage: `input` holds token ids (mbs, seq) int64; every other
+  // stage gets the previous stage's output. The last stage returns the
+  // micro-batch's mean loss (a scalar) given `targets`; the others return the
+  // tensor sent to the next stage.
+  virtual at::Tensor forward(const at::Tensor& input, const at::Tensor& targets) = 0;
+  // Shape of the tensor this stage receives from the previous one (not asked
+  // of the first stage) and of the one it sends on (not asked of the last).
+  virtual std::vector<int64_t> input_shape(int64_t micro_batch_size) const = 0;
+  virtual std::vector<int64_t> output_shape(int64_t micro_batch_size) const = 0;
+  // Parameters with their metadata (global name, TP shard, tied copy, ...).
+  // The trainer may replace a Param's tensor by a view of the same values
+  // (data-parallel buckets); the stage must read params() at every forward.
+  virtual std::vector<Param>& params() = 0;
+  // Buffers (see Buffer) live where the stage computes: the trainer moves
+  // them to training.device once, as it moves the parameters into the
+  // device's buckets, so no forward copies a table from the host.
+  virtual std::vector<Buffer> buffers() { return {}; }
+  void move_buffers(const c10::Device& device) {
+    for (const Buffer& b : buffers()) *b.tensor = b.tensor->to(device);
+  }
+  // Activation recomputation (NOTE [recomputation]); a stage that cannot
+  // recompute says so rather than silently keeping its activations.
+  virtual void set_recompute(Recompute mode) {
+    if (mode != Recompute::kNone) throw std::invalid_argument("this model does not support activation recomputation");
+  }
+  // Training (the default) or evaluation: evaluation and generation apply no
+  // dropout. A stage without dropout or other train-only behaviour has nothing
+  // to switch.
+  virtual void set_training(bool training) { (void)training; }
+  // Mixed precision (NOTE [bf16] in models/gpt/gpt.h): the dtype of the
+  // matmuls; parameters, gradients and boundary tensors stay fp32.
+  // A stage holding the whole model on one rank (embedding and head, tp = 1):
+  // next-token logits (batch, seq, vocab_size) of token ids (batch, seq),
+  // vocabulary padding dropped. For eval, generate and interop checks;
+  // training uses forward().
+  virtual at::Tensor logits(const at::Tensor& ids) const {
+    (void)ids;
+    throw std::logic_error("this stage does not compute logits");
+  }
+  virtual void set_compute_dtype(at::ScalarType dtype) {
+    if (dtype != at::kFloat) throw std::invalid_argument("this model does not support mixed precision");
+  }
+};
+
+// Forward + backward seconds of one micro-batch: each layer's, and the extra
+// of the first stage (embedding) and of the last (head and loss). Input of
+// the balanced split (parallel.pipeline_layers = "auto").
+struct LayerCosts {
+  std::vector<double> layers;
+  double embedding = 0, head = 0;
+};
+
+// The whole model, as the trainer sees it.
+class Model {
+ public:
+  virtual ~Model() = default;
+  // Virtual stage `stage` of `num_stages` for this rank's TP slice.
+  virtual std::unique_ptr<Stage> make_stage(int stage, int num_stages, const TpContext& tp, int64_t seed) const = 0;
+  // Every parameter of the full model once, in a canonical order (the grad
+  // norm adds per-parameter squares in this order on every layout). Tied
+  // copies are left out: ParamInfo::tied_copy marks a second copy of the
+  // parameter of the same name, whose gradient is added to the first's.
+  virtual std::vector<ParamInfo> unique_params(int num_stages) const = 0;
+  virtual std::vector<TiedGroup> tied_groups(int num_stages) const = 0;
+  // Times each layer, the embedding and the head on this process (tp = 1).
+  virtual LayerCosts profile(int64_t micro_batch_size, int reps) const = 0;
+  // Model FLOPs of forward + backward per token (for MFU).
+  virtual double flops_per_token() const = 0;
+};
+
+}  // namespace trident

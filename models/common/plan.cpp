@@ -1,0 +1,116 @@
+// Shared model plumbing: see plan.h.
+#include "models/common/plan.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <stdexcept>
+
+#include "core/json.h"
+
+namespace trident {
+
+// The split a checked config describes (check_config, core/config.cpp,
+// owns the rule and its messages); anything else here is a caller's bug.
+std::vector<ChunkSpec> split_layers(int64_t layers, int64_t stages, const std::vector<int64_t>& explicit_layers) {
+  std::vector<int64_t> counts = explicit_layers;
+  if (counts.empty() && stages > 0 && layers % stages == 0) counts.assign(stages, layers / stages);
+  int64_t sum = 0;
+  for (int64_t n : counts) sum += n;
+  if (stages < 1 || static_cast<int64_t>(counts.size()) != stages || sum != layers)
+    throw std::logic_error("split_layers: " + std::to_string(layers) + " layers cannot go into " +
+                           std::to_string(stages) + " chunks as given (" + std::to_string(explicit_layers.size()) +
+                           " explicit entries); check_config admits no such config");
+  std::vector<ChunkSpec> specs(stages);
+  int64_t next = 0;
+  for (int64_t s = 0; s < stages; ++s) {
+    specs[s] = {next, counts[s], s == 0, s == stages - 1};
+    next += counts[s];
+  }
+  return specs;
+}
+
+PlannedParam& ParamPlan::add(const std::string& name, std::vector<int64_t> full, int shard_dim,
+                             const std::string& init, double std_dev, bool no_decay, bool sequence_parallel_grad) {
+  PlannedParam pp;
+  pp.info.name = name;
+  pp.info.full_shape = full;
+  pp.info.shard_dim = shard_dim;
+  pp.info.init = init;
+  pp.info.init_std = std_dev;
+  pp.info.no_decay = no_decay;
+  pp.info.sequence_parallel_grad = sequence_parallel_grad;
+  pp.local_shape = full;
+  if (shard_dim >= 0) {
+    pp.local_shape[shard_dim] = full[shard_dim] / tp_size_;
+    pp.info.shard_offset = tp_rank_ * pp.local_shape[shard_dim];
+  }
+  plan_.push_back(std::move(pp));
+  return plan_.back();
+}
+
+std::vector<ParamInfo> unique_params_of(const std::vector<ChunkSpec>& specs,
+                                        const std::function<std::vector<PlannedParam>(const ChunkSpec&)>& plan) {
+  std::vector<ParamInfo> all;
+  for (const ChunkSpec& spec : specs)
+    for (const PlannedParam& planned : plan(spec))
+      if (!planned.info.tied_copy) all.push_back(planned.info);
+  return all;
+}
+
+size_t param_index(const std::vector<Param>& params, const std::string& name, const char* who, bool tied_copy) {
+  for (size_t i = 0; i < params.size(); ++i)
+    if (params[i].info.name == name && params[i].info.tied_copy == tied_copy) return i;
+  throw std::logic_error(std::string(who) + " has no parameter " + name);
+}
+
+LayerCosts profile_pieces(const ModelConfig& cfg, int64_t mbs, int reps,
+                          const std::function<std::unique_ptr<Stage>(const ChunkSpec&)>& make) {
+  using Clock = std::chrono::steady_clock;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
+  const at::Tensor ids = at::randint(cfg.vocab_size, {mbs, cfg.seq_len}, gen);
+  const at::Tensor hidden = at::randn({mbs, cfg.seq_len, cfg.hidden}, gen);
+  auto time = [&](const ChunkSpec& spec) {
+    std::unique_ptr<Stage> chunk = make(spec);
+    double best = std::numeric_limits<double>::infinity();
+    for (int r = 0; r <= reps; ++r) {
+      const auto start = Clock::now();
+      at::Tensor in = spec.has_embedding ? ids : hidden.clone().requires_grad_(true);
+      at::Tensor out = chunk->forward(in, spec.has_head ? ids : at::Tensor());
+      if (spec.has_head)
+        out.backward();
+      else
+        out.backward(at::ones_like(out));
+      if (r > 0) best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+    }
+    return best;
+  };
+  std::vector<ChunkSpec> pieces;
+  for (int64_t l = 0; l < cfg.layers; ++l) pieces.push_back({l, 1, false, false});
+  pieces.push_back({0, 0, true, false});           // embedding
+  pieces.push_back({cfg.layers, 0, false, true});  // final norm, head, loss
+  std::vector<double> cost(pieces.size(), std::numeric_limits<double>::infinity());
+  for (int sweep = 0; sweep < 2; ++sweep)
+    for (size_t i = 0; i < pieces.size(); ++i) cost[i] = std::min(cost[i], time(pieces[i]));
+  LayerCosts c;
+  c.layers.assign(cost.begin(), cost.end() - 2);
+  c.embedding = cost[cost.size() - 2];
+  c.head = cost.back();
+  return c;
+}
+
+void ConfigDiff::number(const char* theirs, double a, const char* ours, double b) {
+  if (a != b)
+    note(std::string(theirs) + " = " + json::dump(json::Value::number(a)) + " but " + ours + " = " +
+         json::dump(json::Value::number(b)));
+}
+
+void ConfigDiff::note(const std::string& text) { text_ += (text_.empty() ? "" : "; ") + text; }
+
+void ConfigDiff::throw_if_any(const std::string& dir) const {
+  if (!text_.empty()) throw std::runtime_error("Hugging Face model " + dir + " does not fit the config: " + text_);
+}
+
+}  // namespace trident

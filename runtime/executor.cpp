@@ -1,0 +1,313 @@
+// Pipeline executor: see executor.h. Communication follows NOTE [pair order]
+// (schedules/pair_order.h), which the validator checks every list against:
+// the sends and receives between two computes are posted as one group when
+// the next compute is reached, in list order; a compute waits for the group
+// that received its input; every group is waited for by the end of the step.
+#include "runtime/executor.h"
+
+#include <chrono>
+#include <cmath>
+#include <stdexcept>
+
+#include "core/host_read.h"
+#include "schedules/generators.h"
+
+namespace trident {
+
+using sched::Action;
+using sched::ActionKind;
+
+
+Executor::Executor(std::vector<Stage*> stages, const Group& pp, const sched::StageMap& map,
+                   int64_t micro_batch_size, c10::Device device)
+    : chunks_(std::move(stages)),
+      pp_(pp),
+      map_(map),
+      mbs_(micro_batch_size),
+      device_(device),
+      clock_(device),
+      progress_(pp.global(pp.rank)) {
+  if (chunks_.empty()) throw std::logic_error("Executor needs at least one stage");
+  if (map_.pipeline_ranks != pp.size() || map_.chunks != static_cast<int>(chunks_.size()))
+    throw std::logic_error("Executor: stage map is for p=" + std::to_string(map_.pipeline_ranks) + " v=" +
+                           std::to_string(map_.chunks) + " but the pipeline group has " +
+                           std::to_string(pp.size()) + " ranks and this rank " + std::to_string(chunks_.size()) +
+                           " stages");
+}
+
+int Executor::tag(bool grad, int mb, int to_stage) const {
+  return (mb * 2 + (grad ? 1 : 0)) * map_.virtual_stages() + to_stage;
+}
+
+void Executor::post_recv(const Action& a) {
+  Slot& s = slots_[{a.mb, a.chunk}];
+  const bool grad = a.kind == ActionKind::RECV_B;
+  const int peer = sched::peer_rank(map_, pp_.rank, a);
+  at::Tensor& buf = grad ? s.recv_grad_buf : s.recv_act_buf;
+  if (buf.defined()) return;     // delivered locally already
+  if (peer == pp_.rank) return;  // same rank (p = 1, the turn of a V): send() hands the tensor over
+  buf = at::empty(grad ? chunks_[a.chunk]->output_shape(mbs_) : chunks_[a.chunk]->input_shape(mbs_),
+                  at::TensorOptions().dtype(at::kFloat).device(device_));
+  (grad ? s.recv_grad_group : s.recv_act_group) = static_cast<int>(groups_.size());  // the group being gathered
+  queued_.push_back({false, buf, peer, tag(grad, a.mb, stage(a.chunk))});
+  queued_group_.what.push_back("receive " + sched::to_token(a) + " from pipeline rank " + std::to_string(peer));
+}
+
+void Executor::post_group() {
+  if (queued_.empty()) return;
+  queued_group_.works = batch_isend_irecv(pp_, queued_);
+  groups_.push_back(std::move(queued_group_));
+  queued_group_ = CommGroup{};
+  queued_.clear();
+}
+
+void Executor::wait_group(int index) {
+  CommGroup& g = groups_.at(static_cast<size_t>(index));
+  if (g.done) return;
+  std::string what = "pipeline group {";
+  for (size_t i = 0; i < g.what.size(); ++i) what += (i ? ", " : "") + g.what[i];
+  what += "}";
+  for (auto& w : g.works) wait_work(pp_, w, what.c_str(), -1);
+  g.done = true;
+  g.works.clear();
+  g.sent.clear();
+}
+
+void Executor::record_recv(const Action& a) {
+  Slot& s = slots_[{a.mb, a.chunk}];
+  const bool grad = a.kind == ActionKind::RECV_B;
+  const int group = grad ? s.recv_grad_group : s.recv_act_group;
+  const bool pending = group >= 0;  // not waited for yet
+  const int t = clock_.mark();
+  // Pending: its consumer's wait fills in the end. Otherwise the data is here
+  // already (a hand-over between chunks of this rank).
+  timeline_.push_back({a, 0, 0});
+  marks_.push_back({t, pending ? -1 : t});
+  if (group >= 0) (grad ? s.recv_grad_entry : s.recv_act_entry) = static_cast<int>(timeline_.size()) - 1;
+}
+
+void Executor::wait_inputs(const Action& a, int i) {
+  const bool grad = a.kind != ActionKind::F;
+  if (grad ? is_last(a.chunk) : is_first(a.chunk)) return;
+  auto it = slots_.find({a.mb, a.chunk});
+  if (it == slots_.end()) return;  // the compute itself reports the missing input
+  Slot& s = it->second;
+  int& group = grad ? s.recv_grad_group : s.recv_act_group;
+  if (group < 0) return;  // a local hand-over
+  const Action recv{grad ? ActionKind::RECV_B : ActionKind::RECV_F, a.mb, a.chunk};
+  if (progress_.enabled()) progress_.wait(i, sched::to_token(recv), pp_.global(sched::peer_rank(map_, pp_.rank, recv)));
+  wait_group(group);
+  group = -1;
+  const int entry = grad ? s.recv_grad_entry : s.recv_act_entry;
+  if (entry >= 0 && record_) marks_[static_cast<size_t>(entry)].second = clock_.mark();
+}
+
+void Executor::send(const Action& a) {
+  Slot& s = slots_.at({a.mb, a.chunk});
+  const bool grad = a.kind == ActionKind::SEND_B;
+  const int peer = sched::peer_rank(map_, pp_.rank, a);
+  const sched::Action into = sched::counterpart(map_, pp_.rank, a);  // the peer's RECV
+  const int to_stage = map_.stage_of(peer, into.chunk);
+  at::Tensor t = (grad ? s.grad_in : s.output.detach()).contiguous();
+  if (grad) s.grad_in.reset();
+  if (peer == pp_.rank) {  // that virtual stage lives here too: hand over directly
+    Slot& dst = slots_[{a.mb, into.chunk}];
+    (grad ? dst.recv_grad_buf : dst.recv_act_buf) = t.clone();
+    return;
+  }
+  queued_.push_back({true, t, peer, tag(grad, a.mb, to_stage)});
+  queued_group_.sent.push_back(t);
+  queued_group_.what.push_back("send " + sched::to_token(a) + " to pipeline rank " + std::to_string(peer));
+}
+
+void Executor::finish_groups() {
+  post_group();
+  for (size_t i = 0; i < groups_.size(); ++i) wait_group(static_cast<int>(i));
+  groups_.clear();
+}
+
+void Executor::forward(const Action& a, const std::function<MicroBatch(int)>& batch) {
+  Slot& s = slots_[{a.mb, a.chunk}];
+  const bool first = is_first(a.chunk), last = is_last(a.chunk);
+  MicroBatch data;
+  if (first || last) data = batch(a.mb);
+  if (first) {
+    s.input = data.input;
+  } else {
+    if (!s.recv_act_buf.defined() || s.recv_act_group >= 0)
+      throw std::logic_error("F" + std::to_string(a.mb) + " on chunk " + std::to_string(a.chunk) +
+                             " has no received activation (schedule lacks its RECV_F)");
+    s.input = s.recv_act_buf.requires_grad_(at::GradMode::is_enabled());
+    s.recv_act_buf.reset();
+  }
+  const int64_t before = live_cpu_bytes();
+  WeightGradScope scope(&s.deferred);  // the graph keeps this micro-batch's W queue (NOTE [I/W split])
+  s.output = chunks_[a.chunk]->forward(s.input, last ? data.targets : at::Tensor());
+  s.activation_bytes = before < 0 ? -1 : live_cpu_bytes() - before;
+  // The double sum of float losses, added in micro-batch order: the same
+  // doubles a host-side `+= item<double>()` gives.
+  if (last) loss_acc_.add_(s.output.detach().reshape({}).to(at::kDouble));
+}
+
+void Executor::backward(const Action& a, double loss_scale, bool defer_weights) {
+  Slot& s = slots_.at({a.mb, a.chunk});
+  if (!s.output.defined())
+    throw std::logic_error("backward of micro-batch " + std::to_string(a.mb) + " before its forward");
+  s.deferred.arm(defer_weights);  // read by the backward functions, on whichever thread runs them
+  if (is_last(a.chunk)) {
+    (s.output * loss_scale).backward();
+  } else {
+    if (!s.recv_grad_buf.defined() || s.recv_grad_group >= 0)
+      throw std::logic_error("B" + std::to_string(a.mb) + " has no received gradient (schedule lacks its RECV_B)");
+    s.output.backward(s.recv_grad_buf);
+    s.recv_grad_buf.reset();
+  }
+  if (!is_first(a.chunk)) s.grad_in = s.input.grad();
+  s.input.reset();
+  s.output.reset();
+}
+
+void Executor::reset_loss() { loss_acc_ = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_)); }
+
+void Executor::resolve_timeline() const {
+  if (resolved_) return;
+  const std::vector<double> t = clock_.times_us();  // NOTE [device time]: on CUDA, waits for the step
+  auto at = [&](int mark) { return mark >= 0 && static_cast<size_t>(mark) < t.size() ? t[static_cast<size_t>(mark)] : NAN; };
+  for (size_t i = 0; i < timeline_.size(); ++i) {
+    timeline_[i].start = at(marks_[i].first);
+    timeline_[i].end = at(marks_[i].second);
+    if (std::isnan(timeline_[i].end)) timeline_[i].end = timeline_[i].start;  // a receive nobody waited for (cannot happen in a valid list)
+  }
+  run_span_ = {at(span_marks_.first), at(span_marks_.second)};
+  resolved_ = true;
+}
+
+double ExecutorStats::loss_sum() const { return read_scalar(loss, "pipeline loss"); }
+
+void Executor::track(ExecutorStats& stats) {
+  int inflight = 0;
+  int64_t bytes = 0, activations = 0;
+  for (const auto& [key, s] : slots_) {
+    if (s.output.defined()) ++inflight, activations += s.activation_bytes;
+    for (const at::Tensor* t : {&s.input, &s.output, &s.grad_in})
+      if (t->defined()) bytes += t->numel() * static_cast<int64_t>(t->element_size());
+  }
+  stats.peak_inflight = std::max(stats.peak_inflight, inflight);
+  stats.peak_boundary_bytes = std::max(stats.peak_boundary_bytes, bytes);
+  if (live_cpu_bytes() >= 0) stats.peak_activation_bytes = std::max(stats.peak_activation_bytes, activations);
+}
+
+void Executor::run_action(const Action& a, const std::function<MicroBatch(int)>& batch, double loss_scale,
+                          ExecutorStats& stats) {
+  switch (a.kind) {
+    case ActionKind::RECV_F:
+    case ActionKind::RECV_B: post_recv(a); break;
+    case ActionKind::SEND_F:
+    case ActionKind::SEND_B: send(a); break;
+    case ActionKind::F: forward(a, batch); break;
+    case ActionKind::B: backward(a, loss_scale, false); break;
+    case ActionKind::I: backward(a, loss_scale, true); break;
+    case ActionKind::W: {
+      WeightGradQueue& q = slots_.at({a.mb, a.chunk}).deferred;
+      stats.deferred_weight_grads += static_cast<int64_t>(q.size());
+      q.run();
+      break;
+    }
+    case ActionKind::REDUCE_GRAD: break;  // run() tells the GradObserver: nothing of a slot changes
+  }
+  if (a.kind == ActionKind::B || a.kind == ActionKind::W) {  // nothing of this (mb, chunk) is left
+    auto it = slots_.find({a.mb, a.chunk});
+    if (it != slots_.end() && !it->second.grad_in.defined() && it->second.deferred.empty()) slots_.erase(it);
+  }
+  if (sched::is_compute(a.kind)) track(stats);
+}
+
+void Executor::find_reduce_points(const sched::ActionList& actions, std::vector<size_t>* reduce,
+                                  std::vector<size_t>* last_backward) const {
+  // The chunk's gradients are final at its REDUCE_GRAD (the validator's rule:
+  // one per chunk, after every B, I and W of it), so the final backward is the
+  // last B or I before it.
+  reduce->assign(chunks_.size(), actions.size());
+  last_backward->assign(chunks_.size(), actions.size());
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const Action& a = actions[i];
+    const auto c = static_cast<size_t>(a.chunk);
+    if (c >= chunks_.size()) throw std::logic_error("action " + sched::to_token(a) + " names a chunk this rank lacks");
+    if (a.kind == ActionKind::REDUCE_GRAD && (*reduce)[c] == actions.size()) (*reduce)[c] = i;
+    if (sched::is_backward(a.kind) && (*reduce)[c] == actions.size()) (*last_backward)[c] = i;
+  }
+  for (size_t c = 0; c < chunks_.size(); ++c)
+    if ((*reduce)[c] == actions.size())
+      throw std::logic_error("Executor: the action list has no REDUCE_GRAD for chunk " + std::to_string(c) + " (" +
+                             sched::to_token(sched::reduce_grad(static_cast<int>(c))) +
+                             "), so it cannot say when that chunk's gradients are final; lists from "
+                             "sched::generate() and the schedule-file loaders have one per chunk");
+}
+
+ExecutorStats Executor::run(const sched::ActionList& actions, const std::function<MicroBatch(int)>& batch,
+                            double loss_scale, GradObserver* observer) {
+  ExecutorStats stats;
+  timeline_.clear();
+  marks_.clear();
+  resolved_ = !record_;
+  reset_loss();
+  if (record_) clock_.begin(), span_marks_.first = clock_.mark();
+  run_list(actions, batch, loss_scale, stats, observer, false);
+  stats.loss = loss_acc_;
+  if (record_) span_marks_.second = clock_.mark();
+  for (auto it = slots_.begin(); it != slots_.end();) {  // slots kept only for an I/W pair's SEND_B
+    if (!it->second.output.defined() && it->second.deferred.empty() && !it->second.grad_in.defined())
+      it = slots_.erase(it);
+    else
+      throw std::logic_error("micro-batch " + std::to_string(it->first.first) + " chunk " +
+                             std::to_string(it->first.second) + " still holds state after the step");
+  }
+  return stats;
+}
+
+void Executor::run_list(const sched::ActionList& actions, const std::function<MicroBatch(int)>& batch,
+                        double loss_scale, ExecutorStats& stats, GradObserver* observer, bool forward_only) {
+  std::vector<size_t> reduce_at, last_backward;
+  if (!forward_only) find_reduce_points(actions, &reduce_at, &last_backward);
+  groups_.clear();
+  try {
+    for (size_t i = 0; i < actions.size(); ++i) {
+      const Action& a = actions[i];
+      const auto chunk = static_cast<size_t>(a.chunk);
+      if (progress_.enabled()) progress_.action(static_cast<int>(i), sched::to_token(a));
+      if (sched::is_compute(a.kind)) {
+        post_group();  // the communication since the last compute, as one group
+        if (a.kind != ActionKind::W) wait_inputs(a, static_cast<int>(i));
+      }
+      if (observer && i == last_backward[chunk]) observer->final_backward_begins(a.chunk);
+      const int t0 = record_ && !forward_only ? clock_.mark() : -1;
+      run_action(a, batch, loss_scale, stats);
+      if (record_ && !forward_only) {
+        if (a.kind == ActionKind::RECV_F || a.kind == ActionKind::RECV_B)
+          record_recv(a);
+        else
+          timeline_.push_back({a, 0, 0}), marks_.push_back({t0, sched::is_compute(a.kind) ? clock_.mark() : t0});
+      }
+      if (observer && a.kind == ActionKind::REDUCE_GRAD) observer->grads_final(a.chunk);
+      // Evaluation keeps no activations: a chunk's are done once sent on (or the loss is taken).
+      if (forward_only && (a.kind == ActionKind::SEND_F || (a.kind == ActionKind::F && is_last(a.chunk))))
+        slots_.erase({a.mb, a.chunk});
+    }
+    finish_groups();
+  } catch (...) {
+    queued_.clear();
+    queued_group_ = CommGroup{};
+    groups_.clear();
+    throw;
+  }
+}
+
+at::Tensor Executor::forward_only(int microbatches, const std::function<MicroBatch(int)>& batch) {
+  at::NoGradGuard no_grad;
+  ExecutorStats stats;
+  reset_loss();
+  run_list(sched::forward_only_actions(map_, pp_.rank, microbatches), batch, 1.0, stats, nullptr, true);
+  return loss_acc_;
+}
+
+}  // namespace trident

@@ -1,0 +1,165 @@
+// Runs one pipeline rank's action list against its stages (models/common/model.h): forwards and
+// backwards (full, or split into I and W), with activations and gradients moved
+// over the PP group by c10d send/recv. The communication actions between two
+// compute actions go out as one group (batch_isend_irecv: coalesced under
+// NCCL), in list order, when the list reaches the next compute; that compute
+// waits for the group holding its input (NOTE [pair order] in
+// schedules/pair_order.h says why this, and only this, is safe under NCCL).
+// Every action starts and ends in Executor::run_action(), the one place a
+// timeline recorder hooks in.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "core/cpu_memory.h"
+#include "models/common/model.h"
+#include "parallel/grad_observer.h"
+#include "parallel/process_groups.h"
+#include "parallel/tensor_parallel.h"
+#include "schedules/action.h"
+#include "schedules/progress.h"
+#include "schedules/simulate.h"
+
+namespace trident {
+
+struct MicroBatch {
+  at::Tensor input;    // (mbs, seq) int64 token ids
+  at::Tensor targets;  // (mbs, seq) int64 next tokens
+};
+
+struct ExecutorStats {
+  // Sum of micro-batch mean losses (last stage only; 0 elsewhere), a double
+  // scalar on the stages' device: read back only when asked (a read per step
+  // would stall a GPU's queue on steps that do not log).
+  at::Tensor loss;
+  double loss_sum() const;  // reads it (NOTE [host reads])
+  int peak_inflight = 0;             // most micro-batches with live activations at once
+  // Weight-gradient computations the W actions ran (deferred by their I):
+  // 0 under a schedule without I/W, and 0 if deferral silently failed.
+  int64_t deferred_weight_grads = 0;
+  int64_t peak_boundary_bytes = 0;   // most bytes held in stage inputs/outputs at once
+  // Most bytes held by in-flight micro-batches' activations at once: each
+  // forward's growth in live CPU bytes (core/cpu_memory.h), held until
+  // its backward. -1 when the memory meter is not installed.
+  int64_t peak_activation_bytes = -1;
+};
+
+class Executor {
+ public:
+  // stages[c] is this rank's chunk c, virtual stage map.stage_of(pp.rank, c).
+  // `device` is where the stages compute: received activations and gradients
+  // land there (the batches' tensors are expected there too).
+  Executor(std::vector<Stage*> stages, const Group& pp, const sched::StageMap& map, int64_t micro_batch_size,
+           c10::Device device = c10::Device(c10::kCPU));
+
+  // Runs this rank's list for one step. `batch(mb)` gives micro-batch mb's
+  // data; each micro-batch loss is scaled by `loss_scale` before its backward.
+  // `observer`, when given, hears when each chunk's gradients become final:
+  // grads_final(c) at the chunk's REDUCE_GRAD, final_backward_begins(c)
+  // before the last B or I of chunk c ahead of that REDUCE_GRAD. Throws
+  // std::logic_error naming the chunk if the list lacks a chunk's REDUCE_GRAD
+  // (lists from sched::generate() and the schedule-file loaders have them).
+  // Every action kind of the IR is run; none is skipped.
+  ExecutorStats run(const sched::ActionList& actions, const std::function<MicroBatch(int)>& batch,
+                    double loss_scale, GradObserver* observer = nullptr);
+
+  // Forward only (evaluation, no autograd): every micro-batch through every
+  // local chunk in virtual-stage order (sched::forward_only_actions). Returns
+  // the summed loss on the last stage, 0 elsewhere: a double scalar on the
+  // stages' device, as ExecutorStats::loss.
+  at::Tensor forward_only(int microbatches, const std::function<MicroBatch(int)>& batch);
+
+  // The last run()'s measured timeline, in list order: a compute spans its
+  // first to last op (after its inputs arrived), a RECV from when its group
+  // was posted to when its data was there (its consumer waited for it), a
+  // SEND is the instant it was queued. Times are steady-clock microseconds (comparable
+  // between processes of one host); run_span() is run()'s own begin and end.
+  // Recording costs two clock marks per action (see tests/torch_unit/test_timeline.cpp).
+  // On CUDA the marks are events on the compute stream, so the times are the
+  // device's (NOTE [device time] in parallel/backend.h) and reading them
+  // waits for the step's work; on the CPU they are host clock reads.
+  void set_recording(bool on) { record_ = on; }
+  const std::vector<sched::TimedAction>& timeline() const {
+    resolve_timeline();
+    return timeline_;
+  }
+  std::pair<double, double> run_span() const {
+    resolve_timeline();
+    return run_span_;
+  }
+  // Where this rank reports its position for hang diagnosis (schedules/progress.h).
+  sched::Progress& progress() { return progress_; }
+
+ private:
+  struct Slot {  // one (micro-batch, chunk)
+    at::Tensor input, output, grad_in;
+    at::Tensor recv_act_buf, recv_grad_buf;
+    int recv_act_group = -1, recv_grad_group = -1;  // index in groups_ of the group receiving them
+    WeightGradQueue deferred;
+    int64_t activation_bytes = 0;  // live bytes the forward left behind
+    int recv_act_entry = -1, recv_grad_entry = -1;     // their RECV's index in timeline_
+  };
+  // One group of point-to-point operations (the communication between two computes).
+  struct CommGroup {
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    std::vector<at::Tensor> sent;  // kept alive until the group is done
+    std::vector<std::string> what;  // "send F3 to rank 1", for errors
+    bool done = false;
+  };
+  void run_action(const sched::Action& a, const std::function<MicroBatch(int)>& batch, double loss_scale,
+                  ExecutorStats& stats);
+  // Runs a list: run() and forward_only() both.
+  void run_list(const sched::ActionList& actions, const std::function<MicroBatch(int)>& batch, double loss_scale,
+                ExecutorStats& stats, GradObserver* observer, bool forward_only);
+  void post_recv(const sched::Action& a);
+  // Posts the operations queued since the last compute as one group.
+  void post_group();
+  void wait_group(int index);
+  // Blocks until the inputs of compute action `a` (list index i) have arrived.
+  void wait_inputs(const sched::Action& a, int i);
+  void record_recv(const sched::Action& a);
+  void forward(const sched::Action& a, const std::function<MicroBatch(int)>& batch);
+  void backward(const sched::Action& a, double loss_scale, bool defer_weights);
+  void send(const sched::Action& a);
+  void finish_groups();
+  int stage(int chunk) const { return map_.stage_of(pp_.rank, chunk); }
+  bool is_first(int chunk) const { return stage(chunk) == 0; }
+  bool is_last(int chunk) const { return stage(chunk) == map_.virtual_stages() - 1; }
+  // Per chunk: list index of its REDUCE_GRAD and of its last B/I before it.
+  void find_reduce_points(const sched::ActionList& actions, std::vector<size_t>* reduce,
+                          std::vector<size_t>* last_backward) const;
+  // Tag of the transfer of micro-batch mb's activation (or gradient) into virtual stage to_stage.
+  int tag(bool grad, int mb, int to_stage) const;
+  void track(ExecutorStats& stats);
+  void reset_loss();
+
+  std::vector<Stage*> chunks_;
+  const Group& pp_;
+  sched::StageMap map_;  // virtual stages and peers
+  int64_t mbs_;
+  c10::Device device_;
+  // Sum of the last stage's micro-batch losses as a double on device_, read
+  // back once per run (a read per micro-batch would stall a GPU's queue).
+  at::Tensor loss_acc_;
+  std::map<std::pair<int, int>, Slot> slots_;
+  std::vector<P2POp> queued_;  // operations of the group being gathered
+  CommGroup queued_group_;     // its tensors and descriptions
+  std::vector<CommGroup> groups_;  // this run's posted groups
+  bool record_ = true;
+  // The timeline as clock marks, turned into times when first read.
+  void resolve_timeline() const;
+  StepClock clock_;
+  std::vector<std::pair<int, int>> marks_;  // per timeline_ entry: its start and end mark (-1: none yet)
+  std::pair<int, int> span_marks_{-1, -1};
+  mutable bool resolved_ = true;
+  mutable std::vector<sched::TimedAction> timeline_;
+  mutable std::pair<double, double> run_span_{0, 0};
+  sched::Progress progress_;
+};
+
+}  // namespace trident

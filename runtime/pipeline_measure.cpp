@@ -1,0 +1,145 @@
+// Pipeline measurements: see pipeline_measure.h.
+#include "runtime/pipeline_measure.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "schedules/simulate.h"
+
+
+namespace trident {
+
+namespace {
+
+// Idle of each rank in a simulated run, ms.
+std::vector<double> simulated_idle(const sched::Schedule& schedule, const std::vector<sched::KindSums>& stages) {
+  const sched::Costs costs = sched::costs_from_stage_sums(stages, {});
+  const sched::TimelineStats st = sched::simulate_stats(schedule, costs);
+  std::vector<double> idle;
+  for (double b : st.busy) idle.push_back(std::max(0.0, st.step_time - b));
+  return idle;
+}
+
+}  // namespace
+
+PipelineStep measure_pipeline_step(const Group& pp, const Executor& exec, const sched::Schedule& schedule, double sync_s) {
+  const int v = schedule.chunks;
+  std::vector<sched::KindSums> mine_k(static_cast<size_t>(v));
+  double busy_us = 0;
+  for (const sched::TimedAction& a : exec.timeline()) {
+    if (sched::is_compute(a.action.kind)) busy_us += a.end - a.start;
+    mine_k.at(static_cast<size_t>(a.action.chunk)).add(a.action.kind, (a.end - a.start) / 1000.0);
+  }
+  const auto [begin, end] = exec.run_span();
+  // Each rank's own span (not a shared clock) so that ranks on different
+  // hosts compare; the previous step's collectives line their starts up.
+  at::Tensor mine = at::zeros({3 + v * 8}, at::kDouble);
+  mine[0] = busy_us, mine[1] = end - begin, mine[2] = sync_s * 1e6;
+  for (int c = 0; c < v; ++c)
+    for (int k = 0; k < 4; ++k) mine[3 + c * 8 + k] = mine_k[c].sum[k], mine[3 + c * 8 + 4 + k] = mine_k[c].count[k];
+  std::vector<at::Tensor> all;
+  all_gather(pp, mine, all);
+  PipelineStep out;
+  double busy_sum = 0, span = 0;
+  std::vector<sched::KindSums> stages(static_cast<size_t>(schedule.virtual_stages()));
+  sched::KindSums total;
+  for (size_t r = 0; r < all.size(); ++r) {
+    const at::Tensor& t = all[r];
+    const double b = t[0].item<double>();
+    out.stage_busy_s.push_back(b / 1e6);
+    busy_sum += b;
+    span = std::max(span, t[1].item<double>());
+    for (int c = 0; c < v; ++c) {
+      sched::KindSums& st = stages.at(static_cast<size_t>(schedule.stage_of(static_cast<int>(r), c)));
+      for (int k = 0; k < 4; ++k) {
+        st.sum[k] = t[3 + c * 8 + k].item<double>(), st.count[k] = t[3 + c * 8 + 4 + k].item<double>();
+        total.sum[k] += st.sum[k], total.count[k] += st.count[k];
+      }
+    }
+  }
+  out.span_s = span / 1e6;
+  out.bubble = span > 0 ? 1.0 - busy_sum / (static_cast<double>(all.size()) * span) : 0.0;
+  // NOTE [idle attribution]: balanced = every stage the pipeline's mean of each kind.
+  std::vector<sched::KindSums> balanced(stages.size());
+  for (sched::KindSums& st : balanced)
+    for (int k = 0; k < 4; ++k)
+      st.sum[k] = total.sum[k] / static_cast<double>(stages.size()), st.count[k] = total.count[k] / static_cast<double>(stages.size());
+  const bool pipelined = all.size() > 1;
+  const std::vector<double> inherent = pipelined ? simulated_idle(schedule, balanced) : std::vector<double>(1, 0.0);
+  const std::vector<double> uneven = pipelined ? simulated_idle(schedule, stages) : std::vector<double>(1, 0.0);
+  for (size_t r = 0; r < all.size(); ++r) {
+    IdleParts p;
+    const double pipe_idle = std::max(0.0, span - out.stage_busy_s[r] * 1e6) / 1e6;
+    p.sync = all[r][2].item<double>() / 1e6;
+    p.inherent = std::min(pipe_idle, inherent[r] / 1e3);
+    p.imbalance = std::min(pipe_idle - p.inherent, std::max(0.0, uneven[r] / 1e3 - p.inherent));
+    p.transfers = pipe_idle - p.inherent - p.imbalance;
+    p.total = pipe_idle + p.sync;
+    out.idle.push_back(p);
+  }
+  return out;
+}
+
+void CostAccumulator::add(const Executor& exec, int chunks) {
+  chunk_.resize(static_cast<size_t>(chunks));
+  for (const sched::TimedAction& a : exec.timeline())
+    chunk_.at(a.action.chunk).add(a.action.kind, (a.end - a.start) / 1000.0);
+}
+
+void CostAccumulator::add_latency_sample(const Group& pp, const Executor& exec) {
+  if (latency_calls_++ >= kLatencySteps || pp.size() < 2) return;
+  // Origin 0: every rank's times stay in its own clock (the estimate needs no shared one).
+  const std::vector<std::string> texts = gather_strings(pp, sched::to_text(sched::RankRecording{pp.rank, 0.0, exec.timeline(), {}}));
+  if (pp.rank != 0) return;
+  std::vector<sched::RankRecording> ranks;
+  for (size_t i = 0; i < texts.size(); ++i) ranks.push_back(sched::recording_from_text(texts[i], static_cast<int>(i)));
+  latency_steps_.push_back(sched::to_timeline(ranks, 1, 1));
+}
+
+sched::TimelineStats CostAccumulator::predict(const Group& pp, const sched::Schedule& schedule) {
+  const int v = schedule.chunks;
+  chunk_.resize(static_cast<size_t>(v));
+  at::Tensor mine = at::zeros({v * 8}, at::kDouble);
+  for (int c = 0; c < v; ++c)
+    for (int k = 0; k < 4; ++k) mine[c * 8 + k] = chunk_[c].sum[k], mine[c * 8 + 4 + k] = chunk_[c].count[k];
+  std::vector<at::Tensor> all;
+  all_gather(pp, mine, all);
+  if (pp.rank != 0) return {};
+  std::vector<sched::KindSums> stages(static_cast<size_t>(schedule.virtual_stages()));
+  double sum[4] = {0, 0, 0, 0}, n[4] = {0, 0, 0, 0};
+  for (size_t r = 0; r < all.size(); ++r)
+    for (int c = 0; c < v; ++c) {
+      sched::KindSums& st = stages.at(static_cast<size_t>(schedule.stage_of(static_cast<int>(r), c)));
+      for (int k = 0; k < 4; ++k) {
+        st.sum[k] = all[r][c * 8 + k].item<double>(), st.count[k] = all[r][c * 8 + 4 + k].item<double>();
+        sum[k] += st.sum[k], n[k] += st.count[k];
+      }
+    }
+  for (int k = 0; k < 4; ++k) mean_ms[k] = n[k] > 0 ? sum[k] / n[k] : 0.0;
+  // A receive counts as a wait (its end is the data's arrival) only when its
+  // rank had been idle for more than 50 us: the executor's own work between
+  // two actions (posting receives, the progress record) takes a few us.
+  latency = sched::measured_link_latency(schedule, latency_steps_, 0.05);
+  costs = sched::costs_from_stage_sums(stages, latency.per_boundary);
+  return sched::simulate_stats(schedule, costs);
+}
+
+std::vector<std::string> gather_strings(const Group& g, const std::string& mine) {
+  at::Tensor len = at::tensor({static_cast<int64_t>(mine.size())}, at::kLong);
+  std::vector<at::Tensor> lens;
+  all_gather(g, len, lens);
+  int64_t longest = 0;
+  for (const at::Tensor& t : lens) longest = std::max(longest, t.item<int64_t>());
+  at::Tensor buf = at::zeros({std::max<int64_t>(1, longest)}, at::kByte);
+  std::memcpy(buf.data_ptr<uint8_t>(), mine.data(), mine.size());
+  std::vector<at::Tensor> bufs;
+  all_gather(g, buf, bufs);
+  std::vector<std::string> out;
+  if (g.rank != 0) return out;
+  for (size_t i = 0; i < bufs.size(); ++i)
+    out.emplace_back(reinterpret_cast<const char*>(bufs[i].data_ptr<uint8_t>()),
+                     static_cast<size_t>(lens[i].item<int64_t>()));
+  return out;
+}
+
+}  // namespace trident
