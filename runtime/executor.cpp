@@ -5,7 +5,6 @@
 // that received its input; every group is waited for by the end of the step.
 #include "runtime/executor.h"
 
-#include <chrono>
 #include <cmath>
 #include <stdexcept>
 
@@ -16,7 +15,6 @@ namespace trident {
 
 using sched::Action;
 using sched::ActionKind;
-
 
 Executor::Executor(std::vector<Stage*> stages, const Group& pp, const sched::StageMap& map,
                    int64_t micro_batch_size, c10::Device device)
@@ -49,28 +47,28 @@ void Executor::post_recv(const Action& a) {
   buf = at::empty(grad ? chunks_[a.chunk]->output_shape(mbs_) : chunks_[a.chunk]->input_shape(mbs_),
                   at::TensorOptions().dtype(at::kFloat).device(device_));
   (grad ? s.recv_grad_group : s.recv_act_group) = static_cast<int>(groups_.size());  // the group being gathered
-  queued_.push_back({false, buf, peer, tag(grad, a.mb, stage(a.chunk))});
-  queued_group_.what.push_back("receive " + sched::to_token(a) + " from pipeline rank " + std::to_string(peer));
+  queued_.ops.push_back({false, buf, peer, tag(grad, a.mb, stage(a.chunk))});
+  queued_.actions.push_back(a);
 }
 
 void Executor::post_group() {
-  if (queued_.empty()) return;
-  queued_group_.works = batch_isend_irecv(pp_, queued_);
-  groups_.push_back(std::move(queued_group_));
-  queued_group_ = CommGroup{};
-  queued_.clear();
+  if (queued_.ops.empty()) return;
+  queued_.works = batch_isend_irecv(pp_, queued_.ops);
+  groups_.push_back(std::move(queued_));
+  queued_ = CommGroup{};
 }
 
 void Executor::wait_group(int index) {
   CommGroup& g = groups_.at(static_cast<size_t>(index));
   if (g.done) return;
   std::string what = "pipeline group {";
-  for (size_t i = 0; i < g.what.size(); ++i) what += (i ? ", " : "") + g.what[i];
+  for (size_t i = 0; i < g.ops.size(); ++i)
+    what += std::string(i ? ", " : "") + (g.ops[i].send ? "send " : "receive ") + sched::to_token(g.actions[i]) +
+            (g.ops[i].send ? " to" : " from") + " pipeline rank " + std::to_string(g.ops[i].peer);
   what += "}";
   for (auto& w : g.works) wait_work(pp_, w, what.c_str(), -1);
+  g = CommGroup{};
   g.done = true;
-  g.works.clear();
-  g.sent.clear();
 }
 
 void Executor::record_recv(const Action& a) {
@@ -115,9 +113,8 @@ void Executor::send(const Action& a) {
     (grad ? dst.recv_grad_buf : dst.recv_act_buf) = t.clone();
     return;
   }
-  queued_.push_back({true, t, peer, tag(grad, a.mb, to_stage)});
-  queued_group_.sent.push_back(t);
-  queued_group_.what.push_back("send " + sched::to_token(a) + " to pipeline rank " + std::to_string(peer));
+  queued_.ops.push_back({true, t, peer, tag(grad, a.mb, to_stage)});
+  queued_.actions.push_back(a);
 }
 
 void Executor::finish_groups() {
@@ -295,8 +292,7 @@ void Executor::run_list(const sched::ActionList& actions, const std::function<Mi
     }
     finish_groups();
   } catch (...) {
-    queued_.clear();
-    queued_group_ = CommGroup{};
+    queued_ = CommGroup{};
     groups_.clear();
     throw;
   }

@@ -106,9 +106,9 @@ class Executor {
   };
   // One group of point-to-point operations (the communication between two computes).
   struct CommGroup {
-    std::vector<c10::intrusive_ptr<c10d::Work>> works;
-    std::vector<at::Tensor> sent;  // kept alive until the group is done
-    std::vector<std::string> what;  // "send F3 to rank 1", for errors
+    std::vector<P2POp> ops;               // their tensors stay alive until the group is done
+    std::vector<sched::Action> actions;   // ops[k] carries actions[k] (for errors)
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;  // set when posted
     bool done = false;
   };
   void run_action(const sched::Action& a, const std::function<MicroBatch(int)>& batch, double loss_scale,
@@ -147,8 +147,7 @@ class Executor {
   // back once per run (a read per micro-batch would stall a GPU's queue).
   at::Tensor loss_acc_;
   std::map<std::pair<int, int>, Slot> slots_;
-  std::vector<P2POp> queued_;  // operations of the group being gathered
-  CommGroup queued_group_;     // its tensors and descriptions
+  CommGroup queued_;               // the group being gathered, posted at the next compute
   std::vector<CommGroup> groups_;  // this run's posted groups
   bool record_ = true;
   // The timeline as clock marks, turned into times when first read.

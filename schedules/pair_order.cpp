@@ -24,6 +24,12 @@ struct Message {
 
 bool is_send(ActionKind k) { return k == ActionKind::SEND_F || k == ActionKind::SEND_B; }
 
+// What a message carries, as one number: the virtual stage it goes into, the
+// micro-batch, and the direction (gradient or activation).
+int64_t message_key(const Schedule& s, int into, int mb, bool grad) {
+  return (static_cast<int64_t>(into) * s.microbatches + mb) * 2 + (grad ? 1 : 0);
+}
+
 Message message_of(const Schedule& s, int r, int pos) {
   const Action& a = s.ranks[r][pos];
   const int stage = s.stage_of(r, a.chunk), S = s.virtual_stages();
@@ -38,7 +44,7 @@ Message message_of(const Schedule& s, int r, int pos) {
   Message msg;
   msg.from = is_send(a.kind) ? r : peer;
   msg.to = is_send(a.kind) ? peer : r;
-  msg.key = (static_cast<int64_t>(into) * s.microbatches + a.mb) * 2 + (grad ? 1 : 0);
+  msg.key = message_key(s, into, a.mb, grad);
   return msg;
 }
 
@@ -234,8 +240,7 @@ class StreamRun {
       int need = -1;
       const bool has_input = (a.kind == ActionKind::F && stage > 0) || (is_backward(a.kind) && stage < S - 1);
       if (has_input) {
-        const int64_t key = (static_cast<int64_t>(stage) * s_.microbatches + a.mb) * 2 + (a.kind == ActionKind::F ? 0 : 1);
-        auto it = recv_group.find(key);
+        auto it = recv_group.find(message_key(s_, stage, a.mb, a.kind != ActionKind::F));
         if (it != recv_group.end()) need = it->second, recv_group.erase(it);
       }
       rk.need.push_back(need);
@@ -243,17 +248,18 @@ class StreamRun {
     }
   }
 
-  bool matched(const Op& op) const {
+  // Both ends of op's place in its pair's sequence are posted.
+  bool paired(const Op& op) const {
     const Posted& pp = posted_[op.pair];
-    return op.moved || std::min(pp.sends, pp.recvs) > op.seq;
+    return std::min(pp.sends, pp.recvs) > op.seq;
   }
+  // Done where its group is: a moved op counts with the group it joined (rk.extra).
+  bool matched(const Op& op) const { return op.moved || paired(op); }
   bool group_matched(const Rank& rk, const Group& g) const {
     for (int k = g.begin; k < g.end; ++k)
       if (!matched(rk.ops[k])) return false;
-    for (int k : rk.extra) {
-      const Posted& pp = posted_[rk.ops[k].pair];
-      if (std::min(pp.sends, pp.recvs) <= rk.ops[k].seq) return false;
-    }
+    for (int k : rk.extra)
+      if (!paired(rk.ops[k])) return false;
     return true;
   }
 
