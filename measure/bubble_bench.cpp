@@ -30,8 +30,8 @@ using torch::autograd::variable_list;
 // linear() does for ZB-H1's split backward), around a one-element
 // multiplication that keeps the autograd graph real. Sleeping is fair for
 // a bubble measurement: the bubble is a property of the schedule's
-// dependencies, which the real executor, its receives posted early, and Gloo
-// transfers all still impose; what sleeping removes is the CPU contention of
+// dependencies, which the real executor, its grouped transfers (NOTE [pair
+// order] in schedules/pair_order.h) and Gloo all still impose; what sleeping removes is the CPU contention of
 // 8 ranks computing on 2 cores, which would measure the machine instead of
 // the schedule. A sleep overshoots by its wake-up latency (tens of µs, more on
 // a loaded machine); the measured compute spans include it, so the busy time

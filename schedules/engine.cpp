@@ -1,12 +1,14 @@
-// NOTE [message matching] A receive is matched to its send by what it carries:
-// (direction, micro-batch, virtual stage it goes into), the executor's tag.
-// Between two ranks messages may therefore arrive in any order. A RECV only
-// posts the receive and never blocks; the compute that needs the data waits
-// for it (as the executor does: irecv at RECV, wait before the compute). So the
-// only ordering rules are per rank (receive posted before, send after its
-// compute) plus the absence of deadlock, which this run checks by executing
-// every list with a worklist: a rank runs until its next compute lacks an
-// input, then waits on that one message key; the send of that key wakes it.
+// NOTE [message matching] This run (the simulator's timing model, and the
+// validator's first pass) matches a receive to its send by what it carries:
+// (direction, micro-batch, virtual stage it goes into). A RECV only posts the
+// receive and never blocks; the compute that needs the data waits for it. So
+// the rules checked here are per rank (receive posted before, send after its
+// compute) plus the absence of deadlock; the order NCCL needs on top (a
+// pair's messages in one order, no cycle on its streams) is checked by
+// check_pair_order() (NOTE [pair order] in pair_order.h). The deadlock check
+// executes every list with a worklist: a rank runs until its next compute
+// lacks an input, then waits on that one message key; the send of that key
+// wakes it.
 // Each action is visited once, so the run is linear in the actions, and the
 // message times live in one flat table indexed by (stage, micro-batch)
 // (NOTE [one slot per input]). The per-rank checks are in engine_checks.cpp.

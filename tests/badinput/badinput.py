@@ -48,6 +48,10 @@ def cases(work, cores):
          ["host memory", "data.synthetic_tokens"]),
         ("schedule p=m=100000", 2, "schedule --kind 1f1b -p 100000 -m 100000 --format summary",
          ["p=100000 m=100000", "compute slots, expected at most 33554432"]),
+        # parallel.backend: the nccl-rules test backend is for the CPU only.
+        ("nccl-rules on cuda", 2, f"{tiny} parallel.backend=nccl-rules --set training.device=cuda",
+         ['parallel.backend = "nccl-rules"', 'needs training.device = "cpu"']),
+        ("unknown backend", 2, f"{tiny} parallel.backend=mpi", ['parallel.backend = "mpi"', "nccl-rules"]),
         # Already handled: config and command-line mistakes.
         ("unknown key", 2, f"{tiny} training.stepz=3", ["unknown key training.stepz"]),
         ("set without =", 2, f"{tiny} training.steps", ["--set training.steps: expected section.key=value"]),
