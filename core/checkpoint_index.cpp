@@ -144,4 +144,48 @@ int64_t step_of(const std::string& name) {
 }
 
 }  // namespace detail
+
+namespace {
+
+// Bytes as a reader sees them: printable ASCII as is, the rest as \xNN.
+std::string escaped(const std::string& bytes) {
+  std::string out;
+  for (unsigned char c : bytes) {
+    if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string newest_step(const std::string& dir, bool* from_latest) {
+  namespace fs = std::filesystem;
+  if (from_latest) *from_latest = false;
+  const std::string latest = dir + "/latest";
+  if (fs::exists(latest)) {
+    std::string name = read_file(latest);
+    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+    if (detail::step_of(name) < 0)
+      throw CheckpointError(latest + " holds \"" + escaped(name) + "\", not a step-XXXXXXXX name");
+    if (from_latest) *from_latest = true;
+    return name;
+  }
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return "";
+  int64_t best = -1;
+  std::string best_name;
+  for (const auto& d : fs::directory_iterator(dir, ec)) {
+    const std::string fn = d.path().filename().string();
+    const int64_t s = detail::step_of(fn);
+    if (s > best && fs::exists(d.path() / "manifest.json")) best = s, best_name = fn;
+  }
+  return best_name;
+}
+
 }  // namespace trident::ckpt

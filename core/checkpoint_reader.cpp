@@ -103,14 +103,12 @@ int64_t copy_intersection(const char* src, const std::vector<int64_t>& src_off, 
 
 Reader::Reader(const std::string& path) {
   step_dir_ = path;
-  if (fs::exists(path + "/latest")) {
-    std::string name = read_file(path + "/latest");
-    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-    if (step_of(name) < 0) throw CheckpointError(path + "/latest holds \"" + name + "\", not a step-XXXXXXXX name");
+  if (!fs::exists(path + "/manifest.json")) {
+    const std::string name = newest_step(path);
+    if (name.empty())
+      throw CheckpointError(path + " is not a checkpoint: it has neither `latest` nor manifest.json, and no complete step" +
+                            std::string(fs::exists(path) ? "" : " (it does not exist)"));
     step_dir_ = path + "/" + name;
-  } else if (!fs::exists(path + "/manifest.json")) {
-    throw CheckpointError(path + " is not a checkpoint: it has neither `latest` nor manifest.json" +
-                          std::string(fs::exists(path) ? "" : " (it does not exist)"));
   }
   const std::string mpath = step_dir_ + "/manifest.json";
   const json::Value manifest = read_json(mpath);

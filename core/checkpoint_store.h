@@ -94,6 +94,13 @@ class ShardWriter {
 // incomplete step directories left by crashed saves.
 void commit(const std::string& dir, int64_t step, int world, int keep);
 
+// The step directory a resume loads from DIR: the one DIR/latest names, or,
+// when `latest` is gone (deleted by hand, lost with a node's disk), the newest
+// step holding manifest.json (complete; NOTE [checkpoint atomicity]). "" when
+// DIR holds no complete step. A `latest` that names no step directory throws,
+// showing its bytes escaped. `from_latest` (optional) says which of the two.
+std::string newest_step(const std::string& dir, bool* from_latest = nullptr);
+
 // One stored entry, as the reader indexes it.
 struct EntryInfo {
   std::string name, dtype, file;  // file: the .bin holding it
@@ -104,7 +111,7 @@ struct EntryInfo {
 
 class Reader {
  public:
-  // `path`: a checkpoint directory (follows its `latest`) or one step directory.
+  // `path`: a checkpoint directory (newest_step()) or one step directory.
   // Reads every rank's index; a missing or unparsable file, or a .bin shorter
   // than its index says, throws naming the file (and the first tensor cut off).
   explicit Reader(const std::string& path);

@@ -608,6 +608,17 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   }
   std::ostringstream text;
   text << in.rdbuf();
+  // An empty file (or only comments) would silently train every default: most
+  // likely the wrong file, or one cut short.
+  std::istringstream lines(text.str());
+  bool sets_something = false;
+  for (std::string line; !sets_something && std::getline(lines, line);) {
+    const size_t first = line.find_first_not_of(" \t\r");
+    sets_something = first != std::string::npos && line[first] != '#';
+  }
+  if (!sets_something)
+    throw ConfigError(path + ": the config file is empty (or only comments): expected sections such as [model] and "
+                      "[training] (see configs/gpt-tiny.toml); an empty file would train every default");
   return parse_config(text.str(), path, overrides);
 }
 
@@ -873,6 +884,13 @@ void check_data(const Config& c) {
   }
   if (d.tokenizer == "hf" && d.tokenizer_dir.empty())
     fail(c, "data.tokenizer = \"hf\" needs data.tokenizer_dir (the folder holding tokenizer.json)");
+  // The tokenizer's ids must be rows of the embedding: a smaller vocabulary
+  // trains (synthetic data draws below it) but saves a model that eval and
+  // generate refuse. hf's size is known only once tokenizer.json is read.
+  const int64_t tokenizer_vocab = d.tokenizer == "byte" ? 256 : d.tokenizer == "gpt2" ? 50257 : 0;
+  if (c.model.vocab_size < tokenizer_vocab)
+    fail(c, "model.vocab_size = " + n(c.model.vocab_size) + " is smaller than data.tokenizer = " + quote(d.tokenizer) +
+                "'s " + n(tokenizer_vocab) + " tokens: expected model.vocab_size >= " + n(tokenizer_vocab));
 }
 
 void check_checkpoint(const Config& c) {
@@ -882,6 +900,9 @@ void check_checkpoint(const Config& c) {
   if (c.training.exit_after_steps > 0 && c.checkpoint.dir.empty())
     fail(c, "training.exit_after_steps = " + n(c.training.exit_after_steps) +
                 " needs checkpoint.dir: the run would stop with nothing to continue from");
+  if (c.training.exit_after_steps >= c.training.steps && c.training.exit_after_steps > 0)
+    fail(c, "training.exit_after_steps = " + n(c.training.exit_after_steps) + " is not before training.steps = " +
+                n(c.training.steps) + ": expected 0 (off) or a step in [1, " + n(c.training.steps - 1) + "]");
 }
 
 }  // namespace

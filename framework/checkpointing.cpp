@@ -103,22 +103,24 @@ void check_same_model(const ckpt::Reader& r, const ModelConfig& mine, const std:
 
 }  // namespace
 
-std::string latest_checkpoint(const std::string& dir) {
-  const std::string path = dir + "/latest";
-  if (!std::filesystem::exists(path)) return "";
-  std::string name = read_file(path);
-  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-  return name;
-}
+std::string latest_checkpoint(const std::string& dir) { return ckpt::newest_step(dir); }
 
 void check_checkpoint_dir(const Config& cfg) {
   const auto& k = cfg.checkpoint;
-  if (k.dir.empty() || k.resume) return;
+  if (k.dir.empty()) return;
   const std::string latest = latest_checkpoint(k.dir);
-  if (!latest.empty())
+  if (latest.empty()) return;
+  if (!k.resume)
     throw ConfigError("checkpoint.dir = \"" + k.dir + "\" already holds a checkpoint (" + latest +
                       ") with checkpoint.resume = false: expected checkpoint.resume = true (--set checkpoint.resume=true) "
                       "to continue from it, or another directory");
+  // Past the end: the config asks for fewer steps than were already trained
+  // (resuming would train nothing and report a run that never happened).
+  const int64_t step = std::stoll(latest.substr(latest.find('-') + 1));  // newest_step() checked the name
+  if (step > cfg.training.steps)
+    throw ConfigError("checkpoint.dir = \"" + k.dir + "\" holds " + latest + ", past training.steps = " +
+                      std::to_string(cfg.training.steps) + ": expected training.steps >= " + std::to_string(step) +
+                      " to continue from it, or another directory");
 }
 
 Checkpointer::Checkpointer(const Config& cfg, ProcessGroups& pgs, std::vector<std::vector<Param>*> chunks,
@@ -153,7 +155,11 @@ int64_t Checkpointer::restore() {
   const auto& k = cfg_.checkpoint;
   const bool leader = pgs_.rank() == 0;
   if (k.dir.empty()) return 0;
-  const std::string latest = latest_checkpoint(k.dir);
+  bool from_latest = false;
+  const std::string latest = ckpt::newest_step(k.dir, &from_latest);
+  if (!from_latest && !latest.empty() && leader)
+    std::cout << "checkpoint.resume: " << k.dir << "/latest is missing; resuming from the newest complete step, "
+              << latest << std::endl;
   if (latest.empty()) {
     if (k.resume && leader)
       std::cout << "checkpoint.resume: " << k.dir << " holds no checkpoint yet; starting at step 0" << std::endl;
@@ -195,7 +201,7 @@ int64_t Checkpointer::restore() {
     std::cout << "checkpoint: resumed from " << r.step_dir() << " (step " << r.step() << ", saved under "
               << r.meta().layout << ") in " << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()
               << " s" << std::endl;
-    if (r.step() >= cfg_.training.steps)
+    if (r.step() == cfg_.training.steps)
       std::cout << "checkpoint: step " << r.step() << " is already training.steps = " << cfg_.training.steps
                 << ": nothing left to train" << std::endl;
     if (!same_layout && cfg_.model.dropout > 0)

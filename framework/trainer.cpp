@@ -674,16 +674,24 @@ TrainSummary train(Config cfg) {
       break;
     }
   }
-  const sched::TimelineStats predicted = r.costs.predict(r.pgs->pp, r.schedule);  // a collective over the pipeline
-  if (leader) {
-    if (bar) std::cout << "\r\033[K";
-    log->finish();
-    print_report(r, summary, predicted, steps_run, seconds_since(start));
+  if (steps_run == 0) {  // resumed at training.steps (the same on every rank): no step, nothing to report
+    if (leader) {
+      log->finish();
+      std::cout << "done: nothing to train, the checkpoint is already at training.steps = " << c.training.steps
+                << std::endl;
+    }
+  } else {
+    const sched::TimelineStats predicted = r.costs.predict(r.pgs->pp, r.schedule);  // a collective over the pipeline
+    if (leader) {
+      if (bar) std::cout << "\r\033[K";
+      log->finish();
+      print_report(r, summary, predicted, steps_run, seconds_since(start));
+    }
+    std::cout << r.pgs->layout().describe(r.pgs->rank()) << ": peak " << r.peak.peak_inflight
+              << " micro-batches in flight holding " << r.peak.peak_activation_bytes << " activation bytes ("
+              << r.peak.peak_boundary_bytes << " in stage inputs/outputs); optimizer state "
+              << r.dp->optimizer_state_bytes() << " bytes" << std::endl;
   }
-  std::cout << r.pgs->layout().describe(r.pgs->rank()) << ": peak " << r.peak.peak_inflight
-            << " micro-batches in flight holding " << r.peak.peak_activation_bytes << " activation bytes ("
-            << r.peak.peak_boundary_bytes << " in stage inputs/outputs); optimizer state "
-            << r.dp->optimizer_state_bytes() << " bytes" << std::endl;
   summary.optimizer_state_bytes = r.dp->optimizer_state_bytes();
   summary.peak_inflight = r.peak.peak_inflight;
   for (const sched::StageCosts& sc : r.costs.costs.stage_costs) {

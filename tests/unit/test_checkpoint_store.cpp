@@ -285,5 +285,26 @@ TEST(CheckpointStore, KeepsTheNewestKCheckpoints) {
   EXPECT_NE(error_of([&] { commit(dir, 40, 4, 0); }).find("checkpoint.keep = 0"), std::string::npos);
 }
 
+// `latest` lost (deleted by hand, an old disk): a resume still finds the newest
+// complete step, never an incomplete newer one; a garbled `latest` is shown escaped.
+TEST(CheckpointStore, WithoutLatestTheNewestCompleteStepLoads) {
+  const std::string dir = fresh_dir("nolatest");
+  save(dir, 10, 3);
+  save(dir, 20, 3);
+  save(dir, 30, 3, /*commit_it=*/false);  // every rank file written, never committed: no manifest.json
+  fs::remove(dir + "/latest");
+  bool from_latest = true;
+  EXPECT_EQ(newest_step(dir, &from_latest), "step-00000020");
+  EXPECT_FALSE(from_latest);
+  EXPECT_EQ(Reader(dir).step(), 20);
+  EXPECT_EQ(newest_step(dir + "/none"), "");
+  std::ofstream(dir + "/latest", std::ios::binary) << std::string("step-0000\0" "002\n", 14);
+  const std::string e = error_of([&] { newest_step(dir); });
+  EXPECT_NE(e.find("/latest holds \"step-0000\\x00002\", not a step-XXXXXXXX name"), std::string::npos) << e;
+  std::ofstream(dir + "/latest") << "step-00000010\n";
+  EXPECT_EQ(newest_step(dir, &from_latest), "step-00000010");
+  EXPECT_TRUE(from_latest);
+}
+
 }  // namespace
 }  // namespace trident::ckpt

@@ -314,6 +314,8 @@ TEST(Config, BadConfigsNameKeyValueAndExpectation) {
       {"resume without dir", "[checkpoint]\nresume = true\n", {}, "checkpoint.resume = true needs checkpoint.dir"},
       {"exit without dir", "", {"training.exit_after_steps=3"},
        "training.exit_after_steps = 3 needs checkpoint.dir: the run would stop with nothing to continue from"},
+      {"exit at the last step", "", {"training.steps=4", "training.exit_after_steps=4", "checkpoint.dir=ck"},
+       "training.exit_after_steps = 4 is not before training.steps = 4: expected 0 (off) or a step in [1, 3]"},
       {"override without =", "", {"training.steps"}, "--set training.steps: expected section.key=value"},
       {"override without section", "", {"steps=3"}, "--set steps=3: expected section.key=value"},
       {"unknown override key", "", {"training.stepz=3"}, "--set training.stepz=3: unknown key training.stepz: keys of [training] are steps,"},
