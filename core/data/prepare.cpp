@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -72,7 +73,45 @@ struct Done {
   std::vector<uint32_t> ids;
   uint64_t text_bytes = 0;
   std::string error;     // jsonl: what is wrong with the line
+  bool fatal = false;    // an error --skip-bad-lines does not skip (not UTF-8, not Brown)
 };
+
+// Offset of the first byte that does not start or continue a well-formed UTF-8
+// sequence (overlong forms, surrogates and code points past U+10FFFF included), or npos.
+size_t first_invalid_utf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    if (len == 0 || i + len > s.size()) return i;
+    uint32_t cp = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
+    for (size_t k = 1; k < len; ++k) {
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      if ((d & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (d & 0x3F);
+    }
+    const uint32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < least[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+    i += len;
+  }
+  return std::string::npos;
+}
+
+// A tagged Brown file has word/tag tokens; plain text has none, or nearly none
+// (a URL or a date). Empty text counts as tagged (nothing to convert).
+bool looks_tagged(const std::string& text) {
+  size_t tokens = 0, tagged = 0;
+  for (size_t i = 0; i < text.size();) {
+    while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+    const size_t start = i;
+    while (i < text.size() && !std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+    if (i == start) break;
+    ++tokens;
+    const size_t slash = text.rfind('/', i - 1);
+    if (slash != std::string::npos && slash >= start && slash + 1 < i) ++tagged;
+  }
+  return tokens == 0 || 2 * tagged > tokens;
+}
 
 // Reads the inputs in order, a batch of about kBatchBytes at a time.
 class BatchReader {
@@ -141,7 +180,24 @@ void tokenize_batch(const PrepareOptions& o, const std::vector<std::string>& fil
           continue;
         }
       } else {
+        if (o.format == "brown" && !looks_tagged(p.text)) {
+          done[i].error = files[p.file] + ": not a tagged Brown corpus file (no word/tag token): expected --format text";
+          done[i].fatal = true;
+          continue;
+        }
         text = o.format == "brown" ? brown_to_text(p.text) : std::move(p.text);
+      }
+      // The byte tokenizer's ids are the bytes; gpt2 and hf read text, and
+      // bytes that are not UTF-8 there are most likely a file in another encoding.
+      if (o.tokenizer != "byte" && !o.allow_invalid_utf8) {
+        const size_t bad = first_invalid_utf8(text);
+        if (bad != std::string::npos) {
+          done[i].error = files[p.file] + (o.format == "jsonl" ? ":" + std::to_string(p.line) : "") +
+                          ": not UTF-8 (byte " + std::to_string(bad) + " of its text): expected UTF-8 text for --tokenizer " +
+                          o.tokenizer + ", or --allow-invalid-utf8 to tokenize the bytes as they are";
+          done[i].fatal = true;
+          continue;
+        }
       }
       done[i].text_bytes = text.size();
       done[i].ids = tokenizer.encode(text);
@@ -193,6 +249,8 @@ PrepareSummary prepare_token_files(const PrepareOptions& options) {
   uint64_t total = 0;
   for (const auto& f : files) total += fs::file_size(f);
   summary.input_bytes = total;
+  if (total == 0)
+    throw DataError("the inputs are empty (" + std::to_string(files.size()) + " file(s), 0 bytes): nothing to tokenize");
 
   const fs::path parent = fs::path(o.output_prefix).parent_path();
   if (!parent.empty()) fs::create_directories(parent);
@@ -208,6 +266,7 @@ PrepareSummary prepare_token_files(const PrepareOptions& options) {
     tokenize_batch(o, files, tokenizer, batch, done);
     for (size_t i = 0; i < done.size(); ++i) {
       Done& d = done[i];
+      if (d.fatal) throw DataError(d.error);
       if (!d.error.empty()) {
         if (!o.skip_bad_lines) throw DataError(d.error + " (--skip-bad-lines skips such lines)");
         ++summary.bad_lines;
@@ -230,6 +289,8 @@ PrepareSummary prepare_token_files(const PrepareOptions& options) {
     if (o.progress) o.progress(read, total);
   }
   if (doc == 0) throw DataError("no documents found in the inputs (every line was skipped as bad)");
+  if (summary.text_bytes == 0)
+    throw DataError("the inputs' " + std::to_string(doc) + " document(s) hold no text: nothing to tokenize");
 
   if (megatron) {
     megatron->finish();

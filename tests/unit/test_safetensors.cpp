@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "core/json.h"
+#include "tests/error_of.h"
 #include "core/safetensors.h"
 
 namespace trident {
@@ -113,6 +114,17 @@ TEST(Json, ErrorsNameSourceAndByte) {
   EXPECT_THROW(json::parse(R"({"a": 1} x)", "f"), json::JsonError);
   EXPECT_THROW(json::parse(R"({"a": "unterminated)", "f"), json::JsonError);
   EXPECT_THROW(json::parse("{\"a\": 1}", "f").at("b", "f"), json::JsonError);
+}
+
+// Python's json takes a repeated key's last value, a first-match reader its first:
+// the file means two things, so it is refused naming the key (nested objects too).
+TEST(Json, RepeatedKeysAreErrors) {
+  const std::string e = testing::error_of<json::JsonError>(
+      [] { json::parse(R"({"model": {"n_layer": 2, "n_embd": 8, "n_layer": 4}})", "config.json"); });
+  EXPECT_NE(e.find("config.json: invalid JSON at byte 10: the object starting here has the key \"n_layer\" twice"),
+            std::string::npos)
+      << e;
+  EXPECT_NO_THROW(json::parse(R"({"a": {"x": 1}, "b": {"x": 2}})", "f"));  // the same key in two objects is fine
 }
 
 }  // namespace
