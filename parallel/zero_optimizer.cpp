@@ -33,8 +33,8 @@ ZeroOptimizer::ZeroOptimizer(GradBuffer& buffer, AdamWOptions adam) : buffer_(bu
   adam_ = std::make_unique<AdamW>(std::move(segs), adam);
 }
 
-void ZeroOptimizer::step(double lr) {
-  adam_->step(lr);
+void ZeroOptimizer::step(double lr, const std::optional<at::Tensor>& skip) {
+  adam_->step(lr, skip);
   const Group& dp = buffer_.dp();
   if (!buffer_.sharded() || dp.size() == 1) return;
   at::NoGradGuard no_grad;
