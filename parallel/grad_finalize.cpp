@@ -58,7 +58,9 @@ at::Tensor GradFinalizer::grad_norm(const GradBuffer& buffer) const {
   at::NoGradGuard no_grad;
   // Each parameter's norm comes from one _foreach_norm over all of them,
   // computed in float64 (its dtype argument: the fp32 gradients are read as
-  // doubles), squared into its slot on the device; the slots are reduced
+  // doubles; an fp32 norm of the embedding's gradient is far enough off on
+  // the CPU to break the reference contract, NOTE [fp32 norms on CPU] in
+  // tests/reference/reference_train.py), squared into its slot on the device; the slots are reduced
   // over the groups there and summed one after another (a running sum, in
   // the canonical order), so every layout adds the same doubles in the same
   // order. Nothing comes back to the host here (NOTE [host reads]): the
