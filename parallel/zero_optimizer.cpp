@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include <torch/csrc/autograd/variable.h>
+
 #include "parallel/grad_buffer.h"
 
 namespace trident {
@@ -43,6 +45,9 @@ void ZeroOptimizer::step(double lr, const std::optional<at::Tensor>& skip) {
     const ShardRange own = buffer_.owned(*b);
     at::Tensor mine = b->data.narrow(0, own.lo, own.hi - own.lo).clone();  // not aliasing the output
     all_gather_into(dp, b->data, mine);
+    // The gathered shards are new weights: their version moves, so the models'
+    // compute-dtype copies are remade (NOTE [cast once per step] in models/common/cast_cache.h).
+    torch::autograd::impl::bump_version(b->data);
   }
 }
 
