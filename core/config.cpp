@@ -4,6 +4,7 @@
 // cannot drift apart. Cross-field checks follow in check_config(); what each key
 // means is documented once, in configs/README.md's tables.
 #include "core/config.h"
+#include "core/model_checks.h"
 
 #include <toml++/toml.h>
 
@@ -918,6 +919,14 @@ void check_config(const Config& c) {
   check_training(c);
   check_data(c);
   check_checkpoint(c);
+}
+
+void check_model_config(const Config& c) {
+  for (const Field& f : fields()) {
+    if (std::string(f.section) == "model" && !allowed(f, c)) bad_value(c.source, f, format_field(f, c), "");
+  }
+  check_sizes(c);
+  check_model_shape(c);
 }
 
 void check_host_resources(const Config& c, int64_t ranks_on_host, int64_t host_bytes, int64_t host_cores) {
