@@ -158,7 +158,7 @@ TEST(PlannerStep, BadLayoutsNameTheirProblem) {
 }
 
 TEST(PlannerCluster, PresetsParseAndBadFilesNameKeyAndLine) {
-  for (const char* f : {"dgx-a100", "dgx-h100"}) {
+  for (const char* f : {"dgx-a100", "dgx-h100", "dgx-h200"}) {
     const std::string path = std::string(TRIDENT_SOURCE_DIR "/configs/clusters/") + f + ".toml";
     const Cluster c = load_cluster(path);
     EXPECT_EQ(c.devices_per_node, 8) << f;
