@@ -156,10 +156,11 @@ int cmd_plan(int argc, char** argv) {
       "emit-set", "print the --set lines that run the best (or the given) layout with trident train");
   po::variables_map vm;
   if (!parse_args(argc, argv, opts, vm, nullptr, nullptr,
-                  "The step time is the schedule simulated on its action lists with per-stage costs from FLOPs\n"
-                  "(compute.gemm_efficiency of the peak) or from a measured --profile, ring collectives for TP\n"
-                  "and DP, and transfers per boundary; TFLOP/s count recomputation (as Narayanan et al. 2021),\n"
-                  "MFU does not.\n"
+                  "The step time is the schedule simulated on its action lists with per-stage costs from each\n"
+                  "GEMM's shape on a roofline (compute.gemm_efficiency of the peak, the memory bandwidth), the\n"
+                  "--runtime's attention kernel and overlap, or from a measured --profile; ring collectives for\n"
+                  "TP and DP, and transfers per boundary; TFLOP/s count recomputation (as Narayanan et al.\n"
+                  "2021), MFU does not.\n"
                   "example: build/trident plan --config configs/gpt-tiny.toml --cluster configs/clusters/dgx-a100.toml --gpus 8 --top 3\n"
                   "`trident plan calibrate --help`: measure this machine and write its cluster file.\n"
                   "`trident plan profile --help`: measure a model on this machine for --profile.\n"))
