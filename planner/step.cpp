@@ -175,9 +175,11 @@ Runtime runtime_named(const std::string& name) {
 
 Layout resolve_layers(const ModelConfig& m, Layout l) {
   const int stages = l.pp * chunks_of(l);
+  const std::string at = "layout " + layout_text(l) + ": ";
+  if ((l.first_layers || l.last_layers) && stages < 2)
+    throw PlanError(at + "first= and last= need pp x chunks > 1 (one stage holds every layer)");
   if (!l.layers.empty() || stages < 2) return l;
   const int64_t total = m.layers;
-  const std::string at = "layout " + layout_text(l) + ": ";
   if (l.first_layers || l.last_layers) {
     // Megatron's rule: the given ends, the rest spread evenly over the stages between.
     const int ends = (l.first_layers ? 1 : 0) + (l.last_layers ? 1 : 0);

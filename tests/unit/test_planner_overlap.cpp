@@ -157,4 +157,6 @@ TEST(PlannerLayout, SpAtTpOneIsOffAndUnevenSplitsAreMegatronsOrPicked) {
   EXPECT_EQ(evaluate(pr, parse_layout("pp=4", 4)).layout.layers, (std::vector<int>{3, 3, 3, 2}));
   EXPECT_NE(error_of<PlanError>([] { parse_layout("pp=2,first=1,layers=5+5", 2); }).find("not both"),
             std::string::npos);
+  EXPECT_NE(error_of<PlanError>([&] { evaluate(pr, parse_layout("first=4", 1)); }).find("need pp x chunks > 1"),
+            std::string::npos);
 }
