@@ -47,6 +47,8 @@ const std::vector<Key>& keys() {
        "fraction of the peak a fused attention kernel reaches on the FLOPs it executes, in (0, 1] (0: gemm_efficiency)"},
       {"compute", "memory_bandwidth_gbs", Key::Real, nullptr, nullptr, &Cluster::memory_bandwidth_gbs, 0, true,
        "device memory bandwidth, GB/s"},
+      {"compute", "gemm_fixed_us", Key::Real, nullptr, nullptr, &Cluster::gemm_fixed_us, 0, false,
+       "time of one GEMM call beyond its FLOPs or bytes (launch, prologue, last partial wave), microseconds"},
       {"compute", "action_overhead_us", Key::Real, nullptr, nullptr, &Cluster::action_overhead_us, 0, false,
        "host overhead per pipeline action, microseconds"},
       {"compute", "gpt_layer_forward_us", Key::Real, nullptr, nullptr, &Cluster::gpt_layer_forward_us, 0, false,

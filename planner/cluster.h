@@ -23,6 +23,7 @@ struct Cluster {
   double attention_efficiency = 0.0;  // [compute] fraction of the peak a fused attention kernel reaches on
                                       // the FLOPs it executes (0: gemm_efficiency)
   double memory_bandwidth_gbs = 1000.0;  // [compute] device memory bandwidth (the optimizer step is bound by it)
+  double gemm_fixed_us = 0.0;            // [compute] time of one GEMM call beyond its roofline
   double action_overhead_us = 0.0;       // [compute] host overhead per pipeline action (F, B, I or W of one chunk)
   // [compute] host time of one transformer layer's forward and backward beyond its FLOPs (the
   // per-operator dispatch that dominates small layers), per model family; 0 = none.

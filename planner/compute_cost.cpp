@@ -34,10 +34,10 @@ ElementBytes element_bytes(const ModelConfig& m, double t, bool sp, int e) {
 
 }  // namespace
 
-double gemm_seconds(double m, double n, double k, const Device& d) {
+double gemm_seconds(double m, double n, double k, const Device& d, double batch) {
   const double flops = 2 * m * n * k / (d.peak_flops * d.gemm_efficiency);
   const double bytes = (m * k + k * n + m * n) * d.elem_bytes / d.memory_bytes_per_s;
-  return std::max(flops, bytes);
+  return batch * std::max(flops, bytes) + d.gemm_fixed_s;
 }
 
 LayerTimes layer_times(const ModelConfig& m, int64_t micro_batch, int64_t tp, bool sequence_parallel,
@@ -69,11 +69,11 @@ LayerTimes layer_times(const ModelConfig& m, int64_t micro_batch, int64_t tp, bo
     // softmax's (gradient and probabilities in, gradient out).
     const double heads = static_cast<double>(micro_batch) * static_cast<double>(m.heads) / t;
     const double dh = static_cast<double>(m.head_dim());
-    const double bmm = gemm_seconds(s, s, dh, d) + gemm_seconds(s, dh, s, d);
+    const double bmm = gemm_seconds(s, s, dh, d, heads) + gemm_seconds(s, dh, s, d, heads);
     const bool dropout = m.dropout > 0;
     const double scores = heads * s * s;
-    lt.attn_f = heads * bmm + scores * (2.0 * e + (dropout ? 2.0 * e + 1 : 0.0)) / d.memory_bytes_per_s;
-    lt.attn_b = 2 * heads * bmm + scores * (3.0 * e + (dropout ? 2.0 * e + 1 : 0.0)) / d.memory_bytes_per_s;
+    lt.attn_f = bmm + scores * (2.0 * e + (dropout ? 2.0 * e + 1 : 0.0)) / d.memory_bytes_per_s;
+    lt.attn_b = 2 * bmm + scores * (3.0 * e + (dropout ? 2.0 * e + 1 : 0.0)) / d.memory_bytes_per_s;
   } else {
     // A causal kernel executes half the square; its backward recomputes the scores: 2.5x the forward's
     // FLOPs (Dao 2023, arXiv 2307.08691, Sec. 4). Dropout, if any, happens inside the kernel.

@@ -17,15 +17,20 @@ namespace trident::plan {
 // reach on the device: a published matmul measurement, cited in
 // configs/clusters/*.toml) and its operands and result moved once through
 // device memory. Below the ridge (thin or small GEMMs) the bandwidth term
-// rules; above it every GEMM runs at the measured plateau.
+// rules; above it every GEMM runs at the measured plateau. Every GEMM call
+// also takes `gemm_fixed_s` beyond that (launch, prologue and epilogue, the
+// last partial wave of tiles): what makes mid-sized GEMMs fall short of the
+// plateau in per-shape measurements (the preset cites them).
 struct Device {
   double peak_flops = 0;       // FLOP/s, dense, the run's precision
   double gemm_efficiency = 1;  // of the peak, large GEMMs
   double attention_efficiency = 1;  // of the peak, a fused (flash) attention kernel on the FLOPs it executes
   double memory_bytes_per_s = 0;
+  double gemm_fixed_s = 0;  // per GEMM call
   int elem_bytes = 2;
 };
-double gemm_seconds(double m, double n, double k, const Device& d);
+// One call; `batch` GEMMs of the shape in one batched call (a bmm over heads) pay gemm_fixed_s once.
+double gemm_seconds(double m, double n, double k, const Device& d, double batch = 1);
 
 // How a runtime runs the attention core and the element-wise work of a layer.
 enum class AttentionKernel {

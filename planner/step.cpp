@@ -272,6 +272,7 @@ Estimate evaluate(const Problem& pr, const Layout& given) {
   dev.gemm_efficiency = c.gemm_efficiency;
   dev.attention_efficiency = c.attention_efficiency > 0 ? c.attention_efficiency : c.gemm_efficiency;
   dev.memory_bytes_per_s = c.memory_bandwidth_gbs * 1e9 / slow;
+  dev.gemm_fixed_s = c.gemm_fixed_us * 1e-6 * slow;
   dev.elem_bytes = e;
   const double t = l.tp, ov0 = c.action_overhead_us * 1e-6, ov = ov0 * slow;
   const double msg = static_cast<double>(l.micro_batch * m.seq_len * m.hidden) * e;  // (b, s, h) activation

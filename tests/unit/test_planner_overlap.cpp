@@ -47,6 +47,10 @@ TEST(PlannerCompute, GemmIsTheSlowerOfItsFlopsAndItsBytes) {
   EXPECT_DOUBLE_EQ(gemm_seconds(1000, 1000, 1000, d), 6e-3);
   d.memory_bytes_per_s = 1e12;  // 6 us of traffic: the FLOPs rule
   EXPECT_DOUBLE_EQ(gemm_seconds(1000, 1000, 1000, d), 4e-3);
+  // A fixed time per call, once for a batched call of 8.
+  d.gemm_fixed_s = 1e-5;
+  EXPECT_DOUBLE_EQ(gemm_seconds(1000, 1000, 1000, d), 4e-3 + 1e-5);
+  EXPECT_DOUBLE_EQ(gemm_seconds(1000, 1000, 1000, d, 8), 8 * 4e-3 + 1e-5);
 }
 
 TEST(PlannerCompute, LayerGemmsAreTheLayersMatmulFlopsAndFlashRunsHalfTheSquare) {
