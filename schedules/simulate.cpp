@@ -76,6 +76,8 @@ TimelineStats stats(const Timeline& t) {
   TimelineStats st;
   st.busy.assign(t.ranks.size(), 0.0);
   st.peak_inflight.assign(t.ranks.size(), 0);
+  st.first_start.assign(t.ranks.size(), -1.0);
+  st.end.assign(t.ranks.size(), 0.0);
   for (size_t r = 0; r < t.ranks.size(); ++r) {
     std::vector<TimedAction> list = t.ranks[r];
     std::stable_sort(list.begin(), list.end(), [](const TimedAction& a, const TimedAction& b) { return a.start < b.start; });
@@ -83,7 +85,9 @@ TimelineStats stats(const Timeline& t) {
     double covered = 0;  // compute time up to here: overlapping boxes (a measured overlap) count once
     for (const TimedAction& ta : list) {
       st.step_time = std::max(st.step_time, ta.end);
+      st.end[r] = std::max(st.end[r], ta.end);
       if (is_compute(ta.action.kind)) {
+        if (st.first_start[r] < 0) st.first_start[r] = ta.start;
         st.busy[r] += std::max(0.0, ta.end - std::max(ta.start, covered));
         covered = std::max(covered, ta.end);
       }

@@ -57,6 +57,8 @@ struct TimelineStats {
   double bubble_fraction = 0;       // total idle / (p * step_time); idle = step - compute busy
   std::vector<double> busy;         // per rank: time in compute actions (overlapping boxes counted once)
   std::vector<int> peak_inflight;   // per rank: max (mb, chunk) pairs alive, from F until its B or I
+  std::vector<double> first_start;  // per rank: start of its first compute action
+  std::vector<double> end;          // per rank: end of its last action
 };
 
 // Validates s (throws like validate()), adds communication if s has none, runs
