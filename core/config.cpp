@@ -30,7 +30,9 @@ namespace {
 // The trainer resolves it with sched::default_chunks (schedules/generators.h),
 // which the foundation cannot include (ARCHITECTURE.md), so this mirrors it
 // for the checks below; tests/unit/test_config.cpp checks that they agree.
-int64_t kind_chunks(const std::string& kind) { return kind == "zb-v" || kind == "dualpipev" ? 2 : 1; }
+int64_t kind_chunks(const std::string& kind) {
+  return kind == "zb-v" || kind == "v-half" || kind == "v-min" || kind == "dualpipev" ? 2 : 1;
+}
 
 enum class Kind { Int, Double, Bool, String, IntList, WeightedPaths };
 
@@ -196,8 +198,8 @@ const std::vector<Field>& fields() {
 
       TRIDENT_FIELD(schedule, kind, kind_rule(), "pipeline schedule"),
       TRIDENT_FIELD(schedule, chunks, at_least(0),
-                    "chunks (virtual stages) per pipeline rank; 0 or absent = what the kind needs (2 for zb-v and "
-                    "dualpipev, else 1)"),
+                    "chunks (virtual stages) per pipeline rank; 0 or absent = what the kind needs (2 for the V "
+                    "kinds zb-v, v-half, v-min and dualpipev, else 1)"),
       TRIDENT_FIELD(schedule, file, any(), "schedule text file when kind = \"file\""),
 
       TRIDENT_FIELD(training, steps, at_least(1), "optimizer steps"),
@@ -782,8 +784,9 @@ void check_pipeline_split(const Config& c) {
 
 void check_schedule(const Config& c) {
   const ScheduleConfig& s = c.schedule;
-  if (s.chunks > 1 && s.kind != "interleaved" && s.kind != "file" && s.kind != "zb-v" && s.kind != "dualpipev") {
-    fail(c, "schedule.chunks = " + n(s.chunks) + " needs schedule.kind = \"interleaved\", \"zb-v\", \"dualpipev\" or \"file\", got " +
+  if (s.chunks > 1 && s.kind != "interleaved" && s.kind != "file" && kind_chunks(s.kind) != 2) {
+    fail(c, "schedule.chunks = " + n(s.chunks) +
+                " needs schedule.kind = \"interleaved\", \"zb-v\", \"v-half\", \"v-min\", \"dualpipev\" or \"file\", got " +
                 quote(s.kind));
   }
   if (kind_chunks(s.kind) == 2 && s.chunks != 2 && s.chunks != 0)

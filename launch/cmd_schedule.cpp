@@ -64,7 +64,7 @@ sched::Schedule load(const po::variables_map& vm, const std::string& kind) {
     if (vm.count("file")) throw BadInput("--file needs --kind file, got --kind " + kind);
     if (!vm.count("stages") || !vm.count("microbatches"))
       throw BadInput("--kind " + kind + " needs --stages and --microbatches");
-    // No --chunks: what the kind needs (2 for zb-v and dualpipev); an explicit other value is check_supported()'s error.
+    // No --chunks: what the kind needs (2 for the V kinds); an explicit other value is check_supported()'s error.
     const int v = vm.count("chunks") ? vm["chunks"].as<int>() : sched::default_chunks(kind);
     return sched::generate_compute(kind, vm["stages"].as<int>(), vm["microbatches"].as<int>(), v);
   }
@@ -111,9 +111,9 @@ std::string summary_json(const std::string& title, const sched::Schedule& s, con
   const int peak = st.peak_inflight.empty() ? 0 : *std::max_element(st.peak_inflight.begin(), st.peak_inflight.end());
   std::snprintf(buf, sizeof buf,
                 "{\"title\": \"%s\", \"pipeline_ranks\": %d, \"microbatches\": %d, \"chunks\": %d, \"placement\": \"%s\", "
-                "\"step_time\": %.10g, \"bubble_fraction\": %.10g, \"peak_inflight\": %d}\n",
+                "\"step_time\": %.10g, \"bubble_fraction\": %.10g, \"span_bubble_fraction\": %.10g, \"peak_inflight\": %d}\n",
                 json_escaped(title).c_str(), s.pipeline_ranks, s.microbatches, s.chunks, sched::placement_name(s.placement).c_str(),
-                st.step_time, st.bubble_fraction, peak);
+                st.step_time, st.bubble_fraction, st.span_bubble_fraction, peak);
   return buf;
 }
 
@@ -126,7 +126,7 @@ int cmd_schedule(int argc, char** argv) {
   opts.add_options()("help,h", "show this help")(
       "kind", po::value<std::string>()->default_value("1f1b"), (kinds + "file").c_str())(
       "stages,p", po::value<int>(), "pipeline ranks P")("microbatches,m", po::value<int>(), "micro-batches M")(
-      "chunks,v", po::value<int>(), "chunks per rank V (default: what the kind needs, 2 for zb-v and dualpipev, else 1)")(
+      "chunks,v", po::value<int>(), "chunks per rank V (default: what the kind needs, 2 for zb-v, v-half, v-min and dualpipev, else 1)")(
       "costs", po::value<std::string>()->default_value("1,2,1"), "F,B,W cost of one full stage (I = B - W)")(
       "latency", po::value<std::string>()->default_value("0"), "link latency: one value, or p*v-1 comma-separated")(
       "stage-costs", po::value<std::string>(), "p*v multipliers of each virtual stage's costs (an imbalanced split)")(
@@ -139,7 +139,8 @@ int cmd_schedule(int argc, char** argv) {
   if (!parse_args(argc, argv, opts, vm, nullptr, nullptr,
                   "Formats: text = time grid and bubble; schedule = the action lists in text form;\n"
                   "csv = PyTorch's schedule CSV; summary = one JSON object (bubble_fraction, step_time,\n"
-                  "peak_inflight) from a run that stores nothing per action.\n"))
+                  "span_bubble_fraction = the zero-bubble paper's accounting over the longest rank's\n"
+                  "first-to-last compute, peak_inflight) from a run that stores nothing per action.\n"))
     return 0;
   std::string kind = vm["kind"].as<std::string>();
   if (vm.count("from-csv") && vm["kind"].defaulted()) kind = "file";

@@ -72,6 +72,7 @@ class Runner {
     pc_.assign(p_, 0);
     clock_.assign(p_, 0.0);
     busy_.assign(p_, 0.0);
+    first_.assign(p_, -1.0);
     alive_.assign(p_, 0);
     peak_.assign(p_, 0);
     waiting_.assign(p_, -1);
@@ -99,6 +100,7 @@ class Runner {
     double idle = 0;
     for (double b : busy_) idle += st.step_time - b;
     st.bubble_fraction = st.step_time > 0 ? idle / (p_ * st.step_time) : 0.0;
+    st.span_bubble_fraction = span_bubble(busy_, first_, clock_);
     return st;
   }
   Timeline take_timeline() { return std::move(timeline_); }
@@ -222,6 +224,7 @@ class Runner {
         if (is_backward(a.kind) && stage > 0) deliver(1, stage - 1, a.mb, end + link(r, stage - 1, stage - 1), todo);
       }
       busy_[r] += end - start;
+      if (first_[r] < 0) first_[r] = start;
       clock = end;
       ++pc;
     }
@@ -261,7 +264,7 @@ class Runner {
   std::vector<double> cost_;         // [kind F,B,I,W][stage]
   std::vector<double> latency_;      // [boundary s -> s+1]
   std::vector<size_t> pc_;
-  std::vector<double> clock_, busy_;
+  std::vector<double> clock_, busy_, first_;  // first_: when the rank's first compute started (-1: none yet)
   std::vector<int> alive_, peak_, blocked_at_;
   std::vector<int64_t> waiting_;     // per rank: the message key it waits for, -1 = runnable
   int messages_ = 0;

@@ -279,7 +279,7 @@ TEST(Config, BadConfigsNameKeyValueAndExpectation) {
       {"pipeline_layers sum", "[model]\nlayers = 8\n[parallel]\npp = 2\npipeline_layers = [3, 4]\n", {},
        "parallel.pipeline_layers sums to 7 but model.layers = 8"},
       {"chunks without interleaved", "[model]\nlayers = 4\n[schedule]\nchunks = 2\n", {},
-       "schedule.chunks = 2 needs schedule.kind = \"interleaved\", \"zb-v\", \"dualpipev\" or \"file\", got \"1f1b\""},
+       "schedule.chunks = 2 needs schedule.kind = \"interleaved\", \"zb-v\", \"v-half\", \"v-min\", \"dualpipev\" or \"file\", got \"1f1b\""},
       {"file schedule without file", "[schedule]\nkind = \"file\"\n", {}, "schedule.kind = \"file\" needs schedule.file"},
       {"global % micro", "[training]\nglobal_batch_size = 10\nmicro_batch_size = 4\n", {},
        "training.global_batch_size (10) must be divisible by training.micro_batch_size (4)"},
