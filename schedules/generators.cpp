@@ -165,13 +165,16 @@ Schedule zb_h1(int p, int m) {
 // first input gradient can come back to it when F = I = W, so rank 0 holds
 // 2p-1 micro-batches of activations (1F1B holds p) and never waits for it.
 // Then I, F, W in turn; rank r holds back its first 2r W, which fill the
-// cool-down: rank r starts one F after rank r-1 and its I of the last
-// micro-batch must come one I before rank r-1's, so each rank runs its last I
-// two slots earlier than its upstream neighbour. With F = I = W every rank is
+// cool-down: rank r starts one slot after rank r-1 and its I of the last
+// micro-batch must end one slot before rank r-1's, so counted from its own
+// end each rank runs that I two slots earlier than its upstream neighbour,
+// with two more W after it. With F = I = W every rank is
 // busy from its first action to its last (the paper's parallelogram; the
 // step still spans (p-1)F more than one rank's work, because rank r starts r
 // forwards late). The paper's Table 5 bubble rates for its 1.5B and 6.2B models come
-// out of the simulator to four digits (tests/unit/test_zero_bubble_paper.cpp).
+// out of the simulator to four digits, counted as the paper counts them
+// (TimelineStats::span_bubble_fraction; benchmarks/zero_bubble_paper.py, the
+// `reference` test ZeroBubblePaper).
 Schedule zb_h2(int p, int m) {
   Schedule s = empty_schedule(p, m, 1);
   for_each_rank(p, 3 * static_cast<size_t>(m) * p, [&](int r) {
