@@ -33,7 +33,13 @@ Tolerances, and where the paper's model and the simulator differ:
                a lighter layer, and charges T_comm on every hop between chunks on
                the critical path, v times as many as 1F1B's; which of the two
                the paper accounts differently we cannot tell from its tables.
-  zb-1p, zb-2p the automatic scheduler: not in Trident (listed, not checked).
+  zb-1p, zb-2p Trident's zb-auto with --memory-limit p and 2p (NOTE [zb-auto] in
+               schedules/generators_auto.cpp: a search over a family between
+               ZB-H1 and ZB-H2 with the simulator as cost model, minimising the
+               paper's span bubble), counted as ZB-H2 is. ZB-1p within 5e-5 (it
+               is ZB-H1, as in the paper). ZB-2p within 0.0015: at or below the
+               paper on every row (the paper's greedy heuristic is not ours; our
+               search ends where single moves stop helping).
 """
 import argparse
 import datetime
@@ -59,16 +65,23 @@ CHECKS = [
     ("1F1B-I", "interleaved", "bubble_fraction", "rel_above", 0.05),
     ("ZB-H1", "zb-h1", "bubble_fraction", "abs", 5e-5),
     ("ZB-H2", "zb-h2", "span_bubble_fraction", "abs", 5e-5),
+    ("ZB-1p", "zb-auto:1", "span_bubble_fraction", "abs", 5e-5),
+    ("ZB-2p", "zb-auto:2", "span_bubble_fraction", "abs", 0.0015),
 ]
 COLUMNS = ["1F1B", "1F1B-I", "ZB-H1", "ZB-H2", "ZB-1p", "ZB-2p"]
 
 
 def simulate(trident, kind, row):
     model, m, tf, tb, tw, comm = row[:6]
+    limit = None
+    if kind.startswith("zb-auto:"):  # ZB-1p, ZB-2p: memory limit p, 2p
+        kind, limit = "zb-auto", int(kind.split(":")[1]) * P
     cmd = [trident, "schedule", "--kind", kind, "-p", str(P), "-m", str(m),
            "--costs", f"{tf},{round(tb + tw, 6)},{tw}", "--latency", str(comm), "--format", "summary"]
     if kind == "interleaved":
         cmd += ["-v", str(CHUNKS[model])]
+    if limit:
+        cmd += ["--memory-limit", str(limit)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return " ".join(cmd[1:]), json.loads(out)
 
@@ -98,9 +111,6 @@ def main():
                          f"   trident {cmd}")
             if not ok:
                 failures.append(lines[-1])
-        lines.append(f"{row[0]:5} m={row[1]:<3} ZB-1p   published {published['ZB-1p']:.4f}  not simulated "
-                     "(the automatic scheduler is not in Trident)")
-        lines.append(f"{row[0]:5} m={row[1]:<3} ZB-2p   published {published['ZB-2p']:.4f}  not simulated")
     if a.out:
         load = os.getloadavg()
         with open(a.out, "w") as f:

@@ -23,6 +23,14 @@ Schedule v_half(int p, int m);              // V-Half: v = 2, V placement, about
 Schedule v_min(int p, int m);               // V-Min: v = 2, V placement, about 1/3 of 1F1B's activations
 Schedule dualpipe_v(int p, int m);          // DualPipeV's order: v = 2, V placement, m >= 2p (no overlap)
 
+// zb-auto (NOTE [zb-auto] in generators_auto.cpp): the best list of a family
+// between ZB-H1 and ZB-H2 for these costs, with at most memory_limit micro-
+// batches of activations in flight on any rank (p gives the paper's ZB-1p, 2p
+// its ZB-2p). Needs costs, so generate() does not build it; `trident schedule
+// --kind zb-auto --memory-limit N` does. Throws ScheduleError on a limit < 1.
+struct Costs;
+Schedule zb_auto(int p, int m, const Costs& costs, int memory_limit);
+
 // Every kind generate() accepts, in the order --help lists them.
 const std::vector<std::string>& schedule_kinds();
 

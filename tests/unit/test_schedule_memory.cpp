@@ -121,3 +121,26 @@ TEST(ScheduleMemory, VHalfAndVMinValidateForLargerP) {
         EXPECT_NO_THROW(validate(s)) << kind << " p=" << p << " m=" << m;
       }
 }
+
+// zb-auto (NOTE [zb-auto]): every list it returns validates and keeps its
+// memory limit on every rank; with the limit p it is never worse than ZB-H1 in
+// the paper's accounting, with 2p-1 never worse than ZB-H2 (both are in its
+// family and are its seeds), whatever the costs.
+TEST(ScheduleMemory, ZbAutoKeepsItsLimitAndBeatsItsSeeds) {
+  for (const Costs& c : {costs(1, 2, 1), costs(18.522, 27.423, 9.337), costs(29.718, 49.371, 19.927)})
+    for (int p = 1; p <= 5; ++p)
+      for (int m : {1, p, 2 * p + 1}) {
+        const std::string at = "p=" + std::to_string(p) + " m=" + std::to_string(m);
+        for (int limit : {1, p, 2 * p - 1}) {
+          const Schedule s = zb_auto(p, m, c, limit);
+          ASSERT_NO_THROW(validate(add_communication(s))) << at << " limit " << limit;
+          EXPECT_LE(peak(simulate_stats(s, c)), limit) << at << " limit " << limit;
+        }
+        const double h1 = simulate_stats(zb_h1(p, m), c).span_bubble_fraction;
+        const double h2 = simulate_stats(zb_h2(p, m), c).span_bubble_fraction;
+        EXPECT_LE(simulate_stats(zb_auto(p, m, c, p), c).span_bubble_fraction, h1 + 1e-9) << at;
+        if (m >= 2 * p - 1)
+          EXPECT_LE(simulate_stats(zb_auto(p, m, c, 2 * p - 1), c).span_bubble_fraction, h2 + 1e-9) << at;
+      }
+  EXPECT_THROW(zb_auto(4, 8, costs(1, 2, 1), 0), ScheduleError);
+}
