@@ -212,7 +212,7 @@ bool v_kind(const std::string& kind) {
 
 int default_chunks(const std::string& kind) {
   if (v_kind(kind)) return 2;
-  if (kind == "file" || std::find(schedule_kinds().begin(), schedule_kinds().end(), kind) != schedule_kinds().end()) return 1;
+  if (kind == "file" || kind == "zb-auto" || std::find(schedule_kinds().begin(), schedule_kinds().end(), kind) != schedule_kinds().end()) return 1;
   check_supported(kind, 1, 1, 1);  // throws, listing the kinds
   return 1;
 }

@@ -35,7 +35,7 @@ Schedule zb_auto(int p, int m, const Costs& costs, int memory_limit);
 const std::vector<std::string>& schedule_kinds();
 
 // The chunks per rank a kind runs when none is asked for: 2 for the V kinds
-// (zb-v, v-half, v-min, dualpipev: they need exactly 2), 1 for every other kind, file included
+// (zb-v, v-half, v-min, dualpipev: they need exactly 2), 1 for every other kind, file and zb-auto included
 // (whose v comes from the file). Throws ScheduleError for an unknown kind.
 int default_chunks(const std::string& kind);
 // True for the kinds that run two chunks per rank in a V (Placement::v).

@@ -38,6 +38,7 @@ PipelineCase schedule_case(const std::string& kind, int pp) {
   PipelineCase c{kind + "_pp" + std::to_string(pp), pp,
                  {"parallel.pp=" + std::to_string(pp), "schedule.kind=" + kind, "schedule.chunks=" + std::to_string(v)},
                  "pp " + std::to_string(pp) + ", schedule " + kind + " (m=8, v=" + std::to_string(v) + ")"};
+  if (kind == "zb-auto") c.sets.push_back("schedule.memory_limit=" + std::to_string(2 * pp));  // ZB-2p
   for (auto& ch : c.name)
     if (ch == '-') ch = '_';
   return c;
@@ -46,7 +47,7 @@ PipelineCase schedule_case(const std::string& kind, int pp) {
 std::vector<PipelineCase> all_cases() {
   std::vector<PipelineCase> cases;
   for (int pp : {2, 4})
-    for (const char* kind : {"gpipe", "1f1b", "zb-h1", "zb-h2", "interleaved", "zb-v", "v-half", "v-min", "dualpipev"})
+    for (const char* kind : {"gpipe", "1f1b", "zb-h1", "zb-h2", "zb-auto", "interleaved", "zb-v", "v-half", "v-min", "dualpipev"})
       cases.push_back(schedule_case(kind, pp));
   cases.push_back({"uneven_1_3_3_1_pp4", 4, {"parallel.pp=4", "parallel.pipeline_layers=[1,3,3,1]"},
                    "pp 4, schedule 1f1b (m=8, v=1)"});
@@ -181,7 +182,7 @@ TEST(PipelineConfigErrors, InterleavedNeedsAtLeastAsManyMicroBatchesAsStages) {
 TEST(PipelineConfigErrors, UnknownScheduleKind) {
   expect_config_error(1, {"schedule.kind=bogus"},
                       "schedule.kind = \"bogus\": expected one of \"gpipe\", \"1f1b\", \"interleaved\", \"zb-h1\", \"zb-h2\", "
-                      "\"zb-v\", \"v-half\", \"v-min\", \"dualpipev\" or \"file\"");
+                      "\"zb-v\", \"v-half\", \"v-min\", \"dualpipev\", \"zb-auto\" or \"file\"");
 }
 
 }  // namespace

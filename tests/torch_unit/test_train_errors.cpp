@@ -131,7 +131,7 @@ TEST(TrainErrors, CheckpointDirInUseBeforeRendezvous) {
 TEST(TrainErrors, UnknownScheduleKind) {
   expect_error("--set schedule.kind=zigzag",
                "schedule.kind = \"zigzag\": expected one of \"gpipe\", \"1f1b\", \"interleaved\", \"zb-h1\", \"zb-h2\", "
-               "\"zb-v\", \"v-half\", \"v-min\", \"dualpipev\" or \"file\"");
+               "\"zb-v\", \"v-half\", \"v-min\", \"dualpipev\", \"zb-auto\" or \"file\"");
 }
 
 // Keys that used to be accepted and ignored.

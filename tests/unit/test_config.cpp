@@ -403,7 +403,18 @@ TEST(Config, ScheduleKindsAreTheGenerators) {
   c = parse_config("[schedule]\nkind = \"zigzag\"\n", "x.toml");  // parsing cannot know the generators
   std::string expected = "x.toml: schedule.kind = \"zigzag\": expected one of ";
   for (size_t i = 0; i < kinds.size(); ++i) expected += (i ? ", \"" : "\"") + kinds[i] + "\"";
-  EXPECT_EQ(error_of([&] { trident::check_schedule_kind(c, kinds); }), expected + " or \"file\"");
+  EXPECT_EQ(error_of([&] { trident::check_schedule_kind(c, kinds); }), expected + ", \"zb-auto\" or \"file\"");
+}
+
+// schedule.memory_limit belongs to zb-auto: needed there, refused elsewhere.
+TEST(Config, MemoryLimitOnlyWithZbAuto) {
+  EXPECT_EQ(trident::load_config(kTiny, {"schedule.kind=zb-auto", "schedule.memory_limit=4"}).schedule.memory_limit, 4);
+  EXPECT_NE(error_of([&] { trident::load_config(kTiny, {"schedule.kind=zb-auto"}); })
+                .find("schedule.kind = \"zb-auto\" needs schedule.memory_limit >= 1"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { trident::load_config(kTiny, {"schedule.memory_limit=4"}); })
+                .find("schedule.memory_limit = 4 with schedule.kind = \"1f1b\": only zb-auto has a memory limit"),
+            std::string::npos);
 }
 
 // The layout arithmetic has one copy, shared by resolve_world and Layout::make.
@@ -417,7 +428,7 @@ TEST(Config, LayoutFactors) {
 
 TEST(Config, KeysTableDescribesTypesAndDefaults) {
   const auto keys = trident::config_keys();
-  EXPECT_EQ(keys.size(), 71u);
+  EXPECT_EQ(keys.size(), 72u);
   bool found = false;
   for (const auto& k : keys) {
     if (k.name != "parallel.dp") continue;
