@@ -31,7 +31,9 @@ namespace {
 // The trainer resolves it with sched::default_chunks (schedules/generators.h),
 // which the foundation cannot include (ARCHITECTURE.md), so this mirrors it
 // for the checks below; tests/unit/test_config.cpp checks that they agree.
-int64_t kind_chunks(const std::string& kind) { return kind == "zb-v" || kind == "dualpipev" ? 2 : 1; }
+int64_t kind_chunks(const std::string& kind) {
+  return kind == "zb-v" || kind == "v-half" || kind == "v-min" || kind == "dualpipev" ? 2 : 1;
+}
 
 enum class Kind { Int, Double, Bool, String, IntList, WeightedPaths };
 
@@ -197,9 +199,12 @@ const std::vector<Field>& fields() {
 
       TRIDENT_FIELD(schedule, kind, kind_rule(), "pipeline schedule"),
       TRIDENT_FIELD(schedule, chunks, at_least(0),
-                    "chunks (virtual stages) per pipeline rank; 0 or absent = what the kind needs (2 for zb-v and "
-                    "dualpipev, else 1)"),
+                    "chunks (virtual stages) per pipeline rank; 0 or absent = what the kind needs (2 for the V "
+                    "kinds zb-v, v-half, v-min and dualpipev, else 1)"),
       TRIDENT_FIELD(schedule, file, any(), "schedule text file when kind = \"file\""),
+      TRIDENT_FIELD(schedule, memory_limit, at_least(0),
+                    "kind = \"zb-auto\": micro-batches of activations in flight per rank at most (pp: ZB-1p, "
+                    "2 x pp: ZB-2p); 0 with every other kind"),
 
       TRIDENT_FIELD(training, steps, at_least(1), "optimizer steps"),
       TRIDENT_FIELD(training, micro_batch_size, at_least(1), "samples per micro-batch"),
@@ -794,14 +799,21 @@ void check_pipeline_split(const Config& c) {
 
 void check_schedule(const Config& c) {
   const ScheduleConfig& s = c.schedule;
-  if (s.chunks > 1 && s.kind != "interleaved" && s.kind != "file" && s.kind != "zb-v" && s.kind != "dualpipev") {
-    fail(c, "schedule.chunks = " + n(s.chunks) + " needs schedule.kind = \"interleaved\", \"zb-v\", \"dualpipev\" or \"file\", got " +
+  if (s.chunks > 1 && s.kind != "interleaved" && s.kind != "file" && kind_chunks(s.kind) != 2) {
+    fail(c, "schedule.chunks = " + n(s.chunks) +
+                " needs schedule.kind = \"interleaved\", \"zb-v\", \"v-half\", \"v-min\", \"dualpipev\" or \"file\", got " +
                 quote(s.kind));
   }
   if (kind_chunks(s.kind) == 2 && s.chunks != 2 && s.chunks != 0)
     fail(c, "schedule.chunks = " + n(s.chunks) + ": schedule.kind = " + quote(s.kind) +
                 " runs 2 chunks per rank (leave schedule.chunks out, or set 2)");
   if (s.kind == "file" && s.file.empty()) fail(c, "schedule.kind = \"file\" needs schedule.file");
+  if (s.kind == "zb-auto" && s.memory_limit < 1)
+    fail(c, "schedule.kind = \"zb-auto\" needs schedule.memory_limit >= 1 (micro-batches of activations per rank; "
+            "parallel.pp gives ZB-1p, twice it ZB-2p)");
+  if (s.kind != "zb-auto" && s.memory_limit != 0)
+    fail(c, "schedule.memory_limit = " + n(s.memory_limit) + " with schedule.kind = " + quote(s.kind) +
+                ": only zb-auto has a memory limit (it would be ignored)");
   if (s.kind != "file" && !s.file.empty()) {
     fail(c, "schedule.file = " + quote(s.file) + " with schedule.kind = " + quote(s.kind) +
                 ": expected schedule.kind = \"file\", or no schedule.file (it would be ignored)");
@@ -960,13 +972,13 @@ void check_host_resources(const Config& c, int64_t ranks_on_host, int64_t host_b
 
 void check_schedule_kind(const Config& c, const std::vector<std::string>& generator_kinds) {
   const std::string& kind = c.schedule.kind;
-  if (kind == "file") return;
+  if (kind == "file" || kind == "zb-auto") return;  // zb-auto: searched for its memory limit (schedules/generators.h)
   std::string known;
   for (const std::string& k : generator_kinds) {
     if (kind == k) return;
     known += (known.empty() ? "" : ", ") + quote(k);
   }
-  fail(c, "schedule.kind = " + quote(kind) + ": expected one of " + known + " or \"file\"");
+  fail(c, "schedule.kind = " + quote(kind) + ": expected one of " + known + ", \"zb-auto\" or \"file\"");
 }
 
 void check_layout_factors(const std::string& where, int64_t world, int64_t tp, int64_t pp, int64_t dp) {

@@ -66,8 +66,9 @@ struct ParallelConfig {
 
 struct ScheduleConfig {
   std::string kind = "1f1b";  // a generator's kind (schedules/generators.h) or "file"
-  int64_t chunks = 0;         // chunks (virtual stages) per pipeline rank; 0 = the kind's: 2 for zb-v, dualpipev, else 1
+  int64_t chunks = 0;         // chunks (virtual stages) per pipeline rank; 0 = the kind's: 2 for zb-v, v-half, v-min, dualpipev, else 1
   std::string file;           // schedule text file when kind = "file"
+  int64_t memory_limit = 0;   // kind = "zb-auto": micro-batches of activations in flight per rank at most (0: not zb-auto)
 };
 
 struct TrainingConfig {

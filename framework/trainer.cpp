@@ -42,6 +42,7 @@
 #include "runtime/pipeline_measure.h"
 #include "schedules/generators.h"
 #include "schedules/render.h"
+#include "schedules/simulate.h"
 #include "schedules/validate.h"
 
 namespace trident {
@@ -54,6 +55,11 @@ double micros(Clock::time_point t) { return std::chrono::duration<double, std::m
 // The schedule this run executes, checked before any process group exists.
 sched::Schedule build_schedule(const Config& cfg, int64_t m) {
   const int p = static_cast<int>(cfg.parallel.pp), v = static_cast<int>(cfg.schedule.chunks);
+  // zb-auto is searched for F, B, W = 1, 2, 1 (sched::Costs' defaults): the run's own
+  // costs are not measured before the schedule is built (schedules/README.md).
+  if (cfg.schedule.kind == "zb-auto")
+    return sched::add_communication(
+        sched::zb_auto(p, static_cast<int>(m), sched::Costs{}, static_cast<int>(cfg.schedule.memory_limit)));
   if (cfg.schedule.kind != "file") return sched::generate(cfg.schedule.kind, p, static_cast<int>(m), v);
   std::ifstream f(cfg.schedule.file);
   if (!f) throw ConfigError("schedule.file = \"" + cfg.schedule.file + "\": cannot open it");

@@ -102,6 +102,7 @@ class Runner {
     double idle = 0;
     for (double b : busy_) idle += st.step_time - b;
     st.bubble_fraction = st.step_time > 0 ? idle / (p_ * st.step_time) : 0.0;
+    st.span_bubble_fraction = span_bubble(busy_, first_start_, clock_);
     return st;
   }
   Timeline take_timeline() { return std::move(timeline_); }
@@ -265,7 +266,7 @@ class Runner {
   std::vector<double> cost_;         // [kind F,B,I,W][stage]
   std::vector<double> latency_;      // [boundary s -> s+1]
   std::vector<size_t> pc_;
-  std::vector<double> clock_, busy_, first_start_;
+  std::vector<double> clock_, busy_, first_start_;  // first_start_: when the rank's first compute started (-1: none yet)
   std::vector<int> alive_, peak_, blocked_at_;
   std::vector<int64_t> waiting_;     // per rank: the message key it waits for, -1 = runnable
   int messages_ = 0;

@@ -72,8 +72,18 @@ Timeline simulate(const Schedule& s, const Costs& costs) {
 
 TimelineStats simulate_stats(const Schedule& s, const Costs& costs) { return detail::run(s, &costs, false).stats; }
 
+double span_bubble(const std::vector<double>& busy, const std::vector<double>& first, const std::vector<double>& last) {
+  double span = 0, total = 0;
+  for (size_t r = 0; r < busy.size(); ++r) {
+    total += busy[r];
+    if (first[r] >= 0) span = std::max(span, last[r] - first[r]);
+  }
+  return span > 0 ? 1.0 - total / (static_cast<double>(busy.size()) * span) : 0.0;
+}
+
 TimelineStats stats(const Timeline& t) {
   TimelineStats st;
+  std::vector<double> first(t.ranks.size(), -1.0), last(t.ranks.size(), 0.0);
   st.busy.assign(t.ranks.size(), 0.0);
   st.peak_inflight.assign(t.ranks.size(), 0);
   st.first_start.assign(t.ranks.size(), -1.0);
@@ -88,6 +98,8 @@ TimelineStats stats(const Timeline& t) {
       st.end[r] = std::max(st.end[r], ta.end);
       if (is_compute(ta.action.kind)) {
         if (st.first_start[r] < 0) st.first_start[r] = ta.start;
+        if (first[r] < 0) first[r] = ta.start;
+        last[r] = std::max(last[r], ta.end);
         st.busy[r] += std::max(0.0, ta.end - std::max(ta.start, covered));
         covered = std::max(covered, ta.end);
       }
@@ -98,6 +110,7 @@ TimelineStats stats(const Timeline& t) {
   double idle = 0;
   for (double b : st.busy) idle += st.step_time - b;
   st.bubble_fraction = st.step_time > 0 ? idle / (t.ranks.size() * st.step_time) : 0.0;
+  st.span_bubble_fraction = span_bubble(st.busy, first, last);
   return st;
 }
 

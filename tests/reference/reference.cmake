@@ -16,12 +16,20 @@
 #                           IndexedDataset with tokenizers' ids; data.split's shares against megatron-core's
 #   HfTokenizer             --tokenizer hf ids vs tokenizers' encode (trained, GPT-2, Llama 3, Qwen2
 #                           tokenizer.json); needs only `tokenizers`, so it is also in the no-libtorch build
+#   ZeroBubblePaper         the zero-bubble paper's Table 5 bubble rates (1F1B, 1F1B-I, ZB-H1, ZB-H2) from its
+#                           Table 9 costs by the simulator (benchmarks/zero_bubble_paper.py); no libtorch
 set(_ref ${CMAKE_CURRENT_SOURCE_DIR}/reference)
 set(_ref_work ${CMAKE_CURRENT_BINARY_DIR}/reference)
 add_test(NAME HfTokenizer
          COMMAND ${TRIDENT_PYTHON} ${_ref}/test_hf_tokenizer.py --trident ${PROJECT_BINARY_DIR}/trident
                  --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/hf-tokenizer)
 set_tests_properties(HfTokenizer PROPERTIES LABELS reference TIMEOUT 300)
+# The zero-bubble paper's Table 5 bubble rates from its Table 9 costs, by `trident
+# schedule --format summary` (tolerances in the script); needs no libtorch, no packages.
+add_test(NAME ZeroBubblePaper
+         COMMAND ${TRIDENT_PYTHON} ${PROJECT_SOURCE_DIR}/benchmarks/zero_bubble_paper.py
+                 --trident ${PROJECT_BINARY_DIR}/trident --check)
+set_tests_properties(ZeroBubblePaper PROPERTIES LABELS reference TIMEOUT 120)
 if(NOT TRIDENT_WITH_TORCH)
   return()  # the tests below train or load models: libtorch
 endif()
