@@ -14,6 +14,8 @@
 #   MegatronIndexedData     data.format = "megatron" on files megatron-core wrote, against a token file;
 #                           files `trident data prepare` wrote (JSONL, gpt2 and hf) read by megatron-core's
 #                           IndexedDataset with tokenizers' ids; data.split's shares against megatron-core's
+#   MegatronSamples         `trident data batches` with data.order = "megatron" vs megatron-core's GPTDataset and
+#                           BlendedDataset (BlendedMegatronDatasetBuilder), sample for sample; needs no model
 #   HfTokenizer             --tokenizer hf ids vs tokenizers' encode (trained, GPT-2, Llama 3, Qwen2
 #                           tokenizer.json); needs only `tokenizers`, so it is also in the no-libtorch build
 set(_ref ${CMAKE_CURRENT_SOURCE_DIR}/reference)
@@ -22,6 +24,10 @@ add_test(NAME HfTokenizer
          COMMAND ${TRIDENT_PYTHON} ${_ref}/test_hf_tokenizer.py --trident ${PROJECT_BINARY_DIR}/trident
                  --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/hf-tokenizer)
 set_tests_properties(HfTokenizer PROPERTIES LABELS reference TIMEOUT 300)
+add_test(NAME MegatronSamples
+         COMMAND ${TRIDENT_PYTHON} ${_ref}/test_megatron_samples.py --trident ${PROJECT_BINARY_DIR}/trident
+                 --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/megatron-samples)
+set_tests_properties(MegatronSamples PROPERTIES LABELS reference TIMEOUT 300)
 if(NOT TRIDENT_WITH_TORCH)
   return()  # the tests below train or load models: libtorch
 endif()
