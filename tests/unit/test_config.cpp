@@ -426,7 +426,7 @@ TEST(Config, LayoutFactors) {
 
 TEST(Config, KeysTableDescribesTypesAndDefaults) {
   const auto keys = trident::config_keys();
-  EXPECT_EQ(keys.size(), 71u);
+  EXPECT_EQ(keys.size(), 72u);
   bool found = false;
   for (const auto& k : keys) {
     if (k.name != "parallel.dp") continue;
