@@ -237,7 +237,7 @@ double evaluate(Run& r, int64_t evaluation) {
 // pipeline's busy times and link latencies); it returns the step's metrics,
 // the others nothing. The gradient norm is computed on every step: it is
 // the clipping's input and the guard against a non-finite update.
-std::optional<StepMetrics> train_step(Run& r, int64_t step) {
+std::optional<StepMetrics> train_step(Run& r, int64_t step, int64_t data_step) {
   const auto& t = r.cfg.training;
   const auto start = Clock::now();
   const bool eval = t.eval_interval > 0 && (step + 1) % t.eval_interval == 0;
@@ -247,7 +247,7 @@ std::optional<StepMetrics> train_step(Run& r, int64_t step) {
   r.dp->zero_grads();
 
   const auto& actions = r.schedule.ranks.at(r.pgs->layout().coords(r.pgs->rank()).pp);
-  StepBatches batches(r, *r.train_data->samples, step);
+  StepBatches batches(r, *r.train_data->samples, data_step);  // NOTE [consumed samples]
   ExecutorStats stats = r.exec->run(
       actions, [&](int mb) { return batches(mb); }, 1.0 / static_cast<double>(r.m), r.dp.get());
   r.peak.peak_inflight = std::max(r.peak.peak_inflight, stats.peak_inflight);
@@ -595,7 +595,7 @@ TrainSummary train(Config cfg) {
   for (int64_t step = first_step; step < c.training.steps; ++step, ++steps_run) {
     // Only logged steps read the loss back and run the logging collectives (train_step).
     const std::map<std::string, int64_t> reads_before = host_reads();
-    const std::optional<StepMetrics> logged = train_step(r, step);
+    const std::optional<StepMetrics> logged = train_step(r, step, checkpointer.data_step(step));
     for (const auto& [what, n] : host_reads()) {
       auto it = reads_before.find(what);
       const int64_t in_step = n - (it == reads_before.end() ? 0 : it->second);
