@@ -193,8 +193,11 @@ def megatron_core_train_samples(prefixes, weights, split, seq_len, seed, num_sam
     config = GPTDatasetConfig(random_seed=seed, sequence_length=seq_len, blend=(prefixes, weights), split=split,
                               tokenizer=NullTokenizer(vocab_size), reset_position_ids=False,
                               reset_attention_mask=False, eod_mask_loss=False, path_to_cache=cache)
-    # valid and test sizes do not enter the train split's indices (each split has its own RandomState)
-    train, _, _ = BlendedMegatronDatasetBuilder(GPTDataset, [num_samples, 8, 8], lambda: True, config).build()
+    # Only the train split is built: valid and test do not enter its indices (each split has its
+    # own RandomState), and megatron-core loops forever on a split without tokens, which a blend of
+    # few documents cut by "969,30,1" has. The train book-ends stay those of `split`.
+    config.split_matrix = [config.split_matrix[0], None, None]
+    train, _, _ = BlendedMegatronDatasetBuilder(GPTDataset, [num_samples, 0, 0], lambda: True, config).build()
     return train
 
 
