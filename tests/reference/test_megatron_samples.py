@@ -14,7 +14,11 @@ item p, tokens and labels, for two seeds and two sequence lengths. The cases spa
 several epochs with the last one apart (< 80 % used) and several epochs without, checked
 from the document index megatron-core built, so each path of the order is compared.
 
-Bad inputs: data.order = "megatron" on a token file, --steps beyond training.steps, are
+`trident data batches` serves any data: on a Trident token file (data.order "stream") it
+prints the windows trident_data.Samples (core/data/README.md's stream order written in
+Python) puts in each global batch.
+
+Bad inputs: data.order = "megatron" on synthetic data, --steps beyond training.steps, are
 errors that say so.
 """
 
@@ -28,7 +32,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from trident_data import megatron_core_train_samples, reference_args  # noqa: E402
+from trident_data import Samples, megatron_core_train_samples, reference_args, write_token_file  # noqa: E402
 
 from megatron.core.datasets.blended_dataset import BlendedDataset  # noqa: E402
 from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder  # noqa: E402
@@ -119,6 +123,22 @@ def main():
         fail(f"the cases no longer span one epoch and several without the last apart: {seen}")
     if not any(a for _, a in epochs):
         fail(f"no case puts the last epoch apart: {seen}")
+
+    # The stream order on a Trident token file.
+    stream = rng.integers(0, 256, size=5000)
+    tok = os.path.join(args.work, "tok")
+    write_token_file(tok + ".train.bin", stream.astype(np.int64), 256, "byte")
+    r = subprocess.run([args.trident, "data", "batches", "--config",
+                        os.path.join(args.source_dir, "configs", "gpt-tiny.toml"), "--set", "data.source=file",
+                        "--set", f"data.path={tok}", "--set", "training.seed=5", "--steps", "12"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if r.returncode != 0:
+        fail(f"data batches on a token file: {r.stderr.decode()}")
+    ref = Samples(stream.astype(np.int64), 32, 5)
+    for b in (json.loads(line) for line in r.stdout.decode().splitlines()):
+        want = [ref.window(i).tolist() for i in ref.global_batch(b["step"] - 1, G)]
+        if b["tokens"] != [w[:-1] for w in want] or b["labels"] != [w[1:] for w in want]:
+            fail(f"data batches on a token file: step {b['step']} differs from trident_data.Samples")
 
     # Bad inputs.
     rc, _, err, _ = trident_batches(args, [f"data.path={prefixes[0]}", "training.steps=3"], 4)
