@@ -241,6 +241,9 @@ const std::vector<Field>& fields() {
                     "which samples each step reads: \"megatron\" Megatron's GPTDataset and BlendedDataset order "
                     "(shuffled documents, samples across document ends); \"stream\" fixed windows of the token "
                     "stream, shuffled per epoch; \"auto\" = megatron for data.format = \"megatron\", else stream"),
+      TRIDENT_FIELD(data, cache_dir, any(),
+                    "megatron order: a folder of megatron-core's GPTDataset index caches (its path_to_cache); a "
+                    "cache built for the same dataset, split, samples, seq_len and seed is read, not built again"),
       TRIDENT_FIELD(data, tokenizer, one_of({"byte", "gpt2", "hf"}), "tokenizer"),
       TRIDENT_FIELD(data, tokenizer_dir, any(),
                     "directory holding encoder.json and vocab.bpe (gpt2) or tokenizer.json (hf)"),
@@ -866,6 +869,9 @@ void check_data(const Config& c) {
     fail(c, "data.order = \"megatron\" needs data.format = \"megatron\" (it walks the documents of PREFIX.idx), got "
             "data.format = " + quote(d.format) + " with data.source = " + quote(d.source) +
                 ": use data.order = \"stream\"");
+  if (!d.cache_dir.empty() && data_order(c) != "megatron")
+    fail(c, "data.cache_dir = " + quote(d.cache_dir) + " holds Megatron's index caches, which only data.order = "
+            "\"megatron\" reads; this run's order is \"" + data_order(c) + "\"");
   if (data_order(c) == "megatron" && c.training.seed > 0xffffffffLL)
     fail(c, "training.seed = " + n(c.training.seed) + " with data.order = \"megatron\": numpy's RandomState, "
                 "which Megatron's order draws from, takes seeds below 2^32");

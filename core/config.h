@@ -106,6 +106,7 @@ struct DataConfig {
   std::string format = "trident";    // "trident" (PREFIX.train.bin, .val.bin) | "megatron" (PREFIX.bin, .idx)
   std::vector<WeightedPath> paths;   // a blend [[weight, PREFIX], ...] instead of data.path
   std::string split;                 // megatron: train,valid,test shares by documents ("969,30,1"); "" = all train
+  std::string cache_dir;             // megatron order: megatron-core's index caches (path_to_cache) to read
   std::string order = "auto";        // "auto" | "stream" | "megatron": which samples each step reads (data_order())
   std::string tokenizer = "byte";    // "byte" | "gpt2"
   std::string tokenizer_dir;         // directory with encoder.json and vocab.bpe (gpt2) or tokenizer.json (hf)

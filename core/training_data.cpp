@@ -31,7 +31,7 @@ void open_megatron_order(const Config& c, const std::string& split, TrainingData
   // --data-path PREFIX and --data-path W1 PREFIX1 ... are.
   t.samples = std::make_unique<data::MegatronSamples>(parts, !c.data.paths.empty(), megatron_samples_asked(c, split),
                                                       c.model.seq_len, static_cast<uint32_t>(c.training.seed),
-                                                      split == "train" ? "train" : "valid");
+                                                      split == "train" ? "train" : "valid", c.data.cache_dir);
 }
 
 // One dataset's stream of `split` in stream order: a Megatron dataset's share of its

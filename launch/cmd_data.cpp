@@ -16,6 +16,7 @@
 
 #include "core/data/brown.h"
 #include "core/data/megatron_dataset.h"
+#include "core/data/megatron_samples.h"
 #include "core/data/prepare.h"
 #include "core/data/token_file.h"
 #include "core/training_data.h"
@@ -206,6 +207,9 @@ int batches(int argc, char** argv) {
     throw BadInput("--steps " + std::to_string(steps) + ": expected 1 .. training.steps = " +
                    std::to_string(cfg.training.steps) + " (a run reads no more; raise training.steps with --set)");
   const auto data = open_training_data(cfg, "train");
+  if (const auto* m = dynamic_cast<const data::MegatronSamples*>(data->samples.get()); m && !cfg.data.cache_dir.empty())
+    std::fprintf(stderr, "data.cache_dir: the indices of %zu of %zu datasets read from %s\n", m->cached(),
+                 m->datasets(), cfg.data.cache_dir.c_str());
   const int64_t seq = cfg.model.seq_len, G = cfg.training.global_batch_size;
   std::vector<int64_t> sample(static_cast<size_t>(seq + 1));
   std::string line;

@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 
 #include "core/data/errors.h"
+#include "core/data/megatron_cache.h"
 #include "core/data/numpy_random.h"
 
 namespace trident::data {
@@ -158,7 +160,8 @@ void build_blending_indices(const std::vector<double>& weights, int64_t size, st
 }
 
 MegatronSamples::MegatronSamples(const std::vector<MegatronPart>& parts, bool blend, int64_t num_samples,
-                                 int64_t seq_len, uint32_t seed, std::string split, double surplus)
+                                 int64_t seq_len, uint32_t seed, std::string split, const std::string& cache_dir,
+                                 double surplus)
     : seq_len_(seq_len), split_(std::move(split)) {
   if (parts.empty() || (!blend && parts.size() != 1))
     throw std::logic_error("MegatronSamples: one dataset, or a blend of at least one");
@@ -178,7 +181,16 @@ MegatronSamples::MegatronSamples(const std::vector<MegatronPart>& parts, bool bl
     std::vector<int32_t> sizes(parts[d].dataset->sequence_count());
     for (size_t s = 0; s < sizes.size(); ++s) sizes[s] = parts[d].dataset->sequence_length(s);
     try {
-      parts_.push_back({parts[d].dataset, build_gpt_indices(sizes, parts[d].begin, parts[d].end, asked, seq_len, seed)});
+      std::optional<GptIndices> cached;
+      if (!cache_dir.empty())
+        cached = read_gpt_cache(cache_dir,
+                                {parts[d].dataset->prefix(), split_, asked, seq_len, seed, parts[d].begin, parts[d].end,
+                                 parts[d].dataset->sequence_count()},
+                                sizes);
+      cached_ += cached.has_value();
+      parts_.push_back({parts[d].dataset, cached ? std::move(*cached)
+                                                 : build_gpt_indices(sizes, parts[d].begin, parts[d].end, asked,
+                                                                     seq_len, seed)});
     } catch (const DataError& e) {
       throw DataError(parts[d].dataset->prefix() + " (" + split_ + " split): " + e.what());
     }
@@ -228,6 +240,11 @@ std::vector<int64_t> MegatronSamples::micro_batch(int64_t step, int64_t global_b
   return out;
 }
 
+DataError MegatronSamples::short_or_long(int64_t position) const {
+  return DataError("sample " + std::to_string(position) + " of the " + split_ + " split is not seq_len + 1 = " +
+                   std::to_string(seq_len_ + 1) + " tokens: an index cache in data.cache_dir built for other data?");
+}
+
 void MegatronSamples::copy_sample(int64_t position, int64_t* out) const {
   const auto [d, k] = locate(position);
   const Part& part = parts_[d];
@@ -241,12 +258,12 @@ void MegatronSamples::copy_sample(int64_t position, int64_t* out) const {
     const auto seq = static_cast<uint64_t>(g.document_index[static_cast<size_t>(at)]);
     const int64_t from = at == first ? first_offset : 0;
     const int64_t to = at == last ? last_offset + 1 : part.dataset->sequence_length(seq);
-    if (n + (to - from) > seq_len_ + 1) throw std::logic_error("MegatronSamples: a sample longer than seq_len + 1");
+    if (n + (to - from) > seq_len_ + 1) throw short_or_long(position);
     const uint64_t base = part.dataset->sequence_offset(seq);
     for (int64_t x = from; x < to; ++x) out[n++] = tokens[base + static_cast<uint64_t>(x)];
   }
   // Only a partial last sample (never built: drop_last_partial_sequence) would be short.
-  if (n != seq_len_ + 1) throw std::logic_error("MegatronSamples: a sample shorter than seq_len + 1");
+  if (n != seq_len_ + 1) throw short_or_long(position);
 }
 
 }  // namespace trident::data

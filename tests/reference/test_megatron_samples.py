@@ -18,6 +18,11 @@ from the document index megatron-core built, so each path of the order is compar
 prints the windows trident_data.Samples (core/data/README.md's stream order written in
 Python) puts in each global batch.
 
+data.cache_dir: megatron-core writes its index caches for the single dataset (path_to_cache);
+its shuffle index is then reversed in place and megatron-core reads the changed cache back;
+`trident data batches` with data.cache_dir equals that, and so differs from the order it builds
+itself: it read the cache. A cache of another seed is not taken.
+
 Bad inputs: data.order = "megatron" on synthetic data, --steps beyond training.steps, are
 errors that say so.
 """
@@ -123,6 +128,22 @@ def main():
         fail(f"the cases no longer span one epoch and several without the last apart: {seen}")
     if not any(a for _, a in epochs):
         fail(f"no case puts the last epoch apart: {seen}")
+
+    # data.cache_dir: megatron-core's caches read.
+    cache = os.path.join(args.work, "cache")
+    megatron_core_train_samples(prefixes[:1], None, SPLIT, 32, 1234, 12 * G, 256, cache=cache)
+    [shuffle] = [os.path.join(cache, f) for f in os.listdir(cache) if f.endswith("-GPTDataset-train-shuffle_index.npy")]
+    np.save(shuffle, np.load(shuffle)[::-1].copy())
+    changed = megatron_core_train_samples(prefixes[:1], None, SPLIT, 32, 1234, 12 * G, 256, cache=cache)
+    for seed, expect_cached in ((1234, True), (7, False)):
+        sets = [f"data.path={prefixes[0]}", f"data.cache_dir={cache}", f"training.seed={seed}", "training.steps=12"]
+        rc, out, err, cmd = trident_batches(args, sets, 12)
+        if rc != 0 or f"the indices of {int(expect_cached)} of 1 datasets read from {cache}" not in err:
+            fail(f"data.cache_dir, seed {seed}: rc {rc}, {err}")
+        if expect_cached:
+            got = [t for line in out.splitlines() for t in json.loads(line)["tokens"]]
+            if got != [changed[p]["tokens"].tolist() for p in range(12 * G)]:
+                fail("data.cache_dir: trident data batches did not read megatron-core's (changed) cache")
 
     # The stream order on a Trident token file.
     stream = rng.integers(0, 256, size=5000)

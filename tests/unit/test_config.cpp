@@ -241,6 +241,9 @@ TEST(Config, BadConfigsNameKeyValueAndExpectation) {
        "data.format = \"trident\""},
       {"megatron order, seed beyond numpy's", "[data]\nformat = \"megatron\"\nsource = \"file\"\npath = \"p\"\n"
        "[training]\nseed = 4294967296\n", {}, "training.seed = 4294967296 with data.order = \"megatron\": numpy's RandomState"},
+      {"cache_dir in the stream order", "[data]\ncache_dir = \"c\"\n", {},
+       "data.cache_dir = \"c\" holds Megatron's index caches, which only data.order = \"megatron\" reads; this run's "
+       "order is \"stream\""},
       {"megatron order, seq_len 1", "[data]\nformat = \"megatron\"\nsource = \"file\"\npath = \"p\"\n"
        "[model]\nseq_len = 1\n", {}, "model.seq_len = 1 with data.order = \"megatron\""},
       {"path and paths", "[data]\nsource = \"file\"\npath = \"p\"\npaths = [[1, \"a\"]]\n", {},
@@ -426,7 +429,7 @@ TEST(Config, LayoutFactors) {
 
 TEST(Config, KeysTableDescribesTypesAndDefaults) {
   const auto keys = trident::config_keys();
-  EXPECT_EQ(keys.size(), 72u);
+  EXPECT_EQ(keys.size(), 73u);
   bool found = false;
   for (const auto& k : keys) {
     if (k.name != "parallel.dp") continue;

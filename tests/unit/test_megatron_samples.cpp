@@ -9,11 +9,13 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "core/data/errors.h"
+#include "core/data/megatron_cache.h"
 #include "tests/error_of.h"
 
 namespace fs = std::filesystem;
@@ -105,6 +107,24 @@ TEST_F(MegatronSamplesTest, BadRequestsAreErrors) {
             ds_->prefix() + " (valid split): sequences [3, 3) hold 0 tokens: Megatron's sample order needs at least 2");
   EXPECT_EQ(error_of([&] { td::build_gpt_indices({5, 5}, 0, 2, 4, 1, 1); }),
             "Megatron's sample order needs a sequence length of at least 2, got 1");
+}
+
+TEST_F(MegatronSamplesTest, NpyFilesAreReadOrRefusedNamingTheFile) {
+  // numpy.save(arange(6, dtype=int32).reshape(3, 2)): a version 1.0 header padded to 128 bytes.
+  std::string header = "{'descr': '<i4', 'fortran_order': False, 'shape': (3, 2), }";
+  header.resize(128 - 10 - 1, ' ');
+  header += '\n';
+  std::string file = std::string("\x93NUMPY\x01\x00", 8) + static_cast<char>(header.size()) + '\0' + header;
+  for (int32_t v = 0; v < 6; ++v) file.append(reinterpret_cast<const char*>(&v), 4);
+  const std::string path = (dir_ / "a.npy").string();
+  std::ofstream(path, std::ios::binary) << file;
+  const td::NpyArray a = td::read_npy(path);
+  EXPECT_EQ(a.shape, (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(a.values, (std::vector<int64_t>{0, 1, 2, 3, 4, 5}));
+  std::ofstream(path, std::ios::binary) << file.substr(0, file.size() - 2);
+  EXPECT_EQ(error_of([&] { td::read_npy(path); }), path + ": holds 22 bytes of data for 6 elements of <i4");
+  EXPECT_EQ(error_of([&] { td::read_gpt_cache((dir_ / "none").string(), {}, {}); }),
+            "data.cache_dir = \"" + (dir_ / "none").string() + "\" is not a directory");
 }
 
 TEST(NumpySum, PairwiseLikeNumpy) {
