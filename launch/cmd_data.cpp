@@ -192,9 +192,11 @@ int batches(int argc, char** argv) {
       "Prints the first N global batches `trident train` reads with this config, one JSON\n"
       "object a line: {\"step\": S, \"tokens\": [[...], ...], \"labels\": [[...], ...]}, S from 1\n"
       "as in metrics.jsonl, the batch's training.global_batch_size samples in global order\n"
-      "(data-parallel ranks in rank order, each rank's micro-batches in order), each sample's\n"
-      "model.seq_len input tokens and the labels (the same window shifted by one). Any\n"
-      "data.source, data.format and data.order; nothing is trained");
+      "(data.order \"stream\": each data-parallel rank's block in rank order; \"megatron\": each\n"
+      "micro-step's dp x micro_batch_size samples, rank 0's micro-batch first, as Megatron's\n"
+      "sampler hands them out), each sample's model.seq_len input tokens and the labels (the\n"
+      "same window shifted by one). Any data.source, data.format and data.order; nothing is\n"
+      "trained");
   opts.add_options()("help,h", "show this help")("config,c", po::value(&config_path), "TOML config file")(
       "set,s", po::value(&sets)->composing(), "override one key, e.g. --set data.order=stream (repeatable)")(
       "steps", po::value(&steps), "global batches to print (at most training.steps)");
