@@ -243,6 +243,13 @@ const std::vector<Field>& fields() {
       TRIDENT_FIELD(data, split, any(),
                     "megatron: train, valid, test shares cut by documents as Megatron does, e.g. \"969,30,1\"; "
                     "empty = every document trains"),
+      TRIDENT_FIELD(data, order, one_of({"auto", "stream", "megatron"}),
+                    "which samples each step reads: \"megatron\" Megatron's GPTDataset and BlendedDataset order "
+                    "(shuffled documents, samples across document ends); \"stream\" fixed windows of the token "
+                    "stream, shuffled per epoch; \"auto\" = megatron for data.format = \"megatron\", else stream"),
+      TRIDENT_FIELD(data, cache_dir, any(),
+                    "megatron order: a folder of megatron-core's GPTDataset index caches (its path_to_cache); a "
+                    "cache built for the same dataset, split, samples, seq_len and seed is read, not built again"),
       TRIDENT_FIELD(data, tokenizer, one_of({"byte", "gpt2", "hf"}), "tokenizer"),
       TRIDENT_FIELD(data, tokenizer_dir, any(),
                     "directory holding encoder.json and vocab.bpe (gpt2) or tokenizer.json (hf)"),
@@ -882,6 +889,19 @@ void check_data(const Config& c) {
   if (d.format == "megatron" && c.training.eval_interval > 0 && d.split.empty())
     fail(c, "data.format = \"megatron\" with training.eval_interval = " + n(c.training.eval_interval) +
                 " needs data.split (e.g. \"969,30,1\"): without it every document trains and none validates");
+  if (d.order == "megatron" && d.format != "megatron")
+    fail(c, "data.order = \"megatron\" needs data.format = \"megatron\" (it walks the documents of PREFIX.idx), got "
+            "data.format = " + quote(d.format) + " with data.source = " + quote(d.source) +
+                ": use data.order = \"stream\"");
+  if (!d.cache_dir.empty() && data_order(c) != "megatron")
+    fail(c, "data.cache_dir = " + quote(d.cache_dir) + " holds Megatron's index caches, which only data.order = "
+            "\"megatron\" reads; this run's order is \"" + data_order(c) + "\"");
+  if (data_order(c) == "megatron" && c.training.seed > 0xffffffffLL)
+    fail(c, "training.seed = " + n(c.training.seed) + " with data.order = \"megatron\": numpy's RandomState, "
+                "which Megatron's order draws from, takes seeds below 2^32");
+  if (data_order(c) == "megatron" && c.model.seq_len < 2)
+    fail(c, "model.seq_len = " + n(c.model.seq_len) + " with data.order = \"megatron\": megatron-core's sample "
+                "index needs a sequence length of at least 2");
   if (d.source == "synthetic" && !d.path.empty()) {
     fail(c, "data.path = " + quote(d.path) + " with data.source = \"synthetic\": expected data.source = \"file\", "
                 "or no data.path (synthetic data reads no file)");
@@ -1026,6 +1046,11 @@ std::string to_toml(const Config& c) {
     os << line << "  # " << f.doc << "\n";
   }
   return os.str();
+}
+
+std::string data_order(const Config& c) {
+  if (c.data.order != "auto") return c.data.order;
+  return c.data.format == "megatron" ? "megatron" : "stream";
 }
 
 bool operator==(const Config& a, const Config& b) {

@@ -186,6 +186,15 @@ int64_t Checkpointer::restore() {
   if (adam == r.meta().extra.end())
     throw ckpt::CheckpointError("checkpoint " + r.step_dir() + " has no adam_steps in its metadata");
   opt.set_steps_taken(std::stoll(adam->second));
+  // NOTE [consumed samples]; a checkpoint written before they were recorded consumed step x G.
+  const int64_t G = cfg_.training.global_batch_size;
+  const auto consumed = r.meta().extra.find("consumed_samples");
+  restored_step_ = r.step();
+  consumed_at_restore_ = consumed == r.meta().extra.end() ? r.step() * G : std::stoll(consumed->second);
+  if (consumed_at_restore_ % G != 0)
+    throw ckpt::CheckpointError("checkpoint " + r.step_dir() + " consumed " + std::to_string(consumed_at_restore_) +
+                                " samples, not a multiple of training.global_batch_size = " + std::to_string(G) +
+                                ": the run could not go on with whole global batches");
 
   // Same layout: every rank continues its own random stream. Another layout
   // has other ranks, so there is no stream to continue (it matters only with dropout).
@@ -208,6 +217,10 @@ int64_t Checkpointer::restore() {
       std::cout << "checkpoint: the layout changed, so dropout's random streams start afresh" << std::endl;
   }
   return r.step();
+}
+
+int64_t Checkpointer::data_step(int64_t step) const {
+  return consumed_at_restore_ / cfg_.training.global_batch_size + (step - restored_step_);
 }
 
 c10::Device Checkpointer::device() const {
@@ -257,6 +270,7 @@ void Checkpointer::save(int64_t steps_done) {
     meta.config_toml = to_toml(cfg_);
     meta.layout = layout_text();
     meta.extra["adam_steps"] = std::to_string(opt.steps_taken());
+    meta.extra["consumed_samples"] = std::to_string(data_step(steps_done) * cfg_.training.global_batch_size);
     w.set_meta(meta);
     w.finish();
   } catch (const std::exception& e) {

@@ -66,6 +66,14 @@ class Checkpointer {
   // training.exit_after_steps). Returns true when the run should stop here.
   bool after_step(int64_t steps_done);
 
+  // NOTE [consumed samples] A checkpoint records the samples the run has consumed
+  // (consumed_samples in its metadata, as Megatron's checkpoints do), and a resumed
+  // run reads on from there: optimizer step `step` reads the data order's global
+  // batch data_step(step) = (consumed at the restore + (step - restored step) x G) / G,
+  // which is `step` itself unless training.global_batch_size changed. restore()
+  // throws when the consumed samples are not a multiple of the new G.
+  int64_t data_step(int64_t step) const;
+
  private:
   // Where this rank's parameters live (training.device): whose generator is saved besides the CPU's.
   c10::Device device() const;
@@ -76,6 +84,7 @@ class Checkpointer {
   ProcessGroups& pgs_;
   std::vector<std::vector<Param>*> chunks_;
   DataParallel& dp_;
+  int64_t restored_step_ = 0, consumed_at_restore_ = 0;  // NOTE [consumed samples]
   int fault_rank_ = -1;  // TRIDENT_SAVE_FAULT
   int64_t fault_step_ = -1;
 };

@@ -111,6 +111,9 @@ def cases(work, cores):
         ("schedule unknown kind", 2, "schedule --kind 2f2b -p 2 -m 4", ["2f2b"]),
         ("launch without --", 2, "launch --nproc-per-node 1 true", ["missing `--`"]),
         ("data info missing file", 2, f"data info {work}/none.bin", ["none.bin"]),
+        ("data batches without --steps", 2, "data batches --config configs/gpt-tiny.toml", ["--steps N is required"]),
+        ("data batches missing dataset", 2, "data batches --config configs/gpt-tiny.toml --steps 1 --set "
+         f"data.source=file --set data.format=megatron --set data.path={work}/none", [f"{work}/none.idx"]),
         ("compare malformed", 2, f"compare {work}/bad {work}/a", ["bad/metrics.jsonl:2: invalid JSON", "one flat JSON object of numbers per line"]),
         ("compare missing run", 2, f"compare {work}/none {work}/a", ["cannot open"]),
         # Item 5: a difference is 1, not 2.

@@ -114,7 +114,25 @@ def case_setup(args, work):
         run([t, "data", "prepare", "--tokenizer", "byte", "--output-format", "megatron", "--input",
              os.path.join(src, "ARCHITECTURE.md"), os.path.join(src, "tests/reference/README.md"), "--output", b])
         clip = args.clip or 2.0
-        sets = common + ["data.format=megatron", f'data.paths=[[3, "{a}"], [1, "{b}"]]', "data.split=969,30,1",
+        # data.order = "stream": the reference's Blend reads fixed windows (Megatron's own
+        # order is test_megatron_samples.py's).
+        sets = common + ["data.format=megatron", "data.order=stream", f'data.paths=[[3, "{a}"], [1, "{b}"]]',
+                         "data.split=969,30,1",
+                         "model.vocab_pad_multiple=96", f"training.grad_clip={clip}"]
+        return os.path.join(src, "configs/gpt-tiny.toml"), sets + seed, clip
+    if args.case == "megatron":
+        # Megatron's own order (data.order "auto" on Megatron data): three datasets written by
+        # `trident data prepare` (the READMEs in three groups, each file a document), blended
+        # 0.7 : 0.2 : 0.1 and cut by Megatron's default split; the reference builds megatron-core's
+        # BlendedDataset and serves the ranks as Megatron's pretraining sampler does.
+        files = readme_files(src) + [os.path.join(src, "ARCHITECTURE.md")]
+        prefixes = [os.path.join(work, f"megatron-{i}") for i in range(3)]
+        for i, prefix in enumerate(prefixes):
+            run([t, "data", "prepare", "--tokenizer", "byte", "--output-format", "megatron", "--input", *files[i::3],
+                 "--output", prefix])
+        clip = args.clip or 2.0
+        paths = ", ".join(f'[{w}, "{p}"]' for w, p in zip((0.7, 0.2, 0.1), prefixes))
+        sets = common + ["data.format=megatron", f"data.paths=[{paths}]", "data.split=969,30,1",
                          "model.vocab_pad_multiple=96", f"training.grad_clip={clip}"]
         return os.path.join(src, "configs/gpt-tiny.toml"), sets + seed, clip
     if args.case in ("tiny", "llama-tiny"):
@@ -257,7 +275,7 @@ def main():
     ap.add_argument("--trident", required=True)
     ap.add_argument("--source-dir", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--case", choices=["tiny", "brown", "blend", "llama-tiny"], required=True)
+    ap.add_argument("--case", choices=["tiny", "brown", "blend", "megatron", "llama-tiny"], required=True)
     ap.add_argument("--seed", type=int, default=0, help="training.seed (0: the config's)")
     ap.add_argument("--clip", type=float, default=0, help="tiny: training.grad_clip (0: 2.0; at 1.0 every step clips, which the clipping check rejects)")
     ap.add_argument("--layouts", action="store_true",
@@ -304,6 +322,8 @@ def main():
         json.dump({"case": args.case, "K": K, "floor": FLOOR, "rtol_fp32": RTOL_FP32, "grad_clip": clip,
                    "worst_ratio": worst, "ill_conditioned": ill, "steps": rows, "bf16": bf16}, f, indent=1)
     layouts = (LLAMA_LAYOUTS if args.case == "llama-tiny" else LAYOUTS) if args.layouts else []
+    if args.case == "megatron":  # the data-parallel slicing of Megatron's sampler: dp = 2 as well
+        layouts = [("dp2", 2, ["parallel.dp=2"])]
     for name, nproc, extra in layouts:
         out = os.path.join(work, "layout-" + name)
         if "parallel.pp=2" in extra or "parallel.pp=4" in extra:  # pipelines under NCCL's point-to-point rules

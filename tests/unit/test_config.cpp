@@ -234,6 +234,18 @@ TEST(Config, BadConfigsNameKeyValueAndExpectation) {
        "data.split = \"99;1\": part 1 is \"99;1\", not a number"},
       {"split of a token file", "[data]\nsource = \"file\"\npath = \"p\"\nsplit = \"9,1\"\n", {},
        "data.split = \"9,1\" with data.format = \"trident\": expected data.format = \"megatron\""},
+      {"unknown data order", "[data]\norder = \"random\"\n", {},
+       "data.order = \"random\": expected one of \"auto\", \"stream\", \"megatron\""},
+      {"megatron order on a token file", "[data]\nsource = \"file\"\npath = \"p\"\norder = \"megatron\"\n", {},
+       "data.order = \"megatron\" needs data.format = \"megatron\" (it walks the documents of PREFIX.idx), got "
+       "data.format = \"trident\""},
+      {"megatron order, seed beyond numpy's", "[data]\nformat = \"megatron\"\nsource = \"file\"\npath = \"p\"\n"
+       "[training]\nseed = 4294967296\n", {}, "training.seed = 4294967296 with data.order = \"megatron\": numpy's RandomState"},
+      {"cache_dir in the stream order", "[data]\ncache_dir = \"c\"\n", {},
+       "data.cache_dir = \"c\" holds Megatron's index caches, which only data.order = \"megatron\" reads; this run's "
+       "order is \"stream\""},
+      {"megatron order, seq_len 1", "[data]\nformat = \"megatron\"\nsource = \"file\"\npath = \"p\"\n"
+       "[model]\nseq_len = 1\n", {}, "model.seq_len = 1 with data.order = \"megatron\""},
       {"path and paths", "[data]\nsource = \"file\"\npath = \"p\"\npaths = [[1, \"a\"]]\n", {},
        "data.path = \"p\" and data.paths: expected one of them"},
       {"paths on synthetic data", "[data]\npaths = [[1, \"a\"]]\n", {},
@@ -430,7 +442,7 @@ TEST(Config, LayoutFactors) {
 
 TEST(Config, KeysTableDescribesTypesAndDefaults) {
   const auto keys = trident::config_keys();
-  EXPECT_EQ(keys.size(), 72u);
+  EXPECT_EQ(keys.size(), 74u);
   bool found = false;
   for (const auto& k : keys) {
     if (k.name != "parallel.dp") continue;
