@@ -36,7 +36,8 @@ int cmd_train(int argc, char** argv) {
   Config cfg = load_config(config_path, sets);
 #ifdef TRIDENT_HAVE_TORCH
   // Test-only fault injection (launch/fault.h); inert unless TRIDENT_FAULT is set.
-  launch::FaultInjector fault(read_world_env().rank, cfg.logging.dir, cfg.training.steps);
+  const WorldEnv place = read_world_env();
+  launch::FaultInjector fault(place.rank, place.restart, cfg.logging.dir, cfg.training.steps);
   train(cfg);
   return 0;
 #else

@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 namespace trident {
@@ -145,11 +146,11 @@ bool closes_on_probe(const std::string& host, int port) {
 c10::intrusive_ptr<c10d::Store> connect_store(const WorldEnv& env, std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<std::uint16_t>(env.master_port);
-  opts.isServer = env.rank == 0;
+  opts.isServer = env.rank == 0 && !env.agent_store;
   opts.numWorkers = env.world_size;
   opts.waitWorkers = false;  // join_rendezvous checks who arrived, not just how many
   opts.timeout = timeout;
-  if (env.rank != 0 && closes_on_probe(env.master_addr, env.master_port))
+  if (!opts.isServer && closes_on_probe(env.master_addr, env.master_port))
     throw std::runtime_error(describe_place(env) + " reached " + store_address(env) +
                              ", but what listens there is not the rendezvous store (it closed the connection at a "
                              "one-byte probe); is --master-port the same on every node? (Node 0's launcher listens on "
@@ -160,7 +161,7 @@ c10::intrusive_ptr<c10d::Store> connect_store(const WorldEnv& env, std::chrono::
   } catch (const std::exception& e) {
     why = message_of(e);
   }
-  if (env.rank == 0)
+  if (opts.isServer)
     throw std::runtime_error(describe_place(env) + " could not host the rendezvous store at " + store_address(env) +
                              " within " + seconds_text(timeout) +
                              " (is the port taken, or MASTER_ADDR not this node's address?): " + why);
@@ -387,6 +388,18 @@ WorldEnv read_world_env() {
     throw std::runtime_error("WORLD_SIZE is " + std::to_string(env.world_size) +
                              " but MASTER_PORT is not set (use `trident launch`)");
   }
+  // torchrun names the attempt; `trident launch --max-restarts` does the same under its own name.
+  if (const char* n = env_or_null("TORCHELASTIC_RESTART_COUNT"))
+    env.restart = parse_int_env("TORCHELASTIC_RESTART_COUNT", n);
+  else if (const char* t = env_or_null("TRIDENT_RESTART_COUNT"))
+    env.restart = parse_int_env("TRIDENT_RESTART_COUNT", t);
+  if (const char* a = env_or_null("TORCHELASTIC_USE_AGENT_STORE")) {
+    const std::string v = a;
+    if (v == "True" || v == "true" || v == "1")
+      env.agent_store = true;
+    else if (v != "False" && v != "false" && v != "0")
+      throw std::runtime_error("TORCHELASTIC_USE_AGENT_STORE='" + v + "' is not True or False");
+  }
   if (const char* t = env_or_null("TRIDENT_RDZV_TIMEOUT_S")) {
     char* end = nullptr;
     const double seconds = std::strtod(t, &end);
@@ -455,8 +468,18 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const WorldEnv& env, const std::strin
   // which nodes got this far and where they are looking for rank 0.
   if (env.local_rank == 0)
     std::cout << describe_place(env) << " joins the rendezvous at " << store_address(env) << " (listening on "
-              << address << ", timeout " << seconds_text(timeout) << ")" << std::endl;
-  auto store = connect_store(env, timeout);
+              << address << ", timeout " << seconds_text(timeout)
+              << (env.restart > 0 ? ", restart " + std::to_string(env.restart) : std::string())
+              << (env.agent_store ? ", the launcher's store" : "") << ")" << std::endl;
+  // NOTE [restart attempts]
+  // torchrun's agent hosts the store and keeps it across restarts, so the keys an
+  // earlier attempt left (its rendezvous entries and verdict, every group's Gloo
+  // addresses) are still there when the restarted ranks arrive: read unscoped, they
+  // send the new ranks to the dead ranks' ports. Every key of attempt N lives under
+  // "attempt-N/", so each attempt meets in a namespace of its own, whoever hosts
+  // the store and however many attempts it has seen.
+  c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::PrefixStore>(
+      "attempt-" + std::to_string(env.restart) + "/", connect_store(env, timeout));
   join_rendezvous(*store, env, address, timeout);
   return store;
 }

@@ -250,7 +250,10 @@ TEST(LauncherPure, FaultSpec) {
   EXPECT_EQ(f.rank, 3);
   EXPECT_EQ(f.step, 2);
   EXPECT_EQ(f.kind, "stall");
+  EXPECT_EQ(f.attempt, 0) << "a fault fires in the first attempt unless told otherwise";
+  EXPECT_EQ(parse_fault("rank=0,step=1,kind=kill,attempt=2").attempt, 2);
   const std::vector<std::pair<std::string, std::string>> bad = {
+      {"rank=1,step=1,kind=kill,attempt=-1", "attempt='-1'"},
       {"rank=1,step=2,kind=explode", "kind='explode'"},
       {"rank=1,kind=kill", "lacks step"},
       {"rank=x,step=1,kind=kill", "rank='x'"},
