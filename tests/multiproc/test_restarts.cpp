@@ -48,7 +48,7 @@ void expect_nothing_lost(const TempDir& tmp, const std::string& run, const RunRe
   for (const char* key : {"loss", "grad_norm"}) EXPECT_TRUE(steps_match(full, got, key, 0)) << key;
 }
 
-const char* const kKillAfter7 = "TRIDENT_FAULT=rank=1,step=7,kind=kill ";
+const char* const kKillAfter7 = "env TRIDENT_FAULT=rank=1,step=7,kind=kill ";
 
 // torchrun's agent hosts the store and keeps it across restarts; each attempt
 // must meet under its own keys (NOTE [restart attempts] in parallel/rendezvous.cpp).
@@ -97,7 +97,7 @@ TEST(LaunchRestart, GivesUpNamingEveryFailure) {
   TempDir tmp("launch-give-up");
   const RunResult r = run_bounded(current_test(), 240,
                                   bin("trident") + " launch --nproc-per-node 2 --master-port 0 --max-restarts 1 -- "
-                                  "sh -c 'echo attempt $TRIDENT_RESTART_COUNT; [ $RANK = 1 ] && exit 3; sleep 30'");
+                                  "sh -c 'echo attempt $TRIDENT_RESTART_COUNT; [ $RANK = 1 ] && sleep 1 && exit 3; sleep 30'");
   EXPECT_EQ(r.status, 3) << r.output;
   EXPECT_NE(r.output.find("giving up after 1 restart(s) (--max-restarts 1); every failure: attempt 0: rank 1 "
                           "exited with status 3; attempt 1: rank 1 exited with status 3"),
