@@ -36,10 +36,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/config.h"
+#include "framework/preemption.h"
 #include "parallel/data_parallel.h"
 #include "core/param.h"
 #include "parallel/process_groups.h"
@@ -63,8 +65,13 @@ class Checkpointer {
 
   // After optimizer step `steps_done` (1-based) and its logging: saves when
   // due (every checkpoint.interval steps, at training.steps, at
-  // training.exit_after_steps). Returns true when the run should stop here.
+  // training.exit_after_steps, on preemption: NOTE [preemption]). Returns true
+  // when the run should stop here.
   bool after_step(int64_t steps_done);
+
+  // The signal that preempted the run (SIGTERM, SIGUSR1) and the step of its
+  // checkpoint; {0, 0} when none did.
+  std::pair<int, int64_t> preempted() const { return preempted_; }
 
  private:
   // Where this rank's parameters live (training.device): whose generator is saved besides the CPU's.
@@ -76,6 +83,9 @@ class Checkpointer {
   ProcessGroups& pgs_;
   std::vector<std::vector<Param>*> chunks_;
   DataParallel& dp_;
+  int agreed_signal() const;
+  std::unique_ptr<PreemptionSignals> signals_;  // with a checkpoint.dir only
+  std::pair<int, int64_t> preempted_{0, 0};
   int fault_rank_ = -1;  // TRIDENT_SAVE_FAULT
   int64_t fault_step_ = -1;
 };

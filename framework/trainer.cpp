@@ -19,6 +19,7 @@
 #include <set>
 #include <memory>
 #include <thread>
+#include <tuple>
 
 #include <ATen/Parallel.h>
 
@@ -687,6 +688,7 @@ TrainSummary train(Config cfg) {
       break;
     }
   }
+  std::tie(summary.preempted_signal, summary.preempted_step) = checkpointer.preempted();
   const sched::TimelineStats predicted = r.costs.predict(r.pgs->pp, r.schedule);  // a collective over the pipeline
   if (leader) {
     if (bar) std::cout << "\r\033[K";

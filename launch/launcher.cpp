@@ -491,6 +491,19 @@ class ProgressDir {
     for (const auto& r : sched::read_progress_dir(path_))
       ::unlink((path_ + "/rank" + std::to_string(r.rank) + ".txt").c_str());
     ::unlink((path_ + "/resumed-step").c_str());
+    ::unlink((path_ + "/preempted").c_str());
+  }
+  // Rank 0's note of a preemption, "SIGTERM 12" (NOTE [preemption] in
+  // framework/checkpointing.cpp), as "by SIGTERM, checkpoint at step 12".
+  std::optional<std::string> preempted() const {
+    FILE* f = std::fopen((path_ + "/preempted").c_str(), "r");
+    if (!f) return std::nullopt;
+    char sig[32] = {};
+    long long step = -1;
+    const bool ok = std::fscanf(f, "%31s %lld", sig, &step) == 2;
+    std::fclose(f);
+    if (!ok) return std::nullopt;
+    return std::string("by ") + sig + ", checkpoint at step " + std::to_string(step);
   }
   // Rank 0's resumed-step note (NOTE [resumed step for the launcher]), if written.
   std::optional<int64_t> resumed_step() const {
@@ -554,16 +567,19 @@ int launch(const LaunchOptions& options) {
     ledger.ended(since_epoch(Clock::now()));
     if (attempt > 0)
       if (const auto step = dir.resumed_step()) ledger.resumed(*step);
-    if (code != 0) print_diagnosis(supervisor, o.progress_dir);
-    const bool give_up = code == 0 || supervisor.interrupted() || attempt == o.max_restarts;
-    if (code != 0 && !supervisor.interrupted()) {
+    // A preempted job saved its state and stopped as asked: no failure, no restart.
+    const std::optional<std::string> preempted = dir.preempted();
+    if (preempted) say_launch("preempted " + *preempted + "; the ranks exited with status " + std::to_string(code));
+    if (code != 0 && !preempted) print_diagnosis(supervisor, o.progress_dir);
+    const bool give_up = code == 0 || preempted || supervisor.interrupted() || attempt == o.max_restarts;
+    if (code != 0 && !preempted && !supervisor.interrupted()) {
       const FirstFailure f = supervisor.first_failure();
       const std::string what = f.rank >= 0 ? "rank " + std::to_string(f.rank) + " " + f.how
                                            : "exit status " + std::to_string(code);
       ledger.failed(attempt, what, steps_completed(o.progress_dir), since_epoch(supervisor.failed_at()));
     }
     if (give_up) {
-      if (o.max_restarts > 0 && code != 0 && !supervisor.interrupted())
+      if (o.max_restarts > 0 && code != 0 && !preempted && !supervisor.interrupted())
         say_launch("giving up after " + std::to_string(attempt) + " restart(s) (--max-restarts " +
                    std::to_string(o.max_restarts) + "); every failure: " + ledger.failures());
       if (ledger.restarts() > 0)

@@ -4,6 +4,7 @@
 // and its final checkpoint (parameters, AdamW moments and step, RNG state)
 // must be bit-identical to an uninterrupted run's, its metrics.jsonl equal
 // step for step. Every run is bounded in wall-clock time and fails naming the test.
+#include <signal.h>
 #include <unistd.h>
 
 #include <regex>
@@ -104,6 +105,59 @@ TEST(LaunchRestart, GivesUpNamingEveryFailure) {
             std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("[rank 0] attempt 1"), std::string::npos) << r.output;
+}
+
+// Preemption (NOTE [preemption] in framework/checkpointing.cpp): once rank 0
+// has logged 3 steps of a long run, `signal_cmd` is run (with $pid the
+// launcher's); the job must save where the ranks agreed to stop, exit with 128
+// + the signal, say so, and continue from that checkpoint to the same final
+// state as a run that was never stopped.
+void preempt_and_continue(const std::string& tag, const std::string& signal_cmd, int signal_number,
+                          const std::string& signal_name) {
+  TempDir tmp(tag);
+  const std::string long_run = train_args(tmp.file("ck-run"), tmp.file("run")) + " --set training.steps=400";
+  const std::string script = "( " + bin("trident") + " launch --nproc-per-node 2 --master-port 0 -- " + long_run +
+                             " & pid=$!; until [ \"$(cat " + tmp.file("run/metrics.jsonl") +
+                             " 2>/dev/null | wc -l)\" -ge 3 ]; do sleep 0.05; done; " + signal_cmd +
+                             "; wait $pid; echo \"launcher status $?\" )";
+  const RunResult r = run_bounded(current_test(), 180, "bash -c '" + script + "'");
+  EXPECT_NE(r.output.find("launcher status " + std::to_string(128 + signal_number)), std::string::npos) << r.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex("trident launch: preempted by " + signal_name +
+                                                        ", checkpoint at step ([0-9]+)")))
+      << r.output;
+  const int step = std::stoi(m[1]);
+  EXPECT_NE(r.output.find("preempted by " + signal_name + ": checkpoint at step " + std::to_string(step) + " of 400"),
+            std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("restarting"), std::string::npos) << "a preempted job is not restarted:\n" << r.output;
+  char latest[32];
+  std::snprintf(latest, sizeof latest, "step-%08d\n", step);
+  ASSERT_EQ(slurp(tmp.file("ck-run/latest")), latest) << r.output;
+  EXPECT_GE(step, 3);
+  ASSERT_LT(step, 400 - 3);
+  // Continue to 3 steps past it, and train the same steps without a stop.
+  const std::string end = " --set training.steps=" + std::to_string(step + 3);
+  RunResult c = run_bounded(current_test(), 120, bin("trident") + " launch --nproc-per-node 2 --master-port 0 -- " +
+                                                     train_args(tmp.file("ck-run"), tmp.file("run")) + end);
+  ASSERT_EQ(c.status, 0) << c.output;
+  EXPECT_NE(c.output.find("resumed from " + tmp.file("ck-run/") + std::string(latest, 13)), std::string::npos)
+      << c.output;
+  c = run_bounded(current_test(), 120, bin("trident") + " launch --nproc-per-node 2 --master-port 0 -- " +
+                                           train_args(tmp.file("ck-full"), tmp.file("full")) + end);
+  ASSERT_EQ(c.status, 0) << c.output;
+  char last[32];
+  std::snprintf(last, sizeof last, "/step-%08d", step + 3);
+  EXPECT_TRUE(same_checkpoint(tmp.file("ck-full") + last, tmp.file("ck-run") + last, 2));
+}
+
+// SIGTERM to the launcher (a scheduler stopping the job), forwarded to every rank.
+TEST(Preemption, SigtermToTheLauncherSavesAndResumes) {
+  preempt_and_continue("preempt-term", "kill -TERM $pid", SIGTERM, "SIGTERM");
+}
+
+// SIGUSR1 to the ranks themselves (Slurm's --signal=USR1@T reaches the tasks).
+TEST(Preemption, Sigusr1ToTheRanksSavesAndResumes) {
+  preempt_and_continue("preempt-usr1", "for c in $(pgrep -P $pid); do kill -USR1 $c; done", SIGUSR1, "SIGUSR1");
 }
 
 }  // namespace
