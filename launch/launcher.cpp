@@ -538,10 +538,12 @@ void print_diagnosis(const Supervisor& supervisor, const std::string& progress_d
   for (std::string line; std::getline(lines, line);) say_launch("diagnosis: " + line);
 }
 
-// Steps every rank had completed: the step the furthest rank was running, minus one.
+// Steps the job had completed: the furthest rank's step, minus one unless its
+// record says it had finished that step ("done").
 int64_t steps_completed(const std::string& progress_dir) {
   int64_t most = -1;
-  for (const auto& rec : sched::read_progress_dir(progress_dir)) most = std::max(most, rec.step - 1);
+  for (const auto& rec : sched::read_progress_dir(progress_dir))
+    most = std::max(most, rec.state == "done" ? rec.step : rec.step - 1);
   return most;
 }
 
@@ -569,7 +571,7 @@ int launch(const LaunchOptions& options) {
       if (const auto step = dir.resumed_step()) ledger.resumed(*step);
     // A preempted job saved its state and stopped as asked: no failure, no restart.
     const std::optional<std::string> preempted = dir.preempted();
-    if (preempted) say_launch("preempted " + *preempted + "; the ranks exited with status " + std::to_string(code));
+    if (preempted) say_launch("preempted " + *preempted + "; exit status " + std::to_string(code));
     if (code != 0 && !preempted) print_diagnosis(supervisor, o.progress_dir);
     const bool give_up = code == 0 || preempted || supervisor.interrupted() || attempt == o.max_restarts;
     if (code != 0 && !preempted && !supervisor.interrupted()) {
