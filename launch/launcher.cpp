@@ -590,7 +590,7 @@ int launch(const LaunchOptions& options) {
     }
     dir.clear();
     say_launch("restarting the job (restart " + std::to_string(attempt + 1) + " of at most " +
-               std::to_string(o.max_restarts) + ") after " + ledger.failures().substr(ledger.failures().rfind("attempt ")));
+               std::to_string(o.max_restarts) + ") after " + ledger.last_failure());
   }
 }
 

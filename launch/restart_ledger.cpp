@@ -87,11 +87,20 @@ std::vector<std::string> RestartLedger::report(bool finished) const {
   return lines;
 }
 
+namespace {
+std::string attempt_text(int attempt, const std::string& what) {
+  return "attempt " + std::to_string(attempt) + ": " + what;
+}
+}  // namespace
+
 std::string RestartLedger::failures() const {
   std::string s;
-  for (const Failure& f : failures_)
-    s += (s.empty() ? "" : "; ") + std::string("attempt ") + std::to_string(f.attempt) + ": " + f.what;
+  for (const Failure& f : failures_) s += (s.empty() ? "" : "; ") + attempt_text(f.attempt, f.what);
   return s;
+}
+
+std::string RestartLedger::last_failure() const {
+  return failures_.empty() ? "" : attempt_text(failures_.back().attempt, failures_.back().what);
 }
 
 }  // namespace trident::launch

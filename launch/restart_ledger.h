@@ -36,6 +36,8 @@ class RestartLedger {
   std::vector<std::string> report(bool finished) const;
   // Every failure, attempt by attempt, for the message that gives up.
   std::string failures() const;
+  // The latest failure, "attempt 1: rank 0 exited with status 1" ("" before any).
+  std::string last_failure() const;
 
  private:
   struct Failure {

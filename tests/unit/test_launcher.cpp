@@ -298,6 +298,7 @@ TEST(LauncherPure, RestartLedger) {
   EXPECT_EQ(lines[1], "restart 1: after rank 1 was killed by signal 9 (SIGKILL) with 7 steps done; ranks restarted "
                       "0.5 s after the failure, resumed from step 5, past step 7 3.0 s after the failure");
   EXPECT_EQ(l.failures(), "attempt 0: rank 1 was killed by signal 9 (SIGKILL); attempt 1: rank 0 exited with status 1");
+  EXPECT_EQ(l.last_failure(), "attempt 1: rank 0 exited with status 1");
 }
 
 TEST(LauncherPure, JobEventsRoundTrip) {
