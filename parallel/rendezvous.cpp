@@ -13,10 +13,12 @@
 #include <algorithm>
 #include <cassert>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <map>
+#include <random>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
@@ -179,15 +181,28 @@ c10::intrusive_ptr<c10d::Store> connect_store(const WorldEnv& env, std::chrono::
                            " (is node 0 up, and are --master-addr and --master-port node 0's?): " + why);
 }
 
+// A fresh random name (16 hex digits) for this meeting or this rank's arrival.
+std::string random_token() {
+  std::random_device rd;
+  const uint64_t v = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(v));
+  return text;
+}
+
 // The rendezvous as one rank sees it: its store, its place and the deadline.
+// Keys: "trident/rdzv/hello/<rank>" (overwritten by every attempt),
+// "trident/rdzv/ack/<rank>/<token>" (unique to one arrival) and, under the
+// meeting's fresh name, "trident/rdzv/<epoch>/{joined/<rank>,abort,verdict}":
+// nothing an earlier attempt left can be mistaken for this one's (NOTE [restart attempts]).
 struct Rendezvous {
   c10d::Store& store;
   const WorldEnv& env;
   std::chrono::milliseconds timeout;
   Clock::time_point deadline;
-  static constexpr const char* kVerdict = "trident/rdzv/verdict";
-  static constexpr const char* kAbort = "trident/rdzv/abort";
+  std::string epoch;  // rank 0 draws it; the others learn it from their acknowledgement
 
+  std::string key(const std::string& what) const { return "trident/rdzv/" + epoch + "/" + what; }
   std::chrono::milliseconds left() const {
     return std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),
                     std::chrono::milliseconds(1));
@@ -203,13 +218,19 @@ std::string world_mismatch(const std::string& who, int world, const WorldEnv& en
          std::to_string(world0) + ": --nnodes or --nproc-per-node differ between the nodes";
 }
 
-// Ranks other than 0: rank 0's entry carries its WORLD_SIZE, so a node
-// launched with another --nnodes finds out at once, and tells rank 0
-// through kAbort.
-void check_rank0_world(const Rendezvous& rv) {
+// Ranks other than 0: announce this arrival under a fresh token and wait for
+// rank 0's acknowledgement of exactly it, which names the meeting and carries
+// rank 0's WORLD_SIZE, so a node launched with another --nnodes finds out at
+// once and tells rank 0 through the meeting's abort key.
+void join_as_peer(Rendezvous& rv, const std::string& address) {
   const WorldEnv& env = rv.env;
+  const std::string token = random_token();
+  const std::string ack = "trident/rdzv/ack/" + std::to_string(env.rank) + "/" + token;
   try {
-    rv.store.wait({"trident/rdzv/0"}, rv.left());
+    rv.post("trident/rdzv/hello/" + std::to_string(env.rank), std::to_string(env.world_size) + " " +
+                                                                  std::to_string(env.node_rank) + " " + address +
+                                                                  " " + token);
+    rv.store.wait({ack}, rv.left());
   } catch (const std::exception& e) {
     // A store keeps its clients' connections; a failure well before the
     // deadline means something else listens on that port.
@@ -222,48 +243,59 @@ void check_rank0_world(const Rendezvous& rv) {
     throw std::runtime_error(describe_place(env) + " reached the rendezvous store at " + store_address(env) +
                              " but rank 0 did not register within " + seconds_text(rv.timeout));
   }
-  std::istringstream in(store_text(rv.store, "trident/rdzv/0"));
+  std::istringstream in(store_text(rv.store, ack));
   int world0 = 0;
-  in >> world0;
-  if (world0 == env.world_size) return;
-  const std::string error = world_mismatch(describe_place(env), env.world_size, env, world0);
-  rv.post(Rendezvous::kAbort, error);
-  // Rank 0 names the mismatch too, once it has read kAbort: wait (briefly) for its
-  // verdict, so this rank's exit, which the launchers turn into stopping every rank at
-  // once, does not cut rank 0 off before it says so.
-  try {
-    rv.store.wait({Rendezvous::kVerdict}, std::min(rv.left(), std::chrono::milliseconds(2000)));
-  } catch (const std::exception&) {
-    // rank 0 gone or slow: this rank's own message says it all
+  in >> rv.epoch >> world0;
+  if (world0 != env.world_size) {
+    const std::string error = world_mismatch(describe_place(env), env.world_size, env, world0);
+    rv.post(rv.key("abort"), error);
+    // Rank 0 names the mismatch too, once it has read the abort: wait (briefly) for its
+    // verdict, so this rank's exit, which the launchers turn into stopping every rank at
+    // once, does not cut rank 0 off before it says so.
+    try {
+      rv.store.wait({rv.key("verdict")}, std::min(rv.left(), std::chrono::milliseconds(2000)));
+    } catch (const std::exception&) {
+      // rank 0 gone or slow: this rank's own message says it all
+    }
+    throw std::runtime_error(error);
   }
-  throw std::runtime_error(error);
+  rv.post(rv.key("joined/" + std::to_string(env.rank)), "1");
 }
 
 // Rank 0: who has arrived, from where (node, address) -> ranks.
 struct Arrivals {
   std::vector<int> missing, nodes;
   std::map<std::pair<int, std::string>, std::vector<int>> places;
+  std::map<int, std::string> acked;  // rank -> the arrival token last acknowledged
   std::string error;
 };
 
-// Reads the entries of the ranks still missing; records a WORLD_SIZE mismatch as the error.
+// Acknowledges every arrival not yet acknowledged (a stale one from an earlier
+// attempt too: nobody waits for that), and moves the ranks that joined this
+// meeting from `missing` to `places`.
 void read_arrivals(const Rendezvous& rv, Arrivals& a) {
   std::vector<int> still;
   for (int r : a.missing) {
-    const std::string key = "trident/rdzv/" + std::to_string(r);
-    if (!rv.store.check({key})) {
+    const std::string hello = "trident/rdzv/hello/" + std::to_string(r);
+    if (!rv.store.check({hello})) {
       still.push_back(r);
       continue;
     }
-    std::istringstream in(store_text(rv.store, key));
+    std::istringstream in(store_text(rv.store, hello));
     int world = 0, node = -1;
-    std::string addr;
-    in >> world >> node >> addr;
+    std::string addr, token;
+    in >> world >> node >> addr >> token;
+    if (a.acked[r] != token) {
+      rv.post("trident/rdzv/ack/" + std::to_string(r) + "/" + token,
+              rv.epoch + " " + std::to_string(rv.env.world_size));
+      a.acked[r] = token;
+    }
+    if (!rv.store.check({rv.key("joined/" + std::to_string(r))})) {
+      still.push_back(r);
+      continue;
+    }
     a.places[{node, addr}].push_back(r);
     if (std::find(a.nodes.begin(), a.nodes.end(), node) == a.nodes.end()) a.nodes.push_back(node);
-    if (world != rv.env.world_size && a.error.empty())
-      a.error = world_mismatch("rank " + std::to_string(r) + " on node " + std::to_string(node), world, rv.env,
-                               rv.env.world_size);
   }
   a.missing = std::move(still);
 }
@@ -276,12 +308,12 @@ Arrivals gather_arrivals(const Rendezvous& rv, const std::string& address) {
   a.nodes = {env.node_rank};
   a.places = {{{env.node_rank, address}, {0}}};
   while (a.error.empty()) {
-    if (rv.store.check({Rendezvous::kAbort})) {
-      a.error = store_text(rv.store, Rendezvous::kAbort);
+    if (rv.store.check({rv.key("abort")})) {
+      a.error = store_text(rv.store, rv.key("abort"));
       break;
     }
     read_arrivals(rv, a);
-    if (a.missing.empty() || !a.error.empty()) break;
+    if (a.missing.empty()) break;
     if (Clock::now() >= rv.deadline) {
       std::sort(a.nodes.begin(), a.nodes.end());
       std::string nodes;
@@ -293,7 +325,7 @@ Arrivals gather_arrivals(const Rendezvous& rv, const std::string& address) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  rv.post(Rendezvous::kVerdict, a.error.empty() ? "ok " + std::to_string(env.world_size) : "error " + a.error);
+  rv.post(rv.key("verdict"), a.error.empty() ? "ok " + std::to_string(env.world_size) : "error " + a.error);
   return a;
 }
 
@@ -301,13 +333,13 @@ Arrivals gather_arrivals(const Rendezvous& rv, const std::string& address) {
 void await_verdict(const Rendezvous& rv) {
   const WorldEnv& env = rv.env;
   try {
-    rv.store.wait({Rendezvous::kVerdict}, rv.left());
+    rv.store.wait({rv.key("verdict")}, rv.left());
   } catch (const std::exception&) {
     throw std::runtime_error(describe_place(env) + " reached the rendezvous store at " + store_address(env) +
                              " but rank 0 did not confirm every rank's arrival within " + seconds_text(rv.timeout) +
                              " (a node is missing, or node 0 died)");
   }
-  const std::string verdict = store_text(rv.store, Rendezvous::kVerdict);
+  const std::string verdict = store_text(rv.store, rv.key("verdict"));
   if (verdict.rfind("error ", 0) == 0)
     throw std::runtime_error("rendezvous at " + store_address(env) + " failed, as rank 0 found: " + verdict.substr(6));
   assert(verdict == "ok " + std::to_string(env.world_size));
@@ -316,24 +348,25 @@ void await_verdict(const Rendezvous& rv) {
 // NOTE [rendezvous]
 // A TCPStore server counts connections, not who made them: a late node, a
 // wrong port and a node launched with another --nnodes all look like "not
-// enough workers yet" or, worse, like enough. So every rank posts
-// "<WORLD_SIZE> <node> <address>" under trident/rdzv/<rank>. Every other rank
-// reads rank 0's entry and fails at once on a different WORLD_SIZE (posting
-// trident/rdzv/abort so rank 0 fails too); rank 0 waits for ranks
-// 1..world-1, names the missing ones when the rendezvous timeout passes, and
-// posts a verdict that the others wait for (bounded by the same deadline).
-// Every rank thus ends inside the timeout with a message naming nodes,
-// address and port.
-void join_rendezvous(c10d::Store& store, const WorldEnv& env, const std::string& address,
-                     std::chrono::milliseconds timeout) {
-  const Rendezvous rv{store, env, timeout, Clock::now() + timeout};
-  rv.post("trident/rdzv/" + std::to_string(env.rank),
-          std::to_string(env.world_size) + " " + std::to_string(env.node_rank) + " " + address);
+// enough workers yet" or, worse, like enough. So every rank other than 0 posts
+// "<WORLD_SIZE> <node> <address> <token>" (a fresh random token) and waits for
+// rank 0's acknowledgement of that token, which names the meeting (rank 0's
+// fresh random epoch) and carries rank 0's WORLD_SIZE: a rank with another
+// WORLD_SIZE fails at once and posts the meeting's abort so rank 0 fails too;
+// the others say they joined the meeting. Rank 0 waits for all of them, names
+// the missing ones when the rendezvous timeout passes, and posts a verdict that
+// the others wait for (bounded by the same deadline). Every rank thus ends
+// inside the timeout with a message naming nodes, address and port. Returns
+// the meeting's epoch.
+std::string join_rendezvous(c10d::Store& store, const WorldEnv& env, const std::string& address,
+                            std::chrono::milliseconds timeout) {
+  Rendezvous rv{store, env, timeout, Clock::now() + timeout, ""};
   if (env.rank != 0) {
-    check_rank0_world(rv);
+    join_as_peer(rv, address);
     await_verdict(rv);
-    return;
+    return rv.epoch;
   }
+  rv.epoch = random_token();
   Arrivals a = gather_arrivals(rv, address);
   if (!a.error.empty()) throw std::runtime_error(a.error);
   // One line that shows where every rank listens: on a cluster, the first
@@ -346,6 +379,7 @@ void join_rendezvous(c10d::Store& store, const WorldEnv& env, const std::string&
   }
   std::cout << "rendezvous at " << store_address(env) << ": " << env.world_size << " ranks joined (" << where << ")"
             << std::endl;
+  return rv.epoch;
 }
 
 }  // namespace
@@ -474,13 +508,15 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const WorldEnv& env, const std::strin
   // NOTE [restart attempts]
   // torchrun's agent hosts the store and keeps it across restarts, so the keys an
   // earlier attempt left (its rendezvous entries and verdict, every group's Gloo
-  // addresses) are still there when the restarted ranks arrive: read unscoped, they
-  // send the new ranks to the dead ranks' ports. Every key of attempt N lives under
-  // "attempt-N/", so each attempt meets in a namespace of its own, whoever hosts
-  // the store and however many attempts it has seen.
-  c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::PrefixStore>(
-      "attempt-" + std::to_string(env.restart) + "/", connect_store(env, timeout));
-  join_rendezvous(*store, env, address, timeout);
+  // addresses) are still there when the restarted ranks arrive: read as they are,
+  // they send the new ranks to the dead ranks' ports. The restart count cannot name
+  // the attempt: under c10d's rendezvous an agent restarts healthy workers on a
+  // membership change without counting it, so nodes disagree on it. So rank 0
+  // names each meeting with a fresh random epoch (NOTE [rendezvous]), and every key
+  // after the rendezvous (the groups') lives under "run-<epoch>/".
+  auto base = connect_store(env, timeout);
+  const std::string epoch = join_rendezvous(*base, env, address, timeout);
+  c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::PrefixStore>("run-" + epoch + "/", base);
   return store;
 }
 

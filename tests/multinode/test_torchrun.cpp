@@ -1,10 +1,11 @@
 // torchrun across two nodes (network namespaces, multinode_util.h), restarts
 // included: one agent per node, one rank each (gpt-tiny as pp = 2, so the
 // pipeline spans the link), rank 1 on node 1 SIGKILLed once step 7 is logged,
-// --max-restarts 2, checkpoint.resume = true, the static rendezvous: the job
-// must finish with every loss, gradient norm and final tensor equal to the last
-// bit to a single-node run that was never stopped. (c10d's rendezvous is not
-// covered: see "Restarts, preemption and torchrun" in launch/README.md.)
+// --max-restarts 2, checkpoint.resume = true. Under the static rendezvous and
+// under c10d's (whose agents restart a healthy node's workers without counting
+// a restart, so the nodes' TORCHELASTIC_RESTART_COUNT differ), the job must
+// finish with every loss, gradient norm and final tensor equal to the last bit
+// to a single-node run that was never stopped.
 #include <gtest/gtest.h>
 
 #include <regex>
@@ -48,7 +49,11 @@ void torchrun_restarts(const std::vector<std::string>& rdzv) {
   auto node = [&](int n) {
     std::vector<std::string> argv{kTorchrun, "--nnodes", "2", "--nproc-per-node", "1", "--max-restarts", "2",
                                   "--monitor-interval", "0.1"};
-    for (const auto& a : rdzv) argv.push_back(a == "NODE_RANK" ? std::to_string(n) : a);
+    for (const auto& a : rdzv)
+      argv.push_back(a == "NODE_RANK" ? std::to_string(n)
+                     : a == "IS_HOST" ? (n == 0 ? "is_host=1" : "is_host=0")
+                     : a == "LOCAL_ADDR" ? TwoNodes::kAddr[n]
+                                         : a);
     argv.push_back("--no-python");
     for (const auto& a : train_cmd(dir.path / "run", sets_for(dir.path / "ck-run"))) argv.push_back(a);
     return net.in(n, argv);
@@ -82,4 +87,12 @@ void torchrun_restarts(const std::vector<std::string>& rdzv) {
 
 TEST(TorchrunTwoNodes, StaticRendezvousRestartsBitIdentical) {
   torchrun_restarts({"--node-rank", "NODE_RANK", "--master-addr", TwoNodes::kAddr[0], "--master-port", "29500"});
+}
+
+// The namespaces share the machine's host name, so c10d can tell neither which
+// node hosts the store at the endpoint (is_host says so) nor which address is
+// node 0's (--local-addr).
+TEST(TorchrunTwoNodes, C10dRendezvousRestartsBitIdentical) {
+  torchrun_restarts({"--rdzv-backend", "c10d", "--rdzv-endpoint", std::string(TwoNodes::kAddr[0]) + ":29400",
+                     "--rdzv-id", "trident-test", "--rdzv-conf", "IS_HOST", "--local-addr", "LOCAL_ADDR"});
 }
