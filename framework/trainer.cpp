@@ -19,6 +19,7 @@
 #include <set>
 #include <memory>
 #include <thread>
+#include <tuple>
 
 #include <ATen/Parallel.h>
 
@@ -564,6 +565,18 @@ void write_rank_summary(const Run& r, const TrainSummary& s) {
   write_file_atomic(r.cfg.logging.dir + "/rank-" + std::to_string(rank) + ".json", json::dump(v, 2) + "\n");
 }
 
+// NOTE [resumed step for the launcher]
+// `trident launch --max-restarts` counts the steps a restart recomputed: the
+// steps the failed attempt had completed minus the step its successor resumed
+// from. Rank 0 tells it the latter through the progress directory the launcher
+// gives every rank (TRIDENT_PROGRESS_DIR), as "resumed-step"; without a
+// launcher that asks, nothing is written.
+void tell_launcher_resumed(int64_t first_step) {
+  const char* dir = std::getenv("TRIDENT_PROGRESS_DIR");
+  if (!dir || !*dir) return;
+  write_file_atomic(std::string(dir) + "/resumed-step", std::to_string(first_step) + "\n");
+}
+
 }  // namespace
 
 TrainSummary train(Config cfg) {
@@ -588,6 +601,7 @@ TrainSummary train(Config cfg) {
             << r.dp->dp_reduced_elements() << " gradient elements all-reduced over dp per step" << std::endl;
   Checkpointer checkpointer(c, *r.pgs, chunk_params_of(r), *r.dp);
   const int64_t first_step = checkpointer.restore();  // 0, or the step of the checkpoint resumed
+  if (leader) tell_launcher_resumed(first_step);
   std::unique_ptr<RunLog> log;
   if (leader) {
     print_start(r, peak);
@@ -624,6 +638,7 @@ TrainSummary train(Config cfg) {
       break;
     }
   }
+  std::tie(summary.preempted_signal, summary.preempted_step) = checkpointer.preempted();
   if (steps_run == 0) {  // resumed at training.steps (the same on every rank): no step, nothing to report
     if (leader) {
       log->finish();
