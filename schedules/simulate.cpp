@@ -83,7 +83,7 @@ double span_bubble(const std::vector<double>& busy, const std::vector<double>& f
 
 TimelineStats stats(const Timeline& t) {
   TimelineStats st;
-  std::vector<double> first(t.ranks.size(), -1.0), last(t.ranks.size(), 0.0);
+  std::vector<double> last(t.ranks.size(), 0.0);  // end of each rank's last compute
   st.busy.assign(t.ranks.size(), 0.0);
   st.peak_inflight.assign(t.ranks.size(), 0);
   st.first_start.assign(t.ranks.size(), -1.0);
@@ -98,7 +98,6 @@ TimelineStats stats(const Timeline& t) {
       st.end[r] = std::max(st.end[r], ta.end);
       if (is_compute(ta.action.kind)) {
         if (st.first_start[r] < 0) st.first_start[r] = ta.start;
-        if (first[r] < 0) first[r] = ta.start;
         last[r] = std::max(last[r], ta.end);
         st.busy[r] += std::max(0.0, ta.end - std::max(ta.start, covered));
         covered = std::max(covered, ta.end);
@@ -110,7 +109,7 @@ TimelineStats stats(const Timeline& t) {
   double idle = 0;
   for (double b : st.busy) idle += st.step_time - b;
   st.bubble_fraction = st.step_time > 0 ? idle / (t.ranks.size() * st.step_time) : 0.0;
-  st.span_bubble_fraction = span_bubble(st.busy, first, last);
+  st.span_bubble_fraction = span_bubble(st.busy, st.first_start, last);
   return st;
 }
 

@@ -3,10 +3,8 @@
 
 #include <ATen/core/grad_mode.h>
 
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <set>
 #include <stdexcept>
 
 #include "core/atomic_file.h"
@@ -14,6 +12,7 @@
 #include "core/model_checks.h"
 #include "core/safetensors.h"
 #include "core/version.h"
+#include "models/common/hf_names.h"
 #include "models/gpt/gpt.h"
 
 namespace trident {
@@ -89,25 +88,13 @@ std::vector<int64_t> hf_shape(const std::vector<int64_t>& full, Conv conv, const
   }
 }
 
-// A tensor of the file that no parameter reads is an error: a layer beyond
-// n_layer (the config cut short) or a name of another architecture.
-void check_hf_name(const std::string& name, int64_t layers, const std::string& file) {
-  static const std::set<std::string> top = {"wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias", "lm_head.weight"};
-  static const std::set<std::string> block = {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
-                                              "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
-                                              "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight",
-                                              "mlp.c_proj.bias"};
-  if (top.count(name)) return;
-  long long layer = -1;
-  int used = 0;
-  if (std::sscanf(name.c_str(), "h.%lld.%n", &layer, &used) == 1 && used > 0 && block.count(name.substr(used))) {
-    if (layer < layers) return;
-    throw ModelInputError(file + ": tensor " + name + " is of layer " + std::to_string(layer) +
-                             " but config.json has n_layer = " + std::to_string(layers) +
-                             ": expected n_layer = the file's layer count");
-  }
-  throw ModelInputError(file + ": tensor " + name + " is not a GPT-2 parameter Trident reads (a file of "
-                           "another architecture, or a config.json that does not describe it)");
+// The tensors a file may hold (models/common/hf_names.h).
+const HfNames& hf_names() {
+  static const HfNames names{
+      "GPT-2", "h.", "n_layer", {"wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias", "lm_head.weight"},
+      {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias",
+       "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"}};
+  return names;
 }
 
 }  // namespace
@@ -155,7 +142,7 @@ HfGpt2 read_hf_gpt2(const std::string& dir) {
     if (name.size() > 10 && (name.compare(name.size() - 10, 10, ".attn.bias") == 0 ||
                              name.find(".attn.masked_bias") != std::string::npos))
       continue;
-    check_hf_name(name, hf.model.layers, wpath);
+    check_hf_name(name, hf_names(), hf.model.layers, wpath);
     const std::vector<float> v = st::to_float(t, wpath);
     st::check_finite(v, t.name, wpath);
     at::Tensor x = at::empty(t.shape, at::kFloat);

@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <set>
 #include <stdexcept>
 
 #include "core/atomic_file.h"
@@ -14,6 +13,7 @@
 #include "core/model_checks.h"
 #include "core/safetensors.h"
 #include "core/version.h"
+#include "models/common/hf_names.h"
 #include "models/llama/llama.h"
 
 namespace trident {
@@ -87,26 +87,14 @@ void read_rope(const json::Value& c, const std::string& cpath, ModelConfig& m) {
       scaling->at("original_max_position_embeddings", where).as_int(where + " original_max_position_embeddings");
 }
 
-// A tensor of the files that no parameter reads is an error: a layer beyond
-// num_hidden_layers (the config cut short) or a name of another architecture.
-void check_hf_name(const std::string& name, int64_t layers, const std::string& file) {
-  static const std::set<std::string> top = {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"};
-  static const std::set<std::string> block = {
-      "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
-      "self_attn.o_proj.weight", "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
-      "mlp.down_proj.weight"};
-  if (top.count(name)) return;
-  long long layer = -1;
-  int used = 0;
-  if (std::sscanf(name.c_str(), "model.layers.%lld.%n", &layer, &used) == 1 && used > 0 &&
-      block.count(name.substr(used))) {
-    if (layer < layers) return;
-    throw ModelInputError(file + ": tensor " + name + " is of layer " + std::to_string(layer) +
-                             " but config.json has num_hidden_layers = " + std::to_string(layers) +
-                             ": expected num_hidden_layers = the files' layer count");
-  }
-  throw ModelInputError(file + ": tensor " + name + " is not a Llama parameter Trident reads (a file of "
-                           "another architecture, or a config.json that does not describe it)");
+// The tensors a file may hold (models/common/hf_names.h).
+const HfNames& hf_names() {
+  static const HfNames names{
+      "Llama", "model.layers.", "num_hidden_layers", {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"},
+      {"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+       "self_attn.o_proj.weight", "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
+       "mlp.down_proj.weight"}};
+  return names;
 }
 
 // The weight files of DIR: one model.safetensors, or the shards an index names.
@@ -178,7 +166,7 @@ HfLlama read_hf_llama(const std::string& dir) {
   for (const std::string& path : weight_files(dir)) {
     for (const st::Tensor& t : st::read_file(path)) {
       if (t.name.find("rotary_emb.inv_freq") != std::string::npos) continue;  // a buffer some files keep
-      check_hf_name(t.name, m.layers, path);
+      check_hf_name(t.name, hf_names(), m.layers, path);
       const std::vector<float> v = st::to_float(t, path);
       st::check_finite(v, t.name, path);
       at::Tensor x = at::empty(t.shape, at::kFloat);
