@@ -2,7 +2,7 @@
 """Trident's single-process training against an independent PyTorch reference:
 the CTest tests ReferenceTrainingTiny / ReferenceTrainingBrown.
 
-  1. prepares the token file (tiny: the byte tokens of the repository's README files;
+  1. prepares the token file (tiny: the byte tokens of the pinned README text, text/*.txt;
      brown: the Brown corpus in GPT-2 BPE), trains with `trident train` on one process;
   2. writes the same config's step-0 weights with `trident checkpoint init` and exports
      them with `trident export --format hf-gpt2`; checks they are the weights training
@@ -88,13 +88,24 @@ def metrics(d):
         return [json.loads(line) for line in f if line.strip()]
 
 
-def readme_files(src):
-    # tests/ is left out: its READMEs quote figures measured on this text.
-    skip = ("build", ".venv", "node_modules", "runs", "data", "tests")
-    out = [os.path.join(src, "README.md")]
-    for depth in ("*/README.md", "*/*/README.md"):
-        out += [p for p in glob.glob(os.path.join(src, depth)) if os.path.relpath(p, src).split(os.sep)[0] not in skip]
-    return sorted(p for p in out if os.path.isfile(p))
+TEXT_DIR = "tests/reference/text"
+
+
+def text_files(src):
+    """The training text of the tiny, Llama, blend and Megatron cases: the repository's README
+    files outside tests/ as they stood at 6bd3b18, copied into tests/reference/text/ (NOTE
+    [pinned text] in tests/reference/README.md), in the order they were read then."""
+    d = os.path.join(src, TEXT_DIR)
+    out = sorted(p for p in glob.glob(os.path.join(d, "[0-9][0-9]-*.txt")))
+    if not out:
+        raise SystemExit(f"FAIL: no training text in {d}")
+    return out
+
+
+def page_files(src):
+    """The second text of the blend and Megatron cases: ARCHITECTURE.md and tests/reference/README.md
+    as they stood at 6bd3b18 (tests/reference/text/p*.txt)."""
+    return sorted(glob.glob(os.path.join(src, TEXT_DIR, "p[0-9]-*.txt")))
 
 
 def case_setup(args, work):
@@ -110,9 +121,9 @@ def case_setup(args, work):
         # reference reads them with megatron-core (reference_train.py's train_tokens).
         a, b = os.path.join(work, "blend-readmes"), os.path.join(work, "blend-pages")
         run([t, "data", "prepare", "--tokenizer", "byte", "--output-format", "megatron", "--input",
-             *readme_files(src), "--output", a])
+             *text_files(src), "--output", a])
         run([t, "data", "prepare", "--tokenizer", "byte", "--output-format", "megatron", "--input",
-             os.path.join(src, "ARCHITECTURE.md"), os.path.join(src, "tests/reference/README.md"), "--output", b])
+             *page_files(src), "--output", b])
         clip = args.clip or 2.0
         # data.order = "stream": the reference's Blend reads fixed windows (Megatron's own
         # order is test_megatron_samples.py's).
@@ -125,7 +136,7 @@ def case_setup(args, work):
         # `trident data prepare` (the READMEs in three groups, each file a document), blended
         # 0.7 : 0.2 : 0.1 and cut by Megatron's default split; the reference builds megatron-core's
         # BlendedDataset and serves the ranks as Megatron's pretraining sampler does.
-        files = readme_files(src) + [os.path.join(src, "ARCHITECTURE.md")]
+        files = text_files(src) + page_files(src)[:1]  # the READMEs and ARCHITECTURE.md
         prefixes = [os.path.join(work, f"megatron-{i}") for i in range(3)]
         for i, prefix in enumerate(prefixes):
             run([t, "data", "prepare", "--tokenizer", "byte", "--output-format", "megatron", "--input", *files[i::3],
@@ -137,7 +148,7 @@ def case_setup(args, work):
         return os.path.join(src, "configs/gpt-tiny.toml"), sets + seed, clip
     if args.case in ("tiny", "llama-tiny"):
         prefix = os.path.join(work, "readme-bytes")
-        run([t, "data", "prepare", "--tokenizer", "byte", "--input", *readme_files(src), "--output", prefix])
+        run([t, "data", "prepare", "--tokenizer", "byte", "--input", *text_files(src), "--output", prefix])
         # vocab 256 padded to 288: 32 padded rows (NOTE [padded vocabulary rows] in reference_train.py).
         # grad_clip 2: the first steps from the random init have norms of 4-6, later ones 1.4-1.9,
         # so clipping is active on some steps and not on others whatever the README text.
