@@ -4,7 +4,7 @@
 The same GPT stages (configs/gpt-tiny.toml; transformers' GPT2Block layers loaded from
 Trident's step-0 export, `trident checkpoint init` + `trident export --format hf-gpt2`, as
 tests/reference/reference_train.py does), the same micro-batches (tests/reference/trident_data.py,
-the README files' byte tokens as in ReferenceTrainingTiny), the same optimizer, LR schedule and
+the pinned README text's byte tokens as in ReferenceTrainingTiny), the same optimizer, LR schedule and
 clipping (reference_train.py's), driven by PyTorch's PipelineStage and schedule classes on CPU
 Gloo, one thread per rank, beside `trident launch -- trident train` on the same layout.
 
@@ -297,9 +297,9 @@ def run(args):
     say(f"torch {torch.__version__}, CPU, Gloo, one thread per rank (OMP_NUM_THREADS=1, torch.set_num_threads(1), "
         f"training.threads=1)")
     prefix = os.path.join(work, "readme-bytes")
-    from test_reference_training import readme_files  # tests/reference: the same training text
+    from test_reference_training import text_files  # tests/reference: the same training text
 
-    sh([t, "data", "prepare", "--tokenizer", "byte", "--input", *readme_files(SRC), "--output", prefix])
+    sh([t, "data", "prepare", "--tokenizer", "byte", "--input", *text_files(SRC), "--output", prefix])
     config = os.path.join(SRC, "configs/gpt-tiny.toml")
     sets = ["training.threads=1", f"training.steps={args.steps}", "model.dropout=0", "data.source=file",
             f"data.path={prefix}", "training.eval_interval=0", "training.peak_tflops=1", "training.grad_clip=2.0",

@@ -4,6 +4,7 @@
 // cannot drift apart. Cross-field checks follow in check_config(); what each key
 // means is documented once, in configs/README.md's tables.
 #include "core/config.h"
+#include "core/model_checks.h"
 
 #include <toml++/toml.h>
 
@@ -30,7 +31,9 @@ namespace {
 // The trainer resolves it with sched::default_chunks (schedules/generators.h),
 // which the foundation cannot include (ARCHITECTURE.md), so this mirrors it
 // for the checks below; tests/unit/test_config.cpp checks that they agree.
-int64_t kind_chunks(const std::string& kind) { return kind == "zb-v" || kind == "dualpipev" ? 2 : 1; }
+int64_t kind_chunks(const std::string& kind) {
+  return kind == "zb-v" || kind == "v-half" || kind == "v-min" || kind == "dualpipev" ? 2 : 1;
+}
 
 enum class Kind { Int, Double, Bool, String, IntList, WeightedPaths };
 
@@ -196,9 +199,12 @@ const std::vector<Field>& fields() {
 
       TRIDENT_FIELD(schedule, kind, kind_rule(), "pipeline schedule"),
       TRIDENT_FIELD(schedule, chunks, at_least(0),
-                    "chunks (virtual stages) per pipeline rank; 0 or absent = what the kind needs (2 for zb-v and "
-                    "dualpipev, else 1)"),
+                    "chunks (virtual stages) per pipeline rank; 0 or absent = what the kind needs (2 for the V "
+                    "kinds zb-v, v-half, v-min and dualpipev, else 1)"),
       TRIDENT_FIELD(schedule, file, any(), "schedule text file when kind = \"file\""),
+      TRIDENT_FIELD(schedule, memory_limit, at_least(0),
+                    "kind = \"zb-auto\": micro-batches of activations in flight per rank at most (pp: ZB-1p, "
+                    "2 x pp: ZB-2p); 0 with every other kind"),
 
       TRIDENT_FIELD(training, steps, at_least(1), "optimizer steps"),
       TRIDENT_FIELD(training, micro_batch_size, at_least(1), "samples per micro-batch"),
@@ -237,6 +243,13 @@ const std::vector<Field>& fields() {
       TRIDENT_FIELD(data, split, any(),
                     "megatron: train, valid, test shares cut by documents as Megatron does, e.g. \"969,30,1\"; "
                     "empty = every document trains"),
+      TRIDENT_FIELD(data, order, one_of({"auto", "stream", "megatron"}),
+                    "which samples each step reads: \"megatron\" Megatron's GPTDataset and BlendedDataset order "
+                    "(shuffled documents, samples across document ends); \"stream\" fixed windows of the token "
+                    "stream, shuffled per epoch; \"auto\" = megatron for data.format = \"megatron\", else stream"),
+      TRIDENT_FIELD(data, cache_dir, any(),
+                    "megatron order: a folder of megatron-core's GPTDataset index caches (its path_to_cache); a "
+                    "cache built for the same dataset, split, samples, seq_len and seed is read, not built again"),
       TRIDENT_FIELD(data, tokenizer, one_of({"byte", "gpt2", "hf"}), "tokenizer"),
       TRIDENT_FIELD(data, tokenizer_dir, any(),
                     "directory holding encoder.json and vocab.bpe (gpt2) or tokenizer.json (hf)"),
@@ -793,14 +806,21 @@ void check_pipeline_split(const Config& c) {
 
 void check_schedule(const Config& c) {
   const ScheduleConfig& s = c.schedule;
-  if (s.chunks > 1 && s.kind != "interleaved" && s.kind != "file" && s.kind != "zb-v" && s.kind != "dualpipev") {
-    fail(c, "schedule.chunks = " + n(s.chunks) + " needs schedule.kind = \"interleaved\", \"zb-v\", \"dualpipev\" or \"file\", got " +
+  if (s.chunks > 1 && s.kind != "interleaved" && s.kind != "file" && kind_chunks(s.kind) != 2) {
+    fail(c, "schedule.chunks = " + n(s.chunks) +
+                " needs schedule.kind = \"interleaved\", \"zb-v\", \"v-half\", \"v-min\", \"dualpipev\" or \"file\", got " +
                 quote(s.kind));
   }
   if (kind_chunks(s.kind) == 2 && s.chunks != 2 && s.chunks != 0)
     fail(c, "schedule.chunks = " + n(s.chunks) + ": schedule.kind = " + quote(s.kind) +
                 " runs 2 chunks per rank (leave schedule.chunks out, or set 2)");
   if (s.kind == "file" && s.file.empty()) fail(c, "schedule.kind = \"file\" needs schedule.file");
+  if (s.kind == "zb-auto" && s.memory_limit < 1)
+    fail(c, "schedule.kind = \"zb-auto\" needs schedule.memory_limit >= 1 (micro-batches of activations per rank; "
+            "parallel.pp gives ZB-1p, twice it ZB-2p)");
+  if (s.kind != "zb-auto" && s.memory_limit != 0)
+    fail(c, "schedule.memory_limit = " + n(s.memory_limit) + " with schedule.kind = " + quote(s.kind) +
+                ": only zb-auto has a memory limit (it would be ignored)");
   if (s.kind != "file" && !s.file.empty()) {
     fail(c, "schedule.file = " + quote(s.file) + " with schedule.kind = " + quote(s.kind) +
                 ": expected schedule.kind = \"file\", or no schedule.file (it would be ignored)");
@@ -869,6 +889,19 @@ void check_data(const Config& c) {
   if (d.format == "megatron" && c.training.eval_interval > 0 && d.split.empty())
     fail(c, "data.format = \"megatron\" with training.eval_interval = " + n(c.training.eval_interval) +
                 " needs data.split (e.g. \"969,30,1\"): without it every document trains and none validates");
+  if (d.order == "megatron" && d.format != "megatron")
+    fail(c, "data.order = \"megatron\" needs data.format = \"megatron\" (it walks the documents of PREFIX.idx), got "
+            "data.format = " + quote(d.format) + " with data.source = " + quote(d.source) +
+                ": use data.order = \"stream\"");
+  if (!d.cache_dir.empty() && data_order(c) != "megatron")
+    fail(c, "data.cache_dir = " + quote(d.cache_dir) + " holds Megatron's index caches, which only data.order = "
+            "\"megatron\" reads; this run's order is \"" + data_order(c) + "\"");
+  if (data_order(c) == "megatron" && c.training.seed > 0xffffffffLL)
+    fail(c, "training.seed = " + n(c.training.seed) + " with data.order = \"megatron\": numpy's RandomState, "
+                "which Megatron's order draws from, takes seeds below 2^32");
+  if (data_order(c) == "megatron" && c.model.seq_len < 2)
+    fail(c, "model.seq_len = " + n(c.model.seq_len) + " with data.order = \"megatron\": megatron-core's sample "
+                "index needs a sequence length of at least 2");
   if (d.source == "synthetic" && !d.path.empty()) {
     fail(c, "data.path = " + quote(d.path) + " with data.source = \"synthetic\": expected data.source = \"file\", "
                 "or no data.path (synthetic data reads no file)");
@@ -920,6 +953,14 @@ void check_config(const Config& c) {
   check_checkpoint(c);
 }
 
+void check_model_config(const Config& c) {
+  for (const Field& f : fields()) {
+    if (std::string(f.section) == "model" && !allowed(f, c)) bad_value(c.source, f, format_field(f, c), "");
+  }
+  check_sizes(c);
+  check_model_shape(c);
+}
+
 void check_host_resources(const Config& c, int64_t ranks_on_host, int64_t host_bytes, int64_t host_cores) {
   const ModelConfig& m = c.model;
   const ParallelConfig& p = c.parallel;
@@ -951,13 +992,13 @@ void check_host_resources(const Config& c, int64_t ranks_on_host, int64_t host_b
 
 void check_schedule_kind(const Config& c, const std::vector<std::string>& generator_kinds) {
   const std::string& kind = c.schedule.kind;
-  if (kind == "file") return;
+  if (kind == "file" || kind == "zb-auto") return;  // zb-auto: searched for its memory limit (schedules/generators.h)
   std::string known;
   for (const std::string& k : generator_kinds) {
     if (kind == k) return;
     known += (known.empty() ? "" : ", ") + quote(k);
   }
-  fail(c, "schedule.kind = " + quote(kind) + ": expected one of " + known + " or \"file\"");
+  fail(c, "schedule.kind = " + quote(kind) + ": expected one of " + known + ", \"zb-auto\" or \"file\"");
 }
 
 void check_layout_factors(const std::string& where, int64_t world, int64_t tp, int64_t pp, int64_t dp) {
@@ -1005,6 +1046,11 @@ std::string to_toml(const Config& c) {
     os << line << "  # " << f.doc << "\n";
   }
   return os.str();
+}
+
+std::string data_order(const Config& c) {
+  if (c.data.order != "auto") return c.data.order;
+  return c.data.format == "megatron" ? "megatron" : "stream";
 }
 
 bool operator==(const Config& a, const Config& b) {

@@ -66,8 +66,9 @@ struct ParallelConfig {
 
 struct ScheduleConfig {
   std::string kind = "1f1b";  // a generator's kind (schedules/generators.h) or "file"
-  int64_t chunks = 0;         // chunks (virtual stages) per pipeline rank; 0 = the kind's: 2 for zb-v, dualpipev, else 1
+  int64_t chunks = 0;         // chunks (virtual stages) per pipeline rank; 0 = the kind's: 2 for zb-v, v-half, v-min, dualpipev, else 1
   std::string file;           // schedule text file when kind = "file"
+  int64_t memory_limit = 0;   // kind = "zb-auto": micro-batches of activations in flight per rank at most (0: not zb-auto)
 };
 
 struct TrainingConfig {
@@ -106,6 +107,8 @@ struct DataConfig {
   std::string format = "trident";    // "trident" (PREFIX.train.bin, .val.bin) | "megatron" (PREFIX.bin, .idx)
   std::vector<WeightedPath> paths;   // a blend [[weight, PREFIX], ...] instead of data.path
   std::string split;                 // megatron: train,valid,test shares by documents ("969,30,1"); "" = all train
+  std::string cache_dir;             // megatron order: megatron-core's index caches (path_to_cache) to read
+  std::string order = "auto";        // "auto" | "stream" | "megatron": which samples each step reads (data_order())
   std::string tokenizer = "byte";    // "byte" | "gpt2"
   std::string tokenizer_dir;         // directory with encoder.json and vocab.bpe (gpt2) or tokenizer.json (hf)
   int64_t synthetic_tokens = 65536;  // tokens generated for source = "synthetic"
@@ -175,6 +178,9 @@ std::string to_toml(const Config& c);
 // Micro-batches per step on each DP rank: global_batch_size / (micro_batch_size * dp).
 // Needs a resolved dp (after resolve_world); throws ConfigError otherwise.
 int64_t num_microbatches(const Config& c);
+
+// data.order resolved: "auto" is "megatron" for data.format = "megatron", else "stream".
+std::string data_order(const Config& c);
 
 // Every key equal; `source` is ignored.
 bool operator==(const Config& a, const Config& b);

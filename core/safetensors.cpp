@@ -2,11 +2,13 @@
 #include "core/safetensors.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 
 #include "core/atomic_file.h"
 #include "core/json.h"
+#include "core/model_checks.h"
 
 namespace trident::safetensors {
 namespace {
@@ -14,7 +16,7 @@ namespace {
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes a little-endian host");
 
 [[noreturn]] void fail(const std::string& source, const std::string& what) {
-  throw std::runtime_error(source + ": " + what);
+  throw ModelInputError(source + ": " + what);
 }
 
 std::string shape_text(const std::vector<int64_t>& s) {
@@ -30,7 +32,7 @@ size_t dtype_size(const std::string& d) {
   if (d == "F32" || d == "I32" || d == "U32") return 4;
   if (d == "F16" || d == "BF16" || d == "I16" || d == "U16") return 2;
   if (d == "I8" || d == "U8" || d == "BOOL") return 1;
-  throw std::runtime_error("unknown safetensors dtype \"" + d + "\"");
+  throw ModelInputError("unknown safetensors dtype \"" + d + "\"");
 }
 
 int64_t numel(const std::vector<int64_t>& shape) {
@@ -133,6 +135,14 @@ void write_file(const std::string& path, const std::vector<Tensor>& tensors,
 
 std::vector<Tensor> read_file(const std::string& path, std::map<std::string, std::string>* metadata) {
   return decode(trident::read_file(path), path, metadata);
+}
+
+void check_finite(const std::vector<float>& values, const std::string& name, const std::string& source) {
+  for (size_t i = 0; i < values.size(); ++i)
+    if (!std::isfinite(values[i]))
+      throw ModelInputError(source + ": tensor " + name + " holds a non-finite value (" +
+                               std::to_string(values[i]) + " at flat index " + std::to_string(i) +
+                               "): expected finite weights");
 }
 
 std::vector<float> to_float(const Tensor& t, const std::string& source) {

@@ -38,6 +38,9 @@ std::vector<Tensor> read_file(const std::string& path, std::map<std::string, std
 
 // The values of an F32, F16 or BF16 tensor as floats (exact widening).
 std::vector<float> to_float(const Tensor& t, const std::string& source);
+// Throws naming the file, the tensor and the first bad element when a value is
+// NaN or infinite (a model that would train or evaluate to a NaN loss).
+void check_finite(const std::vector<float>& values, const std::string& name, const std::string& source);
 // An F32 tensor from floats.
 Tensor from_float(std::string name, std::vector<int64_t> shape, const float* values);
 

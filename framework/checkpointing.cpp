@@ -126,6 +126,7 @@ void check_checkpoint_dir(const Config& cfg) {
 Checkpointer::Checkpointer(const Config& cfg, ProcessGroups& pgs, std::vector<std::vector<Param>*> chunks,
                            DataParallel& dp)
     : cfg_(cfg), pgs_(pgs), chunks_(std::move(chunks)), dp_(dp) {
+  if (!cfg_.checkpoint.dir.empty()) signals_ = std::make_unique<PreemptionSignals>();
   const char* fault = std::getenv("TRIDENT_SAVE_FAULT");
   if (!fault || !*fault) return;
   long long step = -1;
@@ -186,6 +187,15 @@ int64_t Checkpointer::restore() {
   if (adam == r.meta().extra.end())
     throw ckpt::CheckpointError("checkpoint " + r.step_dir() + " has no adam_steps in its metadata");
   opt.set_steps_taken(std::stoll(adam->second));
+  // NOTE [consumed samples]; a checkpoint written before they were recorded consumed step x G.
+  const int64_t G = cfg_.training.global_batch_size;
+  const auto consumed = r.meta().extra.find("consumed_samples");
+  restored_step_ = r.step();
+  consumed_at_restore_ = consumed == r.meta().extra.end() ? r.step() * G : std::stoll(consumed->second);
+  if (consumed_at_restore_ % G != 0)
+    throw ckpt::CheckpointError("checkpoint " + r.step_dir() + " consumed " + std::to_string(consumed_at_restore_) +
+                                " samples, not a multiple of training.global_batch_size = " + std::to_string(G) +
+                                ": the run could not go on with whole global batches");
 
   // Same layout: every rank continues its own random stream. Another layout
   // has other ranks, so there is no stream to continue (it matters only with dropout).
@@ -210,19 +220,53 @@ int64_t Checkpointer::restore() {
   return r.step();
 }
 
+int64_t Checkpointer::data_step(int64_t step) const {
+  return consumed_at_restore_ / cfg_.training.global_batch_size + (step - restored_step_);
+}
+
 c10::Device Checkpointer::device() const {
   for (const auto* params : chunks_)
     if (!params->empty()) return params->front().tensor.device();
   return c10::Device(c10::kCPU);
 }
 
+// NOTE [preemption]
+// A signal reaches the ranks at different moments (each in another part of its
+// step), so after every step the ranks agree, with one all-reduce (max) over
+// the world, on whether any received SIGTERM or SIGUSR1; all then save at the
+// same step and stop. Only a run with a checkpoint.dir catches the signals
+// (without one there is nothing to save, and the signal ends the process as
+// before). Rank 0 leaves "<signal> <step>" as `preempted` in the launcher's
+// progress directory (TRIDENT_PROGRESS_DIR), so `trident launch` can report
+// "preempted, checkpoint at step S" and does not restart the job; cmd_train
+// exits with 128 + the signal's number, the status of a process it ended.
+int Checkpointer::agreed_signal() const {
+  const int mine = PreemptionSignals::received();
+  if (pgs_.world_size() == 1) return mine;
+  at::Tensor t = at::full({1}, static_cast<double>(mine), at::kDouble);
+  all_reduce(pgs_.world, t, c10d::ReduceOp::MAX);
+  return static_cast<int>(t.item<double>());
+}
+
 bool Checkpointer::after_step(int64_t steps_done) {
   const auto& t = cfg_.training;
   const auto& k = cfg_.checkpoint;
   const bool stop = t.exit_after_steps > 0 && steps_done == t.exit_after_steps && steps_done < t.steps;
+  const int sig = signals_ && steps_done < t.steps ? agreed_signal() : 0;
   const bool due = !k.dir.empty() &&
-                   ((k.interval > 0 && steps_done % k.interval == 0) || steps_done == t.steps || stop);
+                   ((k.interval > 0 && steps_done % k.interval == 0) || steps_done == t.steps || stop || sig != 0);
   if (due) save(steps_done);
+  if (sig != 0) {
+    preempted_ = {sig, steps_done};
+    if (pgs_.rank() == 0) {
+      std::cout << "preempted by " << preemption_signal_name(sig) << ": checkpoint at step " << steps_done << " of "
+                << t.steps << "; continue with --set checkpoint.resume=true" << std::endl;
+      if (const char* dir = std::getenv("TRIDENT_PROGRESS_DIR"); dir && *dir)
+        write_file_atomic(std::string(dir) + "/preempted",
+                          std::string(preemption_signal_name(sig)) + " " + std::to_string(steps_done) + "\n");
+    }
+    return true;
+  }
   if (stop && pgs_.rank() == 0)
     std::cout << "training.exit_after_steps = " << t.exit_after_steps << ": stopping after step " << steps_done
               << " of " << t.steps << "; continue with --set checkpoint.resume=true" << std::endl;
@@ -257,6 +301,7 @@ void Checkpointer::save(int64_t steps_done) {
     meta.config_toml = to_toml(cfg_);
     meta.layout = layout_text();
     meta.extra["adam_steps"] = std::to_string(opt.steps_taken());
+    meta.extra["consumed_samples"] = std::to_string(data_step(steps_done) * cfg_.training.global_batch_size);
     w.set_meta(meta);
     w.finish();
   } catch (const std::exception& e) {

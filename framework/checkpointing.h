@@ -36,10 +36,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/config.h"
+#include "framework/preemption.h"
 #include "parallel/data_parallel.h"
 #include "core/param.h"
 #include "parallel/process_groups.h"
@@ -63,8 +65,21 @@ class Checkpointer {
 
   // After optimizer step `steps_done` (1-based) and its logging: saves when
   // due (every checkpoint.interval steps, at training.steps, at
-  // training.exit_after_steps). Returns true when the run should stop here.
+  // training.exit_after_steps, on preemption: NOTE [preemption]). Returns true
+  // when the run should stop here.
   bool after_step(int64_t steps_done);
+
+  // NOTE [consumed samples] A checkpoint records the samples the run has consumed
+  // (consumed_samples in its metadata, as Megatron's checkpoints do), and a resumed
+  // run reads on from there: optimizer step `step` reads the data order's global
+  // batch data_step(step) = (consumed at the restore + (step - restored step) x G) / G,
+  // which is `step` itself unless training.global_batch_size changed. restore()
+  // throws when the consumed samples are not a multiple of the new G.
+  int64_t data_step(int64_t step) const;
+
+  // The signal that preempted the run (SIGTERM, SIGUSR1) and the step of its
+  // checkpoint; {0, 0} when none did.
+  std::pair<int, int64_t> preempted() const { return preempted_; }
 
  private:
   // Where this rank's parameters live (training.device): whose generator is saved besides the CPU's.
@@ -76,11 +91,15 @@ class Checkpointer {
   ProcessGroups& pgs_;
   std::vector<std::vector<Param>*> chunks_;
   DataParallel& dp_;
+  int64_t restored_step_ = 0, consumed_at_restore_ = 0;  // NOTE [consumed samples]
+  int agreed_signal() const;
+  std::unique_ptr<PreemptionSignals> signals_;  // with a checkpoint.dir only
+  std::pair<int, int64_t> preempted_{0, 0};
   int fault_rank_ = -1;  // TRIDENT_SAVE_FAULT
   int64_t fault_step_ = -1;
 };
 
-// "step-00000100" or "" when `dir` has no `latest`.
+// The step a resume loads from `dir` ("step-00000100"; ckpt::newest_step), or "" when it holds none.
 std::string latest_checkpoint(const std::string& dir);
 
 }  // namespace trident

@@ -20,18 +20,19 @@
 #include <set>
 #include <memory>
 #include <thread>
+#include <tuple>
 
 #include <ATen/Parallel.h>
 
 #include "core/atomic_file.h"
 #include "core/cpu_memory.h"
 #include "core/data/dataset.h"
-#include "core/data/megatron_dataset.h"
 #include "core/host_read.h"
 #include "core/json.h"
 #include "core/lr_schedule.h"
 #include "core/op_count.h"
 #include "core/optimizer.h"
+#include "core/training_data.h"
 #include "framework/auto_split.h"
 #include "framework/checkpointing.h"
 #include "models/registry.h"
@@ -44,6 +45,7 @@
 #include "runtime/pipeline_measure.h"
 #include "schedules/generators.h"
 #include "schedules/render.h"
+#include "schedules/simulate.h"
 #include "schedules/validate.h"
 
 namespace trident {
@@ -56,6 +58,11 @@ double micros(Clock::time_point t) { return std::chrono::duration<double, std::m
 // The schedule this run executes, checked before any process group exists.
 sched::Schedule build_schedule(const Config& cfg, int64_t m) {
   const int p = static_cast<int>(cfg.parallel.pp), v = static_cast<int>(cfg.schedule.chunks);
+  // zb-auto is searched for F, B, W = 1, 2, 1 (sched::Costs' defaults): the run's own
+  // costs are not measured before the schedule is built (schedules/README.md).
+  if (cfg.schedule.kind == "zb-auto")
+    return sched::add_communication(
+        sched::zb_auto(p, static_cast<int>(m), sched::Costs{}, static_cast<int>(cfg.schedule.memory_limit)));
   if (cfg.schedule.kind != "file") return sched::generate(cfg.schedule.kind, p, static_cast<int>(m), v);
   std::ifstream f(cfg.schedule.file);
   if (!f) throw ConfigError("schedule.file = \"" + cfg.schedule.file + "\": cannot open it");
@@ -69,59 +76,6 @@ sched::Schedule build_schedule(const Config& cfg, int64_t m) {
   s = sched::with_reduce_grad(std::move(s));  // NOTE [files without REDUCE_GRAD] in schedules/generators.cpp
   sched::validate(s);
   return sched::has_communication(s) ? s : sched::add_communication(s);
-}
-
-// Token streams: prepared files or Megatron datasets (memory-mapped), one or a
-// blend (data.paths), or a synthetic stream.
-struct TokenSource {
-  std::vector<std::unique_ptr<data::TokenFile>> files;
-  std::vector<std::unique_ptr<data::MegatronDataset>> megatron;
-  std::vector<uint32_t> synthetic;
-  std::vector<data::WeightedTokens> parts;  // views into the above, with their weights
-};
-
-// One dataset's stream of `split` ("train" or "val"): a Megatron dataset's share of
-// its documents by data.split (NOTE [Megatron split]; all of them without one), or
-// a token file's PREFIX.split.bin.
-data::TokenView open_part(const Config& cfg, const std::string& prefix, const std::string& split, TokenSource& src) {
-  if (cfg.data.format == "megatron") {
-    src.megatron.push_back(std::make_unique<data::MegatronDataset>(prefix));
-    const data::MegatronDataset& ds = *src.megatron.back();
-    ds.check_vocab(cfg.model.vocab_size);
-    if (cfg.data.split.empty()) return ds.tokens(0, ds.sequence_count(), prefix + ".bin");  // check_config: no eval
-    const auto ranges = data::megatron_split(data::parse_split(cfg.data.split), ds.sequence_count());
-    const auto& r = ranges[split == "train" ? 0 : 1];
-    return ds.tokens(r[0], r[1],
-                     prefix + ".bin (data.split " + (split == "train" ? "train" : "valid") + " share: documents [" +
-                         std::to_string(r[0]) + ", " + std::to_string(r[1]) + "))");
-  }
-  src.files.push_back(std::make_unique<data::TokenFile>(prefix + "." + split + ".bin"));
-  const data::TokenFile& f = *src.files.back();
-  data::check_tokenizer(f, cfg.data.tokenizer, cfg.data.tokenizer_dir);
-  data::check_vocab(f, cfg.model.vocab_size);
-  return f.view();
-}
-
-TokenSource open_tokens(const Config& cfg, const std::string& split) {
-  TokenSource src;
-  if (cfg.data.source == "synthetic") {
-    // Validation continues the training stream's chain (synthetic_tokens of a
-    // longer n has the shorter one as its prefix), so it measures the same
-    // distribution on unseen tokens.
-    const int64_t n = cfg.data.synthetic_tokens;
-    const int64_t val = std::max<int64_t>(n / 8, 64 * (cfg.model.seq_len + 1));
-    src.synthetic = data::synthetic_tokens(split == "train" ? n : n + val,
-                                           static_cast<uint32_t>(cfg.model.vocab_size),
-                                           static_cast<uint64_t>(cfg.training.seed));
-    if (split != "train") src.synthetic.erase(src.synthetic.begin(), src.synthetic.begin() + n);
-    src.parts.push_back({1.0, data::TokenView::of(src.synthetic, "synthetic/" + split)});
-    return src;
-  }
-  // A blend is mixed per split with the same weights, as Megatron blends each split.
-  const std::vector<WeightedPath> paths =
-      cfg.data.paths.empty() ? std::vector<WeightedPath>{{1.0, cfg.data.path}} : cfg.data.paths;
-  for (const WeightedPath& w : paths) src.parts.push_back({w.weight, open_part(cfg, w.path, split, src)});
-  return src;
 }
 
 // The process's peak resident set so far (Linux reports ru_maxrss in KiB): the
@@ -215,8 +169,7 @@ struct Run {
   std::unique_ptr<DataParallel> dp;
   std::unique_ptr<Executor> exec;
   sched::Schedule schedule;
-  TokenSource train_tokens, val_tokens;
-  std::unique_ptr<data::CausalLmDataset> train_data, val_data;
+  std::unique_ptr<TrainingData> train_data, val_data;  // core/training_data.h: data.order's samples
   double flops_per_step = 0;
   int64_t model_params = 0;
   int64_t local_params = 0;  // parameters this rank steps (a local tied copy counts once)
@@ -264,7 +217,7 @@ void write_trace(Run& r, int64_t step, double origin_us, const std::vector<sched
 // rows hold what a per-micro-batch load held (same samples, same order).
 class StepBatches {
  public:
-  StepBatches(const Run& r, const data::CausalLmDataset& ds, int64_t step) : r_(r), ds_(ds), step_(step) {}
+  StepBatches(const Run& r, const data::SampleSource& ds, int64_t step) : r_(r), ds_(ds), step_(step) {}
   MicroBatch operator()(int mb) {
     if (!inputs_.defined()) load();
     const int64_t mbs = r_.cfg.training.micro_batch_size;
@@ -289,7 +242,7 @@ class StepBatches {
   }
 
   const Run& r_;
-  const data::CausalLmDataset& ds_;
+  const data::SampleSource& ds_;
   int64_t step_;
   at::Tensor inputs_, targets_;  // (m x mbs, seq) on r_.device
 };
@@ -304,7 +257,9 @@ double reduce_loss(Run& r, const at::Tensor& local_sum) {
   return read_scalar(t, "loss") / static_cast<double>(r.pgs->dp.size());
 }
 
-double evaluate(Run& r) {
+// Evaluation number `evaluation` (0 at the first): which validation batches it
+// reads follows data.order (eval_batch_index).
+double evaluate(Run& r, int64_t evaluation) {
   // Evaluation applies no dropout; the stages go back to training on the way out.
   struct Evaluating {
     std::vector<std::unique_ptr<Stage>>& stages;
@@ -317,7 +272,7 @@ double evaluate(Run& r) {
   } evaluating(r.stages);
   double sum = 0;
   for (int64_t e = 0; e < r.cfg.training.eval_batches; ++e) {
-    StepBatches batches(r, *r.val_data, e);
+    StepBatches batches(r, *r.val_data->samples, eval_batch_index(r.cfg, evaluation, e));
     sum += reduce_loss(r, r.exec->forward_only(static_cast<int>(r.m), [&](int mb) { return batches(mb); }));
   }
   return sum / static_cast<double>(r.cfg.training.eval_batches);
@@ -329,7 +284,7 @@ double evaluate(Run& r) {
 // pipeline's busy times and link latencies); it returns the step's metrics,
 // the others nothing. The gradient norm is computed on every step: it is
 // the clipping's input and the guard against a non-finite update.
-std::optional<StepMetrics> train_step(Run& r, int64_t step) {
+std::optional<StepMetrics> train_step(Run& r, int64_t step, int64_t data_step) {
   const auto& t = r.cfg.training;
   const auto start = Clock::now();
   const bool eval = t.eval_interval > 0 && (step + 1) % t.eval_interval == 0;
@@ -339,7 +294,7 @@ std::optional<StepMetrics> train_step(Run& r, int64_t step) {
   r.dp->zero_grads();
 
   const auto& actions = r.schedule.ranks.at(r.pgs->layout().coords(r.pgs->rank()).pp);
-  StepBatches batches(r, *r.train_data, step);
+  StepBatches batches(r, *r.train_data->samples, data_step);  // NOTE [consumed samples]
   ExecutorStats stats = r.exec->run(
       actions, [&](int mb) { return batches(mb); }, 1.0 / static_cast<double>(r.m), r.dp.get());
   r.peak.peak_inflight = std::max(r.peak.peak_inflight, stats.peak_inflight);
@@ -392,7 +347,7 @@ std::optional<StepMetrics> train_step(Run& r, int64_t step) {
   m.tokens_per_s = static_cast<double>(t.global_batch_size * r.cfg.model.seq_len) / m.step_time_s;
   m.tflops = r.flops_per_step / m.step_time_s / 1e12;
   if (measured) r.costs.add_latency_sample(r.pgs->pp, *r.exec);  // after the step's clock stopped
-  if (eval) m.eval_loss = evaluate(r);
+  if (eval) m.eval_loss = evaluate(r, (step + 1) / t.eval_interval - 1);
   r.exec->progress().done();
   return m;
 }
@@ -466,12 +421,8 @@ void build(Run& r) {
   if (c.schedule.chunks == 0) c.schedule.chunks = sched::default_chunks(c.schedule.kind);
   r.m = num_microbatches(c);
   r.schedule = build_schedule(c, r.m);  // schedule errors before any rendezvous
-  r.train_tokens = open_tokens(c, "train");
-  r.train_data = std::make_unique<data::CausalLmDataset>(r.train_tokens.parts, c.model.seq_len, c.training.seed);
-  if (c.training.eval_interval > 0) {
-    r.val_tokens = open_tokens(c, "val");
-    r.val_data = std::make_unique<data::CausalLmDataset>(r.val_tokens.parts, c.model.seq_len, c.training.seed);
-  }
+  r.train_data = open_training_data(c, "train");
+  if (c.training.eval_interval > 0) r.val_data = open_training_data(c, "val");
   const Layout layout = Layout::make(env.world_size, static_cast<int>(c.parallel.tp), static_cast<int>(c.parallel.pp),
                                      static_cast<int>(c.parallel.dp));
   r.pgs = std::make_unique<ProcessGroups>(env, layout, backend,
@@ -666,6 +617,18 @@ void write_rank_summary(const Run& r, const TrainSummary& s) {
   write_file_atomic(r.cfg.logging.dir + "/rank-" + std::to_string(rank) + ".json", json::dump(v, 2) + "\n");
 }
 
+// NOTE [resumed step for the launcher]
+// `trident launch --max-restarts` counts the steps a restart recomputed: the
+// steps the failed attempt had completed minus the step its successor resumed
+// from. Rank 0 tells it the latter through the progress directory the launcher
+// gives every rank (TRIDENT_PROGRESS_DIR), as "resumed-step"; without a
+// launcher that asks, nothing is written.
+void tell_launcher_resumed(int64_t first_step) {
+  const char* dir = std::getenv("TRIDENT_PROGRESS_DIR");
+  if (!dir || !*dir) return;
+  write_file_atomic(std::string(dir) + "/resumed-step", std::to_string(first_step) + "\n");
+}
+
 }  // namespace
 
 TrainSummary train(Config cfg) {
@@ -690,6 +653,7 @@ TrainSummary train(Config cfg) {
             << r.dp->dp_reduced_elements() << " gradient elements all-reduced over dp per step" << std::endl;
   Checkpointer checkpointer(c, *r.pgs, chunk_params_of(r), *r.dp);
   const int64_t first_step = checkpointer.restore();  // 0, or the step of the checkpoint resumed
+  if (leader) tell_launcher_resumed(first_step);
   std::unique_ptr<RunLog> log;
   if (leader) {
     print_start(r, peak);
@@ -706,7 +670,7 @@ TrainSummary train(Config cfg) {
     // NOTE [operation counts]: the second step's (the first one's when there is one).
     std::optional<OpCounter> counter;
     if (step == std::min(first_step + 1, c.training.steps - 1)) counter.emplace();
-    const std::optional<StepMetrics> logged = train_step(r, step);
+    const std::optional<StepMetrics> logged = train_step(r, step, checkpointer.data_step(step));
     if (counter) {
       r.step_ops = counter->counts();
       r.ops_step = step + 1;
@@ -734,6 +698,7 @@ TrainSummary train(Config cfg) {
       break;
     }
   }
+  std::tie(summary.preempted_signal, summary.preempted_step) = checkpointer.preempted();
   if (steps_run == 0) {  // resumed at training.steps (the same on every rank): no step, nothing to report
     if (leader) {
       log->finish();

@@ -19,6 +19,10 @@ struct TrainSummary {
   // The pipeline's first rank: each virtual stage's mean F, B (I + W) and W time per micro-batch, ms,
   // over the steps after the first (what the simulator's prediction in the run's report used).
   std::vector<double> stage_forward_ms, stage_backward_ms, stage_weight_ms;
+  // SIGTERM or SIGUSR1 when the run was preempted (NOTE [preemption] in
+  // framework/checkpointing.cpp), and the step its checkpoint holds; 0 otherwise.
+  int preempted_signal = 0;
+  int64_t preempted_step = 0;
 };
 
 // Runs training for this process's rank (read from the environment). Rank 0

@@ -1,5 +1,5 @@
-// `trident data prepare|text|info`: build token files, show a Brown file's running
-// text, print a token file's header.
+// `trident data prepare|text|info|batches`: build token files, show a Brown file's
+// running text, print a token file's header, print the samples training reads.
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,8 +17,10 @@
 
 #include "core/data/brown.h"
 #include "core/data/megatron_dataset.h"
+#include "core/data/megatron_samples.h"
 #include "core/data/prepare.h"
 #include "core/data/token_file.h"
+#include "core/training_data.h"
 #include "launch/commands.h"
 #include "launch/options.h"
 
@@ -34,7 +36,9 @@ constexpr const char* kUsage =
     "                            [--threads N]\n"
     "       trident data text FILE        (running text of a Brown file)\n"
     "       trident data info FILE.bin    (header of a token file)\n"
-    "       trident data info PREFIX      (counts of a Megatron dataset PREFIX.bin + PREFIX.idx)\n";
+    "       trident data info PREFIX      (counts of a Megatron dataset PREFIX.bin + PREFIX.idx)\n"
+    "       trident data batches --config FILE [--set section.key=value]... --steps N\n"
+    "                                     (the samples of each global batch training reads, as JSON lines)\n";
 
 // Parses options; returns false after printing help.
 bool parse(int argc, char** argv, const po::options_description& opts, po::variables_map& vm) {
@@ -189,6 +193,57 @@ int info(int argc, char** argv) {
   return 0;
 }
 
+int batches(int argc, char** argv) {
+  std::string config_path;
+  std::vector<std::string> sets;
+  int64_t steps = 0;
+  po::options_description opts(
+      "usage: trident data batches --config FILE [--set section.key=value]... --steps N\n"
+      "Prints the first N global batches `trident train` reads with this config, one JSON\n"
+      "object a line: {\"step\": S, \"tokens\": [[...], ...], \"labels\": [[...], ...]}, S from 1\n"
+      "as in metrics.jsonl, the batch's training.global_batch_size samples in global order\n"
+      "(data.order \"stream\": each data-parallel rank's block in rank order; \"megatron\": each\n"
+      "micro-step's dp x micro_batch_size samples, rank 0's micro-batch first, as Megatron's\n"
+      "sampler hands them out), each sample's model.seq_len input tokens and the labels (the\n"
+      "same window shifted by one). Any data.source, data.format and data.order; nothing is\n"
+      "trained");
+  opts.add_options()("help,h", "show this help")("config,c", po::value(&config_path), "TOML config file")(
+      "set,s", po::value(&sets)->composing(), "override one key, e.g. --set data.order=stream (repeatable)")(
+      "steps", po::value(&steps), "global batches to print (at most training.steps)");
+  po::variables_map vm;
+  if (!parse(argc, argv, opts, vm)) return 0;
+  if (config_path.empty()) throw BadInput("--config FILE is required (see trident data batches --help)");
+  if (!vm.count("steps")) throw BadInput("--steps N is required: the global batches to print");
+  const Config cfg = load_config(config_path, sets);
+  if (steps < 1 || steps > cfg.training.steps)
+    throw BadInput("--steps " + std::to_string(steps) + ": expected 1 .. training.steps = " +
+                   std::to_string(cfg.training.steps) + " (a run reads no more; raise training.steps with --set)");
+  const auto data = open_training_data(cfg, "train");
+  if (const auto* m = dynamic_cast<const data::MegatronSamples*>(data->samples.get()); m && !cfg.data.cache_dir.empty())
+    std::fprintf(stderr, "data.cache_dir: the indices of %zu of %zu datasets read from %s\n", m->cached(),
+                 m->datasets(), cfg.data.cache_dir.c_str());
+  const int64_t seq = cfg.model.seq_len, G = cfg.training.global_batch_size;
+  std::vector<int64_t> sample(static_cast<size_t>(seq + 1));
+  std::string line;
+  for (int64_t step = 0; step < steps; ++step) {
+    std::string tokens, labels;
+    for (int64_t id : data->samples->global_batch(step, G)) {
+      data->samples->copy_sample(id, sample.data());
+      tokens += tokens.empty() ? "[" : ", [";
+      labels += labels.empty() ? "[" : ", [";
+      for (int64_t k = 0; k < seq; ++k) {
+        tokens += (k ? "," : "") + std::to_string(sample[static_cast<size_t>(k)]);
+        labels += (k ? "," : "") + std::to_string(sample[static_cast<size_t>(k + 1)]);
+      }
+      tokens += "]";
+      labels += "]";
+    }
+    line = "{\"step\": " + std::to_string(step + 1) + ", \"tokens\": [" + tokens + "], \"labels\": [" + labels + "]}\n";
+    std::fwrite(line.data(), 1, line.size(), stdout);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int cmd_data(int argc, char** argv) {
@@ -196,6 +251,7 @@ int cmd_data(int argc, char** argv) {
   if (sub == "prepare") return prepare(argc - 1, argv + 1);
   if (sub == "text") return text(argc - 1, argv + 1);
   if (sub == "info") return info(argc - 1, argv + 1);
+  if (sub == "batches") return batches(argc - 1, argv + 1);
   if (sub == "--help" || sub == "-h") {
     std::cout << kUsage;
     return 0;

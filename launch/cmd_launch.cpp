@@ -21,7 +21,9 @@ int cmd_launch(int argc, char** argv) {
       "GROUP_RANK/NODE_RANK, MASTER_ADDR, MASTER_PORT, TRIDENT_RDZV_TIMEOUT_S (and OMP_NUM_THREADS=1\n"
       "unless set). Multi-node: run it once per node with --nnodes, --node-rank and node 0's --master-addr.\n"
       "If a rank fails, the others get SIGTERM, then SIGKILL, and the launcher exits\n"
-      "with the failed rank's status (128 + signal for a signal).\n\noptions");
+      "with the failed rank's status (128 + signal for a signal), or with --max-restarts N starts\n"
+      "them all again (TRIDENT_RESTART_COUNT=1, 2, ...) at most N times, then reports the restarts,\n"
+      "the steps recomputed and the time lost.\n\noptions");
   desc.add_options()
       ("help,h", "print this help")
       ("nproc-per-node", po::value<int>(&o.nproc_per_node)->required(), "processes (ranks) to start on this node")
@@ -39,6 +41,9 @@ int cmd_launch(int argc, char** argv) {
        "their ranks' failures through it (0: --master-port + 1)")
       ("ranks", po::value<std::string>(), "global ranks of this node's processes, e.g. 0,1,6,7 "
        "(default: node-rank*nproc-per-node onwards)")
+      ("max-restarts", po::value<int>(&o.max_restarts)->default_value(0),
+       "restart the whole job up to N times after a failure (as torchrun --max-restarts; single node); "
+       "with checkpoint.resume=true each attempt continues from the newest complete checkpoint")
       ("no-prefix", po::bool_switch(), "let ranks write straight to the terminal, without \"[rank R] \"");
 
   // Everything after the first `--` is the command, untouched by the parser.

@@ -67,9 +67,9 @@ std::string csv(const std::vector<plan::Estimate>& es) {
   return os.str();
 }
 
-std::string json_one(const plan::Estimate& e) {
+std::string json_one(const plan::Estimate& e, const std::string& runtime) {
   std::ostringstream os;
-  os << "{\"layout\": \"" << plan::layout_text(e.layout) << "\", \"tp\": " << e.layout.tp << ", \"pp\": " << e.layout.pp
+  os << "{\"layout\": \"" << plan::layout_text(e.layout) << "\", \"runtime\": \"" << runtime << "\", \"tp\": " << e.layout.tp << ", \"pp\": " << e.layout.pp
      << ", \"dp\": " << e.layout.dp << ", \"schedule\": \"" << e.layout.schedule << "\", \"chunks\": " << e.layout.chunks
      << ", \"micro_batch\": " << e.layout.micro_batch << ", \"recompute\": \"" << e.layout.recompute
      << "\", \"zero\": " << e.layout.zero << ", \"microbatches\": " << e.microbatches
@@ -144,7 +144,11 @@ int cmd_plan(int argc, char** argv) {
       "global-batch", po::value<int64_t>(), "samples per step (default: the config's training.global_batch_size)")(
       "seq", po::value<int64_t>(), "sequence length (default: the config's model.seq_len)")(
       "layout", po::value<std::string>(), "evaluate one layout: tp=..,pp=..,dp=..,schedule=..,chunks=..,mbs=..,"
-                                          "recompute=none|selective|full,zero=0|1,sp=0|1,layers=A+B+..")(
+                                          "recompute=none|selective|full,zero=0|1,sp=0|1,layers=A+B+.. (or first=N,last=M: "
+                                          "Megatron's uneven first/last stage)")(
+      "runtime", po::value<std::string>()->default_value("trident"),
+      "what to predict: trident (Trident as it runs), megatron (Megatron-LM with --overlap-grad-reduce "
+      "--overlap-param-gather --tp-comm-overlap, flash attention) or megatron-2021 (Narayanan et al. 2021)")(
       "top", po::value<int>()->default_value(5), "how many of the best layouts to print")(
       "max-mbs", po::value<int>()->default_value(16), "largest micro-batch size the search tries (powers of 2)")(
       "tp-across-nodes", "let the search try tp larger than a node")(
@@ -152,10 +156,11 @@ int cmd_plan(int argc, char** argv) {
       "emit-set", "print the --set lines that run the best (or the given) layout with trident train");
   po::variables_map vm;
   if (!parse_args(argc, argv, opts, vm, nullptr, nullptr,
-                  "The step time is the schedule simulated on its action lists with per-stage costs from FLOPs\n"
-                  "(compute.gemm_efficiency of the peak) or from a measured --profile, ring collectives for TP\n"
-                  "and DP, and transfers per boundary; TFLOP/s count recomputation (as Narayanan et al. 2021),\n"
-                  "MFU does not.\n"
+                  "The step time is the schedule simulated on its action lists with per-stage costs from each\n"
+                  "GEMM's shape on a roofline (compute.gemm_efficiency of the peak, the memory bandwidth), the\n"
+                  "--runtime's attention kernel and overlap, or from a measured --profile; ring collectives for\n"
+                  "TP and DP, and transfers per boundary; TFLOP/s count recomputation (as Narayanan et al.\n"
+                  "2021), MFU does not.\n"
                   "example: build/trident plan --config configs/gpt-tiny.toml --cluster configs/clusters/dgx-a100.toml --gpus 8 --top 3\n"
                   "`trident plan calibrate --help`: measure this machine and write its cluster file.\n"
                   "`trident plan profile --help`: measure a model on this machine for --profile.\n"))
@@ -180,6 +185,8 @@ int cmd_plan(int argc, char** argv) {
   pr.overlap_grad_reduce = cfg.parallel.overlap_grad_reduce;
   pr.dp_bucket_mb = cfg.parallel.dp_bucket_mb;
   pr.log_interval = cfg.logging.log_interval;
+  pr.runtime = vm["runtime"].as<std::string>();
+  const plan::Runtime runtime = plan::runtime_named(pr.runtime);  // a bad name fails here, before any work
   if (vm.count("profile")) pr.profile = plan::load_profile(vm["profile"].as<std::string>());
   const int gpus = vm["gpus"].as<int>();
 
@@ -210,6 +217,8 @@ int cmd_plan(int argc, char** argv) {
     header = h.str();
   }
   if (vm.count("emit-set")) {
+    if (pr.runtime != "trident")
+      throw BadInput("--emit-set prints the lines of a trident train run: it needs --runtime trident, not " + pr.runtime);
     std::vector<std::string> model_sets;
     if (vm.count("seq")) model_sets.push_back("model.seq_len=" + std::to_string(vm["seq"].as<int64_t>()));
     std::cout << emit_set(shown[0], pr.global_batch, model_sets);
@@ -217,7 +226,7 @@ int cmd_plan(int argc, char** argv) {
   }
   if (format == "json") {
     std::cout << "[";
-    for (size_t i = 0; i < shown.size(); ++i) std::cout << (i ? ",\n " : "") << json_one(shown[i]);
+    for (size_t i = 0; i < shown.size(); ++i) std::cout << (i ? ",\n " : "") << json_one(shown[i], pr.runtime);
     std::cout << "]\n";
   } else if (format == "csv") {
     std::cout << csv(shown);
@@ -225,6 +234,7 @@ int cmd_plan(int argc, char** argv) {
     std::cout << "plan: " << cfg.source << " (" << cfg.model.arch << ", " << cfg.model.layers << " layers, hidden "
               << cfg.model.hidden << ", seq " << cfg.model.seq_len << ", " << cfg.training.precision << ") on "
               << pr.cluster.name << ", " << gpus << " devices, global batch " << pr.global_batch << "\n"
+              << "runtime predicted: " << runtime.description << "\n"
               << header << table(shown);
     if (shown.size() == 1 && vm.count("layout")) std::cout << memory_table(shown[0]);
   }

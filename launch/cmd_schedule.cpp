@@ -57,14 +57,24 @@ std::string read_file(const std::string& option, const std::string& path) {
 // The schedule as given or generated: compute-only when generated (the
 // communication is implied, see schedules/README.md), as written when read
 // (plus its REDUCE_GRAD actions when it has none).
-sched::Schedule load(const po::variables_map& vm, const std::string& kind) {
+sched::Schedule load(const po::variables_map& vm, const std::string& kind, const sched::Costs& costs) {
   if (vm.count("from-csv") && kind != "file")
     throw BadInput("--from-csv needs --kind file (or no --kind), got --kind " + kind);
+  if (vm.count("memory-limit") && kind != "zb-auto")
+    throw BadInput("--memory-limit applies to --kind zb-auto only, got --kind " + kind);
   if (kind != "file") {
     if (vm.count("file")) throw BadInput("--file needs --kind file, got --kind " + kind);
     if (!vm.count("stages") || !vm.count("microbatches"))
       throw BadInput("--kind " + kind + " needs --stages and --microbatches");
-    // No --chunks: what the kind needs (2 for zb-v and dualpipev); an explicit other value is check_supported()'s error.
+    if (kind == "zb-auto") {  // searched for these costs: NOTE [zb-auto] in schedules/generators_auto.cpp
+      if (!vm.count("memory-limit"))
+        throw BadInput("--kind zb-auto needs --memory-limit N (micro-batches of activations per rank; "
+                       "N = p gives the paper's ZB-1p, 2p its ZB-2p)");
+      if (vm.count("chunks") && vm["chunks"].as<int>() != 1)
+        throw BadInput("--kind zb-auto runs one chunk per rank, got --chunks " + std::to_string(vm["chunks"].as<int>()));
+      return sched::zb_auto(vm["stages"].as<int>(), vm["microbatches"].as<int>(), costs, vm["memory-limit"].as<int>());
+    }
+    // No --chunks: what the kind needs (2 for the V kinds); an explicit other value is check_supported()'s error.
     const int v = vm.count("chunks") ? vm["chunks"].as<int>() : sched::default_chunks(kind);
     return sched::generate_compute(kind, vm["stages"].as<int>(), vm["microbatches"].as<int>(), v);
   }
@@ -111,9 +121,9 @@ std::string summary_json(const std::string& title, const sched::Schedule& s, con
   const int peak = st.peak_inflight.empty() ? 0 : *std::max_element(st.peak_inflight.begin(), st.peak_inflight.end());
   std::snprintf(buf, sizeof buf,
                 "{\"title\": \"%s\", \"pipeline_ranks\": %d, \"microbatches\": %d, \"chunks\": %d, \"placement\": \"%s\", "
-                "\"step_time\": %.10g, \"bubble_fraction\": %.10g, \"peak_inflight\": %d}\n",
+                "\"step_time\": %.10g, \"bubble_fraction\": %.10g, \"span_bubble_fraction\": %.10g, \"peak_inflight\": %d}\n",
                 json_escaped(title).c_str(), s.pipeline_ranks, s.microbatches, s.chunks, sched::placement_name(s.placement).c_str(),
-                st.step_time, st.bubble_fraction, peak);
+                st.step_time, st.bubble_fraction, st.span_bubble_fraction, peak);
   return buf;
 }
 
@@ -122,24 +132,28 @@ std::string summary_json(const std::string& title, const sched::Schedule& s, con
 int cmd_schedule(int argc, char** argv) {
   std::string kinds;
   for (const std::string& k : sched::schedule_kinds()) kinds += k + " | ";
+  kinds += "zb-auto (with --memory-limit) | ";
   po::options_description opts("trident schedule [options]");
   opts.add_options()("help,h", "show this help")(
       "kind", po::value<std::string>()->default_value("1f1b"), (kinds + "file").c_str())(
       "stages,p", po::value<int>(), "pipeline ranks P")("microbatches,m", po::value<int>(), "micro-batches M")(
-      "chunks,v", po::value<int>(), "chunks per rank V (default: what the kind needs, 2 for zb-v and dualpipev, else 1)")(
+      "chunks,v", po::value<int>(), "chunks per rank V (default: what the kind needs, 2 for zb-v, v-half, v-min and dualpipev, else 1)")(
       "costs", po::value<std::string>()->default_value("1,2,1"), "F,B,W cost of one full stage (I = B - W)")(
       "latency", po::value<std::string>()->default_value("0"), "link latency: one value, or p*v-1 comma-separated")(
       "stage-costs", po::value<std::string>(), "p*v multipliers of each virtual stage's costs (an imbalanced split)")(
       "file", po::value<std::string>(), "schedule in Trident's text form (with --kind file)")(
       "from-csv", po::value<std::string>(), "schedule in PyTorch's CSV form (with --kind file)")(
       "compute-only", "with --format schedule or csv: leave out the send/recv actions")(
+      "memory-limit", po::value<int>(),
+      "with --kind zb-auto: micro-batches of activations in flight per rank at most (p: ZB-1p, 2p: ZB-2p)")(
       "format", po::value<std::string>()->default_value("text"), "text | schedule | csv | json | svg | chrome | summary")(
       "output,o", po::value<std::string>(), "write here instead of stdout");
   po::variables_map vm;
   if (!parse_args(argc, argv, opts, vm, nullptr, nullptr,
                   "Formats: text = time grid and bubble; schedule = the action lists in text form;\n"
                   "csv = PyTorch's schedule CSV; summary = one JSON object (bubble_fraction, step_time,\n"
-                  "peak_inflight) from a run that stores nothing per action.\n"))
+                  "span_bubble_fraction = the zero-bubble paper's accounting over the longest rank's\n"
+                  "first-to-last compute, peak_inflight) from a run that stores nothing per action.\n"))
     return 0;
   std::string kind = vm["kind"].as<std::string>();
   if (vm.count("from-csv") && vm["kind"].defaulted()) kind = "file";
@@ -150,7 +164,7 @@ int cmd_schedule(int argc, char** argv) {
     throw BadInput("--compute-only applies to --format schedule or csv, got --format " + format);
   const sched::Costs costs = parse_costs(vm);
 
-  const sched::Schedule s = load(vm, kind);
+  const sched::Schedule s = load(vm, kind, costs);
   const std::string title = kind != "file" ? kind
                             : vm.count("file") ? vm["file"].as<std::string>()
                                                : vm["from-csv"].as<std::string>();

@@ -25,7 +25,9 @@ int cmd_train(int argc, char** argv) {
       "usage: trident train --config FILE [--set section.key=value]...\n\n"
       "Trains the model a TOML config describes, on this process's rank (RANK/WORLD_SIZE/... from the\n"
       "environment, as `trident launch` sets them; none means one process). Rank 0 prints a line per step\n"
-      "and writes <logging.dir>/{config.toml,metrics.jsonl,loss.svg}. Keys: configs/README.md.\n\noptions");
+      "and writes <logging.dir>/{config.toml,metrics.jsonl,loss.svg}. Keys: configs/README.md.\n"
+      "With a checkpoint.dir, SIGTERM or SIGUSR1 makes every rank finish its step, save a checkpoint there\n"
+      "and exit with status 128 + the signal (143, 138); a second signal ends it at once.\n\noptions");
   std::string config_path;
   std::vector<std::string> sets;
   opts.add_options()("help,h", "show this help")("config,c", po::value(&config_path), "TOML config file")(
@@ -36,9 +38,12 @@ int cmd_train(int argc, char** argv) {
   Config cfg = load_config(config_path, sets);
 #ifdef TRIDENT_HAVE_TORCH
   // Test-only fault injection (launch/fault.h); inert unless TRIDENT_FAULT is set.
-  launch::FaultInjector fault(read_world_env().rank, cfg.logging.dir, cfg.training.steps);
-  train(cfg);
-  return 0;
+  const WorldEnv place = read_world_env();
+  launch::FaultInjector fault(place.rank, place.restart, cfg.logging.dir, cfg.training.steps);
+  const TrainSummary summary = train(cfg);
+  // Preempted (NOTE [preemption]): the status of a process the signal ended,
+  // after the checkpoint that lets the run continue.
+  return summary.preempted_signal != 0 ? 128 + summary.preempted_signal : 0;
 #else
   throw std::runtime_error("this build of trident has no libtorch (configured with TRIDENT_WITH_TORCH=OFF)");
 #endif

@@ -16,7 +16,7 @@ namespace trident::launch {
 
 namespace {
 
-const char* const kFormat = "expected TRIDENT_FAULT=\"rank=R,step=S,kind=kill|stall|exit0\"";
+const char* const kFormat = "expected TRIDENT_FAULT=\"rank=R,step=S,kind=kill|stall|exit0[,attempt=A]\"";
 
 int parse_count(const std::string& key, const std::string& value) {
   size_t used = 0;
@@ -69,6 +69,8 @@ FaultSpec parse_fault(const std::string& text) {
     } else if (key == "step") {
       spec.step = parse_count(key, value);
       has_step = true;
+    } else if (key == "attempt") {
+      spec.attempt = parse_count(key, value);
     } else if (key == "kind") {
       if (value != "kill" && value != "stall" && value != "exit0")
         throw LaunchError("TRIDENT_FAULT: kind='" + value + "' is not kill, stall or exit0");
@@ -85,14 +87,14 @@ FaultSpec parse_fault(const std::string& text) {
   return spec;
 }
 
-FaultInjector::FaultInjector(int rank, const std::string& metrics_dir, long long steps) {
+FaultInjector::FaultInjector(int rank, int attempt, const std::string& metrics_dir, long long steps) {
   const char* text = std::getenv("TRIDENT_FAULT");
   if (!text || !*text) return;
   const FaultSpec spec = parse_fault(text);
   if (spec.step >= steps)
     throw LaunchError("TRIDENT_FAULT: step=" + std::to_string(spec.step) + " is not below training.steps = " +
                       std::to_string(steps) + ", so the fault would never fire");
-  if (spec.rank != rank) return;
+  if (spec.rank != rank || spec.attempt != attempt) return;
   say("armed on rank " + std::to_string(rank) + ": " + spec.kind + " after step " + std::to_string(spec.step));
   thread_ = std::thread(&FaultInjector::watch, this, spec, metrics_dir + "/metrics.jsonl");
 }

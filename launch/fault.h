@@ -1,11 +1,14 @@
 // Fault injection for the fault-matrix tests (tests/multinode): one
 // environment variable, read in one place (`trident train`), so a test can make
 // a chosen rank die, stall or leave early in the middle of a real run:
-//   TRIDENT_FAULT="rank=R,step=S,kind=kill|stall|exit0"
+//   TRIDENT_FAULT="rank=R,step=S,kind=kill|stall|exit0[,attempt=A]"
 // The fault fires on global rank R once <logging.dir>/metrics.jsonl, which rank 0
 // appends to after every step, has S lines (S = 0: before training starts), so
 // it lands inside step S + 1 of a multi-rank run. It lives outside the trainer:
-// see launch/README.md for the hook a step-exact fault would need.
+// see launch/README.md for the hook a step-exact fault would need. A restarted
+// job runs with the same environment, so the fault fires only in attempt A
+// (default 0, the first; TORCHELASTIC_RESTART_COUNT / TRIDENT_RESTART_COUNT
+// name the attempt): otherwise every attempt would die at the same step.
 #pragma once
 
 #include <atomic>
@@ -19,6 +22,7 @@ struct FaultSpec {
   int rank = 0;
   int step = 0;
   std::string kind;  // "kill" (SIGKILL itself), "stall" (SIGSTOP itself), "exit0" (_exit(0))
+  int attempt = 0;   // the restart attempt it fires in
 };
 
 // Parses TRIDENT_FAULT's value; throws LaunchError naming a bad or missing field.
@@ -30,7 +34,8 @@ FaultSpec parse_fault(const std::string& text);
 // never fire.
 class FaultInjector {
  public:
-  FaultInjector(int rank, const std::string& metrics_dir, long long steps);
+  // `attempt`: this process's restart attempt (WorldEnv::restart).
+  FaultInjector(int rank, int attempt, const std::string& metrics_dir, long long steps);
   ~FaultInjector();
   FaultInjector(const FaultInjector&) = delete;
   FaultInjector& operator=(const FaultInjector&) = delete;

@@ -52,6 +52,10 @@ void check_launch_options(const LaunchOptions& o) {
   if (!(o.grace_seconds >= 0)) fail("grace period must be >= 0 s, got " + std::to_string(o.grace_seconds));
   if (!(o.rdzv_timeout_seconds > 0) || o.rdzv_timeout_seconds > 1e6)
     fail("--rdzv-timeout must be a positive number of seconds, got " + std::to_string(o.rdzv_timeout_seconds));
+  if (o.max_restarts < 0) fail("--max-restarts must be >= 0, got " + std::to_string(o.max_restarts));
+  if (o.max_restarts > 0 && o.nnodes > 1)
+    fail("--max-restarts needs --nnodes 1: restarting every node's launcher in step is not implemented; "
+         "use torchrun --max-restarts across nodes (launch/README.md)");
   if (!o.ranks.empty()) {
     const int world = o.nnodes * o.nproc_per_node;
     if (static_cast<int>(o.ranks.size()) != o.nproc_per_node)
@@ -122,6 +126,7 @@ Environment rank_environment(const LaunchOptions& o, int local_rank, int master_
   };
   // Ranks share the cores; one OpenMP thread each unless the user chose otherwise.
   if (std::getenv("OMP_NUM_THREADS") == nullptr) env.emplace_back("OMP_NUM_THREADS", "1");
+  if (o.max_restarts > 0) env.emplace_back("TRIDENT_RESTART_COUNT", std::to_string(o.restart));
   if (!o.progress_dir.empty()) env.emplace_back("TRIDENT_PROGRESS_DIR", o.progress_dir);
   return env;
 }

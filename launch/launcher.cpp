@@ -30,6 +30,7 @@
 #include "launch/diagnose.h"
 #include "launch/job_channel.h"
 #include "launch/relay.h"
+#include "launch/restart_ledger.h"
 #include "launch/unique_fd.h"
 
 namespace trident::launch {
@@ -159,6 +160,15 @@ class Supervisor {
   }
   // Other nodes' ranks' last progress records, sent after a failure.
   const std::vector<sched::ProgressRecord>& remote_progress() const { return remote_progress_; }
+  // Whether the launcher itself was told to stop (SIGINT/SIGTERM): no restart then.
+  bool interrupted() const { return interrupted_; }
+  // When this node saw the job's first failure.
+  Clock::time_point failed_at() const { return failed_at_; }
+  // While the ledger is catching up, look for a rank past its target step.
+  void watch(RestartLedger* ledger, Clock::time_point epoch) {
+    ledger_ = ledger;
+    epoch_ = epoch;
+  }
 
  private:
   void start_rank(int local_rank);
@@ -171,6 +181,7 @@ class Supervisor {
   void report_job_verdict();
   void stop_all(int sig);
   void drain_outputs(Clock::duration budget);
+  void check_caught_up();
   // "rank 2 on node 1 (pid 4242)": how every report names a rank
   // (parse_failure_line in diagnose.h reads it back).
   std::string who(const Rank& r) const {
@@ -193,6 +204,10 @@ class Supervisor {
   std::vector<sched::ProgressRecord> remote_progress_;
   bool stopping_ = false;
   bool killed_ = false;
+  bool interrupted_ = false;
+  Clock::time_point failed_at_{};
+  RestartLedger* ledger_ = nullptr;
+  Clock::time_point epoch_{}, next_look_{};
   Clock::time_point kill_deadline_{};
 };
 
@@ -276,6 +291,7 @@ void Supervisor::on_job_event(const JobEvent& e) {
   say((e.kind == JobEvent::Kind::kLost ? e.text : who + " reports: " + e.text) + "; stopping the " +
       std::to_string(running) + " rank(s) on this node");
   exit_code_ = 1;
+  failed_at_ = Clock::now();
   stop_all(SIGTERM);
 }
 
@@ -321,6 +337,7 @@ void Supervisor::handle_signals() {
       continue;
     }
     say("received " + signal_name(sig) + "; forwarding it to " + std::to_string(running) + " rank(s)");
+    interrupted_ = true;
     if (!exit_code_) {
       exit_code_ = 128 + sig;
       publish(JobEvent::Kind::kFailed, "the launcher of node " + std::to_string(o_.node_rank) + " received " +
@@ -359,6 +376,7 @@ void Supervisor::on_failure(Rank& r) {
   say(msg);
   publish(JobEvent::Kind::kFailed, what + notes);
   exit_code_ = exit_code_of(r.status);
+  failed_at_ = r.ended;
   first_failure_ = {r.rank, describe_wait_status(r.status)};
   stop_all(SIGTERM);
 }
@@ -413,6 +431,16 @@ void Supervisor::drain_outputs(Clock::duration budget) {
     for (auto& s : r.streams) s.close_and_flush();
 }
 
+void Supervisor::check_caught_up() {
+  if (!ledger_ || !ledger_->catching_up() || Clock::now() < next_look_) return;
+  next_look_ = Clock::now() + std::chrono::milliseconds(200);
+  for (const auto& rec : sched::read_progress_dir(o_.progress_dir))
+    if (rec.step > ledger_->catch_up_target()) {
+      ledger_->caught_up(std::chrono::duration<double>(Clock::now() - epoch_).count());
+      return;
+    }
+}
+
 int Supervisor::run() {
   for (int local = 0; local < o_.nproc_per_node; ++local) start_rank(local);
   while (ranks_.running_count() > 0) {
@@ -424,6 +452,7 @@ int Supervisor::run() {
     wait_for_events(timeout_ms);
     handle_signals();
     reap();
+    check_caught_up();
     if (stopping_ && !killed_ && Clock::now() >= kill_deadline_ && ranks_.running_count() > 0) {
       say("grace period over; killing " + std::to_string(ranks_.running_count()) + " rank(s) with SIGKILL");
       ranks_.signal_running(SIGKILL);
@@ -454,9 +483,36 @@ class ProgressDir {
   }
   ~ProgressDir() {
     if (!owned_) return;
+    clear();
+    ::rmdir(path_.c_str());  // fails harmlessly if a rank left something else
+  }
+  // Removes the ranks' records and rank 0's resumed-step note (between attempts).
+  void clear() const {
     for (const auto& r : sched::read_progress_dir(path_))
       ::unlink((path_ + "/rank" + std::to_string(r.rank) + ".txt").c_str());
-    ::rmdir(path_.c_str());  // fails harmlessly if a rank left something else
+    ::unlink((path_ + "/resumed-step").c_str());
+    ::unlink((path_ + "/preempted").c_str());
+  }
+  // Rank 0's note of a preemption, "SIGTERM 12" (NOTE [preemption] in
+  // framework/checkpointing.cpp), as "by SIGTERM, checkpoint at step 12".
+  std::optional<std::string> preempted() const {
+    FILE* f = std::fopen((path_ + "/preempted").c_str(), "r");
+    if (!f) return std::nullopt;
+    char sig[32] = {};
+    long long step = -1;
+    const bool ok = std::fscanf(f, "%31s %lld", sig, &step) == 2;
+    std::fclose(f);
+    if (!ok) return std::nullopt;
+    return std::string("by ") + sig + ", checkpoint at step " + std::to_string(step);
+  }
+  // Rank 0's resumed-step note (NOTE [resumed step for the launcher]), if written.
+  std::optional<int64_t> resumed_step() const {
+    FILE* f = std::fopen((path_ + "/resumed-step").c_str(), "r");
+    if (!f) return std::nullopt;
+    long long step = -1;
+    const bool ok = std::fscanf(f, "%lld", &step) == 1 && step >= 0;
+    std::fclose(f);
+    return ok ? std::optional<int64_t>(step) : std::nullopt;
   }
   ProgressDir(const ProgressDir&) = delete;
   ProgressDir& operator=(const ProgressDir&) = delete;
@@ -467,25 +523,75 @@ class ProgressDir {
   bool owned_ = false;
 };
 
+void say_launch(const std::string& msg) {
+  const std::string line = "trident launch: " + msg + "\n";
+  write_all(STDERR_FILENO, line.data(), line.size());
+}
+
+// Where every rank stood when the job failed: who waits on whom, or who died.
+void print_diagnosis(const Supervisor& supervisor, const std::string& progress_dir) {
+  const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::system_clock::now().time_since_epoch()).count();
+  auto records = sched::read_progress_dir(progress_dir);
+  records.insert(records.end(), supervisor.remote_progress().begin(), supervisor.remote_progress().end());
+  std::istringstream lines(diagnose(records, supervisor.first_failure(), now, supervisor.early_exits()));
+  for (std::string line; std::getline(lines, line);) say_launch("diagnosis: " + line);
+}
+
+// Steps the job had completed: the furthest rank's step, minus one unless its
+// record says it had finished that step ("done").
+int64_t steps_completed(const std::string& progress_dir) {
+  int64_t most = -1;
+  for (const auto& rec : sched::read_progress_dir(progress_dir))
+    most = std::max(most, rec.state == "done" ? rec.step : rec.step - 1);
+  return most;
+}
+
 }  // namespace
 
 int launch(const LaunchOptions& options) {
   check_launch_options(options);
-  const int port = options.master_port == 0 ? pick_free_port() : options.master_port;
   ProgressDir dir(options.progress_dir);
   LaunchOptions o = options;
   o.progress_dir = dir.path();
-  Supervisor supervisor(o, port);
-  const int code = supervisor.run();
-  if (code != 0) {  // where every rank stood: who waits on whom, or who died
-    const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
-        std::chrono::system_clock::now().time_since_epoch()).count();
-    auto records = sched::read_progress_dir(o.progress_dir);
-    records.insert(records.end(), supervisor.remote_progress().begin(), supervisor.remote_progress().end());
-    std::istringstream lines(diagnose(records, supervisor.first_failure(), now, supervisor.early_exits()));
-    for (std::string line; std::getline(lines, line);) std::fprintf(stderr, "trident launch: diagnosis: %s\n", line.c_str());
+  RestartLedger ledger;
+  const auto epoch = Clock::now();
+  auto since_epoch = [&](Clock::time_point t) { return std::chrono::duration<double>(t - epoch).count(); };
+  for (int attempt = 0;; ++attempt) {
+    o.restart = attempt;
+    const int port = options.master_port == 0 ? pick_free_port() : options.master_port;
+    Supervisor supervisor(o, port);
+    if (attempt > 0) {
+      ledger.restarted(since_epoch(Clock::now()));
+      supervisor.watch(&ledger, epoch);
+    }
+    const int code = supervisor.run();
+    ledger.ended(since_epoch(Clock::now()));
+    if (attempt > 0)
+      if (const auto step = dir.resumed_step()) ledger.resumed(*step);
+    // A preempted job saved its state and stopped as asked: no failure, no restart.
+    const std::optional<std::string> preempted = dir.preempted();
+    if (preempted) say_launch("preempted " + *preempted + "; exit status " + std::to_string(code));
+    if (code != 0 && !preempted) print_diagnosis(supervisor, o.progress_dir);
+    const bool give_up = code == 0 || preempted || supervisor.interrupted() || attempt == o.max_restarts;
+    if (code != 0 && !preempted && !supervisor.interrupted()) {
+      const FirstFailure f = supervisor.first_failure();
+      const std::string what = f.rank >= 0 ? "rank " + std::to_string(f.rank) + " " + f.how
+                                           : "exit status " + std::to_string(code);
+      ledger.failed(attempt, what, steps_completed(o.progress_dir), since_epoch(supervisor.failed_at()));
+    }
+    if (give_up) {
+      if (o.max_restarts > 0 && code != 0 && !preempted && !supervisor.interrupted())
+        say_launch("giving up after " + std::to_string(attempt) + " restart(s) (--max-restarts " +
+                   std::to_string(o.max_restarts) + "); every failure: " + ledger.failures());
+      if (ledger.restarts() > 0)
+        for (const std::string& line : ledger.report(code == 0)) say_launch(line);
+      return code;
+    }
+    dir.clear();
+    say_launch("restarting the job (restart " + std::to_string(attempt + 1) + " of at most " +
+               std::to_string(o.max_restarts) + ") after " + ledger.last_failure());
   }
-  return code;
 }
 
 }  // namespace trident::launch

@@ -35,6 +35,11 @@ struct LaunchOptions {
   // Where ranks write their progress records (TRIDENT_PROGRESS_DIR, see
   // launch/diagnose.h); launch() makes a temporary one when empty.
   std::string progress_dir;
+  // Restarts of the whole job after a failure, torchrun's --max-restarts: every
+  // rank is stopped and all are started again with TRIDENT_RESTART_COUNT set to
+  // the attempt (1, 2, ...), at most this many times. Single node only.
+  int max_restarts = 0;
+  int restart = 0;  // the attempt being run (set by launch())
 };
 
 // Throws LaunchError naming the offending value and the allowed range.
@@ -54,7 +59,8 @@ int pick_free_port();
 
 // Variables set for one rank, in a fixed order (RANK, WORLD_SIZE, LOCAL_RANK,
 // LOCAL_WORLD_SIZE, GROUP_RANK, NODE_RANK, MASTER_ADDR, MASTER_PORT,
-// TRIDENT_RDZV_TIMEOUT_S). OMP_NUM_THREADS=1 is included
+// TRIDENT_RDZV_TIMEOUT_S, then TRIDENT_RESTART_COUNT when --max-restarts is
+// given). OMP_NUM_THREADS=1 is included
 // only when the launcher's own environment does not set it.
 using Environment = std::vector<std::pair<std::string, std::string>>;
 Environment rank_environment(const LaunchOptions& options, int local_rank, int master_port);
@@ -68,7 +74,9 @@ int exit_code_of(int wait_status);
 
 // Runs the job to completion and returns the launcher's exit status: 0 when
 // every rank exits 0, else the first failed rank's exit_code_of, or 128 + the
-// signal that stopped the launcher. Never leaves a child running on return or
+// signal that stopped the launcher. With max_restarts, a failed job (not one
+// the launcher was told to stop) is started again, up to that many times; the
+// status is then the last attempt's. Never leaves a child running on return or
 // on exception. Prints failures to stderr prefixed "trident launch: ".
 int launch(const LaunchOptions& options);
 

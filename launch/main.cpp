@@ -25,6 +25,7 @@
 #include "core/data/errors.h"
 #include "core/errors.h"
 #include "core/json.h"
+#include "core/model_checks.h"
 #include "launch/commands.h"
 #include "launch/launcher.h"
 #include "launch/options.h"
@@ -75,6 +76,7 @@ int run_torch_executable(char** argv) {
 int exit_status_of(const std::exception& e) {
   const bool bad_input = dynamic_cast<const trident::cli::BadInput*>(&e) ||
                          dynamic_cast<const trident::ConfigError*>(&e) ||
+                         dynamic_cast<const trident::ModelInputError*>(&e) ||
                          dynamic_cast<const trident::data::DataError*>(&e) ||
                          dynamic_cast<const trident::json::JsonError*>(&e) ||
                          dynamic_cast<const trident::ckpt::CheckpointError*>(&e) ||

@@ -4,29 +4,31 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/grad_mode.h>
 
+#include <cmath>
 #include <limits>
 #include <stdexcept>
 
 #include "core/checkpoint_store.h"
 #include "core/checkpoint_tensors.h"
+#include "core/model_checks.h"
 #include "models/registry.h"
 
 namespace trident {
 
 std::unique_ptr<data::Tokenizer> model_tokenizer(const LoadedModel& m, std::string name, std::string dir) {
   if (name.empty()) name = m.tokenizer;
-  if (name.empty()) throw std::runtime_error("the model records no tokenizer: give --tokenizer gpt2|byte|hf");
+  if (name.empty()) throw ModelInputError("the model records no tokenizer: give --tokenizer gpt2|byte|hf");
   if (dir.empty() && name == m.tokenizer) dir = m.tokenizer_dir;
   auto tok = data::make_tokenizer(name, dir);
   if (tok->vocab_size() > static_cast<uint32_t>(m.model.vocab_size))
-    throw std::runtime_error("tokenizer " + name + " has " + std::to_string(tok->vocab_size()) +
+    throw ModelInputError("tokenizer " + name + " has " + std::to_string(tok->vocab_size()) +
                              " tokens but the model's vocabulary has " + std::to_string(m.model.vocab_size));
   return tok;
 }
 
 LoadedModel load_model(const std::string& checkpoint, const std::string& hf_dir) {
   if (checkpoint.empty() == hf_dir.empty())
-    throw std::runtime_error("give exactly one of --checkpoint DIR and --init-from HF_DIR");
+    throw ModelInputError("give exactly one of --checkpoint DIR and --init-from HF_DIR");
   LoadedModel out;
   std::unique_ptr<ckpt::Reader> reader;
   Config cfg;
@@ -78,12 +80,12 @@ void check_checkpoint_matches(const std::string& checkpoint, const ModelConfig& 
   cmp("MLP width (model.ffn_hidden)", m.ffn(), cfg.ffn());
   cmp("model.seq_len", m.seq_len, cfg.seq_len);
   cmp("model.vocab_size", m.vocab_size, cfg.vocab_size);
-  if (!diff.empty()) throw std::runtime_error("checkpoint " + checkpoint + " holds another model: " + diff);
+  if (!diff.empty()) throw ModelInputError("checkpoint " + checkpoint + " holds another model: " + diff);
 }
 
 EvalResult evaluate(Stage& model, int64_t seq_len, const std::vector<int64_t>& tokens) {
   const int64_t n = static_cast<int64_t>(tokens.size());
-  if (n < 2) throw std::runtime_error("the text has " + std::to_string(n) + " token(s); eval needs at least 2");
+  if (n < 2) throw ModelInputError("the text has " + std::to_string(n) + " token(s); eval needs at least 2");
   at::NoGradGuard no_grad;
   const at::Tensor all = at::tensor(tokens, at::kLong);
   double sum = 0;
@@ -98,9 +100,10 @@ EvalResult evaluate(Stage& model, int64_t seq_len, const std::vector<int64_t>& t
 std::vector<int64_t> generate(const Stage& model, int64_t seq_len, const std::vector<int64_t>& prompt,
                               int64_t max_tokens, double temperature, int64_t top_k, uint64_t seed,
                               std::optional<int64_t> stop) {
-  if (prompt.empty()) throw std::runtime_error("the prompt has no tokens");
-  if (temperature < 0) throw std::runtime_error("--temperature " + std::to_string(temperature) + ": expected >= 0");
-  if (top_k < 0) throw std::runtime_error("--top-k " + std::to_string(top_k) + ": expected >= 0 (0 = all)");
+  if (prompt.empty()) throw ModelInputError("the prompt has no tokens");
+  if (!(temperature >= 0) || !std::isfinite(temperature))
+    throw ModelInputError("--temperature " + std::to_string(temperature) + ": expected a finite number >= 0");
+  if (top_k < 0) throw ModelInputError("--top-k " + std::to_string(top_k) + ": expected >= 0 (0 = all)");
   at::NoGradGuard no_grad;
   at::Generator gen = at::detail::createCPUGenerator(seed);
   std::vector<int64_t> seq = prompt, added;

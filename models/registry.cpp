@@ -8,6 +8,7 @@
 #include "core/checkpoint_store.h"
 #include "core/checkpoint_tensors.h"
 #include "core/json.h"
+#include "core/model_checks.h"
 
 #include "models/gpt/gpt.h"
 #include "models/gpt/hf_gpt2.h"
@@ -19,7 +20,7 @@ namespace trident {
 std::unique_ptr<Model> make_model(const Config& cfg) {
   if (cfg.model.arch == "gpt") return std::make_unique<GptModel>(cfg.model, cfg.parallel.pipeline_layers);
   if (cfg.model.arch == "llama") return std::make_unique<LlamaModel>(cfg.model, cfg.parallel.pipeline_layers);
-  throw std::runtime_error("model.arch = \"" + cfg.model.arch + "\": unknown model (known: gpt, llama)");
+  throw ModelInputError("model.arch = \"" + cfg.model.arch + "\": unknown model (known: gpt, llama)");
 }
 
 namespace {
@@ -27,7 +28,7 @@ namespace {
 // config.json's model_type, or "" when absent.
 std::string hf_model_type(const std::string& dir) {
   const std::string path = dir + "/config.json";
-  if (!std::filesystem::exists(path)) throw std::runtime_error(dir + " is not a Hugging Face model: no config.json");
+  if (!std::filesystem::exists(path)) throw ModelInputError(dir + " is not a Hugging Face model: no config.json");
   const json::Value c = json::parse(read_file(path), path);
   const json::Value* t = c.find("model_type");
   return t ? t->as_string(path + " model_type") : "";
@@ -46,20 +47,35 @@ void init_from_pretrained(const Config& cfg, const std::vector<std::vector<Param
     for (std::vector<Param>* params : chunks) init_from_hf_llama(hf, cfg.model, *params);
     return;
   }
-  throw std::runtime_error("model.init_from: no pretrained format for model.arch = \"" + cfg.model.arch + "\"");
+  throw ModelInputError("model.init_from: no pretrained format for model.arch = \"" + cfg.model.arch + "\"");
 }
+
+namespace {
+
+// config.json through the rules every training config passes (ranges, sizes,
+// the family's and the TP plan's shapes): a model that arrives for eval or
+// generate is checked like one that trains.
+Pretrained checked(Pretrained p, const std::string& dir) {
+  Config c;
+  c.model = p.model;
+  c.source = dir + "/config.json";
+  check_model_config(c);
+  return p;
+}
+
+}  // namespace
 
 Pretrained read_pretrained_config(const std::string& dir) {
   const std::string type = hf_model_type(dir);
   if (type == "llama") {
     HfLlama hf = read_hf_llama_config(dir);
-    return {hf.model, hf.tokenizer};
+    return checked({hf.model, hf.tokenizer}, dir);
   }
   if (type == "gpt2" || type.empty()) {  // GPT-2 files of older tools have no model_type
     HfGpt2 hf = read_hf_gpt2_config(dir);
-    return {hf.model, hf.tokenizer};
+    return checked({hf.model, hf.tokenizer}, dir);
   }
-  throw std::runtime_error(dir + "/config.json: model_type = \"" + type + "\"; Trident reads \"gpt2\" and \"llama\"");
+  throw ModelInputError(dir + "/config.json: model_type = \"" + type + "\"; Trident reads \"gpt2\" and \"llama\"");
 }
 
 int export_checkpoint(const std::string& checkpoint, const std::string& format, const std::string& out,
@@ -68,10 +84,10 @@ int export_checkpoint(const std::string& checkpoint, const std::string& format, 
   const Config c = parse_config(r.meta().config_toml, r.step_dir() + "/manifest.json (config)");
   const std::string want = c.model.arch == "llama" ? "hf-llama" : "hf-gpt2";
   if (format != want)
-    throw std::runtime_error("--format " + format + ": the checkpoint holds a model.arch = \"" + c.model.arch +
+    throw ModelInputError("--format " + format + ": the checkpoint holds a model.arch = \"" + c.model.arch +
                              "\" model; export it with --format " + want);
   if (shard_bytes > 0 && format != "hf-llama")
-    throw std::runtime_error("--shard-mb: only --format hf-llama writes sharded safetensors");
+    throw ModelInputError("--shard-mb: only --format hf-llama writes sharded safetensors");
   auto full = [&](const ParamInfo& info) {
     at::Tensor t = at::zeros(info.full_shape, at::kFloat);
     ckpt::load_param(r, info.name, info, t);

@@ -13,16 +13,19 @@
 #include <algorithm>
 #include <cassert>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <map>
+#include <random>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
 #include <vector>
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 namespace trident {
@@ -145,11 +148,11 @@ bool closes_on_probe(const std::string& host, int port) {
 c10::intrusive_ptr<c10d::Store> connect_store(const WorldEnv& env, std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<std::uint16_t>(env.master_port);
-  opts.isServer = env.rank == 0;
+  opts.isServer = env.rank == 0 && !env.agent_store;
   opts.numWorkers = env.world_size;
   opts.waitWorkers = false;  // join_rendezvous checks who arrived, not just how many
   opts.timeout = timeout;
-  if (env.rank != 0 && closes_on_probe(env.master_addr, env.master_port))
+  if (!opts.isServer && closes_on_probe(env.master_addr, env.master_port))
     throw std::runtime_error(describe_place(env) + " reached " + store_address(env) +
                              ", but what listens there is not the rendezvous store (it closed the connection at a "
                              "one-byte probe); is --master-port the same on every node? (Node 0's launcher listens on "
@@ -160,7 +163,7 @@ c10::intrusive_ptr<c10d::Store> connect_store(const WorldEnv& env, std::chrono::
   } catch (const std::exception& e) {
     why = message_of(e);
   }
-  if (env.rank == 0)
+  if (opts.isServer)
     throw std::runtime_error(describe_place(env) + " could not host the rendezvous store at " + store_address(env) +
                              " within " + seconds_text(timeout) +
                              " (is the port taken, or MASTER_ADDR not this node's address?): " + why);
@@ -178,15 +181,28 @@ c10::intrusive_ptr<c10d::Store> connect_store(const WorldEnv& env, std::chrono::
                            " (is node 0 up, and are --master-addr and --master-port node 0's?): " + why);
 }
 
+// A fresh random name (16 hex digits) for this meeting or this rank's arrival.
+std::string random_token() {
+  std::random_device rd;
+  const uint64_t v = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(v));
+  return text;
+}
+
 // The rendezvous as one rank sees it: its store, its place and the deadline.
+// Keys: "trident/rdzv/hello/<rank>" (overwritten by every attempt),
+// "trident/rdzv/ack/<rank>/<token>" (unique to one arrival) and, under the
+// meeting's fresh name, "trident/rdzv/<epoch>/{joined/<rank>,abort,verdict}":
+// nothing an earlier attempt left can be mistaken for this one's (NOTE [restart attempts]).
 struct Rendezvous {
   c10d::Store& store;
   const WorldEnv& env;
   std::chrono::milliseconds timeout;
   Clock::time_point deadline;
-  static constexpr const char* kVerdict = "trident/rdzv/verdict";
-  static constexpr const char* kAbort = "trident/rdzv/abort";
+  std::string epoch;  // rank 0 draws it; the others learn it from their acknowledgement
 
+  std::string key(const std::string& what) const { return "trident/rdzv/" + epoch + "/" + what; }
   std::chrono::milliseconds left() const {
     return std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),
                     std::chrono::milliseconds(1));
@@ -202,13 +218,19 @@ std::string world_mismatch(const std::string& who, int world, const WorldEnv& en
          std::to_string(world0) + ": --nnodes or --nproc-per-node differ between the nodes";
 }
 
-// Ranks other than 0: rank 0's entry carries its WORLD_SIZE, so a node
-// launched with another --nnodes finds out at once, and tells rank 0
-// through kAbort.
-void check_rank0_world(const Rendezvous& rv) {
+// Ranks other than 0: announce this arrival under a fresh token and wait for
+// rank 0's acknowledgement of exactly it, which names the meeting and carries
+// rank 0's WORLD_SIZE, so a node launched with another --nnodes finds out at
+// once and tells rank 0 through the meeting's abort key.
+void join_as_peer(Rendezvous& rv, const std::string& address) {
   const WorldEnv& env = rv.env;
+  const std::string token = random_token();
+  const std::string ack = "trident/rdzv/ack/" + std::to_string(env.rank) + "/" + token;
   try {
-    rv.store.wait({"trident/rdzv/0"}, rv.left());
+    rv.post("trident/rdzv/hello/" + std::to_string(env.rank), std::to_string(env.world_size) + " " +
+                                                                  std::to_string(env.node_rank) + " " + address +
+                                                                  " " + token);
+    rv.store.wait({ack}, rv.left());
   } catch (const std::exception& e) {
     // A store keeps its clients' connections; a failure well before the
     // deadline means something else listens on that port.
@@ -221,48 +243,59 @@ void check_rank0_world(const Rendezvous& rv) {
     throw std::runtime_error(describe_place(env) + " reached the rendezvous store at " + store_address(env) +
                              " but rank 0 did not register within " + seconds_text(rv.timeout));
   }
-  std::istringstream in(store_text(rv.store, "trident/rdzv/0"));
+  std::istringstream in(store_text(rv.store, ack));
   int world0 = 0;
-  in >> world0;
-  if (world0 == env.world_size) return;
-  const std::string error = world_mismatch(describe_place(env), env.world_size, env, world0);
-  rv.post(Rendezvous::kAbort, error);
-  // Rank 0 names the mismatch too, once it has read kAbort: wait (briefly) for its
-  // verdict, so this rank's exit, which the launchers turn into stopping every rank at
-  // once, does not cut rank 0 off before it says so.
-  try {
-    rv.store.wait({Rendezvous::kVerdict}, std::min(rv.left(), std::chrono::milliseconds(2000)));
-  } catch (const std::exception&) {
-    // rank 0 gone or slow: this rank's own message says it all
+  in >> rv.epoch >> world0;
+  if (world0 != env.world_size) {
+    const std::string error = world_mismatch(describe_place(env), env.world_size, env, world0);
+    rv.post(rv.key("abort"), error);
+    // Rank 0 names the mismatch too, once it has read the abort: wait (briefly) for its
+    // verdict, so this rank's exit, which the launchers turn into stopping every rank at
+    // once, does not cut rank 0 off before it says so.
+    try {
+      rv.store.wait({rv.key("verdict")}, std::min(rv.left(), std::chrono::milliseconds(2000)));
+    } catch (const std::exception&) {
+      // rank 0 gone or slow: this rank's own message says it all
+    }
+    throw std::runtime_error(error);
   }
-  throw std::runtime_error(error);
+  rv.post(rv.key("joined/" + std::to_string(env.rank)), "1");
 }
 
 // Rank 0: who has arrived, from where (node, address) -> ranks.
 struct Arrivals {
   std::vector<int> missing, nodes;
   std::map<std::pair<int, std::string>, std::vector<int>> places;
+  std::map<int, std::string> acked;  // rank -> the arrival token last acknowledged
   std::string error;
 };
 
-// Reads the entries of the ranks still missing; records a WORLD_SIZE mismatch as the error.
+// Acknowledges every arrival not yet acknowledged (a stale one from an earlier
+// attempt too: nobody waits for that), and moves the ranks that joined this
+// meeting from `missing` to `places`.
 void read_arrivals(const Rendezvous& rv, Arrivals& a) {
   std::vector<int> still;
   for (int r : a.missing) {
-    const std::string key = "trident/rdzv/" + std::to_string(r);
-    if (!rv.store.check({key})) {
+    const std::string hello = "trident/rdzv/hello/" + std::to_string(r);
+    if (!rv.store.check({hello})) {
       still.push_back(r);
       continue;
     }
-    std::istringstream in(store_text(rv.store, key));
+    std::istringstream in(store_text(rv.store, hello));
     int world = 0, node = -1;
-    std::string addr;
-    in >> world >> node >> addr;
+    std::string addr, token;
+    in >> world >> node >> addr >> token;
+    if (a.acked[r] != token) {
+      rv.post("trident/rdzv/ack/" + std::to_string(r) + "/" + token,
+              rv.epoch + " " + std::to_string(rv.env.world_size));
+      a.acked[r] = token;
+    }
+    if (!rv.store.check({rv.key("joined/" + std::to_string(r))})) {
+      still.push_back(r);
+      continue;
+    }
     a.places[{node, addr}].push_back(r);
     if (std::find(a.nodes.begin(), a.nodes.end(), node) == a.nodes.end()) a.nodes.push_back(node);
-    if (world != rv.env.world_size && a.error.empty())
-      a.error = world_mismatch("rank " + std::to_string(r) + " on node " + std::to_string(node), world, rv.env,
-                               rv.env.world_size);
   }
   a.missing = std::move(still);
 }
@@ -275,12 +308,12 @@ Arrivals gather_arrivals(const Rendezvous& rv, const std::string& address) {
   a.nodes = {env.node_rank};
   a.places = {{{env.node_rank, address}, {0}}};
   while (a.error.empty()) {
-    if (rv.store.check({Rendezvous::kAbort})) {
-      a.error = store_text(rv.store, Rendezvous::kAbort);
+    if (rv.store.check({rv.key("abort")})) {
+      a.error = store_text(rv.store, rv.key("abort"));
       break;
     }
     read_arrivals(rv, a);
-    if (a.missing.empty() || !a.error.empty()) break;
+    if (a.missing.empty()) break;
     if (Clock::now() >= rv.deadline) {
       std::sort(a.nodes.begin(), a.nodes.end());
       std::string nodes;
@@ -292,7 +325,7 @@ Arrivals gather_arrivals(const Rendezvous& rv, const std::string& address) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  rv.post(Rendezvous::kVerdict, a.error.empty() ? "ok " + std::to_string(env.world_size) : "error " + a.error);
+  rv.post(rv.key("verdict"), a.error.empty() ? "ok " + std::to_string(env.world_size) : "error " + a.error);
   return a;
 }
 
@@ -300,13 +333,13 @@ Arrivals gather_arrivals(const Rendezvous& rv, const std::string& address) {
 void await_verdict(const Rendezvous& rv) {
   const WorldEnv& env = rv.env;
   try {
-    rv.store.wait({Rendezvous::kVerdict}, rv.left());
+    rv.store.wait({rv.key("verdict")}, rv.left());
   } catch (const std::exception&) {
     throw std::runtime_error(describe_place(env) + " reached the rendezvous store at " + store_address(env) +
                              " but rank 0 did not confirm every rank's arrival within " + seconds_text(rv.timeout) +
                              " (a node is missing, or node 0 died)");
   }
-  const std::string verdict = store_text(rv.store, Rendezvous::kVerdict);
+  const std::string verdict = store_text(rv.store, rv.key("verdict"));
   if (verdict.rfind("error ", 0) == 0)
     throw std::runtime_error("rendezvous at " + store_address(env) + " failed, as rank 0 found: " + verdict.substr(6));
   assert(verdict == "ok " + std::to_string(env.world_size));
@@ -315,24 +348,25 @@ void await_verdict(const Rendezvous& rv) {
 // NOTE [rendezvous]
 // A TCPStore server counts connections, not who made them: a late node, a
 // wrong port and a node launched with another --nnodes all look like "not
-// enough workers yet" or, worse, like enough. So every rank posts
-// "<WORLD_SIZE> <node> <address>" under trident/rdzv/<rank>. Every other rank
-// reads rank 0's entry and fails at once on a different WORLD_SIZE (posting
-// trident/rdzv/abort so rank 0 fails too); rank 0 waits for ranks
-// 1..world-1, names the missing ones when the rendezvous timeout passes, and
-// posts a verdict that the others wait for (bounded by the same deadline).
-// Every rank thus ends inside the timeout with a message naming nodes,
-// address and port.
-void join_rendezvous(c10d::Store& store, const WorldEnv& env, const std::string& address,
-                     std::chrono::milliseconds timeout) {
-  const Rendezvous rv{store, env, timeout, Clock::now() + timeout};
-  rv.post("trident/rdzv/" + std::to_string(env.rank),
-          std::to_string(env.world_size) + " " + std::to_string(env.node_rank) + " " + address);
+// enough workers yet" or, worse, like enough. So every rank other than 0 posts
+// "<WORLD_SIZE> <node> <address> <token>" (a fresh random token) and waits for
+// rank 0's acknowledgement of that token, which names the meeting (rank 0's
+// fresh random epoch) and carries rank 0's WORLD_SIZE: a rank with another
+// WORLD_SIZE fails at once and posts the meeting's abort so rank 0 fails too;
+// the others say they joined the meeting. Rank 0 waits for all of them, names
+// the missing ones when the rendezvous timeout passes, and posts a verdict that
+// the others wait for (bounded by the same deadline). Every rank thus ends
+// inside the timeout with a message naming nodes, address and port. Returns
+// the meeting's epoch.
+std::string join_rendezvous(c10d::Store& store, const WorldEnv& env, const std::string& address,
+                            std::chrono::milliseconds timeout) {
+  Rendezvous rv{store, env, timeout, Clock::now() + timeout, ""};
   if (env.rank != 0) {
-    check_rank0_world(rv);
+    join_as_peer(rv, address);
     await_verdict(rv);
-    return;
+    return rv.epoch;
   }
+  rv.epoch = random_token();
   Arrivals a = gather_arrivals(rv, address);
   if (!a.error.empty()) throw std::runtime_error(a.error);
   // One line that shows where every rank listens: on a cluster, the first
@@ -345,6 +379,7 @@ void join_rendezvous(c10d::Store& store, const WorldEnv& env, const std::string&
   }
   std::cout << "rendezvous at " << store_address(env) << ": " << env.world_size << " ranks joined (" << where << ")"
             << std::endl;
+  return rv.epoch;
 }
 
 }  // namespace
@@ -386,6 +421,18 @@ WorldEnv read_world_env() {
     // default port 29500 is agreed on by all; elsewhere the launcher sets it.
     throw std::runtime_error("WORLD_SIZE is " + std::to_string(env.world_size) +
                              " but MASTER_PORT is not set (use `trident launch`)");
+  }
+  // torchrun names the attempt; `trident launch --max-restarts` does the same under its own name.
+  if (const char* n = env_or_null("TORCHELASTIC_RESTART_COUNT"))
+    env.restart = parse_int_env("TORCHELASTIC_RESTART_COUNT", n);
+  else if (const char* t = env_or_null("TRIDENT_RESTART_COUNT"))
+    env.restart = parse_int_env("TRIDENT_RESTART_COUNT", t);
+  if (const char* a = env_or_null("TORCHELASTIC_USE_AGENT_STORE")) {
+    const std::string v = a;
+    if (v == "True" || v == "true" || v == "1")
+      env.agent_store = true;
+    else if (v != "False" && v != "false" && v != "0")
+      throw std::runtime_error("TORCHELASTIC_USE_AGENT_STORE='" + v + "' is not True or False");
   }
   if (const char* t = env_or_null("TRIDENT_RDZV_TIMEOUT_S")) {
     char* end = nullptr;
@@ -455,9 +502,21 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const WorldEnv& env, const std::strin
   // which nodes got this far and where they are looking for rank 0.
   if (env.local_rank == 0)
     std::cout << describe_place(env) << " joins the rendezvous at " << store_address(env) << " (listening on "
-              << address << ", timeout " << seconds_text(timeout) << ")" << std::endl;
-  auto store = connect_store(env, timeout);
-  join_rendezvous(*store, env, address, timeout);
+              << address << ", timeout " << seconds_text(timeout)
+              << (env.restart > 0 ? ", restart " + std::to_string(env.restart) : std::string())
+              << (env.agent_store ? ", the launcher's store" : "") << ")" << std::endl;
+  // NOTE [restart attempts]
+  // torchrun's agent hosts the store and keeps it across restarts, so the keys an
+  // earlier attempt left (its rendezvous entries and verdict, every group's Gloo
+  // addresses) are still there when the restarted ranks arrive: read as they are,
+  // they send the new ranks to the dead ranks' ports. The restart count cannot name
+  // the attempt: under c10d's rendezvous an agent restarts healthy workers on a
+  // membership change without counting it, so nodes disagree on it. So rank 0
+  // names each meeting with a fresh random epoch (NOTE [rendezvous]), and every key
+  // after the rendezvous (the groups') lives under "run-<epoch>/".
+  auto base = connect_store(env, timeout);
+  const std::string epoch = join_rendezvous(*base, env, address, timeout);
+  c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::PrefixStore>("run-" + epoch + "/", base);
   return store;
 }
 

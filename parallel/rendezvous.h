@@ -23,6 +23,15 @@ struct WorldEnv {
   // from TRIDENT_RDZV_TIMEOUT_S (`trident launch --rdzv-timeout`); 0 means
   // "the collective timeout", as before the launcher had the option.
   std::chrono::milliseconds rdzv_timeout{0};
+  // Which attempt of a restarted job this is (TORCHELASTIC_RESTART_COUNT under
+  // torchrun, TRIDENT_RESTART_COUNT under `trident launch --max-restarts`; 0
+  // when neither is set): for messages and TRIDENT_FAULT; the store keys of
+  // an attempt are told apart otherwise (NOTE [restart attempts]).
+  int restart = 0;
+  // TORCHELASTIC_USE_AGENT_STORE=True: torchrun's agent already hosts the store
+  // at MASTER_ADDR:MASTER_PORT, and it outlives restarts; rank 0 is then a
+  // client like every other rank.
+  bool agent_store = false;
 };
 
 // Reads the environment; no variables at all means a single process.
@@ -44,10 +53,11 @@ std::string local_address_toward(const std::string& host, int port);
 // MASTER_ADDR, else local_address_toward(MASTER_ADDR).
 std::string listen_address(const WorldEnv& env);
 
-// Connects to (rank 0: hosts) the store at MASTER_ADDR:MASTER_PORT and checks
+// Connects to (rank 0: hosts, unless the agent's store is used) the store at MASTER_ADDR:MASTER_PORT and checks
 // that every rank of the same WORLD_SIZE arrived, all within `timeout`
 // (NOTE [rendezvous]). `address` is this rank's listen_address, published
-// for rank 0's summary line. Throws std::runtime_error naming node, address
+// for rank 0's summary line. The store returned is scoped to this meeting
+// (NOTE [restart attempts]). Throws std::runtime_error naming node, address
 // and port. Only for world_size > 1.
 c10::intrusive_ptr<c10d::Store> rendezvous(const WorldEnv& env, const std::string& address,
                                            std::chrono::milliseconds timeout);

@@ -42,9 +42,13 @@ const std::vector<Key>& keys() {
       {"compute", "peak_tflops_fp32", Key::Real, nullptr, nullptr, &Cluster::peak_tflops_fp32, 0, false,
        "dense fp32 peak per device, TFLOP/s (0: not given)"},
       {"compute", "gemm_efficiency", Key::Real, nullptr, nullptr, &Cluster::gemm_efficiency, 0, true,
-       "fraction of the peak a large GEMM reaches, in (0, 1]"},
+       "fraction of the peak the best-shaped large GEMMs reach (a matmul measurement), in (0, 1]"},
+      {"compute", "attention_efficiency", Key::Real, nullptr, nullptr, &Cluster::attention_efficiency, 0, false,
+       "fraction of the peak a fused attention kernel reaches on the FLOPs it executes, in (0, 1] (0: gemm_efficiency)"},
       {"compute", "memory_bandwidth_gbs", Key::Real, nullptr, nullptr, &Cluster::memory_bandwidth_gbs, 0, true,
        "device memory bandwidth, GB/s"},
+      {"compute", "gemm_fixed_us", Key::Real, nullptr, nullptr, &Cluster::gemm_fixed_us, 0, false,
+       "time of one GEMM call beyond its FLOPs or bytes (launch, prologue, last partial wave), microseconds"},
       {"compute", "action_overhead_us", Key::Real, nullptr, nullptr, &Cluster::action_overhead_us, 0, false,
        "host overhead per pipeline action, microseconds"},
       {"compute", "gpt_layer_forward_us", Key::Real, nullptr, nullptr, &Cluster::gpt_layer_forward_us, 0, false,
@@ -129,6 +133,9 @@ void check(const Cluster& c, const std::string& where) {
   if (c.gemm_efficiency > 1.0)
     throw PlanError(where + ": compute.gemm_efficiency = " + std::to_string(c.gemm_efficiency) +
                     ": expected a fraction in (0, 1]");
+  if (c.attention_efficiency > 1.0)
+    throw PlanError(where + ": compute.attention_efficiency = " + std::to_string(c.attention_efficiency) +
+                    ": expected a fraction in (0, 1] (or 0: gemm_efficiency)");
   if (c.peak_tflops_bf16 == 0 && c.peak_tflops_fp32 == 0)
     throw PlanError(where + ": [compute] gives neither peak_tflops_bf16 nor peak_tflops_fp32: expected at least one > 0");
 }

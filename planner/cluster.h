@@ -19,8 +19,11 @@ struct Cluster {
   double compute_slots_per_node = 0;  // [cluster] devices' worth of compute a node has (0: devices_per_node)
   double peak_tflops_bf16 = 0.0;    // [compute] dense peak in bf16 (0 = no bf16 figure given)
   double peak_tflops_fp32 = 0.0;    // [compute] dense peak in fp32 (0 = no fp32 figure given)
-  double gemm_efficiency = 1.0;     // [compute] fraction of the peak a large GEMM reaches
+  double gemm_efficiency = 1.0;     // [compute] fraction of the peak the best-shaped large GEMMs reach
+  double attention_efficiency = 0.0;  // [compute] fraction of the peak a fused attention kernel reaches on
+                                      // the FLOPs it executes (0: gemm_efficiency)
   double memory_bandwidth_gbs = 1000.0;  // [compute] device memory bandwidth (the optimizer step is bound by it)
+  double gemm_fixed_us = 0.0;            // [compute] time of one GEMM call beyond its roofline
   double action_overhead_us = 0.0;       // [compute] host overhead per pipeline action (F, B, I or W of one chunk)
   // [compute] host time of one transformer layer's forward and backward beyond its FLOPs (the
   // per-operator dispatch that dominates small layers), per model family; 0 = none.

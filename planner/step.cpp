@@ -51,6 +51,20 @@ double ring_allreduce(double bytes, int n, const Link& k, int calls = 1) {
   return 2.0 * (n - 1) / n * bytes / (k.gbs * 1e9) + 2.0 * (n - 1) * k.lat_us * 1e-6 + calls * k.call_us * 1e-6;
 }
 
+// NOTE [hierarchical ring] A data-parallel group of dp ranks, tp apart (NOTE [rank order] in
+// parallel/layout.h), so k = devices_per_node / tp of them share a node. Inside one node: the node's
+// link. Across nodes NCCL runs a ring per channel and spreads the channels over the NICs of the group's
+// GPUs on each node; every ring crosses each node boundary once each way, so the k ranks' k NICs carry
+// the inter-node traffic in parallel: a per-rank ring bandwidth of min(intra, k x inter), at the
+// inter-node latency per step.
+Link dp_link(const Cluster& c, int tp, int dp) {
+  if (static_cast<int64_t>(tp) * dp <= c.devices_per_node) return link(c, true);
+  const int k = std::max(1, std::min(dp, c.devices_per_node / std::max(1, tp)));
+  Link out = link(c, false);
+  out.gbs = std::min(c.intra_bandwidth_gbs, k * c.inter_bandwidth_gbs);
+  return out;
+}
+
 int chunks_of(const Layout& l) { return l.chunks > 0 ? l.chunks : sched::default_chunks(l.schedule); }
 
 std::vector<int> layers_per_stage(const ModelConfig& m, const Layout& l) {
@@ -82,6 +96,8 @@ Layout parse_layout(const std::string& text, int gpus) {
     else if (k == "mbs") l.micro_batch = parse_int(k, v);
     else if (k == "zero") l.zero = parse_int(k, v);
     else if (k == "sp") l.sequence_parallel = parse_int(k, v) != 0;
+    else if (k == "first") l.first_layers = parse_int(k, v);
+    else if (k == "last") l.last_layers = parse_int(k, v);
     else if (k == "schedule") l.schedule = v;
     else if (k == "recompute") l.recompute = v;
     else if (k == "layers") {
@@ -90,7 +106,7 @@ Layout parse_layout(const std::string& text, int gpus) {
       while (std::getline(ls, n, '+')) l.layers.push_back(parse_int(k, n));
     } else {
       throw PlanError("--layout '" + text + "': unknown key '" + k +
-                      "': expected tp, pp, dp, schedule, chunks, mbs, recompute, zero, sp, layers");
+                      "': expected tp, pp, dp, schedule, chunks, mbs, recompute, zero, sp, layers, first, last");
     }
   }
   if (l.tp < 1 || l.pp < 1) throw PlanError("--layout '" + text + "': tp and pp must be >= 1");
@@ -106,6 +122,10 @@ Layout parse_layout(const std::string& text, int gpus) {
                     std::to_string(l.dp) + ") = " + std::to_string(l.tp * l.pp * l.dp) + " but --gpus " +
                     std::to_string(gpus));
   if (l.micro_batch < 1) throw PlanError("--layout '" + text + "': mbs must be >= 1");
+  if (l.tp == 1) l.sequence_parallel = false;  // nothing to shard over: off, as Megatron treats it
+  if (l.first_layers < 0 || l.last_layers < 0) throw PlanError("--layout '" + text + "': first and last must be >= 1");
+  if ((l.first_layers || l.last_layers) && !l.layers.empty())
+    throw PlanError("--layout '" + text + "': give layers=A+B+.. or first=/last=, not both");
   if (l.zero != 0 && l.zero != 1) throw PlanError("--layout '" + text + "': zero must be 0 or 1");
   if (l.recompute != "none" && l.recompute != "full" && l.recompute != "selective")
     throw PlanError("--layout '" + text + "': recompute=" + l.recompute + ": expected none, selective or full");
@@ -130,8 +150,67 @@ std::string layout_text(const Layout& l) {
   return out;
 }
 
-void check_layout(const Problem& pr, const Layout& l) {
+Runtime runtime_named(const std::string& name) {
+  Runtime r;
+  r.name = name;
+  if (name == "trident") {
+    r.description = "trident: gradients reduced bucket by bucket in the last backward (overlap_grad_reduce), "
+                    "ZeRO-1's all-gather after the step (exposed), TP collectives exposed";
+  } else if (name == "megatron") {
+    r.attention = AttentionKernel::Flash;
+    r.gather_during_forward = r.tp_comm_overlap = r.megatron_buckets = true;
+    r.description = "megatron: --overlap-grad-reduce (reduce-scatter per bucket in the last backward), "
+                    "--overlap-param-gather (all-gather per bucket in the next forward), --tp-comm-overlap, "
+                    "flash attention";
+  } else if (name == "megatron-2021") {
+    r.attention = AttentionKernel::Unfused;
+    r.grads_during_backward = false;
+    r.description = "megatron-2021: one gradient all-reduce after the pipeline flush, collectives exposed, "
+                    "unfused attention (bmm, softmax, dropout)";
+  } else {
+    throw PlanError("runtime '" + name + "': expected trident, megatron or megatron-2021");
+  }
+  return r;
+}
+
+Layout resolve_layers(const ModelConfig& m, Layout l) {
+  const int stages = l.pp * chunks_of(l);
+  const std::string at = "layout " + layout_text(l) + ": ";
+  if ((l.first_layers || l.last_layers) && stages < 2)
+    throw PlanError(at + "first= and last= need pp x chunks > 1 (one stage holds every layer)");
+  if (!l.layers.empty() || stages < 2) return l;
+  const int64_t total = m.layers;
+  if (l.first_layers || l.last_layers) {
+    // Megatron's rule: the given ends, the rest spread evenly over the stages between.
+    const int ends = (l.first_layers ? 1 : 0) + (l.last_layers ? 1 : 0);
+    const int64_t rest = total - l.first_layers - l.last_layers, middle = stages - ends;
+    if (middle < 1 ? rest != 0 : (rest < middle || rest % middle != 0))
+      throw PlanError(at + "model.layers = " + std::to_string(total) + " less first/last leaves " +
+                      std::to_string(rest) + ", not a positive multiple of the " + std::to_string(middle) +
+                      " other stages");
+    std::vector<int> out(stages, middle > 0 ? static_cast<int>(rest / middle) : 0);
+    if (l.first_layers) out.front() = l.first_layers;
+    if (l.last_layers) out.back() = l.last_layers;
+    l.layers = out;
+  } else if (total % stages != 0 && total >= stages) {
+    // The planner's split: floor(L / S) each, the remainder one layer more on the middle stages first
+    // (the first holds the embedding, the last the LM head's GEMM), then on the first, then the last.
+    std::vector<int> out(stages, static_cast<int>(total / stages));
+    int64_t extra = total % stages;
+    std::vector<int> order;
+    for (int i = 1; i + 1 < stages; ++i) order.push_back(i);
+    order.push_back(0);
+    order.push_back(stages - 1);
+    for (size_t i = 0; extra > 0; ++i, --extra) ++out[order[i]];
+    l.layers = out;
+  }
+  l.first_layers = l.last_layers = 0;
+  return l;
+}
+
+void check_layout(const Problem& pr, const Layout& given) {
   const ModelConfig& m = pr.model;
+  const Layout l = resolve_layers(m, given);
   const std::string at = "layout " + layout_text(l) + ": ";
   const int devices = l.tp * l.pp * l.dp;
   if (devices > pr.cluster.devices())
@@ -141,7 +220,6 @@ void check_layout(const Problem& pr, const Layout& l) {
                              {"ffn_hidden", m.ffn()}, {"hidden", m.hidden}})
     if (value % l.tp != 0)
       throw PlanError(at + "tp(" + std::to_string(l.tp) + ") does not divide model." + name + " = " + std::to_string(value));
-  if (l.sequence_parallel && l.tp == 1) throw PlanError(at + "sp=1 needs tp > 1");
   if (l.sequence_parallel && m.seq_len % l.tp != 0)
     throw PlanError(at + "sequence parallelism: tp(" + std::to_string(l.tp) + ") does not divide model.seq_len = " +
                     std::to_string(m.seq_len));
@@ -160,7 +238,7 @@ void check_layout(const Problem& pr, const Layout& l) {
       throw PlanError(at + "layers sum to " + std::to_string(sum) + ", model.layers = " + std::to_string(m.layers));
   } else if (m.layers % (l.pp * v) != 0) {
     throw PlanError(at + "model.layers = " + std::to_string(m.layers) + " is not a multiple of pp x chunks = " +
-                    std::to_string(l.pp * v) + ": give layers=A+B+... for an uneven split");
+                    std::to_string(l.pp * v) + ": give layers=A+B+... or first=/last= for an uneven split");
   }
   if (pr.profile) {
     check_profile_matches(*pr.profile, m, pr.precision);
@@ -177,8 +255,10 @@ void check_layout(const Problem& pr, const Layout& l) {
   }
 }
 
-Estimate evaluate(const Problem& pr, const Layout& l) {
+Estimate evaluate(const Problem& pr, const Layout& given) {
+  const Layout l = resolve_layers(pr.model, given);
   check_layout(pr, l);
+  const Runtime rt = runtime_named(pr.runtime);
   const ModelConfig& m = pr.model;
   const Cluster& c = pr.cluster;
   const int v = chunks_of(l), stages = l.pp * v, e = elem_bytes(pr.precision);
@@ -187,21 +267,34 @@ Estimate evaluate(const Problem& pr, const Layout& l) {
   // A profile measured how this model shares the machine it ran on: 2 ranks' worth of compute over its slowdown.
   const double slow = c.compute_sharing(static_cast<int64_t>(l.tp) * l.pp * l.dp,
                                         pr.profile ? 2 / pr.profile->at(l.micro_batch).pipeline_slowdown : 0.0);
-  const double rate = c.peak_tflops(pr.precision) * c.gemm_efficiency * 1e12 / slow;  // FLOP/s per device
+  Device dev;  // every compute cost stretched alike by the sharing
+  dev.peak_flops = c.peak_tflops(pr.precision) * 1e12 / slow;
+  dev.gemm_efficiency = c.gemm_efficiency;
+  dev.attention_efficiency = c.attention_efficiency > 0 ? c.attention_efficiency : c.gemm_efficiency;
+  dev.memory_bytes_per_s = c.memory_bandwidth_gbs * 1e9 / slow;
+  dev.gemm_fixed_s = c.gemm_fixed_us * 1e-6 * slow;
+  dev.elem_bytes = e;
   const double t = l.tp, ov0 = c.action_overhead_us * 1e-6, ov = ov0 * slow;
   const double msg = static_cast<double>(l.micro_batch * m.seq_len * m.hidden) * e;  // (b, s, h) activation
+  const bool sp = l.sequence_parallel && l.tp > 1;
 
+  const LayerTimes lt = layer_times(m, l.micro_batch, l.tp, sp, rt.attention, dev);
+  const HeadTimes ht = head_times(m, l.micro_batch, l.tp, rt.attention, dev);
   // Tensor parallelism: 2 all-reduces (or all-gather + reduce-scatter pairs with SP: the same volume
   // in twice the calls) in each layer's forward and 2 in its backward (Shoeybi et al. 2019); inside a
-  // node unless tp exceeds it.
+  // node unless tp exceeds it. With --tp-comm-overlap (SP only) each all-gather and reduce-scatter is
+  // split into tp chunks pipelined with the GEMM it feeds or drains (the backward's input-gradient
+  // GEMMs have the forward's shapes).
   const bool tp_intra = l.tp <= c.devices_per_node && c.devices_per_node % l.tp == 0;
   const Link tl = link(c, tp_intra);
-  const double tp_pass = l.tp > 1 ? 2 * ring_allreduce(msg, l.tp, tl, l.sequence_parallel ? 2 : 1) : 0.0;
-
-  const LayerFlops lf = layer_flops(m, l.micro_batch);
-  const double hf = head_flops(m, l.micro_batch, l.tp);
-  const double rec_gemm = l.recompute == "full" ? lf.forward() / t / rate
-                          : l.recompute == "selective" ? lf.attention / t / rate : 0.0;
+  double tp_pass = l.tp > 1 ? 2 * ring_allreduce(msg, l.tp, tl, sp ? 2 : 1) : 0.0;
+  if (l.tp > 1 && sp && rt.tp_comm_overlap) {
+    const double one = ring_allreduce(msg, l.tp, tl, 2) / 2;  // one all-gather or reduce-scatter
+    tp_pass = 0;
+    for (double g : {lt.gemm_qkv, lt.gemm_proj, lt.gemm_fc1, lt.gemm_fc2}) tp_pass += exposed_chunked(one, g, l.tp);
+  }
+  const double layer_f = lt.gemm_f + lt.attn_f + lt.elem_f, layer_i = lt.gemm_i + lt.attn_b + lt.elem_b;
+  const double rec_gemm = l.recompute == "full" ? layer_f : l.recompute == "selective" ? lt.attn_f : 0.0;
   const double rec_tp = l.recompute == "full" ? tp_pass : 0.0;
 
   const std::vector<int> nl = layers_per_stage(m, l);
@@ -265,9 +358,9 @@ Estimate evaluate(const Problem& pr, const Layout& l) {
       parts[vs].gemm = f + i + w - parts[vs].tp - parts[vs].rec - parts[vs].over;
       continue;
     }
-    double f = n * (lf.forward() / t / rate + tp_pass) + (last ? hf / t / rate : 0);
-    double w = n * lf.weight_grad() / t / rate + (last ? hf / t / rate : 0);
-    double i = n * (lf.input_grad() / t / rate + tp_pass + rec_gemm + rec_tp) + (last ? hf / t / rate : 0);
+    double f = n * (layer_f + tp_pass) + (last ? ht.gemm + ht.loss_f : 0);
+    double w = n * lt.gemm_w + (last ? ht.gemm : 0);
+    double i = n * (layer_i + tp_pass + rec_gemm + rec_tp) + (last ? ht.gemm + ht.loss_b : 0);
     // Host time per layer beyond its FLOPs: the forward's once more for a fully recomputed layer.
     const double host_f = n * layer_host.first, host_i = n * (layer_host.second + (l.recompute == "full" ? layer_host.first : 0));
     const double overhead = ov * (split_w ? 3 : 2) + host_f + host_i;
@@ -305,8 +398,7 @@ Estimate evaluate(const Problem& pr, const Layout& l) {
 
   // Per pipeline rank: parameters, the DP reduce, the optimizer, memory.
   const ParamCounts pc = param_counts(m, l.tp, l.pp > 1);
-  const bool dp_intra = static_cast<int64_t>(l.tp) * l.dp <= c.devices_per_node;
-  const Link dl = link(c, dp_intra);
+  const Link dl = dp_link(c, l.tp, l.dp);
   const double layer_act = layer_activation_bytes(m, l.micro_batch, l.tp, l.sequence_parallel, l.recompute, e);
   const double head_act = static_cast<double>(l.micro_batch * m.seq_len) *
                           (static_cast<double>(m.padded_vocab(l.tp)) / t * e + static_cast<double>(m.hidden) * e);
@@ -321,7 +413,7 @@ Estimate evaluate(const Problem& pr, const Layout& l) {
   for (int r = 0; r < l.pp; ++r)
     if (st.busy[r] > st.busy[busiest]) busiest = r;
   for (int r = 0; r < l.pp; ++r) {
-    double params = 0, act_chunk = 0, backward_one = 0;
+    double params = 0, act_chunk = 0, backward_one = 0, forward_one = 0;
     for (int ch = 0; ch < v; ++ch) {
       const int vs = s.stage_of(r, ch);
       params += nl[vs] * static_cast<double>(pc.layer);
@@ -329,6 +421,7 @@ Estimate evaluate(const Problem& pr, const Layout& l) {
       if (vs == stages - 1) params += static_cast<double>(pc.head) - (tied_on_one_rank ? head_copy : 0.0);
       act_chunk = std::max(act_chunk, nl[vs] * layer_act + (vs == stages - 1 ? head_act : 0.0));
       backward_one += costs.stage_costs[vs].backward * 1e-3;
+      forward_one += costs.stage_costs[vs].forward * 1e-3;
     }
     RankMemory rm;
     rm.params = params * (pr.precision == "bf16" ? 6 : 4);  // fp32 master (+ bf16 compute copy)
@@ -339,21 +432,32 @@ Estimate evaluate(const Problem& pr, const Layout& l) {
     rm.boundary = l.pp > 1 ? 2 * msg : 0.0;
     est.memory.push_back(rm);
 
-    // Data parallelism: fp32 gradients reduced in buckets; with ZeRO-1 a reduce-scatter and, after the
-    // step, an all-gather of the updated parameters that nothing hides.
+    // Data parallelism: fp32 gradients reduced in buckets (NOTE [runtimes] says when and how big): a ring
+    // all-reduce per bucket, or with ZeRO-1 a reduce-scatter per bucket and an all-gather of the
+    // updated parameters per bucket, each half the volume and the steps of the all-reduce but a call of
+    // its own. What overlaps is exposed as NOTE [bucketed overlap] says: the reduction behind this
+    // rank's last backward and the idle time after it, the gather behind the next step's idle start
+    // and first forward.
     double dp_s = 0;
     if (l.dp > 1) {
-      const double g = params * 4, buckets = std::ceil(g / bucket);
-      // A ring all-reduce per bucket; ZeRO-1 instead a reduce-scatter per bucket and, after the step, an
-      // all-gather per bucket, each half the volume and the steps of the all-reduce but a call of its own.
-      const double n = l.dp, f = std::min(g, bucket) / g;
-      const double vol = 2 * (n - 1) / n * g / (dl.gbs * 1e9), lat = 2 * (n - 1) * dl.lat_us * 1e-6,
-                   call = dl.call_us * 1e-6;
-      const double half = vol / 2 + buckets * (lat / 2 + call);
-      const double reduce = l.zero ? half : vol + buckets * (lat + call);
-      const double one_bucket = l.zero ? vol * f / 2 + lat / 2 + call : vol * f + lat + call;
-      dp_s = pr.overlap_grad_reduce ? std::max(one_bucket, reduce - backward_one) : reduce;
-      if (l.zero) dp_s += half;
+      const double n = l.dp, grads = params * 4;
+      const double per_bucket = rt.megatron_buckets ? std::max(4e7, 1e6 * n) * 4 : bucket;
+      const double buckets = rt.grads_during_backward ? std::max(1.0, std::ceil(grads / per_bucket)) : 1.0;
+      auto one = [&](double bytes, double share) {  // share 1: all-reduce, 1/2: reduce-scatter or all-gather
+        return share * 2 * (n - 1) / n * bytes / buckets / (dl.gbs * 1e9) + share * 2 * (n - 1) * dl.lat_us * 1e-6 +
+               dl.call_us * 1e-6;
+      };
+      const double reduce = one(grads, l.zero ? 0.5 : 1.0);
+      const bool overlap = rt.grads_during_backward && (rt.name != "trident" || pr.overlap_grad_reduce);
+      const double tail = (st.step_time - st.end[r]) * 1e-3, head = st.first_start[r] * 1e-3;
+      dp_s = overlap ? exposed_after_window(reduce, static_cast<int64_t>(buckets), backward_one + tail)
+                     : buckets * reduce;
+      if (l.zero) {
+        const double gather = one(rt.megatron_buckets ? params * e : grads, 0.5);
+        dp_s += rt.gather_during_forward
+                    ? exposed_after_window(gather, static_cast<int64_t>(buckets), forward_one + head)
+                    : buckets * gather;
+      }
     }
     // With a profile: its measured step overhead (the whole model on one rank) in the share of the
     // model's parameters this pipeline rank updates. Host-bound work (per tensor, loading, logging)

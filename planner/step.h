@@ -12,6 +12,7 @@
 
 #include "core/config.h"
 #include "planner/cluster.h"
+#include "planner/compute_cost.h"
 #include "planner/profile.h"
 
 namespace trident::plan {
@@ -25,9 +26,15 @@ struct Layout {
   std::string recompute = "none";  // none | selective | full
   int zero = 0;                    // 0 or 1
   std::vector<int> layers;         // layers per virtual stage (pp * chunks), empty = uniform
+  // Megatron's uneven rule (decoder_first/last_pipeline_num_layers): the first and last virtual stage
+  // hold these many layers (0: not given), the others split the rest evenly. Resolved into `layers`
+  // by check_layout's caller (resolve_layers); a split the planner picks is printed the same way.
+  int first_layers = 0, last_layers = 0;
 };
 
 // "tp=8,pp=4,dp=32,schedule=interleaved,chunks=2,mbs=1,recompute=full,zero=1,sp=1,layers=3+5"
+// (or first=N,last=M in place of layers; sp=1 at tp=1 is sequence parallelism off, as Megatron
+// treats it)
 // (keys in any order, each at most once, all optional; dp = -1 or absent means
 // what the GPU count leaves). Throws PlanError naming the item.
 Layout parse_layout(const std::string& text, int gpus);
@@ -65,6 +72,33 @@ struct Estimate {
   bool fits = false;               // peak_memory <= device memory
 };
 
+// NOTE [runtimes] Which implementation the step model predicts. The same closed forms, with what each
+// runtime overlaps and which kernels it runs:
+//   trident        Trident today (framework/, parallel/): gradients reduced bucket by bucket during
+//                  the last backward (parallel.overlap_grad_reduce); ZeRO-1's parameter all-gather after
+//                  the optimizer step, nothing hiding it (ZeroOptimizer::step); tensor-parallel
+//                  collectives exposed; the attention core at the GEMM rate, element-wise work in the
+//                  cluster's per-layer host time.
+//   megatron       Megatron-LM as its 2024 H100 table ran (README: --overlap-grad-reduce
+//                  --overlap-param-gather --tp-comm-overlap, distributed optimizer): fp32 gradients
+//                  reduce-scattered bucket by bucket during the last backward, bf16 parameters
+//                  all-gathered bucket by bucket during the next forward, buckets of max(4e7, 1e6 x dp)
+//                  parameters; with SP each tensor-parallel all-gather/reduce-scatter split into tp
+//                  chunks behind its GEMM; a fused causal attention kernel; fused element-wise kernels.
+//   megatron-2021  Megatron-LM as Narayanan et al. 2021 ran it: one gradient all-reduce after the
+//                  pipeline flush (its local DDP), no ZeRO, collectives exposed, attention as two bmm's
+//                  around a fused scale-mask-softmax, dropout.
+struct Runtime {
+  std::string name;
+  AttentionKernel attention = AttentionKernel::Gemm;
+  bool grads_during_backward = true;  // false: after the backward, exposed
+  bool gather_during_forward = false; // ZeRO-1's all-gather hidden by the next forward
+  bool tp_comm_overlap = false;       // SP collectives chunked behind their GEMMs
+  bool megatron_buckets = false;      // max(4e7, 1e6 x dp) parameters per bucket, bf16 gather
+  std::string description;            // one line for the printed plan
+};
+Runtime runtime_named(const std::string& name);  // throws PlanError listing the names
+
 // The run being planned: a model, its precision, the cluster, the global batch.
 struct Problem {
   ModelConfig model;
@@ -73,6 +107,7 @@ struct Problem {
   int64_t global_batch = 1;
   bool overlap_grad_reduce = true;
   double dp_bucket_mb = 25.0;
+  std::string runtime = "trident";  // NOTE [runtimes]
   int64_t log_interval = 1;  // logging.log_interval: a logged step also reduces the loss and gathers the
                              // pipeline's busy times
   // Measured per-piece compute of this model (NOTE [measured profile]); without it compute is FLOPs at
@@ -83,6 +118,10 @@ struct Problem {
 // Throws PlanError when the layout does not fit the model, the batch or the
 // cluster (naming the factor), or the schedule does not support (p, m, v).
 void check_layout(const Problem& pr, const Layout& l);
+// `l` with first=/last= (or, when the layers do not divide pp x chunks, a split the planner picks:
+// the remainder spread one layer each over the middle stages first, as evenly as it goes) written out
+// into `layers`; unchanged when the layers divide or are given.
+Layout resolve_layers(const ModelConfig& m, Layout l);
 Estimate evaluate(const Problem& pr, const Layout& l);
 
 }  // namespace trident::plan

@@ -72,6 +72,7 @@ class Runner {
     pc_.assign(p_, 0);
     clock_.assign(p_, 0.0);
     busy_.assign(p_, 0.0);
+    first_start_.assign(p_, -1.0);
     alive_.assign(p_, 0);
     peak_.assign(p_, 0);
     waiting_.assign(p_, -1);
@@ -95,10 +96,13 @@ class Runner {
     TimelineStats st;
     st.busy = busy_;
     st.peak_inflight = peak_;
+    st.first_start = first_start_;
+    st.end = clock_;
     for (double c : clock_) st.step_time = std::max(st.step_time, c);
     double idle = 0;
     for (double b : busy_) idle += st.step_time - b;
     st.bubble_fraction = st.step_time > 0 ? idle / (p_ * st.step_time) : 0.0;
+    st.span_bubble_fraction = span_bubble(busy_, first_start_, clock_);
     return st;
   }
   Timeline take_timeline() { return std::move(timeline_); }
@@ -221,6 +225,7 @@ class Runner {
         if (a.kind == ActionKind::F && stage < S_ - 1) deliver(0, stage + 1, a.mb, end + link(r, stage + 1, stage), todo);
         if (is_backward(a.kind) && stage > 0) deliver(1, stage - 1, a.mb, end + link(r, stage - 1, stage - 1), todo);
       }
+      if (first_start_[r] < 0) first_start_[r] = start;
       busy_[r] += end - start;
       clock = end;
       ++pc;
@@ -261,7 +266,7 @@ class Runner {
   std::vector<double> cost_;         // [kind F,B,I,W][stage]
   std::vector<double> latency_;      // [boundary s -> s+1]
   std::vector<size_t> pc_;
-  std::vector<double> clock_, busy_;
+  std::vector<double> clock_, busy_, first_start_;  // first_start_: when the rank's first compute started (-1: none yet)
   std::vector<int> alive_, peak_, blocked_at_;
   std::vector<int64_t> waiting_;     // per rank: the message key it waits for, -1 = runnable
   int messages_ = 0;

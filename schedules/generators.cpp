@@ -159,14 +159,60 @@ Schedule zb_h1(int p, int m) {
   return s;
 }
 
+// NOTE [zb-h2] ZB-H2 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024,
+// section 3.1): ZB-H1 with a longer warm-up and more W held back. Rank r runs
+// 2(p-r-1)+1 forwards before its first I: exactly as many as fit before the
+// first input gradient can come back to it when F = I = W, so rank 0 holds
+// 2p-1 micro-batches of activations (1F1B holds p) and never waits for it.
+// Then I, F, W in turn; rank r holds back its first 2r W, which fill the
+// cool-down: rank r starts one slot after rank r-1 and its I of the last
+// micro-batch must end one slot before rank r-1's, so counted from its own
+// end each rank runs that I two slots earlier than its upstream neighbour,
+// with two more W after it. With F = I = W every rank is
+// busy from its first action to its last (the paper's parallelogram; the
+// step still spans (p-1)F more than one rank's work, because rank r starts r
+// forwards late). The paper's Table 5 bubble rates for its 1.5B and 6.2B models come
+// out of the simulator to four digits, counted as the paper counts them
+// (TimelineStats::span_bubble_fraction; benchmarks/zero_bubble_paper.py, the
+// `reference` test ZeroBubblePaper).
+Schedule zb_h2(int p, int m) {
+  Schedule s = empty_schedule(p, m, 1);
+  for_each_rank(p, 3 * static_cast<size_t>(m) * p, [&](int r) {
+    auto& out = s.ranks[r];
+    out.reserve(3 * static_cast<size_t>(m) + 1);
+    // With m < 2p-1 the warm-up is cut short and the held-back W would only
+    // lengthen the tail: then hold back ZB-H1's r (never slower than ZB-H1,
+    // tests/unit/test_schedule_memory.cpp).
+    const int warmup = std::min(2 * (p - r - 1) + 1, m), deferred = m >= 2 * p - 1 ? 2 * r : r;
+    int next_f = 0, next_i = 0, next_w = 0;
+    while (next_f < warmup) out.push_back(act(ActionKind::F, next_f++));  // warm-up: up to 2p-1 in flight
+    while (next_f < m) {  // steady: I, F, then a W unless it is one of the first 2r
+      out.push_back(act(ActionKind::I, next_i++));
+      out.push_back(act(ActionKind::F, next_f++));
+      if (next_i > deferred) out.push_back(act(ActionKind::W, next_w++));
+    }
+    while (next_i < m) {  // cool-down: the remaining I, each with a W once past the held-back ones
+      out.push_back(act(ActionKind::I, next_i++));
+      if (next_i > deferred) out.push_back(act(ActionKind::W, next_w++));
+    }
+    while (next_w < m) out.push_back(act(ActionKind::W, next_w++));  // the held-back W fill the tail
+    out.push_back(reduce_grad(0));  // after the last W
+  });
+  return s;
+}
+
 const std::vector<std::string>& schedule_kinds() {
-  static const std::vector<std::string> kinds = {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipev"};
+  static const std::vector<std::string> kinds = {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "v-half", "v-min", "dualpipev"};
   return kinds;
 }
 
+bool v_kind(const std::string& kind) {
+  return kind == "zb-v" || kind == "v-half" || kind == "v-min" || kind == "dualpipev";
+}
+
 int default_chunks(const std::string& kind) {
-  if (kind == "zb-v" || kind == "dualpipev") return 2;
-  if (kind == "file" || std::find(schedule_kinds().begin(), schedule_kinds().end(), kind) != schedule_kinds().end()) return 1;
+  if (v_kind(kind)) return 2;
+  if (kind == "file" || kind == "zb-auto" || std::find(schedule_kinds().begin(), schedule_kinds().end(), kind) != schedule_kinds().end()) return 1;
   check_supported(kind, 1, 1, 1);  // throws, listing the kinds
   return 1;
 }
@@ -184,7 +230,7 @@ void check_supported(const std::string& kind, int p, int m, int v) {
     throw ScheduleError(describe(kind, p, m, v) + ": stages x microbatches x chunks = " + std::to_string(slots) +
                         " compute slots, expected at most " + std::to_string(kMaxSlots) +
                         " (about 0.8 GB of actions at that bound)");
-  if (kind == "gpipe" || kind == "1f1b" || kind == "zb-h1") {
+  if (kind == "gpipe" || kind == "1f1b" || kind == "zb-h1" || kind == "zb-h2") {
     if (v != 1) throw ScheduleError(describe(kind, p, m, v) + ": this kind has one chunk per rank, expected v=1");
     return;
   }
@@ -193,7 +239,7 @@ void check_supported(const std::string& kind, int p, int m, int v) {
       throw ScheduleError(describe(kind, p, m, v) + ": interleaved with v>1 needs at least as many microbatches as stages (m >= p)");
     return;
   }
-  if (kind == "zb-v" || kind == "dualpipev") {
+  if (v_kind(kind)) {
     if (v != 2)
       throw ScheduleError(describe(kind, p, m, v) + ": this kind runs two chunks per rank in a V, expected v=2 "
                           "(the default when no chunks are given)");
@@ -212,7 +258,10 @@ Schedule generate_compute(const std::string& kind, int p, int m, int v) {
   if (kind == "gpipe") return gpipe(p, m);
   if (kind == "1f1b") return one_f_one_b(p, m);
   if (kind == "zb-h1") return zb_h1(p, m);
+  if (kind == "zb-h2") return zb_h2(p, m);
   if (kind == "zb-v") return zb_v(p, m);
+  if (kind == "v-half") return v_half(p, m);
+  if (kind == "v-min") return v_min(p, m);
   if (kind == "dualpipev") return dualpipe_v(p, m);
   return interleaved(p, m, v);
 }

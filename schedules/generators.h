@@ -1,5 +1,5 @@
-// Schedule generators: GPipe, 1F1B, interleaved 1F1B, ZB-H1, ZB-V and
-// DualPipeV as pure action lists, plus the pass that inserts the send/recv
+// Schedule generators: GPipe, 1F1B, interleaved 1F1B, ZB-H1, ZB-H2, ZB-V,
+// V-Half, V-Min and DualPipeV as pure action lists, plus the pass that inserts the send/recv
 // actions the executor runs.
 #pragma once
 
@@ -17,16 +17,29 @@ Schedule gpipe(int p, int m);
 Schedule one_f_one_b(int p, int m);         // PipeDream-Flush
 Schedule interleaved(int p, int m, int v);  // Megatron interleaved 1F1B; v > 1 needs m >= p
 Schedule zb_h1(int p, int m);               // zero-bubble ZB-H1 (Qi et al. 2023)
+Schedule zb_h2(int p, int m);               // ZB-H2: up to 2p-1 micro-batches in flight, W fills the bubble
 Schedule zb_v(int p, int m);                // ZB-V: v = 2, V placement, I/W split (Qi et al. 2023/2024)
+Schedule v_half(int p, int m);              // V-Half: v = 2, V placement, about 1/2 of 1F1B's activations
+Schedule v_min(int p, int m);               // V-Min: v = 2, V placement, about 1/3 of 1F1B's activations
 Schedule dualpipe_v(int p, int m);          // DualPipeV's order: v = 2, V placement, m >= 2p (no overlap)
+
+// zb-auto (NOTE [zb-auto] in generators_auto.cpp): the best list of a family
+// between ZB-H1 and ZB-H2 for these costs, with at most memory_limit micro-
+// batches of activations in flight on any rank (p gives the paper's ZB-1p, 2p
+// its ZB-2p). Needs costs, so generate() does not build it; `trident schedule
+// --kind zb-auto --memory-limit N` does. Throws ScheduleError on a limit < 1.
+struct Costs;
+Schedule zb_auto(int p, int m, const Costs& costs, int memory_limit);
 
 // Every kind generate() accepts, in the order --help lists them.
 const std::vector<std::string>& schedule_kinds();
 
-// The chunks per rank a kind runs when none is asked for: 2 for zb-v and
-// dualpipev (they need exactly 2), 1 for every other kind, file included
+// The chunks per rank a kind runs when none is asked for: 2 for the V kinds
+// (zb-v, v-half, v-min, dualpipev: they need exactly 2), 1 for every other kind, file and zb-auto included
 // (whose v comes from the file). Throws ScheduleError for an unknown kind.
 int default_chunks(const std::string& kind);
+// True for the kinds that run two chunks per rank in a V (Placement::v).
+bool v_kind(const std::string& kind);
 
 // Throws ScheduleError naming kind, p, m, v when the combination is unsupported.
 void check_supported(const std::string& kind, int p, int m, int v);

@@ -1,8 +1,12 @@
-// The V-placed schedules: ZB-V and DualPipeV. Each rank holds chunk 0 (virtual
-// stage r) and chunk 1 (virtual stage 2p-1-r), NOTE [placement] in action.h.
+// The V-placed schedules: ZB-V, V-Half, V-Min and DualPipeV. Each rank holds
+// chunk 0 (virtual stage r) and chunk 1 (virtual stage 2p-1-r), NOTE
+// [placement] in action.h.
 #include <algorithm>
+#include <cstdint>
 #include <deque>
+#include <numeric>
 #include <stdexcept>
+#include <utility>
 
 #include "schedules/generators.h"
 
@@ -85,6 +89,99 @@ Schedule zb_v(int p, int m) {
   }
   return add_reduce_grad(std::move(s));  // each chunk's REDUCE_GRAD right after its last W
 }
+
+namespace {
+
+// One rank's time slots (one chunk pass each) and which are taken; next_free
+// finds the first free slot at or after t in near-constant time (union-find
+// over taken slots pointing to their successor).
+class SlotRow {
+ public:
+  int64_t take(int64_t t) {
+    t = find(t);
+    if (static_cast<size_t>(t) + 1 >= next_.size()) grow(t + 2);
+    next_[t] = t + 1;
+    return t;
+  }
+
+ private:
+  int64_t find(int64_t t) {
+    if (static_cast<size_t>(t) >= next_.size()) grow(t + 1);
+    int64_t root = t;
+    while (next_[root] != root) root = next_[root];
+    while (next_[t] != root) t = std::exchange(next_[t], root);  // path compression
+    return root;
+  }
+  void grow(int64_t size) {
+    const size_t old = next_.size();
+    next_.resize(std::max<size_t>(static_cast<size_t>(size), 2 * old));
+    std::iota(next_.begin() + static_cast<std::ptrdiff_t>(old), next_.end(), static_cast<int64_t>(old));
+  }
+  std::vector<int64_t> next_;
+};
+
+struct Slotted {
+  int64_t t;
+  Action a;
+};
+
+}  // namespace
+
+// NOTE [v-half and v-min] V-Half and V-Min (Qi et al., "Pipeline Parallelism
+// with Controllable Memory", 2024, arXiv 2405.15362): the V placement of
+// ZB-V with the activation memory of 1F1B cut to about a half and a third.
+// The paper builds them from a repeating building block; we place the same
+// kind of block by its timing, in slots of one chunk pass (F = I = W): micro-
+// batch k enters at slot max(2k, 6k - early) and its chain (F through the 2p
+// virtual stages, then I back through them) takes on each rank the first free
+// slot after its predecessor; then each rank's W take the first free slot
+// after their I. A rank does 6 passes per micro-batch, so entering every 6
+// slots is the steady state: with early = 0 (V-Min) no chain ever waits
+// unless 3 divides p, and a micro-batch's activations live on rank r for
+// (4p-2r) + (2r+2) slots, i.e. about (4p+2)/6 chunk activations, a third of
+// 1F1B's 2p; the fill costs about 2/3 of 1F1B's bubble. early = p+1 (V-Half)
+// lets the first micro-batches in faster (every 2 slots), about p chunk
+// activations in flight and half of 1F1B's bubble. Each rank's list is its
+// slots in time order, so with equal costs the simulator reproduces the slot
+// timing and the lists are deadlock-free (the validator checks them anyway);
+// other costs keep the order. Any m >= 1 (tests/unit/test_schedule_memory.cpp
+// checks memory and bubble against the paper's ratios).
+Schedule v_controlled(const std::string& kind, int p, int m, int early) {
+  check_supported(kind, p, m, 2);
+  Schedule s = empty_schedule(p, m, 2, Placement::v);
+  const int stages = 2 * p;
+  std::vector<SlotRow> rows(static_cast<size_t>(p));
+  std::vector<std::vector<Slotted>> out(static_cast<size_t>(p));
+  auto rank_of = [&](int st) { return st < p ? st : stages - 1 - st; };
+  for (int k = 0; k < m; ++k) {
+    int64_t t = std::max<int64_t>(2 * int64_t{k}, 6 * int64_t{k} - early);
+    for (int st = 0; st < stages; ++st) {  // forward down the V and back up
+      const int r = rank_of(st);
+      t = rows[r].take(t);
+      out[r].push_back({t++, Action(ActionKind::F, k, st < p ? 0 : 1)});
+    }
+    for (int st = stages - 1; st >= 0; --st) {  // input gradients back
+      const int r = rank_of(st);
+      t = rows[r].take(t);
+      out[r].push_back({t++, Action(ActionKind::I, k, st < p ? 0 : 1)});
+    }
+  }
+  for (int r = 0; r < p; ++r) {
+    auto& list = out[r];
+    std::sort(list.begin(), list.end(), [](const Slotted& a, const Slotted& b) { return a.t < b.t; });
+    const size_t passes = list.size();
+    for (size_t i = 0; i < passes; ++i)  // each I's W: the first free slot after it
+      if (list[i].a.kind == ActionKind::I)
+        list.push_back({rows[r].take(list[i].t + 1), Action(ActionKind::W, list[i].a.mb, list[i].a.chunk)});
+    std::sort(list.begin(), list.end(), [](const Slotted& a, const Slotted& b) { return a.t < b.t; });
+    s.ranks[r].reserve(list.size() + 2);
+    for (const Slotted& x : list) s.ranks[r].push_back(x.a);
+  }
+  return add_reduce_grad(std::move(s));  // each chunk's REDUCE_GRAD right after its last W
+}
+
+Schedule v_half(int p, int m) { return v_controlled("v-half", p, m, p + 1); }
+Schedule v_min(int p, int m) { return v_controlled("v-min", p, m, 0); }
 
 // NOTE [dualpipev] DualPipeV is DeepSeek-V3's DualPipe (DeepSeek-AI, "DeepSeek-V3
 // Technical Report", 2024, section 3.2.1) folded into a V on p ranks: the

@@ -72,10 +72,22 @@ Timeline simulate(const Schedule& s, const Costs& costs) {
 
 TimelineStats simulate_stats(const Schedule& s, const Costs& costs) { return detail::run(s, &costs, false).stats; }
 
+double span_bubble(const std::vector<double>& busy, const std::vector<double>& first, const std::vector<double>& last) {
+  double span = 0, total = 0;
+  for (size_t r = 0; r < busy.size(); ++r) {
+    total += busy[r];
+    if (first[r] >= 0) span = std::max(span, last[r] - first[r]);
+  }
+  return span > 0 ? 1.0 - total / (static_cast<double>(busy.size()) * span) : 0.0;
+}
+
 TimelineStats stats(const Timeline& t) {
   TimelineStats st;
+  std::vector<double> last(t.ranks.size(), 0.0);  // end of each rank's last compute
   st.busy.assign(t.ranks.size(), 0.0);
   st.peak_inflight.assign(t.ranks.size(), 0);
+  st.first_start.assign(t.ranks.size(), -1.0);
+  st.end.assign(t.ranks.size(), 0.0);
   for (size_t r = 0; r < t.ranks.size(); ++r) {
     std::vector<TimedAction> list = t.ranks[r];
     std::stable_sort(list.begin(), list.end(), [](const TimedAction& a, const TimedAction& b) { return a.start < b.start; });
@@ -83,7 +95,10 @@ TimelineStats stats(const Timeline& t) {
     double covered = 0;  // compute time up to here: overlapping boxes (a measured overlap) count once
     for (const TimedAction& ta : list) {
       st.step_time = std::max(st.step_time, ta.end);
+      st.end[r] = std::max(st.end[r], ta.end);
       if (is_compute(ta.action.kind)) {
+        if (st.first_start[r] < 0) st.first_start[r] = ta.start;
+        last[r] = std::max(last[r], ta.end);
         st.busy[r] += std::max(0.0, ta.end - std::max(ta.start, covered));
         covered = std::max(covered, ta.end);
       }
@@ -94,6 +109,7 @@ TimelineStats stats(const Timeline& t) {
   double idle = 0;
   for (double b : st.busy) idle += st.step_time - b;
   st.bubble_fraction = st.step_time > 0 ? idle / (t.ranks.size() * st.step_time) : 0.0;
+  st.span_bubble_fraction = span_bubble(st.busy, st.first_start, last);
   return st;
 }
 

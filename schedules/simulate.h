@@ -55,8 +55,17 @@ struct Timeline {
 struct TimelineStats {
   double step_time = 0;             // latest end over all ranks (all start at 0)
   double bubble_fraction = 0;       // total idle / (p * step_time); idle = step - compute busy
+  // The zero-bubble papers' accounting (Qi et al., ICLR 2024, Table 5: "cost" is the
+  // longest stage's time): 1 - total busy / (p * the longest span from a rank's
+  // first compute start to its last compute end). Ranks that start late are not
+  // idle before their first action: with optimizer post-validation the next
+  // step's fill overlaps this one's drain. Equals bubble_fraction when one rank
+  // spans the whole step (1F1B, ZB-H1); lower for a parallelogram (ZB-H2).
+  double span_bubble_fraction = 0;
   std::vector<double> busy;         // per rank: time in compute actions (overlapping boxes counted once)
   std::vector<int> peak_inflight;   // per rank: max (mb, chunk) pairs alive, from F until its B or I
+  std::vector<double> first_start;  // per rank: start of its first compute action
+  std::vector<double> end;          // per rank: end of its last action
 };
 
 // Validates s (throws like validate()), adds communication if s has none, runs
@@ -66,5 +75,8 @@ Timeline simulate(const Schedule& s, const Costs& costs);
 // linear in the actions and nothing stored per action (for planners).
 TimelineStats simulate_stats(const Schedule& s, const Costs& costs);
 TimelineStats stats(const Timeline& t);
+// span_bubble_fraction from per-rank busy time, first compute start (< 0: the
+// rank computes nothing) and last compute end.
+double span_bubble(const std::vector<double>& busy, const std::vector<double>& first, const std::vector<double>& last);
 
 }  // namespace trident::sched

@@ -138,15 +138,14 @@ std::vector<int64_t> CausalLmDataset::global_batch(int64_t step, int64_t global_
   return batch;
 }
 
-std::vector<int64_t> CausalLmDataset::micro_batch(int64_t step, int64_t global_batch_size, int64_t dp_rank, int64_t dp,
-                                             int64_t micro_index, int64_t micro_batch_size) const {
+int64_t check_micro_batch(int64_t global_batch_size, int64_t dp_rank, int64_t dp, int64_t micro_index,
+                          int64_t micro_batch_size) {
   if (dp < 1 || micro_batch_size < 1 || global_batch_size < 1 || global_batch_size % (dp * micro_batch_size) != 0) {
     throw DataError("global batch size " + std::to_string(global_batch_size) + " must be a positive multiple of dp(" +
                     std::to_string(dp) + ") x micro_batch_size(" + std::to_string(micro_batch_size) + ") = " +
                     std::to_string(dp * micro_batch_size));
   }
-  const int64_t per_rank = global_batch_size / dp;
-  const int64_t micro_batches = per_rank / micro_batch_size;
+  const int64_t micro_batches = global_batch_size / dp / micro_batch_size;
   if (dp_rank < 0 || dp_rank >= dp) {
     throw DataError("dp_rank " + std::to_string(dp_rank) + " out of range [0, " + std::to_string(dp) + ")");
   }
@@ -154,6 +153,13 @@ std::vector<int64_t> CausalLmDataset::micro_batch(int64_t step, int64_t global_b
     throw DataError("micro-batch index " + std::to_string(micro_index) + " out of range [0, " +
                     std::to_string(micro_batches) + ")");
   }
+  return micro_batches;
+}
+
+std::vector<int64_t> CausalLmDataset::micro_batch(int64_t step, int64_t global_batch_size, int64_t dp_rank, int64_t dp,
+                                             int64_t micro_index, int64_t micro_batch_size) const {
+  check_micro_batch(global_batch_size, dp_rank, dp, micro_index, micro_batch_size);
+  const int64_t per_rank = global_batch_size / dp;
   const std::vector<int64_t> global = global_batch(step, global_batch_size);
   const auto begin = global.begin() + dp_rank * per_rank + micro_index * micro_batch_size;
   return std::vector<int64_t>(begin, begin + micro_batch_size);

@@ -15,6 +15,30 @@ namespace trident::data {
 // and standard library (std::shuffle and std distributions are not).
 uint64_t splitmix64(uint64_t& state);
 
+// What training reads: the sample ids of each global batch, the ids of each data-
+// parallel rank's micro-batch, and a sample's seq_len + 1 tokens. Two orders
+// implement it: CausalLmDataset (data.order = "stream") and MegatronSamples
+// (data.order = "megatron", core/data/megatron_samples.h).
+class SampleSource {
+ public:
+  virtual ~SampleSource() = default;
+  virtual int64_t seq_len() const = 0;
+  // The G sample ids of optimizer step `step`, in the order the data-parallel ranks
+  // and their micro-batches take them (rank 0's first).
+  virtual std::vector<int64_t> global_batch(int64_t step, int64_t global_batch_size) const = 0;
+  // Micro-batch `micro_index` of rank `dp_rank` in step `step`. Throws DataError if G
+  // is not a multiple of dp * mbs or an index is out of range.
+  virtual std::vector<int64_t> micro_batch(int64_t step, int64_t global_batch_size, int64_t dp_rank, int64_t dp,
+                                           int64_t micro_index, int64_t micro_batch_size) const = 0;
+  // Copies sample i's seq_len + 1 tokens to out[0 .. seq_len].
+  virtual void copy_sample(int64_t i, int64_t* out) const = 0;
+};
+
+// Checks G, dp, mbs, dp_rank and micro_index for micro_batch(); returns the
+// micro-batches per rank.
+int64_t check_micro_batch(int64_t global_batch_size, int64_t dp_rank, int64_t dp, int64_t micro_index,
+                          int64_t micro_batch_size);
+
 // One dataset of a blend (data.paths): its weight and its token stream.
 struct WeightedTokens {
   double weight;
@@ -33,7 +57,7 @@ struct WeightedTokens {
 // orders its samples exactly as it would alone). Every position is a pure
 // function of (seed, weights, streams, p): a resumed run, any layout and the
 // reference trainer (tests/reference/trident_data.py) read the same samples.
-class CausalLmDataset {
+class CausalLmDataset final : public SampleSource {
  public:
   // Sample i is tokens [i*seq_len, i*seq_len + seq_len + 1): seq_len inputs and,
   // shifted by one, seq_len targets. Throws DataError if seq_len < 1 or the stream
@@ -44,7 +68,7 @@ class CausalLmDataset {
   // empty list, a weight that is not positive and finite, or a stream too short.
   CausalLmDataset(std::vector<WeightedTokens> parts, int64_t seq_len, uint64_t seed);
 
-  int64_t seq_len() const { return seq_len_; }
+  int64_t seq_len() const override { return seq_len_; }
   int64_t num_samples() const { return num_samples_; }  // sum over datasets of (n_d - 1) / seq_len
   size_t datasets() const { return parts_.size(); }
   // Which dataset sample id `i` is from (0 for a single stream).
@@ -54,17 +78,17 @@ class CausalLmDataset {
   // stream: an endless sequence of epochs, each a permutation of all samples seeded
   // by (seed, epoch). A blend: NOTE [blended sample order]. A pure function of
   // (seed, step, G).
-  std::vector<int64_t> global_batch(int64_t step, int64_t global_batch_size) const;
+  std::vector<int64_t> global_batch(int64_t step, int64_t global_batch_size) const override;
 
   // Micro-batch `micro_index` of data-parallel rank `dp_rank`: the rank owns the
   // block [dp_rank*G/dp, (dp_rank+1)*G/dp) of the global batch, and micro-batch k
   // is [k*mbs, (k+1)*mbs) inside it. Throws DataError if G is not a multiple of
   // dp*mbs or an index is out of range.
   std::vector<int64_t> micro_batch(int64_t step, int64_t global_batch_size, int64_t dp_rank, int64_t dp,
-                                   int64_t micro_index, int64_t micro_batch_size) const;
+                                   int64_t micro_index, int64_t micro_batch_size) const override;
 
   // Copies sample i's seq_len + 1 tokens to out[0 .. seq_len].
-  void copy_sample(int64_t i, int64_t* out) const;
+  void copy_sample(int64_t i, int64_t* out) const override;
 
  private:
   struct Part {

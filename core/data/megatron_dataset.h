@@ -52,6 +52,8 @@ class MegatronDataset {
   int32_t sequence_length(uint64_t i) const;
   int64_t sequence_pointer(uint64_t i) const;
   int64_t document_index(uint64_t i) const;  // i = 0 .. document_count()
+  // Where sequence i starts in tokens(), in tokens.
+  uint64_t sequence_offset(uint64_t i) const { return static_cast<uint64_t>(sequence_pointer(i)) / dtype_bytes_; }
   // Every sequence's tokens, back to back (the whole of PREFIX.bin).
   TokenView tokens() const;
   // The tokens of sequences [first, last), back to back (a split's stream).

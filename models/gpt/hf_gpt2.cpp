@@ -9,8 +9,10 @@
 
 #include "core/atomic_file.h"
 #include "core/json.h"
+#include "core/model_checks.h"
 #include "core/safetensors.h"
 #include "core/version.h"
+#include "models/common/hf_names.h"
 #include "models/gpt/gpt.h"
 
 namespace trident {
@@ -86,22 +88,34 @@ std::vector<int64_t> hf_shape(const std::vector<int64_t>& full, Conv conv, const
   }
 }
 
+// The tensors a file may hold (models/common/hf_names.h).
+const HfNames& hf_names() {
+  static const HfNames names{
+      "GPT-2", "h.", "n_layer", {"wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias", "lm_head.weight"},
+      {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias",
+       "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"}};
+  return names;
+}
+
 }  // namespace
 
 HfGpt2 read_hf_gpt2_config(const std::string& dir) {
   HfGpt2 hf;
   hf.dir = dir;
   const std::string cpath = dir + "/config.json";
-  if (!std::filesystem::exists(cpath)) throw std::runtime_error(dir + " is not a Hugging Face model: no config.json");
+  if (!std::filesystem::exists(cpath)) throw ModelInputError(dir + " is not a Hugging Face model: no config.json");
   const json::Value c = json::parse(read_file(cpath), cpath);
   auto get_int = [&](const char* k) { return c.at(k, cpath).as_int(cpath + " " + k); };
   if (const json::Value* t = c.find("model_type"); t && t->as_string(cpath + " model_type") != "gpt2")
-    throw std::runtime_error(cpath + ": model_type = \"" + t->as_string("") + "\"; only \"gpt2\" is supported");
+    throw ModelInputError(cpath + ": model_type = \"" + t->as_string("") + "\"; only \"gpt2\" is supported");
   if (const json::Value* a = c.find("activation_function"); a && a->as_string(cpath) != "gelu_new")
-    throw std::runtime_error(cpath + ": activation_function = \"" + a->as_string(cpath) +
+    throw ModelInputError(cpath + ": activation_function = \"" + a->as_string(cpath) +
                              "\"; Trident's GPT uses the tanh GELU (\"gelu_new\")");
   if (const json::Value* s = c.find("scale_attn_by_inverse_layer_idx"); s && s->as_bool(cpath))
-    throw std::runtime_error(cpath + ": scale_attn_by_inverse_layer_idx = true is not supported");
+    throw ModelInputError(cpath + ": scale_attn_by_inverse_layer_idx = true is not supported");
+  if (const json::Value* t = c.find("tie_word_embeddings"); t && !t->as_bool(cpath + " tie_word_embeddings"))
+    throw ModelInputError(cpath + ": tie_word_embeddings = false; Trident's GPT ties the LM head to the word "
+                             "embedding (expected true or no key)");
   hf.model.layers = get_int("n_layer");
   hf.model.hidden = get_int("n_embd");
   hf.model.heads = get_int("n_head");
@@ -119,7 +133,7 @@ HfGpt2 read_hf_gpt2_config(const std::string& dir) {
 HfGpt2 read_hf_gpt2(const std::string& dir) {
   HfGpt2 hf = read_hf_gpt2_config(dir);
   const std::string wpath = dir + "/model.safetensors";
-  if (!std::filesystem::exists(wpath)) throw std::runtime_error(dir + " has no model.safetensors");
+  if (!std::filesystem::exists(wpath)) throw ModelInputError(dir + " has no model.safetensors");
   at::Tensor lm_head;
   for (const st::Tensor& t : st::read_file(wpath)) {
     std::string name = t.name;
@@ -128,7 +142,9 @@ HfGpt2 read_hf_gpt2(const std::string& dir) {
     if (name.size() > 10 && (name.compare(name.size() - 10, 10, ".attn.bias") == 0 ||
                              name.find(".attn.masked_bias") != std::string::npos))
       continue;
+    check_hf_name(name, hf_names(), hf.model.layers, wpath);
     const std::vector<float> v = st::to_float(t, wpath);
+    st::check_finite(v, t.name, wpath);
     at::Tensor x = at::empty(t.shape, at::kFloat);
     std::memcpy(x.data_ptr<float>(), v.data(), v.size() * sizeof(float));
     if (name == "lm_head.weight") lm_head = x;
@@ -137,7 +153,7 @@ HfGpt2 read_hf_gpt2(const std::string& dir) {
   if (lm_head.defined()) {
     auto wte = hf.tensors.find("wte.weight");
     if (wte == hf.tensors.end() || !at::equal(wte->second, lm_head))
-      throw std::runtime_error(wpath + ": lm_head.weight differs from wte.weight; Trident ties the LM head to the "
+      throw ModelInputError(wpath + ": lm_head.weight differs from wte.weight; Trident ties the LM head to the "
                                "word embedding");
   }
   return hf;
@@ -147,14 +163,14 @@ at::Tensor trident_tensor_from_hf(const HfGpt2& hf, const ParamInfo& info) {
   const Mapping m = map_name(info.name);
   const std::string where = hf.dir + "/model.safetensors";
   auto it = hf.tensors.find(m.hf);
-  if (it == hf.tensors.end()) throw std::runtime_error(where + " has no tensor " + m.hf + " (for " + info.name + ")");
+  if (it == hf.tensors.end()) throw ModelInputError(where + " has no tensor " + m.hf + " (for " + info.name + ")");
   at::Tensor t = it->second;
   const ModelConfig& cfg = hf.model;
   std::vector<int64_t> want = hf_shape(info.full_shape, m.conv, cfg);
   if (m.conv == Conv::Positions && t.dim() == 2 && t.size(1) == want[1] && t.size(0) > want[0])
     t = t.narrow(0, 0, want[0]);  // n_positions > seq_len: the first seq_len positions
   if (t.sizes().vec() != want)
-    throw std::runtime_error(where + ": tensor " + m.hf + " has shape " + shape_text(t.sizes().vec()) + " but " +
+    throw ModelInputError(where + ": tensor " + m.hf + " has shape " + shape_text(t.sizes().vec()) + " but " +
                              info.name + " needs " + shape_text(want));
   const int64_t h = info.full_shape.back(), heads = cfg.heads, hd = cfg.hidden / cfg.heads;
   switch (m.conv) {

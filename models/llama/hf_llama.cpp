@@ -6,13 +6,14 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <set>
 #include <stdexcept>
 
 #include "core/atomic_file.h"
 #include "core/json.h"
+#include "core/model_checks.h"
 #include "core/safetensors.h"
 #include "core/version.h"
+#include "models/common/hf_names.h"
 #include "models/llama/llama.h"
 
 namespace trident {
@@ -57,7 +58,17 @@ void read_rope(const json::Value& c, const std::string& cpath, ModelConfig& m) {
   // transformers 5: rope_parameters holds the base and the scaling; older files
   // have rope_theta at the top and rope_scaling (null when unscaled).
   const json::Value* params = c.find("rope_parameters");
-  const json::Value* scaling = params && !params->is_null() ? params : c.find("rope_scaling");
+  const json::Value* legacy = c.find("rope_scaling");
+  const auto type_of = [](const json::Value* v) -> std::string {
+    if (!v || v->is_null()) return "default";
+    const json::Value* t = v->find("rope_type");
+    if (!t) t = v->find("type");
+    return t && t->is_string() ? t->as_string("") : "default";
+  };
+  if (params && !params->is_null() && legacy && !legacy->is_null() && type_of(params) != type_of(legacy))
+    throw ModelInputError(cpath + ": rope_parameters (rope_type \"" + type_of(params) + "\") and rope_scaling (\"" +
+                             type_of(legacy) + "\") disagree: expected one of them, or both the same");
+  const json::Value* scaling = params && !params->is_null() ? params : legacy;
   const std::string where = params && !params->is_null() ? cpath + " rope_parameters" : cpath + " rope_scaling";
   if (const json::Value* t = params && !params->is_null() ? params->find("rope_theta") : c.find("rope_theta"))
     m.rope_theta = t->as_double(cpath + " rope_theta");
@@ -67,7 +78,7 @@ void read_rope(const json::Value& c, const std::string& cpath, ModelConfig& m) {
   const std::string kind = type ? type->as_string(where + " rope_type") : "default";
   if (kind == "default") return;
   if (kind != "llama3")
-    throw std::runtime_error(where + ": rope_type = \"" + kind + "\"; Trident reads \"default\" and \"llama3\"");
+    throw ModelInputError(where + ": rope_type = \"" + kind + "\"; Trident reads \"default\" and \"llama3\"");
   m.rope_scaling = "llama3";
   m.rope_factor = scaling->at("factor", where).as_double(where + " factor");
   m.rope_low_freq_factor = scaling->at("low_freq_factor", where).as_double(where + " low_freq_factor");
@@ -76,12 +87,22 @@ void read_rope(const json::Value& c, const std::string& cpath, ModelConfig& m) {
       scaling->at("original_max_position_embeddings", where).as_int(where + " original_max_position_embeddings");
 }
 
+// The tensors a file may hold (models/common/hf_names.h).
+const HfNames& hf_names() {
+  static const HfNames names{
+      "Llama", "model.layers.", "num_hidden_layers", {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"},
+      {"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+       "self_attn.o_proj.weight", "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
+       "mlp.down_proj.weight"}};
+  return names;
+}
+
 // The weight files of DIR: one model.safetensors, or the shards an index names.
 std::vector<std::string> weight_files(const std::string& dir) {
   const std::string single = dir + "/model.safetensors", index = dir + "/model.safetensors.index.json";
   if (std::filesystem::exists(single)) return {single};
   if (!std::filesystem::exists(index))
-    throw std::runtime_error(dir + " has neither model.safetensors nor model.safetensors.index.json");
+    throw ModelInputError(dir + " has neither model.safetensors nor model.safetensors.index.json");
   const json::Value v = json::parse(read_file(index), index);
   std::set<std::string> files;
   for (const auto& [name, file] : v.at("weight_map", index).as_object(index + " weight_map"))
@@ -89,9 +110,9 @@ std::vector<std::string> weight_files(const std::string& dir) {
   std::vector<std::string> out;
   for (const std::string& f : files) {
     if (f.find('/') != std::string::npos || f == "..")
-      throw std::runtime_error(index + ": weight_map names \"" + f + "\", not a file of the directory");
+      throw ModelInputError(index + ": weight_map names \"" + f + "\", not a file of the directory");
     if (!std::filesystem::exists(dir + "/" + f))
-      throw std::runtime_error(index + " names " + f + ", which " + dir + " does not have");
+      throw ModelInputError(index + " names " + f + ", which " + dir + " does not have");
     out.push_back(dir + "/" + f);
   }
   return out;
@@ -103,18 +124,18 @@ HfLlama read_hf_llama_config(const std::string& dir) {
   HfLlama hf;
   hf.dir = dir;
   const std::string cpath = dir + "/config.json";
-  if (!std::filesystem::exists(cpath)) throw std::runtime_error(dir + " is not a Hugging Face model: no config.json");
+  if (!std::filesystem::exists(cpath)) throw ModelInputError(dir + " is not a Hugging Face model: no config.json");
   const json::Value c = json::parse(read_file(cpath), cpath);
   auto get_int = [&](const char* k) { return c.at(k, cpath).as_int(cpath + " " + k); };
   const std::string type = c.at("model_type", cpath).as_string(cpath + " model_type");
-  if (type != "llama") throw std::runtime_error(cpath + ": model_type = \"" + type + "\"; expected \"llama\"");
+  if (type != "llama") throw ModelInputError(cpath + ": model_type = \"" + type + "\"; expected \"llama\"");
   for (const char* k : {"attention_bias", "mlp_bias"})
     if (const json::Value* b = c.find(k); b && b->as_bool(cpath + " " + k))
-      throw std::runtime_error(cpath + ": " + k + " = true; Trident's Llama has no biases");
+      throw ModelInputError(cpath + ": " + k + " = true; Trident's Llama has no biases");
   if (const json::Value* a = c.find("hidden_act"); a && a->as_string(cpath + " hidden_act") != "silu")
-    throw std::runtime_error(cpath + ": hidden_act = \"" + a->as_string("") + "\"; Trident's Llama uses silu (SwiGLU)");
+    throw ModelInputError(cpath + ": hidden_act = \"" + a->as_string("") + "\"; Trident's Llama uses silu (SwiGLU)");
   if (const json::Value* t = c.find("pretraining_tp"); t && !t->is_null() && t->as_int(cpath) != 1)
-    throw std::runtime_error(cpath + ": pretraining_tp = " + std::to_string(t->as_int(cpath)) + "; expected 1");
+    throw ModelInputError(cpath + ": pretraining_tp = " + std::to_string(t->as_int(cpath)) + "; expected 1");
   ModelConfig& m = hf.model;
   m.arch = "llama";
   m.layers = get_int("num_hidden_layers");
@@ -130,7 +151,7 @@ HfLlama read_hf_llama_config(const std::string& dir) {
   m.tie_embeddings = tie ? tie->as_bool(cpath + " tie_word_embeddings") : false;  // LlamaConfig's default
   if (const json::Value* hd = c.find("head_dim"); hd && !hd->is_null() && m.hidden % m.heads == 0 &&
                                                   hd->as_int(cpath) != m.hidden / m.heads)
-    throw std::runtime_error(cpath + ": head_dim = " + std::to_string(hd->as_int(cpath)) +
+    throw ModelInputError(cpath + ": head_dim = " + std::to_string(hd->as_int(cpath)) +
                              "; Trident's Llama needs hidden_size / num_attention_heads = " +
                              std::to_string(m.hidden / m.heads));
   read_rope(c, cpath, m);
@@ -145,7 +166,9 @@ HfLlama read_hf_llama(const std::string& dir) {
   for (const std::string& path : weight_files(dir)) {
     for (const st::Tensor& t : st::read_file(path)) {
       if (t.name.find("rotary_emb.inv_freq") != std::string::npos) continue;  // a buffer some files keep
+      check_hf_name(t.name, hf_names(), m.layers, path);
       const std::vector<float> v = st::to_float(t, path);
+      st::check_finite(v, t.name, path);
       at::Tensor x = at::empty(t.shape, at::kFloat);
       std::memcpy(x.data_ptr<float>(), v.data(), v.size() * sizeof(float));
       hf.tensors[t.name] = x;
@@ -154,7 +177,7 @@ HfLlama read_hf_llama(const std::string& dir) {
   if (m.tie_embeddings) {
     auto head = hf.tensors.find("lm_head.weight"), embed = hf.tensors.find("model.embed_tokens.weight");
     if (head != hf.tensors.end() && (embed == hf.tensors.end() || !at::equal(head->second, embed->second)))
-      throw std::runtime_error(dir + ": tie_word_embeddings = true but lm_head.weight differs from "
+      throw ModelInputError(dir + ": tie_word_embeddings = true but lm_head.weight differs from "
                                "model.embed_tokens.weight");
   }
   return hf;
@@ -196,12 +219,12 @@ void init_from_hf_llama(const HfLlama& hf, const ModelConfig& cfg, std::vector<P
     const Mapping m = map_name(p.info.tied_copy ? "embedding.word.weight" : p.info.name);
     auto it = hf.tensors.find(m.hf);
     if (it == hf.tensors.end())
-      throw std::runtime_error(hf.dir + " has no tensor " + m.hf + " (for " + p.info.name + ")");
+      throw ModelInputError(hf.dir + " has no tensor " + m.hf + " (for " + p.info.name + ")");
     at::Tensor t = it->second;
     std::vector<int64_t> want = p.info.full_shape;
     if (m.vocab) want[0] = cfg.vocab_size;
     if (t.sizes().vec() != want)
-      throw std::runtime_error(hf.dir + ": tensor " + m.hf + " has shape " + shape_text(t.sizes().vec()) + " but " +
+      throw ModelInputError(hf.dir + ": tensor " + m.hf + " has shape " + shape_text(t.sizes().vec()) + " but " +
                                p.info.name + " needs " + shape_text(want));
     if (m.vocab) {  // pad the vocabulary with zero rows
       at::Tensor full = at::zeros(p.info.full_shape, at::kFloat);

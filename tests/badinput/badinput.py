@@ -77,6 +77,29 @@ def cases(work, cores):
          f"data prepare --allow-invalid-utf8 --input {work}/plain.txt --output {work}/p4",
          ["--allow-invalid-utf8 is for --tokenizer gpt2 or hf"]),
         ("repeated JSON key", 2, f"compare {work}/dup {work}/a", ['the key "loss" twice']),
+        # Item 3: a Hugging Face directory is checked like a training config; weights against it.
+        ("hf n_layer 0", 2, f"eval --init-from {work}/hf-n_layer-0 --text README.md",
+         ["hf-n_layer-0/config.json: model.layers = 0", "integer >= 1"]),
+        ("hf n_layer short of the weights", 2, f"eval --init-from {work}/hf-n_layer-1 --text README.md",
+         ["tensor h.1.ln_1.weight is of layer 1 but config.json has n_layer = 1"]),
+        ("hf n_head 7", 2, f"eval --init-from {work}/hf-n_head-7 --text README.md",
+         ["hf-n_head-7/config.json: model.hidden (64) must be divisible by model.heads (7)"]),
+        ("hf untied gpt2", 2, f"eval --init-from {work}/hf-untied --text README.md",
+         ["tie_word_embeddings = false", "ties the LM head"]),
+        ("hf NaN weight", 2, f"eval --init-from {work}/hf-nan --text README.md",
+         ["tensor ln_f.weight holds a non-finite value (nan at flat index 0)"]),
+        ("hf unknown tensor", 2, f"eval --init-from {work}/hf-extra --text README.md",
+         ["tensor extra.weight is not a GPT-2 parameter"]),
+        ("hf llama rms_norm_eps 0", 2, f"eval --init-from {work}/hfl-eps --text README.md",
+         ["hfl-eps/config.json: model.layernorm_eps = 0"]),
+        ("hf llama rope_theta -1", 2, f"eval --init-from {work}/hfl-theta --text README.md",
+         ["hfl-theta/config.json: model.rope_theta = -1"]),
+        ("hf llama yarn beside rope_parameters", 2, f"eval --init-from {work}/hfl-yarn --text README.md",
+         ['rope_parameters (rope_type "default") and rope_scaling ("yarn") disagree']),
+        ("hf llama kv heads 3", 2, f"eval --init-from {work}/hfl-kv --text README.md",
+         ["hfl-kv/config.json: model.kv_heads (3) must divide model.heads"]),
+        ("generate temperature nan", 2, f"generate --init-from {work}/hf --prompt hi --temperature nan",
+         ["--temperature nan: expected a finite number >= 0"]),
         # Already handled: config and command-line mistakes.
         ("unknown key", 2, f"{tiny} training.stepz=3", ["unknown key training.stepz"]),
         ("set without =", 2, f"{tiny} training.steps", ["--set training.steps: expected section.key=value"]),
@@ -88,11 +111,61 @@ def cases(work, cores):
         ("schedule unknown kind", 2, "schedule --kind 2f2b -p 2 -m 4", ["2f2b"]),
         ("launch without --", 2, "launch --nproc-per-node 1 true", ["missing `--`"]),
         ("data info missing file", 2, f"data info {work}/none.bin", ["none.bin"]),
+        ("data batches without --steps", 2, "data batches --config configs/gpt-tiny.toml", ["--steps N is required"]),
+        ("data batches missing dataset", 2, "data batches --config configs/gpt-tiny.toml --steps 1 --set "
+         f"data.source=file --set data.format=megatron --set data.path={work}/none", [f"{work}/none.idx"]),
         ("compare malformed", 2, f"compare {work}/bad {work}/a", ["bad/metrics.jsonl:2: invalid JSON", "one flat JSON object of numbers per line"]),
         ("compare missing run", 2, f"compare {work}/none {work}/a", ["cannot open"]),
         # Item 5: a difference is 1, not 2.
         ("compare differ", 1, f"compare {work}/a {work}/b", []),
     ]
+
+
+def edited(src, dst, config=None, tensors=None):
+    """A copy of Hugging Face directory src with config.json and/or model.safetensors edited."""
+    import json
+    shutil.copytree(src, dst)
+    if config:
+        path = os.path.join(dst, "config.json")
+        c = json.load(open(path))
+        config(c)
+        json.dump(c, open(path, "w"))
+    if tensors:
+        from safetensors.numpy import load_file, save_file
+        path = os.path.join(dst, "model.safetensors")
+        t = load_file(path)
+        tensors(t)
+        save_file(t, path)
+
+
+def make_hf_dirs(trident, source, work):
+    """GPT-2 and Llama directories written by `trident export`, and broken copies of them."""
+    import numpy as np
+    for arch, config, fmt in (("hf", "gpt-tiny", "hf-gpt2"), ("hfl", "llama-tiny", "hf-llama")):
+        ck = os.path.join(work, f"ck-{arch}")
+        subprocess.run([trident, "train", "--config", f"configs/{config}.toml", "--set", "training.steps=1",
+                        "--set", f"checkpoint.dir={ck}", "--set", f"logging.dir={work}/run-{arch}"],
+                       cwd=source, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([trident, "export", "--checkpoint", ck, "--format", fmt, "--out", os.path.join(work, arch)],
+                       cwd=source, check=True, stdout=subprocess.DEVNULL)
+    hf, hfl = os.path.join(work, "hf"), os.path.join(work, "hfl")
+    edited(hf, f"{work}/hf-n_layer-0", config=lambda c: c.update(n_layer=0))
+    edited(hf, f"{work}/hf-n_layer-1", config=lambda c: c.update(n_layer=1))
+    edited(hf, f"{work}/hf-n_head-7", config=lambda c: c.update(n_head=7))
+    edited(hf, f"{work}/hf-untied", config=lambda c: c.update(tie_word_embeddings=False))
+
+    def nan(t):
+        name = next(k for k in t if k.endswith("ln_f.weight"))
+        t[name] = t[name].copy()
+        t[name][0] = np.nan
+    edited(hf, f"{work}/hf-nan", tensors=nan)
+    edited(hf, f"{work}/hf-extra", tensors=lambda t: t.update({"extra.weight": np.zeros((2, 2), np.float32)}))
+    edited(hfl, f"{work}/hfl-eps", config=lambda c: c.update(rms_norm_eps=0))
+    edited(hfl, f"{work}/hfl-theta", config=lambda c: c.update(rope_theta=-1, rope_parameters=None))
+    edited(hfl, f"{work}/hfl-yarn",
+           config=lambda c: c.update(rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                                     rope_scaling={"rope_type": "yarn", "factor": 4.0}))
+    edited(hfl, f"{work}/hfl-kv", config=lambda c: c.update(num_key_value_heads=3))
 
 
 def main():
@@ -127,6 +200,8 @@ def main():
             shutil.copytree(os.path.join(work, "ck"), os.path.join(work, "ck-nul"))
             with open(os.path.join(work, "ck-nul", "latest"), "wb") as f:
                 f.write(b"step-0000\x00002\n")
+        if not listing and any(c[0].startswith("hf") or "temperature" in c[0] for c in table):
+            make_hf_dirs(trident, source, work)
         if listing:
             for name, status, cmd, words in table:
                 print(f"{name}: exit {status}: trident {cmd}")

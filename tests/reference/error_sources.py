@@ -2,7 +2,7 @@
 """Where a layout's error against the fp64 truth comes from (tests/reference/README.md,
 "Where a layout's error comes from"). Not a CTest: about a minute and a half on 2 cores.
 
-gpt-tiny on the byte tokens of the repository's README files (the ReferenceTrainingTiny text),
+gpt-tiny on the byte tokens of the pinned README text, tests/reference/text (the ReferenceTrainingTiny text),
 20 steps, warm-up 3, clipping at 1.0 (the tiny test clips at 2.0). It trains:
 
   Trident     tp1pp1dp1, tp2, dp2 (ZeRO 0 and 1), pp2, tp2 x dp2, tp2 x pp2 x dp2 interleaved
@@ -32,7 +32,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from test_reference_training import FLOOR, K, metrics, readme_files, run  # noqa: E402
+from test_reference_training import FLOOR, K, metrics, text_files, run  # noqa: E402
 
 CLIP = 1.0
 STEP = 10  # the step the tracker quoted
@@ -73,10 +73,10 @@ PAIRS = [
 
 
 def readme_text(src, rev, work):
-    """The README files of the tiny case: the working tree's, or those of git revision `rev`
+    """The README files of the tiny case: the pinned copies, or those of git revision `rev`
     (the same selection rule, applied to that revision's tree)."""
     if not rev:
-        return readme_files(src)
+        return text_files(src)
     names = subprocess.run(["git", "-C", src, "ls-tree", "-r", "--name-only", rev], check=True,
                            stdout=subprocess.PIPE, text=True).stdout.split()
     skip = ("build", ".venv", "node_modules", "runs", "data", "tests")

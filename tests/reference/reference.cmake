@@ -11,17 +11,34 @@
 #   ReferenceTrainingLlama  llama-tiny, 20 steps and its layouts, vs LlamaForCausalLM + torch AdamW
 #   TensorBoardEvents       logging.tensorboard's event file read by the tensorboard package
 #   ReferenceTrainingBlend  gpt-tiny on a 3:1 blend of two Megatron datasets cut by data.split, 20 steps, the same
+#                           (data.order = "stream")
+#   ReferenceTrainingMegatron  the same on a three-way blend in Megatron's order, the reference reading
+#                           megatron-core's BlendedDataset through Megatron's sampler; also at dp = 2
 #   MegatronIndexedData     data.format = "megatron" on files megatron-core wrote, against a token file;
 #                           files `trident data prepare` wrote (JSONL, gpt2 and hf) read by megatron-core's
 #                           IndexedDataset with tokenizers' ids; data.split's shares against megatron-core's
+#   MegatronSamples         `trident data batches` with data.order = "megatron" vs megatron-core's GPTDataset and
+#                           BlendedDataset (BlendedMegatronDatasetBuilder), sample for sample; needs no model
 #   HfTokenizer             --tokenizer hf ids vs tokenizers' encode (trained, GPT-2, Llama 3, Qwen2
 #                           tokenizer.json); needs only `tokenizers`, so it is also in the no-libtorch build
+#   ZeroBubblePaper         the zero-bubble paper's Table 5 bubble rates (1F1B, 1F1B-I, ZB-H1, ZB-H2) from its
+#                           Table 9 costs by the simulator (benchmarks/zero_bubble_paper.py); no libtorch
 set(_ref ${CMAKE_CURRENT_SOURCE_DIR}/reference)
 set(_ref_work ${CMAKE_CURRENT_BINARY_DIR}/reference)
 add_test(NAME HfTokenizer
          COMMAND ${TRIDENT_PYTHON} ${_ref}/test_hf_tokenizer.py --trident ${PROJECT_BINARY_DIR}/trident
                  --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/hf-tokenizer)
 set_tests_properties(HfTokenizer PROPERTIES LABELS reference TIMEOUT 300)
+# The zero-bubble paper's Table 5 bubble rates from its Table 9 costs, by `trident
+# schedule --format summary` (tolerances in the script); needs no libtorch, no packages.
+add_test(NAME ZeroBubblePaper
+         COMMAND ${TRIDENT_PYTHON} ${PROJECT_SOURCE_DIR}/benchmarks/zero_bubble_paper.py
+                 --trident ${PROJECT_BINARY_DIR}/trident --check)
+set_tests_properties(ZeroBubblePaper PROPERTIES LABELS reference TIMEOUT 120)
+add_test(NAME MegatronSamples
+         COMMAND ${TRIDENT_PYTHON} ${_ref}/test_megatron_samples.py --trident ${PROJECT_BINARY_DIR}/trident
+                 --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/megatron-samples)
+set_tests_properties(MegatronSamples PROPERTIES LABELS reference TIMEOUT 300)
 if(NOT TRIDENT_WITH_TORCH)
   return()  # the tests below train or load models: libtorch
 endif()
@@ -48,6 +65,12 @@ add_test(NAME ReferenceTrainingBlend
          COMMAND ${TRIDENT_PYTHON} ${_ref}/test_reference_training.py --trident ${PROJECT_BINARY_DIR}/trident
                  --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/blend --case blend)
 set_tests_properties(ReferenceTrainingBlend PROPERTIES LABELS reference TIMEOUT 900)
+# Megatron's sample order (data.order = "megatron") read by the reference from megatron-core's own
+# datasets, ranks served as Megatron's pretraining sampler serves them: dp = 1 and dp = 2.
+add_test(NAME ReferenceTrainingMegatron
+         COMMAND ${TRIDENT_PYTHON} ${_ref}/test_reference_training.py --trident ${PROJECT_BINARY_DIR}/trident
+                 --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/megatron-order --case megatron)
+set_tests_properties(ReferenceTrainingMegatron PROPERTIES LABELS reference TIMEOUT 900)
 add_test(NAME HfRoundTrip
          COMMAND ${TRIDENT_PYTHON} ${_ref}/test_hf_roundtrip.py --trident ${PROJECT_BINARY_DIR}/trident
                  --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/hf-roundtrip)

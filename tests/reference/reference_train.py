@@ -11,7 +11,10 @@ What it uses instead of Trident's code:
              eager attention, loaded with from_pretrained
   data       the token file read by trident_data.py, or a Megatron dataset read and cut
              by megatron-core, and the sample order of core/data/README.md (a blend:
-             NOTE [blended sample order]) written again there
+             NOTE [blended sample order]) written again there; with data.order "megatron"
+             (or "auto" on Megatron data) megatron-core's own GPTDataset / BlendedDataset
+             built by its BlendedMegatronDatasetBuilder, ranks served as Megatron's
+             pretraining sampler serves them (trident_data.MegatronSampler)
   precision  --dtype float64 (the truth), float32, or bfloat16 under torch.autocast (NOTE [bf16 reference]);
              --dp / --accumulate sum the micro-batch gradients in another order (NOTE [accumulation orders])
   optimizer  torch.optim.AdamW; the LR schedule written out again (lr_at below); torch's
@@ -46,7 +49,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from trident_data import Blend, TokenFile  # noqa: E402
+from trident_data import Blend, MegatronSampler, TokenFile, megatron_core_train_samples  # noqa: E402
 
 
 def lr_at(step, total_steps, warmup, peak, floor):
@@ -225,8 +228,18 @@ def main():
 
     seq = m_cfg["seq_len"]
     weighted = d_cfg.get("paths") or [[1.0, d_cfg["path"]]]
-    samples = Blend([(w, train_tokens(d_cfg, prefix, m_cfg["vocab_size"])) for w, prefix in weighted], seq, t_cfg["seed"])
     gbs, mbs = t_cfg["global_batch_size"], t_cfg["micro_batch_size"]
+    order = d_cfg.get("order", "auto")
+    if order == "megatron" or (order == "auto" and d_cfg.get("format") == "megatron"):
+        # --data-path PREFIX (one dataset) or --data-path W1 PREFIX1 ... (a blend); the train split
+        # holds what Megatron's trainer asks for: training.steps x global batch.
+        prefixes = [p for _, p in weighted]
+        weights = [float(w) for w, _ in d_cfg["paths"]] if d_cfg.get("paths") else None
+        samples = MegatronSampler(megatron_core_train_samples(prefixes, weights, d_cfg.get("split") or "1,0,0", seq,
+                                                              t_cfg["seed"], t_cfg["steps"] * gbs, m_cfg["vocab_size"]))
+    else:
+        samples = Blend([(w, train_tokens(d_cfg, prefix, m_cfg["vocab_size"])) for w, prefix in weighted], seq,
+                        t_cfg["seed"])
     dp = args.dp  # 1: the single-process run, one data-parallel rank holds the whole global batch
     if dp < 1 or gbs % (mbs * dp):
         raise SystemExit(f"--dp {dp} does not divide global_batch_size {gbs} into micro-batches of {mbs}")

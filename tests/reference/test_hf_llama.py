@@ -35,7 +35,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from test_hf_roundtrip import HELD_OUT, PRINT_ABS, RTOL, close, hf_eval_loss, logits_gap, run, trident_eval  # noqa: E402
-from test_reference_training import readme_files  # noqa: E402
+from test_reference_training import text_files  # noqa: E402
 from trident_data import reference_args, write_token_file  # noqa: E402
 
 
@@ -101,7 +101,7 @@ def main():
     # ---- Trident -> transformers ----
     tiny = os.path.join(args.source_dir, "configs/llama-tiny.toml")
     readme = os.path.join(work, "readme-bytes")
-    run([t, "data", "prepare", "--tokenizer", "byte", "--input", *readme_files(args.source_dir), "--output", readme])
+    run([t, "data", "prepare", "--tokenizer", "byte", "--input", *text_files(args.source_dir), "--output", readme])
     ck = os.path.join(work, "ckpt")
     base = ["--set", "training.threads=1", "--set", "training.peak_tflops=1", "--set", "data.source=file",
             "--set", "model.vocab_pad_multiple=96", "--set", "logging.log_interval=50"]

@@ -39,7 +39,7 @@ import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from test_reference_training import metrics, readme_files  # noqa: E402
+from test_reference_training import metrics, text_files  # noqa: E402
 from trident_data import reference_args, write_token_file  # noqa: E402
 
 RTOL = 1e-5
@@ -132,7 +132,7 @@ def main():
     # ---- Trident -> transformers ----
     tiny = os.path.join(args.source_dir, "configs/gpt-tiny.toml")
     readme = os.path.join(work, "readme-bytes")
-    run([t, "data", "prepare", "--tokenizer", "byte", "--input", *readme_files(args.source_dir), "--output", readme])
+    run([t, "data", "prepare", "--tokenizer", "byte", "--input", *text_files(args.source_dir), "--output", readme])
     heldtok = os.path.join(work, "held-out")
     run([t, "data", "prepare", "--tokenizer", "byte", "--input", held, "--output", heldtok, "--val-fraction", "0"])
     ck, hf = os.path.join(work, "ckpt"), os.path.join(work, "hf")

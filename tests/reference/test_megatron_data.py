@@ -7,9 +7,10 @@ megatron-core's IndexedDatasetBuilder writes 40 documents of random byte tokens 
 with int32 tokens; megatron-core's own IndexedDataset reads them back (so the files are
 what Megatron trains on). Trident trains gpt-tiny 4 steps on each with
 data.format = "megatron", and once on a Trident token file holding the concatenation of
-the same sequences in order (trident_data.write_token_file): the per-step losses and
-gradient norms of the three runs are bit-identical, so Trident read the same tokens
-(core/data/README.md's sample order over one stream). Then a truncated PREFIX.bin
+the same sequences in order (trident_data.write_token_file): with data.order = "stream"
+the per-step losses and gradient norms of the three runs are bit-identical, so Trident
+read the same tokens (core/data/README.md's sample order over one stream; Megatron's own
+order is test_megatron_samples.py's). Then a truncated PREFIX.bin
 and a corrupt PREFIX.idx make `trident train` fail with an error naming the file.
 
 The other way: `trident data prepare --format jsonl --output-format megatron` on a JSONL
@@ -172,8 +173,8 @@ def check_split(args, docs):
         write_token_file(f"{tok}.{part}.bin", np.array([t for d in flat[b:e] for t in d], dtype=np.int64), 256,
                          "byte", doc_count=e - b)
     ev = ["training.eval_interval=2", "training.eval_batches=1"]
-    a, out_a = train(args, os.path.join(work, "megatron"), ["data.format=megatron", f"data.path={prefix}",
-                                                            "data.split=80,20,0", *ev])
+    a, out_a = train(args, os.path.join(work, "megatron"), ["data.format=megatron", "data.order=stream",
+                                                            f"data.path={prefix}", "data.split=80,20,0", *ev])
     b, out_b = train(args, os.path.join(work, "trident"), [f"data.path={tok}", *ev])
     if a is None or b is None:
         sys.stdout.write(out_a + out_b)
@@ -211,7 +212,8 @@ def main():
             fail(f"megatron-core does not read back its own {name} dataset")
         if ds.index.dtype != dtype or len(ds.document_indices) != len(docs) + 1:
             fail(f"{name}: dtype {ds.index.dtype}, {len(ds.document_indices)} document indices")
-        rows, out = train(args, os.path.join(args.work, name), ["data.format=megatron", f"data.path={prefix}"])
+        rows, out = train(args, os.path.join(args.work, name), ["data.format=megatron", "data.order=stream",
+                                                                f"data.path={prefix}"])
         if rows is None:
             sys.stdout.write(out)
             fail(f"trident train on the {name} Megatron dataset failed")

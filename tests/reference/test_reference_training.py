@@ -2,7 +2,7 @@
 """Trident's single-process training against an independent PyTorch reference:
 the CTest tests ReferenceTrainingTiny / ReferenceTrainingBrown.
 
-  1. prepares the token file (tiny: the byte tokens of the repository's README files;
+  1. prepares the token file (tiny: the byte tokens of the pinned README text, text/*.txt;
      brown: the Brown corpus in GPT-2 BPE), trains with `trident train` on one process;
   2. writes the same config's step-0 weights with `trident checkpoint init` and exports
      them with `trident export --format hf-gpt2`; checks they are the weights training
@@ -88,13 +88,24 @@ def metrics(d):
         return [json.loads(line) for line in f if line.strip()]
 
 
-def readme_files(src):
-    # tests/ is left out: its READMEs quote figures measured on this text.
-    skip = ("build", ".venv", "node_modules", "runs", "data", "tests")
-    out = [os.path.join(src, "README.md")]
-    for depth in ("*/README.md", "*/*/README.md"):
-        out += [p for p in glob.glob(os.path.join(src, depth)) if os.path.relpath(p, src).split(os.sep)[0] not in skip]
-    return sorted(p for p in out if os.path.isfile(p))
+TEXT_DIR = "tests/reference/text"
+
+
+def text_files(src):
+    """The training text of the tiny, Llama, blend and Megatron cases: the repository's README
+    files outside tests/ as they stood at 6bd3b18, copied into tests/reference/text/ (NOTE
+    [pinned text] in tests/reference/README.md), in the order they were read then."""
+    d = os.path.join(src, TEXT_DIR)
+    out = sorted(p for p in glob.glob(os.path.join(d, "[0-9][0-9]-*.txt")))
+    if not out:
+        raise SystemExit(f"FAIL: no training text in {d}")
+    return out
+
+
+def page_files(src):
+    """The second text of the blend and Megatron cases: ARCHITECTURE.md and tests/reference/README.md
+    as they stood at 6bd3b18 (tests/reference/text/p*.txt)."""
+    return sorted(glob.glob(os.path.join(src, TEXT_DIR, "p[0-9]-*.txt")))
 
 
 def case_setup(args, work):
@@ -110,16 +121,34 @@ def case_setup(args, work):
         # reference reads them with megatron-core (reference_train.py's train_tokens).
         a, b = os.path.join(work, "blend-readmes"), os.path.join(work, "blend-pages")
         run([t, "data", "prepare", "--tokenizer", "byte", "--output-format", "megatron", "--input",
-             *readme_files(src), "--output", a])
+             *text_files(src), "--output", a])
         run([t, "data", "prepare", "--tokenizer", "byte", "--output-format", "megatron", "--input",
-             os.path.join(src, "ARCHITECTURE.md"), os.path.join(src, "tests/reference/README.md"), "--output", b])
+             *page_files(src), "--output", b])
         clip = args.clip or 2.0
-        sets = common + ["data.format=megatron", f'data.paths=[[3, "{a}"], [1, "{b}"]]', "data.split=969,30,1",
+        # data.order = "stream": the reference's Blend reads fixed windows (Megatron's own
+        # order is test_megatron_samples.py's).
+        sets = common + ["data.format=megatron", "data.order=stream", f'data.paths=[[3, "{a}"], [1, "{b}"]]',
+                         "data.split=969,30,1",
+                         "model.vocab_pad_multiple=96", f"training.grad_clip={clip}"]
+        return os.path.join(src, "configs/gpt-tiny.toml"), sets + seed, clip
+    if args.case == "megatron":
+        # Megatron's own order (data.order "auto" on Megatron data): three datasets written by
+        # `trident data prepare` (the READMEs in three groups, each file a document), blended
+        # 0.7 : 0.2 : 0.1 and cut by Megatron's default split; the reference builds megatron-core's
+        # BlendedDataset and serves the ranks as Megatron's pretraining sampler does.
+        files = text_files(src) + page_files(src)[:1]  # the READMEs and ARCHITECTURE.md
+        prefixes = [os.path.join(work, f"megatron-{i}") for i in range(3)]
+        for i, prefix in enumerate(prefixes):
+            run([t, "data", "prepare", "--tokenizer", "byte", "--output-format", "megatron", "--input", *files[i::3],
+                 "--output", prefix])
+        clip = args.clip or 2.0
+        paths = ", ".join(f'[{w}, "{p}"]' for w, p in zip((0.7, 0.2, 0.1), prefixes))
+        sets = common + ["data.format=megatron", f"data.paths=[{paths}]", "data.split=969,30,1",
                          "model.vocab_pad_multiple=96", f"training.grad_clip={clip}"]
         return os.path.join(src, "configs/gpt-tiny.toml"), sets + seed, clip
     if args.case in ("tiny", "llama-tiny"):
         prefix = os.path.join(work, "readme-bytes")
-        run([t, "data", "prepare", "--tokenizer", "byte", "--input", *readme_files(src), "--output", prefix])
+        run([t, "data", "prepare", "--tokenizer", "byte", "--input", *text_files(src), "--output", prefix])
         # vocab 256 padded to 288: 32 padded rows (NOTE [padded vocabulary rows] in reference_train.py).
         # grad_clip 2: the first steps from the random init have norms of 4-6, later ones 1.4-1.9,
         # so clipping is active on some steps and not on others whatever the README text.
@@ -257,7 +286,7 @@ def main():
     ap.add_argument("--trident", required=True)
     ap.add_argument("--source-dir", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--case", choices=["tiny", "brown", "blend", "llama-tiny"], required=True)
+    ap.add_argument("--case", choices=["tiny", "brown", "blend", "megatron", "llama-tiny"], required=True)
     ap.add_argument("--seed", type=int, default=0, help="training.seed (0: the config's)")
     ap.add_argument("--clip", type=float, default=0, help="tiny: training.grad_clip (0: 2.0; at 1.0 every step clips, which the clipping check rejects)")
     ap.add_argument("--layouts", action="store_true",
@@ -304,6 +333,8 @@ def main():
         json.dump({"case": args.case, "K": K, "floor": FLOOR, "rtol_fp32": RTOL_FP32, "grad_clip": clip,
                    "worst_ratio": worst, "ill_conditioned": ill, "steps": rows, "bf16": bf16}, f, indent=1)
     layouts = (LLAMA_LAYOUTS if args.case == "llama-tiny" else LAYOUTS) if args.layouts else []
+    if args.case == "megatron":  # the data-parallel slicing of Megatron's sampler: dp = 2 as well
+        layouts = [("dp2", 2, ["parallel.dp=2"])]
     for name, nproc, extra in layouts:
         out = os.path.join(work, "layout-" + name)
         if "parallel.pp=2" in extra or "parallel.pp=4" in extra:  # pipelines under NCCL's point-to-point rules

@@ -177,3 +177,42 @@ def reference_args(description=None):
     shutil.rmtree(args.work, ignore_errors=True)
     os.makedirs(args.work)
     return args
+
+
+def megatron_core_train_samples(prefixes, weights, split, seq_len, seed, num_samples, vocab_size, cache=None):
+    """megatron-core's own train split of Megatron datasets: BlendedMegatronDatasetBuilder with a
+    GPTDatasetConfig (megatron-core's NullTokenizer), the way Megatron's pretrain_gpt builds it.
+    prefixes with weights None is `--data-path PREFIX` (one dataset: a GPTDataset alone);
+    weights given is `--data-path W1 PREFIX1 ...` (a BlendedDataset). Returns the dataset:
+    item p has "tokens" and "labels" (torch int64, seq_len each)."""
+    import warnings
+    warnings.filterwarnings("ignore")  # megatron-core warns that Transformer Engine and Apex are absent
+    from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+    from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
+    from megatron.core.tokenizers.text.libraries.null_tokenizer import NullTokenizer
+    config = GPTDatasetConfig(random_seed=seed, sequence_length=seq_len, blend=(prefixes, weights), split=split,
+                              tokenizer=NullTokenizer(vocab_size), reset_position_ids=False,
+                              reset_attention_mask=False, eod_mask_loss=False, path_to_cache=cache)
+    # Only the train split is built: valid and test do not enter its indices (each split has its
+    # own RandomState), and megatron-core loops forever on a split without tokens, which a blend of
+    # few documents cut by "969,30,1" has. The train book-ends stay those of `split`.
+    config.split_matrix = [config.split_matrix[0], None, None]
+    train, _, _ = BlendedMegatronDatasetBuilder(GPTDataset, [num_samples, 0, 0], lambda: True, config).build()
+    return train
+
+
+class MegatronSampler:
+    """Megatron's MegatronPretrainingSampler (megatron/training/datasets/data_samplers.py):
+    positions consumed in order, batches of dp * mbs consecutive positions, rank r taking
+    the r-th mbs of each; micro_batch() answers as trident_data.Blend's does."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def micro_batch(self, step, gbs, rank, dp, k, mbs):
+        first = step * gbs + k * dp * mbs + rank * mbs
+        return list(range(first, first + mbs))
+
+    def window(self, i):
+        item = self.dataset[i]
+        return np.concatenate([item["tokens"].numpy(), item["labels"].numpy()[-1:]])

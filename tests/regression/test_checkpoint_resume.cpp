@@ -116,6 +116,25 @@ TEST(CheckpointResume, BlendWithDpIsBitExact) {
   exact_resume("resume-blend", 2, {"parallel.dp=2", "data.source=file", blend_of(blend_datasets(data))});
 }
 
+// Megatron's order (data.order = "megatron", the default on Megatron data; NOTE
+// [Megatron GPT samples]) over a blend of two Megatron datasets at dp = 2: the
+// checkpoint records the samples consumed (NOTE [consumed samples]) and the
+// resumed run reads on from there, the very micro-batches of the run that never stopped.
+TEST(CheckpointResume, MegatronOrderBlendWithDpIsBitExact) {
+  TempDir data("resume-megatron-data");
+  const std::string a = data.file("readmes"), b = data.file("pages");
+  for (const auto& [prefix, inputs] :
+       {std::pair{a, src("README.md") + " " + src("configs/README.md") + " " + src("launch/README.md")},
+        std::pair{b, src("ARCHITECTURE.md") + " " + src("core/data/README.md")}}) {
+    const RunResult r = run_command(bin("trident") + " data prepare --output-format megatron --input " + inputs +
+                                    " --output " + prefix);
+    ASSERT_EQ(r.status, 0) << r.output;
+  }
+  exact_resume("resume-megatron", 2,
+               {"parallel.dp=2", "data.source=file", "data.format=megatron",
+                "data.paths=[[3, \"" + a + "\"], [1, \"" + b + "\"]]"});
+}
+
 // The same blend under pp = 2 reads the same micro-batches: pipeline parallelism
 // alone changes no arithmetic, so the losses are the very same doubles.
 TEST(CheckpointResume, BlendIsTheSameUnderEveryLayout) {

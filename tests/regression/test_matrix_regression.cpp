@@ -12,7 +12,7 @@
 //  - the same layout with the other zero setting: within a relative 1e-6.
 // And ZeRO-1 must cut each rank's optimizer state to about 1/dp.
 // The bf16 rows (training.precision = "bf16") run the schedules that split
-// the backward (zb-h1, zb-v, dualpipev) for GPT and Llama at pp = 2, each
+// the backward (zb-h1, zb-v, dualpipev; zb-h2, v-half, v-min for GPT only) for GPT and Llama at pp = 2, each
 // bit-identical to the bf16 single process (so to bf16 1f1b, which
 // test_bf16_regression.cpp holds to it), and one 3D zero-bubble row within the
 // bf16 tolerance of it and bit-identical to the same layout under 1f1b: the
@@ -43,7 +43,9 @@ struct Row {
   std::vector<std::string> extra;  // beyond the six factors
   std::string config = kGpt;
   int world() const { return tp * pp * dp; }
-  bool two_chunks() const { return kind == "interleaved" || kind == "zb-v" || kind == "dualpipev"; }
+  bool two_chunks() const {
+    return kind == "interleaved" || kind == "zb-v" || kind == "v-half" || kind == "v-min" || kind == "dualpipev";
+  }
   bool bf16() const { return std::find(extra.begin(), extra.end(), kBf16) != extra.end(); }
   std::string name() const {
     std::string n = "tp" + std::to_string(tp) + "_pp" + std::to_string(pp) + "_dp" + std::to_string(dp) + "_" +
@@ -133,6 +135,9 @@ const std::vector<Row>& bf16_rows() {
       {1, 2, 1, "zb-h1", 0, true, {kBf16}},
       {1, 2, 1, "zb-v", 0, true, {kBf16}},
       {1, 2, 1, "dualpipev", 0, true, {kBf16}},
+      {1, 2, 1, "zb-h2", 0, true, {kBf16}},
+      {1, 2, 1, "v-half", 0, true, {kBf16}},
+      {1, 2, 1, "v-min", 0, true, {kBf16}},
       {1, 2, 1, "zb-h1", 0, true, {kBf16}, kLlama},
       {1, 2, 1, "zb-v", 0, true, {kBf16}, kLlama},
       {1, 2, 1, "dualpipev", 0, true, {kBf16}, kLlama},

@@ -33,10 +33,12 @@ struct PipelineCase {
 std::ostream& operator<<(std::ostream& os, const PipelineCase& c) { return os << c.name; }
 
 PipelineCase schedule_case(const std::string& kind, int pp) {
-  const int v = kind == "interleaved" || kind == "zb-v" || kind == "dualpipev" ? 2 : 1;
+  const bool v_kind = kind == "zb-v" || kind == "v-half" || kind == "v-min" || kind == "dualpipev";
+  const int v = kind == "interleaved" || v_kind ? 2 : 1;
   PipelineCase c{kind + "_pp" + std::to_string(pp), pp,
                  {"parallel.pp=" + std::to_string(pp), "schedule.kind=" + kind, "schedule.chunks=" + std::to_string(v)},
                  "pp " + std::to_string(pp) + ", schedule " + kind + " (m=8, v=" + std::to_string(v) + ")"};
+  if (kind == "zb-auto") c.sets.push_back("schedule.memory_limit=" + std::to_string(2 * pp));  // ZB-2p
   for (auto& ch : c.name)
     if (ch == '-') ch = '_';
   return c;
@@ -45,7 +47,7 @@ PipelineCase schedule_case(const std::string& kind, int pp) {
 std::vector<PipelineCase> all_cases() {
   std::vector<PipelineCase> cases;
   for (int pp : {2, 4})
-    for (const char* kind : {"gpipe", "1f1b", "zb-h1", "interleaved", "zb-v", "dualpipev"})
+    for (const char* kind : {"gpipe", "1f1b", "zb-h1", "zb-h2", "zb-auto", "interleaved", "zb-v", "v-half", "v-min", "dualpipev"})
       cases.push_back(schedule_case(kind, pp));
   cases.push_back({"uneven_1_3_3_1_pp4", 4, {"parallel.pp=4", "parallel.pipeline_layers=[1,3,3,1]"},
                    "pp 4, schedule 1f1b (m=8, v=1)"});
@@ -90,7 +92,9 @@ TEST_P(PipelineRegression, BitIdenticalToReference) {
   EXPECT_TRUE(matches_reference(ref.rows, run, 0.0));
   EXPECT_NE(run.result.output.find(GetParam().banner), std::string::npos)
       << "expected \"" << GetParam().banner << "\" in:\n" << run.result.output;
-  const bool v_placement = GetParam().name.rfind("zb_v", 0) == 0 || GetParam().name.rfind("dualpipev", 0) == 0;
+  const std::string& name = GetParam().name;
+  const bool v_placement = name.rfind("zb_v", 0) == 0 || name.rfind("v_half", 0) == 0 || name.rfind("v_min", 0) == 0 ||
+                           name.rfind("dualpipev", 0) == 0;
   expect_stage_params(ref, run, GetParam().pp, v_placement);
 }
 
@@ -177,8 +181,8 @@ TEST(PipelineConfigErrors, InterleavedNeedsAtLeastAsManyMicroBatchesAsStages) {
 
 TEST(PipelineConfigErrors, UnknownScheduleKind) {
   expect_config_error(1, {"schedule.kind=bogus"},
-                      "schedule.kind = \"bogus\": expected one of \"gpipe\", \"1f1b\", \"interleaved\", \"zb-h1\", "
-                      "\"zb-v\", \"dualpipev\" or \"file\"");
+                      "schedule.kind = \"bogus\": expected one of \"gpipe\", \"1f1b\", \"interleaved\", \"zb-h1\", \"zb-h2\", "
+                      "\"zb-v\", \"v-half\", \"v-min\", \"dualpipev\", \"zb-auto\" or \"file\"");
 }
 
 }  // namespace

@@ -130,8 +130,8 @@ TEST(TrainErrors, CheckpointDirInUseBeforeRendezvous) {
 // The generators' own list of kinds, checked before the schedule is built.
 TEST(TrainErrors, UnknownScheduleKind) {
   expect_error("--set schedule.kind=zigzag",
-               "schedule.kind = \"zigzag\": expected one of \"gpipe\", \"1f1b\", \"interleaved\", \"zb-h1\", "
-               "\"zb-v\", \"dualpipev\" or \"file\"");
+               "schedule.kind = \"zigzag\": expected one of \"gpipe\", \"1f1b\", \"interleaved\", \"zb-h1\", \"zb-h2\", "
+               "\"zb-v\", \"v-half\", \"v-min\", \"dualpipev\", \"zb-auto\" or \"file\"");
 }
 
 // Keys that used to be accepted and ignored.

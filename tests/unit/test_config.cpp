@@ -234,6 +234,18 @@ TEST(Config, BadConfigsNameKeyValueAndExpectation) {
        "data.split = \"99;1\": part 1 is \"99;1\", not a number"},
       {"split of a token file", "[data]\nsource = \"file\"\npath = \"p\"\nsplit = \"9,1\"\n", {},
        "data.split = \"9,1\" with data.format = \"trident\": expected data.format = \"megatron\""},
+      {"unknown data order", "[data]\norder = \"random\"\n", {},
+       "data.order = \"random\": expected one of \"auto\", \"stream\", \"megatron\""},
+      {"megatron order on a token file", "[data]\nsource = \"file\"\npath = \"p\"\norder = \"megatron\"\n", {},
+       "data.order = \"megatron\" needs data.format = \"megatron\" (it walks the documents of PREFIX.idx), got "
+       "data.format = \"trident\""},
+      {"megatron order, seed beyond numpy's", "[data]\nformat = \"megatron\"\nsource = \"file\"\npath = \"p\"\n"
+       "[training]\nseed = 4294967296\n", {}, "training.seed = 4294967296 with data.order = \"megatron\": numpy's RandomState"},
+      {"cache_dir in the stream order", "[data]\ncache_dir = \"c\"\n", {},
+       "data.cache_dir = \"c\" holds Megatron's index caches, which only data.order = \"megatron\" reads; this run's "
+       "order is \"stream\""},
+      {"megatron order, seq_len 1", "[data]\nformat = \"megatron\"\nsource = \"file\"\npath = \"p\"\n"
+       "[model]\nseq_len = 1\n", {}, "model.seq_len = 1 with data.order = \"megatron\""},
       {"path and paths", "[data]\nsource = \"file\"\npath = \"p\"\npaths = [[1, \"a\"]]\n", {},
        "data.path = \"p\" and data.paths: expected one of them"},
       {"paths on synthetic data", "[data]\npaths = [[1, \"a\"]]\n", {},
@@ -279,7 +291,7 @@ TEST(Config, BadConfigsNameKeyValueAndExpectation) {
       {"pipeline_layers sum", "[model]\nlayers = 8\n[parallel]\npp = 2\npipeline_layers = [3, 4]\n", {},
        "parallel.pipeline_layers sums to 7 but model.layers = 8"},
       {"chunks without interleaved", "[model]\nlayers = 4\n[schedule]\nchunks = 2\n", {},
-       "schedule.chunks = 2 needs schedule.kind = \"interleaved\", \"zb-v\", \"dualpipev\" or \"file\", got \"1f1b\""},
+       "schedule.chunks = 2 needs schedule.kind = \"interleaved\", \"zb-v\", \"v-half\", \"v-min\", \"dualpipev\" or \"file\", got \"1f1b\""},
       {"file schedule without file", "[schedule]\nkind = \"file\"\n", {}, "schedule.kind = \"file\" needs schedule.file"},
       {"global % micro", "[training]\nglobal_batch_size = 10\nmicro_batch_size = 4\n", {},
        "training.global_batch_size (10) must be divisible by training.micro_batch_size (4)"},
@@ -405,7 +417,18 @@ TEST(Config, ScheduleKindsAreTheGenerators) {
   c = parse_config("[schedule]\nkind = \"zigzag\"\n", "x.toml");  // parsing cannot know the generators
   std::string expected = "x.toml: schedule.kind = \"zigzag\": expected one of ";
   for (size_t i = 0; i < kinds.size(); ++i) expected += (i ? ", \"" : "\"") + kinds[i] + "\"";
-  EXPECT_EQ(error_of([&] { trident::check_schedule_kind(c, kinds); }), expected + " or \"file\"");
+  EXPECT_EQ(error_of([&] { trident::check_schedule_kind(c, kinds); }), expected + ", \"zb-auto\" or \"file\"");
+}
+
+// schedule.memory_limit belongs to zb-auto: needed there, refused elsewhere.
+TEST(Config, MemoryLimitOnlyWithZbAuto) {
+  EXPECT_EQ(trident::load_config(kTiny, {"schedule.kind=zb-auto", "schedule.memory_limit=4"}).schedule.memory_limit, 4);
+  EXPECT_NE(error_of([&] { trident::load_config(kTiny, {"schedule.kind=zb-auto"}); })
+                .find("schedule.kind = \"zb-auto\" needs schedule.memory_limit >= 1"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { trident::load_config(kTiny, {"schedule.memory_limit=4"}); })
+                .find("schedule.memory_limit = 4 with schedule.kind = \"1f1b\": only zb-auto has a memory limit"),
+            std::string::npos);
 }
 
 // The layout arithmetic has one copy, shared by resolve_world and Layout::make.
@@ -419,7 +442,7 @@ TEST(Config, LayoutFactors) {
 
 TEST(Config, KeysTableDescribesTypesAndDefaults) {
   const auto keys = trident::config_keys();
-  EXPECT_EQ(keys.size(), 71u);
+  EXPECT_EQ(keys.size(), 74u);
   bool found = false;
   for (const auto& k : keys) {
     if (k.name != "parallel.dp") continue;

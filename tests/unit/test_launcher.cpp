@@ -20,6 +20,7 @@
 #include "launch/fault.h"
 #include "launch/job_channel.h"
 #include "launch/launcher.h"
+#include "launch/restart_ledger.h"
 
 namespace fs = std::filesystem;
 using namespace trident::launch;
@@ -250,7 +251,10 @@ TEST(LauncherPure, FaultSpec) {
   EXPECT_EQ(f.rank, 3);
   EXPECT_EQ(f.step, 2);
   EXPECT_EQ(f.kind, "stall");
+  EXPECT_EQ(f.attempt, 0) << "a fault fires in the first attempt unless told otherwise";
+  EXPECT_EQ(parse_fault("rank=0,step=1,kind=kill,attempt=2").attempt, 2);
   const std::vector<std::pair<std::string, std::string>> bad = {
+      {"rank=1,step=1,kind=kill,attempt=-1", "attempt='-1'"},
       {"rank=1,step=2,kind=explode", "kind='explode'"},
       {"rank=1,kind=kill", "lacks step"},
       {"rank=x,step=1,kind=kill", "rank='x'"},
@@ -265,6 +269,36 @@ TEST(LauncherPure, FaultSpec) {
       EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
     }
   }
+}
+
+// NOTE [restart accounting]: two restarts; the first resumed from step 5 after
+// 7 steps were done and got past step 7 at 4.0 s; the second failed at once
+// (7 done again) and its successor resumed from 5 and never got past 7 before
+// the job ended at 20 s. Recomputed 2 + 2; lost (4.0 - 1.0) + (20.0 - 6.0).
+TEST(LauncherPure, RestartLedger) {
+  RestartLedger l;
+  l.failed(0, "rank 1 was killed by signal 9 (SIGKILL)", 7, 1.0);
+  l.restarted(1.5);
+  EXPECT_TRUE(l.catching_up());
+  EXPECT_EQ(l.catch_up_target(), 7);
+  l.resumed(5);
+  l.caught_up(4.0);
+  EXPECT_FALSE(l.catching_up());
+  l.failed(1, "rank 0 exited with status 1", 6, 6.0);
+  l.restarted(6.5);
+  EXPECT_EQ(l.catch_up_target(), 7) << "the most steps ever done, not the last attempt's";
+  l.resumed(5);
+  l.ended(20.0);
+  EXPECT_EQ(l.restarts(), 2);
+  EXPECT_EQ(l.steps_recomputed(), 4);
+  EXPECT_DOUBLE_EQ(l.seconds_lost(), 3.0 + 14.0);
+  const std::vector<std::string> lines = l.report(true);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0], "the job finished after 2 restarts: 4 steps recomputed, 17.0 s lost");
+  EXPECT_EQ(lines[1], "restart 1: after rank 1 was killed by signal 9 (SIGKILL) with 7 steps done; ranks restarted "
+                      "0.5 s after the failure, resumed from step 5, past step 7 3.0 s after the failure");
+  EXPECT_EQ(l.failures(), "attempt 0: rank 1 was killed by signal 9 (SIGKILL); attempt 1: rank 0 exited with status 1");
+  EXPECT_EQ(l.last_failure(), "attempt 1: rank 0 exited with status 1");
 }
 
 TEST(LauncherPure, JobEventsRoundTrip) {
@@ -574,6 +608,9 @@ TEST(Launcher, BadArgumentsAreExplained) {
       {{"--", "true"}, "nproc-per-node"},
       {{"--nproc-per-node", "1", "--rdzv-timeout", "0", "--", "true"}, "--rdzv-timeout must be a positive number"},
       {{"--nproc-per-node", "2", "--ranks", "0,0", "--", "true"}, "--ranks lists rank 0 twice"},
+      {{"--nproc-per-node", "1", "--max-restarts", "-1", "--", "true"}, "--max-restarts must be >= 0, got -1"},
+      {{"--nproc-per-node", "1", "--nnodes", "2", "--max-restarts", "1", "--", "true"},
+       "--max-restarts needs --nnodes 1"},
       {{"--nproc-per-node", "2", "--ranks", "0", "--", "true"}, "--ranks lists 1 rank(s) but --nproc-per-node is 2"},
       {{"--nproc-per-node", "1", "--ranks", "x", "--", "true"}, "--ranks 'x': 'x' is not a non-negative integer"},
       {{"--nproc-per-node", "1", "--nnodes", "2", "--launcher-port", "29600", "--master-port", "29600", "--", "true"},

@@ -112,7 +112,24 @@ TEST(ScheduleCli, SummaryIsOneObjectWithTheFigures) {
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(r.out,
             "{\"title\": \"1f1b\", \"pipeline_ranks\": 4, \"microbatches\": 8, \"chunks\": 1, \"placement\": \"loop\", "
-            "\"step_time\": 33, \"bubble_fraction\": 0.2727272727, \"peak_inflight\": 4}\n");
+            "\"step_time\": 33, \"bubble_fraction\": 0.2727272727, \"span_bubble_fraction\": 0.2727272727, "
+            "\"peak_inflight\": 4}\n");
+  // ZB-H2 at F = I = W: the paper's parallelogram, no idle between a rank's first and last
+  // action (span_bubble_fraction 0), while ranks still start r forwards late (bubble_fraction
+  // (p-1)/(3m+p-1) = 3/27); rank 0 holds 2p-1 micro-batches.
+  // zb-auto with the limit 2p: ZB-H2's parallelogram or better, within 2p micro-batches.
+  r = run_schedule("--kind zb-auto -p 4 -m 8 --memory-limit 8 --format summary");
+  EXPECT_NE(r.out.find("\"span_bubble_fraction\": 0, "), std::string::npos) << r.out;
+  r = run_schedule("--kind zb-auto -p 4 -m 8 --format summary");
+  EXPECT_NE(r.out.find("--kind zb-auto needs --memory-limit N"), std::string::npos) << r.out;
+  r = run_schedule("--kind zb-h1 -p 4 -m 8 --memory-limit 8");
+  EXPECT_NE(r.out.find("--memory-limit applies to --kind zb-auto only, got --kind zb-h1"), std::string::npos) << r.out;
+  r = run_schedule("--kind zb-auto -p 4 -m 8 --memory-limit 0");
+  EXPECT_NE(r.out.find("memory limit 0, expected >= 1"), std::string::npos) << r.out;
+  r = run_schedule("--kind zb-h2 -p 4 -m 8 --format summary");
+  EXPECT_NE(r.out.find("\"step_time\": 27, \"bubble_fraction\": 0.1111111111, \"span_bubble_fraction\": 0, "
+                       "\"peak_inflight\": 7}"),
+            std::string::npos) << r.out;
   r = run_schedule("--kind zb-v -p 4 -m 8 -v 2 --format summary");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("\"placement\": \"v\", \"step_time\": 25.5"), std::string::npos) << r.out;

@@ -149,8 +149,8 @@ TEST(ScheduleCsv, EarlyPostedReceivesAreNotWaits) {
 }
 
 TEST(ScheduleCsv, RoundTripOfGeneratedSchedules) {
-  for (const std::string kind : {"1f1b", "interleaved", "zb-v", "dualpipev"}) {
-    const int v = kind == "1f1b" ? 1 : 2;
+  for (const std::string kind : {"1f1b", "interleaved", "zb-h2", "zb-v", "v-half", "v-min", "dualpipev"}) {
+    const int v = kind == "1f1b" || kind == "zb-h2" ? 1 : 2;
     const Schedule s = generate(kind, 3, 7, v);
     EXPECT_EQ(from_pytorch_csv(to_pytorch_csv(s), 7), s) << kind;
     EXPECT_NE(to_pytorch_csv(s).find("REDUCE_GRAD"), std::string::npos) << kind;

@@ -19,7 +19,7 @@ int count_kind(const ActionList& list, ActionKind k) {
 
 bool expected_supported(const std::string& kind, int p, int m, int v) {
   if (kind == "interleaved") return v == 1 || m >= p;
-  if (kind == "zb-v") return v == 2;
+  if (kind == "zb-v" || kind == "v-half" || kind == "v-min") return v == 2;
   if (kind == "dualpipev") return v == 2 && m >= 2 * p;
   return v == 1;
 }
@@ -45,9 +45,9 @@ TEST(ScheduleGenerators, EverySupportedCaseValidatesAndOthersAreRejected) {
           const Schedule s = generate(kind, p, m, v);
           ValidationReport rep;
           ASSERT_NO_THROW(rep = validate(s)) << kind << " p=" << p << " m=" << m << " v=" << v;
-          EXPECT_EQ(s.placement, kind == "zb-v" || kind == "dualpipev" ? Placement::v : Placement::loop);
+          EXPECT_EQ(s.placement, v_kind(kind) ? Placement::v : Placement::loop);
           EXPECT_EQ(rep.communication_added, p * v == 1);  // one stage: nothing to send
-          EXPECT_EQ(rep.split_backward, kind == "zb-h1" || kind == "zb-v" || kind == "dualpipev");
+          EXPECT_EQ(rep.split_backward, kind != "gpipe" && kind != "1f1b" && kind != "interleaved");
           if (kind != "dualpipev") {  // dualpipev splits only some backwards
             EXPECT_EQ(rep.compute_actions, p * m * v * (rep.split_backward ? 3 : 2));
           }
@@ -79,7 +79,7 @@ TEST(ScheduleGenerators, RejectsUnknownKindAndBadSizes) {
     generate("zb-w", 2, 4, 2);
     FAIL();
   } catch (const ScheduleError& e) {
-    EXPECT_NE(std::string(e.what()).find("'zb-w', expected one of gpipe, 1f1b, interleaved, zb-h1, zb-v, dualpipev"),
+    EXPECT_NE(std::string(e.what()).find("'zb-w', expected one of gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, v-half, v-min, dualpipev"),
               std::string::npos) << e.what();
   }
 }
@@ -188,7 +188,9 @@ TEST(ScheduleGenerators, EveryKindPlacesOneReduceGradRightAfterEachChunksLastWei
 TEST(ScheduleGenerators, ChunksDefaultToWhatTheKindNeeds) {
   EXPECT_EQ(default_chunks("zb-v"), 2);
   EXPECT_EQ(default_chunks("dualpipev"), 2);
-  for (const std::string kind : {"gpipe", "1f1b", "interleaved", "zb-h1", "file"}) EXPECT_EQ(default_chunks(kind), 1) << kind;
+  EXPECT_EQ(default_chunks("v-half"), 2);
+  EXPECT_EQ(default_chunks("v-min"), 2);
+  for (const std::string kind : {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "file"}) EXPECT_EQ(default_chunks(kind), 1) << kind;
   EXPECT_THROW(default_chunks("zb-w"), ScheduleError);
   EXPECT_EQ(generate("zb-v", 4, 8), generate("zb-v", 4, 8, 2));  // v = 0: the kind's default
   EXPECT_EQ(generate_compute("dualpipev", 2, 4).chunks, 2);

@@ -1,0 +1,98 @@
+// torchrun across two nodes (network namespaces, multinode_util.h), restarts
+// included: one agent per node, one rank each (gpt-tiny as pp = 2, so the
+// pipeline spans the link), rank 1 on node 1 SIGKILLed once step 7 is logged,
+// --max-restarts 2, checkpoint.resume = true. Under the static rendezvous and
+// under c10d's (whose agents restart a healthy node's workers without counting
+// a restart, so the nodes' TORCHELASTIC_RESTART_COUNT differ), the job must
+// finish with every loss, gradient norm and final tensor equal to the last bit
+// to a single-node run that was never stopped.
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "multinode_util.h"
+#include "run_helpers.h"
+
+using namespace trident::testing;
+
+namespace {
+
+const std::string kTorchrun = TRIDENT_SOURCE_DIR "/.venv/bin/torchrun";
+
+std::vector<std::string> sets_for(const fs::path& ck) {
+  return {"training.steps=12", "parallel.pp=2", "parallel.backend=nccl-rules", "checkpoint.interval=5",
+          "checkpoint.resume=true", "checkpoint.dir=" + ck.string(), "logging.progress=false",
+          "training.peak_tflops=1", "parallel.timeout_s=20"};
+}
+
+// Every tensor entry's index record (name, box, checksum) of a checkpoint's rank file,
+// without the RNG blob (libtorch seeds it anew in each process: restart_util.h).
+std::string entries_of(const fs::path& file) {
+  const std::string text = slurp(file);
+  const size_t from = text.find("\"entries\""), to = text.find("\"blobs\"");
+  return from == std::string::npos || to == std::string::npos ? "" : text.substr(from, to - from);
+}
+
+void torchrun_restarts(const std::vector<std::string>& rdzv) {
+  TwoNodes net;
+  REQUIRE_NODES(net);
+  ASSERT_EQ(::access(kTorchrun.c_str(), X_OK), 0) << kTorchrun << " is missing";
+  TempDir dir;
+  Proc ref(launch_cmd({"--nproc-per-node", "2", "--master-port", "0"},
+                      train_cmd(dir.path / "ref", sets_for(dir.path / "ck-ref"))),
+           dir.path / "ref.log");
+  ASSERT_TRUE(ref.wait_until(Clock::now() + std::chrono::seconds(120))) << "single-node run hangs";
+  ASSERT_EQ(ref.exit_code(), 0) << ref.log();
+
+  auto node = [&](int n) {
+    std::vector<std::string> argv{kTorchrun, "--nnodes", "2", "--nproc-per-node", "1", "--max-restarts", "2",
+                                  "--monitor-interval", "0.1"};
+    for (const auto& a : rdzv)
+      argv.push_back(a == "NODE_RANK" ? std::to_string(n)
+                     : a == "IS_HOST" ? (n == 0 ? "is_host=1" : "is_host=0")
+                     : a == "LOCAL_ADDR" ? TwoNodes::kAddr[n]
+                                         : a);
+    argv.push_back("--no-python");
+    for (const auto& a : train_cmd(dir.path / "run", sets_for(dir.path / "ck-run"))) argv.push_back(a);
+    return net.in(n, argv);
+  };
+  const std::vector<std::pair<std::string, std::string>> env{{"TRIDENT_FAULT", "rank=1,step=7,kind=kill"},
+                                                             {"OMP_NUM_THREADS", "1"}};
+  Proc node0(node(0), dir.path / "node0.log", env);
+  Proc node1(node(1), dir.path / "node1.log", env);
+  const auto deadline = Clock::now() + std::chrono::seconds(200);
+  const bool ended = node0.wait_until(deadline) && node1.wait_until(deadline);
+  const std::string log0 = node0.log(), log1 = node1.log();
+  ASSERT_TRUE(ended) << "torchrun across two nodes still runs after 200 s\n--- node 0 ---\n" << log0
+                     << "--- node 1 ---\n" << log1;
+  ASSERT_EQ(node0.exit_code(), 0) << log0 << "--- node 1 ---\n" << log1;
+  ASSERT_EQ(node1.exit_code(), 0) << log1 << "--- node 0 ---\n" << log0;
+  EXPECT_NE(log1.find("rank 1 injects kill after step 7"), std::string::npos) << log1;
+  EXPECT_NE(log0.find("checkpoint: resumed from " + (dir.path / "ck-run/step-00000005").string()), std::string::npos)
+      << log0;
+  expect_identical(read_metrics((dir.path / "ref/metrics.jsonl").string()),
+                   read_metrics((dir.path / "run/metrics.jsonl").string()), 12);
+  for (const char* rank : {"rank-00000.json", "rank-00001.json"}) {
+    const std::string a = entries_of(dir.path / "ck-ref/step-00000012" / rank);
+    EXPECT_FALSE(a.empty()) << rank;
+    EXPECT_EQ(a, entries_of(dir.path / "ck-run/step-00000012" / rank)) << rank;
+  }
+  EXPECT_TRUE(net.empty_within(0, 2.0)) << net.pids(0);
+  EXPECT_TRUE(net.empty_within(1, 2.0)) << net.pids(1);
+}
+
+}  // namespace
+
+TEST(TorchrunTwoNodes, StaticRendezvousRestartsBitIdentical) {
+  torchrun_restarts({"--node-rank", "NODE_RANK", "--master-addr", TwoNodes::kAddr[0], "--master-port", "29500"});
+}
+
+// The namespaces share the machine's host name, so c10d can tell neither which
+// node hosts the store at the endpoint (is_host says so) nor which address is
+// node 0's (--local-addr).
+TEST(TorchrunTwoNodes, C10dRendezvousRestartsBitIdentical) {
+  torchrun_restarts({"--rdzv-backend", "c10d", "--rdzv-endpoint", std::string(TwoNodes::kAddr[0]) + ":29400",
+                     "--rdzv-id", "trident-test", "--rdzv-conf", "IS_HOST", "--local-addr", "LOCAL_ADDR"});
+}

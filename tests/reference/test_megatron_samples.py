@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""Megatron's sample order: `trident data batches` against megatron-core's own datasets, the
+CTest test MegatronSamples.
+
+megatron-core's IndexedDatasetBuilder writes three datasets of random byte tokens (documents
+of 0 to 120 tokens, one sequence each). For each case megatron-core's
+BlendedMegatronDatasetBuilder with a GPTDatasetConfig (NullTokenizer) builds the train split
+Megatron's trainer asks for (training.steps x global batch samples), with data.split
+"90,8,2": a GPTDataset over one dataset, and a BlendedDataset over the three (weights 0.7, 0.2,
+0.1: asked for its share plus megatron-core's surplus each, blended by
+build_blending_indices). `trident data batches` with data.order = "megatron" prints every
+global batch; sample p of the run (step p // G, place p % G) must hold exactly megatron-core's
+item p, tokens and labels, for two seeds and two sequence lengths. The cases span one epoch,
+several epochs with the last one apart (< 80 % used) and several epochs without, checked
+from the document index megatron-core built, so each path of the order is compared.
+
+`trident data batches` serves any data: on a Trident token file (data.order "stream") it
+prints the windows trident_data.Samples (core/data/README.md's stream order written in
+Python) puts in each global batch.
+
+data.cache_dir: megatron-core writes its index caches for the single dataset (path_to_cache);
+its shuffle index is then reversed in place and megatron-core reads the changed cache back;
+`trident data batches` with data.cache_dir equals that, and so differs from the order it builds
+itself: it read the cache. A cache of another seed is not taken.
+
+Bad inputs: data.order = "megatron" on synthetic data, --steps beyond training.steps, are
+errors that say so.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from trident_data import Samples, megatron_core_train_samples, reference_args, write_token_file  # noqa: E402
+
+from megatron.core.datasets.blended_dataset import BlendedDataset  # noqa: E402
+from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder  # noqa: E402
+
+G = 16  # configs/gpt-tiny.toml's global batch
+SPLIT = "90,8,2"
+
+
+def fail(msg):
+    raise SystemExit("FAIL: " + msg)
+
+
+def write_dataset(prefix, rng, docs):
+    builder = IndexedDatasetBuilder(prefix + ".bin", dtype=np.uint16)
+    for _ in range(docs):
+        builder.add_item(torch.tensor(rng.integers(0, 256, size=int(rng.integers(0, 121))), dtype=torch.int64))
+        builder.end_document()
+    builder.finalize(prefix + ".idx")
+
+
+def trident_batches(args, sets, steps):
+    cmd = [args.trident, "data", "batches", "--config", os.path.join(args.source_dir, "configs", "gpt-tiny.toml"),
+           "--set", "data.source=file", "--set", "data.format=megatron", "--set", f"data.split={SPLIT}",
+           "--steps", str(steps)]
+    for s in sets:
+        cmd += ["--set", s]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return r.returncode, r.stdout.decode(), r.stderr.decode(), cmd
+
+
+def epochs_of(ds):
+    """(epochs, last epoch apart) of a GPTDataset, read from what megatron-core built."""
+    n = len(ds.indices)
+    epochs = len(ds.document_index) // n
+    # Apart: the last n entries are the split's documents, shuffled on their own (one shuffle
+    # of all epochs puts them there with a vanishing probability).
+    apart = epochs > 1 and sorted(ds.document_index[-n:].tolist()) == ds.indices.tolist()
+    return epochs, bool(apart)
+
+
+def check_case(args, prefixes, weights, seed, seq_len, steps):
+    name = f"{'blend' if weights else 'single'} seed {seed} seq_len {seq_len} steps {steps}"
+    ref = megatron_core_train_samples(prefixes, weights, SPLIT, seq_len, seed, steps * G, 256)
+    sets = [f"training.seed={seed}", f"model.seq_len={seq_len}", f"training.steps={steps}"]
+    if weights:
+        sets.append("data.paths=[" + ", ".join(f'[{w!r}, "{p}"]' for w, p in zip(weights, prefixes)) + "]")
+    else:
+        sets.append(f"data.path={prefixes[0]}")
+    rc, out, err, cmd = trident_batches(args, sets, steps)
+    if rc != 0:
+        fail(f"{name}: {' '.join(cmd)} failed: {err}")
+    lines = [json.loads(line) for line in out.splitlines()]
+    if [b["step"] for b in lines] != list(range(1, steps + 1)):
+        fail(f"{name}: steps {[b['step'] for b in lines]}")
+    for b in lines:
+        if len(b["tokens"]) != G or len(b["labels"]) != G:
+            fail(f"{name}: step {b['step']} has {len(b['tokens'])} samples, expected {G}")
+        for j, (tok, lab) in enumerate(zip(b["tokens"], b["labels"])):
+            p = (b["step"] - 1) * G + j
+            item = ref[p]
+            if tok != item["tokens"].tolist() or lab != item["labels"].tolist():
+                where = "" if not isinstance(ref, BlendedDataset) else \
+                    f" (megatron-core: dataset {ref.dataset_index[p]}, its sample {ref.dataset_sample_index[p]})"
+                fail(f"{name}: sample {p} (step {b['step']}, place {j}) differs from megatron-core's{where}:\n"
+                     f"  trident tokens {tok}\n  megatron-core  {item['tokens'].tolist()}")
+    parts = ref.datasets if isinstance(ref, BlendedDataset) else [ref]
+    return name, [epochs_of(d) for d in parts]
+
+
+def main():
+    args = reference_args()
+    rng = np.random.default_rng(11)
+    prefixes = []
+    for i, docs in enumerate((60, 45, 30)):
+        prefix = os.path.join(args.work, f"ds{i}", "corpus")
+        os.makedirs(os.path.dirname(prefix))
+        write_dataset(prefix, rng, docs)
+        prefixes.append(prefix)
+
+    seen = []
+    for seed in (1234, 7):
+        for seq_len, steps in ((32, 12), (16, 30)):
+            seen.append(check_case(args, prefixes[:1], None, seed, seq_len, steps))
+            seen.append(check_case(args, prefixes, [0.7, 0.2, 0.1], seed, seq_len, steps))
+    # Every path of the order was compared: one epoch, the last epoch apart, several without.
+    epochs = [e for _, parts in seen for e in parts]
+    if not any(e == 1 for e, _ in epochs) or not any(e > 1 and not a for e, a in epochs):
+        fail(f"the cases no longer span one epoch and several without the last apart: {seen}")
+    if not any(a for _, a in epochs):
+        fail(f"no case puts the last epoch apart: {seen}")
+
+    # data.cache_dir: megatron-core's caches read.
+    cache = os.path.join(args.work, "cache")
+    megatron_core_train_samples(prefixes[:1], None, SPLIT, 32, 1234, 12 * G, 256, cache=cache)
+    [shuffle] = [os.path.join(cache, f) for f in os.listdir(cache) if f.endswith("-GPTDataset-train-shuffle_index.npy")]
+    np.save(shuffle, np.load(shuffle)[::-1].copy())
+    changed = megatron_core_train_samples(prefixes[:1], None, SPLIT, 32, 1234, 12 * G, 256, cache=cache)
+    for seed, expect_cached in ((1234, True), (7, False)):
+        sets = [f"data.path={prefixes[0]}", f"data.cache_dir={cache}", f"training.seed={seed}", "training.steps=12"]
+        rc, out, err, cmd = trident_batches(args, sets, 12)
+        if rc != 0 or f"the indices of {int(expect_cached)} of 1 datasets read from {cache}" not in err:
+            fail(f"data.cache_dir, seed {seed}: rc {rc}, {err}")
+        if expect_cached:
+            got = [t for line in out.splitlines() for t in json.loads(line)["tokens"]]
+            if got != [changed[p]["tokens"].tolist() for p in range(12 * G)]:
+                fail("data.cache_dir: trident data batches did not read megatron-core's (changed) cache")
+
+    # The stream order on a Trident token file.
+    stream = rng.integers(0, 256, size=5000)
+    tok = os.path.join(args.work, "tok")
+    write_token_file(tok + ".train.bin", stream.astype(np.int64), 256, "byte")
+    r = subprocess.run([args.trident, "data", "batches", "--config",
+                        os.path.join(args.source_dir, "configs", "gpt-tiny.toml"), "--set", "data.source=file",
+                        "--set", f"data.path={tok}", "--set", "training.seed=5", "--steps", "12"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if r.returncode != 0:
+        fail(f"data batches on a token file: {r.stderr.decode()}")
+    ref = Samples(stream.astype(np.int64), 32, 5)
+    for b in (json.loads(line) for line in r.stdout.decode().splitlines()):
+        want = [ref.window(i).tolist() for i in ref.global_batch(b["step"] - 1, G)]
+        if b["tokens"] != [w[:-1] for w in want] or b["labels"] != [w[1:] for w in want]:
+            fail(f"data batches on a token file: step {b['step']} differs from trident_data.Samples")
+
+    # Bad inputs.
+    rc, _, err, _ = trident_batches(args, [f"data.path={prefixes[0]}", "training.steps=3"], 4)
+    if rc != 2 or "--steps 4: expected 1 .. training.steps = 3" not in err:
+        fail(f"--steps beyond training.steps: rc {rc}, {err}")
+    r = subprocess.run([args.trident, "data", "batches", "--config",
+                        os.path.join(args.source_dir, "configs", "gpt-tiny.toml"), "--set", "data.order=megatron",
+                        "--steps", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if r.returncode != 2 or b'data.order = "megatron" needs data.format = "megatron"' not in r.stderr:
+        fail(f"data.order = megatron on synthetic data: rc {r.returncode}, {r.stderr.decode()}")
+    print(f"PASS: {len(seen)} cases, every sample equal to megatron-core's (tokens and labels): "
+          + "; ".join(f"{n}: (epochs, last apart) {p}" for n, p in seen))
+
+
+if __name__ == "__main__":
+    main()
