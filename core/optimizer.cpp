@@ -99,6 +99,11 @@ void AdamW::step(double lr, const std::optional<at::Tensor>& skip) {
     const std::vector<at::Tensor> steps(grp->w.size(), step_count_);
     at::_fused_adamw_(grp->w, grp->g, grp->m, grp->v, /*max_exp_avg_sqs=*/{}, steps, lr, o_.beta1, o_.beta2, wd,
                       o_.eps, /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, skip);
+    // The fused kernel writes the weights without moving their version counters
+    // (libtorch 2.11: no ADInplaceOrView kernel for it), and the version is how a
+    // model's bf16 copy knows its master changed (NOTE [cast once per step]).
+    // A host-side counter bump per tensor: no kernel.
+    for (const at::Tensor& w : grp->w) w.unsafeGetTensorImpl()->bump_version();
   }
 }
 

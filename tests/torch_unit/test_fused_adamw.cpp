@@ -14,6 +14,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include "core/optimizer.h"
+#include "models/common/cast_cache.h"
 
 namespace trident {
 namespace {
@@ -130,6 +131,24 @@ TEST(FusedAdamW, SkipLeavesWeightsAndStateUntouchedButCountsTheStep) {
   EXPECT_EQ(opt.steps_taken(), 2);
   opt.step(1e-2, at::zeros({}, at::kFloat));  // 0: the update runs
   EXPECT_FALSE(at::equal(ps.fused[0]->tensor.detach(), w));
+}
+
+// A model's bf16 copy of a weight is kept while the weight's version counter
+// stands still (NOTE [cast once per step]); the optimizer's update must move
+// it, or every step after the first computes with the step-1 weights (the bf16
+// reference contract off by 10^4 from step 2 on, seen once).
+TEST(FusedAdamW, UpdateMovesTheVersionSoTheBf16CopyIsMadeAgain) {
+  Params ps;
+  std::vector<Param> params{*ps.fused[0]};
+  CastCache cache;
+  AdamW opt(Params::segments(ps.fused, true), AdamWOptions{});
+  const at::Tensor before = cache.get(params, 0, at::kBFloat16);
+  EXPECT_TRUE(cache.get(params, 0, at::kBFloat16).is_same(before)) << "kept while the weight is unchanged";
+  ps.set_grads(1);
+  opt.step(0.1);
+  const at::Tensor after = cache.get(params, 0, at::kBFloat16);
+  EXPECT_FALSE(after.is_same(before)) << "the optimizer's update did not move the version counter";
+  EXPECT_TRUE(at::equal(after, ps.fused[0]->tensor.detach().to(at::kBFloat16)));
 }
 
 }  // namespace
