@@ -50,7 +50,7 @@ run_trident() {  # $1: tag, $2: binary (default $trident); prints nothing, leave
 }
 run_loop() {  # $1: tag
   # The loop gets the allocator policy trident sets for itself in-process
-  # (framework/trainer.cpp, NOTE [malloc and large tensors]), so the ratio
+  # (framework/machine.cpp, NOTE [malloc and large tensors]), so the ratio
   # compares the training code, not glibc's mmap threshold.
   MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=1073741824 "$loop" --data "$data" --layers 4 --hidden 128 --heads 4 --ffn 512 --seq 128 --vocab 50304 \
     --micro-batch 4 --global-batch 16 --lr 3e-3 --steps "$steps" --warmup "$warmup" > "$work/$1.log" 2>&1

@@ -1,6 +1,7 @@
 // The gradient buffer: see grad_buffer.h, NOTE [gradient buckets].
 #include "parallel/grad_buffer.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include <torch/csrc/autograd/function.h>
@@ -22,6 +23,18 @@ struct GradBuffer::Hook : torch::autograd::FunctionPostHook {
   GradBuffer* buffer_;
   size_t index_;
 };
+
+GradPlace grad_place(const Param& p, const std::map<std::string, bool>& tied_local, bool sequence_parallel) {
+  auto it = tied_local.find(p.info.name);
+  // A tied copy whose primary is on this rank: its gradient is added to the
+  // primary's before the DP reduction and then zeroed, and its value is
+  // copied from the primary after the step, so it needs no reduction at
+  // all (reducing it would double the late bucket: for GPT's tied head, the
+  // largest matrix of a small model).
+  if (it != tied_local.end()) return p.info.tied_copy && it->second ? GradPlace::kLocal : GradPlace::kLateTied;
+  if (sequence_parallel && p.info.sequence_parallel_grad) return GradPlace::kLateSequenceParallel;
+  return GradPlace::kBucket;
+}
 
 GradBuffer::GradBuffer(const std::vector<std::vector<Param*>>& chunks, const Group& dp, GradBufferOptions opts,
                        const std::function<GradPlace(const Param&)>& place)
@@ -155,20 +168,55 @@ void GradBuffer::land(Bucket& b) {
   }
 }
 
-void GradBuffer::reduce(const std::function<void(at::Tensor sp_grads)>& before_late) {
+void GradBuffer::wait_reduction() {
   at::NoGradGuard no_grad;
-  const double dp = dp_.size();
   for (auto& b : buckets_) {
-    if (b->local) continue;  // added into the primaries by before_late
-    if (b->late) {
-      before_late(b->grad.narrow(0, 0, b->sp_end));
-      if (dp > 1) launch(*b), land(*b);
-    } else {
-      if (!b->work) launch(*b);  // not launched during the backward (no overlap)
-      land(*b);
-    }
-    if (dp > 1) b->grad.div_(dp);
+    if (b->late || b->local) continue;
+    if (!b->work) launch(*b);  // not launched during the backward (no overlap)
+    land(*b);
+    if (dp_.size() > 1) b->grad.div_(static_cast<double>(dp_.size()));
   }
+}
+
+GradBuffer::Bucket* GradBuffer::late_bucket() const {
+  for (const auto& b : buckets_)
+    if (b->late) return b.get();
+  return nullptr;
+}
+
+at::Tensor GradBuffer::sequence_parallel_grads() const {
+  const Bucket* late = late_bucket();
+  return late ? late->grad.narrow(0, 0, late->sp_end) : at::Tensor();
+}
+
+void GradBuffer::reduce_late() {
+  Bucket* late = late_bucket();
+  if (!late || dp_.size() == 1) return;
+  at::NoGradGuard no_grad;
+  launch(*late);
+  land(*late);
+  late->grad.div_(static_cast<double>(dp_.size()));
+}
+
+std::vector<OwnedGrad> GradBuffer::owned_grads() const {
+  std::vector<OwnedGrad> out;
+  for (const auto& b : buckets_) {
+    if (b->local) continue;  // tied copies: stepped and counted through their primaries
+    const ShardRange own = owned(*b);
+    for (size_t k : b->params) {
+      const int64_t at = offset_in_bucket_[k];
+      const int64_t lo = std::max(own.lo, at), hi = std::min(own.hi, at + params_[k]->tensor.numel());
+      if (lo < hi) out.push_back({params_[k], lo - at, hi - lo, b->grad.narrow(0, lo, hi - lo)});
+    }
+  }
+  return out;
+}
+
+int64_t GradBuffer::stepped_params() const {
+  int64_t n = 0;
+  for (const auto& b : buckets_)
+    if (!b->local) n += b->used;
+  return n;
 }
 
 namespace {

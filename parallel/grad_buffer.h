@@ -1,8 +1,9 @@
 // The gradient buffer of data parallelism: parameters and gradients as views
 // of flat buckets, the hooks that find a gradient final, and each bucket's
-// asynchronous reduction over DP. What a gradient needs before or after that
-// reduction is parallel/grad_finalize.h; the ZeRO-1 optimizer is
-// parallel/zero_optimizer.h; parallel/data_parallel.h puts the three together.
+// asynchronous reduction over DP, and where each gradient goes (grad_place).
+// What a gradient needs besides DP's reduction is parallel/grad_finalize.h;
+// the ZeRO-1 optimizer is parallel/zero_optimizer.h; parallel/data_parallel.h
+// puts the three together in the order of a step.
 //
 // NOTE [gradient buckets]
 // Every parameter and its gradient are views into persistent flat buffers
@@ -13,17 +14,19 @@
 // soon as every gradient in it is final: the executor says when a chunk's
 // last backward begins (then each parameter's AccumulateGrad post-hook marks
 // it final) and when its last weight gradient is in (after the deferred W of
-// zero-bubble schedules). reduce() waits for them just before clipping.
+// zero-bubble schedules). wait_reduction() waits for them after the backward.
 //
 // Gradients that need another reduction first (GradPlace::kLate*) live in one
-// "late" bucket, reduced in reduce() after that other reduction (the
+// "late" bucket, reduced by reduce_late() after that other reduction (the
 // sequence-parallel ones first, then the tied ones). Gradients that are
 // never reduced (kLocal: a tied copy added into its primary on this rank)
 // sit in a "local" bucket of their own.
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -31,7 +34,7 @@
 #include "core/param.h"
 #include "parallel/grad_observer.h"
 #include "parallel/process_groups.h"
-#include "parallel/zero_optimizer.h"
+#include "parallel/dp_shard.h"
 
 namespace torch::autograd {
 struct Node;
@@ -46,6 +49,13 @@ enum class GradPlace {
   kLateTied,              // late: first added to the tied word embedding's other copy
   kLocal,                 // never reduced: added into its primary on this rank
 };
+
+// Where a parameter's gradient goes. `tied_local` says, per tied name present
+// on this rank, whether all its copies are here (tied_placement in
+// parallel/grad_finalize.h): a tied copy whose primary is here is never
+// reduced; other tied parameters are late, then sequence-parallel ones (with
+// sequence parallelism); everything else is bucketed.
+GradPlace grad_place(const Param& p, const std::map<std::string, bool>& tied_local, bool sequence_parallel);
 
 struct GradBufferOptions {
   double bucket_mb = 25;  // target bucket size in MiB
@@ -82,11 +92,16 @@ class GradBuffer : public GradObserver {
   void zero_grads();  // before a step's schedule
   void final_backward_begins(int chunk) override;
   void grads_final(int chunk) override;
-  // Waits for (or runs) every bucket's DP reduction and divides by dp, so
-  // each gradient this rank owns is the DP average. `before_late` runs on
-  // the late bucket's sequence-parallel part before the late bucket is
-  // reduced (it is given an empty tensor when there is none).
-  void reduce(const std::function<void(at::Tensor sp_grads)>& before_late);
+  // Waits for (or runs) the DP reduction of every bucket but the late and
+  // the local one and divides by dp: each of their gradients this rank owns
+  // is then the DP average.
+  void wait_reduction();
+  // The late bucket's sequence-parallel part (empty when there is none): what
+  // is reduced over TP before reduce_late().
+  at::Tensor sequence_parallel_grads() const;
+  // The late bucket's DP reduction (run now, not overlapped: its gradients
+  // were just reduced over TP or added to their tied copies) and division by dp.
+  void reduce_late();
   // Multiplies every gradient element this rank owns by coef (clipping).
   void scale(double coef);
   void scale(const at::Tensor& coef);  // a scalar on the buffer's device (the clipping's, computed there)
@@ -96,8 +111,14 @@ class GradBuffer : public GradObserver {
   int64_t offset_in_bucket(size_t param_index) const { return offset_in_bucket_[param_index]; }
   // The elements of `b` this rank owns (steps, norms, clips): NOTE [ZeRO-1 reduce-scatter].
   ShardRange owned(const Bucket& b) const;
+  // What this rank owns of each parameter's gradient, bucket by bucket (the
+  // local bucket's tied copies, stepped through their primaries, left out):
+  // what the norm reads and the optimizer steps.
+  std::vector<OwnedGrad> owned_grads() const;
   // Gradient elements this rank reduces over DP each step (0 at dp = 1).
   int64_t dp_reduced_elements() const;
+  // Parameters this rank steps: all but the local tied copies.
+  int64_t stepped_params() const;
   const Group& dp() const { return dp_; }
   bool sharded() const { return o_.sharded; }  // ZeRO-1: each rank owns one shard of every bucket
 
@@ -107,6 +128,7 @@ class GradBuffer : public GradObserver {
   void mark_ready(size_t param_index);
   void launch(Bucket& b);
   void land(Bucket& b);  // waits for a launched reduction; sharded: copies the shard into the bucket
+  Bucket* late_bucket() const;
 
   const Group& dp_;
   GradBufferOptions o_;

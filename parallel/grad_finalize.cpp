@@ -2,8 +2,8 @@
 #include "parallel/grad_finalize.h"
 
 #include <cmath>
+#include <set>
 #include <stdexcept>
-
 
 namespace trident {
 
@@ -25,24 +25,50 @@ TiedParams find_tied(const std::vector<Param*>& params, const std::map<std::stri
   return t;
 }
 
-GradPlace grad_place(const Param& p, const std::map<std::string, bool>& tied_local, bool sequence_parallel) {
-  auto it = tied_local.find(p.info.name);
-  // A tied copy whose primary is on this rank: its gradient is added to the
-  // primary's before the DP reduction and then zeroed, and its value is
-  // copied from the primary after the step, so it needs no reduction at
-  // all (reducing it would double the late bucket: for GPT's tied head, the
-  // largest matrix of a small model).
-  if (it != tied_local.end()) return p.info.tied_copy && it->second ? GradPlace::kLocal : GradPlace::kLateTied;
-  if (sequence_parallel && p.info.sequence_parallel_grad) return GradPlace::kLateSequenceParallel;
-  return GradPlace::kBucket;
+std::map<std::string, bool> tied_placement(const std::vector<TiedGroup>& groups,
+                                           const std::function<int(int)>& rank_of_stage, int pp_rank, int pp) {
+  std::map<std::string, bool> out;
+  for (const TiedGroup& g : groups) {
+    std::set<int> ranks;
+    for (int s : g.stages) ranks.insert(rank_of_stage(s));
+    if (!ranks.count(pp_rank)) continue;
+    if (ranks.size() == 1) {
+      out[g.name] = true;
+    } else if (ranks == std::set<int>{0, pp - 1}) {
+      out[g.name] = false;
+    } else {
+      throw std::runtime_error("tied parameter " + g.name +
+                               " has copies on pipeline ranks other than the first and the last; "
+                               "this placement is not supported");
+    }
+  }
+  return out;
 }
 
-GradFinalizer::GradFinalizer(FinalizeGroups groups, TiedParams tied, std::map<std::string, size_t> norm_slots)
-    : g_(groups), tied_(std::move(tied)), norm_slots_(std::move(norm_slots)) {}
+std::map<std::string, size_t> norm_slots(const std::vector<ParamInfo>& unique) {
+  std::map<std::string, size_t> slots;
+  for (const ParamInfo& info : unique) slots.emplace(info.name, slots.size());
+  return slots;
+}
 
-void GradFinalizer::reduce_model_parallel(at::Tensor sp_grads) {
+GradFinalizer::GradFinalizer(FinalizeGroups groups, TiedParams tied, NormInputs norm)
+    : g_(groups), tied_(std::move(tied)), num_slots_(norm.slots.size()), sharded_(norm.sharded) {
+  std::vector<int64_t> slot_of;
+  for (const OwnedGrad& o : norm.owned) {
+    if (o.param->info.tied_copy) continue;                          // counted through its primary
+    if (o.param->info.shard_dim < 0 && g_.tp->rank != 0) continue;  // replicated over TP: once
+    norm_views_.push_back(o.grad);
+    slot_of.push_back(static_cast<int64_t>(norm.slots.at(o.param->info.name)));
+  }
+  norm_index_ = at::tensor(slot_of, at::kLong).to(norm.device);
+}
+
+void GradFinalizer::reduce_model_parallel(const at::Tensor& sp_grads) {
   at::NoGradGuard no_grad;
-  if (sp_grads.numel() > 0 && g_.tp->size() > 1) all_reduce(*g_.tp, sp_grads);
+  if (sp_grads.defined() && sp_grads.numel() > 0 && g_.tp->size() > 1) {
+    at::Tensor t = sp_grads;  // a view of the late bucket: reduced in place
+    all_reduce(*g_.tp, t);
+  }
   // Tied copies: two addends, so the order of the addition cannot change the bits.
   for (auto& [prim, copy] : tied_.pairs) {
     prim->tensor.mutable_grad().add_(copy->tensor.grad());
@@ -54,7 +80,7 @@ void GradFinalizer::reduce_model_parallel(at::Tensor sp_grads) {
   }
 }
 
-at::Tensor GradFinalizer::grad_norm(const GradBuffer& buffer) const {
+at::Tensor GradFinalizer::grad_norm() const {
   at::NoGradGuard no_grad;
   // Each parameter's norm comes from one _foreach_norm over all of them,
   // computed in float64 (its dtype argument: the fp32 gradients are read as
@@ -65,37 +91,12 @@ at::Tensor GradFinalizer::grad_norm(const GradBuffer& buffer) const {
   // the canonical order), so every layout adds the same doubles in the same
   // order. Nothing comes back to the host here (NOTE [host reads]): the
   // trainer clips and guards with the tensor.
-  std::vector<at::Tensor> buckets;
-  for (const auto& bucket : buffer.buckets()) buckets.push_back(bucket->grad);
-  bool same = buckets.size() == norm_of_.size();
-  for (size_t i = 0; same && i < buckets.size(); ++i) same = buckets[i].is_same(norm_of_[i]);
-  if (!same) {
-    norm_of_ = buckets;
-    norm_views_.clear();
-    std::vector<int64_t> slot_of;
-    for (const auto& bucket : buffer.buckets()) {
-      if (bucket->local) continue;  // tied copies: counted through their primaries
-      const ShardRange own = buffer.owned(*bucket);
-      for (size_t k : bucket->params) {
-        const Param* p = buffer.params()[k];
-        if (p->info.tied_copy) continue;                          // counted through its primary
-        if (p->info.shard_dim < 0 && g_.tp->rank != 0) continue;  // replicated over TP: once
-        const int64_t at = buffer.offset_in_bucket(k);
-        const int64_t a = std::max(own.lo, at), e = std::min(own.hi, at + p->tensor.numel());
-        if (a >= e) continue;
-        norm_views_.push_back(bucket->grad.narrow(0, a, e - a));
-        slot_of.push_back(static_cast<int64_t>(norm_slots_.at(p->info.name)));
-      }
-    }
-    const at::Device device = buckets.empty() ? at::Device(at::kCPU) : buckets.front().device();
-    norm_index_ = at::tensor(slot_of, at::kLong).to(device);
-  }
   const auto doubles = at::TensorOptions().dtype(at::kDouble).device(norm_index_.device());
-  at::Tensor slots = at::zeros({static_cast<int64_t>(norm_slots_.size())}, doubles);
+  at::Tensor slots = at::zeros({static_cast<int64_t>(num_slots_)}, doubles);
   if (!norm_views_.empty())
     slots.index_add_(0, norm_index_, at::stack(at::_foreach_norm(norm_views_, 2, at::kDouble)).square_());
   all_reduce(*g_.model_parallel, slots);
-  if (buffer.sharded()) all_reduce(*g_.dp, slots);
+  if (sharded_) all_reduce(*g_.dp, slots);
   return slots.numel() > 0 ? slots.cumsum(0)[-1].sqrt_() : at::zeros({}, doubles);
 }
 

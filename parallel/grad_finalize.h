@@ -1,11 +1,12 @@
-// The finalisation of a step's gradients, between the backward and the
-// optimizer: the reductions a gradient needs besides DP's (sequence-parallel
-// gradients over TP, the tied word embedding's copies), the global gradient
-// norm over TP, PP and DP counting every parameter once, and (after the
-// step) the refresh of tied copies. Gradient clipping is the trainer's
-// norm-derived coefficient applied with GradBuffer::scale.
+// What a step's gradients need besides data parallelism's reduction, between
+// the backward and the optimizer: the model-parallel reductions
+// (sequence-parallel gradients over TP, the tied word embedding's copies),
+// the global gradient norm over TP, PP and DP counting every parameter once,
+// and (after the step) the refresh of tied copies. The order of a step is
+// DataParallel's (parallel/data_parallel.h).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -14,10 +15,19 @@
 #include <ATen/ATen.h>
 
 #include "core/param.h"
-#include "parallel/grad_buffer.h"
+#include "parallel/dp_shard.h"
 #include "parallel/process_groups.h"
 
 namespace trident {
+
+// How each tied parameter's copies on pipeline rank `pp_rank` get their
+// summed gradient: true when every copy is here (added locally), false when
+// they are split over the first and the last of `pp` pipeline ranks
+// (all-reduced over the embedding group, which joins those two: the only
+// cross-rank tie supported; any other placement throws). rank_of_stage gives
+// the pipeline rank of a virtual stage.
+std::map<std::string, bool> tied_placement(const std::vector<TiedGroup>& groups,
+                                           const std::function<int(int)>& rank_of_stage, int pp_rank, int pp);
 
 // The tied parameters among a rank's: pairs whose two copies are both here
 // (the copy's gradient is added into the primary's; its value is copied back
@@ -28,14 +38,14 @@ struct TiedParams {
   std::vector<Param*> remote;
 };
 
-// `tied_local` says, per tied name present on this rank, whether all its
-// copies are here. Throws std::logic_error for a copy without its primary.
+// `tied_local` (tied_placement) says, per tied name present on this rank,
+// whether all its copies are here. Throws std::logic_error for a copy
+// without its primary.
 TiedParams find_tied(const std::vector<Param*>& params, const std::map<std::string, bool>& tied_local);
 
-// Where each gradient goes (grad_buffer.h): a tied copy whose primary is here
-// is never reduced; other tied parameters are late, then sequence-parallel
-// ones (with sequence parallelism); everything else is bucketed.
-GradPlace grad_place(const Param& p, const std::map<std::string, bool>& tied_local, bool sequence_parallel);
+// The canonical order in which the norm adds the squares of the parameters'
+// gradients: global name -> slot, in the order of `unique` (Model::unique_params).
+std::map<std::string, size_t> norm_slots(const std::vector<ParamInfo>& unique);
 
 struct FinalizeGroups {
   const Group* dp = nullptr;
@@ -44,30 +54,37 @@ struct FinalizeGroups {
   const Group* embedding = nullptr;       // the pipeline ranks holding the tied word embedding's copies
 };
 
+// What the norm reads.
+struct NormInputs {
+  std::map<std::string, size_t> slots;  // norm_slots
+  std::vector<OwnedGrad> owned;         // what this rank owns of each gradient (GradBuffer::owned_grads)
+  bool sharded = false;                 // ZeRO-1: the owned parts are DP shards, so the norm adds over DP too
+  c10::Device device{c10::kCPU};        // where the gradients live
+};
+
 class GradFinalizer {
  public:
-  // norm_slots: global name -> slot of the canonical order (Model::unique_params).
-  GradFinalizer(FinalizeGroups groups, TiedParams tied, std::map<std::string, size_t> norm_slots);
+  GradFinalizer(FinalizeGroups groups, TiedParams tied, NormInputs norm);
   // Before the late bucket's DP reduction: `sp_grads` (the late bucket's
-  // sequence-parallel part) all-reduced over TP, then the tied reductions.
-  void reduce_model_parallel(at::Tensor sp_grads);
+  // sequence-parallel part; undefined or empty when there is none)
+  // all-reduced over TP, then the tied copies' reductions.
+  void reduce_model_parallel(const at::Tensor& sp_grads);
   // The global gradient norm over TP, PP and DP, each parameter counted once,
   // per-parameter squares added in float64 in the canonical slot order: a
-  // float64 scalar on the buffer's device (nothing is read on the host).
-  // Reads the elements this rank owns of `buffer` (its shard under ZeRO-1).
-  at::Tensor grad_norm(const GradBuffer& buffer) const;
+  // float64 scalar on the gradients' device (nothing is read on the host).
+  at::Tensor grad_norm() const;
   // After the optimizer step: each local tied copy takes its primary's value.
   void copy_tied();
 
  private:
   FinalizeGroups g_;
   TiedParams tied_;
-  std::map<std::string, size_t> norm_slots_;
-  // grad_norm()'s inputs, made on its first call (the buckets' gradients are
-  // allocated once): the views of what this rank owns of each parameter's
-  // gradient, the slot of each on the device, and the buckets they view.
-  mutable std::vector<at::Tensor> norm_views_, norm_of_;
-  mutable at::Tensor norm_index_;
+  size_t num_slots_ = 0;
+  bool sharded_ = false;
+  // The views of what this rank counts of each gradient (made once: the
+  // buckets are allocated once), and the slot of each, on the device.
+  std::vector<at::Tensor> norm_views_;
+  at::Tensor norm_index_;
 };
 
 }  // namespace trident

@@ -81,7 +81,7 @@ class ProcessGroups {
 // or a timeout into std::runtime_error naming the operation, group and rank.
 void all_reduce(const Group& g, at::Tensor& t, c10d::ReduceOp op = c10d::ReduceOp::SUM);
 void all_gather(const Group& g, const at::Tensor& in, std::vector<at::Tensor>& out);
-// ZeRO-1's pair (NOTE [ZeRO-1 reduce-scatter] in parallel/zero_optimizer.h), on
+// ZeRO-1's pair (NOTE [ZeRO-1 reduce-scatter] in parallel/dp_shard.h), on
 // flat tensors of the group's device: `full` (size() x n elements) summed over
 // the group, this rank's n-element part written to `part`; and the parts of
 // every rank gathered into `full` in rank order. Both start asynchronously.

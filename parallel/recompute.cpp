@@ -11,7 +11,7 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
-#include "parallel/tensor_parallel.h"
+#include "parallel/weight_grad_queue.h"
 
 namespace trident {
 

@@ -1,37 +1,16 @@
 // AdamW over a rank's owned elements and the ZeRO-1 gather: see zero_optimizer.h.
 #include "parallel/zero_optimizer.h"
 
-#include <algorithm>
-#include <stdexcept>
-
 #include <torch/csrc/autograd/variable.h>
 
 #include "parallel/grad_buffer.h"
 
 namespace trident {
 
-ShardRange owned_range(int64_t padded, int64_t used, int size, int rank, bool sharded) {
-  if (size < 1 || rank < 0 || rank >= size || padded % size != 0 || used > padded)
-    throw std::logic_error("owned_range: bucket of " + std::to_string(padded) + " elements (" + std::to_string(used) +
-                           " used) for rank " + std::to_string(rank) + " of " + std::to_string(size));
-  if (!sharded) return {0, used};
-  const int64_t shard = padded / size;
-  return {rank * shard, rank * shard + shard};
-}
-
 ZeroOptimizer::ZeroOptimizer(GradBuffer& buffer, AdamWOptions adam) : buffer_(buffer) {
   // The optimizer's segments: whole parameters, or the pieces of this rank's shards.
   std::vector<OptimSegment> segs;
-  for (const auto& bucket : buffer_.buckets()) {
-    if (bucket->local) continue;
-    const ShardRange own = buffer_.owned(*bucket);
-    for (size_t k : bucket->params) {
-      Param* p = buffer_.params()[k];
-      const int64_t at = buffer_.offset_in_bucket(k);
-      const int64_t a = std::max(own.lo, at), e = std::min(own.hi, at + p->tensor.numel());
-      if (a < e) segs.push_back({p, a - at, e - a});
-    }
-  }
+  for (const OwnedGrad& o : buffer_.owned_grads()) segs.push_back({o.param, o.offset, o.numel});
   adam_ = std::make_unique<AdamW>(std::move(segs), adam);
 }
 

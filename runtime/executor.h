@@ -20,7 +20,7 @@
 #include "models/common/model.h"
 #include "parallel/grad_observer.h"
 #include "parallel/process_groups.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/weight_grad_queue.h"
 #include "schedules/action.h"
 #include "schedules/progress.h"
 #include "schedules/simulate.h"

@@ -65,7 +65,7 @@ inline std::vector<StepRow> read_metrics(const std::string& path) {
 }
 
 // Every rank's logging.dir/rank-R.json of a finished `trident train` run
-// (NOTE [rank summary] in framework/trainer.cpp), in rank order; stops
+// (NOTE [rank summary] in framework/recorder.cpp), in rank order; stops
 // at the first rank without one.
 inline std::vector<json::Value> rank_summaries(const std::string& dir) {
   std::vector<json::Value> out;

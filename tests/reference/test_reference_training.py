@@ -315,7 +315,7 @@ def main():
 
     env = dict(os.environ)
     # glibc would mmap and unmap every logits-sized block (NOTE [malloc and large tensors] in
-    # framework/trainer.cpp): keep freed memory in the process, as Trident does. Changes no arithmetic.
+    # framework/machine.cpp): keep freed memory in the process, as Trident does. Changes no arithmetic.
     env.update(MALLOC_MMAP_MAX_="0", MALLOC_TRIM_THRESHOLD_=str(1 << 32))
     for dtype, out in (("float32", ref32), ("float64", ref64)):
         print(run([sys.executable, os.path.join(HERE, "reference_train.py"), "--config", os.path.join(tri, "config.toml"),

@@ -108,11 +108,20 @@ TEST(GradBuffer, LateAndLocalGradientsGetBucketsOfTheirOwn) {
   EXPECT_EQ(late.params, (std::vector<size_t>{1, 0}));  // sequence-parallel ones first
   EXPECT_EQ(late.sp_end, 4);
   EXPECT_TRUE(buf.buckets()[1]->local);
-  // The late bucket's sequence-parallel part is what reduce() hands over first.
-  int64_t seen = -1;
+  // The late bucket's sequence-parallel part is what is reduced over TP first.
   buf.zero_grads();
-  buf.reduce([&](at::Tensor sp) { seen = sp.numel(); });
-  EXPECT_EQ(seen, 4);
+  buf.wait_reduction();
+  EXPECT_EQ(buf.sequence_parallel_grads().numel(), 4);
+  buf.reduce_late();
+  // The local tied copy (c, 5 elements) is stepped through its primary: not counted.
+  EXPECT_EQ(buf.stepped_params(), 6 + 4);
+  // What the norm and the optimizer see: a and b, whole; not the local c.
+  const std::vector<OwnedGrad> owned = buf.owned_grads();
+  ASSERT_EQ(owned.size(), 2u);
+  EXPECT_EQ(owned[0].param, &ps.all[1]);
+  EXPECT_EQ(owned[1].param, &ps.all[0]);
+  EXPECT_EQ(owned[1].numel, 6);
+  EXPECT_TRUE(owned[1].grad.is_alias_of(ps.all[0].tensor.grad()));
 }
 
 // Each DP rank r sets every gradient to r + 1 (directly, or through a
@@ -139,7 +148,8 @@ void check_average(bool overlap, bool sharded, bool through_backward) {
       } else {
         for (Param& p : ps.all) p.tensor.mutable_grad().fill_(mine);
       }
-      buf.reduce([](at::Tensor) {});
+      buf.wait_reduction();
+      buf.reduce_late();
       for (const auto& b : buf.buckets()) {
         at::Tensor g = b->grad.narrow(0, buf.owned(*b).lo, owned_used(buf, *b));
         if (!g.eq(1.5).all().item<bool>())
@@ -179,6 +189,21 @@ TEST(GradFinalizer, PlacesAndTiedPairs) {
   EXPECT_THROW(find_tied(copy_only, local), std::logic_error);
 }
 
+// Tied copies on one pipeline rank are added there; split over the first
+// and the last rank they are all-reduced; anywhere else is refused.
+TEST(GradFinalizer, TiedPlacementOfTheCopies) {
+  const std::vector<TiedGroup> tied{{"emb", {0, 3}}, {"pos", {1, 1}}};
+  const auto rank_of = [](int stage) { return stage; };  // one stage per pipeline rank
+  EXPECT_EQ(tied_placement(tied, rank_of, 0, 4), (std::map<std::string, bool>{{"emb", false}}));
+  EXPECT_EQ(tied_placement(tied, rank_of, 1, 4), (std::map<std::string, bool>{{"pos", true}}));
+  EXPECT_TRUE(tied_placement(tied, rank_of, 2, 4).empty());
+  EXPECT_THROW(tied_placement({{"emb", {0, 2}}}, rank_of, 0, 4), std::runtime_error);
+  std::vector<ParamInfo> unique(2);
+  unique[0].name = "b";
+  unique[1].name = "a";
+  EXPECT_EQ(norm_slots(unique), (std::map<std::string, size_t>{{"b", 0}, {"a", 1}}));
+}
+
 // Two TP ranks: "w" is split over TP (each rank holds half of its gradient),
 // "r" is replicated (counted on TP rank 0 only); the norm must be that of
 // the full gradient, sqrt(sum of squares), on both ranks.
@@ -193,8 +218,8 @@ TEST(GradFinalizer, NormCountsEachParameterOnceOverTp) {
     // Full w gradient [1, 2, 3, 4]: rank 0 holds [1, 2], rank 1 [3, 4]; r's is [5, 6, 7] on both.
     w.tensor.mutable_grad().copy_(at::arange(2, at::kFloat) + 1 + 2 * tp.rank);
     r.tensor.mutable_grad().copy_(at::arange(3, at::kFloat) + 5);
-    GradFinalizer fin({&dp, &tp, &tp, &tp}, {}, {{"w", 0}, {"r", 1}});
-    const double norm = fin.grad_norm(buf).item<double>();
+    GradFinalizer fin({&dp, &tp, &tp, &tp}, {}, NormInputs{{{"w", 0}, {"r", 1}}, buf.owned_grads()});
+    const double norm = fin.grad_norm().item<double>();
     const double want = std::sqrt(1.0 + 4 + 9 + 16 + 25 + 36 + 49);
     if (norm != want)
       throw std::runtime_error("rank " + std::to_string(tp.rank) + ": norm " + std::to_string(norm) + " != " +
@@ -211,14 +236,16 @@ TEST(GradFinalizer, TiedCopyAddsIntoItsPrimaryAndTakesItsValue) {
   const std::map<std::string, bool> local{{"emb", true}};
   GradBuffer buf({all}, g, GradBufferOptions{},
                  [&](const Param& p) { return grad_place(p, local, false); });
-  GradFinalizer fin({&g, &g, &g, &g}, find_tied(all, local), {{"emb", 0}});
+  GradFinalizer fin({&g, &g, &g, &g}, find_tied(all, local), NormInputs{{{"emb", 0}}, buf.owned_grads()});
   buf.zero_grads();
   prim.tensor.mutable_grad().fill_(1);
   copy.tensor.mutable_grad().fill_(2);
-  buf.reduce([&](at::Tensor sp) { fin.reduce_model_parallel(sp); });
+  buf.wait_reduction();
+  fin.reduce_model_parallel(buf.sequence_parallel_grads());
+  buf.reduce_late();
   EXPECT_TRUE(prim.tensor.grad().eq(3).all().item<bool>());
   EXPECT_TRUE(copy.tensor.grad().eq(0).all().item<bool>());
-  EXPECT_DOUBLE_EQ(fin.grad_norm(buf).item<double>(), std::sqrt(27.0));  // the copy is not counted again
+  EXPECT_DOUBLE_EQ(fin.grad_norm().item<double>(), std::sqrt(27.0));  // the copy is not counted again
   {
     at::NoGradGuard no_grad;
     prim.tensor.add_(1);
@@ -255,7 +282,7 @@ TEST(ZeroOptimizer, ShardedStepEqualsTheReplicatedOne) {
         sharded_ps.all[i].tensor.mutable_grad().copy_(g);  // the same on both ranks: the average is g
         replicated_ps.all[i].tensor.mutable_grad().copy_(g);
       }
-      sharded.reduce([](at::Tensor) {});
+      sharded.wait_reduction();
       zs.step(1e-2);
       zr.step(1e-2);
     }
