@@ -1,5 +1,5 @@
 // `trident plan profile`: measures one model on this machine (the trainer on
-// one device, measure/calibrate.h) and writes its profile for
+// one device, measure/profile.h) and writes its profile for
 // `trident plan --profile` (planner/profile.h). Needs libtorch: the `trident`
 // without it hands the command to trident-torch (NOTE [two executables]).
 #include <boost/program_options.hpp>
@@ -18,7 +18,7 @@
 #include "planner/profile.h"
 
 #ifdef TRIDENT_HAVE_TORCH
-#include "measure/calibrate.h"
+#include "measure/profile.h"
 #endif
 
 namespace po = boost::program_options;

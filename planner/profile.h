@@ -1,5 +1,5 @@
 // A model's measured costs on one device (pure): what `trident plan profile`
-// writes (measure/calibrate.h measures it) and `trident plan
+// writes (measure/profile.h measures it) and `trident plan
 // --profile` reads in place of the FLOP model's compute. Every figure is per
 // micro-batch on one rank at tp = 1, in milliseconds.
 #pragma once
