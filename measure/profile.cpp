@@ -5,13 +5,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <map>
-#include <string>
-#include <vector>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "core/free_port.h"
 #include "framework/trainer.h"

@@ -116,13 +116,7 @@ ShardRange GradBuffer::owned(const Bucket& b) const {
   return owned_range(b.data.numel(), b.used, dp_.size(), dp_.rank, o_.sharded);
 }
 
-int64_t GradBuffer::dp_reduced_elements() const {
-  if (dp_.size() == 1) return 0;
-  int64_t n = 0;
-  for (const auto& b : buckets_)
-    if (!b->local) n += b->used;
-  return n;
-}
+int64_t GradBuffer::dp_reduced_elements() const { return dp_.size() == 1 ? 0 : stepped_params(); }
 
 void GradBuffer::zero_grads() {
   for (auto& b : buckets_) {
