@@ -20,6 +20,7 @@
 #include "core/host_read.h"
 #include "core/lr_schedule.h"
 #include "core/optimizer.h"
+#include "core/step_batches.h"
 #include "core/training_data.h"
 #include "framework/auto_split.h"
 #include "framework/checkpointing.h"
@@ -115,45 +116,18 @@ struct Run {
   std::unique_ptr<Recorder> rec;  // the measurements and reports
 };
 
-// NOTE [step batches]
-// A step's inputs and targets, (m x mbs, seq) int64 each, are read when its
-// first micro-batch is asked for (only the first and last pipeline stages
-// ask) and go to the device in one copy: on CUDA from pinned host memory
-// with non_blocking, so the host queues it and goes on, and the kernels that
-// read it run after it on the same stream. Micro-batch k is rows
-// [k x mbs, (k+1) x mbs) of them, a view. On the CPU there is no copy and the
-// rows hold what a per-micro-batch load held (same samples, same order).
-class StepBatches {
- public:
-  StepBatches(const Run& r, const data::SampleSource& ds, int64_t step) : r_(r), ds_(ds), step_(step) {}
-  MicroBatch operator()(int mb) {
-    if (!inputs_.defined()) load();
-    const int64_t mbs = r_.cfg.training.micro_batch_size;
-    return {inputs_.narrow(0, mb * mbs, mbs), targets_.narrow(0, mb * mbs, mbs)};
-  }
+// The samples micro-batch `mb` of global batch `step` gives this rank (NOTE [step batches]).
+StepBatches step_batches(const Run& r, const data::SampleSource& ds, int64_t step) {
+  const auto& t = r.cfg.training;
+  const BatchShape shape{t.global_batch_size, t.micro_batch_size, r.cfg.model.seq_len, r.m,
+                         r.pgs->layout().coords(r.pgs->rank()).dp, r.cfg.parallel.dp};
+  return StepBatches(ds, step, shape, r.device);
+}
 
- private:
-  void load() {
-    const auto& c = r_.cfg;
-    const auto coords = r_.pgs->layout().coords(r_.pgs->rank());
-    const int64_t mbs = c.training.micro_batch_size, s = c.model.seq_len;
-    // Pinned memory needs a CUDA device; the CPU's tensor is the one it computes on.
-    at::Tensor tok = at::empty({r_.m * mbs, s + 1}, at::TensorOptions(at::kLong).pinned_memory(r_.device.is_cuda()));
-    int64_t row = 0;
-    for (int64_t mb = 0; mb < r_.m; ++mb)
-      for (int64_t sample : ds_.micro_batch(step_, c.training.global_batch_size, coords.dp, c.parallel.dp, mb, mbs))
-        ds_.copy_sample(sample, tok[row++].data_ptr<int64_t>());
-    TORCH_INTERNAL_ASSERT(row == tok.size(0));
-    tok = tok.to(r_.device, /*non_blocking=*/true);  // the step's one host-to-device copy (none on the CPU)
-    inputs_ = tok.narrow(1, 0, s).contiguous();
-    targets_ = tok.narrow(1, 1, s).contiguous();
-  }
-
-  const Run& r_;
-  const data::SampleSource& ds_;
-  int64_t step_;
-  at::Tensor inputs_, targets_;  // (m x mbs, seq) on r_.device
-};
+MicroBatch micro_batch(StepBatches& batches, int mb) {
+  auto [inputs, targets] = batches(mb);
+  return {inputs, targets};
+}
 
 // Sum over the pipeline (only last stages hold losses), mean over micro-batches
 // and DP, on the device; the result is the step's one read of the loss.
@@ -180,8 +154,8 @@ double evaluate(Run& r, int64_t evaluation) {
   } evaluating(r.stages);
   double sum = 0;
   for (int64_t e = 0; e < r.cfg.training.eval_batches; ++e) {
-    StepBatches batches(r, *r.val_data->samples, eval_batch_index(r.cfg, evaluation, e));
-    sum += reduce_loss(r, r.exec->forward_only(static_cast<int>(r.m), [&](int mb) { return batches(mb); }));
+    StepBatches batches = step_batches(r, *r.val_data->samples, eval_batch_index(r.cfg, evaluation, e));
+    sum += reduce_loss(r, r.exec->forward_only(static_cast<int>(r.m), [&](int mb) { return micro_batch(batches, mb); }));
   }
   return sum / static_cast<double>(r.cfg.training.eval_batches);
 }
@@ -199,9 +173,9 @@ std::optional<StepMetrics> train_step(Run& r, int64_t step, int64_t data_step) {
   r.rec->begin_step(step, logged);
   r.dp->zero_grads();
   const auto& actions = r.schedule.ranks.at(r.pgs->layout().coords(r.pgs->rank()).pp);
-  StepBatches batches(r, *r.train_data->samples, data_step);  // NOTE [consumed samples]
+  StepBatches batches = step_batches(r, *r.train_data->samples, data_step);  // NOTE [consumed samples]
   const ExecutorStats stats = r.exec->run(
-      actions, [&](int mb) { return batches(mb); }, 1.0 / static_cast<double>(r.m), r.dp.get());
+      actions, [&](int mb) { return micro_batch(batches, mb); }, 1.0 / static_cast<double>(r.m), r.dp.get());
   r.rec->schedule_ran(stats);
   r.dp->finish_grad_sync();  // what of the gradient reduction the backward did not hide
   r.rec->grads_synced();
