@@ -32,9 +32,9 @@
 #include <ATen/ATen.h>
 
 #include "core/param.h"
+#include "parallel/dp_shard.h"
 #include "parallel/grad_observer.h"
 #include "parallel/process_groups.h"
-#include "parallel/dp_shard.h"
 
 namespace torch::autograd {
 struct Node;
@@ -96,8 +96,8 @@ class GradBuffer : public GradObserver {
   // the local one and divides by dp: each of their gradients this rank owns
   // is then the DP average.
   void wait_reduction();
-  // The late bucket's sequence-parallel part (empty when there is none): what
-  // is reduced over TP before reduce_late().
+  // The late bucket's sequence-parallel part (undefined without a late
+  // bucket): what is reduced over TP before reduce_late().
   at::Tensor sequence_parallel_grads() const;
   // The late bucket's DP reduction (run now, not overlapped: its gradients
   // were just reduced over TP or added to their tied copies) and division by dp.

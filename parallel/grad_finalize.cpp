@@ -89,8 +89,8 @@ at::Tensor GradFinalizer::grad_norm() const {
   // tests/reference/reference_train.py), squared into its slot on the device; the slots are reduced
   // over the groups there and summed one after another (a running sum, in
   // the canonical order), so every layout adds the same doubles in the same
-  // order. Nothing comes back to the host here (NOTE [host reads]): the
-  // trainer clips and guards with the tensor.
+  // order. Nothing comes back to the host here (NOTE [host reads]):
+  // DataParallel::clip_grads and the trainer's guard use the tensor.
   const auto doubles = at::TensorOptions().dtype(at::kDouble).device(norm_index_.device());
   at::Tensor slots = at::zeros({static_cast<int64_t>(num_slots_)}, doubles);
   if (!norm_views_.empty())
