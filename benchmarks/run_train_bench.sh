@@ -12,7 +12,9 @@
 # Environment: ROUNDS (3), STEPS (24), WARMUP (4: steps left out of the
 #   timing), OUT (benchmarks/results/train_vs_libtorch.txt),
 #   MALLOC_VARIANT=1 adds the same pair run with glibc's mmap of large
-#   blocks turned off (see benchmarks/README.md).
+#   blocks turned off (see benchmarks/README.md), BASELINE=PATH another
+#   `trident` binary (e.g. a copy of an earlier build, its trident-torch next
+#   to it) run in every round too, for a before/after ratio from one run.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -43,8 +45,8 @@ common=(--set training.steps="$steps" --set training.warmup_steps=2 --set traini
         --set training.threads=1 --set parallel.tp=1 --set parallel.pp=1 --set parallel.dp=1
         --set logging.log_interval=1)  # every step: the timed means read metrics.jsonl rows
 
-run_trident() {  # $1: tag; prints nothing, leaves $work/$1/metrics.jsonl and $work/$1.log
-  "$trident" train --config "$config" "${common[@]}" --set logging.dir="$work/$1" > "$work/$1.log" 2>&1
+run_trident() {  # $1: tag, $2: binary (default $trident); prints nothing, leaves $work/$1/metrics.jsonl and $work/$1.log
+  "${2:-$trident}" train --config "$config" "${common[@]}" --set logging.dir="$work/$1" > "$work/$1.log" 2>&1
 }
 run_loop() {  # $1: tag
   # The loop gets the allocator policy trident sets for itself in-process
@@ -67,6 +69,10 @@ for r in $(seq 1 "$rounds"); do
   echo "round $r/$rounds: trident"; contend run_trident "trident-$r"
   echo "round $r/$rounds: libtorch loop"; contend run_loop "loop-$r"
   echo "round $r/$rounds: PyTorch eager"; contend run_eager "eager-$r"
+  if [[ -n "${BASELINE:-}" ]]; then
+    echo "round $r/$rounds: baseline trident ($BASELINE)"
+    run_trident "base-$r" "$BASELINE" || { echo "run_train_bench: the baseline failed:" >&2; tail -20 "$work/base-$r.log" >&2; exit 1; }
+  fi
   if [[ "${MALLOC_VARIANT:-0}" == 1 ]]; then
     echo "round $r/$rounds: trident, then libtorch loop, no mmap for large blocks"
     MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=4294967296 run_trident "trident-nommap-$r"
@@ -75,9 +81,10 @@ for r in $(seq 1 "$rounds"); do
 done
 
 mkdir -p "$(dirname "$out")"
-python3 - "$work" "$rounds" "$warmup" "${MALLOC_VARIANT:-0}" > "$work/summary.txt" <<'EOF'
+python3 - "$work" "$rounds" "$warmup" "${MALLOC_VARIANT:-0}" "${BASELINE:-}" > "$work/summary.txt" <<'EOF'
 import json, re, statistics, sys
 work, rounds, warmup, variant = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
+baseline = sys.argv[5]
 
 def trident(tag):
     steps = [json.loads(l) for l in open(f"{work}/{tag}/metrics.jsonl")][warmup:]
@@ -110,6 +117,13 @@ print(f"trident MFU (median of per-run means): {100 * med(x[1] for x in t):.1f} 
 print(f"libtorch loop MFU, same FLOP count and peak: "
       f"{100 * med(b * a[3] / a[2] for a, b in zip(t, l)):.1f} %")
 print(f"model FLOPs per token (trainer's model_flops_per_step / tokens): {t[0][3] / 1e6:.2f} MFLOP")
+if baseline:
+    b = [trident(f"base-{r}") for r in range(1, rounds + 1)]
+    print(f"baseline trident ({baseline}): per round (tokens/s) {[round(x[0], 1) for x in b]}")
+    print(f"per round (trident/baseline): {[round(a[0] / c[0], 3) for a, c in zip(t, b)]}")
+    print(f"per round (baseline/libtorch): {[round(c[0] / d, 3) for c, d in zip(b, l)]}")
+    print(f"per round (baseline/eager): {[round(c[0] / d, 3) for c, d in zip(b, e)]}")
+    print(f"ratio trident/baseline, median of per-round ratios: {med(a[0] / c[0] for a, c in zip(t, b)):.3f}")
 if variant:
     v = [trident(f"trident-nommap-{r}") for r in range(1, rounds + 1)]
     w = [loop(f"loop-nommap-{r}") for r in range(1, rounds + 1)]
@@ -128,7 +142,7 @@ EOF
   echo "load average at start: $load_start, at end: $(cut -d' ' -f1-3 /proc/loadavg) (other work shares these cores)"
   echo "libtorch: $("$python" -c 'import torch; print(torch.__version__)') (PyPI torch in .venv);" \
        "BLAS: $("$python" -c 'import torch; print(next(l.strip(" -") for l in torch.__config__.show().splitlines() if "Math Kernel" in l or "BLAS_INFO" in l))' 2>/dev/null || echo unknown)"
-  echo "command: benchmarks/run_train_bench.sh $build (ROUNDS=$rounds STEPS=$steps WARMUP=$warmup)"
+  echo "command: benchmarks/run_train_bench.sh $build (ROUNDS=$rounds STEPS=$steps WARMUP=$warmup${BASELINE:+ BASELINE=$BASELINE})"
   echo "run: $rounds rounds x $steps steps (first $warmup untimed), micro-batch 4, global batch 16, seq 128"
   echo "commit: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- models parallel core runtime framework schedules || echo ' (+ local changes)')"
   echo

@@ -5,6 +5,7 @@
 // and each piece gets exactly the slice of the full tensor's update.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -31,8 +32,10 @@ class AdamW {
   AdamW(const std::vector<Param*>& params, AdamWOptions opts);
   AdamW(std::vector<OptimSegment> segments, AdamWOptions opts);
   // One update with learning rate lr from each parameter's .grad(); segments
-  // whose parameter has no gradient are skipped.
-  void step(double lr);
+  // whose parameter has no gradient are skipped. `skip`, a float32 scalar on
+  // the parameters' device, skips the whole update where it is 1 (NOTE [fused
+  // AdamW]); the step still counts.
+  void step(double lr, const std::optional<at::Tensor>& skip = std::nullopt);
   int64_t steps_taken() const { return t_; }
   // Bytes of optimizer state (exp_avg and exp_avg_sq) this rank holds.
   int64_t state_bytes() const;
@@ -45,7 +48,17 @@ class AdamW {
 
  private:
   std::vector<OptimSegment> segs_;
+  // Each segment's 1-D views of its weight and gradient, remade only when
+  // the tensor they view changes (NOTE [fused AdamW] in optimizer.cpp).
+  struct SegmentViews {
+    at::Tensor weight_of, grad_of;  // the tensors viewed (held: their identity is the cache key)
+    at::Tensor weight, grad;
+  };
+  void refresh_views();
+
   std::vector<at::Tensor> m_, v_;
+  std::vector<SegmentViews> views_;
+  at::Tensor step_count_;  // t as the float32 tensor the fused kernel reads
   AdamWOptions o_;
   int64_t t_ = 0;
 };

@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -29,6 +30,7 @@
 #include "core/host_read.h"
 #include "core/json.h"
 #include "core/lr_schedule.h"
+#include "core/op_count.h"
 #include "core/optimizer.h"
 #include "core/training_data.h"
 #include "framework/auto_split.h"
@@ -122,6 +124,40 @@ void keep_freed_memory() {
 #endif
 }
 
+// NOTE [device guard]
+// The gradient norm stays on the device: the clipping coefficient is
+// computed there, and a non-finite norm sets `skip`, which makes every
+// later AdamW update a no-op on the device (found_inf of the fused kernel,
+// NOTE [fused AdamW]) and records the first such step and its norm. The
+// host reads the norm only on logged steps (the last step is one), in the
+// same read as the record, and stops there naming the step that went bad:
+// no weight was written from a non-finite gradient, and a non-logged step
+// makes no host read at all (NOTE [host reads]).
+struct NonFiniteGuard {
+  at::Tensor skip;   // float32 scalar: 1 from the first non-finite norm on
+  at::Tensor first;  // float64 {step, norm} of the first non-finite norm; step 0: none yet
+
+  void observe(const at::Tensor& norm, int64_t step) {
+    if (!skip.defined()) {
+      skip = at::zeros({}, norm.options().dtype(at::kFloat));
+      first = at::zeros({2}, norm.options());
+    }
+    const at::Tensor fresh = norm.isfinite().logical_not_().logical_and_(skip == 0);
+    first.copy_(at::where(fresh, at::stack({at::full({}, static_cast<double>(step), norm.options()), norm}), first));
+    skip.copy_(at::maximum(skip, fresh.to(at::kFloat)));
+  }
+  // The norm on the host (one read); throws if any step so far had a non-finite one.
+  double read(const at::Tensor& norm) const {
+    const at::Tensor host = read_to_host(at::cat({norm.reshape({1}), first}), "gradient norm");
+    const double* v = host.data_ptr<double>();
+    if (v[1] != 0)  // every rank sees the same norms, so all stop together
+      throw std::runtime_error("step " + std::to_string(static_cast<int64_t>(v[1])) + ": the gradient norm is " +
+                               std::to_string(v[2]) +
+                               "; stopped before the optimizer wrote it into the weights (lower training.lr?)");
+    return v[0];
+  }
+};
+
 struct Run {
   Config cfg;
   c10::Device device{c10::kCPU};  // where this rank computes (training.device, LOCAL_RANK)
@@ -145,6 +181,10 @@ struct Run {
   std::optional<AutoSplit> auto_split;  // parallel.pipeline_layers = "auto": the split chosen
   // NOTE [host reads]: the most of each kind one step made, for logged and other steps.
   std::map<std::string, int64_t> reads_logged, reads_other;
+  NonFiniteGuard guard;
+  // NOTE [operation counts]: the operations of one step by phase, and which step (0: none counted).
+  std::array<int64_t, kOpPhases> step_ops{};
+  int64_t ops_step = 0;
 };
 
 // logging.trace: every rank's recording of this step goes to rank 0, which
@@ -264,6 +304,7 @@ std::optional<StepMetrics> train_step(Run& r, int64_t step, int64_t data_step) {
   // On CUDA reading the timeline waits for the step (NOTE [device time]): only logged steps do.
   if (measured && (logged || !r.device.is_cuda())) r.costs.add(*r.exec, r.schedule.chunks);
   r.exec->progress().phase("grad-sync");
+  set_op_phase(OpPhase::kGradSync);
   const auto sync_start = Clock::now();
   r.dp->finish_grad_sync();  // what of the gradient reduction the backward did not hide
   const double sync_s = seconds_since(sync_start);
@@ -274,14 +315,15 @@ std::optional<StepMetrics> train_step(Run& r, int64_t step, int64_t data_step) {
   }
   const auto opt_start = Clock::now();
   r.exec->progress().phase("optimizer");
-  const double norm = r.dp->grad_norm();
-  if (!std::isfinite(norm))  // every rank sees the same norm, so all stop together
-    throw std::runtime_error("step " + std::to_string(step + 1) + ": the gradient norm is " + std::to_string(norm) +
-                             "; stopping before the optimizer writes it into the weights (lower training.lr?)");
-  if (t.grad_clip > 0 && norm > t.grad_clip) r.dp->scale_grads(t.grad_clip / (norm + 1e-6));
+  set_op_phase(OpPhase::kOptimizer);
+  // Clipping and the non-finite guard run on the device (NOTE [device guard]).
+  const at::Tensor norm = r.dp->grad_norm();
+  r.guard.observe(norm, step + 1);
+  if (t.grad_clip > 0) r.dp->scale_grads(at::where(norm > t.grad_clip, at::full_like(norm, t.grad_clip).div_(norm + 1e-6), 1.0));
   const double lr = lr_at(step, t.steps, t.warmup_steps, t.lr, t.min_lr);
-  r.dp->step(lr);
+  r.dp->step(lr, r.guard.skip);
   const auto opt_end = Clock::now();
+  set_op_phase(OpPhase::kOther);
   if (r.cfg.logging.trace && step + 1 == r.cfg.logging.trace_step)
     write_trace(r, step + 1, micros(start),
                 {{"grad-sync", micros(sync_start), micros(opt_start)}, {"optimizer", micros(opt_start), micros(opt_end)}});
@@ -294,7 +336,7 @@ std::optional<StepMetrics> train_step(Run& r, int64_t step, int64_t data_step) {
   m.step = step + 1;
   m.loss = reduce_loss(r, stats.loss);
   m.lr = lr;
-  m.grad_norm = norm;
+  m.grad_norm = r.guard.read(norm);
   m.step_time_s = seconds_since(start);
   m.grad_sync_s = sync_s;
   m.bubble = pipe.bubble;
@@ -552,6 +594,16 @@ void write_rank_summary(const Run& r, const TrainSummary& s) {
     reads.set(key, k);
   }
   v.set("host_reads", reads);
+  // NOTE [operation counts]: top-level ATen operations of one step, by phase.
+  json::Value ops = json::Value::object();
+  ops.set("step", json::Value::number(r.ops_step));
+  int64_t total = 0;
+  for (int i = 0; i < kOpPhases; ++i) {
+    ops.set(op_phase_name(static_cast<OpPhase>(i)), json::Value::number(r.step_ops[static_cast<size_t>(i)]));
+    total += r.step_ops[static_cast<size_t>(i)];
+  }
+  ops.set("total", json::Value::number(total));
+  v.set("aten_ops", ops);
   if (r.auto_split) {
     json::Value a = json::Value::object();
     json::Value layers = json::Value::array();
@@ -615,7 +667,15 @@ TrainSummary train(Config cfg) {
   for (int64_t step = first_step; step < c.training.steps; ++step, ++steps_run) {
     // Only logged steps read the loss back and run the logging collectives (train_step).
     const std::map<std::string, int64_t> reads_before = host_reads();
+    // NOTE [operation counts]: the second step's (the first one's when there is one).
+    std::optional<OpCounter> counter;
+    if (step == std::min(first_step + 1, c.training.steps - 1)) counter.emplace();
     const std::optional<StepMetrics> logged = train_step(r, step, checkpointer.data_step(step));
+    if (counter) {
+      r.step_ops = counter->counts();
+      r.ops_step = step + 1;
+      counter.reset();
+    }
     for (const auto& [what, n] : host_reads()) {
       auto it = reads_before.find(what);
       const int64_t in_step = n - (it == reads_before.end() ? 0 : it->second);

@@ -25,8 +25,8 @@ void DataParallel::finish_grad_sync() {
   buffer_->reduce([&](at::Tensor sp_grads) { finalizer_->reduce_model_parallel(sp_grads); });
 }
 
-void DataParallel::step(double lr) {
-  optimizer_->step(lr);
+void DataParallel::step(double lr, const std::optional<at::Tensor>& skip) {
+  optimizer_->step(lr, skip);
   finalizer_->copy_tied();
 }
 

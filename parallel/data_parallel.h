@@ -51,10 +51,13 @@ class DataParallel : public GradObserver {
   // Waits for (or runs) every reduction; afterwards each gradient this rank
   // steps (its shard under ZeRO-1) is the DP average.
   void finish_grad_sync();
-  double grad_norm() const { return finalizer_->grad_norm(*buffer_); }
+  // The global gradient norm, a float64 scalar on the device (GradFinalizer::grad_norm).
+  at::Tensor grad_norm() const { return finalizer_->grad_norm(*buffer_); }
   void scale_grads(double coef) { buffer_->scale(coef); }
-  // AdamW on this rank's part, then (ZeRO-1) all-gather, then local tied copies.
-  void step(double lr);
+  void scale_grads(const at::Tensor& coef) { buffer_->scale(coef); }
+  // AdamW on this rank's part (none where `skip` is 1: AdamW::step), then
+  // (ZeRO-1) all-gather, then local tied copies.
+  void step(double lr, const std::optional<at::Tensor>& skip = std::nullopt);
 
   int64_t optimizer_state_bytes() const { return optimizer_->adam().state_bytes(); }
   // This rank's AdamW (its segments are its ZeRO shard under zero = 1).

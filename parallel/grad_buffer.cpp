@@ -171,17 +171,25 @@ void GradBuffer::reduce(const std::function<void(at::Tensor sp_grads)>& before_l
   }
 }
 
-void GradBuffer::scale(double coef) {
+namespace {
+// Multiplies what this rank owns of every bucket but the local one by `coef`
+// (a double or a device scalar: the same kernel, the same bits).
+template <typename Coef>
+void scale_owned(GradBuffer& buf, const Coef& coef) {
   at::NoGradGuard no_grad;
-  for (auto& b : buckets_) {
+  for (auto& b : buf.buckets()) {
     if (b->local) continue;
-    if (o_.sharded) {
-      const ShardRange own = owned(*b);
+    if (buf.sharded()) {
+      const ShardRange own = buf.owned(*b);
       b->grad.narrow(0, own.lo, own.hi - own.lo).mul_(coef);
     } else {
       b->grad.mul_(coef);
     }
   }
 }
+}  // namespace
+
+void GradBuffer::scale(double coef) { scale_owned(*this, coef); }
+void GradBuffer::scale(const at::Tensor& coef) { scale_owned(*this, coef); }
 
 }  // namespace trident

@@ -89,6 +89,7 @@ class GradBuffer : public GradObserver {
   void reduce(const std::function<void(at::Tensor sp_grads)>& before_late);
   // Multiplies every gradient element this rank owns by coef (clipping).
   void scale(double coef);
+  void scale(const at::Tensor& coef);  // a scalar on the buffer's device (the clipping's, computed there)
 
   const std::vector<Param*>& params() const { return params_; }
   const std::vector<std::unique_ptr<Bucket>>& buckets() const { return buckets_; }

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "core/host_read.h"
 
 namespace trident {
 
@@ -55,45 +54,49 @@ void GradFinalizer::reduce_model_parallel(at::Tensor sp_grads) {
   }
 }
 
-double GradFinalizer::grad_norm(const GradBuffer& buffer) const {
+at::Tensor GradFinalizer::grad_norm(const GradBuffer& buffer) const {
   at::NoGradGuard no_grad;
-  // Each parameter's sum of squares goes into its slot on the device, the
-  // slots are reduced over the groups there, and only the norm comes back:
-  // one host read a step (NOTE [host reads]). The additions are the ones the
-  // host made before, in the same order (index_add_ adds in index order on
-  // the CPU; each slot gets one addend per rank), so the doubles are too.
-  std::vector<at::Tensor> squares;
-  std::vector<size_t> slot_of;
-  for (const auto& bucket : buffer.buckets()) {
-    if (bucket->local) continue;  // tied copies: counted through their primaries
-    const ShardRange own = buffer.owned(*bucket);
-    for (size_t k : bucket->params) {
-      const Param* p = buffer.params()[k];
-      if (p->info.tied_copy) continue;                          // counted through its primary
-      if (p->info.shard_dim < 0 && g_.tp->rank != 0) continue;  // replicated over TP: once
-      const int64_t at = buffer.offset_in_bucket(k);
-      const int64_t a = std::max(own.lo, at), e = std::min(own.hi, at + p->tensor.numel());
-      if (a >= e) continue;
-      squares.push_back(bucket->grad.narrow(0, a, e - a).to(at::kDouble).pow(2).sum());
-      slot_of.push_back(norm_slots_.at(p->info.name));
+  // Each parameter's norm comes from one _foreach_norm over all of them,
+  // computed in float64 (its dtype argument: the fp32 gradients are read as
+  // doubles; an fp32 norm of the embedding's gradient is far enough off on
+  // the CPU to break the reference contract, NOTE [fp32 norms on CPU] in
+  // tests/reference/reference_train.py), squared into its slot on the device; the slots are reduced
+  // over the groups there and summed one after another (a running sum, in
+  // the canonical order), so every layout adds the same doubles in the same
+  // order. Nothing comes back to the host here (NOTE [host reads]): the
+  // trainer clips and guards with the tensor.
+  std::vector<at::Tensor> buckets;
+  for (const auto& bucket : buffer.buckets()) buckets.push_back(bucket->grad);
+  bool same = buckets.size() == norm_of_.size();
+  for (size_t i = 0; same && i < buckets.size(); ++i) same = buckets[i].is_same(norm_of_[i]);
+  if (!same) {
+    norm_of_ = buckets;
+    norm_views_.clear();
+    std::vector<int64_t> slot_of;
+    for (const auto& bucket : buffer.buckets()) {
+      if (bucket->local) continue;  // tied copies: counted through their primaries
+      const ShardRange own = buffer.owned(*bucket);
+      for (size_t k : bucket->params) {
+        const Param* p = buffer.params()[k];
+        if (p->info.tied_copy) continue;                          // counted through its primary
+        if (p->info.shard_dim < 0 && g_.tp->rank != 0) continue;  // replicated over TP: once
+        const int64_t at = buffer.offset_in_bucket(k);
+        const int64_t a = std::max(own.lo, at), e = std::min(own.hi, at + p->tensor.numel());
+        if (a >= e) continue;
+        norm_views_.push_back(bucket->grad.narrow(0, a, e - a));
+        slot_of.push_back(static_cast<int64_t>(norm_slots_.at(p->info.name)));
+      }
     }
+    const at::Device device = buckets.empty() ? at::Device(at::kCPU) : buckets.front().device();
+    norm_index_ = at::tensor(slot_of, at::kLong).to(device);
   }
-  const at::Device device = buffer.buckets().empty() ? at::Device(at::kCPU) : buffer.buckets().front()->grad.device();
-  const auto doubles = at::TensorOptions().dtype(at::kDouble).device(device);
+  const auto doubles = at::TensorOptions().dtype(at::kDouble).device(norm_index_.device());
   at::Tensor slots = at::zeros({static_cast<int64_t>(norm_slots_.size())}, doubles);
-  if (!squares.empty()) {
-    // The slots' order is the same every step: their index goes to the device once.
-    if (!norm_index_.defined() || norm_index_.numel() != static_cast<int64_t>(slot_of.size())) {
-      std::vector<int64_t> idx(slot_of.begin(), slot_of.end());
-      norm_index_ = at::tensor(idx, at::kLong).to(device);
-    }
-    slots.index_add_(0, norm_index_, at::stack(squares));
-  }
+  if (!norm_views_.empty())
+    slots.index_add_(0, norm_index_, at::stack(at::_foreach_norm(norm_views_, 2, at::kDouble)).square_());
   all_reduce(*g_.model_parallel, slots);
   if (buffer.sharded()) all_reduce(*g_.dp, slots);
-  // The slots summed one after another (a running sum), as the host did.
-  const at::Tensor total = slots.numel() > 0 ? slots.cumsum(0)[-1] : at::zeros({}, doubles);
-  return std::sqrt(read_scalar(total, "gradient norm"));
+  return slots.numel() > 0 ? slots.cumsum(0)[-1].sqrt_() : at::zeros({}, doubles);
 }
 
 void GradFinalizer::copy_tied() {

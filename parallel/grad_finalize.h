@@ -52,9 +52,10 @@ class GradFinalizer {
   // sequence-parallel part) all-reduced over TP, then the tied reductions.
   void reduce_model_parallel(at::Tensor sp_grads);
   // The global gradient norm over TP, PP and DP, each parameter counted once,
-  // per-parameter squares added in the canonical slot order. Reads the
-  // elements this rank owns of `buffer` (its shard under ZeRO-1).
-  double grad_norm(const GradBuffer& buffer) const;
+  // per-parameter squares added in float64 in the canonical slot order: a
+  // float64 scalar on the buffer's device (nothing is read on the host).
+  // Reads the elements this rank owns of `buffer` (its shard under ZeRO-1).
+  at::Tensor grad_norm(const GradBuffer& buffer) const;
   // After the optimizer step: each local tied copy takes its primary's value.
   void copy_tied();
 
@@ -62,7 +63,11 @@ class GradFinalizer {
   FinalizeGroups g_;
   TiedParams tied_;
   std::map<std::string, size_t> norm_slots_;
-  mutable at::Tensor norm_index_;  // grad_norm()'s slot of each square, on the device
+  // grad_norm()'s inputs, made on its first call (the buckets' gradients are
+  // allocated once): the views of what this rank owns of each parameter's
+  // gradient, the slot of each on the device, and the buckets they view.
+  mutable std::vector<at::Tensor> norm_views_, norm_of_;
+  mutable at::Tensor norm_index_;
 };
 
 }  // namespace trident

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include <torch/csrc/autograd/variable.h>
+
 #include "parallel/grad_buffer.h"
 
 namespace trident {
@@ -33,8 +35,8 @@ ZeroOptimizer::ZeroOptimizer(GradBuffer& buffer, AdamWOptions adam) : buffer_(bu
   adam_ = std::make_unique<AdamW>(std::move(segs), adam);
 }
 
-void ZeroOptimizer::step(double lr) {
-  adam_->step(lr);
+void ZeroOptimizer::step(double lr, const std::optional<at::Tensor>& skip) {
+  adam_->step(lr, skip);
   const Group& dp = buffer_.dp();
   if (!buffer_.sharded() || dp.size() == 1) return;
   at::NoGradGuard no_grad;
@@ -43,6 +45,9 @@ void ZeroOptimizer::step(double lr) {
     const ShardRange own = buffer_.owned(*b);
     at::Tensor mine = b->data.narrow(0, own.lo, own.hi - own.lo).clone();  // not aliasing the output
     all_gather_into(dp, b->data, mine);
+    // The gathered shards are new weights: their version moves, so the models'
+    // compute-dtype copies are remade (NOTE [cast once per step] in models/common/cast_cache.h).
+    torch::autograd::impl::bump_version(b->data);
   }
 }
 

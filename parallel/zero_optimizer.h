@@ -46,7 +46,7 @@ class ZeroOptimizer {
   // when the buffer is.
   ZeroOptimizer(GradBuffer& buffer, AdamWOptions adam);
   // One AdamW update, then (sharded, dp > 1) the all-gather of every bucket's shards.
-  void step(double lr);
+  void step(double lr, const std::optional<at::Tensor>& skip = std::nullopt);
   AdamW& adam() { return *adam_; }
   const AdamW& adam() const { return *adam_; }
 

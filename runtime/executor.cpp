@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "core/host_read.h"
+#include "core/op_count.h"
 #include "schedules/generators.h"
 
 namespace trident {
@@ -196,6 +197,14 @@ void Executor::track(ExecutorStats& stats) {
 
 void Executor::run_action(const Action& a, const std::function<MicroBatch(int)>& batch, double loss_scale,
                           ExecutorStats& stats) {
+  // NOTE [operation counts]: a forward action's operations are the forward's, a B, I or W's the backward's.
+  struct Phase {
+    OpPhase before = op_phase();
+    explicit Phase(ActionKind k) {
+      if (sched::is_compute(k)) set_op_phase(k == ActionKind::F ? OpPhase::kForward : OpPhase::kBackward);
+    }
+    ~Phase() { set_op_phase(before); }
+  } phase(a.kind);
   switch (a.kind) {
     case ActionKind::RECV_F:
     case ActionKind::RECV_B: post_recv(a); break;

@@ -94,8 +94,7 @@ void GptChunk::set_recompute(Recompute mode) {
 }
 
 at::Tensor GptChunk::p(size_t index) const {
-  const at::Tensor& t = master(index);
-  return compute_ == at::kFloat ? t : t.to(compute_);
+  return casts_.get(params_, index, compute_);  // NOTE [cast once per step]
 }
 
 at::Tensor GptChunk::norm(const NormParams& n, const at::Tensor& x) const {

@@ -12,6 +12,7 @@
 
 #include "core/config.h"
 #include "core/param.h"
+#include "models/common/cast_cache.h"
 #include "parallel/tensor_parallel.h"
 #include "models/common/model.h"
 #include "models/common/plan.h"
@@ -88,6 +89,7 @@ class GptChunk : public Stage {
   ChunkSpec spec_;
   TpContext tp_;
   std::vector<Param> params_;
+  CastCache casts_;  // p()'s compute-dtype copies (NOTE [cast once per step])
   Recompute recompute_ = Recompute::kNone;
   at::ScalarType compute_ = at::kFloat;
   bool training_ = true;  // dropout only while training (set_training)

@@ -104,8 +104,7 @@ std::vector<Buffer> LlamaChunk::buffers() {
 }
 
 at::Tensor LlamaChunk::p(size_t index) const {
-  const at::Tensor& t = params_[index].tensor;
-  return compute_ == at::kFloat ? t : t.to(compute_);
+  return casts_.get(params_, index, compute_);  // NOTE [cast once per step]
 }
 
 // x / sqrt(mean(x²) + eps) · weight, in fp32, returned in x's dtype (the

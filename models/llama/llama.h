@@ -34,6 +34,7 @@
 
 #include "core/config.h"
 #include "core/param.h"
+#include "models/common/cast_cache.h"
 #include "models/common/model.h"
 #include "models/common/plan.h"
 #include "parallel/tensor_parallel.h"
@@ -82,6 +83,7 @@ class LlamaChunk : public Stage {
   ChunkSpec spec_;
   TpContext tp_;
   std::vector<Param> params_;
+  CastCache casts_;  // p()'s compute-dtype copies (NOTE [cast once per step])
   Recompute recompute_ = Recompute::kNone;
   at::ScalarType compute_ = at::kFloat;
   at::Tensor cos_, sin_;  // (seq_len, head_dim) fp32, on the stage's device (buffers())

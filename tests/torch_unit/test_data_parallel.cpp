@@ -194,7 +194,7 @@ TEST(GradFinalizer, NormCountsEachParameterOnceOverTp) {
     w.tensor.mutable_grad().copy_(at::arange(2, at::kFloat) + 1 + 2 * tp.rank);
     r.tensor.mutable_grad().copy_(at::arange(3, at::kFloat) + 5);
     GradFinalizer fin({&dp, &tp, &tp, &tp}, {}, {{"w", 0}, {"r", 1}});
-    const double norm = fin.grad_norm(buf);
+    const double norm = fin.grad_norm(buf).item<double>();
     const double want = std::sqrt(1.0 + 4 + 9 + 16 + 25 + 36 + 49);
     if (norm != want)
       throw std::runtime_error("rank " + std::to_string(tp.rank) + ": norm " + std::to_string(norm) + " != " +
@@ -218,7 +218,7 @@ TEST(GradFinalizer, TiedCopyAddsIntoItsPrimaryAndTakesItsValue) {
   buf.reduce([&](at::Tensor sp) { fin.reduce_model_parallel(sp); });
   EXPECT_TRUE(prim.tensor.grad().eq(3).all().item<bool>());
   EXPECT_TRUE(copy.tensor.grad().eq(0).all().item<bool>());
-  EXPECT_DOUBLE_EQ(fin.grad_norm(buf), std::sqrt(27.0));  // the copy is not counted again
+  EXPECT_DOUBLE_EQ(fin.grad_norm(buf).item<double>(), std::sqrt(27.0));  // the copy is not counted again
   {
     at::NoGradGuard no_grad;
     prim.tensor.add_(1);

@@ -1,9 +1,11 @@
 // NOTE [host reads] (core/host_read.h): a training step reads device
 // tensors on the host only where named. A 2-stage pipeline trains 4 steps,
 // every second one logged; each rank's summary says how often each kind of
-// read happened in one step: a non-logged step reads the gradient norm once
-// (clipping and the non-finite guard need it) and nothing else; a logged step
-// adds the reduced loss once. And the deferred weight gradients W ran.
+// read happened in one step: a non-logged step reads nothing (clipping and
+// the non-finite guard run on the device, NOTE [device guard] in
+// framework/trainer.cpp); a logged step reads the gradient norm (with the
+// guard's record) once and the reduced loss once. And the deferred weight
+// gradients W ran.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -24,7 +26,7 @@ std::map<std::string, int64_t> reads_of(const json::Value& summary, const std::s
   return out;
 }
 
-TEST(HostReads, OneNamedReadPerStepAndTheLossOnLoggedSteps) {
+TEST(HostReads, NoneOnOtherStepsAndTheNormAndLossOnLoggedSteps) {
   char tmpl[] = "/tmp/trident-host-reads-XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   const std::string dir = tmpl;
@@ -36,10 +38,10 @@ TEST(HostReads, OneNamedReadPerStepAndTheLossOnLoggedSteps) {
   ASSERT_EQ(r.status, 0) << r.output;
   const auto summaries = rank_summaries(dir);
   ASSERT_EQ(summaries.size(), 2u);
-  const std::map<std::string, int64_t> norm_only{{"gradient norm", 1}};
+  const std::map<std::string, int64_t> none;
   const std::map<std::string, int64_t> norm_and_loss{{"gradient norm", 1}, {"loss", 1}};
   for (const json::Value& s : summaries) {
-    EXPECT_EQ(reads_of(s, "other_step"), norm_only) << json::dump(s, 2);
+    EXPECT_EQ(reads_of(s, "other_step"), none) << json::dump(s, 2);
     EXPECT_EQ(reads_of(s, "logged_step"), norm_and_loss) << json::dump(s, 2);
   }
   std::filesystem::remove_all(dir);
@@ -80,6 +82,47 @@ TEST(DeferredWeightGrads, CountedInTheRankSummaryAndChangeNoBits) {
     EXPECT_EQ(rows["zb-h1"].at(i).at("loss"), rows["1f1b"][i].at("loss")) << "step " << i + 1;
     EXPECT_EQ(rows["zb-h1"].at(i).at("grad_norm"), rows["1f1b"][i].at("grad_norm")) << "step " << i + 1;
   }
+}
+
+}  // namespace
+}  // namespace trident::testing
+
+namespace trident::testing {
+namespace {
+
+// NOTE [operation counts] (core/op_count.h): the rank summary's aten_ops. The
+// optimizer phase (norm, clipping, guard, AdamW) is a handful of operations
+// per step, not some per parameter: gpt-tiny at 8 layers (~100 parameter
+// tensors) makes no more of them than at 2 layers, while its forward and
+// backward grow with the layers; the phases add up to the total.
+std::map<std::string, int64_t> ops_of(int layers) {
+  char tmpl[] = "/tmp/trident-ops-XXXXXX";
+  EXPECT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const RunResult r = run_command(bin("trident") + " train --config " + src("configs/gpt-tiny.toml") +
+                                  " --set model.layers=" + std::to_string(layers) +
+                                  " --set training.steps=2 --set training.eval_interval=0"
+                                  " --set training.peak_tflops=1 --set logging.dir=" + dir);
+  EXPECT_EQ(r.status, 0) << r.output;
+  std::map<std::string, int64_t> out;
+  const auto summaries = rank_summaries(dir);
+  if (summaries.size() == 1)
+    for (const auto& [k, v] : summaries[0].at("aten_ops", "rank summary").as_object("aten_ops")) out[k] = v.as_int(k);
+  std::filesystem::remove_all(dir);
+  return out;
+}
+
+TEST(OperationCounts, OptimizerPhaseDoesNotGrowWithTheParameters) {
+  const auto small = ops_of(2), big = ops_of(8);
+  ASSERT_EQ(big.count("optimizer"), 1u);
+  EXPECT_EQ(big.at("step"), 2);
+  int64_t sum = 0;
+  for (const char* phase : {"forward", "backward", "grad_sync", "optimizer", "other"}) sum += big.at(phase);
+  EXPECT_EQ(sum, big.at("total"));
+  EXPECT_GT(big.at("forward"), small.at("forward"));
+  EXPECT_GT(big.at("backward"), small.at("backward"));
+  EXPECT_LE(big.at("optimizer"), small.at("optimizer")) << "optimizer operations grow with the parameters";
+  EXPECT_LT(big.at("optimizer"), 50);
 }
 
 }  // namespace
