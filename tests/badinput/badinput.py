@@ -46,6 +46,11 @@ def cases(work, cores, trident="build/trident", busy_port=0):
         ("hidden 2^31", 2, f"{tiny} model.hidden=2147483648", ["model.hidden (2147483648)", "overflow int64"]),
         ("batch 1e9", 2, f"{tiny} training.global_batch_size=1000000000 --set training.micro_batch_size=1000000000",
          ["host memory", "training.micro_batch_size x model.seq_len x model.vocab_size"]),
+        # Parameters, logits and tokens under 2 GB; one micro-batch's activations through 1000 layers 4.3 TB.
+        ("activations in flight", 2, f"{tiny} model.layers=1000 --set training.micro_batch_size=32768 "
+         "--set training.global_batch_size=32768",
+         ["host memory", "activations of 1 micro-batch(es) in flight under schedule.kind = \"1f1b\", 1000 layer(s)",
+          "4.29e+12"]),
         ("synthetic tokens 1e12", 2, f"{tiny} data.synthetic_tokens=1000000000000",
          ["host memory", "data.synthetic_tokens"]),
         ("schedule p=m=100000", 2, "schedule --kind 1f1b -p 100000 -m 100000 --format summary",
