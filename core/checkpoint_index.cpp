@@ -1,6 +1,7 @@
 // Index-file helpers of the checkpoint store: see checkpoint_index.h.
 #include "core/checkpoint_index.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -105,6 +106,53 @@ void check_box(const std::string& name, const std::vector<int64_t>& full, const 
                           shape_text(ext) + " does not fit the full shape " + shape_text(full));
 }
 
+namespace {
+
+// Where the last tensor or blob of an index ends in its .bin; offsets and sizes checked.
+int64_t data_end(const json::Value& idx, const std::string& what) {
+  int64_t end = 0;
+  for (const char* list : {"entries", "blobs"})
+    for (const json::Value& e : idx.at(list, what).as_array(what + " " + list)) {
+      const std::string name = e.at("name", what).as_string(what + " name");
+      const int64_t at = e.at("byte_offset", what).as_int(what + ": " + name + " byte_offset");
+      const int64_t n = e.at("nbytes", what).as_int(what + ": " + name + " nbytes");
+      if (at < 0 || n < 0 || at > (int64_t{1} << 62) || n > (int64_t{1} << 62))
+        throw CheckpointError(what + ": " + name + " has byte_offset " + std::to_string(at) + " and nbytes " +
+                              std::to_string(n) + ", expected sizes >= 0 (the index is corrupted)");
+      end = std::max(end, at + n);
+    }
+  return end;
+}
+
+// How many rank-XXXXX.json files a step directory holds.
+int rank_files(const std::string& step_dir) {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& d : fs::directory_iterator(step_dir, ec)) {
+    const std::string fn = d.path().filename().string();
+    if (fn.size() == 15 && fn.compare(0, 5, "rank-") == 0 && fn.compare(10, 5, ".json") == 0) ++n;
+  }
+  return n;
+}
+
+}  // namespace
+
+void check_manifest_world(const std::string& step_dir, int64_t world, const std::string& manifest) {
+  if (world < 1 || world > (1 << 20))
+    throw CheckpointError(manifest + ": world = " + std::to_string(world) + ", expected an integer in [1, 1048576]");
+  const std::string first = step_dir + "/" + rank_name(0) + ".json";
+  if (!fs::exists(first)) return;  // checked_index names the missing file
+  const json::Value idx = read_json(first);
+  const int64_t theirs = idx.at("world", first).as_int(first + " world");
+  const int files = rank_files(step_dir);
+  // The rank files agree among themselves (rank 0's world is how many there are):
+  // the manifest is the odd one out.
+  if (theirs != world && theirs == files)
+    throw CheckpointError(manifest + ": world = " + std::to_string(world) + ", but the step's " +
+                          std::to_string(files) + " rank file(s) were written for world " + std::to_string(theirs) +
+                          " (the manifest was edited or belongs to another checkpoint)");
+}
+
 json::Value checked_index(const std::string& step_dir, int rank, int64_t step, int world) {
   const std::string base = step_dir + "/" + rank_name(rank);
   const json::Value idx = read_json(base + ".json");
@@ -121,7 +169,18 @@ json::Value checked_index(const std::string& step_dir, int rank, int64_t step, i
                           ", expected step " + std::to_string(step) + " with world " + std::to_string(world));
   const std::string bin = base + ".bin";
   if (!fs::exists(bin)) throw CheckpointError("checkpoint file " + bin + " is missing");
-  const uint64_t want = static_cast<uint64_t>(idx.at("bin_size", what).as_int(what)), have = fs::file_size(bin);
+  const int64_t recorded = idx.at("bin_size", what).as_int(what + " bin_size");
+  // The writer appends every tensor and blob, so the file ends where the last of
+  // them does: a bin_size that says otherwise was edited, and trusting it would
+  // misread a longer .bin as intact or call an intact one truncated.
+  const int64_t end = data_end(idx, what);
+  if (recorded != end)
+    throw CheckpointError(what + ": bin_size = " + std::to_string(recorded) + ", but its tensors and blobs end at byte " +
+                          std::to_string(end) + " (the index was edited or is corrupted)");
+  const uint64_t want = static_cast<uint64_t>(recorded), have = fs::file_size(bin);
+  if (have > want)
+    throw CheckpointError("checkpoint file " + bin + " holds " + std::to_string(have) + " bytes, but " + what +
+                          " says bin_size = " + std::to_string(want) + " (the file was appended to or replaced)");
   if (have < want) {
     std::string first = "its data";
     for (const json::Value& e : idx.at("entries", what).as_array(what)) {

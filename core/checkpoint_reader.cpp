@@ -112,8 +112,10 @@ Reader::Reader(const std::string& path) {
   }
   const std::string mpath = step_dir_ + "/manifest.json";
   const json::Value manifest = read_json(mpath);
-  world_ = static_cast<int>(manifest.at("world", mpath).as_int(mpath + " world"));
+  const int64_t world = manifest.at("world", mpath).as_int(mpath + " world");
   meta_ = meta_from(manifest.at("meta", mpath), mpath + " meta");
+  check_manifest_world(step_dir_, world, mpath);
+  world_ = static_cast<int>(world);
   for (int r = 0; r < world_; ++r) {
     const json::Value idx = checked_index(step_dir_, r, meta_.step, world_);
     const std::string file = step_dir_ + "/" + rank_name(r) + ".bin", what = step_dir_ + "/" + rank_name(r) + ".json";

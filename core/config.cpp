@@ -4,10 +4,12 @@
 // cannot drift apart. Cross-field checks follow in check_config(); what each key
 // means is documented once, in configs/README.md's tables.
 #include "core/config.h"
+#include "core/activation_memory.h"
 #include "core/model_checks.h"
 
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <cassert>
 #include <cmath>
 #include <cstdio>
@@ -961,7 +963,44 @@ void check_model_config(const Config& c) {
   check_model_shape(c);
 }
 
-void check_host_resources(const Config& c, int64_t ranks_on_host, int64_t host_bytes, int64_t host_cores) {
+namespace {
+
+// A lower bound of the activations one rank holds at its peak (NOTE [size checks]):
+// the (micro-batch, chunk) pairs its schedule keeps alive at once (peak_inflight, per
+// pipeline rank, from the schedule simulator) times the fewest layers any chunk has,
+// times what one layer keeps for a micro-batch (NOTE [activation memory]) less the
+// attention core, which a fused attention kernel does not keep; with any
+// recomputation only the layer's input (Trident's selective recomputation keeps
+// less than the formula's count). Measured peaks of gpt-tiny and llama-tiny were
+// 1.03 to 1.22 times this bound (tp 1 and 2, sequence parallel, pp 2), 1.9 with
+// dropout, 2.1 with full and 13 with selective recomputation (notes of issue 30).
+// With every rank on this host the mean over pipeline ranks,
+// else the least. Sets `pairs` and `layers`.
+Big activation_lower_bound(const Config& c, const std::vector<int>& peak_inflight, bool all_ranks_here,
+                           Big& pairs, int64_t& layers) {
+  if (peak_inflight.empty()) return 0;
+  const ParallelConfig& p = c.parallel;
+  const int64_t stages = p.pp * std::max<int64_t>(c.schedule.chunks, 1);
+  if (p.auto_split())
+    layers = 1;  // the profiled split is not known yet
+  else if (!p.pipeline_layers.empty())
+    layers = *std::min_element(p.pipeline_layers.begin(), p.pipeline_layers.end());
+  else
+    layers = c.model.layers / stages;
+  Big sum = 0;
+  int least = peak_inflight.front();
+  for (int k : peak_inflight) sum += k, least = std::min(least, k);
+  pairs = all_ranks_here ? sum / Big(peak_inflight.size()) : Big(least);
+  const std::string kept = c.training.recompute == "none" ? "selective" : "full";
+  const int elem_bytes = c.training.precision == "bf16" ? 2 : 4;
+  return pairs * Big(layers) *
+         Big(layer_activation_bytes(c.model, c.training.micro_batch_size, p.tp, p.sequence_parallel, kept, elem_bytes));
+}
+
+}  // namespace
+
+void check_host_resources(const Config& c, int64_t ranks_on_host, int64_t host_bytes, int64_t host_cores,
+                          const std::vector<int>& peak_inflight) {
   const ModelConfig& m = c.model;
   const ParallelConfig& p = c.parallel;
   const TrainingConfig& t = c.training;
@@ -979,14 +1018,24 @@ void check_host_resources(const Config& c, int64_t ranks_on_host, int64_t host_b
   const Big state = params * (8 + (p.zero == 1 ? 8 / dp : 8));
   const Big logits = Big(t.micro_batch_size) * Big(m.seq_len) * Big(m.vocab_size) / Big(p.tp) * 4;
   const Big tokens = c.data.source == "synthetic" ? Big(c.data.synthetic_tokens) * 4 : 0;
-  const Big rank = state + logits + tokens, total = rank * Big(std::max<int64_t>(ranks_on_host, 1));
+  Big pairs = 0;
+  int64_t stage_layers = 0;
+  const bool all_here = ranks_on_host >= p.tp * p.pp * std::max<int64_t>(p.dp, 1);
+  const Big acts = activation_lower_bound(c, peak_inflight, all_here, pairs, stage_layers);
+  const Big rank = state + logits + tokens + acts, total = rank * Big(std::max<int64_t>(ranks_on_host, 1));
   if (total > Big(host_bytes)) {
     fail(c, "needs at least " + big(total) + " bytes of host memory but this host has " + big(host_bytes) +
                 " (MemTotal): " + n(ranks_on_host) + " rank(s) x (" + big(params) +
                 " parameters of model.layers = " + n(m.layers) + ", model.hidden = " + n(m.hidden) +
                 ", model.vocab_size = " + n(m.vocab_size) + " over parallel.tp x parallel.pp, 16 bytes each with "
                 "AdamW: " + big(state) + "; logits of training.micro_batch_size x model.seq_len x model.vocab_size: " +
-                big(logits) + "; data.synthetic_tokens: " + big(tokens) + ")");
+                big(logits) + "; data.synthetic_tokens: " + big(tokens) +
+                (peak_inflight.empty() ? ""
+                                       : "; activations of " + big(pairs) + " micro-batch(es) in flight under "
+                                         "schedule.kind = " + quote(c.schedule.kind) + ", " + n(stage_layers) +
+                                         " layer(s) each, of training.micro_batch_size x model.seq_len: " +
+                                         big(acts)) +
+                ")");
   }
 }
 

@@ -156,9 +156,13 @@ void check_config(const Config& c);
 // What this host can hold, before anything is allocated (NOTE [size checks] in
 // config.cpp): training.threads at most host_cores, and on training.device =
 // "cpu" a lower bound of ranks_on_host ranks' memory (parameters with AdamW
-// state, a micro-batch's logits, synthetic tokens) at most host_bytes. A value
-// <= 0 skips its check. Throws ConfigError naming the keys and the estimate.
-void check_host_resources(const Config& c, int64_t ranks_on_host, int64_t host_bytes, int64_t host_cores);
+// state, a micro-batch's logits, synthetic tokens, and the activations of the
+// (micro-batch, chunk) pairs the schedule keeps in flight: peak_inflight per
+// pipeline rank, from the schedule simulator; empty leaves them out) at most
+// host_bytes. schedule.chunks must be resolved. A value <= 0 skips its check.
+// Throws ConfigError naming the keys and the estimate.
+void check_host_resources(const Config& c, int64_t ranks_on_host, int64_t host_bytes, int64_t host_cores,
+                          const std::vector<int>& peak_inflight = {});
 // schedule.kind must be "file" or one of the generators' kinds, passed in
 // because the foundation does not see schedules/ (the trainer hands it
 // sched::schedule_kinds() before any process group exists).

@@ -398,8 +398,12 @@ void build(Run& r) {
     install_cpu_memory_meter();  // activation bytes are measured on the host's allocator
   }
   resolve_world(c, env.world_size);
+  // schedule.chunks absent (0): what the kind needs; everything after (the schedule, checkpoints' layout) sees it.
+  if (c.schedule.chunks == 0) c.schedule.chunks = sched::default_chunks(c.schedule.kind);
+  r.m = num_microbatches(c);
+  r.schedule = build_schedule(c, r.m);  // schedule errors before any rendezvous
   {
-    // What this host holds, before anything is allocated or any rank is met
+    // What this host holds, before anything is allocated (the schedule is a few lists) or any rank is met
     // (NOTE [size checks] in core/config.cpp): MemTotal and the cores this
     // process may run on; the ranks sharing them from LOCAL_WORLD_SIZE.
     int64_t mem_bytes = 0, cores = 0;
@@ -415,12 +419,10 @@ void build(Run& r) {
     cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : std::thread::hardware_concurrency();
     const char* local = std::getenv("LOCAL_WORLD_SIZE");
     const int64_t on_host = local && std::atoll(local) > 0 ? std::atoll(local) : env.world_size;
-    check_host_resources(c, on_host, mem_bytes, cores);
+    // The schedule's in-flight micro-batches per pipeline rank, for their activations: the
+    // simulator's count (any costs: a rank runs its list in order whatever they are).
+    check_host_resources(c, on_host, mem_bytes, cores, sched::simulate_stats(r.schedule, sched::Costs{}).peak_inflight);
   }
-  // schedule.chunks absent (0): what the kind needs; everything after (the schedule, checkpoints' layout) sees it.
-  if (c.schedule.chunks == 0) c.schedule.chunks = sched::default_chunks(c.schedule.kind);
-  r.m = num_microbatches(c);
-  r.schedule = build_schedule(c, r.m);  // schedule errors before any rendezvous
   r.train_data = open_training_data(c, "train");
   if (c.training.eval_interval > 0) r.val_data = open_training_data(c, "val");
   const Layout layout = Layout::make(env.world_size, static_cast<int>(c.parallel.tp), static_cast<int>(c.parallel.pp),

@@ -119,6 +119,15 @@ void check_unsupported_parts(const json::Value& doc, const std::string& source) 
   }
 }
 
+// "an array", "a string", ...: what a JSON document is, for an error naming it.
+std::string json_kind(const json::Value& v) {
+  if (v.is_array()) return "an array";
+  if (v.is_string()) return "a string";
+  if (v.is_number()) return "a number";
+  if (v.is_null()) return "null";
+  return v.is_object() ? "an object" : "a boolean";
+}
+
 // One merge of tokenizer.json: "a b" (older files) or ["a", "b"] (newer ones).
 std::pair<std::string, std::string> read_merge(const json::Value& m, const std::string& what) {
   if (m.is_array()) {
@@ -139,6 +148,11 @@ std::pair<std::string, std::string> read_merge(const json::Value& m, const std::
 HfTokenizer::HfTokenizer(const std::string& json_text, const std::string& source) : name_("hf:" + fnv1a_hex(json_text)) {
   try {
     const json::Value doc = json::parse(json_text, source);
+    if (!doc.is_object()) {
+      // Asked for its members, `[]` would read as a tokenizer without a pre_tokenizer.
+      throw DataError(source + ": the file holds " + json_kind(doc) +
+                      ", not a JSON object (a Hugging Face tokenizer.json is one object with model and pre_tokenizer)");
+    }
     check_unsupported_parts(doc, source);
     pattern_ = read_pre_tokenizer(doc.find("pre_tokenizer"), source);
     read_model(doc.at("model", source), source);

@@ -1,10 +1,12 @@
 // Config: defaults, the preset, overrides, round-trip, and one expected message
 // per kind of bad config.
 #include "core/config.h"
+#include "core/activation_memory.h"
 #include "schedules/generators.h"
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -489,4 +491,43 @@ TEST(Config, ChunksDefaultToWhatTheKindNeeds) {
   EXPECT_NE(error_of([&] { trident::load_config(kTiny, {"parallel.pp=2", "schedule.kind=zb-v", "model.layers=6"}); })
                 .find("parallel.pp (2) x schedule.chunks (2) = 4"),
             std::string::npos);
+}
+
+// The host-memory check counts the activations of the micro-batches the schedule
+// keeps in flight (issue 30), per (micro-batch, chunk) pair the fewest layers of
+// any chunk times NOTE [activation memory]'s bytes of one layer less the attention
+// core; with every rank on the host the mean over pipeline ranks, else the least.
+TEST(Config, HostMemoryCountsTheActivationsInFlight) {
+  // 131072 tokens per micro-batch through 64-wide layers: activations of a few GB, the
+  // parameters, logits and synthetic tokens together under 1 GB.
+  Config c = load_config(kTiny, {"training.micro_batch_size=4096", "training.global_batch_size=16384",
+                                 "parallel.dp=1", "training.threads=1"});
+  c.schedule.chunks = 1;
+  const int64_t host = int64_t{1} << 30;
+  EXPECT_NO_THROW(trident::check_host_resources(c, 1, host, 0));  // without the schedule's figures
+  const double layer = trident::layer_activation_bytes(c.model, 4096, 1, false, "selective", 4);
+  auto figure = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3Lg", static_cast<long double>(v));
+    return std::string(buf);
+  };
+  std::string e = error_of([&] { trident::check_host_resources(c, 1, host, 0, {1}); });
+  EXPECT_NE(e.find("; activations of 1 micro-batch(es) in flight under schedule.kind = \"1f1b\", 8 layer(s) each, "
+                   "of training.micro_batch_size x model.seq_len: " + figure(8 * layer) + ")"),
+            std::string::npos) << e;
+  // pp = 4 under 1F1B: ranks 0..3 hold 4, 3, 2, 1 micro-batches of 2 layers each. All four
+  // ranks on this host: 2.5 on average; only one of them here: the least, 1.
+  c.parallel.pp = 4;
+  e = error_of([&] { trident::check_host_resources(c, 4, host, 0, {4, 3, 2, 1}); });
+  EXPECT_NE(e.find("activations of 2.5 micro-batch(es) in flight under schedule.kind = \"1f1b\", 2 layer(s) each, "
+                   "of training.micro_batch_size x model.seq_len: " + figure(2.5 * 2 * layer) + ")"),
+            std::string::npos) << e;
+  c.parallel.dp = 2;  // 8 ranks, 1 here: it may be the last stage's
+  e = error_of([&] { trident::check_host_resources(c, 1, host / 4, 0, {4, 3, 2, 1}); });
+  EXPECT_NE(e.find("activations of 1 micro-batch(es) in flight"), std::string::npos) << e;
+  // Explicit pipeline_layers: the fewest any chunk has.
+  c.parallel.pipeline_layers = {3, 1, 2, 2};
+  e = error_of([&] { trident::check_host_resources(c, 8, host, 0, {4, 3, 2, 1}); });
+  EXPECT_NE(e.find("2.5 micro-batch(es) in flight under schedule.kind = \"1f1b\", 1 layer(s) each"), std::string::npos)
+      << e;
 }

@@ -216,6 +216,22 @@ TEST(HfTokenizer, RefusalsNameWhatIsNotSupported) {
             std::string::npos);
 }
 
+// A tokenizer.json that is valid JSON but no object is named as such (issue 30:
+// `[]` was reported as a null pre_tokenizer).
+TEST(HfTokenizer, ADocumentThatIsNoObjectIsNamed) {
+  for (const auto& [text, kind] : std::vector<std::pair<std::string, std::string>>{
+           {"[]", "an array"}, {"\"BPE\"", "a string"}, {"3", "a number"}, {"null", "null"}}) {
+    std::string e = "(no error)";
+    try {
+      td::HfTokenizer tok(text, "t.json");
+    } catch (const td::DataError& error) {
+      e = error.what();
+    }
+    EXPECT_EQ(e, "t.json: the file holds " + kind +
+                     ", not a JSON object (a Hugging Face tokenizer.json is one object with model and pre_tokenizer)");
+  }
+}
+
 TEST(HfTokenizer, MissingByteWithoutUnkIsAnError) {
   json::Value doc = hello_doc();
   json::Value model = doc.at("model", "");
