@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <limits>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -75,8 +78,29 @@ struct CopyToTp : torch::autograd::Function<CopyToTp> {
   }
 };
 
+// NOTE [TP fault] Test only, like TRIDENT_FAULT_ACTION and TRIDENT_SAVE_FAULT:
+// TRIDENT_TP_SKIP_ALL_REDUCE=N makes this process's N-th row-parallel output
+// reduction (counted from 1) keep the rank's partial sum, as a dropped
+// reduction would. Every TP rank makes the same calls in the same order, so
+// all skip the same one and nothing waits. It shows that the TP regression
+// tolerance catches one such fault (tests/regression/test_tp_regression.cpp).
+bool skip_this_reduction() {
+  static const long long skip = [] {
+    const char* v = std::getenv("TRIDENT_TP_SKIP_ALL_REDUCE");
+    if (!v || !*v) return 0LL;
+    char* end = nullptr;
+    const long long n = std::strtoll(v, &end, 10);
+    if (*end != '\0' || n < 1)
+      throw std::runtime_error(std::string("TRIDENT_TP_SKIP_ALL_REDUCE='") + v + "': expected a call number >= 1");
+    return n;
+  }();
+  static std::atomic<long long> calls{0};
+  return skip > 0 && ++calls == skip;
+}
+
 struct ReduceFromTp : torch::autograd::Function<ReduceFromTp> {
   static at::Tensor forward(AutogradContext*, const at::Tensor& x, int64_t group) {
+    if (skip_this_reduction()) return x.clone();  // NOTE [TP fault]
     return all_reduced(*reinterpret_cast<const Group*>(group), x);
   }
   static variable_list backward(AutogradContext*, variable_list g) { return {g[0], at::Tensor()}; }

@@ -1,8 +1,12 @@
 // logging.trace on a tp2 x pp2 x dp2 run (8 ranks, interleaved v = 2): the
 // trace.json rank 0 writes holds every rank; each rank's compute spans carry
-// their list index, appear in the order of that rank's schedule (generated
-// here, independently of the run) and never overlap; gradient sync and the
-// optimizer follow the last compute.
+// their list index, appear in the order of that rank's schedule and never
+// overlap; gradient sync and the optimizer follow the last compute. The
+// expected order comes from the same generator the run used (called here,
+// in this process): what this proves is that the run executed, and the trace
+// recorded, the generator's list in order on every rank of the 3D layout. It
+// does not check the generator itself (test_schedule_generators.cpp and the
+// validator do).
 #include <gtest/gtest.h>
 
 #include <fstream>
