@@ -19,8 +19,8 @@ namespace {
 
 std::map<std::string, int64_t> reads_of(const json::Value& summary, const std::string& kind) {
   std::map<std::string, int64_t> out;
-  for (const auto& [what, n] : summary.at("host_reads", "rank summary").at(kind, "host_reads").as_object(kind))
-    out[what] = n.as_int(what);
+  for (const auto& [what, n] : json::as_object(json::at(json::at(summary, "host_reads", "rank summary"), kind, "host_reads"), kind))
+    out[what] = json::as_int(n, what);
   return out;
 }
 

@@ -93,15 +93,15 @@ TEST(Safetensors, MalformedFilesAreErrorsNamingTheTensor) {
 TEST(Json, ParsesWritesAndKeepsIntegersExact) {
   const std::string text = R"({"a": [1, -2, 9007199254740993], "s": "x\"\u00e9\ud83d\ude00", "o": {"t": true, "n": null, "f": 1.5e-3}})";
   const json::Value v = json::parse(text, "t");
-  EXPECT_EQ(v.at("a", "t").as_int_array("a"), (std::vector<int64_t>{1, -2, 9007199254740993LL}));
-  EXPECT_EQ(v.at("s", "t").as_string("s"), "x\"\xc3\xa9\xf0\x9f\x98\x80");
-  EXPECT_TRUE(v.at("o", "t").at("t", "o").as_bool("t"));
-  EXPECT_TRUE(v.at("o", "t").at("n", "o").is_null());
-  EXPECT_DOUBLE_EQ(v.at("o", "t").at("f", "o").as_double("f"), 1.5e-3);
-  EXPECT_THROW(v.at("o", "t").at("f", "o").as_int("f"), json::JsonError);
+  EXPECT_EQ(json::as_int_array(json::at(v, "a", "t"), "a"), (std::vector<int64_t>{1, -2, 9007199254740993LL}));
+  EXPECT_EQ(json::as_string(json::at(v, "s", "t"), "s"), "x\"\xc3\xa9\xf0\x9f\x98\x80");
+  EXPECT_TRUE(json::as_bool(json::at(json::at(v, "o", "t"), "t", "o"), "t"));
+  EXPECT_TRUE(json::at(json::at(v, "o", "t"), "n", "o").is_null());
+  EXPECT_DOUBLE_EQ(json::as_double(json::at(json::at(v, "o", "t"), "f", "o"), "f"), 1.5e-3);
+  EXPECT_THROW(json::as_int(json::at(json::at(v, "o", "t"), "f", "o"), "f"), json::JsonError);
   const json::Value again = json::parse(json::dump(v, 2), "again");
   EXPECT_EQ(json::dump(again), json::dump(v));
-  EXPECT_EQ(json::dump(json::Value::number(1e-5)), "1e-05");
+  EXPECT_EQ(json::dump(json::number(1e-5)), "1e-05");
 }
 
 TEST(Json, ErrorsNameSourceAndByte) {
@@ -113,7 +113,7 @@ TEST(Json, ErrorsNameSourceAndByte) {
   }
   EXPECT_THROW(json::parse(R"({"a": 1} x)", "f"), json::JsonError);
   EXPECT_THROW(json::parse(R"({"a": "unterminated)", "f"), json::JsonError);
-  EXPECT_THROW(json::parse("{\"a\": 1}", "f").at("b", "f"), json::JsonError);
+  EXPECT_THROW(json::at(json::parse("{\"a\": 1}", "f"), "b", "f"), json::JsonError);
 }
 
 // Python's json takes a repeated key's last value, a first-match reader its first:
