@@ -45,8 +45,8 @@ TEST(Trace, EveryRankInScheduleOrderWithoutOverlap) {
     const int pid = static_cast<int>(json::as_int(json::at(e, "pid", "an event"), "pid"));
     if (ph == "M" && name == "process_name") named.insert(pid);
     if (ph != "X") continue;
-    const json::Value* args = e.find("args");
-    const json::Value* index = args ? args->find("index") : nullptr;
+    const json::Value* args = json::find(e, "args");
+    const json::Value* index = args ? json::find(*args, "index") : nullptr;
     events[pid].push_back({name, json::as_string(json::at(e, "cat", "an event"), "cat"), json::as_double(json::at(e, "ts", "an event"), "ts"),
                            json::as_double(json::at(e, "dur", "an event"), "dur"),
                            index ? static_cast<int>(json::as_int(*index, "index")) : -1});

@@ -13,6 +13,8 @@
 
 namespace {
 
+namespace json = trident::json;
+
 struct Result {
   int status;
   std::string out;  // stdout (stderr too when merged)
@@ -33,7 +35,7 @@ const std::string kTiny = "--config configs/gpt-tiny.toml --cluster configs/clus
 TEST(PlanCli, SearchPrintsTheBestSortedAsJson) {
   const Result r = run_plan(kTiny + "--gpus 4 --top 3 --format json", false);
   ASSERT_EQ(r.status, 0) << r.out;
-  const trident::json::Value v = trident::json::parse(r.out, "plan");
+  const json::Value v = json::parse(r.out, "plan");
   const auto& best = json::as_array(v, "plan");
   ASSERT_EQ(best.size(), 3u);
   double last = 0;
@@ -92,7 +94,7 @@ TEST(PlanCli, PublishedRowRunsAsMegatron2021AndCountsNarayanansFlops) {
       "--layout tp=8,pp=8,schedule=interleaved,chunks=2,mbs=1,recompute=full --format json",
       false);
   ASSERT_EQ(r.status, 0) << r.out;
-  const trident::json::Value e = json::as_array(trident::json::parse(r.out, "plan"), "plan").at(0);
+  const json::Value e = json::as_array(json::parse(r.out, "plan"), "plan").at(0);
   EXPECT_EQ(json::as_string(json::at(e, "runtime", "e"), "runtime"), "megatron-2021");
   const double step = json::as_double(json::at(e, "step_s", "e"), "step_s");
   double parts = 0;
