@@ -82,7 +82,8 @@ Meta meta_from(const json::Value& j, const std::string& what) {
   m.trident_version = json::as_string(json::at(j, "trident_version", what), what + ".trident_version");
   m.layout = json::as_string(json::at(j, "layout", what), what + ".layout");
   m.config_toml = json::as_string(json::at(j, "config", what), what + ".config");
-  for (const auto& [k, v] : json::as_object(json::at(j, "extra", what), what + ".extra")) m.extra[k] = json::as_string(v, what + "." + k);
+  for (const auto& [k, v] : json::as_object(json::at(j, "extra", what), what + ".extra"))
+    m.extra[k] = json::as_string(v, what + "." + k);
   return m;
 }
 
@@ -111,9 +112,9 @@ json::Value checked_index(const std::string& step_dir, int rank, int64_t step, i
   const std::string what = base + ".json";
   if (json::as_string(json::at(idx, "format", what), what + " format") != kFormat)
     throw CheckpointError(what + " is not a Trident checkpoint index");
-  if (json::as_int(json::at(idx, "format_version", what), what) != kFormatVersion)
-    throw CheckpointError(what + " has format_version " + std::to_string(json::as_int(json::at(idx, "format_version", what), what)) +
-                          "; this Trident reads " + std::to_string(kFormatVersion));
+  if (const int64_t version = json::as_int(json::at(idx, "format_version", what), what); version != kFormatVersion)
+    throw CheckpointError(what + " has format_version " + std::to_string(version) + "; this Trident reads " +
+                          std::to_string(kFormatVersion));
   const int64_t s = json::as_int(json::at(json::at(idx, "meta", what), "step", what), what + " meta.step");
   const int64_t w = json::as_int(json::at(idx, "world", what), what + " world");
   if (s != step || w != world)
@@ -121,11 +122,13 @@ json::Value checked_index(const std::string& step_dir, int rank, int64_t step, i
                           ", expected step " + std::to_string(step) + " with world " + std::to_string(world));
   const std::string bin = base + ".bin";
   if (!fs::exists(bin)) throw CheckpointError("checkpoint file " + bin + " is missing");
-  const uint64_t want = static_cast<uint64_t>(json::as_int(json::at(idx, "bin_size", what), what)), have = fs::file_size(bin);
+  const uint64_t want = static_cast<uint64_t>(json::as_int(json::at(idx, "bin_size", what), what));
+  const uint64_t have = fs::file_size(bin);
   if (have < want) {
     std::string first = "its data";
     for (const json::Value& e : json::as_array(json::at(idx, "entries", what), what)) {
-      if (static_cast<uint64_t>(json::as_int(json::at(e, "byte_offset", what), what) + json::as_int(json::at(e, "nbytes", what), what)) > have) {
+      const int64_t offset = json::as_int(json::at(e, "byte_offset", what), what);
+      if (static_cast<uint64_t>(offset + json::as_int(json::at(e, "nbytes", what), what)) > have) {
         first = "tensor " + json::as_string(json::at(e, "name", what), what);
         break;
       }

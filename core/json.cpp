@@ -134,7 +134,8 @@ Value parse(const std::string& text, const std::string& source) {
   const char* b = text.data();
   Builder builder(&read);
   Value::sax_parse(CountingIterator(b, b, &read), CountingIterator(b + text.size(), b, &read), &builder);
-  if (builder.refused) throw JsonError(source + ": invalid JSON at byte " + std::to_string(builder.byte) + ": " + builder.why);
+  if (builder.refused)
+    throw JsonError(source + ": invalid JSON at byte " + std::to_string(builder.byte) + ": " + builder.why);
   return std::move(builder.root);
 }
 

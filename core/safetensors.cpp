@@ -62,7 +62,7 @@ std::string encode(const std::vector<Tensor>& tensors, const std::map<std::strin
     for (int64_t d : t.shape) shape.push_back(json::number(d));
     e["shape"] = shape;
     e["data_offsets"] = json::Value::array({json::number(static_cast<int64_t>(offset)),
-                                              json::number(static_cast<int64_t>(offset + expect))});
+                                            json::number(static_cast<int64_t>(offset + expect))});
     header[t.name] = e;
     offset += expect;
   }

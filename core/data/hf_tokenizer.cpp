@@ -42,7 +42,9 @@ bool flag(const json::Value& v, const std::string& key, bool dflt, const std::st
 }
 
 // Null, absent, or (for strings) "" count as unset.
-bool is_unset(const json::Value* v) { return v == nullptr || v->is_null() || (v->is_string() && json::as_string(*v, "").empty()); }
+bool is_unset(const json::Value* v) {
+  return v == nullptr || v->is_null() || (v->is_string() && json::as_string(*v, "").empty());
+}
 
 // A ByteLevel pre-tokenizer; returns its use_regex.
 bool read_byte_level(const json::Value& pt, const std::string& what) {
@@ -80,7 +82,8 @@ std::optional<SplitPattern> read_pre_tokenizer(const json::Value* pt, const std:
   }
   std::vector<const json::Value*> steps;
   if (type_of(*pt, what) == "Sequence") {
-    for (const auto& p : json::as_array(json::at(*pt, "pretokenizers", what), what + " pretokenizers")) steps.push_back(&p);
+    for (const auto& p : json::as_array(json::at(*pt, "pretokenizers", what), what + " pretokenizers"))
+      steps.push_back(&p);
   } else {
     steps.push_back(pt);
   }
@@ -169,7 +172,8 @@ void HfTokenizer::read_model(const json::Value& model, const std::string& source
     throw DataError(what + ": BPE dropout " + json::dump(*dropout) + " is not supported (expected null)");
   }
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
-    if (!is_unset(json::find(model, key))) throw DataError(what + ": " + key + " " + json::dump(*json::find(model, key)) + " is not supported (expected null)");
+    if (const json::Value* v = json::find(model, key); !is_unset(v))
+      throw DataError(what + ": " + key + " " + json::dump(*v) + " is not supported (expected null)");
   }
   if (flag(model, "byte_fallback", false, what)) throw DataError(what + ": byte_fallback = true is not supported");
   fuse_unk_ = flag(model, "fuse_unk", false, what);

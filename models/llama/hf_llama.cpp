@@ -70,7 +70,8 @@ void read_rope(const json::Value& c, const std::string& cpath, ModelConfig& m) {
                              type_of(legacy) + "\") disagree: expected one of them, or both the same");
   const json::Value* scaling = params && !params->is_null() ? params : legacy;
   const std::string where = params && !params->is_null() ? cpath + " rope_parameters" : cpath + " rope_scaling";
-  if (const json::Value* t = params && !params->is_null() ? json::find(*params, "rope_theta") : json::find(c, "rope_theta"))
+  const json::Value& theta_holder = params && !params->is_null() ? *params : c;
+  if (const json::Value* t = json::find(theta_holder, "rope_theta"))
     m.rope_theta = json::as_double(*t, cpath + " rope_theta");
   if (!scaling || scaling->is_null()) return;
   const json::Value* type = json::find(*scaling, "rope_type");
@@ -133,7 +134,8 @@ HfLlama read_hf_llama_config(const std::string& dir) {
     if (const json::Value* b = json::find(c, k); b && json::as_bool(*b, cpath + " " + k))
       throw ModelInputError(cpath + ": " + k + " = true; Trident's Llama has no biases");
   if (const json::Value* a = json::find(c, "hidden_act"); a && json::as_string(*a, cpath + " hidden_act") != "silu")
-    throw ModelInputError(cpath + ": hidden_act = \"" + json::as_string(*a, "") + "\"; Trident's Llama uses silu (SwiGLU)");
+    throw ModelInputError(cpath + ": hidden_act = \"" + json::as_string(*a, "") +
+                          "\"; Trident's Llama uses silu (SwiGLU)");
   if (const json::Value* t = json::find(c, "pretraining_tp"); t && !t->is_null() && json::as_int(*t, cpath) != 1)
     throw ModelInputError(cpath + ": pretraining_tp = " + std::to_string(json::as_int(*t, cpath)) + "; expected 1");
   ModelConfig& m = hf.model;
@@ -146,7 +148,8 @@ HfLlama read_hf_llama_config(const std::string& dir) {
   m.seq_len = get_int("max_position_embeddings");
   const json::Value* kv = json::find(c, "num_key_value_heads");
   m.kv_heads = kv && !kv->is_null() ? json::as_int(*kv, cpath + " num_key_value_heads") : m.heads;
-  if (const json::Value* e = json::find(c, "rms_norm_eps")) m.layernorm_eps = json::as_double(*e, cpath + " rms_norm_eps");
+  if (const json::Value* e = json::find(c, "rms_norm_eps"))
+    m.layernorm_eps = json::as_double(*e, cpath + " rms_norm_eps");
   const json::Value* tie = json::find(c, "tie_word_embeddings");
   m.tie_embeddings = tie ? json::as_bool(*tie, cpath + " tie_word_embeddings") : false;  // LlamaConfig's default
   if (const json::Value* hd = json::find(c, "head_dim"); hd && !hd->is_null() && m.hidden % m.heads == 0 &&

@@ -51,7 +51,8 @@ inline ::testing::AssertionResult same_checkpoint(const std::string& a, const st
       if (off + n > ba.size() || off + n > bb.size() || ba.compare(off, n, bb, off, n) != 0)
         return ::testing::AssertionFailure() << name << ": the bytes of " << what << " differ";
     }
-    const std::string xa = json::dump(json::at(json::at(ia, "meta", a), "extra", a)), xb = json::dump(json::at(json::at(ib, "meta", b), "extra", b));
+    const std::string xa = json::dump(json::at(json::at(ia, "meta", a), "extra", a));
+    const std::string xb = json::dump(json::at(json::at(ib, "meta", b), "extra", b));
     if (xa != xb) return ::testing::AssertionFailure() << name << ": meta.extra " << xa << " vs " << xb;
   }
   return ::testing::AssertionSuccess();

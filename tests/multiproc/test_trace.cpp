@@ -41,13 +41,15 @@ TEST(Trace, EveryRankInScheduleOrderWithoutOverlap) {
   std::map<int, std::vector<Event>> events;
   std::set<int> named;
   for (const json::Value& e : json::as_array(json::at(doc, "traceEvents", "trace.json"), "traceEvents")) {
-    const std::string ph = json::as_string(json::at(e, "ph", "an event"), "ph"), name = json::as_string(json::at(e, "name", "an event"), "name");
+    const std::string ph = json::as_string(json::at(e, "ph", "an event"), "ph");
+    const std::string name = json::as_string(json::at(e, "name", "an event"), "name");
     const int pid = static_cast<int>(json::as_int(json::at(e, "pid", "an event"), "pid"));
     if (ph == "M" && name == "process_name") named.insert(pid);
     if (ph != "X") continue;
     const json::Value* args = json::find(e, "args");
     const json::Value* index = args ? json::find(*args, "index") : nullptr;
-    events[pid].push_back({name, json::as_string(json::at(e, "cat", "an event"), "cat"), json::as_double(json::at(e, "ts", "an event"), "ts"),
+    events[pid].push_back({name, json::as_string(json::at(e, "cat", "an event"), "cat"),
+                           json::as_double(json::at(e, "ts", "an event"), "ts"),
                            json::as_double(json::at(e, "dur", "an event"), "dur"),
                            index ? static_cast<int>(json::as_int(*index, "index")) : -1});
   }

@@ -19,7 +19,8 @@ namespace {
 
 std::map<std::string, int64_t> reads_of(const json::Value& summary, const std::string& kind) {
   std::map<std::string, int64_t> out;
-  for (const auto& [what, n] : json::as_object(json::at(json::at(summary, "host_reads", "rank summary"), kind, "host_reads"), kind))
+  const json::Value& reads = json::at(summary, "host_reads", "rank summary");
+  for (const auto& [what, n] : json::as_object(json::at(reads, kind, "host_reads"), kind))
     out[what] = json::as_int(n, what);
   return out;
 }

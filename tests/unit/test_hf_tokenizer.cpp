@@ -115,8 +115,10 @@ TEST(HfTokenizer, MergesInBothFormsGiveTheSameIds) {
   const json::Value pairs = hello_doc();
   json::Value strings_model = json::at(pairs, "model", "");
   json::Value strings = json::Value::array();
-  for (const auto& m : json::as_array(json::at(strings_model, "merges", ""), ""))
-    strings.push_back(json::Value(json::as_string(json::as_array(m, "")[0], "") + " " + json::as_string(json::as_array(m, "")[1], "")));
+  for (const auto& m : json::as_array(json::at(strings_model, "merges", ""), "")) {
+    const auto& pair = json::as_array(m, "");
+    strings.push_back(json::Value(json::as_string(pair[0], "") + " " + json::as_string(pair[1], "")));
+  }
   const json::Value as_strings = with(pairs, "model", "merges", strings);
   const td::HfTokenizer a(json::dump(pairs), "pairs"), b(json::dump(as_strings), "strings");
   // "hello" merges fully (id 259); the pre-token " hello" keeps its space (byte 0x20,

@@ -40,7 +40,9 @@ TEST(PlanCli, SearchPrintsTheBestSortedAsJson) {
   ASSERT_EQ(best.size(), 3u);
   double last = 0;
   for (const auto& e : best) {
-    EXPECT_EQ(json::as_int(json::at(e, "tp", "e"), "tp") * json::as_int(json::at(e, "pp", "e"), "pp") * json::as_int(json::at(e, "dp", "e"), "dp"), 4);
+    EXPECT_EQ(json::as_int(json::at(e, "tp", "e"), "tp") * json::as_int(json::at(e, "pp", "e"), "pp") *
+                  json::as_int(json::at(e, "dp", "e"), "dp"),
+              4);
     const double step = json::as_double(json::at(e, "step_s", "e"), "step_s");
     EXPECT_GE(step, last);
     last = step;
@@ -103,7 +105,8 @@ TEST(PlanCli, PublishedRowRunsAsMegatron2021AndCountsNarayanansFlops) {
   EXPECT_NEAR(parts / step, 1.0, 1e-6);
   const double B = 2304, s = 2048, l = 80, h = 12288, V = 51200;  // 51,200 is a multiple of 128 x 8
   const double flops = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
-  EXPECT_NEAR(json::as_double(json::at(e, "tflops_per_device", "e"), "tflops") / (flops / step / 1536 / 1e12), 1.0, 1e-6);
+  EXPECT_NEAR(json::as_double(json::at(e, "tflops_per_device", "e"), "tflops") / (flops / step / 1536 / 1e12), 1.0,
+              1e-6);
   // The table names the runtime it predicts.
   const Result t = run_plan("--config configs/gpt-tiny.toml --cluster configs/clusters/dgx-h100.toml --gpus 8 "
                             "--runtime megatron --layout tp=2,sp=1");

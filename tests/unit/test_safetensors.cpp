@@ -140,7 +140,8 @@ TEST(Json, KeepsMemberOrderAndNamesTheLineOfAnError) {
   o["layout"] = "tp1";
   o["step"] = json::number(int64_t{8});  // replaced in place
   EXPECT_EQ(json::dump(o), R"({"step":8,"layout":"tp1"})");
-  const std::string e = testing::error_of<json::JsonError>([] { json::parse("{\n  \"a\": 1,\n  \"b\": ]\n}", "m.json"); });
+  const std::string e =
+      testing::error_of<json::JsonError>([] { json::parse("{\n  \"a\": 1,\n  \"b\": ]\n}", "m.json"); });
   EXPECT_NE(e.find("m.json: invalid JSON at byte 19: "), std::string::npos) << e;
   EXPECT_NE(e.find("(line 3, column 8)"), std::string::npos) << e;
 }
