@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "core/atomic_file.h"
+#include "core/json.h"
 #include "core/version.h"
 
 namespace fs = std::filesystem;

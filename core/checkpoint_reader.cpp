@@ -11,6 +11,7 @@
 #include "core/atomic_file.h"
 #include "core/checkpoint_index.h"
 #include "core/checkpoint_store.h"
+#include "core/json.h"
 #include "core/safetensors.h"
 
 namespace fs = std::filesystem;

@@ -13,11 +13,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_fwd.h"
+
 namespace trident::json {
 
-// Objects keep their members in the file's order (a first-match lookup, as
-// the file was written); integers stay int64/uint64, fractions double.
-using Value = nlohmann::ordered_json;
 using Object = Value::object_t;  // a vector of (key, value) pairs
 
 // A caller error: malformed JSON or a missing/mistyped field. The message

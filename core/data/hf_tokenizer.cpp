@@ -18,6 +18,7 @@
 
 #include "core/data/errors.h"
 #include "core/data/unicode.h"
+#include "core/json.h"
 
 namespace trident::data {
 namespace {
