@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/checkpoint_store.h"
-#include "core/json.h"
+#include "core/json_fwd.h"
 
 namespace trident::ckpt::detail {
 

@@ -572,48 +572,48 @@ void write_rank_summary(const Run& r, const TrainSummary& s) {
   const int rank = r.pgs->rank();
   const auto coords = r.pgs->layout().coords(rank);
   json::Value v = json::Value::object();
-  v.set("rank", json::Value::number(static_cast<int64_t>(rank)));
-  v.set("tp", json::Value::number(static_cast<int64_t>(coords.tp)));
-  v.set("pp", json::Value::number(static_cast<int64_t>(coords.pp)));
-  v.set("dp", json::Value::number(static_cast<int64_t>(coords.dp)));
-  v.set("local_parameters", json::Value::number(s.local_params));
-  v.set("model_parameters", json::Value::number(s.model_params));
-  v.set("dp_reduced_elements", json::Value::number(r.dp->dp_reduced_elements()));
-  v.set("logged_steps", json::Value::number(static_cast<int64_t>(s.steps.size())));
-  v.set("peak_inflight", json::Value::number(static_cast<int64_t>(r.peak.peak_inflight)));
-  v.set("peak_activation_bytes", json::Value::number(r.peak.peak_activation_bytes));
-  v.set("peak_boundary_bytes", json::Value::number(r.peak.peak_boundary_bytes));
+  v["rank"] = json::number(static_cast<int64_t>(rank));
+  v["tp"] = json::number(static_cast<int64_t>(coords.tp));
+  v["pp"] = json::number(static_cast<int64_t>(coords.pp));
+  v["dp"] = json::number(static_cast<int64_t>(coords.dp));
+  v["local_parameters"] = json::number(s.local_params);
+  v["model_parameters"] = json::number(s.model_params);
+  v["dp_reduced_elements"] = json::number(r.dp->dp_reduced_elements());
+  v["logged_steps"] = json::number(static_cast<int64_t>(s.steps.size()));
+  v["peak_inflight"] = json::number(static_cast<int64_t>(r.peak.peak_inflight));
+  v["peak_activation_bytes"] = json::number(r.peak.peak_activation_bytes);
+  v["peak_boundary_bytes"] = json::number(r.peak.peak_boundary_bytes);
   // Weight-gradient computations W actions ran over the run (zero-bubble
   // schedules: > 0 when the I deferred them, as it must on every device).
-  v.set("deferred_weight_grads", json::Value::number(r.deferred_weight_grads));
-  v.set("optimizer_state_bytes", json::Value::number(s.optimizer_state_bytes));
+  v["deferred_weight_grads"] = json::number(r.deferred_weight_grads);
+  v["optimizer_state_bytes"] = json::number(s.optimizer_state_bytes);
   // NOTE [host reads]: the most reads of each kind one step made.
   json::Value reads = json::Value::object();
   for (const auto& [key, counts] : {std::make_pair("logged_step", &r.reads_logged), std::make_pair("other_step", &r.reads_other)}) {
     json::Value k = json::Value::object();
     for (const auto& [what, n] : *counts)
-      if (n > 0) k.set(what, json::Value::number(n));
-    reads.set(key, k);
+      if (n > 0) k[what] = json::number(n);
+    reads[key] = k;
   }
-  v.set("host_reads", reads);
+  v["host_reads"] = reads;
   // NOTE [operation counts]: top-level ATen operations of one step, by phase.
   json::Value ops = json::Value::object();
-  ops.set("step", json::Value::number(r.ops_step));
+  ops["step"] = json::number(r.ops_step);
   int64_t total = 0;
   for (int i = 0; i < kOpPhases; ++i) {
-    ops.set(op_phase_name(static_cast<OpPhase>(i)), json::Value::number(r.step_ops[static_cast<size_t>(i)]));
+    ops[op_phase_name(static_cast<OpPhase>(i))] = json::number(r.step_ops[static_cast<size_t>(i)]);
     total += r.step_ops[static_cast<size_t>(i)];
   }
-  ops.set("total", json::Value::number(total));
-  v.set("aten_ops", ops);
+  ops["total"] = json::number(total);
+  v["aten_ops"] = ops;
   if (r.auto_split) {
     json::Value a = json::Value::object();
     json::Value layers = json::Value::array();
-    for (int64_t n : r.auto_split->layers) layers.push(json::Value::number(n));
-    a.set("layers", layers);
-    a.set("simulated_bubble", json::Value::number(r.auto_split->bubble));
-    a.set("even_split_simulated_bubble", json::Value::number(r.auto_split->uniform_bubble));
-    v.set("auto_split", a);
+    for (int64_t n : r.auto_split->layers) layers.push_back(json::number(n));
+    a["layers"] = layers;
+    a["simulated_bubble"] = json::number(r.auto_split->bubble);
+    a["even_split_simulated_bubble"] = json::number(r.auto_split->uniform_bubble);
+    v["auto_split"] = a;
   }
   std::filesystem::create_directories(r.cfg.logging.dir);
   write_file_atomic(r.cfg.logging.dir + "/rank-" + std::to_string(rank) + ".json", json::dump(v, 2) + "\n");

@@ -164,15 +164,15 @@ TEST(HfGpt2, ExportedModelMatchesAnIndependentGpt2Forward) {
   EXPECT_EQ(w.at("h.0.mlp.c_fc.weight").sizes().vec(), (std::vector<int64_t>{32, 48}));
   EXPECT_EQ(w.at("h.0.mlp.c_proj.weight").sizes().vec(), (std::vector<int64_t>{48, 32}));
   const json::Value c = json::parse(read_file(out + "/config.json"), "config.json");
-  EXPECT_EQ(c.at("model_type", "c").as_string("c"), "gpt2");
-  EXPECT_EQ(c.at("n_layer", "c").as_int("c"), 2);
-  EXPECT_EQ(c.at("n_head", "c").as_int("c"), 4);
-  EXPECT_EQ(c.at("n_embd", "c").as_int("c"), 32);
-  EXPECT_EQ(c.at("n_positions", "c").as_int("c"), 8);
-  EXPECT_EQ(c.at("n_inner", "c").as_int("c"), 48);
-  EXPECT_EQ(c.at("vocab_size", "c").as_int("c"), 256);
-  EXPECT_DOUBLE_EQ(c.at("layer_norm_epsilon", "c").as_double("c"), 1e-5);
-  EXPECT_EQ(c.at("tokenizer", "c").as_string("c"), "byte");
+  EXPECT_EQ(json::as_string(json::at(c, "model_type", "c"), "c"), "gpt2");
+  EXPECT_EQ(json::as_int(json::at(c, "n_layer", "c"), "c"), 2);
+  EXPECT_EQ(json::as_int(json::at(c, "n_head", "c"), "c"), 4);
+  EXPECT_EQ(json::as_int(json::at(c, "n_embd", "c"), "c"), 32);
+  EXPECT_EQ(json::as_int(json::at(c, "n_positions", "c"), "c"), 8);
+  EXPECT_EQ(json::as_int(json::at(c, "n_inner", "c"), "c"), 48);
+  EXPECT_EQ(json::as_int(json::at(c, "vocab_size", "c"), "c"), 256);
+  EXPECT_DOUBLE_EQ(json::as_double(json::at(c, "layer_norm_epsilon", "c"), "c"), 1e-5);
+  EXPECT_EQ(json::as_string(json::at(c, "tokenizer", "c"), "c"), "byte");
 
   const at::Tensor ids = sample_ids(cfg);
   at::NoGradGuard no_grad;
