@@ -160,9 +160,24 @@ void all_gather(const Group& g, const at::Tensor& in, std::vector<at::Tensor>& o
   for (int i = 0; i < g.size(); ++i) out.push_back(full.select(0, i));
 }
 
+namespace {
+// part's shape with its first dimension size() times as long: how Gloo's
+// into-tensor forms want the whole (they split it into size() chunks along
+// dim 0, each of part's shape).
+std::vector<int64_t> stacked_shape(const Group& g, const at::Tensor& part) {
+  auto shape = part.sizes().vec();
+  if (shape.empty())
+    shape.push_back(g.size());
+  else
+    shape[0] *= g.size();
+  return shape;
+}
+}  // namespace
+
 c10::intrusive_ptr<c10d::Work> reduce_scatter_async(const Group& g, at::Tensor& part, at::Tensor& full) {
   TORCH_INTERNAL_ASSERT(full.numel() == part.numel() * g.size() && full.is_contiguous() && part.is_contiguous());
-  return g.pg->_reduce_scatter_base(part, full);
+  at::Tensor in = full.view(stacked_shape(g, part));  // Gloo checks dim 0 (as in all_gather_into)
+  return g.pg->_reduce_scatter_base(part, in);
 }
 
 void reduce_scatter(const Group& g, at::Tensor& part, at::Tensor& full) {
@@ -175,7 +190,12 @@ void all_gather_into(const Group& g, at::Tensor& full, at::Tensor& part) {
   TORCH_INTERNAL_ASSERT(full.numel() == part.numel() * g.size() && full.is_contiguous() && part.is_contiguous());
   if (g.size() == 1) return full.copy_(part), void();
   CommTimer timer{g, full};
-  wait_work(g, g.pg->_allgather_base(full, part), "all_gather", -1);
+  // Gloo's _allgather_base is its list form over full.chunk(size()) along dim
+  // 0, which must each have part's shape: hand it full as (size() x part's
+  // first dimension, part's others), the same memory. (Gloo gathers into a
+  // buffer of its own and copies each chunk out; NCCL writes into full.)
+  at::Tensor out = full.view(stacked_shape(g, part));
+  wait_work(g, g.pg->_allgather_base(out, part), "all_gather", -1);
 }
 
 void broadcast(const Group& g, at::Tensor& t, int root_group_rank) {

@@ -87,10 +87,13 @@ void all_reduce(const Group& g, at::Tensor& t, c10d::ReduceOp op = c10d::ReduceO
 // out[i] = group rank i's `in`: rows of one (size(), ...) tensor that one
 // into-tensor all-gather (_allgather_base) fills, no per-rank copies.
 void all_gather(const Group& g, const at::Tensor& in, std::vector<at::Tensor>& out);
-// ZeRO-1's pair (NOTE [ZeRO-1 reduce-scatter] in parallel/zero_optimizer.h), on
-// flat tensors of the group's device: `full` (size() x n elements) summed over
-// the group, this rank's n-element part written to `part`; and the parts of
-// every rank gathered into `full` in rank order. Both start asynchronously.
+// The into-tensor pair (_reduce_scatter_base, _allgather_base), used by
+// ZeRO-1 (NOTE [ZeRO-1 reduce-scatter] in parallel/zero_optimizer.h) and the
+// TP mappings (NOTE [TP collectives] in parallel/tensor_parallel.cpp), on
+// contiguous tensors of the group's device: `full` (size() parts of part's
+// size, back to back) summed over the group, this rank's part written to
+// `part`; and the parts of every rank gathered into `full` in rank order.
+// reduce_scatter_async only starts; the others wait.
 c10::intrusive_ptr<c10d::Work> reduce_scatter_async(const Group& g, at::Tensor& part, at::Tensor& full);
 void reduce_scatter(const Group& g, at::Tensor& part, at::Tensor& full);  // ...waited for, and timed
 void all_gather_into(const Group& g, at::Tensor& full, at::Tensor& part);
