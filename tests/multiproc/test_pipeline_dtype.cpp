@@ -15,13 +15,13 @@
 namespace trident {
 namespace {
 
-struct Run {
+struct TrainRun {
   std::vector<testing::StepRow> rows;
   std::vector<int64_t> boundary_bytes;  // per rank
   std::string output;
 };
 
-Run train(const std::string& pipeline_dtype) {
+TrainRun train(const std::string& pipeline_dtype) {
   const std::string dir = ::testing::TempDir() + "trident_pipeline_dtype_" + pipeline_dtype;
   auto r = testing::run_command(testing::bin("trident") + " launch --master-port 0 --nproc-per-node 2 -- " +
                                 testing::bin("trident") + " train --config " + testing::src("configs/gpt-tiny.toml") +
@@ -29,14 +29,14 @@ Run train(const std::string& pipeline_dtype) {
                                 " --set training.warmup_steps=0 --set parallel.pipeline_dtype=" + pipeline_dtype +
                                 " --set logging.dir=" + dir);
   EXPECT_EQ(r.status, 0) << r.output;
-  Run run{testing::read_metrics(dir + "/metrics.jsonl"), {}, r.output};
+  TrainRun run{testing::read_metrics(dir + "/metrics.jsonl"), {}, r.output};
   for (const auto& s : testing::rank_summaries(dir))  // NOTE [rank summary]
     run.boundary_bytes.push_back(testing::field(s, "peak_boundary_bytes"));
   return run;
 }
 
 TEST(PipelineDtype, Bf16HalvesTheBoundaryBytesAndChangesNoResult) {
-  const Run bf16 = train("auto"), fp32 = train("fp32");
+  const TrainRun bf16 = train("auto"), fp32 = train("fp32");
   ASSERT_EQ(bf16.boundary_bytes.size(), 2u) << bf16.output;
   ASSERT_EQ(fp32.boundary_bytes.size(), 2u) << fp32.output;
   const int64_t tensor = 2 * 32 * 64 * 2;  // one bf16 (mbs, seq, hidden) of gpt-tiny

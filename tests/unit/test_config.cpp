@@ -448,7 +448,7 @@ TEST(Config, LayoutFactors) {
 
 TEST(Config, KeysTableDescribesTypesAndDefaults) {
   const auto keys = trident::config_keys();
-  EXPECT_EQ(keys.size(), 74u);
+  EXPECT_EQ(keys.size(), 75u);
   bool found = false;
   for (const auto& k : keys) {
     if (k.name != "parallel.dp") continue;
