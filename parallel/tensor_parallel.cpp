@@ -32,8 +32,7 @@ const Group& unpack(AutogradContext* ctx) {
 // tensor to the collective as it is). The backend sums bf16 element by element
 // (Gloo widens each pair to float and rounds the sum, NCCL likewise), so at
 // tp = 2 the result is the fp32 sum rounded once, as before; at tp > 2 every
-// step of the ring rounds. fp32 tensors take exactly the path they took
-// before, so fp32 results do not change.
+// step of the ring rounds.
 //
 // Every collective writes into one contiguous tensor through the into-tensor
 // forms (_allgather_base, _reduce_scatter_base; Gloo has both on the CPU,
@@ -44,7 +43,17 @@ const Group& unpack(AutogradContext* ctx) {
 // `dim`: (b, s, h) split along s at b > 1, or the last dimension). Megatron
 // keeps activations (s, b, h) so that the sequence dimension leads; Trident's
 // are (b, s, h) (NOTE [larger micro-batches under TP] in
-// tests/regression/test_tp_regression.cpp).
+// tests/regression/test_tp_regression.cpp). On the CPU, Gloo's into-tensor
+// forms are its list forms underneath (it gathers into a buffer of its own and
+// copies the chunks out; its reduce-scatter all-reduces a clone and copies this
+// rank's chunk out), so there only Trident's own copies are saved; NCCL
+// writes into the tensors given.
+//
+// fp32 values are unchanged at tp = 2 (a sum of two is the same in any order)
+// and at micro-batch 1 (the buffers' layouts are the old ones). At tp > 2 with
+// micro-batch > 1 an element's position in the reduce-scatter buffer differs
+// from the old transposed layout's, and Gloo's ring sums an element in an order
+// that depends on its position: fp32 results move at the 1e-7 level there.
 
 // x summed over the group, in place: `x` must be contiguous and owned by the
 // caller (nothing else reads it afterwards).
