@@ -188,6 +188,9 @@ const std::vector<Field>& fields() {
                     "shard LayerNorm/dropout regions along the sequence over tp"),
       TRIDENT_FIELD(parallel, pipeline_layers, auto_or_at_least_1(),
                     "layers per model chunk (pp * chunks entries); empty = uniform; \"auto\" = balanced by a profiling pass"),
+      TRIDENT_FIELD(parallel, pipeline_dtype, one_of({"auto", "fp32", "bf16"}),
+                    "dtype of the activations and gradients sent between pipeline stages; auto = training.precision "
+                    "(Megatron's pipeline_dtype); bf16 needs training.precision = bf16"),
       TRIDENT_FIELD(parallel, backend, one_of({"auto", "gloo", "nccl", "nccl-rules"}),
                     "collective backend; auto = nccl on cuda, gloo on cpu; nccl-rules = test backend: Gloo on cpu "
                     "with NCCL's point-to-point rules"),
@@ -784,6 +787,15 @@ void check_pipeline_split(const Config& c) {
   const ParallelConfig& p = c.parallel;
   const int64_t layers = c.model.layers, chunks = c.schedule.chunks > 0 ? c.schedule.chunks : kind_chunks(c.schedule.kind),
                 model_chunks = p.pp * chunks;
+  // NOTE [pipeline dtype] in runtime/executor.h
+  if (p.pipeline_dtype == "bf16" && c.training.precision != "bf16")
+    fail(c, "parallel.pipeline_dtype = \"bf16\" needs training.precision = \"bf16\", got " +
+                quote(c.training.precision) + ": fp32 training would round its activations to bf16 at pipeline "
+                "boundaries only, so its results would depend on the pipeline layout");
+  if (p.pipeline_dtype != "auto" && model_chunks == 1)
+    fail(c, "parallel.pipeline_dtype = " + quote(p.pipeline_dtype) +
+                " has no effect with a single pipeline stage (parallel.pp x schedule.chunks = 1): nothing crosses "
+                "a pipeline boundary; leave it \"auto\"");
   if (p.auto_split()) {
     if (layers < model_chunks)
       fail(c, "parallel.pipeline_layers = \"auto\" needs at least one layer per model chunk: model.layers (" +
@@ -1073,6 +1085,10 @@ void resolve_world(Config& c, int64_t world_size) {
   }
   check_layout_factors(c.source + ": parallel", world_size, p.tp, p.pp, p.dp);
   check_batch_split(c, p.dp);
+}
+
+std::string pipeline_dtype(const Config& c) {
+  return c.parallel.pipeline_dtype == "auto" ? c.training.precision : c.parallel.pipeline_dtype;
 }
 
 int64_t num_microbatches(const Config& c) {

@@ -56,6 +56,7 @@ struct ParallelConfig {
   bool sequence_parallel = false;            // shard LayerNorm/dropout regions along seq
   std::vector<int64_t> pipeline_layers;      // explicit layers per chunk (pp * chunks entries); empty = uniform;
                                              // [-1] = "auto" (balanced by a profiling pass, see auto_split())
+  std::string pipeline_dtype = "auto";       // "auto" (= training.precision) | "fp32" | "bf16": what crosses pipeline boundaries
   std::string backend = "auto";              // "auto" | "gloo" | "nccl"
   double timeout_s = 60.0;                   // collective timeout in seconds
   bool auto_split() const { return pipeline_layers == std::vector<int64_t>{-1}; }
@@ -182,6 +183,9 @@ std::string to_toml(const Config& c);
 // Micro-batches per step on each DP rank: global_batch_size / (micro_batch_size * dp).
 // Needs a resolved dp (after resolve_world); throws ConfigError otherwise.
 int64_t num_microbatches(const Config& c);
+
+// parallel.pipeline_dtype resolved: "auto" is training.precision ("fp32" or "bf16").
+std::string pipeline_dtype(const Config& c);
 
 // data.order resolved: "auto" is "megatron" for data.format = "megatron", else "stream".
 std::string data_order(const Config& c);

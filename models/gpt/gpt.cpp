@@ -141,7 +141,7 @@ std::vector<int64_t> GptChunk::hidden_shape(int64_t mbs) const {
 }
 
 at::Tensor GptChunk::run(const at::Tensor& input, const at::Tensor& targets) const {
-  at::Tensor x = spec_.has_embedding ? input : input.to(compute_);  // boundaries are fp32 (NOTE [bf16])
+  at::Tensor x = spec_.has_embedding ? input : input.to(compute_);  // boundaries: boundary_ (NOTE [bf16])
   if (spec_.has_embedding) {
     const at::Tensor word = p(word_);
     x = vocab_parallel_embedding(tp_, input, word, tp_.rank() * word.size(0));  // (b, s[/tp], hidden)
@@ -159,7 +159,7 @@ at::Tensor GptChunk::run(const at::Tensor& input, const at::Tensor& targets) con
     else
       x = block(l, x);
   }
-  if (!spec_.has_head) return x.to(at::kFloat);
+  if (!spec_.has_head) return x.to(boundary_);
   x = norm(final_ln_, x);
   const at::Tensor word = p(head_);
   at::Tensor logits = column_parallel_linear(tp_, x, word, at::Tensor()).to(at::kFloat);  // (b, s, vocab/tp)

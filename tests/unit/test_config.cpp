@@ -284,6 +284,12 @@ TEST(Config, BadConfigsNameKeyValueAndExpectation) {
        "parallel.tp (4) must divide the MLP width (90"},
       {"sequence parallel", "[model]\nseq_len = 30\nheads = 4\n[parallel]\ntp = 4\nsequence_parallel = true\n", {},
        "parallel.sequence_parallel needs model.seq_len (30) divisible by parallel.tp (4)"},
+      {"bf16 pipeline under fp32", "[parallel]\npp = 2\npipeline_dtype = \"bf16\"\n", {},
+       "parallel.pipeline_dtype = \"bf16\" needs training.precision = \"bf16\", got \"fp32\""},
+      {"pipeline dtype without a pipeline", "[parallel]\npipeline_dtype = \"fp32\"\n", {},
+       "parallel.pipeline_dtype = \"fp32\" has no effect with a single pipeline stage"},
+      {"pipeline dtype value", "[parallel]\npp = 2\npipeline_dtype = \"fp16\"\n", {},
+       "parallel.pipeline_dtype = \"fp16\": expected one of \"auto\", \"fp32\", \"bf16\""},
       {"layers % pp", "[model]\nlayers = 6\n[parallel]\npp = 4\n", {},
        "model.layers (6) must be divisible by parallel.pp (4) x schedule.chunks (1) = 4"},
       {"pipeline_layers count", "[model]\nlayers = 8\n[parallel]\npp = 2\npipeline_layers = [4, 4, 0]\n", {},
@@ -444,7 +450,7 @@ TEST(Config, LayoutFactors) {
 
 TEST(Config, KeysTableDescribesTypesAndDefaults) {
   const auto keys = trident::config_keys();
-  EXPECT_EQ(keys.size(), 74u);
+  EXPECT_EQ(keys.size(), 75u);
   bool found = false;
   for (const auto& k : keys) {
     if (k.name != "parallel.dp") continue;
