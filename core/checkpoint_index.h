@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/checkpoint_store.h"
-#include "core/json.h"
+#include "core/json_fwd.h"
 
 namespace trident::ckpt::detail {
 
@@ -27,9 +27,14 @@ json::Value read_json(const std::string& path);
 // Throws naming the tensor unless [off, off + ext) lies inside `full`.
 void check_box(const std::string& name, const std::vector<int64_t>& full, const std::vector<int64_t>& off,
                const std::vector<int64_t>& ext, const std::string& who);
+// Throws naming the manifest when its world disagrees with the step's rank files
+// (rank 0's index and how many there are) rather than letting an intact rank file
+// take the blame.
+void check_manifest_world(const std::string& step_dir, int64_t world, const std::string& manifest);
 // Rank `rank`'s index after checking it belongs to this step and world and
 // that its .bin has the size the index records (else: truncated, naming the
-// file and the first tensor cut off).
+// file and the first tensor cut off) and the index's bin_size is where its
+// last tensor or blob ends (else: an edited index).
 json::Value checked_index(const std::string& step_dir, int rank, int64_t step, int world);
 // Step number of a "step-XXXXXXXX" directory name, or -1.
 int64_t step_of(const std::string& name);

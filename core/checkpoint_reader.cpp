@@ -11,6 +11,7 @@
 #include "core/atomic_file.h"
 #include "core/checkpoint_index.h"
 #include "core/checkpoint_store.h"
+#include "core/json.h"
 #include "core/safetensors.h"
 
 namespace fs = std::filesystem;
@@ -112,25 +113,27 @@ Reader::Reader(const std::string& path) {
   }
   const std::string mpath = step_dir_ + "/manifest.json";
   const json::Value manifest = read_json(mpath);
-  world_ = static_cast<int>(manifest.at("world", mpath).as_int(mpath + " world"));
-  meta_ = meta_from(manifest.at("meta", mpath), mpath + " meta");
+  const int64_t world = json::as_int(json::at(manifest, "world", mpath), mpath + " world");
+  meta_ = meta_from(json::at(manifest, "meta", mpath), mpath + " meta");
+  check_manifest_world(step_dir_, world, mpath);
+  world_ = static_cast<int>(world);
   for (int r = 0; r < world_; ++r) {
     const json::Value idx = checked_index(step_dir_, r, meta_.step, world_);
     const std::string file = step_dir_ + "/" + rank_name(r) + ".bin", what = step_dir_ + "/" + rank_name(r) + ".json";
-    for (const json::Value& j : idx.at("entries", what).as_array(what)) {
+    for (const json::Value& j : json::as_array(json::at(idx, "entries", what), what)) {
       EntryInfo e;
       e.file = file;
-      e.name = j.at("name", what).as_string(what);
+      e.name = json::as_string(json::at(j, "name", what), what);
       const std::string ew = what + ": tensor " + e.name;
-      e.dtype = j.at("dtype", ew).as_string(ew);
-      e.full_shape = j.at("full_shape", ew).as_int_array(ew);
-      e.offset = j.at("offset", ew).as_int_array(ew);
-      e.extent = j.at("extent", ew).as_int_array(ew);
-      e.flat_begin = j.at("flat_begin", ew).as_int(ew);
-      e.flat_count = j.at("flat_count", ew).as_int(ew);
-      e.byte_offset = static_cast<uint64_t>(j.at("byte_offset", ew).as_int(ew));
-      e.nbytes = static_cast<uint64_t>(j.at("nbytes", ew).as_int(ew));
-      e.checksum = parse_hex(j.at("fnv1a64", ew).as_string(ew), ew);
+      e.dtype = json::as_string(json::at(j, "dtype", ew), ew);
+      e.full_shape = json::as_int_array(json::at(j, "full_shape", ew), ew);
+      e.offset = json::as_int_array(json::at(j, "offset", ew), ew);
+      e.extent = json::as_int_array(json::at(j, "extent", ew), ew);
+      e.flat_begin = json::as_int(json::at(j, "flat_begin", ew), ew);
+      e.flat_count = json::as_int(json::at(j, "flat_count", ew), ew);
+      e.byte_offset = static_cast<uint64_t>(json::as_int(json::at(j, "byte_offset", ew), ew));
+      e.nbytes = static_cast<uint64_t>(json::as_int(json::at(j, "nbytes", ew), ew));
+      e.checksum = parse_hex(json::as_string(json::at(j, "fnv1a64", ew), ew), ew);
       check_box(e.name, e.full_shape, e.offset, e.extent, what);
       auto& list = entries_[e.name];
       if (!list.empty() && (list[0].full_shape != e.full_shape || list[0].dtype != e.dtype))
@@ -138,13 +141,13 @@ Reader::Reader(const std::string& path) {
                               " in " + list[0].file + " but " + e.dtype + " " + shape_text(e.full_shape) + " in " + file);
       list.push_back(std::move(e));
     }
-    for (const json::Value& j : idx.at("blobs", what).as_array(what)) {
+    for (const json::Value& j : json::as_array(json::at(idx, "blobs", what), what)) {
       EntryInfo b;
       b.file = file;
-      b.name = j.at("name", what).as_string(what);
-      b.byte_offset = static_cast<uint64_t>(j.at("byte_offset", what).as_int(what));
-      b.nbytes = static_cast<uint64_t>(j.at("nbytes", what).as_int(what));
-      b.checksum = parse_hex(j.at("fnv1a64", what).as_string(what), what);
+      b.name = json::as_string(json::at(j, "name", what), what);
+      b.byte_offset = static_cast<uint64_t>(json::as_int(json::at(j, "byte_offset", what), what));
+      b.nbytes = static_cast<uint64_t>(json::as_int(json::at(j, "nbytes", what), what));
+      b.checksum = parse_hex(json::as_string(json::at(j, "fnv1a64", what), what), what);
       blobs_[{r, b.name}] = b;
     }
   }

@@ -83,32 +83,32 @@ void ShardWriter::add_flat(const std::string& name, const std::string& dtype, co
                           std::to_string(volume(extent)) + " elements");
   const size_t nbytes = static_cast<size_t>(flat_count) * safetensors::dtype_size(dtype);
   json::Value e = json::Value::object();
-  e.set("name", json::Value::string(name));
-  e.set("dtype", json::Value::string(dtype));
-  e.set("full_shape", int_array(full_shape));
-  e.set("offset", int_array(offset));
-  e.set("extent", int_array(extent));
-  e.set("flat_begin", json::Value::number(flat_begin));
-  e.set("flat_count", json::Value::number(flat_count));
+  e["name"] = json::Value(name);
+  e["dtype"] = json::Value(dtype);
+  e["full_shape"] = int_array(full_shape);
+  e["offset"] = int_array(offset);
+  e["extent"] = int_array(extent);
+  e["flat_begin"] = json::number(flat_begin);
+  e["flat_count"] = json::number(flat_count);
   // The checksum (byte-wise FNV-1a, ~1 GB/s) of a large tensor is computed on
   // a second thread while the first copies it into the file.
   constexpr size_t kHashAside = 4 << 20;
   std::future<uint64_t> sum;
   if (nbytes >= kHashAside) sum = std::async(std::launch::async, [data, nbytes] { return fnv1a64(data, nbytes); });
-  e.set("byte_offset", json::Value::number(static_cast<int64_t>(impl_->append(data, nbytes))));
-  e.set("nbytes", json::Value::number(static_cast<int64_t>(nbytes)));
-  e.set("fnv1a64", json::Value::string(hex(sum.valid() ? sum.get() : fnv1a64(data, nbytes))));
-  impl_->entries.push(e);
+  e["byte_offset"] = json::number(static_cast<int64_t>(impl_->append(data, nbytes)));
+  e["nbytes"] = json::number(static_cast<int64_t>(nbytes));
+  e["fnv1a64"] = json::Value(hex(sum.valid() ? sum.get() : fnv1a64(data, nbytes)));
+  impl_->entries.push_back(e);
 }
 
 void ShardWriter::add_blob(const std::string& name, const std::string& bytes) {
   if (impl_->finished) throw std::logic_error("ShardWriter::add_blob after finish");
   json::Value b = json::Value::object();
-  b.set("name", json::Value::string(name));
-  b.set("byte_offset", json::Value::number(static_cast<int64_t>(impl_->append(bytes.data(), bytes.size()))));
-  b.set("nbytes", json::Value::number(static_cast<int64_t>(bytes.size())));
-  b.set("fnv1a64", json::Value::string(hex(fnv1a64(bytes.data(), bytes.size()))));
-  impl_->blobs.push(b);
+  b["name"] = json::Value(name);
+  b["byte_offset"] = json::number(static_cast<int64_t>(impl_->append(bytes.data(), bytes.size())));
+  b["nbytes"] = json::number(static_cast<int64_t>(bytes.size()));
+  b["fnv1a64"] = json::Value(hex(fnv1a64(bytes.data(), bytes.size())));
+  impl_->blobs.push_back(b);
 }
 
 void ShardWriter::set_meta(const Meta& meta) {
@@ -122,14 +122,14 @@ void ShardWriter::finish() {
   const uint64_t bin_size = impl_->bin->size();
   impl_->bin->commit();
   json::Value index = json::Value::object();
-  index.set("format", json::Value::string(kFormat));
-  index.set("format_version", json::Value::number(kFormatVersion));
-  index.set("rank", json::Value::number(static_cast<int64_t>(impl_->rank)));
-  index.set("world", json::Value::number(static_cast<int64_t>(impl_->world)));
-  index.set("bin_size", json::Value::number(static_cast<int64_t>(bin_size)));
-  index.set("meta", meta_json(impl_->meta));
-  index.set("entries", impl_->entries);
-  index.set("blobs", impl_->blobs);
+  index["format"] = json::Value(kFormat);
+  index["format_version"] = json::number(kFormatVersion);
+  index["rank"] = json::number(static_cast<int64_t>(impl_->rank));
+  index["world"] = json::number(static_cast<int64_t>(impl_->world));
+  index["bin_size"] = json::number(static_cast<int64_t>(bin_size));
+  index["meta"] = meta_json(impl_->meta);
+  index["entries"] = impl_->entries;
+  index["blobs"] = impl_->blobs;
   write_file_atomic(impl_->base + ".json", json::dump(index, 1) + "\n");
 }
 
@@ -139,7 +139,7 @@ void commit(const std::string& dir, int64_t step, int world, int keep) {
   json::Value meta;
   for (int r = 0; r < world; ++r) {
     json::Value idx = checked_index(sd, r, step, world);
-    if (r == 0) meta = idx.at("meta", sd);
+    if (r == 0) meta = json::at(idx, "meta", sd);
   }
   // Files of ranks beyond this world (an earlier, crashed attempt) and temp files.
   for (const auto& f : fs::directory_iterator(sd)) {
@@ -149,10 +149,10 @@ void commit(const std::string& dir, int64_t step, int world, int keep) {
     if (stray_rank || (fn.size() > 4 && fn.compare(fn.size() - 4, 4, ".tmp") == 0)) fs::remove(f.path());
   }
   json::Value manifest = json::Value::object();
-  manifest.set("format", json::Value::string(kFormat));
-  manifest.set("format_version", json::Value::number(kFormatVersion));
-  manifest.set("world", json::Value::number(static_cast<int64_t>(world)));
-  manifest.set("meta", meta);
+  manifest["format"] = json::Value(kFormat);
+  manifest["format_version"] = json::number(kFormatVersion);
+  manifest["world"] = json::number(static_cast<int64_t>(world));
+  manifest["meta"] = meta;
   write_file_atomic(sd + "/manifest.json", json::dump(manifest, 1) + "\n");
   write_file_atomic(dir + "/latest", name + "\n");  // the commit point
 

@@ -4,10 +4,12 @@
 // cannot drift apart. Cross-field checks follow in check_config(); what each key
 // means is documented once, in configs/README.md's tables.
 #include "core/config.h"
+#include "core/activation_memory.h"
 #include "core/model_checks.h"
 
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <cassert>
 #include <cmath>
 #include <cstdio>
@@ -186,6 +188,9 @@ const std::vector<Field>& fields() {
                     "shard LayerNorm/dropout regions along the sequence over tp"),
       TRIDENT_FIELD(parallel, pipeline_layers, auto_or_at_least_1(),
                     "layers per model chunk (pp * chunks entries); empty = uniform; \"auto\" = balanced by a profiling pass"),
+      TRIDENT_FIELD(parallel, pipeline_dtype, one_of({"auto", "fp32", "bf16"}),
+                    "dtype of the activations and gradients sent between pipeline stages; auto = training.precision "
+                    "(Megatron's pipeline_dtype); bf16 needs training.precision = bf16"),
       TRIDENT_FIELD(parallel, backend, one_of({"auto", "gloo", "nccl", "nccl-rules"}),
                     "collective backend; auto = nccl on cuda, gloo on cpu; nccl-rules = test backend: Gloo on cpu "
                     "with NCCL's point-to-point rules"),
@@ -782,6 +787,15 @@ void check_pipeline_split(const Config& c) {
   const ParallelConfig& p = c.parallel;
   const int64_t layers = c.model.layers, chunks = c.schedule.chunks > 0 ? c.schedule.chunks : kind_chunks(c.schedule.kind),
                 model_chunks = p.pp * chunks;
+  // NOTE [pipeline dtype] in runtime/executor.h
+  if (p.pipeline_dtype == "bf16" && c.training.precision != "bf16")
+    fail(c, "parallel.pipeline_dtype = \"bf16\" needs training.precision = \"bf16\", got " +
+                quote(c.training.precision) + ": fp32 training would round its activations to bf16 at pipeline "
+                "boundaries only, so its results would depend on the pipeline layout");
+  if (p.pipeline_dtype != "auto" && model_chunks == 1)
+    fail(c, "parallel.pipeline_dtype = " + quote(p.pipeline_dtype) +
+                " has no effect with a single pipeline stage (parallel.pp x schedule.chunks = 1): nothing crosses "
+                "a pipeline boundary; leave it \"auto\"");
   if (p.auto_split()) {
     if (layers < model_chunks)
       fail(c, "parallel.pipeline_layers = \"auto\" needs at least one layer per model chunk: model.layers (" +
@@ -961,7 +975,44 @@ void check_model_config(const Config& c) {
   check_model_shape(c);
 }
 
-void check_host_resources(const Config& c, int64_t ranks_on_host, int64_t host_bytes, int64_t host_cores) {
+namespace {
+
+// A lower bound of the activations one rank holds at its peak (NOTE [size checks]):
+// the (micro-batch, chunk) pairs its schedule keeps alive at once (peak_inflight, per
+// pipeline rank, from the schedule simulator) times the fewest layers any chunk has,
+// times what one layer keeps for a micro-batch (NOTE [activation memory]) less the
+// attention core, which a fused attention kernel does not keep; with any
+// recomputation only the layer's input (Trident's selective recomputation keeps
+// less than the formula's count). Measured peaks of gpt-tiny and llama-tiny were
+// 1.03 to 1.22 times this bound (tp 1 and 2, sequence parallel, pp 2), 1.9 with
+// dropout, 2.1 with full and 13 with selective recomputation (notes of issue 30).
+// With every rank on this host the mean over pipeline ranks,
+// else the least. Sets `pairs` and `layers`.
+Big activation_lower_bound(const Config& c, const std::vector<int>& peak_inflight, bool all_ranks_here,
+                           Big& pairs, int64_t& layers) {
+  if (peak_inflight.empty()) return 0;
+  const ParallelConfig& p = c.parallel;
+  const int64_t stages = p.pp * std::max<int64_t>(c.schedule.chunks, 1);
+  if (p.auto_split())
+    layers = 1;  // the profiled split is not known yet
+  else if (!p.pipeline_layers.empty())
+    layers = *std::min_element(p.pipeline_layers.begin(), p.pipeline_layers.end());
+  else
+    layers = c.model.layers / stages;
+  Big sum = 0;
+  int least = peak_inflight.front();
+  for (int k : peak_inflight) sum += k, least = std::min(least, k);
+  pairs = all_ranks_here ? sum / Big(peak_inflight.size()) : Big(least);
+  const std::string kept = c.training.recompute == "none" ? "selective" : "full";
+  const int elem_bytes = c.training.precision == "bf16" ? 2 : 4;
+  return pairs * Big(layers) *
+         Big(layer_activation_bytes(c.model, c.training.micro_batch_size, p.tp, p.sequence_parallel, kept, elem_bytes));
+}
+
+}  // namespace
+
+void check_host_resources(const Config& c, int64_t ranks_on_host, int64_t host_bytes, int64_t host_cores,
+                          const std::vector<int>& peak_inflight) {
   const ModelConfig& m = c.model;
   const ParallelConfig& p = c.parallel;
   const TrainingConfig& t = c.training;
@@ -979,14 +1030,24 @@ void check_host_resources(const Config& c, int64_t ranks_on_host, int64_t host_b
   const Big state = params * (8 + (p.zero == 1 ? 8 / dp : 8));
   const Big logits = Big(t.micro_batch_size) * Big(m.seq_len) * Big(m.vocab_size) / Big(p.tp) * 4;
   const Big tokens = c.data.source == "synthetic" ? Big(c.data.synthetic_tokens) * 4 : 0;
-  const Big rank = state + logits + tokens, total = rank * Big(std::max<int64_t>(ranks_on_host, 1));
+  Big pairs = 0;
+  int64_t stage_layers = 0;
+  const bool all_here = ranks_on_host >= p.tp * p.pp * std::max<int64_t>(p.dp, 1);
+  const Big acts = activation_lower_bound(c, peak_inflight, all_here, pairs, stage_layers);
+  const Big rank = state + logits + tokens + acts, total = rank * Big(std::max<int64_t>(ranks_on_host, 1));
   if (total > Big(host_bytes)) {
     fail(c, "needs at least " + big(total) + " bytes of host memory but this host has " + big(host_bytes) +
                 " (MemTotal): " + n(ranks_on_host) + " rank(s) x (" + big(params) +
                 " parameters of model.layers = " + n(m.layers) + ", model.hidden = " + n(m.hidden) +
                 ", model.vocab_size = " + n(m.vocab_size) + " over parallel.tp x parallel.pp, 16 bytes each with "
                 "AdamW: " + big(state) + "; logits of training.micro_batch_size x model.seq_len x model.vocab_size: " +
-                big(logits) + "; data.synthetic_tokens: " + big(tokens) + ")");
+                big(logits) + "; data.synthetic_tokens: " + big(tokens) +
+                (peak_inflight.empty() ? ""
+                                       : "; activations of " + big(pairs) + " micro-batch(es) in flight under "
+                                         "schedule.kind = " + quote(c.schedule.kind) + ", " + n(stage_layers) +
+                                         " layer(s) each, of training.micro_batch_size x model.seq_len: " +
+                                         big(acts)) +
+                ")");
   }
 }
 
@@ -1024,6 +1085,10 @@ void resolve_world(Config& c, int64_t world_size) {
   }
   check_layout_factors(c.source + ": parallel", world_size, p.tp, p.pp, p.dp);
   check_batch_split(c, p.dp);
+}
+
+std::string pipeline_dtype(const Config& c) {
+  return c.parallel.pipeline_dtype == "auto" ? c.training.precision : c.parallel.pipeline_dtype;
 }
 
 int64_t num_microbatches(const Config& c) {

@@ -56,6 +56,7 @@ struct ParallelConfig {
   bool sequence_parallel = false;            // shard LayerNorm/dropout regions along seq
   std::vector<int64_t> pipeline_layers;      // explicit layers per chunk (pp * chunks entries); empty = uniform;
                                              // [-1] = "auto" (balanced by a profiling pass, see auto_split())
+  std::string pipeline_dtype = "auto";       // "auto" (= training.precision) | "fp32" | "bf16": what crosses pipeline boundaries
   std::string backend = "auto";              // "auto" | "gloo" | "nccl"
   double timeout_s = 60.0;                   // collective timeout in seconds
   bool auto_split() const { return pipeline_layers == std::vector<int64_t>{-1}; }
@@ -156,9 +157,13 @@ void check_config(const Config& c);
 // What this host can hold, before anything is allocated (NOTE [size checks] in
 // config.cpp): training.threads at most host_cores, and on training.device =
 // "cpu" a lower bound of ranks_on_host ranks' memory (parameters with AdamW
-// state, a micro-batch's logits, synthetic tokens) at most host_bytes. A value
-// <= 0 skips its check. Throws ConfigError naming the keys and the estimate.
-void check_host_resources(const Config& c, int64_t ranks_on_host, int64_t host_bytes, int64_t host_cores);
+// state, a micro-batch's logits, synthetic tokens, and the activations of the
+// (micro-batch, chunk) pairs the schedule keeps in flight: peak_inflight per
+// pipeline rank, from the schedule simulator; empty leaves them out) at most
+// host_bytes. schedule.chunks must be resolved. A value <= 0 skips its check.
+// Throws ConfigError naming the keys and the estimate.
+void check_host_resources(const Config& c, int64_t ranks_on_host, int64_t host_bytes, int64_t host_cores,
+                          const std::vector<int>& peak_inflight = {});
 // schedule.kind must be "file" or one of the generators' kinds, passed in
 // because the foundation does not see schedules/ (the trainer hands it
 // sched::schedule_kinds() before any process group exists).
@@ -178,6 +183,9 @@ std::string to_toml(const Config& c);
 // Micro-batches per step on each DP rank: global_batch_size / (micro_batch_size * dp).
 // Needs a resolved dp (after resolve_world); throws ConfigError otherwise.
 int64_t num_microbatches(const Config& c);
+
+// parallel.pipeline_dtype resolved: "auto" is training.precision ("fp32" or "bf16").
+std::string pipeline_dtype(const Config& c);
 
 // data.order resolved: "auto" is "megatron" for data.format = "megatron", else "stream".
 std::string data_order(const Config& c);

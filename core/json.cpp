@@ -1,385 +1,209 @@
-// JSON reader (recursive descent) and writer: see json.h.
+// What Trident adds to nlohmann-json: see json.h.
 #include "core/json.h"
 
-#include <algorithm>
-#include <cctype>
-#include <cerrno>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <string_view>
+#include <cstddef>
+#include <iterator>
+#include <unordered_set>
+#include <utility>
 
 namespace trident::json {
 
-Value Value::boolean(bool b) {
-  Value v;
-  v.type_ = Type::Bool;
-  v.bool_ = b;
-  return v;
-}
-Value Value::number(int64_t n) {
-  Value v;
-  v.type_ = Type::Number;
-  v.text_ = std::to_string(n);
-  return v;
-}
-Value Value::number(double d) {
-  if (!std::isfinite(d)) throw JsonError("JSON cannot hold the number " + std::to_string(d));
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.17g", d);
-  // The shortest text that reads back exactly (1e-05, not 1.0000000000000001e-05).
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::snprintf(buf, sizeof buf, "%.*g", precision, d);
-    if (std::strtod(buf, nullptr) == d) break;
-  }
-  Value v;
-  v.type_ = Type::Number;
-  v.text_ = buf;
-  return v;
-}
-Value Value::string(std::string s) {
-  Value v;
-  v.type_ = Type::String;
-  v.text_ = std::move(s);
-  return v;
-}
-Value Value::array(std::vector<Value> items) {
-  Value v;
-  v.type_ = Type::Array;
-  v.items_ = std::move(items);
-  return v;
-}
-Value Value::object() {
-  Value v;
-  v.type_ = Type::Object;
-  return v;
-}
-
 namespace {
-[[noreturn]] void wrong(const std::string& what, const char* expected) {
-  throw JsonError(what + ": expected " + expected);
-}
-}  // namespace
 
-bool Value::as_bool(const std::string& what) const {
-  if (type_ != Type::Bool) wrong(what, "true or false");
-  return bool_;
-}
-int64_t Value::as_int(const std::string& what) const {
-  if (type_ != Type::Number || text_.find_first_of(".eE") != std::string::npos) wrong(what, "an integer");
-  errno = 0;
-  char* end = nullptr;
-  const long long v = std::strtoll(text_.c_str(), &end, 10);
-  if (errno != 0 || *end != '\0') wrong(what, "an integer that fits in 64 bits");
-  return v;
-}
-double Value::as_double(const std::string& what) const {
-  if (type_ != Type::Number) wrong(what, "a number");
-  return std::strtod(text_.c_str(), nullptr);
-}
-const std::string& Value::as_string(const std::string& what) const {
-  if (type_ != Type::String) wrong(what, "a string");
-  return text_;
-}
-const std::vector<Value>& Value::as_array(const std::string& what) const {
-  if (type_ != Type::Array) wrong(what, "an array");
-  return items_;
-}
-std::vector<int64_t> Value::as_int_array(const std::string& what) const {
-  std::vector<int64_t> out;
-  for (const Value& v : as_array(what)) out.push_back(v.as_int(what + "[" + std::to_string(out.size()) + "]"));
-  return out;
-}
-const std::vector<std::pair<std::string, Value>>& Value::as_object(const std::string& what) const {
-  if (type_ != Type::Object) wrong(what, "an object");
-  return members_;
-}
-const Value* Value::find(const std::string& key) const {
-  for (const auto& [k, v] : members_)
-    if (k == key) return &v;
-  return nullptr;
-}
-const Value& Value::at(const std::string& key, const std::string& what) const {
-  as_object(what);
-  const Value* v = find(key);
-  if (!v) throw JsonError(what + ": missing \"" + key + "\"");
-  return *v;
-}
-Value& Value::set(const std::string& key, Value v) {
-  type_ = Type::Object;
-  for (auto& [k, old] : members_)
-    if (k == key) return old = std::move(v);
-  members_.emplace_back(key, std::move(v));
-  return members_.back().second;
-}
-void Value::push(Value v) {
-  type_ = Type::Array;
-  items_.push_back(std::move(v));
-}
-
-// ---- reading ----------------------------------------------------------------
-
-class Parser {
+// The parser reads the text through this iterator, which records how far it
+// has read, so that a parse callback can say where in the text it is.
+class CountingIterator {
  public:
-  Parser(const std::string& s, const std::string& source) : s_(s), source_(source) {}
+  using iterator_category = std::forward_iterator_tag;
+  using value_type = char;
+  using difference_type = std::ptrdiff_t;
+  using pointer = const char*;
+  using reference = const char&;
 
-  Value document() {
-    Value v = value(0);
-    space();
-    if (pos_ != s_.size()) fail("trailing characters after the value");
-    return v;
+  CountingIterator(const char* p, const char* begin, size_t* read) : p_(p), begin_(begin), read_(read) {}
+  reference operator*() const { return *p_; }
+  CountingIterator& operator++() {
+    *read_ = static_cast<size_t>(++p_ - begin_);
+    return *this;
+  }
+  CountingIterator operator++(int) {
+    CountingIterator old = *this;
+    ++*this;
+    return old;
+  }
+  bool operator==(const CountingIterator& o) const { return p_ == o.p_; }
+  bool operator!=(const CountingIterator& o) const { return p_ != o.p_; }
+
+ private:
+  const char* p_;
+  const char* begin_;
+  size_t* read_;
+};
+
+// Builds the document from nlohmann's parse events. Its own builder would
+// insert each member through ordered_map's linear search for the key, O(n^2)
+// on a tokenizer's 100k-entry vocabulary; keys are checked here instead (one
+// hash set per open object) and members appended.
+class Builder : public nlohmann::json_sax<Value> {
+ public:
+  explicit Builder(const size_t* read) : read_(read) {}
+  Value root;
+  bool refused = false;
+  size_t byte = 0;  // where the document was refused, and why
+  std::string why;
+
+  bool null() override { return put(Value()); }
+  bool boolean(bool b) override { return put(Value(b)); }
+  bool number_integer(number_integer_t n) override { return put(Value(n)); }
+  bool number_unsigned(number_unsigned_t n) override { return put(Value(n)); }
+  bool number_float(number_float_t d, const string_t&) override { return put(Value(d)); }
+  bool string(string_t& s) override { return put(Value(std::move(s))); }
+  bool binary(binary_t&) override { return refuse(*read_ - 1, "binary data"); }  // not produced by JSON text
+  bool start_object(std::size_t) override { return open(Value::object()); }
+  bool start_array(std::size_t) override { return open(Value::array()); }
+  bool end_object() override {
+    keys_.pop_back();
+    open_.pop_back();
+    return true;
+  }
+  bool end_array() override {
+    open_.pop_back();
+    return true;
+  }
+  // A repeated key is an error: readers disagree on which value wins (Python's
+  // json takes the last, a first-match lookup the first), so the file is ambiguous.
+  bool key(string_t& k) override {
+    if (!keys_.back().second.insert(k).second)
+      return refuse(keys_.back().first, "the object starting here has the key " + quote(k) + " twice");
+    key_ = std::move(k);
+    return true;
+  }
+  bool parse_error(std::size_t position, const std::string&, const nlohmann::json::exception& e) override {
+    // e.what(): "[json.exception.parse_error.101] parse error at line 1, column 13: syntax error ..."
+    std::string m = e.what();
+    m = m.substr(m.find(']') + 2);
+    const size_t at = m.find(" at line "), colon = m.find(": ");
+    if (at != std::string::npos && colon != std::string::npos && at < colon)
+      m = m.substr(colon + 2) + " (" + m.substr(at + 4, colon - at - 4) + ")";
+    return refuse(position > 0 ? position - 1 : 0, m);  // position counts the offending byte
   }
 
  private:
-  [[noreturn]] void fail(const std::string& what) const {
-    throw JsonError(source_ + ": invalid JSON at byte " + std::to_string(pos_) + ": " + what);
-  }
-  void space() {
-    while (pos_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[pos_]))) ++pos_;
-  }
-  bool eat(char c) {
-    space();
-    if (pos_ < s_.size() && s_[pos_] == c) {
-      ++pos_;
-      return true;
-    }
+  bool refuse(size_t at, std::string text) {
+    refused = true;
+    byte = at;
+    why = std::move(text);
     return false;
   }
-  void expect(char c) {
-    if (!eat(c)) fail(std::string("expected '") + c + "'");
+  // Places v in the open container (after the key just read) or as the root.
+  Value* place(Value v) {
+    if (open_.empty()) return &(root = std::move(v));
+    Value& top = *open_.back();
+    if (top.is_array()) return &top.get_ref<Value::array_t&>().emplace_back(std::move(v));
+    // ordered_map is a vector of members; appending keeps the file's order.
+    auto& members = static_cast<std::vector<Object::value_type>&>(top.get_ref<Object&>());
+    return &members.emplace_back(std::move(key_), std::move(v)).second;
   }
-  void word(const char* w) {
-    for (const char* p = w; *p; ++p, ++pos_)
-      if (pos_ >= s_.size() || s_[pos_] != *p) fail(std::string("expected ") + w);
+  bool put(Value v) {
+    place(std::move(v));
+    return true;
   }
-
-  Value value(int depth) {
-    if (depth > 64) fail("nesting deeper than 64");
-    space();
-    if (pos_ >= s_.size()) fail("unexpected end of text");
-    const char c = s_[pos_];
-    if (c == '{') return object(depth);
-    if (c == '[') return array(depth);
-    if (c == '"') return Value::string(string());
-    if (c == 't') return word("true"), Value::boolean(true);
-    if (c == 'f') return word("false"), Value::boolean(false);
-    if (c == 'n') return word("null"), Value();
-    if (c == '-' || std::isdigit(static_cast<unsigned char>(c))) return number();
-    fail(std::string("unexpected character '") + c + "'");
+  bool open(Value container) {
+    if (open_.size() >= 64) return refuse(*read_ - 1, "nesting deeper than 64");
+    const bool object = container.is_object();
+    open_.push_back(place(std::move(container)));
+    if (object) keys_.emplace_back(*read_ - 1, std::unordered_set<std::string>{});
+    return true;
   }
 
-  Value object(int depth) {
-    Value v = Value::object();
-    ++pos_;
-    if (eat('}')) return v;
-    const size_t start = pos_ - 1;  // the '{'
-    do {
-      space();
-      if (pos_ >= s_.size() || s_[pos_] != '"') fail("expected a string key");
-      std::string key = string();
-      expect(':');
-      v.members_.emplace_back(std::move(key), value(depth + 1));
-    } while (eat(','));
-    expect('}');
-    // A repeated key is an error: readers disagree on which value wins (Python's
-    // json takes the last, a first-match lookup the first), so the file is ambiguous.
-    // Sorted views keep this O(n log n) on a tokenizer's 100k-entry vocabulary.
-    if (v.members_.size() > 1) {
-      std::vector<std::string_view> keys;
-      keys.reserve(v.members_.size());
-      for (const auto& m : v.members_) keys.emplace_back(m.first);
-      std::sort(keys.begin(), keys.end());
-      const auto dup = std::adjacent_find(keys.begin(), keys.end());
-      if (dup != keys.end()) {
-        pos_ = start;
-        fail("the object starting here has the key \"" + std::string(*dup) + "\" twice");
-      }
-    }
-    return v;
-  }
-
-  Value array(int depth) {
-    Value v = Value::array();
-    ++pos_;
-    if (eat(']')) return v;
-    do v.items_.push_back(value(depth + 1));
-    while (eat(','));
-    expect(']');
-    return v;
-  }
-
-  Value number() {
-    const size_t start = pos_;
-    if (s_[pos_] == '-') ++pos_;
-    auto digits = [&] {
-      const size_t d = pos_;
-      while (pos_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_]))) ++pos_;
-      if (pos_ == d) fail("expected a digit");
-    };
-    digits();
-    if (pos_ < s_.size() && s_[pos_] == '.') ++pos_, digits();
-    if (pos_ < s_.size() && (s_[pos_] == 'e' || s_[pos_] == 'E')) {
-      ++pos_;
-      if (pos_ < s_.size() && (s_[pos_] == '+' || s_[pos_] == '-')) ++pos_;
-      digits();
-    }
-    Value v;
-    v.type_ = Value::Type::Number;
-    v.text_ = s_.substr(start, pos_ - start);
-    return v;
-  }
-
-  uint32_t hex4() {
-    if (pos_ + 4 > s_.size()) fail("truncated \\u escape");
-    uint32_t v = 0;
-    for (int k = 0; k < 4; ++k) {
-      const char c = s_[pos_++];
-      v <<= 4;
-      if (c >= '0' && c <= '9') v |= c - '0';
-      else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
-      else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
-      else fail("bad hex digit in \\u escape");
-    }
-    return v;
-  }
-
-  std::string string() {
-    ++pos_;  // opening quote
-    std::string out;
-    while (true) {
-      if (pos_ >= s_.size()) fail("unterminated string");
-      const char c = s_[pos_++];
-      if (c == '"') return out;
-      if (static_cast<unsigned char>(c) < 0x20) fail("control character in a string");
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (pos_ >= s_.size()) fail("unterminated escape");
-      const char e = s_[pos_++];
-      switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'u': {
-          uint32_t cp = hex4();
-          if (cp >= 0xD800 && cp <= 0xDBFF) {
-            if (s_.compare(pos_, 2, "\\u") != 0) fail("high surrogate without a low surrogate");
-            pos_ += 2;
-            const uint32_t lo = hex4();
-            if (lo < 0xDC00 || lo > 0xDFFF) fail("high surrogate followed by a non-low surrogate");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-            fail("lone low surrogate");
-          }
-          append_utf8(cp, out);
-          break;
-        }
-        default: fail(std::string("unknown escape \\") + e);
-      }
-    }
-  }
-
-  const std::string& s_;
-  const std::string& source_;
-  size_t pos_ = 0;
+  const size_t* read_;             // bytes the parser has read: the last is the current token's
+  std::vector<Value*> open_;       // the open containers, outermost first
+  std::vector<std::pair<size_t, std::unordered_set<std::string>>> keys_;  // each open object's '{' and keys
+  std::string key_;                // the key of the member being read
 };
 
-Value parse(const std::string& text, const std::string& source) { return Parser(text, source).document(); }
-
-void append_utf8(uint32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
+[[noreturn]] void wrong(const std::string& what, const char* expected) {
+  throw JsonError(what + ": expected " + expected);
 }
 
-// ---- writing ----------------------------------------------------------------
+}  // namespace
 
-std::string quote(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char ch : s) {
-    switch (ch) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (ch < 0x20 || ch == 0x7f) {  // DEL too, so the literal is also a TOML basic string
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", ch);
-          out += buf;
-        } else {
-          out += static_cast<char>(ch);
-        }
-    }
-  }
-  return out + "\"";
-}
-
-void write_value(const Value& v, int indent, int level, std::string& out) {
-  auto newline = [&](int lv) {
-    if (indent <= 0) return;
-    out += '\n';
-    out.append(static_cast<size_t>(indent * lv), ' ');
-  };
-  switch (v.type_) {
-    case Value::Type::Null: out += "null"; break;
-    case Value::Type::Bool: out += v.bool_ ? "true" : "false"; break;
-    case Value::Type::Number: out += v.text_; break;
-    case Value::Type::String: out += quote(v.text_); break;
-    case Value::Type::Array: {
-      // Arrays of scalars stay on one line (shapes, offsets).
-      bool flat = true;
-      for (const Value& x : v.items_) flat = flat && x.type_ != Value::Type::Array && x.type_ != Value::Type::Object;
-      out += '[';
-      for (size_t i = 0; i < v.items_.size(); ++i) {
-        if (i) out += ",";
-        if (!flat) newline(level + 1);
-        else if (i && indent > 0) out += ' ';
-        write_value(v.items_[i], indent, level + 1, out);
-      }
-      if (!flat && !v.items_.empty()) newline(level);
-      out += ']';
-      break;
-    }
-    case Value::Type::Object: {
-      out += '{';
-      for (size_t i = 0; i < v.members_.size(); ++i) {
-        if (i) out += ',';
-        newline(level + 1);
-        out += quote(v.members_[i].first);
-        out += indent > 0 ? ": " : ":";
-        write_value(v.members_[i].second, indent, level + 1, out);
-      }
-      if (!v.members_.empty()) newline(level);
-      out += '}';
-      break;
-    }
-  }
+Value parse(const std::string& text, const std::string& source) {
+  size_t read = 0;
+  const char* b = text.data();
+  Builder builder(&read);
+  Value::sax_parse(CountingIterator(b, b, &read), CountingIterator(b + text.size(), b, &read), &builder);
+  if (builder.refused)
+    throw JsonError(source + ": invalid JSON at byte " + std::to_string(builder.byte) + ": " + builder.why);
+  return std::move(builder.root);
 }
 
 std::string dump(const Value& v, int indent) {
+  try {
+    return indent > 0 ? v.dump(indent) : v.dump();
+  } catch (const nlohmann::json::type_error& e) {  // the one dump throws: a string that is not UTF-8
+    throw JsonError(std::string("cannot write JSON: ") + e.what());
+  }
+}
+
+std::string quote(const std::string& s) {
+  const std::string text = Value(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   std::string out;
-  write_value(v, indent, 0, out);
+  out.reserve(text.size());
+  for (char c : text) {
+    if (c == '\x7f') out += "\\u007f";  // TOML forbids a raw DEL; JSON allows it
+    else out += c;
+  }
   return out;
+}
+
+Value number(double v) {
+  if (!std::isfinite(v)) throw JsonError("JSON cannot hold the number " + std::to_string(v));
+  return Value(v);
+}
+
+bool as_bool(const Value& v, const std::string& what) {
+  if (!v.is_boolean()) wrong(what, "true or false");
+  return v.get<bool>();
+}
+int64_t as_int(const Value& v, const std::string& what) {
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+    wrong(what, "an integer that fits in 64 bits");
+  if (!v.is_number_integer()) wrong(what, "an integer");
+  return v.get<int64_t>();
+}
+double as_double(const Value& v, const std::string& what) {
+  if (!v.is_number()) wrong(what, "a number");
+  return v.get<double>();
+}
+const std::string& as_string(const Value& v, const std::string& what) {
+  if (!v.is_string()) wrong(what, "a string");
+  return v.get_ref<const std::string&>();
+}
+const std::vector<Value>& as_array(const Value& v, const std::string& what) {
+  if (!v.is_array()) wrong(what, "an array");
+  return v.get_ref<const Value::array_t&>();
+}
+std::vector<int64_t> as_int_array(const Value& v, const std::string& what) {
+  std::vector<int64_t> out;
+  for (const Value& x : as_array(v, what)) out.push_back(as_int(x, what + "[" + std::to_string(out.size()) + "]"));
+  return out;
+}
+const Object& as_object(const Value& v, const std::string& what) {
+  if (!v.is_object()) wrong(what, "an object");
+  return v.get_ref<const Object&>();
+}
+const Value* find(const Value& v, const std::string& key) {
+  if (!v.is_object()) return nullptr;
+  const auto it = v.find(key);
+  return it == v.end() ? nullptr : &*it;
+}
+const Value& at(const Value& v, const std::string& key, const std::string& what) {
+  as_object(v, what);
+  const Value* x = find(v, key);
+  if (!x) throw JsonError(what + ": missing \"" + key + "\"");
+  return *x;
 }
 
 }  // namespace trident::json

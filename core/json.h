@@ -1,17 +1,23 @@
-// A small JSON value, reader and writer for the files Trident writes and reads
-// itself: checkpoint indexes, safetensors headers, Hugging Face config.json.
-// Pure C++. Numbers keep their text so 64-bit integers (byte offsets) survive
-// exactly; objects keep their key order.
+// JSON for the files Trident reads and writes (checkpoint indexes, safetensors
+// headers, Hugging Face config.json and tokenizer.json, rank summaries):
+// nlohmann-json's ordered_json, which keeps key order and holds 64-bit integers
+// exactly, plus what Trident asks of every JSON it reads and the typed reads
+// that name the field in their errors. Pure C++; include it only where JSON is
+// read or written (the header is large).
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <stdexcept>
 #include <string>
-#include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "core/json_fwd.h"
+
 namespace trident::json {
+
+using Object = Value::object_t;  // a vector of (key, value) pairs
 
 // A caller error: malformed JSON or a missing/mistyped field. The message
 // names the source (a file) and what is wrong.
@@ -20,60 +26,34 @@ class JsonError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-class Value {
- public:
-  enum class Type { Null, Bool, Number, String, Array, Object };
-
-  Value() = default;
-  static Value null() { return Value(); }
-  static Value boolean(bool b);
-  static Value number(int64_t v);
-  static Value number(double v);
-  static Value string(std::string s);
-  static Value array(std::vector<Value> items = {});
-  static Value object();
-
-  Type type() const { return type_; }
-  bool is_null() const { return type_ == Type::Null; }
-  bool is_object() const { return type_ == Type::Object; }
-  bool is_array() const { return type_ == Type::Array; }
-  bool is_string() const { return type_ == Type::String; }
-  bool is_number() const { return type_ == Type::Number; }
-
-  // Typed access; throws JsonError("<what>: expected ...") on the wrong type.
-  bool as_bool(const std::string& what) const;
-  int64_t as_int(const std::string& what) const;  // an integer number (no fraction or exponent)
-  double as_double(const std::string& what) const;
-  const std::string& as_string(const std::string& what) const;
-  const std::vector<Value>& as_array(const std::string& what) const;
-  std::vector<int64_t> as_int_array(const std::string& what) const;
-  const std::vector<std::pair<std::string, Value>>& as_object(const std::string& what) const;
-
-  // Objects: find returns null when absent; at throws JsonError naming `what` and the key.
-  const Value* find(const std::string& key) const;
-  const Value& at(const std::string& key, const std::string& what) const;
-  Value& set(const std::string& key, Value v);  // replaces or appends
-  void push(Value v);                            // arrays
-
- private:
-  friend class Parser;
-  friend void write_value(const Value&, int, int, std::string&);
-  Type type_ = Type::Null;
-  bool bool_ = false;
-  std::string text_;  // number text or string contents
-  std::vector<Value> items_;
-  std::vector<std::pair<std::string, Value>> members_;
-};
-
-// Parses a whole document; throws JsonError "<source>: invalid JSON at byte N: ...".
+// Parses a whole document; throws JsonError "<source>: invalid JSON at byte N
+// (line L, column C): ...". A key repeated within one object is an error, and
+// so is nesting deeper than 64.
 Value parse(const std::string& text, const std::string& source);
 // JSON text of v: compact, or one member per line indented by `indent` spaces.
+// Throws JsonError for a string that is not UTF-8.
 std::string dump(const Value& v, int indent = 0);
 // A JSON string literal of s (quotes and escapes added). Control characters
-// and DEL are written as \u00XX, so the literal is also a TOML basic string.
+// and DEL are written as \u00XX, so the literal is also a TOML basic string;
+// bytes that are not UTF-8 become U+FFFD (it is text for a message or a file).
 std::string quote(const std::string& s);
 
-// Appends code point cp (< 0x110000) to out as UTF-8.
-void append_utf8(uint32_t cp, std::string& out);
+// A number; throws JsonError for NaN and infinities, which JSON cannot hold.
+Value number(double v);
+inline Value number(int64_t v) { return Value(v); }
+
+// Typed reads; each throws JsonError("<what>: expected ...") on the wrong type.
+bool as_bool(const Value& v, const std::string& what);
+int64_t as_int(const Value& v, const std::string& what);  // an integer number (no fraction or exponent)
+double as_double(const Value& v, const std::string& what);
+const std::string& as_string(const Value& v, const std::string& what);
+const std::vector<Value>& as_array(const Value& v, const std::string& what);
+std::vector<int64_t> as_int_array(const Value& v, const std::string& what);
+const Object& as_object(const Value& v, const std::string& what);
+
+// Object members: find returns null when absent (or v is no object); at throws
+// JsonError naming `what` and the key.
+const Value* find(const Value& v, const std::string& key);
+const Value& at(const Value& v, const std::string& key, const std::string& what);
 
 }  // namespace trident::json

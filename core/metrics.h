@@ -16,7 +16,7 @@
 namespace trident {
 
 // One pipeline rank's idle time in one step and its parts, seconds
-// (NOTE [idle attribution] in runtime/pipeline_measure.h): total =
+// (NOTE [idle attribution] in runtime/idle_attribution.h): total =
 // inherent + imbalance + transfers + sync.
 struct IdleParts {
   double total = 0, inherent = 0, imbalance = 0, transfers = 0, sync = 0;

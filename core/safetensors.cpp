@@ -45,8 +45,8 @@ std::string encode(const std::vector<Tensor>& tensors, const std::map<std::strin
   json::Value header = json::Value::object();
   if (!metadata.empty()) {
     json::Value meta = json::Value::object();
-    for (const auto& [k, v] : metadata) meta.set(k, json::Value::string(v));
-    header.set("__metadata__", meta);
+    for (const auto& [k, v] : metadata) meta[k] = json::Value(v);
+    header["__metadata__"] = meta;
   }
   uint64_t offset = 0;
   for (const Tensor& t : tensors) {
@@ -54,16 +54,16 @@ std::string encode(const std::vector<Tensor>& tensors, const std::map<std::strin
     if (t.data.size() != expect)
       throw std::logic_error("safetensors::encode: " + t.name + " has " + std::to_string(t.data.size()) +
                              " bytes but dtype x shape needs " + std::to_string(expect));
-    if (t.name == "__metadata__" || header.find(t.name))
+    if (t.name == "__metadata__" || json::find(header, t.name))
       throw std::logic_error("safetensors::encode: duplicate or reserved tensor name " + t.name);
     json::Value e = json::Value::object();
-    e.set("dtype", json::Value::string(t.dtype));
+    e["dtype"] = json::Value(t.dtype);
     json::Value shape = json::Value::array();
-    for (int64_t d : t.shape) shape.push(json::Value::number(d));
-    e.set("shape", shape);
-    e.set("data_offsets", json::Value::array({json::Value::number(static_cast<int64_t>(offset)),
-                                              json::Value::number(static_cast<int64_t>(offset + expect))}));
-    header.set(t.name, e);
+    for (int64_t d : t.shape) shape.push_back(json::number(d));
+    e["shape"] = shape;
+    e["data_offsets"] = json::Value::array({json::number(static_cast<int64_t>(offset)),
+                                            json::number(static_cast<int64_t>(offset + expect))});
+    header[t.name] = e;
     offset += expect;
   }
   std::string text = json::dump(header);
@@ -89,18 +89,18 @@ std::vector<Tensor> decode(const std::string& bytes, const std::string& source,
   const uint64_t data_start = 8 + n, data_size = bytes.size() - data_start;
   std::vector<Tensor> out;
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
-  for (const auto& [name, e] : header.as_object(source + ": header")) {
+  for (const auto& [name, e] : json::as_object(header, source + ": header")) {
     if (name == "__metadata__") {
-      for (const auto& [k, v] : e.as_object(source + ": __metadata__"))
-        if (metadata) (*metadata)[k] = v.as_string(source + ": __metadata__." + k);
+      for (const auto& [k, v] : json::as_object(e, source + ": __metadata__"))
+        if (metadata) (*metadata)[k] = json::as_string(v, source + ": __metadata__." + k);
       continue;
     }
     const std::string what = source + ": tensor " + name;
     Tensor t;
     t.name = name;
-    t.dtype = e.at("dtype", what).as_string(what + " dtype");
-    t.shape = e.at("shape", what).as_int_array(what + " shape");
-    const std::vector<int64_t> off = e.at("data_offsets", what).as_int_array(what + " data_offsets");
+    t.dtype = json::as_string(json::at(e, "dtype", what), what + " dtype");
+    t.shape = json::as_int_array(json::at(e, "shape", what), what + " shape");
+    const std::vector<int64_t> off = json::as_int_array(json::at(e, "data_offsets", what), what + " data_offsets");
     size_t esize = 0;
     try {
       esize = dtype_size(t.dtype);

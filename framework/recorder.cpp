@@ -213,7 +213,7 @@ void Recorder::print_report(const TrainSummary& summary, const sched::TimelineSt
   std::cout << "pipeline: mean busy ms per stage:";
   for (double b : busy) std::cout << " " << b;
   std::cout << std::endl;
-  // NOTE [idle attribution] in runtime/pipeline_measure.h: each stage's idle and its parts, means over the logged steps.
+  // NOTE [idle attribution] in runtime/idle_attribution.h: each stage's idle and its parts, means over the logged steps.
   std::vector<IdleParts> idle;
   for (const auto& m : summary.steps) {
     idle.resize(m.stage_idle.size());
@@ -252,48 +252,48 @@ void Recorder::write_rank_summary(const TrainSummary& s, int64_t dp_reduced_elem
   const int rank = r_.pgs->rank();
   const auto coords = r_.pgs->layout().coords(rank);
   json::Value v = json::Value::object();
-  v.set("rank", json::Value::number(static_cast<int64_t>(rank)));
-  v.set("tp", json::Value::number(static_cast<int64_t>(coords.tp)));
-  v.set("pp", json::Value::number(static_cast<int64_t>(coords.pp)));
-  v.set("dp", json::Value::number(static_cast<int64_t>(coords.dp)));
-  v.set("local_parameters", json::Value::number(s.local_params));
-  v.set("model_parameters", json::Value::number(s.model_params));
-  v.set("dp_reduced_elements", json::Value::number(dp_reduced_elements));
-  v.set("logged_steps", json::Value::number(static_cast<int64_t>(s.steps.size())));
-  v.set("peak_inflight", json::Value::number(static_cast<int64_t>(peak_stats_.peak_inflight)));
-  v.set("peak_activation_bytes", json::Value::number(peak_stats_.peak_activation_bytes));
-  v.set("peak_boundary_bytes", json::Value::number(peak_stats_.peak_boundary_bytes));
+  v["rank"] = json::number(static_cast<int64_t>(rank));
+  v["tp"] = json::number(static_cast<int64_t>(coords.tp));
+  v["pp"] = json::number(static_cast<int64_t>(coords.pp));
+  v["dp"] = json::number(static_cast<int64_t>(coords.dp));
+  v["local_parameters"] = json::number(s.local_params);
+  v["model_parameters"] = json::number(s.model_params);
+  v["dp_reduced_elements"] = json::number(dp_reduced_elements);
+  v["logged_steps"] = json::number(static_cast<int64_t>(s.steps.size()));
+  v["peak_inflight"] = json::number(static_cast<int64_t>(peak_stats_.peak_inflight));
+  v["peak_activation_bytes"] = json::number(peak_stats_.peak_activation_bytes);
+  v["peak_boundary_bytes"] = json::number(peak_stats_.peak_boundary_bytes);
   // Weight-gradient computations W actions ran over the run (zero-bubble
   // schedules: > 0 when the I deferred them, as it must on every device).
-  v.set("deferred_weight_grads", json::Value::number(deferred_weight_grads_));
-  v.set("optimizer_state_bytes", json::Value::number(s.optimizer_state_bytes));
+  v["deferred_weight_grads"] = json::number(deferred_weight_grads_);
+  v["optimizer_state_bytes"] = json::number(s.optimizer_state_bytes);
   // NOTE [host reads]: the most reads of each kind one step made.
   json::Value reads = json::Value::object();
   for (const auto& [key, counts] : {std::make_pair("logged_step", &reads_logged_), std::make_pair("other_step", &reads_other_)}) {
     json::Value k = json::Value::object();
     for (const auto& [what, n] : *counts)
-      if (n > 0) k.set(what, json::Value::number(n));
-    reads.set(key, k);
+      if (n > 0) k[what] = json::number(n);
+    reads[key] = k;
   }
-  v.set("host_reads", reads);
+  v["host_reads"] = reads;
   // NOTE [operation counts]: top-level ATen operations of one step, by phase.
   json::Value ops = json::Value::object();
-  ops.set("step", json::Value::number(ops_step_));
+  ops["step"] = json::number(ops_step_);
   int64_t total = 0;
   for (int i = 0; i < kOpPhases; ++i) {
-    ops.set(op_phase_name(static_cast<OpPhase>(i)), json::Value::number(step_ops_[static_cast<size_t>(i)]));
+    ops[op_phase_name(static_cast<OpPhase>(i))] = json::number(step_ops_[static_cast<size_t>(i)]);
     total += step_ops_[static_cast<size_t>(i)];
   }
-  ops.set("total", json::Value::number(total));
-  v.set("aten_ops", ops);
+  ops["total"] = json::number(total);
+  v["aten_ops"] = ops;
   if (auto_split) {
     json::Value a = json::Value::object();
     json::Value layers = json::Value::array();
-    for (int64_t n : auto_split->layers) layers.push(json::Value::number(n));
-    a.set("layers", layers);
-    a.set("simulated_bubble", json::Value::number(auto_split->bubble));
-    a.set("even_split_simulated_bubble", json::Value::number(auto_split->uniform_bubble));
-    v.set("auto_split", a);
+    for (int64_t n : auto_split->layers) layers.push_back(json::number(n));
+    a["layers"] = layers;
+    a["simulated_bubble"] = json::number(auto_split->bubble);
+    a["even_split_simulated_bubble"] = json::number(auto_split->uniform_bubble);
+    v["auto_split"] = a;
   }
   std::filesystem::create_directories(r_.cfg->logging.dir);
   write_file_atomic(r_.cfg->logging.dir + "/rank-" + std::to_string(rank) + ".json", json::dump(v, 2) + "\n");

@@ -215,17 +215,20 @@ void build(Run& r) {
     install_cpu_memory_meter();  // activation bytes are measured on the host's allocator
   }
   resolve_world(c, env.world_size);
+  // schedule.chunks absent (0): what the kind needs; everything after (the schedule, checkpoints' layout) sees it.
+  if (c.schedule.chunks == 0) c.schedule.chunks = sched::default_chunks(c.schedule.kind);
+  r.m = num_microbatches(c);
+  r.schedule = build_schedule(c, r.m);  // schedule errors before any rendezvous
   {
     // The ranks sharing this host's memory and cores, from LOCAL_WORLD_SIZE.
     const HostResources host = read_host_resources();
     const char* local = std::getenv("LOCAL_WORLD_SIZE");
     const int64_t on_host = local && std::atoll(local) > 0 ? std::atoll(local) : env.world_size;
-    check_host_resources(c, on_host, host.mem_bytes, host.cores);
+    // The schedule's in-flight micro-batches per pipeline rank, for their activations: the
+    // simulator's count (any costs: a rank runs its list in order whatever they are).
+    check_host_resources(c, on_host, host.mem_bytes, host.cores,
+                         sched::simulate_stats(r.schedule, sched::Costs{}).peak_inflight);
   }
-  // schedule.chunks absent (0): what the kind needs; everything after (the schedule, checkpoints' layout) sees it.
-  if (c.schedule.chunks == 0) c.schedule.chunks = sched::default_chunks(c.schedule.kind);
-  r.m = num_microbatches(c);
-  r.schedule = build_schedule(c, r.m);  // schedule errors before any rendezvous
   r.train_data = open_training_data(c, "train");
   if (c.training.eval_interval > 0) r.val_data = open_training_data(c, "val");
   const Layout layout = Layout::make(env.world_size, static_cast<int>(c.parallel.tp), static_cast<int>(c.parallel.pp),
@@ -248,6 +251,7 @@ void build(Run& r) {
     r.stages.push_back(r.model->make_stage(r.schedule.stage_of(pp_rank, chunk), stages, r.tp, c.training.seed));
     r.stages.back()->set_recompute(parse_recompute(c.training.recompute));
     r.stages.back()->set_compute_dtype(c.training.precision == "bf16" ? at::kBFloat16 : at::kFloat);
+    r.stages.back()->set_boundary_dtype(pipeline_dtype(c) == "bf16" ? at::kBFloat16 : at::kFloat);
     r.stages.back()->move_buffers(r.device);  // once; the parameters move with the DataParallel below
     raw.push_back(r.stages.back().get());
     chunk_params.emplace_back();

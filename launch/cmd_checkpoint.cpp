@@ -1,6 +1,7 @@
 // `trident checkpoint init --config FILE [--set section.key=value]... --out DIR`
 // `trident checkpoint show DIR`
 #include <iostream>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -25,9 +26,9 @@ int cmd_checkpoint(int argc, char** argv) {
   po::options_description opts(
       "usage: trident checkpoint init --config FILE [--set section.key=value]... --out DIR\n"
       "       trident checkpoint show DIR\n\n"
-      "show: prints a checkpoint's step, world, layout and version, every tensor with its dtype, full shape\n"
-      "and number of slices, then reads everything back and checks each checksum (an error names the file\n"
-      "and tensor that fail).\n\n"
+      "show: reads everything back and checks each checksum (an error names the file and tensor that fail),\n"
+      "then prints the checkpoint's step, world, layout and version and every tensor with its dtype, full\n"
+      "shape and number of slices.\n\n"
       "init: "
       "Writes the freshly initialised model of a config (its weights are a function of training.seed and\n"
       "each parameter's name, the same under every layout) as step 0 of a checkpoint in DIR, in the store's\n"
@@ -48,15 +49,18 @@ int cmd_checkpoint(int argc, char** argv) {
   if (action == "show") {
     if (show_dir.empty()) throw BadInput("usage: trident checkpoint show DIR");
     const ckpt::Reader r(show_dir);
-    std::cout << r.step_dir() << ": step " << r.step() << ", world " << r.world() << ", layout \"" << r.meta().layout
-              << "\", trident " << r.meta().trident_version << "\n";
+    // Every checksum is checked before anything is printed: a corrupted checkpoint
+    // gives its one error line, not a listing cut off by it.
+    r.verify();
+    std::ostringstream listing;
+    listing << r.step_dir() << ": step " << r.step() << ", world " << r.world() << ", layout \"" << r.meta().layout
+            << "\", trident " << r.meta().trident_version << "\n";
     for (const std::string& name : r.names()) {
       std::string shape;
       for (int64_t d : r.full_shape(name)) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
-      std::cout << "  " << name << " " << r.dtype(name) << " [" << shape << "] in " << r.slices(name) << " slice(s)\n";
+      listing << "  " << name << " " << r.dtype(name) << " [" << shape << "] in " << r.slices(name) << " slice(s)\n";
     }
-    r.verify();
-    std::cout << r.names().size() << " tensors, checksums ok\n";
+    std::cout << listing.str() << r.names().size() << " tensors, checksums ok\n";
     return 0;
   }
   if (action != "init") throw BadInput("expected `trident checkpoint init` or `show` (see trident checkpoint --help)");

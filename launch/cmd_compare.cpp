@@ -44,10 +44,10 @@ std::vector<Row> read_jsonl(const std::string& dir) {
     }
     if (!v.is_object()) throw BadInput(where + ": not a flat JSON object of numbers");
     Row row;
-    for (const auto& [key, val] : v.as_object(where)) {
+    for (const auto& [key, val] : json::as_object(v, where)) {
       if (!val.is_number() && !val.is_null())
         throw BadInput(where + ": '" + key + "' is not a number: " + json::dump(val));
-      row[key] = val.is_null() ? NAN : val.as_double(where + " " + key);
+      row[key] = val.is_null() ? NAN : json::as_double(val, where + " " + key);
     }
     rows.push_back(row);
   }

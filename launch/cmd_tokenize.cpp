@@ -44,7 +44,7 @@ int cmd_tokenize(int argc, char** argv) {
     const auto hf = data::HfTokenizer::from_dir(dir);
     in << std::cin.rdbuf();
     json::Value pieces = json::Value::array();
-    for (auto& piece : hf->pre_tokenize(in.str())) pieces.push(json::Value::string(std::move(piece)));
+    for (auto& piece : hf->pre_tokenize(in.str())) pieces.push_back(json::Value(std::move(piece)));
     std::cout << json::dump(pieces) << "\n";
     return 0;
   }

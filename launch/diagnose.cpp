@@ -19,7 +19,13 @@ std::string ending(const std::map<int, sched::ProgressRecord>& by_rank, int r, c
                    int64_t now_ms, const std::map<int, std::string>& ended) {
   const std::string who = "rank " + std::to_string(r);
   auto it = by_rank.find(r);
-  if (it == by_rank.end()) return who + " never reported its position";
+  if (it == by_rank.end()) {
+    // It failed before its first record: how it failed says more than that it left none
+    // (a program that could not be started, a bad argument).
+    if (r == first.rank && first.how.rfind("could not be started", 0) == 0) return who + " " + first.how;
+    if (r == first.rank) return who + " " + first.how + " before reporting its position";
+    return who + " never reported its position";
+  }
   const sched::ProgressRecord& rec = it->second;
   const std::string since = std::to_string((now_ms - rec.time_ms + 500) / 1000) + " s";
   if (r == first.rank) return who + " died (" + first.how + ") at " + position(rec);

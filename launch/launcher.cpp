@@ -58,6 +58,7 @@ struct SpawnPlan {
   std::vector<char*> argv;
   int stdout_fd = -1;  // -1: inherit the launcher's
   int stderr_fd = -1;
+  int exec_report_fd = -1;  // close-on-exec: EOF tells the launcher exec succeeded, an errno that it failed
   pid_t launcher_pid = 0;
 };
 
@@ -81,6 +82,10 @@ struct SpawnPlan {
   if (plan.stderr_fd >= 0) ::dup2(plan.stderr_fd, STDERR_FILENO);
   for (auto& e : plan.env_entries) ::putenv(e.data());
   ::execvp(plan.argv[0], plan.argv.data());
+  const int exec_errno = errno;
+  if (plan.exec_report_fd >= 0)
+    write_all(plan.exec_report_fd, reinterpret_cast<const char*>(&exec_errno), sizeof exec_errno);
+  errno = exec_errno;
   char msg[512];
   const int n = std::snprintf(msg, sizeof msg, "trident launch: cannot run '%s': %s\n", plan.argv[0],
                               std::strerror(errno));
@@ -97,6 +102,7 @@ struct Rank {
   Clock::time_point stopped_at{};  // when it was last seen stopped by a signal
   int stop_signal = 0;             // that signal, 0 if never stopped
   std::vector<LineRelay> streams;  // stdout, stderr; empty with --no-prefix
+  std::string exec_error;          // "cannot run 'prog': No such file or directory" when exec failed
 };
 
 // Owns the ranks: whatever happens, the destructor leaves none running.
@@ -238,12 +244,23 @@ void Supervisor::start_rank(int local_rank) {
   sigset_t all, old;
   sigfillset(&all);
   ::sigprocmask(SIG_BLOCK, &all, &old);
+  auto [report_r, report_w] = make_pipe();
+  plan.exec_report_fd = report_w.get();
   const pid_t pid = ::fork();
   if (pid == 0) exec_rank(plan);
   const int fork_errno = errno;
   ::sigprocmask(SIG_SETMASK, &old, nullptr);
   if (pid < 0) throw LaunchError("cannot fork rank " + std::to_string(r.rank) + ": " + std::strerror(fork_errno));
   ::setpgid(pid, pid);  // also done in the child; whichever runs first wins the race
+  // The child's exec closes its copy of the report pipe (EOF) or, failing, writes
+  // errno: a status of 127 alone cannot tell a failed exec from a program exiting 127.
+  report_w.reset();
+  int exec_errno = 0;
+  ssize_t got = 0;
+  while ((got = ::read(report_r.get(), &exec_errno, sizeof exec_errno)) < 0 && errno == EINTR) {
+  }
+  if (got == static_cast<ssize_t>(sizeof exec_errno))
+    r.exec_error = "cannot run '" + o_.command.front() + "': " + std::strerror(exec_errno);
   r.pid = pid;
   r.running = true;
   ranks_.ranks.push_back(std::move(r));
@@ -353,7 +370,9 @@ void Supervisor::on_failure(Rank& r) {
     while (s.open() && s.pump()) {
     }
   const int others = ranks_.running_count();
-  const std::string what = who(r) + " " + describe_wait_status(r.status);
+  const std::string how =
+      r.exec_error.empty() ? describe_wait_status(r.status) : "could not be started (" + r.exec_error + ")";
+  const std::string what = who(r) + " " + how;
   std::string notes;
   // A rank that left early with status 0 is no failure by itself, but its
   // peers then time out waiting for it: name it, it is the likely cause.
@@ -377,7 +396,7 @@ void Supervisor::on_failure(Rank& r) {
   publish(JobEvent::Kind::kFailed, what + notes);
   exit_code_ = exit_code_of(r.status);
   failed_at_ = r.ended;
-  first_failure_ = {r.rank, describe_wait_status(r.status)};
+  first_failure_ = {r.rank, how};
   stop_all(SIGTERM);
 }
 

@@ -30,8 +30,8 @@ std::string hf_model_type(const std::string& dir) {
   const std::string path = dir + "/config.json";
   if (!std::filesystem::exists(path)) throw ModelInputError(dir + " is not a Hugging Face model: no config.json");
   const json::Value c = json::parse(read_file(path), path);
-  const json::Value* t = c.find("model_type");
-  return t ? t->as_string(path + " model_type") : "";
+  const json::Value* t = json::find(c, "model_type");
+  return t ? json::as_string(*t, path + " model_type") : "";
 }
 
 }  // namespace

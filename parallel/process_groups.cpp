@@ -115,13 +115,16 @@ void wait_work(const Group& g, const c10::intrusive_ptr<c10d::Work>& w, const ch
 }
 
 namespace {
-// Adds the lifetime of a collective helper call to its group's counters.
+// Adds the lifetime of a collective helper call, and the bytes of the
+// tensor it reduces or gathers into, to its group's counters.
 struct CommTimer {
   const Group& g;
+  const at::Tensor& t;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   ~CommTimer() {
     g.comm_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++g.comm_calls;
+    g.comm_bytes += t.numel() * static_cast<int64_t>(t.element_size());
   }
 };
 }  // namespace
@@ -133,7 +136,7 @@ at::Tensor on_group_device(const Group& g, const at::Tensor& t) {
 
 void all_reduce(const Group& g, at::Tensor& t, c10d::ReduceOp op) {
   if (g.size() == 1) return;
-  CommTimer timer{g};
+  CommTimer timer{g, t};
   std::vector<at::Tensor> ts{on_group_device(g, t)};
   c10d::AllreduceOptions opts;
   opts.reduceOp = op;
@@ -147,30 +150,52 @@ void all_gather(const Group& g, const at::Tensor& in, std::vector<at::Tensor>& o
     out.push_back(in);
     return;
   }
-  CommTimer timer{g};
-  std::vector<at::Tensor> ins{on_group_device(g, in).contiguous()};
-  std::vector<std::vector<at::Tensor>> outs(1);
-  for (int i = 0; i < g.size(); ++i) outs[0].push_back(at::empty_like(ins[0]));
-  wait_work(g, g.pg->allgather(outs, ins), "all_gather", -1);
-  for (at::Tensor& o : outs[0]) out.push_back(o.device() == in.device() ? o : o.to(in.device()));
+  // One buffer (size(), ...) through the into-tensor form; rank i's tensor is its row i.
+  at::Tensor part = on_group_device(g, in).contiguous();
+  auto shape = part.sizes().vec();
+  shape.insert(shape.begin(), g.size());
+  at::Tensor full = at::empty(shape, part.options());
+  all_gather_into(g, full, part);
+  if (full.device() != in.device()) full = full.to(in.device());
+  for (int i = 0; i < g.size(); ++i) out.push_back(full.select(0, i));
 }
+
+namespace {
+// part's shape with its first dimension size() times as long: how Gloo's
+// into-tensor forms want the whole (they split it into size() chunks along
+// dim 0, each of part's shape).
+std::vector<int64_t> stacked_shape(const Group& g, const at::Tensor& part) {
+  auto shape = part.sizes().vec();
+  if (shape.empty())
+    shape.push_back(g.size());
+  else
+    shape[0] *= g.size();
+  return shape;
+}
+}  // namespace
 
 c10::intrusive_ptr<c10d::Work> reduce_scatter_async(const Group& g, at::Tensor& part, at::Tensor& full) {
   TORCH_INTERNAL_ASSERT(full.numel() == part.numel() * g.size() && full.is_contiguous() && part.is_contiguous());
-  return g.pg->_reduce_scatter_base(part, full);
+  at::Tensor in = full.view(stacked_shape(g, part));  // Gloo checks dim 0 (as in all_gather_into)
+  return g.pg->_reduce_scatter_base(part, in);
 }
 
 void reduce_scatter(const Group& g, at::Tensor& part, at::Tensor& full) {
   if (g.size() == 1) return part.copy_(full), void();
-  CommTimer timer{g};
+  CommTimer timer{g, full};
   wait_work(g, reduce_scatter_async(g, part, full), "reduce_scatter", -1);
 }
 
 void all_gather_into(const Group& g, at::Tensor& full, at::Tensor& part) {
   TORCH_INTERNAL_ASSERT(full.numel() == part.numel() * g.size() && full.is_contiguous() && part.is_contiguous());
   if (g.size() == 1) return full.copy_(part), void();
-  CommTimer timer{g};
-  wait_work(g, g.pg->_allgather_base(full, part), "all_gather", -1);
+  CommTimer timer{g, full};
+  // Gloo's _allgather_base is its list form over full.chunk(size()) along dim
+  // 0, which must each have part's shape: hand it full as (size() x part's
+  // first dimension, part's others), the same memory. (Gloo gathers into a
+  // buffer of its own and copies each chunk out; NCCL writes into full.)
+  at::Tensor out = full.view(stacked_shape(g, part));
+  wait_work(g, g.pg->_allgather_base(out, part), "all_gather", -1);
 }
 
 void broadcast(const Group& g, at::Tensor& t, int root_group_rank) {

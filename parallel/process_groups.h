@@ -35,6 +35,10 @@ struct Group {
   // read it to give the share of a step spent in collectives.
   mutable double comm_seconds = 0;
   mutable int64_t comm_calls = 0;
+  // ...and the bytes of the tensors they reduced or gathered into (the whole
+  // tensor, every rank's part of an all-gather or reduce-scatter included):
+  // what tests read to see the dtype on the wire (NOTE [TP collectives]).
+  mutable int64_t comm_bytes = 0;
 
   int size() const { return static_cast<int>(members.size()); }
   // Group index -> global rank.
@@ -80,11 +84,16 @@ class ProcessGroups {
 // Collective helpers. Each waits with the group's timeout and turns a failure
 // or a timeout into std::runtime_error naming the operation, group and rank.
 void all_reduce(const Group& g, at::Tensor& t, c10d::ReduceOp op = c10d::ReduceOp::SUM);
+// out[i] = group rank i's `in`: rows of one (size(), ...) tensor that one
+// into-tensor all-gather (_allgather_base) fills, no per-rank copies.
 void all_gather(const Group& g, const at::Tensor& in, std::vector<at::Tensor>& out);
-// ZeRO-1's pair (NOTE [ZeRO-1 reduce-scatter] in parallel/dp_shard.h), on
-// flat tensors of the group's device: `full` (size() x n elements) summed over
-// the group, this rank's n-element part written to `part`; and the parts of
-// every rank gathered into `full` in rank order. Both start asynchronously.
+// The into-tensor pair (_reduce_scatter_base, _allgather_base), used by
+// ZeRO-1 (NOTE [ZeRO-1 reduce-scatter] in parallel/dp_shard.h) and the
+// TP mappings (NOTE [TP collectives] in parallel/tensor_parallel.cpp), on
+// contiguous tensors of the group's device: `full` (size() parts of part's
+// size, back to back) summed over the group, this rank's part written to
+// `part`; and the parts of every rank gathered into `full` in rank order.
+// reduce_scatter_async only starts; the others wait.
 c10::intrusive_ptr<c10d::Work> reduce_scatter_async(const Group& g, at::Tensor& part, at::Tensor& full);
 void reduce_scatter(const Group& g, at::Tensor& part, at::Tensor& full);  // ...waited for, and timed
 void all_gather_into(const Group& g, at::Tensor& full, at::Tensor& part);

@@ -28,6 +28,8 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "core/errors.h"
+
 namespace trident {
 namespace {
 
@@ -40,7 +42,7 @@ int parse_int_env(const char* name, const char* value) {
   char* end = nullptr;
   const long v = std::strtol(value, &end, 10);
   if (end == value || *end != '\0' || v < 0 || v > (1L << 30))
-    throw std::runtime_error(std::string("environment variable ") + name + "='" + value +
+    throw ConfigError(std::string("environment variable ") + name + "='" + value +
                              "' is not a non-negative integer");
   return static_cast<int>(v);
 }
@@ -51,13 +53,36 @@ bool read_family(const char* rank_var, const char* size_var, const char* local_v
   const char* s = env_or_null(size_var);
   if (!r && !s) return false;
   if (!r || !s)
-    throw std::runtime_error(std::string("environment sets ") + (r ? rank_var : size_var) +
+    throw ConfigError(std::string("environment sets ") + (r ? rank_var : size_var) +
                              " but not " + (r ? size_var : rank_var));
   env.rank = parse_int_env(rank_var, r);
   env.world_size = parse_int_env(size_var, s);
   const char* l = env_or_null(local_var);
   env.local_rank = l ? parse_int_env(local_var, l) : env.rank;
   return true;
+}
+
+// torchrun sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT
+// together. A rank started by hand with only some of them would fail much
+// later (a rendezvous that never completes), so the missing ones are named now.
+// A world of one needs no peers: RANK and WORLD_SIZE are enough.
+void check_torchrun_variables() {
+  const char* size = env_or_null("WORLD_SIZE");
+  if (!size && !env_or_null("RANK")) return;
+  const bool alone = size && std::string(size) == "1";
+  std::string set, missing;
+  for (const char* name : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) {
+    const char* v = env_or_null(name);
+    if (v)
+      set += (set.empty() ? "" : " ") + std::string(name) + "=" + v;
+    else if (!alone || std::string(name) == "RANK" || std::string(name) == "WORLD_SIZE")
+      missing += (missing.empty() ? "" : ", ") + std::string(name);
+  }
+  if (!missing.empty())
+    throw ConfigError("the environment sets " + set + " but not " + missing +
+                             ": a rank started without a launcher needs all of RANK, LOCAL_RANK, WORLD_SIZE, "
+                             "MASTER_ADDR and MASTER_PORT (as torchrun sets them), or start the ranks with "
+                             "`trident launch`");
 }
 
 bool is_loopback(const std::string& addr) {
@@ -145,6 +170,22 @@ bool closes_on_probe(const std::string& host, int port) {
   return closed;
 }
 
+// Whether another socket holds `port` on this node: binding it, as the store's
+// server does (any address), fails with EADDRINUSE.
+bool port_in_use(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  const int on = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);  // as the store does: TIME_WAIT is no use
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool in_use = ::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0 && errno == EADDRINUSE;
+  ::close(fd);
+  return in_use;
+}
+
 c10::intrusive_ptr<c10d::Store> connect_store(const WorldEnv& env, std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<std::uint16_t>(env.master_port);
@@ -158,15 +199,22 @@ c10::intrusive_ptr<c10d::Store> connect_store(const WorldEnv& env, std::chrono::
                              "one-byte probe); is --master-port the same on every node? (Node 0's launcher listens on "
                              "--launcher-port, by default --master-port + 1.)");
   std::string why;
+  const Clock::time_point start = Clock::now();
   try {
     return c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
   } catch (const std::exception& e) {
     why = message_of(e);
   }
+  if (opts.isServer && port_in_use(env.master_port))
+    throw std::runtime_error(describe_place(env) + " cannot host the rendezvous store: port " +
+                             std::to_string(env.master_port) + " is already in use on this node (MASTER_PORT=" +
+                             std::to_string(env.master_port) + ", which `trident launch --master-port` sets; pick "
+                             "another port, or --master-port 0 for a free one on a single node)");
   if (opts.isServer)
     throw std::runtime_error(describe_place(env) + " could not host the rendezvous store at " + store_address(env) +
-                             " within " + seconds_text(timeout) +
-                             " (is the port taken, or MASTER_ADDR not this node's address?): " + why);
+                             " (it gave up after " +
+                             seconds_text(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start)) +
+                             "; is MASTER_ADDR this node's address?): " + why);
   // libtorch 2.x's client completes a handshake inside the constructor and
   // retries it until the timeout, so a port where something else listens (node
   // 0's launcher channel, say) ends here too: it still accepts a plain TCP
@@ -386,15 +434,16 @@ std::string join_rendezvous(c10d::Store& store, const WorldEnv& env, const std::
 
 WorldEnv read_world_env() {
   WorldEnv env;
+  check_torchrun_variables();
   if (read_family("RANK", "WORLD_SIZE", "LOCAL_RANK", env))
     env.source = "torchrun";
   else if (read_family("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", env))
     env.source = "ompi";
   else if (read_family("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", env))
     env.source = "slurm";
-  if (env.world_size < 1) throw std::runtime_error("WORLD_SIZE must be >= 1, got " + std::to_string(env.world_size));
+  if (env.world_size < 1) throw ConfigError("WORLD_SIZE must be >= 1, got " + std::to_string(env.world_size));
   if (env.rank >= env.world_size)
-    throw std::runtime_error("RANK " + std::to_string(env.rank) + " is not below WORLD_SIZE " +
+    throw ConfigError("RANK " + std::to_string(env.rank) + " is not below WORLD_SIZE " +
                              std::to_string(env.world_size));
   const char* node = env.source == "torchrun" ? (env_or_null("NODE_RANK") ? env_or_null("NODE_RANK")
                                                                             : env_or_null("GROUP_RANK"))
@@ -408,18 +457,18 @@ WorldEnv read_world_env() {
     // 127.0.0.1 would make every node rendezvous with itself and time out.
     const char* nnodes = env_or_null("SLURM_NNODES");
     if (!nnodes || std::string(nnodes) != "1")
-      throw std::runtime_error("SLURM_NTASKS is " + std::to_string(env.world_size) +
+      throw ConfigError("SLURM_NTASKS is " + std::to_string(env.world_size) +
                                " but MASTER_ADDR is not set: export MASTER_ADDR=$(scontrol show hostnames "
                                "\"$SLURM_JOB_NODELIST\" | head -n1) before srun");
   }
   if (const char* p = env_or_null("MASTER_PORT")) {
     env.master_port = parse_int_env("MASTER_PORT", p);
     if (env.master_port < 1 || env.master_port > 65535)
-      throw std::runtime_error(std::string("MASTER_PORT=") + p + " is not a port in 1..65535");
+      throw ConfigError(std::string("MASTER_PORT=") + p + " is not a port in 1..65535");
   } else if (env.world_size > 1 && env.source != "slurm") {
     // Under srun every task sees the same (absent) variable, so torchrun's
     // default port 29500 is agreed on by all; elsewhere the launcher sets it.
-    throw std::runtime_error("WORLD_SIZE is " + std::to_string(env.world_size) +
+    throw ConfigError("WORLD_SIZE is " + std::to_string(env.world_size) +
                              " but MASTER_PORT is not set (use `trident launch`)");
   }
   // torchrun names the attempt; `trident launch --max-restarts` does the same under its own name.
@@ -432,13 +481,13 @@ WorldEnv read_world_env() {
     if (v == "True" || v == "true" || v == "1")
       env.agent_store = true;
     else if (v != "False" && v != "false" && v != "0")
-      throw std::runtime_error("TORCHELASTIC_USE_AGENT_STORE='" + v + "' is not True or False");
+      throw ConfigError("TORCHELASTIC_USE_AGENT_STORE='" + v + "' is not True or False");
   }
   if (const char* t = env_or_null("TRIDENT_RDZV_TIMEOUT_S")) {
     char* end = nullptr;
     const double seconds = std::strtod(t, &end);
     if (end == t || *end != '\0' || !(seconds > 0) || seconds > 1e6)
-      throw std::runtime_error(std::string("TRIDENT_RDZV_TIMEOUT_S='") + t +
+      throw ConfigError(std::string("TRIDENT_RDZV_TIMEOUT_S='") + t +
                                "' is not a positive number of seconds");
     env.rdzv_timeout = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
   }

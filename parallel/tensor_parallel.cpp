@@ -3,7 +3,11 @@
 #include "parallel/tensor_parallel.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <limits>
+#include <stdexcept>
+#include <string>
 
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -22,20 +26,64 @@ const Group& unpack(AutogradContext* ctx) {
   return *reinterpret_cast<const Group*>(ctx->saved_data["group"].toInt());
 }
 
-// bf16 activations are reduced in fp32 (a sum over tp ranks rounded once
-// instead of at every step of the ring), then cast back.
-at::Tensor all_reduced(const Group& g, const at::Tensor& x) {
-  if (x.scalar_type() == at::kBFloat16) return all_reduced(g, x.to(at::kFloat)).to(at::kBFloat16);
-  at::Tensor y = x.contiguous().clone();
-  all_reduce(g, y);
-  return y;
+// NOTE [TP collectives]
+// What crosses the TP group travels in the dtype it is computed in: under
+// bf16 (NOTE [bf16] in models/gpt/gpt.h) activations and their gradients are
+// all-reduced, gathered and reduce-scattered as bf16, half the bytes of fp32
+// and no cast on either side, as Megatron-LM's mappings do (they hand the
+// tensor to the collective as it is). The backend sums bf16 element by element
+// (Gloo widens each pair to float and rounds the sum, NCCL likewise), so at
+// tp = 2 the result is the fp32 sum rounded once, as before; at tp > 2 every
+// step of the ring rounds.
+//
+// Every collective writes into one contiguous tensor through the into-tensor
+// forms (_allgather_base, _reduce_scatter_base; Gloo has both on the CPU,
+// NCCL on CUDA): the ranks' parts are the outermost dimension of that tensor,
+// so a gather or reduce-scatter along `dim` costs no copy when every
+// dimension before `dim` has size 1 (the sequence dimension of a (1, s, h)
+// micro-batch, or dim 0), and one copy otherwise (the parts interleave along
+// `dim`: (b, s, h) split along s at b > 1, or the last dimension). Megatron
+// keeps activations (s, b, h) so that the sequence dimension leads; Trident's
+// are (b, s, h) (NOTE [larger micro-batches under TP] in
+// tests/regression/test_tp_regression.cpp). On the CPU, Gloo's into-tensor
+// forms are its list forms underneath (it gathers into a buffer of its own and
+// copies the chunks out; its reduce-scatter all-reduces a clone and copies this
+// rank's chunk out), so there only Trident's own copies are saved; NCCL
+// writes into the tensors given.
+//
+// fp32 values are unchanged at tp = 2 (a sum of two is the same in any order)
+// and at micro-batch 1 (the buffers' layouts are the old ones). At tp > 2 with
+// micro-batch > 1 an element's position in the reduce-scatter buffer differs
+// from the old transposed layout's, and Gloo's ring sums an element in an order
+// that depends on its position: fp32 results move at the 1e-7 level there.
+
+// x summed over the group, in place: `x` must be contiguous and owned by the
+// caller (nothing else reads it afterwards).
+void all_reduce_in_place(const Group& g, at::Tensor x) { all_reduce(g, x); }
+
+// Product of the sizes of x's dimensions before `dim`: 1 when rank r's part
+// of `dim` is one contiguous block of a contiguous x.
+int64_t outer_size(const at::Tensor& x, int64_t dim) {
+  int64_t n = 1;
+  for (int64_t d = 0; d < dim; ++d) n *= x.size(d);
+  return n;
 }
 
+// Every rank's x, concatenated along `dim` in rank order.
 at::Tensor gathered(const Group& g, const at::Tensor& x, int64_t dim) {
-  if (x.scalar_type() == at::kBFloat16) return gathered(g, x.to(at::kFloat), dim).to(at::kBFloat16);
-  std::vector<at::Tensor> parts;
-  all_gather(g, x.contiguous(), parts);
-  return at::cat(parts, dim);
+  at::Tensor part = x.contiguous();
+  auto shape = part.sizes().vec();
+  shape[static_cast<size_t>(dim)] *= g.size();
+  if (outer_size(part, dim) == 1) {  // the parts lie one after the other already
+    at::Tensor out = at::empty(shape, part.options());
+    all_gather_into(g, out, part);
+    return out;
+  }
+  auto stacked = part.sizes().vec();
+  stacked.insert(stacked.begin(), g.size());
+  at::Tensor full = at::empty(stacked, part.options());  // (tp, ...): rank r's part at [r]
+  all_gather_into(g, full, part);
+  return full.movedim(0, dim).reshape(shape);  // the one copy: the parts interleave along `dim`
 }
 
 // Each rank's share of x's dimension `dim`, which must split evenly over the group.
@@ -46,16 +94,19 @@ int64_t part_size(const Group& g, const at::Tensor& x, int64_t dim) {
 }
 
 // x summed over the group, this rank's 1/tp slice along `dim` kept: one
-// reduce-scatter (Gloo and NCCL in libtorch 2.x have one), with `dim` moved
-// outermost so each rank's slice is contiguous.
+// reduce-scatter from a (tp, ...) layout whose rank r block is r's slice, so
+// the received part is already in x's own layout (no copy after; none before
+// either when the dimensions before `dim` have size 1).
 at::Tensor reduce_scattered(const Group& g, const at::Tensor& x, int64_t dim) {
-  if (x.scalar_type() == at::kBFloat16) return reduce_scattered(g, x.to(at::kFloat), dim).to(at::kBFloat16);
-  at::Tensor full = x.transpose(0, dim).contiguous();  // (n, ...)
-  auto shape = full.sizes().vec();
-  shape[0] = part_size(g, x, dim);
-  at::Tensor part = at::empty(shape, full.options());
+  const int64_t n = part_size(g, x, dim);
+  auto split = x.sizes().vec();
+  split[static_cast<size_t>(dim)] = n;
+  auto part_shape = split;
+  split.insert(split.begin() + dim, g.size());                   // (..., tp, n, ...)
+  at::Tensor full = x.reshape(split).movedim(dim, 0).contiguous();  // (tp, ..., n, ...)
+  at::Tensor part = at::empty(part_shape, x.options());
   reduce_scatter(g, part, full);
-  return part.transpose(0, dim).contiguous();
+  return part;
 }
 
 at::Tensor my_slice(const Group& g, const at::Tensor& x, int64_t dim) {
@@ -63,19 +114,65 @@ at::Tensor my_slice(const Group& g, const at::Tensor& x, int64_t dim) {
   return x.narrow(dim, g.rank * part, part).contiguous();
 }
 
+// NOTE [TP collectives in place]
+// The all-reduces of copy_to_tp's backward and reduce_from_tp's forward sum
+// the tensor they are given where it lies, as Megatron-LM's _reduce does,
+// instead of into a copy: the tensor is owned by this step of the graph.
+//  - reduce_from_tp's input is the partial product of a row-parallel layer
+//    (linear() writes it into a fresh tensor, no view) or the vocab-parallel
+//    embedding's masked lookup; nothing else holds it. The forward marks it
+//    dirty, so autograd's version check refuses any later reader that saved
+//    it, rather than let it read the sum. A view, a strided input or a leaf
+//    that requires grad is copied first, as before.
+//  - copy_to_tp's backward receives dX of the column-parallel linear(s)
+//    that read its output (a fresh mm result, or the engine's sum of
+//    several), which no other node reads.
 struct CopyToTp : torch::autograd::Function<CopyToTp> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group) {
     ctx->saved_data["group"] = group;
-    return x.clone();
+    return x;  // autograd makes the output an alias of x: no copy (NOTE [TP collectives in place])
   }
   static variable_list backward(AutogradContext* ctx, variable_list g) {
-    return {all_reduced(unpack(ctx), g[0]), at::Tensor()};
+    at::Tensor grad = g[0].contiguous();
+    all_reduce_in_place(unpack(ctx), grad);
+    return {grad, at::Tensor()};
   }
 };
 
+// NOTE [TP fault] Test only, like TRIDENT_FAULT_ACTION and TRIDENT_SAVE_FAULT:
+// TRIDENT_TP_SKIP_ALL_REDUCE=N makes this process's N-th row-parallel output
+// reduction (counted from 1) keep the rank's partial sum, as a dropped
+// reduction would. Every TP rank makes the same calls in the same order, so
+// all skip the same one and nothing waits. It shows that the TP regression
+// tolerance catches one such fault (tests/regression/test_tp_regression.cpp).
+bool skip_this_reduction() {
+  static const long long skip = [] {
+    const char* v = std::getenv("TRIDENT_TP_SKIP_ALL_REDUCE");
+    if (!v || !*v) return 0LL;
+    char* end = nullptr;
+    const long long n = std::strtoll(v, &end, 10);
+    if (*end != '\0' || n < 1)
+      throw std::runtime_error(std::string("TRIDENT_TP_SKIP_ALL_REDUCE='") + v + "': expected a call number >= 1");
+    return n;
+  }();
+  static std::atomic<long long> calls{0};
+  return skip > 0 && ++calls == skip;
+}
+
 struct ReduceFromTp : torch::autograd::Function<ReduceFromTp> {
-  static at::Tensor forward(AutogradContext*, const at::Tensor& x, int64_t group) {
-    return all_reduced(*reinterpret_cast<const Group*>(group), x);
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group) {
+    if (skip_this_reduction()) return x.clone();  // NOTE [TP fault]
+    const Group& g = *reinterpret_cast<const Group*>(group);
+    // A leaf that requires grad is the caller's to keep (autograd refuses to change it).
+    if (x.is_contiguous() && !x.is_view() && !(x.is_leaf() && x.requires_grad())) {  // reduced where it lies
+      all_reduce_in_place(g, x);
+      ctx->mark_dirty({x});
+      return x;
+    }
+    at::Tensor y = x.contiguous();
+    if (y.is_same(x)) y = y.clone();  // a contiguous view: not ours to overwrite
+    all_reduce_in_place(g, y);
+    return y;
   }
   static variable_list backward(AutogradContext*, variable_list g) { return {g[0], at::Tensor()}; }
 };
@@ -105,8 +202,8 @@ struct GatherDim : torch::autograd::Function<GatherDim> {
   static variable_list backward(AutogradContext* ctx, variable_list g) {
     const Group& grp = unpack(ctx);
     const int64_t dim = ctx->saved_data["dim"].toInt();
-    at::Tensor full = ctx->saved_data["reduce"].toBool() ? all_reduced(grp, g[0]) : g[0];
-    return {my_slice(grp, full, dim), at::Tensor(), at::Tensor(), at::Tensor()};
+    at::Tensor dx = ctx->saved_data["reduce"].toBool() ? reduce_scattered(grp, g[0], dim) : my_slice(grp, g[0], dim);
+    return {dx, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -176,10 +273,18 @@ at::Tensor linear_forward(AutogradContext* ctx, const at::Tensor& x, const at::T
   ctx->save_for_backward({x});
   keep_weight_grad_queue(ctx);
   const at::Tensor x2 = x.reshape({-1, x.size(-1)});  // (tokens, in)
-  at::Tensor y = b.defined() ? at::addmm(b, x2, w.t()) : at::mm(x2, w.t());
   auto shape = x.sizes().vec();
   shape.back() = w.size(0);
-  return y.view(shape);
+  // Written into a tensor of the output's shape, so the output is no view
+  // (a row-parallel layer's all-reduce may then overwrite it in place: NOTE
+  // [TP collectives in place]); addmm_out/mm_out are the kernels addmm/mm run.
+  at::Tensor y = at::empty(shape, x2.options());
+  at::Tensor y2 = y.view({-1, w.size(0)});
+  if (b.defined())
+    at::addmm_out(y2, b, x2, w.t());
+  else
+    at::mm_out(y2, x2, w.t());
+  return y;
 }
 
 // Returns {dx, dW, db}; dW and db are undefined when deferred to a queue.

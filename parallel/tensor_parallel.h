@@ -31,7 +31,9 @@ struct TpContext {
 // --- Region mappings ---------------------------------------------------------
 // identity forward, all-reduce backward (enter a column-parallel region)
 at::Tensor copy_to_tp(const TpContext& tp, const at::Tensor& x);
-// all-reduce forward, identity backward (leave a row-parallel region)
+// all-reduce forward, identity backward (leave a row-parallel region). Sums
+// into x itself when x is contiguous, no view and no leaf that requires grad
+// (NOTE [TP collectives in place] in tensor_parallel.cpp): x is consumed.
 at::Tensor reduce_from_tp(const TpContext& tp, const at::Tensor& x);
 // keep this rank's slice of the last dimension; backward all-gathers
 at::Tensor scatter_last_dim(const TpContext& tp, const at::Tensor& x);

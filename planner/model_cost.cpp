@@ -68,30 +68,4 @@ int64_t total_params(const ModelConfig& m) {
   return m.layers * p.layer + p.embedding + p.head;
 }
 
-double layer_activation_bytes(const ModelConfig& m, int64_t micro_batch, int64_t tp, bool sequence_parallel,
-                              const std::string& recompute, int elem_bytes) {
-  check_recompute(recompute);
-  const double sb = static_cast<double>(m.seq_len * micro_batch), h = static_cast<double>(m.hidden);
-  const double f = static_cast<double>(m.ffn()), t = static_cast<double>(tp), e = elem_bytes;
-  const double rep_div = sequence_parallel ? t : 1.0;  // what SP shards along the sequence
-  if (recompute == "full") return sb * h * e / rep_div;
-  const bool dropout = m.dropout > 0 && !is_llama(m);
-  // Replicated without SP (per token, elements): the two norms' inputs (2h), the attention's and the
-  // MLP's inputs (h each); bytes: the two dropout masks after attention and MLP (h each).
-  const double replicated = (4 * h * e + (dropout ? 2 * h : 0)) / rep_div;
-  // Sharded over tp (per token): q, k, v; the output projection's input; the MLP's wide tensors.
-  double sharded = 0;
-  if (!is_llama(m)) {
-    sharded = (3 * h + h + 2 * f) * e;  // q k v, proj input, fc1 output (GELU input), GELU output
-  } else {
-    const double kv = static_cast<double>(m.kv() * m.head_dim());
-    sharded = (h + 2 * kv + h + 4 * f) * e;
-  }
-  // Attention core per token and head: a*s elements of softmax output (plus, with dropout, its output
-  // and a 1-byte mask); selective recomputation keeps none of it.
-  const double as = static_cast<double>(m.heads * m.seq_len);
-  const double core = recompute == "selective" ? 0.0 : (dropout ? as * (2 * e + 1) : as * e);
-  return sb * (replicated + (sharded + core) / t);
-}
-
 }  // namespace trident::plan

@@ -46,7 +46,7 @@ void Executor::post_recv(const Action& a) {
   if (buf.defined()) return;     // delivered locally already
   if (peer == pp_.rank) return;  // same rank (p = 1, the turn of a V): send() hands the tensor over
   buf = at::empty(grad ? chunks_[a.chunk]->output_shape(mbs_) : chunks_[a.chunk]->input_shape(mbs_),
-                  at::TensorOptions().dtype(at::kFloat).device(device_));
+                  at::TensorOptions().dtype(chunks_[a.chunk]->boundary_dtype()).device(device_));
   (grad ? s.recv_grad_group : s.recv_act_group) = static_cast<int>(groups_.size());  // the group being gathered
   queued_.ops.push_back({false, buf, peer, tag(grad, a.mb, stage(a.chunk))});
   queued_.actions.push_back(a);
@@ -109,6 +109,10 @@ void Executor::send(const Action& a) {
   const int to_stage = map_.stage_of(peer, into.chunk);
   at::Tensor t = (grad ? s.grad_in : s.output.detach()).contiguous();
   if (grad) s.grad_in.reset();
+  if (t.scalar_type() != chunks_[a.chunk]->boundary_dtype())  // the peer receives into a buffer of that dtype
+    throw std::logic_error(sched::to_token(a) + " sends " + std::string(c10::toString(t.scalar_type())) +
+                           " but the stage's boundary dtype is " +
+                           c10::toString(chunks_[a.chunk]->boundary_dtype()) + " (NOTE [pipeline dtype])");
   if (peer == pp_.rank) {  // that virtual stage lives here too: hand over directly
     Slot& dst = slots_[{a.mb, into.chunk}];
     (grad ? dst.recv_grad_buf : dst.recv_act_buf) = t.clone();
@@ -185,10 +189,14 @@ double ExecutorStats::loss_sum() const { return read_scalar(loss, "pipeline loss
 void Executor::track(ExecutorStats& stats) {
   int inflight = 0;
   int64_t bytes = 0, activations = 0;
+  auto add = [&bytes](const at::Tensor& t) {
+    if (t.defined()) bytes += t.numel() * static_cast<int64_t>(t.element_size());
+  };
   for (const auto& [key, s] : slots_) {
     if (s.output.defined()) ++inflight, activations += s.activation_bytes;
-    for (const at::Tensor* t : {&s.input, &s.output, &s.grad_in})
-      if (t->defined()) bytes += t->numel() * static_cast<int64_t>(t->element_size());
+    // What crosses a boundary: not the first stage's token ids, not the last one's loss.
+    if (!is_first(key.second)) add(s.input), add(s.grad_in);
+    if (!is_last(key.second)) add(s.output);
   }
   stats.peak_inflight = std::max(stats.peak_inflight, inflight);
   stats.peak_boundary_bytes = std::max(stats.peak_boundary_bytes, bytes);

@@ -7,6 +7,18 @@
 // schedules/pair_order.h says why this, and only this, is safe under NCCL).
 // Every action starts and ends in Executor::run_action(), the one place a
 // timeline recorder hooks in.
+//
+// NOTE [pipeline dtype]
+// Activations and their gradients cross a pipeline boundary in the stages'
+// boundary dtype (Stage::boundary_dtype, set from parallel.pipeline_dtype as
+// Megatron-LM's pipeline_dtype: "auto" = the compute dtype). Receive buffers
+// are allocated in it and a stage that sends anything else is a logic error.
+// Under bf16 the hidden state is bf16 already, so sending it as it is halves
+// the bytes on the wire and in the boundary buffers (peak_boundary_bytes)
+// with the same values: bf16 -> fp32 -> bf16 is exact, so "fp32" and "bf16"
+// give bit-identical runs. bf16 with fp32 training is refused by the config
+// check: it would round the activations at stage edges only, so an fp32 run's
+// results would depend on its pipeline layout.
 #pragma once
 
 #include <functional>
@@ -42,7 +54,10 @@ struct ExecutorStats {
   // Weight-gradient computations the W actions ran (deferred by their I):
   // 0 under a schedule without I/W, and 0 if deferral silently failed.
   int64_t deferred_weight_grads = 0;
-  int64_t peak_boundary_bytes = 0;   // most bytes held in stage inputs/outputs at once
+  // Most bytes held at once in tensors that cross a pipeline boundary: stage
+  // inputs and outputs (not the first stage's token ids nor the last one's
+  // loss) and input gradients to send; in parallel.pipeline_dtype.
+  int64_t peak_boundary_bytes = 0;
   // Most bytes held by in-flight micro-batches' activations at once: each
   // forward's growth in live CPU bytes (core/cpu_memory.h), held until
   // its backward. -1 when the memory meter is not installed.

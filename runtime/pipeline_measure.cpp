@@ -6,78 +6,30 @@
 
 #include "schedules/simulate.h"
 
-
 namespace trident {
-
-namespace {
-
-// Idle of each rank in a simulated run, ms.
-std::vector<double> simulated_idle(const sched::Schedule& schedule, const std::vector<sched::KindSums>& stages) {
-  const sched::Costs costs = sched::costs_from_stage_sums(stages, {});
-  const sched::TimelineStats st = sched::simulate_stats(schedule, costs);
-  std::vector<double> idle;
-  for (double b : st.busy) idle.push_back(std::max(0.0, st.step_time - b));
-  return idle;
-}
-
-}  // namespace
 
 PipelineStep measure_pipeline_step(const Group& pp, const Executor& exec, const sched::Schedule& schedule, double sync_s) {
   const int v = schedule.chunks;
-  std::vector<sched::KindSums> mine_k(static_cast<size_t>(v));
-  double busy_us = 0;
-  for (const sched::TimedAction& a : exec.timeline()) {
-    if (sched::is_compute(a.action.kind)) busy_us += a.end - a.start;
-    mine_k.at(static_cast<size_t>(a.action.chunk)).add(a.action.kind, (a.end - a.start) / 1000.0);
-  }
   const auto [begin, end] = exec.run_span();
   // Each rank's own span (not a shared clock) so that ranks on different
   // hosts compare; the previous step's collectives line their starts up.
+  const RankStep me = rank_step(exec.timeline(), begin, end, v, sync_s);
   at::Tensor mine = at::zeros({3 + v * 8}, at::kDouble);
-  mine[0] = busy_us, mine[1] = end - begin, mine[2] = sync_s * 1e6;
+  mine[0] = me.busy_us, mine[1] = me.span_us, mine[2] = me.sync_s;
   for (int c = 0; c < v; ++c)
-    for (int k = 0; k < 4; ++k) mine[3 + c * 8 + k] = mine_k[c].sum[k], mine[3 + c * 8 + 4 + k] = mine_k[c].count[k];
+    for (int k = 0; k < 4; ++k) mine[3 + c * 8 + k] = me.chunks[c].sum[k], mine[3 + c * 8 + 4 + k] = me.chunks[c].count[k];
   std::vector<at::Tensor> all;
   all_gather(pp, mine, all);
-  PipelineStep out;
-  double busy_sum = 0, span = 0;
-  std::vector<sched::KindSums> stages(static_cast<size_t>(schedule.virtual_stages()));
-  sched::KindSums total;
+  std::vector<RankStep> ranks(all.size());
   for (size_t r = 0; r < all.size(); ++r) {
-    const at::Tensor& t = all[r];
-    const double b = t[0].item<double>();
-    out.stage_busy_s.push_back(b / 1e6);
-    busy_sum += b;
-    span = std::max(span, t[1].item<double>());
-    for (int c = 0; c < v; ++c) {
-      sched::KindSums& st = stages.at(static_cast<size_t>(schedule.stage_of(static_cast<int>(r), c)));
-      for (int k = 0; k < 4; ++k) {
-        st.sum[k] = t[3 + c * 8 + k].item<double>(), st.count[k] = t[3 + c * 8 + 4 + k].item<double>();
-        total.sum[k] += st.sum[k], total.count[k] += st.count[k];
-      }
-    }
+    const at::Tensor t = all[r].contiguous();
+    const double* x = t.data_ptr<double>();
+    ranks[r].busy_us = x[0], ranks[r].span_us = x[1], ranks[r].sync_s = x[2];
+    ranks[r].chunks.resize(static_cast<size_t>(v));
+    for (int c = 0; c < v; ++c)
+      for (int k = 0; k < 4; ++k) ranks[r].chunks[c].sum[k] = x[3 + c * 8 + k], ranks[r].chunks[c].count[k] = x[3 + c * 8 + 4 + k];
   }
-  out.span_s = span / 1e6;
-  out.bubble = span > 0 ? 1.0 - busy_sum / (static_cast<double>(all.size()) * span) : 0.0;
-  // NOTE [idle attribution]: balanced = every stage the pipeline's mean of each kind.
-  std::vector<sched::KindSums> balanced(stages.size());
-  for (sched::KindSums& st : balanced)
-    for (int k = 0; k < 4; ++k)
-      st.sum[k] = total.sum[k] / static_cast<double>(stages.size()), st.count[k] = total.count[k] / static_cast<double>(stages.size());
-  const bool pipelined = all.size() > 1;
-  const std::vector<double> inherent = pipelined ? simulated_idle(schedule, balanced) : std::vector<double>(1, 0.0);
-  const std::vector<double> uneven = pipelined ? simulated_idle(schedule, stages) : std::vector<double>(1, 0.0);
-  for (size_t r = 0; r < all.size(); ++r) {
-    IdleParts p;
-    const double pipe_idle = std::max(0.0, span - out.stage_busy_s[r] * 1e6) / 1e6;
-    p.sync = all[r][2].item<double>() / 1e6;
-    p.inherent = std::min(pipe_idle, inherent[r] / 1e3);
-    p.imbalance = std::min(pipe_idle - p.inherent, std::max(0.0, uneven[r] / 1e3 - p.inherent));
-    p.transfers = pipe_idle - p.inherent - p.imbalance;
-    p.total = pipe_idle + p.sync;
-    out.idle.push_back(p);
-  }
-  return out;
+  return attribute_idle(schedule, ranks);
 }
 
 void CostAccumulator::add(const Executor& exec, int chunks) {

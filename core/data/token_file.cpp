@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 
@@ -29,6 +30,29 @@ T get(const unsigned char* header, size_t offset) {
   T value;
   std::memcpy(&value, header + offset, sizeof(T));
   return value;
+}
+
+// The name as a reader sees it: printable ASCII as is, other bytes as \xNN.
+std::string escaped(const std::string& bytes) {
+  std::string out;
+  for (const unsigned char c : bytes) {
+    if (c > 0x20 && c < 0x7f && c != '"' && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    }
+  }
+  return out;
+}
+
+// Whether a header's tokenizer name is one make_tokenizer's tokenizers write:
+// byte, gpt2, or hf:<16 hex digits of the tokenizer.json's hash>.
+bool known_tokenizer_name(const std::string& name) {
+  if (name == "byte" || name == "gpt2") return true;
+  return name.size() == 19 && name.rfind("hf:", 0) == 0 &&
+         name.find_first_not_of("0123456789abcdef", 3) == std::string::npos;
 }
 
 }  // namespace
@@ -113,6 +137,10 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
     info_.end_of_text = get<uint32_t>(h, 36);
     const char* name = reinterpret_cast<const char*>(h + 40);
     info_.tokenizer.assign(name, strnlen(name, kNameBytes));
+    if (info_.tokenizer.empty() || escaped(info_.tokenizer) != info_.tokenizer) {
+      throw DataError("token file " + path + ": the header's tokenizer name \"" + escaped(info_.tokenizer) +
+                      "\" is not a name (empty, or bytes other than printable ASCII): the header is corrupt");
+    }
     // Compare by division so a corrupt huge count cannot overflow.
     const uint64_t payload = file_bytes - kTokenFileHeaderBytes;
     if (payload % info_.dtype_bytes != 0 || payload / info_.dtype_bytes != info_.token_count) {
@@ -176,6 +204,12 @@ void check_vocab(const TokenFile& file, int64_t model_vocab_size) {
 
 void check_tokenizer(const TokenFile& file, const std::string& tokenizer, const std::string& tokenizer_dir) {
   const TokenFileInfo& info = file.info();
+  // Suggesting an unknown name as data.tokenizer would send the user after a tokenizer that does not exist.
+  if (!known_tokenizer_name(info.tokenizer)) {
+    throw DataError("token file " + file.path() + ": the header names tokenizer \"" + info.tokenizer +
+                    "\", none Trident has (byte, gpt2 or hf:<16 hex digits>): the header is corrupt, or the file "
+                    "was not written by `trident data prepare`");
+  }
   // A Hugging Face tokenizer.json is recorded as hf:<hash of the file> (hf_tokenizer.h).
   const bool hf = info.tokenizer.rfind("hf:", 0) == 0;
   const std::string expected = hf ? "hf" : info.tokenizer;

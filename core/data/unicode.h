@@ -7,8 +7,6 @@
 #include <string>
 #include <string_view>
 
-#include "core/json.h"
-
 namespace trident::data {
 
 // Decodes the code point starting at s[pos]. Sets `len` to its byte length.
@@ -18,7 +16,7 @@ constexpr uint32_t kInvalidCodePoint = 0xFFFFFFFFu;
 uint32_t decode_utf8(std::string_view s, size_t pos, size_t& len);
 
 // Appends the UTF-8 encoding of code point cp (cp < 0x110000) to out.
-using json::append_utf8;
+void append_utf8(uint32_t cp, std::string& out);
 
 // GPT-2's reversible byte -> code point map (byte-level BPE, also Hugging Face's
 // ByteLevel): printable Latin-1 bytes map to themselves, the other 68 bytes to

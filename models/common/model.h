@@ -61,7 +61,15 @@ class Stage {
   // to switch.
   virtual void set_training(bool training) { (void)training; }
   // Mixed precision (NOTE [bf16] in models/gpt/gpt.h): the dtype of the
-  // matmuls; parameters, gradients and boundary tensors stay fp32.
+  // matmuls (set_compute_dtype, below); parameters and gradients stay fp32.
+  // The dtype of the tensors this stage receives and sends (its hidden-state
+  // input and output, and their gradients backward): parallel.pipeline_dtype
+  // (NOTE [pipeline dtype] in runtime/executor.h). A stage returns its
+  // output in it; fp32 unless set.
+  virtual void set_boundary_dtype(at::ScalarType dtype) {
+    if (dtype != at::kFloat) throw std::invalid_argument("this model sends fp32 between pipeline stages only");
+  }
+  virtual at::ScalarType boundary_dtype() const { return at::kFloat; }
   // A stage holding the whole model on one rank (embedding and head, tp = 1):
   // next-token logits (batch, seq, vocab_size) of token ids (batch, seq),
   // vocabulary padding dropped. For eval, generate and interop checks;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <limits>
 #include <stdexcept>
 
@@ -101,10 +102,16 @@ LayerCosts profile_pieces(const ModelConfig& cfg, int64_t mbs, int reps,
   return c;
 }
 
+namespace {
+// As the file would write it: a whole number as an integer (n_layer = 2, not 2.0).
+std::string number_text(double v) {
+  const bool whole = std::abs(v) < 9007199254740992.0 && v == static_cast<double>(static_cast<int64_t>(v));
+  return json::dump(whole ? json::number(static_cast<int64_t>(v)) : json::number(v));
+}
+}  // namespace
+
 void ConfigDiff::number(const char* theirs, double a, const char* ours, double b) {
-  if (a != b)
-    note(std::string(theirs) + " = " + json::dump(json::Value::number(a)) + " but " + ours + " = " +
-         json::dump(json::Value::number(b)));
+  if (a != b) note(std::string(theirs) + " = " + number_text(a) + " but " + ours + " = " + number_text(b));
 }
 
 void ConfigDiff::note(const std::string& text) { text_ += (text_.empty() ? "" : "; ") + text; }

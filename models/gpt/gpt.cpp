@@ -109,12 +109,12 @@ at::Tensor GptChunk::attention(const BlockParams& b, const at::Tensor& x) const 
   // The attention core: (b, s, 3 hidden/tp) -> (b, s, hidden/tp), holding
   // (b, heads/tp, s, s) scores; what selective recomputation drops.
   auto core = [heads, hd, dropout](const at::Tensor& qkv_flat) {
-    const int64_t b = qkv_flat.size(0), s = qkv_flat.size(1);  // full sequence, also under SP
-    at::Tensor qkv5 = qkv_flat.view({b, s, heads, 3, hd});
+    const int64_t batch = qkv_flat.size(0), s = qkv_flat.size(1);  // full sequence, also under SP
+    at::Tensor qkv5 = qkv_flat.view({batch, s, heads, 3, hd});
     at::Tensor q = qkv5.select(3, 0).transpose(1, 2);  // (b, heads/tp, s, hd)
     at::Tensor k = qkv5.select(3, 1).transpose(1, 2);
     at::Tensor v = qkv5.select(3, 2).transpose(1, 2);
-    return causal_attention(q, k, v, dropout).transpose(1, 2).reshape({b, s, heads * hd});  // (b, s, hidden/tp)
+    return causal_attention(q, k, v, dropout).transpose(1, 2).reshape({batch, s, heads * hd});  // (b, s, hidden/tp)
   };
   at::Tensor y = recompute_ == Recompute::kSelective ? trident::recompute(core, qkv) : core(qkv);
   return row_parallel_linear(tp_, y, p(b.attn_proj_weight), p(b.attn_proj_bias));
@@ -141,7 +141,7 @@ std::vector<int64_t> GptChunk::hidden_shape(int64_t mbs) const {
 }
 
 at::Tensor GptChunk::run(const at::Tensor& input, const at::Tensor& targets) const {
-  at::Tensor x = spec_.has_embedding ? input : input.to(compute_);  // boundaries are fp32 (NOTE [bf16])
+  at::Tensor x = spec_.has_embedding ? input : input.to(compute_);  // boundaries: boundary_ (NOTE [bf16])
   if (spec_.has_embedding) {
     const at::Tensor word = p(word_);
     x = vocab_parallel_embedding(tp_, input, word, tp_.rank() * word.size(0));  // (b, s[/tp], hidden)
@@ -159,7 +159,7 @@ at::Tensor GptChunk::run(const at::Tensor& input, const at::Tensor& targets) con
     else
       x = block(l, x);
   }
-  if (!spec_.has_head) return x.to(at::kFloat);
+  if (!spec_.has_head) return x.to(boundary_);
   x = norm(final_ln_, x);
   const at::Tensor word = p(head_);
   at::Tensor logits = column_parallel_linear(tp_, x, word, at::Tensor()).to(at::kFloat);  // (b, s, vocab/tp)

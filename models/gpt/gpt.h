@@ -31,9 +31,11 @@ std::vector<PlannedParam> gpt_param_plan(const ModelConfig& cfg, const ChunkSpec
 // autograd, so its bf16 weight gradient is cast back and accumulated into the
 // fp32 gradient bucket across micro-batches, and reduced over DP in fp32.
 // Matmuls, GELU and the residual stream run in bf16; LayerNorm, softmax and
-// the cross-entropy in fp32. Boundary tensors between pipeline stages are
-// sent as fp32 (bf16 -> fp32 -> bf16 is exact, so pp-only layouts stay
-// bit-identical to pp = 1, at twice the bytes of a bf16 transfer).
+// the cross-entropy in fp32. Boundary tensors between pipeline stages travel
+// in parallel.pipeline_dtype, by default the compute dtype (bf16: the
+// residual stream as it is, no cast); "fp32" sends them as fp32 (bf16 ->
+// fp32 -> bf16 is exact either way, so pp-only layouts stay bit-identical to
+// pp = 1; fp32 costs twice the bytes).
 class GptChunk : public Stage {
  public:
   GptChunk(const ModelConfig& cfg, const ChunkSpec& spec, const TpContext& tp, int64_t seed);
@@ -57,6 +59,8 @@ class GptChunk : public Stage {
   // the MLP's up projection + GELU keep only their inputs (see NOTE [recomputation]).
   void set_recompute(Recompute mode) override;
   void set_compute_dtype(at::ScalarType dtype) override { compute_ = dtype; }
+  void set_boundary_dtype(at::ScalarType dtype) override { boundary_ = dtype; }
+  at::ScalarType boundary_dtype() const override { return boundary_; }
   void set_training(bool training) override { training_ = training; }
   const std::vector<Param>& params() const { return params_; }
   const ChunkSpec& spec() const { return spec_; }
@@ -92,6 +96,7 @@ class GptChunk : public Stage {
   CastCache casts_;  // p()'s compute-dtype copies (NOTE [cast once per step])
   Recompute recompute_ = Recompute::kNone;
   at::ScalarType compute_ = at::kFloat;
+  at::ScalarType boundary_ = at::kFloat;  // what the hidden state crosses a pipeline boundary in
   bool training_ = true;  // dropout only while training (set_training)
   double dropout() const { return training_ ? cfg_.dropout : 0.0; }
   size_t word_ = 0, position_ = 0, head_ = 0;  // embedding.word, embedding.position, the head's tied copy

@@ -105,15 +105,15 @@ HfGpt2 read_hf_gpt2_config(const std::string& dir) {
   const std::string cpath = dir + "/config.json";
   if (!std::filesystem::exists(cpath)) throw ModelInputError(dir + " is not a Hugging Face model: no config.json");
   const json::Value c = json::parse(read_file(cpath), cpath);
-  auto get_int = [&](const char* k) { return c.at(k, cpath).as_int(cpath + " " + k); };
-  if (const json::Value* t = c.find("model_type"); t && t->as_string(cpath + " model_type") != "gpt2")
-    throw ModelInputError(cpath + ": model_type = \"" + t->as_string("") + "\"; only \"gpt2\" is supported");
-  if (const json::Value* a = c.find("activation_function"); a && a->as_string(cpath) != "gelu_new")
-    throw ModelInputError(cpath + ": activation_function = \"" + a->as_string(cpath) +
+  auto get_int = [&](const char* k) { return json::as_int(json::at(c, k, cpath), cpath + " " + k); };
+  if (const json::Value* t = json::find(c, "model_type"); t && json::as_string(*t, cpath + " model_type") != "gpt2")
+    throw ModelInputError(cpath + ": model_type = \"" + json::as_string(*t, "") + "\"; only \"gpt2\" is supported");
+  if (const json::Value* a = json::find(c, "activation_function"); a && json::as_string(*a, cpath) != "gelu_new")
+    throw ModelInputError(cpath + ": activation_function = \"" + json::as_string(*a, cpath) +
                              "\"; Trident's GPT uses the tanh GELU (\"gelu_new\")");
-  if (const json::Value* s = c.find("scale_attn_by_inverse_layer_idx"); s && s->as_bool(cpath))
+  if (const json::Value* s = json::find(c, "scale_attn_by_inverse_layer_idx"); s && json::as_bool(*s, cpath))
     throw ModelInputError(cpath + ": scale_attn_by_inverse_layer_idx = true is not supported");
-  if (const json::Value* t = c.find("tie_word_embeddings"); t && !t->as_bool(cpath + " tie_word_embeddings"))
+  if (const json::Value* t = json::find(c, "tie_word_embeddings"); t && !json::as_bool(*t, cpath + " tie_word_embeddings"))
     throw ModelInputError(cpath + ": tie_word_embeddings = false; Trident's GPT ties the LM head to the word "
                              "embedding (expected true or no key)");
   hf.model.layers = get_int("n_layer");
@@ -121,10 +121,10 @@ HfGpt2 read_hf_gpt2_config(const std::string& dir) {
   hf.model.heads = get_int("n_head");
   hf.model.seq_len = get_int("n_positions");
   hf.model.vocab_size = get_int("vocab_size");
-  const json::Value* inner = c.find("n_inner");
-  hf.model.ffn_hidden = inner && !inner->is_null() ? inner->as_int(cpath + " n_inner") : 0;
-  if (const json::Value* e = c.find("layer_norm_epsilon")) hf.model.layernorm_eps = e->as_double(cpath);
-  if (const json::Value* t = c.find("tokenizer")) hf.tokenizer = t->as_string(cpath + " tokenizer");
+  const json::Value* inner = json::find(c, "n_inner");
+  hf.model.ffn_hidden = inner && !inner->is_null() ? json::as_int(*inner, cpath + " n_inner") : 0;
+  if (const json::Value* e = json::find(c, "layer_norm_epsilon")) hf.model.layernorm_eps = json::as_double(*e, cpath);
+  if (const json::Value* t = json::find(c, "tokenizer")) hf.tokenizer = json::as_string(*t, cpath + " tokenizer");
   else if (hf.model.vocab_size == 50257) hf.tokenizer = "gpt2";
   else if (hf.model.vocab_size == 256) hf.tokenizer = "byte";
   return hf;
@@ -231,28 +231,28 @@ void write_hf_gpt2(const std::string& dir, const ModelConfig& cfg, const std::st
   st::write_file(dir + "/model.safetensors", out, {{"format", "pt"}});
 
   json::Value c = json::Value::object();
-  c.set("architectures", json::Value::array({json::Value::string("GPT2LMHeadModel")}));
-  c.set("model_type", json::Value::string("gpt2"));
-  c.set("n_layer", json::Value::number(cfg.layers));
-  c.set("n_head", json::Value::number(cfg.heads));
-  c.set("n_embd", json::Value::number(cfg.hidden));
-  c.set("n_positions", json::Value::number(cfg.seq_len));
-  c.set("n_ctx", json::Value::number(cfg.seq_len));
-  c.set("n_inner", cfg.ffn_hidden > 0 ? json::Value::number(cfg.ffn_hidden) : json::Value::null());
-  c.set("vocab_size", json::Value::number(cfg.vocab_size));
-  c.set("layer_norm_epsilon", json::Value::number(cfg.layernorm_eps));
-  c.set("activation_function", json::Value::string("gelu_new"));
-  c.set("initializer_range", json::Value::number(cfg.init_std));
-  for (const char* k : {"resid_pdrop", "embd_pdrop", "attn_pdrop"}) c.set(k, json::Value::number(cfg.dropout));
-  c.set("tie_word_embeddings", json::Value::boolean(true));
-  c.set("torch_dtype", json::Value::string("float32"));
-  c.set("tokenizer", json::Value::string(tokenizer));
+  c["architectures"] = json::Value::array({json::Value("GPT2LMHeadModel")});
+  c["model_type"] = json::Value("gpt2");
+  c["n_layer"] = json::number(cfg.layers);
+  c["n_head"] = json::number(cfg.heads);
+  c["n_embd"] = json::number(cfg.hidden);
+  c["n_positions"] = json::number(cfg.seq_len);
+  c["n_ctx"] = json::number(cfg.seq_len);
+  c["n_inner"] = cfg.ffn_hidden > 0 ? json::number(cfg.ffn_hidden) : json::Value();
+  c["vocab_size"] = json::number(cfg.vocab_size);
+  c["layer_norm_epsilon"] = json::number(cfg.layernorm_eps);
+  c["activation_function"] = json::Value("gelu_new");
+  c["initializer_range"] = json::number(cfg.init_std);
+  for (const char* k : {"resid_pdrop", "embd_pdrop", "attn_pdrop"}) c[k] = json::number(cfg.dropout);
+  c["tie_word_embeddings"] = json::Value(true);
+  c["torch_dtype"] = json::Value("float32");
+  c["tokenizer"] = json::Value(tokenizer);
   // GPT-2's <|endoftext|>; other tokenizers (bytes) have no such id, and a missing key would
   // make transformers default to 50256, outside their vocabulary.
-  const json::Value eot = tokenizer == "gpt2" ? json::Value::number(int64_t{50256}) : json::Value::null();
-  c.set("bos_token_id", eot);
-  c.set("eos_token_id", eot);
-  c.set("trident_version", json::Value::string(kTridentVersion));
+  const json::Value eot = tokenizer == "gpt2" ? json::number(int64_t{50256}) : json::Value();
+  c["bos_token_id"] = eot;
+  c["eos_token_id"] = eot;
+  c["trident_version"] = json::Value(kTridentVersion);
   write_file_atomic(dir + "/config.json", json::dump(c, 2) + "\n");
 }
 

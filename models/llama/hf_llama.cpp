@@ -57,34 +57,35 @@ std::string shape_text(const std::vector<int64_t>& s) {
 void read_rope(const json::Value& c, const std::string& cpath, ModelConfig& m) {
   // transformers 5: rope_parameters holds the base and the scaling; older files
   // have rope_theta at the top and rope_scaling (null when unscaled).
-  const json::Value* params = c.find("rope_parameters");
-  const json::Value* legacy = c.find("rope_scaling");
+  const json::Value* params = json::find(c, "rope_parameters");
+  const json::Value* legacy = json::find(c, "rope_scaling");
   const auto type_of = [](const json::Value* v) -> std::string {
     if (!v || v->is_null()) return "default";
-    const json::Value* t = v->find("rope_type");
-    if (!t) t = v->find("type");
-    return t && t->is_string() ? t->as_string("") : "default";
+    const json::Value* t = json::find(*v, "rope_type");
+    if (!t) t = json::find(*v, "type");
+    return t && t->is_string() ? json::as_string(*t, "") : "default";
   };
   if (params && !params->is_null() && legacy && !legacy->is_null() && type_of(params) != type_of(legacy))
     throw ModelInputError(cpath + ": rope_parameters (rope_type \"" + type_of(params) + "\") and rope_scaling (\"" +
                              type_of(legacy) + "\") disagree: expected one of them, or both the same");
   const json::Value* scaling = params && !params->is_null() ? params : legacy;
   const std::string where = params && !params->is_null() ? cpath + " rope_parameters" : cpath + " rope_scaling";
-  if (const json::Value* t = params && !params->is_null() ? params->find("rope_theta") : c.find("rope_theta"))
-    m.rope_theta = t->as_double(cpath + " rope_theta");
+  const json::Value& theta_holder = params && !params->is_null() ? *params : c;
+  if (const json::Value* t = json::find(theta_holder, "rope_theta"))
+    m.rope_theta = json::as_double(*t, cpath + " rope_theta");
   if (!scaling || scaling->is_null()) return;
-  const json::Value* type = scaling->find("rope_type");
-  if (!type) type = scaling->find("type");
-  const std::string kind = type ? type->as_string(where + " rope_type") : "default";
+  const json::Value* type = json::find(*scaling, "rope_type");
+  if (!type) type = json::find(*scaling, "type");
+  const std::string kind = type ? json::as_string(*type, where + " rope_type") : "default";
   if (kind == "default") return;
   if (kind != "llama3")
     throw ModelInputError(where + ": rope_type = \"" + kind + "\"; Trident reads \"default\" and \"llama3\"");
   m.rope_scaling = "llama3";
-  m.rope_factor = scaling->at("factor", where).as_double(where + " factor");
-  m.rope_low_freq_factor = scaling->at("low_freq_factor", where).as_double(where + " low_freq_factor");
-  m.rope_high_freq_factor = scaling->at("high_freq_factor", where).as_double(where + " high_freq_factor");
+  m.rope_factor = json::as_double(json::at(*scaling, "factor", where), where + " factor");
+  m.rope_low_freq_factor = json::as_double(json::at(*scaling, "low_freq_factor", where), where + " low_freq_factor");
+  m.rope_high_freq_factor = json::as_double(json::at(*scaling, "high_freq_factor", where), where + " high_freq_factor");
   m.rope_original_max_position =
-      scaling->at("original_max_position_embeddings", where).as_int(where + " original_max_position_embeddings");
+      json::as_int(json::at(*scaling, "original_max_position_embeddings", where), where + " original_max_position_embeddings");
 }
 
 // The tensors a file may hold (models/common/hf_names.h).
@@ -105,8 +106,8 @@ std::vector<std::string> weight_files(const std::string& dir) {
     throw ModelInputError(dir + " has neither model.safetensors nor model.safetensors.index.json");
   const json::Value v = json::parse(read_file(index), index);
   std::set<std::string> files;
-  for (const auto& [name, file] : v.at("weight_map", index).as_object(index + " weight_map"))
-    files.insert(file.as_string(index + " weight_map." + name));
+  for (const auto& [name, file] : json::as_object(json::at(v, "weight_map", index), index + " weight_map"))
+    files.insert(json::as_string(file, index + " weight_map." + name));
   std::vector<std::string> out;
   for (const std::string& f : files) {
     if (f.find('/') != std::string::npos || f == "..")
@@ -126,16 +127,17 @@ HfLlama read_hf_llama_config(const std::string& dir) {
   const std::string cpath = dir + "/config.json";
   if (!std::filesystem::exists(cpath)) throw ModelInputError(dir + " is not a Hugging Face model: no config.json");
   const json::Value c = json::parse(read_file(cpath), cpath);
-  auto get_int = [&](const char* k) { return c.at(k, cpath).as_int(cpath + " " + k); };
-  const std::string type = c.at("model_type", cpath).as_string(cpath + " model_type");
+  auto get_int = [&](const char* k) { return json::as_int(json::at(c, k, cpath), cpath + " " + k); };
+  const std::string type = json::as_string(json::at(c, "model_type", cpath), cpath + " model_type");
   if (type != "llama") throw ModelInputError(cpath + ": model_type = \"" + type + "\"; expected \"llama\"");
   for (const char* k : {"attention_bias", "mlp_bias"})
-    if (const json::Value* b = c.find(k); b && b->as_bool(cpath + " " + k))
+    if (const json::Value* b = json::find(c, k); b && json::as_bool(*b, cpath + " " + k))
       throw ModelInputError(cpath + ": " + k + " = true; Trident's Llama has no biases");
-  if (const json::Value* a = c.find("hidden_act"); a && a->as_string(cpath + " hidden_act") != "silu")
-    throw ModelInputError(cpath + ": hidden_act = \"" + a->as_string("") + "\"; Trident's Llama uses silu (SwiGLU)");
-  if (const json::Value* t = c.find("pretraining_tp"); t && !t->is_null() && t->as_int(cpath) != 1)
-    throw ModelInputError(cpath + ": pretraining_tp = " + std::to_string(t->as_int(cpath)) + "; expected 1");
+  if (const json::Value* a = json::find(c, "hidden_act"); a && json::as_string(*a, cpath + " hidden_act") != "silu")
+    throw ModelInputError(cpath + ": hidden_act = \"" + json::as_string(*a, "") +
+                          "\"; Trident's Llama uses silu (SwiGLU)");
+  if (const json::Value* t = json::find(c, "pretraining_tp"); t && !t->is_null() && json::as_int(*t, cpath) != 1)
+    throw ModelInputError(cpath + ": pretraining_tp = " + std::to_string(json::as_int(*t, cpath)) + "; expected 1");
   ModelConfig& m = hf.model;
   m.arch = "llama";
   m.layers = get_int("num_hidden_layers");
@@ -144,18 +146,19 @@ HfLlama read_hf_llama_config(const std::string& dir) {
   m.ffn_hidden = get_int("intermediate_size");
   m.vocab_size = get_int("vocab_size");
   m.seq_len = get_int("max_position_embeddings");
-  const json::Value* kv = c.find("num_key_value_heads");
-  m.kv_heads = kv && !kv->is_null() ? kv->as_int(cpath + " num_key_value_heads") : m.heads;
-  if (const json::Value* e = c.find("rms_norm_eps")) m.layernorm_eps = e->as_double(cpath + " rms_norm_eps");
-  const json::Value* tie = c.find("tie_word_embeddings");
-  m.tie_embeddings = tie ? tie->as_bool(cpath + " tie_word_embeddings") : false;  // LlamaConfig's default
-  if (const json::Value* hd = c.find("head_dim"); hd && !hd->is_null() && m.hidden % m.heads == 0 &&
-                                                  hd->as_int(cpath) != m.hidden / m.heads)
-    throw ModelInputError(cpath + ": head_dim = " + std::to_string(hd->as_int(cpath)) +
+  const json::Value* kv = json::find(c, "num_key_value_heads");
+  m.kv_heads = kv && !kv->is_null() ? json::as_int(*kv, cpath + " num_key_value_heads") : m.heads;
+  if (const json::Value* e = json::find(c, "rms_norm_eps"))
+    m.layernorm_eps = json::as_double(*e, cpath + " rms_norm_eps");
+  const json::Value* tie = json::find(c, "tie_word_embeddings");
+  m.tie_embeddings = tie ? json::as_bool(*tie, cpath + " tie_word_embeddings") : false;  // LlamaConfig's default
+  if (const json::Value* hd = json::find(c, "head_dim"); hd && !hd->is_null() && m.hidden % m.heads == 0 &&
+                                                  json::as_int(*hd, cpath) != m.hidden / m.heads)
+    throw ModelInputError(cpath + ": head_dim = " + std::to_string(json::as_int(*hd, cpath)) +
                              "; Trident's Llama needs hidden_size / num_attention_heads = " +
                              std::to_string(m.hidden / m.heads));
   read_rope(c, cpath, m);
-  if (const json::Value* t = c.find("tokenizer"); t && t->is_string()) hf.tokenizer = t->as_string("");
+  if (const json::Value* t = json::find(c, "tokenizer"); t && t->is_string()) hf.tokenizer = json::as_string(*t, "");
   else if (std::filesystem::exists(dir + "/tokenizer.json")) hf.tokenizer = "hf";
   return hf;
 }
@@ -263,46 +266,46 @@ int write_hf_llama(const std::string& dir, const ModelConfig& cfg, const std::st
       char name[64];
       std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1, shards.size());
       st::write_file(dir + "/" + name, shards[k], {{"format", "pt"}});
-      for (const st::Tensor& t : shards[k]) map.set(t.name, json::Value::string(name)), ++n;
+      for (const st::Tensor& t : shards[k]) map[t.name] = json::Value(name), ++n;
     }
     json::Value index = json::Value::object();
     json::Value meta = json::Value::object();
-    meta.set("total_size", json::Value::number(total));
-    index.set("metadata", meta);
-    index.set("weight_map", map);
+    meta["total_size"] = json::number(total);
+    index["metadata"] = meta;
+    index["weight_map"] = map;
     write_file_atomic(dir + "/model.safetensors.index.json", json::dump(index, 2) + "\n");
   }
 
   json::Value c = json::Value::object();
-  c.set("architectures", json::Value::array({json::Value::string("LlamaForCausalLM")}));
-  c.set("model_type", json::Value::string("llama"));
-  c.set("hidden_size", json::Value::number(cfg.hidden));
-  c.set("intermediate_size", json::Value::number(cfg.ffn()));
-  c.set("num_hidden_layers", json::Value::number(cfg.layers));
-  c.set("num_attention_heads", json::Value::number(cfg.heads));
-  c.set("num_key_value_heads", json::Value::number(cfg.kv()));
-  c.set("head_dim", json::Value::number(cfg.head_dim()));
-  c.set("vocab_size", json::Value::number(cfg.vocab_size));
-  c.set("max_position_embeddings", json::Value::number(cfg.seq_len));
-  c.set("rms_norm_eps", json::Value::number(cfg.layernorm_eps));
-  c.set("hidden_act", json::Value::string("silu"));
-  c.set("attention_bias", json::Value::boolean(false));
-  c.set("mlp_bias", json::Value::boolean(false));
-  c.set("tie_word_embeddings", json::Value::boolean(cfg.tie_embeddings));
-  c.set("initializer_range", json::Value::number(cfg.init_std));
+  c["architectures"] = json::Value::array({json::Value("LlamaForCausalLM")});
+  c["model_type"] = json::Value("llama");
+  c["hidden_size"] = json::number(cfg.hidden);
+  c["intermediate_size"] = json::number(cfg.ffn());
+  c["num_hidden_layers"] = json::number(cfg.layers);
+  c["num_attention_heads"] = json::number(cfg.heads);
+  c["num_key_value_heads"] = json::number(cfg.kv());
+  c["head_dim"] = json::number(cfg.head_dim());
+  c["vocab_size"] = json::number(cfg.vocab_size);
+  c["max_position_embeddings"] = json::number(cfg.seq_len);
+  c["rms_norm_eps"] = json::number(cfg.layernorm_eps);
+  c["hidden_act"] = json::Value("silu");
+  c["attention_bias"] = json::Value(false);
+  c["mlp_bias"] = json::Value(false);
+  c["tie_word_embeddings"] = json::Value(cfg.tie_embeddings);
+  c["initializer_range"] = json::number(cfg.init_std);
   json::Value rope = json::Value::object();
-  rope.set("rope_theta", json::Value::number(cfg.rope_theta));
-  rope.set("rope_type", json::Value::string(cfg.rope_scaling == "llama3" ? "llama3" : "default"));
+  rope["rope_theta"] = json::number(cfg.rope_theta);
+  rope["rope_type"] = json::Value(cfg.rope_scaling == "llama3" ? "llama3" : "default");
   if (cfg.rope_scaling == "llama3") {
-    rope.set("factor", json::Value::number(cfg.rope_factor));
-    rope.set("low_freq_factor", json::Value::number(cfg.rope_low_freq_factor));
-    rope.set("high_freq_factor", json::Value::number(cfg.rope_high_freq_factor));
-    rope.set("original_max_position_embeddings", json::Value::number(cfg.rope_original_max_position));
+    rope["factor"] = json::number(cfg.rope_factor);
+    rope["low_freq_factor"] = json::number(cfg.rope_low_freq_factor);
+    rope["high_freq_factor"] = json::number(cfg.rope_high_freq_factor);
+    rope["original_max_position_embeddings"] = json::number(cfg.rope_original_max_position);
   }
-  c.set("rope_parameters", rope);
-  c.set("torch_dtype", json::Value::string("float32"));
-  c.set("tokenizer", json::Value::string(tokenizer));
-  c.set("trident_version", json::Value::string(kTridentVersion));
+  c["rope_parameters"] = rope;
+  c["torch_dtype"] = json::Value("float32");
+  c["tokenizer"] = json::Value(tokenizer);
+  c["trident_version"] = json::Value(kTridentVersion);
   write_file_atomic(dir + "/config.json", json::dump(c, 2) + "\n");
   return n;
 }

@@ -187,14 +187,14 @@ at::Tensor LlamaChunk::head_logits(const at::Tensor& x) const {
 }
 
 at::Tensor LlamaChunk::run(const at::Tensor& input, const at::Tensor& targets) const {
-  at::Tensor x = spec_.has_embedding ? embed(input) : input.to(compute_);  // boundaries are fp32 (NOTE [bf16])
+  at::Tensor x = spec_.has_embedding ? embed(input) : input.to(compute_);  // boundaries: boundary_ (NOTE [bf16])
   for (int64_t l = spec_.first_layer; l < spec_.first_layer + spec_.num_layers; ++l) {
     if (recompute_ == Recompute::kFull)
       x = trident::recompute([this, l](const at::Tensor& in) { return block(l, in); }, x);
     else
       x = block(l, x);
   }
-  if (!spec_.has_head) return x.to(at::kFloat);
+  if (!spec_.has_head) return x.to(boundary_);
   const int64_t vocab_start = tp_.rank() * params_[head_].tensor.size(0);
   return vocab_parallel_cross_entropy(tp_, head_logits(x), targets, vocab_start, cfg_.vocab_size).mean();
 }

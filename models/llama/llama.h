@@ -62,6 +62,8 @@ class LlamaChunk : public Stage {
   // the MLP's gate/up products keep only their inputs (NOTE [recomputation]).
   void set_recompute(Recompute mode) override { recompute_ = mode; }
   void set_compute_dtype(at::ScalarType dtype) override { compute_ = dtype; }
+  void set_boundary_dtype(at::ScalarType dtype) override { boundary_ = dtype; }
+  at::ScalarType boundary_dtype() const override { return boundary_; }
   at::Tensor logits(const at::Tensor& ids) const override;
 
  private:
@@ -86,6 +88,7 @@ class LlamaChunk : public Stage {
   CastCache casts_;  // p()'s compute-dtype copies (NOTE [cast once per step])
   Recompute recompute_ = Recompute::kNone;
   at::ScalarType compute_ = at::kFloat;
+  at::ScalarType boundary_ = at::kFloat;  // what the hidden state crosses a pipeline boundary in
   at::Tensor cos_, sin_;  // (seq_len, head_dim) fp32, on the stage's device (buffers())
   size_t word_ = 0, final_norm_ = 0, head_ = 0;
   std::vector<BlockParams> blocks_;  // blocks_[l - spec_.first_layer]

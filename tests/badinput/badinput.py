@@ -10,6 +10,7 @@ usage: badinput.py BUILD_DIR SOURCE_DIR [--only NAME_SUBSTRING] [--list]
 import os
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -19,9 +20,9 @@ TRACE_MARKS = ("frame #", "Exception raised from", "terminate called", "Tracebac
 MAX_SECONDS = 20  # a size check errs in about a second; an allocation takes minutes
 
 
-def cases(work, cores):
+def cases(work, cores, trident="build/trident", busy_port=0):
     tiny = "train --config configs/gpt-tiny.toml --set training.steps=2 --set"
-    # name, expected status, command (after `trident`), words the error line holds
+    # name, expected status, command (after `trident`), words the error line holds[, environment added]
     return [
         # Item 2: every float key finite and in range; timeouts bounded.
         ("lr inf", 2, f"{tiny} training.lr=inf", ["training.lr = inf", "finite number > 0"]),
@@ -45,6 +46,11 @@ def cases(work, cores):
         ("hidden 2^31", 2, f"{tiny} model.hidden=2147483648", ["model.hidden (2147483648)", "overflow int64"]),
         ("batch 1e9", 2, f"{tiny} training.global_batch_size=1000000000 --set training.micro_batch_size=1000000000",
          ["host memory", "training.micro_batch_size x model.seq_len x model.vocab_size"]),
+        # Parameters, logits and tokens under 2 GB; one micro-batch's activations through 1000 layers 4.3 TB.
+        ("activations in flight", 2, f"{tiny} model.layers=1000 --set training.micro_batch_size=32768 "
+         "--set training.global_batch_size=32768",
+         ["host memory", "activations of 1 micro-batch(es) in flight under schedule.kind = \"1f1b\", 1000 layer(s)",
+          "4.29e+12"]),
         ("synthetic tokens 1e12", 2, f"{tiny} data.synthetic_tokens=1000000000000",
          ["host memory", "data.synthetic_tokens"]),
         ("schedule p=m=100000", 2, "schedule --kind 1f1b -p 100000 -m 100000 --format summary",
@@ -100,6 +106,37 @@ def cases(work, cores):
          ["hfl-kv/config.json: model.kv_heads (3) must divide model.heads"]),
         ("generate temperature nan", 2, f"generate --init-from {work}/hf --prompt hi --temperature nan",
          ["--temperature nan: expected a finite number >= 0"]),
+        # Messages that named the wrong thing (issue 30's "messages that mislead").
+        ("WORLD_SIZE without the rest", 2, "train --config configs/gpt-tiny.toml",
+         ["the environment sets RANK=0 WORLD_SIZE=2 but not LOCAL_RANK, MASTER_ADDR, MASTER_PORT", "trident launch"],
+         {"WORLD_SIZE": "2", "RANK": "0"}),
+        ("WORLD_SIZE alone", 2, "train --config configs/gpt-tiny.toml",
+         ["the environment sets WORLD_SIZE=2 but not RANK, LOCAL_RANK, MASTER_ADDR, MASTER_PORT"],
+         {"WORLD_SIZE": "2"}),
+        ("master port in use", 1,
+         f"launch --nproc-per-node 2 --master-port {busy_port} -- {trident} {tiny} parallel.dp=2",
+         [f"cannot host the rendezvous store: port {busy_port} is already in use on this node",
+          f"MASTER_PORT={busy_port}", "--master-port"]),
+        ("exec failure", 127, "launch --nproc-per-node 2 -- /no/such/program",
+         ["diagnosis: rank 0 could not be started (cannot run '/no/such/program': No such file or directory)"]),
+        ("checkpoint show, corrupted", 2, f"checkpoint show {work}/ck-corrupt",
+         [f"{work}/ck-corrupt/step-00000002/rank-00000.bin:", "fails its checksum", "the file is corrupted"]),
+        ("manifest edited to world 2", 2, f"checkpoint show {work}/ck-world2",
+         [f"{work}/ck-world2/step-00000002/manifest.json: world = 2, but the step's 1 rank file(s) were "
+          "written for world 1"]),
+        ("resume, manifest edited to world 2", 2,
+         f"train --config configs/gpt-tiny.toml --set training.steps=3 --set checkpoint.dir={work}/ck-world2 "
+         f"--set checkpoint.resume=true --set logging.dir={work}/run-world2",
+         ["ck-world2/step-00000002/manifest.json: world = 2", "written for world 1"]),
+        ("bin_size edited", 2, f"checkpoint show {work}/ck-binsize",
+         ["ck-binsize/step-00000002/rank-00000.json: bin_size = 64, but its tensors and blobs end at byte"]),
+        ("tokenizer.json []", 2,
+         f"data prepare --tokenizer hf --tokenizer-dir {work}/tok-array --input {work}/plain.txt --output {work}/p5",
+         ["tok-array/tokenizer.json: the file holds an array, not a JSON object"]),
+        ("token header, bytes for a name", 2, f"data info {work}/garbage.bin",
+         ['the header\'s tokenizer name "g\\x01\\xfe2" is not a name', "the header is corrupt"]),
+        ("token header, an unknown name", 2, f"{tiny} data.source=file --set data.path={work}/odd",
+         [f"token file {work}/odd.train.bin: the header names tokenizer \"gpX2\", none Trident has"]),
         # Already handled: config and command-line mistakes.
         ("unknown key", 2, f"{tiny} training.stepz=3", ["unknown key training.stepz"]),
         ("set without =", 2, f"{tiny} training.steps", ["--set training.steps: expected section.key=value"]),
@@ -119,6 +156,49 @@ def cases(work, cores):
         # Item 5: a difference is 1, not 2.
         ("compare differ", 1, f"compare {work}/a {work}/b", []),
     ]
+
+
+RANK_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                  "GROUP_RANK", "NODE_RANK")
+
+
+def edit_json(path, edit):
+    import json
+    doc = json.load(open(path))
+    edit(doc)
+    json.dump(doc, open(path, "w"), indent=1)
+
+
+def edit_checkpoints(work):
+    """Copies of the step-2 checkpoint in work/ck: a flipped byte in its data, a manifest
+    saying world 2 (one rank wrote it), a rank index with another bin_size."""
+    step = "step-00000002"
+    for name in ("ck-corrupt", "ck-world2", "ck-binsize"):
+        shutil.copytree(os.path.join(work, "ck"), os.path.join(work, name))
+    with open(os.path.join(work, "ck-corrupt", step, "rank-00000.bin"), "r+b") as f:
+        f.seek(-1, os.SEEK_END)
+        last = f.read(1)[0]
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([last ^ 0x10]))
+    edit_json(os.path.join(work, "ck-world2", step, "manifest.json"), lambda m: m.update(world=2))
+    edit_json(os.path.join(work, "ck-binsize", step, "rank-00000.json"), lambda m: m.update(bin_size=64))
+
+
+def make_broken_files(work):
+    """A tokenizer.json holding `[]`; token files (NOTE [token file format]: a 128-byte header,
+    the tokenizer's name at byte 40) naming no tokenizer, in bytes and in letters."""
+    import struct
+    os.makedirs(os.path.join(work, "tok-array"))
+    open(os.path.join(work, "tok-array", "tokenizer.json"), "w").write("[]\n")
+
+    def token_file(path, name):
+        tokens = bytes(range(64)) * 4
+        header = b"TRIDTOK\0" + struct.pack("<IIQQII", 1, 2, len(tokens), 1, 256, 0xFFFFFFFF)
+        header = (header + name.ljust(32, b"\0")).ljust(128, b"\0")
+        open(path, "wb").write(header + struct.pack(f"<{len(tokens)}H", *tokens))
+    token_file(os.path.join(work, "garbage.bin"), b"g\x01\xfe2")
+    for split in ("train", "val"):
+        token_file(os.path.join(work, f"odd.{split}.bin"), b"gpX2")
 
 
 def edited(src, dst, config=None, tensors=None):
@@ -187,12 +267,18 @@ def main():
             os.makedirs(os.path.join(work, d))
             with open(os.path.join(work, d, "metrics.jsonl"), "w") as f:
                 f.write("\n".join(rows) + "\n")
-        table = [c for c in cases(work, cores) if only is None or only in c[0]]
+        # A port something else listens on (the rendezvous store cannot have it).
+        busy = socket.socket()
+        busy.bind(("0.0.0.0", 0))
+        busy.listen()
+        table = [c for c in cases(work, cores, os.path.abspath(trident), busy.getsockname()[1])
+                 if only is None or only in c[0]]
+        make_broken_files(work)
         open(os.path.join(work, "empty.toml"), "w").write("# nothing set\n\n")
         open(os.path.join(work, "empty.txt"), "w").close()
         open(os.path.join(work, "latin1.txt"), "wb").write(b"caf\xe9 au lait\n")
         open(os.path.join(work, "plain.txt"), "w").write("Just some plain text.\n")
-        if not listing and any("resume" in c[0] or "latest" in c[0] for c in table):
+        if not listing and any(w in c[0] for c in table for w in ("resume", "latest", "checkpoint", "manifest", "bin_size")):
             # A step-2 checkpoint to resume from, and a copy whose `latest` holds a NUL byte.
             subprocess.run([trident, "train", "--config", "configs/gpt-tiny.toml", "--set", "training.steps=2",
                             "--set", f"checkpoint.dir={work}/ck", "--set", f"logging.dir={work}/run-ck"],
@@ -200,20 +286,23 @@ def main():
             shutil.copytree(os.path.join(work, "ck"), os.path.join(work, "ck-nul"))
             with open(os.path.join(work, "ck-nul", "latest"), "wb") as f:
                 f.write(b"step-0000\x00002\n")
+            edit_checkpoints(work)
         if not listing and any(c[0].startswith("hf") or "temperature" in c[0] for c in table):
             make_hf_dirs(trident, source, work)
         if listing:
-            for name, status, cmd, words in table:
+            for name, status, cmd, words, *_ in table:
                 print(f"{name}: exit {status}: trident {cmd}")
             return 0
         failures = []
         start = time.monotonic()
-        for name, status, cmd, words in table:
+        # No rank variables from the caller's environment: a case sets its own.
+        base_env = {k: v for k, v in os.environ.items() if k not in RANK_VARIABLES}
+        for name, status, cmd, words, *extra in table:
             t0 = time.monotonic()
+            env = dict(base_env, TRIDENT_RDZV_TIMEOUT_S="10", **(extra[0] if extra else {}))
             try:
                 r = subprocess.run([trident] + shlex.split(cmd), cwd=source, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, timeout=MAX_SECONDS * 3,
-                                   env=dict(os.environ, TRIDENT_RDZV_TIMEOUT_S="10"))
+                                   stderr=subprocess.STDOUT, timeout=MAX_SECONDS * 3, env=env)
                 out, rc = r.stdout.decode(errors="replace"), r.returncode
             except subprocess.TimeoutExpired as e:
                 out, rc = (e.stdout or b"").decode(errors="replace"), "timeout"

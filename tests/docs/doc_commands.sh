@@ -81,15 +81,21 @@ for doc in "${docs[@]}"; do
   done < <(extract "$repo/$doc")
 done
 
-# The examples printed by --help.
+# The examples printed by --help. The loop must run some: a --help text that
+# stopped printing "example: " lines (or a subcommand list that came out empty)
+# would otherwise pass by running nothing.
+help_n=0
+subs=0
 while IFS= read -r sub; do
   [[ -z "$sub" ]] && continue
+  subs=$((subs + 1))
   ex="$("$repo/build/trident" $sub --help 2>&1 | sed -n 's/^example: //p')"
   while IFS= read -r cmd; do
     [[ -z "$cmd" ]] && continue
     run="$cmd"
     [[ "$run" == *"trident train"* && "$run" != *"training.steps="* ]] && run="$run --set training.steps=2"
     n=$((n + 1))
+    help_n=$((help_n + 1))
     if [[ -n "$list_only" ]]; then echo "trident $sub --help: $run"; continue; fi
     echo "=== trident $sub --help: $run"
     if ! (cd "$scratch" && timeout 600 bash -c "$run" < /dev/null > "$scratch/out.txt" 2>&1); then
@@ -101,6 +107,10 @@ while IFS= read -r sub; do
 done < <("$repo/build/trident" --help | awk '/^  [a-z]/ {print $1}')
 
 if (( n == 0 )); then echo "no commands found: the extractor is broken"; exit 1; fi
+if (( help_n == 0 )); then
+  echo "no --help example found in $subs subcommands of trident --help: the example extraction is broken"
+  exit 1
+fi
 [[ -n "$list_only" ]] && exit 0
 if (( fail )); then echo "some documented commands failed"; exit 1; fi
 echo "all $n documented commands ran"

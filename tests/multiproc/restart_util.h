@@ -37,21 +37,22 @@ inline ::testing::AssertionResult same_checkpoint(const std::string& a, const st
       return ::testing::AssertionFailure() << "missing " << name << ".json in " << (ja.empty() ? a : b);
     const std::string ba = slurp(a + "/" + name + ".bin"), bb = slurp(b + "/" + name + ".bin");
     const json::Value ia = json::parse(ja, a), ib = json::parse(jb, b);
-    const auto& ea = ia.at("entries", a).as_array("entries");
-    const auto& eb = ib.at("entries", b).as_array("entries");
+    const auto& ea = json::as_array(json::at(ia, "entries", a), "entries");
+    const auto& eb = json::as_array(json::at(ib, "entries", b), "entries");
     if (ea.size() != eb.size() || ea.empty())
       return ::testing::AssertionFailure() << name << ": " << ea.size() << " vs " << eb.size() << " entries";
     for (size_t i = 0; i < ea.size(); ++i) {
-      const std::string what = ea[i].at("name", a).as_string("name");
+      const std::string what = json::as_string(json::at(ea[i], "name", a), "name");
       if (json::dump(ea[i]) != json::dump(eb[i]))
         return ::testing::AssertionFailure() << name << ": entry " << what << " differs: " << json::dump(ea[i])
                                              << " vs " << json::dump(eb[i]);
-      const auto off = static_cast<size_t>(ea[i].at("byte_offset", a).as_int("byte_offset"));
-      const auto n = static_cast<size_t>(ea[i].at("nbytes", a).as_int("nbytes"));
+      const auto off = static_cast<size_t>(json::as_int(json::at(ea[i], "byte_offset", a), "byte_offset"));
+      const auto n = static_cast<size_t>(json::as_int(json::at(ea[i], "nbytes", a), "nbytes"));
       if (off + n > ba.size() || off + n > bb.size() || ba.compare(off, n, bb, off, n) != 0)
         return ::testing::AssertionFailure() << name << ": the bytes of " << what << " differ";
     }
-    const std::string xa = json::dump(ia.at("meta", a).at("extra", a)), xb = json::dump(ib.at("meta", b).at("extra", b));
+    const std::string xa = json::dump(json::at(json::at(ia, "meta", a), "extra", a));
+    const std::string xb = json::dump(json::at(json::at(ib, "meta", b), "extra", b));
     if (xa != xb) return ::testing::AssertionFailure() << name << ": meta.extra " << xa << " vs " << xb;
   }
   return ::testing::AssertionSuccess();

@@ -47,8 +47,8 @@ std::vector<int> simulated(const std::string& kind, int chunks) {
                                 std::to_string(chunks) + " --format json");
   EXPECT_EQ(r.status, 0) << r.output;
   std::vector<int> out;
-  for (int64_t n : json::parse(r.output, "trident schedule --format json").at("peak_inflight", "the schedule's JSON")
-                       .as_int_array("peak_inflight"))
+  const json::Value schedule = json::parse(r.output, "trident schedule --format json");
+  for (int64_t n : json::as_int_array(json::at(schedule, "peak_inflight", "the schedule's JSON"), "peak_inflight"))
     out.push_back(static_cast<int>(n));
   EXPECT_EQ(out.size(), 4u) << r.output;
   return out;

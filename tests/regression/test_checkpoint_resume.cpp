@@ -289,9 +289,9 @@ TEST(CheckpointErrors, ExitAfterStepsResumesInPlaceAndBadCheckpointsAreErrors) {
   const std::string index = slurp(tmp.file("ck/step-00000020/rank-00000.json"));
   int64_t offset = -1;
   const json::Value doc = json::parse(index, "rank-00000.json");
-  for (const json::Value& e : doc.at("entries", "the index").as_array("entries"))
-    if (e.at("name", "an entry").as_string("name") == "embedding.word.weight")
-      offset = e.at("byte_offset", "an entry").as_int("byte_offset");
+  for (const json::Value& e : json::as_array(json::at(doc, "entries", "the index"), "entries"))
+    if (json::as_string(json::at(e, "name", "an entry"), "name") == "embedding.word.weight")
+      offset = json::as_int(json::at(e, "byte_offset", "an entry"), "byte_offset");
   ASSERT_GE(offset, 0) << index.substr(0, 400);
   const std::string bin_file = tmp.file("ck/step-00000020/rank-00000.bin");
   {

@@ -117,13 +117,13 @@ TEST(PipelineAutoSplit, HeadHeavyModelGetsAShorterLastStage) {
   EXPECT_TRUE(matches_reference(ref.rows, run, 0.0));
   const auto ranks = rank_summaries(run.dir);
   ASSERT_EQ(ranks.size(), 2u) << run.result.output;
-  const json::Value& split = ranks[0].at("auto_split", "rank 0's summary");
-  const std::vector<int64_t> layers = split.at("layers", "auto_split").as_int_array("layers");
+  const json::Value& split = json::at(ranks[0], "auto_split", "rank 0's summary");
+  const std::vector<int64_t> layers = json::as_int_array(json::at(split, "layers", "auto_split"), "layers");
   ASSERT_EQ(layers.size(), 2u);
   EXPECT_GT(layers[0], layers[1]);
   EXPECT_EQ(layers[0] + layers[1], 8);
-  EXPECT_LT(split.at("simulated_bubble", "auto_split").as_double("simulated_bubble"),
-            split.at("even_split_simulated_bubble", "auto_split").as_double("even_split_simulated_bubble"));
+  EXPECT_LT(json::as_double(json::at(split, "simulated_bubble", "auto_split"), "simulated_bubble"),
+            json::as_double(json::at(split, "even_split_simulated_bubble", "auto_split"), "even_split_simulated_bubble"));
   // The effective config records the chosen split.
   EXPECT_NE(slurp(dir.file("config.toml"))
                 .find("pipeline_layers = [" + std::to_string(layers[0]) + ", " + std::to_string(layers[1]) + "]"),

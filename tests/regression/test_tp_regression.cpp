@@ -12,6 +12,7 @@
 // has several), and compare with a reference trained with the same split.
 // The model, data, steps and optimizer are gpt-tiny's own.
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include "regression_util.h"
 
@@ -60,15 +61,32 @@ INSTANTIATE_TEST_SUITE_P(
                              4}),
     [](const ::testing::TestParamInfo<TpCase>& i) { return i.param.name; });
 
-// The tolerance is not vacuous: a run that differs in earnest (another seed)
-// is far outside 1e-5.
-TEST(TpRegressionTolerance, DifferentSeedIsOutsideTolerance) {
-  const TrainRun ref = cached_reference({"training.micro_batch_size=8"});
+// The tolerance is not vacuous: it catches a small, realistic fault. A tp = 2
+// run in which one row-parallel all-reduce of the whole run is skipped (NOTE
+// [TP fault] in parallel/tensor_parallel.cpp: call 200, in step 6 of 34 calls
+// a step) matches the reference on the steps before it and leaves 1e-5 after.
+TEST(TpRegressionTolerance, OneSkippedAllReduceIsOutsideTolerance) {
+  const std::string split = "training.micro_batch_size=8";
+  const TrainRun ref = cached_reference({split});
   ASSERT_TRUE(completed(ref));
-  TempDir dir("tp-seed");
-  const TrainRun run = train_tiny(dir.path(), 1, {"training.micro_batch_size=8", "training.seed=4321"});
+  TempDir dir("tp-fault");
+  ::setenv("TRIDENT_TP_SKIP_ALL_REDUCE", "200", 1);
+  const TrainRun run = train_tiny(dir.path(), 2, {"parallel.tp=2", split});
+  ::unsetenv("TRIDENT_TP_SKIP_ALL_REDUCE");
   ASSERT_TRUE(completed(run));
-  EXPECT_FALSE(steps_match(ref.rows, run.rows, "loss", kRelTol));
+  const std::vector<StepRow> before(ref.rows.begin(), ref.rows.begin() + 5), got(run.rows.begin(), run.rows.begin() + 5);
+  EXPECT_TRUE(steps_match(before, got, "loss", kRelTol)) << "the fault must land after step 5";
+  const ::testing::AssertionResult all = steps_match(ref.rows, run.rows, "loss", kRelTol);
+  EXPECT_FALSE(all);
+  std::cout << all.message() << "; max relative difference " << max_rel_diff(ref.rows, run.rows, "loss") << std::endl;
+  // A bad value is an error naming it.
+  ::setenv("TRIDENT_TP_SKIP_ALL_REDUCE", "x", 1);
+  TempDir bad("tp-fault-bad");
+  const TrainRun refused = train_tiny(bad.path(), 2, {"parallel.tp=2", split});
+  ::unsetenv("TRIDENT_TP_SKIP_ALL_REDUCE");
+  EXPECT_NE(refused.result.status, 0);
+  EXPECT_NE(refused.result.output.find("TRIDENT_TP_SKIP_ALL_REDUCE='x': expected a call number >= 1"), std::string::npos)
+      << refused.result.output;
 }
 
 }  // namespace

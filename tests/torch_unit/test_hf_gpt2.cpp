@@ -3,10 +3,12 @@
 // and tanh-GELU, Conv1D as x @ W + b, HF's q|k|v split) on the exported
 // model.safetensors: a wrong transpose, qkv order or padding shows up as
 // different logits. Also: import round trip, resharded checkpoint loads,
-// mismatch errors, and the eval window rule.
+// mismatch errors, the eval window rule, and generation (greedy and sampled)
+// against a loop over the independent forward.
 #include <gtest/gtest.h>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 
 #include <cmath>
@@ -162,15 +164,15 @@ TEST(HfGpt2, ExportedModelMatchesAnIndependentGpt2Forward) {
   EXPECT_EQ(w.at("h.0.mlp.c_fc.weight").sizes().vec(), (std::vector<int64_t>{32, 48}));
   EXPECT_EQ(w.at("h.0.mlp.c_proj.weight").sizes().vec(), (std::vector<int64_t>{48, 32}));
   const json::Value c = json::parse(read_file(out + "/config.json"), "config.json");
-  EXPECT_EQ(c.at("model_type", "c").as_string("c"), "gpt2");
-  EXPECT_EQ(c.at("n_layer", "c").as_int("c"), 2);
-  EXPECT_EQ(c.at("n_head", "c").as_int("c"), 4);
-  EXPECT_EQ(c.at("n_embd", "c").as_int("c"), 32);
-  EXPECT_EQ(c.at("n_positions", "c").as_int("c"), 8);
-  EXPECT_EQ(c.at("n_inner", "c").as_int("c"), 48);
-  EXPECT_EQ(c.at("vocab_size", "c").as_int("c"), 256);
-  EXPECT_DOUBLE_EQ(c.at("layer_norm_epsilon", "c").as_double("c"), 1e-5);
-  EXPECT_EQ(c.at("tokenizer", "c").as_string("c"), "byte");
+  EXPECT_EQ(json::as_string(json::at(c, "model_type", "c"), "c"), "gpt2");
+  EXPECT_EQ(json::as_int(json::at(c, "n_layer", "c"), "c"), 2);
+  EXPECT_EQ(json::as_int(json::at(c, "n_head", "c"), "c"), 4);
+  EXPECT_EQ(json::as_int(json::at(c, "n_embd", "c"), "c"), 32);
+  EXPECT_EQ(json::as_int(json::at(c, "n_positions", "c"), "c"), 8);
+  EXPECT_EQ(json::as_int(json::at(c, "n_inner", "c"), "c"), 48);
+  EXPECT_EQ(json::as_int(json::at(c, "vocab_size", "c"), "c"), 256);
+  EXPECT_DOUBLE_EQ(json::as_double(json::at(c, "layer_norm_epsilon", "c"), "c"), 1e-5);
+  EXPECT_EQ(json::as_string(json::at(c, "tokenizer", "c"), "c"), "byte");
 
   const at::Tensor ids = sample_ids(cfg);
   at::NoGradGuard no_grad;
@@ -322,19 +324,73 @@ TEST(Eval, WindowsPredictEveryTokenAfterTheFirstOnce) {
   EXPECT_THROW(evaluate(*model, cfg.seq_len, {1}), std::runtime_error);
 }
 
-TEST(Generate, GreedyIsTheArgmaxAndSamplingIsSeeded) {
+// The last position's logits of the last seq_len tokens of `seq` by the
+// independent forward on the exported weights (vocabulary unpadded).
+at::Tensor next_logits(const std::map<std::string, at::Tensor>& w, const ModelConfig& cfg,
+                       const std::vector<int64_t>& seq) {
+  const int64_t ctx = std::min<int64_t>(cfg.seq_len, static_cast<int64_t>(seq.size()));
+  const std::vector<int64_t> window(seq.end() - ctx, seq.end());
+  return reference_logits(w, cfg.layers, cfg.heads, 1e-5, at::tensor(window, at::kLong).unsqueeze(0))[0][ctx - 1];
+}
+
+// Greedy generation is the reference loop: the argmax of the independent
+// forward's last logits over a window that slides once the sequence passes
+// seq_len (8), token after token, from a short prompt and one longer than
+// seq_len.
+TEST(Generate, GreedyIsTheReferenceLoopsArgmaxThroughTheSlidingWindow) {
+  at::set_num_threads(1);  // dozens of tiny forwards: threads only contend on a loaded machine
   const ModelConfig cfg = tiny();
   const auto model = random_model(cfg, 8);
-  const std::vector<int64_t> prompt = {1, 2, 3};
-  const auto g = generate(*model, cfg.seq_len, prompt, 10, 0.0, 0, 0);
-  ASSERT_EQ(g.size(), 10u);
-  // First greedy token: the argmax of the last position's logits.
+  const std::string ck = fresh_dir("gen_ck"), out = fresh_dir("gen_hf");
+  save_as_tp2(ck, cfg, *model);
+  export_checkpoint(ck, "hf-gpt2", out);
+  const auto w = read_safetensors(out + "/model.safetensors");
   at::NoGradGuard no_grad;
-  EXPECT_EQ(g[0], model->logits(at::tensor(prompt, at::kLong).unsqueeze(0))[0][2].argmax().item<int64_t>());
-  EXPECT_EQ(generate(*model, cfg.seq_len, prompt, 10, 1.0, 5, 42), generate(*model, cfg.seq_len, prompt, 10, 1.0, 5, 42));
-  EXPECT_EQ(generate(*model, cfg.seq_len, prompt, 10, 0.0, 0, 0, g[0]).size(), 1u) << "stops at the stop token";
-  // Prompts longer than seq_len keep working (the context is the last seq_len tokens).
-  EXPECT_EQ(generate(*model, cfg.seq_len, std::vector<int64_t>(20, 7), 2, 0.0, 0, 0).size(), 2u);
+  std::vector<int64_t> long_prompt;
+  for (int64_t i = 0; i < 20; ++i) long_prompt.push_back((i * 53 + 11) % 256);
+  for (const std::vector<int64_t>& prompt : {std::vector<int64_t>{1, 2, 3}, long_prompt}) {
+    const auto g = generate(*model, cfg.seq_len, prompt, 10, 0.0, 0, 0);
+    std::vector<int64_t> seq = prompt, want;
+    for (int i = 0; i < 10; ++i) {
+      want.push_back(next_logits(w, cfg, seq).argmax().item<int64_t>());
+      seq.push_back(want.back());
+    }
+    EXPECT_EQ(g, want) << "prompt of " << prompt.size() << " tokens";
+  }
+  const auto g = generate(*model, cfg.seq_len, {1, 2, 3}, 10, 0.0, 0, 0);
+  EXPECT_EQ(generate(*model, cfg.seq_len, {1, 2, 3}, 10, 0.0, 0, 0, g[0]).size(), 1u) << "stops at the stop token";
+}
+
+// Sampling at temperature 1: a seed gives the same tokens again, another seed
+// other tokens; with top_k every token is among the k most likely at its
+// step (by the reference forward), and not always the most likely one.
+TEST(Generate, SamplingIsSeededAndStaysWithinTopK) {
+  at::set_num_threads(1);  // dozens of tiny forwards: threads only contend on a loaded machine
+  const ModelConfig cfg = tiny();
+  const auto model = random_model(cfg, 8);
+  const std::string ck = fresh_dir("sample_ck"), out = fresh_dir("sample_hf");
+  save_as_tp2(ck, cfg, *model);
+  export_checkpoint(ck, "hf-gpt2", out);
+  const auto w = read_safetensors(out + "/model.safetensors");
+  const std::vector<int64_t> prompt = {1, 2, 3};
+  const auto a = generate(*model, cfg.seq_len, prompt, 12, 1.0, 0, 42);
+  EXPECT_EQ(a, generate(*model, cfg.seq_len, prompt, 12, 1.0, 0, 42));
+  EXPECT_NE(a, generate(*model, cfg.seq_len, prompt, 12, 1.0, 0, 43));
+  at::NoGradGuard no_grad;
+  int not_argmax = 0;
+  for (uint64_t seed : {1, 2, 3}) {
+    const auto g = generate(*model, cfg.seq_len, prompt, 12, 1.0, 3, seed);
+    std::vector<int64_t> seq = prompt;
+    for (size_t i = 0; i < g.size(); ++i) {
+      const at::Tensor logits = next_logits(w, cfg, seq);
+      const at::Tensor top = std::get<1>(logits.topk(3));
+      EXPECT_TRUE((top == g[i]).any().item<bool>()) << "seed " << seed << " token " << i << " = " << g[i]
+                                                    << " is not among the 3 most likely";
+      not_argmax += g[i] != logits.argmax().item<int64_t>();
+      seq.push_back(g[i]);
+    }
+  }
+  EXPECT_GT(not_argmax, 0) << "top-k sampling never left the argmax";
 }
 
 }  // namespace

@@ -21,8 +21,9 @@ namespace {
 
 std::map<std::string, int64_t> reads_of(const json::Value& summary, const std::string& kind) {
   std::map<std::string, int64_t> out;
-  for (const auto& [what, n] : summary.at("host_reads", "rank summary").at(kind, "host_reads").as_object(kind))
-    out[what] = n.as_int(what);
+  const json::Value& reads = json::at(summary, "host_reads", "rank summary");
+  for (const auto& [what, n] : json::as_object(json::at(reads, kind, "host_reads"), kind))
+    out[what] = json::as_int(n, what);
   return out;
 }
 
@@ -107,7 +108,7 @@ std::map<std::string, int64_t> ops_of(int layers) {
   std::map<std::string, int64_t> out;
   const auto summaries = rank_summaries(dir);
   if (summaries.size() == 1)
-    for (const auto& [k, v] : summaries[0].at("aten_ops", "rank summary").as_object("aten_ops")) out[k] = v.as_int(k);
+    for (const auto& [k, v] : json::as_object(json::at(summaries[0], "aten_ops", "rank summary"), "aten_ops")) out[k] = json::as_int(v, k);
   std::filesystem::remove_all(dir);
   return out;
 }

@@ -8,8 +8,10 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
+#include <cstdio>
 
 #include "core/config.h"
+#include "core/cpu_memory.h"
 #include "models/llama/llama.h"
 #include "parallel/tensor_parallel.h"
 
@@ -137,24 +139,52 @@ TEST(Llama, TpPlanSplitsHeadsAndKeepsNormsWhole) {
   EXPECT_TRUE(LlamaModel(m, {}).tied_groups(2).empty());
 }
 
-std::vector<at::Tensor> grads_of(Recompute mode, at::ScalarType dtype, double* loss) {
+// The chunk's gradients after one backward of a (2, 8) batch in `dtype`;
+// with `halves`, as two backwards of one sample each at half weight (the same
+// gradient, summed in another order: what fp32 rounding alone changes).
+std::vector<at::Tensor> grads_of(Recompute mode, at::ScalarType dtype, double* loss, bool halves = false) {
   LlamaChunk c(small(2), {0, 2, true, true}, TpContext{}, 9);
   c.set_recompute(mode);
   c.set_compute_dtype(dtype);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(6);
   const at::Tensor ids = at::randint(50, {2, 8}, gen), targets = at::randint(50, {2, 8}, gen);
-  at::Tensor l = c.forward(ids, targets);
-  l.backward();
-  *loss = l.item<double>();
+  if (halves) {
+    for (int64_t i = 0; i < 2; ++i) (c.forward(ids.narrow(0, i, 1), targets.narrow(0, i, 1)) * 0.5).backward();
+    *loss = NAN;
+  } else {
+    at::Tensor l = c.forward(ids, targets);
+    l.backward();
+    *loss = l.item<double>();
+  }
   std::vector<at::Tensor> g;
   for (Param& p : c.params()) g.push_back(p.tensor.grad().clone());
   return g;
 }
 
+// Median absolute difference of two gradient sets over all their elements.
+double median_difference(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  std::vector<at::Tensor> d;
+  for (size_t i = 0; i < a.size(); ++i) d.push_back((a[i] - b[i]).abs().flatten().to(at::kDouble));
+  return at::cat(d).median().item<double>();
+}
+
+// Bytes a forward of a (4, 8) batch leaves held for its backward: live CPU
+// bytes after it less before, the executor's measure (runtime/executor.cpp).
+int64_t held_bytes(Recompute mode) {
+  install_cpu_memory_meter();
+  LlamaChunk c(small(2), {0, 2, true, true}, TpContext{}, 9);
+  c.set_recompute(mode);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(6);
+  const at::Tensor ids = at::randint(50, {4, 8}, gen), targets = at::randint(50, {4, 8}, gen);
+  const int64_t before = live_cpu_bytes();
+  const at::Tensor l = c.forward(ids, targets);
+  return live_cpu_bytes() - before;
+}
+
 // Recomputation replays the same ops on the same values: every gradient
-// bit-identical. bf16 computes the same function within bf16's precision.
-TEST(Llama, RecomputationIsBitIdenticalAndBf16IsClose) {
-  double l0, l1, l2, l3;
+// bit-identical. And it does what it is for: the forward holds fewer bytes.
+TEST(Llama, RecomputationIsBitIdenticalAndHoldsFewerBytes) {
+  double l0, l1, l2;
   const auto none = grads_of(Recompute::kNone, at::kFloat, &l0);
   const auto full = grads_of(Recompute::kFull, at::kFloat, &l1);
   const auto sel = grads_of(Recompute::kSelective, at::kFloat, &l2);
@@ -164,10 +194,30 @@ TEST(Llama, RecomputationIsBitIdenticalAndBf16IsClose) {
     EXPECT_TRUE(at::equal(none[i], full[i])) << "full, parameter " << i;
     EXPECT_TRUE(at::equal(none[i], sel[i])) << "selective, parameter " << i;
   }
+  const int64_t b_none = held_bytes(Recompute::kNone), b_full = held_bytes(Recompute::kFull),
+                b_sel = held_bytes(Recompute::kSelective);
+  std::printf("bytes held by the forward: none %lld, selective %lld, full %lld\n", static_cast<long long>(b_none),
+              static_cast<long long>(b_sel), static_cast<long long>(b_full));
+  ASSERT_GT(b_full, 0);
+  // Full keeps each block's (b, s, h) input; selective drops the attention core and silu(gate) * up.
+  EXPECT_LT(b_full * 3, b_none);
+  EXPECT_LT(b_sel * 10, b_none * 9);
+}
+
+// bf16 computes the same function within bf16's precision, and really in
+// bf16: its gradients' median difference from fp32 is at least 10x the
+// median difference fp32 rounding alone makes (the same batch in two halves).
+TEST(Llama, Bf16IsCloseAndItsDifferenceIsBf16Rounding) {
+  double l0, l_half, l3;
+  const auto fp32 = grads_of(Recompute::kNone, at::kFloat, &l0);
+  const auto split = grads_of(Recompute::kNone, at::kFloat, &l_half, true);
   const auto bf = grads_of(Recompute::kNone, at::kBFloat16, &l3);
-  EXPECT_NE(l0, l3);  // bf16 really ran
   EXPECT_NEAR(l3, l0, 0.02 * l0);
-  for (size_t i = 0; i < none.size(); ++i) EXPECT_EQ(bf[i].scalar_type(), at::kFloat) << "fp32 master gradients";
+  for (size_t i = 0; i < bf.size(); ++i) EXPECT_EQ(bf[i].scalar_type(), at::kFloat) << "fp32 master gradients";
+  const double fp32_d = median_difference(fp32, split), bf16_d = median_difference(fp32, bf);
+  std::printf("median gradient difference from fp32: fp32 in two halves %.3g, bf16 %.3g\n", fp32_d, bf16_d);
+  EXPECT_GT(bf16_d, 0.0);
+  EXPECT_GE(bf16_d, 10 * fp32_d);
 }
 
 }  // namespace

@@ -285,6 +285,55 @@ TEST(CheckpointStore, KeepsTheNewestKCheckpoints) {
   EXPECT_NE(error_of([&] { commit(dir, 40, 4, 0); }).find("checkpoint.keep = 0"), std::string::npos);
 }
 
+// A number in an index or manifest changed by hand: the error names the edited
+// file and the number, not an intact neighbour (issue 30).
+void set_json_number(const std::string& path, const std::string& key, int64_t value) {
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string tag = "\"" + key + "\": ";
+  const size_t at = text.find(tag);
+  ASSERT_NE(at, std::string::npos) << path << " has no " << key;
+  const size_t from = at + tag.size(), to = text.find_first_not_of("0123456789", from);
+  text.replace(from, to - from, std::to_string(value));
+  std::ofstream(path) << text;
+}
+
+TEST(CheckpointStore, AnEditedBinSizeIsNamed) {
+  for (const int64_t delta : {-8, 8}) {
+    const std::string dir = fresh_dir("binsize");
+    save(dir, 10, 2);
+    const std::string idx = dir + "/step-00000010/rank-00001.json", bin = dir + "/step-00000010/rank-00001.bin";
+    const int64_t size = static_cast<int64_t>(fs::file_size(bin));
+    set_json_number(idx, "bin_size", size + delta);
+    const std::string e = error_of([&] { Reader r(dir); });
+    EXPECT_NE(e.find("rank-00001.json: bin_size = " + std::to_string(size + delta) +
+                     ", but its tensors and blobs end at byte " + std::to_string(size)),
+              std::string::npos) << e;
+  }
+  // An intact index and a .bin with bytes appended: the .bin is named.
+  const std::string dir = fresh_dir("binsize");
+  save(dir, 10, 2);
+  const std::string bin = dir + "/step-00000010/rank-00002.bin";
+  const auto size = fs::file_size(bin);
+  fs::resize_file(bin, size + 5);
+  const std::string e = error_of([&] { Reader r(dir); });
+  EXPECT_NE(e.find("rank-00002.bin holds " + std::to_string(size + 5) + " bytes, but "), std::string::npos) << e;
+  EXPECT_NE(e.find("says bin_size = " + std::to_string(size)), std::string::npos) << e;
+}
+
+TEST(CheckpointStore, AManifestEditedToAnotherWorldIsNamed) {
+  for (const int64_t world : {2, 8}) {
+    const std::string dir = fresh_dir("manifestworld");
+    save(dir, 10, 2);  // world 4
+    const std::string manifest = dir + "/step-00000010/manifest.json";
+    set_json_number(manifest, "world", world);
+    const std::string e = error_of([&] { Reader r(dir); });
+    EXPECT_NE(e.find("step-00000010/manifest.json: world = " + std::to_string(world) +
+                     ", but the step's 4 rank file(s) were written for world 4"),
+              std::string::npos) << e;
+  }
+}
+
 // `latest` lost (deleted by hand, an old disk): a resume still finds the newest
 // complete step, never an incomplete newer one; a garbled `latest` is shown escaped.
 TEST(CheckpointStore, WithoutLatestTheNewestCompleteStepLoads) {

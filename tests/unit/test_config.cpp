@@ -1,10 +1,12 @@
 // Config: defaults, the preset, overrides, round-trip, and one expected message
 // per kind of bad config.
 #include "core/config.h"
+#include "core/activation_memory.h"
 #include "schedules/generators.h"
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -282,6 +284,12 @@ TEST(Config, BadConfigsNameKeyValueAndExpectation) {
        "parallel.tp (4) must divide the MLP width (90"},
       {"sequence parallel", "[model]\nseq_len = 30\nheads = 4\n[parallel]\ntp = 4\nsequence_parallel = true\n", {},
        "parallel.sequence_parallel needs model.seq_len (30) divisible by parallel.tp (4)"},
+      {"bf16 pipeline under fp32", "[parallel]\npp = 2\npipeline_dtype = \"bf16\"\n", {},
+       "parallel.pipeline_dtype = \"bf16\" needs training.precision = \"bf16\", got \"fp32\""},
+      {"pipeline dtype without a pipeline", "[parallel]\npipeline_dtype = \"fp32\"\n", {},
+       "parallel.pipeline_dtype = \"fp32\" has no effect with a single pipeline stage"},
+      {"pipeline dtype value", "[parallel]\npp = 2\npipeline_dtype = \"fp16\"\n", {},
+       "parallel.pipeline_dtype = \"fp16\": expected one of \"auto\", \"fp32\", \"bf16\""},
       {"layers % pp", "[model]\nlayers = 6\n[parallel]\npp = 4\n", {},
        "model.layers (6) must be divisible by parallel.pp (4) x schedule.chunks (1) = 4"},
       {"pipeline_layers count", "[model]\nlayers = 8\n[parallel]\npp = 2\npipeline_layers = [4, 4, 0]\n", {},
@@ -442,7 +450,7 @@ TEST(Config, LayoutFactors) {
 
 TEST(Config, KeysTableDescribesTypesAndDefaults) {
   const auto keys = trident::config_keys();
-  EXPECT_EQ(keys.size(), 74u);
+  EXPECT_EQ(keys.size(), 75u);
   bool found = false;
   for (const auto& k : keys) {
     if (k.name != "parallel.dp") continue;
@@ -489,4 +497,43 @@ TEST(Config, ChunksDefaultToWhatTheKindNeeds) {
   EXPECT_NE(error_of([&] { trident::load_config(kTiny, {"parallel.pp=2", "schedule.kind=zb-v", "model.layers=6"}); })
                 .find("parallel.pp (2) x schedule.chunks (2) = 4"),
             std::string::npos);
+}
+
+// The host-memory check counts the activations of the micro-batches the schedule
+// keeps in flight (issue 30), per (micro-batch, chunk) pair the fewest layers of
+// any chunk times NOTE [activation memory]'s bytes of one layer less the attention
+// core; with every rank on the host the mean over pipeline ranks, else the least.
+TEST(Config, HostMemoryCountsTheActivationsInFlight) {
+  // 131072 tokens per micro-batch through 64-wide layers: activations of a few GB, the
+  // parameters, logits and synthetic tokens together under 1 GB.
+  Config c = load_config(kTiny, {"training.micro_batch_size=4096", "training.global_batch_size=16384",
+                                 "parallel.dp=1", "training.threads=1"});
+  c.schedule.chunks = 1;
+  const int64_t host = int64_t{1} << 30;
+  EXPECT_NO_THROW(trident::check_host_resources(c, 1, host, 0));  // without the schedule's figures
+  const double layer = trident::layer_activation_bytes(c.model, 4096, 1, false, "selective", 4);
+  auto figure = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3Lg", static_cast<long double>(v));
+    return std::string(buf);
+  };
+  std::string e = error_of([&] { trident::check_host_resources(c, 1, host, 0, {1}); });
+  EXPECT_NE(e.find("; activations of 1 micro-batch(es) in flight under schedule.kind = \"1f1b\", 8 layer(s) each, "
+                   "of training.micro_batch_size x model.seq_len: " + figure(8 * layer) + ")"),
+            std::string::npos) << e;
+  // pp = 4 under 1F1B: ranks 0..3 hold 4, 3, 2, 1 micro-batches of 2 layers each. All four
+  // ranks on this host: 2.5 on average; only one of them here: the least, 1.
+  c.parallel.pp = 4;
+  e = error_of([&] { trident::check_host_resources(c, 4, host, 0, {4, 3, 2, 1}); });
+  EXPECT_NE(e.find("activations of 2.5 micro-batch(es) in flight under schedule.kind = \"1f1b\", 2 layer(s) each, "
+                   "of training.micro_batch_size x model.seq_len: " + figure(2.5 * 2 * layer) + ")"),
+            std::string::npos) << e;
+  c.parallel.dp = 2;  // 8 ranks, 1 here: it may be the last stage's
+  e = error_of([&] { trident::check_host_resources(c, 1, host / 4, 0, {4, 3, 2, 1}); });
+  EXPECT_NE(e.find("activations of 1 micro-batch(es) in flight"), std::string::npos) << e;
+  // Explicit pipeline_layers: the fewest any chunk has.
+  c.parallel.pipeline_layers = {3, 1, 2, 2};
+  e = error_of([&] { trident::check_host_resources(c, 8, host, 0, {4, 3, 2, 1}); });
+  EXPECT_NE(e.find("2.5 micro-batch(es) in flight under schedule.kind = \"1f1b\", 1 layer(s) each"), std::string::npos)
+      << e;
 }

@@ -99,6 +99,15 @@ TEST(TokenFile, BadFilesThrowNamingFileAndProblem) {
   fs::resize_file(stub, 10);
   expect_error([&] { td::TokenFile f(stub); }, {stub, "truncated", "10 bytes"});
 
+  // The tokenizer name at header byte 40: bytes that are no name are called a corrupt header.
+  const std::string name = copy("name.bin");
+  patch(name, 40, std::string("by\x01\xfe", 4));
+  expect_error([&] { td::TokenFile f(name); },
+               {name, "the header's tokenizer name \"by\\x01\\xfe\" is not a name", "the header is corrupt"});
+  const std::string blank = copy("blank.bin");
+  patch(blank, 40, std::string(4, '\0'));
+  expect_error([&] { td::TokenFile f(blank); }, {blank, "tokenizer name \"\" is not a name"});
+
   const std::string id = copy("id.bin");
   patch(id, td::kTokenFileHeaderBytes + 2 * 2, std::string("\x2c\x01", 2));  // token 2 := 300
   expect_error([&] { td::TokenFile f(id); }, {id, "token id 300 at index 2", "vocab size 256"});
@@ -128,6 +137,13 @@ TEST(TokenFile, CheckTokenizerNamesKeyFileAndHeader) {
   };
   EXPECT_EQ(message("byte", ""), "data.tokenizer = \"byte\" but token file " + path +
                                      " was written by tokenizer \"gpt2\" (its header): expected data.tokenizer = \"gpt2\"");
+  // A printable name no tokenizer has is called corrupt, not offered as data.tokenizer.
+  const std::string odd = (dir / "odd.bin").string();
+  td::write_token_file(odd, {7}, 1, "gpX2", 50257, 50256);
+  td::TokenFile o(odd);
+  expect_error([&] { td::check_tokenizer(o, "gpt2", ""); },
+               {"token file " + odd + ": the header names tokenizer \"gpX2\", none Trident has (byte, gpt2 or "
+                "hf:<16 hex digits>): the header is corrupt"});
   // A directory is read, so a wrong one is an error rather than ignored.
   EXPECT_THROW(td::check_tokenizer(f, "gpt2", (dir / "nowhere").string()), td::DataError);
   const std::string small = (dir / "s.bin").string();

@@ -37,10 +37,10 @@ json::Value base_doc(const std::vector<std::string>& extra, const std::vector<st
   td::byte_level_symbols(symbols);
   json::Value vocab = json::Value::object();
   int64_t id = 0;
-  for (const auto& s : symbols) vocab.set(s, json::Value::number(id++));
-  for (const auto& s : extra) vocab.set(s, json::Value::number(id++));
+  for (const auto& s : symbols) vocab[s] = json::number(id++);
+  for (const auto& s : extra) vocab[s] = json::number(id++);
   json::Value merge_list = json::Value::array();
-  for (const auto& [a, b] : merges) merge_list.push(json::Value::array({json::Value::string(a), json::Value::string(b)}));
+  for (const auto& [a, b] : merges) merge_list.push_back(json::Value::array({json::Value(a), json::Value(b)}));
   json::Value doc = json::parse(R"({"version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
     "normalizer": null,
     "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
@@ -48,19 +48,19 @@ json::Value base_doc(const std::vector<std::string>& extra, const std::vector<st
     "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
               "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "ignore_merges": false}})",
                                 "base");
-  json::Value model = doc.at("model", "");
-  model.set("vocab", vocab);
-  model.set("merges", merge_list);
-  doc.set("model", model);
+  json::Value model = json::at(doc, "model", "");
+  model["vocab"] = vocab;
+  model["merges"] = merge_list;
+  doc["model"] = model;
   return doc;
 }
 
 json::Value added_token(int64_t id, const std::string& content, bool special) {
   json::Value t = json::parse(R"({"single_word": false, "lstrip": false, "rstrip": false})", "t");
-  t.set("id", json::Value::number(id));
-  t.set("content", json::Value::string(content));
-  t.set("normalized", json::Value::boolean(!special));
-  t.set("special", json::Value::boolean(special));
+  t["id"] = json::number(id);
+  t["content"] = json::Value(content);
+  t["normalized"] = json::Value(!special);
+  t["special"] = json::Value(special);
   return t;
 }
 
@@ -79,9 +79,9 @@ std::string error_of(const json::Value& doc) {
 }
 
 json::Value with(json::Value doc, const std::string& part, const std::string& key, json::Value v) {
-  json::Value sub = doc.at(part, "");
-  sub.set(key, std::move(v));
-  doc.set(part, sub);
+  json::Value sub = json::at(doc, part, "");
+  sub[key] = std::move(v);
+  doc[part] = sub;
   return doc;
 }
 
@@ -113,10 +113,12 @@ TEST(HfSplitPattern, OnigSpaceHoldsNelNotBom) {
 
 TEST(HfTokenizer, MergesInBothFormsGiveTheSameIds) {
   const json::Value pairs = hello_doc();
-  json::Value strings_model = pairs.at("model", "");
+  json::Value strings_model = json::at(pairs, "model", "");
   json::Value strings = json::Value::array();
-  for (const auto& m : strings_model.at("merges", "").as_array(""))
-    strings.push(json::Value::string(m.as_array("")[0].as_string("") + " " + m.as_array("")[1].as_string("")));
+  for (const auto& m : json::as_array(json::at(strings_model, "merges", ""), "")) {
+    const auto& pair = json::as_array(m, "");
+    strings.push_back(json::Value(json::as_string(pair[0], "") + " " + json::as_string(pair[1], "")));
+  }
   const json::Value as_strings = with(pairs, "model", "merges", strings);
   const td::HfTokenizer a(json::dump(pairs), "pairs"), b(json::dump(as_strings), "strings");
   // "hello" merges fully (id 259); the pre-token " hello" keeps its space (byte 0x20,
@@ -147,17 +149,17 @@ TEST(HfTokenizer, IgnoreMergesTakesWholeVocabularyWords) {
   // "ab" is in the vocab but no merge makes it.
   json::Value doc = base_doc({"ab"}, {});
   EXPECT_EQ(td::HfTokenizer(json::dump(doc), "t").encode("ab"), (std::vector<uint32_t>{'a', 'b'}));
-  doc = with(doc, "model", "ignore_merges", json::Value::boolean(true));
+  doc = with(doc, "model", "ignore_merges", json::Value(true));
   EXPECT_EQ(td::HfTokenizer(json::dump(doc), "t").encode("ab"), (std::vector<uint32_t>{256}));
 }
 
 TEST(HfTokenizer, AddedTokensSplitLeftmostLongestBeforeBpe) {
   json::Value doc = hello_doc();
   json::Value added = json::Value::array();
-  added.push(added_token(260, "<|endoftext|>", true));
-  added.push(added_token(261, "<|end", true));
-  added.push(added_token(262, "hello world", false));
-  doc.set("added_tokens", added);
+  added.push_back(added_token(260, "<|endoftext|>", true));
+  added.push_back(added_token(261, "<|end", true));
+  added.push_back(added_token(262, "hello world", false));
+  doc["added_tokens"] = added;
   const td::HfTokenizer tok(json::dump(doc), "t");
   EXPECT_EQ(tok.encode("hello<|endoftext|>hello world<|end"), (std::vector<uint32_t>{259, 260, 262, 261}));
   EXPECT_EQ(tok.end_of_text(), 260u);
@@ -170,12 +172,12 @@ TEST(HfTokenizer, LlamaStyleSequenceReadsItsPattern) {
   json::Value doc = hello_doc();
   json::Value split = json::parse(R"({"type": "Split", "behavior": "Isolated", "invert": false})", "split");
   json::Value pattern = json::Value::object();
-  pattern.set("Regex", json::Value::string(td::split_pattern_regex(td::SplitPattern::kLlama3)));
-  split.set("pattern", pattern);
+  pattern["Regex"] = json::Value(td::split_pattern_regex(td::SplitPattern::kLlama3));
+  split["pattern"] = pattern;
   json::Value pt = json::parse(R"({"type": "Sequence"})", "pt");
-  pt.set("pretokenizers", json::Value::array({split, json::parse(R"({"type": "ByteLevel", "add_prefix_space": false,
-      "trim_offsets": true, "use_regex": false})", "bl")}));
-  doc.set("pre_tokenizer", pt);
+  pt["pretokenizers"] = json::Value::array({split, json::parse(R"({"type": "ByteLevel", "add_prefix_space": false,
+      "trim_offsets": true, "use_regex": false})", "bl")});
+  doc["pre_tokenizer"] = pt;
   const td::HfTokenizer tok(json::dump(doc), "t");
   EXPECT_EQ(tok.split_pattern(), td::SplitPattern::kLlama3);
   EXPECT_EQ(tok.encode("1234").size(), 4u);  // "123", "4": no merges, one id per byte
@@ -183,48 +185,64 @@ TEST(HfTokenizer, LlamaStyleSequenceReadsItsPattern) {
 
 TEST(HfTokenizer, RefusalsNameWhatIsNotSupported) {
   const json::Value doc = hello_doc();
-  EXPECT_NE(error_of(with(doc, "model", "type", json::Value::string("Unigram"))).find("Unigram"), std::string::npos);
-  EXPECT_NE(error_of(with(doc, "model", "type", json::Value::string("WordPiece"))).find("WordPiece"), std::string::npos);
+  EXPECT_NE(error_of(with(doc, "model", "type", json::Value("Unigram"))).find("Unigram"), std::string::npos);
+  EXPECT_NE(error_of(with(doc, "model", "type", json::Value("WordPiece"))).find("WordPiece"), std::string::npos);
   json::Value nfc = doc;
-  nfc.set("normalizer", json::parse(R"({"type": "NFC"})", "n"));
+  nfc["normalizer"] = json::parse(R"({"type": "NFC"})", "n");
   EXPECT_NE(error_of(nfc).find("normalizer NFC"), std::string::npos) << error_of(nfc);
   json::Value meta = doc;
-  meta.set("pre_tokenizer", json::parse(R"({"type": "Metaspace", "replacement": "_"})", "m"));
+  meta["pre_tokenizer"] = json::parse(R"({"type": "Metaspace", "replacement": "_"})", "m");
   EXPECT_NE(error_of(meta).find("Metaspace"), std::string::npos) << error_of(meta);
   json::Value regex = doc;
-  regex.set("pre_tokenizer", json::parse(R"({"type": "Sequence", "pretokenizers": [
+  regex["pre_tokenizer"] = json::parse(R"({"type": "Sequence", "pretokenizers": [
       {"type": "Split", "pattern": {"Regex": "\\w+|\\W+"}, "behavior": "Isolated", "invert": false},
-      {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}]})", "r"));
+      {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}]})", "r");
   EXPECT_NE(error_of(regex).find(R"("\\w+|\\W+")"), std::string::npos) << error_of(regex);
-  EXPECT_NE(error_of(with(doc, "pre_tokenizer", "add_prefix_space", json::Value::boolean(true))).find("add_prefix_space"),
+  EXPECT_NE(error_of(with(doc, "pre_tokenizer", "add_prefix_space", json::Value(true))).find("add_prefix_space"),
             std::string::npos);
-  EXPECT_NE(error_of(with(doc, "model", "byte_fallback", json::Value::boolean(true))).find("byte_fallback"), std::string::npos);
-  EXPECT_NE(error_of(with(doc, "model", "continuing_subword_prefix", json::Value::string("##"))).find("continuing_subword_prefix"),
+  EXPECT_NE(error_of(with(doc, "model", "byte_fallback", json::Value(true))).find("byte_fallback"), std::string::npos);
+  EXPECT_NE(error_of(with(doc, "model", "continuing_subword_prefix", json::Value("##"))).find("continuing_subword_prefix"),
             std::string::npos);
-  EXPECT_NE(error_of(with(doc, "model", "dropout", json::Value::number(0.1))).find("dropout"), std::string::npos);
+  EXPECT_NE(error_of(with(doc, "model", "dropout", json::number(0.1))).find("dropout"), std::string::npos);
   json::Value lstrip = doc;
   json::Value t = added_token(260, "<mask>", true);
-  t.set("lstrip", json::Value::boolean(true));
-  lstrip.set("added_tokens", json::Value::array({t}));
+  t["lstrip"] = json::Value(true);
+  lstrip["added_tokens"] = json::Value::array({t});
   EXPECT_NE(error_of(lstrip).find("\"<mask>\": lstrip"), std::string::npos) << error_of(lstrip);
   json::Value truncation = doc;
-  truncation.set("truncation", json::parse(R"({"max_length": 8})", "t"));
+  truncation["truncation"] = json::parse(R"({"max_length": 8})", "t");
   EXPECT_NE(error_of(truncation).find("truncation"), std::string::npos);
-  EXPECT_NE(error_of(with(doc, "model", "merges", json::Value::array({json::Value::string("h e l")}))).find("merges[0]"),
+  EXPECT_NE(error_of(with(doc, "model", "merges", json::Value::array({json::Value("h e l")}))).find("merges[0]"),
             std::string::npos);
-  EXPECT_NE(error_of(with(doc, "model", "merges", json::Value::array({json::Value::string("q z")}))).find("not in the vocab"),
+  EXPECT_NE(error_of(with(doc, "model", "merges", json::Value::array({json::Value("q z")}))).find("not in the vocab"),
             std::string::npos);
+}
+
+// A tokenizer.json that is valid JSON but no object is named as such (issue 30:
+// `[]` was reported as a null pre_tokenizer).
+TEST(HfTokenizer, ADocumentThatIsNoObjectIsNamed) {
+  for (const auto& [text, kind] : std::vector<std::pair<std::string, std::string>>{
+           {"[]", "an array"}, {"\"BPE\"", "a string"}, {"3", "a number"}, {"null", "null"}}) {
+    std::string e = "(no error)";
+    try {
+      td::HfTokenizer tok(text, "t.json");
+    } catch (const td::DataError& error) {
+      e = error.what();
+    }
+    EXPECT_EQ(e, "t.json: the file holds " + kind +
+                     ", not a JSON object (a Hugging Face tokenizer.json is one object with model and pre_tokenizer)");
+  }
 }
 
 TEST(HfTokenizer, MissingByteWithoutUnkIsAnError) {
   json::Value doc = hello_doc();
-  json::Value model = doc.at("model", "");
+  json::Value model = json::at(doc, "model", "");
   json::Value vocab = json::Value::object();
-  for (const auto& [k, v] : model.at("vocab", "").as_object("")) {
-    if (k != "z") vocab.set(k, v);
+  for (const auto& [k, v] : json::as_object(json::at(model, "vocab", ""), "")) {
+    if (k != "z") vocab[k] = v;
   }
-  model.set("vocab", vocab);
-  doc.set("model", model);
+  model["vocab"] = vocab;
+  doc["model"] = model;
   const td::HfTokenizer tok(json::dump(doc), "t");
   EXPECT_THROW(tok.encode("jazz"), td::DataError);
 }
@@ -250,7 +268,7 @@ TEST(HfTokenizer, TokenFileNamesTheTokenizerJson) {
   std::filesystem::create_directories(dir / "a");
   std::filesystem::create_directories(dir / "b");
   json::Value doc = hello_doc();
-  doc.set("added_tokens", json::Value::array({added_token(260, "<|endoftext|>", true)}));
+  doc["added_tokens"] = json::Value::array({added_token(260, "<|endoftext|>", true)});
   std::ofstream(dir / "a" / "tokenizer.json") << json::dump(doc);
   std::ofstream(dir / "b" / "tokenizer.json") << json::dump(doc) << "\n";  // other bytes, same vocabulary
   const auto tok = td::make_tokenizer("hf", (dir / "a").string());

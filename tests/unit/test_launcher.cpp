@@ -593,6 +593,12 @@ TEST(Launcher, MissingProgramFailsWith127) {
   run.finish();
   EXPECT_EQ(run.exit_code(), 127) << run.err;
   EXPECT_NE(run.err.find("cannot run '/nonexistent/trident-test-program'"), std::string::npos) << run.err;
+  // The failure and the diagnosis name the failed exec, its path and errno's text, not a
+  // bare status 127 or a rank that "never reported its position".
+  const std::string failed = "could not be started (cannot run '/nonexistent/trident-test-program': No such file or directory)";
+  EXPECT_NE(run.err.find(") " + failed + "; stopping the other 1 rank"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("diagnosis: rank 0 " + failed), std::string::npos) << run.err;
+  EXPECT_EQ(run.err.find("never reported"), std::string::npos) << run.err;
 }
 
 TEST(Launcher, BadArgumentsAreExplained) {

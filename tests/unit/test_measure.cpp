@@ -172,7 +172,10 @@ TEST(Diagnose, KilledExitedAndStoppedRanksEndTheChain) {
   // The failed rank is named even when no chain ends at it.
   EXPECT_EQ(launch::diagnose({rec(0, "run", "F3", -1), rec(1, "wait", "RF3", 0)}, {3, "exited with status 86"}, 0),
             "rank 1 waits RF3 from rank 0 · rank 0 has made no progress since F3 (step 1, list index 7) for 0 s\n"
-            "rank 3 never reported its position\n");
+            "rank 3 exited with status 86 before reporting its position\n");
+  // A rank whose program could not be started left no record: the failed exec is named.
+  EXPECT_EQ(launch::diagnose({}, {0, "could not be started (cannot run '/no/prog': No such file or directory)"}, 0),
+            "rank 0 could not be started (cannot run '/no/prog': No such file or directory)\n");
 }
 
 TEST(Diagnose, FailureLinesOfTheLaunchers) {

@@ -13,6 +13,8 @@
 
 namespace {
 
+namespace json = trident::json;
+
 struct Result {
   int status;
   std::string out;  // stdout (stderr too when merged)
@@ -33,19 +35,21 @@ const std::string kTiny = "--config configs/gpt-tiny.toml --cluster configs/clus
 TEST(PlanCli, SearchPrintsTheBestSortedAsJson) {
   const Result r = run_plan(kTiny + "--gpus 4 --top 3 --format json", false);
   ASSERT_EQ(r.status, 0) << r.out;
-  const trident::json::Value v = trident::json::parse(r.out, "plan");
-  const auto& best = v.as_array("plan");
+  const json::Value v = json::parse(r.out, "plan");
+  const auto& best = json::as_array(v, "plan");
   ASSERT_EQ(best.size(), 3u);
   double last = 0;
   for (const auto& e : best) {
-    EXPECT_EQ(e.at("tp", "e").as_int("tp") * e.at("pp", "e").as_int("pp") * e.at("dp", "e").as_int("dp"), 4);
-    const double step = e.at("step_s", "e").as_double("step_s");
+    EXPECT_EQ(json::as_int(json::at(e, "tp", "e"), "tp") * json::as_int(json::at(e, "pp", "e"), "pp") *
+                  json::as_int(json::at(e, "dp", "e"), "dp"),
+              4);
+    const double step = json::as_double(json::at(e, "step_s", "e"), "step_s");
     EXPECT_GE(step, last);
     last = step;
-    EXPECT_TRUE(e.at("fits", "e").as_bool("fits"));
+    EXPECT_TRUE(json::as_bool(json::at(e, "fits", "e"), "fits"));
     double parts = 0;
     for (const char* k : {"compute", "bubble", "tp_comm", "pp_comm", "dp_exposed", "optimizer", "recompute", "step_sync"})
-      parts += e.at("breakdown_s", "e").at(k, "breakdown").as_double(k);
+      parts += json::as_double(json::at(json::at(e, "breakdown_s", "e"), k, "breakdown"), k);
     EXPECT_NEAR(parts, step, 1e-6 * step) << "the breakdown adds up to the step";
   }
   const Result t = run_plan(kTiny + "--gpus 4 --top 2");
@@ -92,16 +96,17 @@ TEST(PlanCli, PublishedRowRunsAsMegatron2021AndCountsNarayanansFlops) {
       "--layout tp=8,pp=8,schedule=interleaved,chunks=2,mbs=1,recompute=full --format json",
       false);
   ASSERT_EQ(r.status, 0) << r.out;
-  const trident::json::Value e = trident::json::parse(r.out, "plan").as_array("plan").at(0);
-  EXPECT_EQ(e.at("runtime", "e").as_string("runtime"), "megatron-2021");
-  const double step = e.at("step_s", "e").as_double("step_s");
+  const json::Value e = json::as_array(json::parse(r.out, "plan"), "plan").at(0);
+  EXPECT_EQ(json::as_string(json::at(e, "runtime", "e"), "runtime"), "megatron-2021");
+  const double step = json::as_double(json::at(e, "step_s", "e"), "step_s");
   double parts = 0;
   for (const char* k : {"compute", "bubble", "tp_comm", "pp_comm", "dp_exposed", "optimizer", "recompute", "step_sync"})
-    parts += e.at("breakdown_s", "e").at(k, "b").as_double(k);
+    parts += json::as_double(json::at(json::at(e, "breakdown_s", "e"), k, "b"), k);
   EXPECT_NEAR(parts / step, 1.0, 1e-6);
   const double B = 2304, s = 2048, l = 80, h = 12288, V = 51200;  // 51,200 is a multiple of 128 x 8
   const double flops = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
-  EXPECT_NEAR(e.at("tflops_per_device", "e").as_double("tflops") / (flops / step / 1536 / 1e12), 1.0, 1e-6);
+  EXPECT_NEAR(json::as_double(json::at(e, "tflops_per_device", "e"), "tflops") / (flops / step / 1536 / 1e12), 1.0,
+              1e-6);
   // The table names the runtime it predicts.
   const Result t = run_plan("--config configs/gpt-tiny.toml --cluster configs/clusters/dgx-h100.toml --gpus 8 "
                             "--runtime megatron --layout tp=2,sp=1");

@@ -102,6 +102,12 @@ TEST(PlannerStep, OneDeviceStepIsFlopsOverRateAndTpAddsRingAllReduces) {
   const Estimate r = evaluate(pr, l);
   EXPECT_NEAR(r.breakdown.recompute, 4.0 * layer_flops(pr.model, 2).forward() / 2 / 1e12 * 4, 1e-12);
   EXPECT_NEAR(r.breakdown.tp_comm, t.breakdown.tp_comm * 1.5, 1e-12);
+  // tp = 4 and 8: a ring of n moves 2 (n-1)/n of the message per link, 1.5 and 1.75 messages.
+  l.recompute = "none";
+  l.tp = 4;
+  EXPECT_NEAR(evaluate(pr, l).breakdown.tp_comm, 4.0 * 4 * 4 * 1.5 * (2 * 32 * 64 * 4) / 1e9, 1e-12);
+  l.tp = 8;
+  EXPECT_NEAR(evaluate(pr, l).breakdown.tp_comm, 4.0 * 4 * 4 * 1.75 * (2 * 32 * 64 * 4) / 1e9, 1e-12);
 }
 
 TEST(PlannerStep, PipelineBubbleAndMemoryFollowTheSimulatedSchedule) {
@@ -216,15 +222,25 @@ TEST(PlannerSearch, SmallCaseKeepsTheFastestThatFitAndCountsDrops) {
   EXPECT_NE(error_of<PlanError>([&] { search(pr, o); }).find("no layout of 4 devices fits:"), std::string::npos);
 }
 
+TEST(PlannerCalibration, RingTermsAreTheRingFormulasAtTwoFourAndEightRanks) {
+  for (const trident::testing::RingCase& c : trident::testing::ring_cases()) {
+    const RingTerms r = ring_terms({c.kind, c.ranks, 4096.0, 0});
+    EXPECT_DOUBLE_EQ(r.volume_bytes, c.volume_per_byte * 4096.0) << c.kind << " on " << c.ranks << " ranks";
+    EXPECT_EQ(r.steps, c.steps) << c.kind << " on " << c.ranks << " ranks";
+    EXPECT_EQ(r.calls, c.calls) << c.kind << " on " << c.ranks << " ranks";
+  }
+}
+
 TEST(PlannerCalibration, FitRecoversTheRingModelsBandwidthAndLatency) {
-  // Timings made by the ring formulas themselves from 2 GB/s and 30 us, over 2 and 4 ranks.
+  // Timings by the hand-written ring formulas from 2 GB/s and 30 us, over 2, 4 and 8 ranks.
   const std::vector<LinkSample> s = trident::testing::model_link_samples(2.0, 30.0, 0.0);
-  EXPECT_NEAR(ring_terms(s[0]).volume_bytes, 1024.0, 1e-9);  // all-reduce on 2 ranks: 2 (n-1)/n = 1
-  EXPECT_EQ(ring_terms(s[0]).steps, 2);
   const LinkFit f = fit_link(s);
   EXPECT_NEAR(f.bandwidth_gbs, 2.0, 1e-6);
   EXPECT_NEAR(f.latency_us, 30.0, 1e-6);
   EXPECT_LT(f.worst_rel_error, 1e-9);
+  // And the fitted model predicts a collective it was not fitted on: an all-reduce of 1 MiB on 8 ranks,
+  // 1.75 MiB over each link at 2 GB/s and 14 steps of 30 us.
+  EXPECT_NEAR(f.model_seconds({"all_reduce", 8, 1048576.0, 0}), 1.75 * 1048576 / 2e9 + 14 * 30e-6, 1e-12);
 }
 
 TEST(PlannerCalibration, FitHoldsLatencyAtZeroAndRejectsBadSamples) {

@@ -6,6 +6,9 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
+
+#include <toml++/toml.h>
 
 #include "core/json.h"
 #include "tests/error_of.h"
@@ -93,15 +96,15 @@ TEST(Safetensors, MalformedFilesAreErrorsNamingTheTensor) {
 TEST(Json, ParsesWritesAndKeepsIntegersExact) {
   const std::string text = R"({"a": [1, -2, 9007199254740993], "s": "x\"\u00e9\ud83d\ude00", "o": {"t": true, "n": null, "f": 1.5e-3}})";
   const json::Value v = json::parse(text, "t");
-  EXPECT_EQ(v.at("a", "t").as_int_array("a"), (std::vector<int64_t>{1, -2, 9007199254740993LL}));
-  EXPECT_EQ(v.at("s", "t").as_string("s"), "x\"\xc3\xa9\xf0\x9f\x98\x80");
-  EXPECT_TRUE(v.at("o", "t").at("t", "o").as_bool("t"));
-  EXPECT_TRUE(v.at("o", "t").at("n", "o").is_null());
-  EXPECT_DOUBLE_EQ(v.at("o", "t").at("f", "o").as_double("f"), 1.5e-3);
-  EXPECT_THROW(v.at("o", "t").at("f", "o").as_int("f"), json::JsonError);
+  EXPECT_EQ(json::as_int_array(json::at(v, "a", "t"), "a"), (std::vector<int64_t>{1, -2, 9007199254740993LL}));
+  EXPECT_EQ(json::as_string(json::at(v, "s", "t"), "s"), "x\"\xc3\xa9\xf0\x9f\x98\x80");
+  EXPECT_TRUE(json::as_bool(json::at(json::at(v, "o", "t"), "t", "o"), "t"));
+  EXPECT_TRUE(json::at(json::at(v, "o", "t"), "n", "o").is_null());
+  EXPECT_DOUBLE_EQ(json::as_double(json::at(json::at(v, "o", "t"), "f", "o"), "f"), 1.5e-3);
+  EXPECT_THROW(json::as_int(json::at(json::at(v, "o", "t"), "f", "o"), "f"), json::JsonError);
   const json::Value again = json::parse(json::dump(v, 2), "again");
   EXPECT_EQ(json::dump(again), json::dump(v));
-  EXPECT_EQ(json::dump(json::Value::number(1e-5)), "1e-05");
+  EXPECT_EQ(json::dump(json::number(1e-5)), "1e-05");
 }
 
 TEST(Json, ErrorsNameSourceAndByte) {
@@ -113,7 +116,7 @@ TEST(Json, ErrorsNameSourceAndByte) {
   }
   EXPECT_THROW(json::parse(R"({"a": 1} x)", "f"), json::JsonError);
   EXPECT_THROW(json::parse(R"({"a": "unterminated)", "f"), json::JsonError);
-  EXPECT_THROW(json::parse("{\"a\": 1}", "f").at("b", "f"), json::JsonError);
+  EXPECT_THROW(json::at(json::parse("{\"a\": 1}", "f"), "b", "f"), json::JsonError);
 }
 
 // Python's json takes a repeated key's last value, a first-match reader its first:
@@ -125,6 +128,51 @@ TEST(Json, RepeatedKeysAreErrors) {
             std::string::npos)
       << e;
   EXPECT_NO_THROW(json::parse(R"({"a": {"x": 1}, "b": {"x": 2}})", "f"));  // the same key in two objects is fine
+}
+
+// Objects keep the file's member order (manifests and summaries read as
+// written); an error in a multi-line file names its line and column too.
+TEST(Json, KeepsMemberOrderAndNamesTheLineOfAnError) {
+  const json::Value v = json::parse(R"({"zeta": 1, "alpha": {"y": 2, "b": 3}, "mid": [3, 1]})", "f");
+  EXPECT_EQ(json::dump(v), R"({"zeta":1,"alpha":{"y":2,"b":3},"mid":[3,1]})");
+  json::Value o = json::Value::object();
+  o["step"] = json::number(int64_t{7});
+  o["layout"] = "tp1";
+  o["step"] = json::number(int64_t{8});  // replaced in place
+  EXPECT_EQ(json::dump(o), R"({"step":8,"layout":"tp1"})");
+  const std::string e =
+      testing::error_of<json::JsonError>([] { json::parse("{\n  \"a\": 1,\n  \"b\": ]\n}", "m.json"); });
+  EXPECT_NE(e.find("m.json: invalid JSON at byte 19: "), std::string::npos) << e;
+  EXPECT_NE(e.find("(line 3, column 8)"), std::string::npos) << e;
+}
+
+// What JSON cannot hold or Trident will not read: non-finite numbers, integers
+// beyond int64, nesting deeper than 64, text that is not UTF-8.
+TEST(Json, RefusesWhatItCannotHold) {
+  EXPECT_THROW(json::number(std::numeric_limits<double>::quiet_NaN()), json::JsonError);
+  EXPECT_THROW(json::number(std::numeric_limits<double>::infinity()), json::JsonError);
+  const json::Value big = json::parse(R"({"n": 9223372036854775808, "m": 9223372036854775807})", "f");
+  EXPECT_EQ(json::as_int(json::at(big, "m", "f"), "m"), INT64_MAX);
+  EXPECT_NE(testing::error_of<json::JsonError>([&] { json::as_int(json::at(big, "n", "f"), "n"); })
+                .find("n: expected an integer that fits in 64 bits"),
+            std::string::npos);
+  EXPECT_NO_THROW(json::parse(std::string(64, '[') + std::string(64, ']'), "f"));
+  EXPECT_NE(testing::error_of<json::JsonError>([] { json::parse(std::string(65, '[') + std::string(65, ']'), "d"); })
+                .find("d: invalid JSON at byte 64: nesting deeper than 64"),
+            std::string::npos);
+  EXPECT_THROW(json::parse("[\"\xff\"]", "f"), json::JsonError);
+  EXPECT_THROW(json::dump(json::Value(std::string("\xff"))), json::JsonError);
+}
+
+// quote() writes TOML basic strings too (the config writer): toml++ reads every
+// control character, DEL, a quote and a backslash back as the same bytes.
+TEST(Json, QuoteIsATomlBasicString) {
+  std::string s = "q\"b\\ e\xc3\xa9";
+  for (int c = 1; c < 0x20; ++c) s += static_cast<char>(c);
+  s += '\x7f';
+  const toml::table t = toml::parse("k = " + json::quote(s));
+  EXPECT_EQ(t["k"].value<std::string>(), s);
+  EXPECT_EQ(json::as_string(json::parse(json::quote(s), "q"), "q"), s);
 }
 
 }  // namespace
