@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "core/atomic_file.h"
+#include "core/escape.h"
 #include "core/json.h"
 #include "core/version.h"
 
@@ -207,25 +208,6 @@ int64_t step_of(const std::string& name) {
 
 }  // namespace detail
 
-namespace {
-
-// Bytes as a reader sees them: printable ASCII as is, the rest as \xNN.
-std::string escaped(const std::string& bytes) {
-  std::string out;
-  for (unsigned char c : bytes) {
-    if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
-      out += static_cast<char>(c);
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
 std::string newest_step(const std::string& dir, bool* from_latest) {
   namespace fs = std::filesystem;
   if (from_latest) *from_latest = false;
@@ -234,7 +216,7 @@ std::string newest_step(const std::string& dir, bool* from_latest) {
     std::string name = read_file(latest);
     while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
     if (detail::step_of(name) < 0)
-      throw CheckpointError(latest + " holds \"" + escaped(name) + "\", not a step-XXXXXXXX name");
+      throw CheckpointError(latest + " holds \"" + escaped_bytes(name) + "\", not a step-XXXXXXXX name");
     if (from_latest) *from_latest = true;
     return name;
   }

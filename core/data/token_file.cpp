@@ -14,6 +14,7 @@
 #include "core/data/errors.h"
 #include "core/data/tokenizer.h"
 #include "core/errors.h"
+#include "core/escape.h"
 
 namespace trident::data {
 namespace {
@@ -30,21 +31,6 @@ T get(const unsigned char* header, size_t offset) {
   T value;
   std::memcpy(&value, header + offset, sizeof(T));
   return value;
-}
-
-// The name as a reader sees it: printable ASCII as is, other bytes as \xNN.
-std::string escaped(const std::string& bytes) {
-  std::string out;
-  for (const unsigned char c : bytes) {
-    if (c > 0x20 && c < 0x7f && c != '"' && c != '\\') {
-      out += static_cast<char>(c);
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    }
-  }
-  return out;
 }
 
 // Whether a header's tokenizer name is one make_tokenizer's tokenizers write:
@@ -137,8 +123,8 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
     info_.end_of_text = get<uint32_t>(h, 36);
     const char* name = reinterpret_cast<const char*>(h + 40);
     info_.tokenizer.assign(name, strnlen(name, kNameBytes));
-    if (info_.tokenizer.empty() || escaped(info_.tokenizer) != info_.tokenizer) {
-      throw DataError("token file " + path + ": the header's tokenizer name \"" + escaped(info_.tokenizer) +
+    if (info_.tokenizer.empty() || escaped_bytes(info_.tokenizer) != info_.tokenizer) {
+      throw DataError("token file " + path + ": the header's tokenizer name \"" + escaped_bytes(info_.tokenizer) +
                       "\" is not a name (empty, or bytes other than printable ASCII): the header is corrupt");
     }
     // Compare by division so a corrupt huge count cannot overflow.
