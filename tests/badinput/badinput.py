@@ -35,6 +35,13 @@ def cases(work, cores, trident="build/trident", busy_port=0):
         ("timeout 1e300", 2, f"{tiny} parallel.timeout_s=1e300", ["parallel.timeout_s = 1e+300", "[1, 1000000]"]),
         ("timeout 1e-9", 2, f"{tiny} parallel.timeout_s=1e-9", ["parallel.timeout_s = 1e-09", "[1, 1000000]"]),
         ("bucket 1e30", 2, f"{tiny} parallel.dp_bucket_mb=1e30", ["parallel.dp_bucket_mb", "(0, 1048576]"]),
+        # parallel.pipeline_dtype: an unknown value, bf16 boundaries under fp32 training, a value with no boundary.
+        ("pipeline_dtype fp16", 2, f"{tiny} parallel.pp=2 --set parallel.pipeline_dtype=fp16",
+         ["parallel.pipeline_dtype = \"fp16\"", "expected one of"]),
+        ("pipeline_dtype bf16 under fp32", 2, f"{tiny} parallel.pp=2 --set parallel.pipeline_dtype=bf16",
+         ["parallel.pipeline_dtype = \"bf16\" needs training.precision = \"bf16\""]),
+        ("pipeline_dtype without a pipeline", 2, f"{tiny} parallel.pipeline_dtype=fp32",
+         ["parallel.pipeline_dtype = \"fp32\" has no effect with a single pipeline stage"]),
         # Item 1: sizes and threads before anything is allocated.
         ("threads 100000", 2, f"{tiny} training.threads=100000", ["training.threads = 100000", "[1, 1024]"]),
         ("threads over cores", 2, f"{tiny} training.threads={cores + 1}",
