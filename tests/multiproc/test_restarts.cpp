@@ -136,8 +136,12 @@ void preempt_and_continue(const std::string& tag, const std::string& signal_cmd,
   ASSERT_EQ(slurp(tmp.file("ck-run/latest")), latest) << r.output;
   EXPECT_GE(step, 3);
   ASSERT_LT(step, 400 - 3);
-  // Continue to 3 steps past it, and train the same steps without a stop.
-  const std::string end = " --set training.steps=" + std::to_string(step + 3);
+  // Continue to 3 steps past it, and train the same steps without a stop. Both
+  // keep training.steps = 400 and stop with exit_after_steps: the learning
+  // rate's schedule depends on training.steps, so a shorter run would decay
+  // differently from step warmup + 2 on and differ for a reason other than the
+  // stop (it did whenever the signal landed after step 4).
+  const std::string end = " --set training.steps=400 --set training.exit_after_steps=" + std::to_string(step + 3);
   RunResult c = run_bounded(current_test(), 120, bin("trident") + " launch --nproc-per-node 2 --master-port 0 -- " +
                                                      train_args(tmp.file("ck-run"), tmp.file("run")) + end);
   ASSERT_EQ(c.status, 0) << c.output;
