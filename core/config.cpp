@@ -1011,43 +1011,76 @@ Big activation_lower_bound(const Config& c, const std::vector<int>& peak_infligh
 
 }  // namespace
 
+namespace {
+
+// A lower bound of one rank's memory (NOTE [size checks]): its share of the
+// parameters with their fp32 weight, gradient and AdamW moments (16 bytes;
+// ZeRO-1 shards the moments over dp), one micro-batch's fp32 logits, the
+// activations the schedule keeps in flight and, where they live with the
+// rank, the synthetic tokens (uint32, training and validation).
+struct RankMemory {
+  Big params = 0, state = 0, logits = 0, tokens = 0, acts = 0, pairs = 0;
+  int64_t stage_layers = 0;
+  Big total() const { return state + logits + tokens + acts; }
+  // "(P parameters of ... : S; logits ...: L; ...)", naming the keys behind each term.
+  std::string explain(const Config& c) const {
+    const ModelConfig& m = c.model;
+    return "(" + big(params) + " parameters of model.layers = " + n(m.layers) + ", model.hidden = " + n(m.hidden) +
+           ", model.vocab_size = " + n(m.vocab_size) + " over parallel.tp x parallel.pp, 16 bytes each with "
+           "AdamW: " + big(state) + "; logits of training.micro_batch_size x model.seq_len x model.vocab_size: " +
+           big(logits) + (c.training.device == "cpu" ? "; data.synthetic_tokens: " + big(tokens) : std::string()) +
+           (pairs == 0 ? ""
+                       : "; activations of " + big(pairs) + " micro-batch(es) in flight under schedule.kind = " +
+                             quote(c.schedule.kind) + ", " + n(stage_layers) +
+                             " layer(s) each, of training.micro_batch_size x model.seq_len: " + big(acts)) +
+           ")";
+  }
+};
+
+RankMemory rank_memory(const Config& c, const std::vector<int>& peak_inflight, bool all_ranks_here) {
+  const ModelConfig& m = c.model;
+  const ParallelConfig& p = c.parallel;
+  const TrainingConfig& t = c.training;
+  RankMemory r;
+  const Big dp = p.dp > 0 ? Big(p.dp) : 1;
+  r.params = model_params(m) / (Big(p.tp) * Big(p.pp));
+  r.state = r.params * (8 + (p.zero == 1 ? 8 / dp : 8));
+  r.logits = Big(t.micro_batch_size) * Big(m.seq_len) * Big(m.vocab_size) / Big(p.tp) * 4;
+  r.tokens = c.data.source == "synthetic" ? Big(c.data.synthetic_tokens) * 4 : 0;
+  r.acts = activation_lower_bound(c, peak_inflight, all_ranks_here, r.pairs, r.stage_layers);
+  return r;
+}
+
+}  // namespace
+
 void check_host_resources(const Config& c, int64_t ranks_on_host, int64_t host_bytes, int64_t host_cores,
                           const std::vector<int>& peak_inflight) {
-  const ModelConfig& m = c.model;
   const ParallelConfig& p = c.parallel;
   const TrainingConfig& t = c.training;
   if (host_cores > 0 && t.threads > host_cores) {
     fail(c, "training.threads = " + n(t.threads) + " but this host has " + n(host_cores) +
                 " cores: expected at most " + n(host_cores) + " (more threads than cores only contend)");
   }
-  if (host_bytes <= 0 || t.device != "cpu") return;  // cuda: the device's memory, which the planner models
-  // A lower bound of one rank's memory (NOTE [size checks]): its share of the
-  // parameters with their fp32 weight, gradient and AdamW moments (16 bytes;
-  // ZeRO-1 shards the moments over dp), one micro-batch's fp32 logits, and the
-  // synthetic tokens (uint32, training and validation).
-  const Big dp = p.dp > 0 ? Big(p.dp) : 1;
-  const Big params = model_params(m) / (Big(p.tp) * Big(p.pp));
-  const Big state = params * (8 + (p.zero == 1 ? 8 / dp : 8));
-  const Big logits = Big(t.micro_batch_size) * Big(m.seq_len) * Big(m.vocab_size) / Big(p.tp) * 4;
-  const Big tokens = c.data.source == "synthetic" ? Big(c.data.synthetic_tokens) * 4 : 0;
-  Big pairs = 0;
-  int64_t stage_layers = 0;
+  if (host_bytes <= 0 || t.device != "cpu") return;  // cuda: check_device_memory
   const bool all_here = ranks_on_host >= p.tp * p.pp * std::max<int64_t>(p.dp, 1);
-  const Big acts = activation_lower_bound(c, peak_inflight, all_here, pairs, stage_layers);
-  const Big rank = state + logits + tokens + acts, total = rank * Big(std::max<int64_t>(ranks_on_host, 1));
+  const RankMemory rank = rank_memory(c, peak_inflight, all_here);
+  const Big total = rank.total() * Big(std::max<int64_t>(ranks_on_host, 1));
   if (total > Big(host_bytes)) {
     fail(c, "needs at least " + big(total) + " bytes of host memory but this host has " + big(host_bytes) +
-                " (MemTotal): " + n(ranks_on_host) + " rank(s) x (" + big(params) +
-                " parameters of model.layers = " + n(m.layers) + ", model.hidden = " + n(m.hidden) +
-                ", model.vocab_size = " + n(m.vocab_size) + " over parallel.tp x parallel.pp, 16 bytes each with "
-                "AdamW: " + big(state) + "; logits of training.micro_batch_size x model.seq_len x model.vocab_size: " +
-                big(logits) + "; data.synthetic_tokens: " + big(tokens) +
-                (peak_inflight.empty() ? ""
-                                       : "; activations of " + big(pairs) + " micro-batch(es) in flight under "
-                                         "schedule.kind = " + quote(c.schedule.kind) + ", " + n(stage_layers) +
-                                         " layer(s) each, of training.micro_batch_size x model.seq_len: " +
-                                         big(acts)) +
-                ")");
+                " (MemTotal): " + n(ranks_on_host) + " rank(s) x " + rank.explain(c));
+  }
+}
+
+void check_device_memory(const Config& c, int device_index, int64_t device_bytes,
+                         const std::vector<int>& peak_inflight) {
+  if (device_bytes <= 0 || c.training.device != "cuda") return;
+  // One rank per device; the tokens stay on the host. Which pipeline rank this
+  // device holds is not known before the rendezvous: the least in flight.
+  RankMemory rank = rank_memory(c, peak_inflight, false);
+  rank.tokens = 0;
+  if (rank.total() > Big(device_bytes)) {
+    fail(c, "needs at least " + big(rank.total()) + " bytes of device memory but CUDA device " +
+                std::to_string(device_index) + " has " + big(device_bytes) + " (its total memory): one rank x " + rank.explain(c));
   }
 }
 

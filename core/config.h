@@ -164,6 +164,13 @@ void check_config(const Config& c);
 // Throws ConfigError naming the keys and the estimate.
 void check_host_resources(const Config& c, int64_t ranks_on_host, int64_t host_bytes, int64_t host_cores,
                           const std::vector<int>& peak_inflight = {});
+// The same lower bound of one rank's memory (less the synthetic tokens, which
+// stay on the host) against the total memory of the CUDA device it computes
+// on, on training.device = "cuda": one rank per device, holding the least any
+// pipeline rank keeps in flight. device_bytes <= 0 skips the check. Throws
+// ConfigError naming the keys and the estimate.
+void check_device_memory(const Config& c, int device_index, int64_t device_bytes,
+                         const std::vector<int>& peak_inflight = {});
 // schedule.kind must be "file" or one of the generators' kinds, passed in
 // because the foundation does not see schedules/ (the trainer hands it
 // sched::schedule_kinds() before any process group exists).

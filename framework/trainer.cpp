@@ -226,8 +226,9 @@ void build(Run& r) {
     const int64_t on_host = local && std::atoll(local) > 0 ? std::atoll(local) : env.world_size;
     // The schedule's in-flight micro-batches per pipeline rank, for their activations: the
     // simulator's count (any costs: a rank runs its list in order whatever they are).
-    check_host_resources(c, on_host, host.mem_bytes, host.cores,
-                         sched::simulate_stats(r.schedule, sched::Costs{}).peak_inflight);
+    const std::vector<int> inflight = sched::simulate_stats(r.schedule, sched::Costs{}).peak_inflight;
+    check_host_resources(c, on_host, host.mem_bytes, host.cores, inflight);
+    if (device.cuda) check_device_memory(c, device.index, cuda_device_total_bytes(device.index), inflight);
   }
   r.train_data = open_training_data(c, "train");
   if (c.training.eval_interval > 0) r.val_data = open_training_data(c, "val");

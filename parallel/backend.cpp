@@ -20,6 +20,15 @@ int cuda_device_count() { return static_cast<int>(c10::cuda::device_count()); }
 
 void set_cuda_device(int index) { c10::cuda::set_device(static_cast<c10::DeviceIndex>(index)); }
 
+int64_t cuda_device_total_bytes(int index) {
+  size_t free = 0, total = 0;
+  const c10::DeviceIndex previous = c10::cuda::current_device();
+  c10::cuda::set_device(static_cast<c10::DeviceIndex>(index));
+  const bool ok = cudaMemGetInfo(&free, &total) == cudaSuccess;
+  c10::cuda::set_device(previous);
+  return ok ? static_cast<int64_t>(total) : 0;
+}
+
 void synchronize(const c10::Device& d) {
   if (d.is_cuda()) c10::cuda::device_synchronize();
 }

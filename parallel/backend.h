@@ -26,6 +26,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,6 +44,9 @@ int cuda_device_count();
 // Makes CUDA device `index` the current one of the calling thread (and the
 // device NCCL communicators of this process use).
 void set_cuda_device(int index);
+// The total memory of CUDA device `index` in bytes (cudaMemGetInfo), or 0
+// when it cannot be read.
+int64_t cuda_device_total_bytes(int index);
 // Blocks until all work queued on device `d` is done; nothing on the CPU.
 void synchronize(const c10::Device& d);
 // "libtorch 2.11.0, CUDA 13.0 (runtime 13.0), NCCL 2.28.9, 1 device(s): NVIDIA H200"

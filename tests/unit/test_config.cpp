@@ -503,6 +503,37 @@ TEST(Config, ChunksDefaultToWhatTheKindNeeds) {
 // keeps in flight (issue 30), per (micro-batch, chunk) pair the fewest layers of
 // any chunk times NOTE [activation memory]'s bytes of one layer less the attention
 // core; with every rank on the host the mean over pipeline ranks, else the least.
+// On CUDA the same lower bound (less the synthetic tokens, which stay on the
+// host) is checked against the device's total memory, one rank per device, with
+// the least any pipeline rank keeps in flight (issue 30).
+TEST(Config, DeviceMemoryIsCheckedOnCuda) {
+  Config c = load_config(kTiny, {"training.micro_batch_size=4096", "training.global_batch_size=16384",
+                                 "parallel.dp=1", "parallel.pp=4", "training.threads=1",
+                                 "data.synthetic_tokens=1000000000"});
+  c.schedule.chunks = 1;
+  const int64_t gib = int64_t{1} << 30;
+  const std::vector<int> inflight = {4, 3, 2, 1};
+  // training.device = "cpu": the host's check, not this one.
+  EXPECT_NO_THROW(trident::check_device_memory(c, 0, 1, inflight));
+  c.training.device = "cuda";
+  EXPECT_NO_THROW(trident::check_device_memory(c, 0, 0, inflight));  // not readable: skipped
+  EXPECT_NO_THROW(trident::check_device_memory(c, 0, 80 * gib, inflight));
+  const std::string e = error_of([&] { trident::check_device_memory(c, 3, gib / 4, inflight); });
+  EXPECT_NE(e.find("bytes of device memory but CUDA device 3 has 2.68e+08 (its total memory): one rank x ("),
+            std::string::npos) << e;
+  EXPECT_NE(e.find("activations of 1 micro-batch(es) in flight under schedule.kind = \"1f1b\", 2 layer(s) each"),
+            std::string::npos) << e;
+  EXPECT_EQ(e.find("synthetic_tokens"), std::string::npos) << "the tokens stay on the host: " << e;
+  // The 4e9 bytes of synthetic tokens are not in the figure: a device 1 % above it fits.
+  const std::string at_least = "needs at least ";
+  ASSERT_NE(e.find(at_least), std::string::npos) << e;
+  const double needed = std::stod(e.substr(e.find(at_least) + at_least.size()));
+  EXPECT_LT(needed, 4e9) << e;
+  EXPECT_NO_THROW(trident::check_device_memory(c, 3, static_cast<int64_t>(needed * 1.01), inflight));
+  // The host's check leaves a CUDA run's device memory to this one.
+  EXPECT_NO_THROW(trident::check_host_resources(c, 4, gib / 4, 0, inflight));
+}
+
 TEST(Config, HostMemoryCountsTheActivationsInFlight) {
   // 131072 tokens per micro-batch through 64-wide layers: activations of a few GB, the
   // parameters, logits and synthetic tokens together under 1 GB.
