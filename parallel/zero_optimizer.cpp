@@ -1,8 +1,6 @@
 // AdamW over a rank's owned elements and the ZeRO-1 gather: see zero_optimizer.h.
 #include "parallel/zero_optimizer.h"
 
-#include <torch/csrc/autograd/variable.h>
-
 #include "parallel/grad_buffer.h"
 
 namespace trident {
@@ -26,7 +24,7 @@ void ZeroOptimizer::step(double lr, const std::optional<at::Tensor>& skip) {
     all_gather_into(dp, b->data, mine);
     // The gathered shards are new weights: their version moves, so the models'
     // compute-dtype copies are remade (NOTE [cast once per step] in models/common/cast_cache.h).
-    torch::autograd::impl::bump_version(b->data);
+    b->data.unsafeGetTensorImpl()->bump_version();  // views share the counter
   }
 }
 
