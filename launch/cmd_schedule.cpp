@@ -12,6 +12,8 @@
 
 #include "launch/commands.h"
 #include "launch/options.h"
+#include "planner/cluster.h"
+#include "planner/profile.h"
 #include "schedules/generators.h"
 #include "schedules/pytorch_csv.h"
 #include "schedules/render.h"
@@ -95,7 +97,36 @@ sched::Schedule load(const po::variables_map& vm, const std::string& kind, const
   return sched::with_reduce_grad(std::move(s));  // NOTE [files without REDUCE_GRAD] in schedules/generators.cpp
 }
 
+// --profile FILE: each virtual stage's measured F, B, W (planner/profile.h),
+// for an even split of the profile's layers (or --layers) over p x v stages.
+sched::Costs profile_costs(const po::variables_map& vm, const std::string& kind) {
+  for (const char* other : {"costs", "stage-costs"})
+    if (!vm[other].defaulted() && vm.count(other))
+      throw BadInput(std::string("--profile gives every stage's costs: leave out --") + other);
+  if (!vm.count("stages")) throw BadInput("--profile needs -p (the stages to split the layers over)");
+  const std::string path = vm["profile"].as<std::string>();
+  try {
+    const plan::Profile prof = plan::load_profile(path);
+    const std::vector<int> sizes = prof.micro_batches();
+    if (!vm.count("mbs") && sizes.size() != 1)
+      throw BadInput("--profile '" + path + "' has " + std::to_string(sizes.size()) +
+                     " micro-batch sizes: choose one with --mbs");
+    const int mbs = vm.count("mbs") ? vm["mbs"].as<int>() : sizes.front();
+    const int64_t layers = vm.count("layers") ? vm["layers"].as<int64_t>() : prof.layers;
+    const int v = vm.count("chunks") ? vm["chunks"].as<int>() : sched::default_chunks(kind);
+    sched::Costs costs =
+        plan::stage_costs_from_profile(prof, mbs, vm["recompute"].as<std::string>(), layers, vm["stages"].as<int>() * v);
+    costs.latency = parse_numbers("latency", vm["latency"].as<std::string>());
+    return costs;
+  } catch (const plan::PlanError& e) {
+    throw BadInput("--profile: " + std::string(e.what()));
+  }
+}
+
 sched::Costs parse_costs(const po::variables_map& vm) {
+  for (const char* only : {"mbs", "layers"})
+    if (vm.count(only)) throw BadInput(std::string("--") + only + " applies with --profile only");
+  if (!vm["recompute"].defaulted()) throw BadInput("--recompute applies with --profile only");
   const std::vector<double> c = parse_numbers("costs", vm["costs"].as<std::string>());
   if (c.size() != 3) throw BadInput("--costs '" + vm["costs"].as<std::string>() + "', expected F,B,W");
   sched::Costs costs;
@@ -141,6 +172,12 @@ int cmd_schedule(int argc, char** argv) {
       "costs", po::value<std::string>()->default_value("1,2,1"), "F,B,W cost of one full stage (I = B - W)")(
       "latency", po::value<std::string>()->default_value("0"), "link latency: one value, or p*v-1 comma-separated")(
       "stage-costs", po::value<std::string>(), "p*v multipliers of each virtual stage's costs (an imbalanced split)")(
+      "profile", po::value<std::string>(),
+      "costs measured by `trident plan profile` (every stage's F, B, W for an even split of the layers over p x v)")(
+      "mbs", po::value<int>(), "with --profile: the micro-batch size's row (needed when it has several)")(
+      "layers", po::value<int64_t>(), "with --profile: the model's layers (default: the profiled model's)")(
+      "recompute", po::value<std::string>()->default_value("none"),
+      "with --profile: none | selective | full (whose backward costs apply)")(
       "file", po::value<std::string>(), "schedule in Trident's text form (with --kind file)")(
       "from-csv", po::value<std::string>(), "schedule in PyTorch's CSV form (with --kind file)")(
       "compute-only", "with --format schedule or csv: leave out the send/recv actions")(
@@ -162,7 +199,7 @@ int cmd_schedule(int argc, char** argv) {
     throw BadInput("--format '" + format + "', expected text, schedule, csv, json, svg, chrome or summary");
   if (vm.count("compute-only") && format != "schedule" && format != "csv")
     throw BadInput("--compute-only applies to --format schedule or csv, got --format " + format);
-  const sched::Costs costs = parse_costs(vm);
+  const sched::Costs costs = vm.count("profile") ? profile_costs(vm, kind) : parse_costs(vm);
 
   const sched::Schedule s = load(vm, kind, costs);
   const std::string title = kind != "file" ? kind

@@ -71,6 +71,25 @@ double MicroBatchProfile::backward_ms(int recompute, int64_t layers) const {
          static_cast<double>(layers) * layer_backward_ms[recompute];
 }
 
+sched::Costs stage_costs_from_profile(const Profile& p, int mbs, const std::string& recompute, int64_t layers,
+                                      int stages) {
+  if (stages < 1 || layers < stages || layers % stages != 0)
+    throw PlanError(p.source + ": " + std::to_string(layers) + " layers do not split evenly over " +
+                    std::to_string(stages) + " pipeline stages");
+  const MicroBatchProfile& row = p.at(mbs);
+  const int rc = recompute_index(recompute);
+  const double per_stage = static_cast<double>(layers / stages);
+  sched::Costs costs;
+  for (int s = 0; s < stages; ++s) {
+    double f = per_stage * row.layer_forward_ms, b = per_stage * row.layer_backward_ms[rc];
+    if (s == 0) f += row.embedding_forward_ms, b += row.embedding_backward_ms[rc];
+    if (s == stages - 1) f += row.head_forward_ms, b += row.head_backward_ms[rc];
+    b *= row.split_backward_ratio;
+    costs.stage_costs.push_back({f, b, b * row.weight_share});
+  }
+  return costs;
+}
+
 int recompute_index(const std::string& mode) {
   for (int i = 0; i < 3; ++i)
     if (mode == kModes[i]) return i;

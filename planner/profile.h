@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "schedules/simulate.h"
 
 namespace trident::plan {
 
@@ -69,5 +70,16 @@ std::string to_toml(const Profile& p);  // parse_profile(to_toml(p)) equals p
 // on (naming every difference); the number of layers may differ (the costs
 // are per layer).
 void check_profile_matches(const Profile& p, const ModelConfig& m, const std::string& precision);
+
+// The schedule simulator's costs of `stages` pipeline stages (one chunk each)
+// of a model of `layers` layers split evenly, from the profile's row of
+// micro-batch size `mbs`: per stage its layers' F and B, the embedding's on
+// the first stage and the head's on the last (stage_costs); B is the split
+// backward (the unsplit B times split_backward_ratio) and W its weight_share,
+// as the planner charges the ZB kinds. What `trident schedule --profile`
+// simulates and zb-auto searches with. Throws PlanError when `layers` is not a
+// multiple of `stages`, or naming the sizes the profile has.
+sched::Costs stage_costs_from_profile(const Profile& p, int mbs, const std::string& recompute, int64_t layers,
+                                      int stages);
 
 }  // namespace trident::plan

@@ -226,3 +226,30 @@ TEST(PlannerLink, BusyAllReduceAndAllGatherGiveAStepAndACall) {
   EXPECT_EQ(flat.step_us, 0.0);
   EXPECT_NEAR(flat.collective_us, 1600 - 8.192, 1e-9);
 }
+
+// `trident schedule --profile` and zb-auto's costs: per stage its layers' F and
+// B, the embedding's on the first and the head's on the last; B scaled by the
+// split backward's ratio and W its weight share. Hand-computed from the
+// profile above (layer F 2, B 4 / 6.5 full; embedding 1, 2; head 3, 6 / 8 full).
+TEST(PlannerProfile, StageCostsOfAnEvenSplit) {
+  const Profile p = parse_profile(profile_text(), "p.toml");
+  sched::Costs c = stage_costs_from_profile(p, 2, "none", 4, 2);
+  ASSERT_EQ(c.stage_costs.size(), 2u);
+  EXPECT_DOUBLE_EQ(c.stage_costs[0].forward, 2 * 2.0 + 1);
+  EXPECT_DOUBLE_EQ(c.stage_costs[0].backward, (2 * 4.0 + 2) * 0.75);
+  EXPECT_DOUBLE_EQ(c.stage_costs[0].weight, (2 * 4.0 + 2) * 0.75 * 0.25);
+  EXPECT_DOUBLE_EQ(c.stage_costs[1].forward, 2 * 2.0 + 3);
+  EXPECT_DOUBLE_EQ(c.stage_costs[1].backward, (2 * 4.0 + 6) * 0.75);
+  c = stage_costs_from_profile(p, 1, "full", 8, 4);  // more layers than profiled: the costs are per layer
+  ASSERT_EQ(c.stage_costs.size(), 4u);
+  EXPECT_DOUBLE_EQ(c.stage_costs[1].forward, 2 * 2.0);
+  EXPECT_DOUBLE_EQ(c.stage_costs[1].backward, 2 * 6.5 * 0.75);
+  EXPECT_DOUBLE_EQ(c.stage_costs[3].backward, (2 * 6.5 + 8) * 0.75);
+  c = stage_costs_from_profile(p, 1, "none", 1, 1);  // one stage holds everything
+  EXPECT_DOUBLE_EQ(c.stage_costs[0].forward, 2.0 + 1 + 3);
+  EXPECT_NE(error_of([&] { stage_costs_from_profile(p, 1, "none", 5, 2); }).find("5 layers do not split evenly over 2"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { stage_costs_from_profile(p, 3, "none", 4, 2); }).find("3"), std::string::npos);
+  EXPECT_NE(error_of([&] { stage_costs_from_profile(p, 1, "some", 4, 2); }).find("recompute 'some'"),
+            std::string::npos);
+}

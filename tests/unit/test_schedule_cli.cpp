@@ -167,3 +167,42 @@ TEST(ScheduleCli, ReadmeCommandsRun) {
   }
   EXPECT_GE(ran, 5);
 }
+
+// --profile: each stage's measured costs from a `trident plan profile` file
+// (planner/profile.h; the figures of tests/unit/test_planner_profile.cpp).
+TEST(ScheduleCli, ProfileGivesEveryStagesCosts) {
+  const std::string path = ::testing::TempDir() + "schedule-cli-profile.toml";
+  std::ofstream(path) << "[model]\narch = \"gpt\"\nlayers = 4\nhidden = 64\nheads = 8\nkv_heads = 8\n"
+                         "ffn_hidden = 256\nseq_len = 32\nvocab_size = 256\nprecision = \"fp32\"\nthreads = 1\n"
+                         "[[micro_batch]]\nsize = 2\nlayer_forward_ms = 2.0\nembedding_forward_ms = 1.0\n"
+                         "head_forward_ms = 3\nlayer_backward_ms = 4.0\nlayer_backward_selective_ms = 4.5\n"
+                         "layer_backward_full_ms = 6.5\nembedding_backward_ms = 2.0\n"
+                         "embedding_backward_selective_ms = 2.0\nembedding_backward_full_ms = 2.0\n"
+                         "head_backward_ms = 6.0\nhead_backward_selective_ms = 6.0\nhead_backward_full_ms = 8.0\n"
+                         "step_overhead_ms = 5.0\nsplit_backward_ratio = 0.75\nweight_share = 0.25\n"
+                         "pipeline_slowdown = 1.0\n";
+  // One micro-batch through two stages: F 5 + 7, then B (8 + 6) x 0.75 + (8 + 2) x 0.75.
+  Result r = run_schedule("--kind 1f1b -p 2 -m 1 --profile " + path + " --format summary");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("\"step_time\": 30,"), std::string::npos) << r.out;
+  r = run_schedule("--kind 1f1b -p 2 -m 1 --profile " + path + " --latency 0.5 --recompute full --format summary");
+  // F 12, B (13 + 8) x 0.75 + (13 + 2) x 0.75 = 27, and 0.5 over each of the two crossings.
+  EXPECT_NE(r.out.find("\"step_time\": 40,"), std::string::npos) << r.out;
+  r = run_schedule("--kind zb-auto -p 2 -m 4 --memory-limit 4 --profile " + path + " --format summary");
+  EXPECT_EQ(r.status, 0) << r.out;
+  r = run_schedule("--kind zb-v -p 2 -m 4 --profile " + path + " --format summary");  // 4 layers over 2 x 2 chunks
+  EXPECT_EQ(r.status, 0) << r.out;
+  const std::pair<std::string, std::string> bad[] = {
+      {"--kind 1f1b -p 2 -m 2 --profile " + path + " --costs 1,2,1", "--profile gives every stage's costs: leave out --costs"},
+      {"--kind 1f1b -p 2 -m 2 --mbs 2", "--mbs applies with --profile only"},
+      {"--kind 1f1b -p 2 -m 2 --recompute full", "--recompute applies with --profile only"},
+      {"--kind 1f1b -p 3 -m 3 --profile " + path, "4 layers do not split evenly over 3 pipeline stages"},
+      {"--kind 1f1b -p 2 -m 2 --profile " + path + " --mbs 4", "--profile: "},
+      {"--kind 1f1b -p 2 -m 2 --profile /nonexistent/p.toml", "--profile: "},
+  };
+  for (const auto& [args, expected] : bad) {
+    r = run_schedule(args);
+    EXPECT_NE(r.status, 0) << args;
+    EXPECT_NE(r.out.find(expected), std::string::npos) << args << "\n" << r.out;
+  }
+}
