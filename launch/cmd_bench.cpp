@@ -53,13 +53,20 @@ std::vector<int> ints(const std::string& s, const std::string& what) {
   return out;
 }
 
+// "gpipe, 1f1b, ...": every generated kind, as --schedules takes them.
+std::string kind_list() {
+  std::string out;
+  for (const std::string& k : sched::schedule_kinds()) out += (out.empty() ? "" : ", ") + k;
+  return out;
+}
+
 // The cases both benchmarks sweep: schedules x stages p x micro-batches m x
 // chunks v (v for interleaved only; the others run the chunks their kind needs).
 struct Sweep {
   std::string schedules, stages, microbatches, chunks = "2";
 
   void add_options(po::options_description& opts) {
-    opts.add_options()("schedules", po::value(&schedules)->default_value(schedules), "gpipe, 1f1b, interleaved, zb-h1")(
+    opts.add_options()("schedules", po::value(&schedules)->default_value(schedules), kind_list().c_str())(
         "stages", po::value(&stages)->default_value(stages), "pipeline ranks p")(
         "microbatches", po::value(&microbatches)->default_value(microbatches), "micro-batches m")(
         "chunks", po::value(&chunks)->default_value(chunks), "virtual chunks v of interleaved (>= 2)");
@@ -214,8 +221,9 @@ int cmd_bench(int argc, char** argv) {
   std::vector<bench::BubbleRow> rows;
   double worst = 0;
   sweep.for_each([&](const std::string& kind, int p, int m, int v) {
-    if (kind != "gpipe" && kind != "1f1b" && kind != "interleaved" && kind != "zb-h1")
-      throw BadInput("--schedules: unknown schedule '" + kind + "' (gpipe, 1f1b, interleaved, zb-h1)");
+    const auto& kinds = sched::schedule_kinds();
+    if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end())
+      throw BadInput("--schedules: unknown schedule '" + kind + "' (" + kind_list() + ")");
     bench::BubbleRow r = bench::run_bubble_case({kind, p, m, v}, ms, steps);
     worst = std::max(worst, std::abs(r.measured - r.simulated));
     std::printf("%-12s p=%d m=%-3d v=%d  closed %6s  simulated %5.1f%%  measured %5.1f%%  predicted %5.1f%% (latency %.2f ms)  step %7.1f ms\n",

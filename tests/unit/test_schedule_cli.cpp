@@ -206,3 +206,28 @@ TEST(ScheduleCli, ProfileGivesEveryStagesCosts) {
     EXPECT_NE(r.out.find(expected), std::string::npos) << args << "\n" << r.out;
   }
 }
+
+// `trident bench bubble` runs every generated kind, the V placements included,
+// on its synthetic stages; its simulated column is the simulator's figure for
+// the same costs (what `trident schedule --format summary` prints).
+TEST(BenchCli, BubbleRunsEveryKind) {
+  const std::string out = ::testing::TempDir() + "bench-bubble-kinds";
+  const trident::testing::RunResult r = trident::testing::run_command(
+      trident::testing::bin("trident") + " bench bubble --schedules zb-h2,zb-v,v-half,v-min,dualpipev --stages 2 " +
+      "--microbatches 4 --stage-ms 1,2,1 --steps 1 --out " + out);
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::ifstream csv(out + "/bubble.csv");
+  std::string line;
+  std::getline(csv, line);  // header
+  int rows = 0;
+  for (; std::getline(csv, line); ++rows) {
+    std::stringstream cells(line);
+    std::string kind, p, m, v, closed, simulated;
+    for (std::string* cell : {&kind, &p, &m, &v, &closed, &simulated}) std::getline(cells, *cell, ',');
+    const Result s = run_schedule("--kind " + kind + " -p 2 -m 4 --costs 1,2,1 --format summary");
+    const std::string key = "\"bubble_fraction\": ";
+    ASSERT_NE(s.out.find(key), std::string::npos) << s.out;
+    EXPECT_NEAR(std::stod(simulated), std::stod(s.out.substr(s.out.find(key) + key.size())), 5e-5) << line;
+  }
+  EXPECT_EQ(rows, 5) << r.output;
+}
