@@ -236,9 +236,10 @@ c10::Device Checkpointer::device() const {
 // the world, on whether any received SIGTERM or SIGUSR1; all then save at the
 // same step and stop. Only a run with a checkpoint.dir catches the signals
 // (without one there is nothing to save, and the signal ends the process as
-// before). Rank 0 leaves "<signal> <step>" as `preempted` in the launcher's
-// progress directory (TRIDENT_PROGRESS_DIR), so `trident launch` can report
-// "preempted, checkpoint at step S" and does not restart the job; cmd_train
+// before). The first rank of every node (LOCAL_RANK 0) leaves "<signal>
+// <step>" as `preempted` in its launcher's progress directory
+// (TRIDENT_PROGRESS_DIR), so every node's `trident launch` can report
+// "preempted, checkpoint at step S" and none restarts the job; cmd_train
 // exits with 128 + the signal's number, the status of a process it ended.
 int Checkpointer::agreed_signal() const {
   const int mine = PreemptionSignals::received();
@@ -258,13 +259,15 @@ bool Checkpointer::after_step(int64_t steps_done) {
   if (due) save(steps_done);
   if (sig != 0) {
     preempted_ = {sig, steps_done};
-    if (pgs_.rank() == 0) {
+    if (pgs_.rank() == 0)
       std::cout << "preempted by " << preemption_signal_name(sig) << ": checkpoint at step " << steps_done << " of "
                 << t.steps << "; continue with --set checkpoint.resume=true" << std::endl;
-      if (const char* dir = std::getenv("TRIDENT_PROGRESS_DIR"); dir && *dir)
-        write_file_atomic(std::string(dir) + "/preempted",
-                          std::string(preemption_signal_name(sig)) + " " + std::to_string(steps_done) + "\n");
-    }
+    // Every node's launcher reads its own progress directory: the first rank of each node writes it.
+    const char* local = std::getenv("LOCAL_RANK");
+    const char* dir = std::getenv("TRIDENT_PROGRESS_DIR");
+    if (dir && *dir && (local ? std::string(local) == "0" : pgs_.rank() == 0))
+      write_file_atomic(std::string(dir) + "/preempted",
+                        std::string(preemption_signal_name(sig)) + " " + std::to_string(steps_done) + "\n");
     return true;
   }
   if (stop && pgs_.rank() == 0)

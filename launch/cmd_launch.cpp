@@ -42,7 +42,8 @@ int cmd_launch(int argc, char** argv) {
       ("ranks", po::value<std::string>(), "global ranks of this node's processes, e.g. 0,1,6,7 "
        "(default: node-rank*nproc-per-node onwards)")
       ("max-restarts", po::value<int>(&o.max_restarts)->default_value(0),
-       "restart the whole job up to N times after a failure (as torchrun --max-restarts; single node); "
+       "restart the whole job up to N times after a failure (as torchrun --max-restarts; across nodes "
+       "every launcher restarts in step, attempt k on the ports + 2k); "
        "with checkpoint.resume=true each attempt continues from the newest complete checkpoint")
       ("no-prefix", po::bool_switch(), "let ranks write straight to the terminal, without \"[rank R] \"");
 

@@ -53,9 +53,20 @@ void check_launch_options(const LaunchOptions& o) {
   if (!(o.rdzv_timeout_seconds > 0) || o.rdzv_timeout_seconds > 1e6)
     fail("--rdzv-timeout must be a positive number of seconds, got " + std::to_string(o.rdzv_timeout_seconds));
   if (o.max_restarts < 0) fail("--max-restarts must be >= 0, got " + std::to_string(o.max_restarts));
-  if (o.max_restarts > 0 && o.nnodes > 1)
-    fail("--max-restarts needs --nnodes 1: restarting every node's launcher in step is not implemented; "
-         "use torchrun --max-restarts across nodes (launch/README.md)");
+  if (o.max_restarts > 0 && o.nnodes > 1 && o.launcher_port != 0) {
+    // Attempt k meets on --master-port + 2k and --launcher-port + 2k (NOTE [restarts across nodes]):
+    // the two ranges must not meet.
+    const int span = 2 * o.max_restarts;
+    if (std::abs(o.launcher_port - o.master_port) % 2 == 0 && std::abs(o.launcher_port - o.master_port) <= span)
+      fail("--launcher-port " + std::to_string(o.launcher_port) + " with --master-port " +
+           std::to_string(o.master_port) + " and --max-restarts " + std::to_string(o.max_restarts) +
+           ": attempt k uses both ports + 2k, so one attempt's rendezvous port would be another's launcher port; "
+           "choose ports an odd distance apart");
+  }
+  if (o.max_restarts > 0 && o.nnodes > 1 && std::max(o.master_port, launcher_port(o, o.master_port)) +
+                                                    2 * o.max_restarts > 65535)
+    fail("--master-port " + std::to_string(o.master_port) + " with --max-restarts " + std::to_string(o.max_restarts) +
+         ": attempt k uses the ports + 2k, past 65535");
   if (!o.ranks.empty()) {
     const int world = o.nnodes * o.nproc_per_node;
     if (static_cast<int>(o.ranks.size()) != o.nproc_per_node)
@@ -100,7 +111,11 @@ int global_rank(const LaunchOptions& o, int local_rank) {
 }
 
 int launcher_port(const LaunchOptions& o, int master_port) {
-  return o.launcher_port != 0 ? o.launcher_port : master_port + 1;
+  return o.launcher_port != 0 ? o.launcher_port + 2 * o.restart : master_port + 1;
+}
+
+int attempt_master_port(const LaunchOptions& o) {
+  return o.nnodes > 1 ? o.master_port + 2 * o.restart : o.master_port;
 }
 
 int pick_free_port() {

@@ -140,6 +140,9 @@ class RankSet {
   std::vector<Rank> ranks;
 };
 
+// How a launcher that was signalled names itself to the others.
+constexpr const char* kStoppedByLauncher = "the launcher";
+
 class Supervisor {
  public:
   Supervisor(const LaunchOptions& options, int master_port)
@@ -168,6 +171,9 @@ class Supervisor {
   const std::vector<sched::ProgressRecord>& remote_progress() const { return remote_progress_; }
   // Whether the launcher itself was told to stop (SIGINT/SIGTERM): no restart then.
   bool interrupted() const { return interrupted_; }
+  // Why another node's launcher will not restart (it was told to stop, or it
+  // is gone), so neither may this one; empty if none said so.
+  const std::string& remote_end() const { return remote_end_; }
   // When this node saw the job's first failure.
   Clock::time_point failed_at() const { return failed_at_; }
   // While the ledger is catching up, look for a rank past its target step.
@@ -211,6 +217,7 @@ class Supervisor {
   bool stopping_ = false;
   bool killed_ = false;
   bool interrupted_ = false;
+  std::string remote_end_;
   Clock::time_point failed_at_{};
   RestartLedger* ledger_ = nullptr;
   Clock::time_point epoch_{}, next_look_{};
@@ -295,6 +302,11 @@ void Supervisor::publish(JobEvent::Kind kind, const std::string& text) {
 
 void Supervisor::on_job_event(const JobEvent& e) {
   verdict_.add(e);
+  // NOTE [restarts across nodes]: a launcher that was told to stop, or that is
+  // gone, will not be in the next attempt.
+  if (remote_end_.empty() && (e.kind == JobEvent::Kind::kLost ||
+                              (e.kind == JobEvent::Kind::kFailed && e.text.rfind(kStoppedByLauncher, 0) == 0)))
+    remote_end_ = e.kind == JobEvent::Kind::kLost ? e.text : "node " + std::to_string(e.node) + ": " + e.text;
   if (e.kind == JobEvent::Kind::kProgress) {
     sched::ProgressRecord rec;
     if (sched::parse_record(e.text, rec)) remote_progress_.push_back(rec);
@@ -357,8 +369,8 @@ void Supervisor::handle_signals() {
     interrupted_ = true;
     if (!exit_code_) {
       exit_code_ = 128 + sig;
-      publish(JobEvent::Kind::kFailed, "the launcher of node " + std::to_string(o_.node_rank) + " received " +
-                                           signal_name(sig) + " and stopped its ranks");
+      publish(JobEvent::Kind::kFailed, kStoppedByLauncher + std::string(" of node ") + std::to_string(o_.node_rank) +
+                                           " received " + signal_name(sig) + " and stopped its ranks");
     }
     stop_all(sig);
   }
@@ -514,7 +526,11 @@ class ProgressDir {
   }
   // Rank 0's note of a preemption, "SIGTERM 12" (NOTE [preemption] in
   // framework/checkpointing.cpp), as "by SIGTERM, checkpoint at step 12".
-  std::optional<std::string> preempted() const {
+  struct Preemption {
+    std::string text;  // "by SIGTERM, checkpoint at step 12"
+    int status = 0;    // 128 + the signal: what the ranks exit with (cmd_train)
+  };
+  std::optional<Preemption> preempted() const {
     FILE* f = std::fopen((path_ + "/preempted").c_str(), "r");
     if (!f) return std::nullopt;
     char sig[32] = {};
@@ -522,7 +538,9 @@ class ProgressDir {
     const bool ok = std::fscanf(f, "%31s %lld", sig, &step) == 2;
     std::fclose(f);
     if (!ok) return std::nullopt;
-    return std::string("by ") + sig + ", checkpoint at step " + std::to_string(step);
+    const std::string name = sig;
+    const int number = name == "SIGTERM" ? SIGTERM : name == "SIGUSR1" ? SIGUSR1 : 0;
+    return Preemption{"by " + name + ", checkpoint at step " + std::to_string(step), number ? 128 + number : 1};
   }
   // Rank 0's resumed-step note (NOTE [resumed step for the launcher]), if written.
   std::optional<int64_t> resumed_step() const {
@@ -568,6 +586,18 @@ int64_t steps_completed(const std::string& progress_dir) {
 
 }  // namespace
 
+// NOTE [restarts across nodes]
+// With --max-restarts every node's launcher decides alone, from what it saw,
+// whether to start the job again, and all decide alike: a failure anywhere
+// stops every node's ranks (NOTE [job channel]), so every node ends the attempt
+// with a non-zero status and counts the same attempts. What only some nodes
+// could see is made common: a preempted job leaves its note in every node's
+// progress directory (NOTE [preemption]), and a launcher that was signalled,
+// or that is gone, is announced on the channel (remote_end: no node restarts
+// without it). Attempt k meets on --master-port + 2k and the launchers'
+// channel on its port + 2k, so a launcher or rank still finishing attempt k
+// cannot be reached by one already starting k + 1: a node that finishes early
+// waits at the next ports until the others arrive (the rendezvous timeout).
 int launch(const LaunchOptions& options) {
   check_launch_options(options);
   ProgressDir dir(options.progress_dir);
@@ -578,21 +608,27 @@ int launch(const LaunchOptions& options) {
   auto since_epoch = [&](Clock::time_point t) { return std::chrono::duration<double>(t - epoch).count(); };
   for (int attempt = 0;; ++attempt) {
     o.restart = attempt;
-    const int port = options.master_port == 0 ? pick_free_port() : options.master_port;
+    const int port = options.master_port == 0 ? pick_free_port() : attempt_master_port(o);
     Supervisor supervisor(o, port);
     if (attempt > 0) {
       ledger.restarted(since_epoch(Clock::now()));
       supervisor.watch(&ledger, epoch);
     }
-    const int code = supervisor.run();
+    int code = supervisor.run();
     ledger.ended(since_epoch(Clock::now()));
     if (attempt > 0)
       if (const auto step = dir.resumed_step()) ledger.resumed(*step);
     // A preempted job saved its state and stopped as asked: no failure, no restart.
-    const std::optional<std::string> preempted = dir.preempted();
-    if (preempted) say_launch("preempted " + *preempted + "; exit status " + std::to_string(code));
+    const auto preempted = dir.preempted();
+    // Every node exits as its ranks did, also one whose ranks the channel stopped first.
+    if (preempted) code = preempted->status;
+    if (preempted) say_launch("preempted " + preempted->text + "; exit status " + std::to_string(code));
     if (code != 0 && !preempted) print_diagnosis(supervisor, o.progress_dir);
-    const bool give_up = code == 0 || preempted || supervisor.interrupted() || attempt == o.max_restarts;
+    const bool remote_end = !supervisor.remote_end().empty();
+    const bool give_up =
+        code == 0 || preempted || supervisor.interrupted() || remote_end || attempt == o.max_restarts;
+    if (code != 0 && !preempted && !supervisor.interrupted() && remote_end && o.max_restarts > attempt)
+      say_launch("not restarting: " + supervisor.remote_end());
     if (code != 0 && !preempted && !supervisor.interrupted()) {
       const FirstFailure f = supervisor.first_failure();
       const std::string what = f.rank >= 0 ? "rank " + std::to_string(f.rank) + " " + f.how
@@ -600,7 +636,7 @@ int launch(const LaunchOptions& options) {
       ledger.failed(attempt, what, steps_completed(o.progress_dir), since_epoch(supervisor.failed_at()));
     }
     if (give_up) {
-      if (o.max_restarts > 0 && code != 0 && !preempted && !supervisor.interrupted())
+      if (o.max_restarts > 0 && code != 0 && !preempted && !supervisor.interrupted() && !remote_end)
         say_launch("giving up after " + std::to_string(attempt) + " restart(s) (--max-restarts " +
                    std::to_string(o.max_restarts) + "); every failure: " + ledger.failures());
       if (ledger.restarts() > 0)

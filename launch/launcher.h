@@ -37,7 +37,8 @@ struct LaunchOptions {
   std::string progress_dir;
   // Restarts of the whole job after a failure, torchrun's --max-restarts: every
   // rank is stopped and all are started again with TRIDENT_RESTART_COUNT set to
-  // the attempt (1, 2, ...), at most this many times. Single node only.
+  // the attempt (1, 2, ...), at most this many times; across nodes every
+  // node's launcher restarts in step (NOTE [restarts across nodes]).
   int max_restarts = 0;
   int restart = 0;  // the attempt being run (set by launch())
 };
@@ -51,8 +52,14 @@ std::vector<int> parse_rank_list(const std::string& text);
 // The global rank of a local rank (see LaunchOptions::ranks).
 int global_rank(const LaunchOptions& options, int local_rank);
 
-// The port of the launchers' own channel (NOTE [job channel], job_channel.cpp).
+// The port of the launchers' own channel (NOTE [job channel], job_channel.cpp)
+// in attempt options.restart: --launcher-port + 2 x the attempt, else
+// master_port + 1 (NOTE [restarts across nodes] in launcher.cpp).
 int launcher_port(const LaunchOptions& options, int master_port);
+// The ranks' rendezvous port in attempt options.restart: across nodes
+// --master-port + 2 x the attempt (a stale connection of an earlier attempt
+// cannot reach a later one), else --master-port.
+int attempt_master_port(const LaunchOptions& options);
 
 // trident::pick_free_port (core/free_port.h), its failure a LaunchError.
 int pick_free_port();

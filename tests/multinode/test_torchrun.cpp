@@ -1,5 +1,5 @@
-// torchrun across two nodes (network namespaces, multinode_util.h), restarts
-// included: one agent per node, one rank each (gpt-tiny as pp = 2, so the
+// Restarts across two nodes (network namespaces, multinode_util.h), under
+// torchrun and under `trident launch --max-restarts`. torchrun: one agent per node, one rank each (gpt-tiny as pp = 2, so the
 // pipeline spans the link), rank 1 on node 1 SIGKILLed once step 7 is logged,
 // --max-restarts 2, checkpoint.resume = true. Under the static rendezvous and
 // under c10d's (whose agents restart a healthy node's workers without counting
@@ -8,7 +8,12 @@
 // to a single-node run that was never stopped.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
+#include <algorithm>
 #include <regex>
+#include <sstream>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -83,7 +88,111 @@ void torchrun_restarts(const std::vector<std::string>& rdzv) {
   EXPECT_TRUE(net.empty_within(1, 2.0)) << net.pids(1);
 }
 
+// `trident launch --max-restarts` across the same two nodes (NOTE [restarts
+// across nodes] in launch/launcher.cpp): rank 1 on node 1 SIGKILLed once step
+// 7 is logged; both launchers restart in step (attempt 1 on the ports + 2),
+// resume from step 5 and end with the single-node run's losses and tensors.
+void launch_restarts() {
+  TwoNodes net;
+  REQUIRE_NODES(net);
+  TempDir dir;
+  Proc ref(launch_cmd({"--nproc-per-node", "2", "--master-port", "0"},
+                      train_cmd(dir.path / "ref", sets_for(dir.path / "ck-ref"))),
+           dir.path / "ref.log");
+  ASSERT_TRUE(ref.wait_until(Clock::now() + std::chrono::seconds(120))) << "single-node run hangs";
+  ASSERT_EQ(ref.exit_code(), 0) << ref.log();
+  auto node = [&](int n) {
+    return net.in(n, launch_cmd({"--nnodes", "2", "--node-rank", std::to_string(n), "--nproc-per-node", "1",
+                                 "--master-addr", TwoNodes::kAddr[0], "--master-port", "29500", "--max-restarts", "2",
+                                 "--rdzv-timeout", "30"},
+                                train_cmd(dir.path / "run", sets_for(dir.path / "ck-run"))));
+  };
+  const std::vector<std::pair<std::string, std::string>> env{{"TRIDENT_FAULT", "rank=1,step=7,kind=kill"}};
+  Proc node0(node(0), dir.path / "node0.log", env);
+  Proc node1(node(1), dir.path / "node1.log", env);
+  const auto deadline = Clock::now() + std::chrono::seconds(200);
+  const bool ended = node0.wait_until(deadline) && node1.wait_until(deadline);
+  const std::string log0 = node0.log(), log1 = node1.log();
+  ASSERT_TRUE(ended) << "trident launch across two nodes still runs after 200 s\n--- node 0 ---\n" << log0
+                     << "--- node 1 ---\n" << log1;
+  ASSERT_EQ(node0.exit_code(), 0) << log0 << "--- node 1 ---\n" << log1;
+  ASSERT_EQ(node1.exit_code(), 0) << log1 << "--- node 0 ---\n" << log0;
+  for (const std::string* log : {&log0, &log1}) {
+    EXPECT_NE(log->find("trident launch: restarting the job (restart 1 of at most 2)"), std::string::npos) << *log;
+    EXPECT_EQ(log->find("restart 2 of"), std::string::npos) << *log;
+    EXPECT_NE(log->find("the job finished after 1 restart"), std::string::npos) << *log;
+  }
+  EXPECT_NE(log0.find("checkpoint: resumed from " + (dir.path / "ck-run/step-00000005").string()), std::string::npos)
+      << log0;
+  expect_identical(read_metrics((dir.path / "ref/metrics.jsonl").string()),
+                   read_metrics((dir.path / "run/metrics.jsonl").string()), 12);
+  for (const char* rank : {"rank-00000.json", "rank-00001.json"}) {
+    const std::string a = entries_of(dir.path / "ck-ref/step-00000012" / rank);
+    EXPECT_FALSE(a.empty()) << rank;
+    EXPECT_EQ(a, entries_of(dir.path / "ck-run/step-00000012" / rank)) << rank;
+  }
+  EXPECT_TRUE(net.empty_within(0, 2.0)) << net.pids(0);
+  EXPECT_TRUE(net.empty_within(1, 2.0)) << net.pids(1);
+}
+
+long count_lines(const fs::path& p) {
+  const std::string text = fs::exists(p) ? slurp(p) : std::string();
+  return static_cast<long>(std::count(text.begin(), text.end(), '\n'));
+}
+
+// The rank processes (`trident-torch train`) in node `n`'s namespace.
+std::vector<pid_t> rank_pids(const TwoNodes& net, int n) {
+  std::vector<pid_t> out;
+  std::istringstream in(net.pids(n));
+  for (long pid; in >> pid;) {
+    std::string cmd = slurp("/proc/" + std::to_string(pid) + "/cmdline");
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    if (cmd.find("trident-torch train") != std::string::npos) out.push_back(static_cast<pid_t>(pid));
+  }
+  return out;
+}
+
+// Slurm's --signal=USR1 reaches the tasks, here only node 1's rank: the ranks
+// agree to save and stop (NOTE [preemption]), and neither launcher restarts
+// the job, node 1's included, which learns it from its own rank's note.
+void launch_preempted() {
+  TwoNodes net;
+  REQUIRE_NODES(net);
+  TempDir dir;
+  std::vector<std::string> sets = sets_for(dir.path / "ck");
+  sets.push_back("training.steps=400");
+  auto node = [&](int n) {
+    return net.in(n, launch_cmd({"--nnodes", "2", "--node-rank", std::to_string(n), "--nproc-per-node", "1",
+                                 "--master-addr", TwoNodes::kAddr[0], "--master-port", "29500", "--max-restarts", "2",
+                                 "--rdzv-timeout", "20"},
+                                train_cmd(dir.path / "run", sets)));
+  };
+  Proc node0(node(0), dir.path / "node0.log");
+  Proc node1(node(1), dir.path / "node1.log");
+  const auto started = Clock::now();
+  while (count_lines(dir.path / "run/metrics.jsonl") < 3 && Clock::now() < started + std::chrono::seconds(60))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const std::vector<pid_t> ranks = rank_pids(net, 1);
+  ASSERT_EQ(ranks.size(), 1u) << net.pids(1);
+  ::kill(ranks[0], SIGUSR1);
+  const auto deadline = Clock::now() + std::chrono::seconds(120);
+  const bool ended = node0.wait_until(deadline) && node1.wait_until(deadline);
+  const std::string log0 = node0.log(), log1 = node1.log();
+  ASSERT_TRUE(ended) << "still running 120 s after the signal\n--- node 0 ---\n" << log0 << "--- node 1 ---\n" << log1;
+  EXPECT_EQ(node0.exit_code(), 128 + SIGUSR1) << log0;
+  EXPECT_EQ(node1.exit_code(), 128 + SIGUSR1) << log1;
+  for (const std::string* log : {&log0, &log1}) {
+    EXPECT_NE(log->find("trident launch: preempted by SIGUSR1, checkpoint at step "), std::string::npos) << *log;
+    EXPECT_EQ(log->find("restarting"), std::string::npos) << "a preempted job is not restarted:\n" << *log;
+  }
+  EXPECT_TRUE(net.empty_within(0, 2.0)) << net.pids(0);
+  EXPECT_TRUE(net.empty_within(1, 2.0)) << net.pids(1);
+}
+
 }  // namespace
+
+TEST(LaunchTwoNodes, KilledRankRestartsBitIdentical) { launch_restarts(); }
+TEST(LaunchTwoNodes, PreemptedJobIsNotRestartedOnAnyNode) { launch_preempted(); }
 
 TEST(TorchrunTwoNodes, StaticRendezvousRestartsBitIdentical) {
   torchrun_restarts({"--node-rank", "NODE_RANK", "--master-addr", TwoNodes::kAddr[0], "--master-port", "29500"});
