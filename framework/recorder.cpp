@@ -76,6 +76,7 @@ void Recorder::schedule_ran(const ExecutorStats& stats) {
   peak_stats_.peak_inflight = std::max(peak_stats_.peak_inflight, stats.peak_inflight);
   peak_stats_.peak_boundary_bytes = std::max(peak_stats_.peak_boundary_bytes, stats.peak_boundary_bytes);
   peak_stats_.peak_activation_bytes = std::max(peak_stats_.peak_activation_bytes, stats.peak_activation_bytes);
+  peak_stats_.peak_step_bytes = std::max(peak_stats_.peak_step_bytes, stats.peak_step_bytes);
   deferred_weight_grads_ += stats.deferred_weight_grads;
   // On CUDA reading the timeline waits for the step (NOTE [device time]): only logged steps do.
   if (measured_ && (logged_ || !r_.device.is_cuda())) costs_.add(*r_.exec, r_.schedule->chunks);
@@ -263,6 +264,7 @@ void Recorder::write_rank_summary(const TrainSummary& s, int64_t dp_reduced_elem
   v["peak_inflight"] = json::number(static_cast<int64_t>(peak_stats_.peak_inflight));
   v["peak_activation_bytes"] = json::number(peak_stats_.peak_activation_bytes);
   v["peak_boundary_bytes"] = json::number(peak_stats_.peak_boundary_bytes);
+  v["peak_step_bytes"] = json::number(peak_stats_.peak_step_bytes);
   // Weight-gradient computations W actions ran over the run (zero-bubble
   // schedules: > 0 when the I deferred them, as it must on every device).
   v["deferred_weight_grads"] = json::number(deferred_weight_grads_);

@@ -122,6 +122,27 @@ void Executor::send(const Action& a) {
   queued_.actions.push_back(a);
 }
 
+// NOTE [sent tensors] A group's tensors (what it sends, where it receives)
+// are referenced by it until it is done. A group whose receive a compute
+// consumes is waited for then; one that only sends is waited for by nobody
+// before the end of the step, and would keep every activation and gradient
+// it sent alive until then, growing with the micro-batches. Before each
+// compute the groups that have completed by themselves are released: a
+// non-blocking look (Work::isCompleted), so nothing waits earlier or in
+// another order than NOTE [pair order] says. Under NCCL a send is complete
+// once its kernel has run on the communication stream, after which the
+// caching allocator may reuse its memory.
+void Executor::release_completed_groups() {
+  for (size_t i = first_open_; i < groups_.size(); ++i) {
+    CommGroup& g = groups_[i];
+    if (g.done) continue;
+    bool complete = true;
+    for (const auto& w : g.works) complete = complete && w->isCompleted();
+    if (complete) wait_group(static_cast<int>(i));  // returns at once; reports a failed one
+  }
+  while (first_open_ < groups_.size() && groups_[first_open_].done) ++first_open_;
+}
+
 void Executor::finish_groups() {
   post_group();
   for (size_t i = 0; i < groups_.size(); ++i) wait_group(static_cast<int>(i));
@@ -234,6 +255,8 @@ void Executor::run_action(const Action& a, const std::function<MicroBatch(int)>&
     if (it != slots_.end() && !it->second.grad_in.defined() && it->second.deferred.empty()) slots_.erase(it);
   }
   if (sched::is_compute(a.kind)) track(stats);
+  if (const int64_t live = live_cpu_bytes(); live >= 0 && step_base_bytes_ >= 0)
+    stats.peak_step_bytes = std::max(stats.peak_step_bytes, live - step_base_bytes_);
 }
 
 void Executor::find_reduce_points(const sched::ActionList& actions, std::vector<size_t>* reduce,
@@ -266,6 +289,7 @@ ExecutorStats Executor::run(const sched::ActionList& actions, const std::functio
   resolved_ = !record_;
   reset_loss();
   if (record_) clock_.begin(), span_marks_.first = clock_.mark();
+  step_base_bytes_ = live_cpu_bytes();
   run_list(actions, batch, loss_scale, stats, observer, false);
   stats.loss = loss_acc_;
   if (record_) span_marks_.second = clock_.mark();
@@ -284,6 +308,7 @@ void Executor::run_list(const sched::ActionList& actions, const std::function<Mi
   std::vector<size_t> reduce_at, last_backward;
   if (!forward_only) find_reduce_points(actions, &reduce_at, &last_backward);
   groups_.clear();
+  first_open_ = 0;
   try {
     for (size_t i = 0; i < actions.size(); ++i) {
       const Action& a = actions[i];
@@ -291,6 +316,7 @@ void Executor::run_list(const sched::ActionList& actions, const std::function<Mi
       if (progress_.enabled()) progress_.action(static_cast<int>(i), sched::to_token(a));
       if (sched::is_compute(a.kind)) {
         post_group();  // the communication since the last compute, as one group
+        release_completed_groups();
         if (a.kind != ActionKind::W) wait_inputs(a, static_cast<int>(i));
       }
       if (observer && i == last_backward[chunk]) observer->final_backward_begins(a.chunk);

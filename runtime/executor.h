@@ -62,6 +62,11 @@ struct ExecutorStats {
   // forward's growth in live CPU bytes (core/cpu_memory.h), held until
   // its backward. -1 when the memory meter is not installed.
   int64_t peak_activation_bytes = -1;
+  // Most live CPU bytes (core/cpu_memory.h) above the step's start, sampled
+  // after every action: everything the step holds at once, activations,
+  // received and sent tensors and the communication groups' references
+  // included. -1 when the memory meter is not installed.
+  int64_t peak_step_bytes = -1;
 };
 
 class Executor {
@@ -141,6 +146,8 @@ class Executor {
   void forward(const sched::Action& a, const std::function<MicroBatch(int)>& batch);
   void backward(const sched::Action& a, double loss_scale, bool defer_weights);
   void send(const sched::Action& a);
+  // Releases the posted groups that completed by themselves (NOTE [sent tensors]).
+  void release_completed_groups();
   void finish_groups();
   int stage(int chunk) const { return map_.stage_of(pp_.rank, chunk); }
   bool is_first(int chunk) const { return stage(chunk) == 0; }
@@ -171,6 +178,8 @@ class Executor {
   std::vector<std::pair<int, int>> marks_;  // per timeline_ entry: its start and end mark (-1: none yet)
   std::pair<int, int> span_marks_{-1, -1};
   mutable bool resolved_ = true;
+  int64_t step_base_bytes_ = -1;  // live CPU bytes when the step began (peak_step_bytes)
+  size_t first_open_ = 0;         // groups_ before it are done (release_completed_groups)
   mutable std::vector<sched::TimedAction> timeline_;
   mutable std::pair<double, double> run_span_{0, 0};
   sched::Progress progress_;
