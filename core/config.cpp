@@ -190,8 +190,8 @@ const std::vector<Field>& fields() {
       TRIDENT_FIELD(parallel, pipeline_layers, auto_or_at_least_1(),
                     "layers per model chunk (pp * chunks entries); empty = uniform; \"auto\" = balanced by a profiling pass"),
       TRIDENT_FIELD(parallel, pipeline_layout, any(),
-                    "Megatron's --pipeline-model-parallel-layout, e.g. \"Et|(tt|)*2,tL\": E embedding, t transformer "
-                    "layer, L loss, | ends a stage (pp * chunks stages, model order); empty = none"),
+                    "Megatron's --pipeline-model-parallel-layout: E embedding, t transformer layer, L loss, a bar "
+                    "ends a stage (pp * chunks stages, model order); empty = none"),
       TRIDENT_FIELD(parallel, account_for_embedding_in_pipeline_split, any(),
                     "the even split counts the embedding as one layer (Megatron's option of that name)"),
       TRIDENT_FIELD(parallel, account_for_loss_in_pipeline_split, any(),

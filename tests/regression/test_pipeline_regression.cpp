@@ -145,6 +145,35 @@ TEST(PipelineScheduleFile, OneF1BFromFileIsBitIdentical) {
   EXPECT_NE(run.result.output.find("schedule file (m=8, v=1)"), std::string::npos) << run.result.output;
 }
 
+// parallel.pipeline_layout (Megatron's layout string) gives the same model as
+// the same split in parallel.pipeline_layers: the very same losses and grad
+// norms, both bit-identical to pp = 1. A layout whose first and last chunks hold
+// only the embedding and only the head and loss (chunks of no layers, which
+// pipeline_layers cannot express) is bit-identical to pp = 1 as well.
+TEST(PipelineLayoutString, SameSplitAsPipelineLayersIsBitIdentical) {
+  const TrainRun& ref = reference();
+  ASSERT_TRUE(completed(ref));
+  const std::vector<std::string> interleaved = {"parallel.pp=2", "schedule.kind=interleaved", "schedule.chunks=2"};
+  auto run_with = [&](const std::string& name, const std::string& split) {
+    TempDir dir(name);
+    std::vector<std::string> sets = interleaved;
+    sets.push_back(split);
+    TrainRun run = train_tiny(dir.path(), 2, sets);
+    run.dir.clear();  // the folder goes with `dir`
+    return run;
+  };
+  const TrainRun layers = run_with("pp-layers", "parallel.pipeline_layers=[1,3,3,1]");
+  const TrainRun layout = run_with("pp-layout", "parallel.pipeline_layout=Et|ttt|ttt|tL");
+  ASSERT_TRUE(completed(layers));
+  ASSERT_TRUE(completed(layout));
+  EXPECT_TRUE(steps_match(layers.rows, layout.rows, "loss", 0.0));
+  EXPECT_TRUE(steps_match(layers.rows, layout.rows, "grad_norm", 0.0));
+  EXPECT_TRUE(matches_reference(ref.rows, layout, 0.0));
+  const TrainRun alone = run_with("pp-layout-e-l", "parallel.pipeline_layout=E|tttt|tttt|L");
+  ASSERT_TRUE(completed(alone));
+  EXPECT_TRUE(matches_reference(ref.rows, alone, 0.0));
+}
+
 // A run that must fail before training, with `message` in its output.
 void expect_config_error(int nproc, const std::vector<std::string>& sets, const std::string& message) {
   TempDir dir("pp-err");
