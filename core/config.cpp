@@ -25,6 +25,7 @@
 #include "core/data/errors.h"
 #include "core/data/megatron_dataset.h"
 #include "core/json.h"
+#include "core/pipeline_layout.h"
 
 namespace trident {
 namespace {
@@ -188,6 +189,13 @@ const std::vector<Field>& fields() {
                     "shard LayerNorm/dropout regions along the sequence over tp"),
       TRIDENT_FIELD(parallel, pipeline_layers, auto_or_at_least_1(),
                     "layers per model chunk (pp * chunks entries); empty = uniform; \"auto\" = balanced by a profiling pass"),
+      TRIDENT_FIELD(parallel, pipeline_layout, any(),
+                    "Megatron's --pipeline-model-parallel-layout: E embedding, t transformer layer, L loss, a bar "
+                    "ends a stage (pp * chunks stages, model order); empty = none"),
+      TRIDENT_FIELD(parallel, account_for_embedding_in_pipeline_split, any(),
+                    "the even split counts the embedding as one layer (Megatron's option of that name)"),
+      TRIDENT_FIELD(parallel, account_for_loss_in_pipeline_split, any(),
+                    "the even split counts the loss (final norm, head, loss) as one layer (Megatron's option)"),
       TRIDENT_FIELD(parallel, pipeline_dtype, one_of({"auto", "fp32", "bf16"}),
                     "dtype of the activations and gradients sent between pipeline stages; auto = training.precision "
                     "(Megatron's pipeline_dtype); bf16 needs training.precision = bf16"),
@@ -600,6 +608,10 @@ std::string n(int64_t v) { return std::to_string(v); }
 
 // ---- public API ---------------------------------------------------------------
 
+int64_t chunks_per_rank(const Config& c) {
+  return c.schedule.chunks > 0 ? c.schedule.chunks : kind_chunks(c.schedule.kind);
+}
+
 Config parse_config(const std::string& toml_text, const std::string& name,
                     const std::vector<std::string>& overrides) {
   toml::table root;
@@ -782,6 +794,33 @@ void check_model_shape(const Config& c) {
   }
 }
 
+// parallel.pipeline_layout and the account_for_* keys (core/pipeline_layout.h):
+// each excludes the other ways of giving the split, and must describe one.
+void check_megatron_split(const Config& c, int64_t model_chunks) {
+  const ParallelConfig& p = c.parallel;
+  const bool emb = p.account_for_embedding_in_pipeline_split, loss = p.account_for_loss_in_pipeline_split;
+  const std::string account = emb ? "parallel.account_for_embedding_in_pipeline_split"
+                                  : "parallel.account_for_loss_in_pipeline_split";
+  if (!p.pipeline_layout.empty()) {
+    if (!p.pipeline_layers.empty())
+      fail(c, "parallel.pipeline_layout and parallel.pipeline_layers both give the pipeline split: expected one of them");
+    if (emb || loss)
+      fail(c, account + " with parallel.pipeline_layout: the layout places the embedding (E) and the loss (L) "
+                        "itself; expected one of them (Megatron refuses both too)");
+  } else if ((emb || loss) && !p.pipeline_layers.empty()) {
+    fail(c, account + " changes the even split only, but parallel.pipeline_layers gives the split (it would be "
+                      "ignored): expected one of them");
+  } else if ((emb || loss) && model_chunks == 1) {
+    fail(c, account + " has no effect with a single pipeline stage (parallel.pp x schedule.chunks = 1)");
+  }
+  try {
+    chunk_layers(c);
+  } catch (const std::invalid_argument& e) {
+    if (!p.pipeline_layout.empty()) fail(c, "parallel.pipeline_layout = " + quote(p.pipeline_layout) + ": " + e.what());
+    fail(c, account + ": " + e.what());
+  }
+}
+
 // Layers per model chunk (models/gpt/gpt.cpp's split_layers asserts the result).
 void check_pipeline_split(const Config& c) {
   const ParallelConfig& p = c.parallel;
@@ -796,7 +835,10 @@ void check_pipeline_split(const Config& c) {
     fail(c, "parallel.pipeline_dtype = " + quote(p.pipeline_dtype) +
                 " has no effect with a single pipeline stage (parallel.pp x schedule.chunks = 1): nothing crosses "
                 "a pipeline boundary; leave it \"auto\"");
-  if (p.auto_split()) {
+  if (!p.pipeline_layout.empty() || p.account_for_embedding_in_pipeline_split ||
+      p.account_for_loss_in_pipeline_split) {
+    check_megatron_split(c, model_chunks);
+  } else if (p.auto_split()) {
     if (layers < model_chunks)
       fail(c, "parallel.pipeline_layers = \"auto\" needs at least one layer per model chunk: model.layers (" +
                   n(layers) + ") < parallel.pp x schedule.chunks (" + n(model_chunks) + ")");
@@ -993,10 +1035,11 @@ Big activation_lower_bound(const Config& c, const std::vector<int>& peak_infligh
   if (peak_inflight.empty()) return 0;
   const ParallelConfig& p = c.parallel;
   const int64_t stages = p.pp * std::max<int64_t>(c.schedule.chunks, 1);
+  const std::vector<int64_t> split = chunk_layers(c);
   if (p.auto_split())
     layers = 1;  // the profiled split is not known yet
-  else if (!p.pipeline_layers.empty())
-    layers = *std::min_element(p.pipeline_layers.begin(), p.pipeline_layers.end());
+  else if (!split.empty())
+    layers = *std::min_element(split.begin(), split.end());
   else
     layers = c.model.layers / stages;
   Big sum = 0;

@@ -56,6 +56,9 @@ struct ParallelConfig {
   bool sequence_parallel = false;            // shard LayerNorm/dropout regions along seq
   std::vector<int64_t> pipeline_layers;      // explicit layers per chunk (pp * chunks entries); empty = uniform;
                                              // [-1] = "auto" (balanced by a profiling pass, see auto_split())
+  std::string pipeline_layout;                         // Megatron's layout string, e.g. "Et|(tt|)*2,tL"; "" = none (core/pipeline_layout.h)
+  bool account_for_embedding_in_pipeline_split = false;  // the even split counts the embedding as a layer (Megatron)
+  bool account_for_loss_in_pipeline_split = false;       // the even split counts the loss (norm, head) as a layer
   std::string pipeline_dtype = "auto";       // "auto" (= training.precision) | "fp32" | "bf16": what crosses pipeline boundaries
   std::string backend = "auto";              // "auto" | "gloo" | "nccl"
   double timeout_s = 60.0;                   // collective timeout in seconds

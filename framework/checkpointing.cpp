@@ -20,6 +20,7 @@
 #include "core/atomic_file.h"
 #include "core/checkpoint_store.h"
 #include "core/checkpoint_tensors.h"
+#include "core/pipeline_layout.h"
 
 namespace trident {
 namespace {
@@ -146,7 +147,7 @@ Checkpointer::Checkpointer(const Config& cfg, ProcessGroups& pgs, std::vector<st
 std::string Checkpointer::layout_text() const {
   const auto& p = cfg_.parallel;
   std::string layers;
-  for (int64_t n : p.pipeline_layers) layers += (layers.empty() ? "" : ",") + std::to_string(n);
+  for (int64_t n : chunk_layers(cfg_)) layers += (layers.empty() ? "" : ",") + std::to_string(n);
   return "tp=" + std::to_string(p.tp) + " pp=" + std::to_string(p.pp) + " dp=" + std::to_string(p.dp) +
          " chunks=" + std::to_string(cfg_.schedule.chunks) + " zero=" + std::to_string(p.zero) +
          " pipeline_layers=[" + layers + "]";

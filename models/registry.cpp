@@ -9,6 +9,7 @@
 #include "core/checkpoint_tensors.h"
 #include "core/json.h"
 #include "core/model_checks.h"
+#include "core/pipeline_layout.h"
 
 #include "models/gpt/gpt.h"
 #include "models/gpt/hf_gpt2.h"
@@ -18,8 +19,8 @@
 namespace trident {
 
 std::unique_ptr<Model> make_model(const Config& cfg) {
-  if (cfg.model.arch == "gpt") return std::make_unique<GptModel>(cfg.model, cfg.parallel.pipeline_layers);
-  if (cfg.model.arch == "llama") return std::make_unique<LlamaModel>(cfg.model, cfg.parallel.pipeline_layers);
+  if (cfg.model.arch == "gpt") return std::make_unique<GptModel>(cfg.model, chunk_layers(cfg));
+  if (cfg.model.arch == "llama") return std::make_unique<LlamaModel>(cfg.model, chunk_layers(cfg));
   throw ModelInputError("model.arch = \"" + cfg.model.arch + "\": unknown model (known: gpt, llama)");
 }
 

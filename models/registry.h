@@ -12,7 +12,7 @@
 
 namespace trident {
 
-// The model of `cfg.model.arch`, split by `cfg.parallel.pipeline_layers`.
+// The model of `cfg.model.arch`, split by chunk_layers(cfg) (core/pipeline_layout.h).
 // Throws std::runtime_error for an unknown arch.
 std::unique_ptr<Model> make_model(const Config& cfg);
 

@@ -21,6 +21,8 @@
 #                           BlendedDataset (BlendedMegatronDatasetBuilder), sample for sample; needs no model
 #   HfTokenizer             --tokenizer hf ids vs tokenizers' encode (trained, GPT-2, Llama 3, Qwen2
 #                           tokenizer.json); needs only `tokenizers`, so it is also in the no-libtorch build
+#   MegatronLayout          parallel.pipeline_layout strings and the account_for_* split vs megatron-core's
+#                           PipelineParallelLayerLayout and get_num_layers_to_build; needs no model
 #   ZeroBubblePaper         the zero-bubble paper's Table 5 bubble rates (1F1B, 1F1B-I, ZB-H1, ZB-H2) from its
 #                           Table 9 costs by the simulator (benchmarks/zero_bubble_paper.py); no libtorch
 set(_ref ${CMAKE_CURRENT_SOURCE_DIR}/reference)
@@ -39,6 +41,15 @@ add_test(NAME MegatronSamples
          COMMAND ${TRIDENT_PYTHON} ${_ref}/test_megatron_samples.py --trident ${PROJECT_BINARY_DIR}/trident
                  --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/megatron-samples)
 set_tests_properties(MegatronSamples PROPERTIES LABELS reference TIMEOUT 300)
+# parallel.pipeline_layout and the account_for_* split against megatron-core's parser and
+# get_num_layers_to_build (the script prints megatron-core's answers; the test computes Trident's).
+add_executable(test_megatron_layout ${_ref}/test_megatron_layout.cpp)
+target_compile_options(test_megatron_layout PRIVATE ${TRIDENT_WARNINGS})
+target_link_libraries(test_megatron_layout PRIVATE trident_config GTest::gtest_main)
+target_compile_definitions(test_megatron_layout PRIVATE TRIDENT_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
+                           TRIDENT_PYTHON="${TRIDENT_PYTHON}")
+add_test(NAME MegatronLayout COMMAND test_megatron_layout)
+set_tests_properties(MegatronLayout PROPERTIES LABELS reference TIMEOUT 120)
 if(NOT TRIDENT_WITH_TORCH)
   return()  # the tests below train or load models: libtorch
 endif()

@@ -145,6 +145,44 @@ TEST(PipelineScheduleFile, OneF1BFromFileIsBitIdentical) {
   EXPECT_NE(run.result.output.find("schedule file (m=8, v=1)"), std::string::npos) << run.result.output;
 }
 
+// parallel.pipeline_layout (Megatron's layout string) gives the same model as
+// the same split in parallel.pipeline_layers: the very same losses and grad
+// norms, both bit-identical to pp = 1, and the same parameters on each rank.
+// Every split is bit-identical to pp = 1, so the parameters per rank are what
+// show the split took effect: [1, 2, 4, 1] puts 5 layers on rank 0 and 3 on
+// rank 1 (the even split 4 and 4). A layout whose first and last chunks hold
+// only the embedding and only the head and loss (chunks of no layers, which
+// pipeline_layers cannot express) trains bit-identically too.
+TEST(PipelineLayoutString, SameSplitAsPipelineLayersIsBitIdentical) {
+  const TrainRun& ref = reference();
+  ASSERT_TRUE(completed(ref));
+  TempDir dir("pp-layout");
+  auto run_with = [&](const std::string& name, const std::string& split) {
+    return train_tiny(dir.file(name), 2, {"parallel.pp=2", "schedule.kind=interleaved", "schedule.chunks=2", split});
+  };
+  auto local_params = [](const TrainRun& run) {  // by pipeline rank
+    std::vector<int64_t> n(2, -1);
+    for (const auto& s : rank_summaries(run.dir)) n.at(field(s, "pp")) = field(s, "local_parameters");
+    return n;
+  };
+  const TrainRun layers = run_with("layers", "parallel.pipeline_layers=[1,2,4,1]");
+  const TrainRun layout = run_with("layout", "parallel.pipeline_layout=Et|tt|tttt|tL");
+  ASSERT_TRUE(completed(layers));
+  ASSERT_TRUE(completed(layout));
+  EXPECT_TRUE(steps_match(layers.rows, layout.rows, "loss", 0.0));
+  EXPECT_TRUE(steps_match(layers.rows, layout.rows, "grad_norm", 0.0));
+  EXPECT_TRUE(matches_reference(ref.rows, layout, 0.0));
+  const std::vector<int64_t> split = local_params(layers);
+  EXPECT_EQ(local_params(layout), split);
+  EXPECT_GT(split[0], split[1]) << "rank 0 holds 5 layers and the embedding, rank 1 3 layers, its copy and the norm";
+  const TrainRun alone = run_with("alone", "parallel.pipeline_layout=E|ttttt|ttt|L");
+  ASSERT_TRUE(completed(alone));
+  EXPECT_TRUE(matches_reference(ref.rows, alone, 0.0));
+  const std::vector<int64_t> apart = local_params(alone);
+  EXPECT_LT(apart[0], apart[1]) << "rank 0 holds 3 layers and the embedding, rank 1 5 layers and the head";
+  EXPECT_EQ(split[0] - apart[0], apart[1] - split[1]) << "two layers moved from rank 0 to rank 1";
+}
+
 // A run that must fail before training, with `message` in its output.
 void expect_config_error(int nproc, const std::vector<std::string>& sets, const std::string& message) {
   TempDir dir("pp-err");

@@ -450,7 +450,7 @@ TEST(Config, LayoutFactors) {
 
 TEST(Config, KeysTableDescribesTypesAndDefaults) {
   const auto keys = trident::config_keys();
-  EXPECT_EQ(keys.size(), 75u);
+  EXPECT_EQ(keys.size(), 78u);
   bool found = false;
   for (const auto& k : keys) {
     if (k.name != "parallel.dp") continue;
