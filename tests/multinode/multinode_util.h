@@ -216,6 +216,18 @@ class TwoNodes {
     sh("ip netns exec " + ns_[node] + " ss -Htln", &out);
     return out;
   }
+  // Listening sockets of `node` after up to `seconds`: a killed process's
+  // sockets close as the kernel tears it down, which may end a moment after
+  // its pid has left the namespace's list. Empty when none is left.
+  std::string listeners_within(int node, double seconds) const {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    std::string left = listeners(node);
+    while (!left.empty() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      left = listeners(node);
+    }
+    return left;
+  }
   // Cuts the link as a failed cable or switch port would: no RST, no FIN.
   bool cut_link() const { return sh("ip -n " + ns_[0] + " link set veth0 down") == 0; }
 

@@ -127,7 +127,7 @@ void run_with_fault(const TwoNodes& net, const TempDir& dir, Trigger trigger, co
     EXPECT_NE(result.exit_code[n], 0) << "node " << n;
     EXPECT_LE(result.fault_to_exit[n], kTimeoutS + 10) << "node " << n;
     EXPECT_TRUE(net.empty_within(n, 2.0)) << "processes left in node " << n << ": " << net.pids(n);
-    EXPECT_EQ(net.listeners(n), "") << "listening sockets left in node " << n;
+    EXPECT_EQ(net.listeners_within(n, 2.0), "") << "listening sockets left in node " << n;
   }
 }
 
