@@ -11,6 +11,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <array>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -38,6 +39,26 @@ std::string entries_of(const fs::path& file) {
   const std::string text = slurp(file);
   const size_t from = text.find("\"entries\""), to = text.find("\"blobs\"");
   return from == std::string::npos || to == std::string::npos ? "" : text.substr(from, to - from);
+}
+
+// Both nodes exited 0; rank 0 resumed from step 5; every loss, gradient norm
+// and final tensor of `dir`/run equals the uninterrupted `dir`/ref's; nothing
+// is left running in either namespace.
+void expect_resumed_like_the_reference(const TwoNodes& net, const fs::path& dir, std::array<int, 2> exit_codes,
+                                       const std::string& log0, const std::string& log1) {
+  ASSERT_EQ(exit_codes[0], 0) << log0 << "--- node 1 ---\n" << log1;
+  ASSERT_EQ(exit_codes[1], 0) << log1 << "--- node 0 ---\n" << log0;
+  EXPECT_NE(log0.find("checkpoint: resumed from " + (dir / "ck-run/step-00000005").string()), std::string::npos)
+      << log0;
+  expect_identical(read_metrics((dir / "ref/metrics.jsonl").string()), read_metrics((dir / "run/metrics.jsonl").string()),
+                   12);
+  for (const char* rank : {"rank-00000.json", "rank-00001.json"}) {
+    const std::string a = entries_of(dir / "ck-ref/step-00000012" / rank);
+    EXPECT_FALSE(a.empty()) << rank;
+    EXPECT_EQ(a, entries_of(dir / "ck-run/step-00000012" / rank)) << rank;
+  }
+  EXPECT_TRUE(net.empty_within(0, 2.0)) << net.pids(0);
+  EXPECT_TRUE(net.empty_within(1, 2.0)) << net.pids(1);
 }
 
 void torchrun_restarts(const std::vector<std::string>& rdzv) {
@@ -72,20 +93,8 @@ void torchrun_restarts(const std::vector<std::string>& rdzv) {
   const std::string log0 = node0.log(), log1 = node1.log();
   ASSERT_TRUE(ended) << "torchrun across two nodes still runs after 200 s\n--- node 0 ---\n" << log0
                      << "--- node 1 ---\n" << log1;
-  ASSERT_EQ(node0.exit_code(), 0) << log0 << "--- node 1 ---\n" << log1;
-  ASSERT_EQ(node1.exit_code(), 0) << log1 << "--- node 0 ---\n" << log0;
   EXPECT_NE(log1.find("rank 1 injects kill after step 7"), std::string::npos) << log1;
-  EXPECT_NE(log0.find("checkpoint: resumed from " + (dir.path / "ck-run/step-00000005").string()), std::string::npos)
-      << log0;
-  expect_identical(read_metrics((dir.path / "ref/metrics.jsonl").string()),
-                   read_metrics((dir.path / "run/metrics.jsonl").string()), 12);
-  for (const char* rank : {"rank-00000.json", "rank-00001.json"}) {
-    const std::string a = entries_of(dir.path / "ck-ref/step-00000012" / rank);
-    EXPECT_FALSE(a.empty()) << rank;
-    EXPECT_EQ(a, entries_of(dir.path / "ck-run/step-00000012" / rank)) << rank;
-  }
-  EXPECT_TRUE(net.empty_within(0, 2.0)) << net.pids(0);
-  EXPECT_TRUE(net.empty_within(1, 2.0)) << net.pids(1);
+  expect_resumed_like_the_reference(net, dir.path, {node0.exit_code(), node1.exit_code()}, log0, log1);
 }
 
 // `trident launch --max-restarts` across the same two nodes (NOTE [restarts
@@ -115,24 +124,12 @@ void launch_restarts() {
   const std::string log0 = node0.log(), log1 = node1.log();
   ASSERT_TRUE(ended) << "trident launch across two nodes still runs after 200 s\n--- node 0 ---\n" << log0
                      << "--- node 1 ---\n" << log1;
-  ASSERT_EQ(node0.exit_code(), 0) << log0 << "--- node 1 ---\n" << log1;
-  ASSERT_EQ(node1.exit_code(), 0) << log1 << "--- node 0 ---\n" << log0;
   for (const std::string* log : {&log0, &log1}) {
     EXPECT_NE(log->find("trident launch: restarting the job (restart 1 of at most 2)"), std::string::npos) << *log;
     EXPECT_EQ(log->find("restart 2 of"), std::string::npos) << *log;
     EXPECT_NE(log->find("the job finished after 1 restart"), std::string::npos) << *log;
   }
-  EXPECT_NE(log0.find("checkpoint: resumed from " + (dir.path / "ck-run/step-00000005").string()), std::string::npos)
-      << log0;
-  expect_identical(read_metrics((dir.path / "ref/metrics.jsonl").string()),
-                   read_metrics((dir.path / "run/metrics.jsonl").string()), 12);
-  for (const char* rank : {"rank-00000.json", "rank-00001.json"}) {
-    const std::string a = entries_of(dir.path / "ck-ref/step-00000012" / rank);
-    EXPECT_FALSE(a.empty()) << rank;
-    EXPECT_EQ(a, entries_of(dir.path / "ck-run/step-00000012" / rank)) << rank;
-  }
-  EXPECT_TRUE(net.empty_within(0, 2.0)) << net.pids(0);
-  EXPECT_TRUE(net.empty_within(1, 2.0)) << net.pids(1);
+  expect_resumed_like_the_reference(net, dir.path, {node0.exit_code(), node1.exit_code()}, log0, log1);
 }
 
 long count_lines(const fs::path& p) {
