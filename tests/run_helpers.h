@@ -36,6 +36,24 @@ inline RunResult run_command(const std::string& cmd) {
   return r;
 }
 
+// Runs a shell command line and returns its standard output's lines (its
+// standard error discarded: the caller parses the output); `status` gets the
+// exit status, or 128 + signal.
+inline std::vector<std::string> stdout_lines(const std::string& cmd, int* status) {
+  std::vector<std::string> lines;
+  *status = -1;
+  FILE* p = popen((cmd + " 2>/dev/null").c_str(), "r");
+  if (!p) return lines;
+  std::string out;
+  std::array<char, 1 << 14> buf;
+  for (size_t n; (n = fread(buf.data(), 1, buf.size(), p)) > 0;) out.append(buf.data(), n);
+  const int st = pclose(p);
+  *status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  std::istringstream in(out);
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  return lines;
+}
+
 inline std::string bin(const std::string& name) { return std::string(TRIDENT_BINARY_DIR) + "/" + name; }
 inline std::string src(const std::string& path) { return std::string(TRIDENT_SOURCE_DIR) + "/" + path; }
 

@@ -47,7 +47,7 @@ add_executable(test_megatron_layout ${_ref}/test_megatron_layout.cpp)
 target_compile_options(test_megatron_layout PRIVATE ${TRIDENT_WARNINGS})
 target_link_libraries(test_megatron_layout PRIVATE trident_config GTest::gtest_main)
 target_compile_definitions(test_megatron_layout PRIVATE TRIDENT_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
-                           TRIDENT_PYTHON="${TRIDENT_PYTHON}")
+                           TRIDENT_BINARY_DIR="${PROJECT_BINARY_DIR}" TRIDENT_PYTHON="${TRIDENT_PYTHON}")
 add_test(NAME MegatronLayout COMMAND test_megatron_layout)
 set_tests_properties(MegatronLayout PROPERTIES LABELS reference TIMEOUT 120)
 if(NOT TRIDENT_WITH_TORCH)

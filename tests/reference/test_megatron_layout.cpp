@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/pipeline_layout.h"
+#include "tests/run_helpers.h"
 
 namespace trident {
 namespace {
@@ -73,17 +74,11 @@ std::vector<std::string> megatron_lines() {
     for (const AccountCase& c : kAccounts)
       f << "account\t" << c.layers << "\t" << c.pp << "\t" << c.vp << "\t" << c.embedding << "\t" << c.loss << "\n";
   }
-  const std::string cmd = std::string(TRIDENT_PYTHON) + " " + TRIDENT_SOURCE_DIR +
-                          "/tests/reference/megatron_layout_reference.py " + cases + " 2>/dev/null";
-  std::FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return {};
-  std::string out;
-  char buf[1 << 14];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  EXPECT_EQ(pclose(p), 0) << cmd << " failed";
-  std::vector<std::string> lines;
-  std::istringstream in(out);
-  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  const std::string cmd =
+      std::string(TRIDENT_PYTHON) + " " + TRIDENT_SOURCE_DIR + "/tests/reference/megatron_layout_reference.py " + cases;
+  int status = -1;
+  std::vector<std::string> lines = trident::testing::stdout_lines(cmd, &status);
+  EXPECT_EQ(status, 0) << cmd << " failed";
   return lines;
 }
 

@@ -11,6 +11,7 @@
 
 #include "core/data/errors.h"
 #include "core/data/numpy_random.h"
+#include "tests/run_helpers.h"
 
 namespace td = trident::data;
 
@@ -18,15 +19,9 @@ namespace {
 
 std::vector<std::string> numpy_lines() {
   const std::string cmd = std::string(TRIDENT_PYTHON) + " " + TRIDENT_SOURCE_DIR + "/tests/unit/numpy_random_reference.py";
-  std::FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return {};
-  std::string out;
-  char buf[1 << 16];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  EXPECT_EQ(pclose(p), 0) << cmd << " failed";
-  std::vector<std::string> lines;
-  std::istringstream in(out);
-  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  int status = -1;
+  std::vector<std::string> lines = trident::testing::stdout_lines(cmd, &status);
+  EXPECT_EQ(status, 0) << cmd << " failed";
   return lines;
 }
 
