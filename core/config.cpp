@@ -273,6 +273,9 @@ const std::vector<Field>& fields() {
       TRIDENT_FIELD(checkpoint, keep, at_least(1), "complete checkpoints kept in dir; older ones are deleted"),
       TRIDENT_FIELD(checkpoint, resume, any(),
                     "continue from the latest checkpoint in dir, saved under any layout (none yet: start at step 0)"),
+      TRIDENT_FIELD(checkpoint, async, any(),
+                    "interval saves: copy the state to host memory, write and publish it on a background thread "
+                    "while training goes on (at most one in flight); a run's last save is synchronous"),
 
       TRIDENT_FIELD(logging, dir, any(), "run directory: config.toml, metrics.jsonl, loss.svg, rank-R.json"),
       TRIDENT_FIELD(logging, log_interval, at_least(1),
@@ -986,6 +989,10 @@ void check_checkpoint(const Config& c) {
   if (c.checkpoint.interval > 0 && c.checkpoint.dir.empty())
     fail(c, "checkpoint.interval = " + n(c.checkpoint.interval) + " needs checkpoint.dir");
   if (c.checkpoint.resume && c.checkpoint.dir.empty()) fail(c, "checkpoint.resume = true needs checkpoint.dir");
+  if (c.checkpoint.async && c.checkpoint.dir.empty()) fail(c, "checkpoint.async = true needs checkpoint.dir");
+  if (c.checkpoint.async && c.checkpoint.interval == 0)
+    fail(c, "checkpoint.async = true writes the checkpoint.interval saves in the background, but checkpoint.interval = 0: "
+            "the only save is the run's last, which is synchronous; expected checkpoint.interval > 0");
   if (c.training.exit_after_steps > 0 && c.checkpoint.dir.empty())
     fail(c, "training.exit_after_steps = " + n(c.training.exit_after_steps) +
                 " needs checkpoint.dir: the run would stop with nothing to continue from");

@@ -123,6 +123,7 @@ struct CheckpointConfig {
   int64_t interval = 0;  // also save every N steps; 0 = only at the end of the run
   int64_t keep = 2;      // complete checkpoints kept in dir (older ones are deleted)
   bool resume = false;   // continue from dir's latest checkpoint (any layout), if it has one
+  bool async = false;    // interval saves copied to host memory and written behind training (NOTE [asynchronous checkpoints])
 };
 
 struct LoggingConfig {

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include <iostream>
 #include <mutex>
 #include <stdexcept>
+#include <thread>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
@@ -21,6 +23,7 @@
 #include "core/checkpoint_store.h"
 #include "core/checkpoint_tensors.h"
 #include "core/pipeline_layout.h"
+#include "parallel/backend.h"
 
 namespace trident {
 namespace {
@@ -106,6 +109,30 @@ void check_same_model(const ckpt::Reader& r, const ModelConfig& mine, const std:
 
 std::string latest_checkpoint(const std::string& dir) { return ckpt::newest_step(dir); }
 
+// One entry of a rank's shard: a box (or a flat range of it) of a global tensor.
+struct Checkpointer::Shard {
+  struct Entry {
+    std::string name;
+    std::vector<int64_t> full_shape, offset, extent;
+    int64_t flat_begin = -1;  // >= 0: elements [flat_begin, + t.numel()) of the box
+    at::Tensor t;
+  };
+  std::vector<Entry> entries;
+  std::vector<std::pair<std::string, std::string>> blobs;
+  ckpt::Meta meta;
+};
+
+struct Checkpointer::PendingSave {
+  int64_t step = 0;
+  Shard shard;
+  std::chrono::steady_clock::time_point copied;  // when training went on
+  double copy_s = 0;                             // the copy to host memory (the step's cost)
+  std::atomic<bool> done{false};
+  std::string error;  // set by the writer before done
+  double written_s = 0;
+  std::thread writer;
+};
+
 void check_checkpoint_dir(const Config& cfg) {
   const auto& k = cfg.checkpoint;
   if (k.dir.empty()) return;
@@ -128,6 +155,12 @@ Checkpointer::Checkpointer(const Config& cfg, ProcessGroups& pgs, std::vector<st
                            DataParallel& dp)
     : cfg_(cfg), pgs_(pgs), chunks_(std::move(chunks)), dp_(dp) {
   if (!cfg_.checkpoint.dir.empty()) signals_ = std::make_unique<PreemptionSignals>();
+  if (const char* delay = std::getenv("TRIDENT_ASYNC_SAVE_DELAY_MS"); delay && *delay) {
+    char tail = 0;
+    if (std::sscanf(delay, "%d%c", &async_delay_ms_, &tail) != 1 || async_delay_ms_ < 0 || !cfg_.checkpoint.async)
+      throw std::runtime_error(std::string("TRIDENT_ASYNC_SAVE_DELAY_MS='") + delay +
+                               "': expected milliseconds >= 0, with checkpoint.async = true");
+  }
   const char* fault = std::getenv("TRIDENT_SAVE_FAULT");
   if (!fault || !*fault) return;
   long long step = -1;
@@ -242,22 +275,32 @@ c10::Device Checkpointer::device() const {
 // (TRIDENT_PROGRESS_DIR), so every node's `trident launch` can report
 // "preempted, checkpoint at step S" and none restarts the job; cmd_train
 // exits with 128 + the signal's number, the status of a process it ended.
-int Checkpointer::agreed_signal() const {
+std::pair<int, bool> Checkpointer::agreed_signal_and_busy() const {
   const int mine = PreemptionSignals::received();
-  if (pgs_.world_size() == 1) return mine;
-  at::Tensor t = at::full({1}, static_cast<double>(mine), at::kDouble);
+  const bool busy = pending_ && !pending_->done.load();
+  if (pgs_.world_size() == 1) return {mine, busy};
+  at::Tensor t = at::tensor({static_cast<double>(mine), busy ? 1.0 : 0.0}, at::kDouble);
   all_reduce(pgs_.world, t, c10d::ReduceOp::MAX);
-  return static_cast<int>(t.item<double>());
+  return {static_cast<int>(t[0].item<double>()), t[1].item<double>() > 0};
 }
 
 bool Checkpointer::after_step(int64_t steps_done) {
   const auto& t = cfg_.training;
   const auto& k = cfg_.checkpoint;
   const bool stop = t.exit_after_steps > 0 && steps_done == t.exit_after_steps && steps_done < t.steps;
-  const int sig = signals_ && steps_done < t.steps ? agreed_signal() : 0;
-  const bool due = !k.dir.empty() &&
-                   ((k.interval > 0 && steps_done % k.interval == 0) || steps_done == t.steps || stop || sig != 0);
-  if (due) save(steps_done);
+  int sig = 0;
+  if ((signals_ && steps_done < t.steps) || pending_) {
+    bool busy = false;
+    std::tie(sig, busy) = agreed_signal_and_busy();
+    if (pending_ && !busy) finish_async_save();  // every writer is done: commit (NOTE [asynchronous checkpoints])
+  }
+  const bool last = steps_done == t.steps || stop || sig != 0;
+  const bool due = !k.dir.empty() && ((k.interval > 0 && steps_done % k.interval == 0) || last);
+  if (due && pending_) finish_async_save();  // at most one in flight
+  if (due && k.async && !last)
+    start_async_save(steps_done);
+  else if (due)
+    save(steps_done);
   if (sig != 0) {
     preempted_ = {sig, steps_done};
     if (pgs_.rank() == 0)
@@ -277,60 +320,154 @@ bool Checkpointer::after_step(int64_t steps_done) {
   return stop;
 }
 
-void Checkpointer::save(int64_t steps_done) {
-  const auto start = std::chrono::steady_clock::now();
-  const auto& k = cfg_.checkpoint;
-  const int rank = pgs_.rank(), world = pgs_.world_size();
-  const Coords c = pgs_.layout().coords(rank);
+Checkpointer::Shard Checkpointer::collect(int64_t steps_done, bool copy_to_host) const {
+  const Coords c = pgs_.layout().coords(pgs_.rank());
   AdamW& opt = dp_.optimizer();
-  std::string error;
-  try {
-    ckpt::ShardWriter w(k.dir, steps_done, rank, world);
-    if (c.dp == 0)
-      for (auto* params : chunks_) ckpt::save_params(w, *params, c.tp);
-    if (c.dp == 0 || dp_.zero()) {  // without ZeRO the dp replicas hold the same state
-      for (size_t i = 0; i < opt.segments().size(); ++i) {
-        const OptimSegment& seg = opt.segments()[i];
-        const ParamInfo& info = seg.param->info;
-        if (!ckpt::stores_param(info, c.tp)) continue;
-        for (auto& [prefix, state] : moments(opt))
-          ckpt::add_tensor_flat(w, prefix + info.name, info.full_shape, ckpt::param_offset(info),
-                                seg.param->tensor.sizes().vec(), seg.offset, (*state)[i]);
-      }
+  Shard shard;
+  bool on_device = false;
+  // A synchronous save writes the live tensors (the writer copies a device
+  // tensor to the host itself); an asynchronous one needs a copy that the next
+  // optimizer step cannot change: pinned host memory for a device tensor.
+  const auto keep = [&](const at::Tensor& t) {
+    if (!copy_to_host) return t.detach();
+    on_device = on_device || t.is_cuda();
+    at::Tensor h = at::empty(t.sizes(), t.options().device(at::kCPU).requires_grad(false).pinned_memory(t.is_cuda()));
+    h.copy_(t.detach(), /*non_blocking=*/t.is_cuda());
+    return h;
+  };
+  if (c.dp == 0)
+    for (const auto* params : chunks_)
+      for (const Param& p : *params)
+        if (ckpt::stores_param(p.info, c.tp))
+          shard.entries.push_back({p.info.name, p.info.full_shape, ckpt::param_offset(p.info), p.tensor.sizes().vec(),
+                                   -1, keep(p.tensor)});
+  if (c.dp == 0 || dp_.zero()) {  // without ZeRO the dp replicas hold the same state
+    for (size_t i = 0; i < opt.segments().size(); ++i) {
+      const OptimSegment& seg = opt.segments()[i];
+      const ParamInfo& info = seg.param->info;
+      if (!ckpt::stores_param(info, c.tp)) continue;
+      for (auto& [prefix, state] : moments(opt))
+        shard.entries.push_back({prefix + info.name, info.full_shape, ckpt::param_offset(info),
+                                 seg.param->tensor.sizes().vec(), seg.offset, keep((*state)[i])});
     }
-    w.add_blob("rng.cpu", rng_state());
-    if (device().is_cuda()) w.add_blob("rng.cuda", rng_state(device()));
-    ckpt::Meta meta;
-    meta.step = steps_done;
-    meta.config_toml = to_toml(cfg_);
-    meta.layout = layout_text();
-    meta.extra["adam_steps"] = std::to_string(opt.steps_taken());
-    meta.extra["consumed_samples"] = std::to_string(data_step(steps_done) * cfg_.training.global_batch_size);
-    w.set_meta(meta);
-    w.finish();
-  } catch (const std::exception& e) {
-    error = e.what();
   }
-  if (rank == fault_rank_ && steps_done == fault_step_) {
-    const std::string msg = "TRIDENT_SAVE_FAULT: rank " + std::to_string(rank) + " killing itself after writing its " +
-                            "shard of step " + std::to_string(steps_done) + ", before the commit\n";
-    const ssize_t n = ::write(STDERR_FILENO, msg.data(), msg.size());
-    (void)n;
-    ::raise(SIGKILL);
+  if (on_device) synchronize(device());  // the non-blocking copies have landed
+  shard.blobs.emplace_back("rng.cpu", rng_state());
+  if (device().is_cuda()) shard.blobs.emplace_back("rng.cuda", rng_state(device()));
+  shard.meta.step = steps_done;
+  shard.meta.config_toml = to_toml(cfg_);
+  shard.meta.layout = layout_text();
+  shard.meta.extra["adam_steps"] = std::to_string(opt.steps_taken());
+  shard.meta.extra["consumed_samples"] = std::to_string(data_step(steps_done) * cfg_.training.global_batch_size);
+  return shard;
+}
+
+void Checkpointer::write(const Shard& shard, int64_t steps_done) const {
+  const int rank = pgs_.rank();
+  ckpt::ShardWriter w(cfg_.checkpoint.dir, steps_done, rank, pgs_.world_size());
+  for (const Shard::Entry& e : shard.entries) {
+    if (e.flat_begin >= 0)
+      ckpt::add_tensor_flat(w, e.name, e.full_shape, e.offset, e.extent, e.flat_begin, e.t);
+    else
+      ckpt::add_tensor(w, e.name, e.full_shape, e.offset, e.t);
   }
+  for (const auto& [name, bytes] : shard.blobs) w.add_blob(name, bytes);
+  w.set_meta(shard.meta);
+  w.finish();
+}
+
+// After every rank wrote its shard (or failed to): NOTE [checkpoint commit].
+void Checkpointer::commit_agreed(int64_t steps_done, const std::string& written_error, const std::string& how) {
+  const auto& k = cfg_.checkpoint;
+  const int rank = pgs_.rank();
+  std::string error = written_error;
   const std::string step_dir = k.dir + "/" + ckpt::step_dir_name(steps_done);
   agree(pgs_.world, error, "saving checkpoint " + step_dir);
   if (rank == 0) {
     try {
-      ckpt::commit(k.dir, steps_done, world, static_cast<int>(k.keep));
+      ckpt::commit(k.dir, steps_done, pgs_.world_size(), static_cast<int>(k.keep));
     } catch (const std::exception& e) {
       error = e.what();
     }
   }
   agree(pgs_.world, error, "committing checkpoint " + step_dir);
-  if (rank == 0)
+  if (rank == 0 && how.empty())
     std::cout << "checkpoint: saved step " << steps_done << " to " << step_dir << " in "
-              << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s" << std::endl;
+              << std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count() << " s" << std::endl;
+  else if (rank == 0)
+    std::cout << "checkpoint: saved step " << steps_done << " to " << step_dir << " " << how << std::endl;
+}
+
+// The fault hook of NOTE [checkpoint commit]: after this rank's shard is written, before the commit.
+namespace {
+void maybe_fault(int rank, int64_t steps_done, int fault_rank, int64_t fault_step) {
+  if (rank != fault_rank || steps_done != fault_step) return;
+  const std::string msg = "TRIDENT_SAVE_FAULT: rank " + std::to_string(rank) + " killing itself after writing its " +
+                          "shard of step " + std::to_string(steps_done) + ", before the commit\n";
+  const ssize_t n = ::write(STDERR_FILENO, msg.data(), msg.size());
+  (void)n;
+  ::raise(SIGKILL);
+}
+}  // namespace
+
+void Checkpointer::save(int64_t steps_done) {
+  start_ = std::chrono::steady_clock::now();
+  std::string error;
+  try {
+    write(collect(steps_done, /*copy_to_host=*/false), steps_done);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  maybe_fault(pgs_.rank(), steps_done, fault_rank_, fault_step_);
+  commit_agreed(steps_done, error, "");
+}
+
+void Checkpointer::start_async_save(int64_t steps_done) {
+  const auto start = std::chrono::steady_clock::now();
+  auto p = std::make_unique<PendingSave>();
+  p->step = steps_done;
+  p->shard = collect(steps_done, /*copy_to_host=*/true);
+  p->copied = std::chrono::steady_clock::now();
+  p->copy_s = std::chrono::duration<double>(p->copied - start).count();
+  PendingSave* raw = p.get();
+  const int rank = pgs_.rank(), delay = async_delay_ms_;
+  const int fault_rank = fault_rank_;
+  const int64_t fault_step = fault_step_;
+  // The writer touches only its own copy (raw->shard) and the files; it runs no collective.
+  raw->writer = std::thread([this, raw, rank, delay, fault_rank, fault_step] {
+    const auto began = std::chrono::steady_clock::now();
+    if (delay > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay));
+    try {
+      write(raw->shard, raw->step);
+    } catch (const std::exception& e) {
+      raw->error = e.what();
+    }
+    raw->shard = Shard();  // the host copy is not needed any more
+    maybe_fault(rank, raw->step, fault_rank, fault_step);
+    raw->written_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+    raw->done.store(true);
+  });
+  pending_ = std::move(p);
+  if (pgs_.rank() == 0)
+    std::cout << "checkpoint: step " << steps_done << " copied to host memory in " << pending_->copy_s
+              << " s; writing it in the background" << std::endl;
+}
+
+void Checkpointer::finish_async_save() {
+  PendingSave& p = *pending_;
+  p.writer.join();
+  const double behind = std::chrono::duration<double>(std::chrono::steady_clock::now() - p.copied).count();
+  const int64_t step = p.step;
+  const std::string error = p.error;
+  char how[160];
+  std::snprintf(how, sizeof how, "asynchronously: the copy to host memory took %.3f s of training, the write %.3f s "
+                "behind it, committed %.3f s after the copy", p.copy_s, p.written_s, behind);
+  pending_.reset();
+  commit_agreed(step, error, how);
+}
+
+Checkpointer::~Checkpointer() {
+  if (pending_ && pending_->writer.joinable()) pending_->writer.join();
 }
 
 }  // namespace trident

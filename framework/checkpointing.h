@@ -33,11 +33,31 @@
 //   several nodes checkpoint.dir must be one shared filesystem. TRIDENT_SAVE_FAULT="rank=R,step=S" (tests
 //   only, read in one place: the Checkpointer's constructor) SIGKILLs rank R
 //   right after it wrote its shard of step S, before the commit.
+//
+// NOTE [asynchronous checkpoints]
+//   With checkpoint.async, an interval save copies this rank's shard (parameters,
+//   AdamW moments, RNG states, metadata) to host memory (pinned, one device
+//   synchronisation, on CUDA) and returns; a background thread writes it
+//   (temp files, fsync, rename) while training goes on. No collective runs on
+//   that thread: after every step the ranks agree, in the one all-reduce that
+//   also carries the preemption signal, whether every rank's writer is done,
+//   and only then the main threads agree on errors and rank 0 commits as a
+//   synchronous save does (NOTE [checkpoint commit]). At most one save is in
+//   flight: a save that falls due while the previous one is still being
+//   written waits for it. The run's last save (training.steps,
+//   exit_after_steps, preemption) first finishes the one in flight, then
+//   writes synchronously. A rank killed while a save is in flight leaves that
+//   step uncommitted, so `latest` names the previous complete one.
+//   TRIDENT_SAVE_FAULT fires on the writer thread; TRIDENT_ASYNC_SAVE_DELAY_MS
+//   (tests only) makes the writer wait before writing, so a test sees
+//   training go on past the copy.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/config.h"
@@ -81,10 +101,27 @@ class Checkpointer {
   // checkpoint; {0, 0} when none did.
   std::pair<int, int64_t> preempted() const { return preempted_; }
 
+  // Joins an asynchronous save still being written (a run that ends by an
+  // exception); it stays uncommitted.
+  ~Checkpointer();
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
+
+  // One rank's share of a step, as the writer adds it (NOTE [asynchronous checkpoints]).
+  struct Shard;
+  struct PendingSave;
+
  private:
   // Where this rank's parameters live (training.device): whose generator is saved besides the CPU's.
   c10::Device device() const;
   void save(int64_t steps_done);
+  // NOTE [asynchronous checkpoints]
+  Shard collect(int64_t steps_done, bool copy_to_host) const;
+  void write(const Shard& shard, int64_t steps_done) const;  // the shard's files, then TRIDENT_SAVE_FAULT
+  // how: "" (a synchronous save: its time since start_) or how an asynchronous one went.
+  void commit_agreed(int64_t steps_done, const std::string& error, const std::string& how);
+  void start_async_save(int64_t steps_done);
+  void finish_async_save();  // waits for the writer, then agrees and commits
   std::string layout_text() const;
 
   const Config& cfg_;
@@ -92,7 +129,12 @@ class Checkpointer {
   std::vector<std::vector<Param>*> chunks_;
   DataParallel& dp_;
   int64_t restored_step_ = 0, consumed_at_restore_ = 0;  // NOTE [consumed samples]
-  int agreed_signal() const;
+  // The preemption signal any rank received (0: none) and whether any rank's
+  // asynchronous writer is still busy: one all-reduce over the world.
+  std::pair<int, bool> agreed_signal_and_busy() const;
+  std::unique_ptr<PendingSave> pending_;  // NOTE [asynchronous checkpoints]
+  int async_delay_ms_ = 0;                 // TRIDENT_ASYNC_SAVE_DELAY_MS
+  std::chrono::steady_clock::time_point start_;  // of a synchronous save
   std::unique_ptr<PreemptionSignals> signals_;  // with a checkpoint.dir only
   std::pair<int, int64_t> preempted_{0, 0};
   int fault_rank_ = -1;  // TRIDENT_SAVE_FAULT

@@ -93,6 +93,24 @@ TEST(LaunchRestart, KilledRankResumesBitIdenticalAndIsReported) {
   expect_nothing_lost(tmp, "run", r);
 }
 
+// The same fault with asynchronous checkpoints (NOTE [asynchronous checkpoints]):
+// step 5's save is written on a background thread, committed once every
+// rank's writer is done; whichever checkpoint the restart finds complete, the
+// job ends with the uninterrupted (synchronous) run's state.
+TEST(LaunchRestart, KilledRankWithAsyncCheckpointsResumesBitIdentical) {
+  TempDir tmp("launch-restart-async");
+  train_uninterrupted(tmp);
+  const RunResult r = run_bounded(current_test(), 240,
+                                  std::string(kKillAfter7) + bin("trident") +
+                                      " launch --nproc-per-node 2 --master-port 0 --max-restarts 2 -- " +
+                                      train_args(tmp.file("ck-run"), tmp.file("run")) +
+                                      " --set checkpoint.async=true");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("checkpoint: step 5 copied to host memory"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the job finished after 1 restart"), std::string::npos) << r.output;
+  expect_nothing_lost(tmp, "run", r);
+}
+
 // A fault in every attempt: the launcher gives up after --max-restarts,
 // naming each failure, with the failed rank's status.
 TEST(LaunchRestart, GivesUpNamingEveryFailure) {

@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "regression_util.h"
+#include "../multiproc/restart_util.h"
 
 namespace trident::testing {
 namespace {
@@ -208,13 +209,15 @@ TEST(CheckpointReshard, LlamaTp2SequenceParallelToPp2) {
 
 // ---- a rank killed during a save ----------------------------------------------
 
-TEST(CheckpointFaults, RankKilledDuringSaveLeavesThePreviousCheckpointAndResumesExactly) {
+// Rank 1 writes its whole shard of step 10, then dies before the commit (on the
+// writer thread with checkpoint.async): step 5 stays the newest complete
+// checkpoint, and the resumed run ends as the run that never failed.
+void killed_during_save(const std::string& tag, const std::vector<std::string>& save_sets) {
   const std::vector<std::string> layout{"parallel.dp=2", "parallel.zero=1"};
   const CachedRun full = cached_run(2, layout);
   ASSERT_TRUE(completed(full.run));
-  TempDir tmp("kill-save");
-  const std::vector<std::string> ck{"checkpoint.dir=" + tmp.file("ck"), "checkpoint.interval=5"};
-  // Rank 1 writes its whole shard of step 10, then dies before the commit.
+  TempDir tmp(tag);
+  const std::vector<std::string> ck = with({"checkpoint.dir=" + tmp.file("ck"), "checkpoint.interval=5"}, save_sets);
   setenv("TRIDENT_SAVE_FAULT", "rank=1,step=10", 1);
   const TrainRun killed = train_tiny(tmp.file("run"), 2, with(layout, ck));
   unsetenv("TRIDENT_SAVE_FAULT");
@@ -236,6 +239,51 @@ TEST(CheckpointFaults, RankKilledDuringSaveLeavesThePreviousCheckpointAndResumes
     if (d.is_directory()) steps.push_back(d.path().filename().string());
   std::sort(steps.begin(), steps.end());
   EXPECT_EQ(steps, (std::vector<std::string>{"step-00000015", "step-00000020"}));
+}
+
+TEST(CheckpointFaults, RankKilledDuringSaveLeavesThePreviousCheckpointAndResumesExactly) {
+  killed_during_save("kill-save", {});
+}
+
+TEST(CheckpointFaults, RankKilledDuringAsyncSaveLeavesThePreviousCheckpointAndResumesExactly) {
+  killed_during_save("kill-async-save", {"checkpoint.async=true"});
+}
+
+// ---- asynchronous saves (NOTE [asynchronous checkpoints]) -----------------------
+
+// The writer waits 400 ms before it writes, so training is steps further on by
+// then: a "copy" that shares the live tensors would write a later step's state,
+// and the checkpoints would differ from the synchronous run's.
+TEST(CheckpointAsync, WrittenBehindTrainingAndEqualToSynchronousSaves) {
+  const std::vector<std::string> layout{"parallel.dp=2", "parallel.zero=1"};
+  TempDir tmp("async-save");
+  const auto ck = [&](const std::string& d) {
+    return with(layout, {"checkpoint.dir=" + tmp.file(d), "checkpoint.interval=5", "checkpoint.keep=4"});
+  };
+  const TrainRun sync = train_tiny(tmp.file("sync-run"), 2, ck("sync"));
+  ASSERT_TRUE(completed(sync)) << sync.result.output;
+  setenv("TRIDENT_ASYNC_SAVE_DELAY_MS", "400", 1);
+  const TrainRun async = train_tiny(tmp.file("async-run"), 2, with(ck("async"), {"checkpoint.async=true"}));
+  unsetenv("TRIDENT_ASYNC_SAVE_DELAY_MS");
+  ASSERT_TRUE(completed(async)) << async.result.output;
+  EXPECT_TRUE(matches_reference(sync.rows, async, 0));
+  for (const char* step : {"/step-00000005", "/step-00000010", "/step-00000015", "/step-00000020"}) {
+    EXPECT_TRUE(fs::exists(tmp.file("async") + step + "/manifest.json")) << step;
+    EXPECT_TRUE(same_checkpoint(tmp.file("sync") + step, tmp.file("async") + step, 2)) << step;
+  }
+  EXPECT_EQ(slurp(tmp.file("async/latest")), "step-00000020\n");
+  // Training went on while step 5 was written: step 7 was logged between its copy and its commit.
+  const std::string& out = async.result.output;
+  const size_t copied = out.find("checkpoint: step 5 copied to host memory"), step7 = out.find("step 7/20 |"),
+               saved = out.find("checkpoint: saved step 5 to " + tmp.file("async/step-00000005") + " asynchronously");
+  ASSERT_NE(copied, std::string::npos) << out;
+  ASSERT_NE(step7, std::string::npos) << out;
+  ASSERT_NE(saved, std::string::npos) << out;
+  EXPECT_LT(copied, step7) << out;
+  EXPECT_LT(step7, saved) << out;
+  // The run's last save is synchronous.
+  EXPECT_NE(out.find("checkpoint: saved step 20 to " + tmp.file("async/step-00000020") + " in "), std::string::npos)
+      << out;
 }
 
 // ---- errors ---------------------------------------------------------------------

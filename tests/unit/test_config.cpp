@@ -332,6 +332,9 @@ TEST(Config, BadConfigsNameKeyValueAndExpectation) {
        "parallel.backend = \"gloo\" with training.device = \"cuda\" is not supported"},
       {"checkpoint without dir", "[checkpoint]\ninterval = 5\n", {}, "checkpoint.interval = 5 needs checkpoint.dir"},
       {"resume without dir", "[checkpoint]\nresume = true\n", {}, "checkpoint.resume = true needs checkpoint.dir"},
+      {"async without dir", "[checkpoint]\nasync = true\n", {}, "checkpoint.async = true needs checkpoint.dir"},
+      {"async without interval", "", {"checkpoint.dir=ck", "checkpoint.async=true"},
+       "checkpoint.async = true writes the checkpoint.interval saves in the background, but checkpoint.interval = 0"},
       {"exit without dir", "", {"training.exit_after_steps=3"},
        "training.exit_after_steps = 3 needs checkpoint.dir: the run would stop with nothing to continue from"},
       {"exit at the last step", "", {"training.steps=4", "training.exit_after_steps=4", "checkpoint.dir=ck"},
@@ -450,7 +453,7 @@ TEST(Config, LayoutFactors) {
 
 TEST(Config, KeysTableDescribesTypesAndDefaults) {
   const auto keys = trident::config_keys();
-  EXPECT_EQ(keys.size(), 78u);
+  EXPECT_EQ(keys.size(), 79u);
   bool found = false;
   for (const auto& k : keys) {
     if (k.name != "parallel.dp") continue;
