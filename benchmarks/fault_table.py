@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The fault table of launch/README.md ("Restarts"): each fault scenario once,
 under `trident launch --max-restarts` and under `torchrun --max-restarts`,
-gpt-tiny as pp = 2 on 2 ranks (16 steps, a checkpoint every 5, the fault on
+gpt-tiny as pp = 2 on 2 ranks (16 steps, a checkpoint every 5, synchronous or asynchronous, the fault on
 rank 1 once rank 0 has logged step 7), every output line timestamped on
 arrival. Writes benchmarks/results/fault_table.md (date, load, command).
 
@@ -14,6 +14,8 @@ Columns (seconds, from the merged output of launcher and ranks):
              "preempted" for a signal
   restart    that line to the restarted job's "checkpoint: resumed from"
   recomputed the last step logged before the fault minus the step resumed from
+  checkpoints sync, or async (checkpoint.async: interval saves written on a
+             background thread; the uninterrupted run saves synchronously)
   identical  the final checkpoint's tensors and AdamW step, byte for byte, against
              an uninterrupted run (what tests/multiproc/restart_util.h compares)
 """
@@ -98,10 +100,11 @@ def last_step_before(lines, t_end):
     return max(steps) if steps else 0
 
 
-def fault_scenario(build, tmp, name, kind, fault, full_ck):
+def fault_scenario(build, tmp, name, kind, fault, full_ck, saves="sync"):
     d = tempfile.mkdtemp(dir=tmp)
     env = dict(os.environ, TRIDENT_FAULT=f"rank=1,step=7,kind={fault}", OMP_NUM_THREADS="1")
-    status, lines = run_timed(launcher(kind, build) + train_args(build, f"{d}/ck", f"{d}/run"), env)
+    extra = ["--set", "checkpoint.async=true"] if saves == "async" else []
+    status, lines = run_timed(launcher(kind, build) + train_args(build, f"{d}/ck", f"{d}/run", extra), env)
     t_fault, _ = first(lines, r"injects")
     detect_rx = r"trident launch: rank \d+ on node \d+ \(pid \d+\) (exited|was killed)" if kind == "trident launch" \
         else r"failed \(exitcode"
@@ -111,7 +114,7 @@ def fault_scenario(build, tmp, name, kind, fault, full_ck):
     last = last_step_before(lines, t_detect or 0)
     final = f"{d}/ck/step-{STEPS:08d}"
     ok = status == 0 and os.path.exists(final) and same_checkpoint(full_ck, final)
-    return [name, kind, fmt(t_detect, t_fault), fmt(t_resumed, t_detect),
+    return [name, kind, saves, fmt(t_detect, t_fault), fmt(t_resumed, t_detect),
             str(last - resumed) if resumed is not None else "–", "yes" if ok else f"no (status {status})"]
 
 
@@ -135,7 +138,7 @@ def preempt_scenario(build, tmp, full_ck):
     t_res, _ = first(lines2, r"checkpoint: resumed from")
     final = f"{d}/ck/step-{STEPS:08d}"
     ok = status == 128 + signal.SIGTERM and status2 == 0 and same_checkpoint(full_ck, final)
-    return ["job sent SIGTERM (preempted), then the command run again", "trident launch",
+    return ["job sent SIGTERM (preempted), then the command run again", "trident launch", "sync",
             fmt(t_pre, sent.get("t")), f"{t_res:.1f} (a new command)" if t_res else "–",
             str(last - saved) if saved is not None else "–", "yes" if ok else f"no (status {status}, {status2})"]
 
@@ -160,6 +163,9 @@ def main():
             rows.append(fault_scenario(build, tmp, "rank SIGKILLed after step 7", kind, "kill", full_ck))
             rows.append(fault_scenario(build, tmp, "rank stalled (SIGSTOP) after step 7", kind, "stall", full_ck))
             rows.append(fault_scenario(build, tmp, "rank exits 0 early after step 7", kind, "exit0", full_ck))
+            rows.append(fault_scenario(build, tmp, "rank SIGKILLed after step 7", kind, "kill", full_ck, "async"))
+            rows.append(fault_scenario(build, tmp, "rank stalled (SIGSTOP) after step 7", kind, "stall", full_ck,
+                                       "async"))
         rows.append(preempt_scenario(build, tmp, full_ck))
     out = os.path.join(REPO, "benchmarks", "results", "fault_table.md")
     load = os.getloadavg()
@@ -168,8 +174,9 @@ def main():
                 f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {load[0]:.1f} "
                 f"(2 cores); gpt-tiny pp = 2 on 2 ranks, {STEPS} steps, checkpoint.interval 5, "
                 f"parallel.timeout_s 5, --max-restarts 2; times in seconds.\n\n"
-                "| scenario | launcher | detection | restart | steps recomputed | final state bit-identical |\n"
-                "|---|---|---|---|---|---|\n")
+                "| scenario | launcher | checkpoints | detection | restart | steps recomputed | "
+                "final state bit-identical |\n"
+                "|---|---|---|---|---|---|---|\n")
         for r in rows:
             f.write("| " + " | ".join(r) + " |\n")
     print(open(out).read())

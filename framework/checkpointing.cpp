@@ -292,6 +292,7 @@ bool Checkpointer::after_step(int64_t steps_done) {
   if ((signals_ && steps_done < t.steps) || pending_) {
     bool busy = false;
     std::tie(sig, busy) = agreed_signal_and_busy();
+    if (steps_done >= t.steps) sig = 0;  // the run ends here anyway, with its last save
     if (pending_ && !busy) finish_async_save();  // every writer is done: commit (NOTE [asynchronous checkpoints])
   }
   const bool last = steps_done == t.steps || stop || sig != 0;
