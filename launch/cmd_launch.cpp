@@ -45,6 +45,10 @@ int cmd_launch(int argc, char** argv) {
        "restart the whole job up to N times after a failure (as torchrun --max-restarts; across nodes "
        "every launcher restarts in step, attempt k on the ports + 2k); "
        "with checkpoint.resume=true each attempt continues from the newest complete checkpoint")
+      ("min-nodes", po::value<int>(&o.min_nodes)->default_value(0),
+       "with --max-restarts across nodes: when other nodes' launchers are gone, restart on the survivors "
+       "if at least N remain (fewer data-parallel replicas, same global batch: needs parallel.dp = -1); "
+       "node 0 hosts the rendezvous and must survive; 0: every node is needed")
       ("no-prefix", po::bool_switch(), "let ranks write straight to the terminal, without \"[rank R] \"");
 
   // Everything after the first `--` is the command, untouched by the parser.

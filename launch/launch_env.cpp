@@ -67,6 +67,15 @@ void check_launch_options(const LaunchOptions& o) {
                                                     2 * o.max_restarts > 65535)
     fail("--master-port " + std::to_string(o.master_port) + " with --max-restarts " + std::to_string(o.max_restarts) +
          ": attempt k uses the ports + 2k, past 65535");
+  if (o.min_nodes != 0) {
+    const std::string m = "--min-nodes " + std::to_string(o.min_nodes);
+    if (o.nnodes < 2) fail(m + " needs --nnodes > 1: a single node cannot shrink");
+    if (o.max_restarts < 1) fail(m + " needs --max-restarts > 0: it says on how many nodes a restart may go on");
+    if (o.min_nodes < 1 || o.min_nodes >= o.nnodes)
+      fail(m + " with --nnodes " + std::to_string(o.nnodes) + ": expected 1.." + std::to_string(o.nnodes - 1) +
+           " (--min-nodes " + std::to_string(o.nnodes) + " would allow no shrinking)");
+    if (!o.ranks.empty()) fail(m + " with --ranks: a shrunken job renumbers its ranks, which --ranks fixes");
+  }
   if (!o.ranks.empty()) {
     const int world = o.nnodes * o.nproc_per_node;
     if (static_cast<int>(o.ranks.size()) != o.nproc_per_node)

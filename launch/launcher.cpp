@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <set>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -174,6 +175,10 @@ class Supervisor {
   // Why another node's launcher will not restart (it was told to stop, or it
   // is gone), so neither may this one; empty if none said so.
   const std::string& remote_end() const { return remote_end_; }
+  // Nodes whose launchers went away during this attempt (kLost), and whether
+  // another node's launcher was told to stop (then nothing restarts).
+  const std::set<int>& lost_nodes() const { return lost_nodes_; }
+  bool remote_stopped() const { return remote_stopped_; }
   // When this node saw the job's first failure.
   Clock::time_point failed_at() const { return failed_at_; }
   // While the ledger is catching up, look for a rank past its target step.
@@ -218,6 +223,8 @@ class Supervisor {
   bool killed_ = false;
   bool interrupted_ = false;
   std::string remote_end_;
+  std::set<int> lost_nodes_;
+  bool remote_stopped_ = false;
   Clock::time_point failed_at_{};
   RestartLedger* ledger_ = nullptr;
   Clock::time_point epoch_{}, next_look_{};
@@ -304,6 +311,8 @@ void Supervisor::on_job_event(const JobEvent& e) {
   verdict_.add(e);
   // NOTE [restarts across nodes]: a launcher that was told to stop, or that is
   // gone, will not be in the next attempt.
+  if (e.kind == JobEvent::Kind::kLost) lost_nodes_.insert(e.node);
+  if (e.kind == JobEvent::Kind::kFailed && e.text.rfind(kStoppedByLauncher, 0) == 0) remote_stopped_ = true;
   if (remote_end_.empty() && (e.kind == JobEvent::Kind::kLost ||
                               (e.kind == JobEvent::Kind::kFailed && e.text.rfind(kStoppedByLauncher, 0) == 0)))
     remote_end_ = e.kind == JobEvent::Kind::kLost ? e.text : "node " + std::to_string(e.node) + ": " + e.text;
@@ -598,6 +607,19 @@ int64_t steps_completed(const std::string& progress_dir) {
 // channel on its port + 2k, so a launcher or rank still finishing attempt k
 // cannot be reached by one already starting k + 1: a node that finishes early
 // waits at the next ports until the others arrive (the rendezvous timeout).
+// NOTE [shrinking]
+// With --min-nodes M, a failure in which other nodes' launchers went away
+// (kLost on the channel: the node died, or its launcher was killed) restarts
+// on the nodes left, when at least M are left and node 0 (the rendezvous
+// host) is one of them: node ranks are renumbered in their old order and
+// WORLD_SIZE shrinks; a launcher told to stop still ends the job. The
+// trainer derives dp from WORLD_SIZE (parallel.dp = -1) and keeps
+// training.global_batch_size by accumulating more micro-batches; the resumed
+// checkpoint is resharded as on any layout change. Every survivor learns of
+// the lost nodes through node 0, which forwards each kLost (NOTE [job
+// channel]); should two survivors disagree, the next attempt's rendezvous
+// fails naming the WORLD_SIZE mismatch and counts as a failed attempt. Tested
+// with two nodes (the second one gone).
 int launch(const LaunchOptions& options) {
   check_launch_options(options);
   ProgressDir dir(options.progress_dir);
@@ -625,10 +647,22 @@ int launch(const LaunchOptions& options) {
     if (preempted) say_launch("preempted " + preempted->text + "; exit status " + std::to_string(code));
     if (code != 0 && !preempted) print_diagnosis(supervisor, o.progress_dir);
     const bool remote_end = !supervisor.remote_end().empty();
+    const bool may_restart = code != 0 && !preempted && !supervisor.interrupted() && o.max_restarts > attempt;
+    const std::set<int> lost = supervisor.lost_nodes();
+    const int left = o.nnodes - static_cast<int>(lost.size());
+    // NOTE [shrinking]
+    const bool shrink = may_restart && remote_end && o.min_nodes > 0 && !supervisor.remote_stopped() &&
+                        !lost.empty() && lost.count(0) == 0 && left >= o.min_nodes;
     const bool give_up =
-        code == 0 || preempted || supervisor.interrupted() || remote_end || attempt == o.max_restarts;
-    if (code != 0 && !preempted && !supervisor.interrupted() && remote_end && o.max_restarts > attempt)
-      say_launch("not restarting: " + supervisor.remote_end());
+        code == 0 || preempted || supervisor.interrupted() || (remote_end && !shrink) || attempt == o.max_restarts;
+    if (may_restart && remote_end && !shrink) {
+      std::string why;
+      if (o.min_nodes > 0 && !supervisor.remote_stopped() && lost.count(0))
+        why = " (--min-nodes: node 0, which hosts the rendezvous, is gone)";
+      else if (o.min_nodes > 0 && !supervisor.remote_stopped() && !lost.empty())
+        why = " (--min-nodes " + std::to_string(o.min_nodes) + ": " + std::to_string(left) + " node(s) left)";
+      say_launch("not restarting: " + supervisor.remote_end() + why);
+    }
     if (code != 0 && !preempted && !supervisor.interrupted()) {
       const FirstFailure f = supervisor.first_failure();
       const std::string what = f.rank >= 0 ? "rank " + std::to_string(f.rank) + " " + f.how
@@ -644,6 +678,17 @@ int launch(const LaunchOptions& options) {
       return code;
     }
     dir.clear();
+    if (shrink) {
+      std::string gone;
+      for (int n : lost) gone += (gone.empty() ? "" : ", ") + std::to_string(n);
+      const int below = static_cast<int>(std::count_if(lost.begin(), lost.end(), [&](int n) { return n < o.node_rank; }));
+      say_launch("node(s) " + gone + " gone: going on with " + std::to_string(left) + " of " +
+                 std::to_string(o.nnodes) + " nodes (--min-nodes " + std::to_string(o.min_nodes) + "), this one as node " +
+                 std::to_string(o.node_rank - below) + ", WORLD_SIZE " + std::to_string(o.nnodes * o.nproc_per_node) +
+                 " -> " + std::to_string(left * o.nproc_per_node));
+      o.node_rank -= below;
+      o.nnodes = left;
+    }
     say_launch("restarting the job (restart " + std::to_string(attempt + 1) + " of at most " +
                std::to_string(o.max_restarts) + ") after " + ledger.last_failure());
   }

@@ -40,6 +40,10 @@ struct LaunchOptions {
   // the attempt (1, 2, ...), at most this many times; across nodes every
   // node's launcher restarts in step (NOTE [restarts across nodes]).
   int max_restarts = 0;
+  // --min-nodes: with --max-restarts across nodes, a restart after other
+  // nodes' launchers are gone continues on the survivors when at least this
+  // many remain (NOTE [shrinking]); 0: off, the job needs every node.
+  int min_nodes = 0;
   int restart = 0;  // the attempt being run (set by launch())
 };
 

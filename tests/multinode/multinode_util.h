@@ -228,6 +228,8 @@ class TwoNodes {
     }
     return left;
   }
+  // The node dies: every process in its namespace is SIGKILLed.
+  void kill_node(int node) const { kill_all_in(ns_[node]); }
   // Cuts the link as a failed cable or switch port would: no RST, no FIN.
   bool cut_link() const { return sh("ip -n " + ns_[0] + " link set veth0 down") == 0; }
 

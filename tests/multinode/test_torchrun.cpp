@@ -186,10 +186,72 @@ void launch_preempted() {
   EXPECT_TRUE(net.empty_within(1, 2.0)) << net.pids(1);
 }
 
+// --min-nodes (NOTE [shrinking] in launch/launcher.cpp): gpt-tiny as dp = 2,
+// one rank per node (parallel.dp = -1: dp from WORLD_SIZE). Rank 1 freezes
+// after step 7 (so the run is held there), then node 1 dies whole: every
+// process in its namespace SIGKILLed, its launcher included. Node 0's
+// launcher restarts alone, WORLD_SIZE 2 -> 1: dp = 1, the same global batch
+// in twice the micro-batches, resumed from step 5 (saved under dp = 2,
+// resharded). From step 6 on its losses and gradient norms equal, bit for
+// bit, those of a fresh single-rank run resumed from a copy of that checkpoint.
+void launch_shrinks() {
+  TwoNodes net;
+  REQUIRE_NODES(net);
+  TempDir dir;
+  const std::vector<std::string> sets{"training.steps=12", "checkpoint.interval=5", "checkpoint.keep=10",
+                                      "checkpoint.resume=true", "checkpoint.dir=" + (dir.path / "ck").string(),
+                                      "logging.progress=false", "training.peak_tflops=1", "parallel.timeout_s=20"};
+  auto node = [&](int n) {
+    return net.in(n, launch_cmd({"--nnodes", "2", "--node-rank", std::to_string(n), "--nproc-per-node", "1",
+                                 "--master-addr", TwoNodes::kAddr[0], "--master-port", "29500", "--max-restarts", "2",
+                                 "--min-nodes", "1", "--rdzv-timeout", "30"},
+                                train_cmd(dir.path / "run", sets)));
+  };
+  const std::vector<std::pair<std::string, std::string>> env{{"TRIDENT_FAULT", "rank=1,step=7,kind=stall"}};
+  Proc node0(node(0), dir.path / "node0.log", env);
+  Proc node1(node(1), dir.path / "node1.log", env);
+  const auto started = Clock::now();
+  while (node1.log().find("rank 1 injects stall after step 7") == std::string::npos &&
+         Clock::now() < started + std::chrono::seconds(90))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_NE(node1.log().find("rank 1 injects stall after step 7"), std::string::npos) << node1.log();
+  net.kill_node(1);
+  const bool ended = node0.wait_until(Clock::now() + std::chrono::seconds(150));
+  const std::string log0 = node0.log();
+  ASSERT_TRUE(ended) << "node 0 still runs 150 s after node 1 died\n" << log0;
+  ASSERT_EQ(node0.exit_code(), 0) << log0;
+  EXPECT_NE(log0.find("trident launch: node(s) 1 gone: going on with 1 of 2 nodes (--min-nodes 1), this one as "
+                      "node 0, WORLD_SIZE 2 -> 1"),
+            std::string::npos)
+      << log0;
+  EXPECT_NE(log0.find("trident launch: restarting the job (restart 1 of at most 2)"), std::string::npos) << log0;
+  EXPECT_NE(log0.find("the job finished after 1 restart"), std::string::npos) << log0;
+  const std::string step5 = (dir.path / "ck/step-00000005").string();
+  ASSERT_NE(log0.find("checkpoint: resumed from " + step5 + " (step 5, saved under tp=1 pp=1 dp=2"), std::string::npos)
+      << log0;
+  EXPECT_TRUE(net.empty_within(0, 2.0)) << net.pids(0);
+
+  // The reference: one rank, resumed from a copy of the same step-5 checkpoint.
+  fs::create_directories(dir.path / "ck-ref");
+  fs::copy(step5, dir.path / "ck-ref/step-00000005");
+  std::ofstream(dir.path / "ck-ref/latest") << "step-00000005\n";
+  std::vector<std::string> ref_sets = sets;
+  ref_sets[4] = "checkpoint.dir=" + (dir.path / "ck-ref").string();
+  Proc ref(launch_cmd({"--nproc-per-node", "1", "--master-port", "0"}, train_cmd(dir.path / "ref", ref_sets)),
+           dir.path / "ref.log");
+  ASSERT_TRUE(ref.wait_until(Clock::now() + std::chrono::seconds(120))) << "the reference run hangs";
+  ASSERT_EQ(ref.exit_code(), 0) << ref.log();
+  const std::vector<StepRow> run = read_metrics((dir.path / "run/metrics.jsonl").string());
+  ASSERT_EQ(run.size(), 12u);
+  expect_identical(read_metrics((dir.path / "ref/metrics.jsonl").string()),
+                   std::vector<StepRow>(run.begin() + 5, run.end()), 7);
+}
+
 }  // namespace
 
 TEST(LaunchTwoNodes, KilledRankRestartsBitIdentical) { launch_restarts(); }
 TEST(LaunchTwoNodes, PreemptedJobIsNotRestartedOnAnyNode) { launch_preempted(); }
+TEST(LaunchTwoNodes, NodeGoneShrinksToTheNodesLeft) { launch_shrinks(); }
 
 TEST(TorchrunTwoNodes, StaticRendezvousRestartsBitIdentical) {
   torchrun_restarts({"--node-rank", "NODE_RANK", "--master-addr", TwoNodes::kAddr[0], "--master-port", "29500"});
