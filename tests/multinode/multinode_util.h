@@ -232,6 +232,8 @@ class TwoNodes {
   void kill_node(int node) const { kill_all_in(ns_[node]); }
   // Cuts the link as a failed cable or switch port would: no RST, no FIN.
   bool cut_link() const { return sh("ip -n " + ns_[0] + " link set veth0 down") == 0; }
+  // The cable back: packets flow again, and connections that saw no RST or FIN go on.
+  bool restore_link() const { return sh("ip -n " + ns_[0] + " link set veth0 up") == 0; }
 
  private:
   static void kill_all_in(const std::string& ns) {

@@ -247,8 +247,62 @@ void launch_shrinks() {
                    std::vector<StepRow>(run.begin() + 5, run.end()), 7);
 }
 
+// The link between the nodes cut once step 7 is logged and restored 3 s
+// later: the ranks' collectives time out (parallel.timeout_s = 5), both
+// launchers restart in step once their channel carries again (it saw no RST
+// or FIN), and the job ends with the uninterrupted single-node run's losses
+// and final tensors.
+void launch_link_cut_restarts() {
+  TwoNodes net;
+  REQUIRE_NODES(net);
+  TempDir dir;
+  auto sets = [&](const std::string& ck) {
+    std::vector<std::string> s = sets_for(dir.path / ck);
+    s.insert(s.end(), {"training.steps=40", "parallel.timeout_s=5"});
+    return s;
+  };
+  Proc ref(launch_cmd({"--nproc-per-node", "2", "--master-port", "0"}, train_cmd(dir.path / "ref", sets("ck-ref"))),
+           dir.path / "ref.log");
+  ASSERT_TRUE(ref.wait_until(Clock::now() + std::chrono::seconds(120))) << "single-node run hangs";
+  ASSERT_EQ(ref.exit_code(), 0) << ref.log();
+  auto node = [&](int n) {
+    return net.in(n, launch_cmd({"--nnodes", "2", "--node-rank", std::to_string(n), "--nproc-per-node", "1",
+                                 "--master-addr", TwoNodes::kAddr[0], "--master-port", "29500", "--max-restarts", "2",
+                                 "--rdzv-timeout", "30"},
+                                train_cmd(dir.path / "run", sets("ck-run"))));
+  };
+  Proc node0(node(0), dir.path / "node0.log");
+  Proc node1(node(1), dir.path / "node1.log");
+  const auto started = Clock::now();
+  while (count_lines(dir.path / "run/metrics.jsonl") < 7 && Clock::now() < started + std::chrono::seconds(60))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(net.cut_link());
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  ASSERT_TRUE(net.restore_link());
+  const auto deadline = Clock::now() + std::chrono::seconds(200);
+  const bool ended = node0.wait_until(deadline) && node1.wait_until(deadline);
+  const std::string log0 = node0.log(), log1 = node1.log();
+  ASSERT_TRUE(ended) << "still running 200 s after the link came back\n--- node 0 ---\n" << log0 << "--- node 1 ---\n"
+                     << log1;
+  ASSERT_EQ(node0.exit_code(), 0) << log0 << "--- node 1 ---\n" << log1;
+  ASSERT_EQ(node1.exit_code(), 0) << log1 << "--- node 0 ---\n" << log0;
+  for (const std::string* log : {&log0, &log1})
+    EXPECT_NE(log->find("trident launch: restarting the job (restart 1 of at most 2)"), std::string::npos) << *log;
+  EXPECT_NE(log0.find("checkpoint: resumed from"), std::string::npos) << log0;
+  expect_identical(read_metrics((dir.path / "ref/metrics.jsonl").string()),
+                   read_metrics((dir.path / "run/metrics.jsonl").string()), 40);
+  for (const char* rank : {"rank-00000.json", "rank-00001.json"}) {
+    const std::string a = entries_of(dir.path / "ck-ref/step-00000040" / rank);
+    EXPECT_FALSE(a.empty()) << rank;
+    EXPECT_EQ(a, entries_of(dir.path / "ck-run/step-00000040" / rank)) << rank;
+  }
+  EXPECT_TRUE(net.empty_within(0, 2.0)) << net.pids(0);
+  EXPECT_TRUE(net.empty_within(1, 2.0)) << net.pids(1);
+}
+
 }  // namespace
 
+TEST(LaunchTwoNodes, LinkCutAndRestoredRestartsBitIdentical) { launch_link_cut_restarts(); }
 TEST(LaunchTwoNodes, KilledRankRestartsBitIdentical) { launch_restarts(); }
 TEST(LaunchTwoNodes, PreemptedJobIsNotRestartedOnAnyNode) { launch_preempted(); }
 TEST(LaunchTwoNodes, NodeGoneShrinksToTheNodesLeft) { launch_shrinks(); }
