@@ -45,10 +45,12 @@ sched::Schedule build_schedule(const Config& cfg, int64_t m) {
   const int p = static_cast<int>(cfg.parallel.pp), v = static_cast<int>(cfg.schedule.chunks);
   // zb-auto is searched for F, B, W = 1, 2, 1 (sched::Costs' defaults): the run's own
   // costs are not measured before the schedule is built; `trident schedule --profile` searches it
-  // for measured ones, trained as schedule.kind = "file" (schedules/README.md).
+  // for measured ones, trained as schedule.kind = "file" (schedules/README.md). The step's bubble
+  // is what it minimises: Trident runs no optimizer post-validation (NOTE [zb-auto]).
   if (cfg.schedule.kind == "zb-auto")
-    return sched::add_communication(
-        sched::zb_auto(p, static_cast<int>(m), sched::Costs{}, static_cast<int>(cfg.schedule.memory_limit)));
+    return sched::add_communication(sched::zb_auto(p, static_cast<int>(m), sched::Costs{},
+                                                   static_cast<int>(cfg.schedule.memory_limit),
+                                                   sched::ZbObjective::kStep));
   if (cfg.schedule.kind != "file") return sched::generate(cfg.schedule.kind, p, static_cast<int>(m), v);
   std::ifstream f(cfg.schedule.file);
   if (!f) throw ConfigError("schedule.file = \"" + cfg.schedule.file + "\": cannot open it");

@@ -64,6 +64,8 @@ sched::Schedule load(const po::variables_map& vm, const std::string& kind, const
     throw BadInput("--from-csv needs --kind file (or no --kind), got --kind " + kind);
   if (vm.count("memory-limit") && kind != "zb-auto")
     throw BadInput("--memory-limit applies to --kind zb-auto only, got --kind " + kind);
+  if (vm.count("objective") && kind != "zb-auto")
+    throw BadInput("--objective applies to --kind zb-auto only, got --kind " + kind);
   if (kind != "file") {
     if (vm.count("file")) throw BadInput("--file needs --kind file, got --kind " + kind);
     if (!vm.count("stages") || !vm.count("microbatches"))
@@ -74,7 +76,12 @@ sched::Schedule load(const po::variables_map& vm, const std::string& kind, const
                        "N = p gives the paper's ZB-1p, 2p its ZB-2p)");
       if (vm.count("chunks") && vm["chunks"].as<int>() != 1)
         throw BadInput("--kind zb-auto runs one chunk per rank, got --chunks " + std::to_string(vm["chunks"].as<int>()));
-      return sched::zb_auto(vm["stages"].as<int>(), vm["microbatches"].as<int>(), costs, vm["memory-limit"].as<int>());
+      const std::string objective = vm.count("objective") ? vm["objective"].as<std::string>() : "span";
+      if (objective != "span" && objective != "step")
+        throw BadInput("--objective '" + objective + "': expected span (the paper's bubble, which assumes optimizer "
+                       "post-validation) or step (the step's, as Trident trains it)");
+      return sched::zb_auto(vm["stages"].as<int>(), vm["microbatches"].as<int>(), costs, vm["memory-limit"].as<int>(),
+                            objective == "step" ? sched::ZbObjective::kStep : sched::ZbObjective::kSpan);
     }
     // No --chunks: what the kind needs (2 for the V kinds); an explicit other value is check_supported()'s error.
     const int v = vm.count("chunks") ? vm["chunks"].as<int>() : sched::default_chunks(kind);
@@ -183,6 +190,10 @@ int cmd_schedule(int argc, char** argv) {
       "compute-only", "with --format schedule or csv: leave out the send/recv actions")(
       "memory-limit", po::value<int>(),
       "with --kind zb-auto: micro-batches of activations in flight per rank at most (p: ZB-1p, 2p: ZB-2p)")(
+      "objective", po::value<std::string>(),
+      "with --kind zb-auto: span (default: the paper's bubble over each rank's first-to-last compute, which "
+      "assumes optimizer post-validation) or step (the whole step's bubble: what `trident train` and "
+      "`trident plan` search, Trident running no post-validation)")(
       "format", po::value<std::string>()->default_value("text"), "text | schedule | csv | json | svg | chrome | summary")(
       "output,o", po::value<std::string>(), "write here instead of stdout");
   po::variables_map vm;

@@ -10,6 +10,9 @@ namespace trident::plan {
 
 namespace {
 
+// zb-auto is searched only where pp x micro-batches is at most this (NOTE [zb-auto in the search]).
+constexpr int64_t kZbAutoSearchSlots = 1024;
+
 std::vector<int> divisors(int n) {
   std::vector<int> out;
   for (int d = 1; d <= n; ++d)
@@ -142,6 +145,54 @@ SearchResult search(const Problem& pr, const SearchOptions& o) {
         }
       }
     }
+  }
+  // NOTE [zb-auto in the search] The memory-bounded zero-bubble lists are searched for each layout's
+  // own stage costs (schedules/generators_auto.cpp), which takes far longer than a generated kind:
+  // so zb-auto is tried on the fastest pipelined layouts found above (kernel, split and memory
+  // choices kept, one chunk), each with the limits pp (ZB-1p), 3pp/2 and 2pp (ZB-2p); a limit
+  // whose simulated in-flight activations exceed the device's memory is dropped like any layout,
+  // so the limit reported is the one that fits.
+  {
+    std::vector<const Estimate*> order;
+    for (const Estimate& e : all)
+      if (e.layout.pp > 1) order.push_back(&e);
+    std::sort(order.begin(), order.end(), [](const Estimate* a, const Estimate* b) { return a->step_s < b->step_s; });
+    std::vector<Layout> bases;
+    for (const Estimate* e : order) {
+      if (static_cast<int>(bases.size()) == std::max(o.top, 3)) break;
+      Layout b = e->layout;
+      if ((b.chunks > 0 ? b.chunks : sched::default_chunks(b.schedule)) != 1) {  // the same layout, one chunk per rank
+        const auto sp = splits(pr, b.tp, b.pp, b.micro_batch);
+        if (sp.empty()) continue;
+        b.layers = sp.back();
+      }
+      b.schedule = "zb-auto", b.chunks = 1;
+      if (std::none_of(bases.begin(), bases.end(), [&](const Layout& x) { return layout_text(x) == layout_text(b); }))
+        bases.push_back(b);
+    }
+    std::vector<Estimate> found;
+    for (const Layout& b : bases) {
+      const int mb_count = static_cast<int>(pr.global_batch / (static_cast<int64_t>(b.dp) * b.micro_batch));
+      if (static_cast<int64_t>(mb_count) * b.pp > kZbAutoSearchSlots) {
+        drop("zb-auto: pp x micro-batches above " + std::to_string(kZbAutoSearchSlots) + " (its list search takes seconds)");
+        continue;
+      }
+      std::vector<int> limits{b.pp, (3 * b.pp + 1) / 2, 2 * b.pp};
+      limits.erase(std::unique(limits.begin(), limits.end()), limits.end());
+      for (int limit : limits) {
+        Layout z = b;
+        z.memory_limit = limit;
+        Estimate e = evaluate(pr, z);
+        ++res.evaluated;
+        if (!e.fits) {
+          drop("exceeds device memory (peak with the simulated in-flight micro-batches)");
+          continue;
+        }
+        ++res.fitting;
+        found.push_back(std::move(e));
+      }
+    }
+    for (Estimate& e : found) all.push_back(std::move(e));
   }
   if (all.empty()) {
     std::string why;

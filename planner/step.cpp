@@ -99,6 +99,7 @@ Layout parse_layout(const std::string& text, int gpus) {
     else if (k == "first") l.first_layers = parse_int(k, v);
     else if (k == "last") l.last_layers = parse_int(k, v);
     else if (k == "schedule") l.schedule = v;
+    else if (k == "mem") l.memory_limit = parse_int(k, v);
     else if (k == "recompute") l.recompute = v;
     else if (k == "layers") {
       std::stringstream ls(v);
@@ -130,11 +131,17 @@ Layout parse_layout(const std::string& text, int gpus) {
   if (l.recompute != "none" && l.recompute != "full" && l.recompute != "selective")
     throw PlanError("--layout '" + text + "': recompute=" + l.recompute + ": expected none, selective or full");
   const auto& kinds = sched::schedule_kinds();
-  if (std::find(kinds.begin(), kinds.end(), l.schedule) == kinds.end()) {
+  if (l.schedule != "zb-auto" && std::find(kinds.begin(), kinds.end(), l.schedule) == kinds.end()) {
     std::string all;
     for (const auto& kk : kinds) all += (all.empty() ? "" : ", ") + kk;
-    throw PlanError("--layout '" + text + "': schedule=" + l.schedule + ": expected one of " + all);
+    throw PlanError("--layout '" + text + "': schedule=" + l.schedule + ": expected one of " + all + " or zb-auto");
   }
+  if (l.schedule == "zb-auto" && l.memory_limit < 1)
+    throw PlanError("--layout '" + text + "': schedule=zb-auto needs mem=N >= 1 (micro-batches of activations in "
+                    "flight per rank; pp: ZB-1p, 2 x pp: ZB-2p)");
+  if (l.schedule != "zb-auto" && l.memory_limit != 0)
+    throw PlanError("--layout '" + text + "': mem=" + std::to_string(l.memory_limit) + " with schedule=" + l.schedule +
+                    ": only zb-auto has a memory limit");
   return l;
 }
 
@@ -143,6 +150,7 @@ std::string layout_text(const Layout& l) {
                     ",schedule=" + l.schedule + ",chunks=" + std::to_string(chunks_of(l)) +
                     ",mbs=" + std::to_string(l.micro_batch) + ",recompute=" + l.recompute +
                     ",zero=" + std::to_string(l.zero) + ",sp=" + std::to_string(l.sequence_parallel ? 1 : 0);
+  if (l.schedule == "zb-auto") out += ",mem=" + std::to_string(l.memory_limit);
   if (!l.layers.empty()) {
     out += ",layers=";
     for (size_t i = 0; i < l.layers.size(); ++i) out += (i ? "+" : "") + std::to_string(l.layers[i]);
@@ -249,7 +257,9 @@ void check_layout(const Problem& pr, const Layout& given) {
     throw PlanError(at + "global batch " + std::to_string(pr.global_batch) + " is not a multiple of dp x mbs = " +
                     std::to_string(per_step));
   try {
-    sched::check_supported(l.schedule, l.pp, static_cast<int>(pr.global_batch / per_step), v);
+    // zb-auto's lists are of ZB-H1's family (one chunk, the loop placement).
+    sched::check_supported(l.schedule == "zb-auto" ? "zb-h1" : l.schedule, l.pp,
+                           static_cast<int>(pr.global_batch / per_step), v);
   } catch (const std::exception& e) {
     throw PlanError(at + e.what());
   }
@@ -300,7 +310,10 @@ Estimate evaluate(const Problem& pr, const Layout& given) {
   const std::vector<int> nl = layers_per_stage(m, l);
   std::pair<double, double> layer_host = c.layer_overhead_s(m.arch);  // (forward, backward) seconds
   layer_host.first *= slow, layer_host.second *= slow;
-  sched::Schedule s = sched::generate_compute(l.schedule, l.pp, mb_count, v);
+  // zb-auto: its stage costs are those of ZB-H1's family (split W, the loop placement); the list
+  // itself is searched below, once the costs and the link latencies are known.
+  const bool zb_auto = l.schedule == "zb-auto";
+  sched::Schedule s = sched::generate_compute(zb_auto ? "zb-h1" : l.schedule, l.pp, mb_count, v);
   bool split_w = false;
   for (const auto& list : s.ranks)
     for (const auto& a : list)
@@ -387,6 +400,8 @@ Estimate evaluate(const Problem& pr, const Layout& given) {
   }
   sched::Costs free_costs = costs;
   costs.latency = latency;
+  // The step's bubble, not the paper's span: neither runtime planned runs optimizer post-validation.
+  if (zb_auto) s = sched::zb_auto(l.pp, mb_count, costs, l.memory_limit, sched::ZbObjective::kStep);
   const sched::TimelineStats st = sched::simulate_stats(s, costs);
   const sched::TimelineStats st0 = stages > 1 ? sched::simulate_stats(s, free_costs) : st;
 

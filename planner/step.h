@@ -30,9 +30,13 @@ struct Layout {
   // hold these many layers (0: not given), the others split the rest evenly. Resolved into `layers`
   // by check_layout's caller (resolve_layers); a split the planner picks is printed the same way.
   int first_layers = 0, last_layers = 0;
+  // schedule = zb-auto: micro-batches of activations in flight per rank at most (mem=N; pp gives the
+  // paper's ZB-1p, 2 x pp its ZB-2p); 0 with every other kind.
+  int memory_limit = 0;
 };
 
 // "tp=8,pp=4,dp=32,schedule=interleaved,chunks=2,mbs=1,recompute=full,zero=1,sp=1,layers=3+5"
+// (schedule=zb-auto takes mem=N, its memory limit: the list is searched for the layout's own stage costs)
 // (or first=N,last=M in place of layers; sp=1 at tp=1 is sequence parallelism off, as Megatron
 // treats it)
 // (keys in any order, each at most once, all optional; dp = -1 or absent means

@@ -28,8 +28,14 @@ Schedule dualpipe_v(int p, int m);          // DualPipeV's order: v = 2, V place
 // batches of activations in flight on any rank (p gives the paper's ZB-1p, 2p
 // its ZB-2p). Needs costs, so generate() does not build it; `trident schedule
 // --kind zb-auto --memory-limit N` does. Throws ScheduleError on a limit < 1.
+// objective: what the search minimises. kSpan is the paper's accounting (the
+// longest rank's span from its first to its last compute: the bubble a run
+// with optimizer post-validation sees, its next step's fill overlapping this
+// one's drain); kStep is the step as a run without post-validation sees it,
+// every rank starting together: what Trident trains and plans (NOTE [zb-auto]).
 struct Costs;
-Schedule zb_auto(int p, int m, const Costs& costs, int memory_limit);
+enum class ZbObjective { kSpan, kStep };
+Schedule zb_auto(int p, int m, const Costs& costs, int memory_limit, ZbObjective objective = ZbObjective::kSpan);
 
 // Every kind generate() accepts, in the order --help lists them.
 const std::vector<std::string>& schedule_kinds();

@@ -34,13 +34,15 @@ Schedule family(int p, int m, const std::vector<int>& w, const std::vector<int>&
 // What the search minimises: the paper's bubble (the longest rank's span), then
 // the step's. Spans within 1e-9 count as equal, so that a rounding-level gain in
 // span never buys a longer step.
+// With ZbObjective::kStep the two swap: the step's bubble first, then the span's.
 struct Score {
   double span = 2, step = 2;
   bool operator<(const Score& o) const { return span < o.span - 1e-9 || (span <= o.span + 1e-9 && step < o.step - 1e-12); }
 };
 
-Score score(const Schedule& s, const Costs& c) {
+Score score(const Schedule& s, const Costs& c, ZbObjective objective) {
   const TimelineStats st = simulate_stats(s, c);
+  if (objective == ZbObjective::kStep) return {st.bubble_fraction, st.span_bubble_fraction};
   return {st.span_bubble_fraction, st.bubble_fraction};
 }
 
@@ -56,12 +58,16 @@ Score score(const Schedule& s, const Costs& c) {
 // deadlock-free) and a count d[r] of W held back. From seeds between ZB-H1
 // (w = p-r) and ZB-H2 (w = 2(p-r)-1), with d = r or 2r, each w[r] and d[r] moves
 // by one while the paper's bubble (span_bubble_fraction, then the step's)
-// improves. With the limit p it finds ZB-H1 (the paper's ZB-1p, whose figures
+// improves (kSpan; kStep ranks by the step's bubble first, and since ZB-H1 is
+// a seed, its step is never longer than ZB-H1's within the limit p; Trident,
+// which runs no optimizer post-validation, trains and plans with kStep, while
+// `trident schedule` shows the paper's kSpan unless told --objective step).
+// With the limit p and kSpan it finds ZB-H1 (the paper's ZB-1p, whose figures
 // are ZB-H1's); with 2p it comes within a few thousandths of the paper's ZB-2p
 // figures, below them on some rows (benchmarks/zero_bubble_paper.py). The
 // search costs O(p^2 m) simulations of O(p m) actions: p = 8, m = 64 takes
 // about a second.
-Schedule zb_auto(int p, int m, const Costs& costs, int memory_limit) {
+Schedule zb_auto(int p, int m, const Costs& costs, int memory_limit, ZbObjective objective) {
   check_supported("zb-h1", p, m, 1);
   if (memory_limit < 1)
     throw ScheduleError("zb-auto with p=" + std::to_string(p) + " m=" + std::to_string(m) + ": memory limit " +
@@ -77,7 +83,7 @@ Schedule zb_auto(int p, int m, const Costs& costs, int memory_limit) {
         w[r] = std::min(p - r + std::min(extra, p - 1 - r), cap);
         d[r] = m >= 2 * p - 1 ? held * r : r;
       }
-      Score cur = score(family(p, m, w, d), costs);
+      Score cur = score(family(p, m, w, d), costs, objective);
       for (bool improved = true; improved;) {
         improved = false;
         for (int r = 0; r < p; ++r)
@@ -85,14 +91,14 @@ Schedule zb_auto(int p, int m, const Costs& costs, int memory_limit) {
             const int nw = w[r] + delta;  // warm-up: within the limit, non-increasing over ranks
             if (nw >= 1 && nw <= cap && (r == 0 || nw <= w[r - 1]) && (r + 1 == p || nw >= w[r + 1])) {
               w[r] = nw;
-              const auto s = score(family(p, m, w, d), costs);
+              const auto s = score(family(p, m, w, d), costs, objective);
               if (s < cur) cur = s, improved = true;
               else w[r] -= delta;
             }
             const int nd = d[r] + delta;  // W held back: 0..m
             if (nd >= 0 && nd <= m) {
               d[r] = nd;
-              const auto s = score(family(p, m, w, d), costs);
+              const auto s = score(family(p, m, w, d), costs, objective);
               if (s < cur) cur = s, improved = true;
               else d[r] -= delta;
             }

@@ -286,3 +286,66 @@ TEST(PlannerCalibration, LayerHostOverheadAddsPerLayerAndMicroBatchForItsFamilyO
                 "expected a number >= 0"),
             std::string::npos);
 }
+
+// zb-auto in the planner (NOTE [zb-auto in the search]): its list is searched for the layout's own
+// stage costs within mem=N micro-batches in flight per rank, and the search tries it on its fastest
+// pipelined layouts with the limits pp, 3pp/2 and 2pp, keeping those the device's memory holds.
+TEST(PlannerZbAuto, TheListKeepsItsLimitAndMoreMemoryBuysAShorterStep) {
+  Problem pr;
+  pr.model = gpt(8, 256, 8, 64, 8);
+  pr.precision = "fp32";
+  pr.cluster = unit_cluster();
+  pr.global_batch = 16;  // m = 16 at pp = 4
+  const Estimate h1 = evaluate(pr, parse_layout("pp=4,schedule=zb-h1", 4));
+  const Estimate z1 = evaluate(pr, parse_layout("pp=4,schedule=zb-auto,mem=4", 4));
+  const Estimate z2 = evaluate(pr, parse_layout("pp=4,schedule=zb-auto,mem=8", 4));
+  const Estimate z0 = evaluate(pr, parse_layout("pp=4,schedule=zb-auto,mem=1", 4));
+  for (const Estimate* e : {&z0, &z1, &z2})
+    for (const RankMemory& r : e->memory) EXPECT_LE(r.peak_inflight, e->layout.memory_limit) << layout_text(e->layout);
+  int z2_peak = 0;
+  for (const RankMemory& r : z2.memory) z2_peak = std::max(z2_peak, r.peak_inflight);
+  EXPECT_GT(z2_peak, 4);                       // ZB-2p holds more than 1F1B's p on some rank ...
+  EXPECT_LT(z2.step_s, z1.step_s);             // ... and buys a shorter step with it
+  EXPECT_LE(z1.step_s, h1.step_s * 1.000001);  // ZB-1p: ZB-H1's memory, no longer a step
+  EXPECT_GT(z0.step_s, z1.step_s);             // one micro-batch in flight: a longer step
+  const double layer = layer_activation_bytes(pr.model, 1, 1, false, "none", 4);
+  EXPECT_DOUBLE_EQ(z2.memory[0].activations, z2.memory[0].peak_inflight * 2 * layer);
+  EXPECT_EQ(layout_text(z2.layout), "tp=1,pp=4,dp=1,schedule=zb-auto,chunks=1,mbs=1,recompute=none,zero=0,sp=0,mem=8");
+  EXPECT_NE(error_of<PlanError>([] { parse_layout("pp=2,schedule=zb-auto", 2); }).find("schedule=zb-auto needs mem=N"),
+            std::string::npos);
+  EXPECT_NE(error_of<PlanError>([] { parse_layout("pp=2,mem=4", 2); }).find("mem=4 with schedule=1f1b: only zb-auto"),
+            std::string::npos);
+}
+
+TEST(PlannerZbAuto, TheSearchReportsTheLimitThatFitsTheDevice) {
+  Problem pr;
+  pr.model = gpt(8, 256, 8, 64, 8);
+  pr.precision = "fp32";
+  pr.cluster = unit_cluster();
+  pr.global_batch = 16;
+  SearchOptions o;
+  o.gpus = 4;
+  o.top = 100000;
+  o.max_micro_batch = 1;
+  auto zb_limits = [](const SearchResult& r, const std::string& base) {
+    std::vector<int> out;
+    for (const Estimate& e : r.best)
+      if (e.layout.schedule == "zb-auto" && layout_text(e.layout) == base + std::to_string(e.layout.memory_limit))
+        out.push_back(e.layout.memory_limit);
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  const std::string base = "tp=1,pp=4,dp=1,schedule=zb-auto,chunks=1,mbs=1,recompute=none,zero=0,sp=0,mem=";
+  const SearchResult all = search(pr, o);
+  EXPECT_EQ(zb_limits(all, base), (std::vector<int>{4, 6, 8}));
+  // A device between ZB-1p's peak and ZB-2p's: 2pp (and 3pp/2 where it does not fit) is dropped.
+  const double p1 = evaluate(pr, parse_layout("pp=4,schedule=zb-auto,mem=4", 4)).peak_memory;
+  const double p2 = evaluate(pr, parse_layout("pp=4,schedule=zb-auto,mem=8", 4)).peak_memory;
+  ASSERT_LT(p1, p2);
+  set_cluster_key(pr.cluster, "cluster.device_memory_gib=" + std::to_string((p1 + p2) / 2 / (1024.0 * 1024 * 1024)));
+  const SearchResult tight = search(pr, o);
+  const std::vector<int> kept = zb_limits(tight, base);
+  ASSERT_FALSE(kept.empty());
+  EXPECT_EQ(kept.front(), 4);
+  EXPECT_LT(kept.back(), 8);
+}

@@ -124,6 +124,12 @@ TEST(ScheduleCli, SummaryIsOneObjectWithTheFigures) {
   EXPECT_NE(r.out.find("--kind zb-auto needs --memory-limit N"), std::string::npos) << r.out;
   r = run_schedule("--kind zb-h1 -p 4 -m 8 --memory-limit 8");
   EXPECT_NE(r.out.find("--memory-limit applies to --kind zb-auto only, got --kind zb-h1"), std::string::npos) << r.out;
+  r = run_schedule("--kind zb-auto -p 4 -m 8 --memory-limit 4 --objective step --format summary");
+  EXPECT_NE(r.out.find("\"peak_inflight\": 4"), std::string::npos) << r.out;
+  r = run_schedule("--kind zb-auto -p 4 -m 8 --memory-limit 4 --objective fast");
+  EXPECT_NE(r.out.find("--objective 'fast': expected span"), std::string::npos) << r.out;
+  r = run_schedule("--kind zb-h1 -p 4 -m 8 --objective step");
+  EXPECT_NE(r.out.find("--objective applies to --kind zb-auto only, got --kind zb-h1"), std::string::npos) << r.out;
   r = run_schedule("--kind zb-auto -p 4 -m 8 --memory-limit 0");
   EXPECT_NE(r.out.find("memory limit 0, expected >= 1"), std::string::npos) << r.out;
   r = run_schedule("--kind zb-h2 -p 4 -m 8 --format summary");

@@ -144,3 +144,31 @@ TEST(ScheduleMemory, ZbAutoKeepsItsLimitAndBeatsItsSeeds) {
       }
   EXPECT_THROW(zb_auto(4, 8, costs(1, 2, 1), 0), ScheduleError);
 }
+
+// ZbObjective::kStep, what the trainer and the planner search (no optimizer
+// post-validation: every rank starts the step together): within the limit p
+// its step is never longer than ZB-H1's, with 2p-1 never longer than ZB-H2's,
+// also on stages of unequal cost with link latency, where the paper's span
+// objective may trade a longer step for a shorter span.
+TEST(ScheduleMemory, ZbAutoStepObjectiveNeverLosesToItsSeedsStep) {
+  Costs uneven = costs(1, 2, 1);
+  uneven.stage_costs = {{1.2, 2.2, 1.0}, {1, 2, 1}, {1, 2, 1}, {1.9, 3.6, 1.6}};
+  uneven.latency = {0.15, 0.15, 0.15};
+  bool span_lost_a_step = false;
+  for (const Costs& c : {costs(1, 2, 1), costs(18.522, 27.423, 9.337), uneven})
+    for (int m : {4, 9, 16}) {
+      const int p = 4;
+      const std::string at = "m=" + std::to_string(m);
+      const Schedule step1 = zb_auto(p, m, c, p, ZbObjective::kStep);
+      EXPECT_LE(peak(simulate_stats(step1, c)), p) << at;
+      EXPECT_LE(simulate_stats(step1, c).step_time, simulate_stats(zb_h1(p, m), c).step_time + 1e-9) << at;
+      if (m >= 2 * p - 1)
+        EXPECT_LE(simulate_stats(zb_auto(p, m, c, 2 * p - 1, ZbObjective::kStep), c).step_time,
+                  simulate_stats(zb_h2(p, m), c).step_time + 1e-9)
+            << at;
+      const TimelineStats span1 = simulate_stats(zb_auto(p, m, c, p, ZbObjective::kSpan), c);
+      EXPECT_LE(span1.span_bubble_fraction, simulate_stats(step1, c).span_bubble_fraction + 1e-9) << at;
+      span_lost_a_step = span_lost_a_step || span1.step_time > simulate_stats(step1, c).step_time + 1e-9;
+    }
+  EXPECT_TRUE(span_lost_a_step) << "the two objectives never differed: the case proves nothing";
+}
