@@ -218,6 +218,9 @@ const std::vector<Field>& fields() {
       TRIDENT_FIELD(schedule, memory_limit, at_least(0),
                     "kind = \"zb-auto\": micro-batches of activations in flight per rank at most (pp: ZB-1p, "
                     "2 x pp: ZB-2p); 0 with every other kind"),
+      TRIDENT_FIELD(schedule, zb_auto_costs, one_of({"unit", "measured"}),
+                    "kind = \"zb-auto\": the costs its list is searched for: unit (F, B, W = 1, 2, 1) or measured "
+                    "(each stage's F, I, W and the links timed over two ZB-H1 passes before the first step)"),
 
       TRIDENT_FIELD(training, steps, at_least(1), "optimizer steps"),
       TRIDENT_FIELD(training, micro_batch_size, at_least(1), "samples per micro-batch"),
@@ -880,6 +883,12 @@ void check_schedule(const Config& c) {
   if (s.kind != "zb-auto" && s.memory_limit != 0)
     fail(c, "schedule.memory_limit = " + n(s.memory_limit) + " with schedule.kind = " + quote(s.kind) +
                 ": only zb-auto has a memory limit (it would be ignored)");
+  if (s.kind != "zb-auto" && s.zb_auto_costs != "unit")
+    fail(c, "schedule.zb_auto_costs = " + quote(s.zb_auto_costs) + " with schedule.kind = " + quote(s.kind) +
+                ": only zb-auto is searched for costs (it would be ignored)");
+  if (s.zb_auto_costs == "measured" && c.parallel.pp == 1)
+    fail(c, "schedule.zb_auto_costs = \"measured\" with parallel.pp = 1: one stage has no pipeline list to search "
+            "(it would be ignored)");
   if (s.kind != "file" && !s.file.empty()) {
     fail(c, "schedule.file = " + quote(s.file) + " with schedule.kind = " + quote(s.kind) +
                 ": expected schedule.kind = \"file\", or no schedule.file (it would be ignored)");

@@ -73,6 +73,7 @@ struct ScheduleConfig {
   int64_t chunks = 0;         // chunks (virtual stages) per pipeline rank; 0 = the kind's: 2 for zb-v, v-half, v-min, dualpipev, else 1
   std::string file;           // schedule text file when kind = "file"
   int64_t memory_limit = 0;   // kind = "zb-auto": micro-batches of activations in flight per rank at most (0: not zb-auto)
+  std::string zb_auto_costs = "unit";  // kind = "zb-auto": "unit" (F, B, W = 1, 2, 1) or "measured" at start (NOTE [measured zb-auto])
 };
 
 struct TrainingConfig {

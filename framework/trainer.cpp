@@ -3,7 +3,9 @@
 // once per optimizer step (train_step below).
 #include "framework/trainer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -33,6 +35,7 @@
 #include "parallel/layout.h"
 #include "parallel/process_groups.h"
 #include "runtime/executor.h"
+#include "runtime/pipeline_measure.h"
 #include "schedules/generators.h"
 #include "schedules/simulate.h"
 #include "schedules/validate.h"
@@ -196,6 +199,67 @@ std::optional<StepMetrics> train_step(Run& r, int64_t step, int64_t data_step) {
   return m;
 }
 
+// NOTE [measured zb-auto]
+// schedule.zb_auto_costs = "measured": before the first step every rank runs
+// ZB-H1 (the family zb-auto searches, its backward split into I and W) twice
+// on the first global batch, with no optimizer step (the gradients are zeroed
+// after, the data position and the optimizer are untouched; with dropout the
+// passes draw from the generator), and the second pass's times give each
+// virtual stage's F, I, W and each link's latency, as the run's report
+// measures them (CostAccumulator). Global rank 0's figures, sent to every rank
+// over the world, are the costs zb-auto is searched for, so all ranks, of
+// every data-parallel replica, build the same list.
+void measure_zb_auto(Run& r) {
+  const Config& c = r.cfg;
+  const int p = static_cast<int>(c.parallel.pp), m = static_cast<int>(r.m);
+  const int pp_rank = r.pgs->layout().coords(r.pgs->rank()).pp;
+  const sched::Schedule probe = sched::generate("zb-h1", p, m, 1);
+  CostAccumulator acc;
+  for (int pass = 0; pass < 2; ++pass) {  // the first pass warms the allocator and the kernels up
+    r.dp->zero_grads();
+    StepBatches batches = step_batches(r, *r.train_data->samples, 0);
+    r.exec->run(probe.ranks.at(pp_rank), [&](int mb) { return micro_batch(batches, mb); },
+                1.0 / static_cast<double>(r.m), r.dp.get());
+    r.dp->finish_grad_sync();
+    if (pass == 1) {
+      acc.add(*r.exec, 1);
+      acc.add_latency_sample(r.pgs->pp, *r.exec);
+    }
+  }
+  r.dp->zero_grads();
+  acc.predict(r.pgs->pp, probe);  // the costs, on each pipeline's first rank
+  at::Tensor t = at::zeros({4 * p - 1}, at::kDouble);
+  if (r.pgs->rank() == 0) {
+    for (int s = 0; s < p; ++s) {
+      const sched::StageCosts& sc = acc.costs.stage_costs.at(static_cast<size_t>(s));
+      t[3 * s] = sc.forward, t[3 * s + 1] = sc.backward, t[3 * s + 2] = sc.weight;
+    }
+    for (int b = 0; b + 1 < p; ++b)
+      t[3 * p + b] = acc.costs.latency.empty() ? 0.0 : acc.costs.latency.at(static_cast<size_t>(b));
+  }
+  all_reduce(r.pgs->world, t);  // rank 0's figures everywhere
+  sched::Costs costs;
+  std::string text;
+  for (int s = 0; s < p; ++s) {
+    costs.stage_costs.push_back({t[3 * s].item<double>(), t[3 * s + 1].item<double>(), t[3 * s + 2].item<double>()});
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%s%.3g/%.3g/%.3g", s ? ", " : "", costs.stage_costs.back().forward,
+                  costs.stage_costs.back().backward, costs.stage_costs.back().weight);
+    text += buf;
+  }
+  for (int b = 0; b + 1 < p; ++b) costs.latency.push_back(t[3 * p + b].item<double>());
+  r.schedule = sched::add_communication(
+      sched::zb_auto(p, m, costs, static_cast<int>(c.schedule.memory_limit), sched::ZbObjective::kStep));
+  if (r.pgs->rank() == 0) {
+    const sched::TimelineStats st = sched::simulate_stats(r.schedule, costs);
+    int peak = 0;
+    for (int n : st.peak_inflight) peak = std::max(peak, n);
+    std::cout << "schedule: zb-auto searched for the measured costs (ms per stage F/B/W: " << text
+              << "): predicted bubble " << 100 * st.bubble_fraction << "%, at most " << peak
+              << " micro-batches in flight (schedule.memory_limit = " << c.schedule.memory_limit << ")" << std::endl;
+  }
+}
+
 std::vector<std::vector<Param>*> chunk_params_of(Run& r) {
   std::vector<std::vector<Param>*> out;
   for (auto& s : r.stages) out.push_back(&s->params());
@@ -282,6 +346,7 @@ void build(Run& r) {
   if (!c.model.init_from.empty()) init_from_pretrained(c, chunk_params_of(r));
   r.exec = std::make_unique<Executor>(raw, r.pgs->pp, r.schedule.stage_map(), c.training.micro_batch_size, r.device);
   r.flops_per_step = r.model->flops_per_token() * static_cast<double>(c.training.global_batch_size * c.model.seq_len);
+  if (c.schedule.kind == "zb-auto" && c.schedule.zb_auto_costs == "measured" && c.parallel.pp > 1) measure_zb_auto(r);
   r.rec = std::make_unique<Recorder>(
       RecordedRun{&r.cfg, r.pgs.get(), r.exec.get(), &r.schedule, r.m, r.device, r.flops_per_step});
 }

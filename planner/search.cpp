@@ -76,6 +76,14 @@ SearchResult search(const Problem& pr, const SearchOptions& o) {
   SearchResult res;
   auto drop = [&](const std::string& why, int64_t n = 1) { res.dropped[why] += n; };
   std::vector<Estimate> all;
+  // Simulates `l` and keeps its estimate in `into` when the device holds its peak.
+  auto keep_if_it_fits = [&](const Layout& l, std::vector<Estimate>& into) {
+    Estimate e = evaluate(pr, l);
+    ++res.evaluated;
+    if (!e.fits) return drop("exceeds device memory (peak with the simulated in-flight micro-batches)");
+    ++res.fitting;
+    into.push_back(std::move(e));
+  };
   // Micro-batch sizes 1, 2, 4, ... up to the option; with a profile, the sizes it measured.
   std::vector<int> micro_batches;
   if (pr.profile) {
@@ -130,14 +138,7 @@ SearchResult search(const Problem& pr, const SearchOptions& o) {
                     drop("exceeds device memory (states and one micro-batch alone)");
                     continue;
                   }
-                  Estimate e = evaluate(pr, l);
-                  ++res.evaluated;
-                  if (!e.fits) {
-                    drop("exceeds device memory (peak with the simulated in-flight micro-batches)");
-                    continue;
-                  }
-                  ++res.fitting;
-                  all.push_back(std::move(e));
+                  keep_if_it_fits(l, all);
                 }
               }
             }
@@ -182,14 +183,7 @@ SearchResult search(const Problem& pr, const SearchOptions& o) {
       for (int limit : limits) {
         Layout z = b;
         z.memory_limit = limit;
-        Estimate e = evaluate(pr, z);
-        ++res.evaluated;
-        if (!e.fits) {
-          drop("exceeds device memory (peak with the simulated in-flight micro-batches)");
-          continue;
-        }
-        ++res.fitting;
-        found.push_back(std::move(e));
+        keep_if_it_fits(z, found);
       }
     }
     for (Estimate& e : found) all.push_back(std::move(e));

@@ -61,16 +61,21 @@ void expect_resumed_like_the_reference(const TwoNodes& net, const fs::path& dir,
   EXPECT_TRUE(net.empty_within(1, 2.0)) << net.pids(1);
 }
 
+// A run on this node alone, outside the namespaces: the reference the restarted runs are compared with.
+void train_on_one_node(const fs::path& dir, const std::string& name, int ranks, const std::vector<std::string>& sets) {
+  Proc ref(launch_cmd({"--nproc-per-node", std::to_string(ranks), "--master-port", "0"}, train_cmd(dir / name, sets)),
+           dir / (name + ".log"));
+  ASSERT_TRUE(ref.wait_until(Clock::now() + std::chrono::seconds(120))) << "single-node run hangs";
+  ASSERT_EQ(ref.exit_code(), 0) << ref.log();
+}
+
 void torchrun_restarts(const std::vector<std::string>& rdzv) {
   TwoNodes net;
   REQUIRE_NODES(net);
   ASSERT_EQ(::access(kTorchrun.c_str(), X_OK), 0) << kTorchrun << " is missing";
   TempDir dir;
-  Proc ref(launch_cmd({"--nproc-per-node", "2", "--master-port", "0"},
-                      train_cmd(dir.path / "ref", sets_for(dir.path / "ck-ref"))),
-           dir.path / "ref.log");
-  ASSERT_TRUE(ref.wait_until(Clock::now() + std::chrono::seconds(120))) << "single-node run hangs";
-  ASSERT_EQ(ref.exit_code(), 0) << ref.log();
+  train_on_one_node(dir.path, "ref", 2, sets_for(dir.path / "ck-ref"));
+  if (::testing::Test::HasFatalFailure()) return;
 
   auto node = [&](int n) {
     std::vector<std::string> argv{kTorchrun, "--nnodes", "2", "--nproc-per-node", "1", "--max-restarts", "2",
@@ -105,11 +110,8 @@ void launch_restarts() {
   TwoNodes net;
   REQUIRE_NODES(net);
   TempDir dir;
-  Proc ref(launch_cmd({"--nproc-per-node", "2", "--master-port", "0"},
-                      train_cmd(dir.path / "ref", sets_for(dir.path / "ck-ref"))),
-           dir.path / "ref.log");
-  ASSERT_TRUE(ref.wait_until(Clock::now() + std::chrono::seconds(120))) << "single-node run hangs";
-  ASSERT_EQ(ref.exit_code(), 0) << ref.log();
+  train_on_one_node(dir.path, "ref", 2, sets_for(dir.path / "ck-ref"));
+  if (::testing::Test::HasFatalFailure()) return;
   auto node = [&](int n) {
     return net.in(n, launch_cmd({"--nnodes", "2", "--node-rank", std::to_string(n), "--nproc-per-node", "1",
                                  "--master-addr", TwoNodes::kAddr[0], "--master-port", "29500", "--max-restarts", "2",
@@ -237,10 +239,8 @@ void launch_shrinks() {
   std::ofstream(dir.path / "ck-ref/latest") << "step-00000005\n";
   std::vector<std::string> ref_sets = sets;
   ref_sets[4] = "checkpoint.dir=" + (dir.path / "ck-ref").string();
-  Proc ref(launch_cmd({"--nproc-per-node", "1", "--master-port", "0"}, train_cmd(dir.path / "ref", ref_sets)),
-           dir.path / "ref.log");
-  ASSERT_TRUE(ref.wait_until(Clock::now() + std::chrono::seconds(120))) << "the reference run hangs";
-  ASSERT_EQ(ref.exit_code(), 0) << ref.log();
+  train_on_one_node(dir.path, "ref", 1, ref_sets);
+  if (::testing::Test::HasFatalFailure()) return;
   const std::vector<StepRow> run = read_metrics((dir.path / "run/metrics.jsonl").string());
   ASSERT_EQ(run.size(), 12u);
   expect_identical(read_metrics((dir.path / "ref/metrics.jsonl").string()),
@@ -261,10 +261,8 @@ void launch_link_cut_restarts() {
     s.insert(s.end(), {"training.steps=40", "parallel.timeout_s=5"});
     return s;
   };
-  Proc ref(launch_cmd({"--nproc-per-node", "2", "--master-port", "0"}, train_cmd(dir.path / "ref", sets("ck-ref"))),
-           dir.path / "ref.log");
-  ASSERT_TRUE(ref.wait_until(Clock::now() + std::chrono::seconds(120))) << "single-node run hangs";
-  ASSERT_EQ(ref.exit_code(), 0) << ref.log();
+  train_on_one_node(dir.path, "ref", 2, sets("ck-ref"));
+  if (::testing::Test::HasFatalFailure()) return;
   auto node = [&](int n) {
     return net.in(n, launch_cmd({"--nnodes", "2", "--node-rank", std::to_string(n), "--nproc-per-node", "1",
                                  "--master-addr", TwoNodes::kAddr[0], "--master-port", "29500", "--max-restarts", "2",

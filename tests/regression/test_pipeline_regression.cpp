@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <regex>
 
 #include "regression_util.h"
 
@@ -100,6 +101,41 @@ TEST_P(PipelineRegression, BitIdenticalToReference) {
 
 INSTANTIATE_TEST_SUITE_P(Matrix, PipelineRegression, ::testing::ValuesIn(all_cases()),
                          [](const ::testing::TestParamInfo<PipelineCase>& i) { return i.param.name; });
+
+// schedule.zb_auto_costs = "measured" (NOTE [measured zb-auto]) on a model whose
+// LM head dominates: the costs rank 0 measured before the first step, sent to
+// every rank, make the last stage's forward dearer than the first's; the list
+// searched for them trains bit-identically to pp = 1, and at dp = 2 (two
+// replicas, each measuring its own pipeline, under the NCCL rules) every rank
+// runs the same list: the run ends, bit-identical to 1F1B on the same layout.
+TEST(PipelineZbAuto, MeasuredCostsTrainBitIdenticallyOnEveryReplica) {
+  const std::vector<std::string> vocab = {"model.vocab_size=16384"};
+  const TrainRun ref = cached_reference(vocab);
+  ASSERT_TRUE(completed(ref));
+  const std::vector<std::string> zb = {"model.vocab_size=16384", "parallel.pp=2", "schedule.kind=zb-auto",
+                                       "schedule.memory_limit=4", "schedule.zb_auto_costs=measured",
+                                       "parallel.backend=nccl-rules"};
+  TempDir dir("pp-zb-measured");
+  const TrainRun run = train_tiny(dir.path(), 2, zb);
+  ASSERT_TRUE(completed(run)) << run.result.output;
+  EXPECT_TRUE(matches_reference(ref.rows, run, 0.0));
+  std::smatch m;
+  const std::regex costs("schedule: zb-auto searched for the measured costs \\(ms per stage F/B/W: ([0-9.e+-]+)/"
+                         "[0-9.e+-]+/[0-9.e+-]+, ([0-9.e+-]+)/");
+  ASSERT_TRUE(std::regex_search(run.result.output, m, costs)) << run.result.output;
+  EXPECT_GT(std::stod(m[2]), std::stod(m[1])) << "the head's stage should be measured dearer: " << m[0];
+
+  std::vector<std::string> dp2 = zb;
+  dp2.push_back("parallel.dp=2");
+  std::vector<std::string> one_f_one_b = {"model.vocab_size=16384", "parallel.pp=2", "parallel.dp=2",
+                                          "parallel.backend=nccl-rules"};
+  TempDir dir2("pp-zb-measured-dp2"), dir3("pp-1f1b-dp2");
+  const TrainRun z2 = train_tiny(dir2.path(), 4, dp2);
+  ASSERT_TRUE(completed(z2)) << z2.result.output;
+  const TrainRun b2 = train_tiny(dir3.path(), 4, one_f_one_b);
+  ASSERT_TRUE(completed(b2)) << b2.result.output;
+  EXPECT_TRUE(matches_reference(b2.rows, z2, 0.0));
+}
 
 // parallel.pipeline_layers = "auto" on a model whose LM head dominates (a
 // vocabulary of 16384 against hidden 64): the profiling pass must give the

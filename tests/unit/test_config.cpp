@@ -333,6 +333,12 @@ TEST(Config, BadConfigsNameKeyValueAndExpectation) {
       {"checkpoint without dir", "[checkpoint]\ninterval = 5\n", {}, "checkpoint.interval = 5 needs checkpoint.dir"},
       {"resume without dir", "[checkpoint]\nresume = true\n", {}, "checkpoint.resume = true needs checkpoint.dir"},
       {"async without dir", "[checkpoint]\nasync = true\n", {}, "checkpoint.async = true needs checkpoint.dir"},
+      {"measured costs without zb-auto", "", {"schedule.zb_auto_costs=measured", "parallel.pp=2"},
+       "schedule.zb_auto_costs = \"measured\" with schedule.kind = \"1f1b\": only zb-auto is searched for costs"},
+      {"measured costs at pp 1", "",
+       {"schedule.kind=zb-auto", "schedule.memory_limit=2", "schedule.zb_auto_costs=measured"},
+       "schedule.zb_auto_costs = \"measured\" with parallel.pp = 1: one stage has no pipeline list to search"},
+      {"unknown zb-auto costs", "", {"schedule.zb_auto_costs=fast"}, "schedule.zb_auto_costs = fast: expected one of"},
       {"async without interval", "", {"checkpoint.dir=ck", "checkpoint.async=true"},
        "checkpoint.async = true writes the checkpoint.interval saves in the background, but checkpoint.interval = 0"},
       {"exit without dir", "", {"training.exit_after_steps=3"},
@@ -453,7 +459,7 @@ TEST(Config, LayoutFactors) {
 
 TEST(Config, KeysTableDescribesTypesAndDefaults) {
   const auto keys = trident::config_keys();
-  EXPECT_EQ(keys.size(), 79u);
+  EXPECT_EQ(keys.size(), 80u);
   bool found = false;
   for (const auto& k : keys) {
     if (k.name != "parallel.dp") continue;
