@@ -338,7 +338,7 @@ TEST(Config, BadConfigsNameKeyValueAndExpectation) {
       {"measured costs at pp 1", "",
        {"schedule.kind=zb-auto", "schedule.memory_limit=2", "schedule.zb_auto_costs=measured"},
        "schedule.zb_auto_costs = \"measured\" with parallel.pp = 1: one stage has no pipeline list to search"},
-      {"unknown zb-auto costs", "", {"schedule.zb_auto_costs=fast"}, "schedule.zb_auto_costs = fast: expected one of"},
+      {"unknown zb-auto costs", "", {"schedule.zb_auto_costs=fast"}, "schedule.zb_auto_costs = \"fast\": expected one of"},
       {"async without interval", "", {"checkpoint.dir=ck", "checkpoint.async=true"},
        "checkpoint.async = true writes the checkpoint.interval saves in the background, but checkpoint.interval = 0"},
       {"exit without dir", "", {"training.exit_after_steps=3"},
