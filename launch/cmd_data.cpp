@@ -218,10 +218,10 @@ int batches(int argc, char** argv) {
   if (steps < 1 || steps > cfg.training.steps)
     throw BadInput("--steps " + std::to_string(steps) + ": expected 1 .. training.steps = " +
                    std::to_string(cfg.training.steps) + " (a run reads no more; raise training.steps with --set)");
-  const auto data = open_training_data(cfg, "train");
+  const auto data = open_training_data(cfg, "train", /*write_caches=*/true);  // one process: it writes
   if (const auto* m = dynamic_cast<const data::MegatronSamples*>(data->samples.get()); m && !cfg.data.cache_dir.empty())
-    std::fprintf(stderr, "data.cache_dir: the indices of %zu of %zu datasets read from %s\n", m->cached(),
-                 m->datasets(), cfg.data.cache_dir.c_str());
+    std::fprintf(stderr, "data.cache_dir: the indices of %zu of %zu datasets read from %s, %zu written there\n",
+                 m->cached(), m->datasets(), cfg.data.cache_dir.c_str(), m->written());
   const int64_t seq = cfg.model.seq_len, G = cfg.training.global_batch_size;
   std::vector<int64_t> sample(static_cast<size_t>(seq + 1));
   std::string line;
