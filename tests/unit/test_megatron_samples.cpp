@@ -5,10 +5,13 @@
 #include "core/data/megatron_samples.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -203,7 +206,46 @@ TEST_F(MegatronSamplesTest, AWriteCutShortLeavesNoCacheToRead) {
   EXPECT_EQ(reader.cached(), 0u);
 }
 
-TEST(MegatronCache, DescriptionIsMegatronCoresByteForByte) {
+TEST_F(MegatronSamplesTest, WritersOfOneCacheAtOnceNeverCollide) {
+  // Two processes (two runs sharing data.cache_dir) write the same cache over and over at
+  // once: each has its own temp files, so neither's rename finds the other's temp gone
+  // or half written, and what stays is whole.
+  const fs::path cache = dir_ / "cache";
+  fs::create_directories(cache);
+  std::vector<int32_t> sizes;
+  for (uint64_t s = 0; s < ds_->sequence_count(); ++s) sizes.push_back(ds_->sequence_length(s));
+  const td::GptCacheKey key{ds_->prefix(), "train", 64, 8, 1234, 0, 18, 20};
+  const td::GptIndices g = td::build_gpt_indices(sizes, 0, 18, 64, 8, 1234);
+  const td::GptCacheText text{"90,8,2", trident::kNullTokenizerIdentifiers};
+  std::vector<pid_t> writers;
+  for (int w = 0; w < 2; ++w) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      int rc = 0;
+      try {
+        for (int i = 0; i < 200; ++i) td::write_gpt_cache(cache.string(), key, text, g);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "writer %d: %s\n", w, e.what());
+        rc = 1;
+      }
+      std::_Exit(rc);
+    }
+    writers.push_back(pid);
+  }
+  for (pid_t pid : writers) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "a writer failed (see its message above)";
+  }
+  EXPECT_EQ(std::distance(fs::directory_iterator(cache), fs::directory_iterator()), 4);
+  const auto read = td::read_gpt_cache(cache.string(), key, sizes);
+  ASSERT_TRUE(read.has_value());
+  EXPECT_EQ(read->shuffle_index, g.shuffle_index);
+  EXPECT_EQ(read->sample_index, g.sample_index);
+}
+
+TEST(MegatronSamplesCache, DescriptionIsMegatronCoresByteForByte) {
   // What megatron-core 0.16 wrote for this GPTDataset (NullTokenizer), and its md5.
   const std::string want = R"({
     "class": "GPTDataset",
@@ -249,7 +291,7 @@ TEST(MegatronCache, DescriptionIsMegatronCoresByteForByte) {
   EXPECT_NE(no_valid.find("\"paths\": [\n            \"\\u00e9\"\n        ]"), std::string::npos) << no_valid;
 }
 
-TEST(MegatronCache, BadTokenizerIsOneLineNamingTheKey) {
+TEST(MegatronSamplesCache, BadTokenizerIsOneLineNamingTheKey) {
   td::GptCacheKey key;
   key.index_split = "train";
   for (const std::string bad : {"[1, 2]", "{\"class\": ", "NullTokenizer"}) {
@@ -263,7 +305,7 @@ TEST(MegatronCache, BadTokenizerIsOneLineNamingTheKey) {
   EXPECT_EQ(td::cache_tokenizer_problem(trident::kNullTokenizerIdentifiers), "");
 }
 
-TEST(MegatronCache, PythonReprAndMd5) {
+TEST(MegatronSamplesCache, PythonReprAndMd5) {
   const std::vector<std::pair<double, std::string>> cases = {
       {0.9, "0.9"}, {1.0, "1.0"}, {0.0, "0.0"}, {0.1 + 0.2, "0.30000000000000004"}, {1e-05, "1e-05"},
       {0.0001, "0.0001"}, {1e16, "1e+16"}, {1234567890123456.0, "1234567890123456.0"}, {-2.5e-7, "-2.5e-07"},
