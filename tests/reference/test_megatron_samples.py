@@ -29,7 +29,9 @@ split's cache; megatron-core building the same GPTDataset into a second empty fo
 writes the same four train files, names and bytes. Given Trident's folder, megatron-core's
 samples equal Trident's, and after the first 12 x 16 entries of Trident's shuffle index are
 reversed (still a permutation) megatron-core's samples follow: it loaded Trident's files. A
-`trident train` with evaluation writes the valid split's cache too, byte-equal to
+blend (data.split "100,0,0", which leaves megatron-core's build the train split alone) writes
+each dataset's cache, byte-equal to megatron-core's. A `trident train` with evaluation writes
+the valid split's cache too, byte-equal to
 megatron-core's for the valid samples Megatron's trainer asks (the evaluations x
 eval_batches x G), and megatron-core loads both.
 
@@ -137,7 +139,8 @@ def cache_files(folder, split):
             if f"-GPTDataset-{split}-" in f}
 
 
-def check_written_caches(args, prefix):
+def check_written_caches(args, prefixes):
+    prefix = prefixes[0]
     steps, n = 12, 12 * G
     # `trident data batches` writes the train cache into an empty folder.
     mine = os.path.join(args.work, "written")
@@ -170,6 +173,32 @@ def check_written_caches(args, prefix):
     train, _, _ = megatron_core_splits(prefix, 32, 1234, [n, 32, 16], mine)
     if [train[p]["tokens"].tolist() for p in range(n)] != trident[::-1]:
         fail("data.cache_dir written: megatron-core did not load Trident's (changed) shuffle index")
+
+    # A blend: each dataset's cache, asked for its share plus the surplus. data.split "100,0,0"
+    # gives megatron-core's trainer no valid or test split to build, so its build is the
+    # train split alone, with the split matrix whole.
+    blend = os.path.join(args.work, "written-blend")
+    os.makedirs(blend)
+    weights = [0.7, 0.2, 0.1]
+    sets = ["data.split=100,0,0", "data.paths=[" + ", ".join(f'[{w!r}, "{p}"]' for w, p in zip(weights, prefixes))
+            + "]", f"data.cache_dir={blend}", "training.seed=7", f"training.steps={steps}"]
+    rc, out, err, _ = trident_batches(args, sets, steps)
+    if rc != 0 or f"the indices of 0 of 3 datasets read from {blend}, 3 written there" not in err:
+        fail(f"data.cache_dir written, a blend: rc {rc}, {err}")
+    # BlendedDataset reads torch.distributed's rank when it has a cache folder, as in Megatron's
+    # trainer: a process group of one.
+    torch.distributed.init_process_group("gloo", init_method="file://" + os.path.join(args.work, "pg"), rank=0,
+                                         world_size=1)
+    theirs = os.path.join(args.work, "megatron-core-cache-blend")
+    megatron_core_train_samples(prefixes, weights, "100,0,0", 32, 7, n, 256, cache=theirs)
+    if len(cache_files(blend, "train")) != 12 or cache_files(blend, "train") != cache_files(theirs, "train"):
+        fail(f"data.cache_dir written, a blend: Trident's GPTDataset caches differ from megatron-core's: "
+             f"{sorted(cache_files(blend, 'train'))} vs {sorted(cache_files(theirs, 'train'))}")
+    ref = megatron_core_train_samples(prefixes, weights, "100,0,0", 32, 7, n, 256, cache=blend)
+    if [ref[p]["tokens"].tolist() for p in range(n)] != [t for line in out.splitlines()
+                                                           for t in json.loads(line)["tokens"]]:
+        fail("data.cache_dir written, a blend: megatron-core's samples from Trident's caches differ from Trident's")
+    torch.distributed.destroy_process_group()
 
     # A training run with evaluation writes the valid split's cache as well.
     both = os.path.join(args.work, "written-train")
@@ -243,7 +272,7 @@ def main():
             if got != [changed[p]["tokens"].tolist() for p in range(12 * G)]:
                 fail("data.cache_dir: trident data batches did not read megatron-core's (changed) cache")
 
-    check_written_caches(args, prefixes[0])
+    check_written_caches(args, prefixes)
 
     # The stream order on a Trident token file.
     stream = rng.integers(0, 256, size=5000)
@@ -271,7 +300,7 @@ def main():
     if r.returncode != 2 or b'data.order = "megatron" needs data.format = "megatron"' not in r.stderr:
         fail(f"data.order = megatron on synthetic data: rc {r.returncode}, {r.stderr.decode()}")
     print("PASS: data.cache_dir: megatron-core's caches read, Trident's written byte-equal to megatron-core's "
-          "(train; train and valid from trident train) and loaded by megatron-core")
+          "(train; a blend's three; train and valid from trident train) and loaded by megatron-core")
     print(f"PASS: {len(seen)} cases, every sample equal to megatron-core's (tokens and labels): "
           + "; ".join(f"{n}: (epochs, last apart) {p}" for n, p in seen))
 
