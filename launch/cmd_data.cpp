@@ -206,7 +206,8 @@ int batches(int argc, char** argv) {
       "micro-step's dp x micro_batch_size samples, rank 0's micro-batch first, as Megatron's\n"
       "sampler hands them out), each sample's model.seq_len input tokens and the labels (the\n"
       "same window shifted by one). Any data.source, data.format and data.order; nothing is\n"
-      "trained");
+      "trained. With data.cache_dir the train split's index caches it lacks are written there,\n"
+      "as a run's rank 0 writes them");
   opts.add_options()("help,h", "show this help")("config,c", po::value(&config_path), "TOML config file")(
       "set,s", po::value(&sets)->composing(), "override one key, e.g. --set data.order=stream (repeatable)")(
       "steps", po::value(&steps), "global batches to print (at most training.steps)");

@@ -32,7 +32,8 @@
 // the same cache (two runs sharing the folder) write identical bytes and never
 // share a temp file. In a run only global rank 0 writes (the other ranks build
 // the same indices and read or write nothing more); megatron-core likewise
-// builds and saves on rank 0.
+// builds and saves on rank 0. A folder that cannot be written, when a cache must
+// be, is an error naming the file, as megatron-core fails there too.
 #pragma once
 
 #include <cstdint>
