@@ -470,7 +470,7 @@ TEST(Config, LayoutFactors) {
 
 TEST(Config, KeysTableDescribesTypesAndDefaults) {
   const auto keys = trident::config_keys();
-  EXPECT_EQ(keys.size(), 80u);
+  EXPECT_EQ(keys.size(), 81u);
   bool found = false;
   for (const auto& k : keys) {
     if (k.name != "parallel.dp") continue;
