@@ -18,7 +18,10 @@ namespace {
 }
 }  // namespace
 
-AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp") {
+AtomicFile::AtomicFile(std::string path) : AtomicFile(std::move(path), ".tmp") {}
+
+AtomicFile::AtomicFile(std::string path, const std::string& tmp_suffix)
+    : path_(std::move(path)), tmp_(path_ + tmp_suffix) {
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) sys_fail("create", tmp_);
 }
@@ -58,7 +61,12 @@ void AtomicFile::commit() {
   const int fd = fd_;
   fd_ = -1;
   if (::close(fd) != 0) sys_fail("close", tmp_);
-  if (::rename(tmp_.c_str(), path_.c_str()) != 0) sys_fail("rename into place", path_);
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp_.c_str());  // nothing of a failed write stays behind
+    errno = e;
+    sys_fail("rename into place", path_);
+  }
   fsync_dir(std::filesystem::path(path_).parent_path().string());
 }
 

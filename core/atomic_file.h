@@ -14,6 +14,9 @@ namespace trident {
 class AtomicFile {
  public:
   explicit AtomicFile(std::string path);
+  // The temp file is "<path><tmp_suffix>": writers that may run at once (other
+  // processes writing the same path) each give their own suffix.
+  AtomicFile(std::string path, const std::string& tmp_suffix);
   ~AtomicFile();
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
@@ -23,7 +26,7 @@ class AtomicFile {
   // prepares the next piece and commit()'s fsync has little left to do.
   void write(const void* data, size_t n);
   uint64_t size() const { return size_; }
-  void commit();  // fsync, rename to path, fsync the directory
+  void commit();  // fsync, rename to path (the temp file removed if that fails), fsync the directory
   const std::string& path() const { return path_; }
 
  private:

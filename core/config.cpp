@@ -23,6 +23,7 @@
 #include <utility>
 
 #include "core/data/errors.h"
+#include "core/data/megatron_cache.h"
 #include "core/data/megatron_dataset.h"
 #include "core/json.h"
 #include "core/pipeline_layout.h"
@@ -265,7 +266,12 @@ const std::vector<Field>& fields() {
                     "stream, shuffled per epoch; \"auto\" = megatron for data.format = \"megatron\", else stream"),
       TRIDENT_FIELD(data, cache_dir, any(),
                     "megatron order: a folder of megatron-core's GPTDataset index caches (its path_to_cache); a "
-                    "cache built for the same dataset, split, samples, seq_len and seed is read, not built again"),
+                    "cache built for the same dataset, split, samples, seq_len and seed is read, not built again, "
+                    "and when there is none the indices built are written there as megatron-core writes them"),
+      TRIDENT_FIELD(data, cache_tokenizer, any(),
+                    "with data.cache_dir: the tokenizer's unique_identifiers (a JSON object) that the caches Trident "
+                    "writes put in their description, whose md5 names them; megatron-core loads them only when its "
+                    "tokenizer has these identifiers"),
       TRIDENT_FIELD(data, tokenizer, one_of({"byte", "gpt2", "hf"}), "tokenizer"),
       TRIDENT_FIELD(data, tokenizer_dir, any(),
                     "directory holding encoder.json and vocab.bpe (gpt2) or tokenizer.json (hf)"),
@@ -964,6 +970,15 @@ void check_data(const Config& c) {
   if (!d.cache_dir.empty() && data_order(c) != "megatron")
     fail(c, "data.cache_dir = " + quote(d.cache_dir) + " holds Megatron's index caches, which only data.order = "
             "\"megatron\" reads; this run's order is \"" + data_order(c) + "\"");
+  if (!d.cache_dir.empty() && d.split.empty())
+    fail(c, "data.cache_dir = " + quote(d.cache_dir) + " needs data.split: the index caches megatron-core reads "
+            "and writes are described by the split string (Megatron's --split; \"100,0,0\" trains on every "
+            "document as no data.split does)");
+  if (const std::string problem = data::cache_tokenizer_problem(d.cache_tokenizer); !problem.empty())
+    fail(c, "data.cache_tokenizer = " + quote(d.cache_tokenizer) + ": " + problem);
+  if (d.cache_tokenizer != kNullTokenizerIdentifiers && d.cache_dir.empty())
+    fail(c, "data.cache_tokenizer = " + quote(d.cache_tokenizer) + " names the tokenizer in the index caches written "
+            "to data.cache_dir, which is not set: expected data.cache_dir, or no data.cache_tokenizer");
   if (data_order(c) == "megatron" && c.training.seed > 0xffffffffLL)
     fail(c, "training.seed = " + n(c.training.seed) + " with data.order = \"megatron\": numpy's RandomState, "
                 "which Megatron's order draws from, takes seeds below 2^32");

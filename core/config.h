@@ -106,13 +106,19 @@ struct WeightedPath {
   bool operator==(const WeightedPath& o) const { return weight == o.weight && path == o.path; }
 };
 
+// megatron-core's NullTokenizer's unique_identifiers, data.cache_tokenizer's default.
+inline constexpr const char* kNullTokenizerIdentifiers =
+    "{\"class\": \"megatron.core.tokenizers.text.libraries.null_tokenizer.NullTokenizer\"}";
+
 struct DataConfig {
   std::string source = "synthetic";  // "synthetic" | "file" (a prepared token file)
   std::string path;                  // prefix written by `trident data prepare`
   std::string format = "trident";    // "trident" (PREFIX.train.bin, .val.bin) | "megatron" (PREFIX.bin, .idx)
   std::vector<WeightedPath> paths;   // a blend [[weight, PREFIX], ...] instead of data.path
   std::string split;                 // megatron: train,valid,test shares by documents ("969,30,1"); "" = all train
-  std::string cache_dir;             // megatron order: megatron-core's index caches (path_to_cache) to read
+  std::string cache_dir;             // megatron order: megatron-core's index caches (path_to_cache), read or written
+  // The tokenizer's unique_identifiers (JSON) in the descriptions of the caches written to cache_dir.
+  std::string cache_tokenizer = kNullTokenizerIdentifiers;
   std::string order = "auto";        // "auto" | "stream" | "megatron": which samples each step reads (data_order())
   std::string tokenizer = "byte";    // "byte" | "gpt2"
   std::string tokenizer_dir;         // directory with encoder.json and vocab.bpe (gpt2) or tokenizer.json (hf)

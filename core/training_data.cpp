@@ -18,7 +18,7 @@ std::array<uint64_t, 2> split_range(const Config& c, const data::MegatronDataset
   return data::megatron_split(data::parse_split(c.data.split), ds.sequence_count())[split == "train" ? 0 : 1];
 }
 
-void open_megatron_order(const Config& c, const std::string& split, TrainingData& t) {
+void open_megatron_order(const Config& c, const std::string& split, bool write_caches, TrainingData& t) {
   std::vector<data::MegatronPart> parts;
   for (const WeightedPath& w : paths_of(c)) {
     t.megatron.push_back(std::make_unique<data::MegatronDataset>(w.path));
@@ -31,7 +31,9 @@ void open_megatron_order(const Config& c, const std::string& split, TrainingData
   // --data-path PREFIX and --data-path W1 PREFIX1 ... are.
   t.samples = std::make_unique<data::MegatronSamples>(parts, !c.data.paths.empty(), megatron_samples_asked(c, split),
                                                       c.model.seq_len, static_cast<uint32_t>(c.training.seed),
-                                                      split == "train" ? "train" : "valid", c.data.cache_dir);
+                                                      split == "train" ? "train" : "valid",
+                                                      data::MegatronCache{c.data.cache_dir, write_caches, c.data.split,
+                                                                          c.data.cache_tokenizer});
 }
 
 // One dataset's stream of `split` in stream order: a Megatron dataset's share of its
@@ -68,10 +70,10 @@ int64_t eval_batch_index(const Config& c, int64_t evaluation, int64_t e) {
   return data_order(c) == "megatron" ? evaluation * c.training.eval_batches + e : e;
 }
 
-std::unique_ptr<TrainingData> open_training_data(const Config& c, const std::string& split) {
+std::unique_ptr<TrainingData> open_training_data(const Config& c, const std::string& split, bool write_caches) {
   auto t = std::make_unique<TrainingData>();
   if (data_order(c) == "megatron") {
-    open_megatron_order(c, split, *t);
+    open_megatron_order(c, split, write_caches, *t);
     return t;
   }
   std::vector<data::WeightedTokens> parts;

@@ -297,8 +297,9 @@ void build(Run& r) {
     check_host_resources(c, on_host, host.mem_bytes, host.cores, inflight);
     if (device.cuda) check_device_memory(c, device.index, cuda_device_total_bytes(device.index), inflight);
   }
-  r.train_data = open_training_data(c, "train");
-  if (c.training.eval_interval > 0) r.val_data = open_training_data(c, "val");
+  // Every rank builds the same indices; rank 0 alone writes data.cache_dir's caches.
+  r.train_data = open_training_data(c, "train", env.rank == 0);
+  if (c.training.eval_interval > 0) r.val_data = open_training_data(c, "val", env.rank == 0);
   const Layout layout = Layout::make(env.world_size, static_cast<int>(c.parallel.tp), static_cast<int>(c.parallel.pp),
                                      static_cast<int>(c.parallel.dp));
   r.pgs = std::make_unique<ProcessGroups>(env, layout, backend,

@@ -206,7 +206,8 @@ int batches(int argc, char** argv) {
       "micro-step's dp x micro_batch_size samples, rank 0's micro-batch first, as Megatron's\n"
       "sampler hands them out), each sample's model.seq_len input tokens and the labels (the\n"
       "same window shifted by one). Any data.source, data.format and data.order; nothing is\n"
-      "trained");
+      "trained. With data.cache_dir the train split's index caches it lacks are written there,\n"
+      "as a run's rank 0 writes them");
   opts.add_options()("help,h", "show this help")("config,c", po::value(&config_path), "TOML config file")(
       "set,s", po::value(&sets)->composing(), "override one key, e.g. --set data.order=stream (repeatable)")(
       "steps", po::value(&steps), "global batches to print (at most training.steps)");
@@ -218,10 +219,10 @@ int batches(int argc, char** argv) {
   if (steps < 1 || steps > cfg.training.steps)
     throw BadInput("--steps " + std::to_string(steps) + ": expected 1 .. training.steps = " +
                    std::to_string(cfg.training.steps) + " (a run reads no more; raise training.steps with --set)");
-  const auto data = open_training_data(cfg, "train");
+  const auto data = open_training_data(cfg, "train", /*write_caches=*/true);  // one process: it writes
   if (const auto* m = dynamic_cast<const data::MegatronSamples*>(data->samples.get()); m && !cfg.data.cache_dir.empty())
-    std::fprintf(stderr, "data.cache_dir: the indices of %zu of %zu datasets read from %s\n", m->cached(),
-                 m->datasets(), cfg.data.cache_dir.c_str());
+    std::fprintf(stderr, "data.cache_dir: the indices of %zu of %zu datasets read from %s, %zu written there\n",
+                 m->cached(), m->datasets(), cfg.data.cache_dir.c_str(), m->written());
   const int64_t seq = cfg.model.seq_len, G = cfg.training.global_batch_size;
   std::vector<int64_t> sample(static_cast<size_t>(seq + 1));
   std::string line;

@@ -1,7 +1,8 @@
-// Reading the index caches megatron-core writes for a GPTDataset
+// The index caches megatron-core keeps for a GPTDataset
 // (`<md5>-GPTDataset-<split>-{description.txt,document_index.npy,sample_index.npy,
-// shuffle_index.npy}` in its path_to_cache, gpt_dataset.py), so a Megatron user's
-// caches are read instead of built again (data.cache_dir).
+// shuffle_index.npy}` in its path_to_cache, gpt_dataset.py): read, so a Megatron
+// user's caches are not built again, and written when data.cache_dir holds none,
+// so megatron-core loads Trident's instead of building its own.
 //
 // NOTE [Megatron index caches]
 // The file names carry the md5 of the description, a JSON object whose members
@@ -12,6 +13,27 @@
 // sequences as megatron-core cuts them (int(round(share * n))). The three arrays
 // are .npy files (version 1 to 3, little-endian int32, int64 or uint32, C order)
 // and are checked against each other and the dataset before they are used.
+//
+// Written (when no cache matches), they are what megatron-core writes for the
+// same GPTDataset, byte for byte: the description is megatron-core's
+// unique_description, json.dumps(indent=4) of class, dataset_path (data.path or
+// the data.paths entry, as given), num_samples, index_split, random_seed,
+// sequence_length, split (data.split, as given), split_matrix (its book-ends,
+// the first 0 an integer, a split without share null) and tokenizer (the
+// tokenizer's unique_identifiers: data.cache_tokenizer, since Trident's own
+// tokenizers are not megatron-core's), and the files are named by its md5. The
+// arrays are numpy.save's version 1.0 files: document index int32, sample index
+// int32 (int64 once the document index passes 2^31 - 1 entries, as
+// helpers.build_sample_idx chooses), shuffle index uint32 (int64 from 2^32 - 2
+// samples), C order. Each file goes to a temp file named for the writing
+// process and is renamed into place, the description last, so a reader that
+// finds a description finds whole arrays beside it (megatron-core wants all
+// four files; read_gpt_cache starts from the description), and two writers of
+// the same cache (two runs sharing the folder) write identical bytes and never
+// share a temp file. In a run only global rank 0 writes (the other ranks build
+// the same indices and read or write nothing more); megatron-core likewise
+// builds and saves on rank 0. A folder that cannot be written, when a cache must
+// be, is an error naming the file, as megatron-core fails there too.
 #pragma once
 
 #include <cstdint>
@@ -46,5 +68,33 @@ struct NpyArray {
   std::vector<int64_t> values;
 };
 NpyArray read_npy(const std::string& path);
+
+// What a written cache's description holds beyond the key.
+struct GptCacheText {
+  std::string split;      // data.split as given, e.g. "969,30,1"
+  std::string tokenizer;  // data.cache_tokenizer: a JSON object, the tokenizer's unique_identifiers
+};
+
+// megatron-core's unique_description of the GPTDataset `key` describes.
+// Throws DataError when text.split or text.tokenizer cannot be read.
+std::string gpt_cache_description(const GptCacheKey& key, const GptCacheText& text);
+
+// Writes the cache of `g` (built for `key`) into `dir` as megatron-core would,
+// returning the files' common prefix (dir/<md5>-GPTDataset-<split>). Throws
+// DataError naming the file that cannot be written.
+std::string write_gpt_cache(const std::string& dir, const GptCacheKey& key, const GptCacheText& text,
+                            const GptIndices& g);
+
+// The bytes of numpy.save (format 1.0) of a C-order array: descr "<i4", "<u4"
+// or "<i8", `data` holding the product of `shape` elements of that width.
+std::string npy_bytes(const std::string& descr, const std::vector<int64_t>& shape, const void* data);
+
+// What data.cache_tokenizer's value `text` lacks to be a tokenizer's
+// unique_identifiers (a JSON object), or "" when it is one.
+std::string cache_tokenizer_problem(const std::string& text);
+
+// Python's repr() of a float, and the hex md5 of bytes (hashlib.md5().hexdigest()).
+std::string python_float_repr(double v);
+std::string md5_hex(const std::string& bytes);
 
 }  // namespace trident::data

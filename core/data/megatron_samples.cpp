@@ -160,7 +160,7 @@ void build_blending_indices(const std::vector<double>& weights, int64_t size, st
 }
 
 MegatronSamples::MegatronSamples(const std::vector<MegatronPart>& parts, bool blend, int64_t num_samples,
-                                 int64_t seq_len, uint32_t seed, std::string split, const std::string& cache_dir,
+                                 int64_t seq_len, uint32_t seed, std::string split, const MegatronCache& cache,
                                  double surplus)
     : seq_len_(seq_len), split_(std::move(split)) {
   if (parts.empty() || (!blend && parts.size() != 1))
@@ -181,16 +181,19 @@ MegatronSamples::MegatronSamples(const std::vector<MegatronPart>& parts, bool bl
     std::vector<int32_t> sizes(parts[d].dataset->sequence_count());
     for (size_t s = 0; s < sizes.size(); ++s) sizes[s] = parts[d].dataset->sequence_length(s);
     try {
+      const GptCacheKey key{parts[d].dataset->prefix(), split_,        asked,        seq_len,
+                            seed,                       parts[d].begin, parts[d].end, parts[d].dataset->sequence_count()};
       std::optional<GptIndices> cached;
-      if (!cache_dir.empty())
-        cached = read_gpt_cache(cache_dir,
-                                {parts[d].dataset->prefix(), split_, asked, seq_len, seed, parts[d].begin, parts[d].end,
-                                 parts[d].dataset->sequence_count()},
-                                sizes);
+      if (!cache.dir.empty()) cached = read_gpt_cache(cache.dir, key, sizes);
       cached_ += cached.has_value();
-      parts_.push_back({parts[d].dataset, cached ? std::move(*cached)
-                                                 : build_gpt_indices(sizes, parts[d].begin, parts[d].end, asked,
-                                                                     seq_len, seed)});
+      if (!cached) {
+        cached = build_gpt_indices(sizes, parts[d].begin, parts[d].end, asked, seq_len, seed);
+        if (!cache.dir.empty() && cache.write) {
+          write_gpt_cache(cache.dir, key, {cache.split, cache.tokenizer}, *cached);
+          ++written_;
+        }
+      }
+      parts_.push_back({parts[d].dataset, std::move(*cached)});
     } catch (const DataError& e) {
       throw DataError(parts[d].dataset->prefix() + " (" + split_ + " split): " + e.what());
     }

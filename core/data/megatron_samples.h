@@ -76,22 +76,31 @@ struct MegatronPart {
   uint64_t begin = 0, end = 0;
 };
 
+// megatron-core's index caches (NOTE [Megatron index caches] in megatron_cache.h).
+struct MegatronCache {
+  std::string dir;        // data.cache_dir; "" = neither read nor write, always build
+  bool write = false;     // write a dataset's cache when dir holds none for it (one writer a run)
+  std::string split;      // data.split as given, for a written description
+  std::string tokenizer;  // data.cache_tokenizer, for a written description
+};
+
 class MegatronSamples final : public SampleSource {
  public:
   // blend = false: one part, a GPTDataset asked for num_samples; true: a
   // BlendedDataset of the parts. `split` ("train", "valid") names the samples in
   // messages. Throws DataError as build_gpt_indices does, and when a blend asks a
   // dataset for more samples than it built (megatron-core's IndexError).
-  // cache_dir (data.cache_dir): where megatron-core's index caches are read from when
-  // one was built for a dataset (NOTE [Megatron index caches]); "" = always build.
+  // cache: where megatron-core's index caches are read from when one was built for
+  // a dataset, and written to when none was.
   MegatronSamples(const std::vector<MegatronPart>& parts, bool blend, int64_t num_samples, int64_t seq_len,
-                  uint32_t seed, std::string split, const std::string& cache_dir = "", double surplus = 0.005);
+                  uint32_t seed, std::string split, const MegatronCache& cache = {}, double surplus = 0.005);
 
   int64_t seq_len() const override { return seq_len_; }
   int64_t size() const { return size_; }  // positions there are
   size_t datasets() const { return parts_.size(); }
   const GptIndices& indices(size_t d) const { return parts_.at(d).indices; }
-  size_t cached() const { return cached_; }  // datasets whose indices came from data.cache_dir
+  size_t cached() const { return cached_; }    // datasets whose indices came from data.cache_dir
+  size_t written() const { return written_; }  // datasets whose indices were written to it
   // The dataset and its sample at a position.
   std::pair<size_t, int64_t> locate(int64_t position) const;
 
@@ -111,7 +120,7 @@ class MegatronSamples final : public SampleSource {
   DataError short_or_long(int64_t position) const;
   std::vector<Part> parts_;
   int64_t seq_len_ = 0, size_ = 0;
-  size_t cached_ = 0;
+  size_t cached_ = 0, written_ = 0;
   std::string split_;
   std::vector<int16_t> dataset_index_;  // a blend's choice per position (empty: one dataset)
   std::vector<int64_t> dataset_sample_index_;

@@ -175,6 +175,8 @@ def cases(work, cores, trident="build/trident", busy_port=0):
         ("launch without --", 2, "launch --nproc-per-node 1 true", ["missing `--`"]),
         ("data info missing file", 2, f"data info {work}/none.bin", ["none.bin"]),
         ("data batches without --steps", 2, "data batches --config configs/gpt-tiny.toml", ["--steps N is required"]),
+        ("cache_tokenizer not JSON", 2, f"{tiny} data.cache_tokenizer=NullTokenizer",
+         ['data.cache_tokenizer = "NullTokenizer": not JSON']),
         ("data batches missing dataset", 2, "data batches --config configs/gpt-tiny.toml --steps 1 --set "
          f"data.source=file --set data.format=megatron --set data.path={work}/none", [f"{work}/none.idx"]),
         ("compare malformed", 2, f"compare {work}/bad {work}/a", ["bad/metrics.jsonl:2: invalid JSON", "one flat JSON object of numbers per line"]),

@@ -246,6 +246,17 @@ TEST(Config, BadConfigsNameKeyValueAndExpectation) {
       {"cache_dir in the stream order", "[data]\ncache_dir = \"c\"\n", {},
        "data.cache_dir = \"c\" holds Megatron's index caches, which only data.order = \"megatron\" reads; this run's "
        "order is \"stream\""},
+      {"cache_dir without a split", "[data]\nformat = \"megatron\"\nsource = \"file\"\npath = \"p\"\n"
+       "cache_dir = \"c\"\n", {},
+       "data.cache_dir = \"c\" needs data.split: the index caches megatron-core reads and writes are described by "
+       "the split string"},
+      {"cache_tokenizer not an object", "[data]\ncache_tokenizer = \"[1]\"\n", {},
+       "data.cache_tokenizer = \"[1]\": expected a JSON object, the tokenizer's unique_identifiers"},
+      {"cache_tokenizer not JSON", "[data]\ncache_tokenizer = \"{'class': 1}\"\n", {},
+       "data.cache_tokenizer = \"{'class': 1}\": not JSON ("},
+      {"cache_tokenizer without cache_dir", "[data]\ncache_tokenizer = \"{}\"\n", {},
+       "data.cache_tokenizer = \"{}\" names the tokenizer in the index caches written to data.cache_dir, which is "
+       "not set: expected data.cache_dir, or no data.cache_tokenizer"},
       {"megatron order, seq_len 1", "[data]\nformat = \"megatron\"\nsource = \"file\"\npath = \"p\"\n"
        "[model]\nseq_len = 1\n", {}, "model.seq_len = 1 with data.order = \"megatron\""},
       {"path and paths", "[data]\nsource = \"file\"\npath = \"p\"\npaths = [[1, \"a\"]]\n", {},
@@ -459,7 +470,7 @@ TEST(Config, LayoutFactors) {
 
 TEST(Config, KeysTableDescribesTypesAndDefaults) {
   const auto keys = trident::config_keys();
-  EXPECT_EQ(keys.size(), 80u);
+  EXPECT_EQ(keys.size(), 81u);
   bool found = false;
   for (const auto& k : keys) {
     if (k.name != "parallel.dp") continue;

@@ -5,15 +5,21 @@
 #include "core/data/megatron_samples.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "core/atomic_file.h"
+#include "core/config.h"
 #include "core/data/errors.h"
 #include "core/data/megatron_cache.h"
 #include "tests/error_of.h"
@@ -125,6 +131,190 @@ TEST_F(MegatronSamplesTest, NpyFilesAreReadOrRefusedNamingTheFile) {
   EXPECT_EQ(error_of([&] { td::read_npy(path); }), path + ": holds 22 bytes of data for 6 elements of <i4");
   EXPECT_EQ(error_of([&] { td::read_gpt_cache((dir_ / "none").string(), {}, {}); }),
             "data.cache_dir = \"" + (dir_ / "none").string() + "\" is not a directory");
+}
+
+TEST_F(MegatronSamplesTest, CacheWrittenWhereNoneMatchesAndReadBack) {
+  // data.split "90,8,2" over 20 sequences: train is [0, 18).
+  const fs::path cache = dir_ / "cache";
+  fs::create_directories(cache);
+  const td::MegatronCache c{cache.string(), true, "90,8,2", trident::kNullTokenizerIdentifiers};
+  const td::MegatronSamples built({{ds_.get(), 1.0, 0, 18}}, false, 64, 8, 1234, "train", c);
+  EXPECT_EQ(built.cached(), 0u);
+  EXPECT_EQ(built.written(), 1u);
+  const td::GptIndices& g = built.indices(0);
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(cache)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  ASSERT_EQ(names.size(), 4u) << "temp files left behind?";
+  const std::string base = names[0].substr(0, names[0].size() - std::string("-description.txt").size());
+  EXPECT_EQ(base.size(), 32 + std::string("-GPTDataset-train").size()) << names[0];
+  EXPECT_EQ(names, (std::vector<std::string>{base + "-description.txt", base + "-document_index.npy",
+                                             base + "-sample_index.npy", base + "-shuffle_index.npy"}));
+  EXPECT_EQ(base.substr(0, 32), td::md5_hex(trident::read_file((cache / names[0]).string())));
+  // Round trip through read_npy: the indices built, in megatron-core's dtypes and shapes.
+  const auto npy = [&](const std::string& what) { return td::read_npy((cache / (base + "-" + what)).string()); };
+  const td::NpyArray doc = npy("document_index.npy"), smp = npy("sample_index.npy"), shf = npy("shuffle_index.npy");
+  EXPECT_EQ(doc.shape, (std::vector<int64_t>{static_cast<int64_t>(g.document_index.size())}));
+  EXPECT_EQ(doc.values, std::vector<int64_t>(g.document_index.begin(), g.document_index.end()));
+  EXPECT_EQ(smp.shape, (std::vector<int64_t>{g.samples() + 1, 2}));
+  EXPECT_EQ(smp.values, g.sample_index);
+  EXPECT_EQ(shf.shape, (std::vector<int64_t>{g.samples()}));
+  EXPECT_EQ(shf.values, g.shuffle_index);
+  for (const auto& [file, descr] : {std::pair{"document_index.npy", "'<i4'"}, std::pair{"sample_index.npy", "'<i4'"},
+                                    std::pair{"shuffle_index.npy", "'<u4'"}}) {
+    const std::string bytes = trident::read_file((cache / (base + "-" + file)).string());
+    EXPECT_EQ(bytes.substr(0, 10), std::string("\x93NUMPY\x01\x00\x76\x00", 10)) << file;  // 128-byte header
+    EXPECT_EQ(bytes.find(std::string("{'descr': ") + descr + ", 'fortran_order': False"), 10u) << file;
+  }
+  // A second run finds it and writes nothing; a run of another seed writes its own.
+  const td::MegatronSamples again({{ds_.get(), 1.0, 0, 18}}, false, 64, 8, 1234, "train", c);
+  EXPECT_EQ(again.cached(), 1u);
+  EXPECT_EQ(again.written(), 0u);
+  EXPECT_EQ(again.indices(0).shuffle_index, g.shuffle_index);
+  EXPECT_EQ(again.indices(0).sample_index, g.sample_index);
+  const td::MegatronSamples other({{ds_.get(), 1.0, 0, 18}}, false, 64, 8, 7, "train", c);
+  EXPECT_EQ(other.cached(), 0u);
+  EXPECT_EQ(other.written(), 1u);
+  // write = false (a rank other than 0) reads but never writes.
+  const td::MegatronSamples reader({{ds_.get(), 1.0, 0, 18}}, false, 64, 8, 99, "train",
+                                   {cache.string(), false, "90,8,2", trident::kNullTokenizerIdentifiers});
+  EXPECT_EQ(reader.written(), 0u);
+  EXPECT_EQ(std::distance(fs::directory_iterator(cache), fs::directory_iterator()), 8);
+}
+
+TEST_F(MegatronSamplesTest, AWriteCutShortLeavesNoCacheToRead) {
+  // The shuffle index cannot be put in place (a folder holds its name): the write stops
+  // with a one-line error naming the file, before the description, so no reader takes
+  // the two arrays written for a cache, and no temp file stays.
+  const fs::path cache = dir_ / "cache";
+  td::GptCacheKey key{ds_->prefix(), "train", 64, 8, 1234, 0, 18, 20};
+  const td::MegatronCache c{cache.string(), true, "90,8,2", trident::kNullTokenizerIdentifiers};
+  const std::string base =
+      (cache / (td::md5_hex(td::gpt_cache_description(key, {c.split, c.tokenizer})) + "-GPTDataset-train")).string();
+  fs::create_directories(base + "-shuffle_index.npy/full");
+  const std::string e = error_of([&] { td::MegatronSamples({{ds_.get(), 1.0, 0, 18}}, false, 64, 8, 1234, "train", c); });
+  EXPECT_NE(e.find("cannot rename into place " + base + "-shuffle_index.npy"), std::string::npos) << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  std::vector<std::string> names;
+  for (const auto& f : fs::directory_iterator(cache)) names.push_back(f.path().filename().string());
+  std::sort(names.begin(), names.end());
+  const std::string stem = fs::path(base).filename().string();
+  EXPECT_EQ(names, (std::vector<std::string>{stem + "-document_index.npy", stem + "-sample_index.npy",
+                                             stem + "-shuffle_index.npy"}));
+  const td::MegatronSamples reader({{ds_.get(), 1.0, 0, 18}}, false, 64, 8, 1234, "train",
+                                   {cache.string(), false, c.split, c.tokenizer});
+  EXPECT_EQ(reader.cached(), 0u);
+}
+
+TEST_F(MegatronSamplesTest, WritersOfOneCacheAtOnceNeverCollide) {
+  // Two processes (two runs sharing data.cache_dir) write the same cache over and over at
+  // once: each has its own temp files, so neither's rename finds the other's temp gone
+  // or half written, and what stays is whole.
+  const fs::path cache = dir_ / "cache";
+  fs::create_directories(cache);
+  std::vector<int32_t> sizes;
+  for (uint64_t s = 0; s < ds_->sequence_count(); ++s) sizes.push_back(ds_->sequence_length(s));
+  const td::GptCacheKey key{ds_->prefix(), "train", 64, 8, 1234, 0, 18, 20};
+  const td::GptIndices g = td::build_gpt_indices(sizes, 0, 18, 64, 8, 1234);
+  const td::GptCacheText text{"90,8,2", trident::kNullTokenizerIdentifiers};
+  std::vector<pid_t> writers;
+  for (int w = 0; w < 2; ++w) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      int rc = 0;
+      try {
+        for (int i = 0; i < 200; ++i) td::write_gpt_cache(cache.string(), key, text, g);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "writer %d: %s\n", w, e.what());
+        rc = 1;
+      }
+      std::_Exit(rc);
+    }
+    writers.push_back(pid);
+  }
+  for (pid_t pid : writers) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "a writer failed (see its message above)";
+  }
+  EXPECT_EQ(std::distance(fs::directory_iterator(cache), fs::directory_iterator()), 4);
+  const auto read = td::read_gpt_cache(cache.string(), key, sizes);
+  ASSERT_TRUE(read.has_value());
+  EXPECT_EQ(read->shuffle_index, g.shuffle_index);
+  EXPECT_EQ(read->sample_index, g.sample_index);
+}
+
+TEST(MegatronSamplesCache, DescriptionIsMegatronCoresByteForByte) {
+  // What megatron-core 0.16 wrote for this GPTDataset (NullTokenizer), and its md5.
+  const std::string want = R"({
+    "class": "GPTDataset",
+    "dataset_path": "/tmp/mc_probe/ds0/corpus",
+    "num_samples": 192,
+    "index_split": "train",
+    "random_seed": 1234,
+    "sequence_length": 32,
+    "split": "90,8,2",
+    "split_matrix": [
+        [
+            0,
+            0.9
+        ],
+        [
+            0.9,
+            0.98
+        ],
+        [
+            0.98,
+            1.0
+        ]
+    ],
+    "tokenizer": {
+        "class": "megatron.core.tokenizers.text.libraries.null_tokenizer.NullTokenizer"
+    }
+})";
+  td::GptCacheKey key;
+  key.dataset_path = "/tmp/mc_probe/ds0/corpus";
+  key.index_split = "train";
+  key.num_samples = 192;
+  key.sequence_length = 32;
+  key.random_seed = 1234;
+  const std::string d = td::gpt_cache_description(key, {"90,8,2", trident::kNullTokenizerIdentifiers});
+  EXPECT_EQ(d, want);
+  EXPECT_EQ(td::md5_hex(d), "0b4842c71fc66b1d29df2bdabd267e24");
+  // A split without a share is null, and a later split's first book-end is a float.
+  const std::string no_valid = td::gpt_cache_description(key, {"0,1,0", "{\"class\": \"T\", \"paths\": [\"\xc3\xa9\"]}"});
+  EXPECT_NE(no_valid.find("\"split_matrix\": [\n        null,\n        [\n            0.0,\n            1.0\n        ],\n"
+                          "        null\n    ]"),
+            std::string::npos)
+      << no_valid;
+  EXPECT_NE(no_valid.find("\"paths\": [\n            \"\\u00e9\"\n        ]"), std::string::npos) << no_valid;
+}
+
+TEST(MegatronSamplesCache, BadTokenizerIsOneLineNamingTheKey) {
+  td::GptCacheKey key;
+  key.index_split = "train";
+  for (const std::string bad : {"[1, 2]", "{\"class\": ", "NullTokenizer"}) {
+    const std::string e = error_of([&] { td::gpt_cache_description(key, {"90,8,2", bad}); });
+    EXPECT_EQ(e.rfind("data.cache_tokenizer = ", 0), 0u) << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  }
+  EXPECT_EQ(td::cache_tokenizer_problem("[1, 2]"),
+            "expected a JSON object, the tokenizer's unique_identifiers as megatron-core's description.txt holds them, "
+            "e.g. {\"class\": \"megatron.core.tokenizers.text.libraries.null_tokenizer.NullTokenizer\"}");
+  EXPECT_EQ(td::cache_tokenizer_problem(trident::kNullTokenizerIdentifiers), "");
+}
+
+TEST(MegatronSamplesCache, PythonReprAndMd5) {
+  const std::vector<std::pair<double, std::string>> cases = {
+      {0.9, "0.9"}, {1.0, "1.0"}, {0.0, "0.0"}, {0.1 + 0.2, "0.30000000000000004"}, {1e-05, "1e-05"},
+      {0.0001, "0.0001"}, {1e16, "1e+16"}, {1234567890123456.0, "1234567890123456.0"}, {-2.5e-7, "-2.5e-07"},
+      {9.99999000001e-07, "9.99999000001e-07"}, {123.456, "123.456"}, {1.5e300, "1.5e+300"}};
+  for (const auto& [v, want] : cases) EXPECT_EQ(td::python_float_repr(v), want) << want;
+  EXPECT_EQ(td::md5_hex(""), "d41d8cd98f00b204e9800998ecf8427e");
+  EXPECT_EQ(td::md5_hex("abc"), "900150983cd24fb0d6963f7d28e17f72");
+  EXPECT_EQ(td::md5_hex(std::string(1000, 'x')), "398533d48111e9f664b1f64cb10c4b63");  // Python's hashlib
+  EXPECT_EQ(td::md5_hex(std::string(119, 'y')), "b2ea3db8221fa9ae01ee0adf42970ba0");
 }
 
 TEST(NumpySum, PairwiseLikeNumpy) {
