@@ -86,7 +86,7 @@ def main():
         "# Checkpoint save cost to training: synchronous vs checkpoint.async (benchmarks/checkpoint_overhead.py)",
         f"# date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load {' '.join(load_start)} at start, "
         f"{' '.join(load_end)} at end (2 cores)",
-        f"# command: benchmarks/checkpoint_overhead.py {build}",
+        f"# command: {'ROUNDS=' + str(ROUNDS) + ' ' if ROUNDS != 3 else ''}benchmarks/checkpoint_overhead.py {build}",
         f"# gpt-small-brown, tp = pp = dp = 1, OMP_NUM_THREADS=1, {STEPS} steps, {SAVES} interval saves "
         f"(every {INTERVAL} steps) plus the run's last; {ROUNDS} rounds, medians",
         f"# one checkpoint: {ckpt_bytes} bytes (parameters and AdamW's two moments, fp32)",
