@@ -378,7 +378,8 @@ void Checkpointer::write(const Shard& shard, int64_t steps_done) const {
 }
 
 // After every rank wrote its shard (or failed to): NOTE [checkpoint commit].
-void Checkpointer::commit_agreed(int64_t steps_done, const std::string& written_error, const std::string& how) {
+void Checkpointer::commit_agreed(int64_t steps_done, const std::string& written_error,
+                                 std::chrono::steady_clock::time_point start, const std::string& how) {
   const auto& k = cfg_.checkpoint;
   const int rank = pgs_.rank();
   std::string error = written_error;
@@ -394,7 +395,7 @@ void Checkpointer::commit_agreed(int64_t steps_done, const std::string& written_
   agree(pgs_.world, error, "committing checkpoint " + step_dir);
   if (rank == 0 && how.empty())
     std::cout << "checkpoint: saved step " << steps_done << " to " << step_dir << " in "
-              << std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count() << " s" << std::endl;
+              << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s" << std::endl;
   else if (rank == 0)
     std::cout << "checkpoint: saved step " << steps_done << " to " << step_dir << " " << how << std::endl;
 }
@@ -412,7 +413,7 @@ void maybe_fault(int rank, int64_t steps_done, int fault_rank, int64_t fault_ste
 }  // namespace
 
 void Checkpointer::save(int64_t steps_done) {
-  start_ = std::chrono::steady_clock::now();
+  const auto start = std::chrono::steady_clock::now();
   std::string error;
   try {
     write(collect(steps_done, /*copy_to_host=*/false), steps_done);
@@ -420,7 +421,7 @@ void Checkpointer::save(int64_t steps_done) {
     error = e.what();
   }
   maybe_fault(pgs_.rank(), steps_done, fault_rank_, fault_step_);
-  commit_agreed(steps_done, error, "");
+  commit_agreed(steps_done, error, start, "");
 }
 
 void Checkpointer::start_async_save(int64_t steps_done) {
@@ -460,11 +461,12 @@ void Checkpointer::finish_async_save() {
   const double behind = std::chrono::duration<double>(std::chrono::steady_clock::now() - p.copied).count();
   const int64_t step = p.step;
   const std::string error = p.error;
+  const auto copied = p.copied;
   char how[160];
   std::snprintf(how, sizeof how, "asynchronously: the copy to host memory took %.3f s of training, the write %.3f s "
                 "behind it, committed %.3f s after the copy", p.copy_s, p.written_s, behind);
   pending_.reset();
-  commit_agreed(step, error, how);
+  commit_agreed(step, error, copied, how);
 }
 
 Checkpointer::~Checkpointer() {

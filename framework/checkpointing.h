@@ -118,8 +118,9 @@ class Checkpointer {
   // NOTE [asynchronous checkpoints]
   Shard collect(int64_t steps_done, bool copy_to_host) const;
   void write(const Shard& shard, int64_t steps_done) const;  // the shard's files, then TRIDENT_SAVE_FAULT
-  // how: "" (a synchronous save: its time since start_) or how an asynchronous one went.
-  void commit_agreed(int64_t steps_done, const std::string& error, const std::string& how);
+  // how: "" (a synchronous save begun at `start`: its time is printed) or how an asynchronous one went.
+  void commit_agreed(int64_t steps_done, const std::string& error, std::chrono::steady_clock::time_point start,
+                     const std::string& how);
   void start_async_save(int64_t steps_done);
   void finish_async_save();  // waits for the writer, then agrees and commits
   std::string layout_text() const;
@@ -134,7 +135,6 @@ class Checkpointer {
   std::pair<int, bool> agreed_signal_and_busy() const;
   std::unique_ptr<PendingSave> pending_;  // NOTE [asynchronous checkpoints]
   int async_delay_ms_ = 0;                 // TRIDENT_ASYNC_SAVE_DELAY_MS
-  std::chrono::steady_clock::time_point start_;  // of a synchronous save
   std::unique_ptr<PreemptionSignals> signals_;  // with a checkpoint.dir only
   std::pair<int, int64_t> preempted_{0, 0};
   int fault_rank_ = -1;  // TRIDENT_SAVE_FAULT
