@@ -35,6 +35,13 @@ def cases(work, cores, trident="build/trident", busy_port=0):
         ("timeout 1e300", 2, f"{tiny} parallel.timeout_s=1e300", ["parallel.timeout_s = 1e+300", "[1, 1000000]"]),
         ("timeout 1e-9", 2, f"{tiny} parallel.timeout_s=1e-9", ["parallel.timeout_s = 1e-09", "[1, 1000000]"]),
         ("bucket 1e30", 2, f"{tiny} parallel.dp_bucket_mb=1e30", ["parallel.dp_bucket_mb", "(0, 1048576]"]),
+        # checkpoint.async, schedule.zb_auto_costs: nothing accepted that would do nothing.
+        ("async without dir", 2, f"{tiny} checkpoint.async=true", ["checkpoint.async = true needs checkpoint.dir"]),
+        ("async without interval", 2, f"{tiny} checkpoint.dir=ck-async --set checkpoint.async=true",
+         ["checkpoint.async = true", "expected checkpoint.interval > 0"]),
+        ("zb_auto_costs unknown", 2, f"{tiny} schedule.zb_auto_costs=fast", ["schedule.zb_auto_costs = \"fast\"", "expected one of"]),
+        ("zb_auto_costs without zb-auto", 2, f"{tiny} parallel.pp=2 --set schedule.zb_auto_costs=measured",
+         ["schedule.zb_auto_costs = \"measured\"", "only zb-auto"]),
         # parallel.pipeline_dtype: an unknown value, bf16 boundaries under fp32 training, a value with no boundary.
         ("pipeline_dtype fp16", 2, f"{tiny} parallel.pp=2 --set parallel.pipeline_dtype=fp16",
          ["parallel.pipeline_dtype = \"fp16\"", "expected one of"]),
@@ -173,6 +180,8 @@ def cases(work, cores, trident="build/trident", busy_port=0):
         ("schedule bad format", 2, "schedule --kind 1f1b -p 2 -m 4 --format pdf", ["--format 'pdf'"]),
         ("schedule unknown kind", 2, "schedule --kind 2f2b -p 2 -m 4", ["2f2b"]),
         ("launch without --", 2, "launch --nproc-per-node 1 true", ["missing `--`"]),
+        ("min-nodes on one node", 2, "launch --nproc-per-node 1 --min-nodes 1 --max-restarts 1 -- true",
+         ["--min-nodes 1 needs --nnodes > 1"]),
         ("data info missing file", 2, f"data info {work}/none.bin", ["none.bin"]),
         ("data batches without --steps", 2, "data batches --config configs/gpt-tiny.toml", ["--steps N is required"]),
         ("cache_tokenizer not JSON", 2, f"{tiny} data.cache_tokenizer=NullTokenizer",
