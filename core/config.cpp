@@ -208,6 +208,9 @@ const std::vector<Field>& fields() {
       TRIDENT_FIELD(parallel, dp_bucket_mb, above_at_most(0, 1048576), "size of a data-parallel gradient bucket, in MiB"),
       TRIDENT_FIELD(parallel, overlap_grad_reduce, any(),
                     "all-reduce each gradient bucket over dp during the backward, once it is final"),
+      TRIDENT_FIELD(parallel, overlap_param_gather, any(),
+                    "zero = 1: all-gather the updated parameter shards while the next step's forward runs, each "
+                    "bucket finished before the first forward that reads it (Megatron's overlap_param_gather)"),
       TRIDENT_FIELD(parallel, zero, between(0, 1),
                     "0: every dp rank keeps all optimizer state; 1: ZeRO-1, state sharded over dp"),
 
@@ -873,6 +876,9 @@ void check_pipeline_split(const Config& c) {
 }
 
 void check_schedule(const Config& c) {
+  if (!c.parallel.overlap_param_gather && c.parallel.zero != 1)
+    fail(c, "parallel.overlap_param_gather = false with parallel.zero = " + n(c.parallel.zero) +
+                ": only ZeRO-1 gathers parameters after the step (it would be ignored)");
   const ScheduleConfig& s = c.schedule;
   if (s.chunks > 1 && s.kind != "interleaved" && s.kind != "file" && kind_chunks(s.kind) != 2) {
     fail(c, "schedule.chunks = " + n(s.chunks) +

@@ -65,6 +65,7 @@ struct ParallelConfig {
   bool auto_split() const { return pipeline_layers == std::vector<int64_t>{-1}; }
   double dp_bucket_mb = 25.0;                // data-parallel gradient bucket size, MiB
   bool overlap_grad_reduce = true;           // reduce buckets during the backward
+  bool overlap_param_gather = true;          // zero = 1: the gather finished by the next forward
   int64_t zero = 0;                          // 0 or 1 (ZeRO-1: optimizer state sharded over dp)
 };
 

@@ -322,6 +322,7 @@ bool Checkpointer::after_step(int64_t steps_done) {
 }
 
 Checkpointer::Shard Checkpointer::collect(int64_t steps_done, bool copy_to_host) const {
+  dp_.wait_params();  // the step's overlapped gather (NOTE [overlapped parameter gather] in parallel/zero_optimizer.h)
   const Coords c = pgs_.layout().coords(pgs_.rank());
   AdamW& opt = dp_.optimizer();
   Shard shard;

@@ -194,7 +194,10 @@ std::optional<StepMetrics> train_step(Run& r, int64_t step, int64_t data_step) {
   if (!logged) return std::nullopt;
   const double loss = reduce_loss(r, stats.loss);
   StepMetrics m = r.rec->metrics(loss, lr, r.guard.read(norm), r.dp->optimizer_state_bytes());
-  if (eval) m.eval_loss = evaluate(r, (step + 1) / t.eval_interval - 1);
+  if (eval) {
+    r.dp->wait_params();  // evaluation reads every parameter (NOTE [overlapped parameter gather])
+    m.eval_loss = evaluate(r, (step + 1) / t.eval_interval - 1);
+  }
   r.rec->end_logged_step();
   return m;
 }
@@ -335,6 +338,7 @@ void build(Run& r) {
   dpo.bucket_mb = c.parallel.dp_bucket_mb;
   dpo.overlap = c.parallel.overlap_grad_reduce;
   dpo.zero1 = c.parallel.zero == 1;
+  dpo.overlap_param_gather = c.parallel.overlap_param_gather;
   dpo.sequence_parallel = c.parallel.sequence_parallel;
   dpo.device = r.device;  // the parameters move into the device's buckets here
   r.dp = std::make_unique<DataParallel>(
@@ -343,6 +347,10 @@ void build(Run& r) {
       tied_placement(r.model->tied_groups(stages), [&](int s) { return r.schedule.rank_of(s); }, pp_rank,
                      r.schedule.pipeline_ranks),
       norm_slots(r.model->unique_params(stages)));
+  if (r.dp->overlaps_param_gather())  // each stage reports its reads (NOTE [overlapped parameter gather])
+    for (size_t chunk = 0; chunk < r.stages.size(); ++chunk)
+      r.stages[chunk]->set_read_gate(
+          [dp = r.dp.get(), chunk](size_t index) { dp->param_read(static_cast<int>(chunk), index); });
   // A checkpoint resumed later overwrites these (checkpoint.resume wins over init_from).
   if (!c.model.init_from.empty()) init_from_pretrained(c, chunk_params_of(r));
   r.exec = std::make_unique<Executor>(raw, r.pgs->pp, r.schedule.stage_map(), c.training.micro_batch_size, r.device);
@@ -402,6 +410,7 @@ TrainSummary train(Config cfg) {
       break;
     }
   }
+  r.dp->wait_params();  // no gather outlives the training
   std::tie(summary.preempted_signal, summary.preempted_step) = checkpointer.preempted();
   r.rec->finish(steps_run, r.dp->optimizer_state_bytes(), summary);
   r.rec->write_rank_summary(summary, r.dp->dp_reduced_elements(), r.auto_split);

@@ -183,6 +183,7 @@ int cmd_plan(int argc, char** argv) {
   pr.global_batch = vm.count("global-batch") ? vm["global-batch"].as<int64_t>() : cfg.training.global_batch_size;
   if (pr.global_batch < 1) throw BadInput("--global-batch must be >= 1");
   pr.overlap_grad_reduce = cfg.parallel.overlap_grad_reduce;
+  pr.overlap_param_gather = cfg.parallel.overlap_param_gather;
   pr.dp_bucket_mb = cfg.parallel.dp_bucket_mb;
   pr.log_interval = cfg.logging.log_interval;
   pr.runtime = vm["runtime"].as<std::string>();

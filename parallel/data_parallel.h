@@ -21,7 +21,11 @@
 //                       3. the DP reduction of what 2 summed (the late bucket);
 //   clip_grads()        4. the global norm;  5. the clipping coefficient and
 //                          the scaling of every gradient by it;
-//   step()              6. AdamW, ZeRO-1's gather, the tied copies' refresh.
+//   step()              6. AdamW, ZeRO-1's gather, the tied copies' refresh
+//                          (with overlap_param_gather the gather and the
+//                          refresh finish before the next forward reads the
+//                          parameters: NOTE [overlapped parameter gather] in
+//                          parallel/zero_optimizer.h).
 // Two calls, not one, because the trainer measures between them (the sync's
 // time, and on logged steps the pipeline's, a collective): 1-3 are the
 // step's "grad-sync" phase, 4-6 its "optimizer" phase (NOTE [operation counts]).
@@ -47,6 +51,7 @@ struct DataParallelOptions {
   double bucket_mb = 25;           // target bucket size in MiB
   bool overlap = true;             // reduce buckets during the backward
   bool zero1 = false;              // optimizer state sharded over DP (parallel.zero = 1)
+  bool overlap_param_gather = false;  // zero1: the gather finished by the next forward (parallel/zero_optimizer.h)
   bool sequence_parallel = false;  // reduce sequence-parallel gradients over TP
   c10::Device device{c10::kCPU};   // where the buckets (parameters, gradients, optimizer state) live
 };
@@ -67,6 +72,16 @@ class DataParallel : public GradObserver {
   void zero_grads() { buffer_->zero_grads(); }  // before a step's schedule
   void final_backward_begins(int chunk) override { buffer_->final_backward_begins(chunk); }
   void grads_final(int chunk) override { buffer_->grads_final(chunk); }
+  // Before the parameter `index` of chunk `chunk` (its place in the chunk's
+  // list given to the constructor) is read: finishes its bucket's overlapped
+  // gather, or for a tied copy its primary's and the copy's refresh. The
+  // stages call it (Stage::set_read_gate; NOTE [overlapped parameter gather]).
+  void param_read(int chunk, size_t index);
+  // Whether the step leaves gathers for param_read to finish.
+  bool overlaps_param_gather() const;
+  // Finishes every overlapped gather: before anything but the next step's
+  // forward reads the parameters (evaluation, a checkpoint, the end).
+  void wait_params();
   // NOTE [gradient finalisation] 1-3: afterwards each gradient this rank
   // steps (its shard under ZeRO-1) is the DP average of the model-parallel sum.
   void finish_grad_sync();
@@ -76,7 +91,8 @@ class DataParallel : public GradObserver {
   // host (NOTE [host reads]): the trainer's non-finite guard reads the norm.
   at::Tensor clip_grads(double max_norm);
   // NOTE [gradient finalisation] 6: AdamW on this rank's part (none where
-  // `skip` is 1: AdamW::step), then (ZeRO-1) all-gather, then local tied copies.
+  // `skip` is 1: AdamW::step), then (ZeRO-1) all-gather, then local tied copies
+  // (with overlap_param_gather both only by forward_begins or wait_params).
   void step(double lr, const std::optional<at::Tensor>& skip = std::nullopt);
 
   int64_t optimizer_state_bytes() const { return optimizer_->adam().state_bytes(); }
@@ -93,6 +109,9 @@ class DataParallel : public GradObserver {
   std::unique_ptr<GradBuffer> buffer_;
   std::unique_ptr<GradFinalizer> finalizer_;
   std::unique_ptr<ZeroOptimizer> optimizer_;
+  std::vector<size_t> chunk_start_;         // per chunk: its first parameter's index in the buffer
+  std::vector<size_t> tied_primaries_;      // buffer indices of the tied copies' primaries
+  bool tied_pending_ = false;                 // the refresh waits for an overlapped gather
 };
 
 }  // namespace trident

@@ -109,6 +109,8 @@ class GradBuffer : public GradObserver {
   const std::vector<Param*>& params() const { return params_; }
   const std::vector<std::unique_ptr<Bucket>>& buckets() const { return buckets_; }
   int64_t offset_in_bucket(size_t param_index) const { return offset_in_bucket_[param_index]; }
+  size_t bucket_of(size_t param_index) const { return bucket_of_[param_index]; }
+  int chunk_of(size_t param_index) const { return chunk_of_[param_index]; }
   // The elements of `b` this rank owns (steps, norms, clips): NOTE [ZeRO-1 reduce-scatter].
   ShardRange owned(const Bucket& b) const;
   // What this rank owns of each parameter's gradient, bucket by bucket (the

@@ -23,6 +23,32 @@ class UnitWork : public c10d::Work {
   void done(std::exception_ptr e) { finish(std::move(e)); }
 };
 
+// An out-of-place collective whose output is written when it is waited for
+// (NOTE [NCCL rules on the CPU]): Gloo fills a staging tensor in its own
+// thread; wait() copies it into the caller's output, once.
+class LandOnWait : public c10d::Work {
+ public:
+  LandOnWait(c10::intrusive_ptr<c10d::Work> inner, at::Tensor staged, at::Tensor out)
+      : c10d::Work(-1, c10d::OpType::UNKNOWN), inner_(std::move(inner)), staged_(std::move(staged)), out_(std::move(out)) {}
+  bool wait(std::chrono::milliseconds timeout) override {
+    const bool done = inner_->wait(timeout);
+    if (done && !landed_) {
+      at::NoGradGuard no_grad;
+      out_.copy_(staged_);
+      landed_ = true;
+    }
+    return done;
+  }
+  bool isCompleted() override { return inner_->isCompleted(); }
+  bool isSuccess() const override { return inner_->isSuccess(); }
+  std::exception_ptr exception() const override { return inner_->exception(); }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> inner_;
+  at::Tensor staged_, out_;
+  bool landed_ = false;
+};
+
 struct Op {
   bool send;
   at::Tensor tensor;
@@ -82,7 +108,7 @@ class NcclRulesBackend : public CommBackend {
     return add({false, single(tensors), src});
   }
 
-  // Collectives: Gloo's.
+  // Collectives: Gloo's (the into-tensor forms' output landing at the wait).
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& t, const c10d::BroadcastOptions& o) override {
     return gloo_->broadcast(t, o);
   }
@@ -93,13 +119,16 @@ class NcclRulesBackend : public CommBackend {
                                            const c10d::AllgatherOptions& o) override {
     return gloo_->allgather(out, in, o);
   }
+  // The into-tensor forms write their output when waited for.
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& out, at::Tensor& in,
                                                  const c10d::AllgatherOptions& o) override {
-    return gloo_->_allgather_base(out, in, o);
+    at::Tensor staged = at::empty_like(out);
+    return c10::make_intrusive<LandOnWait>(gloo_->_allgather_base(staged, in, o), staged, out);
   }
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& out, at::Tensor& in,
                                                       const c10d::ReduceScatterOptions& o) override {
-    return gloo_->_reduce_scatter_base(out, in, o);
+    at::Tensor staged = at::empty_like(out);
+    return c10::make_intrusive<LandOnWait>(gloo_->_reduce_scatter_base(staged, in, o), staged, out);
   }
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& o) override { return gloo_->barrier(o); }
 

@@ -27,7 +27,13 @@
 //    error naming this rank and each operation it waits on (peer, direction
 //    and place in the pair's sequence): a deadlock becomes a one-line error
 //    before the caller's own wait (the whole timeout) gives up.
-// Collectives are Gloo's, unchanged.
+// Collectives are Gloo's, but the output of an out-of-place one
+// (_allgather_base, _reduce_scatter_base: ZeRO-1, the TP mappings) is written
+// only when its Work is waited for. Under NCCL that output is defined only
+// after the collective's stream event; reading it earlier races, and on the
+// CPU (Gloo's thread finishing early) the race would hide: here a missing
+// wait reads the old values every time (NOTE [overlapped parameter gather]
+// in parallel/zero_optimizer.h).
 #pragma once
 
 #include <chrono>

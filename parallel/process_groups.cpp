@@ -194,8 +194,14 @@ void all_gather_into(const Group& g, at::Tensor& full, at::Tensor& part) {
   // 0, which must each have part's shape: hand it full as (size() x part's
   // first dimension, part's others), the same memory. (Gloo gathers into a
   // buffer of its own and copies each chunk out; NCCL writes into full.)
+  wait_work(g, all_gather_into_async(g, full, part), "all_gather", -1);
+}
+
+c10::intrusive_ptr<c10d::Work> all_gather_into_async(const Group& g, at::Tensor& full, at::Tensor& part) {
+  TORCH_INTERNAL_ASSERT(full.numel() == part.numel() * g.size() && full.is_contiguous() && part.is_contiguous() &&
+                        g.size() > 1);
   at::Tensor out = full.view(stacked_shape(g, part));
-  wait_work(g, g.pg->_allgather_base(out, part), "all_gather", -1);
+  return g.pg->_allgather_base(out, part);
 }
 
 void broadcast(const Group& g, at::Tensor& t, int root_group_rank) {

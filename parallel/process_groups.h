@@ -93,10 +93,12 @@ void all_gather(const Group& g, const at::Tensor& in, std::vector<at::Tensor>& o
 // contiguous tensors of the group's device: `full` (size() parts of part's
 // size, back to back) summed over the group, this rank's part written to
 // `part`; and the parts of every rank gathered into `full` in rank order.
-// reduce_scatter_async only starts; the others wait.
+// The _async forms only start (wait with wait_work); the others wait.
 c10::intrusive_ptr<c10d::Work> reduce_scatter_async(const Group& g, at::Tensor& part, at::Tensor& full);
 void reduce_scatter(const Group& g, at::Tensor& part, at::Tensor& full);  // ...waited for, and timed
 void all_gather_into(const Group& g, at::Tensor& full, at::Tensor& part);
+// `part` must stay alive until the work is waited for (size() > 1).
+c10::intrusive_ptr<c10d::Work> all_gather_into_async(const Group& g, at::Tensor& full, at::Tensor& part);
 void broadcast(const Group& g, at::Tensor& t, int root_group_rank);
 void barrier(const Group& g);
 // Point to point inside a group (peer is a group rank). send/recv return the

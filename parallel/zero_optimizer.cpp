@@ -1,31 +1,66 @@
 // AdamW over a rank's owned elements and the ZeRO-1 gather: see zero_optimizer.h.
 #include "parallel/zero_optimizer.h"
 
+#include <stdexcept>
+
 #include "parallel/grad_buffer.h"
 
 namespace trident {
 
-ZeroOptimizer::ZeroOptimizer(GradBuffer& buffer, AdamWOptions adam) : buffer_(buffer) {
+struct ZeroOptimizer::Gather {
+  at::Tensor part;  // this rank's updated shard, alive until the gather is finished
+  c10::intrusive_ptr<c10d::Work> work;
+};
+
+ZeroOptimizer::ZeroOptimizer(GradBuffer& buffer, AdamWOptions adam, bool overlap_gather)
+    : buffer_(buffer), overlap_gather_(overlap_gather) {
   // The optimizer's segments: whole parameters, or the pieces of this rank's shards.
   std::vector<OptimSegment> segs;
   for (const OwnedGrad& o : buffer_.owned_grads()) segs.push_back({o.param, o.offset, o.numel});
   adam_ = std::make_unique<AdamW>(std::move(segs), adam);
+  gathers_.resize(buffer_.buckets().size());
 }
 
+ZeroOptimizer::~ZeroOptimizer() = default;
+
 void ZeroOptimizer::step(double lr, const std::optional<at::Tensor>& skip) {
+  if (pending_ > 0) throw std::logic_error("ZeroOptimizer::step with the last step's gather not finished");
   adam_->step(lr, skip);
   const Group& dp = buffer_.dp();
   if (!buffer_.sharded() || dp.size() == 1) return;
   at::NoGradGuard no_grad;
-  for (const auto& b : buffer_.buckets()) {
-    if (b->local) continue;  // copied from the primaries (GradFinalizer::copy_tied)
-    const ShardRange own = buffer_.owned(*b);
-    at::Tensor mine = b->data.narrow(0, own.lo, own.hi - own.lo).clone();  // not aliasing the output
-    all_gather_into(dp, b->data, mine);
-    // The gathered shards are new weights: their version moves, so the models'
-    // compute-dtype copies are remade (NOTE [cast once per step] in models/common/cast_cache.h).
-    b->data.unsafeGetTensorImpl()->bump_version();  // views share the counter
+  const auto& buckets = buffer_.buckets();
+  // The order the forward reads them (NOTE [overlapped parameter gather]): the
+  // late bucket, then the others from the last (the first layers) to the first.
+  std::vector<size_t> order;
+  for (size_t b = 0; b < buckets.size(); ++b)
+    if (buckets[b]->late) order.push_back(b);
+  for (size_t b = buckets.size(); b-- > 0;)
+    if (!buckets[b]->late && !buckets[b]->local) order.push_back(b);
+  for (size_t b : order) {
+    GradBuffer::Bucket& bucket = *buckets[b];
+    const ShardRange own = buffer_.owned(bucket);
+    auto g = std::make_unique<Gather>();
+    g->part = bucket.data.narrow(0, own.lo, own.hi - own.lo).clone();  // not aliasing the output
+    g->work = all_gather_into_async(dp, bucket.data, g->part);
+    gathers_[b] = std::move(g);
+    ++pending_;
+    if (!overlap_gather_) wait_gather(b);
   }
+}
+
+void ZeroOptimizer::wait_gather(size_t b) {
+  if (!gathers_.at(b)) return;
+  wait_work(buffer_.dp(), gathers_[b]->work, "parameter all_gather", -1);
+  gathers_[b].reset();
+  --pending_;
+  // The gathered shards are new weights: their version moves, so the models'
+  // compute-dtype copies are remade (NOTE [cast once per step] in models/common/cast_cache.h).
+  buffer_.buckets()[b]->data.unsafeGetTensorImpl()->bump_version();  // views share the counter
+}
+
+void ZeroOptimizer::wait_gather() {
+  for (size_t b = 0; pending_ > 0 && b < gathers_.size(); ++b) wait_gather(b);
 }
 
 }  // namespace trident

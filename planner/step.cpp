@@ -163,7 +163,8 @@ Runtime runtime_named(const std::string& name) {
   r.name = name;
   if (name == "trident") {
     r.description = "trident: gradients reduced bucket by bucket in the last backward (overlap_grad_reduce), "
-                    "ZeRO-1's all-gather after the step (exposed), TP collectives exposed";
+                    "ZeRO-1's all-gather bucket by bucket in the next forward (overlap_param_gather), TP collectives "
+                    "exposed";
   } else if (name == "megatron") {
     r.attention = AttentionKernel::Flash;
     r.gather_during_forward = r.tp_comm_overlap = r.megatron_buckets = true;
@@ -469,8 +470,8 @@ Estimate evaluate(const Problem& pr, const Layout& given) {
                      : buckets * reduce;
       if (l.zero) {
         const double gather = one(rt.megatron_buckets ? params * e : grads, 0.5);
-        dp_s += rt.gather_during_forward
-                    ? exposed_after_window(gather, static_cast<int64_t>(buckets), forward_one + head)
+        const bool hidden = rt.gather_during_forward || (rt.name == "trident" && pr.overlap_param_gather);
+        dp_s += hidden ? exposed_after_window(gather, static_cast<int64_t>(buckets), forward_one + head)
                     : buckets * gather;
       }
     }

@@ -79,8 +79,9 @@ struct Estimate {
 // NOTE [runtimes] Which implementation the step model predicts. The same closed forms, with what each
 // runtime overlaps and which kernels it runs:
 //   trident        Trident today (framework/, parallel/): gradients reduced bucket by bucket during
-//                  the last backward (parallel.overlap_grad_reduce); ZeRO-1's parameter all-gather after
-//                  the optimizer step, nothing hiding it (ZeroOptimizer::step); tensor-parallel
+//                  the last backward (parallel.overlap_grad_reduce); ZeRO-1's fp32 parameter all-gather
+//                  bucket by bucket in the next forward, each bucket waited for at its first read
+//                  (parallel.overlap_param_gather; NOTE [overlapped parameter gather]); tensor-parallel
 //                  collectives exposed; the attention core at the GEMM rate, element-wise work in the
 //                  cluster's per-layer host time.
 //   megatron       Megatron-LM as its 2024 H100 table ran (README: --overlap-grad-reduce
@@ -110,6 +111,7 @@ struct Problem {
   Cluster cluster;
   int64_t global_batch = 1;
   bool overlap_grad_reduce = true;
+  bool overlap_param_gather = true;  // parallel.overlap_param_gather (runtime trident)
   double dp_bucket_mb = 25.0;
   std::string runtime = "trident";  // NOTE [runtimes]
   int64_t log_interval = 1;  // logging.log_interval: a logged step also reduces the loss and gathers the

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -23,10 +24,21 @@ namespace trident {
 // (NOTE [I/W split]), run through the one node into the master's .grad
 // exactly as through a fresh cast: the same values, in the same order. Without
 // autograd (evaluation) the cast is made and not kept.
+//
+// Every read of a parameter by a model goes through get() or master(), so the
+// cache is also where a stage reports its reads (Stage::set_read_gate).
 class CastCache {
  public:
+  // Called with the index before each read (NOTE [overlapped parameter gather]).
+  void set_read_gate(std::function<void(size_t)> gate) { gate_ = std::move(gate); }
+  // params[index] itself (the fp32 master), after the read gate.
+  const at::Tensor& master(const std::vector<Param>& params, size_t index) const {
+    if (gate_) gate_(index);
+    return params[index].tensor;
+  }
+  // params[index] in `dtype`: the master itself, or its kept copy.
   at::Tensor get(const std::vector<Param>& params, size_t index, at::ScalarType dtype) const {
-    const at::Tensor& t = params[index].tensor;
+    const at::Tensor& t = master(params, index);
     if (t.scalar_type() == dtype) return t;
     if (!at::GradMode::is_enabled()) return t.to(dtype);
     if (entries_.size() < params.size()) entries_.resize(params.size());
@@ -52,6 +64,7 @@ class CastCache {
     at::Tensor cast;
   };
   mutable std::vector<Entry> entries_;
+  std::function<void(size_t)> gate_;
 };
 
 }  // namespace trident

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -80,6 +81,14 @@ class Stage {
   }
   virtual void set_compute_dtype(at::ScalarType dtype) {
     if (dtype != at::kFloat) throw std::invalid_argument("this model does not support mixed precision");
+  }
+  // `gate(i)` is called before every read of params()[i]'s values (forward,
+  // recomputation, logits): data parallelism finishes that parameter's
+  // overlapped gather there (NOTE [overlapped parameter gather] in
+  // parallel/zero_optimizer.h). A stage that cannot report its reads says so.
+  virtual void set_read_gate(std::function<void(size_t)> gate) {
+    (void)gate;
+    throw std::logic_error("this model does not report its parameter reads (set parallel.overlap_param_gather = false)");
   }
 };
 

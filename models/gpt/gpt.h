@@ -59,6 +59,7 @@ class GptChunk : public Stage {
   // the MLP's up projection + GELU keep only their inputs (see NOTE [recomputation]).
   void set_recompute(Recompute mode) override;
   void set_compute_dtype(at::ScalarType dtype) override { compute_ = dtype; }
+  void set_read_gate(std::function<void(size_t)> gate) override { casts_.set_read_gate(std::move(gate)); }
   void set_boundary_dtype(at::ScalarType dtype) override { boundary_ = dtype; }
   at::ScalarType boundary_dtype() const override { return boundary_; }
   void set_training(bool training) override { training_ = training; }
@@ -83,7 +84,7 @@ class GptChunk : public Stage {
   // A parameter in the compute dtype (an autograd cast of the fp32 master
   // under bf16, so its gradient lands in fp32); master(): the fp32 tensor.
   at::Tensor p(size_t index) const;
-  const at::Tensor& master(size_t index) const { return params_[index].tensor; }
+  const at::Tensor& master(size_t index) const { return casts_.master(params_, index); }
   // LayerNorm computed in fp32, returned in x's dtype.
   at::Tensor norm(const NormParams& n, const at::Tensor& x) const;
   at::Tensor block(int64_t layer, const at::Tensor& x) const;

@@ -62,6 +62,7 @@ class LlamaChunk : public Stage {
   // the MLP's gate/up products keep only their inputs (NOTE [recomputation]).
   void set_recompute(Recompute mode) override { recompute_ = mode; }
   void set_compute_dtype(at::ScalarType dtype) override { compute_ = dtype; }
+  void set_read_gate(std::function<void(size_t)> gate) override { casts_.set_read_gate(std::move(gate)); }
   void set_boundary_dtype(at::ScalarType dtype) override { boundary_ = dtype; }
   at::ScalarType boundary_dtype() const override { return boundary_; }
   at::Tensor logits(const at::Tensor& ids) const override;

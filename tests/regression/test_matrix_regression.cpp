@@ -261,6 +261,34 @@ TEST(RegressionMatrix, PipelineScheduleAndOverlapChangeNoBits) {
   EXPECT_GE(compared, 5);
 }
 
+// ZeRO-1's gather finished at each parameter's first read in the next forward
+// (NOTE [overlapped parameter gather] in parallel/zero_optimizer.h) changes
+// when the gathered values land, not which: the same doubles as the gather
+// finished in the step. Under nccl-rules an into-tensor collective's output
+// lands only when its Work is waited for (NOTE [NCCL rules on the CPU]), so a
+// read that misses its wait sees the last step's parameters every time. The
+// layouts: pp 1 (the tied head a local copy of the embedding, refreshed after
+// the gather), zb-v at pp 2 (both ends of the V on rank 0, with the late
+// bucket), and bf16 (the cast copies remade when the gather lands).
+TEST(RegressionMatrix, OverlappedParamGatherChangesNoBits) {
+  const std::vector<std::pair<int, std::vector<std::string>>> layouts = {
+      {2, {"parallel.dp=2"}},
+      {4, {"parallel.pp=2", "parallel.dp=2", "schedule.kind=zb-v", "schedule.chunks=2"}},
+      {2, {"parallel.dp=2", kBf16}},
+  };
+  for (const auto& [world, layout] : layouts) {
+    std::vector<std::string> on = layout;
+    for (const char* s : {"parallel.zero=1", "parallel.backend=nccl-rules"}) on.push_back(s);
+    on.push_back(kSplit);
+    std::vector<std::string> off = on;
+    off.push_back("parallel.overlap_param_gather=false");
+    const CachedRun a = cached_run(world, on), b = cached_run(world, off);
+    ASSERT_TRUE(completed(a.run)) << a.run.result.output;
+    ASSERT_TRUE(completed(b.run)) << b.run.result.output;
+    EXPECT_TRUE(compare(a.dir, b.dir, 0.0)) << layout.back();
+  }
+}
+
 // Optimizer-state bytes of each rank, from its rank summary.
 std::map<int, long long> state_bytes(const std::string& dir) {
   std::map<int, long long> out;

@@ -297,5 +297,58 @@ TEST(ZeroOptimizer, ShardedStepEqualsTheReplicatedOne) {
   for (const auto& e : errors) EXPECT_EQ(e, "");
 }
 
+// ZeRO-1 with the overlapped gather (NOTE [overlapped parameter gather]), on
+// two DP ranks under nccl-rules (an all-gather's output lands at its wait):
+// after step() the gathers are pending and the shards of the other rank still
+// hold the last values; wait_gather(b) finishes bucket b alone; after every
+// wait each rank holds what the replicated AdamW computes, as with the gather
+// finished in the step.
+TEST(ZeroOptimizer, OverlappedGatherLandsAtItsWait) {
+  const auto errors = run_thread_group("dp", 2, milliseconds(30000), [&](Group& dp) {
+    Params sharded_ps, replicated_ps;
+    GradBufferOptions so, ro;
+    so.sharded = true;
+    so.bucket_mb = ro.bucket_mb = bucket_mb_for(5);
+    GradBuffer sharded(sharded_ps.chunks(), dp, so, bucketed);
+    const Group one = solo("one");
+    GradBuffer replicated(replicated_ps.chunks(), one, ro, bucketed);
+    ZeroOptimizer zs(sharded, AdamWOptions{}, /*overlap_gather=*/true), zr(replicated, AdamWOptions{});
+    auto fail = [&](const std::string& what) { throw std::runtime_error("rank " + std::to_string(dp.rank) + ": " + what); };
+    if (sharded.buckets().size() < 2) fail("expected two buckets");
+    for (int step = 0; step < 2; ++step) {
+      sharded.zero_grads();
+      replicated.zero_grads();
+      for (size_t i = 0; i < 3; ++i) {
+        at::Tensor g = at::arange(sharded_ps.all[i].tensor.numel(), at::kFloat).reshape(
+                           sharded_ps.all[i].tensor.sizes()) * (0.1 * (step + 1));
+        sharded_ps.all[i].tensor.mutable_grad().copy_(g);
+        replicated_ps.all[i].tensor.mutable_grad().copy_(g);
+      }
+      sharded.wait_reduction();
+      std::vector<at::Tensor> before;
+      for (const auto& b : sharded.buckets()) before.push_back(b->data.clone());
+      zs.step(1e-2);
+      zr.step(1e-2);
+      if (!zs.gather_pending()) fail("no gather pending after an overlapped step");
+      for (size_t b = 0; b < sharded.buckets().size(); ++b) {
+        const GradBuffer::Bucket& bucket = *sharded.buckets()[b];
+        const ShardRange own = sharded.owned(bucket);
+        // The other rank's shard: its old values until the wait.
+        const int64_t lo = own.lo == 0 ? own.hi : 0, n = bucket.data.numel() / 2;
+        if (!bucket.data.narrow(0, lo, n).equal(before[b].narrow(0, lo, n)))
+          fail("bucket " + std::to_string(b) + " changed before its wait");
+        zs.wait_gather(b);
+        if (bucket.data.narrow(0, lo, n).equal(before[b].narrow(0, lo, n)))
+          fail("bucket " + std::to_string(b) + " unchanged after its wait");
+        if ((b + 1 < sharded.buckets().size()) != zs.gather_pending()) fail("pending after the last wait, or not before");
+      }
+    }
+    for (size_t i = 0; i < 3; ++i)
+      if (!sharded_ps.all[i].tensor.equal(replicated_ps.all[i].tensor))
+        fail(sharded_ps.all[i].info.name + " differs from the replicated AdamW's");
+  }, "nccl-rules");
+  for (const auto& e : errors) EXPECT_EQ(e, "");
+}
+
 }  // namespace
 }  // namespace trident

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "parallel/thread_group.h"
@@ -107,6 +108,42 @@ TEST(NcclRulesBackend, CollectivesAreGloos) {
     if (t[0].item<double>() != 3) throw std::runtime_error("all_reduce gave " + std::to_string(t[0].item<double>()));
   }, "nccl-rules");
   EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
+}
+
+// An out-of-place collective's output, read once the collective is complete
+// but before its Work is waited for, and after: {all-gather before, after,
+// reduce-scatter before, after} of element 0 on rank 1 (its all-gather output
+// starts at -1; the gather brings rank 0's 1; its reduce-scatter part starts
+// at -1 and gets 1 + 2).
+std::vector<double> read_before_and_after_wait(const std::string& backend) {
+  std::vector<double> got;
+  const auto errors = run_thread_group("dp", 2, 10000ms, [&](Group& g) {
+    auto until_complete = [](const c10::intrusive_ptr<c10d::Work>& w) {
+      while (!w->isCompleted()) std::this_thread::sleep_for(1ms);
+    };
+    at::Tensor part = filled(g.rank + 1), full = at::full({8}, -1.0);
+    auto w = all_gather_into_async(g, full, part);
+    until_complete(w);
+    const double gather_before = full[0].item<double>();
+    wait_work(g, w, "all_gather", -1);
+    at::Tensor whole = at::full({8}, static_cast<double>(g.rank + 1)), mine = at::full({4}, -1.0);
+    auto r = reduce_scatter_async(g, mine, whole);
+    until_complete(r);
+    const double reduce_before = mine[0].item<double>();
+    wait_work(g, r, "reduce_scatter", -1);
+    if (g.rank == 1) got = {gather_before, full[0].item<double>(), reduce_before, mine[0].item<double>()};
+  }, backend);
+  EXPECT_EQ(errors, (std::vector<std::string>{"", ""})) << backend;
+  return got;
+}
+
+// NCCL defines an out-of-place collective's output only after its stream
+// event (the Work's wait); Gloo writes it from its own thread as soon as it
+// can, so a missing wait would go unseen. Under nccl-rules the output lands
+// at the wait, so reading before it sees the old values every time.
+TEST(NcclRulesBackend, IntoTensorCollectivesLandWhenWaitedFor) {
+  EXPECT_EQ(read_before_and_after_wait("gloo"), (std::vector<double>{1, 1, 3, 3}));
+  EXPECT_EQ(read_before_and_after_wait("nccl-rules"), (std::vector<double>{-1, 1, -1, 3}));
 }
 
 }  // namespace

@@ -85,18 +85,24 @@ Problem fast_link_problem(const ModelConfig& m, int64_t batch) {
 
 }  // namespace
 
-TEST(PlannerRuntime, MegatronHidesZeroGatherBehindTheNextForwardTridentDoesNot) {
+TEST(PlannerRuntime, ZeroGatherHiddenBehindTheNextForwardBucketByBucket) {
   const ModelConfig m = gpt(4, 2048, 16, 64, 256);
   Problem pr = fast_link_problem(m, 2);
   Layout l;
   l.dp = 2, l.zero = 1;
   const ParamCounts pc = param_counts(m, 1, false);
   const double params = 4.0 * pc.layer + pc.embedding + pc.head, grads = 4 * params, bw = 1e15;
-  // Trident: 25 MiB buckets; the reduce-scatter hides but its last bucket, the all-gather after the
-  // step is exposed whole. A ring of 2 moves half of each bucket.
+  // Trident: 25 MiB buckets; the reduce-scatter hides but its last bucket, and so does the fp32
+  // all-gather in the next forward (parallel.overlap_param_gather) but its first bucket. A ring of 2
+  // moves half of each bucket.
   const double nt = std::ceil(grads / (25.0 * 1024 * 1024));
+  ASSERT_GT(nt, 1);
   const Estimate t = evaluate(pr, l);
-  EXPECT_NEAR(t.breakdown.dp_exposed, 0.5 * grads / nt / bw + 0.5 * grads / bw, 1e-18);
+  EXPECT_NEAR(t.breakdown.dp_exposed, 0.5 * grads / nt / bw + 0.5 * grads / nt / bw, 1e-18);
+  // Without it the all-gather runs whole after the step, exposed.
+  pr.overlap_param_gather = false;
+  EXPECT_NEAR(evaluate(pr, l).breakdown.dp_exposed, 0.5 * grads / nt / bw + 0.5 * grads / bw, 1e-18);
+  pr.overlap_param_gather = true;
   // Megatron: buckets of max(4e7, 1e6 x dp) parameters; the reduce-scatter's last bucket and the
   // all-gather's first (fp32 run: 4-byte parameters) are all that show.
   pr.runtime = "megatron";
