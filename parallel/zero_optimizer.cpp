@@ -1,8 +1,6 @@
 // AdamW over a rank's owned elements and the ZeRO-1 gather: see zero_optimizer.h.
 #include "parallel/zero_optimizer.h"
 
-#include <stdexcept>
-
 #include "parallel/grad_buffer.h"
 
 namespace trident {
@@ -24,7 +22,7 @@ ZeroOptimizer::ZeroOptimizer(GradBuffer& buffer, AdamWOptions adam, bool overlap
 ZeroOptimizer::~ZeroOptimizer() = default;
 
 void ZeroOptimizer::step(double lr, const std::optional<at::Tensor>& skip) {
-  if (pending_ > 0) throw std::logic_error("ZeroOptimizer::step with the last step's gather not finished");
+  wait_gather();  // a bucket that no forward read since the last step (its gather lands before AdamW writes)
   adam_->step(lr, skip);
   const Group& dp = buffer_.dp();
   if (!buffer_.sharded() || dp.size() == 1) return;

@@ -42,6 +42,8 @@ def cases(work, cores, trident="build/trident", busy_port=0):
         ("zb_auto_costs unknown", 2, f"{tiny} schedule.zb_auto_costs=fast", ["schedule.zb_auto_costs = \"fast\"", "expected one of"]),
         ("zb_auto_costs without zb-auto", 2, f"{tiny} parallel.pp=2 --set schedule.zb_auto_costs=measured",
          ["schedule.zb_auto_costs = \"measured\"", "only zb-auto"]),
+        ("overlap_param_gather without ZeRO-1", 2, f"{tiny} parallel.overlap_param_gather=false",
+         ["parallel.overlap_param_gather = false", "only ZeRO-1"]),
         # parallel.pipeline_dtype: an unknown value, bf16 boundaries under fp32 training, a value with no boundary.
         ("pipeline_dtype fp16", 2, f"{tiny} parallel.pp=2 --set parallel.pipeline_dtype=fp16",
          ["parallel.pipeline_dtype = \"fp16\"", "expected one of"]),

@@ -350,6 +350,8 @@ TEST(Config, BadConfigsNameKeyValueAndExpectation) {
        {"schedule.kind=zb-auto", "schedule.memory_limit=2", "schedule.zb_auto_costs=measured"},
        "schedule.zb_auto_costs = \"measured\" with parallel.pp = 1: one stage has no pipeline list to search"},
       {"unknown zb-auto costs", "", {"schedule.zb_auto_costs=fast"}, "schedule.zb_auto_costs = \"fast\": expected one of"},
+      {"param gather overlap without ZeRO-1", "", {"parallel.overlap_param_gather=false"},
+       "parallel.overlap_param_gather = false with parallel.zero = 0: only ZeRO-1 gathers parameters after the step"},
       {"async without interval", "", {"checkpoint.dir=ck", "checkpoint.async=true"},
        "checkpoint.async = true writes the checkpoint.interval saves in the background, but checkpoint.interval = 0"},
       {"exit without dir", "", {"training.exit_after_steps=3"},
@@ -470,7 +472,7 @@ TEST(Config, LayoutFactors) {
 
 TEST(Config, KeysTableDescribesTypesAndDefaults) {
   const auto keys = trident::config_keys();
-  EXPECT_EQ(keys.size(), 81u);
+  EXPECT_EQ(keys.size(), 82u);
   bool found = false;
   for (const auto& k : keys) {
     if (k.name != "parallel.dp") continue;
