@@ -110,7 +110,7 @@ struct Run {
   std::unique_ptr<ProcessGroups> pgs;
   TpContext tp;
   std::unique_ptr<Model> model;
-  std::vector<std::unique_ptr<Stage>> stages;  // this rank's chunks, in chunk order
+  std::vector<std::unique_ptr<Stage>> stages;  // this rank's stages, in chunk order
   std::unique_ptr<DataParallel> dp;
   std::unique_ptr<Executor> exec;
   sched::Schedule schedule;
@@ -263,7 +263,7 @@ void measure_zb_auto(Run& r) {
   }
 }
 
-std::vector<std::vector<Param>*> chunk_params_of(Run& r) {
+std::vector<std::vector<Param>*> stage_params_of(Run& r) {
   std::vector<std::vector<Param>*> out;
   for (auto& s : r.stages) out.push_back(&s->params());
   return out;
@@ -318,7 +318,7 @@ void build(Run& r) {
   r.model = make_model(c);
   const int stages = r.schedule.virtual_stages(), pp_rank = layout.coords(env.rank).pp;
   std::vector<Stage*> raw;
-  std::vector<std::vector<Param*>> chunk_params;
+  std::vector<std::vector<Param*>> stage_params;
   for (int chunk = 0; chunk < r.schedule.chunks; ++chunk) {
     r.stages.push_back(r.model->make_stage(r.schedule.stage_of(pp_rank, chunk), stages, r.tp, c.training.seed));
     r.stages.back()->set_recompute(parse_recompute(c.training.recompute));
@@ -326,8 +326,8 @@ void build(Run& r) {
     r.stages.back()->set_boundary_dtype(pipeline_dtype(c) == "bf16" ? at::kBFloat16 : at::kFloat);
     r.stages.back()->move_buffers(r.device);  // once; the parameters move with the DataParallel below
     raw.push_back(r.stages.back().get());
-    chunk_params.emplace_back();
-    for (Param& prm : r.stages.back()->params()) chunk_params.back().push_back(&prm);
+    stage_params.emplace_back();
+    for (Param& prm : r.stages.back()->params()) stage_params.back().push_back(&prm);
   }
   for (const ParamInfo& info : r.model->unique_params(stages)) {
     int64_t n = 1;
@@ -342,7 +342,7 @@ void build(Run& r) {
   dpo.sequence_parallel = c.parallel.sequence_parallel;
   dpo.device = r.device;  // the parameters move into the device's buckets here
   r.dp = std::make_unique<DataParallel>(
-      chunk_params, DataParallelGroups{&r.pgs->dp, &r.pgs->tp, &r.pgs->model_parallel, &r.pgs->embedding}, dpo,
+      stage_params, DataParallelGroups{&r.pgs->dp, &r.pgs->tp, &r.pgs->model_parallel, &r.pgs->embedding}, dpo,
       AdamWOptions{c.training.beta1, c.training.beta2, c.training.eps, c.training.weight_decay},
       tied_placement(r.model->tied_groups(stages), [&](int s) { return r.schedule.rank_of(s); }, pp_rank,
                      r.schedule.pipeline_ranks),
@@ -352,7 +352,7 @@ void build(Run& r) {
       r.stages[chunk]->set_read_gate(
           [dp = r.dp.get(), chunk](size_t index) { dp->param_read(static_cast<int>(chunk), index); });
   // A checkpoint resumed later overwrites these (checkpoint.resume wins over init_from).
-  if (!c.model.init_from.empty()) init_from_pretrained(c, chunk_params_of(r));
+  if (!c.model.init_from.empty()) init_from_pretrained(c, stage_params_of(r));
   r.exec = std::make_unique<Executor>(raw, r.pgs->pp, r.schedule.stage_map(), c.training.micro_batch_size, r.device);
   r.flops_per_step = r.model->flops_per_token() * static_cast<double>(c.training.global_batch_size * c.model.seq_len);
   if (c.schedule.kind == "zb-auto" && c.schedule.zb_auto_costs == "measured" && c.parallel.pp > 1) measure_zb_auto(r);
@@ -394,7 +394,7 @@ TrainSummary train(Config cfg) {
   std::cout << r.pgs->layout().describe(r.pgs->rank()) << ": "
             << summary.local_params << " local parameters of " << r.model_params << ", "
             << r.dp->dp_reduced_elements() << " gradient elements all-reduced over dp per step" << std::endl;
-  Checkpointer checkpointer(c, *r.pgs, chunk_params_of(r), *r.dp);
+  Checkpointer checkpointer(c, *r.pgs, stage_params_of(r), *r.dp);
   const int64_t first_step = checkpointer.restore();  // 0, or the step of the checkpoint resumed
   if (leader) tell_launcher_resumed(first_step);
   r.rec->start(first_step, summary.peak_flops, r.model_params);

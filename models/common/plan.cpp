@@ -74,12 +74,12 @@ LayerCosts profile_pieces(const ModelConfig& cfg, int64_t mbs, int reps,
   const at::Tensor ids = at::randint(cfg.vocab_size, {mbs, cfg.seq_len}, gen);
   const at::Tensor hidden = at::randn({mbs, cfg.seq_len, cfg.hidden}, gen);
   auto time = [&](const ChunkSpec& spec) {
-    std::unique_ptr<Stage> chunk = make(spec);
+    std::unique_ptr<Stage> stage = make(spec);
     double best = std::numeric_limits<double>::infinity();
     for (int r = 0; r <= reps; ++r) {
       const auto start = Clock::now();
       at::Tensor in = spec.has_embedding ? ids : hidden.clone().requires_grad_(true);
-      at::Tensor out = chunk->forward(in, spec.has_head ? ids : at::Tensor());
+      at::Tensor out = stage->forward(in, spec.has_head ? ids : at::Tensor());
       if (spec.has_head)
         out.backward();
       else

@@ -1,4 +1,4 @@
-// GPT chunk: parameters from the TP plan, forward through embedding, blocks
+// GPT stage: parameters from the TP plan, forward through embedding, blocks
 // and head. Shapes in comments are per TP rank.
 #include "models/gpt/gpt.h"
 
@@ -55,22 +55,22 @@ std::vector<PlannedParam> gpt_param_plan(const ModelConfig& cfg, const ChunkSpec
   return std::move(plan.params());
 }
 
-GptChunk::GptChunk(const ModelConfig& cfg, const ChunkSpec& spec, const TpContext& tp, int64_t seed)
+GptStage::GptStage(const ModelConfig& cfg, const ChunkSpec& spec, const TpContext& tp, int64_t seed)
     : cfg_(cfg), spec_(spec), tp_(tp) {
   const int64_t t = tp.size();
   // Rules of check_config (core/config.cpp), asserted here.
   if (cfg.hidden % cfg.heads != 0 || cfg.heads % t != 0 || cfg.ffn() % t != 0 || cfg.padded_vocab(t) % t != 0 ||
       (cfg.dropout > 0 && t > 1))
-    throw std::logic_error("GptChunk: the model config does not split over tp=" + std::to_string(t) +
+    throw std::logic_error("GptStage: the model config does not split over tp=" + std::to_string(t) +
                            " (check_config admits no such config)");
   for (auto& planned : gpt_param_plan(cfg, spec, t, tp.rank()))
     params_.push_back({init_shard(seed, planned.info, planned.local_shape), planned.info});
   index_params();
 }
 
-void GptChunk::index_params() {
+void GptStage::index_params() {
   auto at = [&](const std::string& name, bool tied_copy = false) {
-    return param_index(params_, name, "GptChunk", tied_copy);
+    return param_index(params_, name, "GptStage", tied_copy);
   };
   auto norm_at = [&](const std::string& pre) { return NormParams{at(pre + ".weight"), at(pre + ".bias")}; };
   if (spec_.has_embedding) word_ = at("embedding.word.weight"), position_ = at("embedding.position.weight");
@@ -84,25 +84,25 @@ void GptChunk::index_params() {
   if (spec_.has_head) final_ln_ = norm_at("final_ln"), head_ = at("embedding.word.weight", true);
 }
 
-void GptChunk::set_recompute(Recompute mode) {
+void GptStage::set_recompute(Recompute mode) {
   // Recomputation replays the CPU generator's state, but a test found the
   // losses of a dropout run still differ from not recomputing: check_config
   // refuses training.recompute with model.dropout > 0 until that is understood.
   if (mode != Recompute::kNone && cfg_.dropout > 0)
-    throw std::logic_error("GptChunk::set_recompute with dropout > 0 (check_config admits no such config)");
+    throw std::logic_error("GptStage::set_recompute with dropout > 0 (check_config admits no such config)");
   recompute_ = mode;
 }
 
-at::Tensor GptChunk::p(size_t index) const {
+at::Tensor GptStage::p(size_t index) const {
   return casts_.get(params_, index, compute_);  // NOTE [cast once per step]
 }
 
-at::Tensor GptChunk::norm(const NormParams& n, const at::Tensor& x) const {
+at::Tensor GptStage::norm(const NormParams& n, const at::Tensor& x) const {
   return at::layer_norm(x.to(at::kFloat), {cfg_.hidden}, master(n.weight), master(n.bias), cfg_.layernorm_eps)
       .to(x.scalar_type());
 }
 
-at::Tensor GptChunk::attention(const BlockParams& b, const at::Tensor& x) const {
+at::Tensor GptStage::attention(const BlockParams& b, const at::Tensor& x) const {
   const int64_t heads = cfg_.heads / tp_.size(), hd = cfg_.hidden / cfg_.heads;
   at::Tensor qkv = column_parallel_linear(tp_, x, p(b.qkv_weight), p(b.qkv_bias));
   const double dropout = this->dropout();
@@ -120,7 +120,7 @@ at::Tensor GptChunk::attention(const BlockParams& b, const at::Tensor& x) const 
   return row_parallel_linear(tp_, y, p(b.attn_proj_weight), p(b.attn_proj_bias));
 }
 
-at::Tensor GptChunk::block(int64_t layer, const at::Tensor& x) const {
+at::Tensor GptStage::block(int64_t layer, const at::Tensor& x) const {
   const BlockParams& b = blocks_.at(static_cast<size_t>(layer - spec_.first_layer));
   auto resid_dropout = [&](at::Tensor t) { return dropout() > 0 ? at::dropout(t, dropout(), true) : t; };
   at::Tensor h = norm(b.ln1, x);
@@ -136,11 +136,11 @@ at::Tensor GptChunk::block(int64_t layer, const at::Tensor& x) const {
   return out + resid_dropout(h);
 }
 
-std::vector<int64_t> GptChunk::hidden_shape(int64_t mbs) const {
+std::vector<int64_t> GptStage::hidden_shape(int64_t mbs) const {
   return {mbs, tp_.sequence_parallel ? cfg_.seq_len / tp_.size() : cfg_.seq_len, cfg_.hidden};
 }
 
-at::Tensor GptChunk::run(const at::Tensor& input, const at::Tensor& targets) const {
+at::Tensor GptStage::run(const at::Tensor& input, const at::Tensor& targets) const {
   at::Tensor x = spec_.has_embedding ? input : input.to(compute_);  // boundaries: boundary_ (NOTE [bf16])
   if (spec_.has_embedding) {
     const at::Tensor word = p(word_);
@@ -168,7 +168,7 @@ at::Tensor GptChunk::run(const at::Tensor& input, const at::Tensor& targets) con
 
 std::unique_ptr<Stage> GptModel::make_stage(int stage, int num_stages, const TpContext& tp, int64_t seed) const {
   const auto specs = split_layers(cfg_.layers, num_stages, pipeline_layers_);
-  return std::make_unique<GptChunk>(cfg_, specs.at(static_cast<size_t>(stage)), tp, seed);
+  return std::make_unique<GptStage>(cfg_, specs.at(static_cast<size_t>(stage)), tp, seed);
 }
 
 std::vector<ParamInfo> GptModel::unique_params(int num_stages) const {
@@ -189,13 +189,13 @@ double GptModel::flops_per_token() const {
 
 LayerCosts GptModel::profile(int64_t mbs, int reps) const {
   return profile_pieces(cfg_, mbs, reps, [this](const ChunkSpec& spec) {
-    return std::make_unique<GptChunk>(cfg_, spec, TpContext{}, 1);
+    return std::make_unique<GptStage>(cfg_, spec, TpContext{}, 1);
   });
 }
 
-at::Tensor GptChunk::logits(const at::Tensor& ids) const {
+at::Tensor GptStage::logits(const at::Tensor& ids) const {
   if (!spec_.has_embedding || !spec_.has_head || tp_.size() != 1)
-    throw std::logic_error("GptChunk::logits needs the whole model on one rank (embedding, head, tp = 1)");
+    throw std::logic_error("GptStage::logits needs the whole model on one rank (embedding, head, tp = 1)");
   // Same ops as forward() at tp = 1, where every TP mapping is the identity.
   const at::Tensor word = p(word_);
   at::Tensor x = vocab_parallel_embedding(tp_, ids, word, 0) + p(position_).narrow(0, 0, ids.size(1));

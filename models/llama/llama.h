@@ -48,15 +48,15 @@ std::vector<PlannedParam> llama_param_plan(const ModelConfig& cfg, const ChunkSp
 // when cfg.rope_scaling = "llama3": Hugging Face's computation, step by step.
 at::Tensor rope_inv_freq(const ModelConfig& cfg);
 
-class LlamaChunk : public Stage {
+class LlamaStage : public Stage {
  public:
-  LlamaChunk(const ModelConfig& cfg, const ChunkSpec& spec, const TpContext& tp, int64_t seed);
+  LlamaStage(const ModelConfig& cfg, const ChunkSpec& spec, const TpContext& tp, int64_t seed);
 
   at::Tensor forward(const at::Tensor& input, const at::Tensor& targets) override { return run(input, targets); }
   std::vector<int64_t> input_shape(int64_t micro_batch_size) const override { return hidden_shape(micro_batch_size); }
   std::vector<int64_t> output_shape(int64_t micro_batch_size) const override { return hidden_shape(micro_batch_size); }
   std::vector<Param>& params() override { return params_; }
-  // The rotary tables, "rope.cos" and "rope.sin" (none in a chunk without blocks).
+  // The rotary tables, "rope.cos" and "rope.sin" (none in a stage without blocks).
   std::vector<Buffer> buffers() override;
   // full: each block keeps only its input; selective: the attention core and
   // the MLP's gate/up products keep only their inputs (NOTE [recomputation]).
