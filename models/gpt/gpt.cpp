@@ -18,39 +18,76 @@ std::vector<PlannedParam> gpt_param_plan(const ModelConfig& cfg, const ChunkSpec
   const int64_t h = cfg.hidden, f = cfg.ffn(), vp = cfg.padded_vocab(tp_size);
   const double proj_std = cfg.init_std / std::sqrt(2.0 * static_cast<double>(cfg.layers));
   ParamPlan plan(tp_size, tp_rank);
-  auto add = [&plan](const std::string& name, std::vector<int64_t> full, int shard_dim, const std::string& init,
-                     double std_dev, bool no_decay, bool sp_grad) {
-    return &plan.add(name, std::move(full), shard_dim, init, std_dev, no_decay, sp_grad);
+  // A weight: normal init, weight decay.
+  auto weight = [&plan](const std::string& name, std::vector<int64_t> shape, int shard_dim, double std_dev) {
+    ParamDecl decl;
+    decl.name = name;
+    decl.shape = std::move(shape);
+    decl.shard_dim = shard_dim;
+    decl.std_dev = std_dev;
+    plan.add(decl);
   };
-  auto norm = [&](const std::string& pre) {
-    add(pre + ".weight", {h}, -1, "ones", 0, true, true);
-    add(pre + ".bias", {h}, -1, "zeros", 0, true, true);
+  // A bias: zeros, no weight decay. A row-parallel layer's bias is replicated and added after the
+  // reduce, to a sequence shard under SP; a column-parallel layer's is split with its outputs.
+  auto bias = [&plan](const std::string& name, std::vector<int64_t> shape, int shard_dim) {
+    ParamDecl decl;
+    decl.name = name;
+    decl.shape = std::move(shape);
+    decl.shard_dim = shard_dim;
+    decl.init = "zeros";
+    decl.no_decay = true;
+    decl.sequence_parallel_grad = shard_dim == kReplicated;
+    plan.add(decl);
+  };
+  // A LayerNorm: weight ones, bias zeros; replicated, fed a sequence shard under SP, no weight decay.
+  auto norm = [&plan, h](const std::string& pre) {
+    ParamDecl decl;
+    decl.shape = {h};
+    decl.no_decay = true;
+    decl.sequence_parallel_grad = true;
+    decl.name = pre + ".weight", decl.init = "ones";
+    plan.add(decl);
+    decl.name = pre + ".bias", decl.init = "zeros";
+    plan.add(decl);
+  };
+  // The word embedding, split over TP by vocabulary rows; padding rows are zero at init. The LM head's
+  // copy has the same name, so the same init.
+  auto word_embedding = [&](bool tied_copy) {
+    ParamDecl decl;
+    decl.name = "embedding.word.weight";
+    decl.shape = {vp, h};
+    decl.shard_dim = kColumnParallel;
+    decl.std_dev = cfg.init_std;
+    decl.init_valid_rows = cfg.vocab_size;
+    decl.tied_copy = tied_copy;
+    plan.add(decl);
   };
   if (spec.has_embedding) {
-    add("embedding.word.weight", {vp, h}, 0, "normal", cfg.init_std, false, false)->info.init_valid_rows =
-        cfg.vocab_size;
-    add("embedding.position.weight", {cfg.seq_len, h}, -1, "normal", cfg.init_std, false, true);
+    word_embedding(/*tied_copy=*/false);
+    ParamDecl position;
+    position.name = "embedding.position.weight";
+    position.shape = {cfg.seq_len, h};
+    position.std_dev = cfg.init_std;
+    position.sequence_parallel_grad = true;
+    plan.add(position);
   }
   for (int64_t l = spec.first_layer; l < spec.first_layer + spec.num_layers; ++l) {
     const std::string pre = "layers." + std::to_string(l);
     norm(pre + ".ln1");
     // qkv rows are ordered (head, {q,k,v}, head_dim) so a split over TP keeps whole heads.
-    add(pre + ".attn.qkv.weight", {3 * h, h}, 0, "normal", cfg.init_std, false, false);
-    add(pre + ".attn.qkv.bias", {3 * h}, 0, "zeros", 0, true, false);
-    add(pre + ".attn.proj.weight", {h, h}, 1, "normal", proj_std, false, false);
-    add(pre + ".attn.proj.bias", {h}, -1, "zeros", 0, true, true);
+    weight(pre + ".attn.qkv.weight", {3 * h, h}, kColumnParallel, cfg.init_std);
+    bias(pre + ".attn.qkv.bias", {3 * h}, kColumnParallel);
+    weight(pre + ".attn.proj.weight", {h, h}, kRowParallel, proj_std);
+    bias(pre + ".attn.proj.bias", {h}, kReplicated);
     norm(pre + ".ln2");
-    add(pre + ".mlp.fc.weight", {f, h}, 0, "normal", cfg.init_std, false, false);
-    add(pre + ".mlp.fc.bias", {f}, 0, "zeros", 0, true, false);
-    add(pre + ".mlp.proj.weight", {h, f}, 1, "normal", proj_std, false, false);
-    add(pre + ".mlp.proj.bias", {h}, -1, "zeros", 0, true, true);
+    weight(pre + ".mlp.fc.weight", {f, h}, kColumnParallel, cfg.init_std);
+    bias(pre + ".mlp.fc.bias", {f}, kColumnParallel);
+    weight(pre + ".mlp.proj.weight", {h, f}, kRowParallel, proj_std);
+    bias(pre + ".mlp.proj.bias", {h}, kReplicated);
   }
   if (spec.has_head) {
     norm("final_ln");
-    // The LM head's copy of the word embedding: same name, so the same init.
-    auto* head = add("embedding.word.weight", {vp, h}, 0, "normal", cfg.init_std, false, false);
-    head->info.init_valid_rows = cfg.vocab_size;
-    head->info.tied_copy = true;
+    word_embedding(/*tied_copy=*/true);
   }
   return std::move(plan.params());
 }

@@ -16,32 +16,53 @@ std::vector<PlannedParam> llama_param_plan(const ModelConfig& cfg, const ChunkSp
   // Output projections scaled by 1/sqrt(2 layers), as GPT's (GPT-2's init).
   const double std_dev = cfg.init_std, out_std = cfg.init_std / std::sqrt(2.0 * static_cast<double>(cfg.layers));
   ParamPlan plan(tp_size, tp_rank);
-  auto norm = [&](const std::string& name) { plan.add(name, {h}, -1, "ones", 0, true, true); };
-  auto matrix = [&](const std::string& name, std::vector<int64_t> full, int dim, double sd) {
-    plan.add(name, std::move(full), dim, "normal", sd, false, false);
+  // An RMSNorm weight: ones, replicated, fed a sequence shard under SP, no weight decay.
+  auto norm = [&plan, h](const std::string& name) {
+    ParamDecl decl;
+    decl.name = name;
+    decl.shape = {h};
+    decl.init = "ones";
+    decl.no_decay = true;
+    decl.sequence_parallel_grad = true;
+    plan.add(decl);
   };
-  if (spec.has_embedding)
-    plan.add("embedding.word.weight", {vp, h}, 0, "normal", std_dev, false, false).info.init_valid_rows =
-        cfg.vocab_size;
+  // A weight matrix: normal init, weight decay, split over TP (column- or row-parallel).
+  auto matrix = [&plan](const std::string& name, std::vector<int64_t> shape, int shard_dim, double sd) {
+    ParamDecl decl;
+    decl.name = name;
+    decl.shape = std::move(shape);
+    decl.shard_dim = shard_dim;
+    decl.std_dev = sd;
+    plan.add(decl);
+  };
+  // The word embedding or the untied LM head, split over TP by vocabulary rows; padding rows are zero
+  // at init. Tied: the head is the word embedding's copy (same name, so the same init).
+  auto vocab_matrix = [&](const std::string& name, bool tied_copy) {
+    ParamDecl decl;
+    decl.name = name;
+    decl.shape = {vp, h};
+    decl.shard_dim = kColumnParallel;
+    decl.std_dev = std_dev;
+    decl.init_valid_rows = cfg.vocab_size;
+    decl.tied_copy = tied_copy;
+    plan.add(decl);
+  };
+  if (spec.has_embedding) vocab_matrix("embedding.word.weight", /*tied_copy=*/false);
   for (int64_t l = spec.first_layer; l < spec.first_layer + spec.num_layers; ++l) {
     const std::string pre = "layers." + std::to_string(l);
     norm(pre + ".attn_norm.weight");
-    matrix(pre + ".attn.q.weight", {q_rows, h}, 0, std_dev);
-    matrix(pre + ".attn.k.weight", {kv_rows, h}, 0, std_dev);
-    matrix(pre + ".attn.v.weight", {kv_rows, h}, 0, std_dev);
-    matrix(pre + ".attn.o.weight", {h, q_rows}, 1, out_std);
+    matrix(pre + ".attn.q.weight", {q_rows, h}, kColumnParallel, std_dev);
+    matrix(pre + ".attn.k.weight", {kv_rows, h}, kColumnParallel, std_dev);
+    matrix(pre + ".attn.v.weight", {kv_rows, h}, kColumnParallel, std_dev);
+    matrix(pre + ".attn.o.weight", {h, q_rows}, kRowParallel, out_std);
     norm(pre + ".mlp_norm.weight");
-    matrix(pre + ".mlp.gate.weight", {f, h}, 0, std_dev);
-    matrix(pre + ".mlp.up.weight", {f, h}, 0, std_dev);
-    matrix(pre + ".mlp.down.weight", {h, f}, 1, out_std);
+    matrix(pre + ".mlp.gate.weight", {f, h}, kColumnParallel, std_dev);
+    matrix(pre + ".mlp.up.weight", {f, h}, kColumnParallel, std_dev);
+    matrix(pre + ".mlp.down.weight", {h, f}, kRowParallel, out_std);
   }
   if (spec.has_head) {
     norm("final_norm.weight");
-    // Tied: the word embedding's copy (same name, so the same init).
-    PlannedParam& head = plan.add(cfg.tie_embeddings ? "embedding.word.weight" : "head.weight", {vp, h}, 0,
-                                  "normal", std_dev, false, false);
-    head.info.init_valid_rows = cfg.vocab_size;
-    head.info.tied_copy = cfg.tie_embeddings;
+    vocab_matrix(cfg.tie_embeddings ? "embedding.word.weight" : "head.weight", /*tied_copy=*/cfg.tie_embeddings);
   }
   return std::move(plan.params());
 }
