@@ -130,7 +130,7 @@ void GptStage::set_recompute(Recompute mode) {
   recompute_ = mode;
 }
 
-at::Tensor GptStage::p(size_t index) const {
+at::Tensor GptStage::compute_param(size_t index) const {
   return casts_.get(params_, index, compute_);  // NOTE [cast once per step]
 }
 
@@ -141,7 +141,7 @@ at::Tensor GptStage::norm(const NormParams& n, const at::Tensor& x) const {
 
 at::Tensor GptStage::attention(const BlockParams& b, const at::Tensor& x) const {
   const int64_t heads = cfg_.heads / tp_.size(), hd = cfg_.hidden / cfg_.heads;
-  at::Tensor qkv = column_parallel_linear(tp_, x, p(b.qkv_weight), p(b.qkv_bias));
+  at::Tensor qkv = column_parallel_linear(tp_, x, compute_param(b.qkv_weight), compute_param(b.qkv_bias));
   const double dropout = this->dropout();
   // The attention core: (b, s, 3 hidden/tp) -> (b, s, hidden/tp), holding
   // (b, heads/tp, s, s) scores; what selective recomputation drops.
@@ -154,7 +154,7 @@ at::Tensor GptStage::attention(const BlockParams& b, const at::Tensor& x) const 
     return causal_attention(q, k, v, dropout).transpose(1, 2).reshape({batch, s, heads * hd});  // (b, s, hidden/tp)
   };
   at::Tensor y = recompute_ == Recompute::kSelective ? trident::recompute(core, qkv) : core(qkv);
-  return row_parallel_linear(tp_, y, p(b.attn_proj_weight), p(b.attn_proj_bias));
+  return row_parallel_linear(tp_, y, compute_param(b.attn_proj_weight), compute_param(b.attn_proj_bias));
 }
 
 at::Tensor GptStage::block(int64_t layer, const at::Tensor& x) const {
@@ -166,10 +166,10 @@ at::Tensor GptStage::block(int64_t layer, const at::Tensor& x) const {
   // (b, s, ffn/tp): the up projection's output, which GELU's backward keeps, is the
   // largest activation of a block; selective recomputation keeps its input instead.
   auto up = [this, b](const at::Tensor& in) {  // by value: the backward replays it
-    return at::gelu(column_parallel_linear(tp_, in, p(b.fc_weight), p(b.fc_bias)), "tanh");
+    return at::gelu(column_parallel_linear(tp_, in, compute_param(b.fc_weight), compute_param(b.fc_bias)), "tanh");
   };
   h = recompute_ == Recompute::kSelective ? trident::recompute(up, h) : up(h);
-  h = row_parallel_linear(tp_, h, p(b.mlp_proj_weight), p(b.mlp_proj_bias));
+  h = row_parallel_linear(tp_, h, compute_param(b.mlp_proj_weight), compute_param(b.mlp_proj_bias));
   return out + resid_dropout(h);
 }
 
@@ -180,9 +180,9 @@ std::vector<int64_t> GptStage::hidden_shape(int64_t mbs) const {
 at::Tensor GptStage::run(const at::Tensor& input, const at::Tensor& targets) const {
   at::Tensor x = spec_.has_embedding ? input : input.to(compute_);  // boundaries: boundary_ (NOTE [bf16])
   if (spec_.has_embedding) {
-    const at::Tensor word = p(word_);
+    const at::Tensor word = compute_param(word_);
     x = vocab_parallel_embedding(tp_, input, word, tp_.rank() * word.size(0));  // (b, s[/tp], hidden)
-    at::Tensor pos = p(position_).narrow(0, 0, input.size(1));
+    at::Tensor pos = compute_param(position_).narrow(0, 0, input.size(1));
     if (tp_.sequence_parallel) {
       const int64_t part = input.size(1) / tp_.size();
       pos = pos.narrow(0, tp_.rank() * part, part);
@@ -198,7 +198,7 @@ at::Tensor GptStage::run(const at::Tensor& input, const at::Tensor& targets) con
   }
   if (!spec_.has_head) return x.to(boundary_);
   x = norm(final_ln_, x);
-  const at::Tensor word = p(head_);
+  const at::Tensor word = compute_param(head_);
   at::Tensor logits = column_parallel_linear(tp_, x, word, at::Tensor()).to(at::kFloat);  // (b, s, vocab/tp)
   return vocab_parallel_cross_entropy(tp_, logits, targets, tp_.rank() * word.size(0), cfg_.vocab_size).mean();
 }
@@ -234,11 +234,11 @@ at::Tensor GptStage::logits(const at::Tensor& ids) const {
   if (!spec_.has_embedding || !spec_.has_head || tp_.size() != 1)
     throw std::logic_error("GptStage::logits needs the whole model on one rank (embedding, head, tp = 1)");
   // Same ops as forward() at tp = 1, where every TP mapping is the identity.
-  const at::Tensor word = p(word_);
-  at::Tensor x = vocab_parallel_embedding(tp_, ids, word, 0) + p(position_).narrow(0, 0, ids.size(1));
+  const at::Tensor word = compute_param(word_);
+  at::Tensor x = vocab_parallel_embedding(tp_, ids, word, 0) + compute_param(position_).narrow(0, 0, ids.size(1));
   for (int64_t l = spec_.first_layer; l < spec_.first_layer + spec_.num_layers; ++l) x = block(l, x);
   x = norm(final_ln_, x);
-  return column_parallel_linear(tp_, x, p(head_), at::Tensor())
+  return column_parallel_linear(tp_, x, compute_param(head_), at::Tensor())
       .narrow(-1, 0, cfg_.vocab_size)
       .to(at::kFloat);
 }

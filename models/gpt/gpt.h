@@ -83,7 +83,7 @@ class GptStage : public Stage {
   void index_params();
   // A parameter in the compute dtype (an autograd cast of the fp32 master
   // under bf16, so its gradient lands in fp32); master(): the fp32 tensor.
-  at::Tensor p(size_t index) const;
+  at::Tensor compute_param(size_t index) const;
   const at::Tensor& master(size_t index) const { return casts_.master(params_, index); }
   // LayerNorm computed in fp32, returned in x's dtype.
   at::Tensor norm(const NormParams& n, const at::Tensor& x) const;
@@ -94,7 +94,7 @@ class GptStage : public Stage {
   ChunkSpec spec_;
   TpContext tp_;
   std::vector<Param> params_;
-  CastCache casts_;  // p()'s compute-dtype copies (NOTE [cast once per step])
+  CastCache casts_;  // compute_param()'s compute-dtype copies (NOTE [cast once per step])
   Recompute recompute_ = Recompute::kNone;
   at::ScalarType compute_ = at::kFloat;
   at::ScalarType boundary_ = at::kFloat;  // what the hidden state crosses a pipeline boundary in

@@ -124,7 +124,7 @@ std::vector<Buffer> LlamaStage::buffers() {
   return {{"rope.cos", &cos_}, {"rope.sin", &sin_}};
 }
 
-at::Tensor LlamaStage::p(size_t index) const {
+at::Tensor LlamaStage::compute_param(size_t index) const {
   return casts_.get(params_, index, compute_);  // NOTE [cast once per step]
 }
 
@@ -133,7 +133,7 @@ at::Tensor LlamaStage::p(size_t index) const {
 at::Tensor LlamaStage::rms_norm(size_t weight, const at::Tensor& x) const {
   const at::Tensor x32 = x.to(at::kFloat);
   const at::Tensor normed = x32 * at::rsqrt(x32.pow(2).mean({-1}, true) + cfg_.layernorm_eps);
-  return p(weight) * normed.to(x.scalar_type());
+  return compute_param(weight) * normed.to(x.scalar_type());
 }
 
 at::Tensor LlamaStage::rotate(const at::Tensor& x) const {
@@ -146,8 +146,8 @@ at::Tensor LlamaStage::rotate(const at::Tensor& x) const {
 at::Tensor LlamaStage::attention(const BlockParams& b, const at::Tensor& x) const {
   const int64_t t = tp_.size(), heads = cfg_.heads / t, kv = cfg_.kv() / t, d = cfg_.head_dim();
   const at::Tensor in = enter_column_parallel(tp_, x);  // (b, s, h): one gather under SP for q, k and v
-  const at::Tensor q = linear(in, p(b.q), at::Tensor()), k = linear(in, p(b.k), at::Tensor()),
-                   v = linear(in, p(b.v), at::Tensor());
+  const at::Tensor q = linear(in, compute_param(b.q), at::Tensor()), k = linear(in, compute_param(b.k), at::Tensor()),
+                   v = linear(in, compute_param(b.v), at::Tensor());
   // The attention core: rotary embeddings, key/value heads repeated for their
   // query groups, SDPA; (b, s, H/tp·d) out. What selective recomputation drops.
   auto core = [this, heads, kv, d](const at::Tensor& q2, const at::Tensor& k2, const at::Tensor& v2) {
@@ -174,17 +174,18 @@ at::Tensor LlamaStage::attention(const BlockParams& b, const at::Tensor& x) cons
   } else {
     y = core(q, k, v);
   }
-  return row_parallel_linear(tp_, y, p(b.o), at::Tensor());
+  return row_parallel_linear(tp_, y, compute_param(b.o), at::Tensor());
 }
 
 at::Tensor LlamaStage::mlp(const BlockParams& b, const at::Tensor& x) const {
   const at::Tensor in = enter_column_parallel(tp_, x);
   // silu(gate) · up, (b, s, F/tp): the largest activations of a block.
   auto gated = [this, b](const at::Tensor& xin) {
-    return at::silu(linear(xin, p(b.gate), at::Tensor())) * linear(xin, p(b.up), at::Tensor());
+    return at::silu(linear(xin, compute_param(b.gate), at::Tensor())) *
+           linear(xin, compute_param(b.up), at::Tensor());
   };
   const at::Tensor a = recompute_ == Recompute::kSelective ? trident::recompute(gated, in) : gated(in);
-  return row_parallel_linear(tp_, a, p(b.down), at::Tensor());
+  return row_parallel_linear(tp_, a, compute_param(b.down), at::Tensor());
 }
 
 at::Tensor LlamaStage::block(int64_t layer, const at::Tensor& x) const {
@@ -198,12 +199,12 @@ std::vector<int64_t> LlamaStage::hidden_shape(int64_t mbs) const {
 }
 
 at::Tensor LlamaStage::embed(const at::Tensor& ids) const {
-  const at::Tensor word = p(word_);
+  const at::Tensor word = compute_param(word_);
   return vocab_parallel_embedding(tp_, ids, word, tp_.rank() * word.size(0));  // (b, s[/tp], h)
 }
 
 at::Tensor LlamaStage::head_logits(const at::Tensor& x) const {
-  const at::Tensor w = p(head_);
+  const at::Tensor w = compute_param(head_);
   return column_parallel_linear(tp_, rms_norm(final_norm_, x), w, at::Tensor()).to(at::kFloat);
 }
 

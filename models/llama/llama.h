@@ -73,7 +73,7 @@ class LlamaStage : public Stage {
   };
   at::Tensor run(const at::Tensor& input, const at::Tensor& targets) const;
   std::vector<int64_t> hidden_shape(int64_t mbs) const;
-  at::Tensor p(size_t index) const;  // in the compute dtype (an autograd cast under bf16)
+  at::Tensor compute_param(size_t index) const;  // in the compute dtype (an autograd cast under bf16)
   at::Tensor rms_norm(size_t weight, const at::Tensor& x) const;
   at::Tensor rotate(const at::Tensor& x) const;  // (b, heads, s, d) -> rotary embedding applied
   at::Tensor attention(const BlockParams& b, const at::Tensor& x) const;
@@ -86,7 +86,7 @@ class LlamaStage : public Stage {
   ChunkSpec spec_;
   TpContext tp_;
   std::vector<Param> params_;
-  CastCache casts_;  // p()'s compute-dtype copies (NOTE [cast once per step])
+  CastCache casts_;  // compute_param()'s compute-dtype copies (NOTE [cast once per step])
   Recompute recompute_ = Recompute::kNone;
   at::ScalarType compute_ = at::kFloat;
   at::ScalarType boundary_ = at::kFloat;  // what the hidden state crosses a pipeline boundary in
