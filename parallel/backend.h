@@ -59,7 +59,7 @@ std::string describe_build();
 // events, read only when times() is asked, after the marked work is done)
 // and gives each mark as a steady-clock time: the host time of begin() plus
 // the device time elapsed since begin()'s event. On the CPU a mark is the
-// host's steady clock at the call, as before. The executor's timeline, and
+// host's steady clock at the call. The executor's timeline, and
 // what reads it (the measured bubble, the per-stage F/B/I/W means behind the
 // predicted pipeline and `trident plan profile`), is device time on CUDA
 // this way.
