@@ -247,8 +247,8 @@ void Recorder::print_report(const TrainSummary& summary, const sched::TimelineSt
 
 // NOTE [rank summary]
 // Every rank writes logging.dir/rank-R.json at the end of a run: what it
-// held and did, for tests and tools to read instead of the printed lines
-// (DESIGN.md principle 17). Numbers only; the printed lines say the same.
+// held and did, for tests and tools to read instead of the printed lines.
+// Numbers only; the printed lines say the same.
 void Recorder::write_rank_summary(const TrainSummary& s, int64_t dp_reduced_elements,
                                   const std::optional<AutoSplit>& auto_split) const {
   const int rank = r_.pgs->rank();

@@ -1,7 +1,8 @@
 // The one place that holds what this build links and how libtorch is asked
-// for it (DESIGN.md principle 11). Everything CUDA or NCCL is declared here
-// and defined in parallel/backend.cpp, the only translation unit that
-// includes CUDA headers; the rest of Trident calls these functions.
+// for it: feature checks sit in one place, not in the functions that use
+// them. Everything CUDA or NCCL is declared here and defined in
+// parallel/backend.cpp, the only translation unit that includes CUDA headers;
+// the rest of Trident calls these functions.
 //
 // There is one build: libtorch 2.11 from PyPI's torch, CUDA-enabled, linked
 // with libtorch's CUDA library and NCCL (parallel/torch.cmake). The same
