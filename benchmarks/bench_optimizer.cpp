@@ -1,13 +1,13 @@
 // The optimizer phase alone on gpt-small-brown's parameter shapes (4 layers,
 // hidden 128, ffn 512, padded vocabulary 50304, 128 positions: 7.2 M fp32
 // elements in 52 tensors), one thread: Trident's AdamW (libtorch's
-// _fused_adamw_, NOTE [fused AdamW] in core/optimizer.cpp) against the
-// element-wise AdamW it replaced (eight ATen calls per parameter with
-// full-size temporaries, written out below) and torch::optim::AdamW (what
+// _fused_adamw_, NOTE [fused AdamW] in core/optimizer.cpp) against an
+// element-wise AdamW (eight ATen calls per parameter with full-size
+// temporaries, written out below) and torch::optim::AdamW (what
 // benchmarks/bench_libtorch_loop.cpp steps); and the float64 gradient norm
-// from one _foreach_norm against the per-parameter to(double).pow(2).sum()
-// it replaced. The contenders alternate rep by rep, so load from other work
-// falls on all; the minimum over reps is the least disturbed time.
+// from one _foreach_norm against a per-parameter to(double).pow(2).sum().
+// The contenders alternate rep by rep, so load from other work falls on all;
+// the minimum over reps is the least disturbed time.
 // Usage: bench_optimizer [--reps N]     (benchmarks/optimizer_step.sh runs it)
 #include <algorithm>
 #include <chrono>

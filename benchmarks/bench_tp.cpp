@@ -1,4 +1,4 @@
-// Time of one micro-batch (forward + backward) of a GptChunk at tp = world,
+// Time of one micro-batch (forward + backward) of a GptStage at tp = world,
 // and the part of it spent in TP collectives (Group::comm_seconds). Run alone
 // for tp = 1, or under the launcher for tp = N:
 //   bench_tp [--threads K] [--steps N] [--batch B] [--seq S] [--sp]
@@ -87,7 +87,7 @@ int run(const Args& a) {
   cfg.seq_len = a.seq;
   cfg.vocab_size = 256;
   const TpContext tp{pg.tp.size() > 1 ? &pg.tp : nullptr, a.sp};
-  GptChunk chunk(cfg, ChunkSpec{0, cfg.layers, true, true}, tp, 1234);
+  GptStage stage(cfg, ChunkSpec{0, cfg.layers, true, true}, tp, 1234);
   at::Generator gen = at::detail::createCPUGenerator(7);
   const auto ids_opts = at::TensorOptions().dtype(at::kLong);
   const at::Tensor ids = at::randint(cfg.vocab_size, {a.batch, a.seq}, gen, ids_opts);
@@ -96,12 +96,12 @@ int run(const Args& a) {
   std::vector<double> step_s, comm_s;
   int64_t calls = 0;
   for (int i = 0; i < a.warmup + a.steps; ++i) {
-    for (auto& p : chunk.params()) p.tensor.mutable_grad() = at::Tensor();
+    for (auto& p : stage.params()) p.tensor.mutable_grad() = at::Tensor();
     barrier(pg.world);  // start together, so comm time is not the other rank's head start
     const double comm0 = pg.tp.comm_seconds;
     const int64_t calls0 = pg.tp.comm_calls;
     const auto t0 = Clock::now();
-    chunk.forward(ids, targets).backward();
+    stage.forward(ids, targets).backward();
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     if (i < a.warmup) continue;
     step_s.push_back(dt);

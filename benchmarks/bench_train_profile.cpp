@@ -1,5 +1,5 @@
 // Where a training micro-batch's time goes: runs forward + backward of
-// Trident's GptChunk (tp = pp = 1) or of the plain libtorch baseline
+// Trident's GptStage (tp = pp = 1) or of the plain libtorch baseline
 // (benchmarks/libtorch_gpt.h) on random ids, interleaved, and prints the
 // median seconds of each, then (with --trace) writes a Chrome trace of one
 // model's ops through libtorch's profiler for scripts to sum by op name.
@@ -90,13 +90,13 @@ int main(int argc, char** argv) try {
   trident::ModelConfig cfg;
   cfg.layers = sizes.layers, cfg.hidden = sizes.hidden, cfg.heads = sizes.heads, cfg.ffn_hidden = sizes.ffn;
   cfg.seq_len = sizes.seq, cfg.vocab_size = 50257, cfg.vocab_pad_multiple = 128;
-  trident::GptChunk chunk(cfg, trident::ChunkSpec{0, cfg.layers, true, true}, trident::TpContext{}, 1234);
+  trident::GptStage stage(cfg, trident::ChunkSpec{0, cfg.layers, true, true}, trident::TpContext{}, 1234);
   bench::Gpt plain(sizes);
 
   torch::manual_seed(1);
   const torch::Tensor ids = torch::randint(50257, {batch, sizes.seq}, torch::kLong);
   const torch::Tensor targets = torch::randint(50257, {batch, sizes.seq}, torch::kLong);
-  std::function<void()> run_trident = [&] { chunk.forward(ids, targets).backward(); };
+  std::function<void()> run_trident = [&] { stage.forward(ids, targets).backward(); };
   std::function<void()> run_plain = [&] { plain(ids, targets).backward(); };
 
   if (!trace_model.empty()) {

@@ -1,6 +1,6 @@
 // The caller-error type of a configuration, shared by everything that checks
 // one (config.cpp's validation, the layout, the trainer): the message names
-// the key, the value and what was expected (DESIGN.md principle 9).
+// the key, the value and what was expected.
 #pragma once
 
 #include <stdexcept>

@@ -76,7 +76,8 @@ void set_rng_state(const std::string& bytes, const c10::Device& device = c10::De
 // agree (heads), or load a prefix of it (fewer layers, a smaller padded
 // vocabulary), so the shape-defining keys must match; the error also names
 // the first tensor whose shape differs, with both shapes.
-void check_same_model(const ckpt::Reader& r, const ModelConfig& mine, const std::vector<std::vector<Param>*>& chunks) {
+void check_same_model(const ckpt::Reader& r, const ModelConfig& mine,
+                      const std::vector<std::vector<Param>*>& stage_params) {
   const ModelConfig theirs = parse_config(r.meta().config_toml, r.step_dir() + "/manifest.json (config)").model;
   std::string diff;
   auto cmp = [&](const std::string& key, const std::string& a, const std::string& b) {
@@ -92,7 +93,7 @@ void check_same_model(const ckpt::Reader& r, const ModelConfig& mine, const std:
   cmp("model.vocab_size", s(theirs.vocab_size), s(mine.vocab_size));
   if (diff.empty()) return;
   std::string tensor;
-  for (const auto* params : chunks)
+  for (const auto* params : stage_params)
     for (const Param& p : *params) {
       if (!tensor.empty()) break;
       if (!r.has(p.info.name))
@@ -151,9 +152,9 @@ void check_checkpoint_dir(const Config& cfg) {
                       " to continue from it, or another directory");
 }
 
-Checkpointer::Checkpointer(const Config& cfg, ProcessGroups& pgs, std::vector<std::vector<Param>*> chunks,
+Checkpointer::Checkpointer(const Config& cfg, ProcessGroups& pgs, std::vector<std::vector<Param>*> stage_params,
                            DataParallel& dp)
-    : cfg_(cfg), pgs_(pgs), chunks_(std::move(chunks)), dp_(dp) {
+    : cfg_(cfg), pgs_(pgs), stage_params_(std::move(stage_params)), dp_(dp) {
   if (!cfg_.checkpoint.dir.empty()) signals_ = std::make_unique<PreemptionSignals>();
   if (const char* delay = std::getenv("TRIDENT_ASYNC_SAVE_DELAY_MS"); delay && *delay) {
     char tail = 0;
@@ -204,8 +205,8 @@ int64_t Checkpointer::restore() {
                                         "(check_checkpoint_dir refuses such a run)");
   const auto start = std::chrono::steady_clock::now();
   ckpt::Reader r(k.dir);
-  check_same_model(r, cfg_.model, chunks_);
-  for (auto* params : chunks_) ckpt::load_params(r, *params);  // tied copies read their primary's entry
+  check_same_model(r, cfg_.model, stage_params_);
+  for (auto* params : stage_params_) ckpt::load_params(r, *params);  // tied copies read their primary's entry
 
   AdamW& opt = dp_.optimizer();
   at::NoGradGuard no_grad;
@@ -259,7 +260,7 @@ int64_t Checkpointer::data_step(int64_t step) const {
 }
 
 c10::Device Checkpointer::device() const {
-  for (const auto* params : chunks_)
+  for (const auto* params : stage_params_)
     if (!params->empty()) return params->front().tensor.device();
   return c10::Device(c10::kCPU);
 }
@@ -338,7 +339,7 @@ Checkpointer::Shard Checkpointer::collect(int64_t steps_done, bool copy_to_host)
     return h;
   };
   if (c.dp == 0)
-    for (const auto* params : chunks_)
+    for (const auto* params : stage_params_)
       for (const Param& p : *params)
         if (ckpt::stores_param(p.info, c.tp))
           shard.entries.push_back({p.info.name, p.info.full_shape, ckpt::param_offset(p.info), p.tensor.sizes().vec(),

@@ -75,8 +75,8 @@ void check_checkpoint_dir(const Config& cfg);
 
 class Checkpointer {
  public:
-  // chunks[c]: this rank's parameters of its model chunk c (Stage::params()).
-  Checkpointer(const Config& cfg, ProcessGroups& pgs, std::vector<std::vector<Param>*> chunks, DataParallel& dp);
+  // stage_params[c]: the parameters of this rank's stage c (Stage::params()).
+  Checkpointer(const Config& cfg, ProcessGroups& pgs, std::vector<std::vector<Param>*> stage_params, DataParallel& dp);
 
   // At start-up. With checkpoint.resume and a checkpoint in checkpoint.dir:
   // loads it (any layout) and returns its step; otherwise returns 0.
@@ -127,7 +127,7 @@ class Checkpointer {
 
   const Config& cfg_;
   ProcessGroups& pgs_;
-  std::vector<std::vector<Param>*> chunks_;
+  std::vector<std::vector<Param>*> stage_params_;
   DataParallel& dp_;
   int64_t restored_step_ = 0, consumed_at_restore_ = 0;  // NOTE [consumed samples]
   // The preemption signal any rank received (0: none) and whether any rank's

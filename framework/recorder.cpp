@@ -32,9 +32,10 @@ void Recorder::start(int64_t first_step, double peak, int64_t model_params) {
   peak_ = peak;
   const Config& c = *r_.cfg;
   if (leader()) {
-    std::cout << "trident train: " << r_.pgs->layout().describe() << ", schedule " << c.schedule.kind << " (m=" << r_.m
-              << ", v=" << c.schedule.chunks << "), " << model_params << " parameters, device " << r_.device.str()
-              << " (" << describe_build() << "), backend " << r_.pgs->backend() << ", peak " << peak / 1e9
+    std::cout << "trident train: " << r_.pgs->layout().describe() << ", schedule " << c.schedule.kind
+              << " (m=" << r_.microbatches << ", v=" << c.schedule.chunks << "), " << model_params
+              << " parameters, device " << r_.device.str() << " (" << describe_build() << "), backend "
+              << r_.pgs->backend() << ", peak " << peak / 1e9
               << " GFLOP/s per rank\n--- effective config ---\n"
               << to_toml(c) << "------------------------" << std::endl;
     log_ = std::make_unique<RunLog>(c.logging.dir, "Trident " + c.model.arch + " loss (" + c.source + ")",
@@ -177,13 +178,13 @@ void Recorder::write_trace(int64_t step, double origin_us, const std::vector<sch
   std::vector<sched::RankRecording> all;
   for (size_t i = 0; i < texts.size(); ++i) all.push_back(sched::recording_from_text(texts[i], static_cast<int>(i)));
   const std::string title = "step " + std::to_string(step) + ", " + r_.pgs->layout().describe() + ", " +
-                            r_.cfg->schedule.kind + " m=" + std::to_string(r_.m) + " v=" +
+                            r_.cfg->schedule.kind + " m=" + std::to_string(r_.microbatches) + " v=" +
                             std::to_string(r_.cfg->schedule.chunks);
   std::ofstream(r_.cfg->logging.dir + "/trace.json") << sched::render_chrome_ranks(all, title);
   std::vector<sched::RankRecording> pipeline;
   for (int g : r_.pgs->pp.members) pipeline.push_back(all.at(static_cast<size_t>(g)));
   std::ofstream(r_.cfg->logging.dir + "/timeline.svg")
-      << sched::render_svg(sched::to_timeline(pipeline, static_cast<int>(r_.m), r_.schedule->chunks),
+      << sched::render_svg(sched::to_timeline(pipeline, static_cast<int>(r_.microbatches), r_.schedule->chunks),
                            "measured step " + std::to_string(step) + ", " + r_.cfg->schedule.kind + ", ms");
 }
 
@@ -246,8 +247,8 @@ void Recorder::print_report(const TrainSummary& summary, const sched::TimelineSt
 
 // NOTE [rank summary]
 // Every rank writes logging.dir/rank-R.json at the end of a run: what it
-// held and did, for tests and tools to read instead of the printed lines
-// (DESIGN.md principle 17). Numbers only; the printed lines say the same.
+// held and did, for tests and tools to read instead of the printed lines.
+// Numbers only; the printed lines say the same.
 void Recorder::write_rank_summary(const TrainSummary& s, int64_t dp_reduced_elements,
                                   const std::optional<AutoSplit>& auto_split) const {
   const int rank = r_.pgs->rank();

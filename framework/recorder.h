@@ -31,7 +31,7 @@ struct RecordedRun {
   const ProcessGroups* pgs = nullptr;
   Executor* exec = nullptr;
   const sched::Schedule* schedule = nullptr;
-  int64_t m = 1;  // micro-batches per step per DP rank
+  int64_t microbatches = 1;  // per step per DP rank
   c10::Device device{c10::kCPU};
   double flops_per_step = 0;
 };

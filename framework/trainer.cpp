@@ -106,11 +106,11 @@ struct NonFiniteGuard {
 struct Run {
   Config cfg;
   c10::Device device{c10::kCPU};  // where this rank computes (training.device, LOCAL_RANK)
-  int64_t m = 1;  // micro-batches per step per DP rank
+  int64_t microbatches = 1;  // per step per DP rank
   std::unique_ptr<ProcessGroups> pgs;
   TpContext tp;
   std::unique_ptr<Model> model;
-  std::vector<std::unique_ptr<Stage>> stages;  // this rank's chunks, in chunk order
+  std::vector<std::unique_ptr<Stage>> stages;  // this rank's stages, in chunk order
   std::unique_ptr<DataParallel> dp;
   std::unique_ptr<Executor> exec;
   sched::Schedule schedule;
@@ -125,7 +125,7 @@ struct Run {
 // The samples micro-batch `mb` of global batch `step` gives this rank (NOTE [step batches]).
 StepBatches step_batches(const Run& r, const data::SampleSource& ds, int64_t step) {
   const auto& t = r.cfg.training;
-  const BatchShape shape{t.global_batch_size, t.micro_batch_size, r.cfg.model.seq_len, r.m,
+  const BatchShape shape{t.global_batch_size, t.micro_batch_size, r.cfg.model.seq_len, r.microbatches,
                          r.pgs->layout().coords(r.pgs->rank()).dp, r.cfg.parallel.dp};
   return StepBatches(ds, step, shape, r.device);
 }
@@ -140,7 +140,7 @@ MicroBatch micro_batch(StepBatches& batches, int mb) {
 double reduce_loss(Run& r, const at::Tensor& local_sum) {
   at::Tensor t = local_sum.reshape({1}).to(at::kDouble).clone();
   all_reduce(r.pgs->pp, t);
-  t.div_(static_cast<double>(r.m));
+  t.div_(static_cast<double>(r.microbatches));
   all_reduce(r.pgs->dp, t);
   return read_scalar(t, "loss") / static_cast<double>(r.pgs->dp.size());
 }
@@ -161,7 +161,8 @@ double evaluate(Run& r, int64_t evaluation) {
   double sum = 0;
   for (int64_t e = 0; e < r.cfg.training.eval_batches; ++e) {
     StepBatches batches = step_batches(r, *r.val_data->samples, eval_batch_index(r.cfg, evaluation, e));
-    sum += reduce_loss(r, r.exec->forward_only(static_cast<int>(r.m), [&](int mb) { return micro_batch(batches, mb); }));
+    sum += reduce_loss(
+        r, r.exec->forward_only(static_cast<int>(r.microbatches), [&](int mb) { return micro_batch(batches, mb); }));
   }
   return sum / static_cast<double>(r.cfg.training.eval_batches);
 }
@@ -181,7 +182,7 @@ std::optional<StepMetrics> train_step(Run& r, int64_t step, int64_t data_step) {
   const auto& actions = r.schedule.ranks.at(r.pgs->layout().coords(r.pgs->rank()).pp);
   StepBatches batches = step_batches(r, *r.train_data->samples, data_step);  // NOTE [consumed samples]
   const ExecutorStats stats = r.exec->run(
-      actions, [&](int mb) { return micro_batch(batches, mb); }, 1.0 / static_cast<double>(r.m), r.dp.get());
+      actions, [&](int mb) { return micro_batch(batches, mb); }, 1.0 / static_cast<double>(r.microbatches), r.dp.get());
   r.rec->schedule_ran(stats);
   r.dp->finish_grad_sync();  // what of the gradient reduction the backward did not hide
   r.rec->grads_synced();
@@ -214,7 +215,7 @@ std::optional<StepMetrics> train_step(Run& r, int64_t step, int64_t data_step) {
 // every data-parallel replica, build the same list.
 void measure_zb_auto(Run& r) {
   const Config& c = r.cfg;
-  const int p = static_cast<int>(c.parallel.pp), m = static_cast<int>(r.m);
+  const int p = static_cast<int>(c.parallel.pp), m = static_cast<int>(r.microbatches);
   const int pp_rank = r.pgs->layout().coords(r.pgs->rank()).pp;
   const sched::Schedule probe = sched::generate("zb-h1", p, m, 1);
   CostAccumulator acc;
@@ -222,7 +223,7 @@ void measure_zb_auto(Run& r) {
     r.dp->zero_grads();
     StepBatches batches = step_batches(r, *r.train_data->samples, 0);
     r.exec->run(probe.ranks.at(pp_rank), [&](int mb) { return micro_batch(batches, mb); },
-                1.0 / static_cast<double>(r.m), r.dp.get());
+                1.0 / static_cast<double>(r.microbatches), r.dp.get());
     r.dp->finish_grad_sync();
     if (pass == 1) {
       acc.add(*r.exec, 1);
@@ -263,7 +264,7 @@ void measure_zb_auto(Run& r) {
   }
 }
 
-std::vector<std::vector<Param>*> chunk_params_of(Run& r) {
+std::vector<std::vector<Param>*> stage_params_of(Run& r) {
   std::vector<std::vector<Param>*> out;
   for (auto& s : r.stages) out.push_back(&s->params());
   return out;
@@ -287,8 +288,8 @@ void build(Run& r) {
   resolve_world(c, env.world_size);
   // schedule.chunks absent (0): what the kind needs; everything after (the schedule, checkpoints' layout) sees it.
   if (c.schedule.chunks == 0) c.schedule.chunks = sched::default_chunks(c.schedule.kind);
-  r.m = num_microbatches(c);
-  r.schedule = build_schedule(c, r.m);  // schedule errors before any rendezvous
+  r.microbatches = num_microbatches(c);
+  r.schedule = build_schedule(c, r.microbatches);  // schedule errors before any rendezvous
   {
     // The ranks sharing this host's memory and cores, from LOCAL_WORLD_SIZE.
     const HostResources host = read_host_resources();
@@ -318,7 +319,7 @@ void build(Run& r) {
   r.model = make_model(c);
   const int stages = r.schedule.virtual_stages(), pp_rank = layout.coords(env.rank).pp;
   std::vector<Stage*> raw;
-  std::vector<std::vector<Param*>> chunk_params;
+  std::vector<std::vector<Param*>> stage_params;
   for (int chunk = 0; chunk < r.schedule.chunks; ++chunk) {
     r.stages.push_back(r.model->make_stage(r.schedule.stage_of(pp_rank, chunk), stages, r.tp, c.training.seed));
     r.stages.back()->set_recompute(parse_recompute(c.training.recompute));
@@ -326,8 +327,8 @@ void build(Run& r) {
     r.stages.back()->set_boundary_dtype(pipeline_dtype(c) == "bf16" ? at::kBFloat16 : at::kFloat);
     r.stages.back()->move_buffers(r.device);  // once; the parameters move with the DataParallel below
     raw.push_back(r.stages.back().get());
-    chunk_params.emplace_back();
-    for (Param& prm : r.stages.back()->params()) chunk_params.back().push_back(&prm);
+    stage_params.emplace_back();
+    for (Param& prm : r.stages.back()->params()) stage_params.back().push_back(&prm);
   }
   for (const ParamInfo& info : r.model->unique_params(stages)) {
     int64_t n = 1;
@@ -342,7 +343,7 @@ void build(Run& r) {
   dpo.sequence_parallel = c.parallel.sequence_parallel;
   dpo.device = r.device;  // the parameters move into the device's buckets here
   r.dp = std::make_unique<DataParallel>(
-      chunk_params, DataParallelGroups{&r.pgs->dp, &r.pgs->tp, &r.pgs->model_parallel, &r.pgs->embedding}, dpo,
+      stage_params, DataParallelGroups{&r.pgs->dp, &r.pgs->tp, &r.pgs->model_parallel, &r.pgs->embedding}, dpo,
       AdamWOptions{c.training.beta1, c.training.beta2, c.training.eps, c.training.weight_decay},
       tied_placement(r.model->tied_groups(stages), [&](int s) { return r.schedule.rank_of(s); }, pp_rank,
                      r.schedule.pipeline_ranks),
@@ -352,12 +353,12 @@ void build(Run& r) {
       r.stages[chunk]->set_read_gate(
           [dp = r.dp.get(), chunk](size_t index) { dp->param_read(static_cast<int>(chunk), index); });
   // A checkpoint resumed later overwrites these (checkpoint.resume wins over init_from).
-  if (!c.model.init_from.empty()) init_from_pretrained(c, chunk_params_of(r));
+  if (!c.model.init_from.empty()) init_from_pretrained(c, stage_params_of(r));
   r.exec = std::make_unique<Executor>(raw, r.pgs->pp, r.schedule.stage_map(), c.training.micro_batch_size, r.device);
   r.flops_per_step = r.model->flops_per_token() * static_cast<double>(c.training.global_batch_size * c.model.seq_len);
   if (c.schedule.kind == "zb-auto" && c.schedule.zb_auto_costs == "measured" && c.parallel.pp > 1) measure_zb_auto(r);
   r.rec = std::make_unique<Recorder>(
-      RecordedRun{&r.cfg, r.pgs.get(), r.exec.get(), &r.schedule, r.m, r.device, r.flops_per_step});
+      RecordedRun{&r.cfg, r.pgs.get(), r.exec.get(), &r.schedule, r.microbatches, r.device, r.flops_per_step});
 }
 
 // NOTE [resumed step for the launcher]
@@ -394,7 +395,7 @@ TrainSummary train(Config cfg) {
   std::cout << r.pgs->layout().describe(r.pgs->rank()) << ": "
             << summary.local_params << " local parameters of " << r.model_params << ", "
             << r.dp->dp_reduced_elements() << " gradient elements all-reduced over dp per step" << std::endl;
-  Checkpointer checkpointer(c, *r.pgs, chunk_params_of(r), *r.dp);
+  Checkpointer checkpointer(c, *r.pgs, stage_params_of(r), *r.dp);
   const int64_t first_step = checkpointer.restore();  // 0, or the step of the checkpoint resumed
   if (leader) tell_launcher_resumed(first_step);
   r.rec->start(first_step, summary.peak_flops, r.model_params);

@@ -1,4 +1,4 @@
-// Training entry point: config -> layout -> process groups -> model chunks ->
+// Training entry point: config -> layout -> process groups -> model stages ->
 // schedule -> the step loop. Torch-free header so command-line code stays light.
 #pragma once
 

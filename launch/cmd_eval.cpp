@@ -48,12 +48,12 @@ int cmd_eval(int argc, char** argv) {
   const auto tok = model_tokenizer(m, tokenizer, tokenizer_dir);
   std::vector<int64_t> ids;
   for (uint32_t id : tok->encode(read_file(text))) ids.push_back(id);
-  const EvalResult r = evaluate(*m.chunk, m.model.seq_len, ids);
+  const EvalResult r = evaluate(*m.stage, m.model.seq_len, ids);
   std::printf("loss=%.6f tokens=%lld\n", r.loss, static_cast<long long>(r.tokens));
   if (!logits_out.empty()) {
     const int64_t w = std::min<int64_t>(m.model.seq_len, static_cast<int64_t>(ids.size()));
     std::vector<int64_t> window(ids.begin(), ids.begin() + w);
-    const at::Tensor lg = m.chunk->logits(at::tensor(window, at::kLong).unsqueeze(0)).select(0, 0).to(at::kFloat)
+    const at::Tensor lg = m.stage->logits(at::tensor(window, at::kLong).unsqueeze(0)).select(0, 0).to(at::kFloat)
                               .contiguous();  // (w, vocab_size)
     safetensors::Tensor ids_t{"ids", "I64", {w}, std::string(reinterpret_cast<const char*>(window.data()), w * 8)};
     safetensors::write_file(logits_out, {safetensors::from_float("logits", lg.sizes().vec(), lg.data_ptr<float>()),

@@ -47,7 +47,7 @@ int cmd_generate(int argc, char** argv) {
   std::optional<int64_t> stop;
   if (auto eot = tok->end_of_text()) stop = *eot;
   std::vector<uint32_t> out;
-  for (int64_t id : generate(*m.chunk, m.model.seq_len, ids, max_tokens, temperature, top_k, seed, stop))
+  for (int64_t id : generate(*m.stage, m.model.seq_len, ids, max_tokens, temperature, top_k, seed, stop))
     out.push_back(static_cast<uint32_t>(id));
   std::cout << tok->decode(out) << "\n";
   return 0;

@@ -111,7 +111,7 @@ std::string memory_table(const plan::Estimate& e) {
 
 // The --set lines that make `trident train` run this layout.
 std::string emit_set(const plan::Estimate& e, int64_t global_batch, const std::vector<std::string>& model_sets) {
-  const plan::Layout& l = e.layout;
+  const plan::PlanLayout& l = e.layout;
   std::ostringstream os;
   for (const std::string& s : model_sets) os << "--set " << s << "\n";
   os << "--set parallel.tp=" << l.tp << "\n--set parallel.pp=" << l.pp << "\n--set parallel.dp=" << l.dp

@@ -45,14 +45,14 @@ LoadedModel load_model(const std::string& checkpoint, const std::string& hf_dir)
   }
   cfg.model.dropout = 0;  // inference: no dropout (it has no parameters)
   cfg.model.init_from = hf_dir;
-  cfg.parallel = ParallelConfig{};  // one rank, the whole model in one chunk
+  cfg.parallel = ParallelConfig{};  // one rank, the whole model in one stage
   out.model = cfg.model;
-  out.chunk = make_model(cfg)->make_stage(0, 1, TpContext{}, /*seed=*/0);
-  out.chunk->set_training(false);
+  out.stage = make_model(cfg)->make_stage(0, 1, TpContext{}, /*seed=*/0);
+  out.stage->set_training(false);
   if (reader) {
-    for (Param& p : out.chunk->params()) ckpt::load_param(*reader, p.info.name, p.info, p.tensor);
+    for (Param& p : out.stage->params()) ckpt::load_param(*reader, p.info.name, p.info, p.tensor);
   } else {
-    init_from_pretrained(cfg, {&out.chunk->params()});
+    init_from_pretrained(cfg, {&out.stage->params()});
   }
   out.model.init_from.clear();
   return out;

@@ -19,7 +19,7 @@ struct LoadedModel {
   ModelConfig model;          // dropout forced to 0 (inference)
   std::string tokenizer;      // as recorded by the model ("" when unknown)
   std::string tokenizer_dir;  // from a checkpoint's config, or the HF directory for "hf"; "" = default search
-  std::unique_ptr<Stage> chunk;  // all layers, embedding and head (Stage::logits works)
+  std::unique_ptr<Stage> stage;  // all layers, embedding and head (Stage::logits works)
 };
 
 // Exactly one of `checkpoint` (a checkpoint_store directory of any layout) and

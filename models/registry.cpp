@@ -37,15 +37,15 @@ std::string hf_model_type(const std::string& dir) {
 
 }  // namespace
 
-void init_from_pretrained(const Config& cfg, const std::vector<std::vector<Param>*>& chunks) {
+void init_from_pretrained(const Config& cfg, const std::vector<std::vector<Param>*>& stage_params) {
   if (cfg.model.arch == "gpt") {
-    const HfGpt2 hf = read_hf_gpt2(cfg.model.init_from);  // once, for all chunks
-    for (std::vector<Param>* params : chunks) init_from_hf(hf, cfg.model, *params);
+    const HfGpt2 hf = read_hf_gpt2(cfg.model.init_from);  // once, for all stages
+    for (std::vector<Param>* params : stage_params) init_from_hf(hf, cfg.model, *params);
     return;
   }
   if (cfg.model.arch == "llama") {
     const HfLlama hf = read_hf_llama(cfg.model.init_from);
-    for (std::vector<Param>* params : chunks) init_from_hf_llama(hf, cfg.model, *params);
+    for (std::vector<Param>* params : stage_params) init_from_hf_llama(hf, cfg.model, *params);
     return;
   }
   throw ModelInputError("model.init_from: no pretrained format for model.arch = \"" + cfg.model.arch + "\"");

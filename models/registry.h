@@ -20,7 +20,7 @@ std::unique_ptr<Model> make_model(const Config& cfg);
 // slices, tied copies included) from the pretrained model in cfg.model.init_from
 // (a Hugging Face GPT-2 directory for "gpt", a Llama one for "llama"). Throws
 // naming the file, key or tensor that does not fit.
-void init_from_pretrained(const Config& cfg, const std::vector<std::vector<Param>*>& chunks);
+void init_from_pretrained(const Config& cfg, const std::vector<std::vector<Param>*>& stage_params);
 
 // The model a Hugging Face directory holds (config.json's model_type: "gpt2"
 // or "llama") and the tokenizer it records.

@@ -1,7 +1,8 @@
 // The one place that holds what this build links and how libtorch is asked
-// for it (DESIGN.md principle 11). Everything CUDA or NCCL is declared here
-// and defined in parallel/backend.cpp, the only translation unit that
-// includes CUDA headers; the rest of Trident calls these functions.
+// for it: feature checks sit in one place, not in the functions that use
+// them. Everything CUDA or NCCL is declared here and defined in
+// parallel/backend.cpp, the only translation unit that includes CUDA headers;
+// the rest of Trident calls these functions.
 //
 // There is one build: libtorch 2.11 from PyPI's torch, CUDA-enabled, linked
 // with libtorch's CUDA library and NCCL (parallel/torch.cmake). The same
@@ -59,7 +60,7 @@ std::string describe_build();
 // events, read only when times() is asked, after the marked work is done)
 // and gives each mark as a steady-clock time: the host time of begin() plus
 // the device time elapsed since begin()'s event. On the CPU a mark is the
-// host's steady clock at the call, as before. The executor's timeline, and
+// host's steady clock at the call. The executor's timeline, and
 // what reads it (the measured bubble, the per-stage F/B/I/W means behind the
 // predicted pipeline and `trident plan profile`), is device time on CUDA
 // this way.

@@ -139,10 +139,10 @@ void GradBuffer::mark_ready(size_t k) {
   if (ready_[k]) return;
   ready_[k] = true;
   Bucket& b = *buckets_[bucket_of_[k]];
-  if (--b.pending == 0 && o_.overlap && !b.late && !b.local) launch(b);
+  if (--b.pending == 0 && o_.overlap && !b.late && !b.local) start_reduction(b);
 }
 
-void GradBuffer::launch(Bucket& b) {
+void GradBuffer::start_reduction(Bucket& b) {
   if (dp_.size() == 1) return;
   if (b.shard_grad.defined()) {
     b.work = reduce_scatter_async(dp_, b.shard_grad, b.grad);
@@ -152,7 +152,7 @@ void GradBuffer::launch(Bucket& b) {
   b.work = dp_.pg->allreduce(ts);
 }
 
-void GradBuffer::land(Bucket& b) {
+void GradBuffer::finish_reduction(Bucket& b) {
   if (!b.work) return;
   wait_work(dp_, b.work, b.shard_grad.defined() ? "gradient reduce_scatter" : "gradient all_reduce", -1);
   b.work.reset();
@@ -166,8 +166,8 @@ void GradBuffer::wait_reduction() {
   at::NoGradGuard no_grad;
   for (auto& b : buckets_) {
     if (b->late || b->local) continue;
-    if (!b->work) launch(*b);  // not launched during the backward (no overlap)
-    land(*b);
+    if (!b->work) start_reduction(*b);  // not launched during the backward (no overlap)
+    finish_reduction(*b);
     if (dp_.size() > 1) b->grad.div_(static_cast<double>(dp_.size()));
   }
 }
@@ -187,8 +187,8 @@ void GradBuffer::reduce_late() {
   Bucket* late = late_bucket();
   if (!late || dp_.size() == 1) return;
   at::NoGradGuard no_grad;
-  launch(*late);
-  land(*late);
+  start_reduction(*late);
+  finish_reduction(*late);
   late->grad.div_(static_cast<double>(dp_.size()));
 }
 

@@ -128,8 +128,8 @@ class GradBuffer : public GradObserver {
   struct Hook;
   void plan_buckets(const std::function<GradPlace(const Param&)>& place);
   void mark_ready(size_t param_index);
-  void launch(Bucket& b);
-  void land(Bucket& b);  // waits for a launched reduction; sharded: copies the shard into the bucket
+  void start_reduction(Bucket& b);   // all_reduce, or reduce_scatter into the shard (sharded), asynchronously
+  void finish_reduction(Bucket& b);  // waits for a started reduction; sharded: copies the shard into the bucket
   Bucket* late_bucket() const;
 
   const Group& dp_;

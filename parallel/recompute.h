@@ -19,12 +19,12 @@
 // and an I defers their dW for a later W action as it does without
 // recomputation, on whatever thread the backward runs.
 //
-// "selective" began as Korthikanti et al. (2022)'s: recompute only the
-// attention core, whose (batch, heads, seq, seq) scores dominate. Attention
-// now runs through scaled_dot_product_attention (models/common/attention.h), whose
+// Korthikanti et al. (2022)'s "selective" recomputes only the attention core,
+// whose (batch, heads, seq, seq) scores dominate. Trident's attention runs
+// through scaled_dot_product_attention (models/common/attention.h), whose
 // fused kernels keep O(seq) per head instead, so recomputing the core alone
-// saved nothing (measured on gpt-tiny: 2.22 MB without recomputation, 2.25 MB
-// with). Selective therefore also recomputes the MLP's up projection and GELU
+// saves nothing (measured on gpt-tiny: 2.22 MB without recomputation, 2.25 MB
+// with). Trident's selective therefore also recomputes the MLP's up projection and GELU
 // from the block's normalised input, dropping the (batch, seq, ffn/tp)
 // activation that GELU's backward keeps, the largest of a block.
 #pragma once

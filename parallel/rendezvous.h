@@ -21,7 +21,7 @@ struct WorldEnv {
   std::string source = "none";  // which variables were found: "torchrun", "slurm", "ompi", "none"
   // Bound on meeting the other ranks (store connection and the join check),
   // from TRIDENT_RDZV_TIMEOUT_S (`trident launch --rdzv-timeout`); 0 means
-  // "the collective timeout", as before the launcher had the option.
+  // "the collective timeout".
   std::chrono::milliseconds rdzv_timeout{0};
   // Which attempt of a restarted job this is (TORCHELASTIC_RESTART_COUNT under
   // torchrun, TRIDENT_RESTART_COUNT under `trident launch --max-restarts`; 0

@@ -33,7 +33,7 @@ const Group& unpack(AutogradContext* ctx) {
 // and no cast on either side, as Megatron-LM's mappings do (they hand the
 // tensor to the collective as it is). The backend sums bf16 element by element
 // (Gloo widens each pair to float and rounds the sum, NCCL likewise), so at
-// tp = 2 the result is the fp32 sum rounded once, as before; at tp > 2 every
+// tp = 2 the result is the fp32 sum rounded once; at tp > 2 every
 // step of the ring rounds.
 //
 // Every collective writes into one contiguous tensor through the into-tensor
@@ -51,11 +51,9 @@ const Group& unpack(AutogradContext* ctx) {
 // rank's chunk out), so there only Trident's own copies are saved; NCCL
 // writes into the tensors given.
 //
-// fp32 values are unchanged at tp = 2 (a sum of two is the same in any order)
-// and at micro-batch 1 (the buffers' layouts are the old ones). At tp > 2 with
-// micro-batch > 1 an element's position in the reduce-scatter buffer differs
-// from the old transposed layout's, and Gloo's ring sums an element in an order
-// that depends on its position: fp32 results move at the 1e-7 level there.
+// Gloo's ring sums an element in an order that depends on its position in
+// the buffer, so at tp > 2 fp32 results depend on the layout at the 1e-7
+// level (at tp = 2 a sum of two is the same in any order).
 
 // x summed over the group, in place: `x` must be contiguous and owned by the
 // caller (nothing else reads it afterwards).
@@ -123,7 +121,7 @@ at::Tensor my_slice(const Group& g, const at::Tensor& x, int64_t dim) {
 //    embedding's masked lookup; nothing else holds it. The forward marks it
 //    dirty, so autograd's version check refuses any later reader that saved
 //    it, rather than let it read the sum. A view, a strided input or a leaf
-//    that requires grad is copied first, as before.
+//    that requires grad is copied first.
 //  - copy_to_tp's backward receives dX of the column-parallel linear(s)
 //    that read its output (a fresh mm result, or the engine's sum of
 //    several), which no other node reads.
@@ -335,9 +333,10 @@ struct LinearNoBiasFn : torch::autograd::Function<LinearNoBiasFn> {
 // hidden 128), so every full pass over them costs as much as a sizeable matmul.
 // Forward keeps exp(l - max) and its row sums and makes the softmax only in
 // backward, padded columns are zeroed after exp instead of -inf-filled in a
-// copy, and the target logit is gathered from the input: each value is the
-// same float operation on the same operands as before, so losses and
-// gradients are unchanged bit for bit, with four fewer passes.
+// copy, and the target logit is gathered from the input. Each value is the
+// same float operation on the same operands as in the direct computation
+// (softmax made in forward, padding filled with -inf), so losses and
+// gradients are the same bit for bit, with four fewer passes.
 struct VocabParallelCE : torch::autograd::Function<VocabParallelCE> {
   // logits (b, s, v/tp) fp32; targets (b, s) int64 global ids.
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor& targets, int64_t group,

@@ -54,7 +54,7 @@ std::vector<std::vector<int>> splits(const Problem& pr, int tp, int stages, int 
 }
 
 // Memory that no schedule avoids: states of the largest stage plus one micro-batch's activations.
-bool surely_too_big(const Problem& pr, const Layout& l) {
+bool surely_too_big(const Problem& pr, const PlanLayout& l) {
   const ModelConfig& m = pr.model;
   const ParamCounts pc = param_counts(m, l.tp, l.pp > 1);
   const double params = static_cast<double>(pc.layer) * static_cast<double>(m.layers) / l.pp;
@@ -77,7 +77,7 @@ SearchResult search(const Problem& pr, const SearchOptions& o) {
   auto drop = [&](const std::string& why, int64_t n = 1) { res.dropped[why] += n; };
   std::vector<Estimate> all;
   // Simulates `l` and keeps its estimate in `into` when the device holds its peak.
-  auto keep_if_it_fits = [&](const Layout& l, std::vector<Estimate>& into) {
+  auto keep_if_it_fits = [&](const PlanLayout& l, std::vector<Estimate>& into) {
     Estimate e = evaluate(pr, l);
     ++res.evaluated;
     if (!e.fits) return drop("exceeds device memory (peak with the simulated in-flight micro-batches)");
@@ -127,7 +127,7 @@ SearchResult search(const Problem& pr, const SearchOptions& o) {
             for (const char* rec : {"none", "selective", "full"}) {
               for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
                 for (int zero = 0; zero <= (dp > 1 ? 1 : 0); ++zero) {
-                  Layout l;
+                  PlanLayout l;
                   l.tp = tp, l.pp = pp, l.dp = dp, l.schedule = kind, l.chunks = v, l.micro_batch = mbs;
                   l.recompute = rec, l.sequence_parallel = sp == 1, l.zero = zero, l.layers = split;
                   if (sp && m.seq_len % tp) {
@@ -158,21 +158,21 @@ SearchResult search(const Problem& pr, const SearchOptions& o) {
     for (const Estimate& e : all)
       if (e.layout.pp > 1) order.push_back(&e);
     std::sort(order.begin(), order.end(), [](const Estimate* a, const Estimate* b) { return a->step_s < b->step_s; });
-    std::vector<Layout> bases;
+    std::vector<PlanLayout> bases;
     for (const Estimate* e : order) {
       if (static_cast<int>(bases.size()) == std::max(o.top, 3)) break;
-      Layout b = e->layout;
+      PlanLayout b = e->layout;
       if ((b.chunks > 0 ? b.chunks : sched::default_chunks(b.schedule)) != 1) {  // the same layout, one chunk per rank
         const auto sp = splits(pr, b.tp, b.pp, b.micro_batch);
         if (sp.empty()) continue;
         b.layers = sp.back();
       }
       b.schedule = "zb-auto", b.chunks = 1;
-      if (std::none_of(bases.begin(), bases.end(), [&](const Layout& x) { return layout_text(x) == layout_text(b); }))
+      if (std::none_of(bases.begin(), bases.end(), [&](const PlanLayout& x) { return layout_text(x) == layout_text(b); }))
         bases.push_back(b);
     }
     std::vector<Estimate> found;
-    for (const Layout& b : bases) {
+    for (const PlanLayout& b : bases) {
       const int mb_count = static_cast<int>(pr.global_batch / (static_cast<int64_t>(b.dp) * b.micro_batch));
       if (static_cast<int64_t>(mb_count) * b.pp > kZbAutoSearchSlots) {
         drop("zb-auto: pp x micro-batches above " + std::to_string(kZbAutoSearchSlots) + " (its list search takes seconds)");
@@ -181,7 +181,7 @@ SearchResult search(const Problem& pr, const SearchOptions& o) {
       std::vector<int> limits{b.pp, (3 * b.pp + 1) / 2, 2 * b.pp};
       limits.erase(std::unique(limits.begin(), limits.end()), limits.end());
       for (int limit : limits) {
-        Layout z = b;
+        PlanLayout z = b;
         z.memory_limit = limit;
         keep_if_it_fits(z, found);
       }

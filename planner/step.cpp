@@ -65,9 +65,9 @@ Link dp_link(const Cluster& c, int tp, int dp) {
   return out;
 }
 
-int chunks_of(const Layout& l) { return l.chunks > 0 ? l.chunks : sched::default_chunks(l.schedule); }
+int chunks_of(const PlanLayout& l) { return l.chunks > 0 ? l.chunks : sched::default_chunks(l.schedule); }
 
-std::vector<int> layers_per_stage(const ModelConfig& m, const Layout& l) {
+std::vector<int> layers_per_stage(const ModelConfig& m, const PlanLayout& l) {
   const int stages = l.pp * chunks_of(l);
   if (!l.layers.empty()) return l.layers;
   std::vector<int> out(stages, static_cast<int>(m.layers / stages));
@@ -76,8 +76,8 @@ std::vector<int> layers_per_stage(const ModelConfig& m, const Layout& l) {
 
 }  // namespace
 
-Layout parse_layout(const std::string& text, int gpus) {
-  Layout l;
+PlanLayout parse_layout(const std::string& text, int gpus) {
+  PlanLayout l;
   l.dp = -1;
   std::vector<std::string> seen;
   std::stringstream in(text);
@@ -145,7 +145,7 @@ Layout parse_layout(const std::string& text, int gpus) {
   return l;
 }
 
-std::string layout_text(const Layout& l) {
+std::string layout_text(const PlanLayout& l) {
   std::string out = "tp=" + std::to_string(l.tp) + ",pp=" + std::to_string(l.pp) + ",dp=" + std::to_string(l.dp) +
                     ",schedule=" + l.schedule + ",chunks=" + std::to_string(chunks_of(l)) +
                     ",mbs=" + std::to_string(l.micro_batch) + ",recompute=" + l.recompute +
@@ -182,7 +182,7 @@ Runtime runtime_named(const std::string& name) {
   return r;
 }
 
-Layout resolve_layers(const ModelConfig& m, Layout l) {
+PlanLayout resolve_layers(const ModelConfig& m, PlanLayout l) {
   const int stages = l.pp * chunks_of(l);
   const std::string at = "layout " + layout_text(l) + ": ";
   if ((l.first_layers || l.last_layers) && stages < 2)
@@ -217,9 +217,9 @@ Layout resolve_layers(const ModelConfig& m, Layout l) {
   return l;
 }
 
-void check_layout(const Problem& pr, const Layout& given) {
+void check_layout(const Problem& pr, const PlanLayout& given) {
   const ModelConfig& m = pr.model;
-  const Layout l = resolve_layers(m, given);
+  const PlanLayout l = resolve_layers(m, given);
   const std::string at = "layout " + layout_text(l) + ": ";
   const int devices = l.tp * l.pp * l.dp;
   if (devices > pr.cluster.devices())
@@ -266,8 +266,8 @@ void check_layout(const Problem& pr, const Layout& given) {
   }
 }
 
-Estimate evaluate(const Problem& pr, const Layout& given) {
-  const Layout l = resolve_layers(pr.model, given);
+Estimate evaluate(const Problem& pr, const PlanLayout& given) {
+  const PlanLayout l = resolve_layers(pr.model, given);
   check_layout(pr, l);
   const Runtime rt = runtime_named(pr.runtime);
   const ModelConfig& m = pr.model;

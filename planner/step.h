@@ -17,7 +17,9 @@
 
 namespace trident::plan {
 
-struct Layout {
+// One candidate the planner prices: the parallel factors with the schedule, micro-batch, recomputation,
+// ZeRO and layer split a run would use (the world's rank layout is trident::Layout, parallel/layout.h).
+struct PlanLayout {
   int tp = 1, pp = 1, dp = 1;
   bool sequence_parallel = false;
   std::string schedule = "1f1b";  // a kind of sched::schedule_kinds()
@@ -41,8 +43,8 @@ struct Layout {
 // treats it)
 // (keys in any order, each at most once, all optional; dp = -1 or absent means
 // what the GPU count leaves). Throws PlanError naming the item.
-Layout parse_layout(const std::string& text, int gpus);
-std::string layout_text(const Layout& l);  // the same form, every key
+PlanLayout parse_layout(const std::string& text, int gpus);
+std::string layout_text(const PlanLayout& l);  // the same form, every key
 
 // What one step costs, in seconds on the slowest path: the terms add up to step_s.
 struct Breakdown {
@@ -64,7 +66,7 @@ struct RankMemory {  // bytes on one device of pipeline rank r
 };
 
 struct Estimate {
-  Layout layout;
+  PlanLayout layout;
   int microbatches = 0;         // per DP rank per step
   double step_s = 0;
   double tokens_per_s = 0;
@@ -123,11 +125,11 @@ struct Problem {
 
 // Throws PlanError when the layout does not fit the model, the batch or the
 // cluster (naming the factor), or the schedule does not support (p, m, v).
-void check_layout(const Problem& pr, const Layout& l);
+void check_layout(const Problem& pr, const PlanLayout& l);
 // `l` with first=/last= (or, when the layers do not divide pp x chunks, a split the planner picks:
 // the remainder spread one layer each over the middle stages first, as evenly as it goes) written out
 // into `layers`; unchanged when the layers divide or are given.
-Layout resolve_layers(const ModelConfig& m, Layout l);
-Estimate evaluate(const Problem& pr, const Layout& l);
+PlanLayout resolve_layers(const ModelConfig& m, PlanLayout l);
+Estimate evaluate(const Problem& pr, const PlanLayout& l);
 
 }  // namespace trident::plan

@@ -19,18 +19,18 @@ using sched::ActionKind;
 
 Executor::Executor(std::vector<Stage*> stages, const Group& pp, const sched::StageMap& map,
                    int64_t micro_batch_size, c10::Device device)
-    : chunks_(std::move(stages)),
+    : stages_(std::move(stages)),
       pp_(pp),
       map_(map),
       mbs_(micro_batch_size),
       device_(device),
       clock_(device),
       progress_(pp.global(pp.rank)) {
-  if (chunks_.empty()) throw std::logic_error("Executor needs at least one stage");
-  if (map_.pipeline_ranks != pp.size() || map_.chunks != static_cast<int>(chunks_.size()))
+  if (stages_.empty()) throw std::logic_error("Executor needs at least one stage");
+  if (map_.pipeline_ranks != pp.size() || map_.chunks != static_cast<int>(stages_.size()))
     throw std::logic_error("Executor: stage map is for p=" + std::to_string(map_.pipeline_ranks) + " v=" +
                            std::to_string(map_.chunks) + " but the pipeline group has " +
-                           std::to_string(pp.size()) + " ranks and this rank " + std::to_string(chunks_.size()) +
+                           std::to_string(pp.size()) + " ranks and this rank " + std::to_string(stages_.size()) +
                            " stages");
 }
 
@@ -45,8 +45,8 @@ void Executor::post_recv(const Action& a) {
   at::Tensor& buf = grad ? s.recv_grad_buf : s.recv_act_buf;
   if (buf.defined()) return;     // delivered locally already
   if (peer == pp_.rank) return;  // same rank (p = 1, the turn of a V): send() hands the tensor over
-  buf = at::empty(grad ? chunks_[a.chunk]->output_shape(mbs_) : chunks_[a.chunk]->input_shape(mbs_),
-                  at::TensorOptions().dtype(chunks_[a.chunk]->boundary_dtype()).device(device_));
+  buf = at::empty(grad ? stages_[a.chunk]->output_shape(mbs_) : stages_[a.chunk]->input_shape(mbs_),
+                  at::TensorOptions().dtype(stages_[a.chunk]->boundary_dtype()).device(device_));
   (grad ? s.recv_grad_group : s.recv_act_group) = static_cast<int>(groups_.size());  // the group being gathered
   queued_.ops.push_back({false, buf, peer, tag(grad, a.mb, stage(a.chunk))});
   queued_.actions.push_back(a);
@@ -109,10 +109,10 @@ void Executor::send(const Action& a) {
   const int to_stage = map_.stage_of(peer, into.chunk);
   at::Tensor t = (grad ? s.grad_in : s.output.detach()).contiguous();
   if (grad) s.grad_in.reset();
-  if (t.scalar_type() != chunks_[a.chunk]->boundary_dtype())  // the peer receives into a buffer of that dtype
+  if (t.scalar_type() != stages_[a.chunk]->boundary_dtype())  // the peer receives into a buffer of that dtype
     throw std::logic_error(sched::to_token(a) + " sends " + std::string(c10::toString(t.scalar_type())) +
                            " but the stage's boundary dtype is " +
-                           c10::toString(chunks_[a.chunk]->boundary_dtype()) + " (NOTE [pipeline dtype])");
+                           c10::toString(stages_[a.chunk]->boundary_dtype()) + " (NOTE [pipeline dtype])");
   if (peer == pp_.rank) {  // that virtual stage lives here too: hand over directly
     Slot& dst = slots_[{a.mb, into.chunk}];
     (grad ? dst.recv_grad_buf : dst.recv_act_buf) = t.clone();
@@ -165,7 +165,7 @@ void Executor::forward(const Action& a, const std::function<MicroBatch(int)>& ba
   }
   const int64_t before = live_cpu_bytes();
   WeightGradScope scope(&s.deferred);  // the graph keeps this micro-batch's W queue (NOTE [I/W split])
-  s.output = chunks_[a.chunk]->forward(s.input, last ? data.targets : at::Tensor());
+  s.output = stages_[a.chunk]->forward(s.input, last ? data.targets : at::Tensor());
   s.activation_bytes = before < 0 ? -1 : live_cpu_bytes() - before;
   // The double sum of float losses, added in micro-batch order: the same
   // doubles a host-side `+= item<double>()` gives.
@@ -264,16 +264,16 @@ void Executor::find_reduce_points(const sched::ActionList& actions, std::vector<
   // The chunk's gradients are final at its REDUCE_GRAD (the validator's rule:
   // one per chunk, after every B, I and W of it), so the final backward is the
   // last B or I before it.
-  reduce->assign(chunks_.size(), actions.size());
-  last_backward->assign(chunks_.size(), actions.size());
+  reduce->assign(stages_.size(), actions.size());
+  last_backward->assign(stages_.size(), actions.size());
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
     const auto c = static_cast<size_t>(a.chunk);
-    if (c >= chunks_.size()) throw std::logic_error("action " + sched::to_token(a) + " names a chunk this rank lacks");
+    if (c >= stages_.size()) throw std::logic_error("action " + sched::to_token(a) + " names a chunk this rank lacks");
     if (a.kind == ActionKind::REDUCE_GRAD && (*reduce)[c] == actions.size()) (*reduce)[c] = i;
     if (sched::is_backward(a.kind) && (*reduce)[c] == actions.size()) (*last_backward)[c] = i;
   }
-  for (size_t c = 0; c < chunks_.size(); ++c)
+  for (size_t c = 0; c < stages_.size(); ++c)
     if ((*reduce)[c] == actions.size())
       throw std::logic_error("Executor: the action list has no REDUCE_GRAD for chunk " + std::to_string(c) + " (" +
                              sched::to_token(sched::reduce_grad(static_cast<int>(c))) +

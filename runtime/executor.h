@@ -160,7 +160,7 @@ class Executor {
   void track(ExecutorStats& stats);
   void reset_loss();
 
-  std::vector<Stage*> chunks_;
+  std::vector<Stage*> stages_;
   const Group& pp_;
   sched::StageMap map_;  // virtual stages and peers
   int64_t mbs_;

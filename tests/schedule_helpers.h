@@ -31,8 +31,9 @@ inline sched::Schedule unordered_communication(const sched::Schedule& compute_on
   return out;
 }
 
-// The executor's old receive prefetch: each receive posted ahead of the
-// compute before the one that needs it (to overlap the transfer with it).
+// A receive prefetch, which the executor does not do: each receive posted
+// ahead of the compute before the one that needs it (to overlap the transfer
+// with it).
 inline sched::Schedule with_prefetched_receives(sched::Schedule s) {
   for (sched::ActionList& list : s.ranks) {
     sched::ActionList out;

@@ -33,23 +33,23 @@ std::vector<ChunkSpec> split_layers(int64_t layers, int64_t stages, const std::v
   return specs;
 }
 
-PlannedParam& ParamPlan::add(const std::string& name, std::vector<int64_t> full, int shard_dim,
-                             const std::string& init, double std_dev, bool no_decay, bool sequence_parallel_grad) {
+void ParamPlan::add(const ParamDecl& decl) {
   PlannedParam pp;
-  pp.info.name = name;
-  pp.info.full_shape = full;
-  pp.info.shard_dim = shard_dim;
-  pp.info.init = init;
-  pp.info.init_std = std_dev;
-  pp.info.no_decay = no_decay;
-  pp.info.sequence_parallel_grad = sequence_parallel_grad;
-  pp.local_shape = full;
-  if (shard_dim >= 0) {
-    pp.local_shape[shard_dim] = full[shard_dim] / tp_size_;
-    pp.info.shard_offset = tp_rank_ * pp.local_shape[shard_dim];
+  pp.info.name = decl.name;
+  pp.info.full_shape = decl.shape;
+  pp.info.shard_dim = decl.shard_dim;
+  pp.info.init = decl.init;
+  pp.info.init_std = decl.std_dev;
+  pp.info.no_decay = decl.no_decay;
+  pp.info.sequence_parallel_grad = decl.sequence_parallel_grad;
+  pp.info.tied_copy = decl.tied_copy;
+  pp.info.init_valid_rows = decl.init_valid_rows;
+  pp.local_shape = decl.shape;
+  if (decl.shard_dim >= 0) {
+    pp.local_shape[decl.shard_dim] = decl.shape[decl.shard_dim] / tp_size_;
+    pp.info.shard_offset = tp_rank_ * pp.local_shape[decl.shard_dim];
   }
   plan_.push_back(std::move(pp));
-  return plan_.back();
 }
 
 std::vector<ParamInfo> unique_params_of(const std::vector<ChunkSpec>& specs,
@@ -74,12 +74,12 @@ LayerCosts profile_pieces(const ModelConfig& cfg, int64_t mbs, int reps,
   const at::Tensor ids = at::randint(cfg.vocab_size, {mbs, cfg.seq_len}, gen);
   const at::Tensor hidden = at::randn({mbs, cfg.seq_len, cfg.hidden}, gen);
   auto time = [&](const ChunkSpec& spec) {
-    std::unique_ptr<Stage> chunk = make(spec);
+    std::unique_ptr<Stage> stage = make(spec);
     double best = std::numeric_limits<double>::infinity();
     for (int r = 0; r <= reps; ++r) {
       const auto start = Clock::now();
       at::Tensor in = spec.has_embedding ? ids : hidden.clone().requires_grad_(true);
-      at::Tensor out = chunk->forward(in, spec.has_head ? ids : at::Tensor());
+      at::Tensor out = stage->forward(in, spec.has_head ? ids : at::Tensor());
       if (spec.has_head)
         out.backward();
       else

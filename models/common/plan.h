@@ -34,15 +34,31 @@ struct PlannedParam {
   std::vector<int64_t> local_shape;
 };
 
-// Builds a TP plan: each add() is one parameter with its global name, full
-// shape, split dimension (-1 replicated over TP, 0 column-parallel: outputs
-// split, 1 row-parallel: inputs split) and init, sized for TP rank
-// `tp_rank` of `tp_size`.
+// ParamDecl::shard_dim: a weight (out, in) split over TP along its outputs
+// (column-parallel; a 1-D bias of such a layer alike) or its inputs
+// (row-parallel), or not split at all.
+constexpr int kReplicated = -1, kColumnParallel = 0, kRowParallel = 1;
+
+// One parameter of a TP plan as a family declares it (ParamPlan::add), each
+// field set by name.
+struct ParamDecl {
+  std::string name;                     // global name, e.g. "layers.3.attn.qkv.weight"
+  std::vector<int64_t> shape;           // the full (unsharded) shape
+  int shard_dim = kReplicated;          // kReplicated | kColumnParallel | kRowParallel
+  std::string init = "normal";          // "normal" | "zeros" | "ones"
+  double std_dev = 0;                   // of "normal"
+  bool no_decay = false;                // no weight decay: biases and norms
+  bool sequence_parallel_grad = false;  // replicated but fed a sequence shard (ParamInfo)
+  bool tied_copy = false;               // a second copy of a tied parameter: the LM head's word embedding
+  int64_t init_valid_rows = -1;         // rows >= this are zero at init (padded vocabulary)
+};
+
+// Builds a TP plan: each add() is one parameter, sized for TP rank `tp_rank`
+// of `tp_size` (its local shape and offset along shard_dim).
 class ParamPlan {
  public:
   ParamPlan(int64_t tp_size, int64_t tp_rank) : tp_size_(tp_size), tp_rank_(tp_rank) {}
-  PlannedParam& add(const std::string& name, std::vector<int64_t> full, int shard_dim, const std::string& init,
-                    double std_dev, bool no_decay, bool sequence_parallel_grad);
+  void add(const ParamDecl& decl);
   std::vector<PlannedParam>& params() { return plan_; }
 
  private:

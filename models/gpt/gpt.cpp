@@ -1,4 +1,4 @@
-// GPT chunk: parameters from the TP plan, forward through embedding, blocks
+// GPT stage: parameters from the TP plan, forward through embedding, blocks
 // and head. Shapes in comments are per TP rank.
 #include "models/gpt/gpt.h"
 
@@ -18,59 +18,96 @@ std::vector<PlannedParam> gpt_param_plan(const ModelConfig& cfg, const ChunkSpec
   const int64_t h = cfg.hidden, f = cfg.ffn(), vp = cfg.padded_vocab(tp_size);
   const double proj_std = cfg.init_std / std::sqrt(2.0 * static_cast<double>(cfg.layers));
   ParamPlan plan(tp_size, tp_rank);
-  auto add = [&plan](const std::string& name, std::vector<int64_t> full, int shard_dim, const std::string& init,
-                     double std_dev, bool no_decay, bool sp_grad) {
-    return &plan.add(name, std::move(full), shard_dim, init, std_dev, no_decay, sp_grad);
+  // A weight: normal init, weight decay.
+  auto weight = [&plan](const std::string& name, std::vector<int64_t> shape, int shard_dim, double std_dev) {
+    ParamDecl decl;
+    decl.name = name;
+    decl.shape = std::move(shape);
+    decl.shard_dim = shard_dim;
+    decl.std_dev = std_dev;
+    plan.add(decl);
   };
-  auto norm = [&](const std::string& pre) {
-    add(pre + ".weight", {h}, -1, "ones", 0, true, true);
-    add(pre + ".bias", {h}, -1, "zeros", 0, true, true);
+  // A bias: zeros, no weight decay. A row-parallel layer's bias is replicated and added after the
+  // reduce, to a sequence shard under SP; a column-parallel layer's is split with its outputs.
+  auto bias = [&plan](const std::string& name, std::vector<int64_t> shape, int shard_dim) {
+    ParamDecl decl;
+    decl.name = name;
+    decl.shape = std::move(shape);
+    decl.shard_dim = shard_dim;
+    decl.init = "zeros";
+    decl.no_decay = true;
+    decl.sequence_parallel_grad = shard_dim == kReplicated;
+    plan.add(decl);
+  };
+  // A LayerNorm: weight ones, bias zeros; replicated, fed a sequence shard under SP, no weight decay.
+  auto norm = [&plan, h](const std::string& pre) {
+    ParamDecl decl;
+    decl.shape = {h};
+    decl.no_decay = true;
+    decl.sequence_parallel_grad = true;
+    decl.name = pre + ".weight", decl.init = "ones";
+    plan.add(decl);
+    decl.name = pre + ".bias", decl.init = "zeros";
+    plan.add(decl);
+  };
+  // The word embedding, split over TP by vocabulary rows; padding rows are zero at init. The LM head's
+  // copy has the same name, so the same init.
+  auto word_embedding = [&](bool tied_copy) {
+    ParamDecl decl;
+    decl.name = "embedding.word.weight";
+    decl.shape = {vp, h};
+    decl.shard_dim = kColumnParallel;
+    decl.std_dev = cfg.init_std;
+    decl.init_valid_rows = cfg.vocab_size;
+    decl.tied_copy = tied_copy;
+    plan.add(decl);
   };
   if (spec.has_embedding) {
-    add("embedding.word.weight", {vp, h}, 0, "normal", cfg.init_std, false, false)->info.init_valid_rows =
-        cfg.vocab_size;
-    add("embedding.position.weight", {cfg.seq_len, h}, -1, "normal", cfg.init_std, false, true);
+    word_embedding(/*tied_copy=*/false);
+    ParamDecl position;
+    position.name = "embedding.position.weight";
+    position.shape = {cfg.seq_len, h};
+    position.std_dev = cfg.init_std;
+    position.sequence_parallel_grad = true;
+    plan.add(position);
   }
   for (int64_t l = spec.first_layer; l < spec.first_layer + spec.num_layers; ++l) {
     const std::string pre = "layers." + std::to_string(l);
     norm(pre + ".ln1");
     // qkv rows are ordered (head, {q,k,v}, head_dim) so a split over TP keeps whole heads.
-    add(pre + ".attn.qkv.weight", {3 * h, h}, 0, "normal", cfg.init_std, false, false);
-    add(pre + ".attn.qkv.bias", {3 * h}, 0, "zeros", 0, true, false);
-    add(pre + ".attn.proj.weight", {h, h}, 1, "normal", proj_std, false, false);
-    add(pre + ".attn.proj.bias", {h}, -1, "zeros", 0, true, true);
+    weight(pre + ".attn.qkv.weight", {3 * h, h}, kColumnParallel, cfg.init_std);
+    bias(pre + ".attn.qkv.bias", {3 * h}, kColumnParallel);
+    weight(pre + ".attn.proj.weight", {h, h}, kRowParallel, proj_std);
+    bias(pre + ".attn.proj.bias", {h}, kReplicated);
     norm(pre + ".ln2");
-    add(pre + ".mlp.fc.weight", {f, h}, 0, "normal", cfg.init_std, false, false);
-    add(pre + ".mlp.fc.bias", {f}, 0, "zeros", 0, true, false);
-    add(pre + ".mlp.proj.weight", {h, f}, 1, "normal", proj_std, false, false);
-    add(pre + ".mlp.proj.bias", {h}, -1, "zeros", 0, true, true);
+    weight(pre + ".mlp.fc.weight", {f, h}, kColumnParallel, cfg.init_std);
+    bias(pre + ".mlp.fc.bias", {f}, kColumnParallel);
+    weight(pre + ".mlp.proj.weight", {h, f}, kRowParallel, proj_std);
+    bias(pre + ".mlp.proj.bias", {h}, kReplicated);
   }
   if (spec.has_head) {
     norm("final_ln");
-    // The LM head's copy of the word embedding: same name, so the same init.
-    auto* head = add("embedding.word.weight", {vp, h}, 0, "normal", cfg.init_std, false, false);
-    head->info.init_valid_rows = cfg.vocab_size;
-    head->info.tied_copy = true;
+    word_embedding(/*tied_copy=*/true);
   }
   return std::move(plan.params());
 }
 
-GptChunk::GptChunk(const ModelConfig& cfg, const ChunkSpec& spec, const TpContext& tp, int64_t seed)
+GptStage::GptStage(const ModelConfig& cfg, const ChunkSpec& spec, const TpContext& tp, int64_t seed)
     : cfg_(cfg), spec_(spec), tp_(tp) {
   const int64_t t = tp.size();
   // Rules of check_config (core/config.cpp), asserted here.
   if (cfg.hidden % cfg.heads != 0 || cfg.heads % t != 0 || cfg.ffn() % t != 0 || cfg.padded_vocab(t) % t != 0 ||
       (cfg.dropout > 0 && t > 1))
-    throw std::logic_error("GptChunk: the model config does not split over tp=" + std::to_string(t) +
+    throw std::logic_error("GptStage: the model config does not split over tp=" + std::to_string(t) +
                            " (check_config admits no such config)");
   for (auto& planned : gpt_param_plan(cfg, spec, t, tp.rank()))
     params_.push_back({init_shard(seed, planned.info, planned.local_shape), planned.info});
   index_params();
 }
 
-void GptChunk::index_params() {
+void GptStage::index_params() {
   auto at = [&](const std::string& name, bool tied_copy = false) {
-    return param_index(params_, name, "GptChunk", tied_copy);
+    return param_index(params_, name, "GptStage", tied_copy);
   };
   auto norm_at = [&](const std::string& pre) { return NormParams{at(pre + ".weight"), at(pre + ".bias")}; };
   if (spec_.has_embedding) word_ = at("embedding.word.weight"), position_ = at("embedding.position.weight");
@@ -84,27 +121,27 @@ void GptChunk::index_params() {
   if (spec_.has_head) final_ln_ = norm_at("final_ln"), head_ = at("embedding.word.weight", true);
 }
 
-void GptChunk::set_recompute(Recompute mode) {
+void GptStage::set_recompute(Recompute mode) {
   // Recomputation replays the CPU generator's state, but a test found the
   // losses of a dropout run still differ from not recomputing: check_config
   // refuses training.recompute with model.dropout > 0 until that is understood.
   if (mode != Recompute::kNone && cfg_.dropout > 0)
-    throw std::logic_error("GptChunk::set_recompute with dropout > 0 (check_config admits no such config)");
+    throw std::logic_error("GptStage::set_recompute with dropout > 0 (check_config admits no such config)");
   recompute_ = mode;
 }
 
-at::Tensor GptChunk::p(size_t index) const {
+at::Tensor GptStage::compute_param(size_t index) const {
   return casts_.get(params_, index, compute_);  // NOTE [cast once per step]
 }
 
-at::Tensor GptChunk::norm(const NormParams& n, const at::Tensor& x) const {
+at::Tensor GptStage::norm(const NormParams& n, const at::Tensor& x) const {
   return at::layer_norm(x.to(at::kFloat), {cfg_.hidden}, master(n.weight), master(n.bias), cfg_.layernorm_eps)
       .to(x.scalar_type());
 }
 
-at::Tensor GptChunk::attention(const BlockParams& b, const at::Tensor& x) const {
+at::Tensor GptStage::attention(const BlockParams& b, const at::Tensor& x) const {
   const int64_t heads = cfg_.heads / tp_.size(), hd = cfg_.hidden / cfg_.heads;
-  at::Tensor qkv = column_parallel_linear(tp_, x, p(b.qkv_weight), p(b.qkv_bias));
+  at::Tensor qkv = column_parallel_linear(tp_, x, compute_param(b.qkv_weight), compute_param(b.qkv_bias));
   const double dropout = this->dropout();
   // The attention core: (b, s, 3 hidden/tp) -> (b, s, hidden/tp), holding
   // (b, heads/tp, s, s) scores; what selective recomputation drops.
@@ -117,10 +154,10 @@ at::Tensor GptChunk::attention(const BlockParams& b, const at::Tensor& x) const 
     return causal_attention(q, k, v, dropout).transpose(1, 2).reshape({batch, s, heads * hd});  // (b, s, hidden/tp)
   };
   at::Tensor y = recompute_ == Recompute::kSelective ? trident::recompute(core, qkv) : core(qkv);
-  return row_parallel_linear(tp_, y, p(b.attn_proj_weight), p(b.attn_proj_bias));
+  return row_parallel_linear(tp_, y, compute_param(b.attn_proj_weight), compute_param(b.attn_proj_bias));
 }
 
-at::Tensor GptChunk::block(int64_t layer, const at::Tensor& x) const {
+at::Tensor GptStage::block(int64_t layer, const at::Tensor& x) const {
   const BlockParams& b = blocks_.at(static_cast<size_t>(layer - spec_.first_layer));
   auto resid_dropout = [&](at::Tensor t) { return dropout() > 0 ? at::dropout(t, dropout(), true) : t; };
   at::Tensor h = norm(b.ln1, x);
@@ -129,23 +166,23 @@ at::Tensor GptChunk::block(int64_t layer, const at::Tensor& x) const {
   // (b, s, ffn/tp): the up projection's output, which GELU's backward keeps, is the
   // largest activation of a block; selective recomputation keeps its input instead.
   auto up = [this, b](const at::Tensor& in) {  // by value: the backward replays it
-    return at::gelu(column_parallel_linear(tp_, in, p(b.fc_weight), p(b.fc_bias)), "tanh");
+    return at::gelu(column_parallel_linear(tp_, in, compute_param(b.fc_weight), compute_param(b.fc_bias)), "tanh");
   };
   h = recompute_ == Recompute::kSelective ? trident::recompute(up, h) : up(h);
-  h = row_parallel_linear(tp_, h, p(b.mlp_proj_weight), p(b.mlp_proj_bias));
+  h = row_parallel_linear(tp_, h, compute_param(b.mlp_proj_weight), compute_param(b.mlp_proj_bias));
   return out + resid_dropout(h);
 }
 
-std::vector<int64_t> GptChunk::hidden_shape(int64_t mbs) const {
+std::vector<int64_t> GptStage::hidden_shape(int64_t mbs) const {
   return {mbs, tp_.sequence_parallel ? cfg_.seq_len / tp_.size() : cfg_.seq_len, cfg_.hidden};
 }
 
-at::Tensor GptChunk::run(const at::Tensor& input, const at::Tensor& targets) const {
+at::Tensor GptStage::run(const at::Tensor& input, const at::Tensor& targets) const {
   at::Tensor x = spec_.has_embedding ? input : input.to(compute_);  // boundaries: boundary_ (NOTE [bf16])
   if (spec_.has_embedding) {
-    const at::Tensor word = p(word_);
+    const at::Tensor word = compute_param(word_);
     x = vocab_parallel_embedding(tp_, input, word, tp_.rank() * word.size(0));  // (b, s[/tp], hidden)
-    at::Tensor pos = p(position_).narrow(0, 0, input.size(1));
+    at::Tensor pos = compute_param(position_).narrow(0, 0, input.size(1));
     if (tp_.sequence_parallel) {
       const int64_t part = input.size(1) / tp_.size();
       pos = pos.narrow(0, tp_.rank() * part, part);
@@ -161,14 +198,14 @@ at::Tensor GptChunk::run(const at::Tensor& input, const at::Tensor& targets) con
   }
   if (!spec_.has_head) return x.to(boundary_);
   x = norm(final_ln_, x);
-  const at::Tensor word = p(head_);
+  const at::Tensor word = compute_param(head_);
   at::Tensor logits = column_parallel_linear(tp_, x, word, at::Tensor()).to(at::kFloat);  // (b, s, vocab/tp)
   return vocab_parallel_cross_entropy(tp_, logits, targets, tp_.rank() * word.size(0), cfg_.vocab_size).mean();
 }
 
 std::unique_ptr<Stage> GptModel::make_stage(int stage, int num_stages, const TpContext& tp, int64_t seed) const {
   const auto specs = split_layers(cfg_.layers, num_stages, pipeline_layers_);
-  return std::make_unique<GptChunk>(cfg_, specs.at(static_cast<size_t>(stage)), tp, seed);
+  return std::make_unique<GptStage>(cfg_, specs.at(static_cast<size_t>(stage)), tp, seed);
 }
 
 std::vector<ParamInfo> GptModel::unique_params(int num_stages) const {
@@ -189,19 +226,19 @@ double GptModel::flops_per_token() const {
 
 LayerCosts GptModel::profile(int64_t mbs, int reps) const {
   return profile_pieces(cfg_, mbs, reps, [this](const ChunkSpec& spec) {
-    return std::make_unique<GptChunk>(cfg_, spec, TpContext{}, 1);
+    return std::make_unique<GptStage>(cfg_, spec, TpContext{}, 1);
   });
 }
 
-at::Tensor GptChunk::logits(const at::Tensor& ids) const {
+at::Tensor GptStage::logits(const at::Tensor& ids) const {
   if (!spec_.has_embedding || !spec_.has_head || tp_.size() != 1)
-    throw std::logic_error("GptChunk::logits needs the whole model on one rank (embedding, head, tp = 1)");
+    throw std::logic_error("GptStage::logits needs the whole model on one rank (embedding, head, tp = 1)");
   // Same ops as forward() at tp = 1, where every TP mapping is the identity.
-  const at::Tensor word = p(word_);
-  at::Tensor x = vocab_parallel_embedding(tp_, ids, word, 0) + p(position_).narrow(0, 0, ids.size(1));
+  const at::Tensor word = compute_param(word_);
+  at::Tensor x = vocab_parallel_embedding(tp_, ids, word, 0) + compute_param(position_).narrow(0, 0, ids.size(1));
   for (int64_t l = spec_.first_layer; l < spec_.first_layer + spec_.num_layers; ++l) x = block(l, x);
   x = norm(final_ln_, x);
-  return column_parallel_linear(tp_, x, p(head_), at::Tensor())
+  return column_parallel_linear(tp_, x, compute_param(head_), at::Tensor())
       .narrow(-1, 0, cfg_.vocab_size)
       .to(at::kFloat);
 }

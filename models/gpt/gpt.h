@@ -36,13 +36,13 @@ std::vector<PlannedParam> gpt_param_plan(const ModelConfig& cfg, const ChunkSpec
 // residual stream as it is, no cast); "fp32" sends them as fp32 (bf16 ->
 // fp32 -> bf16 is exact either way, so pp-only layouts stay bit-identical to
 // pp = 1; fp32 costs twice the bytes).
-class GptChunk : public Stage {
+class GptStage : public Stage {
  public:
-  GptChunk(const ModelConfig& cfg, const ChunkSpec& spec, const TpContext& tp, int64_t seed);
+  GptStage(const ModelConfig& cfg, const ChunkSpec& spec, const TpContext& tp, int64_t seed);
 
-  // First chunk: input is token ids (batch, seq) int64; otherwise the hidden
+  // First stage: input is token ids (batch, seq) int64; otherwise the hidden
   // state (batch, seq, hidden), or (batch, seq/tp, hidden) under sequence
-  // parallelism. Last chunk: returns the mean token loss of the micro-batch
+  // parallelism. Last stage: returns the mean token loss of the micro-batch
   // (a scalar) given targets (batch, seq); otherwise the hidden state.
   at::Tensor forward(const at::Tensor& input, const at::Tensor& targets) override { return run(input, targets); }
   at::Tensor forward(const at::Tensor& input, const at::Tensor& targets) const { return run(input, targets); }
@@ -70,7 +70,7 @@ class GptChunk : public Stage {
   at::Tensor run(const at::Tensor& input, const at::Tensor& targets) const;
   std::vector<int64_t> hidden_shape(int64_t mbs) const;
   // Positions in params_ of a LayerNorm's and a block's parameters, found by
-  // name once when the chunk is built (a forward reads params_ by position:
+  // name once when the stage is built (a forward reads params_ by position:
   // the trainer may have replaced a Param's tensor by a view since).
   struct NormParams {
     size_t weight, bias;
@@ -83,7 +83,7 @@ class GptChunk : public Stage {
   void index_params();
   // A parameter in the compute dtype (an autograd cast of the fp32 master
   // under bf16, so its gradient lands in fp32); master(): the fp32 tensor.
-  at::Tensor p(size_t index) const;
+  at::Tensor compute_param(size_t index) const;
   const at::Tensor& master(size_t index) const { return casts_.master(params_, index); }
   // LayerNorm computed in fp32, returned in x's dtype.
   at::Tensor norm(const NormParams& n, const at::Tensor& x) const;
@@ -94,7 +94,7 @@ class GptChunk : public Stage {
   ChunkSpec spec_;
   TpContext tp_;
   std::vector<Param> params_;
-  CastCache casts_;  // p()'s compute-dtype copies (NOTE [cast once per step])
+  CastCache casts_;  // compute_param()'s compute-dtype copies (NOTE [cast once per step])
   Recompute recompute_ = Recompute::kNone;
   at::ScalarType compute_ = at::kFloat;
   at::ScalarType boundary_ = at::kFloat;  // what the hidden state crosses a pipeline boundary in

@@ -1,4 +1,4 @@
-// Llama chunk: parameters from the TP plan (NOTE [Llama TP plan]), forward
+// Llama stage: parameters from the TP plan (NOTE [Llama TP plan]), forward
 // through embedding, blocks and head. Shapes in comments are per TP rank.
 #include "models/llama/llama.h"
 
@@ -16,32 +16,53 @@ std::vector<PlannedParam> llama_param_plan(const ModelConfig& cfg, const ChunkSp
   // Output projections scaled by 1/sqrt(2 layers), as GPT's (GPT-2's init).
   const double std_dev = cfg.init_std, out_std = cfg.init_std / std::sqrt(2.0 * static_cast<double>(cfg.layers));
   ParamPlan plan(tp_size, tp_rank);
-  auto norm = [&](const std::string& name) { plan.add(name, {h}, -1, "ones", 0, true, true); };
-  auto matrix = [&](const std::string& name, std::vector<int64_t> full, int dim, double sd) {
-    plan.add(name, std::move(full), dim, "normal", sd, false, false);
+  // An RMSNorm weight: ones, replicated, fed a sequence shard under SP, no weight decay.
+  auto norm = [&plan, h](const std::string& name) {
+    ParamDecl decl;
+    decl.name = name;
+    decl.shape = {h};
+    decl.init = "ones";
+    decl.no_decay = true;
+    decl.sequence_parallel_grad = true;
+    plan.add(decl);
   };
-  if (spec.has_embedding)
-    plan.add("embedding.word.weight", {vp, h}, 0, "normal", std_dev, false, false).info.init_valid_rows =
-        cfg.vocab_size;
+  // A weight matrix: normal init, weight decay, split over TP (column- or row-parallel).
+  auto matrix = [&plan](const std::string& name, std::vector<int64_t> shape, int shard_dim, double sd) {
+    ParamDecl decl;
+    decl.name = name;
+    decl.shape = std::move(shape);
+    decl.shard_dim = shard_dim;
+    decl.std_dev = sd;
+    plan.add(decl);
+  };
+  // The word embedding or the untied LM head, split over TP by vocabulary rows; padding rows are zero
+  // at init. Tied: the head is the word embedding's copy (same name, so the same init).
+  auto vocab_matrix = [&](const std::string& name, bool tied_copy) {
+    ParamDecl decl;
+    decl.name = name;
+    decl.shape = {vp, h};
+    decl.shard_dim = kColumnParallel;
+    decl.std_dev = std_dev;
+    decl.init_valid_rows = cfg.vocab_size;
+    decl.tied_copy = tied_copy;
+    plan.add(decl);
+  };
+  if (spec.has_embedding) vocab_matrix("embedding.word.weight", /*tied_copy=*/false);
   for (int64_t l = spec.first_layer; l < spec.first_layer + spec.num_layers; ++l) {
     const std::string pre = "layers." + std::to_string(l);
     norm(pre + ".attn_norm.weight");
-    matrix(pre + ".attn.q.weight", {q_rows, h}, 0, std_dev);
-    matrix(pre + ".attn.k.weight", {kv_rows, h}, 0, std_dev);
-    matrix(pre + ".attn.v.weight", {kv_rows, h}, 0, std_dev);
-    matrix(pre + ".attn.o.weight", {h, q_rows}, 1, out_std);
+    matrix(pre + ".attn.q.weight", {q_rows, h}, kColumnParallel, std_dev);
+    matrix(pre + ".attn.k.weight", {kv_rows, h}, kColumnParallel, std_dev);
+    matrix(pre + ".attn.v.weight", {kv_rows, h}, kColumnParallel, std_dev);
+    matrix(pre + ".attn.o.weight", {h, q_rows}, kRowParallel, out_std);
     norm(pre + ".mlp_norm.weight");
-    matrix(pre + ".mlp.gate.weight", {f, h}, 0, std_dev);
-    matrix(pre + ".mlp.up.weight", {f, h}, 0, std_dev);
-    matrix(pre + ".mlp.down.weight", {h, f}, 1, out_std);
+    matrix(pre + ".mlp.gate.weight", {f, h}, kColumnParallel, std_dev);
+    matrix(pre + ".mlp.up.weight", {f, h}, kColumnParallel, std_dev);
+    matrix(pre + ".mlp.down.weight", {h, f}, kRowParallel, out_std);
   }
   if (spec.has_head) {
     norm("final_norm.weight");
-    // Tied: the word embedding's copy (same name, so the same init).
-    PlannedParam& head = plan.add(cfg.tie_embeddings ? "embedding.word.weight" : "head.weight", {vp, h}, 0,
-                                  "normal", std_dev, false, false);
-    head.info.init_valid_rows = cfg.vocab_size;
-    head.info.tied_copy = cfg.tie_embeddings;
+    vocab_matrix(cfg.tie_embeddings ? "embedding.word.weight" : "head.weight", /*tied_copy=*/cfg.tie_embeddings);
   }
   return std::move(plan.params());
 }
@@ -66,17 +87,17 @@ at::Tensor rope_inv_freq(const ModelConfig& cfg) {
   return at::where(medium, smoothed, scaled);
 }
 
-LlamaChunk::LlamaChunk(const ModelConfig& cfg, const ChunkSpec& spec, const TpContext& tp, int64_t seed)
+LlamaStage::LlamaStage(const ModelConfig& cfg, const ChunkSpec& spec, const TpContext& tp, int64_t seed)
     : cfg_(cfg), spec_(spec), tp_(tp) {
   const int64_t t = tp.size();
   // Rules of check_config (core/config.cpp), asserted here.
   if (cfg.hidden % cfg.heads != 0 || cfg.heads % cfg.kv() != 0 || cfg.kv() % t != 0 || cfg.ffn() % t != 0 ||
       cfg.padded_vocab(t) % t != 0 || cfg.head_dim() % 2 != 0 || cfg.dropout > 0)
-    throw std::logic_error("LlamaChunk: the model config does not split over tp=" + std::to_string(t) +
+    throw std::logic_error("LlamaStage: the model config does not split over tp=" + std::to_string(t) +
                            " (check_config admits no such config)");
   for (auto& planned : llama_param_plan(cfg, spec, t, tp.rank()))
     params_.push_back({init_shard(seed, planned.info, planned.local_shape), planned.info});
-  auto at = [&](const std::string& name, bool tied = false) { return param_index(params_, name, "LlamaChunk", tied); };
+  auto at = [&](const std::string& name, bool tied = false) { return param_index(params_, name, "LlamaStage", tied); };
   if (spec_.has_embedding) word_ = at("embedding.word.weight");
   for (int64_t l = spec_.first_layer; l < spec_.first_layer + spec_.num_layers; ++l) {
     const std::string pre = "layers." + std::to_string(l);
@@ -98,35 +119,35 @@ LlamaChunk::LlamaChunk(const ModelConfig& cfg, const ChunkSpec& spec, const TpCo
   }
 }
 
-std::vector<Buffer> LlamaChunk::buffers() {
+std::vector<Buffer> LlamaStage::buffers() {
   if (!cos_.defined()) return {};
   return {{"rope.cos", &cos_}, {"rope.sin", &sin_}};
 }
 
-at::Tensor LlamaChunk::p(size_t index) const {
+at::Tensor LlamaStage::compute_param(size_t index) const {
   return casts_.get(params_, index, compute_);  // NOTE [cast once per step]
 }
 
 // x / sqrt(mean(x²) + eps) · weight, in fp32, returned in x's dtype (the
 // weight multiplies after the cast back, as transformers' LlamaRMSNorm does).
-at::Tensor LlamaChunk::rms_norm(size_t weight, const at::Tensor& x) const {
+at::Tensor LlamaStage::rms_norm(size_t weight, const at::Tensor& x) const {
   const at::Tensor x32 = x.to(at::kFloat);
   const at::Tensor normed = x32 * at::rsqrt(x32.pow(2).mean({-1}, true) + cfg_.layernorm_eps);
-  return p(weight) * normed.to(x.scalar_type());
+  return compute_param(weight) * normed.to(x.scalar_type());
 }
 
-at::Tensor LlamaChunk::rotate(const at::Tensor& x) const {
+at::Tensor LlamaStage::rotate(const at::Tensor& x) const {
   const int64_t s = x.size(2), half = x.size(3) / 2;
   const at::Tensor cos = cos_.narrow(0, 0, s).to(x.scalar_type()), sin = sin_.narrow(0, 0, s).to(x.scalar_type());
   const at::Tensor rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
   return x * cos + rotated * sin;
 }
 
-at::Tensor LlamaChunk::attention(const BlockParams& b, const at::Tensor& x) const {
+at::Tensor LlamaStage::attention(const BlockParams& b, const at::Tensor& x) const {
   const int64_t t = tp_.size(), heads = cfg_.heads / t, kv = cfg_.kv() / t, d = cfg_.head_dim();
   const at::Tensor in = enter_column_parallel(tp_, x);  // (b, s, h): one gather under SP for q, k and v
-  const at::Tensor q = linear(in, p(b.q), at::Tensor()), k = linear(in, p(b.k), at::Tensor()),
-                   v = linear(in, p(b.v), at::Tensor());
+  const at::Tensor q = linear(in, compute_param(b.q), at::Tensor()), k = linear(in, compute_param(b.k), at::Tensor()),
+                   v = linear(in, compute_param(b.v), at::Tensor());
   // The attention core: rotary embeddings, key/value heads repeated for their
   // query groups, SDPA; (b, s, H/tp·d) out. What selective recomputation drops.
   auto core = [this, heads, kv, d](const at::Tensor& q2, const at::Tensor& k2, const at::Tensor& v2) {
@@ -153,40 +174,41 @@ at::Tensor LlamaChunk::attention(const BlockParams& b, const at::Tensor& x) cons
   } else {
     y = core(q, k, v);
   }
-  return row_parallel_linear(tp_, y, p(b.o), at::Tensor());
+  return row_parallel_linear(tp_, y, compute_param(b.o), at::Tensor());
 }
 
-at::Tensor LlamaChunk::mlp(const BlockParams& b, const at::Tensor& x) const {
+at::Tensor LlamaStage::mlp(const BlockParams& b, const at::Tensor& x) const {
   const at::Tensor in = enter_column_parallel(tp_, x);
   // silu(gate) · up, (b, s, F/tp): the largest activations of a block.
   auto gated = [this, b](const at::Tensor& xin) {
-    return at::silu(linear(xin, p(b.gate), at::Tensor())) * linear(xin, p(b.up), at::Tensor());
+    return at::silu(linear(xin, compute_param(b.gate), at::Tensor())) *
+           linear(xin, compute_param(b.up), at::Tensor());
   };
   const at::Tensor a = recompute_ == Recompute::kSelective ? trident::recompute(gated, in) : gated(in);
-  return row_parallel_linear(tp_, a, p(b.down), at::Tensor());
+  return row_parallel_linear(tp_, a, compute_param(b.down), at::Tensor());
 }
 
-at::Tensor LlamaChunk::block(int64_t layer, const at::Tensor& x) const {
+at::Tensor LlamaStage::block(int64_t layer, const at::Tensor& x) const {
   const BlockParams& b = blocks_.at(static_cast<size_t>(layer - spec_.first_layer));
   const at::Tensor h = x + attention(b, rms_norm(b.attn_norm, x));
   return h + mlp(b, rms_norm(b.mlp_norm, h));
 }
 
-std::vector<int64_t> LlamaChunk::hidden_shape(int64_t mbs) const {
+std::vector<int64_t> LlamaStage::hidden_shape(int64_t mbs) const {
   return {mbs, tp_.sequence_parallel ? cfg_.seq_len / tp_.size() : cfg_.seq_len, cfg_.hidden};
 }
 
-at::Tensor LlamaChunk::embed(const at::Tensor& ids) const {
-  const at::Tensor word = p(word_);
+at::Tensor LlamaStage::embed(const at::Tensor& ids) const {
+  const at::Tensor word = compute_param(word_);
   return vocab_parallel_embedding(tp_, ids, word, tp_.rank() * word.size(0));  // (b, s[/tp], h)
 }
 
-at::Tensor LlamaChunk::head_logits(const at::Tensor& x) const {
-  const at::Tensor w = p(head_);
+at::Tensor LlamaStage::head_logits(const at::Tensor& x) const {
+  const at::Tensor w = compute_param(head_);
   return column_parallel_linear(tp_, rms_norm(final_norm_, x), w, at::Tensor()).to(at::kFloat);
 }
 
-at::Tensor LlamaChunk::run(const at::Tensor& input, const at::Tensor& targets) const {
+at::Tensor LlamaStage::run(const at::Tensor& input, const at::Tensor& targets) const {
   at::Tensor x = spec_.has_embedding ? embed(input) : input.to(compute_);  // boundaries: boundary_ (NOTE [bf16])
   for (int64_t l = spec_.first_layer; l < spec_.first_layer + spec_.num_layers; ++l) {
     if (recompute_ == Recompute::kFull)
@@ -199,9 +221,9 @@ at::Tensor LlamaChunk::run(const at::Tensor& input, const at::Tensor& targets) c
   return vocab_parallel_cross_entropy(tp_, head_logits(x), targets, vocab_start, cfg_.vocab_size).mean();
 }
 
-at::Tensor LlamaChunk::logits(const at::Tensor& ids) const {
+at::Tensor LlamaStage::logits(const at::Tensor& ids) const {
   if (!spec_.has_embedding || !spec_.has_head || tp_.size() != 1)
-    throw std::logic_error("LlamaChunk::logits needs the whole model on one rank (embedding, head, tp = 1)");
+    throw std::logic_error("LlamaStage::logits needs the whole model on one rank (embedding, head, tp = 1)");
   at::Tensor x = embed(ids);
   for (int64_t l = spec_.first_layer; l < spec_.first_layer + spec_.num_layers; ++l) x = block(l, x);
   return head_logits(x).narrow(-1, 0, cfg_.vocab_size);
@@ -209,7 +231,7 @@ at::Tensor LlamaChunk::logits(const at::Tensor& ids) const {
 
 std::unique_ptr<Stage> LlamaModel::make_stage(int stage, int num_stages, const TpContext& tp, int64_t seed) const {
   const auto specs = split_layers(cfg_.layers, num_stages, pipeline_layers_);
-  return std::make_unique<LlamaChunk>(cfg_, specs.at(static_cast<size_t>(stage)), tp, seed);
+  return std::make_unique<LlamaStage>(cfg_, specs.at(static_cast<size_t>(stage)), tp, seed);
 }
 
 std::vector<ParamInfo> LlamaModel::unique_params(int num_stages) const {
@@ -236,7 +258,7 @@ double LlamaModel::flops_per_token() const {
 
 LayerCosts LlamaModel::profile(int64_t mbs, int reps) const {
   return profile_pieces(cfg_, mbs, reps, [this](const ChunkSpec& spec) {
-    return std::make_unique<LlamaChunk>(cfg_, spec, TpContext{}, 1);
+    return std::make_unique<LlamaStage>(cfg_, spec, TpContext{}, 1);
   });
 }
 

@@ -48,15 +48,15 @@ std::vector<PlannedParam> llama_param_plan(const ModelConfig& cfg, const ChunkSp
 // when cfg.rope_scaling = "llama3": Hugging Face's computation, step by step.
 at::Tensor rope_inv_freq(const ModelConfig& cfg);
 
-class LlamaChunk : public Stage {
+class LlamaStage : public Stage {
  public:
-  LlamaChunk(const ModelConfig& cfg, const ChunkSpec& spec, const TpContext& tp, int64_t seed);
+  LlamaStage(const ModelConfig& cfg, const ChunkSpec& spec, const TpContext& tp, int64_t seed);
 
   at::Tensor forward(const at::Tensor& input, const at::Tensor& targets) override { return run(input, targets); }
   std::vector<int64_t> input_shape(int64_t micro_batch_size) const override { return hidden_shape(micro_batch_size); }
   std::vector<int64_t> output_shape(int64_t micro_batch_size) const override { return hidden_shape(micro_batch_size); }
   std::vector<Param>& params() override { return params_; }
-  // The rotary tables, "rope.cos" and "rope.sin" (none in a chunk without blocks).
+  // The rotary tables, "rope.cos" and "rope.sin" (none in a stage without blocks).
   std::vector<Buffer> buffers() override;
   // full: each block keeps only its input; selective: the attention core and
   // the MLP's gate/up products keep only their inputs (NOTE [recomputation]).
@@ -73,7 +73,7 @@ class LlamaChunk : public Stage {
   };
   at::Tensor run(const at::Tensor& input, const at::Tensor& targets) const;
   std::vector<int64_t> hidden_shape(int64_t mbs) const;
-  at::Tensor p(size_t index) const;  // in the compute dtype (an autograd cast under bf16)
+  at::Tensor compute_param(size_t index) const;  // in the compute dtype (an autograd cast under bf16)
   at::Tensor rms_norm(size_t weight, const at::Tensor& x) const;
   at::Tensor rotate(const at::Tensor& x) const;  // (b, heads, s, d) -> rotary embedding applied
   at::Tensor attention(const BlockParams& b, const at::Tensor& x) const;
@@ -86,7 +86,7 @@ class LlamaChunk : public Stage {
   ChunkSpec spec_;
   TpContext tp_;
   std::vector<Param> params_;
-  CastCache casts_;  // p()'s compute-dtype copies (NOTE [cast once per step])
+  CastCache casts_;  // compute_param()'s compute-dtype copies (NOTE [cast once per step])
   Recompute recompute_ = Recompute::kNone;
   at::ScalarType compute_ = at::kFloat;
   at::ScalarType boundary_ = at::kFloat;  // what the hidden state crosses a pipeline boundary in

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Layers only point down (ARCHITECTURE.md, DESIGN.md principle 12).
+"""Layers only point down (ARCHITECTURE.md).
 
 Derives the include graph from the sources (every `#include "..."` that names
 a file of this repository) and fails on an arrow that runs back up, naming the

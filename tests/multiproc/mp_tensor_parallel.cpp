@@ -1,5 +1,5 @@
 // Worker for test_tensor_parallel: every TP mapping and layer of
-// parallel/tensor_parallel.h, and a whole GptChunk, at tp = world against the
+// parallel/tensor_parallel.h, and a whole GptStage, at tp = world against the
 // dense single-process computation that every rank repeats on the same full
 // tensors. Prints "PASS <check> max_err=<e>" per check; the first failure
 // prints "FAIL ..." and exits 1. Run as:
@@ -265,7 +265,7 @@ void check_cross_entropy(const TpContext& tp, int64_t valid, const std::string& 
 }
 
 // --- Whole model -------------------------------------------------------------------
-// One GptChunk (embedding, 2 blocks, head) at tp = T against tp = 1 on this
+// One GptStage (embedding, 2 blocks, head) at tp = T against tp = 1 on this
 // rank: same loss, and every shard's gradient is its slice of the full one.
 void check_gpt(const TpContext& tp, Checker& c) {
   const int T = tp.size();
@@ -284,10 +284,10 @@ void check_gpt(const TpContext& tp, Checker& c) {
   const at::Tensor ids = at::randint(cfg.vocab_size, {2, cfg.seq_len}, gen, at::TensorOptions().dtype(at::kLong));
   const at::Tensor targets = at::randint(cfg.vocab_size, {2, cfg.seq_len}, gen, at::TensorOptions().dtype(at::kLong));
 
-  GptChunk ref(cfg, spec, TpContext{}, 1234);
+  GptStage ref(cfg, spec, TpContext{}, 1234);
   at::Tensor ref_loss = ref.forward(ids, targets);
   ref_loss.backward();
-  GptChunk par(cfg, spec, tp, 1234);
+  GptStage par(cfg, spec, tp, 1234);
   at::Tensor loss = par.forward(ids, targets);
   loss.backward();
 
@@ -310,8 +310,8 @@ void check_gpt(const TpContext& tp, Checker& c) {
                                " differs from its tp=1 slice: rel err " + std::to_string(e));
     worst = std::max(worst, e);
   }
-  c.expect(sp_name("gpt_chunk_loss", sp), {loss_err}, 1e-5);
-  c.expect(sp_name("gpt_chunk_grads", sp), {worst}, 1e-5);
+  c.expect(sp_name("gpt_stage_loss", sp), {loss_err}, 1e-5);
+  c.expect(sp_name("gpt_stage_grads", sp), {worst}, 1e-5);
 }
 
 void run_all(ProcessGroups& pg) {

@@ -11,7 +11,7 @@
 //    _to_copy) this thread dispatches in a forward + backward, less what the
 //    backend's own collectives copy (copies/backend): none when every
 //    dimension before the split one has size 1, one per collective otherwise.
-//  - gpt_chunk/bf16_wire: a bf16 GptChunk's forward + backward moves half the
+//  - gpt_stage/bf16_wire: a bf16 GptStage's forward + backward moves half the
 //    activation bytes of the fp32 one (the cross-entropy's fp32 statistics
 //    aside), with and without sequence parallelism.
 // Prints "PASS <check>" per check; the first failure prints "FAIL ..." and
@@ -201,7 +201,7 @@ void check_copies(const TpContext& tp, const Mapping& m, int64_t b, const Backen
   pass(name, "copies=" + std::to_string(ours));
 }
 
-// bf16 halves what a GptChunk's TP collectives carry; the cross-entropy's three
+// bf16 halves what a GptStage's TP collectives carry; the cross-entropy's three
 // fp32 (b, s) statistics (max, sum of exps, target logit) stay fp32.
 void check_gpt_wire(const TpContext& tp) {
   ModelConfig cfg;
@@ -216,15 +216,15 @@ void check_gpt_wire(const TpContext& tp) {
   at::Generator gen = at::detail::createCPUGenerator(5);
   const at::Tensor ids = at::randint(cfg.vocab_size, {b, cfg.seq_len}, gen, at::TensorOptions().dtype(at::kLong));
   auto bytes_of = [&](at::ScalarType dtype) {
-    GptChunk chunk(cfg, spec, tp, 99);
-    chunk.set_compute_dtype(dtype);
+    GptStage stage(cfg, spec, tp, 99);
+    stage.set_compute_dtype(dtype);
     const int64_t before = tp.group->comm_bytes;
-    chunk.forward(ids, ids).backward();
+    stage.forward(ids, ids).backward();
     return tp.group->comm_bytes - before;
   };
   const int64_t fp32 = bytes_of(at::kFloat), bf16 = bytes_of(at::kBFloat16);
   const int64_t ce = 3 * b * cfg.seq_len * 4;
-  const std::string name = std::string("gpt_chunk/bf16_wire") + (tp.sequence_parallel ? "/sp" : "");
+  const std::string name = std::string("gpt_stage/bf16_wire") + (tp.sequence_parallel ? "/sp" : "");
   require(fp32 > ce && 2 * (bf16 - ce) == fp32 - ce, name,
           "fp32 moved " + std::to_string(fp32) + " bytes and bf16 " + std::to_string(bf16) + " (" +
               std::to_string(ce) + " of each the cross-entropy's): expected bf16's activations to be half");

@@ -23,7 +23,7 @@ TEST(TpWire, CollectivesCarryTheComputeDtypeWithoutCopies) {
   const std::string cmd = bin("trident") + " launch --master-port 0 --nproc-per-node 2 -- " + bin("mp_tp_wire");
   const auto r = run_command(cmd);
   ASSERT_EQ(r.status, 0) << cmd << "\n" << r.output;
-  std::vector<std::string> checks = {"gpt_chunk/bf16_wire", "gpt_chunk/bf16_wire/sp"};
+  std::vector<std::string> checks = {"gpt_stage/bf16_wire", "gpt_stage/bf16_wire/sp"};
   for (const char* m : {"copy_to_tp", "reduce_from_tp", "gather_seq", "reduce_scatter_seq", "scatter_seq",
                         "gather_last_dim", "scatter_last_dim"}) {
     for (const char* d : {"fp32", "bf16"}) checks.push_back(std::string("wire/") + m + "/" + d);

@@ -1,4 +1,5 @@
-# tests/reference/: Trident against libraries outside it (DESIGN.md principle 15),
+# tests/reference/: Trident against libraries outside it (an independent check: the library that defines a
+# format or model, PyTorch for training and pipelining),
 # CTest label `reference`. Python scripts run with TRIDENT_PYTHON (the project's
 # .venv from scripts/setup.sh: torch, transformers, safetensors, numpy,
 # tensorboard, megatron-core) against

@@ -191,16 +191,16 @@ TEST(ExecutorNcclRules, EveryKindMatchesSequentialStages) {
 using testing::unordered_communication;
 using testing::with_prefetched_receives;
 
-TEST(ExecutorNcclRules, TheOldReceivePrefetchDeadlocks) {
+TEST(ExecutorNcclRules, PrefetchedReceivesDeadlock) {
   // gpipe p = 2, m = 1 with each receive posted before the compute ahead of
   // its consumer: Gloo runs it; under NCCL's rules rank 0's stream holds RB0
   // ahead of SF0 and rank 1's RF0 ahead of SB0, and the deadline names them.
-  const sched::Schedule old = with_prefetched_receives(sched::generate("gpipe", 2, 1));
+  const sched::Schedule prefetched = with_prefetched_receives(sched::generate("gpipe", 2, 1));
   std::vector<std::string> errors;
-  const Result gloo = run_pipeline(old, "gloo", &errors);
+  const Result gloo = run_pipeline(prefetched, "gloo", &errors);
   EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
   EXPECT_EQ(gloo.loss_sum, sequential(2, 1).loss_sum);
-  run_pipeline(old, "nccl-rules", &errors, std::chrono::milliseconds(2000));
+  run_pipeline(prefetched, "nccl-rules", &errors, std::chrono::milliseconds(2000));
   ASSERT_EQ(errors.size(), 2u);
   for (const std::string& e : errors) EXPECT_NE(e.find("deadlock under NCCL's rules"), std::string::npos) << e;
   EXPECT_NE(errors[0].find("receive #0 from rank 1"), std::string::npos) << errors[0];

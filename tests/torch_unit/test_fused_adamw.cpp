@@ -1,6 +1,6 @@
 // AdamW through libtorch's fused kernel (NOTE [fused AdamW] in
-// core/optimizer.cpp) against the element-wise AdamW it replaced, written
-// out below as the reference: the formulas of Loshchilov & Hutter (2019) one
+// core/optimizer.cpp) against an element-wise AdamW, written out below as
+// the reference: the formulas of Loshchilov & Hutter (2019) one
 // ATen call at a time in fp32. Several steps over whole parameters and over
 // ZeRO-1-style pieces of them, decayed and not, agree within fp32 rounding;
 // the skip flag leaves weights and state untouched.

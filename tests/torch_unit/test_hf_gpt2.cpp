@@ -52,8 +52,8 @@ std::string fresh_dir(const std::string& name) {
 
 // Every parameter random (biases and norms too, so a misplaced bias or a
 // wrong qkv order changes the logits); padded vocabulary rows stay zero.
-std::unique_ptr<GptChunk> random_model(const ModelConfig& cfg, uint64_t seed) {
-  auto m = std::make_unique<GptChunk>(cfg, ChunkSpec{0, cfg.layers, true, true}, TpContext{}, 1);
+std::unique_ptr<GptStage> random_model(const ModelConfig& cfg, uint64_t seed) {
+  auto m = std::make_unique<GptStage>(cfg, ChunkSpec{0, cfg.layers, true, true}, TpContext{}, 1);
   at::Generator gen = at::detail::createCPUGenerator(seed);
   at::NoGradGuard no_grad;
   at::Tensor word;
@@ -70,7 +70,7 @@ std::unique_ptr<GptChunk> random_model(const ModelConfig& cfg, uint64_t seed) {
   return m;
 }
 
-std::map<std::string, at::Tensor> full_tensors(const GptChunk& m) {
+std::map<std::string, at::Tensor> full_tensors(const GptStage& m) {
   std::map<std::string, at::Tensor> out;
   for (const Param& p : m.params())
     if (!p.info.tied_copy) out[p.info.name] = p.tensor.detach();
@@ -79,7 +79,7 @@ std::map<std::string, at::Tensor> full_tensors(const GptChunk& m) {
 
 // Saves the model as a tp = 2 run would: column/row-parallel weights split in
 // two, the vocabulary padded for tp 2, replicated tensors written by both ranks.
-void save_as_tp2(const std::string& dir, const ModelConfig& cfg, const GptChunk& m) {
+void save_as_tp2(const std::string& dir, const ModelConfig& cfg, const GptStage& m) {
   const auto full = full_tensors(m);
   Config c;
   c.model = cfg;
@@ -193,16 +193,16 @@ TEST(HfGpt2, ImportRoundTripAndReshardedCheckpointGiveIdenticalLogits) {
   at::NoGradGuard no_grad;
   const at::Tensor want = model->logits(ids);
 
-  GptChunk imported(cfg, {0, cfg.layers, true, true}, TpContext{}, 99);
+  GptStage imported(cfg, {0, cfg.layers, true, true}, TpContext{}, 99);
   init_from_hf(out, cfg, imported.params());
   EXPECT_TRUE(at::equal(imported.logits(ids), want)) << "HF import";
-  EXPECT_TRUE(at::equal(load_model(ck, "").chunk->logits(ids), want)) << "tp=2 checkpoint read at tp=1";
+  EXPECT_TRUE(at::equal(load_model(ck, "").stage->logits(ids), want)) << "tp=2 checkpoint read at tp=1";
   // config.json does not record Trident's vocabulary padding (HF has none), so
   // load_model pads to the default multiple (256 rows here, not 264): the head
   // matmul has another shape, and BLAS may round differently in the last bit.
   const LoadedModel from_hf = load_model("", out);
   EXPECT_EQ(from_hf.model.padded_vocab(1), 256);
-  const double diff = (from_hf.chunk->logits(ids) - want).abs().max().item<double>();
+  const double diff = (from_hf.stage->logits(ids) - want).abs().max().item<double>();
   EXPECT_LE(diff, 1e-6 * want.abs().max().item<double>()) << "load_gpt --init-from";
 
   // The init_from hook on tp = 2 slices: each equals the slice of the full tensor.
@@ -231,7 +231,7 @@ TEST(HfGpt2, MismatchesAreErrorsNamingWhatDiffers) {
   ModelConfig deeper = cfg;
   deeper.layers = 3;
   deeper.hidden = 64;
-  GptChunk other(deeper, {0, deeper.layers, true, true}, TpContext{}, 1);
+  GptStage other(deeper, {0, deeper.layers, true, true}, TpContext{}, 1);
   const std::string e = error_of([&] { init_from_hf(out, deeper, other.params()); });
   EXPECT_NE(e.find("n_layer = 2 but model.layers = 3"), std::string::npos) << e;
   EXPECT_NE(e.find("n_embd = 32 but model.hidden = 64"), std::string::npos) << e;
@@ -291,7 +291,7 @@ TEST(HfGpt2, ReadsHubStyleFiles) {
   for (const auto& [name, t] : f32.tensors)
     ASSERT_TRUE(at::equal(h.tensors.at(name), t.to(at::kBFloat16).to(at::kFloat))) << name;
   EXPECT_EQ(h.tokenizer, "byte");
-  GptChunk m(h.model, {0, cfg.layers, true, true}, TpContext{}, 1);
+  GptStage m(h.model, {0, cfg.layers, true, true}, TpContext{}, 1);
   EXPECT_NO_THROW(init_from_hf(h, h.model, m.params()));
 
   ts[ts.size() - 3] = bf16("lm_head.weight", f32.tensors.at("wte.weight") + 1);  // an untied head

@@ -91,7 +91,7 @@ TEST(Llama, RotaryFrequenciesAndLlama3Scaling) {
 // repeat each head for its two query heads.
 TEST(Llama, GroupedQueryAttentionIsMultiHeadWithRepeatedKeyValueHeads) {
   const ChunkSpec all{0, 2, true, true};
-  LlamaChunk gqa(small(2), all, TpContext{}, 3), mha(small(4), all, TpContext{}, 4);
+  LlamaStage gqa(small(2), all, TpContext{}, 3), mha(small(4), all, TpContext{}, 4);
   const int64_t d = 8;
   {
     at::NoGradGuard no_grad;
@@ -139,11 +139,11 @@ TEST(Llama, TpPlanSplitsHeadsAndKeepsNormsWhole) {
   EXPECT_TRUE(LlamaModel(m, {}).tied_groups(2).empty());
 }
 
-// The chunk's gradients after one backward of a (2, 8) batch in `dtype`;
+// The stage's gradients after one backward of a (2, 8) batch in `dtype`;
 // with `halves`, as two backwards of one sample each at half weight (the same
 // gradient, summed in another order: what fp32 rounding alone changes).
 std::vector<at::Tensor> grads_of(Recompute mode, at::ScalarType dtype, double* loss, bool halves = false) {
-  LlamaChunk c(small(2), {0, 2, true, true}, TpContext{}, 9);
+  LlamaStage c(small(2), {0, 2, true, true}, TpContext{}, 9);
   c.set_recompute(mode);
   c.set_compute_dtype(dtype);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(6);
@@ -172,7 +172,7 @@ double median_difference(const std::vector<at::Tensor>& a, const std::vector<at:
 // bytes after it less before, the executor's measure (runtime/executor.cpp).
 int64_t held_bytes(Recompute mode) {
   install_cpu_memory_meter();
-  LlamaChunk c(small(2), {0, 2, true, true}, TpContext{}, 9);
+  LlamaStage c(small(2), {0, 2, true, true}, TpContext{}, 9);
   c.set_recompute(mode);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(6);
   const at::Tensor ids = at::randint(50, {4, 8}, gen), targets = at::randint(50, {4, 8}, gen);

@@ -1,9 +1,9 @@
 // Everything on its device (issue 28, item 6), proven on the meta device:
-// each family's chunks (GPT and Llama, from the registry, their tiny configs),
+// each family's stages (GPT and Llama, from the registry, their tiny configs),
 // under each TP plan and recomputation mode and in fp32 and bf16, have their
 // parameters and buffers (Stage::buffers) moved to `meta`, then run forward
 // and backward there. Meta tensors have shapes and no data, and ATen refuses
-// to mix them with CPU tensors, so a tensor a chunk keeps on the CPU (or makes
+// to mix them with CPU tensors, so a tensor a stage keeps on the CPU (or makes
 // there) fails the forward or the backward, naming the first operator that
 // mixed the two and its inputs' shapes; a parameter, buffer, output or
 // gradient left on the CPU fails naming it. A CUDA run needs the same, and a
@@ -39,7 +39,7 @@ namespace {
 const c10::Device kMeta(c10::kMeta);
 
 // NOTE [meta fallback]
-// The operators without a meta kernel in libtorch's C++ build that a chunk's
+// The operators without a meta kernel in libtorch's C++ build that a stage's
 // forward and backward meet (registered below) come here. Where a tensor of
 // another device (other than a 0-dim CPU scalar) meets a meta one, it throws
 // as ATen does, naming the operator and the argument; otherwise it runs the
@@ -194,26 +194,26 @@ std::string off_meta(const std::string& what, const at::Tensor& t) {
   return t.device() == kMeta ? "" : what + " is on " + t.device().str() + "\n";
 }
 
-// `chunk` on meta: its parameters and buffers moved, one forward and one
-// backward (the first chunk takes token ids, the last targets); returns one
+// `stage` on meta: its parameters and buffers moved, one forward and one
+// backward (the first stage takes token ids, the last targets); returns one
 // line per tensor found off meta, or what threw ("" when all is well).
-std::string run_on_meta(Stage& chunk, int64_t seq_len, bool first, bool last) {
-  for (Param& p : chunk.params()) p.tensor = p.tensor.detach().to(kMeta).requires_grad_(true);
-  chunk.move_buffers(kMeta);
+std::string run_on_meta(Stage& stage, int64_t seq_len, bool first, bool last) {
+  for (Param& p : stage.params()) p.tensor = p.tensor.detach().to(kMeta).requires_grad_(true);
+  stage.move_buffers(kMeta);
   std::string bad;
-  for (const Param& p : chunk.params()) bad += off_meta("parameter " + p.info.name, p.tensor);
-  for (const Buffer& b : chunk.buffers()) bad += off_meta("buffer " + b.name, *b.tensor);
+  for (const Param& p : stage.params()) bad += off_meta("parameter " + p.info.name, p.tensor);
+  for (const Buffer& b : stage.buffers()) bad += off_meta("buffer " + b.name, *b.tensor);
   if (!bad.empty()) return bad;
 
   const int64_t mbs = 2;
   const auto ids = at::TensorOptions().dtype(at::kLong).device(kMeta);
   const at::Tensor input = first ? at::zeros({mbs, seq_len}, ids)
-                                 : at::zeros(chunk.input_shape(mbs), at::TensorOptions(kMeta)).requires_grad_(true);
+                                 : at::zeros(stage.input_shape(mbs), at::TensorOptions(kMeta)).requires_grad_(true);
   const at::Tensor targets = last ? at::zeros({mbs, seq_len}, ids) : at::Tensor();
   at::Tensor out;
   g_first_mixed.clear();
   try {
-    out = chunk.forward(input, targets);
+    out = stage.forward(input, targets);
   } catch (const c10::Error& e) {
     return threw("forward", e);
   }
@@ -227,14 +227,14 @@ std::string run_on_meta(Stage& chunk, int64_t seq_len, bool first, bool last) {
   } catch (const c10::Error& e) {
     return threw("backward", e);
   }
-  for (const Param& p : chunk.params()) bad += off_meta("gradient of " + p.info.name, p.tensor.grad());
+  for (const Param& p : stage.params()) bad += off_meta("gradient of " + p.info.name, p.tensor.grad());
   if (!first) bad += off_meta("gradient of the input", input.grad());
   return bad;
 }
 
 class MetaDevice : public testing::TestWithParam<Case> {};
 
-TEST_P(MetaDevice, EveryChunkRunsForwardAndBackwardOnMeta) {
+TEST_P(MetaDevice, EveryStageRunsForwardAndBackwardOnMeta) {
   const Case& c = GetParam();
   const Config cfg = load_config(std::string(TRIDENT_SOURCE_DIR) + "/configs/" + c.family + "-tiny.toml");
   const std::unique_ptr<Model> model = make_model(cfg);
@@ -246,15 +246,15 @@ TEST_P(MetaDevice, EveryChunkRunsForwardAndBackwardOnMeta) {
     group.device = kMeta;
     if (c.tp.size > 1) group.pg = c10::make_intrusive<ShapeOnlyBackend>(tp_rank, c.tp.size);
     const TpContext tp{&group, c.tp.sequence_parallel};
-    for (int stages : {1, 4})  // the whole model; first, middle and last chunks of four
-      for (int stage = 0; stage < stages; ++stage)
+    for (int stages : {1, 4})  // the whole model; first, middle and last stages of four
+      for (int index = 0; index < stages; ++index)
         for (Recompute recompute : {Recompute::kNone, Recompute::kFull, Recompute::kSelective})
           for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
-            std::unique_ptr<Stage> chunk = model->make_stage(stage, stages, tp, /*seed=*/1);
-            chunk->set_recompute(recompute);
-            chunk->set_compute_dtype(dtype);
-            const std::string bad = run_on_meta(*chunk, cfg.model.seq_len, stage == 0, stage == stages - 1);
-            EXPECT_EQ(bad, "") << c.family << " chunk " << stage << " of " << stages << ", " << c.tp.name()
+            std::unique_ptr<Stage> stage = model->make_stage(index, stages, tp, /*seed=*/1);
+            stage->set_recompute(recompute);
+            stage->set_compute_dtype(dtype);
+            const std::string bad = run_on_meta(*stage, cfg.model.seq_len, index == 0, index == stages - 1);
+            EXPECT_EQ(bad, "") << c.family << " stage " << index << " of " << stages << ", " << c.tp.name()
                                << " rank " << tp_rank << ", recompute " << recompute_name(recompute) << ", "
                                << at::toString(dtype) << ": not everything is on meta";
           }
@@ -267,9 +267,9 @@ INSTANTIATE_TEST_SUITE_P(Families, MetaDevice,
                                          Case{"llama", {2, false}}, Case{"llama", {2, true}}),
                          case_name);
 
-// The check is not vacuous: a middle chunk that multiplies by a table it
+// The check is not vacuous: a middle stage that multiplies by a table it
 // keeps on the CPU fails naming the operator and the table's shape, unless it
-// lists the table as a buffer (then the table moves with the chunk).
+// lists the table as a buffer (then the table moves with the stage).
 class TableStage : public Stage {
  public:
   explicit TableStage(bool listed) : listed_(listed) {
@@ -295,7 +295,7 @@ class TableStage : public Stage {
   at::Tensor table_ = at::ones({4, 8});
 };
 
-TEST(MetaDeviceCheck, AChunkKeepingATableOnTheCpuFailsNamingIt) {
+TEST(MetaDeviceCheck, AStageKeepingATableOnTheCpuFailsNamingIt) {
   TableStage unlisted(false);
   const std::string bad = run_on_meta(unlisted, 4, false, false);
   EXPECT_NE(bad.find("forward threw: Expected all tensors to be on the same device"), std::string::npos) << bad;

@@ -149,7 +149,7 @@ TEST(DeferredWeightGrads, BitIdenticalToTheFullBackward) {
   TpContext tp;
   at::Tensor ids = at::randint(0, cfg.vocab_size, {2, cfg.seq_len}, at::kLong);
   at::Tensor tgt = at::randint(0, cfg.vocab_size, {2, cfg.seq_len}, at::kLong);
-  GptChunk a(cfg, {0, cfg.layers, true, true}, tp, 5), b(cfg, {0, cfg.layers, true, true}, tp, 5);
+  GptStage a(cfg, {0, cfg.layers, true, true}, tp, 5), b(cfg, {0, cfg.layers, true, true}, tp, 5);
   a.forward(ids, tgt).backward();
   WeightGradQueue q;
   at::Tensor loss;
@@ -212,14 +212,14 @@ TEST_P(DeferredWeightGradsOnAnotherThread, WWaitsAndIPlusWEqualsB) {
   TpContext tp;
   at::Tensor ids = at::randint(0, cfg.vocab_size, {2, cfg.seq_len}, at::kLong);
   at::Tensor tgt = at::randint(0, cfg.vocab_size, {2, cfg.seq_len}, at::kLong);
-  GptChunk full(cfg, {0, cfg.layers, true, true}, tp, 5), split(cfg, {0, cfg.layers, true, true}, tp, 5);
+  GptStage full(cfg, {0, cfg.layers, true, true}, tp, 5), split(cfg, {0, cfg.layers, true, true}, tp, 5);
   WeightGradQueue queue_b, queue_i;
   at::Tensor loss_b, loss_i;
-  for (auto [chunk, queue, loss] : {std::tuple{&full, &queue_b, &loss_b}, std::tuple{&split, &queue_i, &loss_i}}) {
-    chunk->set_recompute(c.recompute);
-    chunk->set_compute_dtype(c.dtype);
+  for (auto [stage, queue, loss] : {std::tuple{&full, &queue_b, &loss_b}, std::tuple{&split, &queue_i, &loss_i}}) {
+    stage->set_recompute(c.recompute);
+    stage->set_compute_dtype(c.dtype);
     WeightGradScope scope(queue);
-    *loss = chunk->forward(ids, tgt);
+    *loss = stage->forward(ids, tgt);
   }
   queue_b.arm(false);  // a B: the queue is recorded but not armed
   queue_i.arm(true);   // an I
@@ -298,7 +298,7 @@ TEST(Training, EvalLossIsLoggedOnEvalSteps) {
 namespace trident {
 namespace {
 
-// Evaluation and generation apply no dropout: a dropout-0.5 chunk set to
+// Evaluation and generation apply no dropout: a dropout-0.5 stage set to
 // evaluation computes what the same weights without dropout compute, every
 // time; set back to training it drops again.
 TEST(Dropout, OnlyWhileTraining) {
@@ -308,7 +308,7 @@ TEST(Dropout, OnlyWhileTraining) {
   TpContext tp;
   at::Tensor ids = at::randint(0, cfg.vocab_size, {2, cfg.seq_len}, at::kLong);
   at::Tensor tgt = at::randint(0, cfg.vocab_size, {2, cfg.seq_len}, at::kLong);
-  GptChunk plain(cfg, {0, cfg.layers, true, true}, tp, 5), dropping(with_dropout, {0, cfg.layers, true, true}, tp, 5);
+  GptStage plain(cfg, {0, cfg.layers, true, true}, tp, 5), dropping(with_dropout, {0, cfg.layers, true, true}, tp, 5);
   const at::Tensor want = plain.forward(ids, tgt).detach();
   const at::Tensor trained = dropping.forward(ids, tgt).detach();
   EXPECT_FALSE(at::equal(trained, want));  // dropout is on while training

@@ -87,8 +87,8 @@ TEST(TrainErrors, ScheduleNeedsMoreMicroBatches) {
   EXPECT_NE(r.output.find("needs at least as many microbatches as stages (m >= p)"), std::string::npos) << r.output;
 }
 
-// Config rules the model used to enforce after the rendezvous now fail when the
-// config is read, on every rank, before any rank joins a rendezvous.
+// Config rules fail when the config is read, on every rank, before any rank
+// joins a rendezvous.
 testing::RunResult launch2(const std::string& args) {
   return testing::run_command(testing::bin("trident") + " launch --nproc-per-node 2 -- " + testing::bin("trident") +
                               " train --config " + testing::src("configs/gpt-tiny.toml") + " --set logging.dir=" +
@@ -134,7 +134,7 @@ TEST(TrainErrors, UnknownScheduleKind) {
                "\"zb-v\", \"v-half\", \"v-min\", \"dualpipev\", \"zb-auto\" or \"file\"");
 }
 
-// Keys that used to be accepted and ignored.
+// A key that would do nothing in this config is an error, not ignored.
 TEST(TrainErrors, ScheduleFileWithoutKindFile) {
   expect_error("--set schedule.file=/tmp/s.txt",
                "schedule.file = \"/tmp/s.txt\" with schedule.kind = \"1f1b\": expected schedule.kind = \"file\"");

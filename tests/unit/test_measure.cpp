@@ -44,7 +44,7 @@ TEST(Measure, LatencyOfASimulatedRunIsTheSetLatency) {
 //   rank 1:   F0 [1.5,3.5] B0 [3.5,7.5] F1 [7.5,9.5] B1 [9.5,13.5]
 // (B0 on rank 0 waits for the gradient sent at 7.5, arriving at 8.) Step 16,
 // busy 6 and 12: bubble (10 + 4) / 32. Equal stages at the mean costs (F 1.5,
-// B 3) and no latency, what the trainer used to assume, give step 13.5 and
+// B 3) and no latency, the simplest model of a pipeline, give step 13.5 and
 // bubble 1/3.
 TEST(Measure, PredictionFromPerStageCostsAndLatencyMatchesHandComputed) {
   const Schedule s = generate("1f1b", 2, 2, 1);
@@ -71,7 +71,7 @@ TEST(Measure, PredictionFromPerStageCostsAndLatencyMatchesHandComputed) {
   EXPECT_NEAR(predicted.step_time, 16.0, 1e-9);
   EXPECT_NEAR(predicted.bubble_fraction, 14.0 / 32.0, 1e-12);
 
-  // The old assumption (mean costs on every stage, no latency) is far off.
+  // Mean costs on every stage and no latency are far off.
   const TimelineStats equal = simulate_stats(s, Costs{1.5, 3.0, 0.0, {}, {}, {}});
   EXPECT_NEAR(equal.step_time, 13.5, 1e-9);
   EXPECT_NEAR(equal.bubble_fraction, 1.0 / 3.0, 1e-12);

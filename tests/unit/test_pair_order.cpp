@@ -69,14 +69,14 @@ TEST(PairOrder, EvaluationListsPass) {
 }
 
 TEST(PairOrder, PrefetchedReceivesDeadlockGpipe) {
-  // gpipe p = 2, m = 1 as the old executor ran it: rank 0's stream holds RB0
+  // gpipe p = 2, m = 1 with its receives prefetched: rank 0's stream holds RB0
   // before SF0, rank 1's holds RF0 before SB0; neither send launches.
   const Schedule s = prefetched(generate("gpipe", 2, 1));
   const std::string e = error_of(s);
   EXPECT_TRUE(has(e, "deadlock under NCCL's rules")) << e;
   EXPECT_TRUE(has(e, "rank 0 position 0 (RB0) waits for rank 1's send #0")) << e;
   EXPECT_TRUE(has(e, "rank 1 position 0 (RF0) waits for rank 0's send #0")) << e;
-  // Every kind's lists deadlock that way; as the executor now posts them, none does.
+  // Every kind's lists deadlock that way; as the executor posts them, none does.
   for (const std::string kind : {"gpipe", "1f1b", "zb-h1", "zb-v", "dualpipev"}) {
     const int m = kind == "dualpipev" ? 4 : 3;
     EXPECT_TRUE(has(error_of(prefetched(generate(kind, 2, m))), "deadlock")) << kind;

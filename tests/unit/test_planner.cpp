@@ -84,7 +84,7 @@ TEST(PlannerStep, OneDeviceStepIsFlopsOverRateAndTpAddsRingAllReduces) {
   pr.precision = "fp32";
   pr.cluster = unit_cluster();
   pr.global_batch = 8;
-  Layout l;
+  PlanLayout l;
   l.micro_batch = 2;
   const Estimate e = evaluate(pr, l);
   EXPECT_EQ(e.microbatches, 4);
@@ -116,7 +116,7 @@ TEST(PlannerStep, PipelineBubbleAndMemoryFollowTheSimulatedSchedule) {
   pr.precision = "fp32";
   pr.cluster = unit_cluster();
   pr.global_batch = 8;
-  Layout l;
+  PlanLayout l;
   l.pp = 4;
   const Estimate e = evaluate(pr, l);
   // 1F1B with p = 4, m = 8: bubble (p-1)/(m+p-1) of the pipeline's time with free transfers.
@@ -267,7 +267,7 @@ TEST(PlannerCalibration, LayerHostOverheadAddsPerLayerAndMicroBatchForItsFamilyO
   pr.precision = "fp32";
   pr.cluster = unit_cluster();
   pr.global_batch = 8;
-  const Layout l = parse_layout("mbs=2", 1);  // 4 micro-batches, pp = 1
+  const PlanLayout l = parse_layout("mbs=2", 1);  // 4 micro-batches, pp = 1
   const double base = evaluate(pr, l).step_s;
   set_cluster_key(pr.cluster, "compute.gpt_layer_forward_us=100");
   set_cluster_key(pr.cluster, "compute.gpt_layer_backward_us=200");
@@ -275,7 +275,7 @@ TEST(PlannerCalibration, LayerHostOverheadAddsPerLayerAndMicroBatchForItsFamilyO
   const Estimate e = evaluate(pr, l);
   EXPECT_NEAR(e.step_s - base, 4 * 4 * 300e-6, 1e-12);  // micro-batches x layers x (F + B)
   // Full recomputation runs each layer's forward once more in its backward: its host time too.
-  const Layout full = parse_layout("mbs=2,recompute=full", 1);
+  const PlanLayout full = parse_layout("mbs=2,recompute=full", 1);
   const double full_delta = evaluate(pr, full).step_s;
   pr.cluster = unit_cluster();
   EXPECT_NEAR(full_delta - evaluate(pr, full).step_s, 4 * 4 * 400e-6, 1e-12);

@@ -88,7 +88,7 @@ Problem fast_link_problem(const ModelConfig& m, int64_t batch) {
 TEST(PlannerRuntime, ZeroGatherHiddenBehindTheNextForwardBucketByBucket) {
   const ModelConfig m = gpt(4, 2048, 16, 64, 256);
   Problem pr = fast_link_problem(m, 2);
-  Layout l;
+  PlanLayout l;
   l.dp = 2, l.zero = 1;
   const ParamCounts pc = param_counts(m, 1, false);
   const double params = 4.0 * pc.layer + pc.embedding + pc.head, grads = 4 * params, bw = 1e15;
@@ -123,7 +123,7 @@ TEST(PlannerRuntime, MegatronSplitsSequenceParallelCollectivesBehindTheirGemms) 
   const ModelConfig m = gpt(2, 512, 8, 64, 256);
   Problem pr = unit_problem(m, 2);
   set_cluster_key(pr.cluster, "intra_node.bandwidth_gbs=1000");
-  const Layout l = parse_layout("tp=2,sp=1", 2);
+  const PlanLayout l = parse_layout("tp=2,sp=1", 2);
   // One all-gather or reduce-scatter of the (b, s, h) fp32 activation over 2 ranks: half of it.
   const double c = 0.5 * (64.0 * 512 * 4) / 1e12;
   // Trident: per layer and micro-batch, 2 passes of 2 all-gather + reduce-scatter pairs, all exposed.
