@@ -1,6 +1,6 @@
 // Activation memory of one transformer layer (pure, closed form): shared by the
 // planner's step model and the trainer's host-memory check (NOTE [size checks]
-// in core/config.cpp), so both count the same tensors.
+// in core/config_rules.h), so both count the same tensors.
 #pragma once
 
 #include <cstdint>

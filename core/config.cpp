@@ -1,10 +1,11 @@
-// Config parsing and validation. One schema table (fields()) lists every key with
-// its member, type, allowed values and meaning; TOML parsing, --set overrides,
+// The config's schema and text: one table (fields()) lists every key with its
+// member, type, allowed values and meaning; TOML parsing, --set overrides,
 // per-key checks, to_toml, operator== and config_keys() all read it, so they
-// cannot drift apart. Cross-field checks follow in check_config(); what each key
+// cannot drift apart. The rules across keys are in config_checks.cpp, the
+// host and device memory checks in config_resources.cpp; what each key
 // means is documented once, in configs/README.md's tables.
 #include "core/config.h"
-#include "core/activation_memory.h"
+#include "core/config_rules.h"
 #include "core/model_checks.h"
 
 #include <toml++/toml.h>
@@ -22,22 +23,42 @@
 #include <type_traits>
 #include <utility>
 
-#include "core/data/errors.h"
-#include "core/data/megatron_cache.h"
-#include "core/data/megatron_dataset.h"
 #include "core/json.h"
-#include "core/pipeline_layout.h"
 
 namespace trident {
+
+namespace config_rules {
+
+[[noreturn]] void fail(const Config& c, const std::string& msg) { throw ConfigError(c.source + ": " + msg); }
+
+std::string n(int64_t v) { return std::to_string(v); }
+
+// Shortest decimal text that reads back as exactly `v`, always a TOML float.
+std::string format_double(double v) {
+  char buf[64];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  std::string s = buf;
+  // 60 reads better as 60.0 than as 6e+01.
+  if (s.find("e+") != std::string::npos && v == static_cast<double>(static_cast<int64_t>(v)) &&
+      std::abs(v) < 1e15) {
+    std::snprintf(buf, sizeof buf, "%.1f", v);
+    s = buf;
+  }
+  if (s == "-nan") s = "nan";
+  if (s.find_first_of(".eni") == std::string::npos) s += ".0";
+  return s;
+}
+
+}  // namespace config_rules
+
 namespace {
 
-// What schedule.chunks = 0 (absent) stands for: the chunks the kind needs.
-// The trainer resolves it with sched::default_chunks (schedules/generators.h),
-// which the foundation cannot include (ARCHITECTURE.md), so this mirrors it
-// for the checks below; tests/unit/test_config.cpp checks that they agree.
-int64_t kind_chunks(const std::string& kind) {
-  return kind == "zb-v" || kind == "v-half" || kind == "v-min" || kind == "dualpipev" ? 2 : 1;
-}
+using config_rules::fail;
+using config_rules::format_double;
+using config_rules::n;
 
 enum class Kind { Int, Double, Bool, String, IntList, WeightedPaths };
 
@@ -333,25 +354,6 @@ std::string list_keys(const std::string& section) {
 
 // ---- value text -------------------------------------------------------------
 
-// Shortest decimal text that reads back as exactly `v`, always a TOML float.
-std::string format_double(double v) {
-  char buf[64];
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
-    if (std::strtod(buf, nullptr) == v) break;
-  }
-  std::string s = buf;
-  // 60 reads better as 60.0 than as 6e+01.
-  if (s.find("e+") != std::string::npos && v == static_cast<double>(static_cast<int64_t>(v)) &&
-      std::abs(v) < 1e15) {
-    std::snprintf(buf, sizeof buf, "%.1f", v);
-    s = buf;
-  }
-  if (s == "-nan") s = "nan";
-  if (s.find_first_of(".eni") == std::string::npos) s += ".0";
-  return s;
-}
-
 // A TOML basic string: json::quote escapes all that TOML requires.
 using json::quote;
 
@@ -615,17 +617,9 @@ void apply_override(const std::string& ov, Config& c, const std::string& name) {
   set_field(*f, *parsed.get("v"), c, where, "");
 }
 
-[[noreturn]] void fail(const Config& c, const std::string& msg) { throw ConfigError(c.source + ": " + msg); }
-
-std::string n(int64_t v) { return std::to_string(v); }
-
 }  // namespace
 
 // ---- public API ---------------------------------------------------------------
-
-int64_t chunks_per_rank(const Config& c) {
-  return c.schedule.chunks > 0 ? c.schedule.chunks : kind_chunks(c.schedule.kind);
-}
 
 Config parse_config(const std::string& toml_text, const std::string& name,
                     const std::vector<std::string>& overrides) {
@@ -667,537 +661,18 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   return parse_config(text.str(), path, overrides);
 }
 
-// ---- cross-field checks ----------------------------------------------------------
-// Each rule is written once, here; the components that rely on one assert it.
-namespace {
-
-// ---- sizes ------------------------------------------------------------------
-// NOTE [size checks] Every size product (parameters, a micro-batch's logits,
-// tokens) is computed here in long double, which cannot overflow at any int64
-// inputs, and refused when it would not fit int64 bytes: after this check the
-// model, the data and the schedule compute their sizes in int64 safely.
-// check_host_resources() then compares a lower bound of a rank's memory with
-// the host's, before anything is allocated or any rank is met.
-using Big = long double;
-constexpr Big kMaxBytes = 9.2e18L;  // int64's 9223372036854775807, rounded down
-
-std::string big(Big v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3Lg", v);
-  return buf;
-}
-
-// The model's parameters (tp = pp = 1): per block the attention (q, o: hidden^2
-// each; k, v: hidden x kv_heads x head_dim each) and the MLP (2 matrices for
-// gpt, 3 for llama's SwiGLU), plus the embedding and an untied head. Biases
-// and norms are left out: this is a lower bound.
-Big model_params(const ModelConfig& m) {
-  const Big h = m.hidden, kv_width = Big(m.kv()) * (Big(m.hidden) / Big(m.heads));
-  const Big ffn = m.ffn_hidden > 0 ? Big(m.ffn_hidden) : 4 * h;
-  const Big block = 2 * h * h + 2 * h * kv_width + (m.arch == "llama" ? 3 : 2) * h * ffn;
-  const Big embed = Big(m.vocab_size) * h * (m.tie_embeddings ? 1 : 2) + (m.arch == "gpt" ? Big(m.seq_len) * h : 0);
-  return Big(m.layers) * block + embed;
-}
-
-void check_sizes(const Config& c) {
-  const ModelConfig& m = c.model;
-  const TrainingConfig& t = c.training;
-  const Big params = model_params(m);
-  if (params * 4 > kMaxBytes) {
-    fail(c, "model.layers (" + n(m.layers) + ") x model.hidden (" + n(m.hidden) + ")^2 (and model.ffn_hidden, "
-            "model.vocab_size): about " + big(params) + " parameters, " + big(params * 4) +
-            " bytes, overflow int64 (NOTE [size checks]): expected a model under 2.3e18 parameters");
-  }
-  const Big logits = Big(t.micro_batch_size) * Big(m.seq_len) * Big(m.vocab_size);
-  if (logits * 4 > kMaxBytes) {
-    fail(c, "training.micro_batch_size (" + n(t.micro_batch_size) + ") x model.seq_len (" + n(m.seq_len) +
-            ") x model.vocab_size (" + n(m.vocab_size) + ") = " + big(logits) +
-            " logits of one micro-batch overflow int64 bytes (NOTE [size checks])");
-  }
-  const Big step_tokens = Big(t.global_batch_size) * Big(m.seq_len + 1);
-  if (step_tokens * 8 > kMaxBytes) {
-    fail(c, "training.global_batch_size (" + n(t.global_batch_size) + ") x model.seq_len (" + n(m.seq_len) +
-            ") = " + big(step_tokens) + " tokens per step overflow int64 bytes (NOTE [size checks])");
-  }
-  if (Big(c.data.synthetic_tokens) * 2 * 4 > kMaxBytes) {  // training and validation tokens, uint32 each
-    fail(c, "data.synthetic_tokens (" + n(c.data.synthetic_tokens) + ") overflows int64 bytes (NOTE [size checks])");
-  }
-  const int64_t max_int = std::numeric_limits<int>::max();
-  if (t.global_batch_size / t.micro_batch_size > max_int) {
-    fail(c, "training.global_batch_size (" + n(t.global_batch_size) + ") / training.micro_batch_size (" +
-            n(t.micro_batch_size) + ") = " + n(t.global_batch_size / t.micro_batch_size) +
-            " micro-batches: expected at most " + n(max_int) + " (a schedule counts them in int)");
-  }
-  for (const auto& [value, key] : {std::pair{m.layers, "model.layers"}, std::pair{m.heads, "model.heads"},
-                                   std::pair{c.parallel.tp, "parallel.tp"}, std::pair{c.parallel.pp, "parallel.pp"},
-                                   std::pair{c.parallel.dp, "parallel.dp"}, std::pair{c.schedule.chunks, "schedule.chunks"}}) {
-    if (value > max_int) fail(c, std::string(key) + " = " + n(value) + ": expected at most " + n(max_int));
-  }
-}
-
-// Shapes the model needs for its TP plan (models/gpt/gpt.cpp asserts them).
-// Keys of one family set under another, and the Llama-only shapes.
-void check_model_family(const Config& c) {
-  const ModelConfig& m = c.model;
-  const ModelConfig d;  // the defaults
-  const bool llama = m.arch == "llama";
-  if (!llama) {
-    const auto refuse = [&](bool set, const std::string& key) {
-      if (set) fail(c, key + " is a llama key: model.arch = " + quote(m.arch) + " does not read it");
-    };
-    refuse(m.kv_heads != 0 && m.kv_heads != m.heads, "model.kv_heads (" + n(m.kv_heads) + ")");
-    refuse(!m.tie_embeddings, "model.tie_embeddings = false");
-    refuse(m.rope_theta != d.rope_theta, "model.rope_theta");
-    refuse(m.rope_scaling != d.rope_scaling, "model.rope_scaling");
-  }
-  if (m.rope_scaling != "llama3") {
-    const auto refuse = [&](bool set, const std::string& key) {
-      if (set) fail(c, key + " is read only with model.rope_scaling = \"llama3\", got " + quote(m.rope_scaling));
-    };
-    refuse(m.rope_factor != d.rope_factor, "model.rope_factor");
-    refuse(m.rope_low_freq_factor != d.rope_low_freq_factor, "model.rope_low_freq_factor");
-    refuse(m.rope_high_freq_factor != d.rope_high_freq_factor, "model.rope_high_freq_factor");
-    refuse(m.rope_original_max_position != d.rope_original_max_position, "model.rope_original_max_position");
-  } else if (m.rope_high_freq_factor <= m.rope_low_freq_factor) {
-    fail(c, "model.rope_high_freq_factor (" + format_double(m.rope_high_freq_factor) +
-                ") must exceed model.rope_low_freq_factor (" + format_double(m.rope_low_freq_factor) + ")");
-  }
-  if (!llama) return;
-  if (m.ffn_hidden == 0)
-    fail(c, "model.ffn_hidden must be set for model.arch = \"llama\" (the SwiGLU width; Llama 3 8B uses 14336)");
-  if (m.dropout > 0) fail(c, "model.dropout = " + format_double(m.dropout) + ": llama has no dropout, expected 0");
-  if (m.heads % m.kv() != 0)
-    fail(c, "model.kv_heads (" + n(m.kv()) + ") must divide model.heads (" + n(m.heads) + ")");
-  if (m.kv() % c.parallel.tp != 0) {
-    fail(c, "parallel.tp (" + n(c.parallel.tp) + ") must divide model.kv_heads (" + n(m.kv()) +
-                "): each tensor-parallel rank holds whole key/value heads");
-  }
-  if (m.hidden % m.heads == 0 && m.head_dim() % 2 != 0)
-    fail(c, "model.hidden / model.heads (" + n(m.head_dim()) + ") must be even for rotary embeddings");
-}
-
-void check_model_shape(const Config& c) {
-  check_model_family(c);
-  const ModelConfig& m = c.model;
-  const ParallelConfig& p = c.parallel;
-  if (m.hidden % m.heads != 0)
-    fail(c, "model.hidden (" + n(m.hidden) + ") must be divisible by model.heads (" + n(m.heads) + ")");
-  if (m.heads % p.tp != 0)
-    fail(c, "parallel.tp (" + n(p.tp) + ") must divide model.heads (" + n(m.heads) + ")");
-  if (m.ffn() % p.tp != 0) {
-    fail(c, "parallel.tp (" + n(p.tp) + ") must divide the MLP width (" + n(m.ffn()) +
-                (m.ffn_hidden > 0 ? ", model.ffn_hidden)" : ", 4 x model.hidden)"));
-  }
-  if (m.padded_vocab(p.tp) % p.tp != 0)
-    fail(c, "parallel.tp (" + n(p.tp) + ") must divide the padded vocabulary (" + n(m.padded_vocab(p.tp)) + ")");
-  if (p.sequence_parallel && m.seq_len % p.tp != 0) {
-    fail(c, "parallel.sequence_parallel needs model.seq_len (" + n(m.seq_len) +
-                ") divisible by parallel.tp (" + n(p.tp) + ")");
-  }
-  if (m.dropout > 0 && p.tp > 1) {
-    fail(c, "model.dropout = " + format_double(m.dropout) + " with parallel.tp = " + n(p.tp) +
-                ": expected model.dropout = 0 when parallel.tp > 1 (dropout under tensor parallelism is not "
-                "supported yet)");
-  }
-  const std::string& rc = c.training.recompute;
-  if (rc != "none" && m.dropout > 0) {
-    // Recomputation replays the CPU generator's state, but a test found the
-    // losses of a dropout run still differ from not recomputing.
-    fail(c, "training.recompute = " + quote(rc) + " with model.dropout = " + format_double(m.dropout) +
-                ": expected training.recompute = \"none\" or model.dropout = 0 (recomputation with dropout is "
-                "not supported yet)");
-  }
-}
-
-// parallel.pipeline_layout and the account_for_* keys (core/pipeline_layout.h):
-// each excludes the other ways of giving the split, and must describe one.
-void check_megatron_split(const Config& c, int64_t model_chunks) {
-  const ParallelConfig& p = c.parallel;
-  const bool emb = p.account_for_embedding_in_pipeline_split, loss = p.account_for_loss_in_pipeline_split;
-  const std::string account = emb ? "parallel.account_for_embedding_in_pipeline_split"
-                                  : "parallel.account_for_loss_in_pipeline_split";
-  if (!p.pipeline_layout.empty()) {
-    if (!p.pipeline_layers.empty())
-      fail(c, "parallel.pipeline_layout and parallel.pipeline_layers both give the pipeline split: expected one of them");
-    if (emb || loss)
-      fail(c, account + " with parallel.pipeline_layout: the layout places the embedding (E) and the loss (L) "
-                        "itself; expected one of them (Megatron refuses both too)");
-  } else if ((emb || loss) && !p.pipeline_layers.empty()) {
-    fail(c, account + " changes the even split only, but parallel.pipeline_layers gives the split (it would be "
-                      "ignored): expected one of them");
-  } else if ((emb || loss) && model_chunks == 1) {
-    fail(c, account + " has no effect with a single pipeline stage (parallel.pp x schedule.chunks = 1)");
-  }
-  try {
-    chunk_layers(c);
-  } catch (const std::invalid_argument& e) {
-    if (!p.pipeline_layout.empty()) fail(c, "parallel.pipeline_layout = " + quote(p.pipeline_layout) + ": " + e.what());
-    fail(c, account + ": " + e.what());
-  }
-}
-
-// Layers per model chunk (models/gpt/gpt.cpp's split_layers asserts the result).
-void check_pipeline_split(const Config& c) {
-  const ParallelConfig& p = c.parallel;
-  const int64_t layers = c.model.layers, chunks = c.schedule.chunks > 0 ? c.schedule.chunks : kind_chunks(c.schedule.kind),
-                model_chunks = p.pp * chunks;
-  // NOTE [pipeline dtype] in runtime/executor.h
-  if (p.pipeline_dtype == "bf16" && c.training.precision != "bf16")
-    fail(c, "parallel.pipeline_dtype = \"bf16\" needs training.precision = \"bf16\", got " +
-                quote(c.training.precision) + ": fp32 training would round its activations to bf16 at pipeline "
-                "boundaries only, so its results would depend on the pipeline layout");
-  if (p.pipeline_dtype != "auto" && model_chunks == 1)
-    fail(c, "parallel.pipeline_dtype = " + quote(p.pipeline_dtype) +
-                " has no effect with a single pipeline stage (parallel.pp x schedule.chunks = 1): nothing crosses "
-                "a pipeline boundary; leave it \"auto\"");
-  if (!p.pipeline_layout.empty() || p.account_for_embedding_in_pipeline_split ||
-      p.account_for_loss_in_pipeline_split) {
-    check_megatron_split(c, model_chunks);
-  } else if (p.auto_split()) {
-    if (layers < model_chunks)
-      fail(c, "parallel.pipeline_layers = \"auto\" needs at least one layer per model chunk: model.layers (" +
-                  n(layers) + ") < parallel.pp x schedule.chunks (" + n(model_chunks) + ")");
-  } else if (p.pipeline_layers.empty()) {
-    if (layers % model_chunks != 0) {
-      fail(c, "model.layers (" + n(layers) + ") must be divisible by parallel.pp (" + n(p.pp) +
-                  ") x schedule.chunks (" + n(chunks) + ") = " + n(model_chunks) +
-                  ", or give parallel.pipeline_layers");
-    }
-  } else {
-    if (static_cast<int64_t>(p.pipeline_layers.size()) != model_chunks) {
-      fail(c, "parallel.pipeline_layers has " + n(p.pipeline_layers.size()) + " entries but parallel.pp (" +
-                  n(p.pp) + ") x schedule.chunks (" + n(chunks) + ") = " + n(model_chunks));
-    }
-    int64_t sum = 0;
-    for (int64_t v : p.pipeline_layers) sum += v;
-    if (sum != layers)
-      fail(c, "parallel.pipeline_layers sums to " + n(sum) + " but model.layers = " + n(layers));
-  }
-}
-
-void check_schedule(const Config& c) {
-  if (!c.parallel.overlap_param_gather && c.parallel.zero != 1)
-    fail(c, "parallel.overlap_param_gather = false with parallel.zero = " + n(c.parallel.zero) +
-                ": only ZeRO-1 gathers parameters after the step (it would be ignored)");
-  const ScheduleConfig& s = c.schedule;
-  if (s.chunks > 1 && s.kind != "interleaved" && s.kind != "file" && kind_chunks(s.kind) != 2) {
-    fail(c, "schedule.chunks = " + n(s.chunks) +
-                " needs schedule.kind = \"interleaved\", \"zb-v\", \"v-half\", \"v-min\", \"dualpipev\" or \"file\", got " +
-                quote(s.kind));
-  }
-  if (kind_chunks(s.kind) == 2 && s.chunks != 2 && s.chunks != 0)
-    fail(c, "schedule.chunks = " + n(s.chunks) + ": schedule.kind = " + quote(s.kind) +
-                " runs 2 chunks per rank (leave schedule.chunks out, or set 2)");
-  if (s.kind == "file" && s.file.empty()) fail(c, "schedule.kind = \"file\" needs schedule.file");
-  if (s.kind == "zb-auto" && s.memory_limit < 1)
-    fail(c, "schedule.kind = \"zb-auto\" needs schedule.memory_limit >= 1 (micro-batches of activations per rank; "
-            "parallel.pp gives ZB-1p, twice it ZB-2p)");
-  if (s.kind != "zb-auto" && s.memory_limit != 0)
-    fail(c, "schedule.memory_limit = " + n(s.memory_limit) + " with schedule.kind = " + quote(s.kind) +
-                ": only zb-auto has a memory limit (it would be ignored)");
-  if (s.kind != "zb-auto" && s.zb_auto_costs != "unit")
-    fail(c, "schedule.zb_auto_costs = " + quote(s.zb_auto_costs) + " with schedule.kind = " + quote(s.kind) +
-                ": only zb-auto is searched for costs (it would be ignored)");
-  if (s.zb_auto_costs == "measured" && c.parallel.pp == 1)
-    fail(c, "schedule.zb_auto_costs = \"measured\" with parallel.pp = 1: one stage has no pipeline list to search "
-            "(it would be ignored)");
-  if (s.kind != "file" && !s.file.empty()) {
-    fail(c, "schedule.file = " + quote(s.file) + " with schedule.kind = " + quote(s.kind) +
-                ": expected schedule.kind = \"file\", or no schedule.file (it would be ignored)");
-  }
-}
-
-// The global batch splits into micro-batches on each of dp ranks.
-void check_batch_split(const Config& c, int64_t dp) {
-  const TrainingConfig& t = c.training;
-  if (t.global_batch_size % (t.micro_batch_size * dp) != 0) {
-    fail(c, "training.global_batch_size (" + n(t.global_batch_size) +
-                ") must be divisible by training.micro_batch_size (" + n(t.micro_batch_size) +
-                ") x parallel.dp (" + n(dp) + ") = " + n(t.micro_batch_size * dp));
-  }
-}
-
-void check_training(const Config& c) {
-  const TrainingConfig& t = c.training;
-  const ParallelConfig& p = c.parallel;
-  if (t.global_batch_size % t.micro_batch_size != 0) {
-    fail(c, "training.global_batch_size (" + n(t.global_batch_size) +
-                ") must be divisible by training.micro_batch_size (" + n(t.micro_batch_size) + ")");
-  }
-  if (p.dp >= 1) check_batch_split(c, p.dp);
-  if (t.min_lr > t.lr)
-    fail(c, "training.min_lr (" + format_double(t.min_lr) + ") must be <= training.lr (" + format_double(t.lr) + ")");
-  if (p.backend == "nccl" && t.device != "cuda")
-    fail(c, "parallel.backend = \"nccl\" needs training.device = \"cuda\" (NCCL moves device memory only), got " +
-                quote(t.device));
-  if (p.backend == "nccl-rules" && t.device != "cpu")
-    fail(c, "parallel.backend = \"nccl-rules\" is a CPU test backend (Gloo with NCCL's point-to-point rules) and needs "
-            "training.device = \"cpu\", got " + quote(t.device));
-  if (p.backend == "gloo" && t.device == "cuda")
-    fail(c, "parallel.backend = \"gloo\" with training.device = \"cuda\" is not supported: Gloo's send/recv read "
-            "host memory, so the pipeline's device buffers cannot travel over it (use \"nccl\" or \"auto\")");
-  if (c.logging.trace && c.logging.trace_step > t.steps) {
-    fail(c, "logging.trace_step = " + n(c.logging.trace_step) + " but training.steps = " + n(t.steps) +
-                ": expected logging.trace_step <= training.steps when logging.trace = true (no step would be traced)");
-  }
-}
-
-void check_data(const Config& c) {
-  const DataConfig& d = c.data;
-  if (d.source == "file" && d.path.empty() && d.paths.empty())
-    fail(c, "data.source = \"file\" needs data.path (the prefix written by `trident data prepare`) or data.paths");
-  if (!d.path.empty() && !d.paths.empty())
-    fail(c, "data.path = " + quote(d.path) + " and data.paths: expected one of them (data.paths is a blend)");
-  if (!d.paths.empty() && d.source != "file")
-    fail(c, "data.paths reads files: it needs data.source = \"file\", got " + quote(d.source));
-  if (d.format == "megatron" && d.source != "file")
-    fail(c, "data.format = \"megatron\" reads data.path: it needs data.source = \"file\", got " + quote(d.source));
-  if (!d.split.empty() && d.format != "megatron")
-    fail(c, "data.split = " + quote(d.split) + " with data.format = " + quote(d.format) +
-                ": expected data.format = \"megatron\" (a Trident token file is split when prepared: "
-                "PREFIX.train.bin and PREFIX.val.bin)");
-  if (!d.split.empty()) {
-    try {
-      const auto shares = data::parse_split(d.split);
-      if (c.training.eval_interval > 0 && shares[1] == 0)
-        fail(c, "data.split = " + quote(d.split) + " has no valid share but training.eval_interval = " +
-                    n(c.training.eval_interval) + ": expected a second part > 0");
-    } catch (const data::DataError& e) {
-      fail(c, e.what());
-    }
-  }
-  if (d.format == "megatron" && c.training.eval_interval > 0 && d.split.empty())
-    fail(c, "data.format = \"megatron\" with training.eval_interval = " + n(c.training.eval_interval) +
-                " needs data.split (e.g. \"969,30,1\"): without it every document trains and none validates");
-  if (d.order == "megatron" && d.format != "megatron")
-    fail(c, "data.order = \"megatron\" needs data.format = \"megatron\" (it walks the documents of PREFIX.idx), got "
-            "data.format = " + quote(d.format) + " with data.source = " + quote(d.source) +
-                ": use data.order = \"stream\"");
-  if (!d.cache_dir.empty() && data_order(c) != "megatron")
-    fail(c, "data.cache_dir = " + quote(d.cache_dir) + " holds Megatron's index caches, which only data.order = "
-            "\"megatron\" reads; this run's order is \"" + data_order(c) + "\"");
-  if (!d.cache_dir.empty() && d.split.empty())
-    fail(c, "data.cache_dir = " + quote(d.cache_dir) + " needs data.split: the index caches megatron-core reads "
-            "and writes are described by the split string (Megatron's --split; \"100,0,0\" trains on every "
-            "document as no data.split does)");
-  if (const std::string problem = data::cache_tokenizer_problem(d.cache_tokenizer); !problem.empty())
-    fail(c, "data.cache_tokenizer = " + quote(d.cache_tokenizer) + ": " + problem);
-  if (d.cache_tokenizer != kNullTokenizerIdentifiers && d.cache_dir.empty())
-    fail(c, "data.cache_tokenizer = " + quote(d.cache_tokenizer) + " names the tokenizer in the index caches written "
-            "to data.cache_dir, which is not set: expected data.cache_dir, or no data.cache_tokenizer");
-  if (data_order(c) == "megatron" && c.training.seed > 0xffffffffLL)
-    fail(c, "training.seed = " + n(c.training.seed) + " with data.order = \"megatron\": numpy's RandomState, "
-                "which Megatron's order draws from, takes seeds below 2^32");
-  if (data_order(c) == "megatron" && c.model.seq_len < 2)
-    fail(c, "model.seq_len = " + n(c.model.seq_len) + " with data.order = \"megatron\": megatron-core's sample "
-                "index needs a sequence length of at least 2");
-  if (d.source == "synthetic" && !d.path.empty()) {
-    fail(c, "data.path = " + quote(d.path) + " with data.source = \"synthetic\": expected data.source = \"file\", "
-                "or no data.path (synthetic data reads no file)");
-  }
-  if (d.source == "synthetic" && d.synthetic_tokens <= c.model.seq_len) {
-    fail(c, "data.synthetic_tokens (" + n(d.synthetic_tokens) + ") must exceed model.seq_len (" +
-                n(c.model.seq_len) + "): a sample needs seq_len + 1 tokens");
-  }
-  if (!d.tokenizer_dir.empty() && d.tokenizer == "byte") {
-    fail(c, "data.tokenizer_dir = " + quote(d.tokenizer_dir) + " with data.tokenizer = " + quote(d.tokenizer) +
-                ": expected data.tokenizer = \"gpt2\" or \"hf\", or no data.tokenizer_dir (only gpt2 and hf read "
-                "a vocabulary directory)");
-  }
-  if (d.tokenizer == "hf" && d.tokenizer_dir.empty())
-    fail(c, "data.tokenizer = \"hf\" needs data.tokenizer_dir (the folder holding tokenizer.json)");
-  // The tokenizer's ids must be rows of the embedding: a smaller vocabulary
-  // trains (synthetic data draws below it) but saves a model that eval and
-  // generate refuse. hf's size is known only once tokenizer.json is read.
-  const int64_t tokenizer_vocab = d.tokenizer == "byte" ? 256 : d.tokenizer == "gpt2" ? 50257 : 0;
-  if (c.model.vocab_size < tokenizer_vocab)
-    fail(c, "model.vocab_size = " + n(c.model.vocab_size) + " is smaller than data.tokenizer = " + quote(d.tokenizer) +
-                "'s " + n(tokenizer_vocab) + " tokens: expected model.vocab_size >= " + n(tokenizer_vocab));
-}
-
-void check_checkpoint(const Config& c) {
-  if (c.checkpoint.interval > 0 && c.checkpoint.dir.empty())
-    fail(c, "checkpoint.interval = " + n(c.checkpoint.interval) + " needs checkpoint.dir");
-  if (c.checkpoint.resume && c.checkpoint.dir.empty()) fail(c, "checkpoint.resume = true needs checkpoint.dir");
-  if (c.checkpoint.async && c.checkpoint.dir.empty()) fail(c, "checkpoint.async = true needs checkpoint.dir");
-  if (c.checkpoint.async && c.checkpoint.interval == 0)
-    fail(c, "checkpoint.async = true writes the checkpoint.interval saves in the background, but checkpoint.interval = 0: "
-            "the only save is the run's last, which is synchronous; expected checkpoint.interval > 0");
-  if (c.training.exit_after_steps > 0 && c.checkpoint.dir.empty())
-    fail(c, "training.exit_after_steps = " + n(c.training.exit_after_steps) +
-                " needs checkpoint.dir: the run would stop with nothing to continue from");
-  if (c.training.exit_after_steps >= c.training.steps && c.training.exit_after_steps > 0)
-    fail(c, "training.exit_after_steps = " + n(c.training.exit_after_steps) + " is not before training.steps = " +
-                n(c.training.steps) + ": expected 0 (off) or a step in [1, " + n(c.training.steps - 1) + "]");
-}
-
-}  // namespace
-
 void check_config(const Config& c) {
   for (const Field& f : fields()) {
     if (!allowed(f, c)) bad_value(c.source, f, format_field(f, c), "");
   }
-  check_sizes(c);  // before any product below is formed in int64
-  check_model_shape(c);
-  check_pipeline_split(c);
-  check_schedule(c);
-  check_training(c);
-  check_data(c);
-  check_checkpoint(c);
+  config_rules::check_relations(c);
 }
 
 void check_model_config(const Config& c) {
   for (const Field& f : fields()) {
     if (std::string(f.section) == "model" && !allowed(f, c)) bad_value(c.source, f, format_field(f, c), "");
   }
-  check_sizes(c);
-  check_model_shape(c);
-}
-
-namespace {
-
-// A lower bound of the activations one rank holds at its peak (NOTE [size checks]):
-// the (micro-batch, chunk) pairs its schedule keeps alive at once (peak_inflight, per
-// pipeline rank, from the schedule simulator) times the fewest layers any chunk has,
-// times what one layer keeps for a micro-batch (NOTE [activation memory]) less the
-// attention core, which a fused attention kernel does not keep; with any
-// recomputation only the layer's input (Trident's selective recomputation keeps
-// less than the formula's count). Measured peaks of gpt-tiny and llama-tiny were
-// 1.03 to 1.22 times this bound (tp 1 and 2, sequence parallel, pp 2), 1.9 with
-// dropout, 2.1 with full and 13 with selective recomputation (notes of issue 30).
-// With every rank on this host the mean over pipeline ranks,
-// else the least. Sets `pairs` and `layers`.
-Big activation_lower_bound(const Config& c, const std::vector<int>& peak_inflight, bool all_ranks_here,
-                           Big& pairs, int64_t& layers) {
-  if (peak_inflight.empty()) return 0;
-  const ParallelConfig& p = c.parallel;
-  const int64_t stages = p.pp * std::max<int64_t>(c.schedule.chunks, 1);
-  const std::vector<int64_t> split = chunk_layers(c);
-  if (p.auto_split())
-    layers = 1;  // the profiled split is not known yet
-  else if (!split.empty())
-    layers = *std::min_element(split.begin(), split.end());
-  else
-    layers = c.model.layers / stages;
-  Big sum = 0;
-  int least = peak_inflight.front();
-  for (int k : peak_inflight) sum += k, least = std::min(least, k);
-  pairs = all_ranks_here ? sum / Big(peak_inflight.size()) : Big(least);
-  const std::string kept = c.training.recompute == "none" ? "selective" : "full";
-  const int elem_bytes = c.training.precision == "bf16" ? 2 : 4;
-  return pairs * Big(layers) *
-         Big(layer_activation_bytes(c.model, c.training.micro_batch_size, p.tp, p.sequence_parallel, kept, elem_bytes));
-}
-
-}  // namespace
-
-namespace {
-
-// A lower bound of one rank's memory (NOTE [size checks]): its share of the
-// parameters with their fp32 weight, gradient and AdamW moments (16 bytes;
-// ZeRO-1 shards the moments over dp), one micro-batch's fp32 logits, the
-// activations the schedule keeps in flight and, where they live with the
-// rank, the synthetic tokens (uint32, training and validation).
-struct RankMemory {
-  Big params = 0, state = 0, logits = 0, tokens = 0, acts = 0, pairs = 0;
-  int64_t stage_layers = 0;
-  Big total() const { return state + logits + tokens + acts; }
-  // "(P parameters of ... : S; logits ...: L; ...)", naming the keys behind each term.
-  std::string explain(const Config& c) const {
-    const ModelConfig& m = c.model;
-    return "(" + big(params) + " parameters of model.layers = " + n(m.layers) + ", model.hidden = " + n(m.hidden) +
-           ", model.vocab_size = " + n(m.vocab_size) + " over parallel.tp x parallel.pp, 16 bytes each with "
-           "AdamW: " + big(state) + "; logits of training.micro_batch_size x model.seq_len x model.vocab_size: " +
-           big(logits) + (c.training.device == "cpu" ? "; data.synthetic_tokens: " + big(tokens) : std::string()) +
-           (pairs == 0 ? ""
-                       : "; activations of " + big(pairs) + " micro-batch(es) in flight under schedule.kind = " +
-                             quote(c.schedule.kind) + ", " + n(stage_layers) +
-                             " layer(s) each, of training.micro_batch_size x model.seq_len: " + big(acts)) +
-           ")";
-  }
-};
-
-RankMemory rank_memory(const Config& c, const std::vector<int>& peak_inflight, bool all_ranks_here) {
-  const ModelConfig& m = c.model;
-  const ParallelConfig& p = c.parallel;
-  const TrainingConfig& t = c.training;
-  RankMemory r;
-  const Big dp = p.dp > 0 ? Big(p.dp) : 1;
-  r.params = model_params(m) / (Big(p.tp) * Big(p.pp));
-  r.state = r.params * (8 + (p.zero == 1 ? 8 / dp : 8));
-  r.logits = Big(t.micro_batch_size) * Big(m.seq_len) * Big(m.vocab_size) / Big(p.tp) * 4;
-  r.tokens = c.data.source == "synthetic" ? Big(c.data.synthetic_tokens) * 4 : 0;
-  r.acts = activation_lower_bound(c, peak_inflight, all_ranks_here, r.pairs, r.stage_layers);
-  return r;
-}
-
-}  // namespace
-
-void check_host_resources(const Config& c, int64_t ranks_on_host, int64_t host_bytes, int64_t host_cores,
-                          const std::vector<int>& peak_inflight) {
-  const ParallelConfig& p = c.parallel;
-  const TrainingConfig& t = c.training;
-  if (host_cores > 0 && t.threads > host_cores) {
-    fail(c, "training.threads = " + n(t.threads) + " but this host has " + n(host_cores) +
-                " cores: expected at most " + n(host_cores) + " (more threads than cores only contend)");
-  }
-  if (host_bytes <= 0 || t.device != "cpu") return;  // cuda: check_device_memory
-  const bool all_here = ranks_on_host >= p.tp * p.pp * std::max<int64_t>(p.dp, 1);
-  const RankMemory rank = rank_memory(c, peak_inflight, all_here);
-  const Big total = rank.total() * Big(std::max<int64_t>(ranks_on_host, 1));
-  if (total > Big(host_bytes)) {
-    fail(c, "needs at least " + big(total) + " bytes of host memory but this host has " + big(host_bytes) +
-                " (MemTotal): " + n(ranks_on_host) + " rank(s) x " + rank.explain(c));
-  }
-}
-
-void check_device_memory(const Config& c, int device_index, int64_t device_bytes,
-                         const std::vector<int>& peak_inflight) {
-  if (device_bytes <= 0 || c.training.device != "cuda") return;
-  // One rank per device; the tokens stay on the host. Which pipeline rank this
-  // device holds is not known before the rendezvous: the least in flight.
-  RankMemory rank = rank_memory(c, peak_inflight, false);
-  rank.tokens = 0;
-  if (rank.total() > Big(device_bytes)) {
-    fail(c, "needs at least " + big(rank.total()) + " bytes of device memory but CUDA device " +
-                std::to_string(device_index) + " has " + big(device_bytes) + " (its total memory): one rank x " + rank.explain(c));
-  }
-}
-
-void check_schedule_kind(const Config& c, const std::vector<std::string>& generator_kinds) {
-  const std::string& kind = c.schedule.kind;
-  if (kind == "file" || kind == "zb-auto") return;  // zb-auto: searched for its memory limit (schedules/generators.h)
-  std::string known;
-  for (const std::string& k : generator_kinds) {
-    if (kind == k) return;
-    known += (known.empty() ? "" : ", ") + quote(k);
-  }
-  fail(c, "schedule.kind = " + quote(kind) + ": expected one of " + known + ", \"zb-auto\" or \"file\"");
-}
-
-void check_layout_factors(const std::string& where, int64_t world, int64_t tp, int64_t pp, int64_t dp) {
-  const std::string factors = "tp(" + n(tp) + ") x pp(" + n(pp) + ") x dp(" + n(dp) + ")";
-  if (world < 1 || tp < 1 || pp < 1 || dp < 1) {
-    throw ConfigError(where + ": every factor must be >= 1, got " + factors + " with WORLD_SIZE = " + n(world));
-  }
-  const int64_t product = tp * pp * dp;
-  if (product != world) {
-    throw ConfigError(where + ": " + factors + " = " + n(product) + " but WORLD_SIZE = " + n(world));
-  }
-}
-
-void resolve_world(Config& c, int64_t world_size) {
-  ParallelConfig& p = c.parallel;
-  if (world_size < 1) fail(c, "WORLD_SIZE = " + n(world_size) + ": expected an integer >= 1");
-  if (p.dp == -1) {
-    if (world_size % (p.tp * p.pp) != 0) {
-      fail(c, "parallel: WORLD_SIZE = " + n(world_size) + " is not divisible by tp(" + n(p.tp) + ") x pp(" +
-                  n(p.pp) + ") = " + n(p.tp * p.pp) + " (parallel.dp = -1 asks for world / (tp x pp))");
-    }
-    p.dp = world_size / (p.tp * p.pp);
-  }
-  check_layout_factors(c.source + ": parallel", world_size, p.tp, p.pp, p.dp);
-  check_batch_split(c, p.dp);
+  config_rules::check_model_relations(c);
 }
 
 std::string pipeline_dtype(const Config& c) {

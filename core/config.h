@@ -2,8 +2,9 @@
 // one-line reminder per field. What every key means, its allowed values and
 // the checks across keys are documented once, in configs/README.md (its
 // tables are tested against the schema in config.cpp). Pure C++ (no
-// libtorch): parsing and validation live in config.cpp and run before any
-// process group exists.
+// libtorch): the schema, parsing and each key's own rule live in config.cpp,
+// the rules across keys in config_checks.cpp, the host and device memory
+// checks in config_resources.cpp; all run before any process group exists.
 #pragma once
 
 #include <cstdint>
@@ -167,7 +168,7 @@ Config parse_config(const std::string& toml_text, const std::string& name,
 // the value and what was expected.
 void check_config(const Config& c);
 // What this host can hold, before anything is allocated (NOTE [size checks] in
-// config.cpp): training.threads at most host_cores, and on training.device =
+// config_rules.h): training.threads at most host_cores, and on training.device =
 // "cpu" a lower bound of ranks_on_host ranks' memory (parameters with AdamW
 // state, a micro-batch's logits, synthetic tokens, and the activations of the
 // (micro-batch, chunk) pairs the schedule keeps in flight: peak_inflight per

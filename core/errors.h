@@ -1,5 +1,5 @@
 // The caller-error type of a configuration, shared by everything that checks
-// one (config.cpp's validation, the layout, the trainer): the message names
+// one (the config's validation, the layout, the trainer): the message names
 // the key, the value and what was expected.
 #pragma once
 

@@ -19,8 +19,8 @@ class ModelInputError : public std::runtime_error {
 };
 
 // check_config's model part (the [model] keys' ranges, sizes, the family's and
-// the TP plan's shapes), defined beside it in config.cpp: one set of rules for
-// every way a model arrives. Throws ConfigError naming c.source and the key.
+// the TP plan's shapes), defined beside it (config.cpp, config_checks.cpp):
+// one set of rules for every way a model arrives. Throws ConfigError naming c.source and the key.
 void check_model_config(const Config& c);
 
 }  // namespace trident

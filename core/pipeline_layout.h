@@ -4,7 +4,7 @@
 // and the loss as a layer each (account_for_embedding_in_pipeline_split,
 // account_for_loss_in_pipeline_split). Both come down to layers per model
 // chunk, the form parallel.pipeline_layers has, so the models see one split.
-// Pure C++: config.cpp checks these keys with the functions below.
+// Pure C++: config_checks.cpp checks these keys with the functions below.
 #pragma once
 
 #include <cstdint>
@@ -38,7 +38,7 @@ std::vector<int64_t> layout_chunk_layers(const std::vector<std::string>& stages,
 std::vector<int64_t> accounted_chunk_layers(int64_t layers, int64_t pp, int64_t chunks_per_rank, bool embedding,
                                             bool loss);
 
-// schedule.chunks, or the kind's default when it is 0 (defined in config.cpp).
+// schedule.chunks, or the kind's default when it is 0 (defined in config_checks.cpp).
 int64_t chunks_per_rank(const Config& c);
 
 // Layers per model chunk of a checked config, as split_layers takes them: from

@@ -16,7 +16,7 @@ namespace trident {
 void keep_freed_memory();
 
 // What this host holds, read before anything is allocated or any rank is
-// met (NOTE [size checks] in core/config.cpp): MemTotal, and the cores this
+// met (NOTE [size checks] in core/config_rules.h): MemTotal, and the cores this
 // process may run on.
 struct HostResources {
   int64_t mem_bytes = 0, cores = 0;

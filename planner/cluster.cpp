@@ -155,6 +155,10 @@ double Cluster::compute_sharing(int64_t ranks, double slots) const {
   const double s = slots > 0 ? slots : compute_slots_per_node;
   if (s <= 0) return 1.0;
   const double on_node = static_cast<double>(std::min<int64_t>(ranks, devices_per_node));
+  // A rank alone on its node computes at its own speed, even where the measured sharing says a node
+  // holds less than one rank's worth (a profile whose two-rank pipeline ran more than twice slower,
+  // on a machine loaded by other work, measured that load, not this rank's speed).
+  if (on_node <= 1) return 1.0;
   return std::max(1.0, on_node / s);
 }
 

@@ -18,7 +18,7 @@
 //  - the same layout with the other zero setting: within a relative 1e-6.
 // And ZeRO-1 must cut each rank's optimizer state to about 1/dp.
 // The bf16 rows (training.precision = "bf16") run the schedules that split
-// the backward (zb-h1, zb-v, dualpipev; zb-h2, v-half, v-min for GPT only) for GPT and Llama at pp = 2, each
+// the backward (zb-h1, zb-v, dualpipev, zb-h2, v-half, v-min, zb-auto) for GPT and Llama at pp = 2, each
 // bit-identical to the bf16 single process (so to bf16 1f1b, which
 // test_bf16_regression.cpp holds to it), and one 3D zero-bubble row within the
 // bf16 tolerance of it and bit-identical to the same layout under 1f1b: the
@@ -40,6 +40,8 @@ namespace {
 const std::string kSplit = "training.micro_batch_size=4";
 const std::string kGpt = "configs/gpt-tiny.toml", kLlama = "configs/llama-tiny.toml";
 const std::string kBf16 = "training.precision=bf16";
+// zb-auto's activation limit at pp = 2: 2p, the paper's ZB-2p.
+const std::string kZbMemory = "schedule.memory_limit=4";
 
 struct Row {
   int tp, pp, dp;
@@ -57,7 +59,10 @@ struct Row {
     std::string n = "tp" + std::to_string(tp) + "_pp" + std::to_string(pp) + "_dp" + std::to_string(dp) + "_" +
                     kind + "_zero" + std::to_string(zero) + (overlap ? "_overlap" : "_nooverlap");
     for (const auto& e : extra)
-      n += e.find("sequence") != std::string::npos ? "_sp" : e == kBf16 ? "_bf16" : "_uneven";
+      n += e.find("sequence") != std::string::npos ? "_sp"
+           : e == kBf16                            ? "_bf16"
+           : e == kZbMemory                        ? "_mem4"
+                                                   : "_uneven";
     if (config != kGpt) n = "llama_" + n;
     if (world() == 1) n = "covering_" + n;  // one process: not evidence (see the head of this file)
     return std::regex_replace(n, std::regex("-"), "");
@@ -117,7 +122,8 @@ CachedRun run_row(const Row& r) { return cached_run(r.world(), r.sets(), r.confi
 
 // llama-tiny (grouped-query attention 8/4, untied head) under the layouts that
 // exercise what differs from GPT: kv heads split over tp (tp4: one per rank),
-// sequence parallelism, the untied head's own stage, V placement, ZeRO-1, 3D.
+// sequence parallelism, the untied head's own stage, V placement, ZeRO-1, 3D,
+// and the kinds that trade memory for bubble (zb-h2, v-half, v-min, zb-auto).
 const std::vector<Row>& llama_rows() {
   static const std::vector<Row> r = {
       {1, 2, 1, "1f1b", 0, true, {}, kLlama},
@@ -128,6 +134,10 @@ const std::vector<Row>& llama_rows() {
       {4, 1, 1, "1f1b", 0, true, {"parallel.sequence_parallel=true"}, kLlama},
       {1, 1, 2, "1f1b", 1, true, {}, kLlama},
       {2, 2, 2, "interleaved", 1, true, {"parallel.sequence_parallel=true"}, kLlama},
+      {1, 2, 1, "zb-h2", 0, true, {}, kLlama},
+      {1, 2, 1, "v-half", 0, true, {}, kLlama},
+      {1, 2, 1, "v-min", 0, true, {}, kLlama},
+      {1, 2, 1, "zb-auto", 0, true, {kZbMemory}, kLlama},
   };
   return r;
 }
@@ -145,9 +155,14 @@ const std::vector<Row>& bf16_rows() {
       {1, 2, 1, "zb-h2", 0, true, {kBf16}},
       {1, 2, 1, "v-half", 0, true, {kBf16}},
       {1, 2, 1, "v-min", 0, true, {kBf16}},
+      {1, 2, 1, "zb-auto", 0, true, {kBf16, kZbMemory}},
       {1, 2, 1, "zb-h1", 0, true, {kBf16}, kLlama},
       {1, 2, 1, "zb-v", 0, true, {kBf16}, kLlama},
       {1, 2, 1, "dualpipev", 0, true, {kBf16}, kLlama},
+      {1, 2, 1, "zb-h2", 0, true, {kBf16}, kLlama},
+      {1, 2, 1, "v-half", 0, true, {kBf16}, kLlama},
+      {1, 2, 1, "v-min", 0, true, {kBf16}, kLlama},
+      {1, 2, 1, "zb-auto", 0, true, {kBf16, kZbMemory}, kLlama},
       {2, 2, 2, "zb-h1", 0, true, {kBf16}},
   };
   return r;

@@ -204,6 +204,11 @@ TEST(PlannerProfile, RanksSharingTheMachineComputeSlowerByTheProfilesMeasure) {
   for (MicroBatchProfile& r : pr.profile->rows) r.pipeline_slowdown = 1.25;
   pr.global_batch = 8;
   EXPECT_NEAR(evaluate(pr, parse_layout("mbs=2", 1)).step_s, 4 * (12 + 24) * 1e-3 + 5e-3, 1e-12);
+  // Even where the pipeline ran more than twice slower (a loaded machine): less than one device's
+  // worth for two ranks, yet one rank alone still at its own speed.
+  for (MicroBatchProfile& r : pr.profile->rows) r.pipeline_slowdown = 2.5;
+  EXPECT_NEAR(evaluate(pr, parse_layout("mbs=2", 1)).step_s, 4 * (12 + 24) * 1e-3 + 5e-3, 1e-12);
+  EXPECT_NEAR(evaluate(pr, parse_layout("dp=2,mbs=2", 2)).breakdown.compute, 2.5 * base.breakdown.compute, 1e-12);
 }
 
 TEST(PlannerProfile, WithoutAProfileTheClustersComputeSlotsCount) {

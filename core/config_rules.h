@@ -1,0 +1,36 @@
+// What the config's three files share (core/ only): config.cpp (the schema,
+// parsing and text), config_checks.cpp (the rules across keys and the world)
+// and config_resources.cpp (the rank's memory against the host and device).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/config.h"
+
+namespace trident::config_rules {
+
+// Throws ConfigError "<c.source>: <msg>".
+[[noreturn]] void fail(const Config& c, const std::string& msg);
+std::string n(int64_t v);
+// Shortest decimal text that reads back as exactly `v`, always a TOML float.
+std::string format_double(double v);
+
+// NOTE [size checks] Every size product (parameters, a micro-batch's logits,
+// tokens) is computed in long double, which cannot overflow at any int64
+// inputs, and refused when it would not fit int64 bytes: after check_config
+// the model, the data and the schedule compute their sizes in int64 safely.
+// check_host_resources() then compares a lower bound of a rank's memory with
+// the host's, before anything is allocated or any rank is met.
+using Big = long double;
+constexpr Big kMaxBytes = 9.2e18L;  // int64's 9223372036854775807, rounded down
+std::string big(Big v);             // 3 significant digits
+// The model's parameters, a lower bound (biases and norms left out).
+Big model_params(const ModelConfig& m);
+
+// check_config's rules across keys (each key's own rule is checked first, in
+// config.cpp), and check_model_config's part of them.
+void check_relations(const Config& c);
+void check_model_relations(const Config& c);
+
+}  // namespace trident::config_rules
