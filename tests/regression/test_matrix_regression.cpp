@@ -18,7 +18,8 @@
 //  - the same layout with the other zero setting: within a relative 1e-6.
 // And ZeRO-1 must cut each rank's optimizer state to about 1/dp.
 // The bf16 rows (training.precision = "bf16") run the schedules that split
-// the backward (zb-h1, zb-v, dualpipev, zb-h2, v-half, v-min, zb-auto) for GPT and Llama at pp = 2, each
+// the backward (zb-h1, zb-v, dualpipev, zb-h2, v-half, v-min, zb-auto) for GPT and Llama at pp = 2
+// (zb-h2, v-half, v-min and zb-auto for GPT at pp = 4 too), each
 // bit-identical to the bf16 single process (so to bf16 1f1b, which
 // test_bf16_regression.cpp holds to it), and one 3D zero-bubble row within the
 // bf16 tolerance of it and bit-identical to the same layout under 1f1b: the
@@ -40,8 +41,8 @@ namespace {
 const std::string kSplit = "training.micro_batch_size=4";
 const std::string kGpt = "configs/gpt-tiny.toml", kLlama = "configs/llama-tiny.toml";
 const std::string kBf16 = "training.precision=bf16";
-// zb-auto's activation limit at pp = 2: 2p, the paper's ZB-2p.
-const std::string kZbMemory = "schedule.memory_limit=4";
+// zb-auto's activation limit: 2p, the paper's ZB-2p (at pp = 2 and at pp = 4).
+const std::string kZbMemory = "schedule.memory_limit=4", kZbMemory4 = "schedule.memory_limit=8";
 
 struct Row {
   int tp, pp, dp;
@@ -58,11 +59,16 @@ struct Row {
   std::string name() const {
     std::string n = "tp" + std::to_string(tp) + "_pp" + std::to_string(pp) + "_dp" + std::to_string(dp) + "_" +
                     kind + "_zero" + std::to_string(zero) + (overlap ? "_overlap" : "_nooverlap");
-    for (const auto& e : extra)
-      n += e.find("sequence") != std::string::npos ? "_sp"
-           : e == kBf16                            ? "_bf16"
-           : e == kZbMemory                        ? "_mem4"
-                                                   : "_uneven";
+    for (const auto& e : extra) {
+      if (e.find("sequence") != std::string::npos)
+        n += "_sp";
+      else if (e == kBf16)
+        n += "_bf16";
+      else if (e.rfind("schedule.memory_limit=", 0) == 0)
+        n += "_mem" + e.substr(e.find('=') + 1);
+      else
+        n += "_uneven";
+    }
     if (config != kGpt) n = "llama_" + n;
     if (world() == 1) n = "covering_" + n;  // one process: not evidence (see the head of this file)
     return std::regex_replace(n, std::regex("-"), "");
@@ -163,6 +169,10 @@ const std::vector<Row>& bf16_rows() {
       {1, 2, 1, "v-half", 0, true, {kBf16}, kLlama},
       {1, 2, 1, "v-min", 0, true, {kBf16}, kLlama},
       {1, 2, 1, "zb-auto", 0, true, {kBf16, kZbMemory}, kLlama},
+      {1, 4, 1, "zb-h2", 0, true, {kBf16}},
+      {1, 4, 1, "v-half", 0, true, {kBf16}},
+      {1, 4, 1, "v-min", 0, true, {kBf16}},
+      {1, 4, 1, "zb-auto", 0, true, {kBf16, kZbMemory4}},
       {2, 2, 2, "zb-h1", 0, true, {kBf16}},
   };
   return r;
