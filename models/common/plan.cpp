@@ -33,6 +33,15 @@ std::vector<ChunkSpec> split_layers(int64_t layers, int64_t stages, const std::v
   return specs;
 }
 
+void ParamPlan::add_weight(const std::string& name, std::vector<int64_t> shape, int shard_dim, double std_dev) {
+  ParamDecl decl;
+  decl.name = name;
+  decl.shape = std::move(shape);
+  decl.shard_dim = shard_dim;
+  decl.std_dev = std_dev;
+  add(decl);
+}
+
 void ParamPlan::add(const ParamDecl& decl) {
   PlannedParam pp;
   pp.info.name = decl.name;

@@ -59,6 +59,8 @@ class ParamPlan {
  public:
   ParamPlan(int64_t tp_size, int64_t tp_rank) : tp_size_(tp_size), tp_rank_(tp_rank) {}
   void add(const ParamDecl& decl);
+  // A weight matrix: normal init with `std_dev`, weight decay, split along `shard_dim`.
+  void add_weight(const std::string& name, std::vector<int64_t> shape, int shard_dim, double std_dev);
   std::vector<PlannedParam>& params() { return plan_; }
 
  private:

@@ -18,15 +18,6 @@ std::vector<PlannedParam> gpt_param_plan(const ModelConfig& cfg, const ChunkSpec
   const int64_t h = cfg.hidden, f = cfg.ffn(), vp = cfg.padded_vocab(tp_size);
   const double proj_std = cfg.init_std / std::sqrt(2.0 * static_cast<double>(cfg.layers));
   ParamPlan plan(tp_size, tp_rank);
-  // A weight: normal init, weight decay.
-  auto weight = [&plan](const std::string& name, std::vector<int64_t> shape, int shard_dim, double std_dev) {
-    ParamDecl decl;
-    decl.name = name;
-    decl.shape = std::move(shape);
-    decl.shard_dim = shard_dim;
-    decl.std_dev = std_dev;
-    plan.add(decl);
-  };
   // A bias: zeros, no weight decay. A row-parallel layer's bias is replicated and added after the
   // reduce, to a sequence shard under SP; a column-parallel layer's is split with its outputs.
   auto bias = [&plan](const std::string& name, std::vector<int64_t> shape, int shard_dim) {
@@ -75,14 +66,14 @@ std::vector<PlannedParam> gpt_param_plan(const ModelConfig& cfg, const ChunkSpec
     const std::string pre = "layers." + std::to_string(l);
     norm(pre + ".ln1");
     // qkv rows are ordered (head, {q,k,v}, head_dim) so a split over TP keeps whole heads.
-    weight(pre + ".attn.qkv.weight", {3 * h, h}, kColumnParallel, cfg.init_std);
+    plan.add_weight(pre + ".attn.qkv.weight", {3 * h, h}, kColumnParallel, cfg.init_std);
     bias(pre + ".attn.qkv.bias", {3 * h}, kColumnParallel);
-    weight(pre + ".attn.proj.weight", {h, h}, kRowParallel, proj_std);
+    plan.add_weight(pre + ".attn.proj.weight", {h, h}, kRowParallel, proj_std);
     bias(pre + ".attn.proj.bias", {h}, kReplicated);
     norm(pre + ".ln2");
-    weight(pre + ".mlp.fc.weight", {f, h}, kColumnParallel, cfg.init_std);
+    plan.add_weight(pre + ".mlp.fc.weight", {f, h}, kColumnParallel, cfg.init_std);
     bias(pre + ".mlp.fc.bias", {f}, kColumnParallel);
-    weight(pre + ".mlp.proj.weight", {h, f}, kRowParallel, proj_std);
+    plan.add_weight(pre + ".mlp.proj.weight", {h, f}, kRowParallel, proj_std);
     bias(pre + ".mlp.proj.bias", {h}, kReplicated);
   }
   if (spec.has_head) {

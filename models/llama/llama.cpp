@@ -26,15 +26,6 @@ std::vector<PlannedParam> llama_param_plan(const ModelConfig& cfg, const ChunkSp
     decl.sequence_parallel_grad = true;
     plan.add(decl);
   };
-  // A weight matrix: normal init, weight decay, split over TP (column- or row-parallel).
-  auto matrix = [&plan](const std::string& name, std::vector<int64_t> shape, int shard_dim, double sd) {
-    ParamDecl decl;
-    decl.name = name;
-    decl.shape = std::move(shape);
-    decl.shard_dim = shard_dim;
-    decl.std_dev = sd;
-    plan.add(decl);
-  };
   // The word embedding or the untied LM head, split over TP by vocabulary rows; padding rows are zero
   // at init. Tied: the head is the word embedding's copy (same name, so the same init).
   auto vocab_matrix = [&](const std::string& name, bool tied_copy) {
@@ -51,14 +42,14 @@ std::vector<PlannedParam> llama_param_plan(const ModelConfig& cfg, const ChunkSp
   for (int64_t l = spec.first_layer; l < spec.first_layer + spec.num_layers; ++l) {
     const std::string pre = "layers." + std::to_string(l);
     norm(pre + ".attn_norm.weight");
-    matrix(pre + ".attn.q.weight", {q_rows, h}, kColumnParallel, std_dev);
-    matrix(pre + ".attn.k.weight", {kv_rows, h}, kColumnParallel, std_dev);
-    matrix(pre + ".attn.v.weight", {kv_rows, h}, kColumnParallel, std_dev);
-    matrix(pre + ".attn.o.weight", {h, q_rows}, kRowParallel, out_std);
+    plan.add_weight(pre + ".attn.q.weight", {q_rows, h}, kColumnParallel, std_dev);
+    plan.add_weight(pre + ".attn.k.weight", {kv_rows, h}, kColumnParallel, std_dev);
+    plan.add_weight(pre + ".attn.v.weight", {kv_rows, h}, kColumnParallel, std_dev);
+    plan.add_weight(pre + ".attn.o.weight", {h, q_rows}, kRowParallel, out_std);
     norm(pre + ".mlp_norm.weight");
-    matrix(pre + ".mlp.gate.weight", {f, h}, kColumnParallel, std_dev);
-    matrix(pre + ".mlp.up.weight", {f, h}, kColumnParallel, std_dev);
-    matrix(pre + ".mlp.down.weight", {h, f}, kRowParallel, out_std);
+    plan.add_weight(pre + ".mlp.gate.weight", {f, h}, kColumnParallel, std_dev);
+    plan.add_weight(pre + ".mlp.up.weight", {f, h}, kColumnParallel, std_dev);
+    plan.add_weight(pre + ".mlp.down.weight", {h, f}, kRowParallel, out_std);
   }
   if (spec.has_head) {
     norm("final_norm.weight");
