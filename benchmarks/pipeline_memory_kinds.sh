@@ -36,8 +36,8 @@ kinds=(gpipe 1f1b interleaved zb-h1 zb-h2 zb-auto:4 zb-auto:8 zb-v v-half v-min 
 import json, sys
 d, name, sim, base, v = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4], int(sys.argv[5])
 rows = sorted((json.load(open(f"{d}/rank-{r}.json")) for r in range(4)), key=lambda s: s["pp"])
-b0 = json.load(open(f"{base}/rank-0.json"))["peak_activation_bytes"] if name != "gpipe" else None
-i0 = json.load(open(f"{base}/rank-0.json"))["peak_inflight"] if name != "gpipe" else None
+base0 = json.load(open(f"{base}/rank-0.json")) if name != "gpipe" else None
+b0, i0 = (base0["peak_activation_bytes"], base0["peak_inflight"]) if base0 else (None, None)
 for s in rows:
     r = s["pp"]
     rel = (f"  rank-0 bytes / 1f1b's {s['peak_activation_bytes'] / b0:.3f} (predicted {int(sim[0]) / v / i0:.3f})"

@@ -42,7 +42,7 @@ const std::string kSplit = "training.micro_batch_size=4";
 const std::string kGpt = "configs/gpt-tiny.toml", kLlama = "configs/llama-tiny.toml";
 const std::string kBf16 = "training.precision=bf16";
 // zb-auto's activation limit: 2p, the paper's ZB-2p (at pp = 2 and at pp = 4).
-const std::string kZbMemory = "schedule.memory_limit=4", kZbMemory4 = "schedule.memory_limit=8";
+const std::string kZb2pAtPp2 = "schedule.memory_limit=4", kZb2pAtPp4 = "schedule.memory_limit=8";
 
 struct Row {
   int tp, pp, dp;
@@ -143,7 +143,7 @@ const std::vector<Row>& llama_rows() {
       {1, 2, 1, "zb-h2", 0, true, {}, kLlama},
       {1, 2, 1, "v-half", 0, true, {}, kLlama},
       {1, 2, 1, "v-min", 0, true, {}, kLlama},
-      {1, 2, 1, "zb-auto", 0, true, {kZbMemory}, kLlama},
+      {1, 2, 1, "zb-auto", 0, true, {kZb2pAtPp2}, kLlama},
   };
   return r;
 }
@@ -161,18 +161,18 @@ const std::vector<Row>& bf16_rows() {
       {1, 2, 1, "zb-h2", 0, true, {kBf16}},
       {1, 2, 1, "v-half", 0, true, {kBf16}},
       {1, 2, 1, "v-min", 0, true, {kBf16}},
-      {1, 2, 1, "zb-auto", 0, true, {kBf16, kZbMemory}},
+      {1, 2, 1, "zb-auto", 0, true, {kBf16, kZb2pAtPp2}},
       {1, 2, 1, "zb-h1", 0, true, {kBf16}, kLlama},
       {1, 2, 1, "zb-v", 0, true, {kBf16}, kLlama},
       {1, 2, 1, "dualpipev", 0, true, {kBf16}, kLlama},
       {1, 2, 1, "zb-h2", 0, true, {kBf16}, kLlama},
       {1, 2, 1, "v-half", 0, true, {kBf16}, kLlama},
       {1, 2, 1, "v-min", 0, true, {kBf16}, kLlama},
-      {1, 2, 1, "zb-auto", 0, true, {kBf16, kZbMemory}, kLlama},
+      {1, 2, 1, "zb-auto", 0, true, {kBf16, kZb2pAtPp2}, kLlama},
       {1, 4, 1, "zb-h2", 0, true, {kBf16}},
       {1, 4, 1, "v-half", 0, true, {kBf16}},
       {1, 4, 1, "v-min", 0, true, {kBf16}},
-      {1, 4, 1, "zb-auto", 0, true, {kBf16, kZbMemory4}},
+      {1, 4, 1, "zb-auto", 0, true, {kBf16, kZb2pAtPp4}},
       {2, 2, 2, "zb-h1", 0, true, {kBf16}},
   };
   return r;
