@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
-"""The Python contender of benchmarks/run_train_bench.sh: the same GPT-2 as
-benchmarks/libtorch_gpt.h (token + position embeddings, pre-LN blocks with fused
-qkv and causal scaled_dot_product_attention, tanh-GELU MLP, final LayerNorm,
-head tied to the token embedding, padded vocabulary), trained by PyTorch eager
-as a user of torch 2.11 writes it: torch.optim.AdamW (decay on matrices only),
-clip_grad_norm_, gradient accumulation. It reads the same token file (NOTE
-[token file format] in core/data/token_file.h) and prints one line
+"""The Python contender of benchmarks/run_train_bench.sh and benchmarks/tiny_vs_eager.sh.
+--arch gpt: the same GPT-2 as benchmarks/libtorch_gpt.h (token + position
+embeddings, pre-LN blocks with fused qkv and causal scaled_dot_product_attention,
+tanh-GELU MLP, final LayerNorm, head tied to the token embedding, padded
+vocabulary). --arch llama: a Llama as models/llama/llama.cpp shapes it (token
+embedding, pre-norm blocks with RMSNorm, rotary q and k, grouped-query causal
+attention, SwiGLU MLP, no biases, final RMSNorm, untied head). Trained by PyTorch
+eager as a user of torch 2.11 writes it: torch.optim.AdamW (decay on matrices
+only; --adamw picks its CPU default loop, foreach or fused), clip_grad_norm_,
+gradient accumulation. It reads the same token file (NOTE [token file format] in
+core/data/token_file.h) and prints one line
   eager: steps N warmup W tokens_per_s T step_time_s S threads K torch V
 for the script to read. Shares no code with Trident."""
 import argparse
@@ -61,6 +65,54 @@ class Gpt(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
 
 
+def rotary(x, cos, sin):  # x: (b, heads, s, d); rotate the two halves of each head (Llama's convention)
+    a, b = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-b, a), dim=-1) * sin
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self, a):
+        super().__init__()
+        self.heads, self.kv, self.d = a.heads, a.kv_heads, a.hidden // a.heads
+        self.attn_norm, self.mlp_norm = nn.RMSNorm(a.hidden, eps=1e-5), nn.RMSNorm(a.hidden, eps=1e-5)
+        self.qkv = nn.Linear(a.hidden, (a.heads + 2 * a.kv_heads) * self.d, bias=False)
+        self.o = nn.Linear(a.hidden, a.hidden, bias=False)
+        self.gate_up = nn.Linear(a.hidden, 2 * a.ffn, bias=False)
+        self.down = nn.Linear(a.ffn, a.hidden, bias=False)
+
+    def forward(self, x, cos, sin):
+        b, s, h = x.shape
+        q, k, v = self.qkv(self.attn_norm(x)).view(b, s, -1, self.d).transpose(1, 2).split(
+            [self.heads, self.kv, self.kv], dim=1)
+        y = F.scaled_dot_product_attention(rotary(q, cos, sin), rotary(k, cos, sin), v, is_causal=True,
+                                           enable_gqa=True)
+        r = x + self.o(y.transpose(1, 2).reshape(b, s, h))
+        gate, up = self.gate_up(self.mlp_norm(r)).chunk(2, dim=-1)
+        return r + self.down(F.silu(gate) * up)
+
+
+class Llama(nn.Module):
+    def __init__(self, a):
+        super().__init__()
+        self.embed = nn.Embedding(a.vocab, a.hidden)
+        self.blocks = nn.ModuleList(LlamaBlock(a) for _ in range(a.layers))
+        self.norm = nn.RMSNorm(a.hidden, eps=1e-5)
+        self.head = nn.Linear(a.hidden, a.vocab, bias=False)
+        d = a.hidden // a.heads
+        freq = a.rope_theta ** (-torch.arange(0, d, 2, dtype=torch.float32) / d)
+        angle = torch.outer(torch.arange(a.seq, dtype=torch.float32), freq).repeat(1, 2)
+        self.register_buffer("cos", angle.cos(), persistent=False)
+        self.register_buffer("sin", angle.sin(), persistent=False)
+
+    def forward(self, ids, targets):
+        x = self.embed(ids)
+        cos, sin = self.cos[: ids.shape[1]], self.sin[: ids.shape[1]]
+        for blk in self.blocks:
+            x = blk(x, cos, sin)
+        logits = self.head(self.norm(x))
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--data", required=True, help="token file prefix (PREFIX.train.bin)")
@@ -68,21 +120,28 @@ def main():
                           ("vocab", 50304), ("micro-batch", 4), ("global-batch", 16), ("steps", 24),
                           ("warmup", 4), ("threads", 1), ("seed", 1234)]:
         p.add_argument("--" + name, type=int, default=default)
+    p.add_argument("--arch", choices=["gpt", "llama"], default="gpt")
+    p.add_argument("--kv-heads", type=int, default=0, help="llama: key/value heads (default --heads)")
+    p.add_argument("--rope-theta", type=float, default=10000.0)
+    p.add_argument("--adamw", choices=["default", "foreach", "fused"], default="default",
+                   help="torch.optim.AdamW's implementation: its CPU default (a loop), foreach=True or fused=True")
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--weight-decay", type=float, default=0.1)
     p.add_argument("--grad-clip", type=float, default=1.0)
     a = p.parse_args()
+    a.kv_heads = a.kv_heads or a.heads
     if a.global_batch % a.micro_batch or a.steps <= a.warmup:
         sys.exit("eager_gpt.py: --global-batch must be a multiple of --micro-batch and --steps > --warmup")
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     tokens = read_tokens(a.data)
     samples = (len(tokens) - 1) // a.seq
-    model = Gpt(a)
+    model = Gpt(a) if a.arch == "gpt" else Llama(a)
     decay = [q for q in model.parameters() if q.dim() >= 2]
     no_decay = [q for q in model.parameters() if q.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
+                             {"params": no_decay, "weight_decay": 0.0}], lr=a.lr, betas=(0.9, 0.95), eps=1e-8,
+                            **({"foreach": True} if a.adamw == "foreach" else {"fused": True} if a.adamw == "fused" else {}))
     gen = np.random.default_rng(a.seed)
     m = a.global_batch // a.micro_batch
     times = []
@@ -95,7 +154,7 @@ def main():
             batch = torch.from_numpy(np.stack(rows).astype(np.int64))
             loss = model(batch[:, :-1], batch[:, 1:])
             (loss / m).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip, foreach=a.adamw != "default" or None)
         opt.step()
         if step >= a.warmup:
             times.append(time.perf_counter() - start)

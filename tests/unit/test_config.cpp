@@ -108,6 +108,25 @@ TEST(Config, LlamaTinyDividesForEveryMatrixLayout) {
   expect_divides_for_every_matrix_layout(llama);
 }
 
+// The main job's demo (scripts/main.sh: tp 2 x pp 2 x dp 2, interleaved v = 2)
+// is a model whose blocks are the work, so that its pipeline's virtual stages
+// cost about the same: per token the blocks' matrix weights (L (4h² + 2hf))
+// are at least ten times the head's (h × padded vocabulary), and its layout
+// splits the layers evenly with 8 micro-batches per replica.
+TEST(Config, MainJobDemoIsBlocksNotHead) {
+  Config c = load_config(std::string(TRIDENT_SOURCE_DIR) + "/configs/gpt-brown-bytes.toml",
+                         {"parallel.tp=2", "parallel.pp=2", "schedule.kind=interleaved", "schedule.chunks=2"});
+  trident::resolve_world(c, 8);
+  const auto& m = c.model;
+  const int64_t blocks = m.layers * (4 * m.hidden * m.hidden + 2 * m.hidden * m.ffn());
+  const int64_t head = m.hidden * m.padded_vocab(c.parallel.tp);
+  EXPECT_GE(blocks, 10 * head) << "blocks " << blocks << " head " << head;
+  EXPECT_EQ(c.parallel.dp, 2);
+  EXPECT_EQ(m.layers % (c.parallel.pp * c.schedule.chunks), 0);
+  EXPECT_EQ(trident::num_microbatches(c), 8);
+  EXPECT_EQ(c.data.tokenizer, "byte");
+}
+
 // The GPU presets carry the published sizes (Meta's Llama 3.2 1B and 3.1 8B
 // model cards / config.json files) and pass every check of their layout.
 TEST(Config, LlamaGpuPresetsHaveThePublishedSizes) {
