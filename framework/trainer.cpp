@@ -37,6 +37,7 @@
 #include "runtime/executor.h"
 #include "runtime/pipeline_measure.h"
 #include "schedules/generators.h"
+#include "schedules/group_waits.h"
 #include "schedules/simulate.h"
 #include "schedules/validate.h"
 
@@ -51,9 +52,8 @@ sched::Schedule build_schedule(const Config& cfg, int64_t m) {
   // for measured ones, trained as schedule.kind = "file" (schedules/README.md). The step's bubble
   // is what it minimises: Trident runs no optimizer post-validation (NOTE [zb-auto]).
   if (cfg.schedule.kind == "zb-auto")
-    return sched::add_communication(sched::zb_auto(p, static_cast<int>(m), sched::Costs{},
-                                                   static_cast<int>(cfg.schedule.memory_limit),
-                                                   sched::ZbObjective::kStep));
+    return sched::defer_coupled_sends(sched::add_communication(sched::zb_auto(
+        p, static_cast<int>(m), sched::Costs{}, static_cast<int>(cfg.schedule.memory_limit), sched::ZbObjective::kStep)));
   if (cfg.schedule.kind != "file") return sched::generate(cfg.schedule.kind, p, static_cast<int>(m), v);
   std::ifstream f(cfg.schedule.file);
   if (!f) throw ConfigError("schedule.file = \"" + cfg.schedule.file + "\": cannot open it");
@@ -66,7 +66,8 @@ sched::Schedule build_schedule(const Config& cfg, int64_t m) {
                       " v=" + std::to_string(v) + ": expected a schedule for this run's p, m and v");
   s = sched::with_reduce_grad(std::move(s));  // NOTE [files without REDUCE_GRAD] in schedules/generators.cpp
   sched::validate(s);
-  return sched::has_communication(s) ? s : sched::add_communication(s);
+  // A file's own communication runs as written; a compute-only file's is placed as generate() places it.
+  return sched::has_communication(s) ? s : sched::defer_coupled_sends(sched::add_communication(s));
 }
 
 // NOTE [device guard]
@@ -252,8 +253,8 @@ void measure_zb_auto(Run& r) {
     text += buf;
   }
   for (int b = 0; b + 1 < p; ++b) costs.latency.push_back(t[3 * p + b].item<double>());
-  r.schedule = sched::add_communication(
-      sched::zb_auto(p, m, costs, static_cast<int>(c.schedule.memory_limit), sched::ZbObjective::kStep));
+  r.schedule = sched::defer_coupled_sends(sched::add_communication(
+      sched::zb_auto(p, m, costs, static_cast<int>(c.schedule.memory_limit), sched::ZbObjective::kStep)));
   if (r.pgs->rank() == 0) {
     const sched::TimelineStats st = sched::simulate_stats(r.schedule, costs);
     int peak = 0;

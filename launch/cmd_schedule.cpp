@@ -15,6 +15,7 @@
 #include "planner/cluster.h"
 #include "planner/profile.h"
 #include "schedules/generators.h"
+#include "schedules/group_waits.h"
 #include "schedules/pytorch_csv.h"
 #include "schedules/render.h"
 #include "schedules/simulate.h"
@@ -225,7 +226,9 @@ int cmd_schedule(int argc, char** argv) {
     const bool comm = sched::has_communication(s);
     if (vm.count("compute-only") && comm)
       throw BadInput("--compute-only: the schedule read already has send/recv actions");
-    const sched::Schedule shown = comm || vm.count("compute-only") ? s : sched::add_communication(s);
+    // What a run executes: a generator's communication as generate() places it (NOTE [group waits]).
+    const sched::Schedule shown =
+        comm || vm.count("compute-only") ? s : sched::defer_coupled_sends(sched::add_communication(s));
     out = format == "csv" ? sched::to_pytorch_csv(shown) : sched::to_text(shown);
   } else {
     const sched::Timeline t = sched::simulate(s, costs);  // validates once

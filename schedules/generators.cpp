@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "schedules/group_waits.h"
 #include "schedules/pair_order.h"
 
 
@@ -267,7 +268,7 @@ Schedule generate_compute(const std::string& kind, int p, int m, int v) {
 }
 
 Schedule generate(const std::string& kind, int p, int m, int v) {
-  return add_communication(generate_compute(kind, p, m, v));
+  return defer_coupled_sends(add_communication(generate_compute(kind, p, m, v)));  // NOTE [group waits]
 }
 
 bool has_communication(const Schedule& s) {

@@ -53,8 +53,9 @@ void check_supported(const std::string& kind, int p, int m, int v);
 // Dispatches on kind and returns the compute-only schedule; v = 0 means
 // default_chunks(kind).
 Schedule generate_compute(const std::string& kind, int p, int m, int v = 0);
-// Dispatches on kind and returns the schedule WITH communication added: what
-// the executor runs.
+// Dispatches on kind and returns the schedule WITH communication added and
+// its sends placed for the executor's groups (add_communication(), then
+// defer_coupled_sends(): NOTE [group waits]): what the executor runs.
 Schedule generate(const std::string& kind, int p, int m, int v = 0);
 
 // Evaluation's list for `rank`: every micro-batch through the rank's chunks in

@@ -3,11 +3,20 @@
 // nccl-rules backend refuse them.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "schedules/action.h"
+#include "schedules/generators.h"
 
 namespace trident::testing {
+
+// A generator's list with each send right after the compute that made it
+// (add_communication): the schedule as the simulator models it, before
+// generate() moves the sends a compute would wait on (NOTE [group waits]).
+inline sched::Schedule placed(const std::string& kind, int p, int m, int v = 0) {
+  return sched::add_communication(sched::generate_compute(kind, p, m, v));
+}
 
 // Communication as add_communication() placed it before order_receives():
 // each receive right before its compute, each send right after.

@@ -47,7 +47,7 @@ TEST(PairOrder, EveryGeneratorPassesForEveryShape) {
           } catch (const ScheduleError&) {
             continue;
           }
-          const Schedule s = generate(kind, p, m, chunks);
+          const Schedule s = trident::testing::placed(kind, p, m, chunks);
           EXPECT_EQ(error_of(s), "") << kind << " p=" << p << " m=" << m << " v=" << chunks;
           ++checked;
         }
@@ -93,17 +93,17 @@ TEST(PairOrder, MessagesOutOfOrderWouldSwapUnderNccl) {
   EXPECT_TRUE(has(error_of(unordered_communication(generate_compute("interleaved", 2, 5, 2))), "pair order:"));
   // dualpipev p = 3, m = 6 too.
   EXPECT_TRUE(has(error_of(unordered_communication(generate_compute("dualpipev", 3, 6))), "pair order:"));
-  // generate() orders them (each receiver follows its sender).
+  // add_communication() orders them (each receiver follows its sender).
   for (const auto& [kind, p, m, v] : std::vector<std::tuple<std::string, int, int, int>>{
            {"zb-v", 2, 3, 2}, {"interleaved", 2, 5, 2}, {"dualpipev", 3, 6, 2}, {"dualpipev", 4, 8, 2}})
-    EXPECT_EQ(error_of(generate(kind, p, m, v)), "") << kind;
+    EXPECT_EQ(error_of(trident::testing::placed(kind, p, m, v)), "") << kind;
 }
 
 TEST(PairOrder, OrderedListsKeepTheirComputesAndOnlyMoveReceivesEarlier) {
   for (const auto& [kind, p, m, v] : std::vector<std::tuple<std::string, int, int, int>>{
            {"zb-v", 2, 3, 2}, {"zb-v", 4, 9, 2}, {"interleaved", 2, 5, 2}, {"interleaved", 3, 7, 3}, {"dualpipev", 3, 6, 2}}) {
     const Schedule before = unordered_communication(generate_compute(kind, p, m, v));
-    const Schedule after = generate(kind, p, m, v);
+    const Schedule after = trident::testing::placed(kind, p, m, v);
     for (int r = 0; r < p; ++r) {
       ActionList a, b;  // everything but the receives, in order
       for (const Action& x : before.ranks[r])

@@ -9,13 +9,14 @@
 #include "schedules/render.h"
 #include "schedules/simulate.h"
 #include "schedules/split.h"
+#include "../schedule_helpers.h"
 
 using namespace trident::sched;
 
 namespace {
 
 TimelineStats run(const std::string& kind, int p, int m, int v, const Costs& c) {
-  return stats(simulate(generate(kind, p, m, v), c));
+  return stats(simulate(trident::testing::placed(kind, p, m, v), c));
 }
 
 Costs costs(double f, double b, double w) {
@@ -179,7 +180,7 @@ TEST(ScheduleSimulate, StatsWithoutTimelineAgree) {
         const int v = kind == "interleaved" ? 3 : default_chunks(kind);
         Costs c = costs(0.7, 1.9, 0.3);
         c.latency = {0.1};
-        const TimelineStats full = stats(simulate(generate(kind, p, m, v), c));
+        const TimelineStats full = stats(simulate(trident::testing::placed(kind, p, m, v), c));
         const TimelineStats lean = simulate_stats(generate_compute(kind, p, m, v), c);
         EXPECT_NEAR(lean.step_time, full.step_time, 1e-9) << kind << " p=" << p << " m=" << m;
         EXPECT_NEAR(lean.bubble_fraction, full.bubble_fraction, 1e-12) << kind;
@@ -197,7 +198,7 @@ TEST(ScheduleSimulate, ZbVFillsEverythingButThePipelineFill) {
   const Costs c = costs(1, 2, 1);
   for (int p = 2; p <= 8; ++p)
     for (int m = 2 * p; m <= 24; ++m) {
-      const Timeline t = simulate(generate("zb-v", p, m, 2), c);
+      const Timeline t = simulate(trident::testing::placed("zb-v", p, m, 2), c);
       const TimelineStats st = stats(t), base = run("1f1b", p, m, 1, c);
       EXPECT_NEAR(max_span_idle(t), 0.0, 1e-9) << "p=" << p << " m=" << m;
       EXPECT_NEAR(st.step_time, 3.0 * m + (p - 1) * 0.5, 1e-9) << "p=" << p << " m=" << m;
@@ -286,7 +287,7 @@ TEST(ScheduleSimulate, BalancedSplitIsExact) {
 }
 
 TEST(ScheduleRender, OutputsHaveTheirShape) {
-  const Timeline t = simulate(generate("zb-h1", 3, 4), Costs{});
+  const Timeline t = simulate(trident::testing::placed("zb-h1", 3, 4), Costs{});
   const std::string text = render_text(t, "zb-h1");
   EXPECT_EQ(text.rfind("zb-h1 p=3 m=4 v=1: step", 0), 0u) << text;
   EXPECT_NE(text.find("rank 2"), std::string::npos);

@@ -1,0 +1,42 @@
+// Where a schedule's sends go so that no compute waits on a send (NOTE [group waits]).
+#pragma once
+
+#include "schedules/action.h"
+
+namespace trident::sched {
+
+// NOTE [group waits]
+// The executor posts the communication between two computes as one group,
+// and a group completes as a whole (an NCCL group is one launch; NOTE [pair
+// order]). A compute that needs a tensor received in a group therefore also
+// waits for every send of that group, and a send completes only when its
+// receiver has posted the matching receive. add_communication() puts each
+// send right after the compute that made it; when the next compute waits for
+// a receive of that same group and the receiver posts the send's receive
+// only some computes later, the compute waits for the peer's computes,
+// although its own input is there. The interleaved list at p = 2 does so in
+// every steady-state step: rank 0 runs F2, then waits in B0.1 for rank 1 to
+// reach F2, one forward and one backward later.
+// The simulator (simulate.h) lets a compute wait only for its own input, so
+// it does not count these waits. grouped_step_time() runs a list with
+// explicit communication under the executor's rules (groups complete as a
+// whole, one after another per rank; a send or receive completes when its
+// partner's group is posted; no latency), and defer_coupled_sends() moves
+// such sends past the compute that would wait for them, into the next group,
+// keeping each move that shortens the grouped step and deadlocks nothing.
+// Moving a send past a compute keeps every pair's message order, and the
+// result passes check_pair_order(); only the communication moves, never a
+// compute, so the numbers a run computes are unchanged.
+
+// The step time of `s` (explicit communication) under the rules above, for
+// uniform costs F = 1, B = 2, I = 1, W = 1 per action; -1 when the groups
+// deadlock. Hand-overs between chunks of one rank are not NCCL operations.
+double grouped_step_time(const Schedule& s);
+
+// `s` with the sends that a compute would wait on moved past it where that
+// shortens grouped_step_time(); `s` itself when it has no communication, or
+// more than kMaxDeferActions actions (the search is quadratic).
+constexpr size_t kMaxDeferActions = 20000;
+Schedule defer_coupled_sends(const Schedule& s);
+
+}  // namespace trident::sched
