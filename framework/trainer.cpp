@@ -52,8 +52,9 @@ sched::Schedule build_schedule(const Config& cfg, int64_t m) {
   // for measured ones, trained as schedule.kind = "file" (schedules/README.md). The step's bubble
   // is what it minimises: Trident runs no optimizer post-validation (NOTE [zb-auto]).
   if (cfg.schedule.kind == "zb-auto")
-    return sched::defer_coupled_sends(sched::add_communication(sched::zb_auto(
-        p, static_cast<int>(m), sched::Costs{}, static_cast<int>(cfg.schedule.memory_limit), sched::ZbObjective::kStep)));
+    return sched::place_communication(sched::zb_auto(p, static_cast<int>(m), sched::Costs{},
+                                                     static_cast<int>(cfg.schedule.memory_limit),
+                                                     sched::ZbObjective::kStep));
   if (cfg.schedule.kind != "file") return sched::generate(cfg.schedule.kind, p, static_cast<int>(m), v);
   std::ifstream f(cfg.schedule.file);
   if (!f) throw ConfigError("schedule.file = \"" + cfg.schedule.file + "\": cannot open it");
@@ -67,7 +68,7 @@ sched::Schedule build_schedule(const Config& cfg, int64_t m) {
   s = sched::with_reduce_grad(std::move(s));  // NOTE [files without REDUCE_GRAD] in schedules/generators.cpp
   sched::validate(s);
   // A file's own communication runs as written; a compute-only file's is placed as generate() places it.
-  return sched::has_communication(s) ? s : sched::defer_coupled_sends(sched::add_communication(s));
+  return sched::has_communication(s) ? s : sched::place_communication(s);
 }
 
 // NOTE [device guard]
@@ -253,8 +254,8 @@ void measure_zb_auto(Run& r) {
     text += buf;
   }
   for (int b = 0; b + 1 < p; ++b) costs.latency.push_back(t[3 * p + b].item<double>());
-  r.schedule = sched::defer_coupled_sends(sched::add_communication(
-      sched::zb_auto(p, m, costs, static_cast<int>(c.schedule.memory_limit), sched::ZbObjective::kStep)));
+  r.schedule = sched::place_communication(
+      sched::zb_auto(p, m, costs, static_cast<int>(c.schedule.memory_limit), sched::ZbObjective::kStep));
   if (r.pgs->rank() == 0) {
     const sched::TimelineStats st = sched::simulate_stats(r.schedule, costs);
     int peak = 0;

@@ -227,8 +227,7 @@ int cmd_schedule(int argc, char** argv) {
     if (vm.count("compute-only") && comm)
       throw BadInput("--compute-only: the schedule read already has send/recv actions");
     // What a run executes: a generator's communication as generate() places it (NOTE [group waits]).
-    const sched::Schedule shown =
-        comm || vm.count("compute-only") ? s : sched::defer_coupled_sends(sched::add_communication(s));
+    const sched::Schedule shown = comm || vm.count("compute-only") ? s : sched::place_communication(s);
     out = format == "csv" ? sched::to_pytorch_csv(shown) : sched::to_text(shown);
   } else {
     const sched::Timeline t = sched::simulate(s, costs);  // validates once

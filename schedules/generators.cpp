@@ -268,7 +268,7 @@ Schedule generate_compute(const std::string& kind, int p, int m, int v) {
 }
 
 Schedule generate(const std::string& kind, int p, int m, int v) {
-  return defer_coupled_sends(add_communication(generate_compute(kind, p, m, v)));  // NOTE [group waits]
+  return place_communication(generate_compute(kind, p, m, v));  // NOTE [group waits]
 }
 
 bool has_communication(const Schedule& s) {

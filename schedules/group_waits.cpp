@@ -9,13 +9,7 @@
 namespace trident::sched {
 namespace {
 
-double action_cost(ActionKind k) {
-  switch (k) {
-    case ActionKind::F: return 1.0;
-    case ActionKind::B: return 2.0;
-    default: return 1.0;  // I, W
-  }
-}
+double action_cost(ActionKind k) { return k == ActionKind::B ? 2.0 : 1.0; }  // F, I and W cost 1
 
 // One rank's list cut into groups (the communication between two computes)
 // and computes, as the executor posts and runs them.
@@ -218,6 +212,10 @@ Schedule defer_coupled_sends(const Schedule& s) {
     return s;  // never run a list the validator refuses
   }
   return best;
+}
+
+Schedule place_communication(const Schedule& compute_only) {
+  return defer_coupled_sends(add_communication(compute_only));
 }
 
 }  // namespace trident::sched

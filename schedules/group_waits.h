@@ -39,4 +39,8 @@ double grouped_step_time(const Schedule& s);
 constexpr size_t kMaxDeferActions = 20000;
 Schedule defer_coupled_sends(const Schedule& s);
 
+// A compute-only schedule made runnable as the executor runs it:
+// add_communication(), then defer_coupled_sends().
+Schedule place_communication(const Schedule& compute_only);
+
 }  // namespace trident::sched
