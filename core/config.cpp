@@ -139,11 +139,16 @@ Rule one_of(std::vector<std::string> choices) {
   r.choices = std::move(choices);
   return r;
 }
-// schedule.kind: the generators own the list of kinds (schedules/generators.h),
-// which the foundation cannot see; check_schedule_kind() is handed it.
+// schedule.kind and model.arch: the layers above own the kinds and the families,
+// which the foundation cannot see; check_config_tables() is handed them (NOTE [config tables]).
 Rule kind_rule() {
   Rule r;
-  r.described = "a generator's kind (schedules/generators.h: schedule_kinds()) or \"file\"";
+  r.described = "a generator's kind (schedules/generators.h: schedule_kinds()), \"zb-auto\" or \"file\"";
+  return r;
+}
+Rule family_rule() {
+  Rule r;
+  r.described = "a model family (models/families.h: model_families())";
   return r;
 }
 
@@ -177,7 +182,7 @@ struct Field {
 
 const std::vector<Field>& fields() {
   static const std::vector<Field> table = {
-      TRIDENT_FIELD(model, arch, one_of({"gpt", "llama"}), "model family"),
+      TRIDENT_FIELD(model, arch, family_rule(), "model family"),
       TRIDENT_FIELD(model, layers, at_least(1), "transformer blocks"),
       TRIDENT_FIELD(model, hidden, at_least(1), "model width"),
       TRIDENT_FIELD(model, heads, at_least(1), "attention heads"),
@@ -668,11 +673,12 @@ void check_config(const Config& c) {
   config_rules::check_relations(c);
 }
 
-void check_model_config(const Config& c) {
+void check_model_config(const Config& c, const std::vector<ModelFamilyRules>& families) {
   for (const Field& f : fields()) {
     if (std::string(f.section) == "model" && !allowed(f, c)) bad_value(c.source, f, format_field(f, c), "");
   }
   config_rules::check_model_relations(c);
+  check_model_family(c, families);
 }
 
 std::string pipeline_dtype(const Config& c) {

@@ -162,9 +162,9 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 Config parse_config(const std::string& toml_text, const std::string& name,
                     const std::vector<std::string>& overrides = {});
 
-// Every check that needs no world size, each rule written once: per-key
-// ranges, model/TP divisibility, the pipeline split, schedule, batch, data and
-// checkpoint keys. Called by the parsers. Throws ConfigError naming the key,
+// Every check that needs no world size and no table (NOTE [config tables]),
+// each rule written once: per-key ranges, model/TP divisibility, schedule,
+// batch, data and checkpoint keys. Called by the parsers. Throws ConfigError naming the key,
 // the value and what was expected.
 void check_config(const Config& c);
 // What this host can hold, before anything is allocated (NOTE [size checks] in
@@ -184,10 +184,38 @@ void check_host_resources(const Config& c, int64_t ranks_on_host, int64_t host_b
 // ConfigError naming the keys and the estimate.
 void check_device_memory(const Config& c, int device_index, int64_t device_bytes,
                          const std::vector<int>& peak_inflight = {});
-// schedule.kind must be "file" or one of the generators' kinds, passed in
-// because the foundation does not see schedules/ (the trainer hands it
-// sched::schedule_kinds() before any process group exists).
-void check_schedule_kind(const Config& c, const std::vector<std::string>& generator_kinds);
+// NOTE [config tables] What the config's rules need from the layers above the
+// foundation, which it does not see (ARCHITECTURE.md), handed in as data: each
+// model family (model.arch) with its rules, each schedule kind with the chunks
+// per rank it runs. The parsers check each key and every rule between keys
+// that needs neither; check_config_tables() checks the rest and resolves
+// schedule.chunks. Trident's tables are framework/config_tables.h's
+// config_tables(); every command that reads a config applies them.
+struct ModelFamilyRules {
+  std::string arch;  // model.arch
+  // The family's rules (keys it does not read, shapes it needs); throws
+  // ConfigError through config_fail() for a model it cannot build.
+  void (*check)(const Config& c) = nullptr;
+};
+struct ScheduleKindChunks {
+  std::string kind;    // schedule.kind
+  int64_t chunks = 1;  // the chunks per rank it runs; 0: any number (absent: 1)
+};
+struct ConfigTables {
+  std::vector<ModelFamilyRules> families;
+  std::vector<ScheduleKindChunks> kinds;
+};
+// model.arch is a family of t and passes its rules; schedule.kind is a kind of
+// t and schedule.chunks fits it (absent (0) becomes the kind's); then the
+// pipeline split over pp x chunks model chunks. Throws ConfigError.
+void check_config_tables(Config& c, const ConfigTables& t);
+// The model part of the same (for check_model_config's callers).
+void check_model_family(const Config& c, const std::vector<ModelFamilyRules>& families);
+// Throws ConfigError "<c.source>: <msg>" (for the rules of a family).
+[[noreturn]] void config_fail(const Config& c, const std::string& msg);
+// A number in a message as the config's text writes it: the shortest decimal
+// that reads back exactly, always a TOML float ("0.1", "4.0").
+std::string config_number(double v);
 // The layout arithmetic, for resolve_world and parallel/layout.cpp alike:
 // every factor >= 1 and tp * pp * dp == world. Throws ConfigError, e.g.
 // "<where>: tp(2) x pp(4) x dp(2) = 16 but WORLD_SIZE = 8".

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -53,14 +54,6 @@ using config_rules::model_params;
 using config_rules::n;
 using json::quote;
 
-// What schedule.chunks = 0 (absent) stands for: the chunks the kind needs.
-// The trainer resolves it with sched::default_chunks (schedules/generators.h),
-// which the foundation cannot include (ARCHITECTURE.md), so this mirrors it
-// for the checks below; tests/unit/test_config.cpp checks that they agree.
-int64_t kind_chunks(const std::string& kind) {
-  return kind == "zb-v" || kind == "v-half" || kind == "v-min" || kind == "dualpipev" ? 2 : 1;
-}
-
 void check_sizes(const Config& c) {
   const ModelConfig& m = c.model;
   const TrainingConfig& t = c.training;
@@ -97,49 +90,9 @@ void check_sizes(const Config& c) {
   }
 }
 
-// Shapes the model needs for its TP plan (models/gpt/gpt.cpp asserts them).
-// Keys of one family set under another, and the Llama-only shapes.
-void check_model_family(const Config& c) {
-  const ModelConfig& m = c.model;
-  const ModelConfig d;  // the defaults
-  const bool llama = m.arch == "llama";
-  if (!llama) {
-    const auto refuse = [&](bool set, const std::string& key) {
-      if (set) fail(c, key + " is a llama key: model.arch = " + quote(m.arch) + " does not read it");
-    };
-    refuse(m.kv_heads != 0 && m.kv_heads != m.heads, "model.kv_heads (" + n(m.kv_heads) + ")");
-    refuse(!m.tie_embeddings, "model.tie_embeddings = false");
-    refuse(m.rope_theta != d.rope_theta, "model.rope_theta");
-    refuse(m.rope_scaling != d.rope_scaling, "model.rope_scaling");
-  }
-  if (m.rope_scaling != "llama3") {
-    const auto refuse = [&](bool set, const std::string& key) {
-      if (set) fail(c, key + " is read only with model.rope_scaling = \"llama3\", got " + quote(m.rope_scaling));
-    };
-    refuse(m.rope_factor != d.rope_factor, "model.rope_factor");
-    refuse(m.rope_low_freq_factor != d.rope_low_freq_factor, "model.rope_low_freq_factor");
-    refuse(m.rope_high_freq_factor != d.rope_high_freq_factor, "model.rope_high_freq_factor");
-    refuse(m.rope_original_max_position != d.rope_original_max_position, "model.rope_original_max_position");
-  } else if (m.rope_high_freq_factor <= m.rope_low_freq_factor) {
-    fail(c, "model.rope_high_freq_factor (" + format_double(m.rope_high_freq_factor) +
-                ") must exceed model.rope_low_freq_factor (" + format_double(m.rope_low_freq_factor) + ")");
-  }
-  if (!llama) return;
-  if (m.ffn_hidden == 0)
-    fail(c, "model.ffn_hidden must be set for model.arch = \"llama\" (the SwiGLU width; Llama 3 8B uses 14336)");
-  if (m.dropout > 0) fail(c, "model.dropout = " + format_double(m.dropout) + ": llama has no dropout, expected 0");
-  if (m.heads % m.kv() != 0)
-    fail(c, "model.kv_heads (" + n(m.kv()) + ") must divide model.heads (" + n(m.heads) + ")");
-  if (m.kv() % c.parallel.tp != 0) {
-    fail(c, "parallel.tp (" + n(c.parallel.tp) + ") must divide model.kv_heads (" + n(m.kv()) +
-                "): each tensor-parallel rank holds whole key/value heads");
-  }
-  if (m.hidden % m.heads == 0 && m.head_dim() % 2 != 0)
-    fail(c, "model.hidden / model.heads (" + n(m.head_dim()) + ") must be even for rotary embeddings");
-}
-
+// Shapes every family needs for its TP plan (models/gpt/gpt.cpp, models/llama/llama.cpp
+// assert them); each family's own rules are in its table (NOTE [config tables]).
 void check_model_shape(const Config& c) {
-  check_model_family(c);
   const ModelConfig& m = c.model;
   const ParallelConfig& p = c.parallel;
   if (m.hidden % m.heads != 0)
@@ -201,8 +154,7 @@ void check_megatron_split(const Config& c, int64_t model_chunks) {
 // Layers per model chunk (models/gpt/gpt.cpp's split_layers asserts the result).
 void check_pipeline_split(const Config& c) {
   const ParallelConfig& p = c.parallel;
-  const int64_t layers = c.model.layers, chunks = c.schedule.chunks > 0 ? c.schedule.chunks : kind_chunks(c.schedule.kind),
-                model_chunks = p.pp * chunks;
+  const int64_t layers = c.model.layers, chunks = c.schedule.chunks, model_chunks = p.pp * chunks;
   // NOTE [pipeline dtype] in runtime/executor.h
   if (p.pipeline_dtype == "bf16" && c.training.precision != "bf16")
     fail(c, "parallel.pipeline_dtype = \"bf16\" needs training.precision = \"bf16\", got " +
@@ -242,14 +194,6 @@ void check_schedule(const Config& c) {
     fail(c, "parallel.overlap_param_gather = false with parallel.zero = " + n(c.parallel.zero) +
                 ": only ZeRO-1 gathers parameters after the step (it would be ignored)");
   const ScheduleConfig& s = c.schedule;
-  if (s.chunks > 1 && s.kind != "interleaved" && s.kind != "file" && kind_chunks(s.kind) != 2) {
-    fail(c, "schedule.chunks = " + n(s.chunks) +
-                " needs schedule.kind = \"interleaved\", \"zb-v\", \"v-half\", \"v-min\", \"dualpipev\" or \"file\", got " +
-                quote(s.kind));
-  }
-  if (kind_chunks(s.kind) == 2 && s.chunks != 2 && s.chunks != 0)
-    fail(c, "schedule.chunks = " + n(s.chunks) + ": schedule.kind = " + quote(s.kind) +
-                " runs 2 chunks per rank (leave schedule.chunks out, or set 2)");
   if (s.kind == "file" && s.file.empty()) fail(c, "schedule.kind = \"file\" needs schedule.file");
   if (s.kind == "zb-auto" && s.memory_limit < 1)
     fail(c, "schedule.kind = \"zb-auto\" needs schedule.memory_limit >= 1 (micro-batches of activations per rank; "
@@ -400,7 +344,6 @@ namespace config_rules {
 void check_relations(const Config& c) {
   check_sizes(c);  // before any product below is formed in int64
   check_model_shape(c);
-  check_pipeline_split(c);
   check_schedule(c);
   check_training(c);
   check_data(c);
@@ -415,18 +358,53 @@ void check_model_relations(const Config& c) {
 }  // namespace config_rules
 
 int64_t chunks_per_rank(const Config& c) {
-  return c.schedule.chunks > 0 ? c.schedule.chunks : kind_chunks(c.schedule.kind);
+  if (c.schedule.chunks < 1)
+    throw std::logic_error(c.source + ": schedule.chunks is unresolved: check_config_tables() resolves it");
+  return c.schedule.chunks;
 }
 
-void check_schedule_kind(const Config& c, const std::vector<std::string>& generator_kinds) {
-  const std::string& kind = c.schedule.kind;
-  if (kind == "file" || kind == "zb-auto") return;  // zb-auto: searched for its memory limit (schedules/generators.h)
-  std::string known;
-  for (const std::string& k : generator_kinds) {
-    if (kind == k) return;
-    known += (known.empty() ? "" : ", ") + quote(k);
+void config_fail(const Config& c, const std::string& msg) { fail(c, msg); }
+
+std::string config_number(double v) { return format_double(v); }
+
+namespace {
+
+// "a, b or c"
+std::string listed(const std::vector<std::string>& items) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) out += (i == 0 ? "" : i + 1 == items.size() ? " or " : ", ") + items[i];
+  return out;
+}
+
+}  // namespace
+
+void check_model_family(const Config& c, const std::vector<ModelFamilyRules>& families) {
+  std::vector<std::string> known;
+  for (const ModelFamilyRules& f : families) {
+    if (f.arch == c.model.arch) return f.check(c);
+    known.push_back(quote(f.arch));
   }
-  fail(c, "schedule.kind = " + quote(kind) + ": expected one of " + known + ", \"zb-auto\" or \"file\"");
+  fail(c, "model.arch = " + quote(c.model.arch) + ": expected one of " + listed(known));
+}
+
+void check_config_tables(Config& c, const ConfigTables& t) {
+  check_model_family(c, t.families);
+  ScheduleConfig& s = c.schedule;
+  const ScheduleKindChunks* kind = nullptr;
+  std::vector<std::string> known, several;
+  for (const ScheduleKindChunks& k : t.kinds) {
+    if (k.kind == s.kind) kind = &k;
+    known.push_back(quote(k.kind));
+    if (k.chunks != 1) several.push_back(quote(k.kind));
+  }
+  if (!kind) fail(c, "schedule.kind = " + quote(s.kind) + ": expected one of " + listed(known));
+  if (kind->chunks == 1 && s.chunks > 1)
+    fail(c, "schedule.chunks = " + n(s.chunks) + " needs schedule.kind = " + listed(several) + ", got " + quote(s.kind));
+  if (kind->chunks > 1 && s.chunks != kind->chunks && s.chunks != 0)
+    fail(c, "schedule.chunks = " + n(s.chunks) + ": schedule.kind = " + quote(s.kind) + " runs " + n(kind->chunks) +
+                " chunks per rank (leave schedule.chunks out, or set " + n(kind->chunks) + ")");
+  if (s.chunks == 0) s.chunks = std::max<int64_t>(kind->chunks, 1);  // absent: the kind's
+  check_pipeline_split(c);
 }
 
 void check_layout_factors(const std::string& where, int64_t world, int64_t tp, int64_t pp, int64_t dp) {

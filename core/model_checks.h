@@ -4,10 +4,11 @@
 #pragma once
 
 #include <stdexcept>
+#include <vector>
+
+#include "core/config.h"
 
 namespace trident {
-
-struct Config;
 
 // A model's files or arguments that their readers refuse: a Hugging Face
 // config.json or safetensors file, a checkpoint of another model, a prompt or
@@ -18,9 +19,10 @@ class ModelInputError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// check_config's model part (the [model] keys' ranges, sizes, the family's and
-// the TP plan's shapes), defined beside it (config.cpp, config_checks.cpp):
-// one set of rules for every way a model arrives. Throws ConfigError naming c.source and the key.
-void check_model_config(const Config& c);
+// check_config's model part (the [model] keys' ranges, sizes, the TP plan's
+// shapes) and the family's rules from `families` (NOTE [config tables]), defined
+// beside it (config.cpp, config_checks.cpp): one set of rules for every way a
+// model arrives. Throws ConfigError naming c.source and the key.
+void check_model_config(const Config& c, const std::vector<ModelFamilyRules>& families);
 
 }  // namespace trident

@@ -38,7 +38,8 @@ std::vector<int64_t> layout_chunk_layers(const std::vector<std::string>& stages,
 std::vector<int64_t> accounted_chunk_layers(int64_t layers, int64_t pp, int64_t chunks_per_rank, bool embedding,
                                             bool loss);
 
-// schedule.chunks, or the kind's default when it is 0 (defined in config_checks.cpp).
+// schedule.chunks as check_config_tables() resolved it (NOTE [config tables]);
+// throws std::logic_error while it is 0 (defined in config_checks.cpp).
 int64_t chunks_per_rank(const Config& c);
 
 // Layers per model chunk of a checked config, as split_layers takes them: from

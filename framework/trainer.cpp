@@ -26,6 +26,7 @@
 #include "core/training_data.h"
 #include "framework/auto_split.h"
 #include "framework/checkpointing.h"
+#include "framework/config_tables.h"
 #include "framework/machine.h"
 #include "framework/recorder.h"
 #include "models/registry.h"
@@ -274,7 +275,7 @@ std::vector<std::vector<Param>*> stage_params_of(Run& r) {
 
 void build(Run& r) {
   Config& c = r.cfg;
-  check_schedule_kind(c, sched::schedule_kinds());  // the rest of check_config ran when c was parsed
+  check_config_tables(c, config_tables());  // the rest of check_config ran when c was parsed
   check_checkpoint_dir(c);
   const WorldEnv env = read_world_env();
   // One device per rank, from LOCAL_RANK; errors before any rendezvous.
@@ -288,8 +289,6 @@ void build(Run& r) {
     install_cpu_memory_meter();  // activation bytes are measured on the host's allocator
   }
   resolve_world(c, env.world_size);
-  // schedule.chunks absent (0): what the kind needs; everything after (the schedule, checkpoints' layout) sees it.
-  if (c.schedule.chunks == 0) c.schedule.chunks = sched::default_chunks(c.schedule.kind);
   r.microbatches = num_microbatches(c);
   r.schedule = build_schedule(c, r.microbatches);  // schedule errors before any rendezvous
   {

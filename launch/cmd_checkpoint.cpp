@@ -10,6 +10,7 @@
 
 #include "core/checkpoint_store.h"
 #include "core/config.h"
+#include "framework/config_tables.h"
 #include "launch/commands.h"
 #include "launch/options.h"
 
@@ -66,7 +67,7 @@ int cmd_checkpoint(int argc, char** argv) {
   if (action != "init") throw BadInput("expected `trident checkpoint init` or `show` (see trident checkpoint --help)");
   if (config_path.empty() || out.empty())
     throw BadInput("--config FILE and --out DIR are required (see trident checkpoint --help)");
-  Config cfg = load_config(config_path, sets);
+  Config cfg = load_checked_config(config_path, sets);
 #ifdef TRIDENT_HAVE_TORCH
   int n = 0;
   {

@@ -21,6 +21,7 @@
 #include "core/data/prepare.h"
 #include "core/data/token_file.h"
 #include "core/training_data.h"
+#include "framework/config_tables.h"
 #include "launch/commands.h"
 #include "launch/options.h"
 
@@ -215,7 +216,7 @@ int batches(int argc, char** argv) {
   if (!parse(argc, argv, opts, vm)) return 0;
   if (config_path.empty()) throw BadInput("--config FILE is required (see trident data batches --help)");
   if (!vm.count("steps")) throw BadInput("--steps N is required: the global batches to print");
-  const Config cfg = load_config(config_path, sets);
+  const Config cfg = load_checked_config(config_path, sets);
   if (steps < 1 || steps > cfg.training.steps)
     throw BadInput("--steps " + std::to_string(steps) + ": expected 1 .. training.steps = " +
                    std::to_string(cfg.training.steps) + " (a run reads no more; raise training.steps with --set)");

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "framework/config_tables.h"
 #include "launch/commands.h"
 #include "launch/options.h"
 #include "planner/search.h"
@@ -172,7 +173,7 @@ int cmd_plan(int argc, char** argv) {
     throw BadInput("--format '" + format + "', expected table, csv or json");
   std::vector<std::string> sets = vm.count("set") ? vm["set"].as<std::vector<std::string>>() : std::vector<std::string>{};
   if (vm.count("seq")) sets.push_back("model.seq_len=" + std::to_string(vm["seq"].as<int64_t>()));
-  const Config cfg = load_config(vm["config"].as<std::string>(), sets);
+  const Config cfg = load_checked_config(vm["config"].as<std::string>(), sets);
 
   plan::Problem pr;
   pr.model = cfg.model;

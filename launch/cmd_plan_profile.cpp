@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "framework/config_tables.h"
 #include "launch/commands.h"
 #include "launch/options.h"
 #include "planner/profile.h"
@@ -81,7 +82,7 @@ int cmd_plan_profile(int argc, char** argv) {
   const std::vector<int64_t> sizes = parse_sizes(vm["mbs"].as<std::string>());
   const std::vector<std::string> sets =
       vm.count("set") ? vm["set"].as<std::vector<std::string>>() : std::vector<std::string>{};
-  const Config cfg = load_config(vm["config"].as<std::string>(), sets);
+  const Config cfg = load_checked_config(vm["config"].as<std::string>(), sets);
   const std::string out = vm["out"].as<std::string>();
   check_writable_output(out);
   bench::ProfileOptions o;

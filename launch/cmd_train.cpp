@@ -7,6 +7,7 @@
 #include <boost/program_options.hpp>
 
 #include "core/config.h"
+#include "framework/config_tables.h"
 #include "launch/commands.h"
 #include "launch/options.h"
 #include "launch/fault.h"
@@ -35,7 +36,7 @@ int cmd_train(int argc, char** argv) {
   po::variables_map vm;
   if (!parse_args(argc, argv, opts, vm)) return 0;
   if (config_path.empty()) throw BadInput("--config FILE is required (see trident train --help)");
-  Config cfg = load_config(config_path, sets);
+  Config cfg = load_checked_config(config_path, sets);
 #ifdef TRIDENT_HAVE_TORCH
   // Test-only fault injection (launch/fault.h); inert unless TRIDENT_FAULT is set.
   const WorldEnv place = read_world_env();

@@ -336,6 +336,7 @@ Calibration::Layer layer_overhead(const std::string& arch, int threads) {
     cfg.model.layers = k + 2, cfg.model.hidden = 8, cfg.model.heads = 2, cfg.model.ffn_hidden = 16;
     cfg.model.seq_len = 8, cfg.model.vocab_size = 16, cfg.model.vocab_pad_multiple = 1;
     cfg.parallel.pipeline_layers = {1, k, 1};
+    cfg.schedule.chunks = 3;  // three stages on one rank: the middle one is timed
     const std::unique_ptr<Stage> stage = make_model(cfg)->make_stage(1, 3, TpContext{}, 1);
     const at::Tensor x = at::randn({1, cfg.model.seq_len, cfg.model.hidden});
     std::vector<double> f, b;

@@ -102,7 +102,7 @@ std::vector<ProfileRow> measure_profile(const Config& cfg, const std::vector<int
     c.parallel.sequence_parallel = false;
     c.parallel.pipeline_layers.clear();
     c.schedule.kind = "1f1b";
-    c.schedule.chunks = 0;
+    c.schedule.chunks = 1;
     c.training.micro_batch_size = mbs;
     c.training.global_batch_size = mbs * o.microbatches;
     c.training.steps = o.steps;

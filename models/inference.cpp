@@ -46,6 +46,8 @@ LoadedModel load_model(const std::string& checkpoint, const std::string& hf_dir)
   cfg.model.dropout = 0;  // inference: no dropout (it has no parameters)
   cfg.model.init_from = hf_dir;
   cfg.parallel = ParallelConfig{};  // one rank, the whole model in one stage
+  cfg.schedule = ScheduleConfig{};
+  cfg.schedule.chunks = 1;
   out.model = cfg.model;
   out.stage = make_model(cfg)->make_stage(0, 1, TpContext{}, /*seed=*/0);
   out.stage->set_training(false);

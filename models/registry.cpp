@@ -11,6 +11,7 @@
 #include "core/model_checks.h"
 #include "core/pipeline_layout.h"
 
+#include "models/families.h"
 #include "models/gpt/gpt.h"
 #include "models/gpt/hf_gpt2.h"
 #include "models/llama/hf_llama.h"
@@ -60,7 +61,7 @@ Pretrained checked(Pretrained p, const std::string& dir) {
   Config c;
   c.model = p.model;
   c.source = dir + "/config.json";
-  check_model_config(c);
+  check_model_config(c, model_families());
   return p;
 }
 

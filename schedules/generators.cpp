@@ -211,9 +211,21 @@ bool v_kind(const std::string& kind) {
   return kind == "zb-v" || kind == "v-half" || kind == "v-min" || kind == "dualpipev";
 }
 
+const std::vector<KindChunks>& kind_chunks() {
+  static const std::vector<KindChunks> table = [] {
+    std::vector<KindChunks> t;
+    for (const std::string& k : schedule_kinds()) t.push_back({k, v_kind(k) ? 2 : k == "interleaved" ? 0 : 1});
+    t.push_back({"zb-auto", 1});
+    t.push_back({"file", 0});
+    return t;
+  }();
+  return table;
+}
+
 int default_chunks(const std::string& kind) {
-  if (v_kind(kind)) return 2;
-  if (kind == "file" || kind == "zb-auto" || std::find(schedule_kinds().begin(), schedule_kinds().end(), kind) != schedule_kinds().end()) return 1;
+  for (const KindChunks& k : kind_chunks()) {
+    if (k.kind == kind) return std::max(k.chunks, 1);
+  }
   check_supported(kind, 1, 1, 1);  // throws, listing the kinds
   return 1;
 }

@@ -40,6 +40,15 @@ Schedule zb_auto(int p, int m, const Costs& costs, int memory_limit, ZbObjective
 // Every kind generate() accepts, in the order --help lists them.
 const std::vector<std::string>& schedule_kinds();
 
+// Every kind a run can name (schedule_kinds(), "zb-auto" and "file") with the
+// chunks per rank it runs: exactly that many, or 0 for any number (interleaved;
+// file: the file's). The trainer's config checks are handed it (NOTE [config
+// tables] in core/config.h).
+struct KindChunks {
+  std::string kind;
+  int chunks;
+};
+const std::vector<KindChunks>& kind_chunks();
 // The chunks per rank a kind runs when none is asked for: 2 for the V kinds
 // (zb-v, v-half, v-min, dualpipev: they need exactly 2), 1 for every other kind, file and zb-auto included
 // (whose v comes from the file). Throws ScheduleError for an unknown kind.

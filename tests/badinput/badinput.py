@@ -185,6 +185,20 @@ def cases(work, cores, trident="build/trident", busy_port=0):
         ("min-nodes on one node", 2, "launch --nproc-per-node 1 --min-nodes 1 --max-restarts 1 -- true",
          ["--min-nodes 1 needs --nnodes > 1"]),
         ("data info missing file", 2, f"data info {work}/none.bin", ["none.bin"]),
+        # The tables' rules (a family's, a kind's chunks: NOTE [config tables]) in every command that reads a config.
+        ("llama key under gpt: train", 2, f"{tiny} model.rope_theta=5e5",
+         ["model.rope_theta is a llama key: model.arch = \"gpt\" does not read it"]),
+        ("llama kv_heads: plan", 2, "plan --config configs/gpt-tiny.toml --cluster "
+         "configs/clusters/dgx-a100.toml --gpus 8 --set model.arch=llama --set model.kv_heads=3",
+         ["model.kv_heads (3) must divide model.heads (8)"]),
+        ("unknown arch: data batches", 2, "data batches --config configs/gpt-tiny.toml --steps 1 --set model.arch=bert",
+         ["model.arch = \"bert\": expected one of \"gpt\" or \"llama\""]),
+        ("zb-v with 3 chunks: checkpoint init", 2, f"checkpoint init --config configs/gpt-tiny.toml --out {work}/ck-init-bad "
+         "--set parallel.pp=2 --set schedule.kind=zb-v --set schedule.chunks=3",
+         ["schedule.chunks = 3: schedule.kind = \"zb-v\" runs 2 chunks per rank"]),
+        ("layers over the kind's chunks: plan profile", 2, f"plan profile --config configs/gpt-tiny.toml --out {work}/p.json "
+         "--set parallel.pp=2 --set schedule.kind=zb-v --set model.layers=6",
+         ["model.layers (6) must be divisible by parallel.pp (2) x schedule.chunks (2) = 4"]),
         ("data batches without --steps", 2, "data batches --config configs/gpt-tiny.toml", ["--steps N is required"]),
         ("cache_tokenizer not JSON", 2, f"{tiny} data.cache_tokenizer=NullTokenizer",
          ['data.cache_tokenizer = "NullTokenizer": not JSON']),

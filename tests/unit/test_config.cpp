@@ -2,6 +2,7 @@
 // per kind of bad config.
 #include "core/config.h"
 #include "core/activation_memory.h"
+#include "framework/config_tables.h"
 #include "schedules/generators.h"
 
 #include <gtest/gtest.h>
@@ -90,7 +91,7 @@ void expect_divides_for_every_matrix_layout(const std::string& path) {
                                          "schedule.chunks=" + std::to_string(chunks),
                                          "parallel.sequence_parallel=true"};
           if (chunks > 1) ov.push_back("schedule.kind=interleaved");
-          Config c = load_config(path, ov);
+          Config c = trident::load_checked_config(path, ov);
           trident::resolve_world(c, tp * pp * dp);
           EXPECT_EQ(c.parallel.dp, dp);
           EXPECT_EQ(trident::num_microbatches(c), 16 / (2 * dp));
@@ -161,8 +162,8 @@ TEST(Config, AutoPipelineSplitRoundTrips) {
   EXPECT_EQ(parse_config(trident::to_toml(c), "b.toml"), c);
   EXPECT_TRUE(parse_config("", "c.toml", {"parallel.pipeline_layers=auto"}).parallel.auto_split());
   EXPECT_THROW(parse_config("[parallel]\npipeline_layers = \"even\"\n", "d.toml"), ConfigError);
-  EXPECT_THROW(parse_config("[model]\nlayers = 2\n[parallel]\npp = 4\npipeline_layers = \"auto\"\n", "e.toml"),
-               ConfigError);
+  Config few = parse_config("[model]\nlayers = 2\n[parallel]\npp = 4\npipeline_layers = \"auto\"\n", "e.toml");
+  EXPECT_THROW(trident::check_config_tables(few, trident::config_tables()), ConfigError);  // 2 layers, 4 chunks
 }
 
 TEST(Config, OverridesApplyInOrder) {
@@ -398,7 +399,10 @@ TEST(Config, BadConfigsNameKeyValueAndExpectation) {
       {"override smuggling", "", {"training.steps=3\nmodel.layers = 4"}, "expected an integer >= 1 (values are read as TOML)"},
   };
   for (const BadCase& bc : cases) {
-    const std::string msg = error_of([&] { parse_config(bc.toml, "x.toml", bc.overrides); });
+    const std::string msg = error_of([&] {
+      Config c = parse_config(bc.toml, "x.toml", bc.overrides);
+      trident::check_config_tables(c, trident::config_tables());  // the families' and kinds' rules
+    });
     EXPECT_NE(msg.find(bc.expected), std::string::npos)
         << bc.what << "\n  expected: " << bc.expected << "\n  got:      " << msg;
   }
@@ -453,20 +457,36 @@ TEST(Config, CheckConfigCatchesProgrammaticValues) {
             std::string::npos);
 }
 
-// The generators own the list of kinds; the config check is handed it.
-TEST(Config, ScheduleKindsAreTheGenerators) {
-  const auto& kinds = trident::sched::schedule_kinds();
-  for (const std::string& kind : kinds) {
-    Config c;
-    c.schedule.kind = kind;
-    EXPECT_NO_THROW(trident::check_schedule_kind(c, kinds)) << kind;
+// The generators own the kinds and the families their rules; the config checks
+// are handed them as tables (NOTE [config tables]).
+TEST(Config, TablesHoldTheGeneratorsKindsAndTheFamilies) {
+  const trident::ConfigTables t = trident::config_tables();
+  std::vector<std::string> kinds = trident::sched::schedule_kinds();
+  kinds.insert(kinds.end(), {"zb-auto", "file"});
+  ASSERT_EQ(t.kinds.size(), kinds.size());
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    EXPECT_EQ(t.kinds[i].kind, kinds[i]);
+    Config c = parse_config("[schedule]\nkind = \"" + kinds[i] + "\"\n" +
+                                (kinds[i] == "file" ? "file = \"s.txt\"\n" : "") +
+                                (kinds[i] == "zb-auto" ? "memory_limit = 2\n" : ""),
+                            "k.toml");
+    EXPECT_NO_THROW(trident::check_config_tables(c, t)) << kinds[i];
+    EXPECT_EQ(c.schedule.chunks, trident::sched::default_chunks(kinds[i])) << kinds[i];  // absent: the kind's
   }
-  Config c = parse_config("[schedule]\nkind = \"file\"\nfile = \"s.txt\"\n", "f.toml");
-  EXPECT_NO_THROW(trident::check_schedule_kind(c, kinds));
-  c = parse_config("[schedule]\nkind = \"zigzag\"\n", "x.toml");  // parsing cannot know the generators
+  Config c = parse_config("[schedule]\nkind = \"zigzag\"\n", "x.toml");  // parsing cannot know the generators
   std::string expected = "x.toml: schedule.kind = \"zigzag\": expected one of ";
-  for (size_t i = 0; i < kinds.size(); ++i) expected += (i ? ", \"" : "\"") + kinds[i] + "\"";
-  EXPECT_EQ(error_of([&] { trident::check_schedule_kind(c, kinds); }), expected + ", \"zb-auto\" or \"file\"");
+  for (size_t i = 0; i < kinds.size(); ++i) expected += (i == 0 ? "\"" : i + 1 < kinds.size() ? ", \"" : " or \"") + kinds[i] + "\"";
+  EXPECT_EQ(error_of([&] { trident::check_config_tables(c, t); }), expected);
+  c = parse_config("[model]\narch = \"bert\"\n", "a.toml");  // nor the families
+  EXPECT_EQ(error_of([&] { trident::check_config_tables(c, t); }),
+            "a.toml: model.arch = \"bert\": expected one of \"gpt\" or \"llama\"");
+  // A family's rules are its table's: a table without Llama's rules lets its rule go.
+  c = parse_config("[model]\narch = \"llama\"\n", "l.toml");
+  EXPECT_NE(error_of([&] { Config d = c; trident::check_config_tables(d, t); }).find("model.ffn_hidden must be set"),
+            std::string::npos);
+  trident::ConfigTables lax = t;
+  lax.families[1].check = [](const Config&) {};
+  EXPECT_NO_THROW(trident::check_config_tables(c, lax));
 }
 
 // schedule.memory_limit belongs to zb-auto: needed there, refused elsewhere.
@@ -507,12 +527,12 @@ TEST(Config, KeysTableDescribesTypesAndDefaults) {
 namespace {
 
 // The schedule.chunks a config of `kind` with `chunks` ends up with in a run:
-// absent (0) becomes sched::default_chunks, as the trainer resolves it.
+// absent (0) becomes sched::default_chunks, as check_config_tables resolves it.
 std::string chunks_error(const std::string& kind, const std::string& chunks) {
   std::vector<std::string> ov = {"parallel.pp=2", "schedule.kind=" + kind};
   if (!chunks.empty()) ov.push_back("schedule.chunks=" + chunks);
   try {
-    trident::load_config(kTiny, ov);
+    trident::load_checked_config(kTiny, ov);
   } catch (const ConfigError& e) {
     return e.what();
   }
@@ -527,7 +547,8 @@ TEST(Config, ChunksDefaultToWhatTheKindNeeds) {
     EXPECT_EQ(chunks_error(kind, ""), "") << kind;  // absent: the kind's own
     EXPECT_EQ(chunks_error(kind, std::to_string(trident::sched::default_chunks(kind))), "") << kind;
   }
-  EXPECT_EQ(trident::load_config(kTiny, {"schedule.kind=zb-v"}).schedule.chunks, 0);  // resolved by the trainer
+  EXPECT_EQ(trident::load_config(kTiny, {"schedule.kind=zb-v"}).schedule.chunks, 0);  // the file's: absent
+  EXPECT_EQ(trident::load_checked_config(kTiny, {"schedule.kind=zb-v"}).schedule.chunks, 2);  // resolved by the tables
   // An explicit other value is an error naming it.
   EXPECT_NE(chunks_error("zb-v", "1").find("schedule.chunks = 1: schedule.kind = \"zb-v\" runs 2 chunks per rank"),
             std::string::npos) << chunks_error("zb-v", "1");
@@ -535,7 +556,7 @@ TEST(Config, ChunksDefaultToWhatTheKindNeeds) {
             std::string::npos) << chunks_error("dualpipev", "4");
   EXPECT_NE(chunks_error("1f1b", "2").find("schedule.chunks = 2 needs schedule.kind"), std::string::npos);
   // The layer check counts the kind's chunks when none are given: 6 layers do not split over pp 2 x 2.
-  EXPECT_NE(error_of([&] { trident::load_config(kTiny, {"parallel.pp=2", "schedule.kind=zb-v", "model.layers=6"}); })
+  EXPECT_NE(error_of([&] { trident::load_checked_config(kTiny, {"parallel.pp=2", "schedule.kind=zb-v", "model.layers=6"}); })
                 .find("parallel.pp (2) x schedule.chunks (2) = 4"),
             std::string::npos);
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "framework/config_tables.h"
 
 namespace trident {
 namespace {
@@ -85,7 +86,12 @@ TEST(PipelineLayout, AccountedSplitCountsEmbeddingAndLossAsLayers) {
             "model.layers (6) + 1 for the loss = 7 must be divisible by parallel.pp (4) x schedule.chunks (1) = 4");
 }
 
-Config parse(const std::vector<std::string>& sets) { return parse_config("", "x.toml", sets); }
+// A config as every command reads it: parsed, then the tables' rules (NOTE [config tables]).
+Config parse(const std::vector<std::string>& sets) {
+  Config c = parse_config("", "x.toml", sets);
+  trident::check_config_tables(c, trident::config_tables());
+  return c;
+}
 
 TEST(PipelineLayout, ConfigKeysGiveTheModelsSplit) {
   // The layout with interleaved chunks; the same split given as pipeline_layers.

@@ -1,0 +1,13 @@
+#include "models/families.h"
+
+#include "models/gpt/gpt_rules.h"
+#include "models/llama/llama_rules.h"
+
+namespace trident {
+
+const std::vector<ModelFamilyRules>& model_families() {
+  static const std::vector<ModelFamilyRules> families = {gpt_family(), llama_family()};
+  return families;
+}
+
+}  // namespace trident

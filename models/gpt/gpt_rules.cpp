@@ -1,0 +1,30 @@
+#include "models/gpt/gpt_rules.h"
+
+#include <string>
+
+namespace trident {
+
+namespace {
+
+// GPT reads none of Llama's keys: one set to other than its default would be ignored.
+void check_gpt(const Config& c) {
+  const ModelConfig& m = c.model;
+  const ModelConfig d;  // the defaults
+  const auto refuse = [&](bool set, const std::string& key) {
+    if (set) config_fail(c, key + " is a llama key: model.arch = \"" + m.arch + "\" does not read it");
+  };
+  refuse(m.kv_heads != 0 && m.kv_heads != m.heads, "model.kv_heads (" + std::to_string(m.kv_heads) + ")");
+  refuse(!m.tie_embeddings, "model.tie_embeddings = false");
+  refuse(m.rope_theta != d.rope_theta, "model.rope_theta");
+  refuse(m.rope_scaling != d.rope_scaling, "model.rope_scaling");
+  refuse(m.rope_factor != d.rope_factor, "model.rope_factor");
+  refuse(m.rope_low_freq_factor != d.rope_low_freq_factor, "model.rope_low_freq_factor");
+  refuse(m.rope_high_freq_factor != d.rope_high_freq_factor, "model.rope_high_freq_factor");
+  refuse(m.rope_original_max_position != d.rope_original_max_position, "model.rope_original_max_position");
+}
+
+}  // namespace
+
+ModelFamilyRules gpt_family() { return {"gpt", check_gpt}; }
+
+}  // namespace trident

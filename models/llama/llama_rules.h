@@ -1,0 +1,14 @@
+// Llama's config rules (NOTE [config tables] in core/config.h): pure C++, for the
+// config checks of every command (models/families.h lists the families).
+#pragma once
+
+#include "core/config.h"
+
+namespace trident {
+
+// model.arch = "llama": the SwiGLU width set, no dropout, whole key/value heads
+// per tensor-parallel rank, an even head width for rotary embeddings, and the
+// llama3 rope keys only with rope_scaling = "llama3".
+ModelFamilyRules llama_family();
+
+}  // namespace trident
