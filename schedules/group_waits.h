@@ -19,23 +19,30 @@ namespace trident::sched {
 // reach F2, one forward and one backward later.
 // The simulator (simulate.h) lets a compute wait only for its own input, so
 // it does not count these waits. grouped_step_time() runs a list with
-// explicit communication under the executor's rules (groups complete as a
-// whole, one after another per rank; a send or receive completes when its
-// partner's group is posted; no latency), and defer_coupled_sends() moves
+// explicit communication under the executor's rules, in the same run that
+// check_pair_order() judges (schedules/stream_run.h): a group starts on its
+// rank's stream once the compute before it and the group before it are done,
+// and completes once the partner of each of its operations has started; a
+// compute starts once the compute before it and the group holding its input
+// are done; no latency. defer_coupled_sends() moves
 // such sends past the compute that would wait for them, into the next group,
-// keeping each move that shortens the grouped step and deadlocks nothing.
-// Moving a send past a compute keeps every pair's message order, and the
-// result passes check_pair_order(); only the communication moves, never a
-// compute, so the numbers a run computes are unchanged.
+// or else posts the receive that such a send waits for one compute earlier on
+// its rank, keeping each move that shortens the grouped step, deadlocks
+// nothing and keeps every pair's message order (check_pair_order()); only the
+// communication moves, never a compute, so the numbers a run computes are
+// unchanged. It is a local search: at p >= 4 some kinds keep waits it does
+// not remove (`trident schedule --format summary` prints both steps;
+// benchmarks/results/group_waits.txt).
 
 // The step time of `s` (explicit communication) under the rules above, for
 // uniform costs F = 1, B = 2, I = 1, W = 1 per action; -1 when the groups
 // deadlock. Hand-overs between chunks of one rank are not NCCL operations.
 double grouped_step_time(const Schedule& s);
 
-// `s` with the sends that a compute would wait on moved past it where that
-// shortens grouped_step_time(); `s` itself when it has no communication, or
-// more than kMaxDeferActions actions (the search is quadratic).
+// `s` with the sends that a compute would wait on moved past it, or their
+// receives posted earlier, where that shortens grouped_step_time(); `s` itself
+// when it has no communication, or more than kMaxDeferActions actions (the
+// search is quadratic).
 constexpr size_t kMaxDeferActions = 20000;
 Schedule defer_coupled_sends(const Schedule& s);
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "schedules/engine.h"
+#include "schedules/stream_run.h"
 
 namespace trident::sched {
 
@@ -112,10 +113,17 @@ void check_sequences(const Schedule& s) {
 // by posting that receive (and the pair's receives before it) in the peer's
 // stuck group: the receiver takes its order from the sender, as Megatron's
 // combined send-and-receive calls do. moves() says where each went.
+// The run also keeps time (NOTE [group waits] in group_waits.h): a compute
+// takes its unit cost (F, I, W 1; B 2) once the one before it and the group
+// holding its input are done; a group starts on its rank's stream once the
+// compute before it is done and the group before it has completed, and
+// completes once each of its operations' partners has started.
 class StreamRun {
  public:
   StreamRun(const Schedule& s, bool repair) : s_(s), p_(s.pipeline_ranks), repair_(repair), ranks_(p_) {
     for (int r = 0; r < p_; ++r) split(r);
+    for (const auto& [pair, n] : sends_issued_) posted_[pair].send_at.assign(n, 0.0);
+    for (const auto& [pair, n] : recvs_issued_) posted_[pair].recv_at.assign(n, 0.0);
   }
 
   void run() {
@@ -138,6 +146,33 @@ class StreamRun {
 
   // Per rank: (list position of a receive, list position it goes right after).
   const std::vector<std::vector<std::pair<int, int>>>& moves() const { return moves_; }
+
+  // Every list reached its end.
+  bool finished() const {
+    for (const Rank& rk : ranks_)
+      if (rk.computes_done < rk.need.size() || rk.groups_done < rk.groups.size()) return false;
+    return true;
+  }
+
+  // The times of a finished run (detail::TimedRun in stream_run.h).
+  detail::TimedRun timed() const {
+    detail::TimedRun out;
+    if (!finished()) return out;
+    double step = 0;
+    for (int r = 0; r < p_; ++r) {
+      const Rank& rk = ranks_[r];
+      if (!rk.compute_end.empty()) step = std::max(step, rk.compute_end.back());
+      for (const Group& g : rk.groups) {
+        step = std::max(step, g.done);
+        const int end = g.computes_before < static_cast<int>(rk.compute_pos.size())
+                            ? rk.compute_pos[g.computes_before]
+                            : static_cast<int>(s_.ranks[r].size());
+        out.groups.push_back({r, rk.ops[g.begin].pos, end, g.done - g.received});
+      }
+    }
+    out.step = step;
+    return out;
+  }
 
   // Throws naming each blocked rank when the run did not reach every list's end.
   void report_deadlock() const {
@@ -190,18 +225,23 @@ class StreamRun {
   struct Group {
     int computes_before = 0;  // computes that precede it in the list
     int begin = 0, end = 0;   // its ops: ops[begin, end)
+    double start = 0;         // it starts on the stream
+    double received = 0;      // its receives' partners have started (and it has)
+    double done = 0;          // every partner has started: it completes
   };
   struct Rank {
     std::vector<Op> ops;
     std::vector<Group> groups;
     std::vector<int> need;         // per compute: the group holding its input, -1 for none
     std::vector<int> compute_pos;  // per compute: list position
+    std::vector<double> cost, compute_end;  // per compute: unit cost, when it ends
     size_t computes_done = 0, groups_done = 0;
     bool active = false;     // groups[groups_done] is posted
     std::vector<int> extra;  // ops moved into the active group (repair)
   };
   struct Posted {
     int sends = 0, recvs = 0;
+    std::vector<double> send_at, recv_at;  // per place in the sequence: when its group started
   };
 
   int pair_index(int from, int to) {
@@ -245,6 +285,7 @@ class StreamRun {
       }
       rk.need.push_back(need);
       rk.compute_pos.push_back(i);
+      rk.cost.push_back(a.kind == ActionKind::B ? 2.0 : 1.0);
     }
   }
 
@@ -282,6 +323,7 @@ class StreamRun {
         for (int seq = pp.recvs; seq <= op.seq && seq < static_cast<int>(recvs.size()); ++seq) {
           Op& rv = q.ops[recvs[seq].second];
           rv.moved = true;
+          pp.recv_at[seq] = q.groups[q.groups_done].start;
           q.extra.push_back(recvs[seq].second);
           moves_[op.peer].push_back({rv.pos, last_pos});
           pp.recvs = seq + 1;
@@ -292,6 +334,21 @@ class StreamRun {
       }
     }
     return any;
+  }
+
+  // When g completes: each operation's partner has started (a moved receive
+  // counts with the group it joined).
+  void complete(const Rank& rk, Group& g) const {
+    g.done = g.received = g.start;
+    auto partner = [&](const Op& op) {
+      const Posted& pp = posted_[op.pair];
+      const double t = op.send ? pp.recv_at[op.seq] : pp.send_at[op.seq];
+      g.done = std::max(g.done, t);
+      if (!op.send) g.received = std::max(g.received, t);
+    };
+    for (int k = g.begin; k < g.end; ++k)
+      if (!rk.ops[k].moved) partner(rk.ops[k]);
+    for (int k : rk.extra) partner(rk.ops[k]);
   }
 
   // The list position the active group of rk ends at (its last op's).
@@ -308,21 +365,30 @@ class StreamRun {
     Rank& rk = ranks_[r];
     for (bool moved = true; moved;) {
       moved = false;
-      while (rk.computes_done < rk.need.size() && rk.need[rk.computes_done] < static_cast<int>(rk.groups_done))
+      while (rk.computes_done < rk.need.size() && rk.need[rk.computes_done] < static_cast<int>(rk.groups_done)) {
+        const size_t c = rk.computes_done;
+        const double input = rk.need[c] >= 0 ? rk.groups[rk.need[c]].done : 0.0;
+        rk.compute_end.push_back(std::max(input, c > 0 ? rk.compute_end[c - 1] : 0.0) + rk.cost[c]);
         ++rk.computes_done, moved = true;
+      }
       if (rk.groups_done == rk.groups.size()) continue;
-      const Group& g = rk.groups[rk.groups_done];
+      Group& g = rk.groups[rk.groups_done];
       if (!rk.active && g.computes_before <= static_cast<int>(rk.computes_done)) {
+        g.start = std::max(g.computes_before > 0 ? rk.compute_end[g.computes_before - 1] : 0.0,
+                           rk.groups_done > 0 ? rk.groups[rk.groups_done - 1].done : 0.0);
         for (int k = g.begin; k < g.end; ++k) {  // launched as one: every op is posted
           const Op& op = rk.ops[k];
           if (op.moved) continue;  // posted with an earlier group
-          int& posted = op.send ? posted_[op.pair].sends : posted_[op.pair].recvs;
+          Posted& pp = posted_[op.pair];
+          int& posted = op.send ? pp.sends : pp.recvs;
           posted = std::max(posted, op.seq + 1);
+          (op.send ? pp.send_at : pp.recv_at)[op.seq] = g.start;
           wake(op.peer);
         }
         rk.active = moved = true;
       }
       if (rk.active && group_matched(rk, g)) {
+        complete(rk, g);
         rk.active = false;
         rk.extra.clear();
         ++rk.groups_done;
@@ -343,6 +409,16 @@ class StreamRun {
 };
 
 }  // namespace
+
+namespace detail {
+
+TimedRun timed_stream_run(const Schedule& s) {
+  StreamRun run(s, false);
+  run.run();
+  return run.timed();
+}
+
+}  // namespace detail
 
 void check_pair_order(const Schedule& s) {
   check_sequences(s);

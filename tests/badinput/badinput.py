@@ -152,7 +152,7 @@ def cases(work, cores, trident="build/trident", busy_port=0):
          f"launch --nproc-per-node 2 --master-port {busy_port} -- {trident} {tiny} parallel.dp=2",
          [f"cannot host the rendezvous store: port {busy_port} is already in use on this node",
           f"MASTER_PORT={busy_port}", "--master-port"]),
-        ("exec failure", 127, "launch --nproc-per-node 2 -- /no/such/program",
+        ("exec failure", 127, "launch --nproc-per-node 2 --master-port 0 -- /no/such/program",
          ["diagnosis: rank 0 could not be started (cannot run '/no/such/program': No such file or directory)"]),
         ("checkpoint show, corrupted", 2, f"checkpoint show {work}/ck-corrupt",
          [f"{work}/ck-corrupt/step-00000002/rank-00000.bin:", "fails its checksum", "the file is corrupted"]),
@@ -182,7 +182,7 @@ def cases(work, cores, trident="build/trident", busy_port=0):
         ("schedule bad format", 2, "schedule --kind 1f1b -p 2 -m 4 --format pdf", ["--format 'pdf'"]),
         ("schedule unknown kind", 2, "schedule --kind 2f2b -p 2 -m 4", ["2f2b"]),
         ("launch without --", 2, "launch --nproc-per-node 1 true", ["missing `--`"]),
-        ("min-nodes on one node", 2, "launch --nproc-per-node 1 --min-nodes 1 --max-restarts 1 -- true",
+        ("min-nodes on one node", 2, "launch --nproc-per-node 1 --master-port 0 --min-nodes 1 --max-restarts 1 -- true",
          ["--min-nodes 1 needs --nnodes > 1"]),
         ("data info missing file", 2, f"data info {work}/none.bin", ["none.bin"]),
         # The tables' rules (a family's, a kind's chunks: NOTE [config tables]) in every command that reads a config.

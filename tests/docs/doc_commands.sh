@@ -12,11 +12,30 @@
 # outputs go to a scratch directory, never over committed results (scripts/
 # run from the repository, which they locate themselves; they write only
 # ignored paths: build/, data/, runs/).
-#   tests/docs/doc_commands.sh REPO_DIR [--list]
+# PART (CTest runs one test per part, two at a time): README.md,
+# benchmarks/README.md (the two with most commands), or other (the other
+# READMEs and the --help examples); without it every part runs.
+#   tests/docs/doc_commands.sh REPO_DIR [--list] [--part PART]
 set -uo pipefail
-repo="$(cd "${1:?usage: doc_commands.sh REPO_DIR [--list]}" && pwd)"
-list_only="${2:-}"
+repo="$(cd "${1:?usage: doc_commands.sh REPO_DIR [--list] [--part PART]}" && pwd)"
+shift
+list_only="" part=""
+while (($#)); do
+  case "$1" in
+    --list) list_only=1 ;;
+    --part) part="${2:?--part needs README.md, benchmarks/README.md or other}"; shift ;;
+    *) echo "doc_commands.sh: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+  shift
+done
 docs=(README.md configs/README.md schedules/README.md benchmarks/README.md launch/README.md models/README.md)
+with_help=1
+case "$part" in
+  "") ;;
+  README.md | benchmarks/README.md) docs=("$part") with_help=0 ;;
+  other) docs=(configs/README.md schedules/README.md launch/README.md models/README.md) ;;
+  *) echo "doc_commands.sh: --part '$part': expected README.md, benchmarks/README.md or other" >&2; exit 2 ;;
+esac
 
 extract() {  # prints one command per line, continuations joined
   awk '
@@ -89,7 +108,7 @@ done
 # would otherwise pass by running nothing.
 help_n=0
 subs=0
-while IFS= read -r sub; do
+((with_help)) && while IFS= read -r sub; do
   [[ -z "$sub" ]] && continue
   subs=$((subs + 1))
   ex="$("$repo/build/trident" $sub --help 2>&1 | sed -n 's/^example: //p')"
@@ -110,7 +129,7 @@ while IFS= read -r sub; do
 done < <("$repo/build/trident" --help | awk '/^  [a-z]/ {print $1}')
 
 if (( n == 0 )); then echo "no commands found: the extractor is broken"; exit 1; fi
-if (( help_n == 0 )); then
+if ((with_help)) && (( help_n == 0 )); then
   echo "no --help example found in $subs subcommands of trident --help: the example extraction is broken"
   exit 1
 fi

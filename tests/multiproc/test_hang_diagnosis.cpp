@@ -12,7 +12,7 @@ namespace {
 
 testing::RunResult run_with_fault(const std::string& fault) {
   return testing::run_command("TRIDENT_FAULT_ACTION=" + fault + " " + testing::bin("trident") +
-                              " launch --nproc-per-node 4 --grace 1 -- " + testing::bin("trident") + " train --config " +
+                              " launch --nproc-per-node 4 --master-port 0 --grace 1 -- " + testing::bin("trident") + " train --config " +
                               testing::src("configs/gpt-tiny.toml") +
                               " --set parallel.pp=4 --set training.steps=2 --set parallel.timeout_s=6"
                               " --set logging.dir=" + ::testing::TempDir() + "trident_hang");

@@ -31,7 +31,7 @@ struct Event {
 TEST(Trace, EveryRankInScheduleOrderWithoutOverlap) {
   const std::string dir = ::testing::TempDir() + "trident_trace";
   const auto r = testing::run_command(
-      testing::bin("trident") + " launch --nproc-per-node 8 -- " + testing::bin("trident") + " train --config " +
+      testing::bin("trident") + " launch --nproc-per-node 8 --master-port 0 -- " + testing::bin("trident") + " train --config " +
       testing::src("configs/gpt-tiny.toml") +
       " --set parallel.tp=2 --set parallel.pp=2 --set parallel.dp=2 --set schedule.kind=interleaved"
       " --set schedule.chunks=2 --set training.steps=2 --set logging.trace=true --set logging.trace_step=2"

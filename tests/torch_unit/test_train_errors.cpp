@@ -70,7 +70,7 @@ TEST(TrainErrors, WrongMagic) {
 }
 
 TEST(TrainErrors, WorldSizeMismatch) {
-  auto r = testing::run_command(testing::bin("trident") + " launch --nproc-per-node 2 -- " + testing::bin("trident") +
+  auto r = testing::run_command(testing::bin("trident") + " launch --nproc-per-node 2 --master-port 0 -- " + testing::bin("trident") +
                                 " train --config " + testing::src("configs/gpt-tiny.toml") +
                                 " --set parallel.tp=2 --set parallel.pp=2 --set parallel.dp=1");
   EXPECT_NE(r.status, 0);
@@ -79,7 +79,7 @@ TEST(TrainErrors, WorldSizeMismatch) {
 
 TEST(TrainErrors, ScheduleNeedsMoreMicroBatches) {
   // 4 / 2 = 2 micro-batches; interleaved at pp 3 needs m >= 3.
-  auto r = testing::run_command(testing::bin("trident") + " launch --nproc-per-node 3 -- " + testing::bin("trident") +
+  auto r = testing::run_command(testing::bin("trident") + " launch --nproc-per-node 3 --master-port 0 -- " + testing::bin("trident") +
                                 " train --config " + testing::src("configs/gpt-tiny.toml") +
                                 " --set model.layers=6 --set parallel.pp=3 --set schedule.kind=interleaved"
                                 " --set schedule.chunks=2 --set training.global_batch_size=4");
@@ -90,7 +90,7 @@ TEST(TrainErrors, ScheduleNeedsMoreMicroBatches) {
 // Config rules fail when the config is read, on every rank, before any rank
 // joins a rendezvous.
 testing::RunResult launch2(const std::string& args) {
-  return testing::run_command(testing::bin("trident") + " launch --nproc-per-node 2 -- " + testing::bin("trident") +
+  return testing::run_command(testing::bin("trident") + " launch --nproc-per-node 2 --master-port 0 -- " + testing::bin("trident") +
                               " train --config " + testing::src("configs/gpt-tiny.toml") + " --set logging.dir=" +
                               ::testing::TempDir() + "trident_err2 " + args);
 }

@@ -89,6 +89,27 @@ TEST(GroupWaits, ADeadlockedOrderHasNoStepTime) {
   EXPECT_THROW(check_pair_order(s), ScheduleError);  // the validator agrees
 }
 
+// A group starts on its rank's stream only after the group before it has
+// completed (NOTE [pair order]). Rank 1's SB0 waits behind RF1, which meets
+// rank 0's SF1, posted after B0, which needs SB0: a deadlock, although each
+// group is posted by its host in time. The timed run is the validator's run,
+// so the two agree; with RF1 after SB0 the same computes take 12 (by hand:
+// rank 0 F0 [0, 1], waits for SB0 (posted at 4), B0 [4, 6], F1 [6, 7], waits
+// for SB1 (posted at 10), B1 [10, 12]).
+TEST(GroupWaits, AGroupStartsAfterTheGroupBeforeItOnItsStream) {
+  using K = ActionKind;
+  Schedule s;
+  s.pipeline_ranks = 2;
+  s.microbatches = 2;
+  s.ranks = {{{K::F, 0}, {K::SEND_F, 0}, {K::RECV_B, 0}, {K::B, 0}, {K::F, 1}, {K::SEND_F, 1}, {K::RECV_B, 1}, {K::B, 1}},
+             {{K::RECV_F, 0}, {K::F, 0}, {K::RECV_F, 1}, {K::B, 0}, {K::SEND_B, 0}, {K::F, 1}, {K::B, 1}, {K::SEND_B, 1}}};
+  EXPECT_LT(grouped_step_time(s), 0);
+  EXPECT_THROW(check_pair_order(s), ScheduleError);
+  s.ranks[1] = {{K::RECV_F, 0}, {K::F, 0}, {K::B, 0}, {K::SEND_B, 0}, {K::RECV_F, 1}, {K::F, 1}, {K::B, 1}, {K::SEND_B, 1}};
+  EXPECT_DOUBLE_EQ(grouped_step_time(s), 12.0);
+  EXPECT_NO_THROW(check_pair_order(s));
+}
+
 // Every generator's list at p in {2, 4}: the pass keeps the computes and the
 // pair order and never makes the grouped step longer.
 TEST(GroupWaits, EveryKindKeepsItsComputesAndOrder) {

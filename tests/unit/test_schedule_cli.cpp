@@ -113,7 +113,11 @@ TEST(ScheduleCli, SummaryIsOneObjectWithTheFigures) {
   EXPECT_EQ(r.out,
             "{\"title\": \"1f1b\", \"pipeline_ranks\": 4, \"microbatches\": 8, \"chunks\": 1, \"placement\": \"loop\", "
             "\"step_time\": 33, \"bubble_fraction\": 0.2727272727, \"span_bubble_fraction\": 0.2727272727, "
-            "\"peak_inflight\": 4}\n");
+            "\"peak_inflight\": 4, \"grouped_unit_step\": 33, \"unit_step\": 33}\n");
+  // The list a run executes under the executor's groups (NOTE [group waits]): interleaved at
+  // p = 2 once its sends are placed takes the simulator's step at the same unit costs.
+  r = run_schedule("--kind interleaved -p 2 -m 16 -v 2 --format summary");
+  EXPECT_NE(r.out.find("\"grouped_unit_step\": 99, \"unit_step\": 99}"), std::string::npos) << r.out;
   // ZB-H2 at F = I = W: the paper's parallelogram, no idle between a rank's first and last
   // action (span_bubble_fraction 0), while ranks still start r forwards late (bubble_fraction
   // (p-1)/(3m+p-1) = 3/27); rank 0 holds 2p-1 micro-batches.
@@ -134,7 +138,7 @@ TEST(ScheduleCli, SummaryIsOneObjectWithTheFigures) {
   EXPECT_NE(r.out.find("memory limit 0, expected >= 1"), std::string::npos) << r.out;
   r = run_schedule("--kind zb-h2 -p 4 -m 8 --format summary");
   EXPECT_NE(r.out.find("\"step_time\": 27, \"bubble_fraction\": 0.1111111111, \"span_bubble_fraction\": 0, "
-                       "\"peak_inflight\": 7}"),
+                       "\"peak_inflight\": 7, "),
             std::string::npos) << r.out;
   r = run_schedule("--kind zb-v -p 4 -m 8 -v 2 --format summary");
   ASSERT_EQ(r.status, 0) << r.out;
