@@ -28,19 +28,13 @@ Schedule defer_coupled_sends(const Schedule& s) {
   // Scan the groups in order; after a move the ids from that group on may
   // shift, so the scan goes on from the same id. A scan without a move ends it.
   size_t tries = 0;
-  const size_t max_tries = 4 * run.groups.size() + 16;  // at most four tries per group
-  // Keeps a candidate that shortens the grouped step (and, when a receive moved, keeps the pair order).
-  const auto accept = [&](Schedule candidate, bool check_order) {
+  // At most four tries per group, and kMaxDeferWork actions run over all tries.
+  const size_t max_tries = std::min<size_t>(4 * run.groups.size() + 16, kMaxDeferWork / action_count(s));
+  // Keeps a candidate that shortens the grouped step.
+  const auto accept = [&](Schedule candidate) {
     if (++tries > max_tries) return false;
     const detail::TimedRun tried = detail::timed_stream_run(candidate);
     if (tried.step < 0 || tried.step >= run.step) return false;
-    if (check_order) {
-      try {
-        check_pair_order(candidate);
-      } catch (const ScheduleError&) {
-        return false;
-      }
-    }
     best = std::move(candidate);
     run = tried;
     return true;
@@ -68,7 +62,7 @@ Schedule defer_coupled_sends(const Schedule& s) {
       moved_list.insert(moved_list.end(), list.begin() + static_cast<std::ptrdiff_t>(end) + 1, list.end());
       Schedule candidate = best;
       candidate.ranks[r] = std::move(moved_list);
-      if (accept(std::move(candidate), false)) {
+      if (accept(std::move(candidate))) {
         moved = true;
         --g;  // this id again: it may name the next group now
         continue;
@@ -84,12 +78,18 @@ Schedule defer_coupled_sends(const Schedule& s) {
         while (compute != theirs.begin() && !is_compute((compute - 1)->kind)) --compute;
         if (compute == theirs.begin()) continue;
         --compute;  // the compute before the receive's group
+        // Not past another receive from the same sender: NCCL matches a pair's messages in order.
+        const bool passes = std::any_of(compute, at, [&](const Action& a) {
+          return (a.kind == ActionKind::RECV_F || a.kind == ActionKind::RECV_B) &&
+                 peer_rank(best.stage_map(), q, a) == static_cast<int>(r);
+        });
+        if (passes) continue;
         Schedule earlier = best;
         ActionList& list2 = earlier.ranks[static_cast<size_t>(q)];
         const auto from = at - theirs.begin(), to = compute - theirs.begin();
         list2.erase(list2.begin() + from);
         list2.insert(list2.begin() + to, recv);
-        if (accept(std::move(earlier), true)) {
+        if (accept(std::move(earlier))) {
           moved = true;
           --g;
           break;

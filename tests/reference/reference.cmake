@@ -63,14 +63,19 @@ foreach(case tiny brown)
   add_test(NAME ${_name}
            COMMAND ${TRIDENT_PYTHON} ${_ref}/test_reference_training.py --trident ${PROJECT_BINARY_DIR}/trident
                    --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/${case} --case ${case})
-  set_tests_properties(${_name} PROPERTIES LABELS reference TIMEOUT 900)
+  # COST: about the seconds it takes two at a time, so that CTest starts the long ones first.
+  set(_cost 30)
+  if(case STREQUAL "brown")
+    set(_cost 180)
+  endif()
+  set_tests_properties(${_name} PROPERTIES LABELS reference TIMEOUT 900 COST ${_cost})
 endforeach()
 # The regression matrix's layouts (tp2, pp2 interleaved, dp2 ZeRO-1, tp2 x pp2 x dp2 under
 # every schedule) against the same reference and contract.
 add_test(NAME ReferenceLayoutsTiny
          COMMAND ${TRIDENT_PYTHON} ${_ref}/test_reference_training.py --trident ${PROJECT_BINARY_DIR}/trident
                  --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/layouts --case tiny --layouts)
-set_tests_properties(ReferenceLayoutsTiny PROPERTIES LABELS reference TIMEOUT 900)
+set_tests_properties(ReferenceLayoutsTiny PROPERTIES LABELS reference TIMEOUT 900 COST 100)
 # A blend of two Megatron datasets (data.paths, data.split) read by the reference through
 # megatron-core and trident_data.Blend: the same per-step contract.
 add_test(NAME ReferenceTrainingBlend
@@ -94,7 +99,7 @@ set_tests_properties(HfLlama PROPERTIES LABELS reference TIMEOUT 600)
 add_test(NAME ReferenceTrainingLlama
          COMMAND ${TRIDENT_PYTHON} ${_ref}/test_reference_training.py --trident ${PROJECT_BINARY_DIR}/trident
                  --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/llama --case llama-tiny --layouts)
-set_tests_properties(ReferenceTrainingLlama PROPERTIES LABELS reference TIMEOUT 900)
+set_tests_properties(ReferenceTrainingLlama PROPERTIES LABELS reference TIMEOUT 900 COST 140)
 add_test(NAME TensorBoardEvents
          COMMAND ${TRIDENT_PYTHON} ${_ref}/test_tensorboard.py --trident ${PROJECT_BINARY_DIR}/trident
                  --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/tensorboard)
