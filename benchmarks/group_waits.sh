@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The waits the executor's groups add to each generator's list (NOTE [group waits]
 # in schedules/group_waits.h): `trident schedule --format summary` times the list a
-# run executes under the executor's rules at unit costs (F 1, B 2, W 1 per action)
-# and prints it beside the simulator's step at the same costs. Counts, not times:
-# the figures do not depend on the machine. Builds nothing.
+# run executes under the executor's rules (grouped_step_time) beside the simulator's
+# step (step_time), both at the default costs (F 1, B 2, W 1 per full stage, no
+# latency). Counts, not times: the figures do not depend on the machine. Builds nothing.
 #
 # Usage: benchmarks/group_waits.sh [BUILD_DIR]    (default: build)
 # Environment: OUT (benchmarks/results/group_waits.txt).
@@ -16,12 +16,12 @@ trident="$build/trident"
 source benchmarks/bench_common.sh
 bench_need group_waits "$trident"
 {
-  echo "# the executor's grouped step against the simulator's, unit costs (F 1, B 2, W 1 per action)"
+  echo "# the executor's grouped step against the simulator's, costs F 1, B 2, W 1 per full stage, no latency"
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "command: benchmarks/group_waits.sh $build"
   echo "commit: $(git rev-parse --short HEAD)"
-  echo "grouped: trident schedule --format summary's grouped_unit_step (the list as a run executes it);"
-  echo "simulated: its unit_step (each compute waits for its own input only); excess = grouped / simulated - 1"
+  echo "grouped: trident schedule --format summary's grouped_step_time (the list as a run executes it);"
+  echo "simulated: its step_time (each compute waits for its own input only); excess = grouped / simulated - 1"
   echo
   printf '%-12s %3s %3s %3s %9s %10s %7s\n' kind p m v simulated grouped excess
   for kind in gpipe 1f1b interleaved zb-h1 zb-h2 zb-v v-half v-min dualpipev; do  # the generators' kinds
@@ -36,7 +36,7 @@ bench_need group_waits "$trident"
 import json, sys
 kind, p, m, v, text = sys.argv[1:]
 s = json.loads(text)
-g, u = s["grouped_unit_step"], s["unit_step"]
+g, u = s["grouped_step_time"], s["step_time"]
 print(f"{kind:<12} {p:>3} {m:>3} {v:>3} {u:>9g} {g:>10g} {g / u - 1:>7.1%}")
 PY
       done

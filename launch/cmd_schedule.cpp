@@ -156,29 +156,27 @@ std::string json_escaped(const std::string& text) {
 }
 
 // NOTE [group waits]: the list as a run executes it, timed under the executor's
-// groups at unit costs (F 1, B 2, W 1 per action), beside the simulator's step at
-// the same costs; null for a list of more than kMaxDeferActions actions.
-std::string grouped_fields(const sched::Schedule& s) {
+// groups with the same costs and latencies as step_time; null for a list of more
+// than kMaxDeferActions actions.
+std::string grouped_field(const sched::Schedule& s, const sched::Costs& costs) {
   size_t actions = 0;
   for (const auto& list : s.ranks) actions += list.size();
-  if (actions > sched::kMaxDeferActions) return "\"grouped_unit_step\": null, \"unit_step\": null";
+  if (actions > sched::kMaxDeferActions) return "\"grouped_step_time\": null";
   const sched::Schedule run = sched::has_communication(s) ? s : sched::place_communication(s);
-  sched::Costs unit;
-  unit.forward = s.chunks, unit.backward = 2.0 * s.chunks, unit.weight = s.chunks;
-  char buf[128];
-  std::snprintf(buf, sizeof buf, "\"grouped_unit_step\": %.10g, \"unit_step\": %.10g", sched::grouped_step_time(run),
-                sched::simulate_stats(s, unit).step_time);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "\"grouped_step_time\": %.10g", sched::grouped_step_time(run, costs));
   return buf;
 }
 
-std::string summary_json(const std::string& title, const sched::Schedule& s, const sched::TimelineStats& st) {
+std::string summary_json(const std::string& title, const sched::Schedule& s, const sched::TimelineStats& st,
+                         const sched::Costs& costs) {
   char buf[512];
   const int peak = st.peak_inflight.empty() ? 0 : *std::max_element(st.peak_inflight.begin(), st.peak_inflight.end());
   std::snprintf(buf, sizeof buf,
                 "{\"title\": \"%s\", \"pipeline_ranks\": %d, \"microbatches\": %d, \"chunks\": %d, \"placement\": \"%s\", "
                 "\"step_time\": %.10g, \"bubble_fraction\": %.10g, \"span_bubble_fraction\": %.10g, \"peak_inflight\": %d, %s}\n",
                 json_escaped(title).c_str(), s.pipeline_ranks, s.microbatches, s.chunks, sched::placement_name(s.placement).c_str(),
-                st.step_time, st.bubble_fraction, st.span_bubble_fraction, peak, grouped_fields(s).c_str());
+                st.step_time, st.bubble_fraction, st.span_bubble_fraction, peak, grouped_field(s, costs).c_str());
   return buf;
 }
 
@@ -235,7 +233,7 @@ int cmd_schedule(int argc, char** argv) {
                                                : vm["from-csv"].as<std::string>();
   std::string out;
   if (format == "summary") {
-    out = summary_json(title, s, sched::simulate_stats(s, costs));  // validates once, nothing per action
+    out = summary_json(title, s, sched::simulate_stats(s, costs), costs);  // validates once, nothing per action
   } else if (format == "schedule" || format == "csv") {
     sched::validate(s);  // throws with the grid around the first violation
     sched::check_costs(costs, s.pipeline_ranks, s.chunks);

@@ -20,6 +20,11 @@ size_t action_count(const Schedule& s) {
 
 double grouped_step_time(const Schedule& s) { return detail::timed_stream_run(s).step; }
 
+double grouped_step_time(const Schedule& s, const Costs& costs) {
+  check_costs(costs, s.pipeline_ranks, s.chunks);
+  return detail::timed_stream_run(s, &costs).step;
+}
+
 Schedule defer_coupled_sends(const Schedule& s) {
   if (!has_communication(s) || action_count(s) > kMaxDeferActions) return s;
   Schedule best = s;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "schedules/action.h"
+#include "schedules/simulate.h"
 
 namespace trident::sched {
 
@@ -24,7 +25,7 @@ namespace trident::sched {
 // rank's stream once the compute before it and the group before it are done,
 // and completes once the partner of each of its operations has started; a
 // compute starts once the compute before it and the group holding its input
-// are done; no latency. defer_coupled_sends() moves
+// are done; a message also takes its link's latency. defer_coupled_sends() moves
 // such sends past the compute that would wait for them, into the next group,
 // or else posts the receive that such a send waits for one compute earlier on
 // its rank, keeping each move that shortens the grouped step, deadlocks
@@ -35,9 +36,11 @@ namespace trident::sched {
 // benchmarks/results/group_waits.txt).
 
 // The step time of `s` (explicit communication) under the rules above, for
-// uniform costs F = 1, B = 2, I = 1, W = 1 per action; -1 when the groups
-// deadlock. Hand-overs between chunks of one rank are not NCCL operations.
+// uniform costs F = 1, B = 2, I = 1, W = 1 per action, or the simulator's
+// costs and latencies (simulate.h); -1 when the groups deadlock. Hand-overs
+// between chunks of one rank are not NCCL operations.
 double grouped_step_time(const Schedule& s);
+double grouped_step_time(const Schedule& s, const Costs& costs);
 
 // `s` with the sends that a compute would wait on moved past it, or their
 // receives posted earlier, where that shortens grouped_step_time(); `s` itself

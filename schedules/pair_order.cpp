@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "schedules/engine.h"
+#include "schedules/simulate.h"
 #include "schedules/stream_run.h"
 
 namespace trident::sched {
@@ -114,13 +115,16 @@ void check_sequences(const Schedule& s) {
 // stuck group: the receiver takes its order from the sender, as Megatron's
 // combined send-and-receive calls do. moves() says where each went.
 // The run also keeps time (NOTE [group waits] in group_waits.h): a compute
-// takes its unit cost (F, I, W 1; B 2) once the one before it and the group
-// holding its input are done; a group starts on its rank's stream once the
-// compute before it is done and the group before it has completed, and
-// completes once each of its operations' partners has started.
+// takes its cost (the simulator's for the costs given, else the unit costs F,
+// I, W 1, B 2) once the one before it and the group holding its input are
+// done; a group starts on its rank's stream once the compute before it is
+// done and the group before it has completed, and completes once each of its
+// operations has met its partner (both started) and the link's latency has
+// passed.
 class StreamRun {
  public:
-  StreamRun(const Schedule& s, bool repair) : s_(s), p_(s.pipeline_ranks), repair_(repair), ranks_(p_) {
+  StreamRun(const Schedule& s, bool repair, const Costs* costs = nullptr)
+      : s_(s), p_(s.pipeline_ranks), repair_(repair), costs_(costs), ranks_(p_) {
     for (int r = 0; r < p_; ++r) split(r);
     for (const auto& [pair, n] : sends_issued_) posted_[pair].send_at.assign(n, 0.0);
     for (const auto& [pair, n] : recvs_issued_) posted_[pair].recv_at.assign(n, 0.0);
@@ -220,6 +224,7 @@ class StreamRun {
     bool send;
     int pos;   // list position
     int peer;
+    double latency = 0;  // of the link it crosses
     bool moved = false;  // posted with an earlier group (repair)
   };
   struct Group {
@@ -269,7 +274,7 @@ class StreamRun {
         const int pair = pair_index(msg.from, msg.to);
         int& count = send ? sends_issued_[pair] : recvs_issued_[pair];
         if (!send) recv_op_[pair].push_back({r, static_cast<int>(rk.ops.size())});
-        rk.ops.push_back({pair, count++, send, i, send ? msg.to : msg.from});
+        rk.ops.push_back({pair, count++, send, i, send ? msg.to : msg.from, link_latency(msg.key)});
         rk.groups.back().end = static_cast<int>(rk.ops.size());
         if (!send) recv_group[msg.key] = static_cast<int>(rk.groups.size()) - 1;
         continue;
@@ -285,7 +290,7 @@ class StreamRun {
       }
       rk.need.push_back(need);
       rk.compute_pos.push_back(i);
-      rk.cost.push_back(a.kind == ActionKind::B ? 2.0 : 1.0);
+      rk.cost.push_back(costs_ ? stage_action_cost(*costs_, a.kind, s_.chunks, stage) : a.kind == ActionKind::B ? 2.0 : 1.0);
     }
   }
 
@@ -336,13 +341,23 @@ class StreamRun {
     return any;
   }
 
-  // When g completes: each operation's partner has started (a moved receive
-  // counts with the group it joined).
+  // The latency of the link a message crosses: boundary into - 1 -> into for
+  // an activation, into -> into + 1 for a gradient (Costs::latency).
+  double link_latency(int64_t key) const {
+    if (!costs_ || costs_->latency.empty()) return 0.0;
+    if (costs_->latency.size() == 1) return costs_->latency[0];
+    const bool grad = key % 2 == 1;
+    const int64_t into = key / 2 / s_.microbatches;
+    return costs_->latency[static_cast<size_t>(grad ? into : into - 1)];
+  }
+
+  // When g completes: each operation has met its partner (both started; a
+  // moved receive counts with the group it joined) and crossed its link.
   void complete(const Rank& rk, Group& g) const {
     g.done = g.received = g.start;
     auto partner = [&](const Op& op) {
       const Posted& pp = posted_[op.pair];
-      const double t = op.send ? pp.recv_at[op.seq] : pp.send_at[op.seq];
+      const double t = std::max(g.start, op.send ? pp.recv_at[op.seq] : pp.send_at[op.seq]) + op.latency;
       g.done = std::max(g.done, t);
       if (!op.send) g.received = std::max(g.received, t);
     };
@@ -400,6 +415,7 @@ class StreamRun {
   const Schedule& s_;
   const int p_;
   const bool repair_;
+  const Costs* costs_;  // nullptr: unit costs, no latency
   std::vector<Rank> ranks_;
   std::unordered_map<int, std::vector<std::pair<int, int>>> recv_op_;  // pair -> (rank, op) of each receive
   std::vector<std::vector<std::pair<int, int>>> moves_ = std::vector<std::vector<std::pair<int, int>>>(p_);
@@ -412,8 +428,8 @@ class StreamRun {
 
 namespace detail {
 
-TimedRun timed_stream_run(const Schedule& s) {
-  StreamRun run(s, false);
+TimedRun timed_stream_run(const Schedule& s, const Costs* costs) {
+  StreamRun run(s, false, costs);
   run.run();
   return run.timed();
 }

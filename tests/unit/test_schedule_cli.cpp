@@ -113,11 +113,18 @@ TEST(ScheduleCli, SummaryIsOneObjectWithTheFigures) {
   EXPECT_EQ(r.out,
             "{\"title\": \"1f1b\", \"pipeline_ranks\": 4, \"microbatches\": 8, \"chunks\": 1, \"placement\": \"loop\", "
             "\"step_time\": 33, \"bubble_fraction\": 0.2727272727, \"span_bubble_fraction\": 0.2727272727, "
-            "\"peak_inflight\": 4, \"grouped_unit_step\": 33, \"unit_step\": 33}\n");
+            "\"peak_inflight\": 4, \"grouped_step_time\": 33}\n");
   // The list a run executes under the executor's groups (NOTE [group waits]): interleaved at
-  // p = 2 once its sends are placed takes the simulator's step at the same unit costs.
+  // p = 2 once its sends are placed takes the simulator's step at the same costs
+  // (16 x 2 chunks x (0.5 + 1) = 48 busy, 1.5 of warm-up and cool-down) ...
   r = run_schedule("--kind interleaved -p 2 -m 16 -v 2 --format summary");
-  EXPECT_NE(r.out.find("\"grouped_unit_step\": 99, \"unit_step\": 99}"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"step_time\": 49.5, "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"grouped_step_time\": 49.5}"), std::string::npos) << r.out;
+  // ... and a link latency reaches both: 1F1B at p = 2, m = 1 with latency 0.5: F, F, B, B
+  // each 1, 1, 2, 2 plus two crossings = 7 (each group waits for its message's crossing).
+  r = run_schedule("--kind 1f1b -p 2 -m 1 --latency 0.5 --format summary");
+  EXPECT_NE(r.out.find("\"step_time\": 7, "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"grouped_step_time\": 7}"), std::string::npos) << r.out;
   // ZB-H2 at F = I = W: the paper's parallelogram, no idle between a rank's first and last
   // action (span_bubble_fraction 0), while ranks still start r forwards late (bubble_fraction
   // (p-1)/(3m+p-1) = 3/27); rank 0 holds 2p-1 micro-batches.
