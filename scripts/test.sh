@@ -14,9 +14,9 @@ if [[ $# -eq 0 ]]; then
   # The whole suite in two passes, each two tests at a time: the `unit` label's
   # tests (one process, one thread each), then the rest (multi-rank runs and the
   # references wait on start-up, files and each other often enough that two side
-  # by side take about half the wall time of one after another; every launch in
-  # a test takes a free master port, and the README commands that use the
-  # default one hold a CTest RESOURCE_LOCK).
+  # by side take about 0.7 of the wall time of one after another: 1246 s against
+  # 1758 s on a clean clone; every launch in a test takes a free master port, and
+  # the README commands that use the default one hold a CTest RESOURCE_LOCK).
   ctest --output-on-failure --no-tests=error --timeout 600 -L '^unit$' -j2 2>&1 | tee "$log"
   status=${PIPESTATUS[0]}
   ctest --output-on-failure --no-tests=error --timeout 600 -LE '^unit$' -j2 2>&1 | tee -a "$log"
