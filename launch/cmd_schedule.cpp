@@ -159,9 +159,7 @@ std::string json_escaped(const std::string& text) {
 // groups with the same costs and latencies as step_time; null for a list of more
 // than kMaxDeferActions actions.
 std::string grouped_field(const sched::Schedule& s, const sched::Costs& costs) {
-  size_t actions = 0;
-  for (const auto& list : s.ranks) actions += list.size();
-  if (actions > sched::kMaxDeferActions) return "\"grouped_step_time\": null";
+  if (sched::action_count(s) > sched::kMaxDeferActions) return "\"grouped_step_time\": null";
   const sched::Schedule run = sched::has_communication(s) ? s : sched::place_communication(s);
   char buf[64];
   std::snprintf(buf, sizeof buf, "\"grouped_step_time\": %.10g", sched::grouped_step_time(run, costs));

@@ -128,6 +128,13 @@ struct Schedule {
   }
 };
 
+// Actions in all of s's lists.
+inline size_t action_count(const Schedule& s) {
+  size_t n = 0;
+  for (const ActionList& list : s.ranks) n += list.size();
+  return n;
+}
+
 // Peer of a communication action on `rank`: SEND_F/RECV_B talk to the next
 // virtual stage's rank, RECV_F/SEND_B to the previous one's. Asserts a comm kind.
 int peer_rank(const StageMap& map, int rank, const Action& a);

@@ -285,9 +285,7 @@ RunResult run(const Schedule& s, const Costs* costs, bool record) {
   const bool comm = std::any_of(s.ranks[0].begin(), s.ranks[0].end(), [](const Action& a) { return is_communication(a.kind); });
   out.report.communication_added = !comm;
   Runner runner(s, costs, record, comm);
-  size_t actions = 0;
-  for (const auto& list : s.ranks) actions += list.size();
-  if (actions < (1u << 20)) {  // small: one after the other
+  if (action_count(s) < (1u << 20)) {  // small: one after the other
     check_ranks(s, &out.report);
     runner.run();
   } else {  // NOTE [run beside the checks]: the checks' error, if any, wins

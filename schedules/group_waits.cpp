@@ -8,15 +8,6 @@
 #include "schedules/stream_run.h"
 
 namespace trident::sched {
-namespace {
-
-size_t action_count(const Schedule& s) {
-  size_t n = 0;
-  for (const auto& list : s.ranks) n += list.size();
-  return n;
-}
-
-}  // namespace
 
 double grouped_step_time(const Schedule& s) { return detail::timed_stream_run(s).step; }
 
@@ -46,7 +37,7 @@ Schedule defer_coupled_sends(const Schedule& s) {
   };
   for (bool moved = true; moved && tries < max_tries;) {
     moved = false;
-    for (size_t g = 0; g < run.groups.size(); ++g) {
+    for (size_t g = 0; g < run.groups.size() && tries < max_tries; ++g) {  // no candidate once the tries are spent
       if (run.groups[g].wait <= 0) continue;  // no send held this group past its receives
       const auto r = static_cast<size_t>(run.groups[g].rank);
       const ActionList& list = best.ranks[r];

@@ -115,8 +115,7 @@ void check_sequences(const Schedule& s) {
 // stuck group: the receiver takes its order from the sender, as Megatron's
 // combined send-and-receive calls do. moves() says where each went.
 // The run also keeps time (NOTE [group waits] in group_waits.h): a compute
-// takes its cost (the simulator's for the costs given, else the unit costs F,
-// I, W 1, B 2) once the one before it and the group holding its input are
+// takes the simulator's cost (for the costs given, else unit_costs()) once the one before it and the group holding its input are
 // done; a group starts on its rank's stream once the compute before it is
 // done and the group before it has completed, and completes once each of its
 // operations has met its partner (both started) and the link's latency has
@@ -124,7 +123,7 @@ void check_sequences(const Schedule& s) {
 class StreamRun {
  public:
   StreamRun(const Schedule& s, bool repair, const Costs* costs = nullptr)
-      : s_(s), p_(s.pipeline_ranks), repair_(repair), costs_(costs), ranks_(p_) {
+      : s_(s), p_(s.pipeline_ranks), repair_(repair), costs_(costs ? *costs : unit_costs(s.chunks)), ranks_(p_) {
     for (int r = 0; r < p_; ++r) split(r);
     for (const auto& [pair, n] : sends_issued_) posted_[pair].send_at.assign(n, 0.0);
     for (const auto& [pair, n] : recvs_issued_) posted_[pair].recv_at.assign(n, 0.0);
@@ -239,7 +238,7 @@ class StreamRun {
     std::vector<Group> groups;
     std::vector<int> need;         // per compute: the group holding its input, -1 for none
     std::vector<int> compute_pos;  // per compute: list position
-    std::vector<double> cost, compute_end;  // per compute: unit cost, when it ends
+    std::vector<double> cost, compute_end;  // per compute: its cost, when it ends
     size_t computes_done = 0, groups_done = 0;
     bool active = false;     // groups[groups_done] is posted
     std::vector<int> extra;  // ops moved into the active group (repair)
@@ -290,7 +289,7 @@ class StreamRun {
       }
       rk.need.push_back(need);
       rk.compute_pos.push_back(i);
-      rk.cost.push_back(costs_ ? stage_action_cost(*costs_, a.kind, s_.chunks, stage) : a.kind == ActionKind::B ? 2.0 : 1.0);
+      rk.cost.push_back(stage_action_cost(costs_, a.kind, s_.chunks, stage));
     }
   }
 
@@ -344,11 +343,11 @@ class StreamRun {
   // The latency of the link a message crosses: boundary into - 1 -> into for
   // an activation, into -> into + 1 for a gradient (Costs::latency).
   double link_latency(int64_t key) const {
-    if (!costs_ || costs_->latency.empty()) return 0.0;
-    if (costs_->latency.size() == 1) return costs_->latency[0];
+    if (costs_.latency.empty()) return 0.0;
+    if (costs_.latency.size() == 1) return costs_.latency[0];
     const bool grad = key % 2 == 1;
     const int64_t into = key / 2 / s_.microbatches;
-    return costs_->latency[static_cast<size_t>(grad ? into : into - 1)];
+    return costs_.latency[static_cast<size_t>(grad ? into : into - 1)];
   }
 
   // When g completes: each operation has met its partner (both started; a
@@ -415,7 +414,7 @@ class StreamRun {
   const Schedule& s_;
   const int p_;
   const bool repair_;
-  const Costs* costs_;  // nullptr: unit costs, no latency
+  const Costs costs_;  // the run's costs: those given, else unit_costs()
   std::vector<Rank> ranks_;
   std::unordered_map<int, std::vector<std::pair<int, int>>> recv_op_;  // pair -> (rank, op) of each receive
   std::vector<std::vector<std::pair<int, int>>> moves_ = std::vector<std::vector<std::pair<int, int>>>(p_);

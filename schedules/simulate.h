@@ -36,6 +36,13 @@ struct Costs {
 // ones, stage_costs 0 or p*v entries with F > 0 and B > W >= 0 (and not
 // together with stage_scale).
 void check_costs(const Costs& c, int p, int v);
+// F = I = W = 1, B = 2 per action of a schedule with `chunks` chunks per rank
+// (a full stage's costs are v times an action's), no latency.
+inline Costs unit_costs(int chunks) {
+  Costs c;
+  c.forward = chunks, c.backward = 2.0 * chunks, c.weight = chunks;
+  return c;
+}
 double action_cost(const Costs& c, ActionKind k, int chunks);  // 0 for communication and REDUCE_GRAD; per-stage terms not applied
 // Cost of kind k on virtual stage `stage`, every term applied (0 for communication and REDUCE_GRAD).
 double stage_action_cost(const Costs& c, ActionKind k, int chunks, int stage);

@@ -20,13 +20,7 @@ namespace {
 
 // The simulator's step for per-action costs F = 1, B = 2 (it divides a full
 // stage's costs by v): what a list takes when no compute waits on a send.
-double ideal_step(const Schedule& s) {
-  Costs c;
-  c.forward = s.chunks;
-  c.backward = 2.0 * s.chunks;
-  c.weight = s.chunks;
-  return simulate_stats(s, c).step_time;
-}
+double ideal_step(const Schedule& s) { return simulate_stats(s, unit_costs(s.chunks)).step_time; }
 
 ActionList computes(const ActionList& list) {
   ActionList out;
