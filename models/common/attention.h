@@ -12,10 +12,13 @@ namespace trident {
 // with dropout `dropout_p` on the attention weights when > 0. Under tensor
 // parallelism each rank passes its own heads (batch, heads/tp, seq, head_dim);
 // heads are independent, so that is the matching slice of the full result.
+// Grouped-query attention: k and v may hold fewer heads, a divisor of q's;
+// query head i reads key/value head i / (q heads / kv heads) (NOTE [grouped heads]).
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout_p);
 
-// The same arithmetic written out (matmul, masked fill, softmax in fp32, matmul):
-// the reference the SDPA path is tested against.
+// The same arithmetic written out (matmul, masked fill, softmax in fp32, matmul),
+// key/value heads repeated for their query groups: the reference the SDPA path
+// is tested against.
 at::Tensor causal_attention_explicit(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
 
 }  // namespace trident

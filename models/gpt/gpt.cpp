@@ -138,10 +138,12 @@ at::Tensor GptStage::attention(const BlockParams& b, const at::Tensor& x) const 
   // (b, heads/tp, s, s) scores; what selective recomputation drops.
   auto core = [heads, hd, dropout](const at::Tensor& qkv_flat) {
     const int64_t batch = qkv_flat.size(0), s = qkv_flat.size(1);  // full sequence, also under SP
-    at::Tensor qkv5 = qkv_flat.view({batch, s, heads, 3, hd});
-    at::Tensor q = qkv5.select(3, 0).transpose(1, 2);  // (b, heads/tp, s, hd)
-    at::Tensor k = qkv5.select(3, 1).transpose(1, 2);
-    at::Tensor v = qkv5.select(3, 2).transpose(1, 2);
+    // One unbind, whose backward stacks the three gradients into one tensor
+    // (three selects would each scatter theirs into a zero-filled copy of it).
+    const std::vector<at::Tensor> parts = qkv_flat.view({batch, s, heads, 3, hd}).unbind(3);
+    const at::Tensor q = parts[0].transpose(1, 2);  // (b, heads/tp, s, hd)
+    const at::Tensor k = parts[1].transpose(1, 2);
+    const at::Tensor v = parts[2].transpose(1, 2);
     return causal_attention(q, k, v, dropout).transpose(1, 2).reshape({batch, s, heads * hd});  // (b, s, hidden/tp)
   };
   at::Tensor y = recompute_ == Recompute::kSelective ? trident::recompute(core, qkv) : core(qkv);

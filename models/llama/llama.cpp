@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "models/common/attention.h"
+#include "models/common/rms_norm.h"
 
 namespace trident {
 
@@ -119,19 +120,34 @@ at::Tensor LlamaStage::compute_param(size_t index) const {
   return casts_.get(params_, index, compute_);  // NOTE [cast once per step]
 }
 
-// x / sqrt(mean(x²) + eps) · weight, in fp32, returned in x's dtype (the
-// weight multiplies after the cast back, as transformers' LlamaRMSNorm does).
+// NOTE [RMSNorm] in models/common/rms_norm.h.
 at::Tensor LlamaStage::rms_norm(size_t weight, const at::Tensor& x) const {
-  const at::Tensor x32 = x.to(at::kFloat);
-  const at::Tensor normed = x32 * at::rsqrt(x32.pow(2).mean({-1}, true) + cfg_.layernorm_eps);
-  return compute_param(weight) * normed.to(x.scalar_type());
+  return trident::rms_norm(x, compute_param(weight), cfg_.layernorm_eps);
 }
 
-at::Tensor LlamaStage::rotate(const at::Tensor& x) const {
-  const int64_t s = x.size(2), half = x.size(3) / 2;
-  const at::Tensor cos = cos_.narrow(0, 0, s).to(x.scalar_type()), sin = sin_.narrow(0, 0, s).to(x.scalar_type());
-  const at::Tensor rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-  return x * cos + rotated * sin;
+const LlamaStage::RopeTables& LlamaStage::rope_tables(int64_t s, at::ScalarType dtype) const {
+  RopeTables& r = rope_;
+  const int64_t version = static_cast<int64_t>(cos_._version()) + static_cast<int64_t>(sin_._version());
+  if (r.cos.defined() && r.seq == s && r.dtype == dtype && r.source == cos_.data_ptr() && r.version == version)
+    return r;
+  const int64_t half = sin_.size(1) / 2;
+  const at::Tensor sin = sin_.narrow(0, 0, s);
+  r.cos = cos_.narrow(0, 0, s).to(dtype).contiguous();
+  r.sin_signed = at::cat({-sin.narrow(-1, 0, half), sin.narrow(-1, half, half)}, -1).to(dtype);
+  r.seq = s;
+  r.dtype = dtype;
+  r.source = cos_.data_ptr();
+  r.version = version;
+  return r;
+}
+
+// x·cos + rotate_half(x)·sin with rotate_half(x) = (-x2, x1): the sign is
+// kept in the sine table's first half (exact: (-a)·b = a·(-b)), so a rotation
+// is a cat of the halves, two products and a sum. (at::roll would be one
+// node but has no meta kernel, which the memory planning runs on.)
+at::Tensor LlamaStage::rotate(const at::Tensor& x, const RopeTables& r) const {
+  const int64_t half = x.size(3) / 2;
+  return x * r.cos + at::cat({x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1) * r.sin_signed;
 }
 
 at::Tensor LlamaStage::attention(const BlockParams& b, const at::Tensor& x) const {
@@ -139,18 +155,15 @@ at::Tensor LlamaStage::attention(const BlockParams& b, const at::Tensor& x) cons
   const at::Tensor in = enter_column_parallel(tp_, x);  // (b, s, h): one gather under SP for q, k and v
   const at::Tensor q = linear(in, compute_param(b.q), at::Tensor()), k = linear(in, compute_param(b.k), at::Tensor()),
                    v = linear(in, compute_param(b.v), at::Tensor());
-  // The attention core: rotary embeddings, key/value heads repeated for their
-  // query groups, SDPA; (b, s, H/tp·d) out. What selective recomputation drops.
+  // The attention core: rotary embeddings, key/value heads read by their
+  // query groups (NOTE [grouped heads] in models/common/attention.cpp), SDPA;
+  // (b, s, H/tp·d) out. What selective recomputation drops.
   auto core = [this, heads, kv, d](const at::Tensor& q2, const at::Tensor& k2, const at::Tensor& v2) {
     const int64_t bs = q2.size(0), s = q2.size(1);
-    const at::Tensor qh = rotate(q2.view({bs, s, heads, d}).transpose(1, 2));  // (b, H/tp, s, d)
-    at::Tensor kh = rotate(k2.view({bs, s, kv, d}).transpose(1, 2));           // (b, K/tp, s, d)
-    at::Tensor vh = v2.view({bs, s, kv, d}).transpose(1, 2);
-    if (kv != heads) {
-      const int64_t group = heads / kv;
-      kh = kh.unsqueeze(2).expand({bs, kv, group, s, d}).reshape({bs, heads, s, d});
-      vh = vh.unsqueeze(2).expand({bs, kv, group, s, d}).reshape({bs, heads, s, d});
-    }
+    const RopeTables& rope = rope_tables(s, q2.scalar_type());
+    const at::Tensor qh = rotate(q2.view({bs, s, heads, d}).transpose(1, 2), rope);  // (b, H/tp, s, d)
+    const at::Tensor kh = rotate(k2.view({bs, s, kv, d}).transpose(1, 2), rope);     // (b, K/tp, s, d)
+    const at::Tensor vh = v2.view({bs, s, kv, d}).transpose(1, 2);
     return causal_attention(qh, kh, vh, 0.0).transpose(1, 2).reshape({bs, s, heads * d});
   };
   at::Tensor y;

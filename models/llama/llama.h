@@ -75,7 +75,16 @@ class LlamaStage : public Stage {
   std::vector<int64_t> hidden_shape(int64_t mbs) const;
   at::Tensor compute_param(size_t index) const;  // in the compute dtype (an autograd cast under bf16)
   at::Tensor rms_norm(size_t weight, const at::Tensor& x) const;
-  at::Tensor rotate(const at::Tensor& x) const;  // (b, heads, s, d) -> rotary embedding applied
+  // cos_ and sin_ for s positions in one dtype, sin's first half negated; kept
+  // while the buffers and the request are unchanged.
+  struct RopeTables {
+    at::Tensor cos, sin_signed;  // (s, d)
+    int64_t seq = -1, version = -1;
+    at::ScalarType dtype = at::kFloat;
+    const void* source = nullptr;
+  };
+  const RopeTables& rope_tables(int64_t s, at::ScalarType dtype) const;
+  at::Tensor rotate(const at::Tensor& x, const RopeTables& r) const;  // (b, heads, s, d) -> rotary embedding applied
   at::Tensor attention(const BlockParams& b, const at::Tensor& x) const;
   at::Tensor mlp(const BlockParams& b, const at::Tensor& x) const;
   at::Tensor block(int64_t layer, const at::Tensor& x) const;
@@ -91,6 +100,7 @@ class LlamaStage : public Stage {
   at::ScalarType compute_ = at::kFloat;
   at::ScalarType boundary_ = at::kFloat;  // what the hidden state crosses a pipeline boundary in
   at::Tensor cos_, sin_;  // (seq_len, head_dim) fp32, on the stage's device (buffers())
+  mutable RopeTables rope_;
   size_t word_ = 0, final_norm_ = 0, head_ = 0;
   std::vector<BlockParams> blocks_;  // blocks_[l - spec_.first_layer]
 };

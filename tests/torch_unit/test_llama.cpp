@@ -1,7 +1,8 @@
 // Single-process checks of the Llama family against closed forms: parameter
 // counts of the published models, the rotary frequencies with and without
 // Llama 3.1's scaling, grouped-query attention as multi-head attention with
-// repeated key/value heads, the TP plan's shards, recomputation and bf16.
+// repeated key/value heads, RMSNorm's written-out backward against autograd's,
+// the TP plan's shards, recomputation and bf16.
 // (Logits against transformers' LlamaForCausalLM: tests/reference/test_hf_llama.py.)
 #include <gtest/gtest.h>
 
@@ -10,8 +11,12 @@
 #include <cmath>
 #include <cstdio>
 
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/function.h>
+
 #include "core/config.h"
 #include "core/cpu_memory.h"
+#include "models/common/rms_norm.h"
 #include "models/llama/llama.h"
 #include "parallel/tensor_parallel.h"
 
@@ -116,6 +121,32 @@ TEST(Llama, GroupedQueryAttentionIsMultiHeadWithRepeatedKeyValueHeads) {
 }
 
 // Each TP rank holds whole query heads and whole key/value heads.
+// NOTE [RMSNorm]: the one-node function against the same forward through
+// autograd's operations, values and both gradients, in fp32 (within fp32
+// rounding) and bf16 (within bf16 rounding of the outputs), with one backward node.
+TEST(Llama, RmsNormBackwardIsAutogradsWithinRounding) {
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    at::manual_seed(5);
+    const at::Tensor x = (at::randn({2, 6, 16}) * 3).to(dtype).requires_grad_(true);
+    const at::Tensor w = (at::rand({16}) + 0.5).to(dtype).requires_grad_(true);
+    const at::Tensor g = at::randn({2, 6, 16}).to(dtype);
+    const at::Tensor y = rms_norm(x, w, 1e-5), ref = rms_norm_reference(x, w, 1e-5);
+    ASSERT_EQ(y.scalar_type(), dtype);
+    EXPECT_TRUE(at::equal(y, ref)) << "forward, " << dtype;
+    // One node, whose next edges are x's and w's AccumulateGrad: no chain of elementwise nodes.
+    const auto& edges = y.grad_fn()->next_edges();
+    ASSERT_EQ(edges.size(), 2u);
+    for (const auto& e : edges) EXPECT_EQ(e.function->name(), "torch::autograd::AccumulateGrad");
+    const auto got = torch::autograd::grad({y}, {x, w}, {g});
+    const auto want = torch::autograd::grad({ref}, {x, w}, {g});
+    const double tol = dtype == at::kFloat ? 1e-5 : 2e-2;
+    for (int i = 0; i < 2; ++i) {
+      const at::Tensor a = got[i].to(at::kDouble), b = want[i].to(at::kDouble);
+      EXPECT_LT(((a - b).abs().max() / b.abs().max()).item<double>(), tol) << "grad " << i << ", " << dtype;
+    }
+  }
+}
+
 TEST(Llama, TpPlanSplitsHeadsAndKeepsNormsWhole) {
   const ModelConfig m = small(2);
   const ChunkSpec all{0, 2, true, true};
