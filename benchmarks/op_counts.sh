@@ -7,7 +7,8 @@
 # Counts, not times: the machine's load does not change them. Builds nothing.
 #
 # Usage: benchmarks/op_counts.sh [BUILD_DIR]    (default: build)
-# Environment: OUT (benchmarks/results/op_counts.txt)
+# Environment: OUT (benchmarks/results/op_counts.txt), MODELS (an extended regex:
+#   only the presets it matches; default all three; the documentation test counts gpt-tiny)
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -44,8 +45,11 @@ rows=(
   echo
   printf '%-16s %-22s %8s %8s %9s %9s %6s %8s\n' model contender forward backward grad_sync optimizer other total
 } > "$work/table.txt"
+counted=0
 for row in "${rows[@]}"; do
   IFS='|' read -r preset sets pyargs <<< "$row"
+  [[ -n "${MODELS:-}" && ! $preset =~ ${MODELS} ]] && continue
+  counted=$((counted + 1))
   echo "op_counts: $preset" >&2
   # shellcheck disable=SC2086
   "$trident" train --config "configs/$preset.toml" --set training.steps=2 --set training.threads=1 \
@@ -66,5 +70,6 @@ for name, c in rows:
           f"{c['other']:>6} {c['total']:>8}")
 PYEOF
 done
+((counted)) || { echo "op_counts: no preset matches MODELS='${MODELS:-}'" >&2; exit 1; }
 mkdir -p "$(dirname "$out")"
 tee "$out" < "$work/table.txt"
