@@ -2,7 +2,9 @@
 // processes and reading what a training run wrote. Header-only, no libtorch.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cmath>
@@ -56,6 +58,10 @@ inline std::vector<std::string> stdout_lines(const std::string& cmd, int* status
 
 inline std::string bin(const std::string& name) { return std::string(TRIDENT_BINARY_DIR) + "/" + name; }
 inline std::string src(const std::string& path) { return std::string(TRIDENT_SOURCE_DIR) + "/" + path; }
+// A scratch path prefix of this process: the suite runs tests two at a time, each
+// test in a process of its own, and two tests of one file writing the same fixed
+// folder would read each other's files.
+inline std::string temp_dir() { return ::testing::TempDir() + "p" + std::to_string(::getpid()) + "_"; }
 
 // One step of metrics.jsonl: the numeric fields by name (a tiny reader for
 // the flat objects RunLog writes).

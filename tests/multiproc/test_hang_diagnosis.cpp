@@ -15,7 +15,7 @@ testing::RunResult run_with_fault(const std::string& fault) {
                               " launch --nproc-per-node 4 --master-port 0 --grace 1 -- " + testing::bin("trident") + " train --config " +
                               testing::src("configs/gpt-tiny.toml") +
                               " --set parallel.pp=4 --set training.steps=2 --set parallel.timeout_s=6"
-                              " --set logging.dir=" + ::testing::TempDir() + "trident_hang");
+                              " --set logging.dir=" + testing::temp_dir() + "trident_hang");
 }
 
 // Rank 3 (the last stage) stalls before F1 of step 1. 1F1B at p = 4, rank 3:

@@ -24,7 +24,7 @@ struct TrainRun {
 };
 
 TrainRun train(const std::string& name, const std::string& layers) {
-  const std::string dir = ::testing::TempDir() + "trident_idle_" + name;
+  const std::string dir = testing::temp_dir() + "trident_idle_" + name;
   const auto r = testing::run_command(testing::bin("trident") + " launch --nproc-per-node 2 --master-port 0 -- " + testing::bin("trident") +
                                       " train --config " + testing::src("configs/gpt-tiny.toml") +
                                       " --set parallel.pp=2 --set 'parallel.pipeline_layers=" + layers + "'" +

@@ -22,7 +22,7 @@ struct TrainRun {
 };
 
 TrainRun train(const std::string& pipeline_dtype) {
-  const std::string dir = ::testing::TempDir() + "trident_pipeline_dtype_" + pipeline_dtype;
+  const std::string dir = testing::temp_dir() + "trident_pipeline_dtype_" + pipeline_dtype;
   auto r = testing::run_command(testing::bin("trident") + " launch --master-port 0 --nproc-per-node 2 -- " +
                                 testing::bin("trident") + " train --config " + testing::src("configs/gpt-tiny.toml") +
                                 " --set parallel.pp=2 --set training.precision=bf16 --set training.steps=3"

@@ -17,7 +17,7 @@ struct RankPeak {
 
 // Runs gpt-tiny at pp=4 (m = 8) and reads each rank's closing peak line.
 std::vector<RankPeak> run_and_measure(const std::string& kind, int chunks) {
-  const std::string dir = ::testing::TempDir() + "trident_mem_" + kind;
+  const std::string dir = testing::temp_dir() + "trident_mem_" + kind;
   auto r = testing::run_command(testing::bin("trident") + " launch --nproc-per-node 4 --master-port 0 -- " + testing::bin("trident") +
                                 " train --config " + testing::src("configs/gpt-tiny.toml") +
                                 " --set parallel.pp=4 --set training.steps=2 --set training.warmup_steps=0"
@@ -103,7 +103,7 @@ struct StepPeak {
   long long step = -1, in_flight = -1;
 };
 std::vector<StepPeak> step_peaks(const std::string& kind, int chunks, int m) {
-  const std::string dir = ::testing::TempDir() + "trident_step_mem_" + kind + "_" + std::to_string(m);
+  const std::string dir = testing::temp_dir() + "trident_step_mem_" + kind + "_" + std::to_string(m);
   auto r = testing::run_command(testing::bin("trident") + " launch --nproc-per-node 4 --master-port 0 -- " + testing::bin("trident") +
                                 " train --config " + testing::src("configs/gpt-tiny.toml") +
                                 " --set parallel.pp=4 --set parallel.backend=nccl-rules --set training.steps=2"

@@ -29,7 +29,7 @@ struct Event {
 };
 
 TEST(Trace, EveryRankInScheduleOrderWithoutOverlap) {
-  const std::string dir = ::testing::TempDir() + "trident_trace";
+  const std::string dir = testing::temp_dir() + "trident_trace";
   const auto r = testing::run_command(
       testing::bin("trident") + " launch --nproc-per-node 8 --master-port 0 -- " + testing::bin("trident") + " train --config " +
       testing::src("configs/gpt-tiny.toml") +

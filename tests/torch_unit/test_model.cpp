@@ -258,7 +258,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 // A 30-step gpt-tiny run through the real command: the loss must fall.
 TEST(Training, GptTinyLossFallsOver30Steps) {
-  const std::string dir = ::testing::TempDir() + "trident_tiny30";
+  const std::string dir = testing::temp_dir() + "trident_tiny30";
   auto r = testing::run_command(testing::bin("trident") + " train --config " + testing::src("configs/gpt-tiny.toml") +
                                 " --set training.steps=30 --set logging.dir=" + dir);
   ASSERT_EQ(r.status, 0) << r.output;
@@ -280,7 +280,7 @@ TEST(Training, GptTinyLossFallsOver30Steps) {
 }
 
 TEST(Training, EvalLossIsLoggedOnEvalSteps) {
-  const std::string dir = ::testing::TempDir() + "trident_tiny_eval";
+  const std::string dir = testing::temp_dir() + "trident_tiny_eval";
   auto r = testing::run_command(testing::bin("trident") + " train --config " + testing::src("configs/gpt-tiny.toml") +
                                 " --set training.steps=4 --set training.eval_interval=2 --set logging.dir=" + dir);
   ASSERT_EQ(r.status, 0) << r.output;

@@ -10,7 +10,7 @@ namespace {
 
 testing::RunResult train(const std::string& args) {
   return testing::run_command(testing::bin("trident") + " train --config " + testing::src("configs/gpt-tiny.toml") +
-                              " --set logging.dir=" + ::testing::TempDir() + "trident_err " + args);
+                              " --set logging.dir=" + testing::temp_dir() + "trident_err " + args);
 }
 
 void expect_error(const std::string& args, const std::string& message) {
@@ -63,7 +63,7 @@ TEST(TrainErrors, SeqLenLongerThanTheTokenStream) {
 }
 
 TEST(TrainErrors, WrongMagic) {
-  const std::string dir = ::testing::TempDir() + "trident_magic";
+  const std::string dir = testing::temp_dir() + "trident_magic";
   testing::run_command("mkdir -p " + dir);
   std::ofstream(dir + "/x.train.bin") << std::string(512, 'z');
   expect_error("--set data.source=file --set data.path=" + dir + "/x", "magic");
@@ -92,7 +92,7 @@ TEST(TrainErrors, ScheduleNeedsMoreMicroBatches) {
 testing::RunResult launch2(const std::string& args) {
   return testing::run_command(testing::bin("trident") + " launch --nproc-per-node 2 --master-port 0 -- " + testing::bin("trident") +
                               " train --config " + testing::src("configs/gpt-tiny.toml") + " --set logging.dir=" +
-                              ::testing::TempDir() + "trident_err2 " + args);
+                              testing::temp_dir() + "trident_err2 " + args);
 }
 
 void expect_error_before_rendezvous(const std::string& args, const std::string& message) {
@@ -117,7 +117,7 @@ TEST(TrainErrors, RecomputeWithDropoutBeforeRendezvous) {
 // A fresh run into a directory that holds a checkpoint is refused on every
 // rank before the rendezvous.
 TEST(TrainErrors, CheckpointDirInUseBeforeRendezvous) {
-  const std::string ck = ::testing::TempDir() + "trident_err_ck";
+  const std::string ck = testing::temp_dir() + "trident_err_ck";
   testing::run_command("rm -rf " + ck);
   auto r = testing::run_command(testing::bin("trident") + " checkpoint init --config " +
                                 testing::src("configs/gpt-tiny.toml") + " --out " + ck);
@@ -154,7 +154,7 @@ TEST(TrainErrors, TokenizerDisagreesWithTheTokenFile) {
 
 // data.tokenizer_dir is read in `train`: a folder without the vocabulary fails.
 TEST(TrainErrors, TokenizerDirIsRead) {
-  const std::string dir = ::testing::TempDir() + "trident_tokdir";
+  const std::string dir = testing::temp_dir() + "trident_tokdir";
   testing::run_command("mkdir -p " + dir);
   std::ofstream(dir + "/doc.txt") << std::string(4000, 'a');
   auto r = testing::run_command(testing::bin("trident") + " data prepare --tokenizer gpt2 --tokenizer-dir " +

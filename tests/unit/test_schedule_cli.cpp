@@ -188,7 +188,7 @@ TEST(ScheduleCli, ReadmeCommandsRun) {
 // --profile: each stage's measured costs from a `trident plan profile` file
 // (planner/profile.h; the figures of tests/unit/test_planner_profile.cpp).
 TEST(ScheduleCli, ProfileGivesEveryStagesCosts) {
-  const std::string path = ::testing::TempDir() + "schedule-cli-profile.toml";
+  const std::string path = trident::testing::temp_dir() + "schedule-cli-profile.toml";
   std::ofstream(path) << "[model]\narch = \"gpt\"\nlayers = 4\nhidden = 64\nheads = 8\nkv_heads = 8\n"
                          "ffn_hidden = 256\nseq_len = 32\nvocab_size = 256\nprecision = \"fp32\"\nthreads = 1\n"
                          "[[micro_batch]]\nsize = 2\nlayer_forward_ms = 2.0\nembedding_forward_ms = 1.0\n"
@@ -228,7 +228,7 @@ TEST(ScheduleCli, ProfileGivesEveryStagesCosts) {
 // on its synthetic stages; its simulated column is the simulator's figure for
 // the same costs (what `trident schedule --format summary` prints).
 TEST(BenchCli, BubbleRunsEveryKind) {
-  const std::string out = ::testing::TempDir() + "bench-bubble-kinds";
+  const std::string out = trident::testing::temp_dir() + "bench-bubble-kinds";
   const trident::testing::RunResult r = trident::testing::run_command(
       trident::testing::bin("trident") + " bench bubble --schedules zb-h2,zb-v,v-half,v-min,dualpipev --stages 2 " +
       "--microbatches 4 --stage-ms 1,2,1 --steps 1 --out " + out);
