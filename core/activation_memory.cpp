@@ -5,26 +5,21 @@
 
 namespace trident {
 
-double layer_activation_bytes(const ModelConfig& m, int64_t micro_batch, int64_t tp, bool sequence_parallel,
-                              const std::string& recompute, int elem_bytes) {
+double layer_activation_bytes(const ModelConfig& m, const ModelShape& shape, int64_t micro_batch, int64_t tp,
+                              bool sequence_parallel, const std::string& recompute, int elem_bytes) {
   if (recompute != "none" && recompute != "full" && recompute != "selective")
     throw std::invalid_argument("recompute '" + recompute + "': expected none, full or selective");
   const double sb = static_cast<double>(m.seq_len * micro_batch), h = static_cast<double>(m.hidden);
   const double f = static_cast<double>(m.ffn()), t = static_cast<double>(tp), e = elem_bytes;
   const double rep_div = sequence_parallel ? t : 1.0;  // what SP shards along the sequence
   if (recompute == "full") return sb * h * e / rep_div;
-  const bool dropout = m.dropout > 0 && m.arch != "llama";
+  const bool dropout = m.dropout > 0;
   // Replicated without SP (per token, elements): the two norms' inputs (2h), the attention's and the
   // MLP's inputs (h each); bytes: the two dropout masks after attention and MLP (h each).
   const double replicated = (4 * h * e + (dropout ? 2 * h : 0)) / rep_div;
   // Sharded over tp (per token): q, k, v; the output projection's input; the MLP's wide tensors.
-  double sharded = 0;
-  if (m.arch != "llama") {
-    sharded = (3 * h + h + 2 * f) * e;  // q k v, proj input, fc1 output (GELU input), GELU output
-  } else {
-    const double kv = static_cast<double>(m.kv() * m.head_dim());
-    sharded = (h + 2 * kv + h + 4 * f) * e;
-  }
+  const double kv = static_cast<double>(m.kv() * m.head_dim());
+  const double sharded = (h + 2 * kv + h + (shape.gated_mlp ? 4 : 2) * f) * e;
   // Attention core per token and head: a*s elements of softmax output (plus, with dropout, its output
   // and a 1-byte mask); selective recomputation keeps none of it.
   const double as = static_cast<double>(m.heads * m.seq_len);

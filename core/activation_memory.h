@@ -23,10 +23,11 @@ namespace trident {
 // every term but the dropout masks (1 byte per element), which exist only
 // with dropout > 0; without dropout the attention keeps its softmax output
 // once (a s^2 b elements) instead of softmax output, dropout output and mask.
-// A Llama layer keeps q, k, v (k and v at kv_heads * head_dim), the output
-// projection's input, and four ffn-wide tensors of the SwiGLU MLP (gate,
-// up, silu(gate), their product), no masks.
-double layer_activation_bytes(const ModelConfig& m, int64_t micro_batch, int64_t tp, bool sequence_parallel,
+// Both keep q, k, v (k and v at kv_heads * head_dim) and the output
+// projection's input; a gated MLP (NOTE [model shape], Llama's SwiGLU)
+// keeps four ffn-wide tensors (gate, up, silu(gate), their product) where
+// GPT's keeps two (fc1's output, the GELU's).
+double layer_activation_bytes(const ModelConfig& m, const ModelShape& shape, int64_t micro_batch, int64_t tp, bool sequence_parallel,
                               const std::string& recompute, int elem_bytes);
 
 }  // namespace trident

@@ -167,23 +167,6 @@ Config parse_config(const std::string& toml_text, const std::string& name,
 // batch, data and checkpoint keys. Called by the parsers. Throws ConfigError naming the key,
 // the value and what was expected.
 void check_config(const Config& c);
-// What this host can hold, before anything is allocated (NOTE [size checks] in
-// config_rules.h): training.threads at most host_cores, and on training.device =
-// "cpu" a lower bound of ranks_on_host ranks' memory (parameters with AdamW
-// state, a micro-batch's logits, synthetic tokens, and the activations of the
-// (micro-batch, chunk) pairs the schedule keeps in flight: peak_inflight per
-// pipeline rank, from the schedule simulator; empty leaves them out) at most
-// host_bytes. schedule.chunks must be resolved. A value <= 0 skips its check.
-// Throws ConfigError naming the keys and the estimate.
-void check_host_resources(const Config& c, int64_t ranks_on_host, int64_t host_bytes, int64_t host_cores,
-                          const std::vector<int>& peak_inflight = {});
-// The same lower bound of one rank's memory (less the synthetic tokens, which
-// stay on the host) against the total memory of the CUDA device it computes
-// on, on training.device = "cuda": one rank per device, holding the least any
-// pipeline rank keeps in flight. device_bytes <= 0 skips the check. Throws
-// ConfigError naming the keys and the estimate.
-void check_device_memory(const Config& c, int device_index, int64_t device_bytes,
-                         const std::vector<int>& peak_inflight = {});
 // NOTE [config tables] What the config's rules need from the layers above the
 // foundation, which it does not see (ARCHITECTURE.md), handed in as data: each
 // model family (model.arch) with its rules, each schedule kind with the chunks
@@ -191,11 +174,20 @@ void check_device_memory(const Config& c, int device_index, int64_t device_bytes
 // that needs neither; check_config_tables() checks the rest and resolves
 // schedule.chunks. Trident's tables are framework/config_tables.h's
 // config_tables(); every command that reads a config applies them.
+// NOTE [model shape] What the foundation's size formulas (the parameter
+// count, NOTE [activation memory]) need to know of a family's block beyond
+// the model keys, handed in with the family's rules so that no formula names
+// a family.
+struct ModelShape {
+  bool gated_mlp = false;       // three MLP matrices (gate, up, down) and four ffn-wide activations, else two and two
+  bool position_table = false;  // a learned model.seq_len x model.hidden position embedding
+};
 struct ModelFamilyRules {
   std::string arch;  // model.arch
   // The family's rules (keys it does not read, shapes it needs); throws
   // ConfigError through config_fail() for a model it cannot build.
   void (*check)(const Config& c) = nullptr;
+  ModelShape shape;
 };
 struct ScheduleKindChunks {
   std::string kind;    // schedule.kind
@@ -211,6 +203,26 @@ struct ConfigTables {
 void check_config_tables(Config& c, const ConfigTables& t);
 // The model part of the same (for check_model_config's callers).
 void check_model_family(const Config& c, const std::vector<ModelFamilyRules>& families);
+// The family named by model.arch; throws ConfigError naming the known ones.
+const ModelFamilyRules& model_family(const Config& c, const std::vector<ModelFamilyRules>& families);
+// What this host can hold, before anything is allocated (NOTE [size checks] in
+// config_rules.h): training.threads at most host_cores, and on training.device =
+// "cpu" a lower bound of ranks_on_host ranks' memory (parameters with AdamW
+// state, a micro-batch's logits, synthetic tokens, and the activations of the
+// (micro-batch, chunk) pairs the schedule keeps in flight: peak_inflight per
+// pipeline rank, from the schedule simulator; empty leaves them out) at most
+// host_bytes, for a model of `shape` (its family's, NOTE [model shape]).
+// schedule.chunks must be resolved. A value <= 0 skips its check.
+// Throws ConfigError naming the keys and the estimate.
+void check_host_resources(const Config& c, const ModelShape& shape, int64_t ranks_on_host, int64_t host_bytes, int64_t host_cores,
+                          const std::vector<int>& peak_inflight = {});
+// The same lower bound of one rank's memory (less the synthetic tokens, which
+// stay on the host) against the total memory of the CUDA device it computes
+// on, on training.device = "cuda": one rank per device, holding the least any
+// pipeline rank keeps in flight. device_bytes <= 0 skips the check. Throws
+// ConfigError naming the keys and the estimate.
+void check_device_memory(const Config& c, const ModelShape& shape, int device_index, int64_t device_bytes,
+                         const std::vector<int>& peak_inflight = {});
 // Throws ConfigError "<c.source>: <msg>" (for the rules of a family).
 [[noreturn]] void config_fail(const Config& c, const std::string& msg);
 // A number in a message as the config's text writes it: the shortest decimal

@@ -30,14 +30,15 @@ std::string big(Big v) {
 }
 
 // The model's parameters (tp = pp = 1): per block the attention (q, o: hidden^2
-// each; k, v: hidden x kv_heads x head_dim each) and the MLP (2 matrices for
-// gpt, 3 for llama's SwiGLU), plus the embedding and an untied head. Biases
-// and norms are left out: this is a lower bound.
-Big model_params(const ModelConfig& m) {
+// each; k, v: hidden x kv_heads x head_dim each) and the MLP (two or, gated,
+// three matrices), plus the embedding, the position table where the family
+// learns one, and an untied head. Biases and norms are left out: this is a
+// lower bound.
+Big model_params(const ModelConfig& m, const ModelShape& s) {
   const Big h = m.hidden, kv_width = Big(m.kv()) * (Big(m.hidden) / Big(m.heads));
   const Big ffn = m.ffn_hidden > 0 ? Big(m.ffn_hidden) : 4 * h;
-  const Big block = 2 * h * h + 2 * h * kv_width + (m.arch == "llama" ? 3 : 2) * h * ffn;
-  const Big embed = Big(m.vocab_size) * h * (m.tie_embeddings ? 1 : 2) + (m.arch == "gpt" ? Big(m.seq_len) * h : 0);
+  const Big block = 2 * h * h + 2 * h * kv_width + (s.gated_mlp ? 3 : 2) * h * ffn;
+  const Big embed = Big(m.vocab_size) * h * (m.tie_embeddings ? 1 : 2) + (s.position_table ? Big(m.seq_len) * h : 0);
   return Big(m.layers) * block + embed;
 }
 
@@ -57,7 +58,9 @@ using json::quote;
 void check_sizes(const Config& c) {
   const ModelConfig& m = c.model;
   const TrainingConfig& t = c.training;
-  const Big params = model_params(m);
+  // The family is not known yet (its table comes later): the widest shape,
+  // so that no family's count can overflow.
+  const Big params = model_params(m, ModelShape{.gated_mlp = true, .position_table = true});
   if (params * 4 > kMaxBytes) {
     fail(c, "model.layers (" + n(m.layers) + ") x model.hidden (" + n(m.hidden) + ")^2 (and model.ffn_hidden, "
             "model.vocab_size): about " + big(params) + " parameters, " + big(params * 4) +
@@ -378,13 +381,17 @@ std::string listed(const std::vector<std::string>& items) {
 
 }  // namespace
 
-void check_model_family(const Config& c, const std::vector<ModelFamilyRules>& families) {
+const ModelFamilyRules& model_family(const Config& c, const std::vector<ModelFamilyRules>& families) {
   std::vector<std::string> known;
   for (const ModelFamilyRules& f : families) {
-    if (f.arch == c.model.arch) return f.check(c);
+    if (f.arch == c.model.arch) return f;
     known.push_back(quote(f.arch));
   }
   fail(c, "model.arch = " + quote(c.model.arch) + ": expected one of " + listed(known));
+}
+
+void check_model_family(const Config& c, const std::vector<ModelFamilyRules>& families) {
+  model_family(c, families).check(c);
 }
 
 void check_config_tables(Config& c, const ConfigTables& t) {

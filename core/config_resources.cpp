@@ -35,8 +35,8 @@ using json::quote;
 // dropout, 2.1 with full and 13 with selective recomputation (notes of issue 30).
 // With every rank on this host the mean over pipeline ranks,
 // else the least. Sets `pairs` and `layers`.
-Big activation_lower_bound(const Config& c, const std::vector<int>& peak_inflight, bool all_ranks_here,
-                           Big& pairs, int64_t& layers) {
+Big activation_lower_bound(const Config& c, const ModelShape& shape, const std::vector<int>& peak_inflight,
+                           bool all_ranks_here, Big& pairs, int64_t& layers) {
   if (peak_inflight.empty()) return 0;
   const ParallelConfig& p = c.parallel;
   const int64_t stages = p.pp * std::max<int64_t>(c.schedule.chunks, 1);
@@ -54,7 +54,7 @@ Big activation_lower_bound(const Config& c, const std::vector<int>& peak_infligh
   const std::string kept = c.training.recompute == "none" ? "selective" : "full";
   const int elem_bytes = c.training.precision == "bf16" ? 2 : 4;
   return pairs * Big(layers) *
-         Big(layer_activation_bytes(c.model, c.training.micro_batch_size, p.tp, p.sequence_parallel, kept, elem_bytes));
+         Big(layer_activation_bytes(c.model, shape, c.training.micro_batch_size, p.tp, p.sequence_parallel, kept, elem_bytes));
 }
 
 }  // namespace
@@ -85,23 +85,24 @@ struct RankMemory {
   }
 };
 
-RankMemory rank_memory(const Config& c, const std::vector<int>& peak_inflight, bool all_ranks_here) {
+RankMemory rank_memory(const Config& c, const ModelShape& shape, const std::vector<int>& peak_inflight,
+                       bool all_ranks_here) {
   const ModelConfig& m = c.model;
   const ParallelConfig& p = c.parallel;
   const TrainingConfig& t = c.training;
   RankMemory r;
   const Big dp = p.dp > 0 ? Big(p.dp) : 1;
-  r.params = model_params(m) / (Big(p.tp) * Big(p.pp));
+  r.params = model_params(m, shape) / (Big(p.tp) * Big(p.pp));
   r.state = r.params * (8 + (p.zero == 1 ? 8 / dp : 8));
   r.logits = Big(t.micro_batch_size) * Big(m.seq_len) * Big(m.vocab_size) / Big(p.tp) * 4;
   r.tokens = c.data.source == "synthetic" ? Big(c.data.synthetic_tokens) * 4 : 0;
-  r.acts = activation_lower_bound(c, peak_inflight, all_ranks_here, r.pairs, r.stage_layers);
+  r.acts = activation_lower_bound(c, shape, peak_inflight, all_ranks_here, r.pairs, r.stage_layers);
   return r;
 }
 
 }  // namespace
 
-void check_host_resources(const Config& c, int64_t ranks_on_host, int64_t host_bytes, int64_t host_cores,
+void check_host_resources(const Config& c, const ModelShape& shape, int64_t ranks_on_host, int64_t host_bytes, int64_t host_cores,
                           const std::vector<int>& peak_inflight) {
   const ParallelConfig& p = c.parallel;
   const TrainingConfig& t = c.training;
@@ -111,7 +112,7 @@ void check_host_resources(const Config& c, int64_t ranks_on_host, int64_t host_b
   }
   if (host_bytes <= 0 || t.device != "cpu") return;  // cuda: check_device_memory
   const bool all_here = ranks_on_host >= p.tp * p.pp * std::max<int64_t>(p.dp, 1);
-  const RankMemory rank = rank_memory(c, peak_inflight, all_here);
+  const RankMemory rank = rank_memory(c, shape, peak_inflight, all_here);
   const Big total = rank.total() * Big(std::max<int64_t>(ranks_on_host, 1));
   if (total > Big(host_bytes)) {
     fail(c, "needs at least " + big(total) + " bytes of host memory but this host has " + big(host_bytes) +
@@ -119,12 +120,12 @@ void check_host_resources(const Config& c, int64_t ranks_on_host, int64_t host_b
   }
 }
 
-void check_device_memory(const Config& c, int device_index, int64_t device_bytes,
+void check_device_memory(const Config& c, const ModelShape& shape, int device_index, int64_t device_bytes,
                          const std::vector<int>& peak_inflight) {
   if (device_bytes <= 0 || c.training.device != "cuda") return;
   // One rank per device; the tokens stay on the host. Which pipeline rank this
   // device holds is not known before the rendezvous: the least in flight.
-  RankMemory rank = rank_memory(c, peak_inflight, false);
+  RankMemory rank = rank_memory(c, shape, peak_inflight, false);
   rank.tokens = 0;
   if (rank.total() > Big(device_bytes)) {
     fail(c, "needs at least " + big(rank.total()) + " bytes of device memory but CUDA device " +

@@ -25,8 +25,9 @@ std::string format_double(double v);
 using Big = long double;
 constexpr Big kMaxBytes = 9.2e18L;  // int64's 9223372036854775807, rounded down
 std::string big(Big v);             // 3 significant digits
-// The model's parameters, a lower bound (biases and norms left out).
-Big model_params(const ModelConfig& m);
+// The model's parameters for a family of shape s, a lower bound (biases and
+// norms left out).
+Big model_params(const ModelConfig& m, const ModelShape& s);
 
 // check_config's rules across keys (each key's own rule is checked first, in
 // config.cpp), and check_model_config's part of them.

@@ -23,6 +23,10 @@ void check_recompute(const std::string& r) {
 
 }  // namespace
 
+ModelShape block_shape(const ModelConfig& m) {
+  return ModelShape{.gated_mlp = is_llama(m), .position_table = !is_llama(m)};
+}
+
 LayerFlops layer_flops(const ModelConfig& m, int64_t micro_batch) {
   const double tokens = static_cast<double>(micro_batch * m.seq_len);
   LayerFlops f;

@@ -44,6 +44,11 @@ ParamCounts param_counts(const ModelConfig& m, int64_t tp, bool pipelined);
 int64_t total_params(const ModelConfig& m);  // the model's distinct parameters (tp = pp = 1)
 
 // layer_activation_bytes (NOTE [activation memory]) is in core/activation_memory.h:
-// the trainer's host-memory check counts activations with it too.
+// the trainer's host-memory check counts activations with it too. The planner
+// prices the two families it models (Megatron's GPT and Llama formulas above)
+// without the families' code: their block shapes (NOTE [model shape]) as
+// models/gpt/gpt_rules.cpp and models/llama/llama_rules.cpp give them
+// (tests/unit/test_planner.cpp holds the two equal).
+ModelShape block_shape(const ModelConfig& m);
 
 }  // namespace trident::plan

@@ -3,15 +3,23 @@
 #  multiproc/mp_*.cpp     worker programs run on several ranks by `trident launch`;
 #                         multiproc/test_*.cpp are the GoogleTest drivers that launch them
 #  regression/test_*.cpp  drivers comparing losses of layouts against the reference
+# Tests that time one measurement against another (the planner's calibration
+# predicting a collective it then times): run alone, so that a neighbour's load
+# does not land on one side only (the suite runs two at a time on two cores).
+set(TRIDENT_RUN_ALONE test_plan_calibrate)
 function(trident_torch_test src label)
   get_filename_component(name ${src} NAME_WE)
+  set(alone)
+  if(name IN_LIST TRIDENT_RUN_ALONE)
+    set(alone RUN_SERIAL TRUE)
+  endif()
   add_executable(${name} ${src})
   target_compile_options(${name} PRIVATE ${TRIDENT_WARNINGS})
   target_link_libraries(${name} PRIVATE trident_train GTest::gtest_main)
   target_compile_definitions(${name} PRIVATE
     TRIDENT_SOURCE_DIR="${PROJECT_SOURCE_DIR}" TRIDENT_BINARY_DIR="${PROJECT_BINARY_DIR}")
   add_dependencies(${name} trident)
-  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS ${label})
+  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS ${label} ${alone})
 endfunction()
 
 file(GLOB TRIDENT_TORCH_UNIT CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/torch_unit/test_*.cpp)

@@ -25,6 +25,7 @@ void check_gpt(const Config& c) {
 
 }  // namespace
 
-ModelFamilyRules gpt_family() { return {"gpt", check_gpt}; }
+// Two MLP matrices (fc1, fc2) and a learned position table.
+ModelFamilyRules gpt_family() { return {"gpt", check_gpt, ModelShape{.gated_mlp = false, .position_table = true}}; }
 
 }  // namespace trident

@@ -39,6 +39,9 @@ void check_llama(const Config& c) {
 
 }  // namespace
 
-ModelFamilyRules llama_family() { return {"llama", check_llama}; }
+// SwiGLU (gate, up, down) and rotary positions, no table.
+ModelFamilyRules llama_family() {
+  return {"llama", check_llama, ModelShape{.gated_mlp = true, .position_table = false}};
+}
 
 }  // namespace trident

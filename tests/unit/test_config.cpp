@@ -21,6 +21,8 @@ using trident::parse_config;
 namespace {
 
 const std::string kTiny = std::string(TRIDENT_SOURCE_DIR) + "/configs/gpt-tiny.toml";
+// GPT's block shape as its family hands it in (NOTE [model shape]).
+const trident::ModelShape kGptShape = trident::model_families().at(0).shape;
 
 // The message of the ConfigError `fn` throws; fails the test when none is thrown.
 template <class Fn>
@@ -576,11 +578,11 @@ TEST(Config, DeviceMemoryIsCheckedOnCuda) {
   const int64_t gib = int64_t{1} << 30;
   const std::vector<int> inflight = {4, 3, 2, 1};
   // training.device = "cpu": the host's check, not this one.
-  EXPECT_NO_THROW(trident::check_device_memory(c, 0, 1, inflight));
+  EXPECT_NO_THROW(trident::check_device_memory(c, kGptShape, 0, 1, inflight));
   c.training.device = "cuda";
-  EXPECT_NO_THROW(trident::check_device_memory(c, 0, 0, inflight));  // not readable: skipped
-  EXPECT_NO_THROW(trident::check_device_memory(c, 0, 80 * gib, inflight));
-  const std::string e = error_of([&] { trident::check_device_memory(c, 3, gib / 4, inflight); });
+  EXPECT_NO_THROW(trident::check_device_memory(c, kGptShape, 0, 0, inflight));  // not readable: skipped
+  EXPECT_NO_THROW(trident::check_device_memory(c, kGptShape, 0, 80 * gib, inflight));
+  const std::string e = error_of([&] { trident::check_device_memory(c, kGptShape, 3, gib / 4, inflight); });
   EXPECT_NE(e.find("bytes of device memory but CUDA device 3 has 2.68e+08 (its total memory): one rank x ("),
             std::string::npos) << e;
   EXPECT_NE(e.find("activations of 1 micro-batch(es) in flight under schedule.kind = \"1f1b\", 2 layer(s) each"),
@@ -591,9 +593,32 @@ TEST(Config, DeviceMemoryIsCheckedOnCuda) {
   ASSERT_NE(e.find(at_least), std::string::npos) << e;
   const double needed = std::stod(e.substr(e.find(at_least) + at_least.size()));
   EXPECT_LT(needed, 4e9) << e;
-  EXPECT_NO_THROW(trident::check_device_memory(c, 3, static_cast<int64_t>(needed * 1.01), inflight));
+  EXPECT_NO_THROW(trident::check_device_memory(c, kGptShape, 3, static_cast<int64_t>(needed * 1.01), inflight));
   // The host's check leaves a CUDA run's device memory to this one.
-  EXPECT_NO_THROW(trident::check_host_resources(c, 4, gib / 4, 0, inflight));
+  EXPECT_NO_THROW(trident::check_host_resources(c, kGptShape, 4, gib / 4, 0, inflight));
+}
+
+// The parameters in the host-memory figure are the family's (NOTE [model
+// shape]): gpt-tiny's two MLP matrices and learned position table, llama-tiny's
+// three (SwiGLU), grouped k and v (4 of 8 heads) and untied head, each written
+// out here.
+TEST(Config, HostMemoryCountsTheFamilysParameters) {
+  auto figure = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3Lg", static_cast<long double>(v));
+    return std::string(buf);
+  };
+  const double L = 8, h = 64, V = 256, S = 32;
+  const double gpt = L * (2 * h * h + 2 * h * h + 2 * h * 256) + V * h + S * h;  // 411648
+  const double llama = L * (2 * h * h + 2 * h * 32 + 3 * h * 176) + 2 * V * h;    // 369664
+  for (const auto& [file, params] : {std::pair{kTiny, gpt}, std::pair{std::string(TRIDENT_SOURCE_DIR) +
+                                                                      "/configs/llama-tiny.toml", llama}}) {
+    Config c = trident::load_checked_config(file, {"parallel.dp=1"});
+    const trident::ModelShape shape = trident::model_family(c, trident::model_families()).shape;
+    const std::string e = error_of([&] { trident::check_host_resources(c, shape, 1, 1024, 0); });
+    EXPECT_NE(e.find("(" + figure(params) + " parameters of model.layers = 8"), std::string::npos)
+        << file << ": " << e;
+  }
 }
 
 TEST(Config, HostMemoryCountsTheActivationsInFlight) {
@@ -603,30 +628,30 @@ TEST(Config, HostMemoryCountsTheActivationsInFlight) {
                                  "parallel.dp=1", "training.threads=1"});
   c.schedule.chunks = 1;
   const int64_t host = int64_t{1} << 30;
-  EXPECT_NO_THROW(trident::check_host_resources(c, 1, host, 0));  // without the schedule's figures
-  const double layer = trident::layer_activation_bytes(c.model, 4096, 1, false, "selective", 4);
+  EXPECT_NO_THROW(trident::check_host_resources(c, kGptShape, 1, host, 0));  // without the schedule's figures
+  const double layer = trident::layer_activation_bytes(c.model, kGptShape, 4096, 1, false, "selective", 4);
   auto figure = [](double v) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.3Lg", static_cast<long double>(v));
     return std::string(buf);
   };
-  std::string e = error_of([&] { trident::check_host_resources(c, 1, host, 0, {1}); });
+  std::string e = error_of([&] { trident::check_host_resources(c, kGptShape, 1, host, 0, {1}); });
   EXPECT_NE(e.find("; activations of 1 micro-batch(es) in flight under schedule.kind = \"1f1b\", 8 layer(s) each, "
                    "of training.micro_batch_size x model.seq_len: " + figure(8 * layer) + ")"),
             std::string::npos) << e;
   // pp = 4 under 1F1B: ranks 0..3 hold 4, 3, 2, 1 micro-batches of 2 layers each. All four
   // ranks on this host: 2.5 on average; only one of them here: the least, 1.
   c.parallel.pp = 4;
-  e = error_of([&] { trident::check_host_resources(c, 4, host, 0, {4, 3, 2, 1}); });
+  e = error_of([&] { trident::check_host_resources(c, kGptShape, 4, host, 0, {4, 3, 2, 1}); });
   EXPECT_NE(e.find("activations of 2.5 micro-batch(es) in flight under schedule.kind = \"1f1b\", 2 layer(s) each, "
                    "of training.micro_batch_size x model.seq_len: " + figure(2.5 * 2 * layer) + ")"),
             std::string::npos) << e;
   c.parallel.dp = 2;  // 8 ranks, 1 here: it may be the last stage's
-  e = error_of([&] { trident::check_host_resources(c, 1, host / 4, 0, {4, 3, 2, 1}); });
+  e = error_of([&] { trident::check_host_resources(c, kGptShape, 1, host / 4, 0, {4, 3, 2, 1}); });
   EXPECT_NE(e.find("activations of 1 micro-batch(es) in flight"), std::string::npos) << e;
   // Explicit pipeline_layers: the fewest any chunk has.
   c.parallel.pipeline_layers = {3, 1, 2, 2};
-  e = error_of([&] { trident::check_host_resources(c, 8, host, 0, {4, 3, 2, 1}); });
+  e = error_of([&] { trident::check_host_resources(c, kGptShape, 8, host, 0, {4, 3, 2, 1}); });
   EXPECT_NE(e.find("2.5 micro-batch(es) in flight under schedule.kind = \"1f1b\", 1 layer(s) each"), std::string::npos)
       << e;
 }

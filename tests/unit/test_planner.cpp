@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/config.h"
+#include "models/families.h"
 #include "planner/calibration.h"
 #include "planner/cluster.h"
 #include "planner/model_cost.h"
@@ -65,17 +66,46 @@ TEST(PlannerMemory, ActivationsAreKorthikantisFormulaIn16Bit) {
   ModelConfig m = gpt(4, 1024, 16, 2048, 51200);
   m.dropout = 0.1;
   const double s = 2048, b = 2, h = 1024, a = 16;
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, 2, 1, false, "none", 2), s * b * h * (34 + 5 * a * s / h));
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, 2, 4, false, "none", 2), s * b * h * (10 + 24.0 / 4 + 5 * a * s / (h * 4)));
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, 2, 4, true, "none", 2), s * b * h * (34 + 5 * a * s / h) / 4);
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, 2, 4, true, "selective", 2), s * b * h * 34 / 4);
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, 2, 1, false, "full", 2), 2 * s * b * h);
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, 2, 4, true, "full", 2), 2 * s * b * h / 4);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, block_shape(m), 2, 1, false, "none", 2), s * b * h * (34 + 5 * a * s / h));
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, block_shape(m), 2, 4, false, "none", 2), s * b * h * (10 + 24.0 / 4 + 5 * a * s / (h * 4)));
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, block_shape(m), 2, 4, true, "none", 2), s * b * h * (34 + 5 * a * s / h) / 4);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, block_shape(m), 2, 4, true, "selective", 2), s * b * h * 34 / 4);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, block_shape(m), 2, 1, false, "full", 2), 2 * s * b * h);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, block_shape(m), 2, 4, true, "full", 2), 2 * s * b * h / 4);
   // Trident's fp32 path without dropout: 4 bytes an element, no masks, the softmax output once:
   // (4h + 4h + 2f) elements per token (f = 4h: 16h) and a s.
   m.dropout = 0;
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, 2, 1, false, "none", 4), s * b * (16 * h + a * s) * 4);
-  EXPECT_THROW(layer_activation_bytes(m, 2, 1, false, "some", 4), std::invalid_argument);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, block_shape(m), 2, 1, false, "none", 4), s * b * (16 * h + a * s) * 4);
+  EXPECT_THROW(layer_activation_bytes(m, block_shape(m), 2, 1, false, "some", 4), std::invalid_argument);
+}
+
+// A gated MLP (NOTE [model shape]: Llama's SwiGLU) keeps four ffn-wide tensors
+// (gate, up, silu(gate), their product) where GPT's keeps two; q, k, v at
+// kv_heads x head_dim for k and v. fp32, no dropout, per token: the norms' and
+// the two sublayers' inputs 4h, q h, k and v 2 kv, the projection's input h,
+// the MLP 4f; the softmax output a s.
+TEST(PlannerMemory, GatedMlpKeepsFourWideTensors) {
+  ModelConfig m = gpt(4, 1024, 16, 2048, 51200);
+  m.arch = "llama";
+  m.kv_heads = 4;
+  m.ffn_hidden = 3584;
+  const double s = 2048, b = 2, h = 1024, a = 16, f = 3584, kv = 4 * 64;
+  const ModelShape gated{.gated_mlp = true, .position_table = false};
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, gated, 2, 1, false, "none", 4),
+                   s * b * (4 * h + h + 2 * kv + h + 4 * f + a * s) * 4);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, ModelShape{}, 2, 1, false, "none", 4),
+                   s * b * (4 * h + h + 2 * kv + h + 2 * f + a * s) * 4);
+}
+
+// The planner prices the families without their code: its shapes are theirs.
+TEST(PlannerMemory, BlockShapesAreTheFamiliesOwn) {
+  ASSERT_EQ(model_families().size(), 2u) << "a new family: teach the planner its costs and shape";
+  for (const ModelFamilyRules& f : model_families()) {
+    ModelConfig m;
+    m.arch = f.arch;
+    EXPECT_EQ(block_shape(m).gated_mlp, f.shape.gated_mlp) << f.arch;
+    EXPECT_EQ(block_shape(m).position_table, f.shape.position_table) << f.arch;
+  }
 }
 
 TEST(PlannerStep, OneDeviceStepIsFlopsOverRateAndTpAddsRingAllReduces) {
@@ -125,7 +155,7 @@ TEST(PlannerStep, PipelineBubbleAndMemoryFollowTheSimulatedSchedule) {
   EXPECT_NEAR(e.breakdown.bubble / pipe, 3.0 / 11.0, 0.01);
   ASSERT_EQ(e.memory.size(), 4u);
   for (int r = 0; r < 4; ++r) EXPECT_EQ(e.memory[r].peak_inflight, 4 - r);  // 1F1B: p - r micro-batches alive
-  const double layer = layer_activation_bytes(pr.model, 1, 1, false, "none", 4);
+  const double layer = layer_activation_bytes(pr.model, block_shape(pr.model), 1, 1, false, "none", 4);
   EXPECT_DOUBLE_EQ(e.memory[0].activations, 4 * 2 * layer);
   const ParamCounts pc = param_counts(pr.model, 1, true);
   EXPECT_DOUBLE_EQ(e.memory[0].params, 4.0 * (2 * pc.layer + pc.embedding));
@@ -308,7 +338,7 @@ TEST(PlannerZbAuto, TheListKeepsItsLimitAndMoreMemoryBuysAShorterStep) {
   EXPECT_LT(z2.step_s, z1.step_s);             // ... and buys a shorter step with it
   EXPECT_LE(z1.step_s, h1.step_s * 1.000001);  // ZB-1p: ZB-H1's memory, no longer a step
   EXPECT_GT(z0.step_s, z1.step_s);             // one micro-batch in flight: a longer step
-  const double layer = layer_activation_bytes(pr.model, 1, 1, false, "none", 4);
+  const double layer = layer_activation_bytes(pr.model, block_shape(pr.model), 1, 1, false, "none", 4);
   EXPECT_DOUBLE_EQ(z2.memory[0].activations, z2.memory[0].peak_inflight * 2 * layer);
   EXPECT_EQ(layout_text(z2.layout), "tp=1,pp=4,dp=1,schedule=zb-auto,chunks=1,mbs=1,recompute=none,zero=0,sp=0,mem=8");
   EXPECT_NE(error_of<PlanError>([] { parse_layout("pp=2,schedule=zb-auto", 2); }).find("schedule=zb-auto needs mem=N"),
