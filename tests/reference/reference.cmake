@@ -28,10 +28,12 @@
 #                           Table 9 costs by the simulator (benchmarks/zero_bubble_paper.py); no libtorch
 set(_ref ${CMAKE_CURRENT_SOURCE_DIR}/reference)
 set(_ref_work ${CMAKE_CURRENT_BINARY_DIR}/reference)
+# COST on the longer tests (about their seconds two at a time, measured in a
+# CI run): CTest starts them first, so that none is left running alone at the end.
 add_test(NAME HfTokenizer
          COMMAND ${TRIDENT_PYTHON} ${_ref}/test_hf_tokenizer.py --trident ${PROJECT_BINARY_DIR}/trident
                  --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/hf-tokenizer)
-set_tests_properties(HfTokenizer PROPERTIES LABELS reference TIMEOUT 300)
+set_tests_properties(HfTokenizer PROPERTIES LABELS reference TIMEOUT 300 COST 30)
 # The zero-bubble paper's Table 5 bubble rates from its Table 9 costs, by `trident
 # schedule --format summary` (tolerances in the script); needs no libtorch, no packages.
 add_test(NAME ZeroBubblePaper
@@ -81,21 +83,21 @@ set_tests_properties(ReferenceLayoutsTiny PROPERTIES LABELS reference TIMEOUT 90
 add_test(NAME ReferenceTrainingBlend
          COMMAND ${TRIDENT_PYTHON} ${_ref}/test_reference_training.py --trident ${PROJECT_BINARY_DIR}/trident
                  --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/blend --case blend)
-set_tests_properties(ReferenceTrainingBlend PROPERTIES LABELS reference TIMEOUT 900)
+set_tests_properties(ReferenceTrainingBlend PROPERTIES LABELS reference TIMEOUT 900 COST 25)
 # Megatron's sample order (data.order = "megatron") read by the reference from megatron-core's own
 # datasets, ranks served as Megatron's pretraining sampler serves them: dp = 1 and dp = 2.
 add_test(NAME ReferenceTrainingMegatron
          COMMAND ${TRIDENT_PYTHON} ${_ref}/test_reference_training.py --trident ${PROJECT_BINARY_DIR}/trident
                  --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/megatron-order --case megatron)
-set_tests_properties(ReferenceTrainingMegatron PROPERTIES LABELS reference TIMEOUT 900)
+set_tests_properties(ReferenceTrainingMegatron PROPERTIES LABELS reference TIMEOUT 900 COST 25)
 add_test(NAME HfRoundTrip
          COMMAND ${TRIDENT_PYTHON} ${_ref}/test_hf_roundtrip.py --trident ${PROJECT_BINARY_DIR}/trident
                  --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/hf-roundtrip)
-set_tests_properties(HfRoundTrip PROPERTIES LABELS reference TIMEOUT 600)
+set_tests_properties(HfRoundTrip PROPERTIES LABELS reference TIMEOUT 600 COST 70)
 add_test(NAME HfLlama
          COMMAND ${TRIDENT_PYTHON} ${_ref}/test_hf_llama.py --trident ${PROJECT_BINARY_DIR}/trident
                  --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/hf-llama)
-set_tests_properties(HfLlama PROPERTIES LABELS reference TIMEOUT 600)
+set_tests_properties(HfLlama PROPERTIES LABELS reference TIMEOUT 600 COST 55)
 add_test(NAME ReferenceTrainingLlama
          COMMAND ${TRIDENT_PYTHON} ${_ref}/test_reference_training.py --trident ${PROJECT_BINARY_DIR}/trident
                  --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/llama --case llama-tiny --layouts)
@@ -107,4 +109,4 @@ set_tests_properties(TensorBoardEvents PROPERTIES LABELS reference TIMEOUT 300)
 add_test(NAME MegatronIndexedData
          COMMAND ${TRIDENT_PYTHON} ${_ref}/test_megatron_data.py --trident ${PROJECT_BINARY_DIR}/trident
                  --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/megatron)
-set_tests_properties(MegatronIndexedData PROPERTIES LABELS reference TIMEOUT 300)
+set_tests_properties(MegatronIndexedData PROPERTIES LABELS reference TIMEOUT 300 COST 12)
