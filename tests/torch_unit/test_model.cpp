@@ -143,6 +143,42 @@ TEST(LrSchedule, WarmupThenCosineToFloor) {
   EXPECT_GT(lr_at(40, 100, 10, 1.0, 0.1), lr_at(60, 100, 10, 1.0, 0.1));
 }
 
+// NOTE [whole-vocabulary cross-entropy] (tp = 1) against PyTorch's own
+// cross_entropy in float64 over the valid columns: per-token losses within
+// fp32 rounding, also for tokens 90 and 150 nats below their row's best
+// (probabilities that are a subnormal float and that underflow to 0); the
+// gradient within fp32 rounding, and 0 in the padded columns.
+TEST(CrossEntropy, WholeVocabularyIsPyTorchsCrossEntropy) {
+  TpContext tp;
+  const int64_t V = 40, valid = 37;
+  at::manual_seed(3);
+  at::Tensor L = at::randn({2, 8, V}) * 3;
+  const at::Tensor targets = at::randint(0, valid, {2, 8}, at::kLong);
+  const at::Tensor G = at::rand({2, 8}) + 0.5;
+  L[0][1][targets[0][1].item<int64_t>()] = -90;  // 90 nats below: p is about e^-93, subnormal
+  L[1][5].zero_();
+  L[1][5][targets[1][5].item<int64_t>()] = -150;  // p underflows to 0
+  at::Tensor x = L.clone().requires_grad_(true);
+  const at::Tensor loss = vocab_parallel_cross_entropy(tp, x, targets, 0, valid);
+  loss.backward(G);
+  at::Tensor x64 = L.to(at::kDouble).requires_grad_(true);
+  const at::Tensor ref = at::cross_entropy_loss(x64.narrow(2, 0, valid).reshape({-1, valid}), targets.view(-1), {},
+                                                at::Reduction::None)
+                             .view({2, 8});
+  ref.backward(G.to(at::kDouble));
+  for (int64_t b = 0; b < 2; ++b) {
+    for (int64_t s = 0; s < 8; ++s) {
+      const double got = loss[b][s].item<double>(), want = ref[b][s].item<double>();
+      EXPECT_NEAR(got, want, 1e-5 * std::max(1.0, want)) << b << "," << s;
+    }
+  }
+  EXPECT_GT(ref[0][1].item<double>(), 90.0);
+  EXPECT_GT(ref[1][5].item<double>(), 150.0);
+  const at::Tensor grad = x.grad().to(at::kDouble);
+  EXPECT_LT((grad.narrow(2, 0, valid) - x64.grad().narrow(2, 0, valid)).abs().max().item<double>(), 1e-6);
+  EXPECT_EQ(grad.narrow(2, valid, V - valid).abs().max().item<double>(), 0.0);
+}
+
 // The deferred (I then W) backward gives the same weight gradients, bit for bit.
 TEST(DeferredWeightGrads, BitIdenticalToTheFullBackward) {
   const ModelConfig cfg = tiny_model();
