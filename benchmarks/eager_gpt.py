@@ -8,7 +8,10 @@ embedding, pre-norm blocks with RMSNorm, rotary q and k, grouped-query causal
 attention, SwiGLU MLP, no biases, final RMSNorm, untied head). Trained by PyTorch
 eager as a user of torch 2.11 writes it: torch.optim.AdamW (decay on matrices
 only; --adamw picks its CPU default loop, foreach or fused), clip_grad_norm_,
-gradient accumulation. It reads the same token file (NOTE [token file format] in
+gradient accumulation. Initialised as GPT-2 and the libtorch loop are
+(gpt2_init): PyTorch's default init (N(0, 1) embeddings) starts the tied
+head's logits so spread that their softmax is mostly subnormal floats, and the
+first steps' backward ran over 10x slower on them (38 s for 2 steps). It reads the same token file (NOTE [token file format] in
 core/data/token_file.h) and prints one line
   eager: steps N warmup W tokens_per_s T step_time_s S threads K torch V
 for the script to read. Shares no code with Trident."""
@@ -113,6 +116,19 @@ class Llama(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
 
 
+def gpt2_init(model, layers):
+    """GPT-2's init, as benchmarks/libtorch_gpt.h gives the loop's model: matrices N(0, 0.02), the
+    projections back into the residual stream N(0, 0.02 / sqrt(2 layers)), biases 0, norms as built."""
+    with torch.no_grad():
+        for name, q in model.named_parameters():
+            if q.dim() < 2:
+                if name.endswith("bias"):
+                    q.zero_()
+                continue
+            out_proj = name.endswith(("proj.weight", "out.weight", "o.weight", "down.weight"))
+            q.normal_(0.0, 0.02 / (2 * layers) ** 0.5 if out_proj else 0.02)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--data", required=True, help="token file prefix (PREFIX.train.bin)")
@@ -137,6 +153,7 @@ def main():
     tokens = read_tokens(a.data)
     samples = (len(tokens) - 1) // a.seq
     model = Gpt(a) if a.arch == "gpt" else Llama(a)
+    gpt2_init(model, a.layers)
     decay = [q for q in model.parameters() if q.dim() >= 2]
     no_decay = [q for q in model.parameters() if q.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
