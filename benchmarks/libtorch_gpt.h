@@ -20,7 +20,7 @@ struct GptSizes {
 
 // Pre-LN transformer block: x + attn(ln1(x)), then + mlp(ln2(x)).
 struct BlockImpl : torch::nn::Module {
-  BlockImpl(int64_t hidden, int64_t num_heads, int64_t ffn, int64_t seq)
+  BlockImpl(int64_t hidden, int64_t num_heads, int64_t ffn, int64_t /*seq*/)
       : heads(num_heads),
         ln1(register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({hidden})))),
         qkv(register_module("qkv", torch::nn::Linear(hidden, 3 * hidden))),

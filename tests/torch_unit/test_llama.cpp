@@ -151,18 +151,26 @@ TEST(Llama, TpPlanSplitsHeadsAndKeepsNormsWhole) {
   const ModelConfig m = small(2);
   const ChunkSpec all{0, 2, true, true};
   for (const PlannedParam& p : llama_param_plan(m, all, 2, 1)) {
-    if (p.info.name == "layers.0.attn.q.weight") EXPECT_EQ(p.local_shape, (std::vector<int64_t>{16, 32}));
+    if (p.info.name == "layers.0.attn.q.weight") {
+      EXPECT_EQ(p.local_shape, (std::vector<int64_t>{16, 32}));
+    }
     if (p.info.name == "layers.0.attn.k.weight") {
       EXPECT_EQ(p.local_shape, (std::vector<int64_t>{8, 32}));  // one of the two kv heads
       EXPECT_EQ(p.info.shard_offset, 8);
     }
-    if (p.info.name == "layers.0.attn.o.weight") EXPECT_EQ(p.info.shard_dim, 1);
-    if (p.info.name == "layers.1.mlp.down.weight") EXPECT_EQ(p.local_shape, (std::vector<int64_t>{32, 24}));
+    if (p.info.name == "layers.0.attn.o.weight") {
+      EXPECT_EQ(p.info.shard_dim, 1);
+    }
+    if (p.info.name == "layers.1.mlp.down.weight") {
+      EXPECT_EQ(p.local_shape, (std::vector<int64_t>{32, 24}));
+    }
     if (p.info.name.find("norm") != std::string::npos) {
       EXPECT_EQ(p.info.shard_dim, -1) << p.info.name;
       EXPECT_TRUE(p.info.no_decay) << p.info.name;
     }
-    if (p.info.name == "head.weight") EXPECT_FALSE(p.info.tied_copy);
+    if (p.info.name == "head.weight") {
+      EXPECT_FALSE(p.info.tied_copy);
+    }
   }
   ModelConfig tied = m;
   tied.tie_embeddings = true;

@@ -65,7 +65,9 @@ TEST(ScheduleMemory, ZbH2IsAParallelogramWhenFEqualsIEqualsW) {
       EXPECT_NEAR(st.span_bubble_fraction, 0.0, 1e-12) << "p=" << p << " m=" << m;
       EXPECT_NEAR(st.bubble_fraction, (p - 1.0) / (3 * m + p - 1), 1e-12) << "p=" << p << " m=" << m;
       const TimelineStats h1 = simulate_stats(zb_h1(p, m), c);
-      if (p > 1) EXPECT_GT(h1.span_bubble_fraction, 0.0);  // ZB-H1 is a trapezoid: rank 0 waits in the middle
+      if (p > 1) {
+        EXPECT_GT(h1.span_bubble_fraction, 0.0);  // ZB-H1 is a trapezoid: rank 0 waits in the middle
+      }
     }
 }
 
@@ -139,8 +141,9 @@ TEST(ScheduleMemory, ZbAutoKeepsItsLimitAndBeatsItsSeeds) {
         const double h1 = simulate_stats(zb_h1(p, m), c).span_bubble_fraction;
         const double h2 = simulate_stats(zb_h2(p, m), c).span_bubble_fraction;
         EXPECT_LE(simulate_stats(zb_auto(p, m, c, p), c).span_bubble_fraction, h1 + 1e-9) << at;
-        if (m >= 2 * p - 1)
+        if (m >= 2 * p - 1) {
           EXPECT_LE(simulate_stats(zb_auto(p, m, c, 2 * p - 1), c).span_bubble_fraction, h2 + 1e-9) << at;
+        }
       }
   EXPECT_THROW(zb_auto(4, 8, costs(1, 2, 1), 0), ScheduleError);
 }
@@ -162,10 +165,11 @@ TEST(ScheduleMemory, ZbAutoStepObjectiveNeverLosesToItsSeedsStep) {
       const Schedule step1 = zb_auto(p, m, c, p, ZbObjective::kStep);
       EXPECT_LE(peak(simulate_stats(step1, c)), p) << at;
       EXPECT_LE(simulate_stats(step1, c).step_time, simulate_stats(zb_h1(p, m), c).step_time + 1e-9) << at;
-      if (m >= 2 * p - 1)
+      if (m >= 2 * p - 1) {
         EXPECT_LE(simulate_stats(zb_auto(p, m, c, 2 * p - 1, ZbObjective::kStep), c).step_time,
                   simulate_stats(zb_h2(p, m), c).step_time + 1e-9)
             << at;
+      }
       const TimelineStats span1 = simulate_stats(zb_auto(p, m, c, p, ZbObjective::kSpan), c);
       EXPECT_LE(span1.span_bubble_fraction, simulate_stats(step1, c).span_bubble_fraction + 1e-9) << at;
       span_lost_a_step = span_lost_a_step || span1.step_time > simulate_stats(step1, c).step_time + 1e-9;

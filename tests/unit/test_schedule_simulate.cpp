@@ -243,7 +243,9 @@ TEST(ScheduleSimulate, ReduceGradTakesNoTime) {
     const Timeline t = simulate(s, costs(1, 2, 1));
     for (const auto& list : t.ranks)
       for (const TimedAction& a : list)
-        if (a.action.kind == ActionKind::REDUCE_GRAD) EXPECT_EQ(a.start, a.end) << kind;
+        if (a.action.kind == ActionKind::REDUCE_GRAD) {
+          EXPECT_EQ(a.start, a.end) << kind;
+        }
     EXPECT_THROW(simulate(bare, costs(1, 2, 1)), ScheduleError) << kind;
   }
 }
