@@ -27,7 +27,7 @@ namespace trident {
 // projection's input; a gated MLP (NOTE [model shape], Llama's SwiGLU)
 // keeps four ffn-wide tensors (gate, up, silu(gate), their product) where
 // GPT's keeps two (fc1's output, the GELU's).
-double layer_activation_bytes(const ModelConfig& m, const ModelShape& shape, int64_t micro_batch, int64_t tp, bool sequence_parallel,
-                              const std::string& recompute, int elem_bytes);
+double layer_activation_bytes(const ModelConfig& m, const ModelShape& shape, int64_t micro_batch, int64_t tp,
+                              bool sequence_parallel, const std::string& recompute, int elem_bytes);
 
 }  // namespace trident

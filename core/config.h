@@ -214,8 +214,8 @@ const ModelFamilyRules& model_family(const Config& c, const std::vector<ModelFam
 // host_bytes, for a model of `shape` (its family's, NOTE [model shape]).
 // schedule.chunks must be resolved. A value <= 0 skips its check.
 // Throws ConfigError naming the keys and the estimate.
-void check_host_resources(const Config& c, const ModelShape& shape, int64_t ranks_on_host, int64_t host_bytes, int64_t host_cores,
-                          const std::vector<int>& peak_inflight = {});
+void check_host_resources(const Config& c, const ModelShape& shape, int64_t ranks_on_host, int64_t host_bytes,
+                          int64_t host_cores, const std::vector<int>& peak_inflight = {});
 // The same lower bound of one rank's memory (less the synthetic tokens, which
 // stay on the host) against the total memory of the CUDA device it computes
 // on, on training.device = "cuda": one rank per device, holding the least any

@@ -54,7 +54,8 @@ Big activation_lower_bound(const Config& c, const ModelShape& shape, const std::
   const std::string kept = c.training.recompute == "none" ? "selective" : "full";
   const int elem_bytes = c.training.precision == "bf16" ? 2 : 4;
   return pairs * Big(layers) *
-         Big(layer_activation_bytes(c.model, shape, c.training.micro_batch_size, p.tp, p.sequence_parallel, kept, elem_bytes));
+         Big(layer_activation_bytes(c.model, shape, c.training.micro_batch_size, p.tp, p.sequence_parallel, kept,
+                                    elem_bytes));
 }
 
 }  // namespace
@@ -102,8 +103,8 @@ RankMemory rank_memory(const Config& c, const ModelShape& shape, const std::vect
 
 }  // namespace
 
-void check_host_resources(const Config& c, const ModelShape& shape, int64_t ranks_on_host, int64_t host_bytes, int64_t host_cores,
-                          const std::vector<int>& peak_inflight) {
+void check_host_resources(const Config& c, const ModelShape& shape, int64_t ranks_on_host, int64_t host_bytes,
+                          int64_t host_cores, const std::vector<int>& peak_inflight) {
   const ParallelConfig& p = c.parallel;
   const TrainingConfig& t = c.training;
   if (host_cores > 0 && t.threads > host_cores) {

@@ -458,9 +458,10 @@ struct WholeVocabCE : torch::autograd::Function<WholeVocabCE> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor g = grads[0].reshape({-1, 1}).to(at::kFloat);  // (tokens, 1)
-    at::Tensor out = saved[0];  // the log-softmax is this backward's alone (it runs once): it becomes the gradient
-    out.exp_().mul_(g);         // softmax * g
-    out.scatter_add_(1, saved[1], g.neg());                         // - onehot(target) * g
+    // The saved log-softmax is this backward's alone (it runs once): it becomes the gradient.
+    at::Tensor out = saved[0];
+    out.exp_().mul_(g);                      // softmax * g
+    out.scatter_add_(1, saved[1], g.neg());  // - onehot(target) * g
     auto shape = grads[0].sizes().vec();
     shape.push_back(out.size(1));
     return {out.view(shape), at::Tensor(), at::Tensor()};

@@ -59,8 +59,8 @@ bool surely_too_big(const Problem& pr, const PlanLayout& l) {
   const ParamCounts pc = param_counts(m, l.tp, l.pp > 1);
   const double params = static_cast<double>(pc.layer) * static_cast<double>(m.layers) / l.pp;
   const double states = params * (pr.precision == "bf16" ? 10 : 8) + params * 8 / (l.zero ? l.dp : 1);
-  const double act = layer_activation_bytes(m, block_shape(m), l.micro_batch, l.tp, l.sequence_parallel, l.recompute,
-                                            pr.precision == "bf16" ? 2 : 4);
+  const double act = layer_activation_bytes(m, block_shape(m), l.micro_batch, l.tp, l.sequence_parallel,
+                                            l.recompute, pr.precision == "bf16" ? 2 : 4);
   return states + act > pr.cluster.device_memory_gib * 1024.0 * 1024 * 1024;
 }
 

@@ -415,7 +415,8 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
   // Per pipeline rank: parameters, the DP reduce, the optimizer, memory.
   const ParamCounts pc = param_counts(m, l.tp, l.pp > 1);
   const Link dl = dp_link(c, l.tp, l.dp);
-  const double layer_act = layer_activation_bytes(m, block_shape(m), l.micro_batch, l.tp, l.sequence_parallel, l.recompute, e);
+  const double layer_act =
+      layer_activation_bytes(m, block_shape(m), l.micro_batch, l.tp, l.sequence_parallel, l.recompute, e);
   const double head_act = static_cast<double>(l.micro_batch * m.seq_len) *
                           (static_cast<double>(m.padded_vocab(l.tp)) / t * e + static_cast<double>(m.hidden) * e);
   const double bucket = pr.dp_bucket_mb * 1024 * 1024;

@@ -3,6 +3,7 @@
 #include "core/config.h"
 #include "core/activation_memory.h"
 #include "framework/config_tables.h"
+#include "models/gpt/gpt_rules.h"
 #include "schedules/generators.h"
 
 #include <gtest/gtest.h>
@@ -22,7 +23,14 @@ namespace {
 
 const std::string kTiny = std::string(TRIDENT_SOURCE_DIR) + "/configs/gpt-tiny.toml";
 // GPT's block shape as its family hands it in (NOTE [model shape]).
-const trident::ModelShape kGptShape = trident::model_families().at(0).shape;
+const trident::ModelShape kGptShape = trident::gpt_family().shape;
+
+// A figure as the memory checks' messages print it (3 significant digits).
+std::string figure(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3Lg", static_cast<long double>(v));
+  return buf;
+}
 
 // The message of the ConfigError `fn` throws; fails the test when none is thrown.
 template <class Fn>
@@ -603,11 +611,6 @@ TEST(Config, DeviceMemoryIsCheckedOnCuda) {
 // three (SwiGLU), grouped k and v (4 of 8 heads) and untied head, each written
 // out here.
 TEST(Config, HostMemoryCountsTheFamilysParameters) {
-  auto figure = [](double v) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.3Lg", static_cast<long double>(v));
-    return std::string(buf);
-  };
   const double L = 8, h = 64, V = 256, S = 32;
   const double gpt = L * (2 * h * h + 2 * h * h + 2 * h * 256) + V * h + S * h;  // 411648
   const double llama = L * (2 * h * h + 2 * h * 32 + 3 * h * 176) + 2 * V * h;    // 369664
@@ -630,11 +633,6 @@ TEST(Config, HostMemoryCountsTheActivationsInFlight) {
   const int64_t host = int64_t{1} << 30;
   EXPECT_NO_THROW(trident::check_host_resources(c, kGptShape, 1, host, 0));  // without the schedule's figures
   const double layer = trident::layer_activation_bytes(c.model, kGptShape, 4096, 1, false, "selective", 4);
-  auto figure = [](double v) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.3Lg", static_cast<long double>(v));
-    return std::string(buf);
-  };
   std::string e = error_of([&] { trident::check_host_resources(c, kGptShape, 1, host, 0, {1}); });
   EXPECT_NE(e.find("; activations of 1 micro-batch(es) in flight under schedule.kind = \"1f1b\", 8 layer(s) each, "
                    "of training.micro_batch_size x model.seq_len: " + figure(8 * layer) + ")"),

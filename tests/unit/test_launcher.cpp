@@ -144,20 +144,24 @@ std::string await_ranks(const fs::path& dir, int n, const std::string& stem = "b
          " ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; ";
 }
 
-// The launcher's last act is a SIGKILL to each rank's process group; a member
-// dies when the kernel next runs it, which on a loaded machine (the suite
-// runs two tests at a time on two cores) can be after the launcher has
-// exited: a process still alive 5 s later survived.
+// Whether every one of `pids` is dead within `seconds`. A SIGKILL takes
+// effect when the kernel next runs the process, which on a loaded machine (the
+// suite runs two tests at a time on two cores) can be after its sender has
+// exited: a process still alive seconds later survived it.
+bool all_dead_within(const std::vector<pid_t>& pids, double seconds) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  auto any_alive = [&] { return std::any_of(pids.begin(), pids.end(), alive); };
+  while (any_alive() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  return !any_alive();
+}
+
+// The launcher's last act is a SIGKILL to each rank's process group.
 void expect_all_dead(const fs::path& dir, size_t ranks) {
   for (const char* stem : {"pid", "bg"}) {
     const auto pids = pids_in(dir, stem);
     EXPECT_EQ(pids.size(), ranks) << stem;
-    for (pid_t p : pids) {
-      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-      while (alive(p) && std::chrono::steady_clock::now() < deadline)
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      EXPECT_FALSE(alive(p)) << stem << " " << p << " survived the launcher";
-    }
+    all_dead_within(pids, 5.0);  // then name any survivor
+    for (pid_t p : pids) EXPECT_FALSE(alive(p)) << stem << " " << p << " survived the launcher";
   }
 }
 
@@ -488,10 +492,7 @@ TEST(Launcher, RanksDieWithASigkilledLauncher) {
   run.finish(10.0);
   const auto pids = pids_in(dir.path, "pid");
   ASSERT_EQ(pids.size(), 2u);
-  const auto deadline = Clock::now() + std::chrono::seconds(5);
-  auto any_alive = [&] { return alive(pids[0]) || alive(pids[1]); };
-  while (any_alive() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  EXPECT_FALSE(any_alive()) << "ranks outlived their SIGKILLed launcher";
+  EXPECT_TRUE(all_dead_within(pids, 5.0)) << "ranks outlived their SIGKILLed launcher";
 }
 
 // A rank stopped by a signal stalls its peers without failing: the launcher

@@ -66,17 +66,18 @@ TEST(PlannerMemory, ActivationsAreKorthikantisFormulaIn16Bit) {
   ModelConfig m = gpt(4, 1024, 16, 2048, 51200);
   m.dropout = 0.1;
   const double s = 2048, b = 2, h = 1024, a = 16;
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, block_shape(m), 2, 1, false, "none", 2), s * b * h * (34 + 5 * a * s / h));
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, block_shape(m), 2, 4, false, "none", 2), s * b * h * (10 + 24.0 / 4 + 5 * a * s / (h * 4)));
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, block_shape(m), 2, 4, true, "none", 2), s * b * h * (34 + 5 * a * s / h) / 4);
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, block_shape(m), 2, 4, true, "selective", 2), s * b * h * 34 / 4);
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, block_shape(m), 2, 1, false, "full", 2), 2 * s * b * h);
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, block_shape(m), 2, 4, true, "full", 2), 2 * s * b * h / 4);
+  const ModelShape shape = block_shape(m);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, shape, 2, 1, false, "none", 2), s * b * h * (34 + 5 * a * s / h));
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, shape, 2, 4, false, "none", 2), s * b * h * (10 + 24.0 / 4 + 5 * a * s / (h * 4)));
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, shape, 2, 4, true, "none", 2), s * b * h * (34 + 5 * a * s / h) / 4);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, shape, 2, 4, true, "selective", 2), s * b * h * 34 / 4);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, shape, 2, 1, false, "full", 2), 2 * s * b * h);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, shape, 2, 4, true, "full", 2), 2 * s * b * h / 4);
   // Trident's fp32 path without dropout: 4 bytes an element, no masks, the softmax output once:
   // (4h + 4h + 2f) elements per token (f = 4h: 16h) and a s.
   m.dropout = 0;
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, block_shape(m), 2, 1, false, "none", 4), s * b * (16 * h + a * s) * 4);
-  EXPECT_THROW(layer_activation_bytes(m, block_shape(m), 2, 1, false, "some", 4), std::invalid_argument);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, shape, 2, 1, false, "none", 4), s * b * (16 * h + a * s) * 4);
+  EXPECT_THROW(layer_activation_bytes(m, shape, 2, 1, false, "some", 4), std::invalid_argument);
 }
 
 // A gated MLP (NOTE [model shape]: Llama's SwiGLU) keeps four ffn-wide tensors
