@@ -5,10 +5,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -47,15 +49,25 @@ std::vector<std::string> run_thread_group(const std::string& name, int size, std
                                           const std::function<void(Group&)>& body, const std::string& backend) {
   const c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::HashStore>();
   std::vector<std::string> errors(static_cast<size_t>(size));
+  // A rank's group goes (its connections close) only once every rank's body
+  // has returned: a rank that finishes first must not close its side of a
+  // pair while a peer may still be in an operation with it.
+  std::mutex mu;
+  std::condition_variable all_done;
+  int returned = 0;
   std::vector<std::thread> threads;
   for (int rank = 0; rank < size; ++rank)
     threads.emplace_back([&, rank] {
+      Group g;
       try {
-        Group g = local_member(name, size, rank, timeout, [&] { return store; }, backend);
+        g = local_member(name, size, rank, timeout, [&] { return store; }, backend);
         body(g);
       } catch (const std::exception& e) {
         errors[static_cast<size_t>(rank)] = e.what();
       }
+      std::unique_lock<std::mutex> lock(mu);
+      if (++returned == size) all_done.notify_all();
+      all_done.wait(lock, [&] { return returned == size; });
     });
   for (auto& t : threads) t.join();
   return errors;
