@@ -5,7 +5,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <condition_variable>
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
@@ -26,6 +25,27 @@ namespace trident {
 
 namespace {
 
+// NOTE [first collective]
+// libtorch's flight recorder (on unless TORCH_FR_BUFFER_SIZE=0) adds a
+// process group to one process-wide std::map at the group's first
+// collective, before it takes its own lock. Ranks that are processes never
+// share that map; ranks that are threads of one process do, and two of them
+// making their first collectives at the same instant corrupt it (a SIGSEGV
+// inside ProcessGroupGloo::enqueue, seen in a CI run of the executor tests).
+// So each rank's first collective, a barrier, is issued under one lock of
+// this process, and no rank goes on before that barrier has completed, that
+// is before every rank of the group has issued its own: after that the map
+// is only read. (The ranks of one process are one group at a time here.)
+void first_collective(const c10::intrusive_ptr<CommBackend>& pg, std::chrono::milliseconds timeout) {
+  static std::mutex issuing;
+  c10::intrusive_ptr<c10d::Work> barrier;
+  {
+    std::lock_guard<std::mutex> lock(issuing);
+    barrier = pg->barrier(c10d::BarrierOptions{});
+  }
+  if (!barrier->wait(timeout)) throw std::runtime_error("run_thread_group: the first barrier timed out");
+}
+
 // Rank `rank` of a loopback Gloo group `name` of `size` over `store` (no process group at size 1),
 // on one intra-op thread.
 Group local_member(const std::string& name, int size, int rank, std::chrono::milliseconds timeout,
@@ -36,7 +56,10 @@ Group local_member(const std::string& name, int size, int rank, std::chrono::mil
   for (int i = 0; i < size; ++i) g.members.push_back(i);
   g.rank = rank;
   g.timeout = timeout;
-  if (size > 1) g.pg = make_gloo(store(), rank, size, timeout, "127.0.0.1", "");
+  if (size > 1) {
+    g.pg = make_gloo(store(), rank, size, timeout, "127.0.0.1", "");
+    first_collective(g.pg, timeout);
+  }
   if (size > 1 && backend == "nccl-rules") g.pg = make_nccl_rules(g.pg, rank, size, timeout);
   if (backend != "gloo" && backend != "nccl-rules")
     throw std::invalid_argument("run_thread_group: backend \"" + backend + "\": expected gloo or nccl-rules");
@@ -49,25 +72,15 @@ std::vector<std::string> run_thread_group(const std::string& name, int size, std
                                           const std::function<void(Group&)>& body, const std::string& backend) {
   const c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::HashStore>();
   std::vector<std::string> errors(static_cast<size_t>(size));
-  // A rank's group goes (its connections close) only once every rank's body
-  // has returned: a rank that finishes first must not close its side of a
-  // pair while a peer may still be in an operation with it.
-  std::mutex mu;
-  std::condition_variable all_done;
-  int returned = 0;
   std::vector<std::thread> threads;
   for (int rank = 0; rank < size; ++rank)
     threads.emplace_back([&, rank] {
-      Group g;
       try {
-        g = local_member(name, size, rank, timeout, [&] { return store; }, backend);
+        Group g = local_member(name, size, rank, timeout, [&] { return store; }, backend);
         body(g);
       } catch (const std::exception& e) {
         errors[static_cast<size_t>(rank)] = e.what();
       }
-      std::unique_lock<std::mutex> lock(mu);
-      if (++returned == size) all_done.notify_all();
-      all_done.wait(lock, [&] { return returned == size; });
     });
   for (auto& t : threads) t.join();
   return errors;
