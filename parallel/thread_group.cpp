@@ -31,7 +31,7 @@ namespace {
 // collective, before it takes its own lock. Ranks that are processes never
 // share that map; ranks that are threads of one process do, and two of them
 // making their first collectives at the same instant corrupt it (a SIGSEGV
-// inside ProcessGroupGloo::enqueue, seen in a CI run of the executor tests).
+// inside ProcessGroupGloo::enqueue in a CI run of the nccl-rules tests).
 // So each rank's first collective, a barrier, is issued under one lock of
 // this process, and no rank goes on before that barrier has completed, that
 // is before every rank of the group has issued its own: after that the map
