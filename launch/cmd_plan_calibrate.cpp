@@ -113,11 +113,16 @@ int cmd_plan_calibrate(int argc, char** argv) {
     if (l.arch == "gpt") c.gpt_layer_forward_us = l.forward_us, c.gpt_layer_backward_us = l.backward_us;
     if (l.arch == "llama") c.llama_layer_forward_us = l.forward_us, c.llama_layer_backward_us = l.backward_us;
   }
-  c.intra_bandwidth_gbs = c.inter_bandwidth_gbs = fit.bandwidth_gbs;
-  // Between computing ranks (NOTE [busy link]) a collective's ring step and call cost more than the
-  // back-to-back timings show.
+  // Between computing ranks (NOTE [busy link]) a collective's bandwidth, ring step and call cost
+  // more than the back-to-back timings show: the bandwidth written is the busy all-reduces' (small
+  // and large), where the larger took longer; the step and call are the small ones' beyond it.
   const double bytes = m.busy_collective_bytes;
-  const plan::BusyLink busy = plan::busy_link(fit, bytes, m.busy_collective_us, m.busy_all_gather_us);
+  const double busy_gbs =
+      plan::busy_bandwidth_gbs(bytes, m.busy_collective_us, m.busy_large_bytes, m.busy_large_all_reduce_us);
+  plan::LinkFit written = fit;
+  if (busy_gbs > 0) written.bandwidth_gbs = busy_gbs;
+  c.intra_bandwidth_gbs = c.inter_bandwidth_gbs = written.bandwidth_gbs;
+  const plan::BusyLink busy = plan::busy_link(written, bytes, m.busy_collective_us, m.busy_all_gather_us);
   const double step_us = busy.step_us, collective_us = busy.collective_us;
   c.intra_latency_us = c.inter_latency_us = step_us;
   c.intra_collective_us = c.inter_collective_us = collective_us;
@@ -149,6 +154,13 @@ int cmd_plan_calibrate(int argc, char** argv) {
      << "# error): bandwidth " << fmt("%.4g", fit.bandwidth_gbs) << " GB/s, back-to-back latency " << fmt("%.4g", fit.latency_us)
      << " us per message, " << fmt("%.4g", fit.collective_us) << " us per call; the model's |error| over them: median "
      << fmt("%.0f", 100 * fit.median_rel_error) << " %, worst " << fmt("%.0f", 100 * fit.worst_rel_error) << " %\n"
+     << "# bandwidth_gbs written: "
+     << (busy_gbs > 0 ? "between computing ranks, from a " + fmt("%.0f", bytes) + "-byte and a " + fmt("%.0f", m.busy_large_bytes) +
+                            "-byte all-reduce after a 256^3 matmul on each rank (" + fmt("%.0f", m.busy_collective_us) +
+                            " and " + fmt("%.0f", m.busy_large_all_reduce_us) + " us beyond it): " + fmt("%.4g", busy_gbs) +
+                            " GB/s (NOTE [busy link])\n"
+                      : "the fit above (the busy all-reduce of " + fmt("%.0f", m.busy_large_bytes) +
+                            " bytes took no longer than the small one, or no larger size was measured)\n")
      << "# latency_us and collective_us written: a " << fmt("%.0f", bytes) << "-byte all-reduce and all-gather between 2 ranks that\n"
      << "# each run a 256^3 matmul before them took " << fmt("%.0f", m.busy_collective_us) << " and "
      << fmt("%.0f", m.busy_all_gather_us) << " us beyond the matmul: " << fmt("%.0f", step_us) << " us per ring step, "
@@ -166,7 +178,7 @@ int cmd_plan_calibrate(int argc, char** argv) {
   f << text;
   if (!f) throw std::runtime_error("--out '" + out + "': writing failed");
   std::cout << "wrote " << out << ": fp32 matmul " << fmt("%.1f", m.matmul_flops / 1e9) << " GFLOP/s, memory "
-            << fmt("%.1f", m.memory_gbs) << " GB/s, link " << fmt("%.3g", fit.bandwidth_gbs) << " GB/s + "
+            << fmt("%.1f", m.memory_gbs) << " GB/s, link " << fmt("%.3g", written.bandwidth_gbs) << " GB/s + "
             << fmt("%.3g", step_us) << " us per ring step + " << fmt("%.3g", collective_us)
             << " us per collective (busy), pipeline transfer " << fmt("%.3g", m.pipeline_latency_us) << " us, action overhead " << fmt("%.1f", m.action_overhead_us) << " us\n";
   return 0;

@@ -259,7 +259,11 @@ BusyPipeline busy_pipeline() {
 // or all-gather (a tensor-parallel layer's pattern), 30 times each per round, the two kinds in the
 // same round so that they see the same load; the same matmuls alone, timed in the round too, are
 // subtracted. Medians of 9 rounds, rank 0's clock. The all-reduce is two ring steps and the
-// all-gather one: their difference is a busy step's time, the rest a call's.
+// all-gather one: their difference is a busy step's time, the rest a call's. The same all-reduce of
+// a larger message (4 MiB) gives the bandwidth between computing ranks: on this kind of host a
+// large message crosses in pieces, each waiting for the other rank's communication thread to be
+// scheduled, so back-to-back timings between idle ranks put a 2 MiB all-reduce at about half of
+// what it takes between computing ones.
 std::pair<double, double> busy_collectives_us(int64_t bytes) {
   const int ranks = 2, reps = 30, rounds = 9;
   const std::vector<std::string> texts = run_process_group("tp", ranks, std::chrono::milliseconds(120000), [&](Group& g) {
@@ -400,6 +404,11 @@ Calibration calibrate(const CalibrateOptions& o) {
     const auto [ar, ag] = busy_collectives_us(16384);
     c.busy_collective_us = ar;
     c.busy_all_gather_us = ag;
+    const int64_t large = std::min<int64_t>(o.max_bytes, int64_t{4} << 20);
+    if (large > 16384) {
+      c.busy_large_bytes = static_cast<double>(large);
+      c.busy_large_all_reduce_us = busy_collectives_us(large).first;
+    }
   }
   // From here on this process runs threads (intra-op pools, thread groups).
   c.matmul_flops = matmul_rate(o.threads, 1024);

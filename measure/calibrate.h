@@ -40,6 +40,10 @@ struct Calibration {
   double busy_collective_us = 0;   // all-reduce
   double busy_all_gather_us = 0;   // all-gather of the same bytes in all
   double busy_collective_bytes = 0;
+  // The same all-reduce of a larger message (min(the largest size, 4 MiB); 0 bytes when that is not
+  // larger): with the small one, the bandwidth between computing ranks (NOTE [busy link]).
+  double busy_large_all_reduce_us = 0;
+  double busy_large_bytes = 0;
   // How much slower a rank computes in a 2-rank pipeline (the other rank computing and both
   // communicating) than the same stage alone (NOTE [shared compute]); >= 1.
   double concurrent_slowdown = 1;

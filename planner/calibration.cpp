@@ -132,4 +132,12 @@ BusyLink busy_link(const LinkFit& fit, double bytes, double all_reduce_us, doubl
   return b;
 }
 
+double busy_bandwidth_gbs(double small_bytes, double small_us, double large_bytes, double large_us) {
+  const double extra_bytes = ring_terms({"all_reduce", 2, large_bytes, 0}).volume_bytes -
+                             ring_terms({"all_reduce", 2, small_bytes, 0}).volume_bytes;
+  const double extra_us = large_us - small_us;
+  if (!(extra_bytes > 0) || !(extra_us > 0)) return 0;
+  return extra_bytes / (extra_us * 1e-6) / 1e9;
+}
+
 }  // namespace trident::plan

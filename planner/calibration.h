@@ -57,4 +57,10 @@ struct BusyLink {
 };
 BusyLink busy_link(const LinkFit& fit, double bytes, double all_reduce_us, double all_gather_us);
 
+// NOTE [busy link]: the bandwidth between 2 ranks that compute between calls, from their
+// all-reduces of `small_bytes` and `large_bytes` (taking `small_us` and `large_us`): the ring volume
+// the larger moves beyond the smaller over the time it took beyond it. 0 when the larger took no
+// longer (no bandwidth fits; the caller keeps the back-to-back fit).
+double busy_bandwidth_gbs(double small_bytes, double small_us, double large_bytes, double large_us);
+
 }  // namespace trident::plan

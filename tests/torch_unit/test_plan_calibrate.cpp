@@ -95,8 +95,9 @@ TEST(PlanCalibrate, WritesAClusterFileThePlannerReads) {
     EXPECT_NE(text.str().find(said), std::string::npos) << said;
 
   // The file predicts a collective it was not measured on: a 2 MiB all-reduce between 2 ranks that
-  // compute between calls, timed here by other code (below). A ring of 2 moves the message once over
-  // the link in 2 steps, plus one call: bytes / bandwidth + 2 x latency_us + collective_us.
+  // compute between calls, timed here by other code (below; the calibration times 16 KiB and 4 MiB
+  // ones). A ring of 2 moves the message once over the link in 2 steps, plus one call:
+  // bytes / bandwidth + 2 x latency_us + collective_us.
   const double bytes = 2 << 20;
   const double predicted_us = bytes / (c.intra_bandwidth_gbs * 1e9) * 1e6 + 2 * c.intra_latency_us + c.intra_collective_us;
   // On a machine shared with other work a burst of load can land on the timing alone (seen once in 8

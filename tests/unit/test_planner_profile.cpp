@@ -232,6 +232,16 @@ TEST(PlannerLink, BusyAllReduceAndAllGatherGiveAStepAndACall) {
   EXPECT_NEAR(flat.collective_us, 1600 - 8.192, 1e-9);
 }
 
+TEST(PlannerLink, BusyBandwidthIsTheLargerAllReducesExtraVolumeOverItsExtraTime) {
+  // On 2 ranks an all-reduce moves its message once: 4 MiB and 16 KiB move 4,177,920 bytes apart;
+  // 2000 us apart that is 2.08896 GB/s.
+  EXPECT_NEAR(busy_bandwidth_gbs(16384, 800, 4 << 20, 2800), (4194304.0 - 16384.0) / 2000e-6 / 1e9, 1e-12);
+  EXPECT_NEAR(busy_bandwidth_gbs(16384, 800, 4 << 20, 2800), 2.08896, 1e-12);
+  // The larger no slower, or not larger: no bandwidth.
+  EXPECT_EQ(busy_bandwidth_gbs(16384, 800, 4 << 20, 800), 0.0);
+  EXPECT_EQ(busy_bandwidth_gbs(16384, 800, 16384, 900), 0.0);
+}
+
 // `trident schedule --profile` and zb-auto's costs: per stage its layers' F and
 // B, the embedding's on the first and the head's on the last; B scaled by the
 // split backward's ratio and W its weight share. Hand-computed from the
