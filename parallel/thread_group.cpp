@@ -36,14 +36,14 @@ namespace {
 // this process, and no rank goes on before that barrier has completed, that
 // is before every rank of the group has issued its own: after that the map
 // is only read. (The ranks of one process are one group at a time here.)
-void first_collective(const c10::intrusive_ptr<CommBackend>& pg, std::chrono::milliseconds timeout) {
+void first_collective(const Group& g) {
   static std::mutex issuing;
-  c10::intrusive_ptr<c10d::Work> barrier;
+  c10::intrusive_ptr<c10d::Work> first;
   {
     std::lock_guard<std::mutex> lock(issuing);
-    barrier = pg->barrier(c10d::BarrierOptions{});
+    first = g.pg->barrier(c10d::BarrierOptions{});
   }
-  if (!barrier->wait(timeout)) throw std::runtime_error("run_thread_group: the first barrier timed out");
+  wait_work(g, first, "first barrier", -1);
 }
 
 // Rank `rank` of a loopback Gloo group `name` of `size` over `store` (no process group at size 1),
@@ -58,7 +58,7 @@ Group local_member(const std::string& name, int size, int rank, std::chrono::mil
   g.timeout = timeout;
   if (size > 1) {
     g.pg = make_gloo(store(), rank, size, timeout, "127.0.0.1", "");
-    first_collective(g.pg, timeout);
+    first_collective(g);
   }
   if (size > 1 && backend == "nccl-rules") g.pg = make_nccl_rules(g.pg, rank, size, timeout);
   if (backend != "gloo" && backend != "nccl-rules")
