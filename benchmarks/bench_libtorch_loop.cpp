@@ -21,8 +21,8 @@
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
-#include "core/data/dataset.h"
-#include "core/data/token_file.h"
+#include "datasets/dataset.h"
+#include "datasets/token_file.h"
 #include "benchmarks/libtorch_gpt.h"
 
 namespace {

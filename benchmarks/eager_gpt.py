@@ -12,7 +12,7 @@ gradient accumulation. Initialised as GPT-2 and the libtorch loop are
 (gpt2_init): PyTorch's default init (N(0, 1) embeddings) starts the tied
 head's logits so spread that their softmax is mostly subnormal floats, and the
 first steps' backward ran over 10x slower on them (38 s for 2 steps). It reads the same token file (NOTE [token file format] in
-core/data/token_file.h) and prints one line
+datasets/token_file.h) and prints one line
   eager: steps N warmup W tokens_per_s T step_time_s S threads K torch V
 for the script to read. Shares no code with Trident."""
 import argparse

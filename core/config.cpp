@@ -1,11 +1,13 @@
-// The config's schema and text: one table (fields()) lists every key with its
-// member, type, allowed values and meaning; TOML parsing, --set overrides,
-// per-key checks, to_toml, operator== and config_keys() all read it, so they
-// cannot drift apart. The rules across keys are in config_checks.cpp, the
-// host and device memory checks in config_resources.cpp; what each key
-// means is documented once, in configs/README.md's tables.
+// The config's text: the schema (fields(), every section's table in order; each
+// table sits with the rules about its keys, core/config_schema.h) read for TOML
+// parsing, --set overrides, per-key checks, to_toml, operator== and
+// config_keys(), so they cannot drift apart; check_config() runs each key's own
+// rule, then each section's rules across keys. The host and device memory
+// checks are in config_resources.cpp; what each key means is documented once,
+// in configs/README.md's tables.
 #include "core/config.h"
 #include "core/config_rules.h"
+#include "core/config_schema.h"
 #include "core/model_checks.h"
 
 #include <toml++/toml.h>
@@ -52,7 +54,19 @@ std::string format_double(double v) {
   return s;
 }
 
+void check_relations(const Config& c) {
+  check_model_relations(c);  // sizes first: before any product below is formed in int64
+  check_schedule(c);
+  check_training(c);
+  check_data(c);
+  check_checkpoint(c);
+}
+
 }  // namespace config_rules
+
+void config_fail(const Config& c, const std::string& msg) { config_rules::fail(c, msg); }
+
+std::string config_number(double v) { return config_rules::format_double(v); }
 
 namespace {
 
@@ -60,274 +74,19 @@ using config_rules::fail;
 using config_rules::format_double;
 using config_rules::n;
 
-enum class Kind { Int, Double, Bool, String, IntList, WeightedPaths };
-
-template <class T>
-constexpr Kind kind_of();
-template <>
-constexpr Kind kind_of<int64_t>() { return Kind::Int; }
-template <>
-constexpr Kind kind_of<double>() { return Kind::Double; }
-template <>
-constexpr Kind kind_of<bool>() { return Kind::Bool; }
-template <>
-constexpr Kind kind_of<std::string>() { return Kind::String; }
-template <>
-constexpr Kind kind_of<std::vector<int64_t>>() { return Kind::IntList; }
-template <>
-constexpr Kind kind_of<std::vector<WeightedPath>>() { return Kind::WeightedPaths; }
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
-// Allowed values of one key beyond its type. Numeric bounds apply to integers,
-// numbers, each element of an integer array and each weight of a weighted-path list.
-struct Rule {
-  double lo = -kInf;
-  double hi = kInf;
-  bool lo_open = false;
-  bool hi_open = false;
-  bool minus_one_ok = false;         // parallel.dp: -1 means "world / (tp * pp)"; an array: "auto" is [-1]
-  std::vector<std::string> choices;  // strings: the allowed values; empty = any
-  std::string described;             // the expectation, when a check outside the table makes it (see kind_rule)
-};
-
-Rule any() { return {}; }
-Rule at_least(double lo) {
-  Rule r;
-  r.lo = lo;
-  return r;
-}
-Rule positive() {
-  Rule r = at_least(0);
-  r.lo_open = true;
-  return r;
-}
-Rule unit_open() {  // [0, 1)
-  Rule r = at_least(0);
-  r.hi = 1;
-  r.hi_open = true;
-  return r;
-}
-Rule between(double lo, double hi) {  // [lo, hi]
-  Rule r = at_least(lo);
-  r.hi = hi;
-  return r;
-}
-Rule above_at_most(double lo, double hi) {  // (lo, hi]
-  Rule r = between(lo, hi);
-  r.lo_open = true;
-  return r;
-}
-
-// NOTE [timeout bounds] parallel.timeout_s becomes std::chrono::milliseconds
-// (trainer.cpp) that c10d and Gloo add to a steady_clock time point in
-// nanoseconds: 1e6 s (11.6 days, the launcher's --rdzv-timeout bound too) is
-// 1e15 ns, far from int64's 9.2e18, where 1e300 or inf overflow into Gloo's
-// "timeout.count() >= 0. Invalid timeout". Below 1 s the store's group
-// creation (which the same timeout bounds) times out on a loaded host, and
-// 1e-9 s truncates to 0 ms: socket warnings, then a backtrace.
-constexpr double kMinTimeoutS = 1, kMaxTimeoutS = 1e6;
-// An integer >= 1, or -1 (auto); for an array, integers >= 1 or the string
-// "auto" (stored as [-1]).
-Rule auto_or_at_least_1() {
-  Rule r = at_least(1);
-  r.minus_one_ok = true;
-  return r;
-}
-Rule one_of(std::vector<std::string> choices) {
-  Rule r;
-  r.choices = std::move(choices);
-  return r;
-}
-// schedule.kind and model.arch: the layers above own the kinds and the families,
-// which the foundation cannot see; check_config_tables() is handed them (NOTE [config tables]).
-Rule kind_rule() {
-  Rule r;
-  r.described = "a generator's kind (schedules/generators.h: schedule_kinds()), \"zb-auto\" or \"file\"";
-  return r;
-}
-Rule family_rule() {
-  Rule r;
-  r.described = "a model family (models/families.h: model_families())";
-  return r;
-}
-
-struct Field {
-  const char* section;
-  const char* key;
-  Kind kind;
-  void* (*ref)(Config&);  // address of this key's member inside a Config
-  Rule rule;
-  const char* doc;
-
-  std::string name() const { return std::string(section) + "." + key; }
-  template <class T>
-  T& get(Config& c) const {
-    assert(kind == kind_of<T>());
-    return *static_cast<T*>(ref(c));
-  }
-  template <class T>
-  const T& get(const Config& c) const {
-    // ref() only computes an address; nothing is written through it here.
-    return get<T>(const_cast<Config&>(c));
-  }
-};
-
-// The member's type picks the Kind, so a table entry cannot disagree with the struct.
-#define TRIDENT_FIELD(sec, key, rule, doc)                                                       \
-  Field {                                                                                        \
-    #sec, #key, kind_of<std::remove_reference_t<decltype(std::declval<Config&>().sec.key)>>(), \
-        [](Config& c) -> void* { return &c.sec.key; }, rule, doc                                 \
-  }
+using namespace config_rules;  // the schema types (core/config_schema.h)
 
 const std::vector<Field>& fields() {
-  static const std::vector<Field> table = {
-      TRIDENT_FIELD(model, arch, family_rule(), "model family"),
-      TRIDENT_FIELD(model, layers, at_least(1), "transformer blocks"),
-      TRIDENT_FIELD(model, hidden, at_least(1), "model width"),
-      TRIDENT_FIELD(model, heads, at_least(1), "attention heads"),
-      TRIDENT_FIELD(model, ffn_hidden, at_least(0), "MLP width; 0 means 4 * hidden (gpt only: llama needs it set)"),
-      TRIDENT_FIELD(model, kv_heads, at_least(0),
-                    "key/value heads, dividing heads (grouped-query attention; 1 = multi-query); 0 = heads (llama)"),
-      TRIDENT_FIELD(model, seq_len, at_least(1), "tokens per sample"),
-      TRIDENT_FIELD(model, vocab_size, at_least(1), "tokenizer vocabulary before padding"),
-      TRIDENT_FIELD(model, vocab_pad_multiple, at_least(1),
-                    "padded vocabulary is a multiple of this * tp"),
-      TRIDENT_FIELD(model, dropout, unit_open(), "dropout probability (0 keeps runs exact)"),
-      TRIDENT_FIELD(model, init_std, positive(), "standard deviation of the normal init"),
-      TRIDENT_FIELD(model, layernorm_eps, positive(), "LayerNorm (gpt) or RMSNorm (llama) epsilon"),
-      TRIDENT_FIELD(model, init_from, any(),
-                    "Hugging Face directory to start from (GPT-2 or Llama, see `trident export`); empty = random init"),
-      TRIDENT_FIELD(model, tie_embeddings, any(), "the LM head shares the word embedding (gpt: must be true)"),
-      TRIDENT_FIELD(model, rope_theta, positive(), "rotary position embedding base (llama)"),
-      TRIDENT_FIELD(model, rope_scaling, one_of({"none", "llama3"}),
-                    "rotary frequency scaling: none, or Llama 3.1's (the rope_* factors below; llama)"),
-      TRIDENT_FIELD(model, rope_factor, positive(), "llama3 rope scaling: factor"),
-      TRIDENT_FIELD(model, rope_low_freq_factor, positive(), "llama3 rope scaling: low_freq_factor"),
-      TRIDENT_FIELD(model, rope_high_freq_factor, positive(), "llama3 rope scaling: high_freq_factor"),
-      TRIDENT_FIELD(model, rope_original_max_position, at_least(1),
-                    "llama3 rope scaling: original_max_position_embeddings"),
-
-      TRIDENT_FIELD(parallel, tp, at_least(1), "tensor-parallel size"),
-      TRIDENT_FIELD(parallel, pp, at_least(1), "pipeline-parallel size (stages)"),
-      TRIDENT_FIELD(parallel, dp, auto_or_at_least_1(),
-                    "data-parallel size; -1 = world size / (tp * pp)"),
-      TRIDENT_FIELD(parallel, sequence_parallel, any(),
-                    "shard LayerNorm/dropout regions along the sequence over tp"),
-      TRIDENT_FIELD(parallel, pipeline_layers, auto_or_at_least_1(),
-                    "layers per model chunk (pp * chunks entries); empty = uniform; \"auto\" = balanced by a profiling pass"),
-      TRIDENT_FIELD(parallel, pipeline_layout, any(),
-                    "Megatron's --pipeline-model-parallel-layout: E embedding, t transformer layer, L loss, a bar "
-                    "ends a stage (pp * chunks stages, model order); empty = none"),
-      TRIDENT_FIELD(parallel, account_for_embedding_in_pipeline_split, any(),
-                    "the even split counts the embedding as one layer (Megatron's option of that name)"),
-      TRIDENT_FIELD(parallel, account_for_loss_in_pipeline_split, any(),
-                    "the even split counts the loss (final norm, head, loss) as one layer (Megatron's option)"),
-      TRIDENT_FIELD(parallel, pipeline_dtype, one_of({"auto", "fp32", "bf16"}),
-                    "dtype of the activations and gradients sent between pipeline stages; auto = training.precision "
-                    "(Megatron's pipeline_dtype); bf16 needs training.precision = bf16"),
-      TRIDENT_FIELD(parallel, backend, one_of({"auto", "gloo", "nccl", "nccl-rules"}),
-                    "collective backend; auto = nccl on cuda, gloo on cpu; nccl-rules = test backend: Gloo on cpu "
-                    "with NCCL's point-to-point rules"),
-      TRIDENT_FIELD(parallel, timeout_s, between(kMinTimeoutS, kMaxTimeoutS),
-                    "timeout of every collective, in seconds (NOTE [timeout bounds])"),
-      TRIDENT_FIELD(parallel, dp_bucket_mb, above_at_most(0, 1048576), "size of a data-parallel gradient bucket, in MiB"),
-      TRIDENT_FIELD(parallel, overlap_grad_reduce, any(),
-                    "all-reduce each gradient bucket over dp during the backward, once it is final"),
-      TRIDENT_FIELD(parallel, overlap_param_gather, any(),
-                    "zero = 1: all-gather the updated parameter shards while the next step's forward runs, each "
-                    "bucket finished before the first forward that reads it (Megatron's overlap_param_gather)"),
-      TRIDENT_FIELD(parallel, zero, between(0, 1),
-                    "0: every dp rank keeps all optimizer state; 1: ZeRO-1, state sharded over dp"),
-
-      TRIDENT_FIELD(schedule, kind, kind_rule(), "pipeline schedule"),
-      TRIDENT_FIELD(schedule, chunks, at_least(0),
-                    "chunks (virtual stages) per pipeline rank; 0 or absent = what the kind needs (2 for the V "
-                    "kinds zb-v, v-half, v-min and dualpipev, else 1)"),
-      TRIDENT_FIELD(schedule, file, any(), "schedule text file when kind = \"file\""),
-      TRIDENT_FIELD(schedule, memory_limit, at_least(0),
-                    "kind = \"zb-auto\": micro-batches of activations in flight per rank at most (pp: ZB-1p, "
-                    "2 x pp: ZB-2p); 0 with every other kind"),
-      TRIDENT_FIELD(schedule, zb_auto_costs, one_of({"unit", "measured"}),
-                    "kind = \"zb-auto\": the costs its list is searched for: unit (F, B, W = 1, 2, 1) or measured "
-                    "(each stage's F, I, W and the links timed over two ZB-H1 passes before the first step)"),
-
-      TRIDENT_FIELD(training, steps, at_least(1), "optimizer steps"),
-      TRIDENT_FIELD(training, micro_batch_size, at_least(1), "samples per micro-batch"),
-      TRIDENT_FIELD(training, global_batch_size, at_least(1), "samples per step over all DP ranks"),
-      TRIDENT_FIELD(training, seed, at_least(0), "seeds the initial weights and the data order"),
-      TRIDENT_FIELD(training, lr, positive(), "peak learning rate"),
-      TRIDENT_FIELD(training, min_lr, at_least(0), "floor of the cosine decay"),
-      TRIDENT_FIELD(training, warmup_steps, at_least(0), "linear warm-up steps"),
-      TRIDENT_FIELD(training, weight_decay, at_least(0), "AdamW decay (not on biases and norms)"),
-      TRIDENT_FIELD(training, beta1, unit_open(), "AdamW beta1"),
-      TRIDENT_FIELD(training, beta2, unit_open(), "AdamW beta2"),
-      TRIDENT_FIELD(training, eps, positive(), "AdamW epsilon"),
-      TRIDENT_FIELD(training, grad_clip, at_least(0), "clip by global gradient norm; 0 disables"),
-      TRIDENT_FIELD(training, eval_interval, at_least(0), "evaluate every N steps; 0 disables"),
-      TRIDENT_FIELD(training, eval_batches, at_least(1), "validation global batches per evaluation"),
-      TRIDENT_FIELD(training, threads, between(1, 1024),
-                    "intra-op threads per rank (at most the host's cores: checked when training starts)"),
-      TRIDENT_FIELD(training, peak_tflops, at_least(0),
-                    "device peak for MFU; 0 = measure a matmul at start-up (cuda: in the compute dtype)"),
-      TRIDENT_FIELD(training, device, one_of({"cpu", "cuda"}), "device every rank computes on; cuda = CUDA device LOCAL_RANK (a CUDA build)"),
-      TRIDENT_FIELD(training, exit_after_steps, at_least(0),
-                    "stop cleanly after this step with a checkpoint (the LR schedule still follows steps); 0 = off"),
-      TRIDENT_FIELD(training, precision, one_of({"fp32", "bf16"}),
-                    "bf16: bf16 weights and compute, fp32 master weights and gradients"),
-      TRIDENT_FIELD(training, recompute, one_of({"none", "full", "selective"}),
-                    "activation recomputation: every block, or the attention core and the MLP up projection + GELU"),
-
-      TRIDENT_FIELD(data, source, one_of({"synthetic", "file"}), "where training tokens come from"),
-      TRIDENT_FIELD(data, path, any(), "token file prefix written by `trident data prepare`"),
-      TRIDENT_FIELD(data, format, one_of({"trident", "megatron"}),
-                    "the files at data.path: \"trident\" PREFIX.train.bin and PREFIX.val.bin; "
-                    "\"megatron\" Megatron-LM's PREFIX.bin + PREFIX.idx (uint16 or int32 tokens), cut by data.split"),
-      TRIDENT_FIELD(data, paths, positive(),
-                    "a blend instead of data.path: [[weight, PREFIX], ...], datasets of data.format mixed by "
-                    "weight as Megatron's BlendedDataset does (core/data/README.md)"),
-      TRIDENT_FIELD(data, split, any(),
-                    "megatron: train, valid, test shares cut by documents as Megatron does, e.g. \"969,30,1\"; "
-                    "empty = every document trains"),
-      TRIDENT_FIELD(data, order, one_of({"auto", "stream", "megatron"}),
-                    "which samples each step reads: \"megatron\" Megatron's GPTDataset and BlendedDataset order "
-                    "(shuffled documents, samples across document ends); \"stream\" fixed windows of the token "
-                    "stream, shuffled per epoch; \"auto\" = megatron for data.format = \"megatron\", else stream"),
-      TRIDENT_FIELD(data, cache_dir, any(),
-                    "megatron order: a folder of megatron-core's GPTDataset index caches (its path_to_cache); a "
-                    "cache built for the same dataset, split, samples, seq_len and seed is read, not built again, "
-                    "and when there is none the indices built are written there as megatron-core writes them"),
-      TRIDENT_FIELD(data, cache_tokenizer, any(),
-                    "with data.cache_dir: the tokenizer's unique_identifiers (a JSON object) that the caches Trident "
-                    "writes put in their description, whose md5 names them; megatron-core loads them only when its "
-                    "tokenizer has these identifiers"),
-      TRIDENT_FIELD(data, tokenizer, one_of({"byte", "gpt2", "hf"}), "tokenizer"),
-      TRIDENT_FIELD(data, tokenizer_dir, any(),
-                    "directory holding encoder.json and vocab.bpe (gpt2) or tokenizer.json (hf)"),
-      TRIDENT_FIELD(data, synthetic_tokens, at_least(1), "tokens generated when source = \"synthetic\""),
-
-      TRIDENT_FIELD(checkpoint, dir, any(), "checkpoint directory (saved at the end of the run); empty disables"),
-      TRIDENT_FIELD(checkpoint, interval, at_least(0), "also save every N steps; 0 = only at the end of the run"),
-      TRIDENT_FIELD(checkpoint, keep, at_least(1), "complete checkpoints kept in dir; older ones are deleted"),
-      TRIDENT_FIELD(checkpoint, resume, any(),
-                    "continue from the latest checkpoint in dir, saved under any layout (none yet: start at step 0)"),
-      TRIDENT_FIELD(checkpoint, async, any(),
-                    "interval saves: copy the state to host memory, write and publish it on a background thread "
-                    "while training goes on (at most one in flight); a run's last save is synchronous"),
-
-      TRIDENT_FIELD(logging, dir, any(), "run directory: config.toml, metrics.jsonl, loss.svg, rank-R.json"),
-      TRIDENT_FIELD(logging, log_interval, at_least(1),
-                    "log every N steps (and the last and each evaluation step): a step line and a metrics.jsonl row"),
-      TRIDENT_FIELD(logging, progress, any(), "progress bar when stdout is a terminal"),
-      TRIDENT_FIELD(logging, trace, any(), "write trace.json and timeline.svg of step trace_step"),
-      TRIDENT_FIELD(logging, trace_step, at_least(1), "the step logging.trace records"),
-      TRIDENT_FIELD(logging, tensorboard, any(),
-                    "also write each metrics.jsonl row to dir/events.out.tfevents.<time>.<host> for TensorBoard "
-                    "(scalars tagged with its keys)"),
-  };
+  static const std::vector<Field> table = [] {
+    std::vector<Field> all;
+    for (auto part : {model_fields, parallel_fields, schedule_fields, training_fields, data_fields,
+                      checkpoint_fields, logging_fields}) {
+      for (Field& f : part()) all.push_back(std::move(f));
+    }
+    return all;
+  }();
   return table;
 }
-#undef TRIDENT_FIELD
 
 const char* const kSections[] = {"model", "parallel", "schedule", "training",
                                  "data", "checkpoint", "logging"};

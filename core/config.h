@@ -1,10 +1,12 @@
 // Config sections: one plain struct per TOML section, each with defaults and a
 // one-line reminder per field. What every key means, its allowed values and
 // the checks across keys are documented once, in configs/README.md (its
-// tables are tested against the schema in config.cpp). Pure C++ (no
-// libtorch): the schema, parsing and each key's own rule live in config.cpp,
-// the rules across keys in config_checks.cpp, the host and device memory
-// checks in config_resources.cpp; all run before any process group exists.
+// tables are tested against the schema). Pure C++ (no libtorch): each
+// section's table of keys sits with the rules across them, one file a section
+// (config_model.cpp, config_parallel.cpp with [schedule], config_training.cpp,
+// config_data.cpp, config_run.cpp with [checkpoint] and [logging];
+// core/config_schema.h); parsing and text in config.cpp; the host and device
+// memory checks in config_resources.cpp; all run before any process group exists.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,8 @@
-// What the config's three files share (core/ only): config.cpp (the schema,
-// parsing and text), config_checks.cpp (the rules across keys and the world)
-// and config_resources.cpp (the rank's memory against the host and device).
+// What the config's files share (core/ only): config.cpp (parsing and text),
+// one file per section with its keys and the rules across them
+// (config_model.cpp, config_parallel.cpp, config_training.cpp,
+// config_data.cpp, config_run.cpp; core/config_schema.h) and
+// config_resources.cpp (the rank's memory against the host and device).
 #pragma once
 
 #include <cstdint>
@@ -29,9 +31,16 @@ std::string big(Big v);             // 3 significant digits
 // norms left out).
 Big model_params(const ModelConfig& m, const ModelShape& s);
 
-// check_config's rules across keys (each key's own rule is checked first, in
-// config.cpp), and check_model_config's part of them.
+// check_config's rules across keys, each section's in its file (each key's own
+// rule is checked first, in config.cpp); check_model_relations is
+// check_model_config's part of them.
 void check_relations(const Config& c);
-void check_model_relations(const Config& c);
+void check_model_relations(const Config& c);  // sizes (NOTE [size checks]), then shapes
+void check_schedule(const Config& c);
+void check_training(const Config& c);
+void check_data(const Config& c);
+void check_checkpoint(const Config& c);
+// The global batch splits into micro-batches on each of dp ranks.
+void check_batch_split(const Config& c, int64_t dp);
 
 }  // namespace trident::config_rules

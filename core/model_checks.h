@@ -21,7 +21,7 @@ class ModelInputError : public std::runtime_error {
 
 // check_config's model part (the [model] keys' ranges, sizes, the TP plan's
 // shapes) and the family's rules from `families` (NOTE [config tables]), defined
-// beside it (config.cpp, config_checks.cpp): one set of rules for every way a
+// beside it (config.cpp and the section files, config_model.cpp ...): one set of rules for every way a
 // model arrives. Throws ConfigError naming c.source and the key.
 void check_model_config(const Config& c, const std::vector<ModelFamilyRules>& families);
 

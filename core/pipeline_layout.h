@@ -4,7 +4,7 @@
 // and the loss as a layer each (account_for_embedding_in_pipeline_split,
 // account_for_loss_in_pipeline_split). Both come down to layers per model
 // chunk, the form parallel.pipeline_layers has, so the models see one split.
-// Pure C++: config_checks.cpp checks these keys with the functions below.
+// Pure C++: config_parallel.cpp checks these keys with the functions below.
 #pragma once
 
 #include <cstdint>
@@ -39,7 +39,7 @@ std::vector<int64_t> accounted_chunk_layers(int64_t layers, int64_t pp, int64_t 
                                             bool loss);
 
 // schedule.chunks as check_config_tables() resolved it (NOTE [config tables]);
-// throws std::logic_error while it is 0 (defined in config_checks.cpp).
+// throws std::logic_error while it is 0 (defined in config_parallel.cpp).
 int64_t chunks_per_rank(const Config& c);
 
 // Layers per model chunk of a checked config, as split_layers takes them: from

@@ -20,8 +20,8 @@
 #include <ATen/core/grad_mode.h>
 
 #include "core/atomic_file.h"
-#include "core/checkpoint_store.h"
-#include "core/checkpoint_tensors.h"
+#include "checkpoint/checkpoint_store.h"
+#include "checkpoint/checkpoint_tensors.h"
 #include "core/pipeline_layout.h"
 #include "parallel/backend.h"
 

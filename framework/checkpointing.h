@@ -1,6 +1,6 @@
 // Training checkpoints: what the trainer saves every checkpoint.interval steps
 // and at the end of a run, and loads on checkpoint.resume, on top of the
-// sharded store (core/checkpoint_store.h, NOTE [checkpoint format]).
+// sharded store (checkpoint/checkpoint_store.h, NOTE [checkpoint format]).
 //
 // NOTE [training checkpoint contents]
 //   <param name>                 the parameters, each slice under its global name with
@@ -14,7 +14,7 @@
 //   meta.step                    optimizer steps done; also the LR-schedule position
 //                                (lr_at(step, training.steps, ...)) and the data
 //                                position: a batch is a pure function of (seed, step)
-//                                (core/data/dataset.h), so the step is all of it
+//                                (datasets/dataset.h), so the step is all of it
 //   meta.extra.adam_steps        AdamW's update count t (its bias corrections)
 //   blob rng.cpu (per rank)      the default CPU generator (dropout); restored only on
 //                                the same layout, where ranks keep their streams

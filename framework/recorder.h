@@ -14,7 +14,7 @@
 #include <string>
 
 #include "core/config.h"
-#include "core/metrics.h"
+#include "metrics/metrics.h"
 #include "core/op_count.h"
 #include "framework/auto_split.h"
 #include "framework/trainer.h"

@@ -18,12 +18,12 @@
 
 #include "core/atomic_file.h"
 #include "core/cpu_memory.h"
-#include "core/data/dataset.h"
+#include "datasets/dataset.h"
 #include "core/host_read.h"
 #include "core/lr_schedule.h"
 #include "core/optimizer.h"
-#include "core/step_batches.h"
-#include "core/training_data.h"
+#include "datasets/step_batches.h"
+#include "datasets/training_data.h"
 #include "framework/auto_split.h"
 #include "framework/checkpointing.h"
 #include "framework/config_tables.h"
@@ -117,7 +117,7 @@ struct Run {
   std::unique_ptr<DataParallel> dp;
   std::unique_ptr<Executor> exec;
   sched::Schedule schedule;
-  std::unique_ptr<TrainingData> train_data, val_data;  // core/training_data.h: data.order's samples
+  std::unique_ptr<TrainingData> train_data, val_data;  // datasets/training_data.h: data.order's samples
   double flops_per_step = 0;
   int64_t model_params = 0;
   std::optional<AutoSplit> auto_split;  // parallel.pipeline_layers = "auto": the split chosen

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "core/config.h"
-#include "core/metrics.h"
+#include "metrics/metrics.h"
 
 namespace trident {
 

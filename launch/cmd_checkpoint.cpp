@@ -8,14 +8,14 @@
 
 #include <boost/program_options.hpp>
 
-#include "core/checkpoint_store.h"
+#include "checkpoint/checkpoint_store.h"
 #include "core/config.h"
 #include "framework/config_tables.h"
 #include "launch/commands.h"
 #include "launch/options.h"
 
 #ifdef TRIDENT_HAVE_TORCH
-#include "core/checkpoint_tensors.h"
+#include "checkpoint/checkpoint_tensors.h"
 #include "models/registry.h"
 #endif
 

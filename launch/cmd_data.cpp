@@ -15,12 +15,12 @@
 #include <string>
 #include <thread>
 
-#include "core/data/brown.h"
-#include "core/data/megatron_dataset.h"
-#include "core/data/megatron_samples.h"
-#include "core/data/prepare.h"
-#include "core/data/token_file.h"
-#include "core/training_data.h"
+#include "datasets/brown.h"
+#include "datasets/megatron_dataset.h"
+#include "datasets/megatron_samples.h"
+#include "datasets/prepare.h"
+#include "datasets/token_file.h"
+#include "datasets/training_data.h"
 #include "framework/config_tables.h"
 #include "launch/commands.h"
 #include "launch/options.h"

@@ -9,7 +9,7 @@
 #include <boost/program_options.hpp>
 
 #include "core/atomic_file.h"
-#include "core/safetensors.h"
+#include "checkpoint/safetensors.h"
 #include "launch/commands.h"
 #include "launch/options.h"
 

@@ -6,8 +6,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/data/hf_tokenizer.h"
-#include "core/data/tokenizer.h"
+#include "datasets/hf_tokenizer.h"
+#include "datasets/tokenizer.h"
 #include "core/json.h"
 #include "launch/commands.h"
 #include "launch/options.h"

@@ -21,8 +21,8 @@
 
 #include <boost/program_options/errors.hpp>
 
-#include "core/checkpoint_store.h"
-#include "core/data/errors.h"
+#include "checkpoint/checkpoint_store.h"
+#include "datasets/errors.h"
 #include "core/errors.h"
 #include "core/json.h"
 #include "core/model_checks.h"

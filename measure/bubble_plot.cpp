@@ -8,7 +8,7 @@
 #include <set>
 
 #include "measure/bubble_bench.h"
-#include "core/plot_axis.h"
+#include "metrics/plot_axis.h"
 #include "schedules/format.h"
 
 namespace trident::bench {

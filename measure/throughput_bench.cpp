@@ -1,7 +1,7 @@
 // Throughput benchmark: see throughput_bench.h.
 #include "measure/throughput_bench.h"
 
-#include "core/plot_axis.h"
+#include "metrics/plot_axis.h"
 
 #include <algorithm>
 #include <array>

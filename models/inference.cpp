@@ -8,8 +8,8 @@
 #include <limits>
 #include <stdexcept>
 
-#include "core/checkpoint_store.h"
-#include "core/checkpoint_tensors.h"
+#include "checkpoint/checkpoint_store.h"
+#include "checkpoint/checkpoint_tensors.h"
 #include "core/model_checks.h"
 #include "models/registry.h"
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/config.h"
-#include "core/data/tokenizer.h"
+#include "datasets/tokenizer.h"
 #include "models/common/model.h"
 
 namespace trident {

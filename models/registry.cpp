@@ -5,8 +5,8 @@
 #include <stdexcept>
 
 #include "core/atomic_file.h"
-#include "core/checkpoint_store.h"
-#include "core/checkpoint_tensors.h"
+#include "checkpoint/checkpoint_store.h"
+#include "checkpoint/checkpoint_tensors.h"
 #include "core/json.h"
 #include "core/model_checks.h"
 #include "core/pipeline_layout.h"

@@ -9,7 +9,7 @@ std::string DeviceChoice::str() const { return cuda ? "cuda:" + std::to_string(i
 
 DeviceChoice choose_device(const std::string& device, int device_count, int local_rank) {
   if (device == "cpu") return {};
-  if (device != "cuda")  // check_config (core/config_checks.cpp) owns the allowed names
+  if (device != "cuda")  // check_config (core/config_training.cpp) owns the allowed names
     throw std::logic_error("choose_device: device \"" + device + "\" (check_config admits no such config)");
   if (local_rank < 0)
     throw std::runtime_error("LOCAL_RANK = " + std::to_string(local_rank) + ": a local rank cannot be negative");
@@ -25,7 +25,7 @@ DeviceChoice choose_device(const std::string& device, int device_count, int loca
   return {true, local_rank};
 }
 
-// The allowed names and pairs are check_config's rules (core/config_checks.cpp);
+// The allowed names and pairs are check_config's rules (core/config_training.cpp);
 // here they are asserted.
 std::string resolve_backend(const std::string& backend, const std::string& device) {
   const std::string b = backend == "auto" ? (device == "cuda" ? "nccl" : "gloo") : backend;

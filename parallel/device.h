@@ -22,7 +22,7 @@ struct DeviceChoice {
 // rank: local rank i computes on CUDA device i. Throws std::runtime_error
 // naming the problem and the device count: no device or fewer devices than
 // local ranks, or a negative local rank; std::logic_error for a device name
-// check_config (core/config_checks.cpp) would have refused.
+// check_config (core/config_training.cpp) would have refused.
 DeviceChoice choose_device(const std::string& device, int device_count, int local_rank);
 
 // parallel.backend ("auto" | "gloo" | "nccl" | "nccl-rules") for

@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "core/metrics.h"
+#include "metrics/metrics.h"
 #include "schedules/measure.h"
 #include "schedules/simulate.h"
 
@@ -30,7 +30,7 @@ namespace trident {
 // negative and add up to the measured idle time by construction; what the
 // split gets right is checked on timelines of known costs and latencies
 // (tests/torch_unit/test_idle_attribution.cpp).
-// (IdleParts is in core/metrics.h, which writes it to metrics.jsonl.)
+// (IdleParts is in metrics/metrics.h, which writes it to metrics.jsonl.)
 
 // One pipeline rank's step as measured.
 struct RankStep {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/metrics.h"
+#include "metrics/metrics.h"
 #include "parallel/process_groups.h"
 #include "runtime/executor.h"
 #include "runtime/idle_attribution.h"

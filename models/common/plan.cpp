@@ -13,7 +13,7 @@
 
 namespace trident {
 
-// The split a checked config describes (check_config, core/config_checks.cpp,
+// The split a checked config describes (check_config, core/config_parallel.cpp,
 // owns the rule and its messages); anything else here is a caller's bug.
 std::vector<ChunkSpec> split_layers(int64_t layers, int64_t stages, const std::vector<int64_t>& explicit_layers) {
   std::vector<int64_t> counts = explicit_layers;

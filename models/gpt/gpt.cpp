@@ -86,7 +86,7 @@ std::vector<PlannedParam> gpt_param_plan(const ModelConfig& cfg, const ChunkSpec
 GptStage::GptStage(const ModelConfig& cfg, const ChunkSpec& spec, const TpContext& tp, int64_t seed)
     : cfg_(cfg), spec_(spec), tp_(tp) {
   const int64_t t = tp.size();
-  // Rules of check_config (core/config_checks.cpp) and gpt_rules.cpp, asserted here.
+  // Rules of check_config (core/config_model.cpp) and gpt_rules.cpp, asserted here.
   if (cfg.hidden % cfg.heads != 0 || cfg.heads % t != 0 || cfg.ffn() % t != 0 || cfg.padded_vocab(t) % t != 0 ||
       (cfg.dropout > 0 && t > 1))
     throw std::logic_error("GptStage: the model config does not split over tp=" + std::to_string(t) +

@@ -10,7 +10,7 @@
 #include "core/atomic_file.h"
 #include "core/json.h"
 #include "core/model_checks.h"
-#include "core/safetensors.h"
+#include "checkpoint/safetensors.h"
 #include "core/version.h"
 #include "models/common/hf_names.h"
 #include "models/gpt/gpt.h"

@@ -82,7 +82,7 @@ at::Tensor rope_inv_freq(const ModelConfig& cfg) {
 LlamaStage::LlamaStage(const ModelConfig& cfg, const ChunkSpec& spec, const TpContext& tp, int64_t seed)
     : cfg_(cfg), spec_(spec), tp_(tp) {
   const int64_t t = tp.size();
-  // Rules of check_config (core/config_checks.cpp) and llama_rules.cpp, asserted here.
+  // Rules of check_config (core/config_model.cpp) and llama_rules.cpp, asserted here.
   if (cfg.hidden % cfg.heads != 0 || cfg.heads % cfg.kv() != 0 || cfg.kv() % t != 0 || cfg.ffn() % t != 0 ||
       cfg.padded_vocab(t) % t != 0 || cfg.head_dim() % 2 != 0 || cfg.dropout > 0)
     throw std::logic_error("LlamaStage: the model config does not split over tp=" + std::to_string(t) +

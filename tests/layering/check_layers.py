@@ -19,7 +19,11 @@ import tempfile
 # folder split into layers (models/) claims only its own files, so a new
 # subfolder there (a new model family) must be listed before it builds.
 LAYERS = [
-    ("foundation", ["core"]),  # core/*.{h,cpp} and core/data/
+    ("foundation", ["core"]),  # what every layer uses: config, JSON, parameters, small utilities
+    # Beside parallel/ on the foundation: the data pipeline, checkpoint files, metrics.
+    ("datasets", ["datasets"]),  # tokenizers, token files, Megatron's datasets, a run's samples
+    ("checkpoint files", ["checkpoint"]),  # checkpoint store, reader, index, tensors; safetensors
+    ("metrics", ["metrics"]),  # metrics.jsonl, TensorBoard event files, plot axes
     ("parallel", ["parallel"]),
     ("schedules", ["schedules"]),  # the pure schedule code
     # The model interface and what every family shares (the chunk split, the TP
@@ -40,20 +44,25 @@ LAYERS = [
 # schedules/ are side by side on the foundation and do not see each other.
 ALLOWED = {
     "foundation": [],
+    "datasets": ["foundation"],
+    "checkpoint files": ["foundation"],
+    "metrics": ["foundation"],
     "parallel": ["foundation"],
     "schedules": [],
     "model common": ["foundation", "parallel"],
-    "model families": ["foundation", "parallel", "model common"],
-    "models": ["foundation", "parallel", "model common", "model families"],
-    "runtime": ["foundation", "parallel", "schedules", "model common"],
-    "trainer": ["foundation", "parallel", "schedules", "model common", "models", "runtime"],
-    "measure": ["foundation", "parallel", "schedules", "model common", "models", "runtime", "trainer"],
+    "model families": ["foundation", "parallel", "model common", "checkpoint files"],
+    "models": ["foundation", "parallel", "model common", "model families", "datasets", "checkpoint files"],
+    "runtime": ["foundation", "parallel", "schedules", "model common", "metrics"],
+    "trainer": ["foundation", "datasets", "checkpoint files", "metrics", "parallel", "schedules", "model common",
+                "models", "runtime"],
+    "measure": ["foundation", "datasets", "checkpoint files", "metrics", "parallel", "schedules", "model common",
+                "models", "runtime", "trainer"],
     # The pure layout planner: the foundation's config structs and the pure schedules.
     "planner": ["foundation", "schedules"],
-    "launch": ["foundation", "parallel", "schedules", "model common", "models", "runtime", "trainer", "measure",
-               "planner"],
-    "tools": ["foundation", "parallel", "schedules", "model common", "model families", "models", "runtime",
-              "trainer", "measure", "planner", "launch"],
+    "launch": ["foundation", "datasets", "checkpoint files", "metrics", "parallel", "schedules", "model common",
+               "models", "runtime", "trainer", "measure", "planner"],
+    "tools": ["foundation", "datasets", "checkpoint files", "metrics", "parallel", "schedules", "model common",
+              "model families", "models", "runtime", "trainer", "measure", "planner", "launch"],
 }
 FOLDER_LAYER = {folder: name for name, folders in LAYERS for folder in folders}
 SOURCE_DIRS = sorted({folder.split("/")[0] for folder in FOLDER_LAYER})
@@ -152,7 +161,12 @@ def self_test():
         "parallel/param.h": "#pragma once\n",
         "schedules/action.h": '#include <vector>\n\n#include "core/config.h"\n',  # pure schedules -> foundation
         "core/config.h": "#pragma once\n",
-        "core/data/tokenizer.h": '#include "core/config.h"\n',  # fine: core/data/ is the foundation
+        "datasets/tokenizer.h": '#include "core/config.h"\n',  # fine: datasets -> foundation
+        "core/config_data.cpp": '#include "datasets/megatron_dataset.h"\n',  # foundation -> datasets
+        "datasets/megatron_dataset.h": "",
+        "checkpoint/safetensors.h": '#include "metrics/metrics.h"\n',  # checkpoint files -> metrics (beside it)
+        "metrics/metrics.h": "",
+        "runtime/timeline.h": '#include "metrics/metrics.h"\n#include "datasets/megatron_dataset.h"\n',  # 2nd bad
         "models/gpt/gpt.cpp": '#include "runtime/executor.h"\n',  # a model family -> runtime
         "framework/trainer.cpp": '#include "models/registry.h"\n#include "models/gpt/gpt.h"\n',  # trainer -> a family
         "framework/trainer.h": '#include "measure/calibrate.h"\n',  # trainer -> measure (above it)
@@ -174,6 +188,9 @@ def self_test():
     }
     expected = [
         "core/optimizer.h:2: includes parallel/param.h (parallel)",
+        "core/config_data.cpp:1: includes datasets/megatron_dataset.h (datasets)",
+        "checkpoint/safetensors.h:1: includes metrics/metrics.h (metrics)",
+        "runtime/timeline.h:2: includes datasets/megatron_dataset.h (datasets)",
         "schedules/action.h:3: includes core/config.h (foundation)",
         "models/gpt/gpt.cpp:1: includes runtime/executor.h (runtime)",
         "framework/trainer.cpp:2: includes models/gpt/gpt.h (model families)",

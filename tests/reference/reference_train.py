@@ -10,7 +10,7 @@ What it uses instead of Trident's code:
   model      transformers' GPT2LMHeadModel (model.arch = "gpt") or LlamaForCausalLM ("llama"),
              eager attention, loaded with from_pretrained
   data       the token file read by trident_data.py, or a Megatron dataset read and cut
-             by megatron-core, and the sample order of core/data/README.md (a blend:
+             by megatron-core, and the sample order of datasets/README.md (a blend:
              NOTE [blended sample order]) written again there; with data.order "megatron"
              (or "auto" on Megatron data) megatron-core's own GPTDataset / BlendedDataset
              built by its BlendedMegatronDatasetBuilder, ranks served as Megatron's

@@ -9,7 +9,7 @@ what Megatron trains on). Trident trains gpt-tiny 4 steps on each with
 data.format = "megatron", and once on a Trident token file holding the concatenation of
 the same sequences in order (trident_data.write_token_file): with data.order = "stream"
 the per-step losses and gradient norms of the three runs are bit-identical, so Trident
-read the same tokens (core/data/README.md's sample order over one stream; Megatron's own
+read the same tokens (datasets/README.md's sample order over one stream; Megatron's own
 order is test_megatron_samples.py's). Then a truncated PREFIX.bin
 and a corrupt PREFIX.idx make `trident train` fail with an error naming the file.
 

@@ -15,7 +15,7 @@ several epochs with the last one apart (< 80 % used) and several epochs without,
 from the document index megatron-core built, so each path of the order is compared.
 
 `trident data batches` serves any data: on a Trident token file (data.order "stream") it
-prints the windows trident_data.Samples (core/data/README.md's stream order written in
+prints the windows trident_data.Samples (datasets/README.md's stream order written in
 Python) puts in each global batch.
 
 data.cache_dir: megatron-core writes its index caches for the single dataset (path_to_cache);

@@ -1,8 +1,8 @@
 """Trident's token files and sample order, written again from their documentation.
 
 Nothing here imports or calls Trident: the file format is NOTE [token file
-format] in core/data/token_file.h, the order is the rule written out in
-core/data/README.md ("Sample order"). The reference trainer uses this to
+format] in datasets/token_file.h, the order is the rule written out in
+datasets/README.md ("Sample order"). The reference trainer uses this to
 feed transformers' GPT-2 the very micro-batches Trident trains on.
 """
 
@@ -108,7 +108,7 @@ class Samples(MicroBatches):
 
 
 class Blend(MicroBatches):
-    """Datasets mixed by weight: NOTE [blended sample order] in core/data/dataset.h.
+    """Datasets mixed by weight: NOTE [blended sample order] in datasets/dataset.h.
 
     Position p goes to the dataset d with the largest w_d * max(p, 1) - c_d(p) (weights
     normalised to sum 1, c_d(p) the positions before p that went to d, the lowest d on a

@@ -100,7 +100,7 @@ std::pair<std::string, std::string> blend_datasets(const TempDir& data) {
   const std::string a = data.file("readmes"), b = data.file("pages");
   for (const auto& [prefix, inputs] :
        {std::pair{a, src("README.md") + " " + src("configs/README.md")},
-        std::pair{b, src("ARCHITECTURE.md") + " " + src("core/data/README.md")}}) {
+        std::pair{b, src("ARCHITECTURE.md") + " " + src("datasets/README.md")}}) {
     const RunResult r =
         run_command(bin("trident") + " data prepare --val-fraction 0 --input " + inputs + " --output " + prefix);
     EXPECT_EQ(r.status, 0) << r.output;
@@ -126,7 +126,7 @@ TEST(CheckpointResume, MegatronOrderBlendWithDpIsBitExact) {
   const std::string a = data.file("readmes"), b = data.file("pages");
   for (const auto& [prefix, inputs] :
        {std::pair{a, src("README.md") + " " + src("configs/README.md") + " " + src("launch/README.md")},
-        std::pair{b, src("ARCHITECTURE.md") + " " + src("core/data/README.md")}}) {
+        std::pair{b, src("ARCHITECTURE.md") + " " + src("datasets/README.md")}}) {
     const RunResult r = run_command(bin("trident") + " data prepare --output-format megatron --input " + inputs +
                                     " --output " + prefix);
     ASSERT_EQ(r.status, 0) << r.output;

@@ -59,7 +59,7 @@ TEST(Recompute, SelectiveUnderZbVIsBitIdentical) {
                                 0));
 }
 
-// Dropout with recomputation is refused (core/config_checks.cpp says why), not
+// Dropout with recomputation is refused (core/config_model.cpp says why), not
 // silently run with different masks.
 TEST(Recompute, WithDropoutIsAnError) {
   TempDir dir("recompute-dropout");

@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <map>
 
-#include "core/checkpoint_store.h"
-#include "core/checkpoint_tensors.h"
+#include "checkpoint/checkpoint_store.h"
+#include "checkpoint/checkpoint_tensors.h"
 #include "models/gpt/gpt.h"
 
 namespace trident::ckpt {

@@ -16,10 +16,10 @@
 #include <map>
 
 #include "core/atomic_file.h"
-#include "core/checkpoint_store.h"
-#include "core/checkpoint_tensors.h"
+#include "checkpoint/checkpoint_store.h"
+#include "checkpoint/checkpoint_tensors.h"
 #include "core/json.h"
-#include "core/safetensors.h"
+#include "checkpoint/safetensors.h"
 #include "models/gpt/gpt.h"
 #include "models/gpt/hf_gpt2.h"
 #include "models/inference.h"

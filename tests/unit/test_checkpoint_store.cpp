@@ -9,7 +9,7 @@
 #include <fstream>
 #include <random>
 
-#include "core/checkpoint_store.h"
+#include "checkpoint/checkpoint_store.h"
 #include "tests/error_of.h"
 
 namespace trident::ckpt {

@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "core/data/dataset.h"
-#include "core/data/errors.h"
-#include "core/data/prepare.h"
-#include "core/data/token_file.h"
+#include "datasets/dataset.h"
+#include "datasets/errors.h"
+#include "datasets/prepare.h"
+#include "datasets/token_file.h"
 #include "core/errors.h"
 #include "tests/error_of.h"
 

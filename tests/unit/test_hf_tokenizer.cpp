@@ -9,13 +9,13 @@
 #include <string>
 #include <vector>
 
-#include "core/data/errors.h"
-#include "core/data/hf_pretokenize.h"
-#include "core/data/hf_tokenizer.h"
-#include "core/data/token_file.h"
-#include "core/data/tokenizer.h"
+#include "datasets/errors.h"
+#include "datasets/hf_pretokenize.h"
+#include "datasets/hf_tokenizer.h"
+#include "datasets/token_file.h"
+#include "datasets/tokenizer.h"
 #include "core/errors.h"
-#include "core/data/unicode.h"
+#include "datasets/unicode.h"
 #include "core/json.h"
 #include "tests/error_of.h"
 

@@ -1,8 +1,8 @@
-// Megatron indexed datasets (core/data/megatron_dataset.h): a dataset
+// Megatron indexed datasets (datasets/megatron_dataset.h): a dataset
 // written here byte by byte as NOTE [Megatron index format] says, read back;
 // every corruption named. tests/reference/test_megatron_data.py checks files
 // written by megatron-core itself.
-#include "core/data/megatron_dataset.h"
+#include "datasets/megatron_dataset.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "core/data/errors.h"
+#include "datasets/errors.h"
 #include "tests/error_of.h"
 
 namespace fs = std::filesystem;

@@ -1,8 +1,8 @@
-// MegatronSamples (core/data/megatron_samples.h) where megatron-core is not needed:
+// MegatronSamples (datasets/megatron_samples.h) where megatron-core is not needed:
 // the sampler's slicing of a step over data-parallel ranks, the size of a blend, and
 // the errors. The indices themselves are checked against megatron-core by the
 // reference test MegatronSamples (tests/reference/test_megatron_samples.py).
-#include "core/data/megatron_samples.h"
+#include "datasets/megatron_samples.h"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -20,8 +20,8 @@
 
 #include "core/atomic_file.h"
 #include "core/config.h"
-#include "core/data/errors.h"
-#include "core/data/megatron_cache.h"
+#include "datasets/errors.h"
+#include "datasets/megatron_cache.h"
 #include "tests/error_of.h"
 
 namespace fs = std::filesystem;

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "core/data/errors.h"
-#include "core/data/numpy_random.h"
+#include "datasets/errors.h"
+#include "datasets/numpy_random.h"
 #include "tests/run_helpers.h"
 
 namespace td = trident::data;

@@ -1,6 +1,6 @@
-// Plot axes (core/plot_axis.h): 1-2-5 ticks in closed-form cases, their
+// Plot axes (metrics/plot_axis.h): 1-2-5 ticks in closed-form cases, their
 // labels, and loss.svg drawn during a run (RunLog), not only at its end.
-#include "core/plot_axis.h"
+#include "metrics/plot_axis.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/metrics.h"
+#include "metrics/metrics.h"
 
 using trident::round_axis;
 using trident::tick_label;

@@ -12,7 +12,7 @@
 
 #include "core/json.h"
 #include "tests/error_of.h"
-#include "core/safetensors.h"
+#include "checkpoint/safetensors.h"
 
 namespace trident {
 namespace {

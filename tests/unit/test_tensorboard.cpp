@@ -1,8 +1,8 @@
-// TensorBoard event files (core/tensorboard.h): CRC-32C against published
+// TensorBoard event files (metrics/tensorboard.h): CRC-32C against published
 // vectors, the TFRecord framing, the hand-encoded Event bytes, and the file
 // RunLog writes. tests/reference/test_tensorboard.py reads a real run's file
 // with the tensorboard package.
-#include "core/tensorboard.h"
+#include "metrics/tensorboard.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "core/metrics.h"
+#include "metrics/metrics.h"
 
 namespace tb = trident::tensorboard;
 

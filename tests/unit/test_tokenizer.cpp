@@ -7,12 +7,12 @@
 #include <string>
 #include <vector>
 
-#include "core/data/brown.h"
-#include "core/data/errors.h"
-#include "core/data/gpt2_tokenizer.h"
-#include "core/data/json_vocab.h"
-#include "core/data/pretokenize.h"
-#include "core/data/tokenizer.h"
+#include "datasets/brown.h"
+#include "datasets/errors.h"
+#include "datasets/gpt2_tokenizer.h"
+#include "datasets/json_vocab.h"
+#include "datasets/pretokenize.h"
+#include "datasets/tokenizer.h"
 
 namespace td = trident::data;
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "core/data/brown.h"
-#include "core/data/gpt2_tokenizer.h"
+#include "datasets/brown.h"
+#include "datasets/gpt2_tokenizer.h"
 
 namespace td = trident::data;
 namespace fs = std::filesystem;

@@ -1,0 +1,160 @@
+// The [model] section: its keys, and the rules across them that every family
+// shares (NOTE [size checks]: sizes that must fit int64; the shapes the
+// tensor-parallel plan needs). Each family's own rules are in its table
+// (models/<family>/<family>_rules.cpp, NOTE [config tables]).
+#include "core/config.h"
+#include "core/config_rules.h"
+#include "core/config_schema.h"
+
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/json.h"
+
+namespace trident {
+
+namespace config_rules {
+
+std::string big(Big v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3Lg", v);
+  return buf;
+}
+
+// The model's parameters (tp = pp = 1): per block the attention (q, o: hidden^2
+// each; k, v: hidden x kv_heads x head_dim each) and the MLP (two or, gated,
+// three matrices), plus the embedding, the position table where the family
+// learns one, and an untied head. Biases and norms are left out: this is a
+// lower bound.
+Big model_params(const ModelConfig& m, const ModelShape& s) {
+  const Big h = m.hidden, kv_width = Big(m.kv()) * (Big(m.hidden) / Big(m.heads));
+  const Big ffn = m.ffn_hidden > 0 ? Big(m.ffn_hidden) : 4 * h;
+  const Big block = 2 * h * h + 2 * h * kv_width + (s.gated_mlp ? 3 : 2) * h * ffn;
+  const Big embed = Big(m.vocab_size) * h * (m.tie_embeddings ? 1 : 2) + (s.position_table ? Big(m.seq_len) * h : 0);
+  return Big(m.layers) * block + embed;
+}
+
+std::vector<Field> model_fields() {
+  return {
+      TRIDENT_FIELD(model, arch, family_rule(), "model family"),
+      TRIDENT_FIELD(model, layers, at_least(1), "transformer blocks"),
+      TRIDENT_FIELD(model, hidden, at_least(1), "model width"),
+      TRIDENT_FIELD(model, heads, at_least(1), "attention heads"),
+      TRIDENT_FIELD(model, ffn_hidden, at_least(0), "MLP width; 0 means 4 * hidden (gpt only: llama needs it set)"),
+      TRIDENT_FIELD(model, kv_heads, at_least(0),
+                    "key/value heads, dividing heads (grouped-query attention; 1 = multi-query); 0 = heads (llama)"),
+      TRIDENT_FIELD(model, seq_len, at_least(1), "tokens per sample"),
+      TRIDENT_FIELD(model, vocab_size, at_least(1), "tokenizer vocabulary before padding"),
+      TRIDENT_FIELD(model, vocab_pad_multiple, at_least(1),
+                    "padded vocabulary is a multiple of this * tp"),
+      TRIDENT_FIELD(model, dropout, unit_open(), "dropout probability (0 keeps runs exact)"),
+      TRIDENT_FIELD(model, init_std, positive(), "standard deviation of the normal init"),
+      TRIDENT_FIELD(model, layernorm_eps, positive(), "LayerNorm (gpt) or RMSNorm (llama) epsilon"),
+      TRIDENT_FIELD(model, init_from, any(),
+                    "Hugging Face directory to start from (GPT-2 or Llama, see `trident export`); empty = random init"),
+      TRIDENT_FIELD(model, tie_embeddings, any(), "the LM head shares the word embedding (gpt: must be true)"),
+      TRIDENT_FIELD(model, rope_theta, positive(), "rotary position embedding base (llama)"),
+      TRIDENT_FIELD(model, rope_scaling, one_of({"none", "llama3"}),
+                    "rotary frequency scaling: none, or Llama 3.1's (the rope_* factors below; llama)"),
+      TRIDENT_FIELD(model, rope_factor, positive(), "llama3 rope scaling: factor"),
+      TRIDENT_FIELD(model, rope_low_freq_factor, positive(), "llama3 rope scaling: low_freq_factor"),
+      TRIDENT_FIELD(model, rope_high_freq_factor, positive(), "llama3 rope scaling: high_freq_factor"),
+      TRIDENT_FIELD(model, rope_original_max_position, at_least(1),
+                    "llama3 rope scaling: original_max_position_embeddings"),
+  };
+}
+
+}  // namespace config_rules
+
+namespace {
+
+using namespace config_rules;
+using json::quote;
+
+void check_sizes(const Config& c) {
+  const ModelConfig& m = c.model;
+  const TrainingConfig& t = c.training;
+  // The family is not known yet (its table comes later): the widest shape,
+  // so that no family's count can overflow.
+  const Big params = model_params(m, ModelShape{.gated_mlp = true, .position_table = true});
+  if (params * 4 > kMaxBytes) {
+    fail(c, "model.layers (" + n(m.layers) + ") x model.hidden (" + n(m.hidden) + ")^2 (and model.ffn_hidden, "
+            "model.vocab_size): about " + big(params) + " parameters, " + big(params * 4) +
+            " bytes, overflow int64 (NOTE [size checks]): expected a model under 2.3e18 parameters");
+  }
+  const Big logits = Big(t.micro_batch_size) * Big(m.seq_len) * Big(m.vocab_size);
+  if (logits * 4 > kMaxBytes) {
+    fail(c, "training.micro_batch_size (" + n(t.micro_batch_size) + ") x model.seq_len (" + n(m.seq_len) +
+            ") x model.vocab_size (" + n(m.vocab_size) + ") = " + big(logits) +
+            " logits of one micro-batch overflow int64 bytes (NOTE [size checks])");
+  }
+  const Big step_tokens = Big(t.global_batch_size) * Big(m.seq_len + 1);
+  if (step_tokens * 8 > kMaxBytes) {
+    fail(c, "training.global_batch_size (" + n(t.global_batch_size) + ") x model.seq_len (" + n(m.seq_len) +
+            ") = " + big(step_tokens) + " tokens per step overflow int64 bytes (NOTE [size checks])");
+  }
+  if (Big(c.data.synthetic_tokens) * 2 * 4 > kMaxBytes) {  // training and validation tokens, uint32 each
+    fail(c, "data.synthetic_tokens (" + n(c.data.synthetic_tokens) + ") overflows int64 bytes (NOTE [size checks])");
+  }
+  const int64_t max_int = std::numeric_limits<int>::max();
+  if (t.global_batch_size / t.micro_batch_size > max_int) {
+    fail(c, "training.global_batch_size (" + n(t.global_batch_size) + ") / training.micro_batch_size (" +
+            n(t.micro_batch_size) + ") = " + n(t.global_batch_size / t.micro_batch_size) +
+            " micro-batches: expected at most " + n(max_int) + " (a schedule counts them in int)");
+  }
+  for (const auto& [value, key] : {std::pair{m.layers, "model.layers"}, std::pair{m.heads, "model.heads"},
+                                   std::pair{c.parallel.tp, "parallel.tp"}, std::pair{c.parallel.pp, "parallel.pp"},
+                                   std::pair{c.parallel.dp, "parallel.dp"}, std::pair{c.schedule.chunks, "schedule.chunks"}}) {
+    if (value > max_int) fail(c, std::string(key) + " = " + n(value) + ": expected at most " + n(max_int));
+  }
+}
+
+// Shapes every family needs for its TP plan (models/gpt/gpt.cpp, models/llama/llama.cpp
+// assert them); each family's own rules are in its table (NOTE [config tables]).
+void check_model_shape(const Config& c) {
+  const ModelConfig& m = c.model;
+  const ParallelConfig& p = c.parallel;
+  if (m.hidden % m.heads != 0)
+    fail(c, "model.hidden (" + n(m.hidden) + ") must be divisible by model.heads (" + n(m.heads) + ")");
+  if (m.heads % p.tp != 0)
+    fail(c, "parallel.tp (" + n(p.tp) + ") must divide model.heads (" + n(m.heads) + ")");
+  if (m.ffn() % p.tp != 0) {
+    fail(c, "parallel.tp (" + n(p.tp) + ") must divide the MLP width (" + n(m.ffn()) +
+                (m.ffn_hidden > 0 ? ", model.ffn_hidden)" : ", 4 x model.hidden)"));
+  }
+  if (m.padded_vocab(p.tp) % p.tp != 0)
+    fail(c, "parallel.tp (" + n(p.tp) + ") must divide the padded vocabulary (" + n(m.padded_vocab(p.tp)) + ")");
+  if (p.sequence_parallel && m.seq_len % p.tp != 0) {
+    fail(c, "parallel.sequence_parallel needs model.seq_len (" + n(m.seq_len) +
+                ") divisible by parallel.tp (" + n(p.tp) + ")");
+  }
+  if (m.dropout > 0 && p.tp > 1) {
+    fail(c, "model.dropout = " + format_double(m.dropout) + " with parallel.tp = " + n(p.tp) +
+                ": expected model.dropout = 0 when parallel.tp > 1 (dropout under tensor parallelism is not "
+                "supported yet)");
+  }
+  const std::string& rc = c.training.recompute;
+  if (rc != "none" && m.dropout > 0) {
+    // Recomputation replays the CPU generator's state, but a test found the
+    // losses of a dropout run still differ from not recomputing.
+    fail(c, "training.recompute = " + quote(rc) + " with model.dropout = " + format_double(m.dropout) +
+                ": expected training.recompute = \"none\" or model.dropout = 0 (recomputation with dropout is "
+                "not supported yet)");
+  }
+}
+
+}  // namespace
+
+namespace config_rules {
+
+void check_model_relations(const Config& c) {
+  check_sizes(c);  // before any product below is formed in int64
+  check_model_shape(c);
+}
+
+}  // namespace config_rules
+
+}  // namespace trident

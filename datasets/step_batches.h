@@ -1,0 +1,48 @@
+// A step's token tensors on the device, read from a run's samples
+// (datasets/training_data.h): what the trainer hands its executor, one
+// micro-batch at a time (NOTE [step batches]).
+#pragma once
+
+#include <cstdint>
+#include <utility>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include "datasets/dataset.h"
+
+namespace trident {
+
+// Which samples of a step one DP rank reads, and their shape.
+struct BatchShape {
+  int64_t global_batch = 0, micro_batch = 0, seq_len = 0;
+  int64_t microbatches = 1;  // per step per DP rank
+  int64_t dp_rank = 0, dp = 1;
+};
+
+// NOTE [step batches]
+// A step's inputs and targets, (m x mbs, seq) int64 each, are read when its
+// first micro-batch is asked for (only the first and last pipeline stages
+// ask) and go to the device in one copy: on CUDA from pinned host memory
+// with non_blocking, so the host queues it and goes on, and the kernels that
+// read it run after it on the same stream. Micro-batch k is rows
+// [k x mbs, (k+1) x mbs) of them, a view. On the CPU there is no copy and the
+// rows hold what a per-micro-batch load held (same samples, same order).
+class StepBatches {
+ public:
+  StepBatches(const data::SampleSource& ds, int64_t step, BatchShape shape, c10::Device device)
+      : ds_(ds), step_(step), shape_(shape), device_(device) {}
+  // Micro-batch mb's (inputs, targets), (mbs, seq) each.
+  std::pair<at::Tensor, at::Tensor> operator()(int mb);
+
+ private:
+  void load();
+
+  const data::SampleSource& ds_;
+  int64_t step_;
+  BatchShape shape_;
+  c10::Device device_;
+  at::Tensor inputs_, targets_;  // (m x mbs, seq) on device_
+};
+
+}  // namespace trident

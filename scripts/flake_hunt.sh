@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Runs the suite (or a part of it) several times with a CPU hog beside it and
+# lists every test that failed in any round: a test that fails once under load
+# is a bug to find (in the test or in Trident), never a retry.
+#   scripts/flake_hunt.sh [--rounds N] [--hogs H] [--out FILE] [-- CTEST_ARGS...]
+#     --rounds N   rounds (default 5)
+#     --hogs H     busy processes beside the tests (default 1: one of the 2 cores)
+#     --out FILE   results file (default benchmarks/results/flake_hunt.txt)
+#     CTEST_ARGS   what to run, passed to ctest (default: every test, -j2), e.g. -- -L '^unit$' -j2
+# Needs a built tree (scripts/setup.sh). Each round's ctest log is kept beside
+# the results file's name (FILE.round-K.log) until the next hunt.
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+rounds=5 hogs=1 out="$repo/benchmarks/results/flake_hunt.txt"
+while (($#)); do
+  case "$1" in
+    --rounds) rounds="${2:?--rounds needs a number}"; shift 2 ;;
+    --hogs) hogs="${2:?--hogs needs a number}"; shift 2 ;;
+    --out) out="${2:?--out needs a file}"; shift 2 ;;
+    --) shift; break ;;
+    *) echo "flake_hunt.sh: unknown argument '$1' (see the header of scripts/flake_hunt.sh)" >&2; exit 2 ;;
+  esac
+done
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "flake_hunt.sh: --rounds $rounds: expected an integer >= 1" >&2; exit 2; }
+[[ $hogs =~ ^[0-9]+$ ]] || { echo "flake_hunt.sh: --hogs $hogs: expected an integer >= 0" >&2; exit 2; }
+ctest_args=("$@")
+((${#ctest_args[@]})) || ctest_args=(-j2)
+[[ -f $repo/build/CTestTestfile.cmake ]] || { echo "flake_hunt.sh: no build/ with tests: run scripts/setup.sh first" >&2; exit 2; }
+
+hog_pids=()
+stop_hogs() { ((${#hog_pids[@]})) && kill "${hog_pids[@]}" 2>/dev/null; hog_pids=(); }
+trap stop_hogs EXIT
+mkdir -p "$(dirname "$out")"
+{
+  echo "# scripts/flake_hunt.sh: each round runs ctest ${ctest_args[*]} with $hogs busy process(es) beside it"
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ) (start); commit: $(git -C "$repo" rev-parse --short HEAD)$(git -C "$repo" diff --quiet HEAD -- . ':!benchmarks/results' || echo ' (with uncommitted changes)')"
+  echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
+} > "$out"
+total_failed=0
+for ((r = 1; r <= rounds; r++)); do
+  for ((h = 0; h < hogs; h++)); do
+    (while :; do :; done) &
+    hog_pids+=($!)
+  done
+  log="$out.round-$r.log"
+  start=$(date +%s)
+  set +e
+  (cd "$repo/build" && ctest --output-on-failure --timeout 600 "${ctest_args[@]}") > "$log" 2>&1
+  set -e
+  stop_hogs
+  secs=$(($(date +%s) - start))
+  ran=$(sed -n 's/.*tests failed out of \([0-9]*\).*/\1/p' "$log" | tail -1)
+  failed=$(sed -n 's/^[[:space:]]*[0-9]* - \(.*\) (\(.*\))$/\1 (\2)/p' "$log" | sort -u)
+  nfail=0
+  [[ -n $failed ]] && nfail=$(printf '%s\n' "$failed" | wc -l)
+  total_failed=$((total_failed + nfail))
+  echo "round $r: ${ran:-no} tests in ${secs} s, $nfail failed${failed:+: $(printf '%s' "$failed" | paste -sd ';' | sed 's/;/; /g')}" | tee -a "$out"
+  if [[ -z $ran ]]; then
+    echo "flake_hunt.sh: round $r ran no tests (see $log)" >&2
+    exit 1
+  fi
+done
+echo "end: $(date -u +%Y-%m-%dT%H:%M:%SZ); $total_failed failure(s) in $rounds round(s)" | tee -a "$out"
+((total_failed == 0))
