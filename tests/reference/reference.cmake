@@ -56,6 +56,15 @@ set_tests_properties(MegatronLayout PROPERTIES LABELS reference TIMEOUT 120)
 if(NOT TRIDENT_WITH_TORCH)
   return()  # the tests below train or load models: libtorch
 endif()
+# The MoE layer (router, sorted-token experts, shared experts, the pooled aux loss)
+# against transformers' Mixtral, Qwen2-MoE and DeepSeek-V3 blocks (moe_reference.py).
+add_executable(test_moe_reference ${_ref}/test_moe_reference.cpp)
+target_compile_options(test_moe_reference PRIVATE ${TRIDENT_WARNINGS})
+target_link_libraries(test_moe_reference PRIVATE trident_model_common trident_checkpoint GTest::gtest_main)
+target_compile_definitions(test_moe_reference PRIVATE TRIDENT_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
+                           TRIDENT_PYTHON="${TRIDENT_PYTHON}")
+add_test(NAME MoeReference COMMAND test_moe_reference)
+set_tests_properties(MoeReference PROPERTIES LABELS reference TIMEOUT 180)
 foreach(case tiny brown)
   if(case STREQUAL "tiny")
     set(_name ReferenceTrainingTiny)

@@ -1,0 +1,174 @@
+// The MoE layer's parts: router, dispatch and combine, the experts' GEMMs and
+// the balancing losses (models/common/moe.h).
+#include "models/common/moe.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+#include <vector>
+
+namespace trident {
+
+namespace {
+
+// The k best of each row of `values`, best first, ties to the lower column:
+// a stable descending sort (NOTE [MoE router]).
+at::Tensor best_columns(const at::Tensor& values, int64_t k) {
+  return std::get<1>(values.sort(/*stable=*/true, /*dim=*/-1, /*descending=*/true)).narrow(-1, 0, k);
+}
+
+// Experts outside the topk_group best groups of each token masked to -inf.
+at::Tensor limit_to_groups(const at::Tensor& choice, const RouterOptions& o) {
+  const int64_t t = choice.size(0), per_group = o.experts / o.n_group;
+  const at::Tensor grouped = choice.view({t, o.n_group, per_group});
+  // A group's score: the sum of its two best experts' (one when a group has one).
+  const int64_t best = std::min<int64_t>(2, per_group);
+  const at::Tensor group_score = std::get<0>(grouped.sort(/*stable=*/true, -1, true)).narrow(-1, 0, best).sum(-1);
+  const at::Tensor keep = at::zeros({t, o.n_group}, choice.options().dtype(at::kBool))
+                              .scatter_(1, best_columns(group_score, o.topk_group), true);
+  return grouped.masked_fill(keep.logical_not().unsqueeze(-1), -std::numeric_limits<double>::infinity())
+      .view({t, o.experts});
+}
+
+// Assignments per expert, without bincount's host read of the largest id on CUDA.
+at::Tensor expert_counts(const at::Tensor& flat, int64_t num_experts) {
+  return at::zeros({num_experts}, flat.options()).scatter_add_(0, flat, at::ones_like(flat));
+}
+
+}  // namespace
+
+void check_router_options(const RouterOptions& o) {
+  const auto bad = [](const std::string& what) { throw std::invalid_argument(what); };
+  if (o.experts < 1) bad("experts = " + std::to_string(o.experts) + ": expected at least 1");
+  if (o.top_k < 1 || o.top_k > o.experts)
+    bad("top_k = " + std::to_string(o.top_k) + ": expected 1 to the number of experts (" +
+        std::to_string(o.experts) + ")");
+  if (o.score != "softmax" && o.score != "sigmoid")
+    bad("score function \"" + o.score + "\": expected \"softmax\" or \"sigmoid\"");
+  if (o.n_group < 1 || o.experts % o.n_group != 0)
+    bad("n_group = " + std::to_string(o.n_group) + " does not divide the " + std::to_string(o.experts) + " experts");
+  if (o.topk_group < 1 || o.topk_group > o.n_group)
+    bad("topk_group = " + std::to_string(o.topk_group) + ": expected 1 to n_group (" + std::to_string(o.n_group) + ")");
+  if (o.top_k > o.topk_group * (o.experts / o.n_group))
+    bad("top_k = " + std::to_string(o.top_k) + " is more than the " + std::to_string(o.topk_group * (o.experts / o.n_group)) +
+        " experts of topk_group = " + std::to_string(o.topk_group) + " groups");
+  if (o.softmax_after_topk && o.score != "softmax") bad("softmax after top-k needs the softmax score function");
+  if (!(o.routed_scaling_factor > 0)) bad("routed_scaling_factor must be > 0");
+}
+
+Routing route(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& bias, const RouterOptions& o) {
+  Routing r;
+  r.logits = at::linear(x.to(at::kFloat), gate.to(at::kFloat));  // (T, E) fp32
+  r.scores = o.score == "sigmoid" ? r.logits.sigmoid() : r.logits.softmax(-1);
+  at::Tensor choice = bias.defined() ? r.scores + bias : r.scores;
+  if (o.n_group > 1) choice = limit_to_groups(choice, o);
+  r.experts = best_columns(o.softmax_after_topk ? r.logits : choice, o.top_k);  // (T, K)
+  if (o.softmax_after_topk) {
+    r.weights = r.logits.gather(1, r.experts).softmax(-1);
+  } else {
+    r.weights = r.scores.gather(1, r.experts);
+    if (o.norm_topk_prob) {
+      at::Tensor sum = r.weights.sum(-1, /*keepdim=*/true);
+      if (o.score == "sigmoid") sum = sum + 1e-20;
+      r.weights = r.weights / sum;
+    }
+  }
+  if (o.routed_scaling_factor != 1.0) r.weights = r.weights * o.routed_scaling_factor;
+  return r;
+}
+
+Dispatch dispatch(const at::Tensor& experts, int64_t num_experts) {
+  Dispatch d;
+  const at::Tensor flat = experts.reshape({-1});
+  d.order = std::get<1>(flat.sort(/*stable=*/true, /*dim=*/0, /*descending=*/false));
+  d.token = d.order.div(experts.size(1), "floor");
+  d.counts = expert_counts(flat, num_experts);
+  return d;
+}
+
+at::Tensor permute(const at::Tensor& x, const Dispatch& d) { return x.index_select(0, d.token); }
+
+at::Tensor combine(const at::Tensor& rows, const at::Tensor& weights, const Dispatch& d, int64_t tokens) {
+  const at::Tensor w = weights.reshape({-1}).index_select(0, d.order).to(rows.scalar_type()).unsqueeze(1);
+  return at::zeros({tokens, rows.size(1)}, rows.options()).index_add(0, d.token, rows * w);
+}
+
+at::Tensor swiglu(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down) {
+  return at::linear(at::silu(at::linear(x, gate)) * at::linear(x, up), down);
+}
+
+at::Tensor experts_swiglu(const at::Tensor& rows, const at::Tensor& counts, const at::Tensor& gate,
+                          const at::Tensor& up, const at::Tensor& down) {
+  if (rows.is_cuda()) {
+    // (rows, H) x (E, H, I) with offsets: one grouped GEMM per projection, no host read.
+    const at::Tensor offs = counts.cumsum(0).to(at::kInt);
+    const at::Tensor h = at::silu(at::_grouped_mm(rows, gate.transpose(1, 2), offs)) *
+                         at::_grouped_mm(rows, up.transpose(1, 2), offs);
+    return at::_grouped_mm(h, down.transpose(1, 2), offs);
+  }
+  const at::Tensor host = counts.to(at::kCPU);
+  const int64_t* n = host.data_ptr<int64_t>();
+  std::vector<at::Tensor> out;
+  out.reserve(gate.size(0));
+  int64_t begin = 0;
+  for (int64_t e = 0; e < gate.size(0); ++e) {
+    if (n[e] == 0) continue;
+    out.push_back(swiglu(rows.narrow(0, begin, n[e]), gate[e], up[e], down[e]));
+    begin += n[e];
+  }
+  if (out.empty()) return at::zeros({0, down.size(1)}, rows.options());
+  return at::cat(out, 0);
+}
+
+MoeOutput moe_forward(const at::Tensor& x, const MoeWeights& w, const RouterOptions& o) {
+  MoeOutput out;
+  out.routing = route(x, w.router, w.bias, o);
+  const Dispatch d = dispatch(out.routing.experts, o.experts);
+  const at::Tensor rows = experts_swiglu(permute(x, d), d.counts, w.gate, w.up, w.down);
+  out.y = combine(rows, out.routing.weights, d, x.size(0));
+  if (w.shared_gate.defined()) {
+    at::Tensor shared = swiglu(x, w.shared_gate, w.shared_up, w.shared_down);
+    if (w.shared_expert_gate.defined()) shared = at::sigmoid(at::linear(x, w.shared_expert_gate)) * shared;
+    out.y = out.y + shared;
+  }
+  return out;
+}
+
+at::Tensor switch_aux_loss(const Routing& r, int64_t top_k) {
+  const int64_t t = r.scores.size(0), e = r.scores.size(1);
+  const at::Tensor counts = expert_counts(r.experts.reshape({-1}), e).to(at::kFloat);
+  return (r.scores.sum(0) * counts).sum() * (static_cast<double>(e) / (static_cast<double>(top_k) * t * t));
+}
+
+at::Tensor seq_aux_loss(const Routing& r, int64_t top_k, int64_t seqs) {
+  const int64_t t = r.scores.size(0), e = r.scores.size(1), per = t / seqs;
+  if (seqs < 1 || t % seqs != 0)
+    throw std::invalid_argument("seq_aux_loss: " + std::to_string(t) + " tokens are not " + std::to_string(seqs) +
+                                " sequences of equal length");
+  const at::Tensor probs = r.scores.reshape({seqs, per, e}).sum(1);  // (seqs, E)
+  const at::Tensor counts = at::zeros({seqs, e}, r.scores.options())
+                                .scatter_add_(1, r.experts.reshape({seqs, per * r.experts.size(1)}),
+                                              at::ones({seqs, per * r.experts.size(1)}, r.scores.options()));
+  return (probs * counts).sum() * (static_cast<double>(e) / (static_cast<double>(top_k) * per * per * seqs));
+}
+
+at::Tensor z_loss(const Routing& r) { return r.logits.logsumexp(-1).square().mean(); }
+
+at::Tensor pooled_aux_loss(const std::vector<at::Tensor>& layer_logits, int64_t top_k) {
+  if (layer_logits.empty()) throw std::invalid_argument("pooled_aux_loss: no layer's router logits");
+  const int64_t e = layer_logits[0].size(-1);
+  at::Tensor counts, probs;
+  int64_t rows = 0;
+  for (const at::Tensor& logits : layer_logits) {
+    const at::Tensor p = logits.to(at::kFloat).softmax(-1);
+    const at::Tensor c = expert_counts(best_columns(p, top_k).reshape({-1}), e).to(at::kFloat);
+    counts = counts.defined() ? counts + c : c;
+    probs = probs.defined() ? probs + p.sum(0) : p.sum(0);
+    rows += p.size(0);
+  }
+  return (counts / rows * (probs / rows)).sum() * static_cast<double>(e);
+}
+
+}  // namespace trident

@@ -1,0 +1,122 @@
+// The mixture-of-experts layer the MoE families share (Mixtral, Qwen-MoE,
+// DeepSeek-V3), beside the dense MLP: the router that picks each token's top-k
+// experts, the routed experts (SwiGLU) run on the tokens sorted by expert, and
+// the balancing losses. Expert parallelism drops in between `dispatch` and
+// `combine`: the expert computation takes the rows routed to the local experts,
+// wherever they came from (ARCHITECTURE.md, "Where the coming pieces go").
+// Shapes: tokens T = batch x seq flattened, hidden H, experts E, top-k K,
+// expert width I.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+
+namespace trident {
+
+// NOTE [MoE router]
+// logits = x gateᵀ in fp32; scores = softmax(logits) or sigmoid(logits). The
+// experts are chosen by scores + bias (the score-correction bias of DeepSeek-V3's
+// aux-loss-free balancing: it chooses experts and never weights them), within
+// the topk_group best of n_group groups when grouped (a group's score is the
+// sum of its two best experts', as DeepSeek-V3 and transformers'
+// DeepseekV3TopkRouter rank groups). The weights are the chosen experts' scores,
+// renormalised to sum 1 when norm_topk_prob (sigmoid scores: over their sum +
+// 1e-20, as transformers), then times routed_scaling_factor. softmax_after_topk
+// takes the softmax over the K chosen logits only (Megatron's
+// moe_router_pre_softmax = false; mathematically the renormalised softmax).
+// Ties break deterministically, to the lower expert (group) index, the same on
+// every rank: the choice is a stable descending sort, not at::topk, whose order
+// among equal values the kernels do not promise.
+struct RouterOptions {
+  int64_t experts = 8;
+  int64_t top_k = 2;
+  std::string score = "softmax";  // "softmax" | "sigmoid"
+  bool softmax_after_topk = false;
+  bool norm_topk_prob = true;
+  int64_t n_group = 1;     // groups of experts (1: no group limit)
+  int64_t topk_group = 1;  // groups a token may choose from
+  double routed_scaling_factor = 1.0;
+};
+
+// Throws std::invalid_argument naming the option when the options cannot route
+// (top-k above the experts, groups not dividing the experts, topk_group above
+// n_group, an unknown score function).
+void check_router_options(const RouterOptions& o);
+
+struct Routing {
+  at::Tensor logits;   // (T, E) fp32
+  at::Tensor scores;   // (T, E) fp32: softmax or sigmoid of the logits, what the aux losses read
+  at::Tensor experts;  // (T, K) int64: chosen experts, best first
+  at::Tensor weights;  // (T, K) fp32: their weights
+};
+
+// x (T, H), gate (E, H); bias undefined or (E) fp32.
+Routing route(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& bias, const RouterOptions& o);
+
+// NOTE [MoE dispatch]
+// The T x K (token, slot) assignments sorted by expert, stably (within an
+// expert, in token order): row j of the sorted rows is token `token[j]`'s
+// assignment `slot[j]`. counts[e] rows go to expert e, contiguously, so each
+// expert's rows are one GEMM. `combine` scatters the expert outputs back, each
+// times its weight, summed per token (index_add in the sorted order: the same
+// order, hence the same bits, in every layout).
+struct Dispatch {
+  at::Tensor order;   // (T*K) int64: flat index t*K + k of each sorted row
+  at::Tensor token;   // (T*K) int64: the token of each sorted row
+  at::Tensor counts;  // (E) int64: rows per expert
+};
+Dispatch dispatch(const at::Tensor& experts, int64_t num_experts);
+// x (T, H) -> (T*K, H): each sorted row's token.
+at::Tensor permute(const at::Tensor& x, const Dispatch& d);
+// rows (T*K, H), weights (T, K) -> (T, H): Σ_k weight · row.
+at::Tensor combine(const at::Tensor& rows, const at::Tensor& weights, const Dispatch& d, int64_t tokens);
+
+// The routed experts as SwiGLU on sorted rows: for expert e's rows r,
+// down_e(silu(gate_e r) ⊙ up_e r). gate, up (E, I, H); down (E, H, I). One
+// grouped GEMM per projection where libtorch has one for the device (CUDA:
+// at::_grouped_mm, no host read), else one GEMM per expert over its contiguous
+// rows (the counts read once on the host; the CPU has no such cost). Never a
+// loop over tokens.
+at::Tensor experts_swiglu(const at::Tensor& rows, const at::Tensor& counts, const at::Tensor& gate,
+                          const at::Tensor& up, const at::Tensor& down);
+
+// A dense SwiGLU MLP (a shared expert): down(silu(gate x) ⊙ up x).
+at::Tensor swiglu(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down);
+
+// One MoE layer's weights. Shared experts: shared_gate/up/down undefined when
+// the layer has none; shared_expert_gate (1, H) undefined unless a sigmoid of
+// x gates them (Qwen2-MoE). bias undefined without the correction bias.
+struct MoeWeights {
+  at::Tensor router;              // (E, H)
+  at::Tensor bias;                // (E) fp32
+  at::Tensor gate, up, down;      // (E, I, H), (E, I, H), (E, H, I)
+  at::Tensor shared_gate, shared_up, shared_down;  // (S, H), (S, H), (H, S)
+  at::Tensor shared_expert_gate;  // (1, H)
+};
+struct MoeOutput {
+  at::Tensor y;  // (T, H)
+  Routing routing;
+};
+// x (T, H): route, dispatch, the experts on the sorted rows, combine, plus the
+// shared experts.
+MoeOutput moe_forward(const at::Tensor& x, const MoeWeights& w, const RouterOptions& o);
+
+// NOTE [MoE balancing losses] (each returned without its coefficient)
+// switch_aux_loss: Switch Transformer / GShard, as Megatron's aux_loss:
+//   E / (K T²) · Σ_e (Σ_t scores[t, e]) · count_e.
+// seq_aux_loss: the same per sequence (DeepSeek-V3's sequence-wise loss,
+//   Megatron's seq_aux_loss), averaged over the batch's sequences; x's tokens
+//   are `seqs` sequences of T / seqs tokens each.
+// z_loss: ST-MoE's router z-loss, mean over tokens of logsumexp(logits)².
+// pooled_aux_loss: transformers' load_balancing_loss_func over several layers'
+//   logits: the softmax top-K counts and the probabilities summed over every
+//   layer and token, each divided by layers x T, then E · Σ_e count_e · prob_e
+//   (one product of pooled means, not a sum of per-layer losses).
+at::Tensor switch_aux_loss(const Routing& r, int64_t top_k);
+at::Tensor seq_aux_loss(const Routing& r, int64_t top_k, int64_t seqs);
+at::Tensor z_loss(const Routing& r);
+at::Tensor pooled_aux_loss(const std::vector<at::Tensor>& layer_logits, int64_t top_k);
+
+}  // namespace trident

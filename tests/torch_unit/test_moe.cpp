@@ -1,0 +1,170 @@
+// The MoE layer's parts (models/common/moe.h) against a per-token loop written
+// out here: routing, dispatch and combine, the experts' GEMMs on sorted rows,
+// empty experts, one expert taking every token, ties, groups, the losses.
+// transformers' own blocks are the reference in tests/reference/test_moe_reference.cpp.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "models/common/moe.h"
+
+namespace trident {
+namespace {
+
+constexpr int64_t kT = 11, kH = 6, kI = 4;
+
+MoeWeights random_weights(int64_t experts, uint64_t seed) {
+  at::manual_seed(seed);
+  MoeWeights w;
+  w.router = at::randn({experts, kH});
+  w.gate = at::randn({experts, kI, kH}) * 0.5;
+  w.up = at::randn({experts, kI, kH}) * 0.5;
+  w.down = at::randn({experts, kH, kI}) * 0.5;
+  return w;
+}
+
+// Σ_k weight · SwiGLU_e(x_t), token by token: the definition, no sorting.
+at::Tensor per_token(const at::Tensor& x, const MoeWeights& w, const Routing& r) {
+  at::Tensor y = at::zeros_like(x);
+  for (int64_t t = 0; t < x.size(0); ++t)
+    for (int64_t k = 0; k < r.experts.size(1); ++k) {
+      const int64_t e = r.experts[t][k].item<int64_t>();
+      y[t] += r.weights[t][k] * swiglu(x[t].unsqueeze(0), w.gate[e], w.up[e], w.down[e])[0];
+    }
+  return y;
+}
+
+TEST(Moe, SortedExpertsEqualThePerTokenDefinition) {
+  RouterOptions o;
+  o.experts = 5;
+  o.top_k = 2;
+  const MoeWeights w = random_weights(o.experts, 1);
+  const at::Tensor x = at::randn({kT, kH});
+  const MoeOutput out = moe_forward(x, w, o);
+  EXPECT_TRUE(at::allclose(out.y, per_token(x, w, out.routing), 1e-6, 1e-6));
+  // Softmax scores, the top 2 renormalised: the weights sum to 1.
+  EXPECT_TRUE(at::allclose(out.routing.weights.sum(-1), at::ones({kT}), 1e-6, 1e-6));
+}
+
+TEST(Moe, PermuteThenCombineIsTheIdentityWithOneHotWeights) {
+  const at::Tensor experts = at::tensor({3, 0, 0, 2, 3, 3, 1, 0}, at::kLong).view({4, 2});
+  const Dispatch d = dispatch(experts, 4);
+  EXPECT_TRUE(at::equal(d.counts, at::tensor({3, 1, 1, 3}, at::kLong)));
+  // Sorted by expert, stably: expert 0's rows come from tokens 0, 1, 3 in that order.
+  EXPECT_TRUE(at::equal(d.token, at::tensor({0, 1, 3, 3, 1, 0, 2, 2}, at::kLong)));
+  const at::Tensor x = at::randn({4, kH});
+  const at::Tensor rows = permute(x, d);
+  for (int64_t j = 0; j < rows.size(0); ++j) EXPECT_TRUE(at::equal(rows[j], x[d.token[j].item<int64_t>()]));
+  const at::Tensor first_slot = at::tensor({1.f, 0.f}).repeat({4, 1});
+  EXPECT_TRUE(at::equal(combine(rows, first_slot, d, 4), x));
+}
+
+TEST(Moe, ExpertsWithNoTokensAndOneExpertWithEveryToken) {
+  RouterOptions o;
+  o.experts = 6;
+  o.top_k = 1;
+  MoeWeights w = random_weights(o.experts, 2);
+  // A large positive bias on expert 4 (choice only): every token picks it.
+  w.bias = at::zeros({o.experts});
+  w.bias[4] = 100.0;
+  const at::Tensor x = at::randn({kT, kH});
+  const MoeOutput out = moe_forward(x, w, o);
+  EXPECT_TRUE(at::equal(out.routing.experts, at::full({kT, 1}, 4, at::kLong)));
+  // The bias chose; the weight is expert 4's own softmax score, renormalised over k = 1: exactly 1.
+  EXPECT_TRUE(at::equal(out.routing.weights, at::ones({kT, 1})));
+  EXPECT_TRUE(at::allclose(out.y, swiglu(x, w.gate[4], w.up[4], w.down[4]), 1e-6, 1e-6));
+  const Dispatch d = dispatch(out.routing.experts, o.experts);
+  EXPECT_TRUE(at::equal(d.counts, at::tensor(std::vector<int64_t>{0, 0, 0, 0, kT, 0})));
+}
+
+TEST(Moe, TiesGoToTheLowerExpert) {
+  RouterOptions o;
+  o.experts = 7;
+  o.top_k = 3;
+  MoeWeights w = random_weights(o.experts, 3);
+  w.router.zero_();  // every expert scores 1/7 for every token
+  const MoeOutput out = moe_forward(at::randn({kT, kH}), w, o);
+  EXPECT_TRUE(at::equal(out.routing.experts, at::tensor({0, 1, 2}, at::kLong).repeat({kT, 1})));
+}
+
+TEST(Moe, GroupLimitedChoiceStaysInTheBestGroups) {
+  RouterOptions o;
+  o.experts = 8;
+  o.top_k = 2;
+  o.score = "sigmoid";
+  o.n_group = 4;
+  o.topk_group = 1;
+  o.routed_scaling_factor = 2.0;
+  // Logits chosen by hand: group 1 (experts 2, 3) has the best pair (sum of its two),
+  // though expert 6 alone scores highest.
+  const at::Tensor logits = at::tensor({0.f, 0.f, 2.f, 2.f, 0.f, 0.f, 3.f, -5.f}).unsqueeze(0);
+  MoeWeights w = random_weights(o.experts, 4);
+  const at::Tensor x = at::eye(kH).narrow(0, 0, 1);  // x = e_0: logits = router[:, 0]
+  w.router.zero_();
+  w.router.select(1, 0).copy_(logits[0]);
+  const Routing r = route(x, w.router, w.bias, o);
+  EXPECT_TRUE(at::equal(r.experts, at::tensor({2, 3}, at::kLong).unsqueeze(0)));
+  // Sigmoid scores renormalised over the chosen two, then scaled: 1 each.
+  EXPECT_TRUE(at::allclose(r.weights, at::full({1, 2}, 1.0f), 1e-6, 1e-6));
+  o.n_group = 1;  // without the group limit expert 6 wins
+  EXPECT_EQ(route(x, w.router, w.bias, o).experts[0][0].item<int64_t>(), 6);
+}
+
+TEST(Moe, BalancingLossesFromTheirDefinitions) {
+  RouterOptions o;
+  o.experts = 4;
+  o.top_k = 2;
+  const MoeWeights w = random_weights(o.experts, 5);
+  const Routing r = route(at::randn({8, kH}), w.router, w.bias, o);
+  // Switch: E · Σ_e f_e P_e with f_e the fraction of the T·K assignments, P_e the mean score.
+  const at::Tensor f = at::one_hot(r.experts.reshape({-1}), 4).to(at::kFloat).mean(0);
+  const at::Tensor p = r.scores.mean(0);
+  EXPECT_NEAR(switch_aux_loss(r, 2).item<double>(), 4.0 * (f * p).sum().item<double>(), 1e-6);
+  // One sequence: the sequence-level loss is the batch loss; two: the mean of the halves'.
+  EXPECT_NEAR(seq_aux_loss(r, 2, 1).item<double>(), switch_aux_loss(r, 2).item<double>(), 1e-6);
+  const auto half = [&](int64_t i) {
+    Routing h;
+    h.scores = r.scores.narrow(0, 4 * i, 4);
+    h.experts = r.experts.narrow(0, 4 * i, 4);
+    return switch_aux_loss(h, 2).item<double>();
+  };
+  EXPECT_NEAR(seq_aux_loss(r, 2, 2).item<double>(), (half(0) + half(1)) / 2, 1e-6);
+  EXPECT_NEAR(z_loss(r).item<double>(), r.logits.logsumexp(-1).pow(2).mean().item<double>(), 1e-7);
+  // Balanced routing with uniform scores: every balancing loss's minimum, 1.
+  Routing even;
+  even.scores = at::full({4, 4}, 0.25f);
+  even.experts = at::tensor({0, 1, 2, 3, 0, 1, 2, 3}, at::kLong).view({4, 2});
+  EXPECT_NEAR(switch_aux_loss(even, 2).item<double>(), 1.0, 1e-6);
+}
+
+TEST(Moe, RouterOptionsThatCannotRouteAreRefused) {
+  const auto error = [](RouterOptions o) {
+    try {
+      check_router_options(o);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  RouterOptions o;
+  o.experts = 8;
+  o.top_k = 9;
+  EXPECT_NE(error(o).find("top_k = 9"), std::string::npos) << error(o);
+  o.top_k = 2;
+  o.n_group = 3;
+  EXPECT_NE(error(o).find("n_group = 3 does not divide the 8 experts"), std::string::npos) << error(o);
+  o.n_group = 4;
+  o.topk_group = 5;
+  EXPECT_NE(error(o).find("topk_group = 5"), std::string::npos) << error(o);
+  o.topk_group = 2;
+  o.score = "relu";
+  EXPECT_NE(error(o).find("\"relu\""), std::string::npos) << error(o);
+  o.score = "sigmoid";
+  EXPECT_EQ(error(o), "accepted");
+}
+
+}  // namespace
+}  // namespace trident
