@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "schedules/group_waits.h"
 #include "schedules/simulate.h"
 
 namespace trident {
@@ -73,7 +74,7 @@ sched::TimelineStats CostAccumulator::predict(const Group& pp, const sched::Sche
   // two actions (posting receives, the progress record) takes a few us.
   latency = sched::measured_link_latency(schedule, latency_steps_, 0.05);
   costs = sched::costs_from_stage_sums(stages, latency.per_boundary);
-  return sched::simulate_stats(schedule, costs);
+  return sched::grouped_stats(schedule, costs);  // the executor's grouped waits included (NOTE [group waits])
 }
 
 std::vector<std::string> gather_strings(const Group& g, const std::string& mine) {

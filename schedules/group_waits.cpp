@@ -16,6 +16,20 @@ double grouped_step_time(const Schedule& s, const Costs& costs) {
   return detail::timed_stream_run(s, &costs).step;
 }
 
+TimelineStats grouped_stats(const Schedule& s, const Costs& costs) {
+  TimelineStats st = simulate_stats(s, costs);
+  if (!has_communication(s) || action_count(s) > kMaxDeferActions) return st;
+  const double step = grouped_step_time(s, costs);
+  if (!(step > 0)) return st;
+  // The grouped run only adds waits: never shorter than the plain one (a
+  // rounding difference aside).
+  st.step_time = std::max(step, st.step_time);
+  double idle = 0;
+  for (double b : st.busy) idle += st.step_time - b;
+  st.bubble_fraction = idle / (static_cast<double>(st.busy.size()) * st.step_time);
+  return st;
+}
+
 Schedule defer_coupled_sends(const Schedule& s) {
   if (!has_communication(s) || action_count(s) > kMaxDeferActions) return s;
   Schedule best = s;

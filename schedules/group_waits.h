@@ -42,6 +42,15 @@ namespace trident::sched {
 double grouped_step_time(const Schedule& s);
 double grouped_step_time(const Schedule& s, const Costs& costs);
 
+// The simulator's figures for `s` (explicit communication, as the executor runs
+// it) with the step of the grouped run: step_time = grouped_step_time(s, costs)
+// and bubble_fraction = 1 - Σ busy / (p · that step), the compute times
+// unchanged. What a run's and `trident bench bubble`'s prediction report, since
+// the executor waits for whole groups (the plain simulation would miss those
+// waits); the plain figures when the grouped run cannot be timed (a list above
+// kMaxDeferActions actions, or one whose groups deadlock).
+TimelineStats grouped_stats(const Schedule& s, const Costs& costs);
+
 // `s` with the sends that a compute would wait on moved past it, or their
 // receives posted earlier, where that shortens grouped_step_time(); `s` itself
 // when it has no communication, or more than kMaxDeferActions actions (the

@@ -48,6 +48,25 @@ TEST(GroupWaits, InterleavedAtTwoRanksWaitsOnItsSendsUntilTheyMove) {
   EXPECT_EQ(generate("interleaved", 2, 16, 2), moved);  // what a run executes
 }
 
+// What a run and `trident bench bubble` predict: the simulator's busy times
+// with the grouped step. Where groups hold computes back (interleaved at p = 2
+// before its sends move) the step and the bubble are the grouped run's, not
+// the plain simulation's; where none do (1F1B), both agree.
+TEST(GroupWaits, PredictedStatsTakeTheGroupedStep) {
+  const Schedule placed = add_communication(generate_compute("interleaved", 2, 16, 2));
+  const Costs costs = unit_costs(placed.chunks);
+  const TimelineStats plain = simulate_stats(placed, costs), grouped = grouped_stats(placed, costs);
+  EXPECT_DOUBLE_EQ(grouped.step_time, grouped_step_time(placed, costs));
+  EXPECT_GT(grouped.step_time, 1.3 * plain.step_time);
+  EXPECT_EQ(grouped.busy, plain.busy);
+  double busy = 0;
+  for (double b : grouped.busy) busy += b;
+  EXPECT_NEAR(grouped.bubble_fraction, 1 - busy / (2 * grouped.step_time), 1e-12);
+  EXPECT_GT(grouped.bubble_fraction, plain.bubble_fraction + 0.2);
+  const Schedule onef = add_communication(generate_compute("1f1b", 4, 8, 1));
+  EXPECT_DOUBLE_EQ(grouped_stats(onef, unit_costs(1)).bubble_fraction, simulate_stats(onef, unit_costs(1)).bubble_fraction);
+}
+
 // 1F1B's exchanges already pair each send with the receive its peer needs
 // next: no group holds a compute back, so nothing moves.
 TEST(GroupWaits, OneFOneBHasNothingToMove) {
