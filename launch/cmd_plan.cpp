@@ -129,12 +129,7 @@ std::string emit_set(const plan::Estimate& e, int64_t global_batch, const std::v
   return os.str();
 }
 
-}  // namespace
-
-int cmd_plan(int argc, char** argv) {
-  if (argc > 1 && std::string(argv[1]) == "calibrate") return cmd_plan_calibrate(argc - 1, argv + 1);
-  if (argc > 1 && std::string(argv[1]) == "profile") return cmd_plan_profile(argc - 1, argv + 1);
-  po::options_description opts("trident plan --config MODEL.toml --cluster CLUSTER.toml --gpus N [options]");
+void add_plan_options(po::options_description& opts) {
   opts.add_options()("help,h", "show this help")("config", po::value<std::string>(), "model config (a trident train TOML)")(
       "set", po::value<std::vector<std::string>>(), "section.key=value override of the config (repeatable)")(
       "cluster", po::value<std::string>(), "cluster description (configs/clusters/*.toml)")(
@@ -155,26 +150,20 @@ int cmd_plan(int argc, char** argv) {
       "tp-across-nodes", "let the search try tp larger than a node")(
       "format", po::value<std::string>()->default_value("table"), "table | csv | json")(
       "emit-set", "print the --set lines that run the best (or the given) layout with trident train");
-  po::variables_map vm;
-  if (!parse_args(argc, argv, opts, vm, nullptr, nullptr,
-                  "The step time is the schedule simulated on its action lists with per-stage costs from each\n"
-                  "GEMM's shape on a roofline (compute.gemm_efficiency of the peak, the memory bandwidth), the\n"
-                  "--runtime's attention kernel and overlap, or from a measured --profile; ring collectives for\n"
-                  "TP and DP, and transfers per boundary; TFLOP/s count recomputation (as Narayanan et al.\n"
-                  "2021), MFU does not.\n"
-                  "example: build/trident plan --config configs/gpt-tiny.toml --cluster configs/clusters/dgx-a100.toml --gpus 8 --top 3\n"
-                  "`trident plan calibrate --help`: measure this machine and write its cluster file.\n"
-                  "`trident plan profile --help`: measure a model on this machine for --profile.\n"))
-    return 0;
-  for (const char* required : {"config", "cluster", "gpus"})
-    if (!vm.count(required)) throw BadInput(std::string("--") + required + " is required (see --help)");
-  const std::string format = vm["format"].as<std::string>();
-  if (format != "table" && format != "csv" && format != "json")
-    throw BadInput("--format '" + format + "', expected table, csv or json");
-  std::vector<std::string> sets = vm.count("set") ? vm["set"].as<std::vector<std::string>>() : std::vector<std::string>{};
-  if (vm.count("seq")) sets.push_back("model.seq_len=" + std::to_string(vm["seq"].as<int64_t>()));
-  const Config cfg = load_checked_config(vm["config"].as<std::string>(), sets);
+}
 
+constexpr const char* kPlanEpilog =
+    "The step time is the schedule simulated on its action lists with per-stage costs from each\n"
+    "GEMM's shape on a roofline (compute.gemm_efficiency of the peak, the memory bandwidth), the\n"
+    "--runtime's attention kernel and overlap, or from a measured --profile; ring collectives for\n"
+    "TP and DP, and transfers per boundary; TFLOP/s count recomputation (as Narayanan et al.\n"
+    "2021), MFU does not.\n"
+    "example: build/trident plan --config configs/gpt-tiny.toml --cluster configs/clusters/dgx-a100.toml --gpus 8 --top 3\n"
+    "`trident plan calibrate --help`: measure this machine and write its cluster file.\n"
+    "`trident plan profile --help`: measure a model on this machine for --profile.\n";
+
+// What to plan: the config's model and training, the cluster with its overrides, the batch, the runtime.
+plan::Problem problem_of(const po::variables_map& vm, const Config& cfg) {
   plan::Problem pr;
   pr.model = cfg.model;
   pr.precision = cfg.training.precision;
@@ -188,58 +177,110 @@ int cmd_plan(int argc, char** argv) {
   pr.dp_bucket_mb = cfg.parallel.dp_bucket_mb;
   pr.log_interval = cfg.logging.log_interval;
   pr.runtime = vm["runtime"].as<std::string>();
+  return pr;
+}
+
+// --layout: the one layout given, evaluated.
+plan::Estimate evaluate_given(const po::variables_map& vm, const plan::Problem& pr, int gpus) {
+  for (const char* o : {"tp-across-nodes"})
+    if (vm.count(o)) throw BadInput(std::string("--") + o + " applies to the search, not to --layout");
+  if (!vm["top"].defaulted() || !vm["max-mbs"].defaulted())
+    throw BadInput("--top and --max-mbs apply to the search, not to --layout");
+  plan::Estimate e = plan::evaluate(pr, plan::parse_layout(vm["layout"].as<std::string>(), gpus));
+  if (e.layout.tp * e.layout.pp * e.layout.dp > pr.cluster.devices())
+    throw BadInput("--layout needs more devices than the cluster has");
+  return e;
+}
+
+// Without --layout: the best layouts of the search, and in `header` what it tried and dropped.
+std::vector<plan::Estimate> search_best(const po::variables_map& vm, const plan::Problem& pr, int gpus,
+                                        std::string& header) {
+  plan::SearchOptions o;
+  o.gpus = gpus;
+  o.top = vm["top"].as<int>();
+  o.max_micro_batch = vm["max-mbs"].as<int>();
+  o.tp_across_nodes = vm.count("tp-across-nodes") > 0;
+  const plan::SearchResult r = plan::search(pr, o);
+  std::ostringstream h;
+  h << "searched " << r.evaluated << " layouts simulated, " << r.fitting << " fit in " << pr.cluster.device_memory_gib
+    << " GiB; dropped:";
+  if (r.dropped.empty()) h << " none";
+  h << "\n";
+  for (const auto& [why, n] : r.dropped) h << "  " << n << " x " << why << "\n";
+  header = h.str();
+  return r.best;
+}
+
+// --emit-set: the --set lines of the first layout shown.
+void print_emit_set(const po::variables_map& vm, const plan::Problem& pr, const plan::Estimate& e) {
+  if (pr.runtime != "trident")
+    throw BadInput("--emit-set prints the lines of a trident train run: it needs --runtime trident, not " + pr.runtime);
+  std::vector<std::string> model_sets;
+  if (vm.count("seq")) model_sets.push_back("model.seq_len=" + std::to_string(vm["seq"].as<int64_t>()));
+  std::cout << emit_set(e, pr.global_batch, model_sets);
+}
+
+// The table form's lines above the layouts: the problem, the runtime predicted, what the search did.
+std::string table_head(const Config& cfg, const plan::Problem& pr, int gpus, const plan::Runtime& runtime,
+                       const std::string& searched) {
+  std::ostringstream os;
+  os << "plan: " << cfg.source << " (" << cfg.model.arch << ", " << cfg.model.layers << " layers, hidden "
+     << cfg.model.hidden << ", seq " << cfg.model.seq_len << ", " << cfg.training.precision << ") on "
+     << pr.cluster.name << ", " << gpus << " devices, global batch " << pr.global_batch << "\n"
+     << "runtime predicted: " << runtime.description << "\n"
+     << searched;
+  return os.str();
+}
+
+// The layouts shown in --format's form (the table under `head`, with memory per rank for one --layout).
+void print_estimates(const std::string& format, const std::string& runtime, const std::string& head,
+                     const std::vector<plan::Estimate>& shown, bool one_layout) {
+  if (format == "json") {
+    std::cout << "[";
+    for (size_t i = 0; i < shown.size(); ++i) std::cout << (i ? ",\n " : "") << json_one(shown[i], runtime);
+    std::cout << "]\n";
+  } else if (format == "csv") {
+    std::cout << csv(shown);
+  } else {
+    std::cout << head << table(shown);
+    if (shown.size() == 1 && one_layout) std::cout << memory_table(shown[0]);
+  }
+}
+
+}  // namespace
+
+int cmd_plan(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "calibrate") return cmd_plan_calibrate(argc - 1, argv + 1);
+  if (argc > 1 && std::string(argv[1]) == "profile") return cmd_plan_profile(argc - 1, argv + 1);
+  po::options_description opts("trident plan --config MODEL.toml --cluster CLUSTER.toml --gpus N [options]");
+  add_plan_options(opts);
+  po::variables_map vm;
+  if (!parse_args(argc, argv, opts, vm, nullptr, nullptr, kPlanEpilog)) return 0;
+  for (const char* required : {"config", "cluster", "gpus"})
+    if (!vm.count(required)) throw BadInput(std::string("--") + required + " is required (see --help)");
+  const std::string format = vm["format"].as<std::string>();
+  if (format != "table" && format != "csv" && format != "json")
+    throw BadInput("--format '" + format + "', expected table, csv or json");
+  std::vector<std::string> sets = vm.count("set") ? vm["set"].as<std::vector<std::string>>() : std::vector<std::string>{};
+  if (vm.count("seq")) sets.push_back("model.seq_len=" + std::to_string(vm["seq"].as<int64_t>()));
+  const Config cfg = load_checked_config(vm["config"].as<std::string>(), sets);
+
+  plan::Problem pr = problem_of(vm, cfg);
   const plan::Runtime runtime = plan::runtime_named(pr.runtime);  // a bad name fails here, before any work
   if (vm.count("profile")) pr.profile = plan::load_profile(vm["profile"].as<std::string>());
   const int gpus = vm["gpus"].as<int>();
 
   std::vector<plan::Estimate> shown;
   std::string header;
-  if (vm.count("layout")) {
-    for (const char* o : {"tp-across-nodes"})
-      if (vm.count(o)) throw BadInput(std::string("--") + o + " applies to the search, not to --layout");
-    if (!vm["top"].defaulted() || !vm["max-mbs"].defaulted())
-      throw BadInput("--top and --max-mbs apply to the search, not to --layout");
-    shown.push_back(plan::evaluate(pr, plan::parse_layout(vm["layout"].as<std::string>(), gpus)));
-    if (shown[0].layout.tp * shown[0].layout.pp * shown[0].layout.dp > pr.cluster.devices())
-      throw BadInput("--layout needs more devices than the cluster has");
-  } else {
-    plan::SearchOptions o;
-    o.gpus = gpus;
-    o.top = vm["top"].as<int>();
-    o.max_micro_batch = vm["max-mbs"].as<int>();
-    o.tp_across_nodes = vm.count("tp-across-nodes") > 0;
-    const plan::SearchResult r = plan::search(pr, o);
-    shown = r.best;
-    std::ostringstream h;
-    h << "searched " << r.evaluated << " layouts simulated, " << r.fitting << " fit in "
-      << pr.cluster.device_memory_gib << " GiB; dropped:";
-    if (r.dropped.empty()) h << " none";
-    h << "\n";
-    for (const auto& [why, n] : r.dropped) h << "  " << n << " x " << why << "\n";
-    header = h.str();
-  }
+  if (vm.count("layout"))
+    shown.push_back(evaluate_given(vm, pr, gpus));
+  else
+    shown = search_best(vm, pr, gpus, header);
   if (vm.count("emit-set")) {
-    if (pr.runtime != "trident")
-      throw BadInput("--emit-set prints the lines of a trident train run: it needs --runtime trident, not " + pr.runtime);
-    std::vector<std::string> model_sets;
-    if (vm.count("seq")) model_sets.push_back("model.seq_len=" + std::to_string(vm["seq"].as<int64_t>()));
-    std::cout << emit_set(shown[0], pr.global_batch, model_sets);
+    print_emit_set(vm, pr, shown[0]);
     return 0;
   }
-  if (format == "json") {
-    std::cout << "[";
-    for (size_t i = 0; i < shown.size(); ++i) std::cout << (i ? ",\n " : "") << json_one(shown[i], pr.runtime);
-    std::cout << "]\n";
-  } else if (format == "csv") {
-    std::cout << csv(shown);
-  } else {
-    std::cout << "plan: " << cfg.source << " (" << cfg.model.arch << ", " << cfg.model.layers << " layers, hidden "
-              << cfg.model.hidden << ", seq " << cfg.model.seq_len << ", " << cfg.training.precision << ") on "
-              << pr.cluster.name << ", " << gpus << " devices, global batch " << pr.global_batch << "\n"
-              << "runtime predicted: " << runtime.description << "\n"
-              << header << table(shown);
-    if (shown.size() == 1 && vm.count("layout")) std::cout << memory_table(shown[0]);
-  }
+  print_estimates(format, pr.runtime, table_head(cfg, pr, gpus, runtime, header), shown, vm.count("layout") > 0);
   return 0;
 }
 

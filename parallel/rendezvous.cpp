@@ -310,13 +310,32 @@ void join_as_peer(Rendezvous& rv, const std::string& address) {
   rv.post(rv.key("joined/" + std::to_string(env.rank)), "1");
 }
 
-// Rank 0: who has arrived, from where (node, address) -> ranks.
+// Rank 0: who has arrived, from where (node, address) -> ranks. The node is -1 where the
+// launcher named none (no NODE_RANK, GROUP_RANK or SLURM_NODEID: Open MPI, variables set by hand).
 struct Arrivals {
-  std::vector<int> missing, nodes;
+  std::vector<int> missing;
   std::map<std::pair<int, std::string>, std::vector<int>> places;
   std::map<int, std::string> acked;  // rank -> the arrival token last acknowledged
   std::string error;
 };
+
+// Who did arrive, for the "never joined" verdict: the nodes, and by rank those of no named node.
+std::string who_joined(const Arrivals& a) {
+  std::vector<int> nodes, unplaced;
+  for (const auto& [place, ranks] : a.places) {
+    if (place.first < 0)
+      unplaced.insert(unplaced.end(), ranks.begin(), ranks.end());
+    else if (std::find(nodes.begin(), nodes.end(), place.first) == nodes.end())
+      nodes.push_back(place.first);
+  }
+  std::sort(nodes.begin(), nodes.end());
+  std::sort(unplaced.begin(), unplaced.end());
+  std::string s;
+  for (int n : nodes) s += (s.empty() ? "node(s) " : ", ") + std::to_string(n);
+  if (!unplaced.empty())
+    s += (s.empty() ? "rank(s) " : " and, of no named node, rank(s) ") + rank_ranges(unplaced);
+  return s + " did";
+}
 
 // Acknowledges every arrival not yet acknowledged (a stale one from an earlier
 // attempt too: nobody waits for that), and moves the ranks that joined this
@@ -343,7 +362,6 @@ void read_arrivals(const Rendezvous& rv, Arrivals& a) {
       continue;
     }
     a.places[{node, addr}].push_back(r);
-    if (std::find(a.nodes.begin(), a.nodes.end(), node) == a.nodes.end()) a.nodes.push_back(node);
   }
   a.missing = std::move(still);
 }
@@ -353,7 +371,6 @@ Arrivals gather_arrivals(const Rendezvous& rv, const std::string& address) {
   const WorldEnv& env = rv.env;
   Arrivals a;
   for (int r = 1; r < env.world_size; ++r) a.missing.push_back(r);
-  a.nodes = {env.node_rank};
   a.places = {{{env.node_rank, address}, {0}}};
   while (a.error.empty()) {
     if (rv.store.check({rv.key("abort")})) {
@@ -363,12 +380,9 @@ Arrivals gather_arrivals(const Rendezvous& rv, const std::string& address) {
     read_arrivals(rv, a);
     if (a.missing.empty()) break;
     if (Clock::now() >= rv.deadline) {
-      std::sort(a.nodes.begin(), a.nodes.end());
-      std::string nodes;
-      for (int n : a.nodes) nodes += (nodes.empty() ? "" : ", ") + std::to_string(n);
       a.error = "rank(s) " + rank_ranges(a.missing) + " of " + std::to_string(env.world_size) +
                 " never joined the rendezvous at " + store_address(env) + " within " + seconds_text(rv.timeout) +
-                " (node(s) " + nodes + " did; is every node started, with this --master-addr and --master-port?)";
+                " (" + who_joined(a) + "; is every node started, with this --master-addr and --master-port?)";
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -422,7 +436,7 @@ std::string join_rendezvous(c10d::Store& store, const WorldEnv& env, const std::
   std::string where;
   for (auto& [place, ranks] : a.places) {
     std::sort(ranks.begin(), ranks.end());
-    where += (where.empty() ? "" : "; ") + std::string("node ") + std::to_string(place.first) + " at " +
+    where += (where.empty() ? "" : "; ") + (place.first >= 0 ? "node " + std::to_string(place.first) + " at " : "") +
              place.second + ": rank(s) " + rank_ranges(ranks);
   }
   std::cout << "rendezvous at " << store_address(env) << ": " << env.world_size << " ranks joined (" << where << ")"

@@ -64,96 +64,122 @@ bool surely_too_big(const Problem& pr, const PlanLayout& l) {
   return states + act > pr.cluster.device_memory_gib * 1024.0 * 1024 * 1024;
 }
 
-}  // namespace
-
-SearchResult search(const Problem& pr, const SearchOptions& o) {
+void check_options(const Problem& pr, const SearchOptions& o) {
   if (o.gpus < 1) throw PlanError("--gpus " + std::to_string(o.gpus) + ": expected >= 1");
   if (o.gpus > pr.cluster.devices())
     throw PlanError("--gpus " + std::to_string(o.gpus) + " but the cluster " + pr.cluster.name + " (" +
                     pr.cluster.source + ") has " + std::to_string(pr.cluster.devices()) + " devices");
   if (o.top < 1) throw PlanError("--top " + std::to_string(o.top) + ": expected >= 1");
-  const ModelConfig& m = pr.model;
+}
+
+// Micro-batch sizes 1, 2, 4, ... up to the option; with a profile, the sizes it measured.
+std::vector<int> micro_batch_sizes(const Problem& pr, const SearchOptions& o) {
+  std::vector<int> out;
+  if (pr.profile) {
+    check_profile_matches(*pr.profile, pr.model, pr.precision);
+    for (int mbs : pr.profile->micro_batches())
+      if (mbs <= o.max_micro_batch) out.push_back(mbs);
+    if (out.empty())
+      throw PlanError(pr.profile->source + " measured no micro-batch size <= " + std::to_string(o.max_micro_batch));
+  } else {
+    for (int mbs = 1; mbs <= o.max_micro_batch; mbs *= 2) out.push_back(mbs);
+  }
+  return out;
+}
+
+// One search in progress: the layouts that fit, in the order tried, and the counts of the result.
+struct Searcher {
+  const Problem& pr;
+  const SearchOptions& o;
+  std::vector<int> micro_batches;
   SearchResult res;
-  auto drop = [&](const std::string& why, int64_t n = 1) { res.dropped[why] += n; };
   std::vector<Estimate> all;
+
+  void drop(const std::string& why, int64_t n = 1) { res.dropped[why] += n; }
+
   // Simulates `l` and keeps its estimate in `into` when the device holds its peak.
-  auto keep_if_it_fits = [&](const PlanLayout& l, std::vector<Estimate>& into) {
+  void keep_if_it_fits(const PlanLayout& l, std::vector<Estimate>& into) {
     Estimate e = evaluate(pr, l);
     ++res.evaluated;
     if (!e.fits) return drop("exceeds device memory (peak with the simulated in-flight micro-batches)");
     ++res.fitting;
     into.push_back(std::move(e));
-  };
-  // Micro-batch sizes 1, 2, 4, ... up to the option; with a profile, the sizes it measured.
-  std::vector<int> micro_batches;
-  if (pr.profile) {
-    check_profile_matches(*pr.profile, m, pr.precision);
-    for (int mbs : pr.profile->micro_batches())
-      if (mbs <= o.max_micro_batch) micro_batches.push_back(mbs);
-    if (micro_batches.empty())
-      throw PlanError(pr.profile->source + " measured no micro-batch size <= " + std::to_string(o.max_micro_batch));
-  } else {
-    for (int mbs = 1; mbs <= o.max_micro_batch; mbs *= 2) micro_batches.push_back(mbs);
   }
-  for (int tp : divisors(o.gpus)) {
-    if (tp > pr.cluster.devices_per_node && !o.tp_across_nodes) {
-      drop("tp values larger than a node (--tp-across-nodes allows them)");
-      continue;
-    }
-    if (m.heads % tp || m.kv() % tp || m.ffn() % tp || m.hidden % tp) {
-      drop("tp values not dividing heads, kv_heads, ffn_hidden or hidden");
-      continue;
-    }
-    for (int pp : divisors(o.gpus / tp)) {
-      if (pp > m.layers) {
-        drop("pp values larger than the layer count");
+
+  // Every generated schedule kind: each tp dividing the devices, then each pp of what is left.
+  void generated_kinds() {
+    const ModelConfig& m = pr.model;
+    for (int tp : divisors(o.gpus)) {
+      if (tp > pr.cluster.devices_per_node && !o.tp_across_nodes) {
+        drop("tp values larger than a node (--tp-across-nodes allows them)");
         continue;
       }
-      const int dp = o.gpus / (tp * pp);
-      for (const auto& [kind, v] : schedule_choices(pp, m.layers)) {
-        for (int mbs : micro_batches) {
-          if (pr.global_batch % (static_cast<int64_t>(dp) * mbs) != 0) {
-            drop("global batch not a multiple of dp x micro-batch");
-            continue;
-          }
-          const int mb_count = static_cast<int>(pr.global_batch / (static_cast<int64_t>(dp) * mbs));
-          try {
-            sched::check_supported(kind, pp, mb_count, v);
-          } catch (const std::exception&) {
-            drop("schedule does not support (pp, micro-batches, chunks)");
-            continue;
-          }
-          for (const std::vector<int>& split : splits(pr, tp, pp * v, mbs)) {
-            for (const char* rec : {"none", "selective", "full"}) {
-              for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
-                for (int zero = 0; zero <= (dp > 1 ? 1 : 0); ++zero) {
-                  PlanLayout l;
-                  l.tp = tp, l.pp = pp, l.dp = dp, l.schedule = kind, l.chunks = v, l.micro_batch = mbs;
-                  l.recompute = rec, l.sequence_parallel = sp == 1, l.zero = zero, l.layers = split;
-                  if (sp && m.seq_len % tp) {
-                    drop("sequence parallelism: tp does not divide seq_len");
-                    continue;
-                  }
-                  if (surely_too_big(pr, l)) {
-                    drop("exceeds device memory (states and one micro-batch alone)");
-                    continue;
-                  }
-                  keep_if_it_fits(l, all);
-                }
-              }
+      if (m.heads % tp || m.kv() % tp || m.ffn() % tp || m.hidden % tp) {
+        drop("tp values not dividing heads, kv_heads, ffn_hidden or hidden");
+        continue;
+      }
+      for (int pp : divisors(o.gpus / tp)) {
+        if (pp > m.layers) {
+          drop("pp values larger than the layer count");
+          continue;
+        }
+        schedules_of(tp, pp);
+      }
+    }
+  }
+
+  // At (tp, pp): each schedule kind with its chunks and each micro-batch size the batch and the kind allow.
+  void schedules_of(int tp, int pp) {
+    const int dp = o.gpus / (tp * pp);
+    for (const auto& [kind, v] : schedule_choices(pp, pr.model.layers)) {
+      for (int mbs : micro_batches) {
+        if (pr.global_batch % (static_cast<int64_t>(dp) * mbs) != 0) {
+          drop("global batch not a multiple of dp x micro-batch");
+          continue;
+        }
+        const int mb_count = static_cast<int>(pr.global_batch / (static_cast<int64_t>(dp) * mbs));
+        try {
+          sched::check_supported(kind, pp, mb_count, v);
+        } catch (const std::exception&) {
+          drop("schedule does not support (pp, micro-batches, chunks)");
+          continue;
+        }
+        memory_choices(tp, pp, dp, kind, v, mbs);
+      }
+    }
+  }
+
+  // At one (tp, pp, dp, schedule, micro-batch): each layer split, recomputation, sequence parallelism and ZeRO.
+  void memory_choices(int tp, int pp, int dp, const std::string& kind, int v, int mbs) {
+    for (const std::vector<int>& split : splits(pr, tp, pp * v, mbs)) {
+      for (const char* rec : {"none", "selective", "full"}) {
+        for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
+          for (int zero = 0; zero <= (dp > 1 ? 1 : 0); ++zero) {
+            PlanLayout l;
+            l.tp = tp, l.pp = pp, l.dp = dp, l.schedule = kind, l.chunks = v, l.micro_batch = mbs;
+            l.recompute = rec, l.sequence_parallel = sp == 1, l.zero = zero, l.layers = split;
+            if (sp && pr.model.seq_len % tp) {
+              drop("sequence parallelism: tp does not divide seq_len");
+              continue;
             }
+            if (surely_too_big(pr, l)) {
+              drop("exceeds device memory (states and one micro-batch alone)");
+              continue;
+            }
+            keep_if_it_fits(l, all);
           }
         }
       }
     }
   }
+
   // NOTE [zb-auto in the search] The memory-bounded zero-bubble lists are searched for each layout's
   // own stage costs (schedules/generators_auto.cpp), which takes far longer than a generated kind:
   // so zb-auto is tried on the fastest pipelined layouts found above (kernel, split and memory
   // choices kept, one chunk), each with the limits pp (ZB-1p), 3pp/2 and 2pp (ZB-2p); a limit
   // whose simulated in-flight activations exceed the device's memory is dropped like any layout,
   // so the limit reported is the one that fits.
-  {
+  std::vector<PlanLayout> zb_auto_bases() const {
     std::vector<const Estimate*> order;
     for (const Estimate& e : all)
       if (e.layout.pp > 1) order.push_back(&e);
@@ -171,8 +197,13 @@ SearchResult search(const Problem& pr, const SearchOptions& o) {
       if (std::none_of(bases.begin(), bases.end(), [&](const PlanLayout& x) { return layout_text(x) == layout_text(b); }))
         bases.push_back(b);
     }
+    return bases;
+  }
+
+  // zb-auto at each base with each of its memory limits (NOTE [zb-auto in the search]).
+  void zb_auto() {
     std::vector<Estimate> found;
-    for (const PlanLayout& b : bases) {
+    for (const PlanLayout& b : zb_auto_bases()) {
       const int mb_count = static_cast<int>(pr.global_batch / (static_cast<int64_t>(b.dp) * b.micro_batch));
       if (static_cast<int64_t>(mb_count) * b.pp > kZbAutoSearchSlots) {
         drop("zb-auto: pp x micro-batches above " + std::to_string(kZbAutoSearchSlots) + " (its list search takes seconds)");
@@ -188,21 +219,35 @@ SearchResult search(const Problem& pr, const SearchOptions& o) {
     }
     for (Estimate& e : found) all.push_back(std::move(e));
   }
-  if (all.empty()) {
-    std::string why;
-    for (const auto& [k, n] : res.dropped) why += "\n  " + std::to_string(n) + " x " + k;
-    throw PlanError("no layout of " + std::to_string(o.gpus) + " devices fits:" + why);
+
+  // The result with the `top` fastest layouts; throws naming the reasons when none fits.
+  SearchResult best() {
+    if (all.empty()) {
+      std::string why;
+      for (const auto& [k, n] : res.dropped) why += "\n  " + std::to_string(n) + " x " + k;
+      throw PlanError("no layout of " + std::to_string(o.gpus) + " devices fits:" + why);
+    }
+    const size_t k = std::min(all.size(), static_cast<size_t>(o.top));
+    std::partial_sort(all.begin(), all.begin() + static_cast<long>(k), all.end(),
+                      [](const Estimate& a, const Estimate& b) {  // ties: less memory first, then the layout's text
+                        if (a.step_s != b.step_s) return a.step_s < b.step_s;
+                        if (a.peak_memory != b.peak_memory) return a.peak_memory < b.peak_memory;
+                        return layout_text(a.layout) < layout_text(b.layout);
+                      });
+    all.resize(k);
+    res.best = std::move(all);
+    return std::move(res);
   }
-  const size_t k = std::min(all.size(), static_cast<size_t>(o.top));
-  std::partial_sort(all.begin(), all.begin() + static_cast<long>(k), all.end(),
-                    [](const Estimate& a, const Estimate& b) {  // ties: less memory first, then the layout's text
-                      if (a.step_s != b.step_s) return a.step_s < b.step_s;
-                      if (a.peak_memory != b.peak_memory) return a.peak_memory < b.peak_memory;
-                      return layout_text(a.layout) < layout_text(b.layout);
-                    });
-  all.resize(k);
-  res.best = std::move(all);
-  return res;
+};
+
+}  // namespace
+
+SearchResult search(const Problem& pr, const SearchOptions& o) {
+  check_options(pr, o);
+  Searcher s{pr, o, micro_batch_sizes(pr, o), {}, {}};
+  s.generated_kinds();
+  s.zb_auto();
+  return s.best();
 }
 
 }  // namespace trident::plan

@@ -146,8 +146,13 @@ HfLlama read_hf_llama_config(const std::string& dir) {
   m.ffn_hidden = get_int("intermediate_size");
   m.vocab_size = get_int("vocab_size");
   m.seq_len = get_int("max_position_embeddings");
+  // Absent or null is one K/V head per head (LlamaConfig's default); 0 is no head at all, not Trident's
+  // model.kv_heads = 0 ("= heads"), so it is refused here rather than read as that.
   const json::Value* kv = json::find(c, "num_key_value_heads");
   m.kv_heads = kv && !kv->is_null() ? json::as_int(*kv, cpath + " num_key_value_heads") : m.heads;
+  if (m.kv_heads < 1)
+    throw ModelInputError(cpath + ": num_key_value_heads = " + std::to_string(m.kv_heads) +
+                          "; expected an integer >= 1 dividing num_attention_heads (" + std::to_string(m.heads) + ")");
   if (const json::Value* e = json::find(c, "rms_norm_eps"))
     m.layernorm_eps = json::as_double(*e, cpath + " rms_norm_eps");
   const json::Value* tie = json::find(c, "tie_word_embeddings");

@@ -139,6 +139,8 @@ def cases(work, cores, trident="build/trident", busy_port=0):
          ['rope_parameters (rope_type "default") and rope_scaling ("yarn") disagree']),
         ("hf llama kv heads 3", 2, f"eval --init-from {work}/hfl-kv --text README.md",
          ["hfl-kv/config.json: model.kv_heads (3) must divide model.heads"]),
+        ("hf llama kv heads 0", 2, f"eval --init-from {work}/hfl-kv0 --text README.md",
+         ["hfl-kv0/config.json: num_key_value_heads = 0", "expected an integer >= 1 dividing num_attention_heads"]),
         ("generate temperature nan", 2, f"generate --init-from {work}/hf --prompt hi --temperature nan",
          ["--temperature nan: expected a finite number >= 0"]),
         # Messages that named the wrong thing (issue 30's "messages that mislead").
@@ -170,6 +172,9 @@ def cases(work, cores, trident="build/trident", busy_port=0):
          ["tok-array/tokenizer.json: the file holds an array, not a JSON object"]),
         ("token header, bytes for a name", 2, f"data info {work}/garbage.bin",
          ['the header\'s tokenizer name "g\\x01\\xfe2" is not a name', "the header is corrupt"]),
+        ("token file missing", 2, f"{tiny} data.source=file --set data.path={work}/none-tok",
+         [f"cannot open token file {work}/none-tok.train.bin", "`trident data prepare --tokenizer byte",
+          f"--output {work}/none-tok`"]),
         ("token header, an unknown name", 2, f"{tiny} data.source=file --set data.path={work}/odd",
          [f"token file {work}/odd.train.bin: the header names tokenizer \"gpX2\", none Trident has"]),
         # Already handled: config and command-line mistakes.
@@ -299,6 +304,7 @@ def make_hf_dirs(trident, source, work):
            config=lambda c: c.update(rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
                                      rope_scaling={"rope_type": "yarn", "factor": 4.0}))
     edited(hfl, f"{work}/hfl-kv", config=lambda c: c.update(num_key_value_heads=3))
+    edited(hfl, f"{work}/hfl-kv0", config=lambda c: c.update(num_key_value_heads=0))
 
 
 def main():

@@ -597,6 +597,38 @@ TEST(Launcher, MasterPortZeroPicksOnePortForAll) {
   EXPECT_LE(port, 65535);
 }
 
+// `sh -c` text that runs `trident train` on gpt-tiny for one step as a rank whose launcher names no
+// node (no NODE_RANK or GROUP_RANK, as under Open MPI or variables set by hand), logging under dir.
+static std::string train_without_node(const fs::path& dir) {
+  return std::string("unset NODE_RANK GROUP_RANK; exec ") + kTrident + " train --config " TRIDENT_SOURCE_DIR
+         "/configs/gpt-tiny.toml --set training.steps=1 --set logging.dir=" + (dir / "run").string();
+}
+
+// Rank 1 never joins (it sleeps); rank 0, on no named node, says so naming the ranks that did join,
+// not "node(s) -1 did".
+TEST(Launcher, NeverJoinedWithoutNodeNamesTheRanksThatJoined) {
+  TempDir dir;
+  LauncherRun run({"--nproc-per-node", "2", "--master-port", "0", "--rdzv-timeout", "2", "--", "sh", "-c",
+                   "if [ \"$RANK\" = 1 ]; then exec sleep 60; fi; " + train_without_node(dir.path)},
+                  dir.path);
+  run.finish(30);
+  EXPECT_NE(run.exit_code(), 0) << run.err;
+  EXPECT_NE(run.err.find("rank(s) 1 of 2 never joined the rendezvous at 127.0.0.1:"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find(" within 2 s (rank(s) 0 did; "), std::string::npos) << run.err;
+  EXPECT_EQ(run.err.find("node(s) -1"), std::string::npos) << run.err;
+}
+
+// Every rank joins, none on a named node: the summary line places them by address alone.
+TEST(Launcher, JoinedWithoutNodeIsPlacedByAddress) {
+  TempDir dir;
+  LauncherRun run({"--nproc-per-node", "2", "--master-port", "0", "--", "sh", "-c", train_without_node(dir.path)},
+                  dir.path);
+  run.finish(60);
+  ASSERT_EQ(run.exit_code(), 0) << run.err;
+  EXPECT_NE(run.out.find(": 2 ranks joined (127.0.0.1: rank(s) 0-1)"), std::string::npos) << run.out;
+  EXPECT_EQ(run.out.find("node -1"), std::string::npos) << run.out;
+}
+
 TEST(Launcher, MissingProgramFailsWith127) {
   TempDir dir;
   LauncherRun run({"--nproc-per-node", "2", "--", "/nonexistent/trident-test-program"}, dir.path);
