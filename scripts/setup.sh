@@ -18,7 +18,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 
 packages=(build-essential cmake libtomlplusplus-dev nlohmann-json3-dev libboost-program-options-dev libgtest-dev libgloo-dev
-          ccache python3 iproute2)
+          ccache python3 iproute2 slurm-wlm munge)
 command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
 
 missing=()
