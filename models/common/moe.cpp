@@ -3,6 +3,7 @@
 #include "models/common/moe.h"
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
 #include <limits>
@@ -120,6 +121,30 @@ at::Tensor experts_swiglu(const at::Tensor& rows, const at::Tensor& counts, cons
   }
   if (out.empty()) return at::zeros({0, down.size(1)}, rows.options());
   return at::cat(out, 0);
+}
+
+namespace {
+
+// NOTE [aux loss in the backward]
+struct AuxLossScaler : torch::autograd::Function<AuxLossScaler> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& y, const at::Tensor& aux,
+                            double scale) {
+    ctx->saved_data["scale"] = scale;
+    ctx->save_for_backward({aux});
+    return y;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list g) {
+    const at::Tensor aux = ctx->get_saved_variables()[0];
+    return {g[0], at::full_like(aux, ctx->saved_data["scale"].toDouble()), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor attach_aux_loss(const at::Tensor& y, const at::Tensor& aux, double scale) {
+  if (aux.dim() != 0) throw std::invalid_argument("attach_aux_loss: the aux loss must be a scalar");
+  return AuxLossScaler::apply(y, aux, scale);
 }
 
 MoeOutput moe_forward(const at::Tensor& x, const MoeWeights& w, const RouterOptions& o) {

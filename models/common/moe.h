@@ -119,4 +119,14 @@ at::Tensor seq_aux_loss(const Routing& r, int64_t top_k, int64_t seqs);
 at::Tensor z_loss(const Routing& r);
 at::Tensor pooled_aux_loss(const std::vector<at::Tensor>& layer_logits, int64_t top_k);
 
+// NOTE [aux loss in the backward]
+// A balancing loss lives in its layer, on any pipeline stage, but only the last
+// stage's loss starts the backward. attach_aux_loss(y, aux, scale) returns y
+// unchanged (an alias, no copy) and, in the backward, gives `aux` the gradient
+// `scale` beside y's own gradient, so the loss's gradient reaches its layer's
+// router under every schedule, in the same backward action as the layer
+// (Megatron's MoEAuxLossAutoScaler). `scale` is the coefficient over the number
+// of micro-batches, as the LM loss is scaled; `aux` must be a scalar.
+at::Tensor attach_aux_loss(const at::Tensor& y, const at::Tensor& aux, double scale);
+
 }  // namespace trident

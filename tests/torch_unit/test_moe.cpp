@@ -140,6 +140,38 @@ TEST(Moe, BalancingLossesFromTheirDefinitions) {
   EXPECT_NEAR(switch_aux_loss(even, 2).item<double>(), 1.0, 1e-6);
 }
 
+// NOTE [aux loss in the backward]: the router's gradient from y's backward with
+// the aux loss attached equals that of backward(sum(y · g) + scale · aux), the
+// loss written out; the forward value is y's, bit for bit.
+TEST(Moe, AttachedAuxLossReachesTheRouterInTheLayersBackward) {
+  RouterOptions o;
+  o.experts = 4;
+  o.top_k = 2;
+  MoeWeights w = random_weights(o.experts, 6);
+  w.router.requires_grad_(true);
+  const at::Tensor x = at::randn({kT, kH}), g = at::randn({kT, kH});
+  const double scale = 0.01 / 3;  // coefficient / micro-batches
+  const auto grad = [&](bool attached) {
+    w.router.mutable_grad() = at::Tensor();
+    const MoeOutput out = moe_forward(x, w, o);
+    const at::Tensor aux = switch_aux_loss(out.routing, o.top_k);
+    if (attached) {
+      const at::Tensor y = attach_aux_loss(out.y, aux, scale);
+      EXPECT_TRUE(at::equal(y, out.y));
+      y.backward(g);
+    } else {
+      ((out.y * g).sum() + scale * aux).backward();
+    }
+    return w.router.grad().clone();
+  };
+  const at::Tensor with = grad(true), written = grad(false);
+  EXPECT_TRUE(at::allclose(with, written, 1e-6, 1e-7)) << (with - written).abs().max().item<float>();
+  // And the aux loss matters: without it the router's gradient differs.
+  w.router.mutable_grad() = at::Tensor();
+  moe_forward(x, w, o).y.backward(g);
+  EXPECT_GT((w.router.grad() - written).abs().max().item<float>(), 1e-6);
+}
+
 TEST(Moe, RouterOptionsThatCannotRouteAreRefused) {
   const auto error = [](RouterOptions o) {
     try {
