@@ -490,6 +490,8 @@ WorldEnv read_world_env() {
     env.restart = parse_int_env("TORCHELASTIC_RESTART_COUNT", n);
   else if (const char* t = env_or_null("TRIDENT_RESTART_COUNT"))
     env.restart = parse_int_env("TRIDENT_RESTART_COUNT", t);
+  else if (const char* s = env.source == "slurm" ? env_or_null("SLURM_RESTART_COUNT") : nullptr)
+    env.restart = parse_int_env("SLURM_RESTART_COUNT", s);  // a requeued batch job's run (sbatch --requeue)
   if (const char* a = env_or_null("TORCHELASTIC_USE_AGENT_STORE")) {
     const std::string v = a;
     if (v == "True" || v == "true" || v == "1")

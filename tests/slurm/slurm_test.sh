@@ -337,6 +337,9 @@ preempted_job() {
   grep -q "Exited with exit code $code" "slurm-$job.out" || { show "slurm-$job.out" 40; fail "srun did not report the tasks' exit code $code"; }
   grep -q "checkpoint: resumed from $ckdir/$(printf 'step-%08d' "$k") " "slurm-$job.out" ||
     { show "slurm-$job.out" 40; fail "the requeued run did not resume from step $k's checkpoint"; }
+  # The requeued run is attempt 1 (SLURM_RESTART_COUNT): its rendezvous line says so.
+  grep -q "joins the rendezvous at .*, restart 1" "slurm-$job.out" ||
+    { show "slurm-$job.out" 40; fail "the requeued run's rendezvous line does not say restart 1"; }
   echo "    preempted by SIG$sig at step $k (exit $code), requeued, resumed from step $k"
   same_metrics "$T/launch/$logdir/metrics.jsonl" "$logdir/metrics.jsonl" || fail "losses differ from the uninterrupted run's"
   [[ "$(cat "$ckdir/latest")" == "$base_last" ]] || fail "last checkpoint $(cat "$ckdir/latest"), expected $base_last"
