@@ -28,6 +28,7 @@
 #include <sstream>
 #include <string>
 
+#include "core/free_port.h"
 #include "launch/diagnose.h"
 #include "launch/job_channel.h"
 #include "launch/relay.h"
@@ -51,6 +52,15 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// trident::hold_free_port, its failure a LaunchError.
+HeldPort hold_free_port_for_launch() {
+  try {
+    return hold_free_port();
+  } catch (const std::runtime_error& e) {
+    throw LaunchError(e.what());
+  }
+}
+
 // Everything a forked rank needs, prepared before fork() so the child only
 // calls async-signal-safe functions between fork and exec.
 struct SpawnPlan {
@@ -60,6 +70,7 @@ struct SpawnPlan {
   int stdout_fd = -1;  // -1: inherit the launcher's
   int stderr_fd = -1;
   int exec_report_fd = -1;  // close-on-exec: EOF tells the launcher exec succeeded, an errno that it failed
+  int store_fd = -1;        // rank 0's inherited listening socket (NOTE [held store port]), else -1
   pid_t launcher_pid = 0;
 };
 
@@ -81,6 +92,7 @@ struct SpawnPlan {
   }
   if (plan.stdout_fd >= 0) ::dup2(plan.stdout_fd, STDOUT_FILENO);
   if (plan.stderr_fd >= 0) ::dup2(plan.stderr_fd, STDERR_FILENO);
+  if (plan.store_fd >= 0) ::fcntl(plan.store_fd, F_SETFD, 0);  // survives exec (NOTE [held store port])
   for (auto& e : plan.env_entries) ::putenv(e.data());
   ::execvp(plan.argv[0], plan.argv.data());
   const int exec_errno = errno;
@@ -146,9 +158,11 @@ constexpr const char* kStoppedByLauncher = "the launcher";
 
 class Supervisor {
  public:
-  Supervisor(const LaunchOptions& options, int master_port)
+  // `held`, when given, listens on master_port; rank 0 inherits it (NOTE [held store port]).
+  Supervisor(const LaunchOptions& options, int master_port, HeldPort* held = nullptr)
       : o_(options),
         port_(master_port),
+        held_(held),
         channel_(options.node_rank, options.nnodes, options.master_addr,
                  launcher_port(options, master_port), options.rdzv_timeout_seconds),
         verdict_(options.nnodes) {}
@@ -212,6 +226,7 @@ class Supervisor {
 
   const LaunchOptions& o_;
   const int port_;
+  HeldPort* held_;  // closed here once the ranks are started
   SignalRelay signals_;  // declared before ranks_: outlives the final reaping
   JobChannel channel_;   // NOTE [job channel]; inert for a single node
   JobVerdict verdict_;   // the job's first failure, as far as this launcher knows
@@ -234,6 +249,10 @@ class Supervisor {
 void Supervisor::start_rank(int local_rank) {
   SpawnPlan plan;
   for (const auto& [k, v] : rank_environment(o_, local_rank, port_)) plan.env_entries.push_back(k + "=" + v);
+  if (held_ && held_->fd() >= 0 && global_rank(o_, local_rank) == 0) {
+    plan.store_fd = held_->fd();
+    plan.env_entries.push_back("TRIDENT_STORE_FD=" + std::to_string(plan.store_fd));
+  }
   plan.args = o_.command;
   for (auto& a : plan.args) plan.argv.push_back(a.data());
   plan.argv.push_back(nullptr);
@@ -483,6 +502,7 @@ void Supervisor::check_caught_up() {
 
 int Supervisor::run() {
   for (int local = 0; local < o_.nproc_per_node; ++local) start_rank(local);
+  if (held_) held_->close();  // rank 0 holds the port now (NOTE [held store port])
   while (ranks_.running_count() > 0) {
     int timeout_ms = 1000;  // a safety net; SIGCHLD normally wakes the loop
     if (stopping_ && !killed_) {
@@ -630,8 +650,10 @@ int launch(const LaunchOptions& options) {
   auto since_epoch = [&](Clock::time_point t) { return std::chrono::duration<double>(t - epoch).count(); };
   for (int attempt = 0;; ++attempt) {
     o.restart = attempt;
-    const int port = options.master_port == 0 ? pick_free_port() : attempt_master_port(o);
-    Supervisor supervisor(o, port);
+    // NOTE [held store port]
+    HeldPort held = options.master_port == 0 ? hold_free_port_for_launch() : HeldPort();
+    const int port = options.master_port == 0 ? held.port() : attempt_master_port(o);
+    Supervisor supervisor(o, port, &held);
     if (attempt > 0) {
       ledger.restarted(since_epoch(Clock::now()));
       supervisor.watch(&ledger, epoch);

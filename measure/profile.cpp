@@ -125,12 +125,17 @@ std::vector<ProfileRow> measure_profile(const Config& cfg, const std::vector<int
   for (int64_t mbs : micro_batches) {
     std::vector<double> runs;
     for (int rep = 0; rep < o.repeats; ++rep) {
-      const int port = pick_free_port();
+      HeldPort held = hold_free_port();  // NOTE [held store port]: the forked rank 0 serves on it
+      const int port = held.port();
       const std::vector<std::string> out = run_process_group("pp2", 2, std::chrono::milliseconds(600000), [&](Group& g) {
         for (const auto& [k, v] : std::vector<std::pair<const char*, std::string>>{
                  {"RANK", std::to_string(g.rank)}, {"LOCAL_RANK", std::to_string(g.rank)}, {"WORLD_SIZE", "2"},
                  {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}})
           setenv(k, v.c_str(), 1);
+        if (g.rank == 0)
+          setenv("TRIDENT_STORE_FD", std::to_string(held.fd()).c_str(), 1);
+        else
+          unsetenv("TRIDENT_STORE_FD");
         Config c = one_device(mbs);
         c.parallel.pp = 2;
         c.logging.dir += "-pp2";

@@ -3,6 +3,7 @@
 #include "parallel/rendezvous.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netdb.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cassert>
 #include <cerrno>
 #include <cstdio>
@@ -29,6 +31,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "core/errors.h"
+#include "core/free_port.h"
 
 namespace trident {
 namespace {
@@ -186,6 +189,9 @@ bool port_in_use(int port) {
   return in_use;
 }
 
+// Whether a store took TRIDENT_STORE_FD's socket (it may be handed over once).
+std::atomic<bool> store_fd_taken{false};
+
 c10::intrusive_ptr<c10d::Store> connect_store(const WorldEnv& env, std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<std::uint16_t>(env.master_port);
@@ -193,6 +199,8 @@ c10::intrusive_ptr<c10d::Store> connect_store(const WorldEnv& env, std::chrono::
   opts.numWorkers = env.world_size;
   opts.waitWorkers = false;  // join_rendezvous checks who arrived, not just how many
   opts.timeout = timeout;
+  // NOTE [held store port]: the socket goes to the first store only (it closes it when it ends).
+  if (opts.isServer && env.store_fd >= 0 && !store_fd_taken.exchange(true)) opts.masterListenFd = env.store_fd;
   if (!opts.isServer && closes_on_probe(env.master_addr, env.master_port))
     throw std::runtime_error(describe_place(env) + " reached " + store_address(env) +
                              ", but what listens there is not the rendezvous store (it closed the connection at a "
@@ -498,6 +506,25 @@ WorldEnv read_world_env() {
       env.agent_store = true;
     else if (v != "False" && v != "false" && v != "0")
       throw ConfigError("TORCHELASTIC_USE_AGENT_STORE='" + v + "' is not True or False");
+  }
+  if (const char* f = store_fd_taken ? nullptr : env_or_null("TRIDENT_STORE_FD")) {
+    // NOTE [held store port]: only the store's host may take it, and only a socket listening on MASTER_PORT.
+    const int fd = parse_int_env("TRIDENT_STORE_FD", f);
+    if (env.rank != 0 || env.agent_store)
+      throw ConfigError(std::string("TRIDENT_STORE_FD=") + f + " is set for rank " + std::to_string(env.rank) +
+                        (env.agent_store ? " while the launcher's agent hosts the store" : "") +
+                        "; only rank 0, which hosts the rendezvous store, may take the launcher's listening socket");
+    int port = 0;
+    try {
+      port = listening_port(fd);
+    } catch (const std::exception& e) {
+      throw ConfigError(std::string("TRIDENT_STORE_FD=") + f + " cannot host the rendezvous store: " + e.what());
+    }
+    if (port != env.master_port)
+      throw ConfigError(std::string("TRIDENT_STORE_FD=") + f + " listens on port " + std::to_string(port) +
+                        ", not on MASTER_PORT=" + std::to_string(env.master_port));
+    env.store_fd = fd;
+    ::fcntl(fd, F_SETFD, FD_CLOEXEC);  // programs this rank starts do not hold the store's port
   }
   if (const char* t = env_or_null("TRIDENT_RDZV_TIMEOUT_S")) {
     char* end = nullptr;

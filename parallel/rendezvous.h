@@ -32,6 +32,10 @@ struct WorldEnv {
   // at MASTER_ADDR:MASTER_PORT, and it outlives restarts; rank 0 is then a
   // client like every other rank.
   bool agent_store = false;
+  // TRIDENT_STORE_FD: a listening socket on MASTER_PORT that `trident launch
+  // --master-port 0` handed to rank 0, which serves the store on it (NOTE
+  // [held store port]); -1 when not set.
+  int store_fd = -1;
 };
 
 // Reads the environment; no variables at all means a single process.

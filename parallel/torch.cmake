@@ -4,7 +4,7 @@ file(GLOB TRIDENT_PARALLEL_TORCH_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURC
 list(FILTER TRIDENT_PARALLEL_TORCH_SOURCES EXCLUDE REGEX "(layout|device)\\.cpp$")
 add_library(trident_parallel STATIC ${TRIDENT_PARALLEL_TORCH_SOURCES})
 target_compile_options(trident_parallel PRIVATE ${TRIDENT_WARNINGS})
-target_link_libraries(trident_parallel PUBLIC trident_layout trident_foundation_torch ${TORCH_LIBRARIES})
+target_link_libraries(trident_parallel PUBLIC trident_layout trident_foundation_torch trident_net ${TORCH_LIBRARIES})
 
 # One build, CUDA-enabled (NOTE [CUDA from wheels] in cmake/TorchFromPython.cmake): PyPI's
 # libtorch lists c10_cuda and torch_cuda in TORCH_CUDA_LIBRARIES, and its headers ship

@@ -150,6 +150,19 @@ def cases(work, cores, trident="build/trident", busy_port=0):
         ("WORLD_SIZE alone", 2, "train --config configs/gpt-tiny.toml",
          ["the environment sets WORLD_SIZE=2 but not RANK, LOCAL_RANK, MASTER_ADDR, MASTER_PORT"],
          {"WORLD_SIZE": "2"}),
+        # NOTE [held store port]: the launcher's listening socket is rank 0's alone, and must listen on MASTER_PORT.
+        ("store fd on rank 1", 2, "train --config configs/gpt-tiny.toml",
+         ["TRIDENT_STORE_FD=0 is set for rank 1", "only rank 0, which hosts the rendezvous store"],
+         {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29400",
+          "TRIDENT_STORE_FD": "0"}),
+        ("store fd not open", 2, "train --config configs/gpt-tiny.toml",
+         ["TRIDENT_STORE_FD=987 cannot host the rendezvous store: it is not an open file descriptor"],
+         {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29400",
+          "TRIDENT_STORE_FD": "987"}),
+        ("store fd not a socket", 2, "train --config configs/gpt-tiny.toml",
+         ["TRIDENT_STORE_FD=2 cannot host the rendezvous store: it is not a TCP socket"],
+         {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29400",
+          "TRIDENT_STORE_FD": "2"}),
         ("master port in use", 1,
          f"launch --nproc-per-node 2 --master-port {busy_port} -- {trident} {tiny} parallel.dp=2",
          [f"cannot host the rendezvous store: port {busy_port} is already in use on this node",
@@ -217,7 +230,7 @@ def cases(work, cores, trident="build/trident", busy_port=0):
 
 
 RANK_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                  "GROUP_RANK", "NODE_RANK")
+                  "GROUP_RANK", "NODE_RANK", "TRIDENT_STORE_FD")
 
 
 def edit_json(path, edit):

@@ -1,12 +1,17 @@
 // Tests for `trident launch`: the pure helpers directly, and the launcher end to
 // end by running the built executable TRIDENT_BINARY_DIR/trident (built by the
 // top-level build; with a partial build, build the `trident` target first).
+#include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -17,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/free_port.h"
 #include "launch/fault.h"
 #include "launch/job_channel.h"
 #include "launch/launcher.h"
@@ -25,6 +31,9 @@
 namespace fs = std::filesystem;
 using namespace trident::launch;
 using Clock = std::chrono::steady_clock;
+using trident::HeldPort;
+using trident::hold_free_port;
+using trident::listening_port;
 
 namespace {
 
@@ -228,6 +237,43 @@ TEST(LauncherPure, ValidateAndPickPort) {
   const int port = pick_free_port();
   EXPECT_GT(port, 0);
   EXPECT_LE(port, 65535);
+}
+
+// Whether binding `port` (all interfaces, SO_REUSEADDR as c10d's store) fails with EADDRINUSE.
+static bool port_taken(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int on = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool taken = ::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0 && errno == EADDRINUSE;
+  ::close(fd);
+  return taken;
+}
+
+// NOTE [held store port]: the held port is never free while held, is listening (so the store can
+// take it), and is free again once closed; listening_port refuses what is not a listening socket.
+TEST(LauncherPure, HeldPortStaysTakenUntilClosed) {
+  HeldPort held = hold_free_port();
+  ASSERT_GE(held.fd(), 0);
+  EXPECT_TRUE(port_taken(held.port()));
+  EXPECT_EQ(listening_port(held.fd()), held.port());
+  EXPECT_EQ(::fcntl(held.fd(), F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);  // no program inherits it unasked
+  const int port = held.port();
+  HeldPort moved = std::move(held);
+  EXPECT_EQ(held.fd(), -1);
+  EXPECT_TRUE(port_taken(port));
+  moved.close();
+  EXPECT_FALSE(port_taken(port));
+  EXPECT_THROW(listening_port(987), std::runtime_error);  // not open
+  const int file = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  EXPECT_THROW(listening_port(file), std::runtime_error);  // not a socket
+  ::close(file);
+  const int unlistened = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  EXPECT_THROW(listening_port(unlistened), std::runtime_error);
+  ::close(unlistened);
 }
 
 TEST(LauncherPure, RankListPlacesRanks) {
@@ -595,6 +641,45 @@ TEST(Launcher, MasterPortZeroPicksOnePortForAll) {
   const int port = std::stoi(*ports.begin());
   EXPECT_GT(port, 0);
   EXPECT_LE(port, 65535);
+}
+
+// NOTE [held store port]: under --master-port 0, rank 0 (only) inherits the launcher's socket,
+// still listening on MASTER_PORT, so nothing else can take the port before rank 0's store serves it.
+TEST(Launcher, MasterPortZeroHandsRankZeroTheListeningPort) {
+  TempDir dir;
+  const std::string check =
+      "import os, socket\n"
+      "fd = os.environ.get('TRIDENT_STORE_FD')\n"
+      "port = int(os.environ['MASTER_PORT'])\n"
+      "if fd is not None:\n"
+      "    s = socket.socket(fileno=int(fd))\n"
+      "    print('held', s.getsockname()[1] == port, s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN))\n"
+      "    s.detach()\n"
+      "t = socket.socket()\n"
+      "t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+      "try:\n"
+      "    t.bind(('', port)); print('free')\n"
+      "except OSError as e:\n"
+      "    print('taken' if e.errno == 98 else e)\n";
+  std::ofstream(dir.path / "check.py") << check;
+  // Rank 1 checks after rank 0, which waits for it (so rank 0 is alive and holds the socket).
+  LauncherRun run({"--nproc-per-node", "2", "--master-port", "0", "--no-prefix", "--", "sh", "-c",
+                   "if [ \"$RANK\" = 0 ]; then echo \"R0 fd=${TRIDENT_STORE_FD:-none} $(python3 " +
+                       (dir.path / "check.py").string() + " | tr '\\n' ' ')\" > " + (dir.path / "r0").string() +
+                       "; touch " + (dir.path / "r0.done").string() + "; while [ ! -e " + (dir.path / "r1.done").string() +
+                       " ]; do sleep 0.1; done; else while [ ! -e " + (dir.path / "r0.done").string() +
+                       " ]; do sleep 0.1; done; echo \"R1 fd=${TRIDENT_STORE_FD:-none} $(python3 " +
+                       (dir.path / "check.py").string() + " | tr '\\n' ' ')\"; touch " +
+                       (dir.path / "r1.done").string() + "; fi"},
+                  dir.path);
+  run.finish(60);
+  ASSERT_EQ(run.exit_code(), 0) << run.err;
+  std::ifstream r0(dir.path / "r0");
+  std::string line0((std::istreambuf_iterator<char>(r0)), std::istreambuf_iterator<char>());
+  EXPECT_NE(line0.find("R0 fd="), std::string::npos) << line0;
+  EXPECT_EQ(line0.find("fd=none"), std::string::npos) << line0;
+  EXPECT_NE(line0.find("held True 1 taken"), std::string::npos) << line0;
+  EXPECT_NE(run.out.find("R1 fd=none taken"), std::string::npos) << run.out;  // rank 0 holds it, not the launcher alone
 }
 
 // `sh -c` text that runs `trident train` on gpt-tiny for one step as a rank whose launcher names no
