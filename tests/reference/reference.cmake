@@ -4,9 +4,9 @@
 # .venv from scripts/setup.sh: torch, transformers, safetensors, numpy,
 # tensorboard, megatron-core) against
 # the built `trident`.
-#   ReferenceTrainingTiny   gpt-tiny, 20 steps, vs transformers' GPT-2 + torch AdamW in fp32 and fp64; bf16 vs torch.autocast
-#   ReferenceTrainingBrown  gpt-small-brown (GPT-2 BPE on Brown), 20 steps, the same
-#   ReferenceLayoutsTiny    the same for tp2, pp2 interleaved, dp2 ZeRO-1 and tp2 x pp2 x dp2 (every schedule)
+#   ReferenceTrainingTiny   gpt-tiny, 20 steps, vs transformers' GPT-2 + torch AdamW in fp32 and fp64; bf16 vs
+#                           torch.autocast; the same contract for tp2, pp2 interleaved and tp2 x pp2 x dp2 ZeRO-1 zb-v
+#   ReferenceTrainingBrown  gpt-small-brown (GPT-2 BPE on Brown), 12 steps, the same
 #   HfRoundTrip             trident export -> from_pretrained, generate(), save_pretrained -> --init-from
 #   HfLlama                 the same for Llama (LlamaForCausalLM: GQA, MQA, llama3 rope, tied and untied, sharded)
 #   ReferenceTrainingLlama  llama-tiny, 20 steps and its layouts, vs LlamaForCausalLM + torch AdamW
@@ -65,28 +65,18 @@ target_compile_definitions(test_moe_reference PRIVATE TRIDENT_SOURCE_DIR="${PROJ
                            TRIDENT_PYTHON="${TRIDENT_PYTHON}")
 add_test(NAME MoeReference COMMAND test_moe_reference)
 set_tests_properties(MoeReference PROPERTIES LABELS reference TIMEOUT 180)
-foreach(case tiny brown)
-  if(case STREQUAL "tiny")
-    set(_name ReferenceTrainingTiny)
-  else()
-    set(_name ReferenceTrainingBrown)
-  endif()
-  add_test(NAME ${_name}
-           COMMAND ${TRIDENT_PYTHON} ${_ref}/test_reference_training.py --trident ${PROJECT_BINARY_DIR}/trident
-                   --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/${case} --case ${case})
-  # COST: about the seconds it takes two at a time, so that CTest starts the long ones first.
-  set(_cost 30)
-  if(case STREQUAL "brown")
-    set(_cost 180)
-  endif()
-  set_tests_properties(${_name} PROPERTIES LABELS reference TIMEOUT 900 COST ${_cost})
-endforeach()
-# The regression matrix's layouts (tp2, pp2 interleaved, dp2 ZeRO-1, tp2 x pp2 x dp2 under
-# every schedule) against the same reference and contract.
-add_test(NAME ReferenceLayoutsTiny
+# ReferenceTrainingTiny runs its layouts after the single process (--layouts: tp2, pp2
+# interleaved, tp2 x pp2 x dp2 ZeRO-1 under zb-v; every other layout and schedule is the
+# regression matrix's, against Trident's single process). COST: about the seconds it takes
+# two at a time, so that CTest starts the long ones first.
+add_test(NAME ReferenceTrainingTiny
          COMMAND ${TRIDENT_PYTHON} ${_ref}/test_reference_training.py --trident ${PROJECT_BINARY_DIR}/trident
-                 --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/layouts --case tiny --layouts)
-set_tests_properties(ReferenceLayoutsTiny PROPERTIES LABELS reference TIMEOUT 900 COST 100)
+                 --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/tiny --case tiny --layouts)
+set_tests_properties(ReferenceTrainingTiny PROPERTIES LABELS reference TIMEOUT 900 COST 80)
+add_test(NAME ReferenceTrainingBrown
+         COMMAND ${TRIDENT_PYTHON} ${_ref}/test_reference_training.py --trident ${PROJECT_BINARY_DIR}/trident
+                 --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/brown --case brown)
+set_tests_properties(ReferenceTrainingBrown PROPERTIES LABELS "reference;slow" TIMEOUT 900 COST 90)
 # A blend of two Megatron datasets (data.paths, data.split) read by the reference through
 # megatron-core and trident_data.Blend: the same per-step contract.
 add_test(NAME ReferenceTrainingBlend
