@@ -20,7 +20,7 @@ namespace trident {
 
 
 struct ModelConfig {
-  std::string arch = "gpt";        // model family: "gpt" (GPT-2) or "llama"
+  std::string arch = "gpt";        // model family: "gpt" (GPT-2), "llama" or "mixtral"
   int64_t layers = 2;              // transformer blocks
   int64_t hidden = 64;             // model width
   int64_t heads = 4;               // attention heads (hidden % heads == 0)
@@ -41,6 +41,13 @@ struct ModelConfig {
   double rope_low_freq_factor = 1.0;          // llama3 scaling: low_freq_factor
   double rope_high_freq_factor = 4.0;         // llama3 scaling: high_freq_factor
   int64_t rope_original_max_position = 8192;  // llama3 scaling: original_max_position_embeddings
+  // Mixture of experts (the MoE families, mixtral; check_config refuses them
+  // for a dense family). The experts' width is ffn_hidden.
+  int64_t experts = 0;               // routed experts per layer; 0 = a dense MLP
+  int64_t moe_top_k = 2;             // experts per token
+  bool moe_norm_topk_prob = true;    // the chosen experts' weights renormalised to sum 1
+  double moe_aux_loss_coeff = 0.0;   // Switch/GShard load-balancing loss per layer (Megatron's aux_loss)
+  double moe_z_loss_coeff = 0.0;     // router z-loss per layer (ST-MoE)
 
   int64_t ffn() const { return ffn_hidden > 0 ? ffn_hidden : 4 * hidden; }
   int64_t kv() const { return kv_heads > 0 ? kv_heads : heads; }
@@ -183,6 +190,7 @@ void check_config(const Config& c);
 struct ModelShape {
   bool gated_mlp = false;       // three MLP matrices (gate, up, down) and four ffn-wide activations, else two and two
   bool position_table = false;  // a learned model.seq_len x model.hidden position embedding
+  bool moe = false;             // reads model.experts and the model.moe_* keys (NOTE [MoE keys])
 };
 struct ModelFamilyRules {
   std::string arch;  // model.arch

@@ -32,7 +32,9 @@ std::string big(Big v) {
 Big model_params(const ModelConfig& m, const ModelShape& s) {
   const Big h = m.hidden, kv_width = Big(m.kv()) * (Big(m.hidden) / Big(m.heads));
   const Big ffn = m.ffn_hidden > 0 ? Big(m.ffn_hidden) : 4 * h;
-  const Big block = 2 * h * h + 2 * h * kv_width + (s.gated_mlp ? 3 : 2) * h * ffn;
+  // An MoE layer: model.experts MLPs and the router (E x hidden).
+  const Big mlps = m.experts > 0 ? Big(m.experts) : 1, router = m.experts > 0 ? Big(m.experts) * h : 0;
+  const Big block = 2 * h * h + 2 * h * kv_width + (s.gated_mlp ? 3 : 2) * h * ffn * mlps + router;
   const Big embed = Big(m.vocab_size) * h * (m.tie_embeddings ? 1 : 2) + (s.position_table ? Big(m.seq_len) * h : 0);
   return Big(m.layers) * block + embed;
 }
@@ -64,6 +66,14 @@ std::vector<Field> model_fields() {
       TRIDENT_FIELD(model, rope_high_freq_factor, positive(), "llama3 rope scaling: high_freq_factor"),
       TRIDENT_FIELD(model, rope_original_max_position, at_least(1),
                     "llama3 rope scaling: original_max_position_embeddings"),
+      TRIDENT_FIELD(model, experts, at_least(0),
+                    "routed experts per layer, each a SwiGLU MLP of model.ffn_hidden (mixtral; 0 = a dense MLP)"),
+      TRIDENT_FIELD(model, moe_top_k, at_least(1), "experts each token is routed to (mixtral)"),
+      TRIDENT_FIELD(model, moe_norm_topk_prob, any(),
+                    "the chosen experts' softmax weights renormalised to sum 1 (mixtral: true)"),
+      TRIDENT_FIELD(model, moe_aux_loss_coeff, at_least(0),
+                    "coefficient of each MoE layer's Switch/GShard load-balancing loss (Megatron's aux_loss; mixtral)"),
+      TRIDENT_FIELD(model, moe_z_loss_coeff, at_least(0), "coefficient of each MoE layer's router z-loss (mixtral)"),
   };
 }
 
@@ -153,6 +163,33 @@ namespace config_rules {
 void check_model_relations(const Config& c) {
   check_sizes(c);  // before any product below is formed in int64
   check_model_shape(c);
+}
+
+// NOTE [MoE keys]
+// model.experts and the model.moe_* keys are read by the MoE families only
+// (ModelShape::moe): set for a dense family they would do nothing, so they are
+// refused; an MoE family needs experts and top-k that can route.
+void check_moe_keys(const Config& c, const ModelShape& shape) {
+  const ModelConfig& m = c.model;
+  const ModelConfig d;
+  if (!shape.moe) {
+    const auto refuse = [&](bool set, const std::string& key) {
+      if (set)
+        fail(c, key + " is a mixture-of-experts key: model.arch = " + quote(m.arch) +
+                    " is a dense family and does not read it (the MoE families: mixtral)");
+    };
+    refuse(m.experts != d.experts, "model.experts");
+    refuse(m.moe_top_k != d.moe_top_k, "model.moe_top_k");
+    refuse(m.moe_norm_topk_prob != d.moe_norm_topk_prob, "model.moe_norm_topk_prob");
+    refuse(m.moe_aux_loss_coeff != d.moe_aux_loss_coeff, "model.moe_aux_loss_coeff");
+    refuse(m.moe_z_loss_coeff != d.moe_z_loss_coeff, "model.moe_z_loss_coeff");
+    return;
+  }
+  if (m.experts < 1)
+    fail(c, "model.experts = " + n(m.experts) + ": model.arch = " + quote(m.arch) +
+                " is a mixture of experts and needs at least 1 (Mixtral 8x7B has 8)");
+  if (m.moe_top_k > m.experts)
+    fail(c, "model.moe_top_k (" + n(m.moe_top_k) + ") must be at most model.experts (" + n(m.experts) + ")");
 }
 
 }  // namespace config_rules

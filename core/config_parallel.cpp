@@ -201,7 +201,9 @@ const ModelFamilyRules& model_family(const Config& c, const std::vector<ModelFam
 }
 
 void check_model_family(const Config& c, const std::vector<ModelFamilyRules>& families) {
-  model_family(c, families).check(c);
+  const ModelFamilyRules& family = model_family(c, families);
+  check_moe_keys(c, family.shape);
+  family.check(c);
 }
 
 void check_config_tables(Config& c, const ConfigTables& t) {

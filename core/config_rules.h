@@ -36,6 +36,7 @@ Big model_params(const ModelConfig& m, const ModelShape& s);
 // check_model_config's part of them.
 void check_relations(const Config& c);
 void check_model_relations(const Config& c);  // sizes (NOTE [size checks]), then shapes
+void check_moe_keys(const Config& c, const ModelShape& shape);  // NOTE [MoE keys]
 void check_schedule(const Config& c);
 void check_training(const Config& c);
 void check_data(const Config& c);

@@ -326,6 +326,7 @@ void build(Run& r) {
     r.stages.push_back(r.model->make_stage(r.schedule.stage_of(pp_rank, chunk), stages, r.tp, c.training.seed));
     r.stages.back()->set_recompute(parse_recompute(c.training.recompute));
     r.stages.back()->set_compute_dtype(c.training.precision == "bf16" ? at::kBFloat16 : at::kFloat);
+    r.stages.back()->set_loss_scale(1.0 / static_cast<double>(r.microbatches));
     r.stages.back()->set_boundary_dtype(pipeline_dtype(c) == "bf16" ? at::kBFloat16 : at::kFloat);
     r.stages.back()->move_buffers(r.device);  // once; the parameters move with the DataParallel below
     raw.push_back(r.stages.back().get());

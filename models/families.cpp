@@ -6,7 +6,7 @@
 namespace trident {
 
 const std::vector<ModelFamilyRules>& model_families() {
-  static const std::vector<ModelFamilyRules> families = {gpt_family(), llama_family()};
+  static const std::vector<ModelFamilyRules> families = {gpt_family(), llama_family(), mixtral_family()};
   return families;
 }
 

@@ -21,8 +21,10 @@ namespace trident {
 
 std::unique_ptr<Model> make_model(const Config& cfg) {
   if (cfg.model.arch == "gpt") return std::make_unique<GptModel>(cfg.model, chunk_layers(cfg));
-  if (cfg.model.arch == "llama") return std::make_unique<LlamaModel>(cfg.model, chunk_layers(cfg));
-  throw ModelInputError("model.arch = \"" + cfg.model.arch + "\": unknown model (known: gpt, llama)");
+  // Mixtral is Llama's decoder with a mixture of experts in every layer (NOTE [MoE block] in models/llama/llama.cpp).
+  if (cfg.model.arch == "llama" || cfg.model.arch == "mixtral")
+    return std::make_unique<LlamaModel>(cfg.model, chunk_layers(cfg));
+  throw ModelInputError("model.arch = \"" + cfg.model.arch + "\": unknown model (known: gpt, llama, mixtral)");
 }
 
 namespace {
@@ -44,7 +46,7 @@ void init_from_pretrained(const Config& cfg, const std::vector<std::vector<Param
     for (std::vector<Param>* params : stage_params) init_from_hf(hf, cfg.model, *params);
     return;
   }
-  if (cfg.model.arch == "llama") {
+  if (cfg.model.arch == "llama" || cfg.model.arch == "mixtral") {
     const HfLlama hf = read_hf_llama(cfg.model.init_from);
     for (std::vector<Param>* params : stage_params) init_from_hf_llama(hf, cfg.model, *params);
     return;
@@ -69,7 +71,7 @@ Pretrained checked(Pretrained p, const std::string& dir) {
 
 Pretrained read_pretrained_config(const std::string& dir) {
   const std::string type = hf_model_type(dir);
-  if (type == "llama") {
+  if (type == "llama" || type == "mixtral") {
     HfLlama hf = read_hf_llama_config(dir);
     return checked({hf.model, hf.tokenizer}, dir);
   }
@@ -77,25 +79,25 @@ Pretrained read_pretrained_config(const std::string& dir) {
     HfGpt2 hf = read_hf_gpt2_config(dir);
     return checked({hf.model, hf.tokenizer}, dir);
   }
-  throw ModelInputError(dir + "/config.json: model_type = \"" + type + "\"; Trident reads \"gpt2\" and \"llama\"");
+  throw ModelInputError(dir + "/config.json: model_type = \"" + type + "\"; Trident reads \"gpt2\", \"llama\" and \"mixtral\"");
 }
 
 int export_checkpoint(const std::string& checkpoint, const std::string& format, const std::string& out,
                       int64_t shard_bytes) {
   const ckpt::Reader r(checkpoint);
   const Config c = parse_config(r.meta().config_toml, r.step_dir() + "/manifest.json (config)");
-  const std::string want = c.model.arch == "llama" ? "hf-llama" : "hf-gpt2";
+  const std::string want = c.model.arch == "gpt" ? "hf-gpt2" : "hf-" + c.model.arch;
   if (format != want)
     throw ModelInputError("--format " + format + ": the checkpoint holds a model.arch = \"" + c.model.arch +
                              "\" model; export it with --format " + want);
-  if (shard_bytes > 0 && format != "hf-llama")
-    throw ModelInputError("--shard-mb: only --format hf-llama writes sharded safetensors");
+  if (shard_bytes > 0 && format == "hf-gpt2")
+    throw ModelInputError("--shard-mb: only --format hf-llama and hf-mixtral write sharded safetensors");
   auto full = [&](const ParamInfo& info) {
     at::Tensor t = at::zeros(info.full_shape, at::kFloat);
     ckpt::load_param(r, info.name, info, t);
     return t;
   };
-  if (format == "hf-llama") return write_hf_llama(out, c.model, c.data.tokenizer, full, shard_bytes);
+  if (format != "hf-gpt2") return write_hf_llama(out, c.model, c.data.tokenizer, full, shard_bytes);
   int n = 0;
   write_hf_gpt2(out, c.model, c.data.tokenizer, [&](const ParamInfo& info) {
     ++n;

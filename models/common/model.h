@@ -79,6 +79,11 @@ class Stage {
     (void)ids;
     throw std::logic_error("this stage does not compute logits");
   }
+  // What the last stage's loss is scaled by in the backward (1 / micro-batches):
+  // the scale of the balancing losses an MoE layer adds to its own backward
+  // (NOTE [aux loss in the backward] in models/common/moe.h). A model without
+  // such losses has nothing to scale.
+  virtual void set_loss_scale(double scale) { (void)scale; }
   virtual void set_compute_dtype(at::ScalarType dtype) {
     if (dtype != at::kFloat) throw std::invalid_argument("this model does not support mixed precision");
   }

@@ -25,7 +25,14 @@ namespace st = safetensors;
 struct Mapping {
   std::string hf;
   bool vocab = false;
+  bool experts = false;  // hf holds "{e}": one tensor per expert, stacked on dim 0 (NOTE [HF Mixtral layout])
 };
+
+// The HF name of expert e's tensor of an experts mapping.
+std::string expert_name(const Mapping& m, int64_t e) {
+  const size_t at = m.hf.find("{e}");
+  return m.hf.substr(0, at) + std::to_string(e) + m.hf.substr(at + 3);
+}
 
 Mapping map_name(const std::string& name) {
   if (name == "embedding.word.weight") return {"model.embed_tokens.weight", true};
@@ -44,6 +51,11 @@ Mapping map_name(const std::string& name) {
     };
     for (const auto& [t, h] : table)
       if (rest == t) return {hf + h};
+    if (rest == "moe.router.weight") return {hf + "block_sparse_moe.gate.weight"};
+    static const std::pair<const char*, const char*> experts[] = {
+        {"moe.experts.gate.weight", "w1"}, {"moe.experts.up.weight", "w3"}, {"moe.experts.down.weight", "w2"}};
+    for (const auto& [t, w] : experts)
+      if (rest == t) return {hf + "block_sparse_moe.experts.{e}." + w + ".weight", false, true};
   }
   throw std::logic_error("no Hugging Face Llama name for parameter " + name);
 }
@@ -88,13 +100,21 @@ void read_rope(const json::Value& c, const std::string& cpath, ModelConfig& m) {
       json::as_int(json::at(*scaling, "original_max_position_embeddings", where), where + " original_max_position_embeddings");
 }
 
-// The tensors a file may hold (models/common/hf_names.h).
-const HfNames& hf_names() {
-  static const HfNames names{
-      "Llama", "model.layers.", "num_hidden_layers", {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"},
-      {"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
-       "self_attn.o_proj.weight", "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
-       "mlp.down_proj.weight"}};
+// The tensors a file may hold (models/common/hf_names.h): Llama's, or Mixtral's with its
+// router and `experts` experts in place of the MLP.
+HfNames hf_names(int64_t experts) {
+  HfNames names{experts > 0 ? "Mixtral" : "Llama", "model.layers.", "num_hidden_layers",
+                {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"},
+                {"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                 "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight"}};
+  if (experts == 0) {
+    names.block.insert({"mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"});
+    return names;
+  }
+  names.block.insert("block_sparse_moe.gate.weight");
+  for (int64_t e = 0; e < experts; ++e)
+    for (const char* w : {"w1", "w2", "w3"})
+      names.block.insert("block_sparse_moe.experts." + std::to_string(e) + "." + w + ".weight");
   return names;
 }
 
@@ -129,7 +149,8 @@ HfLlama read_hf_llama_config(const std::string& dir) {
   const json::Value c = json::parse(read_file(cpath), cpath);
   auto get_int = [&](const char* k) { return json::as_int(json::at(c, k, cpath), cpath + " " + k); };
   const std::string type = json::as_string(json::at(c, "model_type", cpath), cpath + " model_type");
-  if (type != "llama") throw ModelInputError(cpath + ": model_type = \"" + type + "\"; expected \"llama\"");
+  if (type != "llama" && type != "mixtral")
+    throw ModelInputError(cpath + ": model_type = \"" + type + "\"; expected \"llama\" or \"mixtral\"");
   for (const char* k : {"attention_bias", "mlp_bias"})
     if (const json::Value* b = json::find(c, k); b && json::as_bool(*b, cpath + " " + k))
       throw ModelInputError(cpath + ": " + k + " = true; Trident's Llama has no biases");
@@ -139,7 +160,22 @@ HfLlama read_hf_llama_config(const std::string& dir) {
   if (const json::Value* t = json::find(c, "pretraining_tp"); t && !t->is_null() && json::as_int(*t, cpath) != 1)
     throw ModelInputError(cpath + ": pretraining_tp = " + std::to_string(json::as_int(*t, cpath)) + "; expected 1");
   ModelConfig& m = hf.model;
-  m.arch = "llama";
+  m.arch = type;
+  if (type == "mixtral") {
+    // NOTE [HF Mixtral layout]: what Trident's Mixtral does not have is refused, not ignored.
+    if (const json::Value* w = json::find(c, "sliding_window"); w && !w->is_null())
+      throw ModelInputError(cpath + ": sliding_window = " + std::to_string(json::as_int(*w, cpath + " sliding_window")) +
+                            "; Trident's Mixtral attends to the whole sequence (expected null)");
+    if (const json::Value* j = json::find(c, "router_jitter_noise"); j && json::as_double(*j, cpath) != 0)
+      throw ModelInputError(cpath + ": router_jitter_noise = " + json::dump(*j) +
+                            "; Trident's router adds no noise (expected 0)");
+    m.experts = json::as_int(json::at(c, "num_local_experts", cpath), cpath + " num_local_experts");
+    m.moe_top_k = json::as_int(json::at(c, "num_experts_per_tok", cpath), cpath + " num_experts_per_tok");
+    if (m.experts < 1 || m.moe_top_k < 1 || m.moe_top_k > m.experts)
+      throw ModelInputError(cpath + ": num_experts_per_tok = " + std::to_string(m.moe_top_k) +
+                            " with num_local_experts = " + std::to_string(m.experts) +
+                            ": expected 1 <= num_experts_per_tok <= num_local_experts");
+  }
   m.layers = get_int("num_hidden_layers");
   m.hidden = get_int("hidden_size");
   m.heads = get_int("num_attention_heads");
@@ -171,10 +207,11 @@ HfLlama read_hf_llama_config(const std::string& dir) {
 HfLlama read_hf_llama(const std::string& dir) {
   HfLlama hf = read_hf_llama_config(dir);
   const ModelConfig& m = hf.model;
+  const HfNames names = hf_names(m.experts);
   for (const std::string& path : weight_files(dir)) {
     for (const st::Tensor& t : st::read_file(path)) {
       if (t.name.find("rotary_emb.inv_freq") != std::string::npos) continue;  // a buffer some files keep
-      check_hf_name(t.name, hf_names(), m.layers, path);
+      check_hf_name(t.name, names, m.layers, path);
       const std::vector<float> v = st::to_float(t, path);
       st::check_finite(v, t.name, path);
       at::Tensor x = at::empty(t.shape, at::kFloat);
@@ -194,7 +231,12 @@ HfLlama read_hf_llama(const std::string& dir) {
 void check_hf_llama_matches(const HfLlama& hf, const ModelConfig& cfg) {
   ConfigDiff diff;
   const ModelConfig& m = hf.model;
-  if (cfg.arch != "llama") diff.note("model.arch = \"" + cfg.arch + "\" (the directory holds a llama)");
+  if (cfg.arch != m.arch) diff.note("model.arch = \"" + cfg.arch + "\" (the directory holds a " + m.arch + ")");
+  diff.number("num_local_experts", m.experts, "model.experts", cfg.experts);
+  diff.number("num_experts_per_tok", m.moe_top_k, "model.moe_top_k", cfg.moe_top_k);
+  // Mixtral's router always renormalises its top-k weights.
+  if (m.experts > 0 && !cfg.moe_norm_topk_prob)
+    diff.note("model.moe_norm_topk_prob = false (Mixtral renormalises the top-k weights)");
   diff.number("num_hidden_layers", m.layers, "model.layers", cfg.layers);
   diff.number("hidden_size", m.hidden, "model.hidden", cfg.hidden);
   diff.number("num_attention_heads", m.heads, "model.heads", cfg.heads);
@@ -225,10 +267,23 @@ void init_from_hf_llama(const HfLlama& hf, const ModelConfig& cfg, std::vector<P
   at::NoGradGuard no_grad;
   for (Param& p : params) {
     const Mapping m = map_name(p.info.tied_copy ? "embedding.word.weight" : p.info.name);
-    auto it = hf.tensors.find(m.hf);
-    if (it == hf.tensors.end())
-      throw ModelInputError(hf.dir + " has no tensor " + m.hf + " (for " + p.info.name + ")");
-    at::Tensor t = it->second;
+    const auto tensor = [&](const std::string& name) {
+      auto it = hf.tensors.find(name);
+      if (it == hf.tensors.end()) throw ModelInputError(hf.dir + " has no tensor " + name + " (for " + p.info.name + ")");
+      if (m.experts && it->second.sizes().vec() != std::vector<int64_t>(p.info.full_shape.begin() + 1, p.info.full_shape.end()))
+        throw ModelInputError(hf.dir + ": tensor " + name + " has shape " + shape_text(it->second.sizes().vec()) +
+                              " but each expert of " + p.info.name + " needs " +
+                              shape_text({p.info.full_shape.begin() + 1, p.info.full_shape.end()}));
+      return it->second;
+    };
+    at::Tensor t;
+    if (m.experts) {  // NOTE [HF Mixtral layout]: one tensor per expert, stacked
+      std::vector<at::Tensor> each;
+      for (int64_t e = 0; e < p.info.full_shape[0]; ++e) each.push_back(tensor(expert_name(m, e)));
+      t = at::stack(each);
+    } else {
+      t = tensor(m.hf);
+    }
     std::vector<int64_t> want = p.info.full_shape;
     if (m.vocab) want[0] = cfg.vocab_size;
     if (t.sizes().vec() != want)
@@ -257,7 +312,14 @@ int write_hf_llama(const std::string& dir, const ModelConfig& cfg, const std::st
     t = t.contiguous();
     const int64_t bytes = t.numel() * 4;
     if (shard_bytes > 0 && in_shard > 0 && in_shard + bytes > shard_bytes) shards.emplace_back(), in_shard = 0;
-    shards.back().push_back(st::from_float(m.hf, t.sizes().vec(), t.data_ptr<float>()));
+    if (m.experts) {  // NOTE [HF Mixtral layout]: one tensor per expert
+      for (int64_t e = 0; e < t.size(0); ++e) {
+        const at::Tensor one = t[e].contiguous();
+        shards.back().push_back(st::from_float(expert_name(m, e), one.sizes().vec(), one.data_ptr<float>()));
+      }
+    } else {
+      shards.back().push_back(st::from_float(m.hf, t.sizes().vec(), t.data_ptr<float>()));
+    }
     in_shard += bytes;
     total += bytes;
   }
@@ -282,8 +344,15 @@ int write_hf_llama(const std::string& dir, const ModelConfig& cfg, const std::st
   }
 
   json::Value c = json::Value::object();
-  c["architectures"] = json::Value::array({json::Value("LlamaForCausalLM")});
-  c["model_type"] = json::Value("llama");
+  const bool mixtral = cfg.experts > 0;
+  c["architectures"] = json::Value::array({json::Value(mixtral ? "MixtralForCausalLM" : "LlamaForCausalLM")});
+  c["model_type"] = json::Value(mixtral ? "mixtral" : "llama");
+  if (mixtral) {
+    c["num_local_experts"] = json::number(cfg.experts);
+    c["num_experts_per_tok"] = json::number(cfg.moe_top_k);
+    c["sliding_window"] = json::Value();
+    c["router_jitter_noise"] = json::number(0.0);
+  }
   c["hidden_size"] = json::number(cfg.hidden);
   c["intermediate_size"] = json::number(cfg.ffn());
   c["num_hidden_layers"] = json::number(cfg.layers);
@@ -294,8 +363,10 @@ int write_hf_llama(const std::string& dir, const ModelConfig& cfg, const std::st
   c["max_position_embeddings"] = json::number(cfg.seq_len);
   c["rms_norm_eps"] = json::number(cfg.layernorm_eps);
   c["hidden_act"] = json::Value("silu");
-  c["attention_bias"] = json::Value(false);
-  c["mlp_bias"] = json::Value(false);
+  if (!mixtral) {
+    c["attention_bias"] = json::Value(false);
+    c["mlp_bias"] = json::Value(false);
+  }
   c["tie_word_embeddings"] = json::Value(cfg.tie_embeddings);
   c["initializer_range"] = json::number(cfg.init_std);
   json::Value rope = json::Value::object();

@@ -19,6 +19,22 @@
 // rotary base and scaling either as transformers 5 writes them
 // (rope_parameters {rope_type, rope_theta, ...}) or as older files do
 // (rope_theta, rope_scaling {rope_type|type, ...}).
+//
+// NOTE [HF Mixtral layout]
+// model_type "mixtral" (MixtralForCausalLM) is the same but for the MLP: Trident's
+//   layers.i.moe.router.weight (E, h)         model.layers.i.block_sparse_moe.gate.weight
+//   layers.i.moe.experts.gate.weight (E, F, h) model.layers.i.block_sparse_moe.experts.{e}.w1.weight (F, h) each
+//   layers.i.moe.experts.up.weight (E, F, h)   ... experts.{e}.w3.weight (F, h)
+//   layers.i.moe.experts.down.weight (E, h, F) ... experts.{e}.w2.weight (h, F)
+// Trident keeps each projection of every expert as one tensor, experts on dim
+// 0 (what a grouped GEMM reads, and what expert parallelism splits); a file
+// holds one tensor per expert, as the published Mixtral checkpoints do and as
+// transformers 5.24's save_pretrained writes them (it fuses gate and up into
+// gate_up_proj (E, 2F, h) in memory only). config.json: num_local_experts,
+// num_experts_per_tok, intermediate_size (each expert's width); sliding_window
+// must be null and router_jitter_noise 0. router_aux_loss_coef is not read:
+// it weighs transformers' loss pooled over all layers (load_balancing_loss_func),
+// not model.moe_aux_loss_coeff's per-layer loss.
 #pragma once
 
 #include <cstdint>

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "models/common/attention.h"
+#include "models/common/moe.h"
 #include "models/common/rms_norm.h"
 
 namespace trident {
@@ -48,6 +49,15 @@ std::vector<PlannedParam> llama_param_plan(const ModelConfig& cfg, const ChunkSp
     plan.add_weight(pre + ".attn.v.weight", {kv_rows, h}, kColumnParallel, std_dev);
     plan.add_weight(pre + ".attn.o.weight", {h, q_rows}, kRowParallel, out_std);
     norm(pre + ".mlp_norm.weight");
+    if (cfg.experts > 0) {
+      // NOTE [MoE layout]: the router and every expert's SwiGLU, experts stacked on dim 0.
+      const int64_t e = cfg.experts;
+      plan.add_weight(pre + ".moe.router.weight", {e, h}, kReplicated, std_dev);
+      plan.add_weight(pre + ".moe.experts.gate.weight", {e, f, h}, kReplicated, std_dev);
+      plan.add_weight(pre + ".moe.experts.up.weight", {e, f, h}, kReplicated, std_dev);
+      plan.add_weight(pre + ".moe.experts.down.weight", {e, h, f}, kReplicated, out_std);
+      continue;
+    }
     plan.add_weight(pre + ".mlp.gate.weight", {f, h}, kColumnParallel, std_dev);
     plan.add_weight(pre + ".mlp.up.weight", {f, h}, kColumnParallel, std_dev);
     plan.add_weight(pre + ".mlp.down.weight", {h, f}, kRowParallel, out_std);
@@ -93,9 +103,11 @@ LlamaStage::LlamaStage(const ModelConfig& cfg, const ChunkSpec& spec, const TpCo
   if (spec_.has_embedding) word_ = at("embedding.word.weight");
   for (int64_t l = spec_.first_layer; l < spec_.first_layer + spec_.num_layers; ++l) {
     const std::string pre = "layers." + std::to_string(l);
+    const std::string mlp = cfg.experts > 0 ? pre + ".moe.experts." : pre + ".mlp.";
     blocks_.push_back({at(pre + ".attn_norm.weight"), at(pre + ".attn.q.weight"), at(pre + ".attn.k.weight"),
                        at(pre + ".attn.v.weight"), at(pre + ".attn.o.weight"), at(pre + ".mlp_norm.weight"),
-                       at(pre + ".mlp.gate.weight"), at(pre + ".mlp.up.weight"), at(pre + ".mlp.down.weight")});
+                       at(mlp + "gate.weight"), at(mlp + "up.weight"), at(mlp + "down.weight"),
+                       cfg.experts > 0 ? at(pre + ".moe.router.weight") : 0});
   }
   if (spec_.has_head) {
     final_norm_ = at("final_norm.weight");
@@ -181,7 +193,31 @@ at::Tensor LlamaStage::attention(const BlockParams& b, const at::Tensor& x) cons
   return row_parallel_linear(tp_, y, compute_param(b.o), at::Tensor());
 }
 
+// NOTE [MoE block]: the tokens of the micro-batch (b·s of them) routed to
+// their top-k experts (models/common/moe.h); each balancing loss joins the
+// layer's backward with its coefficient over the micro-batches, as the LM loss
+// is scaled (NOTE [aux loss in the backward]). The losses feed gradients only:
+// the reported loss is the LM loss, as Megatron reports it.
+at::Tensor LlamaStage::moe(const BlockParams& b, const at::Tensor& x) const {
+  RouterOptions o;
+  o.experts = cfg_.experts;
+  o.top_k = cfg_.moe_top_k;
+  o.norm_topk_prob = cfg_.moe_norm_topk_prob;
+  MoeWeights w;
+  w.router = compute_param(b.router);
+  w.gate = compute_param(b.gate);
+  w.up = compute_param(b.up);
+  w.down = compute_param(b.down);
+  const MoeOutput out = moe_forward(x.reshape({-1, x.size(-1)}), w, o);
+  at::Tensor y = out.y.view(x.sizes());
+  if (cfg_.moe_aux_loss_coeff > 0)
+    y = attach_aux_loss(y, switch_aux_loss(out.routing, o.top_k) * cfg_.moe_aux_loss_coeff, loss_scale_);
+  if (cfg_.moe_z_loss_coeff > 0) y = attach_aux_loss(y, z_loss(out.routing) * cfg_.moe_z_loss_coeff, loss_scale_);
+  return y;
+}
+
 at::Tensor LlamaStage::mlp(const BlockParams& b, const at::Tensor& x) const {
+  if (cfg_.experts > 0) return moe(b, x);
   const at::Tensor in = enter_column_parallel(tp_, x);
   // silu(gate) · up, (b, s, F/tp): the largest activations of a block.
   auto gated = [this, b](const at::Tensor& xin) {
@@ -255,7 +291,10 @@ double LlamaModel::flops_per_token() const {
   const double h = static_cast<double>(cfg_.hidden), l = static_cast<double>(cfg_.layers);
   const double qo = 2 * h * static_cast<double>(cfg_.heads * cfg_.head_dim());
   const double kv = 2 * h * static_cast<double>(cfg_.kv() * cfg_.head_dim());
-  const double matrices = l * (qo + kv + 3 * h * static_cast<double>(cfg_.ffn())) +
+  // Under MoE a token passes its top-k experts (and the router): the active parameters.
+  const double mlps = cfg_.experts > 0 ? static_cast<double>(cfg_.moe_top_k) : 1.0;
+  const double router = cfg_.experts > 0 ? h * static_cast<double>(cfg_.experts) : 0.0;
+  const double matrices = l * (qo + kv + 3 * h * static_cast<double>(cfg_.ffn()) * mlps + router) +
                           h * static_cast<double>(cfg_.vocab_size);
   return 6 * matrices + 12 * l * h * static_cast<double>(cfg_.seq_len);
 }

@@ -66,10 +66,12 @@ class LlamaStage : public Stage {
   void set_boundary_dtype(at::ScalarType dtype) override { boundary_ = dtype; }
   at::ScalarType boundary_dtype() const override { return boundary_; }
   at::Tensor logits(const at::Tensor& ids) const override;
+  void set_loss_scale(double scale) override { loss_scale_ = scale; }
 
  private:
   struct BlockParams {
-    size_t attn_norm, q, k, v, o, mlp_norm, gate, up, down;
+    size_t attn_norm, q, k, v, o, mlp_norm, gate, up, down;  // gate, up, down: the experts' under MoE
+    size_t router;                                           // MoE only
   };
   at::Tensor run(const at::Tensor& input, const at::Tensor& targets) const;
   std::vector<int64_t> hidden_shape(int64_t mbs) const;
@@ -87,6 +89,7 @@ class LlamaStage : public Stage {
   at::Tensor rotate(const at::Tensor& x, const RopeTables& r) const;  // (b, heads, s, d) -> rotary embedding applied
   at::Tensor attention(const BlockParams& b, const at::Tensor& x) const;
   at::Tensor mlp(const BlockParams& b, const at::Tensor& x) const;
+  at::Tensor moe(const BlockParams& b, const at::Tensor& x) const;  // NOTE [MoE block]
   at::Tensor block(int64_t layer, const at::Tensor& x) const;
   at::Tensor embed(const at::Tensor& ids) const;
   at::Tensor head_logits(const at::Tensor& x) const;  // final norm + head: (b, s, vocab/tp) fp32
@@ -99,6 +102,7 @@ class LlamaStage : public Stage {
   Recompute recompute_ = Recompute::kNone;
   at::ScalarType compute_ = at::kFloat;
   at::ScalarType boundary_ = at::kFloat;  // what the hidden state crosses a pipeline boundary in
+  double loss_scale_ = 1.0;                // the aux losses' backward scale (set_loss_scale)
   at::Tensor cos_, sin_;  // (seq_len, head_dim) fp32, on the stage's device (buffers())
   mutable RopeTables rope_;
   size_t word_ = 0, final_norm_ = 0, head_ = 0;

@@ -25,8 +25,8 @@ void check_llama(const Config& c) {
                        ") must exceed model.rope_low_freq_factor (" + g(m.rope_low_freq_factor) + ")");
   }
   if (m.ffn_hidden == 0)
-    config_fail(c, "model.ffn_hidden must be set for model.arch = \"llama\" (the SwiGLU width; Llama 3 8B uses 14336)");
-  if (m.dropout > 0) config_fail(c, "model.dropout = " + g(m.dropout) + ": llama has no dropout, expected 0");
+    config_fail(c, "model.ffn_hidden must be set for model.arch = \"" + m.arch + "\" (the SwiGLU width; Llama 3 8B uses 14336)");
+  if (m.dropout > 0) config_fail(c, "model.dropout = " + g(m.dropout) + ": " + m.arch + " has no dropout, expected 0");
   if (m.heads % m.kv() != 0)
     config_fail(c, "model.kv_heads (" + n(m.kv()) + ") must divide model.heads (" + n(m.heads) + ")");
   if (m.kv() % c.parallel.tp != 0) {
@@ -37,11 +37,22 @@ void check_llama(const Config& c) {
     config_fail(c, "model.hidden / model.heads (" + n(m.head_dim()) + ") must be even for rotary embeddings");
 }
 
+void check_mixtral(const Config& c) {
+  check_llama(c);
+  if (c.parallel.tp > 1)
+    config_fail(c, "parallel.tp = " + n(c.parallel.tp) + " with model.arch = \"mixtral\": the experts are not split "
+                   "over tensor-parallel ranks yet (expert tensor parallelism); expected parallel.tp = 1");
+}
+
 }  // namespace
 
 // SwiGLU (gate, up, down) and rotary positions, no table.
 ModelFamilyRules llama_family() {
   return {"llama", check_llama, ModelShape{.gated_mlp = true, .position_table = false}};
+}
+
+ModelFamilyRules mixtral_family() {
+  return {"mixtral", check_mixtral, ModelShape{.gated_mlp = true, .position_table = false, .moe = true}};
 }
 
 }  // namespace trident

@@ -11,4 +11,9 @@ namespace trident {
 // llama3 rope keys only with rope_scaling = "llama3".
 ModelFamilyRules llama_family();
 
+// model.arch = "mixtral": Llama's attention with a mixture of SwiGLU experts
+// in every layer (NOTE [MoE keys], NOTE [MoE block] in llama.cpp): Llama's
+// rules, and the experts not split over tensor-parallel ranks.
+ModelFamilyRules mixtral_family();
+
 }  // namespace trident

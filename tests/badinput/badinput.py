@@ -150,6 +150,17 @@ def cases(work, cores, trident="build/trident", busy_port=0):
         ("WORLD_SIZE alone", 2, "train --config configs/gpt-tiny.toml",
          ["the environment sets WORLD_SIZE=2 but not RANK, LOCAL_RANK, MASTER_ADDR, MASTER_PORT"],
          {"WORLD_SIZE": "2"}),
+        # NOTE [MoE keys]: the mixture-of-experts keys do nothing for a dense family; Mixtral's need experts.
+        ("experts on llama", 2, "train --config configs/llama-tiny.toml --set model.experts=4",
+         ["model.experts is a mixture-of-experts key", "model.arch = \"llama\" is a dense family"]),
+        ("mixtral without experts", 2, "train --config configs/mixtral-tiny.toml --set model.experts=0",
+         ["model.experts = 0", "needs at least 1"]),
+        ("mixtral top-k above experts", 2, "train --config configs/mixtral-tiny.toml --set model.moe_top_k=9",
+         ["model.moe_top_k (9) must be at most model.experts (8)"]),
+        ("mixtral tp2", 2, "train --config configs/mixtral-tiny.toml --set parallel.tp=2",
+         ["parallel.tp = 2 with model.arch = \"mixtral\"", "expected parallel.tp = 1"]),
+        ("plan mixtral", 2, "plan --config configs/mixtral-tiny.toml --cluster configs/clusters/dgx-h100.toml --gpus 8",
+         ["the planner prices the dense families"]),
         # NOTE [held store port]: the launcher's listening socket is rank 0's alone, and must listen on MASTER_PORT.
         ("store fd on rank 1", 2, "train --config configs/gpt-tiny.toml",
          ["TRIDENT_STORE_FD=0 is set for rank 1", "only rank 0, which hosts the rendezvous store"],

@@ -71,7 +71,7 @@ def no_decay(name):
 
 
 def load_model(hf_dir, model_cfg, dtype):
-    if model_cfg["arch"] == "llama":
+    if model_cfg["arch"] in ("llama", "mixtral"):
         return load_llama(hf_dir, model_cfg, dtype)
     from transformers import GPT2LMHeadModel
 
@@ -95,15 +95,21 @@ def load_model(hf_dir, model_cfg, dtype):
 
 
 def load_llama(hf_dir, model_cfg, dtype):
-    from transformers import LlamaForCausalLM
+    from transformers import LlamaForCausalLM, MixtralForCausalLM
 
-    model = LlamaForCausalLM.from_pretrained(hf_dir, dtype=torch.float32, attn_implementation="eager")
+    mixtral = model_cfg["arch"] == "mixtral"
+    model = (MixtralForCausalLM if mixtral else LlamaForCausalLM).from_pretrained(
+        hf_dir, dtype=torch.float32, attn_implementation="eager", **({"experts_implementation": "eager"} if mixtral else {}))
     c = model.config
     kv = model_cfg.get("kv_heads", 0) or model_cfg["heads"]
     want = {"num_hidden_layers": model_cfg["layers"], "hidden_size": model_cfg["hidden"],
             "num_attention_heads": model_cfg["heads"], "num_key_value_heads": kv,
             "intermediate_size": model_cfg["ffn_hidden"], "vocab_size": model_cfg["vocab_size"],
             "rms_norm_eps": model_cfg["layernorm_eps"], "tie_word_embeddings": model_cfg["tie_embeddings"]}
+    if mixtral:
+        want.update(num_local_experts=model_cfg["experts"], num_experts_per_tok=model_cfg["moe_top_k"])
+        if not model_cfg["moe_norm_topk_prob"]:
+            raise SystemExit("Mixtral renormalises its top-k weights: the run needs model.moe_norm_topk_prob = true")
     got = {k: getattr(c, k) for k in want}
     if got != want:
         raise SystemExit(f"{hf_dir}/config.json {got} does not match the run's config {want}")
@@ -114,6 +120,29 @@ def load_llama(hf_dir, model_cfg, dtype):
         raise SystemExit(f"the LM head is {'' if tied else 'not '}tied to the embedding, but model.tie_embeddings = "
                          f"{model_cfg['tie_embeddings']}")
     return model.to(dtype)
+
+
+def balancing_losses(router_logits, m_cfg):
+    """Each MoE layer's balancing losses with their coefficients, summed over the layers, written from
+    their published definitions (not from Trident's code): Switch Transformer's load-balancing loss as
+    Megatron-Core's aux_loss weighs it, E / (K T^2) * sum_e (sum_t p[t, e]) * count_e, with p the
+    softmax of the router logits and count_e the tokens whose top-K holds e; and ST-MoE's router
+    z-loss, the mean over tokens of logsumexp(logits)^2. transformers' own loss for Mixtral
+    (load_balancing_loss_func) pools every layer into one product, a different objective."""
+    k, e = m_cfg["moe_top_k"], m_cfg["experts"]
+    aux_c, z_c = m_cfg.get("moe_aux_loss_coeff", 0.0), m_cfg.get("moe_z_loss_coeff", 0.0)
+    total = 0.0
+    for logits in router_logits:
+        logits = logits.reshape(-1, e)
+        t = logits.size(0)
+        if aux_c > 0:
+            p = logits.softmax(-1)
+            chosen = p.topk(k, dim=-1).indices.reshape(-1)
+            count = torch.zeros(e, dtype=p.dtype).scatter_add_(0, chosen, torch.ones_like(chosen, dtype=p.dtype))
+            total = total + aux_c * e / (k * t * t) * (p.sum(0) * count).sum()
+        if z_c > 0:
+            total = total + z_c * torch.logsumexp(logits, -1).square().mean()
+    return total
 
 
 def tree_sum(ts):
@@ -272,12 +301,17 @@ def main():
                 idx = samples.micro_batch(step, gbs, r, dp, k, mbs)
                 win = torch.from_numpy(np.stack([samples.window(i) for i in idx]))  # (mbs, seq + 1) int64
                 x, y = win[:, :seq], win[:, 1:]
+                moe = m_cfg["arch"] == "mixtral"
                 with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-                    logits = model(input_ids=x).logits  # (mbs, seq, V)
+                    o = model(input_ids=x, output_router_logits=True) if moe else model(input_ids=x)
+                logits = o.logits  # (mbs, seq, V)
                 logits = logits.float() if autocast else logits  # cross-entropy in fp32
                 loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))  # mean over tokens
+                # The MoE layers' balancing losses feed the gradients (scaled as the loss is) but not the
+                # reported loss, as in Trident and Megatron.
+                extra = balancing_losses(o.router_logits, m_cfg) if moe else 0.0
                 # Trident's executor backpropagates loss * (1/m) for each of a rank's m micro-batches.
-                (loss * (1.0 / local)).backward()
+                ((loss + extra) * (1.0 / local)).backward()
                 loss_sum += loss.item()
                 if args.accumulate != "autograd":
                     captured.append([p.grad for p in params])

