@@ -221,7 +221,7 @@ def cases(work, cores, trident="build/trident", busy_port=0):
          "configs/clusters/dgx-a100.toml --gpus 8 --set model.arch=llama --set model.kv_heads=3",
          ["model.kv_heads (3) must divide model.heads (8)"]),
         ("unknown arch: data batches", 2, "data batches --config configs/gpt-tiny.toml --steps 1 --set model.arch=bert",
-         ["model.arch = \"bert\": expected one of \"gpt\" or \"llama\""]),
+         ["model.arch = \"bert\": expected one of \"gpt\", \"llama\" or \"mixtral\""]),
         ("zb-v with 3 chunks: checkpoint init", 2, f"checkpoint init --config configs/gpt-tiny.toml --out {work}/ck-init-bad "
          "--set parallel.pp=2 --set schedule.kind=zb-v --set schedule.chunks=3",
          ["schedule.chunks = 3: schedule.kind = \"zb-v\" runs 2 chunks per rank"]),

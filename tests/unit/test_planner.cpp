@@ -100,13 +100,16 @@ TEST(PlannerMemory, GatedMlpKeepsFourWideTensors) {
 
 // The planner prices the families without their code: its shapes are theirs.
 TEST(PlannerMemory, BlockShapesAreTheFamiliesOwn) {
-  ASSERT_EQ(model_families().size(), 2u) << "a new family: teach the planner its costs and shape";
+  size_t dense = 0;
   for (const ModelFamilyRules& f : model_families()) {
+    if (f.shape.moe) continue;  // trident plan refuses a mixture of experts by name (BadInput 'plan mixtral')
+    ++dense;
     ModelConfig m;
     m.arch = f.arch;
     EXPECT_EQ(block_shape(m).gated_mlp, f.shape.gated_mlp) << f.arch;
     EXPECT_EQ(block_shape(m).position_table, f.shape.position_table) << f.arch;
   }
+  EXPECT_EQ(dense, 2u) << "a new dense family: teach the planner its costs and shape";
 }
 
 TEST(PlannerStep, OneDeviceStepIsFlopsOverRateAndTpAddsRingAllReduces) {
