@@ -20,7 +20,7 @@ namespace trident {
 
 
 struct ModelConfig {
-  std::string arch = "gpt";        // model family: "gpt" (GPT-2), "llama" or "mixtral"
+  std::string arch = "gpt";        // model family (models/families.h): "gpt" (GPT-2), "llama", "mixtral", ...
   int64_t layers = 2;              // transformer blocks
   int64_t hidden = 64;             // model width
   int64_t heads = 4;               // attention heads (hidden % heads == 0)
@@ -41,9 +41,12 @@ struct ModelConfig {
   double rope_low_freq_factor = 1.0;          // llama3 scaling: low_freq_factor
   double rope_high_freq_factor = 4.0;         // llama3 scaling: high_freq_factor
   int64_t rope_original_max_position = 8192;  // llama3 scaling: original_max_position_embeddings
-  // Mixture of experts (the MoE families, mixtral; check_config refuses them
-  // for a dense family). The experts' width is ffn_hidden.
+  int64_t kv_channels = 0;  // width of one attention head; 0 = hidden / heads (qwen3_moe's head_dim; Megatron's name)
+  // Mixture of experts (the MoE families: mixtral, qwen2_moe, qwen3_moe;
+  // check_config refuses them for a dense family, NOTE [MoE keys]).
   int64_t experts = 0;               // routed experts per layer; 0 = a dense MLP
+  int64_t moe_ffn_hidden = 0;        // each routed expert's SwiGLU width; 0 = ffn_hidden
+  int64_t moe_shared_ffn_hidden = 0; // the shared expert's width (qwen2_moe: gated by a sigmoid); 0 = none
   int64_t moe_top_k = 2;             // experts per token
   bool moe_norm_topk_prob = true;    // the chosen experts' weights renormalised to sum 1
   double moe_aux_loss_coeff = 0.0;   // Switch/GShard load-balancing loss per layer (Megatron's aux_loss)
@@ -51,7 +54,8 @@ struct ModelConfig {
 
   int64_t ffn() const { return ffn_hidden > 0 ? ffn_hidden : 4 * hidden; }
   int64_t kv() const { return kv_heads > 0 ? kv_heads : heads; }
-  int64_t head_dim() const { return hidden / heads; }
+  int64_t head_dim() const { return kv_channels > 0 ? kv_channels : hidden / heads; }
+  int64_t moe_ffn() const { return moe_ffn_hidden > 0 ? moe_ffn_hidden : ffn(); }
   // Vocabulary padded up to a multiple of vocab_pad_multiple * tp (Megatron).
   int64_t padded_vocab(int64_t tp) const {
     const int64_t m = vocab_pad_multiple * tp;

@@ -32,9 +32,13 @@ std::string big(Big v) {
 Big model_params(const ModelConfig& m, const ModelShape& s) {
   const Big h = m.hidden, kv_width = Big(m.kv()) * (Big(m.hidden) / Big(m.heads));
   const Big ffn = m.ffn_hidden > 0 ? Big(m.ffn_hidden) : 4 * h;
-  // An MoE layer: model.experts MLPs and the router (E x hidden).
-  const Big mlps = m.experts > 0 ? Big(m.experts) : 1, router = m.experts > 0 ? Big(m.experts) * h : 0;
-  const Big block = 2 * h * h + 2 * h * kv_width + (s.gated_mlp ? 3 : 2) * h * ffn * mlps + router;
+  // An MoE layer: model.experts MLPs of the experts' width, the router (E x hidden) and a shared expert.
+  const Big q_width = Big(m.heads) * (Big(m.hidden) / Big(m.heads));
+  const Big kv_w = m.kv_channels > 0 ? Big(m.kv()) * Big(m.kv_channels) : kv_width;
+  const Big q_w = m.kv_channels > 0 ? Big(m.heads) * Big(m.kv_channels) : q_width;
+  const Big mlp = m.experts > 0 ? Big(m.experts) * Big(m.moe_ffn()) + Big(m.moe_shared_ffn_hidden) : ffn;
+  const Big router = m.experts > 0 ? Big(m.experts) * h : 0;
+  const Big block = 2 * h * q_w + 2 * h * kv_w + (s.gated_mlp ? 3 : 2) * h * mlp + router;
   const Big embed = Big(m.vocab_size) * h * (m.tie_embeddings ? 1 : 2) + (s.position_table ? Big(m.seq_len) * h : 0);
   return Big(m.layers) * block + embed;
 }
@@ -66,14 +70,19 @@ std::vector<Field> model_fields() {
       TRIDENT_FIELD(model, rope_high_freq_factor, positive(), "llama3 rope scaling: high_freq_factor"),
       TRIDENT_FIELD(model, rope_original_max_position, at_least(1),
                     "llama3 rope scaling: original_max_position_embeddings"),
+      TRIDENT_FIELD(model, kv_channels, at_least(0),
+                    "width of one attention head; 0 = hidden / heads (qwen3_moe's head_dim)"),
       TRIDENT_FIELD(model, experts, at_least(0),
-                    "routed experts per layer, each a SwiGLU MLP of model.ffn_hidden (mixtral; 0 = a dense MLP)"),
-      TRIDENT_FIELD(model, moe_top_k, at_least(1), "experts each token is routed to (mixtral)"),
+                    "routed experts per layer, each a SwiGLU MLP (the MoE families; 0 = a dense MLP)"),
+      TRIDENT_FIELD(model, moe_ffn_hidden, at_least(0), "each routed expert's SwiGLU width; 0 = model.ffn_hidden (MoE)"),
+      TRIDENT_FIELD(model, moe_shared_ffn_hidden, at_least(0),
+                    "the shared expert's SwiGLU width, its output gated by a sigmoid (qwen2_moe); 0 = none"),
+      TRIDENT_FIELD(model, moe_top_k, at_least(1), "experts each token is routed to (MoE)"),
       TRIDENT_FIELD(model, moe_norm_topk_prob, any(),
-                    "the chosen experts' softmax weights renormalised to sum 1 (mixtral: true)"),
+                    "the chosen experts' softmax weights renormalised to sum 1 (MoE; mixtral: true)"),
       TRIDENT_FIELD(model, moe_aux_loss_coeff, at_least(0),
-                    "coefficient of each MoE layer's Switch/GShard load-balancing loss (Megatron's aux_loss; mixtral)"),
-      TRIDENT_FIELD(model, moe_z_loss_coeff, at_least(0), "coefficient of each MoE layer's router z-loss (mixtral)"),
+                    "coefficient of each MoE layer's Switch/GShard load-balancing loss (Megatron's aux_loss)"),
+      TRIDENT_FIELD(model, moe_z_loss_coeff, at_least(0), "coefficient of each MoE layer's router z-loss (MoE)"),
   };
 }
 
@@ -127,7 +136,7 @@ void check_sizes(const Config& c) {
 void check_model_shape(const Config& c) {
   const ModelConfig& m = c.model;
   const ParallelConfig& p = c.parallel;
-  if (m.hidden % m.heads != 0)
+  if (m.kv_channels == 0 && m.hidden % m.heads != 0)
     fail(c, "model.hidden (" + n(m.hidden) + ") must be divisible by model.heads (" + n(m.heads) + ")");
   if (m.heads % p.tp != 0)
     fail(c, "parallel.tp (" + n(p.tp) + ") must divide model.heads (" + n(m.heads) + ")");
@@ -176,9 +185,11 @@ void check_moe_keys(const Config& c, const ModelShape& shape) {
     const auto refuse = [&](bool set, const std::string& key) {
       if (set)
         fail(c, key + " is a mixture-of-experts key: model.arch = " + quote(m.arch) +
-                    " is a dense family and does not read it (the MoE families: mixtral)");
+                    " is a dense family and does not read it (the MoE families: mixtral, qwen2_moe, qwen3_moe)");
     };
     refuse(m.experts != d.experts, "model.experts");
+    refuse(m.moe_ffn_hidden != d.moe_ffn_hidden, "model.moe_ffn_hidden");
+    refuse(m.moe_shared_ffn_hidden != d.moe_shared_ffn_hidden, "model.moe_shared_ffn_hidden");
     refuse(m.moe_top_k != d.moe_top_k, "model.moe_top_k");
     refuse(m.moe_norm_topk_prob != d.moe_norm_topk_prob, "model.moe_norm_topk_prob");
     refuse(m.moe_aux_loss_coeff != d.moe_aux_loss_coeff, "model.moe_aux_loss_coeff");

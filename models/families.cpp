@@ -6,7 +6,8 @@
 namespace trident {
 
 const std::vector<ModelFamilyRules>& model_families() {
-  static const std::vector<ModelFamilyRules> families = {gpt_family(), llama_family(), mixtral_family()};
+  static const std::vector<ModelFamilyRules> families = {gpt_family(), llama_family(), mixtral_family(), qwen2_moe_family(),
+                                                                qwen3_moe_family()};
   return families;
 }
 

@@ -1,6 +1,7 @@
 // Model registry: see registry.h.
 #include "models/registry.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <stdexcept>
 
@@ -16,15 +17,16 @@
 #include "models/gpt/hf_gpt2.h"
 #include "models/llama/hf_llama.h"
 #include "models/llama/llama.h"
+#include "models/llama/llama_rules.h"
 
 namespace trident {
 
 std::unique_ptr<Model> make_model(const Config& cfg) {
   if (cfg.model.arch == "gpt") return std::make_unique<GptModel>(cfg.model, chunk_layers(cfg));
-  // Mixtral is Llama's decoder with a mixture of experts in every layer (NOTE [MoE block] in models/llama/llama.cpp).
-  if (cfg.model.arch == "llama" || cfg.model.arch == "mixtral")
-    return std::make_unique<LlamaModel>(cfg.model, chunk_layers(cfg));
-  throw ModelInputError("model.arch = \"" + cfg.model.arch + "\": unknown model (known: gpt, llama, mixtral)");
+  // Mixtral and Qwen's MoE models are Llama's decoder with a mixture of experts in every layer (NOTE [MoE block]
+  // in models/llama/llama.cpp, NOTE [Llama-decoder MoE families] in models/llama/llama_rules.cpp).
+  if (llama_decoder(cfg.model.arch)) return std::make_unique<LlamaModel>(cfg.model, chunk_layers(cfg));
+  throw ModelInputError("model.arch = \"" + cfg.model.arch + "\": unknown model (known: gpt, llama, mixtral, qwen2_moe, qwen3_moe)");
 }
 
 namespace {
@@ -46,7 +48,7 @@ void init_from_pretrained(const Config& cfg, const std::vector<std::vector<Param
     for (std::vector<Param>* params : stage_params) init_from_hf(hf, cfg.model, *params);
     return;
   }
-  if (cfg.model.arch == "llama" || cfg.model.arch == "mixtral") {
+  if (llama_decoder(cfg.model.arch)) {
     const HfLlama hf = read_hf_llama(cfg.model.init_from);
     for (std::vector<Param>* params : stage_params) init_from_hf_llama(hf, cfg.model, *params);
     return;
@@ -71,7 +73,7 @@ Pretrained checked(Pretrained p, const std::string& dir) {
 
 Pretrained read_pretrained_config(const std::string& dir) {
   const std::string type = hf_model_type(dir);
-  if (type == "llama" || type == "mixtral") {
+  if (llama_decoder(type)) {
     HfLlama hf = read_hf_llama_config(dir);
     return checked({hf.model, hf.tokenizer}, dir);
   }
@@ -79,19 +81,21 @@ Pretrained read_pretrained_config(const std::string& dir) {
     HfGpt2 hf = read_hf_gpt2_config(dir);
     return checked({hf.model, hf.tokenizer}, dir);
   }
-  throw ModelInputError(dir + "/config.json: model_type = \"" + type + "\"; Trident reads \"gpt2\", \"llama\" and \"mixtral\"");
+  throw ModelInputError(dir + "/config.json: model_type = \"" + type + "\"; Trident reads \"gpt2\", \"llama\", \"mixtral\", \"qwen2_moe\" and \"qwen3_moe\"");
 }
 
 int export_checkpoint(const std::string& checkpoint, const std::string& format, const std::string& out,
                       int64_t shard_bytes) {
   const ckpt::Reader r(checkpoint);
   const Config c = parse_config(r.meta().config_toml, r.step_dir() + "/manifest.json (config)");
-  const std::string want = c.model.arch == "gpt" ? "hf-gpt2" : "hf-" + c.model.arch;
+  std::string want = c.model.arch == "gpt" ? "hf-gpt2" : "hf-" + c.model.arch;  // hf-qwen2-moe, not hf-qwen2_moe
+  std::replace(want.begin(), want.end(), '_', '-');
   if (format != want)
     throw ModelInputError("--format " + format + ": the checkpoint holds a model.arch = \"" + c.model.arch +
                              "\" model; export it with --format " + want);
   if (shard_bytes > 0 && format == "hf-gpt2")
-    throw ModelInputError("--shard-mb: only --format hf-llama and hf-mixtral write sharded safetensors");
+    throw ModelInputError("--shard-mb: only the Llama-decoder formats (hf-llama, hf-mixtral, hf-qwen2-moe, hf-qwen3-moe) "
+                          "write sharded safetensors");
   auto full = [&](const ParamInfo& info) {
     at::Tensor t = at::zeros(info.full_shape, at::kFloat);
     ckpt::load_param(r, info.name, info, t);

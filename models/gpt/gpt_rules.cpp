@@ -15,6 +15,7 @@ void check_gpt(const Config& c) {
   };
   refuse(m.kv_heads != 0 && m.kv_heads != m.heads, "model.kv_heads (" + std::to_string(m.kv_heads) + ")");
   refuse(!m.tie_embeddings, "model.tie_embeddings = false");
+  if (m.kv_channels != 0) config_fail(c, "model.kv_channels is read by model.arch = \"qwen3_moe\" only; gpt does not read it");
   refuse(m.rope_theta != d.rope_theta, "model.rope_theta");
   refuse(m.rope_scaling != d.rope_scaling, "model.rope_scaling");
   refuse(m.rope_factor != d.rope_factor, "model.rope_factor");

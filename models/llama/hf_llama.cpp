@@ -15,6 +15,7 @@
 #include "core/version.h"
 #include "models/common/hf_names.h"
 #include "models/llama/llama.h"
+#include "models/llama/llama_rules.h"
 
 namespace trident {
 namespace {
@@ -34,7 +35,7 @@ std::string expert_name(const Mapping& m, int64_t e) {
   return m.hf.substr(0, at) + std::to_string(e) + m.hf.substr(at + 3);
 }
 
-Mapping map_name(const std::string& name) {
+Mapping map_name(const std::string& name, const std::string& arch) {
   if (name == "embedding.word.weight") return {"model.embed_tokens.weight", true};
   if (name == "head.weight") return {"lm_head.weight", true};
   if (name == "final_norm.weight") return {"model.norm.weight"};
@@ -51,11 +52,31 @@ Mapping map_name(const std::string& name) {
     };
     for (const auto& [t, h] : table)
       if (rest == t) return {hf + h};
-    if (rest == "moe.router.weight") return {hf + "block_sparse_moe.gate.weight"};
-    static const std::pair<const char*, const char*> experts[] = {
-        {"moe.experts.gate.weight", "w1"}, {"moe.experts.up.weight", "w3"}, {"moe.experts.down.weight", "w2"}};
-    for (const auto& [t, w] : experts)
-      if (rest == t) return {hf + "block_sparse_moe.experts.{e}." + w + ".weight", false, true};
+    if (arch == "mixtral") {  // NOTE [HF Mixtral layout]
+      if (rest == "moe.router.weight") return {hf + "block_sparse_moe.gate.weight"};
+      static const std::pair<const char*, const char*> experts[] = {
+          {"moe.experts.gate.weight", "w1"}, {"moe.experts.up.weight", "w3"}, {"moe.experts.down.weight", "w2"}};
+      for (const auto& [t, w] : experts)
+        if (rest == t) return {hf + "block_sparse_moe.experts.{e}." + w + ".weight", false, true};
+    }
+    // NOTE [HF Qwen MoE layout]
+    static const std::pair<const char*, const char*> qwen[] = {
+        {"moe.router.weight", "mlp.gate.weight"},
+        {"moe.shared.gate.weight", "mlp.shared_expert.gate_proj.weight"},
+        {"moe.shared.up.weight", "mlp.shared_expert.up_proj.weight"},
+        {"moe.shared.down.weight", "mlp.shared_expert.down_proj.weight"},
+        {"moe.shared_gate.weight", "mlp.shared_expert_gate.weight"},
+        {"attn.q.bias", "self_attn.q_proj.bias"}, {"attn.k.bias", "self_attn.k_proj.bias"},
+        {"attn.v.bias", "self_attn.v_proj.bias"}, {"attn.q_norm.weight", "self_attn.q_norm.weight"},
+        {"attn.k_norm.weight", "self_attn.k_norm.weight"},
+    };
+    for (const auto& [t, h] : qwen)
+      if (rest == t) return {hf + h};
+    static const std::pair<const char*, const char*> qwen_experts[] = {
+        {"moe.experts.gate.weight", "gate_proj"}, {"moe.experts.up.weight", "up_proj"},
+        {"moe.experts.down.weight", "down_proj"}};
+    for (const auto& [t, w] : qwen_experts)
+      if (rest == t) return {hf + "mlp.experts.{e}." + w + ".weight", false, true};
   }
   throw std::logic_error("no Hugging Face Llama name for parameter " + name);
 }
@@ -102,19 +123,21 @@ void read_rope(const json::Value& c, const std::string& cpath, ModelConfig& m) {
 
 // The tensors a file may hold (models/common/hf_names.h): Llama's, or Mixtral's with its
 // router and `experts` experts in place of the MLP.
-HfNames hf_names(int64_t experts) {
-  HfNames names{experts > 0 ? "Mixtral" : "Llama", "model.layers.", "num_hidden_layers",
+HfNames hf_names(const ModelConfig& m) {
+  HfNames names{m.arch, "model.layers.", "num_hidden_layers",
                 {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"},
                 {"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
                  "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight"}};
-  if (experts == 0) {
-    names.block.insert({"mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"});
-    return names;
+  // Every name the family's plan maps to, one per expert for the experts' tensors.
+  for (const PlannedParam& p : llama_param_plan(m, {0, 1, false, false}, 1, 0)) {
+    const Mapping map = map_name(p.info.name, m.arch);
+    const std::string in_layer = map.hf.substr(std::string("model.layers.0.").size());
+    if (!map.experts) {
+      names.block.insert(in_layer);
+      continue;
+    }
+    for (int64_t e = 0; e < m.experts; ++e) names.block.insert(expert_name({in_layer, false, true}, e));
   }
-  names.block.insert("block_sparse_moe.gate.weight");
-  for (int64_t e = 0; e < experts; ++e)
-    for (const char* w : {"w1", "w2", "w3"})
-      names.block.insert("block_sparse_moe.experts." + std::to_string(e) + "." + w + ".weight");
   return names;
 }
 
@@ -139,6 +162,41 @@ std::vector<std::string> weight_files(const std::string& dir) {
   return out;
 }
 
+// NOTE [HF Qwen MoE layout]: qwen2_moe's and qwen3_moe's experts, top-k, widths and router; what
+// Trident's do not have (dense layers between the sparse ones, a sliding window, no q/k/v biases
+// for qwen2_moe) is refused by name.
+void read_qwen_moe(const json::Value& c, const std::string& cpath, ModelConfig& m) {
+  const std::string type = m.arch;
+  // Qwen3-MoE's files on the Hub say num_experts; transformers 5.24's save_pretrained writes num_local_experts.
+  const json::Value* e = json::find(c, "num_experts");
+  const char* experts_key = "num_experts";
+  if (!e && type == "qwen3_moe") e = json::find(c, experts_key = "num_local_experts");
+  if (!e) throw ModelInputError(cpath + ": no num_experts" + (type == "qwen3_moe" ? " (or num_local_experts)" : ""));
+  m.experts = json::as_int(*e, cpath + " " + experts_key);
+  m.moe_top_k = json::as_int(json::at(c, "num_experts_per_tok", cpath), cpath + " num_experts_per_tok");
+  if (m.experts < 1 || m.moe_top_k < 1 || m.moe_top_k > m.experts)
+    throw ModelInputError(cpath + ": num_experts_per_tok = " + std::to_string(m.moe_top_k) + " with " + experts_key +
+                          " = " + std::to_string(m.experts) + ": expected 1 <= num_experts_per_tok <= " + experts_key);
+  m.moe_ffn_hidden = json::as_int(json::at(c, "moe_intermediate_size", cpath), cpath + " moe_intermediate_size");
+  if (const json::Value* n = json::find(c, "norm_topk_prob")) m.moe_norm_topk_prob = json::as_bool(*n, cpath);
+  else m.moe_norm_topk_prob = false;  // both configs' default
+  if (const json::Value* s = json::find(c, "decoder_sparse_step"); s && json::as_int(*s, cpath) != 1)
+    throw ModelInputError(cpath + ": decoder_sparse_step = " + std::to_string(json::as_int(*s, cpath)) +
+                          "; Trident's " + type + " has experts in every layer (expected 1)");
+  if (const json::Value* d = json::find(c, "mlp_only_layers"); d && !d->is_null() && !json::as_array(*d, cpath).empty())
+    throw ModelInputError(cpath + ": mlp_only_layers = " + json::dump(*d) + "; Trident's " + type +
+                          " has experts in every layer (expected [])");
+  if (const json::Value* w = json::find(c, "use_sliding_window"); w && json::as_bool(*w, cpath))
+    throw ModelInputError(cpath + ": use_sliding_window = true; Trident's " + type +
+                          " attends to the whole sequence (expected false)");
+  if (type == "qwen2_moe") {
+    if (const json::Value* b = json::find(c, "qkv_bias"); b && !json::as_bool(*b, cpath))
+      throw ModelInputError(cpath + ": qkv_bias = false; Trident's qwen2_moe has q/k/v biases (expected true)");
+    m.moe_shared_ffn_hidden =
+        json::as_int(json::at(c, "shared_expert_intermediate_size", cpath), cpath + " shared_expert_intermediate_size");
+  }
+}
+
 }  // namespace
 
 HfLlama read_hf_llama_config(const std::string& dir) {
@@ -149,11 +207,12 @@ HfLlama read_hf_llama_config(const std::string& dir) {
   const json::Value c = json::parse(read_file(cpath), cpath);
   auto get_int = [&](const char* k) { return json::as_int(json::at(c, k, cpath), cpath + " " + k); };
   const std::string type = json::as_string(json::at(c, "model_type", cpath), cpath + " model_type");
-  if (type != "llama" && type != "mixtral")
-    throw ModelInputError(cpath + ": model_type = \"" + type + "\"; expected \"llama\" or \"mixtral\"");
+  if (!llama_decoder(type))
+    throw ModelInputError(cpath + ": model_type = \"" + type +
+                          "\"; expected \"llama\", \"mixtral\", \"qwen2_moe\" or \"qwen3_moe\"");
   for (const char* k : {"attention_bias", "mlp_bias"})
     if (const json::Value* b = json::find(c, k); b && json::as_bool(*b, cpath + " " + k))
-      throw ModelInputError(cpath + ": " + k + " = true; Trident's Llama has no biases");
+      throw ModelInputError(cpath + ": " + k + " = true; Trident's " + type + " has no such biases");
   if (const json::Value* a = json::find(c, "hidden_act"); a && json::as_string(*a, cpath + " hidden_act") != "silu")
     throw ModelInputError(cpath + ": hidden_act = \"" + json::as_string(*a, "") +
                           "\"; Trident's Llama uses silu (SwiGLU)");
@@ -176,6 +235,7 @@ HfLlama read_hf_llama_config(const std::string& dir) {
                             " with num_local_experts = " + std::to_string(m.experts) +
                             ": expected 1 <= num_experts_per_tok <= num_local_experts");
   }
+  if (type == "qwen2_moe" || type == "qwen3_moe") read_qwen_moe(c, cpath, m);
   m.layers = get_int("num_hidden_layers");
   m.hidden = get_int("hidden_size");
   m.heads = get_int("num_attention_heads");
@@ -193,11 +253,17 @@ HfLlama read_hf_llama_config(const std::string& dir) {
     m.layernorm_eps = json::as_double(*e, cpath + " rms_norm_eps");
   const json::Value* tie = json::find(c, "tie_word_embeddings");
   m.tie_embeddings = tie ? json::as_bool(*tie, cpath + " tie_word_embeddings") : false;  // LlamaConfig's default
-  if (const json::Value* hd = json::find(c, "head_dim"); hd && !hd->is_null() && m.hidden % m.heads == 0 &&
-                                                  json::as_int(*hd, cpath) != m.hidden / m.heads)
-    throw ModelInputError(cpath + ": head_dim = " + std::to_string(json::as_int(*hd, cpath)) +
-                             "; Trident's Llama needs hidden_size / num_attention_heads = " +
-                             std::to_string(m.hidden / m.heads));
+  if (const json::Value* hd = json::find(c, "head_dim"); hd && !hd->is_null()) {
+    const int64_t d = json::as_int(*hd, cpath + " head_dim");
+    // qwen3_moe's head_dim is its own (model.kv_channels); the others' must be hidden / heads.
+    if (type == "qwen3_moe" && !(m.hidden % m.heads == 0 && d == m.hidden / m.heads)) {
+      if (d < 1) throw ModelInputError(cpath + ": head_dim = " + std::to_string(d) + "; expected an integer >= 1");
+      m.kv_channels = d;
+    } else if (type != "qwen3_moe" && m.hidden % m.heads == 0 && d != m.hidden / m.heads) {
+      throw ModelInputError(cpath + ": head_dim = " + std::to_string(d) + "; Trident's " + type +
+                            " needs hidden_size / num_attention_heads = " + std::to_string(m.hidden / m.heads));
+    }
+  }
   read_rope(c, cpath, m);
   if (const json::Value* t = json::find(c, "tokenizer"); t && t->is_string()) hf.tokenizer = json::as_string(*t, "");
   else if (std::filesystem::exists(dir + "/tokenizer.json")) hf.tokenizer = "hf";
@@ -207,7 +273,7 @@ HfLlama read_hf_llama_config(const std::string& dir) {
 HfLlama read_hf_llama(const std::string& dir) {
   HfLlama hf = read_hf_llama_config(dir);
   const ModelConfig& m = hf.model;
-  const HfNames names = hf_names(m.experts);
+  const HfNames names = hf_names(m);
   for (const std::string& path : weight_files(dir)) {
     for (const st::Tensor& t : st::read_file(path)) {
       if (t.name.find("rotary_emb.inv_freq") != std::string::npos) continue;  // a buffer some files keep
@@ -234,9 +300,14 @@ void check_hf_llama_matches(const HfLlama& hf, const ModelConfig& cfg) {
   if (cfg.arch != m.arch) diff.note("model.arch = \"" + cfg.arch + "\" (the directory holds a " + m.arch + ")");
   diff.number("num_local_experts", m.experts, "model.experts", cfg.experts);
   diff.number("num_experts_per_tok", m.moe_top_k, "model.moe_top_k", cfg.moe_top_k);
-  // Mixtral's router always renormalises its top-k weights.
-  if (m.experts > 0 && !cfg.moe_norm_topk_prob)
-    diff.note("model.moe_norm_topk_prob = false (Mixtral renormalises the top-k weights)");
+  diff.number("head_dim", m.head_dim(), "model.kv_channels (head width)", cfg.head_dim());
+  if (m.experts > 0) {
+    diff.number("moe_intermediate_size", m.moe_ffn(), "model.moe_ffn_hidden (expert width)", cfg.moe_ffn());
+    diff.number("shared_expert_intermediate_size", m.moe_shared_ffn_hidden, "model.moe_shared_ffn_hidden",
+                cfg.moe_shared_ffn_hidden);
+    // Mixtral's router always renormalises its top-k weights; Qwen's says so in norm_topk_prob.
+    diff.number("norm_topk_prob", m.moe_norm_topk_prob, "model.moe_norm_topk_prob", cfg.moe_norm_topk_prob);
+  }
   diff.number("num_hidden_layers", m.layers, "model.layers", cfg.layers);
   diff.number("hidden_size", m.hidden, "model.hidden", cfg.hidden);
   diff.number("num_attention_heads", m.heads, "model.heads", cfg.heads);
@@ -266,7 +337,7 @@ void init_from_hf_llama(const HfLlama& hf, const ModelConfig& cfg, std::vector<P
   check_hf_llama_matches(hf, cfg);
   at::NoGradGuard no_grad;
   for (Param& p : params) {
-    const Mapping m = map_name(p.info.tied_copy ? "embedding.word.weight" : p.info.name);
+    const Mapping m = map_name(p.info.tied_copy ? "embedding.word.weight" : p.info.name, cfg.arch);
     const auto tensor = [&](const std::string& name) {
       auto it = hf.tensors.find(name);
       if (it == hf.tensors.end()) throw ModelInputError(hf.dir + " has no tensor " + name + " (for " + p.info.name + ")");
@@ -306,7 +377,7 @@ int write_hf_llama(const std::string& dir, const ModelConfig& cfg, const std::st
   int64_t in_shard = 0, total = 0;
   for (const PlannedParam& p : llama_param_plan(cfg, {0, cfg.layers, true, true}, 1, 0)) {
     if (p.info.tied_copy) continue;
-    const Mapping m = map_name(p.info.name);
+    const Mapping m = map_name(p.info.name, cfg.arch);
     at::Tensor t = full(p.info).to(at::kFloat);
     if (m.vocab) t = t.narrow(0, 0, cfg.vocab_size);
     t = t.contiguous();
@@ -344,14 +415,30 @@ int write_hf_llama(const std::string& dir, const ModelConfig& cfg, const std::st
   }
 
   json::Value c = json::Value::object();
-  const bool mixtral = cfg.experts > 0;
-  c["architectures"] = json::Value::array({json::Value(mixtral ? "MixtralForCausalLM" : "LlamaForCausalLM")});
-  c["model_type"] = json::Value(mixtral ? "mixtral" : "llama");
+  const bool mixtral = cfg.arch == "mixtral", qwen = cfg.arch == "qwen2_moe" || cfg.arch == "qwen3_moe";
+  const char* arch_class = mixtral ? "MixtralForCausalLM"
+                           : qwen  ? (cfg.arch == "qwen2_moe" ? "Qwen2MoeForCausalLM" : "Qwen3MoeForCausalLM")
+                                   : "LlamaForCausalLM";
+  c["architectures"] = json::Value::array({json::Value(arch_class)});
+  c["model_type"] = json::Value(cfg.arch);
   if (mixtral) {
     c["num_local_experts"] = json::number(cfg.experts);
     c["num_experts_per_tok"] = json::number(cfg.moe_top_k);
     c["sliding_window"] = json::Value();
     c["router_jitter_noise"] = json::number(0.0);
+  }
+  if (qwen) {  // NOTE [HF Qwen MoE layout]: num_experts, as the Hub's files say it
+    c["num_experts"] = json::number(cfg.experts);
+    c["num_experts_per_tok"] = json::number(cfg.moe_top_k);
+    c["moe_intermediate_size"] = json::number(cfg.moe_ffn());
+    c["norm_topk_prob"] = json::Value(cfg.moe_norm_topk_prob);
+    c["decoder_sparse_step"] = json::number(int64_t{1});
+    c["mlp_only_layers"] = json::Value::array({});
+    c["use_sliding_window"] = json::Value(false);
+    if (cfg.arch == "qwen2_moe") {
+      c["qkv_bias"] = json::Value(true);
+      c["shared_expert_intermediate_size"] = json::number(cfg.moe_shared_ffn_hidden);
+    }
   }
   c["hidden_size"] = json::number(cfg.hidden);
   c["intermediate_size"] = json::number(cfg.ffn());
@@ -363,10 +450,8 @@ int write_hf_llama(const std::string& dir, const ModelConfig& cfg, const std::st
   c["max_position_embeddings"] = json::number(cfg.seq_len);
   c["rms_norm_eps"] = json::number(cfg.layernorm_eps);
   c["hidden_act"] = json::Value("silu");
-  if (!mixtral) {
-    c["attention_bias"] = json::Value(false);
-    c["mlp_bias"] = json::Value(false);
-  }
+  if (cfg.arch == "llama" || cfg.arch == "qwen3_moe") c["attention_bias"] = json::Value(false);
+  if (cfg.arch == "llama") c["mlp_bias"] = json::Value(false);
   c["tie_word_embeddings"] = json::Value(cfg.tie_embeddings);
   c["initializer_range"] = json::number(cfg.init_std);
   json::Value rope = json::Value::object();

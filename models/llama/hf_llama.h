@@ -35,6 +35,21 @@
 // must be null and router_jitter_noise 0. router_aux_loss_coef is not read:
 // it weighs transformers' loss pooled over all layers (load_balancing_loss_func),
 // not model.moe_aux_loss_coeff's per-layer loss.
+//
+// NOTE [HF Qwen MoE layout]
+// model_type "qwen2_moe" (Qwen2MoeForCausalLM) and "qwen3_moe" (Qwen3MoeForCausalLM):
+//   layers.i.moe.router.weight                  model.layers.i.mlp.gate.weight
+//   layers.i.moe.experts.{gate,up,down}.weight  model.layers.i.mlp.experts.{e}.{gate,up,down}_proj.weight each
+//   layers.i.moe.shared.{gate,up,down}.weight   model.layers.i.mlp.shared_expert.{gate,up,down}_proj.weight (qwen2_moe)
+//   layers.i.moe.shared_gate.weight (1, h)      model.layers.i.mlp.shared_expert_gate.weight (qwen2_moe)
+//   layers.i.attn.{q,k,v}.bias                  model.layers.i.self_attn.{q,k,v}_proj.bias (qwen2_moe)
+//   layers.i.attn.{q,k}_norm.weight (head_dim)  model.layers.i.self_attn.{q,k}_norm.weight (qwen3_moe)
+// config.json: num_experts (qwen3_moe also num_local_experts, which transformers 5.24 writes where
+// the Hub's files say num_experts; Trident writes num_experts), num_experts_per_tok,
+// moe_intermediate_size (model.moe_ffn_hidden), norm_topk_prob, shared_expert_intermediate_size
+// (qwen2_moe), head_dim (qwen3_moe: model.kv_channels, which need not be hidden / heads);
+// intermediate_size (the dense MLP width) is kept in model.ffn_hidden. Experts in every layer only:
+// decoder_sparse_step other than 1 and a non-empty mlp_only_layers are refused, as is a sliding window.
 #pragma once
 
 #include <cstdint>

@@ -48,14 +48,42 @@ std::vector<PlannedParam> llama_param_plan(const ModelConfig& cfg, const ChunkSp
     plan.add_weight(pre + ".attn.k.weight", {kv_rows, h}, kColumnParallel, std_dev);
     plan.add_weight(pre + ".attn.v.weight", {kv_rows, h}, kColumnParallel, std_dev);
     plan.add_weight(pre + ".attn.o.weight", {h, q_rows}, kRowParallel, out_std);
+    if (cfg.arch == "qwen2_moe") {  // q/k/v biases: zeros, split as their weights' rows
+      for (const auto& [name, rows] : {std::pair{".attn.q.bias", q_rows}, {".attn.k.bias", kv_rows}, {".attn.v.bias", kv_rows}}) {
+        ParamDecl decl;
+        decl.name = pre + name;
+        decl.shape = {rows};
+        decl.shard_dim = kColumnParallel;
+        decl.init = "zeros";
+        decl.no_decay = true;
+        plan.add(decl);
+      }
+    }
+    if (cfg.arch == "qwen3_moe") {  // one RMSNorm weight over a head's width, for every q head and every k head
+      for (const char* name : {".attn.q_norm.weight", ".attn.k_norm.weight"}) {
+        ParamDecl decl;
+        decl.name = pre + name;
+        decl.shape = {d};
+        decl.init = "ones";
+        decl.no_decay = true;
+        plan.add(decl);
+      }
+    }
     norm(pre + ".mlp_norm.weight");
     if (cfg.experts > 0) {
-      // NOTE [MoE layout]: the router and every expert's SwiGLU, experts stacked on dim 0.
-      const int64_t e = cfg.experts;
+      // NOTE [MoE layout]: the router and every expert's SwiGLU, experts stacked on dim 0;
+      // the shared expert and its gate where the family has them.
+      const int64_t e = cfg.experts, fe = cfg.moe_ffn(), fs = cfg.moe_shared_ffn_hidden;
       plan.add_weight(pre + ".moe.router.weight", {e, h}, kReplicated, std_dev);
-      plan.add_weight(pre + ".moe.experts.gate.weight", {e, f, h}, kReplicated, std_dev);
-      plan.add_weight(pre + ".moe.experts.up.weight", {e, f, h}, kReplicated, std_dev);
-      plan.add_weight(pre + ".moe.experts.down.weight", {e, h, f}, kReplicated, out_std);
+      plan.add_weight(pre + ".moe.experts.gate.weight", {e, fe, h}, kReplicated, std_dev);
+      plan.add_weight(pre + ".moe.experts.up.weight", {e, fe, h}, kReplicated, std_dev);
+      plan.add_weight(pre + ".moe.experts.down.weight", {e, h, fe}, kReplicated, out_std);
+      if (fs > 0) {
+        plan.add_weight(pre + ".moe.shared.gate.weight", {fs, h}, kReplicated, std_dev);
+        plan.add_weight(pre + ".moe.shared.up.weight", {fs, h}, kReplicated, std_dev);
+        plan.add_weight(pre + ".moe.shared.down.weight", {h, fs}, kReplicated, out_std);
+        plan.add_weight(pre + ".moe.shared_gate.weight", {1, h}, kReplicated, std_dev);
+      }
       continue;
     }
     plan.add_weight(pre + ".mlp.gate.weight", {f, h}, kColumnParallel, std_dev);
@@ -104,10 +132,20 @@ LlamaStage::LlamaStage(const ModelConfig& cfg, const ChunkSpec& spec, const TpCo
   for (int64_t l = spec_.first_layer; l < spec_.first_layer + spec_.num_layers; ++l) {
     const std::string pre = "layers." + std::to_string(l);
     const std::string mlp = cfg.experts > 0 ? pre + ".moe.experts." : pre + ".mlp.";
-    blocks_.push_back({at(pre + ".attn_norm.weight"), at(pre + ".attn.q.weight"), at(pre + ".attn.k.weight"),
-                       at(pre + ".attn.v.weight"), at(pre + ".attn.o.weight"), at(pre + ".mlp_norm.weight"),
-                       at(mlp + "gate.weight"), at(mlp + "up.weight"), at(mlp + "down.weight"),
-                       cfg.experts > 0 ? at(pre + ".moe.router.weight") : 0});
+    BlockParams b{at(pre + ".attn_norm.weight"), at(pre + ".attn.q.weight"), at(pre + ".attn.k.weight"),
+                  at(pre + ".attn.v.weight"), at(pre + ".attn.o.weight"), at(pre + ".mlp_norm.weight"),
+                  at(mlp + "gate.weight"), at(mlp + "up.weight"), at(mlp + "down.weight")};
+    if (cfg.experts > 0) b.router = at(pre + ".moe.router.weight");
+    if (cfg.arch == "qwen2_moe")
+      b.q_bias = at(pre + ".attn.q.bias"), b.k_bias = at(pre + ".attn.k.bias"), b.v_bias = at(pre + ".attn.v.bias");
+    if (cfg.arch == "qwen3_moe") b.q_norm = at(pre + ".attn.q_norm.weight"), b.k_norm = at(pre + ".attn.k_norm.weight");
+    if (cfg.moe_shared_ffn_hidden > 0) {
+      b.shared_gate = at(pre + ".moe.shared.gate.weight");
+      b.shared_up = at(pre + ".moe.shared.up.weight");
+      b.shared_down = at(pre + ".moe.shared.down.weight");
+      b.shared_expert_gate = at(pre + ".moe.shared_gate.weight");
+    }
+    blocks_.push_back(b);
   }
   if (spec_.has_head) {
     final_norm_ = at("final_norm.weight");
@@ -165,16 +203,20 @@ at::Tensor LlamaStage::rotate(const at::Tensor& x, const RopeTables& r) const {
 at::Tensor LlamaStage::attention(const BlockParams& b, const at::Tensor& x) const {
   const int64_t t = tp_.size(), heads = cfg_.heads / t, kv = cfg_.kv() / t, d = cfg_.head_dim();
   const at::Tensor in = enter_column_parallel(tp_, x);  // (b, s, h): one gather under SP for q, k and v
-  const at::Tensor q = linear(in, compute_param(b.q), at::Tensor()), k = linear(in, compute_param(b.k), at::Tensor()),
-                   v = linear(in, compute_param(b.v), at::Tensor());
-  // The attention core: rotary embeddings, key/value heads read by their
-  // query groups (NOTE [grouped heads] in models/common/attention.cpp), SDPA;
-  // (b, s, H/tp·d) out. What selective recomputation drops.
-  auto core = [this, heads, kv, d](const at::Tensor& q2, const at::Tensor& k2, const at::Tensor& v2) {
+  const auto bias = [this](size_t i) { return i == kNone ? at::Tensor() : compute_param(i); };
+  const at::Tensor q = linear(in, compute_param(b.q), bias(b.q_bias)), k = linear(in, compute_param(b.k), bias(b.k_bias)),
+                   v = linear(in, compute_param(b.v), bias(b.v_bias));
+  // The attention core: (qwen3_moe) each head's q and k RMS-normed, rotary
+  // embeddings, key/value heads read by their query groups (NOTE [grouped
+  // heads] in models/common/attention.cpp), SDPA; (b, s, H/tp·d) out. What
+  // selective recomputation drops.
+  auto core = [this, b, heads, kv, d](const at::Tensor& q2, const at::Tensor& k2, const at::Tensor& v2) {
     const int64_t bs = q2.size(0), s = q2.size(1);
     const RopeTables& rope = rope_tables(s, q2.scalar_type());
-    const at::Tensor qh = rotate(q2.view({bs, s, heads, d}).transpose(1, 2), rope);  // (b, H/tp, s, d)
-    const at::Tensor kh = rotate(k2.view({bs, s, kv, d}).transpose(1, 2), rope);     // (b, K/tp, s, d)
+    at::Tensor q4 = q2.view({bs, s, heads, d}), k4 = k2.view({bs, s, kv, d});
+    if (b.q_norm != kNone) q4 = rms_norm(b.q_norm, q4), k4 = rms_norm(b.k_norm, k4);
+    const at::Tensor qh = rotate(q4.transpose(1, 2), rope);  // (b, H/tp, s, d)
+    const at::Tensor kh = rotate(k4.transpose(1, 2), rope);  // (b, K/tp, s, d)
     const at::Tensor vh = v2.view({bs, s, kv, d}).transpose(1, 2);
     return causal_attention(qh, kh, vh, 0.0).transpose(1, 2).reshape({bs, s, heads * d});
   };
@@ -208,6 +250,12 @@ at::Tensor LlamaStage::moe(const BlockParams& b, const at::Tensor& x) const {
   w.gate = compute_param(b.gate);
   w.up = compute_param(b.up);
   w.down = compute_param(b.down);
+  if (b.shared_gate != kNone) {
+    w.shared_gate = compute_param(b.shared_gate);
+    w.shared_up = compute_param(b.shared_up);
+    w.shared_down = compute_param(b.shared_down);
+    w.shared_expert_gate = compute_param(b.shared_expert_gate);
+  }
   const MoeOutput out = moe_forward(x.reshape({-1, x.size(-1)}), w, o);
   at::Tensor y = out.y.view(x.sizes());
   if (cfg_.moe_aux_loss_coeff > 0)
@@ -291,11 +339,13 @@ double LlamaModel::flops_per_token() const {
   const double h = static_cast<double>(cfg_.hidden), l = static_cast<double>(cfg_.layers);
   const double qo = 2 * h * static_cast<double>(cfg_.heads * cfg_.head_dim());
   const double kv = 2 * h * static_cast<double>(cfg_.kv() * cfg_.head_dim());
-  // Under MoE a token passes its top-k experts (and the router): the active parameters.
-  const double mlps = cfg_.experts > 0 ? static_cast<double>(cfg_.moe_top_k) : 1.0;
-  const double router = cfg_.experts > 0 ? h * static_cast<double>(cfg_.experts) : 0.0;
-  const double matrices = l * (qo + kv + 3 * h * static_cast<double>(cfg_.ffn()) * mlps + router) +
-                          h * static_cast<double>(cfg_.vocab_size);
+  // Under MoE a token passes its top-k experts, the shared expert and its gate, and the router: the
+  // active parameters.
+  const double mlp = cfg_.experts > 0 ? 3 * h * static_cast<double>(cfg_.moe_ffn() * cfg_.moe_top_k +
+                                                                    cfg_.moe_shared_ffn_hidden) +
+                                            h * static_cast<double>(cfg_.experts + (cfg_.moe_shared_ffn_hidden > 0))
+                                      : 3 * h * static_cast<double>(cfg_.ffn());
+  const double matrices = l * (qo + kv + mlp) + h * static_cast<double>(cfg_.vocab_size);
   return 6 * matrices + 12 * l * h * static_cast<double>(cfg_.seq_len);
 }
 

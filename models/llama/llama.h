@@ -69,9 +69,14 @@ class LlamaStage : public Stage {
   void set_loss_scale(double scale) override { loss_scale_ = scale; }
 
  private:
+  static constexpr size_t kNone = static_cast<size_t>(-1);
   struct BlockParams {
     size_t attn_norm, q, k, v, o, mlp_norm, gate, up, down;  // gate, up, down: the experts' under MoE
-    size_t router;                                           // MoE only
+    // kNone where the family has no such parameter (NOTE [Llama-decoder MoE families]).
+    size_t router = kNone;
+    size_t q_bias = kNone, k_bias = kNone, v_bias = kNone;  // qwen2_moe
+    size_t q_norm = kNone, k_norm = kNone;                   // qwen3_moe
+    size_t shared_gate = kNone, shared_up = kNone, shared_down = kNone, shared_expert_gate = kNone;
   };
   at::Tensor run(const at::Tensor& input, const at::Tensor& targets) const;
   std::vector<int64_t> hidden_shape(int64_t mbs) const;

@@ -33,15 +33,35 @@ void check_llama(const Config& c) {
     config_fail(c, "parallel.tp (" + n(c.parallel.tp) + ") must divide model.kv_heads (" + n(m.kv()) +
                        "): each tensor-parallel rank holds whole key/value heads");
   }
-  if (m.hidden % m.heads == 0 && m.head_dim() % 2 != 0)
-    config_fail(c, "model.hidden / model.heads (" + n(m.head_dim()) + ") must be even for rotary embeddings");
+  if ((m.kv_channels > 0 || m.hidden % m.heads == 0) && m.head_dim() % 2 != 0)
+    config_fail(c, std::string(m.kv_channels > 0 ? "model.kv_channels" : "model.hidden / model.heads") + " (" +
+                       n(m.head_dim()) + ") must be even for rotary embeddings");
+  // Keys of one Llama-decoder family only: elsewhere they would do nothing.
+  const auto only = [&](bool set, const std::string& key, const char* family) {
+    if (set && m.arch != family)
+      config_fail(c, key + " is read by model.arch = \"" + family + "\" only; model.arch = \"" + m.arch +
+                         "\" does not read it");
+  };
+  only(m.kv_channels != 0, "model.kv_channels", "qwen3_moe");
+  only(m.moe_shared_ffn_hidden != 0, "model.moe_shared_ffn_hidden", "qwen2_moe");
 }
 
-void check_mixtral(const Config& c) {
+// NOTE [Llama-decoder MoE families]
+//   mixtral    Llama's attention; every MLP a mixture of experts, top-k weights renormalised
+//   qwen2_moe  q/k/v biases; every MLP a mixture of experts plus a shared expert gated by a sigmoid
+//              (model.moe_shared_ffn_hidden, required)
+//   qwen3_moe  a per-head RMSNorm of q and of k before the rotary embedding; model.kv_channels
+//              (HF head_dim) may differ from hidden / heads
+// All three: the experts are not split over tensor-parallel ranks yet.
+void check_moe_family(const Config& c) {
   check_llama(c);
   if (c.parallel.tp > 1)
-    config_fail(c, "parallel.tp = " + n(c.parallel.tp) + " with model.arch = \"mixtral\": the experts are not split "
-                   "over tensor-parallel ranks yet (expert tensor parallelism); expected parallel.tp = 1");
+    config_fail(c, "parallel.tp = " + n(c.parallel.tp) + " with model.arch = \"" + c.model.arch +
+                       "\": the experts are not split over tensor-parallel ranks yet (expert tensor parallelism); "
+                       "expected parallel.tp = 1");
+  if (c.model.arch == "qwen2_moe" && c.model.moe_shared_ffn_hidden < 1)
+    config_fail(c, "model.moe_shared_ffn_hidden = " + n(c.model.moe_shared_ffn_hidden) +
+                       ": qwen2_moe has a shared expert; expected its width (Qwen1.5-MoE-A2.7B: 5632)");
 }
 
 }  // namespace
@@ -52,7 +72,19 @@ ModelFamilyRules llama_family() {
 }
 
 ModelFamilyRules mixtral_family() {
-  return {"mixtral", check_mixtral, ModelShape{.gated_mlp = true, .position_table = false, .moe = true}};
+  return {"mixtral", check_moe_family, ModelShape{.gated_mlp = true, .position_table = false, .moe = true}};
+}
+
+ModelFamilyRules qwen2_moe_family() {
+  return {"qwen2_moe", check_moe_family, ModelShape{.gated_mlp = true, .position_table = false, .moe = true}};
+}
+
+ModelFamilyRules qwen3_moe_family() {
+  return {"qwen3_moe", check_moe_family, ModelShape{.gated_mlp = true, .position_table = false, .moe = true}};
+}
+
+bool llama_decoder(const std::string& arch) {
+  return arch == "llama" || arch == "mixtral" || arch == "qwen2_moe" || arch == "qwen3_moe";
 }
 
 }  // namespace trident

@@ -2,6 +2,8 @@
 // config checks of every command (models/families.h lists the families).
 #pragma once
 
+#include <string>
+
 #include "core/config.h"
 
 namespace trident {
@@ -15,5 +17,13 @@ ModelFamilyRules llama_family();
 // in every layer (NOTE [MoE keys], NOTE [MoE block] in llama.cpp): Llama's
 // rules, and the experts not split over tensor-parallel ranks.
 ModelFamilyRules mixtral_family();
+// model.arch = "qwen2_moe" and "qwen3_moe": the same with Qwen's attention and
+// MoE (NOTE [Llama-decoder MoE families] in llama_rules.cpp).
+ModelFamilyRules qwen2_moe_family();
+ModelFamilyRules qwen3_moe_family();
+
+// Whether model.arch (or a config.json's model_type) is one of the families
+// built on Llama's decoder: llama, mixtral, qwen2_moe, qwen3_moe.
+bool llama_decoder(const std::string& arch);
 
 }  // namespace trident

@@ -10,9 +10,10 @@
 #   HfRoundTrip             trident export -> from_pretrained, generate(), save_pretrained -> --init-from
 #   HfLlama                 the same for Llama (LlamaForCausalLM: GQA, MQA, llama3 rope, tied and untied, sharded)
 #   ReferenceTrainingLlama  llama-tiny, 20 steps and its layouts, vs LlamaForCausalLM + torch AdamW
-#   HfMixtral               save_pretrained MixtralForCausalLM -> --init-from (eval, logits, generate, 4 steps)
-#   ReferenceTrainingMixtral  mixtral-tiny, 20 steps and its layouts, vs MixtralForCausalLM + torch AdamW, the
-#                           balancing losses written from their definitions
+#   HfMoe                   save_pretrained Mixtral/Qwen2Moe/Qwen3MoeForCausalLM -> --init-from (eval, logits,
+#                           generate, 4 steps, refusals)
+#   ReferenceTraining{Mixtral,Qwen2Moe,Qwen3Moe}  their tiny presets, 20 steps and their layouts, vs transformers +
+#                           torch AdamW, the balancing losses written from their definitions
 #   TensorBoardEvents       logging.tensorboard's event file read by the tensorboard package
 #   ReferenceTrainingBlend  gpt-tiny on a 3:1 blend of two Megatron datasets cut by data.split, 20 steps, the same
 #                           (data.order = "stream")
@@ -104,14 +105,18 @@ add_test(NAME ReferenceTrainingLlama
          COMMAND ${TRIDENT_PYTHON} ${_ref}/test_reference_training.py --trident ${PROJECT_BINARY_DIR}/trident
                  --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/llama --case llama-tiny --layouts)
 set_tests_properties(ReferenceTrainingLlama PROPERTIES LABELS reference TIMEOUT 900 COST 140)
-add_test(NAME HfMixtral
-         COMMAND ${TRIDENT_PYTHON} ${_ref}/test_hf_mixtral.py --trident ${PROJECT_BINARY_DIR}/trident
-                 --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/hf-mixtral)
-set_tests_properties(HfMixtral PROPERTIES LABELS reference TIMEOUT 300 COST 10)
-add_test(NAME ReferenceTrainingMixtral
-         COMMAND ${TRIDENT_PYTHON} ${_ref}/test_reference_training.py --trident ${PROJECT_BINARY_DIR}/trident
-                 --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/mixtral --case mixtral-tiny --layouts)
-set_tests_properties(ReferenceTrainingMixtral PROPERTIES LABELS reference TIMEOUT 600 COST 20)
+add_test(NAME HfMoe
+         COMMAND ${TRIDENT_PYTHON} ${_ref}/test_hf_moe.py --trident ${PROJECT_BINARY_DIR}/trident
+                 --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/hf-moe)
+set_tests_properties(HfMoe PROPERTIES LABELS reference TIMEOUT 300 COST 40)
+foreach(_moe Mixtral Qwen2Moe Qwen3Moe)
+  string(TOLOWER "${_moe}" _case)
+  string(REPLACE "moe" "-moe" _case "${_case}")
+  add_test(NAME ReferenceTraining${_moe}
+           COMMAND ${TRIDENT_PYTHON} ${_ref}/test_reference_training.py --trident ${PROJECT_BINARY_DIR}/trident
+                   --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/${_case} --case ${_case}-tiny --layouts)
+  set_tests_properties(ReferenceTraining${_moe} PROPERTIES LABELS reference TIMEOUT 600 COST 20)
+endforeach()
 add_test(NAME TensorBoardEvents
          COMMAND ${TRIDENT_PYTHON} ${_ref}/test_tensorboard.py --trident ${PROJECT_BINARY_DIR}/trident
                  --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/tensorboard)

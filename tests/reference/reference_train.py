@@ -71,7 +71,7 @@ def no_decay(name):
 
 
 def load_model(hf_dir, model_cfg, dtype):
-    if model_cfg["arch"] in ("llama", "mixtral"):
+    if model_cfg["arch"] in ("llama", "mixtral", "qwen2_moe", "qwen3_moe"):
         return load_llama(hf_dir, model_cfg, dtype)
     from transformers import GPT2LMHeadModel
 
@@ -95,22 +95,33 @@ def load_model(hf_dir, model_cfg, dtype):
 
 
 def load_llama(hf_dir, model_cfg, dtype):
-    from transformers import LlamaForCausalLM, MixtralForCausalLM
+    import transformers
 
-    mixtral = model_cfg["arch"] == "mixtral"
-    model = (MixtralForCausalLM if mixtral else LlamaForCausalLM).from_pretrained(
-        hf_dir, dtype=torch.float32, attn_implementation="eager", **({"experts_implementation": "eager"} if mixtral else {}))
+    arch = model_cfg["arch"]
+    moe = arch != "llama"
+    cls = {"llama": "LlamaForCausalLM", "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
+           "qwen3_moe": "Qwen3MoeForCausalLM"}[arch]
+    model = getattr(transformers, cls).from_pretrained(
+        hf_dir, dtype=torch.float32, attn_implementation="eager", **({"experts_implementation": "eager"} if moe else {}))
     c = model.config
     kv = model_cfg.get("kv_heads", 0) or model_cfg["heads"]
     want = {"num_hidden_layers": model_cfg["layers"], "hidden_size": model_cfg["hidden"],
             "num_attention_heads": model_cfg["heads"], "num_key_value_heads": kv,
             "intermediate_size": model_cfg["ffn_hidden"], "vocab_size": model_cfg["vocab_size"],
             "rms_norm_eps": model_cfg["layernorm_eps"], "tie_word_embeddings": model_cfg["tie_embeddings"]}
-    if mixtral:
+    if arch == "mixtral":
         want.update(num_local_experts=model_cfg["experts"], num_experts_per_tok=model_cfg["moe_top_k"])
         if not model_cfg["moe_norm_topk_prob"]:
             raise SystemExit("Mixtral renormalises its top-k weights: the run needs model.moe_norm_topk_prob = true")
-    got = {k: getattr(c, k) for k in want}
+    if arch in ("qwen2_moe", "qwen3_moe"):
+        want.update(num_experts=model_cfg["experts"], num_experts_per_tok=model_cfg["moe_top_k"],
+                    moe_intermediate_size=model_cfg["moe_ffn_hidden"] or model_cfg["ffn_hidden"],
+                    norm_topk_prob=model_cfg["moe_norm_topk_prob"])
+        if arch == "qwen2_moe":
+            want.update(shared_expert_intermediate_size=model_cfg["moe_shared_ffn_hidden"])
+        else:
+            want.update(head_dim=model_cfg["kv_channels"] or model_cfg["hidden"] // model_cfg["heads"])
+    got = {k: getattr(c, k, getattr(c, "num_local_experts", None) if k == "num_experts" else None) for k in want}
     if got != want:
         raise SystemExit(f"{hf_dir}/config.json {got} does not match the run's config {want}")
     if c.rope_parameters["rope_theta"] != model_cfg["rope_theta"]:
@@ -301,7 +312,7 @@ def main():
                 idx = samples.micro_batch(step, gbs, r, dp, k, mbs)
                 win = torch.from_numpy(np.stack([samples.window(i) for i in idx]))  # (mbs, seq + 1) int64
                 x, y = win[:, :seq], win[:, 1:]
-                moe = m_cfg["arch"] == "mixtral"
+                moe = m_cfg["arch"] != "llama" and m_cfg["arch"] != "gpt"
                 with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
                     o = model(input_ids=x, output_router_logits=True) if moe else model(input_ids=x)
                 logits = o.logits  # (mbs, seq, V)

@@ -40,7 +40,8 @@ namespace {
 // batches of 4 at dp = 1, 2 at dp = 2; the reference uses the same split.
 const std::string kSplit = "training.micro_batch_size=4";
 const std::string kGpt = "configs/gpt-tiny.toml", kLlama = "configs/llama-tiny.toml",
-                  kMixtral = "configs/mixtral-tiny.toml";
+                  kMixtral = "configs/mixtral-tiny.toml", kQwen2Moe = "configs/qwen2-moe-tiny.toml",
+                  kQwen3Moe = "configs/qwen3-moe-tiny.toml";
 const std::string kBf16 = "training.precision=bf16";
 // zb-auto's activation limit: 2p, the paper's ZB-2p (at pp = 2 and at pp = 4).
 const std::string kZb2pAtPp2 = "schedule.memory_limit=4", kZb2pAtPp4 = "schedule.memory_limit=8";
@@ -74,6 +75,8 @@ struct Row {
     }
     if (config == kLlama) n = "llama_" + n;
     if (config == kMixtral) n = "mixtral_" + n;
+    if (config == kQwen2Moe) n = "qwen2moe_" + n;
+    if (config == kQwen3Moe) n = "qwen3moe_" + n;
     if (world() == 1) n = "covering_" + n;  // one process: not evidence (see the head of this file)
     return std::regex_replace(n, std::regex("-"), "");
   }
@@ -152,12 +155,14 @@ const std::vector<Row>& llama_rows() {
   return r;
 }
 
-// mixtral-tiny (8 experts, top-2, the per-layer balancing losses on): each layer's
-// aux loss joins its own backward (NOTE [aux loss in the backward]), so every
-// schedule, the split backward of the zero-bubble kinds and the V placement
-// included, must give the single process's bits; recomputation reruns the
-// router; DP and ZeRO-1 within 1e-5.
-const std::vector<Row>& mixtral_rows() {
+// The MoE families' tiny presets (8 experts, top-2, the per-layer balancing
+// losses on): each layer's aux loss joins its own backward (NOTE [aux loss in
+// the backward]), so every schedule, the split backward of the zero-bubble
+// kinds and the V placement included, must give the single process's bits;
+// recomputation reruns the router; DP and ZeRO-1 within 1e-5. Mixtral under
+// most kinds; Qwen2-MoE (biases, the gated shared expert) and Qwen3-MoE (q/k
+// norms, its own head width) under a split backward and with ZeRO-1.
+const std::vector<Row>& moe_rows() {
   static const std::vector<Row> r = {
       {1, 2, 1, "1f1b", 0, true, {}, kMixtral},
       {1, 2, 1, "interleaved", 0, true, {}, kMixtral},
@@ -169,6 +174,10 @@ const std::vector<Row>& mixtral_rows() {
       {1, 1, 2, "1f1b", 1, true, {}, kMixtral},
       {1, 2, 2, "interleaved", 1, true, {}, kMixtral},
       {1, 2, 1, "zb-v", 0, true, {kBf16}, kMixtral},
+      {1, 2, 1, "zb-v", 0, true, {}, kQwen2Moe},
+      {1, 2, 2, "1f1b", 1, true, {}, kQwen2Moe},
+      {1, 2, 1, "zb-h1", 0, true, {}, kQwen3Moe},
+      {1, 1, 2, "1f1b", 1, true, {}, kQwen3Moe},
   };
   return r;
 }
@@ -270,11 +279,11 @@ TEST_P(LlamaMatrixRow, MatchesReference) { expect_row_matches_reference(GetParam
 INSTANTIATE_TEST_SUITE_P(Rows, LlamaMatrixRow, ::testing::ValuesIn(llama_rows()),
                          [](const ::testing::TestParamInfo<Row>& param_info) { return param_info.param.name(); });
 
-class MixtralMatrixRow : public ::testing::TestWithParam<Row> {};
+class MoeMatrixRow : public ::testing::TestWithParam<Row> {};
 
-TEST_P(MixtralMatrixRow, MatchesReference) { expect_row_matches_reference(GetParam()); }
+TEST_P(MoeMatrixRow, MatchesReference) { expect_row_matches_reference(GetParam()); }
 
-INSTANTIATE_TEST_SUITE_P(Rows, MixtralMatrixRow, ::testing::ValuesIn(mixtral_rows()),
+INSTANTIATE_TEST_SUITE_P(Rows, MoeMatrixRow, ::testing::ValuesIn(moe_rows()),
                          [](const ::testing::TestParamInfo<Row>& param_info) { return param_info.param.name(); });
 
 class Bf16MatrixRow : public ::testing::TestWithParam<Row> {};
