@@ -49,7 +49,8 @@ struct ModelConfig {
   int64_t moe_shared_ffn_hidden = 0; // the shared expert's width (qwen2_moe: gated by a sigmoid); 0 = none
   int64_t moe_top_k = 2;             // experts per token
   bool moe_norm_topk_prob = true;    // the chosen experts' weights renormalised to sum 1
-  double moe_aux_loss_coeff = 0.0;   // Switch/GShard load-balancing loss per layer (Megatron's aux_loss)
+  double moe_aux_loss_coeff = 0.0;   // Switch/GShard load-balancing loss per layer
+  std::string moe_aux_loss = "aux_loss";  // over the micro-batch ("aux_loss") or per sequence ("seq_aux_loss"), Megatron's names
   double moe_z_loss_coeff = 0.0;     // router z-loss per layer (ST-MoE)
 
   int64_t ffn() const { return ffn_hidden > 0 ? ffn_hidden : 4 * hidden; }

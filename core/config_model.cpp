@@ -82,6 +82,9 @@ std::vector<Field> model_fields() {
                     "the chosen experts' softmax weights renormalised to sum 1 (MoE; mixtral: true)"),
       TRIDENT_FIELD(model, moe_aux_loss_coeff, at_least(0),
                     "coefficient of each MoE layer's Switch/GShard load-balancing loss (Megatron's aux_loss)"),
+      TRIDENT_FIELD(model, moe_aux_loss, one_of({"aux_loss", "seq_aux_loss"}),
+                    "the load-balancing loss over each micro-batch's tokens, or per sequence averaged over its "
+                    "sequences (DeepSeek-V3's; Megatron's moe_router_load_balancing_type)"),
       TRIDENT_FIELD(model, moe_z_loss_coeff, at_least(0), "coefficient of each MoE layer's router z-loss (MoE)"),
   };
 }
@@ -194,8 +197,12 @@ void check_moe_keys(const Config& c, const ModelShape& shape) {
     refuse(m.moe_norm_topk_prob != d.moe_norm_topk_prob, "model.moe_norm_topk_prob");
     refuse(m.moe_aux_loss_coeff != d.moe_aux_loss_coeff, "model.moe_aux_loss_coeff");
     refuse(m.moe_z_loss_coeff != d.moe_z_loss_coeff, "model.moe_z_loss_coeff");
+    refuse(m.moe_aux_loss != d.moe_aux_loss, "model.moe_aux_loss");
     return;
   }
+  if (m.moe_aux_loss != d.moe_aux_loss && m.moe_aux_loss_coeff == 0)
+    fail(c, "model.moe_aux_loss = " + quote(m.moe_aux_loss) +
+                " with model.moe_aux_loss_coeff = 0: no balancing loss is computed; set the coefficient");
   if (m.experts < 1)
     fail(c, "model.experts = " + n(m.experts) + ": model.arch = " + quote(m.arch) +
                 " is a mixture of experts and needs at least 1 (Mixtral 8x7B has 8)");

@@ -258,8 +258,11 @@ at::Tensor LlamaStage::moe(const BlockParams& b, const at::Tensor& x) const {
   }
   const MoeOutput out = moe_forward(x.reshape({-1, x.size(-1)}), w, o);
   at::Tensor y = out.y.view(x.sizes());
-  if (cfg_.moe_aux_loss_coeff > 0)
-    y = attach_aux_loss(y, switch_aux_loss(out.routing, o.top_k) * cfg_.moe_aux_loss_coeff, loss_scale_);
+  if (cfg_.moe_aux_loss_coeff > 0) {
+    const at::Tensor aux = cfg_.moe_aux_loss == "seq_aux_loss" ? seq_aux_loss(out.routing, o.top_k, x.size(0))
+                                                               : switch_aux_loss(out.routing, o.top_k);
+    y = attach_aux_loss(y, aux * cfg_.moe_aux_loss_coeff, loss_scale_);
+  }
   if (cfg_.moe_z_loss_coeff > 0) y = attach_aux_loss(y, z_loss(out.routing) * cfg_.moe_z_loss_coeff, loss_scale_);
   return y;
 }

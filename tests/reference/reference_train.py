@@ -133,26 +133,36 @@ def load_llama(hf_dir, model_cfg, dtype):
     return model.to(dtype)
 
 
-def balancing_losses(router_logits, m_cfg):
-    """Each MoE layer's balancing losses with their coefficients, summed over the layers, written from
-    their published definitions (not from Trident's code): Switch Transformer's load-balancing loss as
-    Megatron-Core's aux_loss weighs it, E / (K T^2) * sum_e (sum_t p[t, e]) * count_e, with p the
-    softmax of the router logits and count_e the tokens whose top-K holds e; and ST-MoE's router
-    z-loss, the mean over tokens of logsumexp(logits)^2. transformers' own loss for Mixtral
-    (load_balancing_loss_func) pools every layer into one product, a different objective."""
+def balancing_losses(router_logits, m_cfg, sequences):
+    """Each MoE layer's balancing losses with their coefficients, summed over the layers, by
+    megatron-core's own functions (megatron.core.transformer.moe.moe_utils): the Switch/GShard
+    load-balancing loss (switch_load_balancing_loss_func, the token counts of each token's top-K
+    experts, as its router's aux_loss) over the micro-batch, or per sequence averaged over the
+    sequences as its router's seq_aux_loss reshapes the tokens (model.moe_aux_loss =
+    "seq_aux_loss"), and the router z-loss (z_loss_func). The softmax is taken here in the run's
+    dtype (megatron's compute_routing_scores_for_aux_loss would take it in fp32 and cut the fp64
+    truth short). transformers' own loss for Mixtral (load_balancing_loss_func) pools every layer
+    into one product, a different objective."""
+    from megatron.core.transformer.moe.moe_utils import switch_load_balancing_loss_func, z_loss_func
+
     k, e = m_cfg["moe_top_k"], m_cfg["experts"]
     aux_c, z_c = m_cfg.get("moe_aux_loss_coeff", 0.0), m_cfg.get("moe_z_loss_coeff", 0.0)
+    per_sequence = m_cfg.get("moe_aux_loss", "aux_loss") == "seq_aux_loss"
     total = 0.0
     for logits in router_logits:
         logits = logits.reshape(-1, e)
-        t = logits.size(0)
         if aux_c > 0:
             p = logits.softmax(-1)
-            chosen = p.topk(k, dim=-1).indices.reshape(-1)
-            count = torch.zeros(e, dtype=p.dtype).scatter_add_(0, chosen, torch.ones_like(chosen, dtype=p.dtype))
-            total = total + aux_c * e / (k * t * t) * (p.sum(0) * count).sum()
+            chosen = torch.zeros_like(p).scatter(1, p.topk(k, dim=-1).indices, 1.0)  # the routing map
+            if per_sequence:  # (b*s, E) in batch-major order -> one row per position, a column per (sequence, expert)
+                s_len = p.size(0) // sequences
+                p = p.reshape(sequences, s_len, e).transpose(0, 1).reshape(s_len, sequences * e)
+                chosen = chosen.reshape(sequences, s_len, e).transpose(0, 1).reshape(s_len, sequences * e)
+                total = total + switch_load_balancing_loss_func(p, chosen.sum(0), s_len, k, e, aux_c) / sequences
+            else:
+                total = total + switch_load_balancing_loss_func(p, chosen.sum(0), p.size(0), k, e, aux_c)
         if z_c > 0:
-            total = total + z_c * torch.logsumexp(logits, -1).square().mean()
+            total = total + z_loss_func(logits, z_c)
     return total
 
 
@@ -320,7 +330,7 @@ def main():
                 loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))  # mean over tokens
                 # The MoE layers' balancing losses feed the gradients (scaled as the loss is) but not the
                 # reported loss, as in Trident and Megatron.
-                extra = balancing_losses(o.router_logits, m_cfg) if moe else 0.0
+                extra = balancing_losses(o.router_logits, m_cfg, x.size(0)) if moe else 0.0
                 # Trident's executor backpropagates loss * (1/m) for each of a rank's m micro-batches.
                 ((loss + extra) * (1.0 / local)).backward()
                 loss_sum += loss.item()

@@ -71,13 +71,9 @@ LAYOUTS = [
 # matrix's llama rows).
 # The MoE families' (--case mixtral-tiny, qwen2-moe-tiny, qwen3-moe-tiny --layouts): the experts on
 # every pipeline stage with their balancing losses under zb-v, and data parallelism with ZeRO-1 beside
-# an interleaved pipeline (tp: not yet).
-# qwen3-moe-tiny runs the pipeline only: under dp2 x pp2 its step-17 gradient norm was 6.9e-6 off the
-# fp64 truth, 13 x torch fp32's error (its loss 1.8e-8 off, every other step within 2.6 x). A router
-# is discontinuous: a token whose two best expert scores are within rounding of each other may go to
-# the other expert when DP sums in another order, which no bound on torch's own rounding covers (the
-# likely cause, not shown). Its DP and ZeRO-1 rows are the regression matrix's, against Trident's own
-# single process on synthetic tokens (MoeMatrixRow).
+# an interleaved pipeline (tp: not yet). A router is discontinuous: a token whose two best scores tie
+# within rounding may go to another expert under DP's summation order, which no bound on torch's own
+# rounding covers; none of these runs has such a token (a step that had one would fail here).
 MOE_LAYOUTS = [
     ("pp2_zb-v", 2, ["parallel.pp=2", "schedule.kind=zb-v"]),
     ("dp2_pp2_zero1_interleaved", 4, ["parallel.pp=2", "parallel.dp=2", "parallel.zero=1",
@@ -365,7 +361,7 @@ def main():
         json.dump({"case": args.case, "K": K, "floor": FLOOR, "rtol_fp32": RTOL_FP32, "grad_clip": clip,
                    "worst_ratio": worst, "ill_conditioned": ill, "steps": rows, "bf16": bf16}, f, indent=1)
     layouts = ({"llama-tiny": LLAMA_LAYOUTS, "mixtral-tiny": MOE_LAYOUTS, "qwen2-moe-tiny": MOE_LAYOUTS,
-                "qwen3-moe-tiny": MOE_LAYOUTS[:1]}.get(args.case, LAYOUTS)
+                "qwen3-moe-tiny": MOE_LAYOUTS}.get(args.case, LAYOUTS)
                if args.layouts else [])
     if args.case == "megatron":  # the data-parallel slicing of Megatron's sampler: dp = 2 as well
         layouts = [("dp2", 2, ["parallel.dp=2"])]
