@@ -207,6 +207,24 @@ TEST(CheckpointReshard, LlamaTp2SequenceParallelToPp2) {
   EXPECT_TRUE(resumed_part_matches(full, tmp.file("run"), 1e-5));
 }
 
+// The MoE families: the experts (one tensor per projection, experts first) and
+// the router resume exactly under a split-backward pipeline with ZeRO-1, and a
+// checkpoint of a dp2 x pp2 layout resumes on one process (the balancing
+// losses, which join each layer's backward, come back with their layers).
+TEST(CheckpointResume, MixtralZbVWithZeroIsBitExact) {
+  TempDir tmp("resume-mixtral");
+  const std::vector<std::string> layout = {"parallel.pp=2", "parallel.dp=2", "parallel.zero=1", "schedule.kind=zb-v"};
+  const std::string full = branch_and_resume(tmp, 4, layout, 4, layout, "configs/mixtral-tiny.toml");
+  EXPECT_TRUE(resumed_part_matches(full, tmp.file("run"), 0));
+}
+
+TEST(CheckpointReshard, Qwen2MoeDp2Pp2ToOneProcess) {
+  TempDir tmp("reshard-qwen2moe");
+  const std::string full = branch_and_resume(tmp, 4, {"parallel.pp=2", "parallel.dp=2", "parallel.zero=1"}, 1,
+                                             {"parallel.pp=1", "parallel.dp=1"}, "configs/qwen2-moe-tiny.toml");
+  EXPECT_TRUE(resumed_part_matches(full, tmp.file("run"), 1e-5));
+}
+
 // ---- a rank killed during a save ----------------------------------------------
 
 // Rank 1 writes its whole shard of step 10, then dies before the commit (on the
