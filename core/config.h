@@ -47,6 +47,7 @@ struct ModelConfig {
   int64_t experts = 0;               // routed experts per layer; 0 = a dense MLP
   int64_t moe_ffn_hidden = 0;        // each routed expert's SwiGLU width; 0 = ffn_hidden
   int64_t moe_shared_ffn_hidden = 0; // the shared expert's width (qwen2_moe: gated by a sigmoid); 0 = none
+  int64_t moe_first_dense = 0;       // the first layers keep a dense MLP of ffn_hidden (DeepSeek-V3's first_k_dense_replace)
   int64_t moe_top_k = 2;             // experts per token
   bool moe_norm_topk_prob = true;    // the chosen experts' weights renormalised to sum 1
   double moe_aux_loss_coeff = 0.0;   // Switch/GShard load-balancing loss per layer
@@ -57,6 +58,8 @@ struct ModelConfig {
   int64_t kv() const { return kv_heads > 0 ? kv_heads : heads; }
   int64_t head_dim() const { return kv_channels > 0 ? kv_channels : hidden / heads; }
   int64_t moe_ffn() const { return moe_ffn_hidden > 0 ? moe_ffn_hidden : ffn(); }
+  // Whether layer l's MLP is a mixture of experts (the layers from moe_first_dense on).
+  bool moe_layer(int64_t l) const { return experts > 0 && l >= moe_first_dense; }
   // Vocabulary padded up to a multiple of vocab_pad_multiple * tp (Megatron).
   int64_t padded_vocab(int64_t tp) const {
     const int64_t m = vocab_pad_multiple * tp;

@@ -6,6 +6,7 @@
 #include "core/config_rules.h"
 #include "core/config_schema.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <limits>
 #include <string>
@@ -36,11 +37,14 @@ Big model_params(const ModelConfig& m, const ModelShape& s) {
   const Big q_width = Big(m.heads) * (Big(m.hidden) / Big(m.heads));
   const Big kv_w = m.kv_channels > 0 ? Big(m.kv()) * Big(m.kv_channels) : kv_width;
   const Big q_w = m.kv_channels > 0 ? Big(m.heads) * Big(m.kv_channels) : q_width;
-  const Big mlp = m.experts > 0 ? Big(m.experts) * Big(m.moe_ffn()) + Big(m.moe_shared_ffn_hidden) : ffn;
-  const Big router = m.experts > 0 ? Big(m.experts) * h : 0;
-  const Big block = 2 * h * q_w + 2 * h * kv_w + (s.gated_mlp ? 3 : 2) * h * mlp + router;
+  const Big moe_mlp = Big(m.experts) * Big(m.moe_ffn()) + Big(m.moe_shared_ffn_hidden);
+  const Big attn = 2 * h * q_w + 2 * h * kv_w, mats = s.gated_mlp ? 3 : 2;
+  // The first model.moe_first_dense layers (all of them without experts) keep the dense MLP.
+  const Big dense_layers = m.experts > 0 ? std::min(Big(m.moe_first_dense), Big(m.layers)) : Big(m.layers);
+  const Big blocks = dense_layers * (attn + mats * h * ffn) +
+                     (Big(m.layers) - dense_layers) * (attn + mats * h * moe_mlp + Big(m.experts) * h);
   const Big embed = Big(m.vocab_size) * h * (m.tie_embeddings ? 1 : 2) + (s.position_table ? Big(m.seq_len) * h : 0);
-  return Big(m.layers) * block + embed;
+  return blocks + embed;
 }
 
 std::vector<Field> model_fields() {
@@ -77,6 +81,8 @@ std::vector<Field> model_fields() {
       TRIDENT_FIELD(model, moe_ffn_hidden, at_least(0), "each routed expert's SwiGLU width; 0 = model.ffn_hidden (MoE)"),
       TRIDENT_FIELD(model, moe_shared_ffn_hidden, at_least(0),
                     "the shared expert's SwiGLU width, its output gated by a sigmoid (qwen2_moe); 0 = none"),
+      TRIDENT_FIELD(model, moe_first_dense, at_least(0),
+                    "the first layers keep a dense MLP of model.ffn_hidden (MoE; DeepSeek-V3's first_k_dense_replace)"),
       TRIDENT_FIELD(model, moe_top_k, at_least(1), "experts each token is routed to (MoE)"),
       TRIDENT_FIELD(model, moe_norm_topk_prob, any(),
                     "the chosen experts' softmax weights renormalised to sum 1 (MoE; mixtral: true)"),
@@ -193,6 +199,7 @@ void check_moe_keys(const Config& c, const ModelShape& shape) {
     refuse(m.experts != d.experts, "model.experts");
     refuse(m.moe_ffn_hidden != d.moe_ffn_hidden, "model.moe_ffn_hidden");
     refuse(m.moe_shared_ffn_hidden != d.moe_shared_ffn_hidden, "model.moe_shared_ffn_hidden");
+    refuse(m.moe_first_dense != d.moe_first_dense, "model.moe_first_dense");
     refuse(m.moe_top_k != d.moe_top_k, "model.moe_top_k");
     refuse(m.moe_norm_topk_prob != d.moe_norm_topk_prob, "model.moe_norm_topk_prob");
     refuse(m.moe_aux_loss_coeff != d.moe_aux_loss_coeff, "model.moe_aux_loss_coeff");
@@ -208,6 +215,9 @@ void check_moe_keys(const Config& c, const ModelShape& shape) {
                 " is a mixture of experts and needs at least 1 (Mixtral 8x7B has 8)");
   if (m.moe_top_k > m.experts)
     fail(c, "model.moe_top_k (" + n(m.moe_top_k) + ") must be at most model.experts (" + n(m.experts) + ")");
+  if (m.moe_first_dense >= m.layers)
+    fail(c, "model.moe_first_dense (" + n(m.moe_first_dense) + ") must be below model.layers (" + n(m.layers) +
+                "): at least one layer must hold the experts");
 }
 
 }  // namespace config_rules

@@ -128,10 +128,15 @@ HfNames hf_names(const ModelConfig& m) {
                 {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"},
                 {"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
                  "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight"}};
-  // Every name the family's plan maps to, one per expert for the experts' tensors.
-  for (const PlannedParam& p : llama_param_plan(m, {0, 1, false, false}, 1, 0)) {
+  // Every name the family's plan maps to, one per expert for the experts' tensors: those of the
+  // first layer and of the first MoE layer (model.moe_first_dense), which hold every kind.
+  std::vector<PlannedParam> plan = llama_param_plan(m, {0, 1, false, false}, 1, 0);
+  if (m.experts > 0 && m.moe_first_dense > 0 && m.moe_first_dense < m.layers)
+    for (PlannedParam& p : llama_param_plan(m, {m.moe_first_dense, 1, false, false}, 1, 0)) plan.push_back(p);
+  for (const PlannedParam& p : plan) {
     const Mapping map = map_name(p.info.name, m.arch);
-    const std::string in_layer = map.hf.substr(std::string("model.layers.0.").size());
+    const size_t dot = map.hf.find('.', std::string("model.layers.").size());
+    const std::string in_layer = map.hf.substr(dot + 1);
     if (!map.experts) {
       names.block.insert(in_layer);
       continue;
@@ -183,9 +188,15 @@ void read_qwen_moe(const json::Value& c, const std::string& cpath, ModelConfig& 
   if (const json::Value* s = json::find(c, "decoder_sparse_step"); s && json::as_int(*s, cpath) != 1)
     throw ModelInputError(cpath + ": decoder_sparse_step = " + std::to_string(json::as_int(*s, cpath)) +
                           "; Trident's " + type + " has experts in every layer (expected 1)");
-  if (const json::Value* d = json::find(c, "mlp_only_layers"); d && !d->is_null() && !json::as_array(*d, cpath).empty())
-    throw ModelInputError(cpath + ": mlp_only_layers = " + json::dump(*d) + "; Trident's " + type +
-                          " has experts in every layer (expected [])");
+  if (const json::Value* d = json::find(c, "mlp_only_layers"); d && !d->is_null()) {
+    // The first k layers dense (model.moe_first_dense = k) is what Trident has; another pattern is refused.
+    const std::vector<json::Value>& dense = json::as_array(*d, cpath + " mlp_only_layers");
+    for (size_t i = 0; i < dense.size(); ++i)
+      if (json::as_int(dense[i], cpath + " mlp_only_layers") != static_cast<int64_t>(i))
+        throw ModelInputError(cpath + ": mlp_only_layers = " + json::dump(*d) + "; Trident's " + type +
+                              " keeps dense MLPs in the first layers only (expected [0, 1, ..., k-1], or [])");
+    m.moe_first_dense = static_cast<int64_t>(dense.size());
+  }
   if (const json::Value* w = json::find(c, "use_sliding_window"); w && json::as_bool(*w, cpath))
     throw ModelInputError(cpath + ": use_sliding_window = true; Trident's " + type +
                           " attends to the whole sequence (expected false)");
@@ -302,6 +313,8 @@ void check_hf_llama_matches(const HfLlama& hf, const ModelConfig& cfg) {
   diff.number("num_experts_per_tok", m.moe_top_k, "model.moe_top_k", cfg.moe_top_k);
   diff.number("head_dim", m.head_dim(), "model.kv_channels (head width)", cfg.head_dim());
   if (m.experts > 0) {
+    diff.number("mlp_only_layers (the first dense layers)", m.moe_first_dense, "model.moe_first_dense",
+                cfg.moe_first_dense);
     diff.number("moe_intermediate_size", m.moe_ffn(), "model.moe_ffn_hidden (expert width)", cfg.moe_ffn());
     diff.number("shared_expert_intermediate_size", m.moe_shared_ffn_hidden, "model.moe_shared_ffn_hidden",
                 cfg.moe_shared_ffn_hidden);
@@ -433,7 +446,9 @@ int write_hf_llama(const std::string& dir, const ModelConfig& cfg, const std::st
     c["moe_intermediate_size"] = json::number(cfg.moe_ffn());
     c["norm_topk_prob"] = json::Value(cfg.moe_norm_topk_prob);
     c["decoder_sparse_step"] = json::number(int64_t{1});
-    c["mlp_only_layers"] = json::Value::array({});
+    json::Value dense = json::Value::array({});
+    for (int64_t l = 0; l < cfg.moe_first_dense; ++l) dense.push_back(json::number(l));
+    c["mlp_only_layers"] = dense;
     c["use_sliding_window"] = json::Value(false);
     if (cfg.arch == "qwen2_moe") {
       c["qkv_bias"] = json::Value(true);

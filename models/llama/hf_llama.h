@@ -48,8 +48,9 @@
 // the Hub's files say num_experts; Trident writes num_experts), num_experts_per_tok,
 // moe_intermediate_size (model.moe_ffn_hidden), norm_topk_prob, shared_expert_intermediate_size
 // (qwen2_moe), head_dim (qwen3_moe: model.kv_channels, which need not be hidden / heads);
-// intermediate_size (the dense MLP width) is kept in model.ffn_hidden. Experts in every layer only:
-// decoder_sparse_step other than 1 and a non-empty mlp_only_layers are refused, as is a sliding window.
+// intermediate_size (the dense MLP width) is model.ffn_hidden; mlp_only_layers = [0, ..., k-1] is
+// model.moe_first_dense = k (dense layers first, as DeepSeek-V3's first_k_dense_replace). Another
+// mlp_only_layers pattern and decoder_sparse_step other than 1 are refused, as is a sliding window.
 #pragma once
 
 #include <cstdint>

@@ -70,7 +70,7 @@ std::vector<PlannedParam> llama_param_plan(const ModelConfig& cfg, const ChunkSp
       }
     }
     norm(pre + ".mlp_norm.weight");
-    if (cfg.experts > 0) {
+    if (cfg.moe_layer(l)) {
       // NOTE [MoE layout]: the router and every expert's SwiGLU, experts stacked on dim 0;
       // the shared expert and its gate where the family has them.
       const int64_t e = cfg.experts, fe = cfg.moe_ffn(), fs = cfg.moe_shared_ffn_hidden;
@@ -131,15 +131,15 @@ LlamaStage::LlamaStage(const ModelConfig& cfg, const ChunkSpec& spec, const TpCo
   if (spec_.has_embedding) word_ = at("embedding.word.weight");
   for (int64_t l = spec_.first_layer; l < spec_.first_layer + spec_.num_layers; ++l) {
     const std::string pre = "layers." + std::to_string(l);
-    const std::string mlp = cfg.experts > 0 ? pre + ".moe.experts." : pre + ".mlp.";
+    const std::string mlp = cfg.moe_layer(l) ? pre + ".moe.experts." : pre + ".mlp.";
     BlockParams b{at(pre + ".attn_norm.weight"), at(pre + ".attn.q.weight"), at(pre + ".attn.k.weight"),
                   at(pre + ".attn.v.weight"), at(pre + ".attn.o.weight"), at(pre + ".mlp_norm.weight"),
                   at(mlp + "gate.weight"), at(mlp + "up.weight"), at(mlp + "down.weight")};
-    if (cfg.experts > 0) b.router = at(pre + ".moe.router.weight");
+    if (cfg.moe_layer(l)) b.router = at(pre + ".moe.router.weight");
     if (cfg.arch == "qwen2_moe")
       b.q_bias = at(pre + ".attn.q.bias"), b.k_bias = at(pre + ".attn.k.bias"), b.v_bias = at(pre + ".attn.v.bias");
     if (cfg.arch == "qwen3_moe") b.q_norm = at(pre + ".attn.q_norm.weight"), b.k_norm = at(pre + ".attn.k_norm.weight");
-    if (cfg.moe_shared_ffn_hidden > 0) {
+    if (cfg.moe_layer(l) && cfg.moe_shared_ffn_hidden > 0) {
       b.shared_gate = at(pre + ".moe.shared.gate.weight");
       b.shared_up = at(pre + ".moe.shared.up.weight");
       b.shared_down = at(pre + ".moe.shared.down.weight");
@@ -268,7 +268,7 @@ at::Tensor LlamaStage::moe(const BlockParams& b, const at::Tensor& x) const {
 }
 
 at::Tensor LlamaStage::mlp(const BlockParams& b, const at::Tensor& x) const {
-  if (cfg_.experts > 0) return moe(b, x);
+  if (b.router != kNone) return moe(b, x);
   const at::Tensor in = enter_column_parallel(tp_, x);
   // silu(gate) · up, (b, s, F/tp): the largest activations of a block.
   auto gated = [this, b](const at::Tensor& xin) {
@@ -344,11 +344,12 @@ double LlamaModel::flops_per_token() const {
   const double kv = 2 * h * static_cast<double>(cfg_.kv() * cfg_.head_dim());
   // Under MoE a token passes its top-k experts, the shared expert and its gate, and the router: the
   // active parameters.
-  const double mlp = cfg_.experts > 0 ? 3 * h * static_cast<double>(cfg_.moe_ffn() * cfg_.moe_top_k +
-                                                                    cfg_.moe_shared_ffn_hidden) +
-                                            h * static_cast<double>(cfg_.experts + (cfg_.moe_shared_ffn_hidden > 0))
-                                      : 3 * h * static_cast<double>(cfg_.ffn());
-  const double matrices = l * (qo + kv + mlp) + h * static_cast<double>(cfg_.vocab_size);
+  const double moe_mlp = 3 * h * static_cast<double>(cfg_.moe_ffn() * cfg_.moe_top_k + cfg_.moe_shared_ffn_hidden) +
+                         h * static_cast<double>(cfg_.experts + (cfg_.moe_shared_ffn_hidden > 0));
+  const double dense_mlp = 3 * h * static_cast<double>(cfg_.ffn());
+  double mlps = 0;
+  for (int64_t layer = 0; layer < cfg_.layers; ++layer) mlps += cfg_.moe_layer(layer) ? moe_mlp : dense_mlp;
+  const double matrices = l * (qo + kv) + mlps + h * static_cast<double>(cfg_.vocab_size);
   return 6 * matrices + 12 * l * h * static_cast<double>(cfg_.seq_len);
 }
 

@@ -59,6 +59,9 @@ void check_moe_family(const Config& c) {
     config_fail(c, "parallel.tp = " + n(c.parallel.tp) + " with model.arch = \"" + c.model.arch +
                        "\": the experts are not split over tensor-parallel ranks yet (expert tensor parallelism); "
                        "expected parallel.tp = 1");
+  if (c.model.arch == "mixtral" && c.model.moe_first_dense > 0)
+    config_fail(c, "model.moe_first_dense = " + n(c.model.moe_first_dense) +
+                       ": Mixtral has experts in every layer (its Hugging Face layout has no dense layer); expected 0");
   if (c.model.arch == "qwen2_moe" && c.model.moe_shared_ffn_hidden < 1)
     config_fail(c, "model.moe_shared_ffn_hidden = " + n(c.model.moe_shared_ffn_hidden) +
                        ": qwen2_moe has a shared expert; expected its width (Qwen1.5-MoE-A2.7B: 5632)");

@@ -4,7 +4,7 @@
 For each of MixtralForCausalLM, Qwen2MoeForCausalLM and Qwen3MoeForCausalLM, a model transformers
 creates with random weights (2 layers, width 48, 6 heads over 2 key/value heads, 4 experts, top-2,
 vocabulary 256 (the byte tokenizer's, so that greedy generation prints
-bytes); Qwen2-MoE with its gated shared expert and unnormalised top-k weights, Qwen3-MoE with
+bytes); Qwen2-MoE with its gated shared expert, unnormalised top-k weights and a dense first layer, Qwen3-MoE with
 q/k norms and a head width of 12 where 48 / 6 is 8; every parameter perturbed so that a mix-up of
 norms, biases, gates or experts shows), saved with save_pretrained (sharded: one tensor set per
 expert, NOTE [HF Mixtral layout], NOTE [HF Qwen MoE layout]), read with --init-from:
@@ -46,9 +46,11 @@ FAMILIES = {
                              ("router_jitter_noise", 0.1, "router_jitter_noise = 0.1"),
                              ("num_experts_per_tok", 5, "num_experts_per_tok = 5 with num_local_experts = 4"))),
     "qwen2_moe": dict(config="Qwen2MoeConfig", model="Qwen2MoeForCausalLM", preset="qwen2-moe-tiny",
+                      # layer 0 dense (mlp_only_layers = [0]: model.moe_first_dense = 1)
                       extra=dict(intermediate_size=72, moe_intermediate_size=40, num_experts=4,
-                                 shared_expert_intermediate_size=56, norm_topk_prob=False),
-                      sets=["model.ffn_hidden=72", "model.moe_ffn_hidden=40", "model.moe_shared_ffn_hidden=56"],
+                                 shared_expert_intermediate_size=56, norm_topk_prob=False, mlp_only_layers=[0]),
+                      sets=["model.ffn_hidden=72", "model.moe_ffn_hidden=40", "model.moe_shared_ffn_hidden=56",
+                            "model.moe_first_dense=1"],
                       refused=(("decoder_sparse_step", 2, "decoder_sparse_step = 2"),
                                ("mlp_only_layers", [1], "mlp_only_layers = [1]"),
                                ("qkv_bias", False, "qkv_bias = false"))),
@@ -112,7 +114,7 @@ def main():
         made_model(family).save_pretrained(d, max_shard_size="100KB")
         with open(os.path.join(d, "model.safetensors.index.json")) as fh:
             names = list(json.load(fh)["weight_map"])
-        check(sum(".experts.3." in n for n in names) == 2 * 3,
+        check(sum(".experts.3." in n for n in names) == 3 * (1 if family == "qwen2_moe" else 2),
               f"{family}: save_pretrained wrote one tensor set per expert, sharded")
         made = load_model(family, d)
         want, n = hf_eval_loss(made, ids, 40)

@@ -68,6 +68,8 @@ struct Row {
         n += "_bf16";
       else if (e.rfind("schedule.memory_limit=", 0) == 0)
         n += "_mem" + e.substr(e.find('=') + 1);
+      else if (e.rfind("model.moe_first_dense=", 0) == 0)
+        n += "_firstdense" + e.substr(e.find('=') + 1);
       else if (e.rfind("training.recompute=", 0) == 0)
         n += "_recompute" + e.substr(e.find('=') + 1);
       else
@@ -161,7 +163,8 @@ const std::vector<Row>& llama_rows() {
 // kinds and the V placement included, must give the single process's bits;
 // recomputation reruns the router; DP and ZeRO-1 within 1e-5. Mixtral under
 // most kinds; Qwen2-MoE (biases, the gated shared expert) and Qwen3-MoE (q/k
-// norms, its own head width) under a split backward and with ZeRO-1.
+// norms, its own head width) under a split backward and with ZeRO-1, and with
+// dense first layers so that a pipeline stage holds no MoE layer.
 const std::vector<Row>& moe_rows() {
   static const std::vector<Row> r = {
       {1, 2, 1, "1f1b", 0, true, {}, kMixtral},
@@ -177,6 +180,8 @@ const std::vector<Row>& moe_rows() {
       {1, 2, 1, "zb-v", 0, true, {}, kQwen2Moe},
       {1, 2, 2, "1f1b", 1, true, {}, kQwen2Moe},
       {1, 2, 1, "zb-h1", 0, true, {}, kQwen3Moe},
+      // The first two layers dense: pipeline stage 0 holds no MoE layer at all.
+      {1, 2, 1, "zb-v", 0, true, {"model.moe_first_dense=2"}, kQwen3Moe},
       {1, 1, 2, "1f1b", 1, true, {}, kQwen3Moe},
   };
   return r;
@@ -248,6 +253,8 @@ class MatrixRow : public ::testing::TestWithParam<Row> {};
 void expect_row_matches_reference(const Row& r) {
   std::vector<std::string> ref_sets = {kSplit};
   if (r.bf16()) ref_sets.push_back(kBf16);  // the reference shares the row's arithmetic: split and precision
+  for (const std::string& e : r.extra)  // and its model: a model key of the row's is the reference's too
+    if (e.rfind("model.", 0) == 0) ref_sets.push_back(e);
   const CachedRun ref = cached_run(1, ref_sets, r.config);
   ASSERT_TRUE(completed(ref.run));
   const CachedRun run = run_row(r);
