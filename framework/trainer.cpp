@@ -148,6 +148,30 @@ double reduce_loss(Run& r, const at::Tensor& local_sum) {
   return read_scalar(t, "loss") / static_cast<double>(r.pgs->dp.size());
 }
 
+// NOTE [MoE stats]: every stage's statistics of the step, summed over the world (pipeline stages
+// hold different layers, data-parallel replicas the same), read once on a logged step. Every rank
+// takes part whether or not its stages hold an MoE layer.
+std::vector<MoeLayerStats> reduce_moe_stats(Run& r, const std::vector<at::Tensor>& taken) {
+  const ModelConfig& mc = r.cfg.model;
+  if (mc.experts == 0) return {};
+  at::Tensor t = at::zeros({mc.layers, mc.experts + 3}, at::TensorOptions().dtype(at::kDouble).device(r.device));
+  for (const at::Tensor& s : taken)
+    if (s.defined()) t.add_(s);
+  all_reduce(r.pgs->world, t);
+  const at::Tensor host = read_to_host(t, "moe stats");
+  const auto a = host.accessor<double, 2>();
+  std::vector<MoeLayerStats> out;
+  for (int64_t l = 0; l < mc.layers; ++l) {
+    if (!mc.moe_layer(l)) continue;
+    const double n = a[l][mc.experts + 2];
+    double most = 0, sum = 0;
+    for (int64_t e = 0; e < mc.experts; ++e) most = std::max(most, a[l][e]), sum += a[l][e];
+    out.push_back({l, sum > 0 ? most / (sum / static_cast<double>(mc.experts)) : 0.0,
+                   n > 0 ? a[l][mc.experts] / n : 0.0, n > 0 ? a[l][mc.experts + 1] / n : 0.0});
+  }
+  return out;
+}
+
 // Evaluation number `evaluation` (0 at the first): which validation batches it
 // reads follows data.order (eval_batch_index).
 double evaluate(Run& r, int64_t evaluation) {
@@ -186,6 +210,8 @@ std::optional<StepMetrics> train_step(Run& r, int64_t step, int64_t data_step) {
   StepBatches batches = step_batches(r, *r.train_data->samples, data_step);  // NOTE [consumed samples]
   const ExecutorStats stats = r.exec->run(
       actions, [&](int mb) { return micro_batch(batches, mb); }, 1.0 / static_cast<double>(r.microbatches), r.dp.get());
+  std::vector<at::Tensor> moe_stats;  // this step's only (NOTE [MoE stats])
+  for (auto& st : r.stages) moe_stats.push_back(st->take_moe_stats());
   r.rec->schedule_ran(stats);
   r.dp->finish_grad_sync();  // what of the gradient reduction the backward did not hide
   r.rec->grads_synced();
@@ -198,6 +224,7 @@ std::optional<StepMetrics> train_step(Run& r, int64_t step, int64_t data_step) {
   if (!logged) return std::nullopt;
   const double loss = reduce_loss(r, stats.loss);
   StepMetrics m = r.rec->metrics(loss, lr, r.guard.read(norm), r.dp->optimizer_state_bytes());
+  m.moe = reduce_moe_stats(r, moe_stats);
   if (eval) {
     r.dp->wait_params();  // evaluation reads every parameter (NOTE [overlapped parameter gather])
     m.eval_loss = evaluate(r, (step + 1) / t.eval_interval - 1);

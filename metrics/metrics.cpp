@@ -40,6 +40,20 @@ std::vector<std::pair<std::string, double>> idle_fields(const StepMetrics& m) {
   return out;
 }
 
+// Flat keys of the MoE layers' statistics, and moe_load_max over the layers.
+std::vector<std::pair<std::string, double>> moe_fields(const StepMetrics& m) {
+  std::vector<std::pair<std::string, double>> out;
+  if (m.moe.empty()) return out;
+  double worst = 0;
+  for (const MoeLayerStats& l : m.moe) {
+    const std::string at = "_l" + std::to_string(l.layer);
+    out.insert(out.end(), {{"moe_load" + at, l.load_max}, {"moe_aux_loss" + at, l.aux_loss}, {"moe_z_loss" + at, l.z_loss}});
+    worst = std::max(worst, l.load_max);
+  }
+  out.emplace_back("moe_load_max", worst);
+  return out;
+}
+
 }  // namespace
 
 std::string to_json(const StepMetrics& m) {
@@ -53,6 +67,7 @@ std::string to_json(const StepMetrics& m) {
   // Flat keys (busy_s_stage0, ...): every metrics.jsonl row stays a flat object.
   for (size_t i = 0; i < m.stage_busy_s.size(); ++i) os << ",\"busy_s_stage" << i << "\":" << num(m.stage_busy_s[i]);
   for (const auto& [key, value] : idle_fields(m)) os << ",\"" << key << "\":" << num(value);
+  for (const auto& [key, value] : moe_fields(m)) os << ",\"" << key << "\":" << num(value);
   if (m.eval_loss) os << ",\"eval_loss\":" << num(*m.eval_loss);
   os << "}";
   return os.str();
@@ -73,6 +88,7 @@ tensorboard::Scalars to_scalars(const StepMetrics& m) {
                             {"bubble", f(m.bubble)}};
   for (size_t i = 0; i < m.stage_busy_s.size(); ++i) s.emplace_back("busy_s_stage" + std::to_string(i), f(m.stage_busy_s[i]));
   for (const auto& [key, value] : idle_fields(m)) s.emplace_back(key, f(value));
+  for (const auto& [key, value] : moe_fields(m)) s.emplace_back(key, f(value));
   if (m.eval_loss) s.emplace_back("eval_loss", f(*m.eval_loss));
   return s;
 }
@@ -83,6 +99,7 @@ std::string format_step_line(const StepMetrics& m, int64_t total_steps) {
      << " | grad-norm " << fmt("%.3f", m.grad_norm) << " | " << fmt("%.1f", m.tokens_per_s / 1000.0) << "k tok/s | "
      << fmt("%.3f", m.tflops) << " TFLOP/s | MFU " << fmt("%.1f", 100.0 * m.mfu) << "% | bubble "
      << fmt("%.1f", 100.0 * m.bubble) << "%";
+  if (!m.moe.empty()) os << " | moe-load " << fmt("%.2f", moe_fields(m).back().second);
   if (m.eval_loss) os << " | eval-loss " << fmt("%.4f", *m.eval_loss);
   return os.str();
 }

@@ -22,6 +22,15 @@ struct IdleParts {
   double total = 0, inherent = 0, imbalance = 0, transfers = 0, sync = 0;
 };
 
+// One MoE layer in one step (NOTE [MoE stats] in models/llama/llama.cpp): the
+// most tokens an expert received over the mean per expert (1: balanced), the
+// layer's balancing loss and router z-loss (without coefficients), each the
+// mean over the step's micro-batches and data-parallel replicas.
+struct MoeLayerStats {
+  int64_t layer = 0;
+  double load_max = 0, aux_loss = 0, z_loss = 0;
+};
+
 struct StepMetrics {
   int64_t step = 0;  // 1-based
   double loss = 0, lr = 0, grad_norm = 0;
@@ -32,6 +41,7 @@ struct StepMetrics {
   double bubble = 0;                  // measured: idle / (p x pipeline time) over rank 0's pipeline
   std::vector<double> stage_busy_s;   // per pipeline stage: compute time in this step (busy_s_stageI)
   std::vector<IdleParts> stage_idle;  // per pipeline stage: idle_s_stageI, idle_inherent_s_stageI, ... (to_json)
+  std::vector<MoeLayerStats> moe;     // per MoE layer: moe_load_lL, moe_aux_loss_lL, moe_z_loss_lL (to_json)
   std::optional<double> eval_loss;
 };
 

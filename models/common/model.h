@@ -84,6 +84,11 @@ class Stage {
   // (NOTE [aux loss in the backward] in models/common/moe.h). A model without
   // such losses has nothing to scale.
   virtual void set_loss_scale(double scale) { (void)scale; }
+  // A mixture of experts' statistics since the last call, (model.layers,
+  // experts + 3) fp64 on the stage's device, and resets them; undefined when
+  // the stage has no MoE layer or ran no training forward (NOTE [MoE stats] in
+  // models/llama/llama.cpp).
+  virtual at::Tensor take_moe_stats() { return at::Tensor(); }
   virtual void set_compute_dtype(at::ScalarType dtype) {
     if (dtype != at::kFloat) throw std::invalid_argument("this model does not support mixed precision");
   }

@@ -240,7 +240,7 @@ at::Tensor LlamaStage::attention(const BlockParams& b, const at::Tensor& x) cons
 // layer's backward with its coefficient over the micro-batches, as the LM loss
 // is scaled (NOTE [aux loss in the backward]). The losses feed gradients only:
 // the reported loss is the LM loss, as Megatron reports it.
-at::Tensor LlamaStage::moe(const BlockParams& b, const at::Tensor& x) const {
+at::Tensor LlamaStage::moe(int64_t layer, const BlockParams& b, const at::Tensor& x) const {
   RouterOptions o;
   o.experts = cfg_.experts;
   o.top_k = cfg_.moe_top_k;
@@ -258,17 +258,42 @@ at::Tensor LlamaStage::moe(const BlockParams& b, const at::Tensor& x) const {
   }
   const MoeOutput out = moe_forward(x.reshape({-1, x.size(-1)}), w, o);
   at::Tensor y = out.y.view(x.sizes());
-  if (cfg_.moe_aux_loss_coeff > 0) {
-    const at::Tensor aux = cfg_.moe_aux_loss == "seq_aux_loss" ? seq_aux_loss(out.routing, o.top_k, x.size(0))
-                                                               : switch_aux_loss(out.routing, o.top_k);
-    y = attach_aux_loss(y, aux * cfg_.moe_aux_loss_coeff, loss_scale_);
+  const at::Tensor aux = cfg_.moe_aux_loss == "seq_aux_loss" ? seq_aux_loss(out.routing, o.top_k, x.size(0))
+                                                             : switch_aux_loss(out.routing, o.top_k);
+  const at::Tensor z = z_loss(out.routing);
+  if (cfg_.moe_aux_loss_coeff > 0) y = attach_aux_loss(y, aux * cfg_.moe_aux_loss_coeff, loss_scale_);
+  if (cfg_.moe_z_loss_coeff > 0) y = attach_aux_loss(y, z * cfg_.moe_z_loss_coeff, loss_scale_);
+  // NOTE [MoE stats]: a training forward counts once per micro-batch. Under full recomputation the
+  // first forward runs with grad mode off and the re-forward in the backward with it on; evaluation
+  // runs with it off.
+  if (at::GradMode::is_enabled()) {
+    at::NoGradGuard no_grad;
+    const int64_t e = cfg_.experts;
+    if (!moe_stats_.defined()) moe_stats_ = at::zeros({cfg_.layers, e + 3}, x.options().dtype(at::kDouble));
+    const at::Tensor flat = out.routing.experts.reshape({-1});
+    const at::Tensor counts = at::zeros({e}, flat.options()).scatter_add_(0, flat, at::ones_like(flat));
+    moe_stats_[layer].add_(at::cat({counts.to(at::kDouble), aux.detach().to(at::kDouble).reshape({1}),
+                                    z.detach().to(at::kDouble).reshape({1}), at::ones({1}, moe_stats_.options())}));
   }
-  if (cfg_.moe_z_loss_coeff > 0) y = attach_aux_loss(y, z_loss(out.routing) * cfg_.moe_z_loss_coeff, loss_scale_);
   return y;
 }
 
-at::Tensor LlamaStage::mlp(const BlockParams& b, const at::Tensor& x) const {
-  if (b.router != kNone) return moe(b, x);
+// NOTE [MoE stats]
+// Row l of what take_moe_stats() returns, for an MoE layer l this stage holds:
+// the tokens each expert received (summed over the micro-batches since the
+// last take), the balancing loss the layer computes (model.moe_aux_loss's
+// kind, without its coefficient) and its z-loss, each summed, and the number
+// of micro-batches. Rows of other layers are zero, so the trainer sums every
+// rank's tensor over the world (pipeline stages hold different layers, data-
+// parallel replicas the same ones) and reads it once, on a logged step.
+at::Tensor LlamaStage::take_moe_stats() {
+  at::Tensor out = moe_stats_;
+  moe_stats_ = at::Tensor();
+  return out;
+}
+
+at::Tensor LlamaStage::mlp(int64_t layer, const BlockParams& b, const at::Tensor& x) const {
+  if (b.router != kNone) return moe(layer, b, x);
   const at::Tensor in = enter_column_parallel(tp_, x);
   // silu(gate) · up, (b, s, F/tp): the largest activations of a block.
   auto gated = [this, b](const at::Tensor& xin) {
@@ -282,7 +307,7 @@ at::Tensor LlamaStage::mlp(const BlockParams& b, const at::Tensor& x) const {
 at::Tensor LlamaStage::block(int64_t layer, const at::Tensor& x) const {
   const BlockParams& b = blocks_.at(static_cast<size_t>(layer - spec_.first_layer));
   const at::Tensor h = x + attention(b, rms_norm(b.attn_norm, x));
-  return h + mlp(b, rms_norm(b.mlp_norm, h));
+  return h + mlp(layer, b, rms_norm(b.mlp_norm, h));
 }
 
 std::vector<int64_t> LlamaStage::hidden_shape(int64_t mbs) const {

@@ -67,6 +67,7 @@ class LlamaStage : public Stage {
   at::ScalarType boundary_dtype() const override { return boundary_; }
   at::Tensor logits(const at::Tensor& ids) const override;
   void set_loss_scale(double scale) override { loss_scale_ = scale; }
+  at::Tensor take_moe_stats() override;  // NOTE [MoE stats]
 
  private:
   static constexpr size_t kNone = static_cast<size_t>(-1);
@@ -93,8 +94,8 @@ class LlamaStage : public Stage {
   const RopeTables& rope_tables(int64_t s, at::ScalarType dtype) const;
   at::Tensor rotate(const at::Tensor& x, const RopeTables& r) const;  // (b, heads, s, d) -> rotary embedding applied
   at::Tensor attention(const BlockParams& b, const at::Tensor& x) const;
-  at::Tensor mlp(const BlockParams& b, const at::Tensor& x) const;
-  at::Tensor moe(const BlockParams& b, const at::Tensor& x) const;  // NOTE [MoE block]
+  at::Tensor mlp(int64_t layer, const BlockParams& b, const at::Tensor& x) const;
+  at::Tensor moe(int64_t layer, const BlockParams& b, const at::Tensor& x) const;  // NOTE [MoE block]
   at::Tensor block(int64_t layer, const at::Tensor& x) const;
   at::Tensor embed(const at::Tensor& ids) const;
   at::Tensor head_logits(const at::Tensor& x) const;  // final norm + head: (b, s, vocab/tp) fp32
@@ -108,6 +109,7 @@ class LlamaStage : public Stage {
   at::ScalarType compute_ = at::kFloat;
   at::ScalarType boundary_ = at::kFloat;  // what the hidden state crosses a pipeline boundary in
   double loss_scale_ = 1.0;                // the aux losses' backward scale (set_loss_scale)
+  mutable at::Tensor moe_stats_;           // NOTE [MoE stats]: (layers, experts + 3) fp64, since the last take
   at::Tensor cos_, sin_;  // (seq_len, head_dim) fp32, on the stage's device (buffers())
   mutable RopeTables rope_;
   size_t word_ = 0, final_norm_ = 0, head_ = 0;

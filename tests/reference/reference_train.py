@@ -148,22 +148,39 @@ def balancing_losses(router_logits, m_cfg, sequences):
     k, e = m_cfg["moe_top_k"], m_cfg["experts"]
     aux_c, z_c = m_cfg.get("moe_aux_loss_coeff", 0.0), m_cfg.get("moe_z_loss_coeff", 0.0)
     per_sequence = m_cfg.get("moe_aux_loss", "aux_loss") == "seq_aux_loss"
-    total = 0.0
+    total, layers = 0.0, []
     for logits in router_logits:
         logits = logits.reshape(-1, e)
-        if aux_c > 0:
-            p = logits.softmax(-1)
-            chosen = torch.zeros_like(p).scatter(1, p.topk(k, dim=-1).indices, 1.0)  # the routing map
-            if per_sequence:  # (b*s, E) in batch-major order -> one row per position, a column per (sequence, expert)
-                s_len = p.size(0) // sequences
-                p = p.reshape(sequences, s_len, e).transpose(0, 1).reshape(s_len, sequences * e)
-                chosen = chosen.reshape(sequences, s_len, e).transpose(0, 1).reshape(s_len, sequences * e)
-                total = total + switch_load_balancing_loss_func(p, chosen.sum(0), s_len, k, e, aux_c) / sequences
-            else:
-                total = total + switch_load_balancing_loss_func(p, chosen.sum(0), p.size(0), k, e, aux_c)
-        if z_c > 0:
-            total = total + z_loss_func(logits, z_c)
-    return total
+        p = logits.softmax(-1)
+        chosen = torch.zeros_like(p).scatter(1, p.topk(k, dim=-1).indices, 1.0)  # the routing map
+        counts = chosen.sum(0)
+        if per_sequence:  # (b*s, E) in batch-major order -> one row per position, a column per (sequence, expert)
+            s_len = p.size(0) // sequences
+            ps = p.reshape(sequences, s_len, e).transpose(0, 1).reshape(s_len, sequences * e)
+            cs = chosen.reshape(sequences, s_len, e).transpose(0, 1).reshape(s_len, sequences * e)
+            aux = switch_load_balancing_loss_func(ps, cs.sum(0), s_len, k, e, 1.0) / sequences
+        else:
+            aux = switch_load_balancing_loss_func(p, counts, p.size(0), k, e, 1.0)
+        z = z_loss_func(logits, 1.0)
+        total = total + aux_c * aux + z_c * z
+        layers.append((counts.detach(), float(aux), float(z)))
+    return total, layers
+
+
+def moe_row(layer_stats, first_dense):
+    """metrics.jsonl's MoE keys (NOTE [MoE stats]) from each micro-batch's per-layer (counts, aux, z):
+    the most tokens an expert got over the mean per expert, and the mean balancing and z-losses."""
+    row, worst = {}, 0.0
+    for i in range(len(layer_stats[0])):
+        counts = sum(mb[i][0] for mb in layer_stats)
+        load = float(counts.max() / counts.mean())
+        l = i + first_dense
+        row[f"moe_load_l{l}"] = load
+        row[f"moe_aux_loss_l{l}"] = sum(mb[i][1] for mb in layer_stats) / len(layer_stats)
+        row[f"moe_z_loss_l{l}"] = sum(mb[i][2] for mb in layer_stats) / len(layer_stats)
+        worst = max(worst, load)
+    row["moe_load_max"] = worst
+    return row
 
 
 def tree_sum(ts):
@@ -316,6 +333,7 @@ def main():
     for step in range(steps):
         opt.zero_grad(set_to_none=True)
         loss_sum = 0.0  # Python float (double), like Trident's double accumulator
+        moe_stats = []  # per micro-batch: each MoE layer's (token counts, balancing loss, z-loss)
         captured = []  # (rank, micro-batch gradients) for --accumulate other than autograd
         for r in range(dp):
             for k in range(local):
@@ -330,7 +348,12 @@ def main():
                 loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))  # mean over tokens
                 # The MoE layers' balancing losses feed the gradients (scaled as the loss is) but not the
                 # reported loss, as in Trident and Megatron.
-                extra = balancing_losses(o.router_logits, m_cfg, x.size(0)) if moe else 0.0
+                extra = 0.0
+                if moe:
+                    # Dense first layers (model.moe_first_dense) have no router: transformers returns
+                    # the MoE layers' logits only.
+                    extra, per_layer = balancing_losses(o.router_logits, m_cfg, x.size(0))
+                    moe_stats.append(per_layer)
                 # Trident's executor backpropagates loss * (1/m) for each of a rank's m micro-batches.
                 ((loss + extra) * (1.0 / local)).backward()
                 loss_sum += loss.item()
@@ -364,6 +387,8 @@ def main():
         opt.step()
         row = {"step": step + 1, "loss": loss_sum / micro, "lr": lr, "grad_norm": norm,
                "clipped": 1 if clip > 0 and norm > clip else 0}
+        if moe_stats:
+            row.update(moe_row(moe_stats, m_cfg.get("moe_first_dense", 0)))
         out.write(json.dumps(row) + "\n")
         out.flush()
     out.close()

@@ -196,6 +196,26 @@ def rel(a, b):
     return abs(a - b) / abs(b)
 
 
+def check_moe_stats(name, runs, ref):
+    """The MoE keys of metrics.jsonl (NOTE [MoE stats]: per layer the most tokens an expert got over the
+    mean, the balancing loss and the z-loss) against the reference's, written from transformers' router
+    logits: the loads within 1e-6 relative (the same token counts; the ratio's rounding differs), the losses
+    within 1e-5. A route that flipped would change a load by a whole token."""
+    failures, keys = [], sorted(k for k in ref[0] if k.startswith("moe_"))
+    if not keys:
+        return [f"{name}: the reference logged no MoE keys"]
+    for a, b in zip(runs, ref):
+        for k in keys:
+            if k not in a:
+                failures.append(f"{name}: step {a['step']}: metrics.jsonl has no {k}")
+                continue
+            tol = 1e-6 if k.startswith("moe_load") else 1e-5
+            if abs(a[k] - b[k]) > tol * abs(b[k]):
+                failures.append(f"{name}: step {a['step']} {k}: Trident {a[k]!r}, reference {b[k]!r}")
+    print(f"{name}: {len(keys)} MoE keys on {len(runs)} steps checked against the reference")
+    return failures
+
+
 def check_against_reference(label, T, P, D, clip, steps):
     """The per-step contract of one Trident run T against the torch fp32 run P and the fp64 run D."""
     failures, ill = [], []
@@ -353,6 +373,8 @@ def main():
     print(subprocess.run([t, "compare", tri, ref32, "--rtol", str(RTOL_FP32)], stdout=subprocess.PIPE, text=True).stdout)
     T, P, D = metrics(tri), metrics(ref32), metrics(ref64)
     failures, ill, rows, worst = check_against_reference("single process", T, P, D, clip, case_steps(args.case))
+    if args.case in ("mixtral-tiny", "qwen2-moe-tiny", "qwen3-moe-tiny"):
+        failures += check_moe_stats("single process", T, P)
     bf16 = None
     if args.case == "tiny":
         f_, bf16 = check_bf16(t, config, setargs, work, hf0, env, D, rows, clip)
