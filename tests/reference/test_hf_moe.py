@@ -15,7 +15,8 @@ expert, NOTE [HF Mixtral layout], NOTE [HF Qwen MoE layout]), read with --init-f
   c. what Trident's family does not have is refused by name (a sliding window, router jitter, dense
      layers between the sparse ones, no q/k/v biases, attention biases);
   d. Qwen3-MoE's expert count read from num_experts (the Hub's files) as from num_local_experts
-     (what transformers 5.24 writes).
+     (what transformers 5.24 writes);
+  e. an expert's tensor missing from the files, or transposed, is a one-line error naming it.
 Trident -> transformers is ReferenceTraining{Mixtral,Qwen2Moe,Qwen3Moe}'s (the step-0 export trains
 as Trident does).
 """
@@ -156,6 +157,32 @@ def main():
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             check(r.returncode != 0 and expect in r.stdout,
                   f"{family}: {key} = {value!r} refused: {r.stdout.strip()[-160:]!r}")
+
+    # e. an expert's tensor missing, or of another shape, is named
+    from safetensors.torch import load_file, save_file
+    d = os.path.join(work, "made-mixtral")
+    victim = "model.layers.0.block_sparse_moe.experts.1.w2.weight"
+    for kind in ("missing", "transposed"):
+        bad = os.path.join(work, "bad-mixtral-expert-" + kind)
+        shutil.copytree(d, bad)
+        with open(os.path.join(bad, "model.safetensors.index.json")) as fh:
+            index = json.load(fh)
+        shard = os.path.join(bad, index["weight_map"][victim])
+        tensors = load_file(shard)
+        if kind == "missing":
+            del tensors[victim]
+            del index["weight_map"][victim]
+            with open(os.path.join(bad, "model.safetensors.index.json"), "w") as fh:
+                json.dump(index, fh)
+            expect = f"has no tensor {victim} (for layers.0.moe.experts.down.weight)"
+        else:
+            tensors[victim] = tensors[victim].t().contiguous()
+            expect = f"tensor {victim} has shape [40, 48] but each expert of layers.0.moe.experts.down.weight needs [48, 40]"
+        save_file(tensors, shard, metadata={"format": "pt"})
+        r = subprocess.run([t, "eval", "--init-from", bad, "--text", held, "--tokenizer", "byte"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        check(r.returncode != 0 and expect in r.stdout and len(r.stdout.strip().splitlines()) == 1,
+              f"mixtral: an expert's tensor {kind}: one line naming it: {r.stdout.strip()[-200:]!r}")
 
     # d. Qwen3-MoE as the Hub's files write it: num_experts where save_pretrained wrote num_local_experts
     d, hub = os.path.join(work, "made-qwen3_moe"), os.path.join(work, "hub-qwen3_moe")
