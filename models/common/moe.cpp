@@ -151,6 +151,7 @@ MoeOutput moe_forward(const at::Tensor& x, const MoeWeights& w, const RouterOpti
   MoeOutput out;
   out.routing = route(x, w.router, w.bias, o);
   const Dispatch d = dispatch(out.routing.experts, o.experts);
+  out.counts = d.counts;
   const at::Tensor rows = experts_swiglu(permute(x, d), d.counts, w.gate, w.up, w.down);
   out.y = combine(rows, out.routing.weights, d, x.size(0));
   if (w.shared_gate.defined()) {

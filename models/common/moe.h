@@ -98,6 +98,7 @@ struct MoeWeights {
 struct MoeOutput {
   at::Tensor y;  // (T, H)
   Routing routing;
+  at::Tensor counts;  // (E) int64: the rows each expert received (the dispatch's)
 };
 // x (T, H): route, dispatch, the experts on the sorted rows, combine, plus the
 // shared experts.

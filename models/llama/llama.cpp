@@ -270,9 +270,7 @@ at::Tensor LlamaStage::moe(int64_t layer, const BlockParams& b, const at::Tensor
     at::NoGradGuard no_grad;
     const int64_t e = cfg_.experts;
     if (!moe_stats_.defined()) moe_stats_ = at::zeros({cfg_.layers, e + 3}, x.options().dtype(at::kDouble));
-    const at::Tensor flat = out.routing.experts.reshape({-1});
-    const at::Tensor counts = at::zeros({e}, flat.options()).scatter_add_(0, flat, at::ones_like(flat));
-    moe_stats_[layer].add_(at::cat({counts.to(at::kDouble), aux.detach().to(at::kDouble).reshape({1}),
+    moe_stats_[layer].add_(at::cat({out.counts.to(at::kDouble), aux.detach().to(at::kDouble).reshape({1}),
                                     z.detach().to(at::kDouble).reshape({1}), at::ones({1}, moe_stats_.options())}));
   }
   return y;
