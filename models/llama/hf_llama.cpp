@@ -121,8 +121,7 @@ void read_rope(const json::Value& c, const std::string& cpath, ModelConfig& m) {
       json::as_int(json::at(*scaling, "original_max_position_embeddings", where), where + " original_max_position_embeddings");
 }
 
-// The tensors a file may hold (models/common/hf_names.h): Llama's, or Mixtral's with its
-// router and `experts` experts in place of the MLP.
+// The tensors a file may hold (models/common/hf_names.h): those the family's plan maps to.
 HfNames hf_names(const ModelConfig& m) {
   HfNames names{m.arch, "model.layers.", "num_hidden_layers",
                 {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"},
@@ -167,6 +166,16 @@ std::vector<std::string> weight_files(const std::string& dir) {
   return out;
 }
 
+// The expert count under `key` and num_experts_per_tok, which must route.
+void read_experts(const json::Value& c, const std::string& cpath, const json::Value& count, const std::string& key,
+                  ModelConfig& m) {
+  m.experts = json::as_int(count, cpath + " " + key);
+  m.moe_top_k = json::as_int(json::at(c, "num_experts_per_tok", cpath), cpath + " num_experts_per_tok");
+  if (m.experts < 1 || m.moe_top_k < 1 || m.moe_top_k > m.experts)
+    throw ModelInputError(cpath + ": num_experts_per_tok = " + std::to_string(m.moe_top_k) + " with " + key + " = " +
+                          std::to_string(m.experts) + ": expected 1 <= num_experts_per_tok <= " + key);
+}
+
 // NOTE [HF Qwen MoE layout]: qwen2_moe's and qwen3_moe's experts, top-k, widths and router; what
 // Trident's do not have (dense layers between the sparse ones, a sliding window, no q/k/v biases
 // for qwen2_moe) is refused by name.
@@ -177,11 +186,7 @@ void read_qwen_moe(const json::Value& c, const std::string& cpath, ModelConfig& 
   const char* experts_key = "num_experts";
   if (!e && type == "qwen3_moe") e = json::find(c, experts_key = "num_local_experts");
   if (!e) throw ModelInputError(cpath + ": no num_experts" + (type == "qwen3_moe" ? " (or num_local_experts)" : ""));
-  m.experts = json::as_int(*e, cpath + " " + experts_key);
-  m.moe_top_k = json::as_int(json::at(c, "num_experts_per_tok", cpath), cpath + " num_experts_per_tok");
-  if (m.experts < 1 || m.moe_top_k < 1 || m.moe_top_k > m.experts)
-    throw ModelInputError(cpath + ": num_experts_per_tok = " + std::to_string(m.moe_top_k) + " with " + experts_key +
-                          " = " + std::to_string(m.experts) + ": expected 1 <= num_experts_per_tok <= " + experts_key);
+  read_experts(c, cpath, *e, experts_key, m);
   m.moe_ffn_hidden = json::as_int(json::at(c, "moe_intermediate_size", cpath), cpath + " moe_intermediate_size");
   if (const json::Value* n = json::find(c, "norm_topk_prob")) m.moe_norm_topk_prob = json::as_bool(*n, cpath);
   else m.moe_norm_topk_prob = false;  // both configs' default
@@ -239,12 +244,7 @@ HfLlama read_hf_llama_config(const std::string& dir) {
     if (const json::Value* j = json::find(c, "router_jitter_noise"); j && json::as_double(*j, cpath) != 0)
       throw ModelInputError(cpath + ": router_jitter_noise = " + json::dump(*j) +
                             "; Trident's router adds no noise (expected 0)");
-    m.experts = json::as_int(json::at(c, "num_local_experts", cpath), cpath + " num_local_experts");
-    m.moe_top_k = json::as_int(json::at(c, "num_experts_per_tok", cpath), cpath + " num_experts_per_tok");
-    if (m.experts < 1 || m.moe_top_k < 1 || m.moe_top_k > m.experts)
-      throw ModelInputError(cpath + ": num_experts_per_tok = " + std::to_string(m.moe_top_k) +
-                            " with num_local_experts = " + std::to_string(m.experts) +
-                            ": expected 1 <= num_experts_per_tok <= num_local_experts");
+    read_experts(c, cpath, json::at(c, "num_local_experts", cpath), "num_local_experts", m);
   }
   if (type == "qwen2_moe" || type == "qwen3_moe") read_qwen_moe(c, cpath, m);
   m.layers = get_int("num_hidden_layers");
