@@ -31,12 +31,10 @@ std::string big(Big v) {
 // learns one, and an untied head. Biases and norms are left out: this is a
 // lower bound.
 Big model_params(const ModelConfig& m, const ModelShape& s) {
-  const Big h = m.hidden, kv_width = Big(m.kv()) * (Big(m.hidden) / Big(m.heads));
+  const Big h = m.hidden, d = m.kv_channels > 0 ? Big(m.kv_channels) : Big(m.hidden) / Big(m.heads);
   const Big ffn = m.ffn_hidden > 0 ? Big(m.ffn_hidden) : 4 * h;
+  const Big q_w = Big(m.heads) * d, kv_w = Big(m.kv()) * d;
   // An MoE layer: model.experts MLPs of the experts' width, the router (E x hidden) and a shared expert.
-  const Big q_width = Big(m.heads) * (Big(m.hidden) / Big(m.heads));
-  const Big kv_w = m.kv_channels > 0 ? Big(m.kv()) * Big(m.kv_channels) : kv_width;
-  const Big q_w = m.kv_channels > 0 ? Big(m.heads) * Big(m.kv_channels) : q_width;
   const Big moe_mlp = Big(m.experts) * Big(m.moe_ffn()) + Big(m.moe_shared_ffn_hidden);
   const Big attn = 2 * h * q_w + 2 * h * kv_w, mats = s.gated_mlp ? 3 : 2;
   // The first model.moe_first_dense layers (all of them without experts) keep the dense MLP.
