@@ -56,11 +56,7 @@ void add_tensor_flat(ShardWriter& w, const std::string& name, const std::vector<
   w.add_flat(name, dtype_name(c.scalar_type()), full_shape, offset, extent, flat_begin, c.numel(), c.data_ptr());
 }
 
-std::vector<int64_t> param_offset(const ParamInfo& info) {
-  std::vector<int64_t> off(info.full_shape.size(), 0);
-  if (info.shard_dim >= 0) off.at(static_cast<size_t>(info.shard_dim)) = info.shard_offset;
-  return off;
-}
+std::vector<int64_t> param_offset(const ParamInfo& info) { return local_offset(info); }
 
 void add_param(ShardWriter& w, const std::string& name, const ParamInfo& info, const at::Tensor& local) {
   add_tensor(w, name, info.full_shape, param_offset(info), local);

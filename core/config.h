@@ -85,6 +85,7 @@ struct ParallelConfig {
   bool overlap_grad_reduce = true;           // reduce buckets during the backward
   bool overlap_param_gather = true;          // zero = 1: the gather finished by the next forward
   int64_t zero = 0;                          // 0 or 1 (ZeRO-1: optimizer state sharded over dp)
+  int64_t ep = 1;                            // expert-parallel size: the MoE experts split over ep dp replicas
 };
 
 struct ScheduleConfig {

@@ -203,6 +203,9 @@ void check_moe_keys(const Config& c, const ModelShape& shape) {
     refuse(m.moe_aux_loss_coeff != d.moe_aux_loss_coeff, "model.moe_aux_loss_coeff");
     refuse(m.moe_z_loss_coeff != d.moe_z_loss_coeff, "model.moe_z_loss_coeff");
     refuse(m.moe_aux_loss != d.moe_aux_loss, "model.moe_aux_loss");
+    if (c.parallel.ep != 1)
+      fail(c, "parallel.ep = " + n(c.parallel.ep) + " with model.arch = " + quote(m.arch) +
+                  ": a dense family has no experts to split (the MoE families: mixtral, qwen2_moe, qwen3_moe)");
     return;
   }
   if (m.moe_aux_loss != d.moe_aux_loss && m.moe_aux_loss_coeff == 0)
@@ -211,6 +214,9 @@ void check_moe_keys(const Config& c, const ModelShape& shape) {
   if (m.experts < 1)
     fail(c, "model.experts = " + n(m.experts) + ": model.arch = " + quote(m.arch) +
                 " is a mixture of experts and needs at least 1 (Mixtral 8x7B has 8)");
+  if (m.experts % c.parallel.ep != 0)
+    fail(c, "parallel.ep (" + n(c.parallel.ep) + ") must divide model.experts (" + n(m.experts) +
+                "): each expert-parallel rank holds the same number of experts");
   if (m.moe_top_k > m.experts)
     fail(c, "model.moe_top_k (" + n(m.moe_top_k) + ") must be at most model.experts (" + n(m.experts) + ")");
   if (m.moe_first_dense >= m.layers)

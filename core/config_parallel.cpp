@@ -51,6 +51,9 @@ std::vector<Field> parallel_fields() {
                     "bucket finished before the first forward that reads it (Megatron's overlap_param_gather)"),
       TRIDENT_FIELD(parallel, zero, between(0, 1),
                     "0: every dp rank keeps all optimizer state; 1: ZeRO-1, state sharded over dp"),
+      TRIDENT_FIELD(parallel, ep, at_least(1),
+                    "expert-parallel size: each MoE layer's experts split over ep data-parallel replicas, tokens "
+                    "moved to them by all-to-all (Megatron's expert_model_parallel_size); divides dp and model.experts"),
   };
 }
 
@@ -248,6 +251,9 @@ void resolve_world(Config& c, int64_t world_size) {
     p.dp = world_size / (p.tp * p.pp);
   }
   check_layout_factors(c.source + ": parallel", world_size, p.tp, p.pp, p.dp);
+  if (p.dp % p.ep != 0)
+    fail(c, "parallel.ep (" + n(p.ep) + ") must divide parallel.dp (" + n(p.dp) +
+                "): the experts are split over ep of the data-parallel replicas");
   check_batch_split(c, p.dp);
 }
 

@@ -31,11 +31,25 @@ at::Tensor init_full_tensor(int64_t seed, const ParamInfo& info) {
   return full;
 }
 
+std::vector<int64_t> local_offset(const ParamInfo& info) {
+  std::vector<int64_t> off(info.full_shape.size(), 0);
+  if (info.shard_dim >= 0) off.at(static_cast<size_t>(info.shard_dim)) = info.shard_offset;
+  if (info.expert) off.at(0) += info.expert_offset;
+  return off;
+}
+
+at::Tensor local_slice(const ParamInfo& info, const at::Tensor& full, const std::vector<int64_t>& local_shape) {
+  TORCH_CHECK(full.sizes().vec() == info.full_shape && local_shape.size() == info.full_shape.size(), "local_slice: ",
+              info.name, " is ", full.sizes(), ", expected ", at::IntArrayRef(info.full_shape));
+  const std::vector<int64_t> off = local_offset(info);
+  at::Tensor t = full;
+  for (size_t d = 0; d < off.size(); ++d)
+    if (local_shape[d] != info.full_shape[d]) t = t.narrow(static_cast<int64_t>(d), off[d], local_shape[d]);
+  return t;
+}
+
 at::Tensor init_shard(int64_t seed, const ParamInfo& info, const std::vector<int64_t>& local_shape) {
-  at::Tensor full = init_full_tensor(seed, info);
-  at::Tensor t = info.shard_dim < 0
-                     ? full
-                     : full.narrow(info.shard_dim, info.shard_offset, local_shape.at(info.shard_dim));
+  const at::Tensor t = local_slice(info, init_full_tensor(seed, info), local_shape);
   TORCH_CHECK(t.sizes().vec() == local_shape, "shard of ", info.name, " has shape ", t.sizes(),
               " but the layer expects ", at::IntArrayRef(local_shape));
   return t.contiguous().clone().set_requires_grad(true);

@@ -24,6 +24,12 @@ struct ParamInfo {
   std::string init = "normal";      // "normal" | "zeros" | "ones"
   double init_std = 0.02;
   int64_t init_valid_rows = -1;     // rows >= this are zero at init (padded vocabulary)
+  // A routed experts' stacked weight (E, ...): under expert parallelism this
+  // rank holds experts [expert_offset, expert_offset + local dim 0) of dim 0,
+  // and its gradient is reduced over the expert-data-parallel group
+  // (NOTE [expert grid] in parallel/layout.h).
+  bool expert = false;
+  int64_t expert_offset = 0;
 };
 
 struct Param {
@@ -40,6 +46,12 @@ struct TiedGroup {
 
 // The full initial tensor of a parameter: a function of (seed, name) only.
 at::Tensor init_full_tensor(int64_t seed, const ParamInfo& info);
+// Where this rank's slice starts in the full tensor, per dimension: the TP
+// offset along shard_dim, the expert offset along dim 0.
+std::vector<int64_t> local_offset(const ParamInfo& info);
+// This rank's slice (of `local_shape`) of a full tensor of info.full_shape:
+// a view, narrowed along shard_dim (TP) and dim 0 (the experts under EP).
+at::Tensor local_slice(const ParamInfo& info, const at::Tensor& full, const std::vector<int64_t>& local_shape);
 // This rank's slice of init_full_tensor, as a fresh leaf requiring grad.
 at::Tensor init_shard(int64_t seed, const ParamInfo& info, const std::vector<int64_t>& local_shape);
 

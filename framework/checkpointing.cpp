@@ -183,7 +183,7 @@ std::string Checkpointer::layout_text() const {
   std::string layers;
   for (int64_t n : chunk_layers(cfg_)) layers += (layers.empty() ? "" : ",") + std::to_string(n);
   return "tp=" + std::to_string(p.tp) + " pp=" + std::to_string(p.pp) + " dp=" + std::to_string(p.dp) +
-         " chunks=" + std::to_string(cfg_.schedule.chunks) + " zero=" + std::to_string(p.zero) +
+         (p.ep > 1 ? " ep=" + std::to_string(p.ep) : std::string()) + " chunks=" + std::to_string(cfg_.schedule.chunks) + " zero=" + std::to_string(p.zero) +
          " pipeline_layers=[" + layers + "]";
 }
 
@@ -338,21 +338,23 @@ Checkpointer::Shard Checkpointer::collect(int64_t steps_done, bool copy_to_host)
     h.copy_(t.detach(), /*non_blocking=*/t.is_cuda());
     return h;
   };
-  if (c.dp == 0)
-    for (const auto* params : stage_params_)
-      for (const Param& p : *params)
-        if (ckpt::stores_param(p.info, c.tp))
+  // The first replica holding a parameter writes it: dp rank 0, and for the
+  // routed experts under expert parallelism the first of their expert-data-
+  // parallel group, so each expert set is written once (NOTE [expert grid]).
+  const auto first_holder = [&](const ParamInfo& info) { return (info.expert ? pgs_.expert_dp.rank : c.dp) == 0; };
+  for (const auto* params : stage_params_)
+    for (const Param& p : *params)
+      if (first_holder(p.info) && ckpt::stores_param(p.info, c.tp))
           shard.entries.push_back({p.info.name, p.info.full_shape, ckpt::param_offset(p.info), p.tensor.sizes().vec(),
                                    -1, keep(p.tensor)});
-  if (c.dp == 0 || dp_.zero()) {  // without ZeRO the dp replicas hold the same state
-    for (size_t i = 0; i < opt.segments().size(); ++i) {
-      const OptimSegment& seg = opt.segments()[i];
-      const ParamInfo& info = seg.param->info;
-      if (!ckpt::stores_param(info, c.tp)) continue;
-      for (auto& [prefix, state] : moments(opt))
-        shard.entries.push_back({prefix + info.name, info.full_shape, ckpt::param_offset(info),
-                                 seg.param->tensor.sizes().vec(), seg.offset, keep((*state)[i])});
-    }
+  for (size_t i = 0; i < opt.segments().size(); ++i) {
+    const OptimSegment& seg = opt.segments()[i];
+    const ParamInfo& info = seg.param->info;
+    // Without ZeRO the replicas hold the same state; with it each its own shard.
+    if (!(first_holder(info) || dp_.zero()) || !ckpt::stores_param(info, c.tp)) continue;
+    for (auto& [prefix, state] : moments(opt))
+      shard.entries.push_back({prefix + info.name, info.full_shape, ckpt::param_offset(info),
+                               seg.param->tensor.sizes().vec(), seg.offset, keep((*state)[i])});
   }
   if (on_device) synchronize(device());  // the non-blocking copies have landed
   shard.blobs.emplace_back("rng.cpu", rng_state());

@@ -334,7 +334,7 @@ void build(Run& r) {
   r.train_data = open_training_data(c, "train", env.rank == 0);
   if (c.training.eval_interval > 0) r.val_data = open_training_data(c, "val", env.rank == 0);
   const Layout layout = Layout::make(env.world_size, static_cast<int>(c.parallel.tp), static_cast<int>(c.parallel.pp),
-                                     static_cast<int>(c.parallel.dp));
+                                     static_cast<int>(c.parallel.dp), static_cast<int>(c.parallel.ep));
   r.pgs = std::make_unique<ProcessGroups>(env, layout, backend,
                                           std::chrono::milliseconds(static_cast<int64_t>(c.parallel.timeout_s * 1000)),
                                           r.device);
@@ -350,7 +350,8 @@ void build(Run& r) {
   std::vector<Stage*> raw;
   std::vector<std::vector<Param*>> stage_params;
   for (int chunk = 0; chunk < r.schedule.chunks; ++chunk) {
-    r.stages.push_back(r.model->make_stage(r.schedule.stage_of(pp_rank, chunk), stages, r.tp, c.training.seed));
+    r.stages.push_back(r.model->make_stage(r.schedule.stage_of(pp_rank, chunk), stages, r.tp, c.training.seed,
+                                           EpContext{layout.ep > 1 ? &r.pgs->ep : nullptr}));
     r.stages.back()->set_recompute(parse_recompute(c.training.recompute));
     r.stages.back()->set_compute_dtype(c.training.precision == "bf16" ? at::kBFloat16 : at::kFloat);
     r.stages.back()->set_loss_scale(1.0 / static_cast<double>(r.microbatches));
@@ -373,7 +374,7 @@ void build(Run& r) {
   dpo.sequence_parallel = c.parallel.sequence_parallel;
   dpo.device = r.device;  // the parameters move into the device's buckets here
   r.dp = std::make_unique<DataParallel>(
-      stage_params, DataParallelGroups{&r.pgs->dp, &r.pgs->tp, &r.pgs->model_parallel, &r.pgs->embedding}, dpo,
+      stage_params, DataParallelGroups{&r.pgs->dp, &r.pgs->tp, &r.pgs->model_parallel, &r.pgs->embedding, &r.pgs->expert_dp}, dpo,
       AdamWOptions{c.training.beta1, c.training.beta2, c.training.eps, c.training.weight_decay},
       tied_placement(r.model->tied_groups(stages), [&](int s) { return r.schedule.rank_of(s); }, pp_rank,
                      r.schedule.pipeline_ranks),

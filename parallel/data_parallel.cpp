@@ -14,8 +14,10 @@ DataParallel::DataParallel(const std::vector<std::vector<Param*>>& chunks, DataP
   bo.overlap = o_.overlap;
   bo.sharded = o_.zero1;
   bo.device = o_.device;
+  bo.expert_dp = groups.expert_dp;
+  const bool expert_parallel = groups.expert_parallel();
   buffer_ = std::make_unique<GradBuffer>(chunks, *groups.dp, bo, [&](const Param& p) {
-    return grad_place(p, tied_local, o_.sequence_parallel);
+    return grad_place(p, tied_local, o_.sequence_parallel, expert_parallel);
   });
   TiedParams tied = find_tied(all, tied_local);
   for (size_t c = 0, k = 0; c < chunks.size(); k += chunks[c].size(), ++c) chunk_start_.push_back(k);

@@ -53,6 +53,7 @@ struct OwnedGrad {
   Param* param = nullptr;
   int64_t offset = 0, numel = 0;
   at::Tensor grad;
+  int group_rank = 0;  // this rank's index in the group its bucket is reduced over
 };
 
 }  // namespace trident

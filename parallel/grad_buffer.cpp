@@ -24,7 +24,9 @@ struct GradBuffer::Hook : torch::autograd::FunctionPostHook {
   size_t index_;
 };
 
-GradPlace grad_place(const Param& p, const std::map<std::string, bool>& tied_local, bool sequence_parallel) {
+GradPlace grad_place(const Param& p, const std::map<std::string, bool>& tied_local, bool sequence_parallel,
+                     bool expert_parallel) {
+  if (expert_parallel && p.info.expert) return GradPlace::kExpert;
   auto it = tied_local.find(p.info.name);
   // A tied copy whose primary is on this rank: its gradient is added to the
   // primary's before the DP reduction and then zeroed, and its value is
@@ -64,13 +66,19 @@ void GradBuffer::plan_buckets(const std::function<GradPlace(const Param&)>& plac
   // gradients first, then tied ones), then the local one.
   const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(o_.bucket_mb * 1024 * 1024 / 4));
   std::vector<std::vector<size_t>> plan;
-  int64_t fill = cap;
-  for (size_t k = n; k-- > 0;) {
-    if (where[k] != GradPlace::kBucket) continue;
-    if (fill >= cap) plan.emplace_back(), fill = 0;
-    plan.back().push_back(k);
-    fill += params_[k]->tensor.numel();
+  std::vector<bool> expert_bucket;
+  // Dense buckets and the experts' apart, each in reverse forward order.
+  for (GradPlace kind : {GradPlace::kBucket, GradPlace::kExpert}) {
+    int64_t fill = cap;
+    for (size_t k = n; k-- > 0;) {
+      if (where[k] != kind) continue;
+      if (fill >= cap) plan.emplace_back(), expert_bucket.push_back(kind == GradPlace::kExpert), fill = 0;
+      plan.back().push_back(k);
+      fill += params_[k]->tensor.numel();
+    }
   }
+  if (std::find(where.begin(), where.end(), GradPlace::kExpert) != where.end() && !o_.expert_dp)
+    throw std::logic_error("GradBuffer: expert gradients without an expert-data-parallel group");
   const size_t none = static_cast<size_t>(-1);  // no such bucket
   size_t late_index = none, local_index = none;
   std::vector<size_t> late, local;
@@ -82,11 +90,12 @@ void GradBuffer::plan_buckets(const std::function<GradPlace(const Param&)>& plac
   if (!late.empty()) late_index = plan.size(), plan.push_back(late);
   if (!local.empty()) local_index = plan.size(), plan.push_back(local);
 
-  const int64_t dp = dp_.size();
   at::NoGradGuard no_grad;
   for (size_t b = 0; b < plan.size(); ++b) {
     auto bucket = std::make_unique<Bucket>();
     bucket->params = plan[b];
+    bucket->group = b < expert_bucket.size() && expert_bucket[b] ? o_.expert_dp : &dp_;
+    const int64_t dp = bucket->group->size();
     bucket->late = b == late_index;
     bucket->local = b == local_index;
     for (size_t k : plan[b]) {
@@ -113,10 +122,15 @@ void GradBuffer::plan_buckets(const std::function<GradPlace(const Param&)>& plac
 }
 
 ShardRange GradBuffer::owned(const Bucket& b) const {
-  return owned_range(b.data.numel(), b.used, dp_.size(), dp_.rank, o_.sharded);
+  return owned_range(b.data.numel(), b.used, b.group->size(), b.group->rank, o_.sharded);
 }
 
-int64_t GradBuffer::dp_reduced_elements() const { return dp_.size() == 1 ? 0 : stepped_params(); }
+int64_t GradBuffer::dp_reduced_elements() const {
+  int64_t n = 0;
+  for (const auto& b : buckets_)
+    if (!b->local && b->group->size() > 1) n += b->used;
+  return n;
+}
 
 void GradBuffer::zero_grads() {
   for (auto& b : buckets_) {
@@ -143,18 +157,18 @@ void GradBuffer::mark_ready(size_t k) {
 }
 
 void GradBuffer::start_reduction(Bucket& b) {
-  if (dp_.size() == 1) return;
+  if (b.group->size() == 1) return;
   if (b.shard_grad.defined()) {
-    b.work = reduce_scatter_async(dp_, b.shard_grad, b.grad);
+    b.work = reduce_scatter_async(*b.group, b.shard_grad, b.grad);
     return;
   }
   std::vector<at::Tensor> ts{b.grad};
-  b.work = dp_.pg->allreduce(ts);
+  b.work = b.group->pg->allreduce(ts);
 }
 
 void GradBuffer::finish_reduction(Bucket& b) {
   if (!b.work) return;
-  wait_work(dp_, b.work, b.shard_grad.defined() ? "gradient reduce_scatter" : "gradient all_reduce", -1);
+  wait_work(*b.group, b.work, b.shard_grad.defined() ? "gradient reduce_scatter" : "gradient all_reduce", -1);
   b.work.reset();
   if (b.shard_grad.defined()) {
     const ShardRange own = owned(b);
@@ -200,7 +214,7 @@ std::vector<OwnedGrad> GradBuffer::owned_grads() const {
     for (size_t k : b->params) {
       const int64_t at = offset_in_bucket_[k];
       const int64_t lo = std::max(own.lo, at), hi = std::min(own.hi, at + params_[k]->tensor.numel());
-      if (lo < hi) out.push_back({params_[k], lo - at, hi - lo, b->grad.narrow(0, lo, hi - lo)});
+      if (lo < hi) out.push_back({params_[k], lo - at, hi - lo, b->grad.narrow(0, lo, hi - lo), b->group->rank});
     }
   }
   return out;

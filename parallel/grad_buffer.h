@@ -16,6 +16,14 @@
 // it final) and when its last weight gradient is in (after the deferred W of
 // zero-bubble schedules). wait_reduction() waits for them after the backward.
 //
+// Under expert parallelism the routed experts' gradients (ParamInfo::expert)
+// live in buckets of their own, reduced over the expert-data-parallel group
+// instead of the data-parallel one and divided by dp all the same: each
+// expert's gradient already sums, through the all-to-all's backward, the
+// tokens of the ep replicas of its group, so the sum over edp covers every
+// replica once (NOTE [expert grid] in parallel/layout.h). ZeRO-1 shards them
+// over that group.
+//
 // Gradients that need another reduction first (GradPlace::kLate*) live in one
 // "late" bucket, reduced by reduce_late() after that other reduction (the
 // sequence-parallel ones first, then the tied ones). Gradients that are
@@ -48,14 +56,17 @@ enum class GradPlace {
   kLateSequenceParallel,  // late: first reduced over TP (sequence parallelism)
   kLateTied,              // late: first added to the tied word embedding's other copy
   kLocal,                 // never reduced: added into its primary on this rank
+  kExpert,                // reduced over the expert-data-parallel group (expert parallelism)
 };
 
 // Where a parameter's gradient goes. `tied_local` says, per tied name present
 // on this rank, whether all its copies are here (tied_placement in
 // parallel/grad_finalize.h): a tied copy whose primary is here is never
 // reduced; other tied parameters are late, then sequence-parallel ones (with
-// sequence parallelism); everything else is bucketed.
-GradPlace grad_place(const Param& p, const std::map<std::string, bool>& tied_local, bool sequence_parallel);
+// sequence parallelism); with expert_parallel the routed experts are kExpert;
+// everything else is bucketed.
+GradPlace grad_place(const Param& p, const std::map<std::string, bool>& tied_local, bool sequence_parallel,
+                     bool expert_parallel = false);
 
 struct GradBufferOptions {
   double bucket_mb = 25;  // target bucket size in MiB
@@ -64,13 +75,17 @@ struct GradBufferOptions {
   // Where the buckets live: the parameters, their gradients and (through
   // them) the optimizer state move there when the buckets are built.
   c10::Device device{c10::kCPU};
+  // The group kExpert gradients are reduced over (the expert-data-parallel
+  // group); needed when any parameter is placed there.
+  const Group* expert_dp = nullptr;
 };
 
 class GradBuffer : public GradObserver {
  public:
   struct Bucket {
     std::vector<size_t> params;  // indices into params()
-    at::Tensor data, grad;       // flat, padded to a multiple of dp
+    const Group* group = nullptr;  // reduced over: dp, or the expert-data-parallel group (kExpert)
+    at::Tensor data, grad;       // flat, padded to a multiple of its group's size
     int64_t used = 0;            // elements holding parameters
     bool late = false;
     bool local = false;
@@ -93,8 +108,8 @@ class GradBuffer : public GradObserver {
   void final_backward_begins(int chunk) override;
   void grads_final(int chunk) override;
   // Waits for (or runs) the DP reduction of every bucket but the late and
-  // the local one and divides by dp: each of their gradients this rank owns
-  // is then the DP average.
+  // the local one (the experts' over their group) and divides by dp: each of
+  // their gradients this rank owns is then the DP average.
   void wait_reduction();
   // The late bucket's sequence-parallel part (undefined without a late
   // bucket): what is reduced over TP before reduce_late().
@@ -117,7 +132,8 @@ class GradBuffer : public GradObserver {
   // local bucket's tied copies, stepped through their primaries, left out):
   // what the norm reads and the optimizer steps.
   std::vector<OwnedGrad> owned_grads() const;
-  // Gradient elements this rank reduces over DP each step (0 at dp = 1).
+  // Gradient elements this rank reduces each step over a group of more than
+  // one rank (DP; the experts' over theirs): 0 at dp = 1.
   int64_t dp_reduced_elements() const;
   // Parameters this rank steps: all but the local tied copies.
   int64_t stepped_params() const;

@@ -52,11 +52,19 @@ std::map<std::string, size_t> norm_slots(const std::vector<ParamInfo>& unique) {
 }
 
 GradFinalizer::GradFinalizer(FinalizeGroups groups, TiedParams tied, NormInputs norm)
-    : g_(groups), tied_(std::move(tied)), num_slots_(norm.slots.size()), sharded_(norm.sharded) {
+    : g_(groups),
+      tied_(std::move(tied)),
+      num_slots_(norm.slots.size()),
+      sharded_(norm.sharded),
+      over_dp_(norm.sharded || groups.expert_parallel()) {
   std::vector<int64_t> slot_of;
   for (const OwnedGrad& o : norm.owned) {
     if (o.param->info.tied_copy) continue;                          // counted through its primary
     if (o.param->info.shard_dim < 0 && g_.tp->rank != 0) continue;  // replicated over TP: once
+    // Summed over DP below but not sharded (expert parallelism): the replicas
+    // holding the same gradient count it once, on the first of its group (the
+    // dense ones on dp rank 0, each expert set on its edp rank 0).
+    if (over_dp_ && !sharded_ && o.group_rank != 0) continue;
     norm_views_.push_back(o.grad);
     slot_of.push_back(static_cast<int64_t>(norm.slots.at(o.param->info.name)));
   }
@@ -96,7 +104,7 @@ at::Tensor GradFinalizer::grad_norm() const {
   if (!norm_views_.empty())
     slots.index_add_(0, norm_index_, at::stack(at::_foreach_norm(norm_views_, 2, at::kDouble)).square_());
   all_reduce(*g_.model_parallel, slots);
-  if (sharded_) all_reduce(*g_.dp, slots);
+  if (over_dp_) all_reduce(*g_.dp, slots);
   return slots.numel() > 0 ? slots.cumsum(0)[-1].sqrt_() : at::zeros({}, doubles);
 }
 

@@ -52,6 +52,11 @@ struct FinalizeGroups {
   const Group* tp = nullptr;
   const Group* model_parallel = nullptr;  // tp x pp ranks of one replica
   const Group* embedding = nullptr;       // the pipeline ranks holding the tied word embedding's copies
+  // The routed experts' data-parallel group (NOTE [expert grid] in
+  // parallel/layout.h); null or the dp group itself at ep = 1.
+  const Group* expert_dp = nullptr;
+  // Whether the experts are split over ep > 1 ranks (their own gradient buckets).
+  bool expert_parallel() const { return expert_dp && dp && expert_dp->size() != dp->size(); }
 };
 
 // What the norm reads.
@@ -81,6 +86,7 @@ class GradFinalizer {
   TiedParams tied_;
   size_t num_slots_ = 0;
   bool sharded_ = false;
+  bool over_dp_ = false;  // the slots are summed over DP: ZeRO-1's shards, or expert parallelism (grad_norm)
   // The views of what this rank counts of each gradient (made once: the
   // buckets are allocated once), and the slot of each, on the device.
   std::vector<at::Tensor> norm_views_;

@@ -26,9 +26,13 @@ std::vector<std::vector<int>> collect(int world, GroupOf group_of) {
 
 }  // namespace
 
-Layout Layout::make(int world, int tp, int pp, int dp) {
+Layout Layout::make(int world, int tp, int pp, int dp, int ep) {
   check_layout_factors("layout", world, tp, pp, dp);  // the one copy of this rule (core/config.h)
+  if (ep < 1 || dp % ep != 0)
+    throw ConfigError("layout: ep(" + std::to_string(ep) + ") must divide dp(" + std::to_string(dp) +
+                      "): the experts' grid is ep x edp over the data-parallel replicas (NOTE [expert grid])");
   Layout l;
+  l.ep = ep;
   l.world = world;
   l.tp = tp;
   l.pp = pp;
@@ -111,6 +115,29 @@ std::vector<std::vector<int>> Layout::all_embedding_groups() const {
   return collect(world, [this](int r) { return embedding_group(r); });
 }
 
+std::vector<int> Layout::ep_group(int r) const {
+  Coords c = coords(r);
+  const int first = c.dp / ep * ep;
+  std::vector<int> g;
+  for (c.dp = first; c.dp < first + ep; ++c.dp) g.push_back(rank(c));
+  return g;
+}
+
+std::vector<int> Layout::expert_dp_group(int r) const {
+  Coords c = coords(r);
+  const int j = c.dp % ep;
+  std::vector<int> g;
+  for (c.dp = j; c.dp < dp; c.dp += ep) g.push_back(rank(c));
+  return g;
+}
+
+std::vector<std::vector<int>> Layout::all_ep_groups() const {
+  return collect(world, [this](int r) { return ep_group(r); });
+}
+std::vector<std::vector<int>> Layout::all_expert_dp_groups() const {
+  return collect(world, [this](int r) { return expert_dp_group(r); });
+}
+
 int Layout::stage_rank(int r, int stage) const {
   Coords c = coords(r);
   c.pp = stage;
@@ -132,6 +159,7 @@ int Layout::next_pp_rank(int r, bool wrap) const {
 std::string Layout::describe() const {
   std::ostringstream os;
   os << "world " << world << " = tp " << tp << " x dp " << dp << " x pp " << pp;
+  if (ep > 1) os << "; experts: ep " << ep << " x edp " << dp / ep;
   return os.str();
 }
 
@@ -139,6 +167,7 @@ std::string Layout::describe(int r) const {
   const Coords c = coords(r);
   std::ostringstream os;
   os << "rank " << r << ": tp " << c.tp << " dp " << c.dp << " pp " << c.pp;
+  if (ep > 1) os << " ep " << ep_rank(r) << " edp " << expert_dp_rank(r);
   return os.str();
 }
 

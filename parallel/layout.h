@@ -1,4 +1,5 @@
-// Layout: the 3D rank grid {world, tp, pp, dp} as a plain value. Pure C++ (no
+// Layout: the rank grid {world, tp, pp, dp}, and the experts' grid folded
+// over it (ep), as a plain value. Pure C++ (no
 // libtorch): rank <-> (tp, dp, pp) coordinates and every group's membership are
 // pure functions, so the process-group code and the tests agree by construction.
 #pragma once
@@ -23,16 +24,29 @@ struct Coords {
 // so a tensor-parallel group is a block of consecutive ranks (on one node when
 // nodes hold tp ranks each, where its many all-reduces are cheapest), and a
 // pipeline stage is a contiguous slab of dp * tp ranks.
+//
+// NOTE [expert grid]
+// The MoE layers' experts are laid over the same ranks by a second folding,
+// Megatron's "MoE parallel folding": per pipeline stage the tp x dp ranks are
+// etp x ep x edp, etp = tp (each expert split as the dense MLP would be), ep
+// the expert-parallel size and edp = dp / ep the experts' data-parallel size.
+// ep varies fastest among the dp replicas: an expert-parallel group is ep
+// consecutive replicas at one (tp, pp), rank j of it holding experts
+// [j·E/ep, (j+1)·E/ep); the expert-data-parallel group is the replicas at
+// the same place in their ep group (dp ≡ j mod ep), which hold the same
+// experts and reduce their gradients. ep = 1: every expert everywhere, the
+// expert-data-parallel group is the data-parallel group.
 struct Layout {
   int world = 1;
   int tp = 1;
   int pp = 1;
   int dp = 1;
+  int ep = 1;  // expert-parallel size (NOTE [expert grid]); divides dp
 
-  // Validates every factor >= 1 and tp * pp * dp == world (check_layout_factors,
-  // core/config.h); throws ConfigError naming every factor, e.g.
-  // "layout: tp(2) x pp(4) x dp(2) = 16 but WORLD_SIZE = 8".
-  static Layout make(int world, int tp, int pp, int dp);
+  // Validates every factor >= 1, tp * pp * dp == world (check_layout_factors,
+  // core/config.h) and ep dividing dp; throws ConfigError naming every factor,
+  // e.g. "layout: tp(2) x pp(4) x dp(2) = 16 but WORLD_SIZE = 8".
+  static Layout make(int world, int tp, int pp, int dp, int ep = 1);
 
   Coords coords(int rank) const;  // throws std::out_of_range for rank outside [0, world)
   int rank(const Coords& c) const;  // throws std::out_of_range for indices outside the grid
@@ -48,6 +62,13 @@ struct Layout {
   // on a middle stage, the group of its own (tp, dp) column all the same.
   std::vector<int> embedding_group(int rank) const;
 
+  // NOTE [expert grid]: the ep ranks holding one expert set's shares, and the
+  // edp ranks holding the same experts; rank's index in each.
+  std::vector<int> ep_group(int rank) const;
+  std::vector<int> expert_dp_group(int rank) const;
+  int ep_rank(int rank) const { return coords(rank).dp % ep; }
+  int expert_dp_rank(int rank) const { return coords(rank).dp / ep; }
+
   // Every group of a kind, ordered by smallest member. Every rank computes the
   // same lists, so creating process groups by iterating them in order is safe
   // (c10d needs every rank to create every group in the same order).
@@ -56,6 +77,8 @@ struct Layout {
   std::vector<std::vector<int>> all_pp_groups() const;
   std::vector<std::vector<int>> all_model_parallel_groups() const;
   std::vector<std::vector<int>> all_embedding_groups() const;
+  std::vector<std::vector<int>> all_ep_groups() const;
+  std::vector<std::vector<int>> all_expert_dp_groups() const;
 
   // Pipeline neighbours at the same (tp, dp). Without wrap they are -1 past the
   // ends; with wrap the last stage's next is the first stage and vice versa,
@@ -67,7 +90,8 @@ struct Layout {
   bool is_first_stage(int rank) const { return coords(rank).pp == 0; }
   bool is_last_stage(int rank) const { return coords(rank).pp == pp - 1; }
 
-  // "world 8 = tp 2 x dp 2 x pp 2" (one line).
+  // "world 8 = tp 2 x dp 2 x pp 2" (one line; with ep > 1 followed by
+  // "; experts: ep 2 x edp 1").
   std::string describe() const;
   // "rank 5: tp 1 dp 0 pp 1" (one line, for start-up logs).
   std::string describe(int rank) const;
@@ -75,7 +99,7 @@ struct Layout {
   std::string describe_grid() const;
 
   bool operator==(const Layout& o) const {
-    return world == o.world && tp == o.tp && pp == o.pp && dp == o.dp;
+    return world == o.world && tp == o.tp && pp == o.pp && dp == o.dp && ep == o.ep;
   }
   bool operator!=(const Layout& o) const { return !(*this == o); }
 };

@@ -130,6 +130,13 @@ class NcclRulesBackend : public CommBackend {
     at::Tensor staged = at::empty_like(out);
     return c10::make_intrusive<LandOnWait>(gloo_->_reduce_scatter_base(staged, in, o), staged, out);
   }
+  // Expert parallelism's exchange (all_to_all_single with splits), landing at the wait too.
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& out, at::Tensor& in, std::vector<int64_t>& out_splits,
+                                               std::vector<int64_t>& in_splits,
+                                               const c10d::AllToAllOptions& o) override {
+    at::Tensor staged = at::empty_like(out);
+    return c10::make_intrusive<LandOnWait>(gloo_->alltoall_base(staged, in, out_splits, in_splits, o), staged, out);
+  }
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& o) override { return gloo_->barrier(o); }
 
  private:

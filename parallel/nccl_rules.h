@@ -28,7 +28,8 @@
 //    and place in the pair's sequence): a deadlock becomes a one-line error
 //    before the caller's own wait (the whole timeout) gives up.
 // Collectives are Gloo's, but the output of an out-of-place one
-// (_allgather_base, _reduce_scatter_base: ZeRO-1, the TP mappings) is written
+// (_allgather_base, _reduce_scatter_base: ZeRO-1, the TP mappings;
+// alltoall_base: expert parallelism's dispatch and combine) is written
 // only when its Work is waited for. Under NCCL that output is defined only
 // after the collective's stream event; reading it earlier races, and on the
 // CPU (Gloo's thread finishing early) the race would hide: here a missing

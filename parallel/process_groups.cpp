@@ -48,6 +48,13 @@ ProcessGroups::ProcessGroups(const WorldEnv& env, const Layout& layout, const st
   pp = make_group("pp", layout_.all_pp_groups());
   model_parallel = make_group("model_parallel", layout_.all_model_parallel_groups());
   embedding = make_group("embedding", layout_.all_embedding_groups());
+  if (layout_.ep > 1) {
+    ep = make_group("ep", layout_.all_ep_groups());
+    expert_dp = make_group("expert_dp", layout_.all_expert_dp_groups());
+  } else {
+    ep = make_group("ep", {{env_.rank}});  // of one: no c10d group
+    expert_dp = dp;
+  }
 }
 
 ProcessGroups::~ProcessGroups() = default;
@@ -202,6 +209,15 @@ c10::intrusive_ptr<c10d::Work> all_gather_into_async(const Group& g, at::Tensor&
                         g.size() > 1);
   at::Tensor out = full.view(stacked_shape(g, part));
   return g.pg->_allgather_base(out, part);
+}
+
+void all_to_all(const Group& g, at::Tensor& out, at::Tensor& in, std::vector<int64_t> out_splits,
+                std::vector<int64_t> in_splits) {
+  TORCH_INTERNAL_ASSERT(out.is_contiguous() && in.is_contiguous() &&
+                        static_cast<int>(out_splits.size()) == g.size() && static_cast<int>(in_splits.size()) == g.size());
+  if (g.size() == 1) return out.copy_(in), void();
+  CommTimer timer{g, in};
+  wait_work(g, g.pg->alltoall_base(out, in, out_splits, in_splits), "all_to_all", -1);
 }
 
 void broadcast(const Group& g, at::Tensor& t, int root_group_rank) {

@@ -69,6 +69,11 @@ class ProcessGroups {
   Group pp;
   Group model_parallel;  // tp x pp ranks sharing a dp index
   Group embedding;       // first and last pipeline stage at this (tp, dp)
+  // NOTE [expert grid] in parallel/layout.h: the ranks sharing one set of
+  // experts' shares (size 1 at ep = 1), and those holding the same experts
+  // (at ep = 1 the dp group itself, not a second one).
+  Group ep;
+  Group expert_dp;
 
  private:
   Group make_group(const std::string& name, const std::vector<std::vector<int>>& all);
@@ -99,6 +104,12 @@ void reduce_scatter(const Group& g, at::Tensor& part, at::Tensor& full);  // ...
 void all_gather_into(const Group& g, at::Tensor& full, at::Tensor& part);
 // `part` must stay alive until the work is waited for (size() > 1).
 c10::intrusive_ptr<c10d::Work> all_gather_into_async(const Group& g, at::Tensor& full, at::Tensor& part);
+// all_to_all_single with splits: `in` holds in_splits[i] rows (along dim 0)
+// for group rank i, back to back; `out` receives out_splits[i] rows from
+// group rank i, in rank order. Both contiguous, on the group's device, the
+// splits summing to their first dimensions. Waited for and timed.
+void all_to_all(const Group& g, at::Tensor& out, at::Tensor& in, std::vector<int64_t> out_splits,
+                std::vector<int64_t> in_splits);
 void broadcast(const Group& g, at::Tensor& t, int root_group_rank);
 void barrier(const Group& g);
 // Point to point inside a group (peer is a group rank). send/recv return the

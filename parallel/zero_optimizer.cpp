@@ -24,8 +24,7 @@ ZeroOptimizer::~ZeroOptimizer() = default;
 void ZeroOptimizer::step(double lr, const std::optional<at::Tensor>& skip) {
   wait_gather();  // a bucket that no forward read since the last step (its gather lands before AdamW writes)
   adam_->step(lr, skip);
-  const Group& dp = buffer_.dp();
-  if (!buffer_.sharded() || dp.size() == 1) return;
+  if (!buffer_.sharded()) return;
   at::NoGradGuard no_grad;
   const auto& buckets = buffer_.buckets();
   // The order the forward reads them (NOTE [overlapped parameter gather]): the
@@ -37,10 +36,11 @@ void ZeroOptimizer::step(double lr, const std::optional<at::Tensor>& skip) {
     if (!buckets[b]->late && !buckets[b]->local) order.push_back(b);
   for (size_t b : order) {
     GradBuffer::Bucket& bucket = *buckets[b];
+    if (bucket.group->size() == 1) continue;  // each shard is the whole bucket
     const ShardRange own = buffer_.owned(bucket);
     auto g = std::make_unique<Gather>();
     g->part = bucket.data.narrow(0, own.lo, own.hi - own.lo).clone();  // not aliasing the output
-    g->work = all_gather_into_async(dp, bucket.data, g->part);
+    g->work = all_gather_into_async(*bucket.group, bucket.data, g->part);
     gathers_[b] = std::move(g);
     ++pending_;
     if (!overlap_gather_) wait_gather(b);
@@ -49,7 +49,7 @@ void ZeroOptimizer::step(double lr, const std::optional<at::Tensor>& skip) {
 
 void ZeroOptimizer::wait_gather(size_t b) {
   if (!gathers_.at(b)) return;
-  wait_work(buffer_.dp(), gathers_[b]->work, "parameter all_gather", -1);
+  wait_work(*buffer_.buckets()[b]->group, gathers_[b]->work, "parameter all_gather", -1);
   gathers_[b].reset();
   --pending_;
   // The gathered shards are new weights: their version moves, so the models'

@@ -16,6 +16,7 @@
 #include <ATen/ATen.h>
 
 #include "core/param.h"  // Param, ParamInfo, TiedGroup
+#include "parallel/expert_parallel.h"
 #include "parallel/recompute.h"
 #include "parallel/tensor_parallel.h"
 
@@ -115,7 +116,8 @@ class Model {
  public:
   virtual ~Model() = default;
   // Virtual stage `stage` of `num_stages` for this rank's TP slice.
-  virtual std::unique_ptr<Stage> make_stage(int stage, int num_stages, const TpContext& tp, int64_t seed) const = 0;
+  virtual std::unique_ptr<Stage> make_stage(int stage, int num_stages, const TpContext& tp, int64_t seed,
+                                            const EpContext& ep = EpContext{}) const = 0;
   // Every parameter of the full model once, in a canonical order (the grad
   // norm adds per-parameter squares in this order on every layout). Tied
   // copies are left out: ParamInfo::tied_copy marks a second copy of the

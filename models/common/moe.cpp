@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "parallel/expert_parallel.h"
+
 namespace trident {
 
 namespace {
@@ -119,7 +121,10 @@ at::Tensor experts_swiglu(const at::Tensor& rows, const at::Tensor& counts, cons
     out.push_back(swiglu(rows.narrow(0, begin, n[e]), gate[e], up[e], down[e]));
     begin += n[e];
   }
-  if (out.empty()) return at::zeros({0, down.size(1)}, rows.options());
+  // No rows at all (an expert-parallel rank whose experts nobody chose): the
+  // first expert on no rows, so the weights still get their (zero) gradient
+  // and every rank's gradients are final after the same backward.
+  if (out.empty()) return swiglu(rows.narrow(0, 0, 0), gate[0], up[0], down[0]);
   return at::cat(out, 0);
 }
 
@@ -147,12 +152,20 @@ at::Tensor attach_aux_loss(const at::Tensor& y, const at::Tensor& aux, double sc
   return AuxLossScaler::apply(y, aux, scale);
 }
 
-MoeOutput moe_forward(const at::Tensor& x, const MoeWeights& w, const RouterOptions& o) {
+MoeOutput moe_forward(const at::Tensor& x, const MoeWeights& w, const RouterOptions& o, const EpContext* ep) {
   MoeOutput out;
   out.routing = route(x, w.router, w.bias, o);
   const Dispatch d = dispatch(out.routing.experts, o.experts);
   out.counts = d.counts;
-  const at::Tensor rows = experts_swiglu(permute(x, d), d.counts, w.gate, w.up, w.down);
+  at::Tensor rows;
+  if (ep && ep->size() > 1) {
+    // NOTE [expert dispatch]: to the experts' ranks, this rank's experts on what came, and back.
+    const ExpertExchange exchange = plan_exchange(*ep, d.counts);
+    const at::Tensor local = dispatch_rows(*ep, permute(x, d), exchange);
+    rows = combine_rows(*ep, experts_swiglu(local, exchange.local_counts, w.gate, w.up, w.down), exchange);
+  } else {
+    rows = experts_swiglu(permute(x, d), d.counts, w.gate, w.up, w.down);
+  }
   out.y = combine(rows, out.routing.weights, d, x.size(0));
   if (w.shared_gate.defined()) {
     at::Tensor shared = swiglu(x, w.shared_gate, w.shared_up, w.shared_down);

@@ -15,6 +15,8 @@
 
 namespace trident {
 
+struct EpContext;  // parallel/expert_parallel.h
+
 // NOTE [MoE router]
 // logits = x gateᵀ in fp32; scores = softmax(logits) or sigmoid(logits). The
 // experts are chosen by scores + bias (the score-correction bias of DeepSeek-V3's
@@ -101,8 +103,12 @@ struct MoeOutput {
   at::Tensor counts;  // (E) int64: the rows each expert received (the dispatch's)
 };
 // x (T, H): route, dispatch, the experts on the sorted rows, combine, plus the
-// shared experts.
-MoeOutput moe_forward(const at::Tensor& x, const MoeWeights& w, const RouterOptions& o);
+// shared experts. Under expert parallelism (`ep` given, of size > 1) w.gate,
+// w.up and w.down hold this rank's E / ep experts, and the sorted rows go to
+// the ranks of their experts and back between dispatch and combine (NOTE
+// [expert dispatch] in parallel/expert_parallel.h).
+MoeOutput moe_forward(const at::Tensor& x, const MoeWeights& w, const RouterOptions& o,
+                      const EpContext* ep = nullptr);
 
 // NOTE [MoE balancing losses] (each returned without its coefficient)
 // switch_aux_loss: Switch Transformer / GShard, as Megatron's aux_loss:

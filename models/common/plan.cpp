@@ -58,6 +58,11 @@ void ParamPlan::add(const ParamDecl& decl) {
     pp.local_shape[decl.shard_dim] = decl.shape[decl.shard_dim] / tp_size_;
     pp.info.shard_offset = tp_rank_ * pp.local_shape[decl.shard_dim];
   }
+  if (decl.expert) {
+    pp.info.expert = true;
+    pp.local_shape[0] = decl.shape[0] / ep_size_;
+    pp.info.expert_offset = ep_rank_ * pp.local_shape[0];
+  }
   plan_.push_back(std::move(pp));
 }
 

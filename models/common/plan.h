@@ -51,20 +51,23 @@ struct ParamDecl {
   bool sequence_parallel_grad = false;  // replicated but fed a sequence shard (ParamInfo)
   bool tied_copy = false;               // a second copy of a tied parameter: the LM head's word embedding
   int64_t init_valid_rows = -1;         // rows >= this are zero at init (padded vocabulary)
+  bool expert = false;                  // routed experts stacked along dim 0: split over EP (ParamInfo::expert)
 };
 
 // Builds a TP plan: each add() is one parameter, sized for TP rank `tp_rank`
-// of `tp_size` (its local shape and offset along shard_dim).
+// of `tp_size` (its local shape and offset along shard_dim) and, for an
+// expert weight, EP rank `ep_rank` of `ep_size` (its experts along dim 0).
 class ParamPlan {
  public:
-  ParamPlan(int64_t tp_size, int64_t tp_rank) : tp_size_(tp_size), tp_rank_(tp_rank) {}
+  ParamPlan(int64_t tp_size, int64_t tp_rank, int64_t ep_size = 1, int64_t ep_rank = 0)
+      : tp_size_(tp_size), tp_rank_(tp_rank), ep_size_(ep_size), ep_rank_(ep_rank) {}
   void add(const ParamDecl& decl);
   // A weight matrix: normal init with `std_dev`, weight decay, split along `shard_dim`.
   void add_weight(const std::string& name, std::vector<int64_t> shape, int shard_dim, double std_dev);
   std::vector<PlannedParam>& params() { return plan_; }
 
  private:
-  int64_t tp_size_, tp_rank_;
+  int64_t tp_size_, tp_rank_, ep_size_, ep_rank_;
   std::vector<PlannedParam> plan_;
 };
 

@@ -196,7 +196,9 @@ at::Tensor GptStage::run(const at::Tensor& input, const at::Tensor& targets) con
   return vocab_parallel_cross_entropy(tp_, logits, targets, tp_.rank() * word.size(0), cfg_.vocab_size).mean();
 }
 
-std::unique_ptr<Stage> GptModel::make_stage(int stage, int num_stages, const TpContext& tp, int64_t seed) const {
+std::unique_ptr<Stage> GptModel::make_stage(int stage, int num_stages, const TpContext& tp, int64_t seed,
+                                           const EpContext& ep) const {
+  if (ep.size() > 1) throw std::logic_error("GptModel: a dense model has no experts to split over ep");
   const auto specs = split_layers(cfg_.layers, num_stages, pipeline_layers_);
   return std::make_unique<GptStage>(cfg_, specs.at(static_cast<size_t>(stage)), tp, seed);
 }

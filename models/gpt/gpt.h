@@ -111,7 +111,8 @@ class GptModel : public Model {
  public:
   GptModel(const ModelConfig& cfg, std::vector<int64_t> pipeline_layers)
       : cfg_(cfg), pipeline_layers_(std::move(pipeline_layers)) {}
-  std::unique_ptr<Stage> make_stage(int stage, int num_stages, const TpContext& tp, int64_t seed) const override;
+  std::unique_ptr<Stage> make_stage(int stage, int num_stages, const TpContext& tp, int64_t seed,
+                                    const EpContext& ep = EpContext{}) const override;
   std::vector<ParamInfo> unique_params(int num_stages) const override;
   std::vector<TiedGroup> tied_groups(int num_stages) const override {
     return {{"embedding.word.weight", {0, num_stages - 1}}};  // the embedding and the LM head

@@ -211,10 +211,7 @@ void init_from_hf(const HfGpt2& hf, const ModelConfig& cfg, std::vector<Param>& 
   at::NoGradGuard no_grad;
   for (Param& p : params) {
     at::Tensor full = trident_tensor_from_hf(hf, p.info);
-    at::Tensor slice = p.info.shard_dim < 0
-                           ? full
-                           : full.narrow(p.info.shard_dim, p.info.shard_offset, p.tensor.size(p.info.shard_dim));
-    p.tensor.copy_(slice);
+    p.tensor.copy_(local_slice(p.info, full, p.tensor.sizes().vec()));
   }
 }
 

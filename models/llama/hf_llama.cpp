@@ -378,8 +378,7 @@ void init_from_hf_llama(const HfLlama& hf, const ModelConfig& cfg, std::vector<P
       full.narrow(0, 0, t.size(0)).copy_(t);
       t = full;
     }
-    p.tensor.copy_(p.info.shard_dim < 0 ? t
-                                         : t.narrow(p.info.shard_dim, p.info.shard_offset, p.tensor.size(p.info.shard_dim)));
+    p.tensor.copy_(local_slice(p.info, t, p.tensor.sizes().vec()));  // this rank's TP and EP part
   }
 }
 

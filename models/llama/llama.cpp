@@ -12,12 +12,12 @@
 namespace trident {
 
 std::vector<PlannedParam> llama_param_plan(const ModelConfig& cfg, const ChunkSpec& spec, int64_t tp_size,
-                                           int64_t tp_rank) {
+                                           int64_t tp_rank, int64_t ep_size, int64_t ep_rank) {
   const int64_t h = cfg.hidden, f = cfg.ffn(), vp = cfg.padded_vocab(tp_size), d = cfg.head_dim();
   const int64_t q_rows = cfg.heads * d, kv_rows = cfg.kv() * d;
   // Output projections scaled by 1/sqrt(2 layers), as GPT's (GPT-2's init).
   const double std_dev = cfg.init_std, out_std = cfg.init_std / std::sqrt(2.0 * static_cast<double>(cfg.layers));
-  ParamPlan plan(tp_size, tp_rank);
+  ParamPlan plan(tp_size, tp_rank, ep_size, ep_rank);
   // An RMSNorm weight: ones, replicated, fed a sequence shard under SP, no weight decay.
   auto norm = [&plan, h](const std::string& name) {
     ParamDecl decl;
@@ -75,9 +75,17 @@ std::vector<PlannedParam> llama_param_plan(const ModelConfig& cfg, const ChunkSp
       // the shared expert and its gate where the family has them.
       const int64_t e = cfg.experts, fe = cfg.moe_ffn(), fs = cfg.moe_shared_ffn_hidden;
       plan.add_weight(pre + ".moe.router.weight", {e, h}, kReplicated, std_dev);
-      plan.add_weight(pre + ".moe.experts.gate.weight", {e, fe, h}, kReplicated, std_dev);
-      plan.add_weight(pre + ".moe.experts.up.weight", {e, fe, h}, kReplicated, std_dev);
-      plan.add_weight(pre + ".moe.experts.down.weight", {e, h, fe}, kReplicated, out_std);
+      // The routed experts: split over EP along dim 0 (NOTE [expert grid] in parallel/layout.h).
+      for (const auto& [name, shape, sd] : {std::tuple{".moe.experts.gate.weight", std::vector<int64_t>{e, fe, h}, std_dev},
+                                            std::tuple{".moe.experts.up.weight", std::vector<int64_t>{e, fe, h}, std_dev},
+                                            std::tuple{".moe.experts.down.weight", std::vector<int64_t>{e, h, fe}, out_std}}) {
+        ParamDecl decl;
+        decl.name = pre + name;
+        decl.shape = shape;
+        decl.std_dev = sd;
+        decl.expert = true;
+        plan.add(decl);
+      }
       if (fs > 0) {
         plan.add_weight(pre + ".moe.shared.gate.weight", {fs, h}, kReplicated, std_dev);
         plan.add_weight(pre + ".moe.shared.up.weight", {fs, h}, kReplicated, std_dev);
@@ -117,15 +125,19 @@ at::Tensor rope_inv_freq(const ModelConfig& cfg) {
   return at::where(medium, smoothed, scaled);
 }
 
-LlamaStage::LlamaStage(const ModelConfig& cfg, const ChunkSpec& spec, const TpContext& tp, int64_t seed)
-    : cfg_(cfg), spec_(spec), tp_(tp) {
+LlamaStage::LlamaStage(const ModelConfig& cfg, const ChunkSpec& spec, const TpContext& tp, int64_t seed,
+                       const EpContext& ep)
+    : cfg_(cfg), spec_(spec), tp_(tp), ep_(ep) {
   const int64_t t = tp.size();
   // Rules of check_config (core/config_model.cpp) and llama_rules.cpp, asserted here.
   if (cfg.hidden % cfg.heads != 0 || cfg.heads % cfg.kv() != 0 || cfg.kv() % t != 0 || cfg.ffn() % t != 0 ||
       cfg.padded_vocab(t) % t != 0 || cfg.head_dim() % 2 != 0 || cfg.dropout > 0)
     throw std::logic_error("LlamaStage: the model config does not split over tp=" + std::to_string(t) +
                            " (check_config admits no such config)");
-  for (auto& planned : llama_param_plan(cfg, spec, t, tp.rank()))
+  if (ep.size() > 1 && (cfg.experts < 1 || cfg.experts % ep.size() != 0))
+    throw std::logic_error("LlamaStage: " + std::to_string(cfg.experts) + " experts do not split over ep=" +
+                           std::to_string(ep.size()) + " (check_config admits no such config)");
+  for (auto& planned : llama_param_plan(cfg, spec, t, tp.rank(), ep.size(), ep.rank()))
     params_.push_back({init_shard(seed, planned.info, planned.local_shape), planned.info});
   auto at = [&](const std::string& name, bool tied = false) { return param_index(params_, name, "LlamaStage", tied); };
   if (spec_.has_embedding) word_ = at("embedding.word.weight");
@@ -256,7 +268,7 @@ at::Tensor LlamaStage::moe(int64_t layer, const BlockParams& b, const at::Tensor
     w.shared_down = compute_param(b.shared_down);
     w.shared_expert_gate = compute_param(b.shared_expert_gate);
   }
-  const MoeOutput out = moe_forward(x.reshape({-1, x.size(-1)}), w, o);
+  const MoeOutput out = moe_forward(x.reshape({-1, x.size(-1)}), w, o, &ep_);
   at::Tensor y = out.y.view(x.sizes());
   const at::Tensor aux = cfg_.moe_aux_loss == "seq_aux_loss" ? seq_aux_loss(out.routing, o.top_k, x.size(0))
                                                              : switch_aux_loss(out.routing, o.top_k);
@@ -343,9 +355,10 @@ at::Tensor LlamaStage::logits(const at::Tensor& ids) const {
   return head_logits(x).narrow(-1, 0, cfg_.vocab_size);
 }
 
-std::unique_ptr<Stage> LlamaModel::make_stage(int stage, int num_stages, const TpContext& tp, int64_t seed) const {
+std::unique_ptr<Stage> LlamaModel::make_stage(int stage, int num_stages, const TpContext& tp, int64_t seed,
+                                             const EpContext& ep) const {
   const auto specs = split_layers(cfg_.layers, num_stages, pipeline_layers_);
-  return std::make_unique<LlamaStage>(cfg_, specs.at(static_cast<size_t>(stage)), tp, seed);
+  return std::make_unique<LlamaStage>(cfg_, specs.at(static_cast<size_t>(stage)), tp, seed, ep);
 }
 
 std::vector<ParamInfo> LlamaModel::unique_params(int num_stages) const {

@@ -41,8 +41,9 @@
 
 namespace trident {
 
+// ep_size > 1: the routed experts split over EP, rank ep_rank's (NOTE [expert grid]).
 std::vector<PlannedParam> llama_param_plan(const ModelConfig& cfg, const ChunkSpec& spec, int64_t tp_size,
-                                           int64_t tp_rank);
+                                           int64_t tp_rank, int64_t ep_size = 1, int64_t ep_rank = 0);
 
 // Rotary frequencies (head_dim / 2 of them, fp32), with Llama 3.1's scaling
 // when cfg.rope_scaling = "llama3": Hugging Face's computation, step by step.
@@ -50,7 +51,8 @@ at::Tensor rope_inv_freq(const ModelConfig& cfg);
 
 class LlamaStage : public Stage {
  public:
-  LlamaStage(const ModelConfig& cfg, const ChunkSpec& spec, const TpContext& tp, int64_t seed);
+  LlamaStage(const ModelConfig& cfg, const ChunkSpec& spec, const TpContext& tp, int64_t seed,
+             const EpContext& ep = EpContext{});
 
   at::Tensor forward(const at::Tensor& input, const at::Tensor& targets) override { return run(input, targets); }
   std::vector<int64_t> input_shape(int64_t micro_batch_size) const override { return hidden_shape(micro_batch_size); }
@@ -103,6 +105,7 @@ class LlamaStage : public Stage {
   ModelConfig cfg_;
   ChunkSpec spec_;
   TpContext tp_;
+  EpContext ep_;  // the routed experts' group (NOTE [expert dispatch])
   std::vector<Param> params_;
   CastCache casts_;  // compute_param()'s compute-dtype copies (NOTE [cast once per step])
   Recompute recompute_ = Recompute::kNone;
@@ -120,7 +123,8 @@ class LlamaModel : public Model {
  public:
   LlamaModel(const ModelConfig& cfg, std::vector<int64_t> pipeline_layers)
       : cfg_(cfg), pipeline_layers_(std::move(pipeline_layers)) {}
-  std::unique_ptr<Stage> make_stage(int stage, int num_stages, const TpContext& tp, int64_t seed) const override;
+  std::unique_ptr<Stage> make_stage(int stage, int num_stages, const TpContext& tp, int64_t seed,
+                                    const EpContext& ep = EpContext{}) const override;
   std::vector<ParamInfo> unique_params(int num_stages) const override;
   std::vector<TiedGroup> tied_groups(int num_stages) const override;
   double flops_per_token() const override;

@@ -173,6 +173,15 @@ def cases(work, cores, trident="build/trident", busy_port=0):
          ["model.moe_first_dense = 1: Mixtral has experts in every layer"]),
         ("mixtral tp2", 2, "train --config configs/mixtral-tiny.toml --set parallel.tp=2",
          ["parallel.tp = 2 with model.arch = \"mixtral\"", "expected parallel.tp = 1"]),
+        # NOTE [expert grid]: ep splits the experts over data-parallel replicas.
+        ("ep on a dense model", 2, "train --config configs/llama-tiny.toml --set parallel.ep=2",
+         ["parallel.ep = 2 with model.arch = \"llama\": a dense family has no experts to split"]),
+        ("ep not dividing the experts", 2, "train --config configs/mixtral-tiny.toml --set parallel.ep=3",
+         ["parallel.ep (3) must divide model.experts (8)"]),
+        ("ep not dividing dp", 2, "train --config configs/mixtral-tiny.toml --set parallel.ep=2",
+         ["parallel.ep (2) must divide parallel.dp (1)"]),
+        ("ep zero", 2, "train --config configs/mixtral-tiny.toml --set parallel.ep=0",
+         ["parallel.ep"]),
         ("plan mixtral", 2, "plan --config configs/mixtral-tiny.toml --cluster configs/clusters/dgx-h100.toml --gpus 8",
          ["the planner prices the dense families"]),
         # NOTE [held store port]: the launcher's listening socket is rank 0's alone, and must listen on MASTER_PORT.

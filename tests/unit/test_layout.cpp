@@ -85,6 +85,44 @@ TEST(Layout, MegatronOrderExample) {
   EXPECT_NE(l.describe_grid().find("stage 1: [4 5 | 6 7]"), std::string::npos) << l.describe_grid();
 }
 
+// NOTE [expert grid]: world 16 = tp 2 x dp 4 x pp 2 with ep 2. Stage 0's
+// replicas are dp 0..3 (ranks 2d + tp); an expert-parallel group is two
+// consecutive replicas at one tp index, the expert-data-parallel group the
+// replicas at the same place in theirs. Megatron's folding with etp = tp:
+// for each (tp, pp), ep x edp is the dp axis, ep fastest.
+TEST(Layout, ExpertGridFoldsOverTheDataParallelReplicas) {
+  const Layout l = Layout::make(16, 2, 2, 4, 2);
+  EXPECT_EQ(l.ep_group(0), (std::vector<int>{0, 2}));
+  EXPECT_EQ(l.ep_group(5), (std::vector<int>{5, 7}));  // tp 1, dp 2
+  EXPECT_EQ(l.expert_dp_group(0), (std::vector<int>{0, 4}));
+  EXPECT_EQ(l.expert_dp_group(7), (std::vector<int>{3, 7}));  // dp 3: place 1 of ep group {5, 7}
+  EXPECT_EQ(l.ep_rank(7), 1);
+  EXPECT_EQ(l.expert_dp_rank(7), 1);
+  EXPECT_EQ(l.all_ep_groups(), (std::vector<std::vector<int>>{{0, 2}, {1, 3}, {4, 6}, {5, 7},
+                                                               {8, 10}, {9, 11}, {12, 14}, {13, 15}}));
+  EXPECT_EQ(l.all_expert_dp_groups(), (std::vector<std::vector<int>>{{0, 4}, {1, 5}, {2, 6}, {3, 7},
+                                                                      {8, 12}, {9, 13}, {10, 14}, {11, 15}}));
+  // Every rank is in one group of each kind, and a group's ep x edp ranks are
+  // exactly one dp group: the experts' grid uses the dense grid's ranks.
+  for (int r = 0; r < l.world; ++r) {
+    std::set<int> both;
+    for (int a : l.ep_group(r))
+      for (int b : l.expert_dp_group(a)) both.insert(b);
+    const std::vector<int> dp = l.dp_group(r);
+    EXPECT_EQ(both, std::set<int>(dp.begin(), dp.end())) << "rank " << r;
+  }
+  EXPECT_EQ(l.describe(), "world 16 = tp 2 x dp 4 x pp 2; experts: ep 2 x edp 2");
+  EXPECT_EQ(l.describe(7), "rank 7: tp 1 dp 3 pp 0 ep 1 edp 1");
+  // ep = 1: one rank per ep group, and the experts' data-parallel group is dp's.
+  const Layout one = Layout::make(8, 2, 2, 2);
+  for (int r = 0; r < one.world; ++r) {
+    EXPECT_EQ(one.ep_group(r), (std::vector<int>{r}));
+    EXPECT_EQ(one.expert_dp_group(r), one.dp_group(r));
+  }
+  EXPECT_THROW(Layout::make(8, 1, 2, 4, 3), ConfigError);  // 3 does not divide dp 4
+  EXPECT_THROW(Layout::make(8, 1, 2, 4, 0), ConfigError);
+}
+
 TEST(Layout, OutOfRangeRanksAndCoordsThrow) {
   const Layout l = Layout::make(4, 2, 2, 1);
   EXPECT_THROW(l.coords(4), std::out_of_range);

@@ -1,0 +1,66 @@
+// Expert parallelism: the routed rows of an MoE layer moved to the ranks
+// that hold their experts and back, by all-to-all over the expert-parallel
+// group (NOTE [expert grid] in parallel/layout.h), as autograd operations.
+// The MoE layer (models/common/moe.h) calls them between its dispatch and
+// its combine; everything else of the layer is the same at every ep.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "parallel/process_groups.h"
+
+namespace trident {
+
+struct EpContext {
+  const Group* group = nullptr;  // the expert-parallel group; null means ep = 1
+  int size() const { return group ? group->size() : 1; }
+  int rank() const { return group ? group->rank : 0; }
+};
+
+// NOTE [expert dispatch]
+// Each rank's rows come sorted by global expert (the layer's dispatch), so
+// the rows for EP rank j's experts [j·L, (j+1)·L) (L = E / ep local experts)
+// are one contiguous run: the send split to j is their count. The counts are
+// exchanged first (one all-to-all of the (E) counts: rank j receives every
+// rank's counts for its own L experts), read on the host once (the splits of
+// the rows' all-to-all are host integers, as in every framework's all-to-all
+// dispatcher; counted as the host read "expert-parallel splits"), and the
+// rows go in one all_to_all_single with those splits each way. A rank
+// receives, per source rank in rank order, that rank's rows for its local
+// experts sorted by expert; a stable sort by local expert makes each local
+// expert's rows contiguous (source rank, then the source's order, within an
+// expert): one GEMM per expert, as at ep = 1. combine_rows undoes both
+// steps, so each row comes home to the place it left and the layer's combine
+// sums in the same order at every ep. A rank may send or receive no rows at
+// all, and one expert may take every row: both are plain splits of zero.
+// In the backward each all-to-all is the other way round (its splits
+// swapped): the row gradients go home to the rank that sent the rows. Every
+// rank of the group must run the same MoE layers in the same order (the same
+// pipeline actions: the ranks of an EP group are replicas of one stage).
+struct ExpertExchange {
+  std::vector<int64_t> send_splits;  // rows to each EP rank
+  std::vector<int64_t> recv_splits;  // rows from each EP rank
+  at::Tensor local_counts;           // (E / ep) int64: rows per local expert after the exchange
+  at::Tensor order;                  // received row of each row sorted by local expert
+  at::Tensor inverse;                // and back: the sorted position of each received row
+};
+
+// `counts` (E) int64: this rank's rows per global expert.
+ExpertExchange plan_exchange(const EpContext& ep, const at::Tensor& counts);
+// rows (sum counts, H) sorted by global expert -> the local experts' rows
+// from every rank of the group, sorted by local expert.
+at::Tensor dispatch_rows(const EpContext& ep, const at::Tensor& rows, const ExpertExchange& x);
+// The local experts' outputs (in dispatch_rows' order) -> this rank's rows,
+// in the order they had before dispatch_rows.
+at::Tensor combine_rows(const EpContext& ep, const at::Tensor& rows, const ExpertExchange& x);
+
+// all_to_all_single as an autograd operation: x's rows in_splits[i] to group
+// rank i; returns the out_splits[i] rows from each. Backward: the same with
+// the splits swapped.
+at::Tensor all_to_all_rows(const Group& g, const at::Tensor& x, const std::vector<int64_t>& out_splits,
+                           const std::vector<int64_t>& in_splits);
+
+}  // namespace trident

@@ -1,0 +1,142 @@
+// Expert parallelism's dispatch and combine (parallel/expert_parallel.h,
+// NOTE [expert dispatch]) on thread groups: the rows round-trip to the ranks
+// of their experts and home again; the MoE layer split over ep ranks gives
+// each rank the output and the input gradient of the whole layer on one rank,
+// and each rank's experts the sum of every rank's gradient for them; a rank
+// whose experts nobody chose, and an expert that takes every token, included.
+// Under Gloo and under NCCL's rules (parallel/nccl_rules.h).
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "models/common/moe.h"
+#include "parallel/expert_parallel.h"
+#include "parallel/thread_group.h"
+
+namespace trident {
+namespace {
+
+using std::chrono::milliseconds;
+
+constexpr int64_t kH = 6, kI = 4;
+
+void expect_no_errors(const std::vector<std::string>& errors) {
+  for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+// Rows sorted by global expert, each row's first column its expert (the
+// rest its source rank and place): after dispatch_rows a rank holds only its
+// own experts' rows, sorted by expert, and combine_rows brings every row home.
+void round_trip(const std::string& backend) {
+  const int64_t experts = 6;  // 3 per rank
+  const auto errors = run_thread_group("ep", 2, milliseconds(30000), [&](Group& g) {
+    const EpContext ep{&g};
+    // Rank 0 sends 2, 0, 1 rows to experts 0..2 and 3, 0, 2 to 3..5; rank 1 none to rank 0's experts.
+    const std::vector<int64_t> n = g.rank == 0 ? std::vector<int64_t>{2, 0, 1, 3, 0, 2}
+                                               : std::vector<int64_t>{0, 0, 0, 1, 4, 0};
+    const at::Tensor counts = at::tensor(n, at::kLong);
+    std::vector<at::Tensor> parts;
+    for (int64_t e = 0; e < experts; ++e)
+      for (int64_t j = 0; j < n[e]; ++j)
+        parts.push_back(at::tensor({static_cast<float>(e), static_cast<float>(g.rank), static_cast<float>(j)}));
+    const at::Tensor rows = at::stack(parts);
+    const ExpertExchange x = plan_exchange(ep, counts);
+    const at::Tensor local = dispatch_rows(ep, rows, x);
+    const std::vector<int64_t> want_local = g.rank == 0 ? std::vector<int64_t>{2, 0, 1} : std::vector<int64_t>{4, 4, 2};
+    EXPECT_TRUE(at::equal(x.local_counts, at::tensor(want_local, at::kLong))) << x.local_counts;
+    const at::Tensor ids = local.select(1, 0);
+    EXPECT_TRUE(at::equal(std::get<0>(ids.sort(/*stable=*/true, /*dim=*/0, /*descending=*/false)), ids)) << "sorted by expert";
+    if (local.size(0) > 0) {
+      EXPECT_GE(ids.min().item<float>(), 3 * g.rank);
+      EXPECT_LT(ids.max().item<float>(), 3 * g.rank + 3);
+    }
+    // Within an expert: source rank first, then the source's order.
+    if (g.rank == 1) {
+      const at::Tensor expert3 = local.narrow(0, 0, 4);
+      EXPECT_TRUE(at::equal(expert3.select(1, 1), at::tensor({0.f, 0.f, 0.f, 1.f}))) << local;
+    }
+    EXPECT_TRUE(at::equal(combine_rows(ep, local, x), rows));
+  }, backend);
+  expect_no_errors(errors);
+}
+
+TEST(ExpertParallel, RowsRoundTripToTheirExpertsRanks) { round_trip("gloo"); }
+TEST(ExpertParallel, RowsRoundTripUnderNcclRules) { round_trip("nccl-rules"); }
+
+struct Full {
+  at::Tensor router, gate, up, down;
+};
+
+Full full_weights(int64_t experts) {
+  at::manual_seed(7);
+  return {at::randn({experts, kH}), at::randn({experts, kI, kH}) * 0.5, at::randn({experts, kI, kH}) * 0.5,
+          at::randn({experts, kH, kI}) * 0.5};
+}
+
+// moe_forward at ep = 2 against ep = 1 on each rank's own tokens: y and dx
+// equal, each rank's expert gradients the group's sum of the full ones.
+// `bias`: the correction bias that only chooses (undefined: none).
+void layer_matches_one_rank(const std::string& backend, const at::Tensor& bias, int64_t top_k, bool rank1_idle) {
+  const int64_t experts = 4, tokens = 9;
+  const Full full = full_weights(experts);
+  const auto errors = run_thread_group("ep", 2, milliseconds(30000), [&](Group& g) {
+    const EpContext ep{&g};
+    RouterOptions o;
+    o.experts = experts;
+    o.top_k = top_k;
+    at::manual_seed(100 + g.rank);
+    const at::Tensor x0 = at::randn({tokens, kH}), dy = at::randn({tokens, kH});
+
+    // One rank, every expert.
+    MoeWeights w1;
+    w1.router = full.router;
+    w1.bias = bias;
+    w1.gate = full.gate.clone().requires_grad_(true);
+    w1.up = full.up.clone().requires_grad_(true);
+    w1.down = full.down.clone().requires_grad_(true);
+    const at::Tensor x1 = x0.clone().requires_grad_(true);
+    const MoeOutput ref = moe_forward(x1, w1, o);
+    (ref.y * dy).sum().backward();
+
+    // Expert parallel: this rank's two experts.
+    MoeWeights w2 = w1;
+    w2.gate = full.gate.narrow(0, 2 * g.rank, 2).clone().requires_grad_(true);
+    w2.up = full.up.narrow(0, 2 * g.rank, 2).clone().requires_grad_(true);
+    w2.down = full.down.narrow(0, 2 * g.rank, 2).clone().requires_grad_(true);
+    const at::Tensor x2 = x0.clone().requires_grad_(true);
+    const MoeOutput out = moe_forward(x2, w2, o, &ep);
+    (out.y * dy).sum().backward();
+
+    EXPECT_TRUE(at::allclose(out.y, ref.y, 1e-6, 1e-6)) << "rank " << g.rank;
+    EXPECT_TRUE(at::allclose(x2.grad(), x1.grad(), 1e-6, 1e-6)) << "rank " << g.rank;
+    for (auto [mine, theirs] : {std::pair{w2.gate, w1.gate}, {w2.up, w1.up}, {w2.down, w1.down}}) {
+      at::Tensor sum = theirs.grad().clone();
+      all_reduce(g, sum);  // every rank's tokens' gradient for every expert
+      ASSERT_TRUE(mine.grad().defined()) << "rank " << g.rank << ": the experts got no gradient";
+      EXPECT_TRUE(at::allclose(mine.grad(), sum.narrow(0, 2 * g.rank, 2), 1e-5, 1e-6)) << "rank " << g.rank;
+      if (rank1_idle && g.rank == 1) {
+        EXPECT_EQ(mine.grad().abs().sum().item<float>(), 0.f);
+      }
+    }
+  }, backend);
+  expect_no_errors(errors);
+}
+
+TEST(ExpertParallel, LayerAtEp2EqualsOneRankForwardAndBackward) {
+  layer_matches_one_rank("gloo", at::Tensor(), 2, false);
+}
+
+TEST(ExpertParallel, LayerAtEp2UnderNcclRules) { layer_matches_one_rank("nccl-rules", at::Tensor(), 2, false); }
+
+// The correction bias sends every token to expert 0 (top-1): rank 0 receives
+// every row of the group, rank 1 none, and rank 1's experts still get their
+// (zero) gradient in the same backward.
+TEST(ExpertParallel, OneExpertTakesEveryTokenAndARankGetsNone) {
+  layer_matches_one_rank("gloo", at::tensor({100.f, 0.f, 0.f, 0.f}), 1, true);
+}
+
+}  // namespace
+}  // namespace trident
