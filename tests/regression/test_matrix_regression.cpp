@@ -203,7 +203,7 @@ const std::vector<Row>& moe_rows() {
       {1, 2, 2, "interleaved", 1, true, {kEp2}, kQwen3Moe},
       {1, 2, 2, "zb-h1", 0, true, {kEp2}, kMixtral},
       {1, 2, 2, "zb-v", 1, true, {kEp2, "model.moe_first_dense=2"}, kQwen3Moe},
-      {1, 2, 2, "dualpipev", 0, true, {kEp2}, kMixtral},
+      {1, 2, 2, "gpipe", 0, true, {kEp2}, kMixtral},
       {1, 2, 2, "1f1b", 0, true, {kEp2, "training.recompute=full"}, kMixtral},
       {1, 1, 2, "1f1b", 0, true, {kEp2, kBf16}, kMixtral},
       {1, 1, 2, "1f1b", 1, true, {kEp2, kNcclRules}, kMixtral},
