@@ -248,9 +248,10 @@ void check_device_memory(const Config& c, const ModelShape& shape, int device_in
 // that reads back exactly, always a TOML float ("0.1", "4.0").
 std::string config_number(double v);
 // The layout arithmetic, for resolve_world and parallel/layout.cpp alike:
-// every factor >= 1 and tp * pp * dp == world. Throws ConfigError, e.g.
-// "<where>: tp(2) x pp(4) x dp(2) = 16 but WORLD_SIZE = 8".
-void check_layout_factors(const std::string& where, int64_t world, int64_t tp, int64_t pp, int64_t dp);
+// every factor >= 1, tp * pp * dp == world and ep dividing dp. Throws
+// ConfigError, e.g. "<where>: tp(2) x pp(4) x dp(2) = 16 but WORLD_SIZE = 8".
+void check_layout_factors(const std::string& where, int64_t world, int64_t tp, int64_t pp, int64_t dp,
+                          int64_t ep = 1);
 // Resolves parallel.dp = -1 against the world size, then checks the layout
 // (check_layout_factors) and the batch split over the resolved dp.
 void resolve_world(Config& c, int64_t world_size);

@@ -229,7 +229,7 @@ void check_config_tables(Config& c, const ConfigTables& t) {
   check_pipeline_split(c);
 }
 
-void check_layout_factors(const std::string& where, int64_t world, int64_t tp, int64_t pp, int64_t dp) {
+void check_layout_factors(const std::string& where, int64_t world, int64_t tp, int64_t pp, int64_t dp, int64_t ep) {
   const std::string factors = "tp(" + n(tp) + ") x pp(" + n(pp) + ") x dp(" + n(dp) + ")";
   if (world < 1 || tp < 1 || pp < 1 || dp < 1) {
     throw ConfigError(where + ": every factor must be >= 1, got " + factors + " with WORLD_SIZE = " + n(world));
@@ -238,6 +238,9 @@ void check_layout_factors(const std::string& where, int64_t world, int64_t tp, i
   if (product != world) {
     throw ConfigError(where + ": " + factors + " = " + n(product) + " but WORLD_SIZE = " + n(world));
   }
+  if (ep < 1 || dp % ep != 0)
+    throw ConfigError(where + ": parallel.ep (" + n(ep) + ") must divide parallel.dp (" + n(dp) +
+                      "): the experts are split over ep of the data-parallel replicas (NOTE [expert grid])");
 }
 
 void resolve_world(Config& c, int64_t world_size) {
@@ -250,10 +253,7 @@ void resolve_world(Config& c, int64_t world_size) {
     }
     p.dp = world_size / (p.tp * p.pp);
   }
-  check_layout_factors(c.source + ": parallel", world_size, p.tp, p.pp, p.dp);
-  if (p.dp % p.ep != 0)
-    fail(c, "parallel.ep (" + n(p.ep) + ") must divide parallel.dp (" + n(p.dp) +
-                "): the experts are split over ep of the data-parallel replicas");
+  check_layout_factors(c.source + ": parallel", world_size, p.tp, p.pp, p.dp, p.ep);
   check_batch_split(c, p.dp);
 }
 

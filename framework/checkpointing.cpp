@@ -183,8 +183,8 @@ std::string Checkpointer::layout_text() const {
   std::string layers;
   for (int64_t n : chunk_layers(cfg_)) layers += (layers.empty() ? "" : ",") + std::to_string(n);
   return "tp=" + std::to_string(p.tp) + " pp=" + std::to_string(p.pp) + " dp=" + std::to_string(p.dp) +
-         (p.ep > 1 ? " ep=" + std::to_string(p.ep) : std::string()) + " chunks=" + std::to_string(cfg_.schedule.chunks) + " zero=" + std::to_string(p.zero) +
-         " pipeline_layers=[" + layers + "]";
+         (p.ep > 1 ? " ep=" + std::to_string(p.ep) : std::string()) + " chunks=" +
+         std::to_string(cfg_.schedule.chunks) + " zero=" + std::to_string(p.zero) + " pipeline_layers=[" + layers + "]";
 }
 
 int64_t Checkpointer::restore() {
@@ -345,8 +345,8 @@ Checkpointer::Shard Checkpointer::collect(int64_t steps_done, bool copy_to_host)
   for (const auto* params : stage_params_)
     for (const Param& p : *params)
       if (first_holder(p.info) && ckpt::stores_param(p.info, c.tp))
-          shard.entries.push_back({p.info.name, p.info.full_shape, ckpt::param_offset(p.info), p.tensor.sizes().vec(),
-                                   -1, keep(p.tensor)});
+        shard.entries.push_back({p.info.name, p.info.full_shape, ckpt::param_offset(p.info), p.tensor.sizes().vec(),
+                                 -1, keep(p.tensor)});
   for (size_t i = 0; i < opt.segments().size(); ++i) {
     const OptimSegment& seg = opt.segments()[i];
     const ParamInfo& info = seg.param->info;

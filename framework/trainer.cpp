@@ -374,7 +374,8 @@ void build(Run& r) {
   dpo.sequence_parallel = c.parallel.sequence_parallel;
   dpo.device = r.device;  // the parameters move into the device's buckets here
   r.dp = std::make_unique<DataParallel>(
-      stage_params, DataParallelGroups{&r.pgs->dp, &r.pgs->tp, &r.pgs->model_parallel, &r.pgs->embedding, &r.pgs->expert_dp}, dpo,
+      stage_params,
+      DataParallelGroups{&r.pgs->dp, &r.pgs->tp, &r.pgs->model_parallel, &r.pgs->embedding, &r.pgs->expert_dp}, dpo,
       AdamWOptions{c.training.beta1, c.training.beta2, c.training.eps, c.training.weight_decay},
       tied_placement(r.model->tied_groups(stages), [&](int s) { return r.schedule.rank_of(s); }, pp_rank,
                      r.schedule.pipeline_ranks),

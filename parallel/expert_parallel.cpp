@@ -63,7 +63,8 @@ ExpertExchange plan_exchange(const EpContext& ep, const at::Tensor& counts) {
     received.copy_(counts.view({1, local}));
   }
   // One host read for both splits: this rank's per-rank sums, then the received per-rank sums.
-  const at::Tensor host = read_to_host(at::cat({counts.view({n, local}).sum(1), received.sum(1)}), "expert-parallel splits");
+  const at::Tensor host =
+      read_to_host(at::cat({counts.view({n, local}).sum(1), received.sum(1)}), "expert-parallel splits");
   const int64_t* h = host.data_ptr<int64_t>();
   ExpertExchange x;
   x.send_splits.assign(h, h + n);

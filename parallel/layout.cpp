@@ -27,10 +27,7 @@ std::vector<std::vector<int>> collect(int world, GroupOf group_of) {
 }  // namespace
 
 Layout Layout::make(int world, int tp, int pp, int dp, int ep) {
-  check_layout_factors("layout", world, tp, pp, dp);  // the one copy of this rule (core/config.h)
-  if (ep < 1 || dp % ep != 0)
-    throw ConfigError("layout: ep(" + std::to_string(ep) + ") must divide dp(" + std::to_string(dp) +
-                      "): the experts' grid is ep x edp over the data-parallel replicas (NOTE [expert grid])");
+  check_layout_factors("layout", world, tp, pp, dp, ep);  // the one copy of these rules (core/config.h)
   Layout l;
   l.ep = ep;
   l.world = world;

@@ -157,14 +157,15 @@ MoeOutput moe_forward(const at::Tensor& x, const MoeWeights& w, const RouterOpti
   out.routing = route(x, w.router, w.bias, o);
   const Dispatch d = dispatch(out.routing.experts, o.experts);
   out.counts = d.counts;
+  const at::Tensor sorted = permute(x, d);
   at::Tensor rows;
   if (ep && ep->size() > 1) {
     // NOTE [expert dispatch]: to the experts' ranks, this rank's experts on what came, and back.
     const ExpertExchange exchange = plan_exchange(*ep, d.counts);
-    const at::Tensor local = dispatch_rows(*ep, permute(x, d), exchange);
+    const at::Tensor local = dispatch_rows(*ep, sorted, exchange);
     rows = combine_rows(*ep, experts_swiglu(local, exchange.local_counts, w.gate, w.up, w.down), exchange);
   } else {
-    rows = experts_swiglu(permute(x, d), d.counts, w.gate, w.up, w.down);
+    rows = experts_swiglu(sorted, d.counts, w.gate, w.up, w.down);
   }
   out.y = combine(rows, out.routing.weights, d, x.size(0));
   if (w.shared_gate.defined()) {
