@@ -157,6 +157,28 @@ void check_model_shape(const Config& c) {
     fail(c, "parallel.sequence_parallel needs model.seq_len (" + n(m.seq_len) +
                 ") divisible by parallel.tp (" + n(p.tp) + ")");
   }
+  // NOTE [context split] in parallel/context_parallel.h: 2 x cp chunks of equal length.
+  if (p.cp == 1 && p.cp_comm != "p2p")
+    fail(c, "parallel.cp_comm = " + quote(p.cp_comm) + " with parallel.cp = 1: no sequence is split (it would be "
+            "ignored)");
+  if (p.cp > 1) {
+    if (m.seq_len % (2 * p.cp) != 0)
+      fail(c, "parallel.cp = " + n(p.cp) + " needs model.seq_len (" + n(m.seq_len) + ") divisible by 2 x cp = " +
+                  n(2 * p.cp) + " (each rank keeps two of 2 x cp equal chunks)");
+    if (p.sequence_parallel && (m.seq_len / p.cp) % p.tp != 0)
+      fail(c, "parallel.sequence_parallel with parallel.cp = " + n(p.cp) + " needs model.seq_len / cp (" +
+                  n(m.seq_len / p.cp) + ") divisible by parallel.tp (" + n(p.tp) + ")");
+    if (p.cp_comm == "a2a" && ((m.heads / p.tp) % p.cp != 0 || (m.kv() / p.tp) % p.cp != 0))
+      fail(c, "parallel.cp_comm = \"a2a\" scatters each rank's heads over cp: model.heads / tp (" + n(m.heads / p.tp) +
+                  ") and the key/value heads / tp (" + n(m.kv() / p.tp) + ") must be divisible by parallel.cp (" +
+                  n(p.cp) + ")");
+    if (m.experts > 0)
+      fail(c, "parallel.cp = " + n(p.cp) + " with model.arch = " + quote(m.arch) +
+                  ": the MoE layer's balancing losses over a split sequence are not built yet; expected parallel.cp = 1");
+    if (m.dropout > 0)
+      fail(c, "parallel.cp = " + n(p.cp) + " with model.dropout = " + format_double(m.dropout) +
+                  ": dropout under context parallelism is not supported yet; expected model.dropout = 0");
+  }
   if (m.dropout > 0 && p.tp > 1) {
     fail(c, "model.dropout = " + format_double(m.dropout) + " with parallel.tp = " + n(p.tp) +
                 ": expected model.dropout = 0 when parallel.tp > 1 (dropout under tensor parallelism is not "

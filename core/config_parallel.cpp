@@ -54,6 +54,13 @@ std::vector<Field> parallel_fields() {
       TRIDENT_FIELD(parallel, ep, at_least(1),
                     "expert-parallel size: each MoE layer's experts split over ep data-parallel replicas, tokens "
                     "moved to them by all-to-all (Megatron's expert_model_parallel_size); divides dp and model.experts"),
+      TRIDENT_FIELD(parallel, cp, at_least(1),
+                    "context-parallel size: each sequence split over cp ranks, chunks r and 2cp-1-r on rank r "
+                    "(Megatron's context_parallel_size); 2 x cp divides model.seq_len"),
+      TRIDENT_FIELD(parallel, cp_comm, one_of({"p2p", "all_gather", "a2a"}),
+                    "how attention sees the whole sequence under cp > 1: p2p = ring of key/value blocks, all_gather = "
+                    "keys and values gathered per layer, a2a = heads scattered and the sequence gathered (Ulysses; "
+                    "heads / tp divisible by cp) (Megatron's cp_comm_type)"),
   };
 }
 
@@ -229,31 +236,39 @@ void check_config_tables(Config& c, const ConfigTables& t) {
   check_pipeline_split(c);
 }
 
-void check_layout_factors(const std::string& where, int64_t world, int64_t tp, int64_t pp, int64_t dp, int64_t ep) {
-  const std::string factors = "tp(" + n(tp) + ") x pp(" + n(pp) + ") x dp(" + n(dp) + ")";
-  if (world < 1 || tp < 1 || pp < 1 || dp < 1) {
+void check_layout_factors(const std::string& where, int64_t world, int64_t tp, int64_t pp, int64_t dp, int64_t ep,
+                          int64_t cp) {
+  const std::string factors =
+      "tp(" + n(tp) + ")" + (cp != 1 ? " x cp(" + n(cp) + ")" : std::string()) + " x pp(" + n(pp) + ") x dp(" + n(dp) + ")";
+  if (world < 1 || tp < 1 || pp < 1 || dp < 1 || cp < 1) {
     throw ConfigError(where + ": every factor must be >= 1, got " + factors + " with WORLD_SIZE = " + n(world));
   }
-  const int64_t product = tp * pp * dp;
+  const int64_t product = tp * cp * pp * dp;
   if (product != world) {
     throw ConfigError(where + ": " + factors + " = " + n(product) + " but WORLD_SIZE = " + n(world));
   }
   if (ep < 1 || dp % ep != 0)
     throw ConfigError(where + ": parallel.ep (" + n(ep) + ") must divide parallel.dp (" + n(dp) +
                       "): the experts are split over ep of the data-parallel replicas (NOTE [expert grid])");
+  if (ep > 1 && cp > 1)
+    throw ConfigError(where + ": parallel.ep (" + n(ep) + ") with parallel.cp (" + n(cp) +
+                      "): expert parallelism does not fold over context-parallel ranks yet; expected one of them > 1");
 }
 
 void resolve_world(Config& c, int64_t world_size) {
   ParallelConfig& p = c.parallel;
   if (world_size < 1) fail(c, "WORLD_SIZE = " + n(world_size) + ": expected an integer >= 1");
   if (p.dp == -1) {
-    if (world_size % (p.tp * p.pp) != 0) {
-      fail(c, "parallel: WORLD_SIZE = " + n(world_size) + " is not divisible by tp(" + n(p.tp) + ") x pp(" +
-                  n(p.pp) + ") = " + n(p.tp * p.pp) + " (parallel.dp = -1 asks for world / (tp x pp))");
+    const int64_t model = p.tp * p.cp * p.pp;
+    const std::string what = p.cp != 1 ? "tp x cp x pp" : "tp x pp";
+    if (world_size % model != 0) {
+      fail(c, "parallel: WORLD_SIZE = " + n(world_size) + " is not divisible by tp(" + n(p.tp) + ")" +
+                  (p.cp != 1 ? " x cp(" + n(p.cp) + ")" : std::string()) + " x pp(" + n(p.pp) + ") = " + n(model) +
+                  " (parallel.dp = -1 asks for world / (" + what + "))");
     }
-    p.dp = world_size / (p.tp * p.pp);
+    p.dp = world_size / model;
   }
-  check_layout_factors(c.source + ": parallel", world_size, p.tp, p.pp, p.dp, p.ep);
+  check_layout_factors(c.source + ": parallel", world_size, p.tp, p.pp, p.dp, p.ep, p.cp);
   check_batch_split(c, p.dp);
 }
 

@@ -26,10 +26,11 @@ std::vector<std::vector<int>> collect(int world, GroupOf group_of) {
 
 }  // namespace
 
-Layout Layout::make(int world, int tp, int pp, int dp, int ep) {
-  check_layout_factors("layout", world, tp, pp, dp, ep);  // the one copy of these rules (core/config.h)
+Layout Layout::make(int world, int tp, int pp, int dp, int ep, int cp) {
+  check_layout_factors("layout", world, tp, pp, dp, ep, cp);  // the one copy of these rules (core/config.h)
   Layout l;
   l.ep = ep;
+  l.cp = cp;
   l.world = world;
   l.tp = tp;
   l.pp = pp;
@@ -44,18 +45,19 @@ Coords Layout::coords(int rank) const {
   }
   Coords c;
   c.tp = rank % tp;
-  c.dp = (rank / tp) % dp;
-  c.pp = rank / (tp * dp);
+  c.cp = (rank / tp) % cp;
+  c.dp = (rank / (tp * cp)) % dp;
+  c.pp = rank / (tp * cp * dp);
   return c;
 }
 
 int Layout::rank(const Coords& c) const {
-  if (c.tp < 0 || c.tp >= tp || c.dp < 0 || c.dp >= dp || c.pp < 0 || c.pp >= pp) {
-    throw std::out_of_range("layout: coordinates (tp " + std::to_string(c.tp) + ", dp " +
-                            std::to_string(c.dp) + ", pp " + std::to_string(c.pp) +
+  if (c.tp < 0 || c.tp >= tp || c.dp < 0 || c.dp >= dp || c.pp < 0 || c.pp >= pp || c.cp < 0 || c.cp >= cp) {
+    throw std::out_of_range("layout: coordinates (tp " + std::to_string(c.tp) + ", cp " + std::to_string(c.cp) +
+                            ", dp " + std::to_string(c.dp) + ", pp " + std::to_string(c.pp) +
                             ") outside the grid " + describe());
   }
-  return c.pp * (dp * tp) + c.dp * tp + c.tp;
+  return ((c.pp * dp + c.dp) * cp + c.cp) * tp + c.tp;
 }
 
 std::vector<int> Layout::tp_group(int r) const {
@@ -69,6 +71,21 @@ std::vector<int> Layout::dp_group(int r) const {
   Coords c = coords(r);
   std::vector<int> g;
   for (c.dp = 0; c.dp < dp; ++c.dp) g.push_back(rank(c));
+  return g;
+}
+
+std::vector<int> Layout::cp_group(int r) const {
+  Coords c = coords(r);
+  std::vector<int> g;
+  for (c.cp = 0; c.cp < cp; ++c.cp) g.push_back(rank(c));
+  return g;
+}
+
+std::vector<int> Layout::dp_cp_group(int r) const {
+  Coords c = coords(r);
+  std::vector<int> g;
+  for (c.dp = 0; c.dp < dp; ++c.dp)  // dp outer, cp inner: ascending rank order
+    for (c.cp = 0; c.cp < cp; ++c.cp) g.push_back(rank(c));
   return g;
 }
 
@@ -128,6 +145,13 @@ std::vector<int> Layout::expert_dp_group(int r) const {
   return g;
 }
 
+std::vector<std::vector<int>> Layout::all_cp_groups() const {
+  return collect(world, [this](int r) { return cp_group(r); });
+}
+std::vector<std::vector<int>> Layout::all_dp_cp_groups() const {
+  return collect(world, [this](int r) { return dp_cp_group(r); });
+}
+
 std::vector<std::vector<int>> Layout::all_ep_groups() const {
   return collect(world, [this](int r) { return ep_group(r); });
 }
@@ -155,7 +179,9 @@ int Layout::next_pp_rank(int r, bool wrap) const {
 
 std::string Layout::describe() const {
   std::ostringstream os;
-  os << "world " << world << " = tp " << tp << " x dp " << dp << " x pp " << pp;
+  os << "world " << world << " = tp " << tp;
+  if (cp > 1) os << " x cp " << cp;
+  os << " x dp " << dp << " x pp " << pp;
   if (ep > 1) os << "; experts: ep " << ep << " x edp " << dp / ep;
   return os.str();
 }
@@ -163,19 +189,25 @@ std::string Layout::describe() const {
 std::string Layout::describe(int r) const {
   const Coords c = coords(r);
   std::ostringstream os;
-  os << "rank " << r << ": tp " << c.tp << " dp " << c.dp << " pp " << c.pp;
+  os << "rank " << r << ": tp " << c.tp;
+  if (cp > 1) os << " cp " << c.cp;
+  os << " dp " << c.dp << " pp " << c.pp;
   if (ep > 1) os << " ep " << ep_rank(r) << " edp " << expert_dp_rank(r);
   return os.str();
 }
 
 std::string Layout::describe_grid() const {
   std::ostringstream os;
-  os << describe() << " (per stage: dp replicas separated by |, tp ranks within)\n";
+  os << describe() << " (per stage: dp replicas separated by |, " << (cp > 1 ? "cp groups by /, " : "")
+     << "tp ranks within)\n";
   for (int s = 0; s < pp; ++s) {
     os << "  stage " << s << ":";
     for (int d = 0; d < dp; ++d) {
       os << (d == 0 ? " [" : " | ");
-      for (int t = 0; t < tp; ++t) os << (t ? " " : "") << rank(Coords{t, d, s});
+      for (int k = 0; k < cp; ++k) {
+        os << (k ? " / " : "");
+        for (int t = 0; t < tp; ++t) os << (t ? " " : "") << rank(Coords{t, d, s, k});
+      }
     }
     os << "]\n";
   }

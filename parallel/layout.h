@@ -1,4 +1,4 @@
-// Layout: the rank grid {world, tp, pp, dp}, and the experts' grid folded
+// Layout: the rank grid {world, tp, cp, dp, pp}, and the experts' grid folded
 // over it (ep), as a plain value. Pure C++ (no
 // libtorch): rank <-> (tp, dp, pp) coordinates and every group's membership are
 // pure functions, so the process-group code and the tests agree by construction.
@@ -14,16 +14,27 @@ struct Coords {
   int tp = 0;  // index within its tensor-parallel group
   int dp = 0;  // data-parallel replica
   int pp = 0;  // pipeline stage
-  bool operator==(const Coords& o) const { return tp == o.tp && dp == o.dp && pp == o.pp; }
+  int cp = 0;  // place in its context-parallel group (NOTE [context grid])
+  bool operator==(const Coords& o) const { return tp == o.tp && dp == o.dp && pp == o.pp && cp == o.cp; }
   bool operator!=(const Coords& o) const { return !(*this == o); }
 };
 
 // NOTE [rank order]
-// tp varies fastest, then dp, then pp (Megatron's order):
-//   rank = pp * (dp_size * tp_size) + dp * tp_size + tp
+// tp varies fastest, then cp, then dp, then pp (Megatron's order):
+//   rank = pp * (dp_size * cp_size * tp_size) + dp * (cp_size * tp_size) + cp * tp_size + tp
 // so a tensor-parallel group is a block of consecutive ranks (on one node when
-// nodes hold tp ranks each, where its many all-reduces are cheapest), and a
-// pipeline stage is a contiguous slab of dp * tp ranks.
+// nodes hold tp ranks each, where its many all-reduces are cheapest), a
+// context-parallel group the next closest (its ring passes keys and values
+// every layer), and a pipeline stage is a contiguous slab of dp * cp * tp ranks.
+//
+// NOTE [context grid]
+// Context parallelism splits every sequence over the cp ranks of a group
+// (NOTE [context split] in parallel/context_parallel.h); they hold the same
+// parameters, so for the gradients the dp x cp ranks at one (tp, pp) are one
+// data-parallel group (dp_cp_group): the dense gradients are averaged and
+// ZeRO-1 shards over it, as Megatron reduces over its dp-cp group. The
+// samples are the dp replicas' alone: the ranks of a cp group read the same
+// samples and keep their own slices of them. cp = 1: today's grid.
 //
 // NOTE [expert grid]
 // The MoE layers' experts are laid over the same ranks by a second folding,
@@ -42,11 +53,12 @@ struct Layout {
   int pp = 1;
   int dp = 1;
   int ep = 1;  // expert-parallel size (NOTE [expert grid]); divides dp
+  int cp = 1;  // context-parallel size (NOTE [context grid])
 
-  // Validates every factor >= 1, tp * pp * dp == world (check_layout_factors,
+  // Validates every factor >= 1, tp * cp * pp * dp == world (check_layout_factors,
   // core/config.h) and ep dividing dp; throws ConfigError naming every factor,
   // e.g. "layout: tp(2) x pp(4) x dp(2) = 16 but WORLD_SIZE = 8".
-  static Layout make(int world, int tp, int pp, int dp, int ep = 1);
+  static Layout make(int world, int tp, int pp, int dp, int ep = 1, int cp = 1);
 
   Coords coords(int rank) const;  // throws std::out_of_range for rank outside [0, world)
   int rank(const Coords& c) const;  // throws std::out_of_range for indices outside the grid
@@ -56,7 +68,11 @@ struct Layout {
   std::vector<int> tp_group(int rank) const;
   std::vector<int> dp_group(int rank) const;
   std::vector<int> pp_group(int rank) const;
-  std::vector<int> model_parallel_group(int rank) const;  // the tp * pp ranks sharing rank's dp index
+  std::vector<int> model_parallel_group(int rank) const;  // the tp * pp ranks sharing rank's dp and cp indices
+  // NOTE [context grid]: the cp ranks splitting rank's sequences, and the
+  // dp x cp ranks averaging its dense gradients (the dp group at cp = 1).
+  std::vector<int> cp_group(int rank) const;
+  std::vector<int> dp_cp_group(int rank) const;
   // First and last pipeline stage at rank's (tp, dp): they hold the tied word
   // embedding and all-reduce its gradient. A single rank when pp == 1; for ranks
   // on a middle stage, the group of its own (tp, dp) column all the same.
@@ -77,29 +93,32 @@ struct Layout {
   std::vector<std::vector<int>> all_pp_groups() const;
   std::vector<std::vector<int>> all_model_parallel_groups() const;
   std::vector<std::vector<int>> all_embedding_groups() const;
+  std::vector<std::vector<int>> all_cp_groups() const;
+  std::vector<std::vector<int>> all_dp_cp_groups() const;
   std::vector<std::vector<int>> all_ep_groups() const;
   std::vector<std::vector<int>> all_expert_dp_groups() const;
 
-  // Pipeline neighbours at the same (tp, dp). Without wrap they are -1 past the
+  // Pipeline neighbours at the same (tp, cp, dp). Without wrap they are -1 past the
   // ends; with wrap the last stage's next is the first stage and vice versa,
   // which is how interleaved schedules pass a micro-batch from virtual chunk v
   // on the last stage to chunk v + 1 on the first.
   int prev_pp_rank(int rank, bool wrap = false) const;
   int next_pp_rank(int rank, bool wrap = false) const;
-  int stage_rank(int rank, int stage) const;  // the rank at `stage` with rank's (tp, dp)
+  int stage_rank(int rank, int stage) const;  // the rank at `stage` with rank's (tp, cp, dp)
   bool is_first_stage(int rank) const { return coords(rank).pp == 0; }
   bool is_last_stage(int rank) const { return coords(rank).pp == pp - 1; }
 
-  // "world 8 = tp 2 x dp 2 x pp 2" (one line; with ep > 1 followed by
-  // "; experts: ep 2 x edp 1").
+  // "world 8 = tp 2 x dp 2 x pp 2" (one line; "tp 2 x cp 2 x dp 1 x pp 2"
+  // with cp > 1; with ep > 1 followed by "; experts: ep 2 x edp 1").
   std::string describe() const;
-  // "rank 5: tp 1 dp 0 pp 1" (one line, for start-up logs).
+  // "rank 5: tp 1 dp 0 pp 1" (one line, for start-up logs; " cp 1" after tp's
+  // index with cp > 1).
   std::string describe(int rank) const;
-  // One line per pipeline stage listing its ranks as a dp x tp grid.
+  // One line per pipeline stage listing its ranks as a dp x (cp x tp) grid.
   std::string describe_grid() const;
 
   bool operator==(const Layout& o) const {
-    return world == o.world && tp == o.tp && pp == o.pp && dp == o.dp && ep == o.ep;
+    return world == o.world && tp == o.tp && pp == o.pp && dp == o.dp && ep == o.ep && cp == o.cp;
   }
   bool operator!=(const Layout& o) const { return !(*this == o); }
 };

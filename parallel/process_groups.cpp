@@ -48,12 +48,19 @@ ProcessGroups::ProcessGroups(const WorldEnv& env, const Layout& layout, const st
   pp = make_group("pp", layout_.all_pp_groups());
   model_parallel = make_group("model_parallel", layout_.all_model_parallel_groups());
   embedding = make_group("embedding", layout_.all_embedding_groups());
+  if (layout_.cp > 1) {
+    cp = make_group("cp", layout_.all_cp_groups());
+    dp_cp = make_group("dp_cp", layout_.all_dp_cp_groups());
+  } else {
+    cp = make_group("cp", {{env_.rank}});  // of one: no c10d group
+    dp_cp = dp;
+  }
   if (layout_.ep > 1) {
     ep = make_group("ep", layout_.all_ep_groups());
     expert_dp = make_group("expert_dp", layout_.all_expert_dp_groups());
   } else {
-    ep = make_group("ep", {{env_.rank}});  // of one: no c10d group
-    expert_dp = dp;
+    ep = make_group("ep", {{env_.rank}});
+    expert_dp = dp_cp;
   }
 }
 

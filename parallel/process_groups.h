@@ -74,6 +74,11 @@ class ProcessGroups {
   // (at ep = 1 the dp group itself, not a second one).
   Group ep;
   Group expert_dp;
+  // NOTE [context grid] in parallel/layout.h: the ranks splitting one
+  // sequence (size 1 at cp = 1), and the dp x cp ranks that average the dense
+  // gradients (at cp = 1 the dp group itself).
+  Group cp;
+  Group dp_cp;
 
  private:
   Group make_group(const std::string& name, const std::vector<std::vector<int>>& all);

@@ -1,0 +1,115 @@
+// Context parallelism's communication: see context_parallel.h.
+#include "parallel/context_parallel.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <stdexcept>
+
+#include "core/context_split.h"
+#include "parallel/expert_parallel.h"  // all_to_all_rows
+
+namespace trident {
+
+CpComm parse_cp_comm(const std::string& name) {
+  if (name == "p2p") return CpComm::kP2p;
+  if (name == "all_gather") return CpComm::kAllGather;
+  if (name == "a2a") return CpComm::kA2a;
+  throw std::invalid_argument("parallel.cp_comm = \"" + name + "\": expected \"p2p\", \"all_gather\" or \"a2a\"");
+}
+
+// NOTE [ring order]
+// NCCL matches the k-th send from a rank to a peer with the k-th receive
+// that peer posts from it; there are no tags. Every rank of a ring posts the
+// same steps in the same order, each step's sends to its next rank and
+// receives from its previous one as one coalesced group, so the k-th send of
+// rank r to r+1 is always the k-th receive r+1 posts from r: the forward's
+// key/value block of step i, then (in the backward) the block and the
+// gradient accumulator of step i, in that order on both sides. The group is
+// the cp group alone, a communicator of its own beside the pipeline's, so no
+// pipeline transfer sits between them on a stream. At cp = 2 the next and the
+// previous rank are the same peer; the order above still pairs them.
+RingStep::RingStep(const CpContext& cp, std::vector<at::Tensor> send, std::vector<at::Tensor> recv)
+    : group_(cp.group) {
+  if (!group_ || send.size() != recv.size()) throw std::logic_error("RingStep: needs a cp group and matched tensors");
+  const int n = group_->size(), r = group_->rank, next = (r + 1) % n, prev = (r + n - 1) % n;
+  std::vector<P2POp> ops;
+  for (size_t i = 0; i < send.size(); ++i) ops.push_back({true, send[i], next, static_cast<int>(i)});
+  for (size_t i = 0; i < recv.size(); ++i) ops.push_back({false, recv[i], prev, static_cast<int>(i)});
+  works_ = batch_isend_irecv(*group_, ops);
+  keep_ = std::move(send);
+  keep_.insert(keep_.end(), recv.begin(), recv.end());
+}
+
+void RingStep::wait() {
+  for (const auto& w : works_) wait_work(*group_, w, "context-parallel ring step", -1);
+  works_.clear();
+  keep_.clear();
+}
+
+namespace {
+
+// (cp, b, h, 2c, d) pieces in group order <-> (b, h, s, d) in sequence order.
+at::Tensor pieces_to_sequence(const at::Tensor& pieces, int64_t cp) {
+  const int64_t b = pieces.size(1), h = pieces.size(2), l = pieces.size(3), d = pieces.size(4), s = l * cp;
+  const at::Tensor order = at::tensor(context_gather_order(s, cp), at::TensorOptions().dtype(at::kLong)).to(pieces.device());
+  return pieces.permute({1, 2, 0, 3, 4}).reshape({b, h, s, d}).index_select(2, order);
+}
+
+at::Tensor sequence_to_pieces(const at::Tensor& x, int64_t cp) {
+  const int64_t b = x.size(0), h = x.size(1), s = x.size(2), d = x.size(3);
+  std::vector<int64_t> idx;
+  for (int64_t j = 0; j < cp; ++j) {
+    const std::vector<int64_t> p = context_positions(s, cp, j);
+    idx.insert(idx.end(), p.begin(), p.end());
+  }
+  const at::Tensor order = at::tensor(idx, at::TensorOptions().dtype(at::kLong)).to(x.device());
+  return x.index_select(2, order).view({b, h, cp, s / cp, d}).permute({2, 0, 1, 3, 4}).contiguous();
+}
+
+struct GatherSequence : torch::autograd::Function<GatherSequence> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const Group* g) {
+    ctx->saved_data["group"] = reinterpret_cast<int64_t>(g);
+    at::Tensor part = x.contiguous();
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape.insert(shape.begin(), g->size());
+    at::Tensor full = at::empty(shape, x.options());
+    all_gather_into(*g, full, part);
+    return pieces_to_sequence(full, g->size());
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const Group* g = reinterpret_cast<const Group*>(ctx->saved_data["group"].toInt());
+    at::Tensor full = sequence_to_pieces(grads[0], g->size());
+    at::Tensor part = at::empty(full.sizes().slice(1), full.options());
+    reduce_scatter(*g, part, full);
+    return {part, at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor cp_gather_sequence(const CpContext& cp, const at::Tensor& x) {
+  return cp.group ? GatherSequence::apply(x, cp.group) : x;
+}
+
+// Rank j receives every rank's pieces of its own heads: the all-to-all of
+// equal parts along a leading cp dimension (all_to_all_rows, whose backward
+// is the exchange the other way, the same equal parts).
+at::Tensor cp_heads_to_sequence(const CpContext& cp, const at::Tensor& x) {
+  if (!cp.group) return x;
+  const int64_t n = cp.size(), b = x.size(0), h = x.size(1), l = x.size(2), d = x.size(3);
+  const at::Tensor parts = x.view({b, n, h / n, l, d}).permute({1, 0, 2, 3, 4}).contiguous();  // (cp, b, h/cp, 2c, d)
+  const std::vector<int64_t> ones(static_cast<size_t>(n), 1);
+  return pieces_to_sequence(all_to_all_rows(*cp.group, parts, ones, ones), n);
+}
+
+at::Tensor cp_sequence_to_heads(const CpContext& cp, const at::Tensor& x) {
+  if (!cp.group) return x;
+  const int64_t n = cp.size(), b = x.size(0), hn = x.size(1), s = x.size(2), d = x.size(3);
+  const std::vector<int64_t> ones(static_cast<size_t>(n), 1);
+  const at::Tensor back = all_to_all_rows(*cp.group, sequence_to_pieces(x, n), ones, ones);  // (cp, b, h/cp, 2c, d)
+  return back.permute({1, 0, 2, 3, 4}).reshape({b, n * hn, s / n, d});
+}
+
+}  // namespace trident
