@@ -23,7 +23,7 @@ std::vector<Field> parallel_fields() {
       TRIDENT_FIELD(parallel, tp, at_least(1), "tensor-parallel size"),
       TRIDENT_FIELD(parallel, pp, at_least(1), "pipeline-parallel size (stages)"),
       TRIDENT_FIELD(parallel, dp, auto_or_at_least_1(),
-                    "data-parallel size; -1 = world size / (tp * pp)"),
+                    "data-parallel size; -1 = world size / (tp * cp * pp)"),
       TRIDENT_FIELD(parallel, sequence_parallel, any(),
                     "shard LayerNorm/dropout regions along the sequence over tp"),
       TRIDENT_FIELD(parallel, pipeline_layers, auto_or_at_least_1(),

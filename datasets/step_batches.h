@@ -18,6 +18,7 @@ struct BatchShape {
   int64_t global_batch = 0, micro_batch = 0, seq_len = 0;
   int64_t microbatches = 1;  // per step per DP rank
   int64_t dp_rank = 0, dp = 1;
+  int64_t cp_rank = 0, cp = 1;  // this rank keeps its chunks of each sample (NOTE [context split])
 };
 
 // NOTE [step batches]
@@ -28,11 +29,15 @@ struct BatchShape {
 // read it run after it on the same stream. Micro-batch k is rows
 // [k x mbs, (k+1) x mbs) of them, a view. On the CPU there is no copy and the
 // rows hold what a per-micro-batch load held (same samples, same order).
+// Under context parallelism the ranks of a cp group read the same samples
+// and each keeps only its seq / cp positions of them (NOTE [context split]),
+// sliced on the host before the copy: targets at the positions after the
+// inputs' in the whole sample, so the shift comes before the split.
 class StepBatches {
  public:
   StepBatches(const data::SampleSource& ds, int64_t step, BatchShape shape, c10::Device device)
       : ds_(ds), step_(step), shape_(shape), device_(device) {}
-  // Micro-batch mb's (inputs, targets), (mbs, seq) each.
+  // Micro-batch mb's (inputs, targets), (mbs, seq / cp) each.
   std::pair<at::Tensor, at::Tensor> operator()(int mb);
 
  private:

@@ -183,7 +183,8 @@ std::string Checkpointer::layout_text() const {
   std::string layers;
   for (int64_t n : chunk_layers(cfg_)) layers += (layers.empty() ? "" : ",") + std::to_string(n);
   return "tp=" + std::to_string(p.tp) + " pp=" + std::to_string(p.pp) + " dp=" + std::to_string(p.dp) +
-         (p.ep > 1 ? " ep=" + std::to_string(p.ep) : std::string()) + " chunks=" +
+         (p.ep > 1 ? " ep=" + std::to_string(p.ep) : std::string()) +
+         (p.cp > 1 ? " cp=" + std::to_string(p.cp) : std::string()) + " chunks=" +
          std::to_string(cfg_.schedule.chunks) + " zero=" + std::to_string(p.zero) + " pipeline_layers=[" + layers + "]";
 }
 
@@ -341,7 +342,9 @@ Checkpointer::Shard Checkpointer::collect(int64_t steps_done, bool copy_to_host)
   // The first replica holding a parameter writes it: dp rank 0, and for the
   // routed experts under expert parallelism the first of their expert-data-
   // parallel group, so each expert set is written once (NOTE [expert grid]).
-  const auto first_holder = [&](const ParamInfo& info) { return (info.expert ? pgs_.expert_dp.rank : c.dp) == 0; };
+  const auto first_holder = [&](const ParamInfo& info) {
+    return info.expert ? pgs_.expert_dp.rank == 0 : pgs_.dp_cp.rank == 0;  // dense: dp and cp rank 0
+  };
   for (const auto* params : stage_params_)
     for (const Param& p : *params)
       if (first_holder(p.info) && ckpt::stores_param(p.info, c.tp))

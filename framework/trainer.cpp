@@ -128,8 +128,9 @@ struct Run {
 // The samples micro-batch `mb` of global batch `step` gives this rank (NOTE [step batches]).
 StepBatches step_batches(const Run& r, const data::SampleSource& ds, int64_t step) {
   const auto& t = r.cfg.training;
+  const Coords me = r.pgs->layout().coords(r.pgs->rank());
   const BatchShape shape{t.global_batch_size, t.micro_batch_size, r.cfg.model.seq_len, r.microbatches,
-                         r.pgs->layout().coords(r.pgs->rank()).dp, r.cfg.parallel.dp};
+                         me.dp, r.cfg.parallel.dp, me.cp, r.cfg.parallel.cp};
   return StepBatches(ds, step, shape, r.device);
 }
 
@@ -139,13 +140,15 @@ MicroBatch micro_batch(StepBatches& batches, int mb) {
 }
 
 // Sum over the pipeline (only last stages hold losses), mean over micro-batches
-// and DP, on the device; the result is the step's one read of the loss.
+// and DP (x CP: each rank's loss is the mean over its seq / cp tokens, the
+// same count on every rank, so their mean is the whole sequences' mean), on
+// the device; the result is the step's one read of the loss.
 double reduce_loss(Run& r, const at::Tensor& local_sum) {
   at::Tensor t = local_sum.reshape({1}).to(at::kDouble).clone();
   all_reduce(r.pgs->pp, t);
   t.div_(static_cast<double>(r.microbatches));
-  all_reduce(r.pgs->dp, t);
-  return read_scalar(t, "loss") / static_cast<double>(r.pgs->dp.size());
+  all_reduce(r.pgs->dp_cp, t);
+  return read_scalar(t, "loss") / static_cast<double>(r.pgs->dp_cp.size());
 }
 
 // NOTE [MoE stats]: every stage's statistics of the step, summed over the world (pipeline stages
@@ -334,7 +337,8 @@ void build(Run& r) {
   r.train_data = open_training_data(c, "train", env.rank == 0);
   if (c.training.eval_interval > 0) r.val_data = open_training_data(c, "val", env.rank == 0);
   const Layout layout = Layout::make(env.world_size, static_cast<int>(c.parallel.tp), static_cast<int>(c.parallel.pp),
-                                     static_cast<int>(c.parallel.dp), static_cast<int>(c.parallel.ep));
+                                     static_cast<int>(c.parallel.dp), static_cast<int>(c.parallel.ep),
+                                     static_cast<int>(c.parallel.cp));
   r.pgs = std::make_unique<ProcessGroups>(env, layout, backend,
                                           std::chrono::milliseconds(static_cast<int64_t>(c.parallel.timeout_s * 1000)),
                                           r.device);
@@ -351,7 +355,8 @@ void build(Run& r) {
   std::vector<std::vector<Param*>> stage_params;
   for (int chunk = 0; chunk < r.schedule.chunks; ++chunk) {
     r.stages.push_back(r.model->make_stage(r.schedule.stage_of(pp_rank, chunk), stages, r.tp, c.training.seed,
-                                           EpContext{layout.ep > 1 ? &r.pgs->ep : nullptr}));
+                                           EpContext{layout.ep > 1 ? &r.pgs->ep : nullptr},
+                                           CpContext{layout.cp > 1 ? &r.pgs->cp : nullptr, parse_cp_comm(c.parallel.cp_comm)}));
     r.stages.back()->set_recompute(parse_recompute(c.training.recompute));
     r.stages.back()->set_compute_dtype(c.training.precision == "bf16" ? at::kBFloat16 : at::kFloat);
     r.stages.back()->set_loss_scale(1.0 / static_cast<double>(r.microbatches));
@@ -375,7 +380,8 @@ void build(Run& r) {
   dpo.device = r.device;  // the parameters move into the device's buckets here
   r.dp = std::make_unique<DataParallel>(
       stage_params,
-      DataParallelGroups{&r.pgs->dp, &r.pgs->tp, &r.pgs->model_parallel, &r.pgs->embedding, &r.pgs->expert_dp}, dpo,
+      // The dense gradients over dp x cp (NOTE [context grid]).
+      DataParallelGroups{&r.pgs->dp_cp, &r.pgs->tp, &r.pgs->model_parallel, &r.pgs->embedding, &r.pgs->expert_dp}, dpo,
       AdamWOptions{c.training.beta1, c.training.beta2, c.training.eps, c.training.weight_decay},
       tied_placement(r.model->tied_groups(stages), [&](int s) { return r.schedule.rank_of(s); }, pp_rank,
                      r.schedule.pipeline_ranks),

@@ -16,6 +16,7 @@
 #include <ATen/ATen.h>
 
 #include "core/param.h"  // Param, ParamInfo, TiedGroup
+#include "parallel/context_parallel.h"
 #include "parallel/expert_parallel.h"
 #include "parallel/recompute.h"
 #include "parallel/tensor_parallel.h"
@@ -115,9 +116,13 @@ struct LayerCosts {
 class Model {
  public:
   virtual ~Model() = default;
-  // Virtual stage `stage` of `num_stages` for this rank's TP slice.
+  // Virtual stage `stage` of `num_stages` for this rank's TP slice, its
+  // share of the experts (ep) and of each sequence (cp: NOTE [context split]
+  // in core/context_split.h; the stage's boundary shapes hold seq_len / cp
+  // tokens, the first stage takes (mbs, seq_len / cp) token ids).
   virtual std::unique_ptr<Stage> make_stage(int stage, int num_stages, const TpContext& tp, int64_t seed,
-                                            const EpContext& ep = EpContext{}) const = 0;
+                                            const EpContext& ep = EpContext{},
+                                            const CpContext& cp = CpContext{}) const = 0;
   // Every parameter of the full model once, in a canonical order (the grad
   // norm adds per-parameter squares in this order on every layout). Tied
   // copies are left out: ParamInfo::tied_copy marks a second copy of the

@@ -2,7 +2,9 @@
 // and head. Shapes in comments are per TP rank.
 #include "models/gpt/gpt.h"
 
+#include "core/context_split.h"
 #include "models/common/attention.h"
+#include "models/common/context_attention.h"
 
 #include <algorithm>
 #include <chrono>
@@ -83,8 +85,9 @@ std::vector<PlannedParam> gpt_param_plan(const ModelConfig& cfg, const ChunkSpec
   return std::move(plan.params());
 }
 
-GptStage::GptStage(const ModelConfig& cfg, const ChunkSpec& spec, const TpContext& tp, int64_t seed)
-    : cfg_(cfg), spec_(spec), tp_(tp) {
+GptStage::GptStage(const ModelConfig& cfg, const ChunkSpec& spec, const TpContext& tp, int64_t seed,
+                   const CpContext& cp)
+    : cfg_(cfg), spec_(spec), tp_(tp), cp_(cp) {
   const int64_t t = tp.size();
   // Rules of check_config (core/config_model.cpp) and gpt_rules.cpp, asserted here.
   if (cfg.hidden % cfg.heads != 0 || cfg.heads % t != 0 || cfg.ffn() % t != 0 || cfg.padded_vocab(t) % t != 0 ||
@@ -94,6 +97,13 @@ GptStage::GptStage(const ModelConfig& cfg, const ChunkSpec& spec, const TpContex
   for (auto& planned : gpt_param_plan(cfg, spec, t, tp.rank()))
     params_.push_back({init_shard(seed, planned.info, planned.local_shape), planned.info});
   index_params();
+  if (cp.size() > 1 && spec.has_embedding)
+    positions_ = at::tensor(context_positions(cfg.seq_len, cp.size(), cp.rank()), at::kLong);
+}
+
+std::vector<Buffer> GptStage::buffers() {
+  if (!positions_.defined()) return {};
+  return {{"cp.positions", &positions_}};
 }
 
 void GptStage::index_params() {
@@ -136,7 +146,7 @@ at::Tensor GptStage::attention(const BlockParams& b, const at::Tensor& x) const 
   const double dropout = this->dropout();
   // The attention core: (b, s, 3 hidden/tp) -> (b, s, hidden/tp), holding
   // (b, heads/tp, s, s) scores; what selective recomputation drops.
-  auto core = [heads, hd, dropout](const at::Tensor& qkv_flat) {
+  auto core = [heads, hd, dropout, cp = cp_](const at::Tensor& qkv_flat) {
     const int64_t batch = qkv_flat.size(0), s = qkv_flat.size(1);  // full sequence, also under SP
     // One unbind, whose backward stacks the three gradients into one tensor
     // (three selects would each scatter theirs into a zero-filled copy of it).
@@ -144,7 +154,8 @@ at::Tensor GptStage::attention(const BlockParams& b, const at::Tensor& x) const 
     const at::Tensor q = parts[0].transpose(1, 2);  // (b, heads/tp, s, hd)
     const at::Tensor k = parts[1].transpose(1, 2);
     const at::Tensor v = parts[2].transpose(1, 2);
-    return causal_attention(q, k, v, dropout).transpose(1, 2).reshape({batch, s, heads * hd});  // (b, s, hidden/tp)
+    const at::Tensor y = cp.size() > 1 ? context_attention(cp, q, k, v) : causal_attention(q, k, v, dropout);
+    return y.transpose(1, 2).reshape({batch, s, heads * hd});  // (b, s, hidden/tp)
   };
   at::Tensor y = recompute_ == Recompute::kSelective ? trident::recompute(core, qkv) : core(qkv);
   return row_parallel_linear(tp_, y, compute_param(b.attn_proj_weight), compute_param(b.attn_proj_bias));
@@ -167,7 +178,8 @@ at::Tensor GptStage::block(int64_t layer, const at::Tensor& x) const {
 }
 
 std::vector<int64_t> GptStage::hidden_shape(int64_t mbs) const {
-  return {mbs, tp_.sequence_parallel ? cfg_.seq_len / tp_.size() : cfg_.seq_len, cfg_.hidden};
+  const int64_t s = cfg_.seq_len / cp_.size();
+  return {mbs, tp_.sequence_parallel ? s / tp_.size() : s, cfg_.hidden};
 }
 
 at::Tensor GptStage::run(const at::Tensor& input, const at::Tensor& targets) const {
@@ -175,7 +187,8 @@ at::Tensor GptStage::run(const at::Tensor& input, const at::Tensor& targets) con
   if (spec_.has_embedding) {
     const at::Tensor word = compute_param(word_);
     x = vocab_parallel_embedding(tp_, input, word, tp_.rank() * word.size(0));  // (b, s[/tp], hidden)
-    at::Tensor pos = compute_param(position_).narrow(0, 0, input.size(1));
+    at::Tensor pos = positions_.defined() ? compute_param(position_).index_select(0, positions_)  // NOTE [context split]
+                                          : compute_param(position_).narrow(0, 0, input.size(1));
     if (tp_.sequence_parallel) {
       const int64_t part = input.size(1) / tp_.size();
       pos = pos.narrow(0, tp_.rank() * part, part);
@@ -197,10 +210,10 @@ at::Tensor GptStage::run(const at::Tensor& input, const at::Tensor& targets) con
 }
 
 std::unique_ptr<Stage> GptModel::make_stage(int stage, int num_stages, const TpContext& tp, int64_t seed,
-                                           const EpContext& ep) const {
+                                           const EpContext& ep, const CpContext& cp) const {
   if (ep.size() > 1) throw std::logic_error("GptModel: a dense model has no experts to split over ep");
   const auto specs = split_layers(cfg_.layers, num_stages, pipeline_layers_);
-  return std::make_unique<GptStage>(cfg_, specs.at(static_cast<size_t>(stage)), tp, seed);
+  return std::make_unique<GptStage>(cfg_, specs.at(static_cast<size_t>(stage)), tp, seed, cp);
 }
 
 std::vector<ParamInfo> GptModel::unique_params(int num_stages) const {

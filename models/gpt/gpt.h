@@ -38,7 +38,8 @@ std::vector<PlannedParam> gpt_param_plan(const ModelConfig& cfg, const ChunkSpec
 // pp = 1; fp32 costs twice the bytes).
 class GptStage : public Stage {
  public:
-  GptStage(const ModelConfig& cfg, const ChunkSpec& spec, const TpContext& tp, int64_t seed);
+  GptStage(const ModelConfig& cfg, const ChunkSpec& spec, const TpContext& tp, int64_t seed,
+           const CpContext& cp = CpContext{});
 
   // First stage: input is token ids (batch, seq) int64; otherwise the hidden
   // state (batch, seq, hidden), or (batch, seq/tp, hidden) under sequence
@@ -63,6 +64,8 @@ class GptStage : public Stage {
   void set_boundary_dtype(at::ScalarType dtype) override { boundary_ = dtype; }
   at::ScalarType boundary_dtype() const override { return boundary_; }
   void set_training(bool training) override { training_ = training; }
+  // Under context parallelism, this rank's positions (NOTE [context split]), "cp.positions".
+  std::vector<Buffer> buffers() override;
   const std::vector<Param>& params() const { return params_; }
   const ChunkSpec& spec() const { return spec_; }
 
@@ -93,6 +96,8 @@ class GptStage : public Stage {
   ModelConfig cfg_;
   ChunkSpec spec_;
   TpContext tp_;
+  CpContext cp_;         // this rank's share of each sequence (NOTE [context split])
+  at::Tensor positions_;  // cp > 1, first stage: (seq_len / cp) int64, the positions of its tokens
   std::vector<Param> params_;
   CastCache casts_;  // compute_param()'s compute-dtype copies (NOTE [cast once per step])
   Recompute recompute_ = Recompute::kNone;
@@ -112,7 +117,8 @@ class GptModel : public Model {
   GptModel(const ModelConfig& cfg, std::vector<int64_t> pipeline_layers)
       : cfg_(cfg), pipeline_layers_(std::move(pipeline_layers)) {}
   std::unique_ptr<Stage> make_stage(int stage, int num_stages, const TpContext& tp, int64_t seed,
-                                    const EpContext& ep = EpContext{}) const override;
+                                    const EpContext& ep = EpContext{},
+                                    const CpContext& cp = CpContext{}) const override;
   std::vector<ParamInfo> unique_params(int num_stages) const override;
   std::vector<TiedGroup> tied_groups(int num_stages) const override {
     return {{"embedding.word.weight", {0, num_stages - 1}}};  // the embedding and the LM head

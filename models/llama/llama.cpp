@@ -5,7 +5,9 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "core/context_split.h"
 #include "models/common/attention.h"
+#include "models/common/context_attention.h"
 #include "models/common/moe.h"
 #include "models/common/rms_norm.h"
 
@@ -126,8 +128,8 @@ at::Tensor rope_inv_freq(const ModelConfig& cfg) {
 }
 
 LlamaStage::LlamaStage(const ModelConfig& cfg, const ChunkSpec& spec, const TpContext& tp, int64_t seed,
-                       const EpContext& ep)
-    : cfg_(cfg), spec_(spec), tp_(tp), ep_(ep) {
+                       const EpContext& ep, const CpContext& cp)
+    : cfg_(cfg), spec_(spec), tp_(tp), ep_(ep), cp_(cp) {
   const int64_t t = tp.size();
   // Rules of check_config (core/config_model.cpp) and llama_rules.cpp, asserted here.
   if (cfg.hidden % cfg.heads != 0 || cfg.heads % cfg.kv() != 0 || cfg.kv() % t != 0 || cfg.ffn() % t != 0 ||
@@ -164,8 +166,9 @@ LlamaStage::LlamaStage(const ModelConfig& cfg, const ChunkSpec& spec, const TpCo
     head_ = cfg.tie_embeddings ? at("embedding.word.weight", true) : at("head.weight");
   }
   if (spec_.num_layers > 0) {
-    // (seq, d): the angles of position s, each frequency twice (the two halves of a head).
-    const at::Tensor pos = at::arange(cfg.seq_len, at::kLong).to(at::kFloat);
+    // (seq / cp, d): the angles of this rank's positions (NOTE [context split]), each
+    // frequency twice (the two halves of a head).
+    const at::Tensor pos = at::tensor(context_positions(cfg.seq_len, cp.size(), cp.rank()), at::kLong).to(at::kFloat);
     const at::Tensor freqs = at::outer(pos, rope_inv_freq(cfg));
     const at::Tensor emb = at::cat({freqs, freqs}, -1);
     cos_ = emb.cos();
@@ -230,7 +233,8 @@ at::Tensor LlamaStage::attention(const BlockParams& b, const at::Tensor& x) cons
     const at::Tensor qh = rotate(q4.transpose(1, 2), rope);  // (b, H/tp, s, d)
     const at::Tensor kh = rotate(k4.transpose(1, 2), rope);  // (b, K/tp, s, d)
     const at::Tensor vh = v2.view({bs, s, kv, d}).transpose(1, 2);
-    return causal_attention(qh, kh, vh, 0.0).transpose(1, 2).reshape({bs, s, heads * d});
+    const at::Tensor y = cp_.size() > 1 ? context_attention(cp_, qh, kh, vh) : causal_attention(qh, kh, vh, 0.0);
+    return y.transpose(1, 2).reshape({bs, s, heads * d});
   };
   at::Tensor y;
   if (recompute_ == Recompute::kSelective) {
@@ -321,7 +325,8 @@ at::Tensor LlamaStage::block(int64_t layer, const at::Tensor& x) const {
 }
 
 std::vector<int64_t> LlamaStage::hidden_shape(int64_t mbs) const {
-  return {mbs, tp_.sequence_parallel ? cfg_.seq_len / tp_.size() : cfg_.seq_len, cfg_.hidden};
+  const int64_t s = cfg_.seq_len / cp_.size();
+  return {mbs, tp_.sequence_parallel ? s / tp_.size() : s, cfg_.hidden};
 }
 
 at::Tensor LlamaStage::embed(const at::Tensor& ids) const {
@@ -356,9 +361,9 @@ at::Tensor LlamaStage::logits(const at::Tensor& ids) const {
 }
 
 std::unique_ptr<Stage> LlamaModel::make_stage(int stage, int num_stages, const TpContext& tp, int64_t seed,
-                                             const EpContext& ep) const {
+                                             const EpContext& ep, const CpContext& cp) const {
   const auto specs = split_layers(cfg_.layers, num_stages, pipeline_layers_);
-  return std::make_unique<LlamaStage>(cfg_, specs.at(static_cast<size_t>(stage)), tp, seed, ep);
+  return std::make_unique<LlamaStage>(cfg_, specs.at(static_cast<size_t>(stage)), tp, seed, ep, cp);
 }
 
 std::vector<ParamInfo> LlamaModel::unique_params(int num_stages) const {

@@ -52,7 +52,7 @@ at::Tensor rope_inv_freq(const ModelConfig& cfg);
 class LlamaStage : public Stage {
  public:
   LlamaStage(const ModelConfig& cfg, const ChunkSpec& spec, const TpContext& tp, int64_t seed,
-             const EpContext& ep = EpContext{});
+             const EpContext& ep = EpContext{}, const CpContext& cp = CpContext{});
 
   at::Tensor forward(const at::Tensor& input, const at::Tensor& targets) override { return run(input, targets); }
   std::vector<int64_t> input_shape(int64_t micro_batch_size) const override { return hidden_shape(micro_batch_size); }
@@ -106,6 +106,7 @@ class LlamaStage : public Stage {
   ChunkSpec spec_;
   TpContext tp_;
   EpContext ep_;  // the routed experts' group (NOTE [expert dispatch])
+  CpContext cp_;  // this rank's share of each sequence (NOTE [context split])
   std::vector<Param> params_;
   CastCache casts_;  // compute_param()'s compute-dtype copies (NOTE [cast once per step])
   Recompute recompute_ = Recompute::kNone;
@@ -113,7 +114,7 @@ class LlamaStage : public Stage {
   at::ScalarType boundary_ = at::kFloat;  // what the hidden state crosses a pipeline boundary in
   double loss_scale_ = 1.0;                // the aux losses' backward scale (set_loss_scale)
   mutable at::Tensor moe_stats_;           // NOTE [MoE stats]: (layers, experts + 3) fp64, since the last take
-  at::Tensor cos_, sin_;  // (seq_len, head_dim) fp32, on the stage's device (buffers())
+  at::Tensor cos_, sin_;  // (seq_len / cp, head_dim) fp32 at this rank's positions, on the stage's device (buffers())
   mutable RopeTables rope_;
   size_t word_ = 0, final_norm_ = 0, head_ = 0;
   std::vector<BlockParams> blocks_;  // blocks_[l - spec_.first_layer]
@@ -124,7 +125,8 @@ class LlamaModel : public Model {
   LlamaModel(const ModelConfig& cfg, std::vector<int64_t> pipeline_layers)
       : cfg_(cfg), pipeline_layers_(std::move(pipeline_layers)) {}
   std::unique_ptr<Stage> make_stage(int stage, int num_stages, const TpContext& tp, int64_t seed,
-                                    const EpContext& ep = EpContext{}) const override;
+                                    const EpContext& ep = EpContext{},
+                                    const CpContext& cp = CpContext{}) const override;
   std::vector<ParamInfo> unique_params(int num_stages) const override;
   std::vector<TiedGroup> tied_groups(int num_stages) const override;
   double flops_per_token() const override;

@@ -182,6 +182,18 @@ def cases(work, cores, trident="build/trident", busy_port=0):
          ["parallel.ep (2) must divide parallel.dp (1)"]),
         ("ep zero", 2, "train --config configs/mixtral-tiny.toml --set parallel.ep=0",
          ["parallel.ep"]),
+        # NOTE [context split]: 2 x cp equal chunks per sequence; cp_comm only with cp > 1.
+        ("cp_comm without cp", 2, "train --config configs/llama-tiny.toml --set parallel.cp_comm=a2a",
+         ["parallel.cp_comm = \"a2a\" with parallel.cp = 1: no sequence is split"]),
+        ("cp not splitting the sequence", 2, "train --config configs/gpt-tiny.toml --set parallel.cp=3",
+         ["parallel.cp = 3 needs model.seq_len (32) divisible by 2 x cp = 6"]),
+        ("ulysses heads not dividing", 2,
+         "train --config configs/llama-tiny.toml --set parallel.cp=8 --set parallel.cp_comm=a2a",
+         ["parallel.cp_comm = \"a2a\" scatters each rank's heads over cp", "must be divisible by parallel.cp (8)"]),
+        ("cp on an MoE model", 2, "train --config configs/mixtral-tiny.toml --set parallel.cp=2",
+         ["parallel.cp = 2 with model.arch = \"mixtral\"", "expected parallel.cp = 1"]),
+        ("cp zero", 2, "train --config configs/llama-tiny.toml --set parallel.cp=0",
+         ["parallel.cp"]),
         ("plan mixtral", 2, "plan --config configs/mixtral-tiny.toml --cluster configs/clusters/dgx-h100.toml --gpus 8",
          ["the planner prices the dense families"]),
         # NOTE [held store port]: the launcher's listening socket is rank 0's alone, and must listen on MASTER_PORT.

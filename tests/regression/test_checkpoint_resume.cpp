@@ -253,6 +253,31 @@ TEST(CheckpointReshard, MixtralEp2ToOneProcess) {
   EXPECT_TRUE(resumed_part_matches(full, tmp.file("run"), 1e-5));
 }
 
+// Context parallelism (NOTE [context grid]): the ranks of a cp group hold the
+// same parameters, written once (by dp and cp rank 0); ZeRO-1 shards the
+// moments over dp x cp. A checkpoint resumes exactly under its own layout, and
+// as cp changes: cp 2 -> 1 and 1 -> 4, within the contract.
+TEST(CheckpointResume, LlamaCp2WithZeroIsBitExact) {
+  TempDir tmp("resume-cp");
+  const std::vector<std::string> layout = {"parallel.cp=2", "parallel.zero=1"};
+  const std::string full = branch_and_resume(tmp, 2, layout, 2, layout, "configs/llama-tiny.toml");
+  EXPECT_TRUE(resumed_part_matches(full, tmp.file("run"), 0));
+}
+
+TEST(CheckpointReshard, LlamaCp2ToOneProcess) {
+  TempDir tmp("reshard-cp21");
+  const std::string full = branch_and_resume(tmp, 2, {"parallel.cp=2", "parallel.zero=1"}, 1, {"parallel.cp=1"},
+                                             "configs/llama-tiny.toml");
+  EXPECT_TRUE(resumed_part_matches(full, tmp.file("run"), 1e-5));
+}
+
+TEST(CheckpointReshard, LlamaOneProcessToCp4) {
+  TempDir tmp("reshard-cp14");
+  const std::string full = branch_and_resume(tmp, 1, {"parallel.cp=1"}, 4,
+                                             {"parallel.cp=4", "parallel.cp_comm=all_gather"}, "configs/llama-tiny.toml");
+  EXPECT_TRUE(resumed_part_matches(full, tmp.file("run"), 1e-5));
+}
+
 // ---- a rank killed during a save ----------------------------------------------
 
 // Rank 1 writes its whole shard of step 10, then dies before the commit (on the

@@ -54,16 +54,18 @@ struct Row {
   bool overlap;
   std::vector<std::string> extra;  // beyond the six factors
   std::string config = kGpt;
-  int world() const { return tp * pp * dp; }
+  int world() const { return tp * pp * dp * cp(); }
   bool two_chunks() const {
     return kind == "interleaved" || kind == "zb-v" || kind == "v-half" || kind == "v-min" || kind == "dualpipev";
   }
   bool bf16() const { return std::find(extra.begin(), extra.end(), kBf16) != extra.end(); }
-  int ep() const {
+  int factor(const std::string& key) const {
     for (const auto& e : extra)
-      if (e.rfind("parallel.ep=", 0) == 0) return std::stoi(e.substr(e.find('=') + 1));
+      if (e.rfind(key + "=", 0) == 0) return std::stoi(e.substr(e.find('=') + 1));
     return 1;
   }
+  int ep() const { return factor("parallel.ep"); }
+  int cp() const { return factor("parallel.cp"); }
   std::string name() const {
     std::string n = "tp" + std::to_string(tp) + "_pp" + std::to_string(pp) + "_dp" + std::to_string(dp) + "_" +
                     kind + "_zero" + std::to_string(zero) + (overlap ? "_overlap" : "_nooverlap");
@@ -82,6 +84,10 @@ struct Row {
         n += "_ep" + e.substr(e.find('=') + 1);
       else if (e == kNcclRules)
         n += "_ncclrules";
+      else if (e.rfind("parallel.cp=", 0) == 0)
+        n += "_cp" + e.substr(e.find('=') + 1);
+      else if (e.rfind("parallel.cp_comm=", 0) == 0)
+        n += "_" + e.substr(e.find('=') + 1);
       else
         n += "_uneven";
     }
@@ -128,7 +134,7 @@ const std::vector<Row>& rows() {
 
 void PrintTo(const Row& r, std::ostream* os) { *os << r.name(); }
 
-bool bit_identical_class(const Row& r) { return r.tp == 1 && r.dp == 1; }
+bool bit_identical_class(const Row& r) { return r.tp == 1 && r.dp == 1 && r.cp() == 1; }
 
 // Runs `trident compare` on two run directories; true when within rtol.
 // `keys`: which metrics (trident compare's default, loss and grad_norm, when empty).
@@ -212,6 +218,31 @@ const std::vector<Row>& moe_rows() {
   return r;
 }
 
+// Context parallelism (NOTE [context grid], NOTE [context split]): each
+// sequence split over cp ranks, attention by the ring (p2p), by gathered keys
+// and values, or by Ulysses' all-to-all; the gradients averaged over dp x cp.
+// Within 1e-5 of the single process like a dp row (the split changes the
+// order of attention's and the gradients' sums only): GPT's learned and
+// Llama's rotary positions at the split's positions, grouped-query heads,
+// cp with sequence parallelism under tp, with pipelining under 1f1b and a
+// split backward (zb-v), with ZeRO-1 over dp x cp, under NCCL's rules beside
+// the pipeline's transfers, bf16 and selective recomputation.
+const std::string kCp2 = "parallel.cp=2";
+const std::vector<Row>& cp_rows() {
+  static const std::vector<Row> r = {
+      {1, 1, 1, "1f1b", 0, true, {kCp2}, kLlama},
+      {1, 1, 1, "1f1b", 0, true, {kCp2, "parallel.cp_comm=all_gather"}, kLlama},
+      {1, 1, 1, "1f1b", 0, true, {kCp2, "parallel.cp_comm=a2a"}, kLlama},
+      {1, 1, 1, "1f1b", 0, true, {"parallel.cp=4"}, kLlama},
+      {1, 1, 2, "1f1b", 1, true, {kCp2}},
+      {2, 1, 1, "1f1b", 0, true, {kCp2, "parallel.sequence_parallel=true"}, kLlama},
+      {1, 2, 1, "zb-v", 0, true, {kCp2, "training.recompute=selective"}, kLlama},
+      {1, 2, 1, "1f1b", 0, true, {kCp2, kNcclRules}},
+      {1, 1, 1, "1f1b", 0, true, {kCp2, kBf16}, kLlama},
+  };
+  return r;
+}
+
 // training.precision = "bf16" under the schedules with a split backward
 // (NOTE [I/W split]): the W of a bf16 weight, the autograd cast of its fp32
 // master, must reach the master exactly as B does. Pipeline-only rows are
@@ -291,7 +322,7 @@ void expect_row_matches_reference(const Row& r) {
       EXPECT_TRUE(field(s, "dp_reduced_elements") > 0 && field(s, "dp_reduced_elements") < field(s, "local_parameters"))
           << "rank " << field(s, "rank") << " of " << r.name();
     else
-      EXPECT_EQ(field(s, "dp_reduced_elements"), r.dp > 1 ? field(s, "local_parameters") : 0)
+      EXPECT_EQ(field(s, "dp_reduced_elements"), r.dp * r.cp() > 1 ? field(s, "local_parameters") : 0)
           << "rank " << field(s, "rank") << " of " << r.name();
   }
   if (bit_identical_class(r) || !r.bf16()) {
@@ -321,6 +352,13 @@ class MoeMatrixRow : public ::testing::TestWithParam<Row> {};
 TEST_P(MoeMatrixRow, MatchesReference) { expect_row_matches_reference(GetParam()); }
 
 INSTANTIATE_TEST_SUITE_P(Rows, MoeMatrixRow, ::testing::ValuesIn(moe_rows()),
+                         [](const ::testing::TestParamInfo<Row>& param_info) { return param_info.param.name(); });
+
+class CpMatrixRow : public ::testing::TestWithParam<Row> {};
+
+TEST_P(CpMatrixRow, MatchesReference) { expect_row_matches_reference(GetParam()); }
+
+INSTANTIATE_TEST_SUITE_P(Rows, CpMatrixRow, ::testing::ValuesIn(cp_rows()),
                          [](const ::testing::TestParamInfo<Row>& param_info) { return param_info.param.name(); });
 
 class Bf16MatrixRow : public ::testing::TestWithParam<Row> {};
