@@ -262,6 +262,13 @@ TEST(CheckpointResume, LlamaCp2WithZeroIsBitExact) {
   const std::vector<std::string> layout = {"parallel.cp=2", "parallel.zero=1"};
   const std::string full = branch_and_resume(tmp, 2, layout, 2, layout, "configs/llama-tiny.toml");
   EXPECT_TRUE(resumed_part_matches(full, tmp.file("run"), 0));
+  // Each parameter once: in cp rank 0's index, not in cp rank 1's (its ZeRO-1 moment shards only).
+  const auto index = [&](int rank) { return slurp(tmp.file("ck/step-00000010/rank-0000" + std::to_string(rank) + ".json")); };
+  for (const char* name : {"embedding.word.weight", "layers.0.attn.q.weight", "final_norm.weight"}) {
+    const std::string entry = std::string("\"name\": \"") + name + "\"";
+    EXPECT_NE(index(0).find(entry), std::string::npos) << name;
+    EXPECT_EQ(index(1).find(entry), std::string::npos) << name << " written by cp rank 1 too";
+  }
 }
 
 TEST(CheckpointReshard, LlamaCp2ToOneProcess) {

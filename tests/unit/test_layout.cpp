@@ -123,6 +123,46 @@ TEST(Layout, ExpertGridFoldsOverTheDataParallelReplicas) {
   EXPECT_THROW(Layout::make(8, 1, 2, 4, 0), ConfigError);
 }
 
+// NOTE [rank order], NOTE [context grid]: world 16 = tp 2 x cp 2 x dp 2 x pp 2,
+// Megatron's order tp, cp, dp, pp: a cp group is the ranks tp apart at one
+// (tp, dp, pp); the gradients' group is every dp x cp rank at one (tp, pp),
+// which is the union of the cp groups of one dp group; the samples' dp group
+// keeps the cp index.
+TEST(Layout, ContextGridSitsBetweenTpAndDp) {
+  const Layout l = Layout::make(16, 2, 2, 2, 1, 2);
+  EXPECT_EQ(l.coords(7), (Coords{1, 1, 0, 1}));  // 7 = ((0·2 + 1)·2 + 1)·2 + 1
+  EXPECT_EQ(l.rank(Coords{1, 1, 1, 0}), 13);
+  EXPECT_EQ(l.tp_group(7), (std::vector<int>{6, 7}));
+  EXPECT_EQ(l.cp_group(7), (std::vector<int>{5, 7}));
+  EXPECT_EQ(l.dp_group(7), (std::vector<int>{3, 7}));
+  EXPECT_EQ(l.dp_cp_group(7), (std::vector<int>{1, 3, 5, 7}));
+  EXPECT_EQ(l.pp_group(7), (std::vector<int>{7, 15}));
+  EXPECT_EQ(l.model_parallel_group(7), (std::vector<int>{6, 7, 14, 15}));
+  EXPECT_EQ(l.all_cp_groups(), (std::vector<std::vector<int>>{{0, 2}, {1, 3}, {4, 6}, {5, 7},
+                                                               {8, 10}, {9, 11}, {12, 14}, {13, 15}}));
+  EXPECT_EQ(l.all_dp_cp_groups(), (std::vector<std::vector<int>>{{0, 2, 4, 6}, {1, 3, 5, 7},
+                                                                  {8, 10, 12, 14}, {9, 11, 13, 15}}));
+  EXPECT_EQ(l.describe(), "world 16 = tp 2 x cp 2 x dp 2 x pp 2");
+  EXPECT_EQ(l.describe(7), "rank 7: tp 1 cp 1 dp 1 pp 0");
+  EXPECT_NE(l.describe_grid().find("stage 1: [8 9 / 10 11 | 12 13 / 14 15]"), std::string::npos) << l.describe_grid();
+  for (int r = 0; r < l.world; ++r) {
+    ASSERT_EQ(l.rank(l.coords(r)), r);
+    std::set<int> both;
+    for (int a : l.dp_group(r))
+      for (int b : l.cp_group(a)) both.insert(b);
+    const std::vector<int> g = l.dp_cp_group(r);
+    EXPECT_EQ(both, std::set<int>(g.begin(), g.end())) << "rank " << r;
+  }
+  // cp = 1: the gradients' group is dp's, and a cp group is the rank alone.
+  const Layout one = Layout::make(8, 2, 2, 2);
+  for (int r = 0; r < one.world; ++r) {
+    EXPECT_EQ(one.dp_cp_group(r), one.dp_group(r));
+    EXPECT_EQ(one.cp_group(r), (std::vector<int>{r}));
+  }
+  EXPECT_THROW(Layout::make(8, 2, 2, 2, 1, 2), ConfigError);  // tp 2 x cp 2 x dp 2 x pp 2 = 16
+  EXPECT_THROW(Layout::make(8, 1, 1, 4, 2, 2), ConfigError);  // ep with cp: not folded yet
+}
+
 TEST(Layout, OutOfRangeRanksAndCoordsThrow) {
   const Layout l = Layout::make(4, 2, 2, 1);
   EXPECT_THROW(l.coords(4), std::out_of_range);
