@@ -225,8 +225,9 @@ const std::vector<Row>& moe_rows() {
 // order of attention's and the gradients' sums only): GPT's learned and
 // Llama's rotary positions at the split's positions, grouped-query heads,
 // cp with sequence parallelism under tp, with pipelining under 1f1b and a
-// split backward (zb-v), with ZeRO-1 over dp x cp, under NCCL's rules beside
-// the pipeline's transfers, bf16 and selective recomputation.
+// split backward (zb-v) and interleaved, with ZeRO-1 over dp x cp, under
+// NCCL's rules beside the pipeline's transfers, bf16 and selective
+// recomputation; both families under each kind and at cp 4.
 const std::string kCp2 = "parallel.cp=2";
 const std::vector<Row>& cp_rows() {
   static const std::vector<Row> r = {
@@ -239,6 +240,10 @@ const std::vector<Row>& cp_rows() {
       {1, 2, 1, "zb-v", 0, true, {kCp2, "training.recompute=selective"}, kLlama},
       {1, 2, 1, "1f1b", 0, true, {kCp2, kNcclRules}},
       {1, 1, 1, "1f1b", 0, true, {kCp2, kBf16}, kLlama},
+      {1, 2, 1, "interleaved", 0, true, {kCp2}, kLlama},
+      {1, 1, 1, "1f1b", 0, true, {kCp2, "parallel.cp_comm=all_gather"}},
+      {1, 1, 1, "1f1b", 0, true, {kCp2, "parallel.cp_comm=a2a"}},
+      {1, 1, 1, "1f1b", 0, true, {"parallel.cp=4"}},
   };
   return r;
 }

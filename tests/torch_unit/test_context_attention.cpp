@@ -1,13 +1,15 @@
 // Attention over a context-parallel sequence (models/common/context_attention.h)
 // against causal attention over the whole sequence on one rank: each rank's
 // output rows and its dq, dk, dv equal the whole sequence's at its chunks'
-// positions (NOTE [context split]), for every cp_comm kind, grouped-query
-// heads, cp 2 and 4, under Gloo and under NCCL's rules (the ring's coalesced
-// steps: NOTE [ring order]).
+// positions (NOTE [context split]), within 1e-6 of the largest value (fp32
+// against the fp64 answer), for every cp_comm kind, grouped-query heads,
+// cp 2 and 4, under Gloo and under NCCL's rules (the ring's coalesced steps:
+// NOTE [ring order]).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -23,19 +25,35 @@ struct Whole {
   at::Tensor q, k, v, w, out, dq, dk, dv;
 };
 
-// (b, heads, s, d) inputs, a fixed output weighting, and the whole sequence's
-// output and gradients of sum(out * w).
+// (b, heads, s, d) fp32 inputs, a fixed output weighting, and the whole
+// sequence's output and gradients of sum(out * w), computed in fp64 from the
+// same values: the exact answer the fp32 kinds are held to.
 Whole whole(int64_t s, int64_t heads, int64_t kv) {
   at::manual_seed(11);
   Whole x;
-  x.q = at::randn({2, heads, s, 8}).requires_grad_();
-  x.k = at::randn({2, kv, s, 8}).requires_grad_();
-  x.v = at::randn({2, kv, s, 8}).requires_grad_();
+  x.q = at::randn({2, heads, s, 8});
+  x.k = at::randn({2, kv, s, 8});
+  x.v = at::randn({2, kv, s, 8});
   x.w = at::randn({2, heads, s, 8});
-  x.out = causal_attention_explicit(x.q, x.k, x.v);
-  (x.out * x.w).sum().backward();
-  x.dq = x.q.grad(), x.dk = x.k.grad(), x.dv = x.v.grad();
+  const at::Tensor q = x.q.to(at::kDouble).requires_grad_(), k = x.k.to(at::kDouble).requires_grad_(),
+                   v = x.v.to(at::kDouble).requires_grad_();
+  // softmax(q kᵀ / √d, causal) v in fp64 throughout, each key/value head read by its query group.
+  const int64_t group = heads / kv;
+  const auto rep = [&](const at::Tensor& t) { return t.repeat_interleave(group, 1); };
+  const at::Tensor future = at::ones({s, s}, at::kBool).triu(1);
+  const at::Tensor p = at::softmax(
+      (at::matmul(q, rep(k).transpose(-2, -1)) / std::sqrt(8.0)).masked_fill(future, -INFINITY), -1);
+  const at::Tensor out = at::matmul(p, rep(v));
+  (out * x.w.to(at::kDouble)).sum().backward();
+  x.out = out.detach(), x.dq = q.grad(), x.dk = k.grad(), x.dv = v.grad();
   return x;
+}
+
+// max |got - want| / max |want|: within 1e-6 is fp32's rounding of the whole.
+::testing::AssertionResult near(const at::Tensor& got, const at::Tensor& want, const char* what, int rank) {
+  const double err = (got.to(at::kDouble) - want).abs().max().item<double>() / want.abs().max().item<double>();
+  if (err <= 1e-6) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ", rank " << rank << ": relative max difference " << err;
 }
 
 void check(const std::string& comm, int cp, const std::string& backend, int64_t heads = 4, int64_t kv = 2) {
@@ -48,15 +66,10 @@ void check(const std::string& comm, int cp, const std::string& backend, int64_t 
     const at::Tensor q = mine(x.q).requires_grad_(), k = mine(x.k).requires_grad_(), v = mine(x.v).requires_grad_();
     const at::Tensor out = context_attention(ctx, q, k, v);
     (out * mine(x.w)).sum().backward();
-    const double tol = 2e-6;
-    EXPECT_TRUE(at::allclose(out, mine(x.out), tol, tol)) << "out, rank " << g.rank << ": max diff "
-                                                          << (out - mine(x.out)).abs().max().item<double>();
-    EXPECT_TRUE(at::allclose(q.grad(), mine(x.dq), tol, tol)) << "dq, rank " << g.rank << ": max diff "
-                                                              << (q.grad() - mine(x.dq)).abs().max().item<double>();
-    EXPECT_TRUE(at::allclose(k.grad(), mine(x.dk), tol, tol)) << "dk, rank " << g.rank << ": max diff "
-                                                              << (k.grad() - mine(x.dk)).abs().max().item<double>();
-    EXPECT_TRUE(at::allclose(v.grad(), mine(x.dv), tol, tol)) << "dv, rank " << g.rank << ": max diff "
-                                                              << (v.grad() - mine(x.dv)).abs().max().item<double>();
+    EXPECT_TRUE(near(out, mine(x.out), "out", g.rank));
+    EXPECT_TRUE(near(q.grad(), mine(x.dq), "dq", g.rank));
+    EXPECT_TRUE(near(k.grad(), mine(x.dk), "dk", g.rank));
+    EXPECT_TRUE(near(v.grad(), mine(x.dv), "dv", g.rank));
   }, backend);
   for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
