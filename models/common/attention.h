@@ -21,4 +21,7 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
 // is tested against.
 at::Tensor causal_attention_explicit(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
 
+// (b, kv, s, d) -> (b, kv · group, s, d): each key/value head repeated for its query group.
+at::Tensor repeat_kv_heads(const at::Tensor& x, int64_t group);
+
 }  // namespace trident

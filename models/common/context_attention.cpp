@@ -17,13 +17,6 @@ namespace trident {
 
 namespace {
 
-// (b, kv, n, d) -> (b, kv · group, n, d): each key/value head for its query group.
-at::Tensor repeat_heads(const at::Tensor& x, int64_t group) {
-  if (group == 1) return x;
-  const int64_t b = x.size(0), kv = x.size(1), n = x.size(2), d = x.size(3);
-  return x.unsqueeze(2).expand({b, kv, group, n, d}).reshape({b, kv * group, n, d});
-}
-
 // The sum over each query group of a (b, kv · group, n, d) gradient: (b, kv, n, d).
 at::Tensor sum_heads(const at::Tensor& x, int64_t group) {
   if (group == 1) return x;
@@ -66,6 +59,55 @@ at::Tensor scores(const at::Tensor& q, const at::Tensor& k, bool causal, double 
   return s;
 }
 
+// NOTE [ring step kernels]
+// One step's attention of some query rows over some key columns, and its
+// backward from the whole output and log-sum-exp. kFused: libtorch's flash
+// attention for the CPU, which returns the log-sum-exp and whose backward
+// takes it (the partial products stay in its tiles: memory linear in the
+// block, not quadratic), grouped heads read in place. kExplicit: the same
+// arithmetic in fp32 ATen products (scores, exp, matmuls), the form every
+// device runs; on CUDA the fused kernels' log-sum-exp layouts differ per
+// kernel (flash, memory-efficient), and they wait for a device to be tested on.
+struct StepOut {
+  at::Tensor out, lse;  // (b, heads, rows, d) fp32, (b, heads, rows) fp32
+};
+
+StepOut step_forward(RingKernel kernel, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
+                     double scale) {
+  if (kernel == RingKernel::kFused) {
+    auto [o, lse] = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, std::nullopt, scale);
+    return {o.to(at::kFloat), lse};
+  }
+  const int64_t group = q.size(1) / k.size(1);
+  const at::Tensor sc = scores(q.to(at::kFloat), repeat_kv_heads(k.to(at::kFloat), group), causal, scale);
+  const at::Tensor lse = at::logsumexp(sc, -1);
+  return {at::matmul(at::exp(sc - lse.unsqueeze(-1)), repeat_kv_heads(v.to(at::kFloat), group)), lse};
+}
+
+struct StepGrads {
+  at::Tensor dq, dk, dv;  // fp32: (b, heads, rows, d), (b, kv, cols, d) twice
+};
+
+// dout, out: the step's rows of the whole output's gradient and of the whole
+// output (fp32); lse: its rows of the whole log-sum-exp.
+StepGrads step_backward(RingKernel kernel, const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
+                        const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse, bool causal, double scale) {
+  if (kernel == RingKernel::kFused) {
+    const auto dt = q.scalar_type();
+    auto [dq, dk, dv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
+        dout.to(dt).contiguous(), q, k, v, out.to(dt).contiguous(), lse.contiguous(), 0.0, causal, std::nullopt, scale);
+    return {dq.to(at::kFloat), dk.to(at::kFloat), dv.to(at::kFloat)};
+  }
+  const int64_t group = q.size(1) / k.size(1);
+  const at::Tensor qf = q.to(at::kFloat), kb = repeat_kv_heads(k.to(at::kFloat), group),
+                   vb = repeat_kv_heads(v.to(at::kFloat), group);
+  const at::Tensor p = at::exp(scores(qf, kb, causal, scale) - lse.unsqueeze(-1));
+  const at::Tensor delta = (dout * out).sum(-1, /*keepdim=*/true);  // rowsum(dO ∘ O)
+  const at::Tensor ds = p * (at::matmul(dout, vb.transpose(-2, -1)) - delta);
+  return {at::matmul(ds, kb).mul_(scale), sum_heads(at::matmul(ds.transpose(-2, -1), qf).mul_(scale), group),
+          sum_heads(at::matmul(p.transpose(-2, -1), dout), group)};
+}
+
 // NOTE [ring attention]
 // The forward passes each rank's key/value block around the group (cp − 1
 // transfers, the next one in flight while the current block's products run)
@@ -77,16 +119,16 @@ at::Tensor scores(const at::Tensor& q, const at::Tensor& k, bool causal, double 
 // came from the previous rank (which added its own at step i − 1 for the
 // same block) and sends it on; after cp steps each accumulator arrives back
 // at its block's rank with every rank's share. Each step's dQ, dK, dV come
-// from the saved fp32 output and log-sum-exp (P = exp(S − lse), dS =
-// P ∘ (dP − rowsum(dO ∘ O))), the flash-attention backward, so no step's
-// probabilities are kept between forward and backward.
+// from the saved fp32 output and log-sum-exp of the whole (P = exp(S − lse),
+// dS = P ∘ (dP − rowsum(dO ∘ O))), the flash-attention backward, so no step's
+// probabilities are kept between forward and backward (NOTE [ring step kernels]).
 struct RingAttention : torch::autograd::Function<RingAttention> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
-                            const at::Tensor& v, const Group* g) {
+                            const at::Tensor& v, const Group* g, int64_t kernel_id) {
+    const auto kernel = static_cast<RingKernel>(kernel_id);
     const CpContext cp{g, CpComm::kP2p};
-    const int64_t n = cp.size(), r = cp.rank(), l = q.size(2), group = q.size(1) / k.size(1);
+    const int64_t n = cp.size(), r = cp.rank(), l = q.size(2);
     const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
-    const at::Tensor qf = q.to(at::kFloat);
     at::Tensor out = at::zeros(q.sizes(), q.options().dtype(at::kFloat));
     at::Tensor lse = at::full({q.size(0), q.size(1), l}, -std::numeric_limits<float>::infinity(),
                               q.options().dtype(at::kFloat));
@@ -99,14 +141,11 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
         step.emplace(cp, std::vector<at::Tensor>{block}, std::vector<at::Tensor>{next});
       }
       const StepRule s = step_rule(r, (r - i + n) % n, l);
-      const at::Tensor kb = repeat_heads(block[0].narrow(2, 0, s.k_len).to(at::kFloat), group);
-      const at::Tensor vb = repeat_heads(block[1].narrow(2, 0, s.k_len).to(at::kFloat), group);
-      const at::Tensor sc = scores(qf.narrow(2, s.q_begin, s.q_len), kb, s.causal, scale);
-      const at::Tensor lse_i = at::logsumexp(sc, -1);
-      const at::Tensor o_i = at::matmul(at::exp(sc - lse_i.unsqueeze(-1)), vb);
+      const StepOut o = step_forward(kernel, q.narrow(2, s.q_begin, s.q_len), block[0].narrow(2, 0, s.k_len),
+                                     block[1].narrow(2, 0, s.k_len), s.causal, scale);
       at::Tensor o_rows = out.narrow(2, s.q_begin, s.q_len), lse_rows = lse.narrow(2, s.q_begin, s.q_len);
-      const at::Tensor merged = at::logaddexp(lse_rows, lse_i);  // step 0 comes first: every row finite after it
-      o_rows.copy_(o_rows * at::exp(lse_rows - merged).unsqueeze(-1) + o_i * at::exp(lse_i - merged).unsqueeze(-1));
+      const at::Tensor merged = at::logaddexp(lse_rows, o.lse);  // step 0 comes first: every row finite after it
+      o_rows.copy_(o_rows * at::exp(lse_rows - merged).unsqueeze(-1) + o.out * at::exp(o.lse - merged).unsqueeze(-1));
       lse_rows.copy_(merged);
       if (step) {
         step->wait();
@@ -114,6 +153,7 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
       }
     }
     ctx->saved_data["group"] = reinterpret_cast<int64_t>(g);
+    ctx->saved_data["kernel"] = kernel_id;
     ctx->save_for_backward({q, k, v, out, lse});
     return out.to(q.scalar_type());
   }
@@ -121,14 +161,14 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const Group* g = reinterpret_cast<const Group*>(ctx->saved_data["group"].toInt());
+    const auto kernel = static_cast<RingKernel>(ctx->saved_data["kernel"].toInt());
     const CpContext cp{g, CpComm::kP2p};
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
-    const int64_t n = cp.size(), r = cp.rank(), l = q.size(2), group = q.size(1) / k.size(1);
+    const int64_t n = cp.size(), r = cp.rank(), l = q.size(2);
     const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
-    const at::Tensor qf = q.to(at::kFloat), dout = grads[0].to(at::kFloat);
-    const at::Tensor delta = (dout * out).sum(-1);  // rowsum(dO ∘ O), (b, heads, 2c)
-    at::Tensor dq = at::zeros_like(qf);
+    const at::Tensor dout = grads[0].to(at::kFloat);
+    at::Tensor dq = at::zeros(q.sizes(), q.options().dtype(at::kFloat));
     at::Tensor block = at::stack({k, v}).contiguous();  // (2, b, kv, 2c, d)
     at::Tensor acc;                                     // (2, b, kv, 2c, d) fp32: the held block's dK, dV so far
     for (int64_t i = 0; i < n; ++i) {
@@ -147,17 +187,13 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
       std::optional<RingStep> step;
       if (!send.empty()) step.emplace(cp, send, recv);
       const StepRule s = step_rule(r, (r - i + n) % n, l);
-      const at::Tensor kb = repeat_heads(block[0].narrow(2, 0, s.k_len).to(at::kFloat), group);
-      const at::Tensor vb = repeat_heads(block[1].narrow(2, 0, s.k_len).to(at::kFloat), group);
-      const at::Tensor qs = qf.narrow(2, s.q_begin, s.q_len), dos = dout.narrow(2, s.q_begin, s.q_len);
-      const at::Tensor p = at::exp(scores(qs, kb, s.causal, scale) - lse.narrow(2, s.q_begin, s.q_len).unsqueeze(-1));
-      const at::Tensor dv = at::matmul(p.transpose(-2, -1), dos);
-      const at::Tensor ds = p * (at::matmul(dos, vb.transpose(-2, -1)) - delta.narrow(2, s.q_begin, s.q_len).unsqueeze(-1));
-      dq.narrow(2, s.q_begin, s.q_len).add_(at::matmul(ds, kb), scale);
-      const at::Tensor dk = at::matmul(ds.transpose(-2, -1), qs).mul_(scale);
-      at::Tensor mine = at::zeros({2, k.size(0), k.size(1), l, k.size(3)}, qf.options());
-      mine[0].narrow(2, 0, s.k_len).copy_(sum_heads(dk, group));
-      mine[1].narrow(2, 0, s.k_len).copy_(sum_heads(dv, group));
+      const auto rows = [&](const at::Tensor& t) { return t.narrow(2, s.q_begin, s.q_len); };
+      const StepGrads d = step_backward(kernel, rows(dout), rows(q), block[0].narrow(2, 0, s.k_len),
+                                        block[1].narrow(2, 0, s.k_len), rows(out), rows(lse), s.causal, scale);
+      rows(dq).add_(d.dq);
+      at::Tensor mine = at::zeros({2, k.size(0), k.size(1), l, k.size(3)}, dq.options());
+      mine[0].narrow(2, 0, s.k_len).copy_(d.dk);
+      mine[1].narrow(2, 0, s.k_len).copy_(d.dv);
       if (step) step->wait();
       acc = i > 0 ? acc_in.add_(mine) : mine;
       if (next.defined()) block = next;
@@ -165,17 +201,25 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     at::Tensor home = at::empty_like(acc);  // every rank's share of this rank's own block
     RingStep last(cp, {acc}, {home});
     last.wait();
-    return {dq.to(q.scalar_type()), home[0].to(k.scalar_type()), home[1].to(v.scalar_type()), at::Tensor()};
+    return {dq.to(q.scalar_type()), home[0].to(k.scalar_type()), home[1].to(v.scalar_type()), at::Tensor(),
+            at::Tensor()};
   }
 };
 
 }  // namespace
 
+at::Tensor ring_attention(const CpContext& cp, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                          RingKernel kernel) {
+  if (kernel == RingKernel::kFused && !q.device().is_cpu())
+    throw std::invalid_argument("ring_attention: the fused step kernel is the CPU's (NOTE [ring step kernels])");
+  return RingAttention::apply(q, k, v, cp.group, static_cast<int64_t>(kernel));
+}
+
 at::Tensor context_attention(const CpContext& cp, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   if (cp.size() == 1) return causal_attention(q, k, v, 0.0);
   switch (cp.comm) {
     case CpComm::kP2p:
-      return RingAttention::apply(q, k, v, cp.group);
+      return ring_attention(cp, q, k, v, q.device().is_cpu() ? RingKernel::kFused : RingKernel::kExplicit);
     case CpComm::kAllGather: {
       // Every key and value of the sequence; the queries' real positions for the causal rule.
       const int64_t l = q.size(2), s = l * cp.size();
@@ -183,8 +227,8 @@ at::Tensor context_attention(const CpContext& cp, const at::Tensor& q, const at:
       const at::Tensor qpos = at::tensor(pos, at::TensorOptions().dtype(at::kLong)).to(q.device());
       const at::Tensor visible = at::arange(s, qpos.options()).unsqueeze(0) <= qpos.unsqueeze(1);  // (2c, s)
       const int64_t group = q.size(1) / k.size(1);
-      return at::scaled_dot_product_attention(q, repeat_heads(cp_gather_sequence(cp, k), group),
-                                              repeat_heads(cp_gather_sequence(cp, v), group), visible);
+      return at::scaled_dot_product_attention(q, repeat_kv_heads(cp_gather_sequence(cp, k), group),
+                                              repeat_kv_heads(cp_gather_sequence(cp, v), group), visible);
     }
     case CpComm::kA2a:
       // Ulysses: this rank's share of the heads over the whole sequence, in order.

@@ -18,4 +18,11 @@ namespace trident {
 // positions. Returns (b, heads, 2c, d) in q's dtype.
 at::Tensor context_attention(const CpContext& cp, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
 
+// The ring (parallel.cp_comm = "p2p") with a chosen step kernel (NOTE [ring
+// step kernels] in context_attention.cpp): context_attention takes kFused on
+// the CPU and kExplicit elsewhere; tests run both.
+enum class RingKernel { kFused = 0, kExplicit = 1 };
+at::Tensor ring_attention(const CpContext& cp, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                          RingKernel kernel);
+
 }  // namespace trident

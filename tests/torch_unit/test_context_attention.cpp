@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,7 +57,9 @@ Whole whole(int64_t s, int64_t heads, int64_t kv) {
   return ::testing::AssertionFailure() << what << ", rank " << rank << ": relative max difference " << err;
 }
 
-void check(const std::string& comm, int cp, const std::string& backend, int64_t heads = 4, int64_t kv = 2) {
+// kernel: the ring's step kernel (NOTE [ring step kernels]); context_attention's own choice when unset.
+void check(const std::string& comm, int cp, const std::string& backend, int64_t heads = 4, int64_t kv = 2,
+           std::optional<RingKernel> kernel = std::nullopt) {
   const int64_t s = 8 * cp;
   const Whole x = whole(s, heads, kv);
   const auto errors = run_thread_group("cp", cp, std::chrono::milliseconds(30000), [&](Group& g) {
@@ -64,7 +67,7 @@ void check(const std::string& comm, int cp, const std::string& backend, int64_t 
     const at::Tensor pos = at::tensor(context_positions(s, cp, g.rank), at::kLong);
     const auto mine = [&](const at::Tensor& t) { return t.detach().index_select(2, pos).contiguous(); };
     const at::Tensor q = mine(x.q).requires_grad_(), k = mine(x.k).requires_grad_(), v = mine(x.v).requires_grad_();
-    const at::Tensor out = context_attention(ctx, q, k, v);
+    const at::Tensor out = kernel ? ring_attention(ctx, q, k, v, *kernel) : context_attention(ctx, q, k, v);
     (out * mine(x.w)).sum().backward();
     EXPECT_TRUE(near(out, mine(x.out), "out", g.rank));
     EXPECT_TRUE(near(q.grad(), mine(x.dq), "dq", g.rank));
@@ -77,6 +80,13 @@ void check(const std::string& comm, int cp, const std::string& backend, int64_t 
 TEST(ContextAttention, RingEqualsWholeSequenceCp2) { check("p2p", 2, "gloo"); }
 TEST(ContextAttention, RingEqualsWholeSequenceCp4) { check("p2p", 4, "gloo"); }
 TEST(ContextAttention, RingEqualsWholeSequenceUnderNcclRules) { check("p2p", 4, "nccl-rules"); }
+// The step kernels both ways: the CPU's fused flash kernel (context_attention's
+// choice here) and the explicit fp32 products every other device runs.
+TEST(ContextAttention, RingStepKernelsBothEqualWholeSequence) {
+  check("p2p", 4, "gloo", 4, 2, RingKernel::kFused);
+  check("p2p", 4, "gloo", 4, 2, RingKernel::kExplicit);
+  check("p2p", 2, "gloo", 4, 4, RingKernel::kExplicit);
+}
 TEST(ContextAttention, AllGatherEqualsWholeSequence) {
   check("all_gather", 2, "gloo");
   check("all_gather", 4, "gloo", 4, 4);
