@@ -258,6 +258,10 @@ void Recorder::write_rank_summary(const TrainSummary& s, int64_t dp_reduced_elem
   v["tp"] = json::number(static_cast<int64_t>(coords.tp));
   v["pp"] = json::number(static_cast<int64_t>(coords.pp));
   v["dp"] = json::number(static_cast<int64_t>(coords.dp));
+  v["cp"] = json::number(static_cast<int64_t>(coords.cp));
+  // The seconds this rank spent in its context-parallel group's communication
+  // over the run (the ring's exposed waits, or the gathers and all-to-alls).
+  v["cp_comm_s"] = json::number(r_.pgs->cp.comm_seconds);
   v["local_parameters"] = json::number(s.local_params);
   v["model_parameters"] = json::number(s.model_params);
   v["dp_reduced_elements"] = json::number(dp_reduced_elements);

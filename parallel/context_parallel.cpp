@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <chrono>
 #include <stdexcept>
 
 #include "core/context_split.h"
@@ -42,7 +43,13 @@ RingStep::RingStep(const CpContext& cp, std::vector<at::Tensor> send, std::vecto
 }
 
 void RingStep::wait() {
+  // The time this rank waits here is the ring's exposed transfer time: what
+  // the step's products did not hide (counted in the group's comm_seconds).
+  const auto start = std::chrono::steady_clock::now();
   for (const auto& w : works_) wait_work(*group_, w, "context-parallel ring step", -1);
+  group_->comm_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  group_->comm_calls += 1;
+  for (size_t i = 0; i < keep_.size() / 2; ++i) group_->comm_bytes += keep_[i].nbytes();  // what this rank sent
   works_.clear();
   keep_.clear();
 }

@@ -30,7 +30,9 @@ struct CpContext {
 // each of `recv` (contiguous, preallocated, the same shapes in the same
 // order) is filled from the previous one, all posted together (coalesced
 // where the backend can: NOTE [ring order] in context_parallel.cpp). wait()
-// finishes them; nothing may read `recv` or write `send` before.
+// finishes them; nothing may read `recv` or write `send` before. The time
+// wait() blocks, the step's exposed transfer, is added to the group's
+// comm_seconds (comm_calls and comm_bytes count the steps and bytes sent).
 class RingStep {
  public:
   RingStep(const CpContext& cp, std::vector<at::Tensor> send, std::vector<at::Tensor> recv);
