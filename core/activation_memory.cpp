@@ -6,10 +6,12 @@
 namespace trident {
 
 double layer_activation_bytes(const ModelConfig& m, const ModelShape& shape, int64_t micro_batch, int64_t tp,
-                              bool sequence_parallel, const std::string& recompute, int elem_bytes) {
+                              bool sequence_parallel, const std::string& recompute, int elem_bytes, int64_t cp) {
   if (recompute != "none" && recompute != "full" && recompute != "selective")
     throw std::invalid_argument("recompute '" + recompute + "': expected none, full or selective");
-  const double sb = static_cast<double>(m.seq_len * micro_batch), h = static_cast<double>(m.hidden);
+  if (cp < 1) throw std::invalid_argument("cp " + std::to_string(cp) + ": expected >= 1");
+  const double sb = static_cast<double>(m.seq_len * micro_batch) / static_cast<double>(cp),
+               h = static_cast<double>(m.hidden);
   const double f = static_cast<double>(m.ffn()), t = static_cast<double>(tp), e = elem_bytes;
   const double rep_div = sequence_parallel ? t : 1.0;  // what SP shards along the sequence
   if (recompute == "full") return sb * h * e / rep_div;

@@ -26,8 +26,10 @@ namespace trident {
 // Both keep q, k, v (k and v at kv_heads * head_dim) and the output
 // projection's input; a gated MLP (NOTE [model shape], Llama's SwiGLU)
 // keeps four ffn-wide tensors (gate, up, silu(gate), their product) where
-// GPT's keeps two (fc1's output, the GELU's).
+// GPT's keeps two (fc1's output, the GELU's). Under context parallelism (cp
+// > 1) a rank keeps its s / cp tokens of each sequence, each attending over
+// the whole sequence: every term divides by cp (Megatron's formula with CP).
 double layer_activation_bytes(const ModelConfig& m, const ModelShape& shape, int64_t micro_batch, int64_t tp,
-                              bool sequence_parallel, const std::string& recompute, int elem_bytes);
+                              bool sequence_parallel, const std::string& recompute, int elem_bytes, int64_t cp = 1);
 
 }  // namespace trident

@@ -55,7 +55,7 @@ Big activation_lower_bound(const Config& c, const ModelShape& shape, const std::
   const int elem_bytes = c.training.precision == "bf16" ? 2 : 4;
   return pairs * Big(layers) *
          Big(layer_activation_bytes(c.model, shape, c.training.micro_batch_size, p.tp, p.sequence_parallel, kept,
-                                    elem_bytes));
+                                    elem_bytes, p.cp));
 }
 
 }  // namespace
@@ -95,7 +95,7 @@ RankMemory rank_memory(const Config& c, const ModelShape& shape, const std::vect
   const Big dp = p.dp > 0 ? Big(p.dp) : 1;
   r.params = model_params(m, shape) / (Big(p.tp) * Big(p.pp));
   r.state = r.params * (8 + (p.zero == 1 ? 8 / dp : 8));
-  r.logits = Big(t.micro_batch_size) * Big(m.seq_len) * Big(m.vocab_size) / Big(p.tp) * 4;
+  r.logits = Big(t.micro_batch_size) * Big(m.seq_len / p.cp) * Big(m.vocab_size) / Big(p.tp) * 4;
   r.tokens = c.data.source == "synthetic" ? Big(c.data.synthetic_tokens) * 4 : 0;
   r.acts = activation_lower_bound(c, shape, peak_inflight, all_ranks_here, r.pairs, r.stage_layers);
   return r;

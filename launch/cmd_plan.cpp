@@ -33,13 +33,13 @@ std::string fmt(const char* f, double x) {
 std::vector<std::pair<const char*, double>> parts(const plan::Breakdown& b) {
   return {{"compute", b.compute}, {"bubble", b.bubble},   {"tp_comm", b.tp_comm},     {"pp_comm", b.pp_comm},
           {"dp_exposed", b.dp_exposed}, {"optimizer", b.optimizer}, {"recompute", b.recompute},
-          {"step_sync", b.step_sync}};
+          {"step_sync", b.step_sync}, {"cp_comm", b.cp_comm}};
 }
 
 std::string table(const std::vector<plan::Estimate>& es) {
   std::ostringstream os;
   os << "  # layout                                                          step_s   tokens/s  TFLOP/s/dev    MFU  "
-        "peak_GiB | compute bubble tp_comm pp_comm dp_exp optim recomp  sync (% of step)\n";
+        "peak_GiB | compute bubble tp_comm pp_comm dp_exp optim recomp  sync cp_comm (% of step)\n";
   for (size_t i = 0; i < es.size(); ++i) {
     const plan::Estimate& e = es[i];
     char line[512];
@@ -70,7 +70,8 @@ std::string csv(const std::vector<plan::Estimate>& es) {
 
 std::string json_one(const plan::Estimate& e, const std::string& runtime) {
   std::ostringstream os;
-  os << "{\"layout\": \"" << plan::layout_text(e.layout) << "\", \"runtime\": \"" << runtime << "\", \"tp\": " << e.layout.tp << ", \"pp\": " << e.layout.pp
+  os << "{\"layout\": \"" << plan::layout_text(e.layout) << "\", \"runtime\": \"" << runtime << "\", \"tp\": " << e.layout.tp
+     << ", \"cp\": " << e.layout.cp << ", \"cp_comm\": \"" << e.layout.cp_comm << "\", \"pp\": " << e.layout.pp
      << ", \"dp\": " << e.layout.dp << ", \"schedule\": \"" << e.layout.schedule << "\", \"chunks\": " << e.layout.chunks
      << ", \"micro_batch\": " << e.layout.micro_batch << ", \"recompute\": \"" << e.layout.recompute
      << "\", \"zero\": " << e.layout.zero << ", \"microbatches\": " << e.microbatches
@@ -118,6 +119,7 @@ std::string emit_set(const plan::Estimate& e, int64_t global_batch, const std::v
   os << "--set parallel.tp=" << l.tp << "\n--set parallel.pp=" << l.pp << "\n--set parallel.dp=" << l.dp
      << "\n--set parallel.sequence_parallel=" << (l.sequence_parallel ? "true" : "false")
      << "\n--set parallel.zero=" << l.zero << "\n";
+  if (l.cp > 1) os << "--set parallel.cp=" << l.cp << "\n--set parallel.cp_comm=" << l.cp_comm << "\n";
   if (!l.layers.empty()) {
     os << "--set parallel.pipeline_layers=[";
     for (size_t i = 0; i < l.layers.size(); ++i) os << (i ? "," : "") << l.layers[i];
@@ -141,13 +143,17 @@ void add_plan_options(po::options_description& opts) {
       "seq", po::value<int64_t>(), "sequence length (default: the config's model.seq_len)")(
       "layout", po::value<std::string>(), "evaluate one layout: tp=..,pp=..,dp=..,schedule=..,chunks=..,mbs=..,"
                                           "recompute=none|selective|full,zero=0|1,sp=0|1,layers=A+B+.. (or first=N,last=M: "
-                                          "Megatron's uneven first/last stage)")(
+                                          "Megatron's uneven first/last stage),cp=N,cp_comm=p2p|all_gather|a2a")(
       "runtime", po::value<std::string>()->default_value("trident"),
       "what to predict: trident (Trident as it runs), megatron (Megatron-LM with --overlap-grad-reduce "
       "--overlap-param-gather --tp-comm-overlap, flash attention) or megatron-2021 (Narayanan et al. 2021)")(
       "top", po::value<int>()->default_value(5), "how many of the best layouts to print")(
       "max-mbs", po::value<int>()->default_value(16), "largest micro-batch size the search tries (powers of 2)")(
       "tp-across-nodes", "let the search try tp larger than a node")(
+      "max-cp", po::value<int>()->default_value(1),
+      "largest context-parallel size the search tries (powers of 2, the ring); with --longest-seq: --gpus unless given")(
+      "longest-seq", "the longest sequence some layout trains within device memory: the config's seq_len doubled "
+                     "while one fits, and the best layouts there")(
       "format", po::value<std::string>()->default_value("table"), "table | csv | json")(
       "emit-set", "print the --set lines that run the best (or the given) layout with trident train");
 }
@@ -184,10 +190,10 @@ plan::Problem problem_of(const po::variables_map& vm, const Config& cfg) {
 plan::Estimate evaluate_given(const po::variables_map& vm, const plan::Problem& pr, int gpus) {
   for (const char* o : {"tp-across-nodes"})
     if (vm.count(o)) throw BadInput(std::string("--") + o + " applies to the search, not to --layout");
-  if (!vm["top"].defaulted() || !vm["max-mbs"].defaulted())
-    throw BadInput("--top and --max-mbs apply to the search, not to --layout");
+  if (!vm["top"].defaulted() || !vm["max-mbs"].defaulted() || !vm["max-cp"].defaulted() || vm.count("longest-seq"))
+    throw BadInput("--top, --max-mbs, --max-cp and --longest-seq apply to the search, not to --layout");
   plan::Estimate e = plan::evaluate(pr, plan::parse_layout(vm["layout"].as<std::string>(), gpus));
-  if (e.layout.tp * e.layout.pp * e.layout.dp > pr.cluster.devices())
+  if (e.layout.tp * e.layout.cp * e.layout.pp * e.layout.dp > pr.cluster.devices())
     throw BadInput("--layout needs more devices than the cluster has");
   return e;
 }
@@ -200,8 +206,18 @@ std::vector<plan::Estimate> search_best(const po::variables_map& vm, const plan:
   o.top = vm["top"].as<int>();
   o.max_micro_batch = vm["max-mbs"].as<int>();
   o.tp_across_nodes = vm.count("tp-across-nodes") > 0;
-  const plan::SearchResult r = plan::search(pr, o);
+  o.max_cp = vm["max-cp"].defaulted() && vm.count("longest-seq") ? gpus : vm["max-cp"].as<int>();
   std::ostringstream h;
+  plan::SearchResult r;
+  if (vm.count("longest-seq")) {
+    const plan::LongestSequence longest = plan::longest_sequence(pr, o);
+    r = longest.at_longest;
+    h << "longest sequence: " << longest.seq_len << " tokens";
+    if (longest.first_too_long > 0) h << " (" << longest.first_too_long << " fits no layout)";
+    h << ", with context parallelism up to cp " << o.max_cp << "; the best layouts at " << longest.seq_len << ":\n";
+  } else {
+    r = plan::search(pr, o);
+  }
   h << "searched " << r.evaluated << " layouts simulated, " << r.fitting << " fit in " << pr.cluster.device_memory_gib
     << " GiB; dropped:";
   if (r.dropped.empty()) h << " none";
@@ -281,6 +297,8 @@ int cmd_plan(int argc, char** argv) {
   else
     shown = search_best(vm, pr, gpus, header);
   if (vm.count("emit-set")) {
+    if (vm.count("longest-seq"))
+      throw BadInput("--emit-set with --longest-seq: run --seq N --emit-set with the length it printed");
     print_emit_set(vm, pr, shown[0]);
     return 0;
   }

@@ -74,31 +74,7 @@ at::Tensor sequence_to_pieces(const at::Tensor& x, int64_t cp) {
   return x.index_select(2, order).view({b, h, cp, s / cp, d}).permute({2, 0, 1, 3, 4}).contiguous();
 }
 
-struct GatherSequence : torch::autograd::Function<GatherSequence> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const Group* g) {
-    ctx->saved_data["group"] = reinterpret_cast<int64_t>(g);
-    at::Tensor part = x.contiguous();
-    std::vector<int64_t> shape = x.sizes().vec();
-    shape.insert(shape.begin(), g->size());
-    at::Tensor full = at::empty(shape, x.options());
-    all_gather_into(*g, full, part);
-    return pieces_to_sequence(full, g->size());
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    const Group* g = reinterpret_cast<const Group*>(ctx->saved_data["group"].toInt());
-    at::Tensor full = sequence_to_pieces(grads[0], g->size());
-    at::Tensor part = at::empty(full.sizes().slice(1), full.options());
-    reduce_scatter(*g, part, full);
-    return {part, at::Tensor()};
-  }
-};
-
 }  // namespace
-
-at::Tensor cp_gather_sequence(const CpContext& cp, const at::Tensor& x) {
-  return cp.group ? GatherSequence::apply(x, cp.group) : x;
-}
 
 // Rank j receives every rank's pieces of its own heads: the all-to-all of
 // equal parts along a leading cp dimension (all_to_all_rows, whose backward

@@ -1,8 +1,9 @@
 // Context parallelism's communication (NOTE [context grid] in
 // parallel/layout.h, NOTE [context split] in core/context_split.h): the
-// context the model's attention reads, and the exchanges of its three kinds
-// (parallel.cp_comm): the ring's key/value blocks passed to the next rank,
-// keys and values gathered in sequence order, and Ulysses' all-to-all. The
+// context the model's attention reads, and the exchanges of its kinds
+// (parallel.cp_comm): the ring's key/value blocks passed to the next rank and
+// Ulysses' all-to-all (all_gather's one all-gather is the process groups'
+// all_gather_into). The
 // attention arithmetic that uses them is models/common/context_attention.h.
 #pragma once
 
@@ -43,11 +44,6 @@ class RingStep {
   std::vector<at::Tensor> keep_;  // the tensors in flight stay alive until wait()
   std::vector<c10::intrusive_ptr<c10d::Work>> works_;
 };
-
-// Keys or values (b, heads, 2c, d) of this rank's two chunks -> (b, heads, s, d)
-// of the whole sequence in order: one all-gather over the group; backward
-// reduce-scatters the gradient, so each rank's chunks get every rank's share.
-at::Tensor cp_gather_sequence(const CpContext& cp, const at::Tensor& x);
 
 // Ulysses (parallel.cp_comm = "a2a"): (b, heads, 2c, d) of this rank's chunks
 // -> (b, heads / cp, s, d), group rank j's heads [j·heads/cp, (j+1)·heads/cp)

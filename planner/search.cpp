@@ -58,9 +58,9 @@ bool surely_too_big(const Problem& pr, const PlanLayout& l) {
   const ModelConfig& m = pr.model;
   const ParamCounts pc = param_counts(m, l.tp, l.pp > 1);
   const double params = static_cast<double>(pc.layer) * static_cast<double>(m.layers) / l.pp;
-  const double states = params * (pr.precision == "bf16" ? 10 : 8) + params * 8 / (l.zero ? l.dp : 1);
+  const double states = params * (pr.precision == "bf16" ? 10 : 8) + params * 8 / (l.zero ? l.dp * l.cp : 1);
   const double act = layer_activation_bytes(m, block_shape(m), l.micro_batch, l.tp, l.sequence_parallel,
-                                            l.recompute, pr.precision == "bf16" ? 2 : 4);
+                                            l.recompute, pr.precision == "bf16" ? 2 : 4, l.cp);
   return states + act > pr.cluster.device_memory_gib * 1024.0 * 1024 * 1024;
 }
 
@@ -70,6 +70,7 @@ void check_options(const Problem& pr, const SearchOptions& o) {
     throw PlanError("--gpus " + std::to_string(o.gpus) + " but the cluster " + pr.cluster.name + " (" +
                     pr.cluster.source + ") has " + std::to_string(pr.cluster.devices()) + " devices");
   if (o.top < 1) throw PlanError("--top " + std::to_string(o.top) + ": expected >= 1");
+  if (o.max_cp < 1) throw PlanError("--max-cp " + std::to_string(o.max_cp) + ": expected >= 1");
 }
 
 // Micro-batch sizes 1, 2, 4, ... up to the option; with a profile, the sizes it measured.
@@ -118,19 +119,26 @@ struct Searcher {
         drop("tp values not dividing heads, kv_heads, ffn_hidden or hidden");
         continue;
       }
-      for (int pp : divisors(o.gpus / tp)) {
-        if (pp > m.layers) {
-          drop("pp values larger than the layer count");
+      for (int cp = 1; cp <= o.max_cp && tp * cp <= o.gpus; cp *= 2) {
+        if (o.gpus % (tp * cp) != 0) continue;
+        if (m.seq_len % (2 * cp) != 0 && cp > 1) {
+          drop("cp values whose 2 x cp does not divide seq_len");
           continue;
         }
-        schedules_of(tp, pp);
+        for (int pp : divisors(o.gpus / (tp * cp))) {
+          if (pp > m.layers) {
+            drop("pp values larger than the layer count");
+            continue;
+          }
+          schedules_of(tp, cp, pp);
+        }
       }
     }
   }
 
   // At (tp, pp): each schedule kind with its chunks and each micro-batch size the batch and the kind allow.
-  void schedules_of(int tp, int pp) {
-    const int dp = o.gpus / (tp * pp);
+  void schedules_of(int tp, int cp, int pp) {
+    const int dp = o.gpus / (tp * cp * pp);
     for (const auto& [kind, v] : schedule_choices(pp, pr.model.layers)) {
       for (int mbs : micro_batches) {
         if (pr.global_batch % (static_cast<int64_t>(dp) * mbs) != 0) {
@@ -144,21 +152,21 @@ struct Searcher {
           drop("schedule does not support (pp, micro-batches, chunks)");
           continue;
         }
-        memory_choices(tp, pp, dp, kind, v, mbs);
+        memory_choices(tp, cp, pp, dp, kind, v, mbs);
       }
     }
   }
 
   // At one (tp, pp, dp, schedule, micro-batch): each layer split, recomputation, sequence parallelism and ZeRO.
-  void memory_choices(int tp, int pp, int dp, const std::string& kind, int v, int mbs) {
+  void memory_choices(int tp, int cp, int pp, int dp, const std::string& kind, int v, int mbs) {
     for (const std::vector<int>& split : splits(pr, tp, pp * v, mbs)) {
       for (const char* rec : {"none", "selective", "full"}) {
         for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
-          for (int zero = 0; zero <= (dp > 1 ? 1 : 0); ++zero) {
+          for (int zero = 0; zero <= (dp * cp > 1 ? 1 : 0); ++zero) {
             PlanLayout l;
-            l.tp = tp, l.pp = pp, l.dp = dp, l.schedule = kind, l.chunks = v, l.micro_batch = mbs;
+            l.tp = tp, l.cp = cp, l.pp = pp, l.dp = dp, l.schedule = kind, l.chunks = v, l.micro_batch = mbs;
             l.recompute = rec, l.sequence_parallel = sp == 1, l.zero = zero, l.layers = split;
-            if (sp && pr.model.seq_len % tp) {
+            if (sp && (pr.model.seq_len / cp) % tp) {
               drop("sequence parallelism: tp does not divide seq_len");
               continue;
             }
@@ -248,6 +256,24 @@ SearchResult search(const Problem& pr, const SearchOptions& o) {
   s.generated_kinds();
   s.zb_auto();
   return s.best();
+}
+
+LongestSequence longest_sequence(const Problem& pr, const SearchOptions& o, int doublings) {
+  LongestSequence out;
+  Problem p = pr;
+  out.at_longest = search(p, o);  // throws when nothing fits at the model's own length
+  out.seq_len = p.model.seq_len;
+  for (int i = 0; i < doublings; ++i) {
+    p.model.seq_len *= 2;
+    try {
+      out.at_longest = search(p, o);
+      out.seq_len = p.model.seq_len;
+    } catch (const PlanError&) {
+      out.first_too_long = p.model.seq_len;
+      break;
+    }
+  }
+  return out;
 }
 
 }  // namespace trident::plan

@@ -1,7 +1,8 @@
-// The layout search (pure): every tp, pp (uniform and balanced uneven
-// splits), dp, schedule kind and chunks, micro-batch size, recomputation,
-// sequence parallelism and ZeRO for a GPU count, each evaluated with the step
-// model; what does not fit is dropped with its reason counted.
+// The layout search (pure): every tp, cp (up to SearchOptions::max_cp), pp
+// (uniform and balanced uneven splits), dp, schedule kind and chunks,
+// micro-batch size, recomputation, sequence parallelism and ZeRO for a GPU
+// count, each evaluated with the step model; what does not fit is dropped
+// with its reason counted.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,7 @@ struct SearchOptions {
   int top = 5;                    // how many of the best layouts to keep
   bool tp_across_nodes = false;   // allow tp larger than a node
   int max_micro_batch = 16;       // micro-batch sizes 1, 2, 4, ... up to this
+  int max_cp = 1;                 // context-parallel sizes 1, 2, 4, ... up to this (the ring, cp_comm = p2p)
 };
 
 struct SearchResult {
@@ -29,5 +31,16 @@ struct SearchResult {
 
 // Throws PlanError when no layout at all fits (naming the reasons) or the options are bad.
 SearchResult search(const Problem& pr, const SearchOptions& o);
+
+// The longest sequence some layout of o.gpus devices trains within device
+// memory: the model's seq_len doubled while a layout fits (at most `doublings`
+// times), with the search's best layout at that length. Throws PlanError when
+// none fits at the model's own seq_len.
+struct LongestSequence {
+  int64_t seq_len = 0;
+  SearchResult at_longest;
+  int64_t first_too_long = 0;  // the next length tried, which no layout fits (0: the doublings ran out)
+};
+LongestSequence longest_sequence(const Problem& pr, const SearchOptions& o, int doublings = 20);
 
 }  // namespace trident::plan

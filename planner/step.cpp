@@ -90,6 +90,8 @@ PlanLayout parse_layout(const std::string& text, int gpus) {
       throw PlanError("--layout '" + text + "': " + k + " given twice");
     seen.push_back(k);
     if (k == "tp") l.tp = parse_int(k, v);
+    else if (k == "cp") l.cp = parse_int(k, v);
+    else if (k == "cp_comm") l.cp_comm = v;
     else if (k == "pp") l.pp = parse_int(k, v);
     else if (k == "dp") l.dp = parse_int(k, v);
     else if (k == "chunks") l.chunks = parse_int(k, v);
@@ -107,21 +109,26 @@ PlanLayout parse_layout(const std::string& text, int gpus) {
       while (std::getline(ls, n, '+')) l.layers.push_back(parse_int(k, n));
     } else {
       throw PlanError("--layout '" + text + "': unknown key '" + k +
-                      "': expected tp, pp, dp, schedule, chunks, mbs, recompute, zero, sp, layers, first, last");
+                      "': expected tp, cp, pp, dp, schedule, chunks, mbs, recompute, zero, sp, layers, first, last, "
+                      "cp_comm");
     }
   }
-  if (l.tp < 1 || l.pp < 1) throw PlanError("--layout '" + text + "': tp and pp must be >= 1");
+  if (l.tp < 1 || l.pp < 1 || l.cp < 1) throw PlanError("--layout '" + text + "': tp, cp and pp must be >= 1");
+  if (l.cp_comm != "p2p" && l.cp_comm != "all_gather" && l.cp_comm != "a2a")
+    throw PlanError("--layout '" + text + "': cp_comm=" + l.cp_comm + ": expected p2p, all_gather or a2a");
+  if (l.cp == 1 && l.cp_comm != "p2p")
+    throw PlanError("--layout '" + text + "': cp_comm=" + l.cp_comm + " with cp=1: no sequence is split");
+  const std::string model = "tp(" + std::to_string(l.tp) + ")" + (l.cp > 1 ? " x cp(" + std::to_string(l.cp) + ")" : "") +
+                            " x pp(" + std::to_string(l.pp) + ")";
   if (l.dp == -1) {
-    if (gpus % (l.tp * l.pp) != 0)
-      throw PlanError("--layout '" + text + "': tp(" + std::to_string(l.tp) + ") x pp(" + std::to_string(l.pp) +
-                      ") does not divide --gpus " + std::to_string(gpus));
-    l.dp = gpus / (l.tp * l.pp);
+    if (gpus % (l.tp * l.cp * l.pp) != 0)
+      throw PlanError("--layout '" + text + "': " + model + " does not divide --gpus " + std::to_string(gpus));
+    l.dp = gpus / (l.tp * l.cp * l.pp);
   }
   if (l.dp < 1) throw PlanError("--layout '" + text + "': dp must be >= 1 (or -1: what --gpus leaves)");
-  if (l.tp * l.pp * l.dp != gpus)
-    throw PlanError("--layout '" + text + "': tp(" + std::to_string(l.tp) + ") x pp(" + std::to_string(l.pp) + ") x dp(" +
-                    std::to_string(l.dp) + ") = " + std::to_string(l.tp * l.pp * l.dp) + " but --gpus " +
-                    std::to_string(gpus));
+  if (l.tp * l.cp * l.pp * l.dp != gpus)
+    throw PlanError("--layout '" + text + "': " + model + " x dp(" + std::to_string(l.dp) + ") = " +
+                    std::to_string(l.tp * l.cp * l.pp * l.dp) + " but --gpus " + std::to_string(gpus));
   if (l.micro_batch < 1) throw PlanError("--layout '" + text + "': mbs must be >= 1");
   if (l.tp == 1) l.sequence_parallel = false;  // nothing to shard over: off, as Megatron treats it
   if (l.first_layers < 0 || l.last_layers < 0) throw PlanError("--layout '" + text + "': first and last must be >= 1");
@@ -151,6 +158,7 @@ std::string layout_text(const PlanLayout& l) {
                     ",mbs=" + std::to_string(l.micro_batch) + ",recompute=" + l.recompute +
                     ",zero=" + std::to_string(l.zero) + ",sp=" + std::to_string(l.sequence_parallel ? 1 : 0);
   if (l.schedule == "zb-auto") out += ",mem=" + std::to_string(l.memory_limit);
+  if (l.cp > 1) out += ",cp=" + std::to_string(l.cp) + ",cp_comm=" + l.cp_comm;
   if (!l.layers.empty()) {
     out += ",layers=";
     for (size_t i = 0; i < l.layers.size(); ++i) out += (i ? "+" : "") + std::to_string(l.layers[i]);
@@ -221,7 +229,7 @@ void check_layout(const Problem& pr, const PlanLayout& given) {
   const ModelConfig& m = pr.model;
   const PlanLayout l = resolve_layers(m, given);
   const std::string at = "layout " + layout_text(l) + ": ";
-  const int devices = l.tp * l.pp * l.dp;
+  const int devices = l.tp * l.cp * l.pp * l.dp;
   if (devices > pr.cluster.devices())
     throw PlanError(at + std::to_string(devices) + " devices but the cluster " + pr.cluster.name + " has " +
                     std::to_string(pr.cluster.devices()));
@@ -229,10 +237,16 @@ void check_layout(const Problem& pr, const PlanLayout& given) {
                              {"ffn_hidden", m.ffn()}, {"hidden", m.hidden}})
     if (value % l.tp != 0)
       throw PlanError(at + "tp(" + std::to_string(l.tp) + ") does not divide model." + name + " = " + std::to_string(value));
-  if (l.sequence_parallel && m.seq_len % l.tp != 0)
-    throw PlanError(at + "sequence parallelism: tp(" + std::to_string(l.tp) + ") does not divide model.seq_len = " +
+  if (m.seq_len % (2 * l.cp) != 0)
+    throw PlanError(at + "cp(" + std::to_string(l.cp) + "): 2 x cp does not divide model.seq_len = " +
                     std::to_string(m.seq_len));
-  if (l.zero == 1 && l.dp == 1) throw PlanError(at + "zero=1 needs dp > 1");
+  if (l.sequence_parallel && (m.seq_len / l.cp) % l.tp != 0)
+    throw PlanError(at + "sequence parallelism: tp(" + std::to_string(l.tp) + ") does not divide model.seq_len" +
+                    (l.cp > 1 ? " / cp" : "") + " = " + std::to_string(m.seq_len / l.cp));
+  if (l.cp_comm == "a2a" && ((m.heads / l.tp) % l.cp != 0 || (m.kv() / l.tp) % l.cp != 0))
+    throw PlanError(at + "cp_comm=a2a: cp(" + std::to_string(l.cp) + ") does not divide the heads or key/value heads "
+                    "per tp rank");
+  if (l.zero == 1 && l.dp * l.cp == 1) throw PlanError(at + "zero=1 needs dp x cp > 1");
   const int v = chunks_of(l);
   if (!l.layers.empty()) {
     if (static_cast<int>(l.layers.size()) != l.pp * v)
@@ -276,7 +290,7 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
   const int mb_count = static_cast<int>(pr.global_batch / (static_cast<int64_t>(l.dp) * l.micro_batch));
   // Ranks that outnumber a node's compute slots share them: every compute cost stretches alike.
   // A profile measured how this model shares the machine it ran on: 2 ranks' worth of compute over its slowdown.
-  const double slow = c.compute_sharing(static_cast<int64_t>(l.tp) * l.pp * l.dp,
+  const double slow = c.compute_sharing(static_cast<int64_t>(l.tp) * l.cp * l.pp * l.dp,
                                         pr.profile ? 2 / pr.profile->at(l.micro_batch).pipeline_slowdown : 0.0);
   Device dev;  // every compute cost stretched alike by the sharing
   dev.peak_flops = c.peak_tflops(pr.precision) * 1e12 / slow;
@@ -286,11 +300,47 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
   dev.gemm_fixed_s = c.gemm_fixed_us * 1e-6 * slow;
   dev.elem_bytes = e;
   const double t = l.tp, ov0 = c.action_overhead_us * 1e-6, ov = ov0 * slow;
-  const double msg = static_cast<double>(l.micro_batch * m.seq_len * m.hidden) * e;  // (b, s, h) activation
+  // A rank's share of each sequence under context parallelism: its s / cp tokens.
+  ModelConfig ml = m;
+  ml.seq_len = m.seq_len / l.cp;
+  const double msg = static_cast<double>(l.micro_batch * ml.seq_len * m.hidden) * e;  // (b, s / cp, h) activation
   const bool sp = l.sequence_parallel && l.tp > 1;
 
-  const LayerTimes lt = layer_times(m, l.micro_batch, l.tp, sp, rt.attention, dev);
-  const HeadTimes ht = head_times(m, l.micro_batch, l.tp, rt.attention, dev);
+  LayerTimes lt = layer_times(ml, l.micro_batch, l.tp, sp, rt.attention, dev);
+  const HeadTimes ht = head_times(ml, l.micro_batch, l.tp, rt.attention, dev);
+  // NOTE [planned context parallelism] The attention of a rank's s / cp queries over the whole
+  // sequence: cp times what layer_times priced for s / cp tokens alone, a cp-th of the whole
+  // sequence's under the same kernel model (the ring's steps skip the masked half blocks as a
+  // causal kernel does: NOTE [ring steps] in models/common/context_attention.cpp; Ulysses runs
+  // heads / cp over all s), so MFU keeps its meaning at every cp. The exchanges, per layer and
+  // micro-batch, over the cp group's link (its ranks tp apart after tp's, on one node while tp x cp
+  // fits it): the ring's cp − 1 key/value blocks forward, each hidden behind one step's attention
+  // (what exceeds it is exposed), and backward the block with its fp32 dK/dV accumulator, plus the
+  // accumulator's last trip home; all_gather's all-gather of keys and values forward and
+  // reduce-scatter backward, exposed; a2a's four all-to-alls (q, k, v, out) each way, exposed.
+  double cp_f = 0, cp_b = 0;
+  if (l.cp > 1) {
+    const double n = l.cp;
+    lt.attn_f *= n, lt.attn_b *= n;
+    const bool intra = static_cast<int64_t>(l.tp) * l.cp <= c.devices_per_node;
+    const Link cl = link(c, intra);
+    const double kv_block = static_cast<double>(l.micro_batch * ml.seq_len) * 2 *
+                            static_cast<double>(m.kv() / l.tp * m.head_dim()) * e;  // k and v of one rank
+    const double q_bytes = static_cast<double>(l.micro_batch * ml.seq_len * m.heads / l.tp * m.head_dim()) * e;
+    auto xfer = [&](double bytes) { return bytes / (cl.gbs * 1e9) + cl.lat_us * 1e-6; };
+    if (l.cp_comm == "p2p") {
+      const double acc = kv_block * 4 / e;  // the fp32 dK/dV accumulator
+      cp_f = (n - 1) * (std::max(0.0, xfer(kv_block) - lt.attn_f / n) + cl.call_us * 1e-6);
+      cp_b = (n - 1) * (std::max(0.0, xfer(kv_block + acc) - lt.attn_b / n) + cl.call_us * 1e-6) + xfer(acc);
+    } else if (l.cp_comm == "all_gather") {
+      cp_f = ring_allreduce(kv_block * n, l.cp, cl) / 2;  // an all-gather: half an all-reduce's volume
+      cp_b = cp_f;
+    } else {
+      auto a2a = [&](double bytes) { return (n - 1) / n * bytes / (cl.gbs * 1e9) + cl.lat_us * 1e-6 + cl.call_us * 1e-6; };
+      cp_f = 2 * a2a(q_bytes) + a2a(kv_block);
+      cp_b = cp_f;
+    }
+  }
   // Tensor parallelism: 2 all-reduces (or all-gather + reduce-scatter pairs with SP: the same volume
   // in twice the calls) in each layer's forward and 2 in its backward (Shoeybi et al. 2019); inside a
   // node unless tp exceeds it. With --tp-comm-overlap (SP only) each all-gather and reduce-scatter is
@@ -307,6 +357,7 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
   const double layer_f = lt.gemm_f + lt.attn_f + lt.elem_f, layer_i = lt.gemm_i + lt.attn_b + lt.elem_b;
   const double rec_gemm = l.recompute == "full" ? layer_f : l.recompute == "selective" ? lt.attn_f : 0.0;
   const double rec_tp = l.recompute == "full" ? tp_pass : 0.0;
+  const double rec_cp = l.recompute == "none" ? 0.0 : cp_f;  // the attention core reruns its exchanges
 
   const std::vector<int> nl = layers_per_stage(m, l);
   std::pair<double, double> layer_host = c.layer_overhead_s(m.arch);  // (forward, backward) seconds
@@ -322,7 +373,7 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
 
   // Per virtual stage, one micro-batch, in milliseconds (the simulator's unit).
   struct Parts {
-    double gemm = 0, rec = 0, tp = 0, over = 0;
+    double gemm = 0, rec = 0, tp = 0, over = 0, cp = 0;
   };
   std::vector<Parts> parts(stages);
   sched::Costs costs;
@@ -362,19 +413,20 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
         comp_b = comp_b0 + extra;
       }
       double w = split_w ? comp_b0 * prof->weight_share : 0.0;
-      double i = comp_b - w + ov + n * (tp_pass + rec_tp);
-      const double f = comp_f + ov + n * tp_pass;
+      double i = comp_b - w + ov + n * (tp_pass + rec_tp + cp_b + rec_cp);
+      const double f = comp_f + ov + n * (tp_pass + cp_f);
       if (split_w) w += ov;
       costs.stage_costs[vs] = {f * 1e3, (i + w) * 1e3, w * 1e3};
       parts[vs].tp = n * (2 * tp_pass + rec_tp);
+      parts[vs].cp = n * (cp_f + cp_b + rec_cp);
       parts[vs].rec = comp_b - comp_b0;
       parts[vs].over = ov * (split_w ? 3 : 2);
-      parts[vs].gemm = f + i + w - parts[vs].tp - parts[vs].rec - parts[vs].over;
+      parts[vs].gemm = f + i + w - parts[vs].tp - parts[vs].cp - parts[vs].rec - parts[vs].over;
       continue;
     }
-    double f = n * (layer_f + tp_pass) + (last ? ht.gemm + ht.loss_f : 0);
+    double f = n * (layer_f + tp_pass + cp_f) + (last ? ht.gemm + ht.loss_f : 0);
     double w = n * lt.gemm_w + (last ? ht.gemm : 0);
-    double i = n * (layer_i + tp_pass + rec_gemm + rec_tp) + (last ? ht.gemm + ht.loss_b : 0);
+    double i = n * (layer_i + tp_pass + rec_gemm + rec_tp + cp_b + rec_cp) + (last ? ht.gemm + ht.loss_b : 0);
     // Host time per layer beyond its FLOPs: the forward's once more for a fully recomputed layer.
     const double host_f = n * layer_host.first, host_i = n * (layer_host.second + (l.recompute == "full" ? layer_host.first : 0));
     const double overhead = ov * (split_w ? 3 : 2) + host_f + host_i;
@@ -383,9 +435,10 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
     if (split_w) w += ov;
     costs.stage_costs[vs] = {f * 1e3, (i + w) * 1e3, w * 1e3};
     parts[vs].tp = n * (2 * tp_pass + rec_tp);
+    parts[vs].cp = n * (cp_f + cp_b + rec_cp);
     parts[vs].rec = n * rec_gemm;
     parts[vs].over = overhead;
-    parts[vs].gemm = f + i + w - parts[vs].tp - parts[vs].rec - overhead;
+    parts[vs].gemm = f + i + w - parts[vs].tp - parts[vs].cp - parts[vs].rec - overhead;
   }
   // Pipeline transfers: one (b, s, h) message per boundary, inter-node when the two stages' devices
   // are on different nodes (NOTE [rank order] in parallel/layout.h: stage i starts at rank i*dp*tp).
@@ -393,7 +446,8 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
   for (int vs = 0; vs + 1 < stages; ++vs) {
     const int r0 = s.rank_of(vs), r1 = s.rank_of(vs + 1);
     if (r0 == r1) continue;
-    const int64_t g0 = static_cast<int64_t>(r0) * l.dp * l.tp, g1 = static_cast<int64_t>(r1) * l.dp * l.tp;
+    const int64_t slab = static_cast<int64_t>(l.dp) * l.cp * l.tp;  // a stage's ranks (NOTE [rank order])
+    const int64_t g0 = r0 * slab, g1 = r1 * slab;
     const bool intra = g0 / c.devices_per_node == g1 / c.devices_per_node;
     const Link pl = link(c, intra);
     const double busy_lat = intra ? c.intra_pipeline_latency_us : c.inter_pipeline_latency_us;
@@ -414,10 +468,17 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
 
   // Per pipeline rank: parameters, the DP reduce, the optimizer, memory.
   const ParamCounts pc = param_counts(m, l.tp, l.pp > 1);
-  const Link dl = dp_link(c, l.tp, l.dp);
+  const int dpc = l.dp * l.cp;  // the dense gradients' group (NOTE [context grid])
+  const Link dl = dp_link(c, l.tp, dpc);
+  // all_gather keeps the gathered keys and values of the whole sequence for its backward.
+  const double gathered = l.cp > 1 && l.cp_comm == "all_gather" && l.recompute != "full"
+                              ? static_cast<double>(l.micro_batch * m.seq_len) * 2 *
+                                    static_cast<double>(m.kv() / l.tp * m.head_dim()) * e
+                              : 0.0;
   const double layer_act =
-      layer_activation_bytes(m, block_shape(m), l.micro_batch, l.tp, l.sequence_parallel, l.recompute, e);
-  const double head_act = static_cast<double>(l.micro_batch * m.seq_len) *
+      layer_activation_bytes(m, block_shape(m), l.micro_batch, l.tp, l.sequence_parallel, l.recompute, e, l.cp) +
+      gathered;
+  const double head_act = static_cast<double>(l.micro_batch * ml.seq_len) *
                           (static_cast<double>(m.padded_vocab(l.tp)) / t * e + static_cast<double>(m.hidden) * e);
   const double bucket = pr.dp_bucket_mb * 1024 * 1024;
   // A tied head on the rank that holds the embedding (V placement puts the last stage on rank 0)
@@ -443,7 +504,7 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
     RankMemory rm;
     rm.params = params * (pr.precision == "bf16" ? 6 : 4);  // fp32 master (+ bf16 compute copy)
     rm.grads = params * 4;                                    // fp32 gradients
-    rm.optimizer = params * 8 / (l.zero ? l.dp : 1);          // AdamW moments (ZeRO-1 shards them over dp)
+    rm.optimizer = params * 8 / (l.zero ? dpc : 1);          // AdamW moments (ZeRO-1 shards them over dp x cp)
     rm.peak_inflight = st.peak_inflight[r];
     rm.activations = rm.peak_inflight * act_chunk;
     rm.boundary = l.pp > 1 ? 2 * msg : 0.0;
@@ -456,8 +517,8 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
     // rank's last backward and the idle time after it, the gather behind the next step's idle start
     // and first forward.
     double dp_s = 0;
-    if (l.dp > 1) {
-      const double n = l.dp, grads = params * 4;
+    if (dpc > 1) {
+      const double n = dpc, grads = params * 4;
       const double per_bucket = rt.megatron_buckets ? std::max(4e7, 1e6 * n) * 4 : bucket;
       const double buckets = rt.grads_during_backward ? std::max(1.0, std::ceil(grads / per_bucket)) : 1.0;
       auto one = [&](double bytes, double share) {  // share 1: all-reduce, 1/2: reduce-scatter or all-gather
@@ -481,7 +542,7 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
     // does not shrink with tp or ZeRO's sharding, so neither divides it.
     const double share = params * t / static_cast<double>(total_params(m));
     const double opt_s = slow * (prof ? prof->step_overhead_ms * 1e-3 * share
-                                      : params / (l.zero ? l.dp : 1) *
+                                      : params / (l.zero ? dpc : 1) *
                                             (pr.precision == "bf16" ? kOptimizerBytesBf16 : kOptimizerBytesFp32) /
                                             (c.memory_bandwidth_gbs * 1e9));
     dp_worst = std::max(dp_worst, dp_s);
@@ -497,8 +558,9 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
     b.compute += mb_count * (p.gemm + p.over);
     b.recompute += mb_count * p.rec;
     b.tp_comm += mb_count * p.tp;
+    b.cp_comm += mb_count * p.cp;
   }
-  b.bubble = std::max(0.0, pipe_free_s - (b.compute + b.recompute + b.tp_comm));
+  b.bubble = std::max(0.0, pipe_free_s - (b.compute + b.recompute + b.tp_comm + b.cp_comm));
   b.pp_comm = std::max(0.0, pipe_s - pipe_free_s);
   b.dp_exposed = dp_worst;
   b.optimizer = opt_worst;
@@ -507,17 +569,17 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
   // gradient between its first and last stage, and on a logged step the loss over pp and dp and the
   // pipeline's busy times gathered over pp.
   {
-    const Link sl = link(c, static_cast<int64_t>(l.tp) * l.pp * l.dp <= c.devices_per_node);
+    const Link sl = link(c, static_cast<int64_t>(l.tp) * l.cp * l.pp * l.dp <= c.devices_per_node);
     auto small = [&](int n) { return ring_allreduce(8.0 * static_cast<double>(m.layers), n, sl); };
-    double sync = small(l.tp * l.pp) + (l.zero ? small(l.dp) : 0.0);
+    double sync = small(l.tp * l.pp) + (l.zero ? small(dpc) : 0.0);
     if (tied && l.pp > 1 && !tied_on_one_rank) sync += ring_allreduce(head_copy * 4, 2, sl);
     const double logged = 1.0 / static_cast<double>(std::max<int64_t>(1, pr.log_interval));
-    sync += logged * (2 * small(l.pp) + small(l.dp));
+    sync += logged * (2 * small(l.pp) + small(dpc));
     b.step_sync = sync;
   }
   est.step_s = pipe_s + dp_worst + opt_worst + b.step_sync;
 
-  const int devices = l.tp * l.pp * l.dp;
+  const int devices = l.tp * l.cp * l.pp * l.dp;
   est.tokens_per_s = static_cast<double>(pr.global_batch * m.seq_len) / est.step_s;
   est.tflops_per_device = step_flops(m, pr.global_batch, l.recompute, l.tp) / est.step_s / devices / 1e12;
   est.mfu = step_flops(m, pr.global_batch, "none", l.tp) / est.step_s / devices / (c.peak_tflops(pr.precision) * 1e12);

@@ -206,6 +206,72 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
   }
 };
 
+// NOTE [gathered attention]
+// parallel.cp_comm = "all_gather": one all-gather brings every rank's key/value
+// block (what Llama 3 did), then the ring's steps run against the gathered
+// blocks with no further transfer, each with its causal rule (NOTE [ring
+// steps]) and its partial output merged by log-sum-exp (NOTE [ring
+// attention]); the backward computes each block's dK/dV here and one
+// reduce-scatter sums every rank's share into each block's owner. The
+// gathered keys and values stay for the backward: this kind's memory is the
+// whole sequence's K/V per layer, the ring's is one block.
+struct GatheredAttention : torch::autograd::Function<GatheredAttention> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
+                            const at::Tensor& v, const Group* g, int64_t kernel_id) {
+    const auto kernel = static_cast<RingKernel>(kernel_id);
+    const int64_t n = g->size(), r = g->rank, l = q.size(2);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+    at::Tensor mine = at::stack({k, v}).contiguous();  // (2, b, kv, 2c, d)
+    std::vector<int64_t> shape = mine.sizes().vec();
+    shape.insert(shape.begin(), n);
+    at::Tensor blocks = at::empty(shape, mine.options());  // (cp, 2, b, kv, 2c, d), group order
+    all_gather_into(*g, blocks, mine);
+    at::Tensor out = at::zeros(q.sizes(), q.options().dtype(at::kFloat));
+    at::Tensor lse = at::full({q.size(0), q.size(1), l}, -std::numeric_limits<float>::infinity(),
+                              q.options().dtype(at::kFloat));
+    for (int64_t i = 0; i < n; ++i) {  // the diagonal block first, as in the ring
+      const int64_t j = (r - i + n) % n;
+      const StepRule s = step_rule(r, j, l);
+      const StepOut o = step_forward(kernel, q.narrow(2, s.q_begin, s.q_len), blocks[j][0].narrow(2, 0, s.k_len),
+                                     blocks[j][1].narrow(2, 0, s.k_len), s.causal, scale);
+      at::Tensor o_rows = out.narrow(2, s.q_begin, s.q_len), lse_rows = lse.narrow(2, s.q_begin, s.q_len);
+      const at::Tensor merged = at::logaddexp(lse_rows, o.lse);
+      o_rows.copy_(o_rows * at::exp(lse_rows - merged).unsqueeze(-1) + o.out * at::exp(o.lse - merged).unsqueeze(-1));
+      lse_rows.copy_(merged);
+    }
+    ctx->saved_data["group"] = reinterpret_cast<int64_t>(g);
+    ctx->saved_data["kernel"] = kernel_id;
+    ctx->save_for_backward({q, blocks, out, lse});
+    return out.to(q.scalar_type());
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const Group* g = reinterpret_cast<const Group*>(ctx->saved_data["group"].toInt());
+    const auto kernel = static_cast<RingKernel>(ctx->saved_data["kernel"].toInt());
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &q = saved[0], &blocks = saved[1], &out = saved[2], &lse = saved[3];
+    const int64_t n = g->size(), r = g->rank, l = q.size(2);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+    const at::Tensor dout = grads[0].to(at::kFloat);
+    at::Tensor dq = at::zeros(q.sizes(), q.options().dtype(at::kFloat));
+    at::Tensor dblocks = at::zeros(blocks.sizes(), blocks.options().dtype(at::kFloat));  // every block's dK, dV from here
+    for (int64_t j = 0; j < n; ++j) {
+      const StepRule s = step_rule(r, j, l);
+      const auto rows = [&](const at::Tensor& t) { return t.narrow(2, s.q_begin, s.q_len); };
+      const StepGrads d = step_backward(kernel, rows(dout), rows(q), blocks[j][0].narrow(2, 0, s.k_len),
+                                        blocks[j][1].narrow(2, 0, s.k_len), rows(out), rows(lse), s.causal, scale);
+      rows(dq).add_(d.dq);
+      dblocks[j][0].narrow(2, 0, s.k_len).copy_(d.dk);
+      dblocks[j][1].narrow(2, 0, s.k_len).copy_(d.dv);
+    }
+    at::Tensor home = at::empty(dblocks.sizes().slice(1), dblocks.options());  // (2, b, kv, 2c, d)
+    reduce_scatter(*g, home, dblocks);
+    return {dq.to(q.scalar_type()), home[0].to(blocks.scalar_type()), home[1].to(blocks.scalar_type()), at::Tensor(),
+            at::Tensor()};
+  }
+};
+
 }  // namespace
 
 at::Tensor ring_attention(const CpContext& cp, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -220,16 +286,9 @@ at::Tensor context_attention(const CpContext& cp, const at::Tensor& q, const at:
   switch (cp.comm) {
     case CpComm::kP2p:
       return ring_attention(cp, q, k, v, q.device().is_cpu() ? RingKernel::kFused : RingKernel::kExplicit);
-    case CpComm::kAllGather: {
-      // Every key and value of the sequence; the queries' real positions for the causal rule.
-      const int64_t l = q.size(2), s = l * cp.size();
-      const std::vector<int64_t> pos = context_positions(s, cp.size(), cp.rank());
-      const at::Tensor qpos = at::tensor(pos, at::TensorOptions().dtype(at::kLong)).to(q.device());
-      const at::Tensor visible = at::arange(s, qpos.options()).unsqueeze(0) <= qpos.unsqueeze(1);  // (2c, s)
-      const int64_t group = q.size(1) / k.size(1);
-      return at::scaled_dot_product_attention(q, repeat_kv_heads(cp_gather_sequence(cp, k), group),
-                                              repeat_kv_heads(cp_gather_sequence(cp, v), group), visible);
-    }
+    case CpComm::kAllGather:
+      return GatheredAttention::apply(q, k, v, cp.group,
+                                      static_cast<int64_t>(q.device().is_cpu() ? RingKernel::kFused : RingKernel::kExplicit));
     case CpComm::kA2a:
       // Ulysses: this rank's share of the heads over the whole sequence, in order.
       return cp_sequence_to_heads(

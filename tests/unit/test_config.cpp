@@ -652,4 +652,15 @@ TEST(Config, HostMemoryCountsTheActivationsInFlight) {
   e = error_of([&] { trident::check_host_resources(c, kGptShape, 8, host, 0, {4, 3, 2, 1}); });
   EXPECT_NE(e.find("2.5 micro-batch(es) in flight under schedule.kind = \"1f1b\", 1 layer(s) each"), std::string::npos)
       << e;
+  // Context parallelism: a rank keeps seq / cp of each sequence's tokens, so
+  // every term of a layer's bytes divides by cp, and the 8 GB above fits at cp 8.
+  EXPECT_DOUBLE_EQ(trident::layer_activation_bytes(c.model, kGptShape, 4096, 1, false, "selective", 4, 2), layer / 2);
+  EXPECT_DOUBLE_EQ(trident::layer_activation_bytes(c.model, kGptShape, 4096, 2, true, "none", 4, 4),
+                   trident::layer_activation_bytes(c.model, kGptShape, 4096, 2, true, "none", 4) / 4);
+  Config one = load_config(kTiny, {"training.micro_batch_size=4096", "training.global_batch_size=16384",
+                                   "parallel.dp=1", "training.threads=1"});
+  one.schedule.chunks = 1;
+  EXPECT_THROW(trident::check_host_resources(one, kGptShape, 1, host, 0, {1}), trident::ConfigError);
+  one.parallel.cp = 8;
+  EXPECT_NO_THROW(trident::check_host_resources(one, kGptShape, 8, 8 * host, 0, {1}));
 }

@@ -48,7 +48,7 @@ TEST(PlanCli, SearchPrintsTheBestSortedAsJson) {
     last = step;
     EXPECT_TRUE(json::as_bool(json::at(e, "fits", "e"), "fits"));
     double parts = 0;
-    for (const char* k : {"compute", "bubble", "tp_comm", "pp_comm", "dp_exposed", "optimizer", "recompute", "step_sync"})
+    for (const char* k : {"compute", "bubble", "tp_comm", "pp_comm", "dp_exposed", "optimizer", "recompute", "step_sync", "cp_comm"})
       parts += json::as_double(json::at(json::at(e, "breakdown_s", "e"), k, "breakdown"), k);
     EXPECT_NEAR(parts, step, 1e-6 * step) << "the breakdown adds up to the step";
   }
@@ -100,7 +100,7 @@ TEST(PlanCli, PublishedRowRunsAsMegatron2021AndCountsNarayanansFlops) {
   EXPECT_EQ(json::as_string(json::at(e, "runtime", "e"), "runtime"), "megatron-2021");
   const double step = json::as_double(json::at(e, "step_s", "e"), "step_s");
   double parts = 0;
-  for (const char* k : {"compute", "bubble", "tp_comm", "pp_comm", "dp_exposed", "optimizer", "recompute", "step_sync"})
+  for (const char* k : {"compute", "bubble", "tp_comm", "pp_comm", "dp_exposed", "optimizer", "recompute", "step_sync", "cp_comm"})
     parts += json::as_double(json::at(json::at(e, "breakdown_s", "e"), k, "b"), k);
   EXPECT_NEAR(parts / step, 1.0, 1e-6);
   const double B = 2304, s = 2048, l = 80, h = 12288, V = 51200;  // 51,200 is a multiple of 128 x 8
@@ -114,11 +114,43 @@ TEST(PlanCli, PublishedRowRunsAsMegatron2021AndCountsNarayanansFlops) {
   EXPECT_NE(t.out.find("runtime predicted: megatron: --overlap-grad-reduce"), std::string::npos) << t.out;
 }
 
+// --longest-seq (NOTE [planned context parallelism]): the config's length doubled while a layout fits,
+// context parallelism searched up to --gpus; its best layouts are those of the length it names.
+TEST(PlanCli, LongestSequenceNamesTheLengthAndItsLayouts) {
+  const Result r = run_plan("--config configs/llama-3.1-8b-128k.toml --cluster configs/clusters/dgx-h100.toml "
+                            "--gpus 64 --longest-seq --top 2 --max-mbs 1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const size_t at = r.out.find("longest sequence: ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const long long longest = std::atoll(r.out.c_str() + at + 18);
+  EXPECT_GE(longest, 131072) << r.out;
+  EXPECT_NE(r.out.find("fits no layout"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(",cp="), std::string::npos) << "the layouts at that length split it:\n" << r.out;
+  // The cp-16 layout of the same model beside cp 1: a rank keeps a sixteenth of each sequence.
+  const Result one = run_plan("--config configs/llama-3.1-8b-128k.toml --cluster configs/clusters/dgx-h100.toml "
+                              "--gpus 64 --format json --layout tp=8,pp=1,dp=8,sp=1,recompute=full,mbs=1");
+  const Result sixteen = run_plan("--config configs/llama-3.1-8b-128k.toml --cluster configs/clusters/dgx-h100.toml "
+                                  "--gpus 128 --format json --layout tp=8,cp=16,pp=1,dp=1,sp=1,recompute=full,mbs=1");
+  ASSERT_EQ(one.status, 0) << one.out;
+  ASSERT_EQ(sixteen.status, 0) << sixteen.out;
+  const json::Value va = json::parse(one.out, "cp1"), vb = json::parse(sixteen.out, "cp16");
+  const json::Value &a = json::as_array(va, "cp1").at(0), &b = json::as_array(vb, "cp16").at(0);
+  const auto act = [](const json::Value& e) {
+    return json::as_double(json::at(json::as_array(json::at(e, "ranks", "e"), "ranks").at(0), "activation_bytes", "r"), "a");
+  };
+  EXPECT_NEAR(act(b) / act(a), 1.0 / 16, 0.01 / 16) << one.out << sixteen.out;
+  EXPECT_EQ(json::as_int(json::at(b, "cp", "e"), "cp"), 16);
+}
+
 TEST(PlanCli, BadArgumentsSayWhat) {
   for (auto [args, expect] : std::vector<std::pair<std::string, std::string>>{
            {"--config configs/gpt-tiny.toml --gpus 4", "--cluster is required"},
            {kTiny + "--gpus 4 --format xml", "--format 'xml', expected table, csv or json"},
-           {kTiny + "--gpus 4 --layout tp=2 --top 3", "--top and --max-mbs apply to the search"},
+           {kTiny + "--gpus 4 --layout tp=2 --top 3", "--top, --max-mbs, --max-cp and --longest-seq apply to the search"},
+           {kTiny + "--gpus 4 --layout cp=2 --longest-seq", "--top, --max-mbs, --max-cp and --longest-seq apply to the search"},
+           {kTiny + "--gpus 3 --layout cp=3", "2 x cp does not divide model.seq_len = 32"},
+           {kTiny + "--gpus 4 --max-cp 0", "--max-cp 0: expected >= 1"},
+           {kTiny + "--gpus 4 --longest-seq --emit-set", "--emit-set with --longest-seq"},
            {kTiny + "--gpus 4 --layout tp=3", "does not divide --gpus 4"},
            {kTiny + "--gpus 4000", "--gpus 4000 but the cluster dgx-a100"},
            {kTiny + "--gpus 4 --cluster-set compute.gemm_efficiency=2", "expected a fraction in (0, 1]"},

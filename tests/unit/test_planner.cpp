@@ -197,6 +197,77 @@ TEST(PlannerStep, BadLayoutsNameTheirProblem) {
   EXPECT_EQ(u.layout.layers, (std::vector<int>{5, 3}));
 }
 
+// NOTE [planned context parallelism]: cp = 2 halves a rank's tokens (its
+// activations exactly), its gradients reduce over dp x cp, and the exchanges
+// are priced on the cp group's link: all_gather's all-gather of the whole
+// sequence's keys and values forward and reduce-scatter backward, exposed.
+TEST(PlannerStep, ContextParallelHalvesTheTokensAndPricesItsExchanges) {
+  Problem pr;
+  pr.model = gpt(4, 64, 8, 64, 256);
+  pr.precision = "fp32";
+  pr.cluster = unit_cluster();
+  pr.global_batch = 8;
+  PlanLayout one;
+  one.micro_batch = 2;
+  const Estimate e1 = evaluate(pr, one);
+  PlanLayout l = parse_layout("cp=2,mbs=2", 2);
+  EXPECT_EQ(l.dp, 1);
+  EXPECT_EQ(layout_text(l), "tp=1,pp=1,dp=1,schedule=1f1b,chunks=1,mbs=2,recompute=none,zero=0,sp=0,cp=2,cp_comm=p2p");
+  const Estimate e2 = evaluate(pr, l);
+  EXPECT_DOUBLE_EQ(e2.memory[0].activations, e1.memory[0].activations / 2);
+  EXPECT_DOUBLE_EQ(e2.memory[0].optimizer, e1.memory[0].optimizer);  // ZeRO off: every rank all the moments
+  EXPECT_LT(e2.breakdown.compute, e1.breakdown.compute * 0.75);
+  EXPECT_GT(e2.breakdown.cp_comm, 0.0);
+  EXPECT_GT(e2.breakdown.dp_exposed, 0.0);  // the gradients are averaged over the cp pair
+  const Breakdown& b = e2.breakdown;
+  EXPECT_NEAR(b.compute + b.recompute + b.tp_comm + b.cp_comm + b.bubble + b.pp_comm + b.dp_exposed + b.optimizer +
+                  b.step_sync,
+              e2.step_s, 1e-12);
+  // all_gather: per layer and micro-batch an all-gather of k and v of the whole sequence
+  // ((b=2) x 64 tokens x 2 x 64 fp32 = 65536 bytes; a ring of 2 moves half of it per link) forward
+  // and a reduce-scatter of their gradients backward: 4 layers x 4 micro-batches x 2 x 32768 B at 1 GB/s.
+  l.cp_comm = "all_gather";
+  EXPECT_NEAR(evaluate(pr, l).breakdown.cp_comm, 4.0 * 4 * 2 * 32768 / 1e9, 1e-12);
+  // ZeRO-1 shards the moments over dp x cp.
+  l.zero = 1;
+  EXPECT_DOUBLE_EQ(evaluate(pr, l).memory[0].optimizer, e1.memory[0].optimizer / 2);
+  // What does not split: 2 x cp must divide seq_len; a2a needs the heads per tp rank to split;
+  // cp_comm means nothing at cp = 1; the devices count cp.
+  EXPECT_NE(error_of<PlanError>([&] { evaluate(pr, parse_layout("cp=3", 3)); }).find("2 x cp does not divide model.seq_len = 64"),
+            std::string::npos);
+  Problem six = pr;
+  six.model = gpt(4, 96, 6, 64, 256);  // 6 heads do not split over 4 ranks
+  EXPECT_NE(error_of<PlanError>([&] { evaluate(six, parse_layout("cp=4,cp_comm=a2a", 4)); }).find("cp_comm=a2a: cp(4)"),
+            std::string::npos);
+  EXPECT_NE(error_of<PlanError>([] { parse_layout("cp_comm=a2a", 1); }).find("with cp=1: no sequence is split"),
+            std::string::npos);
+  EXPECT_NE(error_of<PlanError>([] { parse_layout("tp=2,cp=2,dp=1", 8); }).find("tp(2) x cp(2) x pp(1) x dp(1) = 4"),
+            std::string::npos);
+}
+
+// The longest sequence a cluster trains: activations grow with the sequence
+// (and attention's with its square) while a rank's share shrinks with cp, so
+// searching cp up to 8 reaches a longer sequence than cp = 1 alone.
+TEST(PlannerSearch, LongestSequenceGrowsWithContextParallelism) {
+  Problem pr;
+  pr.model = gpt(4, 256, 8, 1024, 256);
+  pr.precision = "fp32";
+  pr.cluster = unit_cluster();
+  set_cluster_key(pr.cluster, "cluster.device_memory_gib=1");
+  pr.global_batch = 8;
+  SearchOptions o;
+  o.gpus = 8;
+  o.max_micro_batch = 1;
+  const LongestSequence without = longest_sequence(pr, o);
+  o.max_cp = 8;
+  const LongestSequence with = longest_sequence(pr, o);
+  EXPECT_GE(without.seq_len, 1024);
+  EXPECT_GE(with.seq_len, 2 * without.seq_len);
+  EXPECT_EQ(without.first_too_long, 2 * without.seq_len);
+  for (const Estimate& e : with.at_longest.best) EXPECT_TRUE(e.fits);
+  EXPECT_GT(with.at_longest.best[0].layout.cp, 1);
+}
+
 TEST(PlannerCluster, PresetsParseAndBadFilesNameKeyAndLine) {
   for (const char* f : {"dgx-a100", "dgx-h100", "dgx-h200"}) {
     const std::string path = std::string(TRIDENT_SOURCE_DIR "/configs/clusters/") + f + ".toml";
