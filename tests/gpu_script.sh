@@ -38,6 +38,7 @@ case $mode in
     check dry-vendor 0 "TRIDENT_VENDOR_DIR=" -- "$script" --dry-run --out "$(mktemp -d)"
     check dry-train 0 "training.device=cuda --set training.precision=bf16" -- "$script" --dry-run --out "$(mktemp -d)"
     check dry-model 0 "configs/gpt2-1.3b.toml" -- "$script" --dry-run --out "$(mktemp -d)"
+    check dry-cp-attention 0 "benchmarks/gpu/cp_attention.py cuda" -- "$script" --dry-run --out "$(mktemp -d)"
     check dry-compare 0 "compare .*tiny-cpu .*tiny-dev --keys loss --rtol 1e-4" -- "$script" --dry-run --out "$(mktemp -d)"
     check vendor-args 2 "usage" -- "$repo/benchmarks/gpu/vendor.sh" --bogus
     # nvcc where GPU machines keep it when PATH has none: $CUDA_HOME, then /usr/local/cuda.

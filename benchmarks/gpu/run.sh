@@ -18,7 +18,9 @@
 #      `trident compare`;
 #   5. gpt-tiny and llama-tiny bf16 on cuda under 1f1b and zb-h1: W deferred after I on
 #      the device (the rank summary's deferred_weight_grads > 0) and zb-h1 bit-identical
-#      to 1f1b.
+#      to 1f1b;
+#   6. context parallelism's ring merge (cp 2 and 4) on the device's attention kernels that
+#      return the log-sum-exp, fp32 and bf16, against the whole sequence's attention.
 # Results: OUTDIR/results-DATE.txt (the file to commit as
 # benchmarks/gpu/results-DATE.txt) and up to 7 more files beside it.
 #
@@ -322,6 +324,18 @@ for family in gpt llama; do
   note "$family-tiny bf16 on $device, 4 steps, loss $last; W deferral: zb-h1's W actions computed $n weight gradients" \
        "and its losses and norms equal 1f1b's bit for bit: $r"
 done
+# --- 6. context parallelism's ring merge on the device's own kernels (flash attention in bf16,
+# the memory-efficient kernel in fp32, each returning its log-sum-exp): every rank of cp 2 and 4
+# played in one process against causal SDPA over the whole sequence (benchmarks/gpu/cp_attention.py).
+# Trident's ring runs its steps as explicit fp32 products on CUDA (NOTE [ring step kernels]); this
+# checks the kernels a fused CUDA step would use, their log-sum-exp layouts included.
+if [[ $dry -eq 1 ]]; then
+  run "$python" "$repo/benchmarks/gpu/cp_attention.py" "$device"
+else
+  echo "+ timeout 120 $python $repo/benchmarks/gpu/cp_attention.py $device"
+  timeout 120 "$python" "$repo/benchmarks/gpu/cp_attention.py" "$device" > "$work/cp_attention.txt" 2>&1 || failed=1
+  while IFS= read -r line; do note "$line"; done < "$work/cp_attention.txt"
+fi
 note "total: $(( $(date +%s) - t_start )) s"
 if [[ $dry -eq 0 ]]; then
   # On the device machine the results also land where they are committed.
