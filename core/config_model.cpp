@@ -172,9 +172,6 @@ void check_model_shape(const Config& c) {
       fail(c, "parallel.cp_comm = \"a2a\" scatters each rank's heads over cp: model.heads / tp (" + n(m.heads / p.tp) +
                   ") and the key/value heads / tp (" + n(m.kv() / p.tp) + ") must be divisible by parallel.cp (" +
                   n(p.cp) + ")");
-    if (m.experts > 0)
-      fail(c, "parallel.cp = " + n(p.cp) + " with model.arch = " + quote(m.arch) +
-                  ": the MoE layer's balancing losses over a split sequence are not built yet; expected parallel.cp = 1");
     if (m.dropout > 0)
       fail(c, "parallel.cp = " + n(p.cp) + " with model.dropout = " + format_double(m.dropout) +
                   ": dropout under context parallelism is not supported yet; expected model.dropout = 0");

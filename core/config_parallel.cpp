@@ -243,6 +243,9 @@ void check_layout_factors(const std::string& where, int64_t world, int64_t tp, i
   if (world < 1 || tp < 1 || pp < 1 || dp < 1 || cp < 1) {
     throw ConfigError(where + ": every factor must be >= 1, got " + factors + " with WORLD_SIZE = " + n(world));
   }
+  if (ep > 1 && cp > 1)
+    throw ConfigError(where + ": parallel.ep (" + n(ep) + ") with parallel.cp (" + n(cp) +
+                      "): expert parallelism does not fold over context-parallel ranks yet; expected one of them > 1");
   const int64_t product = tp * cp * pp * dp;
   if (product != world) {
     throw ConfigError(where + ": " + factors + " = " + n(product) + " but WORLD_SIZE = " + n(world));
@@ -250,9 +253,6 @@ void check_layout_factors(const std::string& where, int64_t world, int64_t tp, i
   if (ep < 1 || dp % ep != 0)
     throw ConfigError(where + ": parallel.ep (" + n(ep) + ") must divide parallel.dp (" + n(dp) +
                       "): the experts are split over ep of the data-parallel replicas (NOTE [expert grid])");
-  if (ep > 1 && cp > 1)
-    throw ConfigError(where + ": parallel.ep (" + n(ep) + ") with parallel.cp (" + n(cp) +
-                      "): expert parallelism does not fold over context-parallel ranks yet; expected one of them > 1");
 }
 
 void resolve_world(Config& c, int64_t world_size) {

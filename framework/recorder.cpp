@@ -262,6 +262,9 @@ void Recorder::write_rank_summary(const TrainSummary& s, int64_t dp_reduced_elem
   // The seconds this rank spent in its context-parallel group's communication
   // over the run (the ring's exposed waits, or the gathers and all-to-alls).
   v["cp_comm_s"] = json::number(r_.pgs->cp.comm_seconds);
+  // ...and in its expert-parallel group's (the dispatch and combine all-to-alls, their counts'
+  // exchange included: NOTE [expert dispatch]), waits for the slowest rank included.
+  v["ep_comm_s"] = json::number(r_.pgs->ep.comm_seconds);
   v["local_parameters"] = json::number(s.local_params);
   v["model_parameters"] = json::number(s.model_params);
   v["dp_reduced_elements"] = json::number(dp_reduced_elements);

@@ -176,22 +176,37 @@ MoeOutput moe_forward(const at::Tensor& x, const MoeWeights& w, const RouterOpti
   return out;
 }
 
-at::Tensor switch_aux_loss(const Routing& r, int64_t top_k) {
-  const int64_t t = r.scores.size(0), e = r.scores.size(1);
-  const at::Tensor counts = expert_counts(r.experts.reshape({-1}), e).to(at::kFloat);
-  return (r.scores.sum(0) * counts).sum() * (static_cast<double>(e) / (static_cast<double>(top_k) * t * t));
+namespace {
+
+// NOTE [balancing losses under context parallelism]: the counts of the whole
+// sequences, and how many ranks hold them.
+double over_context(const Group* cp, at::Tensor& counts) {
+  if (!cp || cp->size() == 1) return 1.0;
+  at::NoGradGuard no_grad;
+  all_reduce(*cp, counts);
+  return static_cast<double>(cp->size());
 }
 
-at::Tensor seq_aux_loss(const Routing& r, int64_t top_k, int64_t seqs) {
+}  // namespace
+
+at::Tensor switch_aux_loss(const Routing& r, int64_t top_k, const Group* cp) {
+  const int64_t t = r.scores.size(0), e = r.scores.size(1);
+  at::Tensor counts = expert_counts(r.experts.reshape({-1}), e).to(at::kFloat);
+  const double n = over_context(cp, counts);
+  return (r.scores.sum(0) * counts).sum() * (static_cast<double>(e) / (static_cast<double>(top_k) * t * t * n));
+}
+
+at::Tensor seq_aux_loss(const Routing& r, int64_t top_k, int64_t seqs, const Group* cp) {
   const int64_t t = r.scores.size(0), e = r.scores.size(1), per = t / seqs;
   if (seqs < 1 || t % seqs != 0)
     throw std::invalid_argument("seq_aux_loss: " + std::to_string(t) + " tokens are not " + std::to_string(seqs) +
                                 " sequences of equal length");
   const at::Tensor probs = r.scores.reshape({seqs, per, e}).sum(1);  // (seqs, E)
-  const at::Tensor counts = at::zeros({seqs, e}, r.scores.options())
-                                .scatter_add_(1, r.experts.reshape({seqs, per * r.experts.size(1)}),
-                                              at::ones({seqs, per * r.experts.size(1)}, r.scores.options()));
-  return (probs * counts).sum() * (static_cast<double>(e) / (static_cast<double>(top_k) * per * per * seqs));
+  at::Tensor counts = at::zeros({seqs, e}, r.scores.options())
+                          .scatter_add_(1, r.experts.reshape({seqs, per * r.experts.size(1)}),
+                                        at::ones({seqs, per * r.experts.size(1)}, r.scores.options()));
+  const double n = over_context(cp, counts);
+  return (probs * counts).sum() * (static_cast<double>(e) / (static_cast<double>(top_k) * per * per * seqs * n));
 }
 
 at::Tensor z_loss(const Routing& r) { return r.logits.logsumexp(-1).square().mean(); }

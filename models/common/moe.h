@@ -15,6 +15,8 @@
 
 namespace trident {
 
+struct Group;  // parallel/process_groups.h
+
 struct EpContext;  // parallel/expert_parallel.h
 
 // NOTE [MoE router]
@@ -121,8 +123,20 @@ MoeOutput moe_forward(const at::Tensor& x, const MoeWeights& w, const RouterOpti
 //   logits: the softmax top-K counts and the probabilities summed over every
 //   layer and token, each divided by layers x T, then E · Σ_e count_e · prob_e
 //   (one product of pooled means, not a sum of per-layer losses).
-at::Tensor switch_aux_loss(const Routing& r, int64_t top_k);
-at::Tensor seq_aux_loss(const Routing& r, int64_t top_k, int64_t seqs);
+//
+// NOTE [balancing losses under context parallelism]
+// With `cp` (a context-parallel group of n > 1 ranks), r holds this rank's
+// T tokens of sequences split over n ranks (NOTE [context split]): the
+// counts are summed over the group (they carry no gradient) and each rank
+// returns E / (K n T²) · Σ_e (Σ_t scores[t, e]) · count_e over its own scores,
+// n times its share of the whole sequences' loss, so that the n ranks'
+// gradients, averaged over dp x cp as the LM loss's are, give each score its
+// gradient in the whole sequences' loss; and their values, summed over the
+// group and divided by n, are the whole sequences' loss. Per sequence
+// likewise for seq_aux_loss. z_loss, a mean over tokens, needs nothing: each
+// rank holds as many tokens.
+at::Tensor switch_aux_loss(const Routing& r, int64_t top_k, const Group* cp = nullptr);
+at::Tensor seq_aux_loss(const Routing& r, int64_t top_k, int64_t seqs, const Group* cp = nullptr);
 at::Tensor z_loss(const Routing& r);
 at::Tensor pooled_aux_loss(const std::vector<at::Tensor>& layer_logits, int64_t top_k);
 

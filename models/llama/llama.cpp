@@ -274,8 +274,9 @@ at::Tensor LlamaStage::moe(int64_t layer, const BlockParams& b, const at::Tensor
   }
   const MoeOutput out = moe_forward(x.reshape({-1, x.size(-1)}), w, o, &ep_);
   at::Tensor y = out.y.view(x.sizes());
-  const at::Tensor aux = cfg_.moe_aux_loss == "seq_aux_loss" ? seq_aux_loss(out.routing, o.top_k, x.size(0))
-                                                             : switch_aux_loss(out.routing, o.top_k);
+  // Under context parallelism the counts are the whole sequences' (NOTE [balancing losses under context parallelism]).
+  const at::Tensor aux = cfg_.moe_aux_loss == "seq_aux_loss" ? seq_aux_loss(out.routing, o.top_k, x.size(0), cp_.group)
+                                                             : switch_aux_loss(out.routing, o.top_k, cp_.group);
   const at::Tensor z = z_loss(out.routing);
   if (cfg_.moe_aux_loss_coeff > 0) y = attach_aux_loss(y, aux * cfg_.moe_aux_loss_coeff, loss_scale_);
   if (cfg_.moe_z_loss_coeff > 0) y = attach_aux_loss(y, z * cfg_.moe_z_loss_coeff, loss_scale_);

@@ -244,6 +244,11 @@ const std::vector<Row>& cp_rows() {
       {1, 1, 1, "1f1b", 0, true, {kCp2, "parallel.cp_comm=all_gather"}},
       {1, 1, 1, "1f1b", 0, true, {kCp2, "parallel.cp_comm=a2a"}},
       {1, 1, 1, "1f1b", 0, true, {"parallel.cp=4"}},
+      // The MoE families: each layer's balancing loss over the whole sequences' counts
+      // (NOTE [balancing losses under context parallelism]), per batch (Mixtral) and per
+      // sequence (the Qwen3-MoE preset's seq_aux_loss).
+      {1, 1, 1, "1f1b", 0, true, {kCp2}, kMixtral},
+      {1, 2, 1, "zb-v", 0, true, {kCp2}, kQwen3Moe},
   };
   return r;
 }
