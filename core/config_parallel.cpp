@@ -245,7 +245,7 @@ void check_layout_factors(const std::string& where, int64_t world, int64_t tp, i
   }
   if (ep > 1 && cp > 1)
     throw ConfigError(where + ": parallel.ep (" + n(ep) + ") with parallel.cp (" + n(cp) +
-                      "): expert parallelism does not fold over context-parallel ranks yet; expected one of them > 1");
+                      "): expert parallelism does not fold over context-parallel ranks yet; expected at most one of them > 1");
   const int64_t product = tp * cp * pp * dp;
   if (product != world) {
     throw ConfigError(where + ": " + factors + " = " + n(product) + " but WORLD_SIZE = " + n(world));

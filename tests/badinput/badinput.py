@@ -190,7 +190,7 @@ def cases(work, cores, trident="build/trident", busy_port=0):
         ("ulysses heads not dividing", 2,
          "train --config configs/llama-tiny.toml --set parallel.cp=8 --set parallel.cp_comm=a2a",
          ["parallel.cp_comm = \"a2a\" scatters each rank's heads over cp", "must be divisible by parallel.cp (8)"]),
-        ("cp with ep", 2, "train --config configs/mixtral-tiny.toml --set parallel.cp=2 --set parallel.ep=2",
+        ("cp with ep", 2, "train --config configs/mixtral-tiny.toml --set parallel.cp=2 --set parallel.ep=2 --set parallel.dp=2",
          ["parallel.ep (2) with parallel.cp (2): expert parallelism does not fold over context-parallel ranks yet"]),
         ("cp zero", 2, "train --config configs/llama-tiny.toml --set parallel.cp=0",
          ["parallel.cp"]),
