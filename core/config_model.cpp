@@ -207,6 +207,9 @@ void check_model_relations(const Config& c) {
 void check_moe_keys(const Config& c, const ModelShape& shape) {
   const ModelConfig& m = c.model;
   const ModelConfig d;
+  if (c.parallel.moe_dispatcher != "alltoall" && c.parallel.ep == 1)
+    fail(c, "parallel.moe_dispatcher = " + quote(c.parallel.moe_dispatcher) +
+                " with parallel.ep = 1: every expert is on every rank, nothing is dispatched (it would be ignored)");
   if (!shape.moe) {
     const auto refuse = [&](bool set, const std::string& key) {
       if (set)

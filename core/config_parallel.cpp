@@ -54,6 +54,10 @@ std::vector<Field> parallel_fields() {
       TRIDENT_FIELD(parallel, ep, at_least(1),
                     "expert-parallel size: each MoE layer's experts split over ep data-parallel replicas, tokens "
                     "moved to them by all-to-all (Megatron's expert_model_parallel_size); divides dp and model.experts"),
+      TRIDENT_FIELD(parallel, moe_dispatcher, one_of({"alltoall", "allgather"}),
+                    "how routed tokens reach their experts' ranks under ep > 1: alltoall = each row to its expert's "
+                    "rank and back; allgather = every token gathered, outputs reduce-scattered (Megatron's "
+                    "moe_token_dispatcher_type)"),
       TRIDENT_FIELD(parallel, cp, at_least(1),
                     "context-parallel size: each sequence split over cp ranks, chunks r and 2cp-1-r on rank r "
                     "(Megatron's context_parallel_size); 2 x cp divides model.seq_len"),

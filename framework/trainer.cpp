@@ -355,7 +355,8 @@ void build(Run& r) {
   std::vector<std::vector<Param*>> stage_params;
   for (int chunk = 0; chunk < r.schedule.chunks; ++chunk) {
     r.stages.push_back(r.model->make_stage(r.schedule.stage_of(pp_rank, chunk), stages, r.tp, c.training.seed,
-                                           EpContext{layout.ep > 1 ? &r.pgs->ep : nullptr},
+                                           EpContext{layout.ep > 1 ? &r.pgs->ep : nullptr,
+                                                     c.parallel.moe_dispatcher == "allgather"},
                                            CpContext{layout.cp > 1 ? &r.pgs->cp : nullptr, parse_cp_comm(c.parallel.cp_comm)}));
     r.stages.back()->set_recompute(parse_recompute(c.training.recompute));
     r.stages.back()->set_compute_dtype(c.training.precision == "bf16" ? at::kBFloat16 : at::kFloat);

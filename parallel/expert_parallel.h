@@ -16,6 +16,9 @@ namespace trident {
 
 struct EpContext {
   const Group* group = nullptr;  // the expert-parallel group; null means ep = 1
+  // parallel.moe_dispatcher = "allgather": tokens gathered, outputs reduce-scattered
+  // (NOTE [all-gather dispatch] in models/common/moe.cpp) instead of the all-to-alls.
+  bool allgather = false;
   int size() const { return group ? group->size() : 1; }
   int rank() const { return group ? group->rank : 0; }
 };

@@ -10,7 +10,9 @@
 #include <stdexcept>
 #include <vector>
 
+#include "core/host_read.h"
 #include "parallel/expert_parallel.h"
+#include "parallel/tensor_parallel.h"
 
 namespace trident {
 
@@ -152,22 +154,66 @@ at::Tensor attach_aux_loss(const at::Tensor& y, const at::Tensor& aux, double sc
   return AuxLossScaler::apply(y, aux, scale);
 }
 
+namespace {
+
+// NOTE [all-gather dispatch]
+// parallel.moe_dispatcher = "allgather" (Megatron's allgather dispatcher): every
+// rank of the expert-parallel group gathers the group's tokens (T x ep rows of
+// x, autograd: the backward reduce-scatters their gradients) with their chosen
+// experts and weights, runs its own experts on the rows routed to them
+// (sorted by local expert, then by source rank, token and slot: the rows and
+// the order the all-to-all brings), adds each weighted output into its
+// token's row of a (T x ep, H) buffer, and one reduce-scatter sums the ranks'
+// buffers and leaves each rank its own tokens' rows (autograd: the backward
+// all-gathers). No counts are exchanged; the rows a rank computes are one
+// host read ("all-gather dispatch rows"). Each token's outputs are summed
+// per rank and then over the ranks, an order other than the all-to-all's
+// combine: equal within rounding, not in bits. It moves every token to every
+// rank (ep x the all-to-all's volume at most), for small groups and fast links.
+at::Tensor allgather_routed(const EpContext& ep, const at::Tensor& x, const Routing& r, const MoeWeights& w,
+                            int64_t experts) {
+  const int64_t n = ep.size(), local = experts / n, t = x.size(0), k = r.experts.size(1);
+  const TpContext group{ep.group};
+  const at::Tensor all_x = gather_seq(group, x.unsqueeze(0)).squeeze(0);          // (n T, H)
+  const at::Tensor all_w = gather_seq(group, r.weights.unsqueeze(0)).squeeze(0);  // (n T, K)
+  at::Tensor all_e = at::empty({n, t, k}, r.experts.options()), part = r.experts.contiguous();
+  all_gather_into(*ep.group, all_e, part);
+  // Local expert ids; every other rank's experts sort after them (key = local).
+  const at::Tensor flat = all_e.reshape({-1}) - ep.rank() * local;
+  const at::Tensor mine = flat.ge(0).logical_and(flat.lt(local));
+  const at::Tensor key = at::where(mine, flat, at::full_like(flat, local));
+  const at::Tensor order = std::get<1>(key.sort(/*stable=*/true, /*dim=*/0, /*descending=*/false));
+  const int64_t m = read_to_host(mine.sum(), "all-gather dispatch rows").item<int64_t>();
+  const at::Tensor pos = order.narrow(0, 0, m), tok = at::div(pos, k, "floor");
+  const at::Tensor rows = experts_swiglu(all_x.index_select(0, tok), expert_counts(key.index_select(0, pos), local),
+                                         w.gate, w.up, w.down);
+  const at::Tensor weight = all_w.reshape({-1}).index_select(0, pos).to(rows.scalar_type()).unsqueeze(1);
+  const at::Tensor summed = at::zeros({n * t, x.size(1)}, rows.options()).index_add(0, tok, rows * weight);
+  return reduce_scatter_seq(group, summed.unsqueeze(0)).squeeze(0);
+}
+
+}  // namespace
+
 MoeOutput moe_forward(const at::Tensor& x, const MoeWeights& w, const RouterOptions& o, const EpContext* ep) {
   MoeOutput out;
   out.routing = route(x, w.router, w.bias, o);
   const Dispatch d = dispatch(out.routing.experts, o.experts);
   out.counts = d.counts;
-  const at::Tensor sorted = permute(x, d);
-  at::Tensor rows;
-  if (ep && ep->size() > 1) {
-    // NOTE [expert dispatch]: to the experts' ranks, this rank's experts on what came, and back.
-    const ExpertExchange exchange = plan_exchange(*ep, d.counts);
-    const at::Tensor local = dispatch_rows(*ep, sorted, exchange);
-    rows = combine_rows(*ep, experts_swiglu(local, exchange.local_counts, w.gate, w.up, w.down), exchange);
+  if (ep && ep->size() > 1 && ep->allgather) {
+    out.y = allgather_routed(*ep, x, out.routing, w, o.experts);
   } else {
-    rows = experts_swiglu(sorted, d.counts, w.gate, w.up, w.down);
+    const at::Tensor sorted = permute(x, d);
+    at::Tensor rows;
+    if (ep && ep->size() > 1) {
+      // NOTE [expert dispatch]: to the experts' ranks, this rank's experts on what came, and back.
+      const ExpertExchange exchange = plan_exchange(*ep, d.counts);
+      const at::Tensor local = dispatch_rows(*ep, sorted, exchange);
+      rows = combine_rows(*ep, experts_swiglu(local, exchange.local_counts, w.gate, w.up, w.down), exchange);
+    } else {
+      rows = experts_swiglu(sorted, d.counts, w.gate, w.up, w.down);
+    }
+    out.y = combine(rows, out.routing.weights, d, x.size(0));
   }
-  out.y = combine(rows, out.routing.weights, d, x.size(0));
   if (w.shared_gate.defined()) {
     at::Tensor shared = swiglu(x, w.shared_gate, w.shared_up, w.shared_down);
     if (w.shared_expert_gate.defined()) shared = at::sigmoid(at::linear(x, w.shared_expert_gate)) * shared;

@@ -180,6 +180,9 @@ def cases(work, cores, trident="build/trident", busy_port=0):
          ["parallel.ep (3) must divide model.experts (8)"]),
         ("ep not dividing dp", 2, "train --config configs/mixtral-tiny.toml --set parallel.ep=2",
          ["parallel.ep (2) must divide parallel.dp (1)"]),
+        ("all-gather dispatcher without ep", 2,
+         "train --config configs/mixtral-tiny.toml --set parallel.moe_dispatcher=allgather",
+         ["parallel.moe_dispatcher = \"allgather\" with parallel.ep = 1: every expert is on every rank"]),
         ("ep zero", 2, "train --config configs/mixtral-tiny.toml --set parallel.ep=0",
          ["parallel.ep"]),
         # NOTE [context split]: 2 x cp equal chunks per sequence; cp_comm only with cp > 1.

@@ -44,6 +44,7 @@ const std::string kGpt = "configs/gpt-tiny.toml", kLlama = "configs/llama-tiny.t
                   kQwen3Moe = "configs/qwen3-moe-tiny.toml";
 const std::string kBf16 = "training.precision=bf16";
 const std::string kEp2 = "parallel.ep=2", kEp4 = "parallel.ep=4", kNcclRules = "parallel.backend=nccl-rules";
+const std::string kAllGather = "parallel.moe_dispatcher=allgather";
 // zb-auto's activation limit: 2p, the paper's ZB-2p (at pp = 2 and at pp = 4).
 const std::string kZb2pAtPp2 = "schedule.memory_limit=4", kZb2pAtPp4 = "schedule.memory_limit=8";
 
@@ -84,6 +85,8 @@ struct Row {
         n += "_ep" + e.substr(e.find('=') + 1);
       else if (e == kNcclRules)
         n += "_ncclrules";
+      else if (e == kAllGather)
+        n += "_allgather";
       else if (e.rfind("parallel.cp=", 0) == 0)
         n += "_cp" + e.substr(e.find('=') + 1);
       else if (e.rfind("parallel.cp_comm=", 0) == 0)
@@ -214,6 +217,10 @@ const std::vector<Row>& moe_rows() {
       {1, 1, 2, "1f1b", 0, true, {kEp2, kBf16}, kMixtral},
       {1, 1, 2, "1f1b", 1, true, {kEp2, kNcclRules}, kMixtral},
       {1, 2, 2, "zb-v", 0, true, {kEp2, kNcclRules}, kMixtral},
+      // The all-gather dispatcher (NOTE [all-gather dispatch]): ep 2 and 4, ZeRO-1, a split backward.
+      {1, 1, 2, "1f1b", 0, true, {kEp2, kAllGather}, kMixtral},
+      {1, 1, 4, "1f1b", 1, true, {kEp4, kAllGather}, kQwen2Moe},
+      {1, 2, 2, "zb-h1", 0, true, {kEp2, kAllGather, kNcclRules}, kMixtral},
   };
   return r;
 }

@@ -79,11 +79,13 @@ Full full_weights(int64_t experts) {
 // moe_forward at ep = 2 against ep = 1 on each rank's own tokens: y and dx
 // equal, each rank's expert gradients the group's sum of the full ones.
 // `bias`: the correction bias that only chooses (undefined: none).
-void layer_matches_one_rank(const std::string& backend, const at::Tensor& bias, int64_t top_k, bool rank1_idle) {
+// `allgather`: parallel.moe_dispatcher = "allgather" (NOTE [all-gather dispatch]).
+void layer_matches_one_rank(const std::string& backend, const at::Tensor& bias, int64_t top_k, bool rank1_idle,
+                            bool allgather = false) {
   const int64_t experts = 4, tokens = 9;
   const Full full = full_weights(experts);
   const auto errors = run_thread_group("ep", 2, milliseconds(30000), [&](Group& g) {
-    const EpContext ep{&g};
+    const EpContext ep{&g, allgather};
     RouterOptions o;
     o.experts = experts;
     o.top_k = top_k;
@@ -130,6 +132,15 @@ TEST(ExpertParallel, LayerAtEp2EqualsOneRankForwardAndBackward) {
 }
 
 TEST(ExpertParallel, LayerAtEp2UnderNcclRules) { layer_matches_one_rank("nccl-rules", at::Tensor(), 2, false); }
+
+// The all-gather dispatcher: the same layer, tokens gathered and outputs
+// reduce-scattered instead of the all-to-alls; a rank whose experts nobody
+// chose included.
+TEST(ExpertParallel, AllGatherDispatcherEqualsOneRank) {
+  layer_matches_one_rank("gloo", at::Tensor(), 2, false, true);
+  layer_matches_one_rank("nccl-rules", at::Tensor(), 2, false, true);
+  layer_matches_one_rank("gloo", at::tensor({100.f, 0.f, 0.f, 0.f}), 1, true, true);
+}
 
 // The correction bias sends every token to expert 0 (top-1): rank 0 receives
 // every row of the group, rank 1 none, and rank 1's experts still get their
