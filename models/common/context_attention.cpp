@@ -84,6 +84,21 @@ StepOut step_forward(RingKernel kernel, const at::Tensor& q, const at::Tensor& k
   return {at::matmul(at::exp(sc - lse.unsqueeze(-1)), repeat_kv_heads(v.to(at::kFloat), group)), lse};
 }
 
+// The running output (fp32, zero) and log-sum-exp (−inf) of q's rows before any step.
+void start_merge(const at::Tensor& q, at::Tensor& out, at::Tensor& lse) {
+  out = at::zeros(q.sizes(), q.options().dtype(at::kFloat));
+  lse = at::full({q.size(0), q.size(1), q.size(2)}, -std::numeric_limits<float>::infinity(), q.options().dtype(at::kFloat));
+}
+
+// One step's partial output merged into the running one by log-sum-exp in fp32 (NOTE [ring
+// attention]); the diagonal step comes first, so every row is finite after it.
+void merge(at::Tensor& out, at::Tensor& lse, const StepRule& s, const StepOut& o) {
+  at::Tensor o_rows = out.narrow(2, s.q_begin, s.q_len), lse_rows = lse.narrow(2, s.q_begin, s.q_len);
+  const at::Tensor merged = at::logaddexp(lse_rows, o.lse);
+  o_rows.copy_(o_rows * at::exp(lse_rows - merged).unsqueeze(-1) + o.out * at::exp(o.lse - merged).unsqueeze(-1));
+  lse_rows.copy_(merged);
+}
+
 struct StepGrads {
   at::Tensor dq, dk, dv;  // fp32: (b, heads, rows, d), (b, kv, cols, d) twice
 };
@@ -129,9 +144,8 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     const CpContext cp{g, CpComm::kP2p};
     const int64_t n = cp.size(), r = cp.rank(), l = q.size(2);
     const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
-    at::Tensor out = at::zeros(q.sizes(), q.options().dtype(at::kFloat));
-    at::Tensor lse = at::full({q.size(0), q.size(1), l}, -std::numeric_limits<float>::infinity(),
-                              q.options().dtype(at::kFloat));
+    at::Tensor out, lse;
+    start_merge(q, out, lse);
     at::Tensor block = at::stack({k, v}).contiguous();  // (2, b, kv, 2c, d)
     for (int64_t i = 0; i < n; ++i) {
       std::optional<RingStep> step;
@@ -143,10 +157,7 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
       const StepRule s = step_rule(r, (r - i + n) % n, l);
       const StepOut o = step_forward(kernel, q.narrow(2, s.q_begin, s.q_len), block[0].narrow(2, 0, s.k_len),
                                      block[1].narrow(2, 0, s.k_len), s.causal, scale);
-      at::Tensor o_rows = out.narrow(2, s.q_begin, s.q_len), lse_rows = lse.narrow(2, s.q_begin, s.q_len);
-      const at::Tensor merged = at::logaddexp(lse_rows, o.lse);  // step 0 comes first: every row finite after it
-      o_rows.copy_(o_rows * at::exp(lse_rows - merged).unsqueeze(-1) + o.out * at::exp(o.lse - merged).unsqueeze(-1));
-      lse_rows.copy_(merged);
+      merge(out, lse, s, o);
       if (step) {
         step->wait();
         block = next;
@@ -226,18 +237,14 @@ struct GatheredAttention : torch::autograd::Function<GatheredAttention> {
     shape.insert(shape.begin(), n);
     at::Tensor blocks = at::empty(shape, mine.options());  // (cp, 2, b, kv, 2c, d), group order
     all_gather_into(*g, blocks, mine);
-    at::Tensor out = at::zeros(q.sizes(), q.options().dtype(at::kFloat));
-    at::Tensor lse = at::full({q.size(0), q.size(1), l}, -std::numeric_limits<float>::infinity(),
-                              q.options().dtype(at::kFloat));
+    at::Tensor out, lse;
+    start_merge(q, out, lse);
     for (int64_t i = 0; i < n; ++i) {  // the diagonal block first, as in the ring
       const int64_t j = (r - i + n) % n;
       const StepRule s = step_rule(r, j, l);
       const StepOut o = step_forward(kernel, q.narrow(2, s.q_begin, s.q_len), blocks[j][0].narrow(2, 0, s.k_len),
                                      blocks[j][1].narrow(2, 0, s.k_len), s.causal, scale);
-      at::Tensor o_rows = out.narrow(2, s.q_begin, s.q_len), lse_rows = lse.narrow(2, s.q_begin, s.q_len);
-      const at::Tensor merged = at::logaddexp(lse_rows, o.lse);
-      o_rows.copy_(o_rows * at::exp(lse_rows - merged).unsqueeze(-1) + o.out * at::exp(o.lse - merged).unsqueeze(-1));
-      lse_rows.copy_(merged);
+      merge(out, lse, s, o);
     }
     ctx->saved_data["group"] = reinterpret_cast<int64_t>(g);
     ctx->saved_data["kernel"] = kernel_id;
