@@ -2,7 +2,7 @@
 # Expert parallelism's cost here (README.md, "Expert parallelism"): mixtral-tiny on
 # 2 ranks as dp 2 with every expert on each rank (ep 1) and with the experts split
 # over the two (ep 2, NOTE [expert grid]), ROUNDS rounds alternating the two, each
-# STEPS steps: the median step time over the steps after the first two, and the
+# STEPS steps: the median step time over the steps after the first two (one at STEPS 2), and the
 # seconds per step rank 0 spent in its expert-parallel group's all-to-alls
 # (rank-0.json's ep_comm_s over the run's steps: the dispatch and combine, and
 # their counts' exchange, each waited for where it is issued: nothing hides them
@@ -14,7 +14,8 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 build="${1:-build}" rounds="${ROUNDS:-3}" steps="${STEPS:-12}" out="${OUT:-benchmarks/results/expert_parallel.txt}"
 [[ -x $build/trident ]] || { echo "expert_parallel: $build/trident not found" >&2; exit 1; }
-(( steps >= 3 )) || { echo "expert_parallel: STEPS must be at least 3, got $steps" >&2; exit 1; }
+(( steps >= 2 )) || { echo "expert_parallel: STEPS must be at least 2, got $steps" >&2; exit 1; }
+skip=$(( steps >= 3 ? 2 : 1 ))  # the first steps warm up
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 rows=""
@@ -25,12 +26,12 @@ for round in $(seq "$rounds"); do
       --set parallel.dp=2 --set parallel.ep=$ep --set training.steps="$steps" --set training.eval_interval=0 \
       --set training.threads=1 --set logging.progress=false --set logging.dir="$dir" > "$log" 2>&1 ||
       { echo "expert_parallel: round $round ep $ep failed:" >&2; tail -20 "$log" >&2; exit 1; }
-    rows+=$(python3 - "$dir" "$round" "$ep" <<'PY'
+    rows+=$(python3 - "$dir" "$round" "$ep" "$skip" <<'PY'
 import json, statistics, sys
-d, rnd, ep = sys.argv[1:4]
+d, rnd, ep, skip = sys.argv[1:5]
 steps = [json.loads(l) for l in open(d + "/metrics.jsonl") if l.strip()]
 s = json.load(open(d + "/rank-0.json"))
-t = statistics.median(r["step_time_s"] for r in steps[2:])
+t = statistics.median(r["step_time_s"] for r in steps[int(skip):])
 print("%5s %3s %9.4f %9.4f %6.1f%%" % (rnd, ep, t, s["ep_comm_s"] / len(steps), 100 * s["ep_comm_s"] / len(steps) / t))
 PY
 )$'\n'
