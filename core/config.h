@@ -53,6 +53,8 @@ struct ModelConfig {
   double moe_aux_loss_coeff = 0.0;   // Switch/GShard load-balancing loss per layer
   std::string moe_aux_loss = "aux_loss";  // over the micro-batch ("aux_loss") or per sequence ("seq_aux_loss"), Megatron's names
   double moe_z_loss_coeff = 0.0;     // router z-loss per layer (ST-MoE)
+  double moe_capacity_factor = 0.0;  // > 0: each expert takes at most ceil(T K / E x this) of a rank's assignments; 0 = no dropping
+  std::string moe_token_drop_policy = "probs";  // past capacity, drop the lowest weights ("probs") or the latest tokens ("position")
 
   int64_t ffn() const { return ffn_hidden > 0 ? ffn_hidden : 4 * hidden; }
   int64_t kv() const { return kv_heads > 0 ? kv_heads : heads; }

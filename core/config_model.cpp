@@ -90,6 +90,12 @@ std::vector<Field> model_fields() {
                     "the load-balancing loss over each micro-batch's tokens, or per sequence averaged over its "
                     "sequences (DeepSeek-V3's; Megatron's moe_router_load_balancing_type)"),
       TRIDENT_FIELD(model, moe_z_loss_coeff, at_least(0), "coefficient of each MoE layer's router z-loss (MoE)"),
+      TRIDENT_FIELD(model, moe_capacity_factor, at_least(0),
+                    "> 0: each expert takes at most ceil(tokens x top_k / experts x this) of a rank's assignments "
+                    "per layer and micro-batch, the rest dropped (Megatron's moe_expert_capacity_factor); 0 = none"),
+      TRIDENT_FIELD(model, moe_token_drop_policy, one_of({"probs", "position"}),
+                    "which assignments past an expert's capacity are dropped: the lowest weights (probs) or the "
+                    "latest tokens (position) (Megatron's moe_token_drop_policy)"),
   };
 }
 
@@ -225,11 +231,16 @@ void check_moe_keys(const Config& c, const ModelShape& shape) {
     refuse(m.moe_aux_loss_coeff != d.moe_aux_loss_coeff, "model.moe_aux_loss_coeff");
     refuse(m.moe_z_loss_coeff != d.moe_z_loss_coeff, "model.moe_z_loss_coeff");
     refuse(m.moe_aux_loss != d.moe_aux_loss, "model.moe_aux_loss");
+    refuse(m.moe_capacity_factor != d.moe_capacity_factor, "model.moe_capacity_factor");
+    refuse(m.moe_token_drop_policy != d.moe_token_drop_policy, "model.moe_token_drop_policy");
     if (c.parallel.ep != 1)
       fail(c, "parallel.ep = " + n(c.parallel.ep) + " with model.arch = " + quote(m.arch) +
                   ": a dense family has no experts to split (the MoE families: mixtral, qwen2_moe, qwen3_moe)");
     return;
   }
+  if (m.moe_token_drop_policy != d.moe_token_drop_policy && m.moe_capacity_factor == 0)
+    fail(c, "model.moe_token_drop_policy = " + quote(m.moe_token_drop_policy) +
+                " with model.moe_capacity_factor = 0: no token is dropped; set the capacity factor");
   if (m.moe_aux_loss != d.moe_aux_loss && m.moe_aux_loss_coeff == 0)
     fail(c, "model.moe_aux_loss = " + quote(m.moe_aux_loss) +
                 " with model.moe_aux_loss_coeff = 0: no balancing loss is computed; set the coefficient");

@@ -6,6 +6,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <stdexcept>
 #include <vector>
@@ -84,13 +85,35 @@ Routing route(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& bia
   return r;
 }
 
-Dispatch dispatch(const at::Tensor& experts, int64_t num_experts) {
+Dispatch dispatch(const at::Tensor& experts, int64_t num_experts, const at::Tensor& keep) {
   Dispatch d;
-  const at::Tensor flat = experts.reshape({-1});
+  at::Tensor flat = experts.reshape({-1});
+  // Dropped assignments (NOTE [expert capacity]) sort after every expert's and are cut off.
+  if (keep.defined()) flat = at::where(keep.reshape({-1}), flat, at::full_like(flat, num_experts));
   d.order = std::get<1>(flat.sort(/*stable=*/true, /*dim=*/0, /*descending=*/false));
+  if (keep.defined()) {
+    d.counts = expert_counts(flat, num_experts + 1).narrow(0, 0, num_experts);
+    d.order = d.order.narrow(0, 0, read_to_host(d.counts.sum(), "kept expert assignments").item<int64_t>());
+  } else {
+    d.counts = expert_counts(flat, num_experts);
+  }
   d.token = d.order.div(experts.size(1), "floor");
-  d.counts = expert_counts(flat, num_experts);
   return d;
+}
+
+at::Tensor keep_within_capacity(const Routing& r, const RouterOptions& o) {
+  const int64_t t = r.experts.size(0), k = r.experts.size(1), e = o.experts;
+  const auto capacity = static_cast<int64_t>(std::ceil(static_cast<double>(t * k) / static_cast<double>(e) * o.capacity_factor));
+  at::NoGradGuard no_grad;
+  const at::Tensor flat = r.experts.reshape({-1}), tok = at::arange(t, flat.options()).repeat_interleave(k);
+  const at::TensorOptions f = r.weights.options().dtype(at::kFloat);
+  // (E, T): each expert's assignments valued by the policy, the others -inf; ranked within the expert.
+  const at::Tensor value = o.drop_by_position ? tok.neg().to(at::kFloat) : r.weights.reshape({-1}).to(at::kFloat);
+  at::Tensor table = at::full({e, t}, -std::numeric_limits<float>::infinity(), f);
+  table.index_put_({flat, tok}, value);
+  const at::Tensor order = std::get<1>(table.sort(/*stable=*/true, /*dim=*/1, /*descending=*/true));
+  const at::Tensor rank = at::empty_like(order).scatter_(1, order, at::arange(t, order.options()).unsqueeze(0).expand({e, t}).contiguous());
+  return rank.index({flat, tok}).lt(capacity).view({t, k});
 }
 
 at::Tensor permute(const at::Tensor& x, const Dispatch& d) { return x.index_select(0, d.token); }
@@ -170,13 +193,13 @@ namespace {
 // per rank and then over the ranks, an order other than the all-to-all's
 // combine: equal within rounding, not in bits. It moves every token to every
 // rank (ep x the all-to-all's volume at most), for small groups and fast links.
-at::Tensor allgather_routed(const EpContext& ep, const at::Tensor& x, const Routing& r, const MoeWeights& w,
-                            int64_t experts) {
-  const int64_t n = ep.size(), local = experts / n, t = x.size(0), k = r.experts.size(1);
+at::Tensor allgather_routed(const EpContext& ep, const at::Tensor& x, const at::Tensor& chosen,
+                            const at::Tensor& weights, const MoeWeights& w, int64_t experts) {
+  const int64_t n = ep.size(), local = experts / n, t = x.size(0), k = chosen.size(1);
   const TpContext group{ep.group};
-  const at::Tensor all_x = gather_seq(group, x.unsqueeze(0)).squeeze(0);          // (n T, H)
-  const at::Tensor all_w = gather_seq(group, r.weights.unsqueeze(0)).squeeze(0);  // (n T, K)
-  at::Tensor all_e = at::empty({n, t, k}, r.experts.options()), part = r.experts.contiguous();
+  const at::Tensor all_x = gather_seq(group, x.unsqueeze(0)).squeeze(0);        // (n T, H)
+  const at::Tensor all_w = gather_seq(group, weights.unsqueeze(0)).squeeze(0);  // (n T, K)
+  at::Tensor all_e = at::empty({n, t, k}, chosen.options()), part = chosen.contiguous();
   all_gather_into(*ep.group, all_e, part);
   // Local expert ids; every other rank's experts sort after them (key = local).
   const at::Tensor flat = all_e.reshape({-1}) - ep.rank() * local;
@@ -197,10 +220,13 @@ at::Tensor allgather_routed(const EpContext& ep, const at::Tensor& x, const Rout
 MoeOutput moe_forward(const at::Tensor& x, const MoeWeights& w, const RouterOptions& o, const EpContext* ep) {
   MoeOutput out;
   out.routing = route(x, w.router, w.bias, o);
-  const Dispatch d = dispatch(out.routing.experts, o.experts);
+  const at::Tensor keep = o.capacity_factor > 0 ? keep_within_capacity(out.routing, o) : at::Tensor();
+  const Dispatch d = dispatch(out.routing.experts, o.experts, keep);
   out.counts = d.counts;
   if (ep && ep->size() > 1 && ep->allgather) {
-    out.y = allgather_routed(*ep, x, out.routing, w, o.experts);
+    // A dropped assignment's expert is -1: no rank's (NOTE [expert capacity]).
+    const at::Tensor chosen = keep.defined() ? at::where(keep, out.routing.experts, -1) : out.routing.experts;
+    out.y = allgather_routed(*ep, x, chosen, out.routing.weights, w, o.experts);
   } else {
     const at::Tensor sorted = permute(x, d);
     at::Tensor rows;

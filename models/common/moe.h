@@ -42,6 +42,9 @@ struct RouterOptions {
   int64_t n_group = 1;     // groups of experts (1: no group limit)
   int64_t topk_group = 1;  // groups a token may choose from
   double routed_scaling_factor = 1.0;
+  // NOTE [expert capacity]: > 0 caps each expert's assignments per call; 0 = none.
+  double capacity_factor = 0.0;
+  bool drop_by_position = false;  // past capacity drop the latest tokens, else the lowest weights
 };
 
 // Throws std::invalid_argument naming the option when the options cannot route
@@ -71,7 +74,22 @@ struct Dispatch {
   at::Tensor token;   // (T*K) int64: the token of each sorted row
   at::Tensor counts;  // (E) int64: rows per expert
 };
-Dispatch dispatch(const at::Tensor& experts, int64_t num_experts);
+// `keep` (T, K) bool, when defined: only the kept assignments are dispatched
+// (NOTE [expert capacity]); the others contribute nothing to combine.
+Dispatch dispatch(const at::Tensor& experts, int64_t num_experts, const at::Tensor& keep = at::Tensor());
+
+// NOTE [expert capacity]
+// With capacity_factor c > 0 each expert takes at most ceil(T·K / E · c) of
+// the T·K assignments routed in one call (Megatron's get_capacity over
+// num_tokens × top-k): on one rank, one layer, one micro-batch, so under data
+// and expert parallelism every rank drops among its own tokens only, before
+// any dispatch, and ep changes nothing of which are dropped. Past capacity an
+// expert keeps the assignments with the highest weights (ties to the earlier
+// token) or, by position, the earliest tokens; a dropped assignment adds
+// nothing to its token (the kept weights are not renormalised, as Megatron),
+// and the balancing losses read the routing before dropping. Returns (T, K)
+// bool: the kept assignments.
+at::Tensor keep_within_capacity(const Routing& r, const RouterOptions& o);
 // x (T, H) -> (T*K, H): each sorted row's token.
 at::Tensor permute(const at::Tensor& x, const Dispatch& d);
 // rows (T*K, H), weights (T, K) -> (T, H): Σ_k weight · row.

@@ -261,6 +261,8 @@ at::Tensor LlamaStage::moe(int64_t layer, const BlockParams& b, const at::Tensor
   o.experts = cfg_.experts;
   o.top_k = cfg_.moe_top_k;
   o.norm_topk_prob = cfg_.moe_norm_topk_prob;
+  o.capacity_factor = cfg_.moe_capacity_factor;
+  o.drop_by_position = cfg_.moe_token_drop_policy == "position";
   MoeWeights w;
   w.router = compute_param(b.router);
   w.gate = compute_param(b.gate);

@@ -183,6 +183,11 @@ def cases(work, cores, trident="build/trident", busy_port=0):
         ("all-gather dispatcher without ep", 2,
          "train --config configs/mixtral-tiny.toml --set parallel.moe_dispatcher=allgather",
          ["parallel.moe_dispatcher = \"allgather\" with parallel.ep = 1: every expert is on every rank"]),
+        ("drop policy without capacity", 2,
+         "train --config configs/mixtral-tiny.toml --set model.moe_token_drop_policy=position",
+         ["model.moe_token_drop_policy = \"position\" with model.moe_capacity_factor = 0: no token is dropped"]),
+        ("capacity on a dense model", 2, "train --config configs/llama-tiny.toml --set model.moe_capacity_factor=1.0",
+         ["model.moe_capacity_factor is a mixture-of-experts key"]),
         ("ep zero", 2, "train --config configs/mixtral-tiny.toml --set parallel.ep=0",
          ["parallel.ep"]),
         # NOTE [context split]: 2 x cp equal chunks per sequence; cp_comm only with cp > 1.

@@ -45,6 +45,7 @@ const std::string kGpt = "configs/gpt-tiny.toml", kLlama = "configs/llama-tiny.t
 const std::string kBf16 = "training.precision=bf16";
 const std::string kEp2 = "parallel.ep=2", kEp4 = "parallel.ep=4", kNcclRules = "parallel.backend=nccl-rules";
 const std::string kAllGather = "parallel.moe_dispatcher=allgather";
+const std::string kCapacity = "model.moe_capacity_factor=1.0";
 // zb-auto's activation limit: 2p, the paper's ZB-2p (at pp = 2 and at pp = 4).
 const std::string kZb2pAtPp2 = "schedule.memory_limit=4", kZb2pAtPp4 = "schedule.memory_limit=8";
 
@@ -87,6 +88,10 @@ struct Row {
         n += "_ncclrules";
       else if (e == kAllGather)
         n += "_allgather";
+      else if (e == kCapacity)
+        n += "_capacity1";
+      else if (e.rfind("model.moe_token_drop_policy=", 0) == 0)
+        n += "_drop" + e.substr(e.find('=') + 1);
       else if (e.rfind("parallel.cp=", 0) == 0)
         n += "_cp" + e.substr(e.find('=') + 1);
       else if (e.rfind("parallel.cp_comm=", 0) == 0)
@@ -221,6 +226,10 @@ const std::vector<Row>& moe_rows() {
       {1, 1, 2, "1f1b", 0, true, {kEp2, kAllGather}, kMixtral},
       {1, 1, 4, "1f1b", 1, true, {kEp4, kAllGather}, kQwen2Moe},
       {1, 2, 2, "zb-h1", 0, true, {kEp2, kAllGather, kNcclRules}, kMixtral},
+      // Token dropping (NOTE [expert capacity]): each rank drops among its own tokens before any
+      // dispatch, so ep 2 equals the single process dropping by the same rule per micro-batch.
+      {1, 1, 2, "1f1b", 0, true, {kEp2, kCapacity}, kMixtral},
+      {1, 1, 2, "1f1b", 1, true, {kEp2, kAllGather, kCapacity, "model.moe_token_drop_policy=position"}, kMixtral},
   };
   return r;
 }

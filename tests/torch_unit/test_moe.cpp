@@ -200,3 +200,41 @@ TEST(Moe, RouterOptionsThatCannotRouteAreRefused) {
 
 }  // namespace
 }  // namespace trident
+
+namespace trident {
+namespace {
+
+at::Tensor flags(const std::vector<int64_t>& v) { return at::tensor(v, at::kLong).to(at::kBool); }
+
+// NOTE [expert capacity]: 4 tokens, top-1 of 2 experts, capacity factor 1:
+// each expert takes ceil(4 x 1 / 2 x 1) = 2. Expert 0 is chosen by tokens
+// 0, 1, 2 (weights 0.2, 0.9, 0.5) and keeps its two best, or its two
+// earliest by position; ties go to the earlier token; a dropped assignment is
+// not dispatched and adds nothing to its token.
+TEST(MoeCapacity, ExpertsKeepTheirBestOrEarliestAssignments) {
+  Routing r;
+  r.experts = at::tensor({0, 0, 0, 1}, at::kLong).view({4, 1});
+  r.weights = at::tensor({0.2f, 0.9f, 0.5f, 0.7f}).view({4, 1});
+  RouterOptions o;
+  o.experts = 2, o.top_k = 1, o.capacity_factor = 1.0;
+  const at::Tensor by_probs = keep_within_capacity(r, o);
+  EXPECT_TRUE(at::equal(by_probs.view({-1}), flags({0, 1, 1, 1}))) << by_probs;
+  o.drop_by_position = true;
+  EXPECT_TRUE(at::equal(keep_within_capacity(r, o).view({-1}), flags({1, 1, 0, 1})));
+  o.drop_by_position = false;
+  r.weights = at::tensor({0.5f, 0.5f, 0.5f, 0.7f}).view({4, 1});  // a tie: the earlier tokens
+  EXPECT_TRUE(at::equal(keep_within_capacity(r, o).view({-1}), flags({1, 1, 0, 1})));
+  o.capacity_factor = 0.5;  // ceil(1) = 1 each
+  EXPECT_TRUE(at::equal(keep_within_capacity(r, o).view({-1}), flags({1, 0, 0, 1})));
+  // Dispatch and combine without the dropped: token 0's row is empty.
+  const Dispatch d = dispatch(r.experts, 2, by_probs);
+  EXPECT_TRUE(at::equal(d.counts, at::tensor({2, 1}, at::kLong))) << d.counts;
+  EXPECT_TRUE(at::equal(d.token, at::tensor({1, 2, 3}, at::kLong))) << d.token;
+  const at::Tensor rows = at::ones({3, 2});
+  const at::Tensor y = combine(rows, r.weights, d, 4);
+  EXPECT_TRUE(at::equal(y[0], at::zeros({2}))) << y;
+  EXPECT_FLOAT_EQ(y[3][0].item<float>(), 0.7f);
+}
+
+}  // namespace
+}  // namespace trident
