@@ -3,8 +3,8 @@
 // context the model's attention reads, and the exchanges of its kinds
 // (parallel.cp_comm): the ring's key/value blocks passed to the next rank and
 // Ulysses' all-to-all (all_gather's one all-gather is the process groups'
-// all_gather_into). The
-// attention arithmetic that uses them is models/common/context_attention.h.
+// all_gather_into). The attention arithmetic that uses them is
+// models/common/context_attention.h.
 #pragma once
 
 #include <cstdint>
