@@ -7,7 +7,6 @@
 #include <chrono>
 #include <stdexcept>
 
-#include "core/context_split.h"
 #include "parallel/expert_parallel.h"  // all_to_all_rows
 
 namespace trident {
@@ -56,22 +55,21 @@ void RingStep::wait() {
 
 namespace {
 
-// (cp, b, h, 2c, d) pieces in group order <-> (b, h, s, d) in sequence order.
+// (cp, b, h, 2c, d) pieces in group order <-> (b, h, s, d) in sequence order
+// (NOTE [context split]): sequence chunk t < cp is piece t's first half, chunk
+// t >= cp piece 2cp-1-t's second half. Views, a flip and one copy: no index
+// tensor built on the host and copied to the device at every call.
 at::Tensor pieces_to_sequence(const at::Tensor& pieces, int64_t cp) {
-  const int64_t b = pieces.size(1), h = pieces.size(2), l = pieces.size(3), d = pieces.size(4), s = l * cp;
-  const at::Tensor order = at::tensor(context_gather_order(s, cp), at::TensorOptions().dtype(at::kLong)).to(pieces.device());
-  return pieces.permute({1, 2, 0, 3, 4}).reshape({b, h, s, d}).index_select(2, order);
+  const int64_t b = pieces.size(1), h = pieces.size(2), l = pieces.size(3), d = pieces.size(4);
+  const at::Tensor halves = pieces.view({cp, b, h, 2, l / 2, d});
+  const at::Tensor chunks = at::cat({halves.select(3, 0), halves.select(3, 1).flip(0)}, 0);  // (2cp, b, h, c, d)
+  return chunks.permute({1, 2, 0, 3, 4}).reshape({b, h, cp * l, d});
 }
 
 at::Tensor sequence_to_pieces(const at::Tensor& x, int64_t cp) {
-  const int64_t b = x.size(0), h = x.size(1), s = x.size(2), d = x.size(3);
-  std::vector<int64_t> idx;
-  for (int64_t j = 0; j < cp; ++j) {
-    const std::vector<int64_t> p = context_positions(s, cp, j);
-    idx.insert(idx.end(), p.begin(), p.end());
-  }
-  const at::Tensor order = at::tensor(idx, at::TensorOptions().dtype(at::kLong)).to(x.device());
-  return x.index_select(2, order).view({b, h, cp, s / cp, d}).permute({2, 0, 1, 3, 4}).contiguous();
+  const int64_t b = x.size(0), h = x.size(1), s = x.size(2), d = x.size(3), c = s / (2 * cp);
+  const at::Tensor chunks = x.reshape({b, h, 2 * cp, c, d}).permute({2, 0, 1, 3, 4});  // (2cp, b, h, c, d)
+  return at::stack({chunks.narrow(0, 0, cp), chunks.narrow(0, cp, cp).flip(0)}, 3).reshape({cp, b, h, 2 * c, d});
 }
 
 }  // namespace
