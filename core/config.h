@@ -42,7 +42,7 @@ struct ModelConfig {
   double rope_high_freq_factor = 4.0;         // llama3 scaling: high_freq_factor
   int64_t rope_original_max_position = 8192;  // llama3 scaling: original_max_position_embeddings
   int64_t kv_channels = 0;  // width of one attention head; 0 = hidden / heads (qwen3_moe's head_dim; Megatron's name)
-  // Mixture of experts (the MoE families: mixtral, qwen2_moe, qwen3_moe;
+  // Mixture of experts (the MoE families: mixtral, qwen2_moe, qwen3_moe, deepseek_v3;
   // check_config refuses them for a dense family, NOTE [MoE keys]).
   int64_t experts = 0;               // routed experts per layer; 0 = a dense MLP
   int64_t moe_ffn_hidden = 0;        // each routed expert's SwiGLU width; 0 = ffn_hidden
@@ -55,10 +55,26 @@ struct ModelConfig {
   double moe_z_loss_coeff = 0.0;     // router z-loss per layer (ST-MoE)
   double moe_capacity_factor = 0.0;  // > 0: each expert takes at most ceil(T K / E x this) of a rank's assignments; 0 = no dropping
   std::string moe_token_drop_policy = "probs";  // past capacity, drop the lowest weights ("probs") or the latest tokens ("position")
+  // The router (NOTE [MoE router] in models/common/moe.h; Megatron's moe_router_* keys).
+  std::string moe_score_function = "softmax";  // "softmax" | "sigmoid"
+  int64_t moe_router_groups = 1;               // groups of experts (1: no group limit; DeepSeek-V3's n_group)
+  int64_t moe_router_group_topk = 1;           // groups a token may choose from (DeepSeek-V3's topk_group)
+  double moe_routed_scaling_factor = 1.0;      // the chosen experts' weights times this
+  bool moe_expert_bias = false;                // a score-correction bias per expert that chooses, never weights
+  // Multi-head latent attention (deepseek_v3 only; Hugging Face's names).
+  int64_t q_lora_rank = 0;       // the queries' low-rank width; 0 = q projected from the hidden state directly
+  int64_t kv_lora_rank = 0;      // the keys' and values' shared latent width
+  int64_t qk_nope_head_dim = 0;  // each q/k head's part without rotary embedding
+  int64_t qk_rope_head_dim = 0;  // each q/k head's rotary part (one key part shared by every head)
+  int64_t v_head_dim = 0;        // each value head's width
 
   int64_t ffn() const { return ffn_hidden > 0 ? ffn_hidden : 4 * hidden; }
   int64_t kv() const { return kv_heads > 0 ? kv_heads : heads; }
   int64_t head_dim() const { return kv_channels > 0 ? kv_channels : hidden / heads; }
+  // Multi-head latent attention (deepseek_v3): set by model.kv_lora_rank.
+  bool mla() const { return kv_lora_rank > 0; }
+  // The width the rotary embedding turns: MLA's rotary part, else the whole head.
+  int64_t rope_dim() const { return mla() ? qk_rope_head_dim : head_dim(); }
   int64_t moe_ffn() const { return moe_ffn_hidden > 0 ? moe_ffn_hidden : ffn(); }
   // Whether layer l's MLP is a mixture of experts (the layers from moe_first_dense on).
   bool moe_layer(int64_t l) const { return experts > 0 && l >= moe_first_dense; }

@@ -36,7 +36,14 @@ Big model_params(const ModelConfig& m, const ModelShape& s) {
   const Big q_w = Big(m.heads) * d, kv_w = Big(m.kv()) * d;
   // An MoE layer: model.experts MLPs of the experts' width, the router (E x hidden) and a shared expert.
   const Big moe_mlp = Big(m.experts) * Big(m.moe_ffn()) + Big(m.moe_shared_ffn_hidden);
-  const Big attn = 2 * h * q_w + 2 * h * kv_w, mats = s.gated_mlp ? 3 : 2;
+  Big attn = 2 * h * q_w + 2 * h * kv_w;
+  if (m.mla()) {  // NOTE [MLA] in models/llama/llama.cpp: the down and up projections and o
+    const Big heads = m.heads, qk = Big(m.qk_nope_head_dim) + Big(m.qk_rope_head_dim), ql = m.q_lora_rank,
+              kl = m.kv_lora_rank;
+    attn = (ql > 0 ? h * ql + ql * heads * qk : h * heads * qk) + h * (kl + Big(m.qk_rope_head_dim)) +
+           kl * heads * (Big(m.qk_nope_head_dim) + Big(m.v_head_dim)) + heads * Big(m.v_head_dim) * h;
+  }
+  const Big mats = s.gated_mlp ? 3 : 2;
   // The first model.moe_first_dense layers (all of them without experts) keep the dense MLP.
   const Big dense_layers = m.experts > 0 ? std::min(Big(m.moe_first_dense), Big(m.layers)) : Big(m.layers);
   const Big blocks = dense_layers * (attn + mats * h * ffn) +
@@ -96,6 +103,31 @@ std::vector<Field> model_fields() {
       TRIDENT_FIELD(model, moe_token_drop_policy, one_of({"probs", "position"}),
                     "which assignments past an expert's capacity are dropped: the lowest weights (probs) or the "
                     "latest tokens (position) (Megatron's moe_token_drop_policy)"),
+      TRIDENT_FIELD(model, moe_score_function, one_of({"softmax", "sigmoid"}),
+                    "the router's scores: a softmax over the experts or each expert's sigmoid (deepseek_v3: sigmoid; "
+                    "Megatron's moe_router_score_function)"),
+      TRIDENT_FIELD(model, moe_router_groups, at_least(1),
+                    "groups of experts for group-limited routing, dividing model.experts; 1 = no group limit "
+                    "(DeepSeek-V3's n_group)"),
+      TRIDENT_FIELD(model, moe_router_group_topk, at_least(1),
+                    "the best groups (by their two best experts' scores) a token's experts come from "
+                    "(DeepSeek-V3's topk_group)"),
+      TRIDENT_FIELD(model, moe_routed_scaling_factor, positive(),
+                    "the chosen experts' weights are multiplied by this (DeepSeek-V3's routed_scaling_factor)"),
+      TRIDENT_FIELD(model, moe_expert_bias, any(),
+                    "a per-expert score-correction bias that chooses experts and never weights them (DeepSeek-V3's "
+                    "e_score_correction_bias; loaded with --init-from, kept as it is while training)"),
+      TRIDENT_FIELD(model, q_lora_rank, at_least(0),
+                    "multi-head latent attention: the queries' low-rank width; 0 = q from the hidden state "
+                    "directly (deepseek_v3)"),
+      TRIDENT_FIELD(model, kv_lora_rank, at_least(0),
+                    "multi-head latent attention: the keys' and values' shared latent width (deepseek_v3, required)"),
+      TRIDENT_FIELD(model, qk_nope_head_dim, at_least(0),
+                    "multi-head latent attention: each q/k head's width without rotary embedding (deepseek_v3)"),
+      TRIDENT_FIELD(model, qk_rope_head_dim, at_least(0),
+                    "multi-head latent attention: each q/k head's rotary width, the key's shared by every head "
+                    "(deepseek_v3)"),
+      TRIDENT_FIELD(model, v_head_dim, at_least(0), "multi-head latent attention: each value head's width (deepseek_v3)"),
   };
 }
 
@@ -220,7 +252,7 @@ void check_moe_keys(const Config& c, const ModelShape& shape) {
     const auto refuse = [&](bool set, const std::string& key) {
       if (set)
         fail(c, key + " is a mixture-of-experts key: model.arch = " + quote(m.arch) +
-                    " is a dense family and does not read it (the MoE families: mixtral, qwen2_moe, qwen3_moe)");
+                    " is a dense family and does not read it (the MoE families: mixtral, qwen2_moe, qwen3_moe, deepseek_v3)");
     };
     refuse(m.experts != d.experts, "model.experts");
     refuse(m.moe_ffn_hidden != d.moe_ffn_hidden, "model.moe_ffn_hidden");
@@ -233,9 +265,14 @@ void check_moe_keys(const Config& c, const ModelShape& shape) {
     refuse(m.moe_aux_loss != d.moe_aux_loss, "model.moe_aux_loss");
     refuse(m.moe_capacity_factor != d.moe_capacity_factor, "model.moe_capacity_factor");
     refuse(m.moe_token_drop_policy != d.moe_token_drop_policy, "model.moe_token_drop_policy");
+    refuse(m.moe_score_function != d.moe_score_function, "model.moe_score_function");
+    refuse(m.moe_router_groups != d.moe_router_groups, "model.moe_router_groups");
+    refuse(m.moe_router_group_topk != d.moe_router_group_topk, "model.moe_router_group_topk");
+    refuse(m.moe_routed_scaling_factor != d.moe_routed_scaling_factor, "model.moe_routed_scaling_factor");
+    refuse(m.moe_expert_bias != d.moe_expert_bias, "model.moe_expert_bias");
     if (c.parallel.ep != 1)
       fail(c, "parallel.ep = " + n(c.parallel.ep) + " with model.arch = " + quote(m.arch) +
-                  ": a dense family has no experts to split (the MoE families: mixtral, qwen2_moe, qwen3_moe)");
+                  ": a dense family has no experts to split (the MoE families: mixtral, qwen2_moe, qwen3_moe, deepseek_v3)");
     return;
   }
   if (m.moe_token_drop_policy != d.moe_token_drop_policy && m.moe_capacity_factor == 0)
@@ -252,6 +289,21 @@ void check_moe_keys(const Config& c, const ModelShape& shape) {
                 "): each expert-parallel rank holds the same number of experts");
   if (m.moe_top_k > m.experts)
     fail(c, "model.moe_top_k (" + n(m.moe_top_k) + ") must be at most model.experts (" + n(m.experts) + ")");
+  // NOTE [MoE router] in models/common/moe.h: what can route (check_router_options asserts it again).
+  if (m.experts % m.moe_router_groups != 0)
+    fail(c, "model.moe_router_groups (" + n(m.moe_router_groups) + ") must divide model.experts (" + n(m.experts) + ")");
+  if (m.moe_router_group_topk > m.moe_router_groups)
+    fail(c, "model.moe_router_group_topk (" + n(m.moe_router_group_topk) + ") must be at most model.moe_router_groups (" +
+                n(m.moe_router_groups) + ")");
+  if (m.moe_router_groups > 1 && m.experts / m.moe_router_groups < 2)
+    fail(c, "model.moe_router_groups = " + n(m.moe_router_groups) + " leaves " + n(m.experts / m.moe_router_groups) +
+                " expert per group: a group is ranked by its two best experts (expected at least 2 per group)");
+  if (m.moe_router_groups > 1 && m.moe_router_group_topk * (m.experts / m.moe_router_groups) < m.moe_top_k)
+    fail(c, "model.moe_top_k (" + n(m.moe_top_k) + ") exceeds the experts of model.moe_router_group_topk (" +
+                n(m.moe_router_group_topk) + ") groups of " + n(m.experts / m.moe_router_groups));
+  if (m.moe_router_groups == 1 && m.moe_router_group_topk != 1)
+    fail(c, "model.moe_router_group_topk = " + n(m.moe_router_group_topk) +
+                " with model.moe_router_groups = 1: no group limit (it would be ignored)");
   if (m.moe_first_dense >= m.layers)
     fail(c, "model.moe_first_dense (" + n(m.moe_first_dense) + ") must be below model.layers (" + n(m.layers) +
                 "): at least one layer must hold the experts");

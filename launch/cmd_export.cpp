@@ -1,4 +1,4 @@
-// `trident export --checkpoint DIR --format hf-gpt2|hf-llama|hf-mixtral|hf-qwen2-moe|hf-qwen3-moe --out DIR [--shard-mb N]`
+// `trident export --checkpoint DIR --format hf-gpt2|hf-llama|hf-mixtral|hf-qwen2-moe|hf-qwen3-moe|hf-deepseek-v3 --out DIR [--shard-mb N]`
 #include <iostream>
 #include <stdexcept>
 #include <string>
@@ -18,7 +18,7 @@ namespace trident::cli {
 
 int cmd_export(int argc, char** argv) {
   po::options_description opts(
-      "usage: trident export --checkpoint DIR --format hf-gpt2|hf-llama|hf-mixtral|hf-qwen2-moe|hf-qwen3-moe --out DIR [--shard-mb N]\n\n"
+      "usage: trident export --checkpoint DIR --format hf-gpt2|hf-llama|hf-mixtral|hf-qwen2-moe|hf-qwen3-moe|hf-deepseek-v3 --out DIR [--shard-mb N]\n\n"
       "Writes the model of a Trident checkpoint (saved under any layout; DIR is the checkpoint directory,\n"
       "whose `latest` is followed, or one step-XXXXXXXX directory) as a Hugging Face model directory:\n"
       "OUT/config.json and OUT/model.safetensors, without vocabulary padding. hf-gpt2 (model.arch = gpt):\n"
@@ -26,21 +26,23 @@ int cmd_export(int argc, char** argv) {
       "(model.arch = llama): LlamaForCausalLM's (model.embed_tokens, model.layers.{i}.*, model.norm,\n"
       "lm_head); hf-mixtral (model.arch = mixtral): MixtralForCausalLM's, the same with\n"
       "model.layers.{i}.block_sparse_moe.{gate, experts.{e}.w1/w2/w3}; hf-qwen2-moe, hf-qwen3-moe: Qwen2MoeForCausalLM's\n"
-      "and Qwen3MoeForCausalLM's (mlp.{gate, experts.{e}.*_proj, shared_expert.*}); --shard-mb N (all but hf-gpt2)\n"
+      "and Qwen3MoeForCausalLM's (mlp.{gate, experts.{e}.*_proj, shared_expert.*}); hf-deepseek-v3: DeepseekV3ForCausalLM's\n"
+      "(self_attn.{q_a_proj, kv_a_proj_with_mqa, ...}, mlp.{gate, experts.{e}.*_proj, shared_experts.*}); --shard-mb N (all but hf-gpt2)\n"
       "splits the weights into files of about N MiB listed in\n"
       "model.safetensors.index.json. `trident eval/generate --init-from OUT` and model.init_from read it.\n\noptions");
   std::string checkpoint, format, out;
   int64_t shard_mb = 0;
   opts.add_options()("help,h", "show this help")("checkpoint", po::value(&checkpoint), "checkpoint directory")(
-      "format", po::value(&format), "export format: hf-gpt2 | hf-llama | hf-mixtral | hf-qwen2-moe | hf-qwen3-moe")("out", po::value(&out), "output directory")(
+      "format", po::value(&format), "export format: hf-gpt2 | hf-llama | hf-mixtral | hf-qwen2-moe | hf-qwen3-moe | hf-deepseek-v3")("out", po::value(&out), "output directory")(
       "shard-mb", po::value(&shard_mb), "the Llama-decoder formats: shard the weights into files of about N MiB (0: one file)");
   po::variables_map vm;
   if (!parse_args(argc, argv, opts, vm)) return 0;
   if (checkpoint.empty() || out.empty() || format.empty())
-    throw BadInput("--checkpoint DIR, --format hf-gpt2|hf-llama|hf-mixtral|hf-qwen2-moe|hf-qwen3-moe and --out DIR are required (see trident export --help)");
+    throw BadInput("--checkpoint DIR, --format hf-gpt2|hf-llama|hf-mixtral|hf-qwen2-moe|hf-qwen3-moe|hf-deepseek-v3 and --out DIR are required (see trident export --help)");
   if (format != "hf-gpt2" && format != "hf-llama" && format != "hf-mixtral" && format != "hf-qwen2-moe" &&
-      format != "hf-qwen3-moe")
-    throw BadInput("--format " + format + ": expected hf-gpt2, hf-llama, hf-mixtral, hf-qwen2-moe or hf-qwen3-moe");
+      format != "hf-qwen3-moe" && format != "hf-deepseek-v3")
+    throw BadInput("--format " + format +
+                   ": expected hf-gpt2, hf-llama, hf-mixtral, hf-qwen2-moe, hf-qwen3-moe or hf-deepseek-v3");
   if (shard_mb < 0) throw BadInput("--shard-mb " + std::to_string(shard_mb) + ": expected >= 0");
 #ifdef TRIDENT_HAVE_TORCH
   const int n = export_checkpoint(checkpoint, format, out, shard_mb << 20);

@@ -7,7 +7,7 @@ namespace trident {
 
 const std::vector<ModelFamilyRules>& model_families() {
   static const std::vector<ModelFamilyRules> families = {gpt_family(), llama_family(), mixtral_family(), qwen2_moe_family(),
-                                                                qwen3_moe_family()};
+                                                                qwen3_moe_family(), deepseek_v3_family()};
   return families;
 }
 

@@ -26,7 +26,7 @@ std::unique_ptr<Model> make_model(const Config& cfg) {
   // Mixtral and Qwen's MoE models are Llama's decoder with a mixture of experts in every layer (NOTE [MoE block]
   // in models/llama/llama.cpp, NOTE [Llama-decoder MoE families] in models/llama/llama_rules.cpp).
   if (llama_decoder(cfg.model.arch)) return std::make_unique<LlamaModel>(cfg.model, chunk_layers(cfg));
-  throw ModelInputError("model.arch = \"" + cfg.model.arch + "\": unknown model (known: gpt, llama, mixtral, qwen2_moe, qwen3_moe)");
+  throw ModelInputError("model.arch = \"" + cfg.model.arch + "\": unknown model (known: gpt, llama, mixtral, qwen2_moe, qwen3_moe, deepseek_v3)");
 }
 
 namespace {
@@ -81,7 +81,7 @@ Pretrained read_pretrained_config(const std::string& dir) {
     HfGpt2 hf = read_hf_gpt2_config(dir);
     return checked({hf.model, hf.tokenizer}, dir);
   }
-  throw ModelInputError(dir + "/config.json: model_type = \"" + type + "\"; Trident reads \"gpt2\", \"llama\", \"mixtral\", \"qwen2_moe\" and \"qwen3_moe\"");
+  throw ModelInputError(dir + "/config.json: model_type = \"" + type + "\"; Trident reads \"gpt2\", \"llama\", \"mixtral\", \"qwen2_moe\", \"qwen3_moe\" and \"deepseek_v3\"");
 }
 
 int export_checkpoint(const std::string& checkpoint, const std::string& format, const std::string& out,
@@ -94,7 +94,7 @@ int export_checkpoint(const std::string& checkpoint, const std::string& format, 
     throw ModelInputError("--format " + format + ": the checkpoint holds a model.arch = \"" + c.model.arch +
                              "\" model; export it with --format " + want);
   if (shard_bytes > 0 && format == "hf-gpt2")
-    throw ModelInputError("--shard-mb: only the Llama-decoder formats (hf-llama, hf-mixtral, hf-qwen2-moe, hf-qwen3-moe) "
+    throw ModelInputError("--shard-mb: only the Llama-decoder formats (hf-llama, hf-mixtral, hf-qwen2-moe, hf-qwen3-moe, hf-deepseek-v3) "
                           "write sharded safetensors");
   auto full = [&](const ParamInfo& info) {
     at::Tensor t = at::zeros(info.full_shape, at::kFloat);

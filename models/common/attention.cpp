@@ -21,15 +21,16 @@ at::Tensor repeat_kv_heads(const at::Tensor& x, int64_t group) {
 // are not made. CUDA's fp32 path (the memory-efficient kernel) does not take
 // grouped heads, and SDPA would fall back to its unfused math: there k and v
 // are repeated before the call instead.
-at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout_p) {
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout_p,
+                            std::optional<double> scale) {
   const int64_t group = q.size(-3) / k.size(-3);
   const bool grouped_kernel = q.device().is_cpu() || q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf;
   // The default scale is 1/sqrt(head_dim); is_causal masks key j > query i.
   if (group == 1 || grouped_kernel)
     return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout_p, /*is_causal=*/true,
-                                            /*scale=*/std::nullopt, /*enable_gqa=*/group > 1);
+                                            scale, /*enable_gqa=*/group > 1);
   return at::scaled_dot_product_attention(q, repeat_kv_heads(k, group), repeat_kv_heads(v, group), /*attn_mask=*/{},
-                                          dropout_p, /*is_causal=*/true);
+                                          dropout_p, /*is_causal=*/true, scale);
 }
 
 at::Tensor causal_attention_explicit(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {

@@ -6,6 +6,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <optional>
+
 namespace trident {
 
 // softmax(q kᵀ / √d + causal mask) v over (batch, heads, seq, head_dim) tensors,
@@ -14,7 +16,9 @@ namespace trident {
 // heads are independent, so that is the matching slice of the full result.
 // Grouped-query attention: k and v may hold fewer heads, a divisor of q's;
 // query head i reads key/value head i / (q heads / kv heads) (NOTE [grouped heads]).
-at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout_p);
+// `scale` replaces 1/√d where given (multi-head latent attention's).
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout_p,
+                            std::optional<double> scale = std::nullopt);
 
 // The same arithmetic written out (matmul, masked fill, softmax in fp32, matmul),
 // key/value heads repeated for their query groups: the reference the SDPA path

@@ -82,6 +82,10 @@ Routing route(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& bia
     }
   }
   if (o.routed_scaling_factor != 1.0) r.weights = r.weights * o.routed_scaling_factor;
+  // NOTE [MoE balancing losses]: sigmoid scores normalised per token; the top-k of those scores alone
+  // where the bias or the groups chose otherwise.
+  r.aux_scores = o.score == "sigmoid" ? r.scores / (r.scores.sum(-1, /*keepdim=*/true) + 1e-20) : r.scores;
+  r.aux_experts = bias.defined() || o.n_group > 1 ? best_columns(r.aux_scores, o.top_k) : r.experts;
   return r;
 }
 
@@ -262,21 +266,22 @@ double over_context(const Group* cp, at::Tensor& counts) {
 }  // namespace
 
 at::Tensor switch_aux_loss(const Routing& r, int64_t top_k, const Group* cp) {
-  const int64_t t = r.scores.size(0), e = r.scores.size(1);
-  at::Tensor counts = expert_counts(r.experts.reshape({-1}), e).to(at::kFloat);
+  const int64_t t = r.aux_scores.size(0), e = r.aux_scores.size(1);
+  at::Tensor counts = expert_counts(r.aux_experts.reshape({-1}), e).to(at::kFloat);
   const double n = over_context(cp, counts);
-  return (r.scores.sum(0) * counts).sum() * (static_cast<double>(e) / (static_cast<double>(top_k) * t * t * n));
+  return (r.aux_scores.sum(0) * counts).sum() * (static_cast<double>(e) / (static_cast<double>(top_k) * t * t * n));
 }
 
 at::Tensor seq_aux_loss(const Routing& r, int64_t top_k, int64_t seqs, const Group* cp) {
-  const int64_t t = r.scores.size(0), e = r.scores.size(1), per = t / seqs;
+  const int64_t t = r.aux_scores.size(0), e = r.aux_scores.size(1), per = t / seqs;
   if (seqs < 1 || t % seqs != 0)
     throw std::invalid_argument("seq_aux_loss: " + std::to_string(t) + " tokens are not " + std::to_string(seqs) +
                                 " sequences of equal length");
-  const at::Tensor probs = r.scores.reshape({seqs, per, e}).sum(1);  // (seqs, E)
-  at::Tensor counts = at::zeros({seqs, e}, r.scores.options())
-                          .scatter_add_(1, r.experts.reshape({seqs, per * r.experts.size(1)}),
-                                        at::ones({seqs, per * r.experts.size(1)}, r.scores.options()));
+  const at::Tensor probs = r.aux_scores.reshape({seqs, per, e}).sum(1);  // (seqs, E)
+  const int64_t k = r.aux_experts.size(1);
+  at::Tensor counts = at::zeros({seqs, e}, r.aux_scores.options())
+                          .scatter_add_(1, r.aux_experts.reshape({seqs, per * k}),
+                                        at::ones({seqs, per * k}, r.aux_scores.options()));
   const double n = over_context(cp, counts);
   return (probs * counts).sum() * (static_cast<double>(e) / (static_cast<double>(top_k) * per * per * seqs * n));
 }

@@ -57,6 +57,10 @@ struct Routing {
   at::Tensor scores;   // (T, E) fp32: softmax or sigmoid of the logits, what the aux losses read
   at::Tensor experts;  // (T, K) int64: chosen experts, best first
   at::Tensor weights;  // (T, K) fp32: their weights
+  // What the balancing losses read (NOTE [MoE balancing losses]): the scores (sigmoid ones
+  // normalised per token) and their own top-k, without the bias or the group limit.
+  at::Tensor aux_scores;   // (T, E) fp32
+  at::Tensor aux_experts;  // (T, K) int64: `experts` itself when nothing but the scores chose
 };
 
 // x (T, H), gate (E, H); bias undefined or (E) fp32.
@@ -132,7 +136,12 @@ MoeOutput moe_forward(const at::Tensor& x, const MoeWeights& w, const RouterOpti
 
 // NOTE [MoE balancing losses] (each returned without its coefficient)
 // switch_aux_loss: Switch Transformer / GShard, as Megatron's aux_loss:
-//   E / (K T²) · Σ_e (Σ_t scores[t, e]) · count_e.
+//   E / (K T²) · Σ_e (Σ_t p[t, e]) · count_e,
+// p the softmax scores, or the sigmoid scores over their sum per token (+1e-20),
+// count_e the tokens whose top-K of p holds e: without the score-correction
+// bias or the group limit, which choose the experts the tokens go to (DeepSeek-
+// V3's f_i and P_i, eq. 17-19 of its report; megatron-core's
+// compute_routing_scores_for_aux_loss).
 // seq_aux_loss: the same per sequence (DeepSeek-V3's sequence-wise loss,
 //   Megatron's seq_aux_loss), averaged over the batch's sequences; x's tokens
 //   are `seqs` sequences of T / seqs tokens each.

@@ -1,6 +1,7 @@
 #include "models/gpt/gpt_rules.h"
 
 #include <string>
+#include <utility>
 
 namespace trident {
 
@@ -16,6 +17,10 @@ void check_gpt(const Config& c) {
   refuse(m.kv_heads != 0 && m.kv_heads != m.heads, "model.kv_heads (" + std::to_string(m.kv_heads) + ")");
   refuse(!m.tie_embeddings, "model.tie_embeddings = false");
   if (m.kv_channels != 0) config_fail(c, "model.kv_channels is read by model.arch = \"qwen3_moe\" only; gpt does not read it");
+  for (const auto& [value, key] : {std::pair{m.q_lora_rank, "model.q_lora_rank"}, {m.kv_lora_rank, "model.kv_lora_rank"},
+                                   {m.qk_nope_head_dim, "model.qk_nope_head_dim"},
+                                   {m.qk_rope_head_dim, "model.qk_rope_head_dim"}, {m.v_head_dim, "model.v_head_dim"}})
+    if (value != 0) config_fail(c, std::string(key) + " is read by model.arch = \"deepseek_v3\" only; gpt does not read it");
   refuse(m.rope_theta != d.rope_theta, "model.rope_theta");
   refuse(m.rope_scaling != d.rope_scaling, "model.rope_scaling");
   refuse(m.rope_factor != d.rope_factor, "model.rope_factor");

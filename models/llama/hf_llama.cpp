@@ -27,6 +27,8 @@ struct Mapping {
   std::string hf;
   bool vocab = false;
   bool experts = false;  // hf holds "{e}": one tensor per expert, stacked on dim 0 (NOTE [HF Mixtral layout])
+  // NOTE [HF DeepSeek-V3 layout]: rows whose rotary part a file may keep interleaved.
+  enum class Rope { kNone, kQueryHeads, kKvDown } rope = Rope::kNone;
 };
 
 // The HF name of expert e's tensor of an experts mapping.
@@ -35,7 +37,8 @@ std::string expert_name(const Mapping& m, int64_t e) {
   return m.hf.substr(0, at) + std::to_string(e) + m.hf.substr(at + 3);
 }
 
-Mapping map_name(const std::string& name, const std::string& arch) {
+Mapping map_name(const std::string& name, const ModelConfig& cfg) {
+  const std::string& arch = cfg.arch;
   if (name == "embedding.word.weight") return {"model.embed_tokens.weight", true};
   if (name == "head.weight") return {"lm_head.weight", true};
   if (name == "final_norm.weight") return {"model.norm.weight"};
@@ -50,6 +53,24 @@ Mapping map_name(const std::string& name, const std::string& arch) {
         {"mlp.gate.weight", "mlp.gate_proj.weight"},     {"mlp.up.weight", "mlp.up_proj.weight"},
         {"mlp.down.weight", "mlp.down_proj.weight"},
     };
+    if (arch == "deepseek_v3") {  // NOTE [HF DeepSeek-V3 layout]
+      if (rest == "attn.q.weight")
+        return {hf + (cfg.q_lora_rank > 0 ? "self_attn.q_b_proj.weight" : "self_attn.q_proj.weight"), false, false,
+                Mapping::Rope::kQueryHeads};
+      if (rest == "attn.kv_down.weight") return {hf + "self_attn.kv_a_proj_with_mqa.weight", false, false, Mapping::Rope::kKvDown};
+      static const std::pair<const char*, const char*> deepseek[] = {
+          {"attn.q_down.weight", "self_attn.q_a_proj.weight"},
+          {"attn.q_down_norm.weight", "self_attn.q_a_layernorm.weight"},
+          {"attn.kv_down_norm.weight", "self_attn.kv_a_layernorm.weight"},
+          {"attn.kv_up.weight", "self_attn.kv_b_proj.weight"},
+          {"moe.router.bias", "mlp.gate.e_score_correction_bias"},
+          {"moe.shared.gate.weight", "mlp.shared_experts.gate_proj.weight"},
+          {"moe.shared.up.weight", "mlp.shared_experts.up_proj.weight"},
+          {"moe.shared.down.weight", "mlp.shared_experts.down_proj.weight"},
+      };
+      for (const auto& [t, h] : deepseek)
+        if (rest == t) return {hf + h};
+    }
     for (const auto& [t, h] : table)
       if (rest == t) return {hf + h};
     if (arch == "mixtral") {  // NOTE [HF Mixtral layout]
@@ -133,7 +154,7 @@ HfNames hf_names(const ModelConfig& m) {
   if (m.experts > 0 && m.moe_first_dense > 0 && m.moe_first_dense < m.layers)
     for (PlannedParam& p : llama_param_plan(m, {m.moe_first_dense, 1, false, false}, 1, 0)) plan.push_back(p);
   for (const PlannedParam& p : plan) {
-    const Mapping map = map_name(p.info.name, m.arch);
+    const Mapping map = map_name(p.info.name, m);
     const size_t dot = map.hf.find('.', std::string("model.layers.").size());
     const std::string in_layer = map.hf.substr(dot + 1);
     if (!map.experts) {
@@ -213,6 +234,82 @@ void read_qwen_moe(const json::Value& c, const std::string& cpath, ModelConfig& 
   }
 }
 
+// NOTE [HF DeepSeek-V3 layout]: DeepSeek-V3's config.json (what transformers 5.24 writes and the Hub's
+// files hold). Trident's router is the sigmoid over groups with the score-correction bias; what it
+// does not have is refused by name.
+void read_deepseek_v3(const json::Value& c, const std::string& cpath, HfLlama& hf) {
+  ModelConfig& m = hf.model;
+  const auto get_int = [&](const char* k) { return json::as_int(json::at(c, k, cpath), cpath + " " + k); };
+  // An optional integer where null means `none`.
+  const auto opt_int = [&](const char* k, int64_t none) {
+    const json::Value* v = json::find(c, k);
+    return v && !v->is_null() ? json::as_int(*v, cpath + " " + k) : none;
+  };
+  const json::Value* e = json::find(c, "n_routed_experts");
+  const char* experts_key = "n_routed_experts";
+  if (!e) e = json::find(c, experts_key = "num_local_experts");
+  if (!e) throw ModelInputError(cpath + ": no n_routed_experts");
+  read_experts(c, cpath, *e, experts_key, m);
+  m.moe_ffn_hidden = get_int("moe_intermediate_size");
+  const int64_t shared = opt_int("n_shared_experts", 0);
+  if (shared < 1)
+    throw ModelInputError(cpath + ": n_shared_experts = " + std::to_string(shared) +
+                          "; Trident's deepseek_v3 has shared experts (expected >= 1)");
+  m.moe_shared_ffn_hidden = m.moe_ffn_hidden * shared;
+  m.moe_first_dense = opt_int("first_k_dense_replace", 0);
+  if (const json::Value* n = json::find(c, "norm_topk_prob")) m.moe_norm_topk_prob = json::as_bool(*n, cpath);
+  m.moe_score_function = "sigmoid";
+  m.moe_expert_bias = true;
+  m.moe_router_groups = opt_int("n_group", 1);
+  m.moe_router_group_topk = opt_int("topk_group", 1);
+  if (const json::Value* f = json::find(c, "routed_scaling_factor"))
+    m.moe_routed_scaling_factor = json::as_double(*f, cpath + " routed_scaling_factor");
+  // The Hub's files also say how the reference code routes; anything but what Trident does is refused.
+  if (const json::Value* f = json::find(c, "scoring_func"); f && json::as_string(*f, cpath) != "sigmoid")
+    throw ModelInputError(cpath + ": scoring_func = \"" + json::as_string(*f, "") +
+                          "\"; Trident's deepseek_v3 router scores by sigmoid (expected \"sigmoid\")");
+  if (const json::Value* f = json::find(c, "topk_method"); f && json::as_string(*f, cpath) != "noaux_tc")
+    throw ModelInputError(cpath + ": topk_method = \"" + json::as_string(*f, "") +
+                          "\"; Trident's deepseek_v3 router is group-limited with the correction bias (expected "
+                          "\"noaux_tc\")");
+  if (const json::Value* f = json::find(c, "moe_layer_freq"); f && json::as_int(*f, cpath) != 1)
+    throw ModelInputError(cpath + ": moe_layer_freq = " + std::to_string(json::as_int(*f, cpath)) +
+                          "; Trident's deepseek_v3 has experts in every layer after the first dense ones (expected 1)");
+  m.q_lora_rank = opt_int("q_lora_rank", 0);
+  m.kv_lora_rank = get_int("kv_lora_rank");
+  m.qk_nope_head_dim = get_int("qk_nope_head_dim");
+  m.qk_rope_head_dim = get_int("qk_rope_head_dim");
+  m.v_head_dim = get_int("v_head_dim");
+  // head_dim is the rotary part here (transformers sets it so), not a head's width.
+  if (const json::Value* hd = json::find(c, "head_dim"); hd && !hd->is_null() && json::as_int(*hd, cpath) != m.qk_rope_head_dim)
+    throw ModelInputError(cpath + ": head_dim = " + std::to_string(json::as_int(*hd, cpath)) +
+                          " but qk_rope_head_dim = " + std::to_string(m.qk_rope_head_dim) +
+                          ": DeepSeek-V3's head_dim is its rotary width (expected them equal)");
+  const json::Value* interleave = json::find(c, "rope_interleave");
+  hf.rope_interleaved = interleave && !interleave->is_null() ? json::as_bool(*interleave, cpath + " rope_interleave")
+                                                             : true;  // DeepseekV3Config's default
+  hf.mtp_layers = opt_int("num_nextn_predict_layers", opt_int("num_mtp_layers", 0));
+}
+
+// The rotary rows of a DeepSeek-V3 tensor (NOTE [HF DeepSeek-V3 layout]) from the interleaved
+// order (x0 x1 | x2 x3 | ..., each pair one frequency) to rotate_half's (x0 x2 ... | x1 x3 ...),
+// or back.
+at::Tensor permute_rope_rows(const at::Tensor& t, Mapping::Rope kind, const ModelConfig& cfg, bool to_halves) {
+  const int64_t dr = cfg.qk_rope_head_dim;
+  at::Tensor perm = at::cat({at::arange(0, dr, 2, at::kLong), at::arange(1, dr, 2, at::kLong)});
+  if (!to_halves) perm = at::argsort(perm);
+  at::Tensor out = t.clone();
+  if (kind == Mapping::Rope::kKvDown) {
+    out.narrow(0, cfg.kv_lora_rank, dr).copy_(t.narrow(0, cfg.kv_lora_rank, dr).index_select(0, perm));
+  } else {  // each head's rows [nope | rope]
+    const int64_t width = cfg.qk_nope_head_dim + dr;
+    const at::Tensor heads = t.view({cfg.heads, width, t.size(1)});
+    out.view({cfg.heads, width, t.size(1)}).narrow(1, cfg.qk_nope_head_dim, dr).copy_(
+        heads.narrow(1, cfg.qk_nope_head_dim, dr).index_select(1, perm));
+  }
+  return out;
+}
+
 }  // namespace
 
 HfLlama read_hf_llama_config(const std::string& dir) {
@@ -225,7 +322,7 @@ HfLlama read_hf_llama_config(const std::string& dir) {
   const std::string type = json::as_string(json::at(c, "model_type", cpath), cpath + " model_type");
   if (!llama_decoder(type))
     throw ModelInputError(cpath + ": model_type = \"" + type +
-                          "\"; expected \"llama\", \"mixtral\", \"qwen2_moe\" or \"qwen3_moe\"");
+                          "\"; expected \"llama\", \"mixtral\", \"qwen2_moe\", \"qwen3_moe\" or \"deepseek_v3\"");
   for (const char* k : {"attention_bias", "mlp_bias"})
     if (const json::Value* b = json::find(c, k); b && json::as_bool(*b, cpath + " " + k))
       throw ModelInputError(cpath + ": " + k + " = true; Trident's " + type + " has no such biases");
@@ -247,6 +344,7 @@ HfLlama read_hf_llama_config(const std::string& dir) {
     read_experts(c, cpath, json::at(c, "num_local_experts", cpath), "num_local_experts", m);
   }
   if (type == "qwen2_moe" || type == "qwen3_moe") read_qwen_moe(c, cpath, m);
+  if (type == "deepseek_v3") read_deepseek_v3(c, cpath, hf);
   m.layers = get_int("num_hidden_layers");
   m.hidden = get_int("hidden_size");
   m.heads = get_int("num_attention_heads");
@@ -257,6 +355,10 @@ HfLlama read_hf_llama_config(const std::string& dir) {
   // model.kv_heads = 0 ("= heads"), so it is refused here rather than read as that.
   const json::Value* kv = json::find(c, "num_key_value_heads");
   m.kv_heads = kv && !kv->is_null() ? json::as_int(*kv, cpath + " num_key_value_heads") : m.heads;
+  if (type == "deepseek_v3" && m.kv_heads != m.heads)
+    throw ModelInputError(cpath + ": num_key_value_heads = " + std::to_string(m.kv_heads) +
+                          "; DeepSeek-V3's latent attention has a key and a value per head (expected "
+                          "num_attention_heads = " + std::to_string(m.heads) + ")");
   if (m.kv_heads < 1)
     throw ModelInputError(cpath + ": num_key_value_heads = " + std::to_string(m.kv_heads) +
                           "; expected an integer >= 1 dividing num_attention_heads (" + std::to_string(m.heads) + ")");
@@ -264,7 +366,7 @@ HfLlama read_hf_llama_config(const std::string& dir) {
     m.layernorm_eps = json::as_double(*e, cpath + " rms_norm_eps");
   const json::Value* tie = json::find(c, "tie_word_embeddings");
   m.tie_embeddings = tie ? json::as_bool(*tie, cpath + " tie_word_embeddings") : false;  // LlamaConfig's default
-  if (const json::Value* hd = json::find(c, "head_dim"); hd && !hd->is_null()) {
+  if (const json::Value* hd = json::find(c, "head_dim"); hd && !hd->is_null() && type != "deepseek_v3") {
     const int64_t d = json::as_int(*hd, cpath + " head_dim");
     // qwen3_moe's head_dim is its own (model.kv_channels); the others' must be hidden / heads.
     if (type == "qwen3_moe" && !(m.hidden % m.heads == 0 && d == m.hidden / m.heads)) {
@@ -281,6 +383,19 @@ HfLlama read_hf_llama_config(const std::string& dir) {
   return hf;
 }
 
+namespace {
+
+// Whether `name` is a tensor of DeepSeek-V3's multi-token prediction modules: the `mtp` layers
+// after the model's `layers`.
+bool mtp_layer(const std::string& name, int64_t layers, int64_t mtp) {
+  const std::string pre = "model.layers.";
+  long long layer = -1;
+  return mtp > 0 && name.compare(0, pre.size(), pre) == 0 && std::sscanf(name.c_str() + pre.size(), "%lld.", &layer) == 1 &&
+         layer >= layers && layer < layers + mtp;
+}
+
+}  // namespace
+
 HfLlama read_hf_llama(const std::string& dir) {
   HfLlama hf = read_hf_llama_config(dir);
   const ModelConfig& m = hf.model;
@@ -288,6 +403,7 @@ HfLlama read_hf_llama(const std::string& dir) {
   for (const std::string& path : weight_files(dir)) {
     for (const st::Tensor& t : st::read_file(path)) {
       if (t.name.find("rotary_emb.inv_freq") != std::string::npos) continue;  // a buffer some files keep
+      if (mtp_layer(t.name, m.layers, hf.mtp_layers)) continue;  // NOTE [HF DeepSeek-V3 layout]: not read
       check_hf_name(t.name, names, m.layers, path);
       const std::vector<float> v = st::to_float(t, path);
       st::check_finite(v, t.name, path);
@@ -311,7 +427,7 @@ void check_hf_llama_matches(const HfLlama& hf, const ModelConfig& cfg) {
   if (cfg.arch != m.arch) diff.note("model.arch = \"" + cfg.arch + "\" (the directory holds a " + m.arch + ")");
   diff.number("num_local_experts", m.experts, "model.experts", cfg.experts);
   diff.number("num_experts_per_tok", m.moe_top_k, "model.moe_top_k", cfg.moe_top_k);
-  diff.number("head_dim", m.head_dim(), "model.kv_channels (head width)", cfg.head_dim());
+  if (!m.mla()) diff.number("head_dim", m.head_dim(), "model.kv_channels (head width)", cfg.head_dim());
   if (m.experts > 0) {
     diff.number("mlp_only_layers (the first dense layers)", m.moe_first_dense, "model.moe_first_dense",
                 cfg.moe_first_dense);
@@ -320,6 +436,21 @@ void check_hf_llama_matches(const HfLlama& hf, const ModelConfig& cfg) {
                 cfg.moe_shared_ffn_hidden);
     // Mixtral's router always renormalises its top-k weights; Qwen's says so in norm_topk_prob.
     diff.number("norm_topk_prob", m.moe_norm_topk_prob, "model.moe_norm_topk_prob", cfg.moe_norm_topk_prob);
+    if (m.moe_score_function != cfg.moe_score_function)
+      diff.note("the router scores by " + m.moe_score_function + " but model.moe_score_function = \"" +
+                cfg.moe_score_function + "\"");
+    diff.number("n_group", m.moe_router_groups, "model.moe_router_groups", cfg.moe_router_groups);
+    diff.number("topk_group", m.moe_router_group_topk, "model.moe_router_group_topk", cfg.moe_router_group_topk);
+    diff.number("routed_scaling_factor", m.moe_routed_scaling_factor, "model.moe_routed_scaling_factor",
+                cfg.moe_routed_scaling_factor);
+    diff.number("e_score_correction_bias (present)", m.moe_expert_bias, "model.moe_expert_bias", cfg.moe_expert_bias);
+  }
+  if (m.mla() || cfg.mla()) {  // NOTE [MLA]
+    diff.number("q_lora_rank", m.q_lora_rank, "model.q_lora_rank", cfg.q_lora_rank);
+    diff.number("kv_lora_rank", m.kv_lora_rank, "model.kv_lora_rank", cfg.kv_lora_rank);
+    diff.number("qk_nope_head_dim", m.qk_nope_head_dim, "model.qk_nope_head_dim", cfg.qk_nope_head_dim);
+    diff.number("qk_rope_head_dim", m.qk_rope_head_dim, "model.qk_rope_head_dim", cfg.qk_rope_head_dim);
+    diff.number("v_head_dim", m.v_head_dim, "model.v_head_dim", cfg.v_head_dim);
   }
   diff.number("num_hidden_layers", m.layers, "model.layers", cfg.layers);
   diff.number("hidden_size", m.hidden, "model.hidden", cfg.hidden);
@@ -350,7 +481,7 @@ void init_from_hf_llama(const HfLlama& hf, const ModelConfig& cfg, std::vector<P
   check_hf_llama_matches(hf, cfg);
   at::NoGradGuard no_grad;
   for (Param& p : params) {
-    const Mapping m = map_name(p.info.tied_copy ? "embedding.word.weight" : p.info.name, cfg.arch);
+    const Mapping m = map_name(p.info.tied_copy ? "embedding.word.weight" : p.info.name, cfg);
     const auto tensor = [&](const std::string& name) {
       auto it = hf.tensors.find(name);
       if (it == hf.tensors.end()) throw ModelInputError(hf.dir + " has no tensor " + name + " (for " + p.info.name + ")");
@@ -369,6 +500,8 @@ void init_from_hf_llama(const HfLlama& hf, const ModelConfig& cfg, std::vector<P
       t = tensor(m.hf);
     }
     std::vector<int64_t> want = p.info.full_shape;
+    if (m.rope != Mapping::Rope::kNone && hf.rope_interleaved && t.sizes().vec() == want)
+      t = permute_rope_rows(t, m.rope, cfg, /*to_halves=*/true);
     if (m.vocab) want[0] = cfg.vocab_size;
     if (t.sizes().vec() != want)
       throw ModelInputError(hf.dir + ": tensor " + m.hf + " has shape " + shape_text(t.sizes().vec()) + " but " +
@@ -384,17 +517,35 @@ void init_from_hf_llama(const HfLlama& hf, const ModelConfig& cfg, std::vector<P
 
 int write_hf_llama(const std::string& dir, const ModelConfig& cfg, const std::string& tokenizer,
                    const std::function<at::Tensor(const ParamInfo&)>& full, int64_t shard_bytes) {
+  // What the format's router cannot say is refused before anything is written.
+  const ModelConfig d;
+  const bool deepseek = cfg.arch == "deepseek_v3";
+  const auto cannot = [&](bool differs, const std::string& what) {
+    if (differs)
+      throw ModelInputError(what + ": transformers' " + cfg.arch + " router cannot hold it, so the export would "
+                            "not compute what the checkpoint does");
+  };
+  if (deepseek) {
+    cannot(cfg.moe_score_function != "sigmoid", "model.moe_score_function = \"" + cfg.moe_score_function + "\"");
+  } else if (cfg.experts > 0) {
+    cannot(cfg.moe_score_function != d.moe_score_function, "model.moe_score_function = \"" + cfg.moe_score_function + "\"");
+    cannot(cfg.moe_router_groups != d.moe_router_groups, "model.moe_router_groups = " + std::to_string(cfg.moe_router_groups));
+    cannot(cfg.moe_routed_scaling_factor != d.moe_routed_scaling_factor,
+           "model.moe_routed_scaling_factor = " + config_number(cfg.moe_routed_scaling_factor));
+    cannot(cfg.moe_expert_bias, "model.moe_expert_bias = true");
+  }
   std::filesystem::create_directories(dir);
   std::vector<std::vector<st::Tensor>> shards(1);
   int64_t in_shard = 0, total = 0;
   for (const PlannedParam& p : llama_param_plan(cfg, {0, cfg.layers, true, true}, 1, 0)) {
     if (p.info.tied_copy) continue;
-    const Mapping m = map_name(p.info.name, cfg.arch);
+    const Mapping m = map_name(p.info.name, cfg);
     at::Tensor t = full(p.info).to(at::kFloat);
     if (m.vocab) t = t.narrow(0, 0, cfg.vocab_size);
     t = t.contiguous();
     const int64_t bytes = t.numel() * 4;
     if (shard_bytes > 0 && in_shard > 0 && in_shard + bytes > shard_bytes) shards.emplace_back(), in_shard = 0;
+    // deepseek_v3: rotary rows in rotate_half's order, as Trident keeps them (rope_interleave = false).
     if (m.experts) {  // NOTE [HF Mixtral layout]: one tensor per expert
       for (int64_t e = 0; e < t.size(0); ++e) {
         const at::Tensor one = t[e].contiguous();
@@ -405,6 +556,14 @@ int write_hf_llama(const std::string& dir, const ModelConfig& cfg, const std::st
     }
     in_shard += bytes;
     total += bytes;
+  }
+  if (deepseek && !cfg.moe_expert_bias) {
+    // transformers' DeepSeek-V3 router always has the correction bias: zeros choose as no bias does.
+    for (int64_t l = cfg.moe_first_dense; l < cfg.layers; ++l) {
+      const std::vector<float> z(static_cast<size_t>(cfg.experts), 0.0f);
+      shards.back().push_back(st::from_float("model.layers." + std::to_string(l) + ".mlp.gate.e_score_correction_bias",
+                                             {cfg.experts}, z.data()));
+    }
   }
   int n = 0;
   if (shard_bytes <= 0) {
@@ -428,9 +587,10 @@ int write_hf_llama(const std::string& dir, const ModelConfig& cfg, const std::st
 
   json::Value c = json::Value::object();
   const bool mixtral = cfg.arch == "mixtral", qwen = cfg.arch == "qwen2_moe" || cfg.arch == "qwen3_moe";
-  const char* arch_class = mixtral ? "MixtralForCausalLM"
-                           : qwen  ? (cfg.arch == "qwen2_moe" ? "Qwen2MoeForCausalLM" : "Qwen3MoeForCausalLM")
-                                   : "LlamaForCausalLM";
+  const char* arch_class = mixtral    ? "MixtralForCausalLM"
+                           : qwen     ? (cfg.arch == "qwen2_moe" ? "Qwen2MoeForCausalLM" : "Qwen3MoeForCausalLM")
+                           : deepseek ? "DeepseekV3ForCausalLM"
+                                      : "LlamaForCausalLM";
   c["architectures"] = json::Value::array({json::Value(arch_class)});
   c["model_type"] = json::Value(cfg.arch);
   if (mixtral) {
@@ -454,17 +614,35 @@ int write_hf_llama(const std::string& dir, const ModelConfig& cfg, const std::st
       c["shared_expert_intermediate_size"] = json::number(cfg.moe_shared_ffn_hidden);
     }
   }
+  if (deepseek) {  // NOTE [HF DeepSeek-V3 layout]
+    c["n_routed_experts"] = json::number(cfg.experts);
+    c["num_experts_per_tok"] = json::number(cfg.moe_top_k);
+    c["moe_intermediate_size"] = json::number(cfg.moe_ffn());
+    c["n_shared_experts"] = json::number(cfg.moe_shared_ffn_hidden / cfg.moe_ffn());
+    c["first_k_dense_replace"] = json::number(cfg.moe_first_dense);
+    c["norm_topk_prob"] = json::Value(cfg.moe_norm_topk_prob);
+    c["n_group"] = json::number(cfg.moe_router_groups);
+    c["topk_group"] = json::number(cfg.moe_router_group_topk);
+    c["routed_scaling_factor"] = json::number(cfg.moe_routed_scaling_factor);
+    c["q_lora_rank"] = cfg.q_lora_rank > 0 ? json::number(cfg.q_lora_rank) : json::Value();
+    c["kv_lora_rank"] = json::number(cfg.kv_lora_rank);
+    c["qk_nope_head_dim"] = json::number(cfg.qk_nope_head_dim);
+    c["qk_rope_head_dim"] = json::number(cfg.qk_rope_head_dim);
+    c["v_head_dim"] = json::number(cfg.v_head_dim);
+    c["rope_interleave"] = json::Value(false);
+    c["num_nextn_predict_layers"] = json::number(int64_t{0});
+  }
   c["hidden_size"] = json::number(cfg.hidden);
   c["intermediate_size"] = json::number(cfg.ffn());
   c["num_hidden_layers"] = json::number(cfg.layers);
   c["num_attention_heads"] = json::number(cfg.heads);
   c["num_key_value_heads"] = json::number(cfg.kv());
-  c["head_dim"] = json::number(cfg.head_dim());
+  c["head_dim"] = json::number(deepseek ? cfg.qk_rope_head_dim : cfg.head_dim());  // DeepSeek-V3's: the rotary width
   c["vocab_size"] = json::number(cfg.vocab_size);
   c["max_position_embeddings"] = json::number(cfg.seq_len);
   c["rms_norm_eps"] = json::number(cfg.layernorm_eps);
   c["hidden_act"] = json::Value("silu");
-  if (cfg.arch == "llama" || cfg.arch == "qwen3_moe") c["attention_bias"] = json::Value(false);
+  if (cfg.arch == "llama" || cfg.arch == "qwen3_moe" || deepseek) c["attention_bias"] = json::Value(false);
   if (cfg.arch == "llama") c["mlp_bias"] = json::Value(false);
   c["tie_word_embeddings"] = json::Value(cfg.tie_embeddings);
   c["initializer_range"] = json::number(cfg.init_std);

@@ -72,6 +72,10 @@ struct HfLlama {
   std::string tokenizer;  // config.json's "tokenizer" (written by trident export), else "hf" when
                           // DIR/tokenizer.json exists, else ""
   std::map<std::string, at::Tensor> tensors;  // HF names, float32
+  // deepseek_v3 (NOTE [HF DeepSeek-V3 layout]): rotary rows kept in interleaved pairs (rope_interleave),
+  // and the multi-token prediction layers after the model's (num_nextn_predict_layers), not read.
+  bool rope_interleaved = false;
+  int64_t mtp_layers = 0;
 };
 
 // Reads DIR/config.json and the weights (F32, F16 or BF16). Throws naming the

@@ -21,12 +21,21 @@ std::vector<PlannedParam> llama_param_plan(const ModelConfig& cfg, const ChunkSp
   const double std_dev = cfg.init_std, out_std = cfg.init_std / std::sqrt(2.0 * static_cast<double>(cfg.layers));
   ParamPlan plan(tp_size, tp_rank, ep_size, ep_rank);
   // An RMSNorm weight: ones, replicated, fed a sequence shard under SP, no weight decay.
-  auto norm = [&plan, h](const std::string& name) {
+  auto norm = [&plan](const std::string& name, int64_t width) {
     ParamDecl decl;
     decl.name = name;
-    decl.shape = {h};
+    decl.shape = {width};
     decl.init = "ones";
     decl.no_decay = true;
+    decl.sequence_parallel_grad = true;
+    plan.add(decl);
+  };
+  // A replicated weight fed this rank's tokens (a sequence shard under SP): MLA's down projections.
+  auto latent = [&plan, std_dev](const std::string& name, std::vector<int64_t> shape) {
+    ParamDecl decl;
+    decl.name = name;
+    decl.shape = std::move(shape);
+    decl.std_dev = std_dev;
     decl.sequence_parallel_grad = true;
     plan.add(decl);
   };
@@ -45,11 +54,28 @@ std::vector<PlannedParam> llama_param_plan(const ModelConfig& cfg, const ChunkSp
   if (spec.has_embedding) vocab_matrix("embedding.word.weight", /*tied_copy=*/false);
   for (int64_t l = spec.first_layer; l < spec.first_layer + spec.num_layers; ++l) {
     const std::string pre = "layers." + std::to_string(l);
-    norm(pre + ".attn_norm.weight");
-    plan.add_weight(pre + ".attn.q.weight", {q_rows, h}, kColumnParallel, std_dev);
-    plan.add_weight(pre + ".attn.k.weight", {kv_rows, h}, kColumnParallel, std_dev);
-    plan.add_weight(pre + ".attn.v.weight", {kv_rows, h}, kColumnParallel, std_dev);
-    plan.add_weight(pre + ".attn.o.weight", {h, q_rows}, kRowParallel, out_std);
+    norm(pre + ".attn_norm.weight", h);
+    if (cfg.mla()) {
+      // NOTE [MLA]: the down projections and their norms replicated, fed this rank's tokens; the up
+      // projections split by heads.
+      const int64_t heads = cfg.heads, qk = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim;
+      if (cfg.q_lora_rank > 0) {
+        latent(pre + ".attn.q_down.weight", {cfg.q_lora_rank, h});
+        norm(pre + ".attn.q_down_norm.weight", cfg.q_lora_rank);
+      }
+      plan.add_weight(pre + ".attn.q.weight", {heads * qk, cfg.q_lora_rank > 0 ? cfg.q_lora_rank : h}, kColumnParallel,
+                      std_dev);
+      latent(pre + ".attn.kv_down.weight", {cfg.kv_lora_rank + cfg.qk_rope_head_dim, h});
+      norm(pre + ".attn.kv_down_norm.weight", cfg.kv_lora_rank);
+      plan.add_weight(pre + ".attn.kv_up.weight", {heads * (cfg.qk_nope_head_dim + cfg.v_head_dim), cfg.kv_lora_rank},
+                      kColumnParallel, std_dev);
+      plan.add_weight(pre + ".attn.o.weight", {h, heads * cfg.v_head_dim}, kRowParallel, out_std);
+    } else {
+      plan.add_weight(pre + ".attn.q.weight", {q_rows, h}, kColumnParallel, std_dev);
+      plan.add_weight(pre + ".attn.k.weight", {kv_rows, h}, kColumnParallel, std_dev);
+      plan.add_weight(pre + ".attn.v.weight", {kv_rows, h}, kColumnParallel, std_dev);
+      plan.add_weight(pre + ".attn.o.weight", {h, q_rows}, kRowParallel, out_std);
+    }
     if (cfg.arch == "qwen2_moe") {  // q/k/v biases: zeros, split as their weights' rows
       for (const auto& [name, rows] : {std::pair{".attn.q.bias", q_rows}, {".attn.k.bias", kv_rows}, {".attn.v.bias", kv_rows}}) {
         ParamDecl decl;
@@ -71,12 +97,21 @@ std::vector<PlannedParam> llama_param_plan(const ModelConfig& cfg, const ChunkSp
         plan.add(decl);
       }
     }
-    norm(pre + ".mlp_norm.weight");
+    norm(pre + ".mlp_norm.weight", h);
     if (cfg.moe_layer(l)) {
       // NOTE [MoE layout]: the router and every expert's SwiGLU, experts stacked on dim 0;
       // the shared expert and its gate where the family has them.
       const int64_t e = cfg.experts, fe = cfg.moe_ffn(), fs = cfg.moe_shared_ffn_hidden;
       plan.add_weight(pre + ".moe.router.weight", {e, h}, kReplicated, std_dev);
+      if (cfg.moe_expert_bias) {
+        // NOTE [expert bias]: chooses experts, gets no gradient; AdamW leaves it as it is.
+        ParamDecl decl;
+        decl.name = pre + ".moe.router.bias";
+        decl.shape = {e};
+        decl.init = "zeros";
+        decl.no_decay = true;
+        plan.add(decl);
+      }
       // The routed experts: split over EP along dim 0 (NOTE [expert grid] in parallel/layout.h).
       for (const auto& [name, shape, sd] : {std::tuple{".moe.experts.gate.weight", std::vector<int64_t>{e, fe, h}, std_dev},
                                             std::tuple{".moe.experts.up.weight", std::vector<int64_t>{e, fe, h}, std_dev},
@@ -92,7 +127,7 @@ std::vector<PlannedParam> llama_param_plan(const ModelConfig& cfg, const ChunkSp
         plan.add_weight(pre + ".moe.shared.gate.weight", {fs, h}, kReplicated, std_dev);
         plan.add_weight(pre + ".moe.shared.up.weight", {fs, h}, kReplicated, std_dev);
         plan.add_weight(pre + ".moe.shared.down.weight", {h, fs}, kReplicated, out_std);
-        plan.add_weight(pre + ".moe.shared_gate.weight", {1, h}, kReplicated, std_dev);
+        if (cfg.arch == "qwen2_moe") plan.add_weight(pre + ".moe.shared_gate.weight", {1, h}, kReplicated, std_dev);
       }
       continue;
     }
@@ -101,14 +136,14 @@ std::vector<PlannedParam> llama_param_plan(const ModelConfig& cfg, const ChunkSp
     plan.add_weight(pre + ".mlp.down.weight", {h, f}, kRowParallel, out_std);
   }
   if (spec.has_head) {
-    norm("final_norm.weight");
+    norm("final_norm.weight", h);
     vocab_matrix(cfg.tie_embeddings ? "embedding.word.weight" : "head.weight", /*tied_copy=*/cfg.tie_embeddings);
   }
   return std::move(plan.params());
 }
 
 at::Tensor rope_inv_freq(const ModelConfig& cfg) {
-  const int64_t d = cfg.head_dim();
+  const int64_t d = cfg.rope_dim();
   // 1 / theta^(2i/d), in fp32 as transformers computes it.
   at::Tensor inv = at::reciprocal(at::pow(cfg.rope_theta, at::arange(0, d, 2, at::kLong).to(at::kFloat) / d));
   if (cfg.rope_scaling != "llama3") return inv;
@@ -133,7 +168,7 @@ LlamaStage::LlamaStage(const ModelConfig& cfg, const ChunkSpec& spec, const TpCo
   const int64_t t = tp.size();
   // Rules of check_config (core/config_model.cpp) and llama_rules.cpp, asserted here.
   if (cfg.hidden % cfg.heads != 0 || cfg.heads % cfg.kv() != 0 || cfg.kv() % t != 0 || cfg.ffn() % t != 0 ||
-      cfg.padded_vocab(t) % t != 0 || cfg.head_dim() % 2 != 0 || cfg.dropout > 0)
+      cfg.padded_vocab(t) % t != 0 || cfg.rope_dim() % 2 != 0 || cfg.dropout > 0)
     throw std::logic_error("LlamaStage: the model config does not split over tp=" + std::to_string(t) +
                            " (check_config admits no such config)");
   if (ep.size() > 1 && (cfg.experts < 1 || cfg.experts % ep.size() != 0))
@@ -146,10 +181,25 @@ LlamaStage::LlamaStage(const ModelConfig& cfg, const ChunkSpec& spec, const TpCo
   for (int64_t l = spec_.first_layer; l < spec_.first_layer + spec_.num_layers; ++l) {
     const std::string pre = "layers." + std::to_string(l);
     const std::string mlp = cfg.moe_layer(l) ? pre + ".moe.experts." : pre + ".mlp.";
-    BlockParams b{at(pre + ".attn_norm.weight"), at(pre + ".attn.q.weight"), at(pre + ".attn.k.weight"),
-                  at(pre + ".attn.v.weight"), at(pre + ".attn.o.weight"), at(pre + ".mlp_norm.weight"),
-                  at(mlp + "gate.weight"), at(mlp + "up.weight"), at(mlp + "down.weight")};
+    BlockParams b;
+    b.attn_norm = at(pre + ".attn_norm.weight");
+    b.q = at(pre + ".attn.q.weight");
+    b.o = at(pre + ".attn.o.weight");
+    if (cfg.mla()) {  // NOTE [MLA]
+      if (cfg.q_lora_rank > 0) b.q_down = at(pre + ".attn.q_down.weight"), b.q_down_norm = at(pre + ".attn.q_down_norm.weight");
+      b.kv_down = at(pre + ".attn.kv_down.weight");
+      b.kv_down_norm = at(pre + ".attn.kv_down_norm.weight");
+      b.kv_up = at(pre + ".attn.kv_up.weight");
+    } else {
+      b.k = at(pre + ".attn.k.weight");
+      b.v = at(pre + ".attn.v.weight");
+    }
+    b.mlp_norm = at(pre + ".mlp_norm.weight");
+    b.gate = at(mlp + "gate.weight");
+    b.up = at(mlp + "up.weight");
+    b.down = at(mlp + "down.weight");
     if (cfg.moe_layer(l)) b.router = at(pre + ".moe.router.weight");
+    if (cfg.moe_layer(l) && cfg.moe_expert_bias) b.router_bias = at(pre + ".moe.router.bias");
     if (cfg.arch == "qwen2_moe")
       b.q_bias = at(pre + ".attn.q.bias"), b.k_bias = at(pre + ".attn.k.bias"), b.v_bias = at(pre + ".attn.v.bias");
     if (cfg.arch == "qwen3_moe") b.q_norm = at(pre + ".attn.q_norm.weight"), b.k_norm = at(pre + ".attn.k_norm.weight");
@@ -157,7 +207,7 @@ LlamaStage::LlamaStage(const ModelConfig& cfg, const ChunkSpec& spec, const TpCo
       b.shared_gate = at(pre + ".moe.shared.gate.weight");
       b.shared_up = at(pre + ".moe.shared.up.weight");
       b.shared_down = at(pre + ".moe.shared.down.weight");
-      b.shared_expert_gate = at(pre + ".moe.shared_gate.weight");
+      if (cfg.arch == "qwen2_moe") b.shared_expert_gate = at(pre + ".moe.shared_gate.weight");
     }
     blocks_.push_back(b);
   }
@@ -216,6 +266,7 @@ at::Tensor LlamaStage::rotate(const at::Tensor& x, const RopeTables& r) const {
 }
 
 at::Tensor LlamaStage::attention(const BlockParams& b, const at::Tensor& x) const {
+  if (cfg_.mla()) return latent_attention(b, x);
   const int64_t t = tp_.size(), heads = cfg_.heads / t, kv = cfg_.kv() / t, d = cfg_.head_dim();
   const at::Tensor in = enter_column_parallel(tp_, x);  // (b, s, h): one gather under SP for q, k and v
   const auto bias = [this](size_t i) { return i == kNone ? at::Tensor() : compute_param(i); };
@@ -251,6 +302,73 @@ at::Tensor LlamaStage::attention(const BlockParams& b, const at::Tensor& x) cons
   return row_parallel_linear(tp_, y, compute_param(b.o), at::Tensor());
 }
 
+// NOTE [MLA]
+// DeepSeek-V3's multi-head latent attention (transformers' DeepseekV3Attention):
+//   q      = q_up(norm(q_down x))               (or q_up x when model.q_lora_rank = 0), per head [nope | rope]
+//   latent = kv_down x = [c | k_rope]            c: kv_lora_rank wide, k_rope: one rotary key for every head
+//   [k_nope | v] = kv_up(norm(c))               per head
+//   k = [k_nope | rotary(k_rope)],  q = [q_nope | rotary(q_rope)]
+// softmax(q kᵀ / √(nope + rope)) v, causal; o. The two latent norms are RMSNorms
+// of eps 1e-6 whatever model.layernorm_eps is (transformers builds them with
+// their default). The rotary part uses Hugging Face's rotate_half layout:
+// DeepSeek's files keep each pair of rotary dimensions interleaved, and the
+// import permutes those rows of q_up and kv_down once (NOTE [HF DeepSeek-V3
+// layout]), which leaves every q·k product as it was. Under tensor
+// parallelism the down projections and their norms are replicated and see
+// this rank's tokens (a sequence shard under SP, so their gradients are
+// summed over TP as the norms' are); what they give, [q latent | c | k_rope]
+// (or [x | c | k_rope]), enters the column-parallel region once, and the up
+// projections hold whole heads. The value heads may be narrower than the
+// query heads: v is padded with zeros to the query width for SDPA's fused
+// kernels (which take one width) and the output cut back.
+at::Tensor LlamaStage::latent_attention(const BlockParams& b, const at::Tensor& x) const {
+  constexpr double kLatentNormEps = 1e-6;
+  const int64_t heads = cfg_.heads / tp_.size(), dn = cfg_.qk_nope_head_dim, dr = cfg_.qk_rope_head_dim,
+                dv = cfg_.v_head_dim, rank = cfg_.kv_lora_rank;
+  const at::Tensor kv = linear(x, compute_param(b.kv_down), at::Tensor());  // (b, s[/tp], rank + dr)
+  const at::Tensor q_in = b.q_down == kNone ? x
+                          : trident::rms_norm(linear(x, compute_param(b.q_down), at::Tensor()),
+                                              compute_param(b.q_down_norm), kLatentNormEps);
+  const at::Tensor c = trident::rms_norm(kv.narrow(-1, 0, rank), compute_param(b.kv_down_norm), kLatentNormEps);
+  at::Tensor qi = q_in, ci = c, kr = kv.narrow(-1, rank, dr);
+  if (tp_.size() > 1) {  // one entry into the column-parallel region for all three
+    const int64_t qw = q_in.size(-1);
+    const at::Tensor in = enter_column_parallel(tp_, at::cat({q_in, c, kr}, -1));
+    qi = in.narrow(-1, 0, qw), ci = in.narrow(-1, qw, rank), kr = in.narrow(-1, qw + rank, dr);
+  }
+  const at::Tensor q = linear(qi, compute_param(b.q), at::Tensor());      // (b, s, H/tp·(dn + dr))
+  const at::Tensor kvu = linear(ci, compute_param(b.kv_up), at::Tensor());  // (b, s, H/tp·(dn + dv))
+  const double scale = 1.0 / std::sqrt(static_cast<double>(dn + dr));
+  // The attention core, what selective recomputation drops: (b, s, H/tp·dv) out.
+  auto core = [this, heads, dn, dr, dv, scale](const at::Tensor& q2, const at::Tensor& kv2, const at::Tensor& kr2) {
+    const int64_t bs = q2.size(0), s = q2.size(1), width = std::max(dn + dr, dv);
+    const RopeTables& rope = rope_tables(s, q2.scalar_type());
+    const at::Tensor q4 = q2.view({bs, s, heads, dn + dr}).transpose(1, 2);  // (b, H/tp, s, dn + dr)
+    const at::Tensor kv4 = kv2.view({bs, s, heads, dn + dv}).transpose(1, 2);
+    const at::Tensor k_rope = rotate(kr2.view({bs, s, 1, dr}).transpose(1, 2), rope).expand({bs, heads, s, dr});
+    at::Tensor qh = at::cat({q4.narrow(-1, 0, dn), rotate(q4.narrow(-1, dn, dr), rope)}, -1);
+    at::Tensor kh = at::cat({kv4.narrow(-1, 0, dn), k_rope}, -1);
+    at::Tensor vh = kv4.narrow(-1, dn, dv);
+    if (dv < width) vh = at::constant_pad_nd(vh, {0, width - dv});
+    if (dn + dr < width) qh = at::constant_pad_nd(qh, {0, width - dn - dr}), kh = at::constant_pad_nd(kh, {0, width - dn - dr});
+    at::Tensor y = causal_attention(qh, kh, vh, 0.0, scale);
+    if (dv < width) y = y.narrow(-1, 0, dv);
+    return y.transpose(1, 2).reshape({bs, s, heads * dv});
+  };
+  at::Tensor y;
+  if (recompute_ == Recompute::kSelective) {
+    const int64_t qw = q.size(-1), kw = kvu.size(-1);
+    y = trident::recompute(
+        [core, qw, kw, dr](const at::Tensor& all) {
+          return core(all.narrow(-1, 0, qw), all.narrow(-1, qw, kw), all.narrow(-1, qw + kw, dr));
+        },
+        at::cat({q, kvu, kr}, -1));
+  } else {
+    y = core(q, kvu, kr);
+  }
+  return row_parallel_linear(tp_, y, compute_param(b.o), at::Tensor());
+}
+
 // NOTE [MoE block]: the tokens of the micro-batch (b·s of them) routed to
 // their top-k experts (models/common/moe.h); each balancing loss joins the
 // layer's backward with its coefficient over the micro-batches, as the LM loss
@@ -263,8 +381,14 @@ at::Tensor LlamaStage::moe(int64_t layer, const BlockParams& b, const at::Tensor
   o.norm_topk_prob = cfg_.moe_norm_topk_prob;
   o.capacity_factor = cfg_.moe_capacity_factor;
   o.drop_by_position = cfg_.moe_token_drop_policy == "position";
+  o.score = cfg_.moe_score_function;
+  o.n_group = cfg_.moe_router_groups;
+  o.topk_group = cfg_.moe_router_group_topk;
+  o.routed_scaling_factor = cfg_.moe_routed_scaling_factor;
   MoeWeights w;
   w.router = compute_param(b.router);
+  // NOTE [expert bias]: fp32 always (it only orders scores), never a gradient.
+  if (b.router_bias != kNone) w.bias = params_[b.router_bias].tensor.detach();
   w.gate = compute_param(b.gate);
   w.up = compute_param(b.up);
   w.down = compute_param(b.down);
@@ -272,7 +396,7 @@ at::Tensor LlamaStage::moe(int64_t layer, const BlockParams& b, const at::Tensor
     w.shared_gate = compute_param(b.shared_gate);
     w.shared_up = compute_param(b.shared_up);
     w.shared_down = compute_param(b.shared_down);
-    w.shared_expert_gate = compute_param(b.shared_expert_gate);
+    if (b.shared_expert_gate != kNone) w.shared_expert_gate = compute_param(b.shared_expert_gate);
   }
   const MoeOutput out = moe_forward(x.reshape({-1, x.size(-1)}), w, o, &ep_);
   at::Tensor y = out.y.view(x.sizes());
@@ -381,20 +505,32 @@ std::vector<TiedGroup> LlamaModel::tied_groups(int num_stages) const {
 
 // The PaLM convention, as GPT's (models/gpt/gpt.cpp): 6 x the matrix
 // parameters (q, k, v, o, gate, up, down, and the head once) plus attention's
-// 12 x layers x hidden x seq per token.
+// 12 x layers x hidden x seq per token (MLA: 6 x layers x heads x (qk + v widths) x seq).
 double LlamaModel::flops_per_token() const {
   const double h = static_cast<double>(cfg_.hidden), l = static_cast<double>(cfg_.layers);
-  const double qo = 2 * h * static_cast<double>(cfg_.heads * cfg_.head_dim());
-  const double kv = 2 * h * static_cast<double>(cfg_.kv() * cfg_.head_dim());
+  const double heads = static_cast<double>(cfg_.heads);
+  double attn = 2 * h * heads * static_cast<double>(cfg_.head_dim()) +
+                2 * h * static_cast<double>(cfg_.kv() * cfg_.head_dim());  // q, o; k, v
+  // Attention's products per token and layer, over the width of q·k and of the weights times v: 2 x hidden
+  // (PaLM's count), and under MLA the heads' own widths.
+  double attn_width = 2 * h;
+  if (cfg_.mla()) {  // NOTE [MLA]: the down and up projections and o
+    const double dn = static_cast<double>(cfg_.qk_nope_head_dim), dr = static_cast<double>(cfg_.qk_rope_head_dim),
+                 dv = static_cast<double>(cfg_.v_head_dim), ql = static_cast<double>(cfg_.q_lora_rank),
+                 kl = static_cast<double>(cfg_.kv_lora_rank);
+    const double q = ql > 0 ? h * ql + ql * heads * (dn + dr) : h * heads * (dn + dr);
+    attn = q + h * (kl + dr) + kl * heads * (dn + dv) + heads * dv * h;
+    attn_width = heads * (dn + dr + dv);
+  }
   // Under MoE a token passes its top-k experts, the shared expert and its gate, and the router: the
   // active parameters.
   const double moe_mlp = 3 * h * static_cast<double>(cfg_.moe_ffn() * cfg_.moe_top_k + cfg_.moe_shared_ffn_hidden) +
-                         h * static_cast<double>(cfg_.experts + (cfg_.moe_shared_ffn_hidden > 0));
+                         h * static_cast<double>(cfg_.experts + (cfg_.arch == "qwen2_moe"));
   const double dense_mlp = 3 * h * static_cast<double>(cfg_.ffn());
   double mlps = 0;
   for (int64_t layer = 0; layer < cfg_.layers; ++layer) mlps += cfg_.moe_layer(layer) ? moe_mlp : dense_mlp;
-  const double matrices = l * (qo + kv) + mlps + h * static_cast<double>(cfg_.vocab_size);
-  return 6 * matrices + 12 * l * h * static_cast<double>(cfg_.seq_len);
+  const double matrices = l * attn + mlps + h * static_cast<double>(cfg_.vocab_size);
+  return 6 * matrices + 6 * l * attn_width * static_cast<double>(cfg_.seq_len);
 }
 
 LayerCosts LlamaModel::profile(int64_t mbs, int reps) const {

@@ -74,9 +74,11 @@ class LlamaStage : public Stage {
  private:
   static constexpr size_t kNone = static_cast<size_t>(-1);
   struct BlockParams {
-    size_t attn_norm, q, k, v, o, mlp_norm, gate, up, down;  // gate, up, down: the experts' under MoE
+    size_t attn_norm = kNone, q = kNone, k = kNone, v = kNone, o = kNone, mlp_norm = kNone;
+    size_t gate = kNone, up = kNone, down = kNone;  // the experts' under MoE
     // kNone where the family has no such parameter (NOTE [Llama-decoder MoE families]).
-    size_t router = kNone;
+    size_t router = kNone, router_bias = kNone;
+    size_t q_down = kNone, q_down_norm = kNone, kv_down = kNone, kv_down_norm = kNone, kv_up = kNone;  // NOTE [MLA]
     size_t q_bias = kNone, k_bias = kNone, v_bias = kNone;  // qwen2_moe
     size_t q_norm = kNone, k_norm = kNone;                   // qwen3_moe
     size_t shared_gate = kNone, shared_up = kNone, shared_down = kNone, shared_expert_gate = kNone;
@@ -96,6 +98,7 @@ class LlamaStage : public Stage {
   const RopeTables& rope_tables(int64_t s, at::ScalarType dtype) const;
   at::Tensor rotate(const at::Tensor& x, const RopeTables& r) const;  // (b, heads, s, d) -> rotary embedding applied
   at::Tensor attention(const BlockParams& b, const at::Tensor& x) const;
+  at::Tensor latent_attention(const BlockParams& b, const at::Tensor& x) const;  // NOTE [MLA]
   at::Tensor mlp(int64_t layer, const BlockParams& b, const at::Tensor& x) const;
   at::Tensor moe(int64_t layer, const BlockParams& b, const at::Tensor& x) const;  // NOTE [MoE block]
   at::Tensor block(int64_t layer, const at::Tensor& x) const;

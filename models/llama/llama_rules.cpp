@@ -33,7 +33,7 @@ void check_llama(const Config& c) {
     config_fail(c, "parallel.tp (" + n(c.parallel.tp) + ") must divide model.kv_heads (" + n(m.kv()) +
                        "): each tensor-parallel rank holds whole key/value heads");
   }
-  if ((m.kv_channels > 0 || m.hidden % m.heads == 0) && m.head_dim() % 2 != 0)
+  if (!m.mla() && (m.kv_channels > 0 || m.hidden % m.heads == 0) && m.head_dim() % 2 != 0)
     config_fail(c, std::string(m.kv_channels > 0 ? "model.kv_channels" : "model.hidden / model.heads") + " (" +
                        n(m.head_dim()) + ") must be even for rotary embeddings");
   // Keys of one Llama-decoder family only: elsewhere they would do nothing.
@@ -43,7 +43,40 @@ void check_llama(const Config& c) {
                          "\" does not read it");
   };
   only(m.kv_channels != 0, "model.kv_channels", "qwen3_moe");
-  only(m.moe_shared_ffn_hidden != 0, "model.moe_shared_ffn_hidden", "qwen2_moe");
+  if (m.moe_shared_ffn_hidden != 0 && m.arch != "qwen2_moe" && m.arch != "deepseek_v3")
+    config_fail(c, "model.moe_shared_ffn_hidden is read by model.arch = \"qwen2_moe\" and \"deepseek_v3\" only; "
+                   "model.arch = \"" + m.arch + "\" does not read it");
+  only(m.q_lora_rank != 0, "model.q_lora_rank", "deepseek_v3");
+  only(m.kv_lora_rank != 0, "model.kv_lora_rank", "deepseek_v3");
+  only(m.qk_nope_head_dim != 0, "model.qk_nope_head_dim", "deepseek_v3");
+  only(m.qk_rope_head_dim != 0, "model.qk_rope_head_dim", "deepseek_v3");
+  only(m.v_head_dim != 0, "model.v_head_dim", "deepseek_v3");
+}
+
+// NOTE [MLA keys]: DeepSeek-V3's attention has no key/value heads of its own
+// (each head's key and value come from one shared latent), so model.kv_heads
+// and model.kv_channels say nothing and are refused; its widths are required.
+void check_mla(const Config& c) {
+  const ModelConfig& m = c.model;
+  const auto at_least_one = [&](int64_t v, const std::string& key, const char* what) {
+    if (v < 1) config_fail(c, key + " = " + n(v) + ": deepseek_v3 needs " + what);
+  };
+  at_least_one(m.kv_lora_rank, "model.kv_lora_rank", "the keys' and values' latent width (DeepSeek-V3: 512)");
+  at_least_one(m.qk_nope_head_dim, "model.qk_nope_head_dim", "each head's non-rotary q/k width (DeepSeek-V3: 128)");
+  at_least_one(m.v_head_dim, "model.v_head_dim", "each value head's width (DeepSeek-V3: 128)");
+  if (m.qk_rope_head_dim < 2 || m.qk_rope_head_dim % 2 != 0)
+    config_fail(c, "model.qk_rope_head_dim = " + n(m.qk_rope_head_dim) +
+                       ": deepseek_v3 needs an even rotary width >= 2 (DeepSeek-V3: 64)");
+  if (m.kv_heads != 0 && m.kv_heads != m.heads)
+    config_fail(c, "model.kv_heads = " + n(m.kv_heads) + " with model.arch = \"deepseek_v3\": multi-head latent "
+                   "attention has a key and a value per head (expected 0 or model.heads = " + n(m.heads) + ")");
+  if (m.kv_channels != 0)
+    config_fail(c, "model.kv_channels is not read by model.arch = \"deepseek_v3\": its head widths are "
+                   "model.qk_nope_head_dim, model.qk_rope_head_dim and model.v_head_dim");
+  if (c.parallel.cp > 1)
+    config_fail(c, "parallel.cp = " + n(c.parallel.cp) + " with model.arch = \"deepseek_v3\": multi-head latent "
+                   "attention under context parallelism is not built yet (its value heads are narrower than its "
+                   "query heads); expected parallel.cp = 1");
 }
 
 // NOTE [Llama-decoder MoE families]
@@ -52,9 +85,18 @@ void check_llama(const Config& c) {
 //              (model.moe_shared_ffn_hidden, required)
 //   qwen3_moe  a per-head RMSNorm of q and of k before the rotary embedding; model.kv_channels
 //              (HF head_dim) may differ from hidden / heads
-// All three: the experts are not split over tensor-parallel ranks yet.
+//   deepseek_v3 multi-head latent attention (NOTE [MLA] in llama.cpp, NOTE [MLA keys]); the first
+//              model.moe_first_dense layers dense; a sigmoid router over groups with the
+//              score-correction bias (the model.moe_* router keys); ungated shared experts
+//              (model.moe_shared_ffn_hidden, optional)
+// All four: the experts are not split over tensor-parallel ranks yet.
 void check_moe_family(const Config& c) {
-  check_llama(c);
+  if (c.model.arch != "deepseek_v3") {
+    check_llama(c);
+  } else {
+    check_mla(c);
+    check_llama(c);
+  }
   if (c.parallel.tp > 1)
     config_fail(c, "parallel.tp = " + n(c.parallel.tp) + " with model.arch = \"" + c.model.arch +
                        "\": the experts are not split over tensor-parallel ranks yet (expert tensor parallelism); "
@@ -86,8 +128,12 @@ ModelFamilyRules qwen3_moe_family() {
   return {"qwen3_moe", check_moe_family, ModelShape{.gated_mlp = true, .position_table = false, .moe = true}};
 }
 
+ModelFamilyRules deepseek_v3_family() {
+  return {"deepseek_v3", check_moe_family, ModelShape{.gated_mlp = true, .position_table = false, .moe = true}};
+}
+
 bool llama_decoder(const std::string& arch) {
-  return arch == "llama" || arch == "mixtral" || arch == "qwen2_moe" || arch == "qwen3_moe";
+  return arch == "llama" || arch == "mixtral" || arch == "qwen2_moe" || arch == "qwen3_moe" || arch == "deepseek_v3";
 }
 
 }  // namespace trident

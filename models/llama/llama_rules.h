@@ -21,9 +21,12 @@ ModelFamilyRules mixtral_family();
 // MoE (NOTE [Llama-decoder MoE families] in llama_rules.cpp).
 ModelFamilyRules qwen2_moe_family();
 ModelFamilyRules qwen3_moe_family();
+// model.arch = "deepseek_v3": multi-head latent attention and DeepSeek-V3's
+// router and shared experts (NOTE [MLA keys] in llama_rules.cpp).
+ModelFamilyRules deepseek_v3_family();
 
 // Whether model.arch (or a config.json's model_type) is one of the families
-// built on Llama's decoder: llama, mixtral, qwen2_moe, qwen3_moe.
+// built on Llama's decoder: llama, mixtral, qwen2_moe, qwen3_moe, deepseek_v3.
 bool llama_decoder(const std::string& arch);
 
 }  // namespace trident

@@ -11,7 +11,8 @@ expert), runs each on random tokens and writes, per case, the inputs, the
 weights split into Trident's layout (gate and up from the fused gate_up_proj
 [E, 2I, H]: rows [0, I) are the gate, [I, 2I) the up projection), the block's
 output, its router's chosen experts and weights (sorted by expert per token) and
-router logits; and load_balancing_loss_func over three layers' logits. Every
+router logits; megatron-core's balancing loss on the DeepSeek-V3 router's logits; and
+load_balancing_loss_func over three layers' logits. Every
 tensor F32 (expert ids are small integers, exact in F32).
 """
 import sys
@@ -90,6 +91,17 @@ def main(path):
     mlp_of(deepseek.shared_experts, out, "deepseek_v3")
     out["deepseek_v3.bias"] = deepseek.gate.e_score_correction_bias.clone()
     run(deepseek, deepseek.gate, "deepseek_v3", out, generator)
+
+    # megatron-core's balancing loss on the DeepSeek-V3 router's logits: its sigmoid scores normalised per
+    # token and their own top-k (compute_routing_scores_for_aux_loss), not the biased, group-limited choice.
+    import warnings
+    warnings.filterwarnings("ignore")  # megatron-core warns that Transformer Engine and Apex are absent
+    from megatron.core.transformer.moe.moe_utils import (compute_routing_scores_for_aux_loss,
+                                                         switch_load_balancing_loss_func)
+    logits = out["deepseek_v3.logits"]
+    routing_map, scores = compute_routing_scores_for_aux_loss(logits, 3, "sigmoid")
+    out["deepseek_v3.aux_loss"] = switch_load_balancing_loss_func(
+        scores, routing_map.sum(0), logits.size(0), 3, 8, 1.0).reshape(1).float()
 
     layers = tuple(torch.randn(BATCH * SEQ, 6, generator=generator) for _ in range(3))
     for i, logits in enumerate(layers):

@@ -101,6 +101,24 @@ TEST_F(MoeReference, DeepseekV3SigmoidGroupsBiasAndScaling) {
   check("deepseek_v3", o);
 }
 
+// NOTE [MoE balancing losses]: under a sigmoid router with the correction bias and groups the
+// balancing loss reads the scores normalised per token and their own top-k, as megatron-core's
+// compute_routing_scores_for_aux_loss and switch_load_balancing_loss_func do.
+TEST_F(MoeReference, DeepseekV3BalancingLossIsMegatronCores) {
+  RouterOptions o;
+  o.experts = 8;
+  o.top_k = 3;
+  o.score = "sigmoid";
+  o.n_group = 4;
+  o.topk_group = 2;
+  o.routed_scaling_factor = 2.5;
+  const Routing r = route(get("deepseek_v3.x"), get("deepseek_v3.router"), get("deepseek_v3.bias"), o);
+  EXPECT_NEAR(switch_aux_loss(r, 3).item<double>(), get("deepseek_v3.aux_loss").item<double>(), 1e-6);
+  // The biased, group-limited choice differs from the scores' own top-k on these tokens, so the test
+  // tells the two apart.
+  EXPECT_FALSE(at::equal(std::get<0>(r.experts.sort(-1)), std::get<0>(r.aux_experts.sort(-1))));
+}
+
 TEST_F(MoeReference, PooledAuxLossIsLoadBalancingLossFunc) {
   const std::vector<at::Tensor> layers = {get("pooled.logits0"), get("pooled.logits1"), get("pooled.logits2")};
   EXPECT_NEAR(pooled_aux_loss(layers, 2).item<double>(), get("pooled.loss").item<double>(), 1e-5);

@@ -127,16 +127,16 @@ TEST(Moe, BalancingLossesFromTheirDefinitions) {
   EXPECT_NEAR(seq_aux_loss(r, 2, 1).item<double>(), switch_aux_loss(r, 2).item<double>(), 1e-6);
   const auto half = [&](int64_t i) {
     Routing h;
-    h.scores = r.scores.narrow(0, 4 * i, 4);
-    h.experts = r.experts.narrow(0, 4 * i, 4);
+    h.aux_scores = r.aux_scores.narrow(0, 4 * i, 4);
+    h.aux_experts = r.aux_experts.narrow(0, 4 * i, 4);
     return switch_aux_loss(h, 2).item<double>();
   };
   EXPECT_NEAR(seq_aux_loss(r, 2, 2).item<double>(), (half(0) + half(1)) / 2, 1e-6);
   EXPECT_NEAR(z_loss(r).item<double>(), r.logits.logsumexp(-1).pow(2).mean().item<double>(), 1e-7);
   // Balanced routing with uniform scores: every balancing loss's minimum, 1.
   Routing even;
-  even.scores = at::full({4, 4}, 0.25f);
-  even.experts = at::tensor({0, 1, 2, 3, 0, 1, 2, 3}, at::kLong).view({4, 2});
+  even.aux_scores = at::full({4, 4}, 0.25f);
+  even.aux_experts = at::tensor({0, 1, 2, 3, 0, 1, 2, 3}, at::kLong).view({4, 2});
   EXPECT_NEAR(switch_aux_loss(even, 2).item<double>(), 1.0, 1e-6);
 }
 
