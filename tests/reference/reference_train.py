@@ -71,7 +71,7 @@ def no_decay(name):
 
 
 def load_model(hf_dir, model_cfg, dtype):
-    if model_cfg["arch"] in ("llama", "mixtral", "qwen2_moe", "qwen3_moe"):
+    if model_cfg["arch"] in ("llama", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3"):
         return load_llama(hf_dir, model_cfg, dtype)
     from transformers import GPT2LMHeadModel
 
@@ -100,7 +100,7 @@ def load_llama(hf_dir, model_cfg, dtype):
     arch = model_cfg["arch"]
     moe = arch != "llama"
     cls = {"llama": "LlamaForCausalLM", "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
-           "qwen3_moe": "Qwen3MoeForCausalLM"}[arch]
+           "qwen3_moe": "Qwen3MoeForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM"}[arch]
     model = getattr(transformers, cls).from_pretrained(
         hf_dir, dtype=torch.float32, attn_implementation="eager", **({"experts_implementation": "eager"} if moe else {}))
     c = model.config
@@ -121,6 +121,16 @@ def load_llama(hf_dir, model_cfg, dtype):
             want.update(shared_expert_intermediate_size=model_cfg["moe_shared_ffn_hidden"])
         else:
             want.update(head_dim=model_cfg["kv_channels"] or model_cfg["hidden"] // model_cfg["heads"])
+    if arch == "deepseek_v3":
+        want.update(n_routed_experts=model_cfg["experts"], num_experts_per_tok=model_cfg["moe_top_k"],
+                    moe_intermediate_size=model_cfg["moe_ffn_hidden"], first_k_dense_replace=model_cfg["moe_first_dense"],
+                    n_group=model_cfg["moe_router_groups"], topk_group=model_cfg["moe_router_group_topk"],
+                    routed_scaling_factor=model_cfg["moe_routed_scaling_factor"],
+                    norm_topk_prob=model_cfg["moe_norm_topk_prob"], q_lora_rank=model_cfg["q_lora_rank"] or None,
+                    kv_lora_rank=model_cfg["kv_lora_rank"], qk_nope_head_dim=model_cfg["qk_nope_head_dim"],
+                    qk_rope_head_dim=model_cfg["qk_rope_head_dim"], v_head_dim=model_cfg["v_head_dim"])
+        if model_cfg["moe_score_function"] != "sigmoid":
+            raise SystemExit("DeepSeek-V3's router scores by sigmoid: the run needs model.moe_score_function = sigmoid")
     got = {k: getattr(c, k, getattr(c, "num_local_experts", None) if k == "num_experts" else None) for k in want}
     if got != want:
         raise SystemExit(f"{hf_dir}/config.json {got} does not match the run's config {want}")
@@ -133,7 +143,7 @@ def load_llama(hf_dir, model_cfg, dtype):
     return model.to(dtype)
 
 
-def balancing_losses(router_logits, m_cfg, sequences):
+def balancing_losses(router_logits, m_cfg, sequences, routed=None):
     """Each MoE layer's balancing losses with their coefficients, summed over the layers, by
     megatron-core's own functions (megatron.core.transformer.moe.moe_utils): the Switch/GShard
     load-balancing loss (switch_load_balancing_loss_func, the token counts of each token's top-K
@@ -142,18 +152,28 @@ def balancing_losses(router_logits, m_cfg, sequences):
     "seq_aux_loss"), and the router z-loss (z_loss_func). The softmax is taken here in the run's
     dtype (megatron's compute_routing_scores_for_aux_loss would take it in fp32 and cut the fp64
     truth short). transformers' own loss for Mixtral (load_balancing_loss_func) pools every layer
-    into one product, a different objective."""
-    from megatron.core.transformer.moe.moe_utils import switch_load_balancing_loss_func, z_loss_func
+    into one product, a different objective. A sigmoid router's (DeepSeek-V3's) scores and routing map
+    are megatron-core's compute_routing_scores_for_aux_loss (the sigmoid scores normalised per token,
+    their own top-K); the tokens each expert received then come from `routed`, each layer's chosen
+    experts as the model's router returned them (its bias and group limit choose otherwise)."""
+    from megatron.core.transformer.moe.moe_utils import (compute_routing_scores_for_aux_loss,
+                                                         switch_load_balancing_loss_func, z_loss_func)
 
     k, e = m_cfg["moe_top_k"], m_cfg["experts"]
     aux_c, z_c = m_cfg.get("moe_aux_loss_coeff", 0.0), m_cfg.get("moe_z_loss_coeff", 0.0)
     per_sequence = m_cfg.get("moe_aux_loss", "aux_loss") == "seq_aux_loss"
     total, layers = 0.0, []
-    for logits in router_logits:
+    for i, logits in enumerate(router_logits):
         logits = logits.reshape(-1, e)
-        p = logits.softmax(-1)
-        chosen = torch.zeros_like(p).scatter(1, p.topk(k, dim=-1).indices, 1.0)  # the routing map
+        if m_cfg.get("moe_score_function", "softmax") == "sigmoid":
+            routing_map, p = compute_routing_scores_for_aux_loss(logits, k, "sigmoid")
+            chosen = routing_map.to(p.dtype)
+        else:
+            p = logits.softmax(-1)
+            chosen = torch.zeros_like(p).scatter(1, p.topk(k, dim=-1).indices, 1.0)  # the routing map
         counts = chosen.sum(0)
+        if routed is not None:
+            counts = torch.bincount(routed[i].reshape(-1), minlength=e).to(p.dtype)
         if per_sequence:  # (b*s, E) in batch-major order -> one row per position, a column per (sequence, expert)
             s_len = p.size(0) // sequences
             ps = p.reshape(sequences, s_len, e).transpose(0, 1).reshape(s_len, sequences * e)
@@ -316,6 +336,13 @@ def main():
     local = micro // dp  # per rank
 
     model = load_model(args.hf_dir, m_cfg, dtype)
+    # DeepSeek-V3's routers return (logits, weights, chosen experts): the chosen, for the expert loads.
+    routed = []
+    if m_cfg["arch"] == "deepseek_v3":
+        from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3TopkRouter
+        for mod in model.modules():
+            if isinstance(mod, DeepseekV3TopkRouter):
+                mod.register_forward_hook(lambda _m, _i, out: routed.append(out[2].detach()))
     model.train()  # dropout is 0, so train() and eval() compute the same; train() as a trainer would
     decay, plain = [], []
     for name, p in model.named_parameters():  # the tied lm_head.weight appears once, as transformer.wte.weight
@@ -341,6 +368,7 @@ def main():
                 win = torch.from_numpy(np.stack([samples.window(i) for i in idx]))  # (mbs, seq + 1) int64
                 x, y = win[:, :seq], win[:, 1:]
                 moe = m_cfg["arch"] != "llama" and m_cfg["arch"] != "gpt"
+                routed.clear()
                 with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
                     o = model(input_ids=x, output_router_logits=True) if moe else model(input_ids=x)
                 logits = o.logits  # (mbs, seq, V)
@@ -352,7 +380,7 @@ def main():
                 if moe:
                     # Dense first layers (model.moe_first_dense) have no router: transformers returns
                     # the MoE layers' logits only.
-                    extra, per_layer = balancing_losses(o.router_logits, m_cfg, x.size(0))
+                    extra, per_layer = balancing_losses(o.router_logits, m_cfg, x.size(0), routed or None)
                     moe_stats.append(per_layer)
                 # Trident's executor backpropagates loss * (1/m) for each of a rank's m micro-batches.
                 ((loss + extra) * (1.0 / local)).backward()

@@ -62,6 +62,25 @@ FAMILIES = {
                       sets=["model.ffn_hidden=72", "model.moe_ffn_hidden=40", "model.kv_channels=12"],
                       refused=(("use_sliding_window", True, "use_sliding_window = true"),
                                ("attention_bias", True, "attention_bias = true"))),
+    # DeepSeek-V3: latent attention (values narrower than queries; rotary rows interleaved, as the Hub's
+    # files keep them), a dense first layer, a sigmoid router over 3 groups with a random correction bias
+    # and scaling, an ungated shared expert
+    "deepseek_v3": dict(config="DeepseekV3Config", model="DeepseekV3ForCausalLM", preset="deepseek-v3-tiny",
+                        extra=dict(num_key_value_heads=6, intermediate_size=72, moe_intermediate_size=40,
+                                   n_routed_experts=6, n_group=3, topk_group=2, n_shared_experts=1,
+                                   routed_scaling_factor=2.5, norm_topk_prob=True, first_k_dense_replace=1,
+                                   q_lora_rank=20, kv_lora_rank=14, qk_nope_head_dim=10, qk_rope_head_dim=6,
+                                   v_head_dim=8, num_mtp_layers=0),
+                        moe_layers=1,
+                        sets=["model.kv_heads=0", "model.ffn_hidden=72", "model.moe_ffn_hidden=40",
+                              "model.moe_shared_ffn_hidden=40", "model.moe_first_dense=1", "model.experts=6",
+                              "model.moe_router_groups=3", "model.moe_router_group_topk=2", "model.q_lora_rank=20",
+                              "model.kv_lora_rank=14", "model.qk_nope_head_dim=10", "model.qk_rope_head_dim=6",
+                              "model.v_head_dim=8"],
+                        refused=(("scoring_func", "softmax", "scoring_func = \"softmax\""),
+                                 ("num_key_value_heads", 2, "num_key_value_heads = 2"),
+                                 ("n_shared_experts", 0, "n_shared_experts = 0"),
+                                 ("head_dim", 16, "head_dim = 16 but qk_rope_head_dim = 6"))),
 }
 
 
@@ -69,16 +88,19 @@ def made_model(family):
     import transformers
 
     f = FAMILIES[family]
-    cfg = getattr(transformers, f["config"])(
-        num_hidden_layers=2, hidden_size=48, num_attention_heads=6, num_key_value_heads=2, num_experts_per_tok=2,
-        vocab_size=256, max_position_embeddings=40, rms_norm_eps=1e-6, tie_word_embeddings=False,
-        rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
-        bos_token_id=None, eos_token_id=None, pad_token_id=None, **f["extra"])
+    common = dict(num_hidden_layers=2, hidden_size=48, num_attention_heads=6, num_key_value_heads=2,
+                  num_experts_per_tok=2, vocab_size=256, max_position_embeddings=40, rms_norm_eps=1e-6,
+                  tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+                  bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    cfg = getattr(transformers, f["config"])(**{**common, **f["extra"]})
     torch.manual_seed(21)
     m = getattr(transformers, f["model"])(cfg)
     with torch.no_grad():
         for p in m.parameters():  # norms, biases and gates off their init, so a mix-up shows
             p.add_(0.05 * torch.randn_like(p))
+        for name, b in m.named_buffers():  # DeepSeek-V3's correction bias: large enough to change choices
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(0.3 * torch.randn_like(b))
     return m
 
 
@@ -115,7 +137,7 @@ def main():
         made_model(family).save_pretrained(d, max_shard_size="100KB")
         with open(os.path.join(d, "model.safetensors.index.json")) as fh:
             names = list(json.load(fh)["weight_map"])
-        check(sum(".experts.3." in n for n in names) == 3 * (1 if family == "qwen2_moe" else 2),
+        check(sum(".experts.3." in n for n in names) == 3 * f.get("moe_layers", 1 if family == "qwen2_moe" else 2),
               f"{family}: save_pretrained wrote one tensor set per expert, sharded")
         made = load_model(family, d)
         want, n = hf_eval_loss(made, ids, 40)

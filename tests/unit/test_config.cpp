@@ -489,7 +489,7 @@ TEST(Config, TablesHoldTheGeneratorsKindsAndTheFamilies) {
   EXPECT_EQ(error_of([&] { trident::check_config_tables(c, t); }), expected);
   c = parse_config("[model]\narch = \"bert\"\n", "a.toml");  // nor the families
   EXPECT_EQ(error_of([&] { trident::check_config_tables(c, t); }),
-            "a.toml: model.arch = \"bert\": expected one of \"gpt\", \"llama\", \"mixtral\", \"qwen2_moe\" or \"qwen3_moe\"");
+            "a.toml: model.arch = \"bert\": expected one of \"gpt\", \"llama\", \"mixtral\", \"qwen2_moe\", \"qwen3_moe\" or \"deepseek_v3\"");
   // A family's rules are its table's: a table without Llama's rules lets its rule go.
   c = parse_config("[model]\narch = \"llama\"\n", "l.toml");
   EXPECT_NE(error_of([&] { Config d = c; trident::check_config_tables(d, t); }).find("model.ffn_hidden must be set"),
@@ -521,7 +521,7 @@ TEST(Config, LayoutFactors) {
 
 TEST(Config, KeysTableDescribesTypesAndDefaults) {
   const auto keys = trident::config_keys();
-  EXPECT_EQ(keys.size(), 98u);
+  EXPECT_EQ(keys.size(), 108u);
   bool found = false;
   for (const auto& k : keys) {
     if (k.name != "parallel.dp") continue;
