@@ -8,6 +8,7 @@
 #include "core/context_split.h"
 #include "models/common/attention.h"
 #include "models/common/context_attention.h"
+#include "models/common/mla.h"
 #include "models/common/moe.h"
 #include "models/common/rms_norm.h"
 
@@ -302,69 +303,36 @@ at::Tensor LlamaStage::attention(const BlockParams& b, const at::Tensor& x) cons
   return row_parallel_linear(tp_, y, compute_param(b.o), at::Tensor());
 }
 
-// NOTE [MLA]
-// DeepSeek-V3's multi-head latent attention (transformers' DeepseekV3Attention):
-//   q      = q_up(norm(q_down x))               (or q_up x when model.q_lora_rank = 0), per head [nope | rope]
-//   latent = kv_down x = [c | k_rope]            c: kv_lora_rank wide, k_rope: one rotary key for every head
-//   [k_nope | v] = kv_up(norm(c))               per head
-//   k = [k_nope | rotary(k_rope)],  q = [q_nope | rotary(q_rope)]
-// softmax(q kᵀ / √(nope + rope)) v, causal; o. The two latent norms are RMSNorms
-// of eps 1e-6 whatever model.layernorm_eps is (transformers builds them with
-// their default). The rotary part uses Hugging Face's rotate_half layout:
-// DeepSeek's files keep each pair of rotary dimensions interleaved, and the
-// import permutes those rows of q_up and kv_down once (NOTE [HF DeepSeek-V3
-// layout]), which leaves every q·k product as it was. Under tensor
-// parallelism the down projections and their norms are replicated and see
-// this rank's tokens (a sequence shard under SP, so their gradients are
-// summed over TP as the norms' are); what they give, [q latent | c | k_rope]
-// (or [x | c | k_rope]), enters the column-parallel region once, and the up
-// projections hold whole heads. The value heads may be narrower than the
-// query heads: v is padded with zeros to the query width for SDPA's fused
-// kernels (which take one width) and the output cut back.
+// NOTE [MLA] in models/common/mla.h: the latents of this rank's tokens, one entry into the
+// column-parallel region for all three, the up projections, the core (what selective
+// recomputation drops), o.
 at::Tensor LlamaStage::latent_attention(const BlockParams& b, const at::Tensor& x) const {
-  constexpr double kLatentNormEps = 1e-6;
-  const int64_t heads = cfg_.heads / tp_.size(), dn = cfg_.qk_nope_head_dim, dr = cfg_.qk_rope_head_dim,
-                dv = cfg_.v_head_dim, rank = cfg_.kv_lora_rank;
-  const at::Tensor kv = linear(x, compute_param(b.kv_down), at::Tensor());  // (b, s[/tp], rank + dr)
-  const at::Tensor q_in = b.q_down == kNone ? x
-                          : trident::rms_norm(linear(x, compute_param(b.q_down), at::Tensor()),
-                                              compute_param(b.q_down_norm), kLatentNormEps);
-  const at::Tensor c = trident::rms_norm(kv.narrow(-1, 0, rank), compute_param(b.kv_down_norm), kLatentNormEps);
-  at::Tensor qi = q_in, ci = c, kr = kv.narrow(-1, rank, dr);
-  if (tp_.size() > 1) {  // one entry into the column-parallel region for all three
-    const int64_t qw = q_in.size(-1);
-    const at::Tensor in = enter_column_parallel(tp_, at::cat({q_in, c, kr}, -1));
-    qi = in.narrow(-1, 0, qw), ci = in.narrow(-1, qw, rank), kr = in.narrow(-1, qw + rank, dr);
+  const MlaDims d{cfg_.heads / tp_.size(), cfg_.qk_nope_head_dim, cfg_.qk_rope_head_dim, cfg_.v_head_dim,
+                  cfg_.kv_lora_rank};
+  const auto param = [this](size_t i) { return i == kNone ? at::Tensor() : compute_param(i); };
+  MlaLatents l = mla_latents(x, param(b.q_down), param(b.q_down_norm), compute_param(b.kv_down),
+                             compute_param(b.kv_down_norm), d);
+  if (tp_.size() > 1) {
+    const int64_t qw = l.q_in.size(-1);
+    const at::Tensor in = enter_column_parallel(tp_, at::cat({l.q_in, l.c, l.k_rope}, -1));
+    l = {in.narrow(-1, 0, qw), in.narrow(-1, qw, d.kv_rank), in.narrow(-1, qw + d.kv_rank, d.rope)};
   }
-  const at::Tensor q = linear(qi, compute_param(b.q), at::Tensor());      // (b, s, H/tp·(dn + dr))
-  const at::Tensor kvu = linear(ci, compute_param(b.kv_up), at::Tensor());  // (b, s, H/tp·(dn + dv))
-  const double scale = 1.0 / std::sqrt(static_cast<double>(dn + dr));
-  // The attention core, what selective recomputation drops: (b, s, H/tp·dv) out.
-  auto core = [this, heads, dn, dr, dv, scale](const at::Tensor& q2, const at::Tensor& kv2, const at::Tensor& kr2) {
-    const int64_t bs = q2.size(0), s = q2.size(1), width = std::max(dn + dr, dv);
-    const RopeTables& rope = rope_tables(s, q2.scalar_type());
-    const at::Tensor q4 = q2.view({bs, s, heads, dn + dr}).transpose(1, 2);  // (b, H/tp, s, dn + dr)
-    const at::Tensor kv4 = kv2.view({bs, s, heads, dn + dv}).transpose(1, 2);
-    const at::Tensor k_rope = rotate(kr2.view({bs, s, 1, dr}).transpose(1, 2), rope).expand({bs, heads, s, dr});
-    at::Tensor qh = at::cat({q4.narrow(-1, 0, dn), rotate(q4.narrow(-1, dn, dr), rope)}, -1);
-    at::Tensor kh = at::cat({kv4.narrow(-1, 0, dn), k_rope}, -1);
-    at::Tensor vh = kv4.narrow(-1, dn, dv);
-    if (dv < width) vh = at::constant_pad_nd(vh, {0, width - dv});
-    if (dn + dr < width) qh = at::constant_pad_nd(qh, {0, width - dn - dr}), kh = at::constant_pad_nd(kh, {0, width - dn - dr});
-    at::Tensor y = causal_attention(qh, kh, vh, 0.0, scale);
-    if (dv < width) y = y.narrow(-1, 0, dv);
-    return y.transpose(1, 2).reshape({bs, s, heads * dv});
+  const at::Tensor q = linear(l.q_in, compute_param(b.q), at::Tensor());    // (b, s, H/tp·(nope + rope))
+  const at::Tensor kv = linear(l.c, compute_param(b.kv_up), at::Tensor());  // (b, s, H/tp·(nope + v))
+  auto core = [this, d](const at::Tensor& q2, const at::Tensor& kv2, const at::Tensor& kr2) {
+    const RopeTables& rope = rope_tables(q2.size(1), q2.scalar_type());
+    return mla_core(q2, kv2, kr2, d, [this, &rope](const at::Tensor& t) { return rotate(t, rope); });
   };
   at::Tensor y;
   if (recompute_ == Recompute::kSelective) {
-    const int64_t qw = q.size(-1), kw = kvu.size(-1);
+    const int64_t qw = q.size(-1), kw = kv.size(-1);
     y = trident::recompute(
-        [core, qw, kw, dr](const at::Tensor& all) {
-          return core(all.narrow(-1, 0, qw), all.narrow(-1, qw, kw), all.narrow(-1, qw + kw, dr));
+        [core, qw, kw, d](const at::Tensor& all) {
+          return core(all.narrow(-1, 0, qw), all.narrow(-1, qw, kw), all.narrow(-1, qw + kw, d.rope));
         },
-        at::cat({q, kvu, kr}, -1));
+        at::cat({q, kv, l.k_rope}, -1));
   } else {
-    y = core(q, kvu, kr);
+    y = core(q, kv, l.k_rope);
   }
   return row_parallel_linear(tp_, y, compute_param(b.o), at::Tensor());
 }

@@ -10,9 +10,9 @@
 #   HfRoundTrip             trident export -> from_pretrained, generate(), save_pretrained -> --init-from
 #   HfLlama                 the same for Llama (LlamaForCausalLM: GQA, MQA, llama3 rope, tied and untied, sharded)
 #   ReferenceTrainingLlama  llama-tiny, 20 steps and its layouts, vs LlamaForCausalLM + torch AdamW
-#   HfMoe                   save_pretrained Mixtral/Qwen2Moe/Qwen3MoeForCausalLM -> --init-from (eval, logits,
+#   HfMoe                   save_pretrained Mixtral/Qwen2Moe/Qwen3Moe/DeepseekV3ForCausalLM -> --init-from (eval, logits,
 #                           generate, 4 steps, refusals)
-#   ReferenceTraining{Mixtral,Qwen2Moe,Qwen3Moe}  their tiny presets, 20 steps and their layouts, vs transformers +
+#   ReferenceTraining{Mixtral,Qwen2Moe,Qwen3Moe,DeepseekV3}  their tiny presets, 20 steps and their layouts, vs transformers +
 #                           torch AdamW, the balancing losses written from their definitions
 #   TensorBoardEvents       logging.tensorboard's event file read by the tensorboard package
 #   ReferenceTrainingBlend  gpt-tiny on a 3:1 blend of two Megatron datasets cut by data.split, 20 steps, the same
@@ -117,6 +117,10 @@ foreach(_moe Mixtral Qwen2Moe Qwen3Moe)
                    --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/${_case} --case ${_case}-tiny --layouts)
   set_tests_properties(ReferenceTraining${_moe} PROPERTIES LABELS reference TIMEOUT 600 COST 20)
 endforeach()
+add_test(NAME ReferenceTrainingDeepseekV3
+         COMMAND ${TRIDENT_PYTHON} ${_ref}/test_reference_training.py --trident ${PROJECT_BINARY_DIR}/trident
+                 --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/deepseek-v3 --case deepseek-v3-tiny --layouts)
+set_tests_properties(ReferenceTrainingDeepseekV3 PROPERTIES LABELS reference TIMEOUT 600 COST 20)
 add_test(NAME TensorBoardEvents
          COMMAND ${TRIDENT_PYTHON} ${_ref}/test_tensorboard.py --trident ${PROJECT_BINARY_DIR}/trident
                  --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/tensorboard)

@@ -69,11 +69,12 @@ LAYOUTS = [
 # Llama's (--case llama-tiny --layouts): its kv heads split over tp with sequence parallelism,
 # the V placement, and the 3D layout with ZeRO-1 (tp4, pp4 and dp2 are the regression
 # matrix's llama rows).
-# The MoE families' (--case mixtral-tiny, qwen2-moe-tiny, qwen3-moe-tiny --layouts): the experts on
+# The MoE families' (--case mixtral-tiny, qwen2-moe-tiny, qwen3-moe-tiny, deepseek-v3-tiny --layouts): the experts on
 # every pipeline stage with their balancing losses under zb-v, and data parallelism with ZeRO-1 beside
 # an interleaved pipeline (tp: not yet). A router is discontinuous: a token whose two best scores tie
 # within rounding may go to another expert under DP's summation order, which no bound on torch's own
 # rounding covers; none of these runs has such a token (a step that had one would fail here).
+MOE_CASES = ("mixtral-tiny", "qwen2-moe-tiny", "qwen3-moe-tiny", "deepseek-v3-tiny")
 MOE_LAYOUTS = [
     ("pp2_zb-v", 2, ["parallel.pp=2", "schedule.kind=zb-v"]),
     ("dp2_pp2_zero1_interleaved", 4, ["parallel.pp=2", "parallel.dp=2", "parallel.zero=1",
@@ -166,7 +167,7 @@ def case_setup(args, work):
         sets = common + ["data.format=megatron", f"data.paths=[{paths}]", "data.split=969,30,1",
                          "model.vocab_pad_multiple=96", f"training.grad_clip={clip}"]
         return os.path.join(src, "configs/gpt-tiny.toml"), sets + seed, clip
-    if args.case in ("tiny", "llama-tiny", "mixtral-tiny", "qwen2-moe-tiny", "qwen3-moe-tiny"):
+    if args.case in ("tiny", "llama-tiny") + MOE_CASES:
         prefix = os.path.join(work, "readme-bytes")
         run([t, "data", "prepare", "--tokenizer", "byte", "--input", *text_files(src), "--output", prefix])
         # vocab 256 padded to 288: 32 padded rows (NOTE [padded vocabulary rows] in reference_train.py).
@@ -330,8 +331,7 @@ def main():
     ap.add_argument("--trident", required=True)
     ap.add_argument("--source-dir", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--case", choices=["tiny", "brown", "blend", "megatron", "llama-tiny", "mixtral-tiny", "qwen2-moe-tiny",
-                                            "qwen3-moe-tiny"], required=True)
+    ap.add_argument("--case", choices=["tiny", "brown", "blend", "megatron", "llama-tiny", *MOE_CASES], required=True)
     ap.add_argument("--seed", type=int, default=0, help="training.seed (0: the config's)")
     ap.add_argument("--clip", type=float, default=0, help="tiny: training.grad_clip (0: 2.0; at 1.0 every step clips, which the clipping check rejects)")
     ap.add_argument("--layouts", action="store_true",
@@ -349,7 +349,7 @@ def main():
     run([t, "train", "--config", config, *setargs, "--set", f"logging.dir={tri}"])
     run([t, "checkpoint", "init", "--config", config, *setargs, "--out", ck0])
     fmt = {"llama-tiny": "hf-llama", "mixtral-tiny": "hf-mixtral", "qwen2-moe-tiny": "hf-qwen2-moe",
-           "qwen3-moe-tiny": "hf-qwen3-moe"}.get(args.case, "hf-gpt2")
+           "qwen3-moe-tiny": "hf-qwen3-moe", "deepseek-v3-tiny": "hf-deepseek-v3"}.get(args.case, "hf-gpt2")
     run([t, "export", "--checkpoint", ck0, "--format", fmt, "--out", hf0])
     run([t, "train", "--config", config, *setargs, "--set", "training.steps=1", "--set", "training.exit_after_steps=0", "--set", "checkpoint.dir=",
          "--set", f"model.init_from={hf0}",
@@ -373,7 +373,7 @@ def main():
     print(subprocess.run([t, "compare", tri, ref32, "--rtol", str(RTOL_FP32)], stdout=subprocess.PIPE, text=True).stdout)
     T, P, D = metrics(tri), metrics(ref32), metrics(ref64)
     failures, ill, rows, worst = check_against_reference("single process", T, P, D, clip, case_steps(args.case))
-    if args.case in ("mixtral-tiny", "qwen2-moe-tiny", "qwen3-moe-tiny"):
+    if args.case in MOE_CASES:
         failures += check_moe_stats("single process", T, P)
     bf16 = None
     if args.case == "tiny":
@@ -382,8 +382,7 @@ def main():
     with open(os.path.join(work, "results.json"), "w") as f:
         json.dump({"case": args.case, "K": K, "floor": FLOOR, "rtol_fp32": RTOL_FP32, "grad_clip": clip,
                    "worst_ratio": worst, "ill_conditioned": ill, "steps": rows, "bf16": bf16}, f, indent=1)
-    layouts = ({"llama-tiny": LLAMA_LAYOUTS, "mixtral-tiny": MOE_LAYOUTS, "qwen2-moe-tiny": MOE_LAYOUTS,
-                "qwen3-moe-tiny": MOE_LAYOUTS}.get(args.case, LAYOUTS)
+    layouts = ((MOE_LAYOUTS if args.case in MOE_CASES else LLAMA_LAYOUTS if args.case == "llama-tiny" else LAYOUTS)
                if args.layouts else [])
     if args.case == "megatron":  # the data-parallel slicing of Megatron's sampler: dp = 2 as well
         layouts = [("dp2", 2, ["parallel.dp=2"])]

@@ -41,7 +41,7 @@ namespace {
 const std::string kSplit = "training.micro_batch_size=4";
 const std::string kGpt = "configs/gpt-tiny.toml", kLlama = "configs/llama-tiny.toml",
                   kMixtral = "configs/mixtral-tiny.toml", kQwen2Moe = "configs/qwen2-moe-tiny.toml",
-                  kQwen3Moe = "configs/qwen3-moe-tiny.toml";
+                  kQwen3Moe = "configs/qwen3-moe-tiny.toml", kDeepseekV3 = "configs/deepseek-v3-tiny.toml";
 const std::string kBf16 = "training.precision=bf16";
 const std::string kEp2 = "parallel.ep=2", kEp4 = "parallel.ep=4", kNcclRules = "parallel.backend=nccl-rules";
 const std::string kAllGather = "parallel.moe_dispatcher=allgather";
@@ -103,6 +103,7 @@ struct Row {
     if (config == kMixtral) n = "mixtral_" + n;
     if (config == kQwen2Moe) n = "qwen2moe_" + n;
     if (config == kQwen3Moe) n = "qwen3moe_" + n;
+    if (config == kDeepseekV3) n = "deepseekv3_" + n;
     if (world() == 1) n = "covering_" + n;  // one process: not evidence (see the head of this file)
     return std::regex_replace(n, std::regex("-"), "");
   }
@@ -207,6 +208,13 @@ const std::vector<Row>& moe_rows() {
       // The first two layers dense: pipeline stage 0 holds no MoE layer at all.
       {1, 2, 1, "zb-v", 0, true, {"model.moe_first_dense=2"}, kQwen3Moe},
       {1, 1, 2, "1f1b", 1, true, {}, kQwen3Moe},
+      // DeepSeek-V3 (NOTE [MLA]; its router with groups, the correction bias and scaling): stage 0
+      // holds the dense first layer and one MoE layer; selective recomputation drops MLA's core.
+      {1, 2, 1, "zb-v", 0, true, {}, kDeepseekV3},
+      {1, 2, 1, "1f1b", 0, true, {"training.recompute=selective"}, kDeepseekV3},
+      {1, 2, 1, "dualpipev", 0, true, {kBf16}, kDeepseekV3},
+      {1, 2, 2, "interleaved", 1, true, {}, kDeepseekV3},
+      {1, 1, 2, "1f1b", 0, true, {kEp2}, kDeepseekV3},
       // Expert parallelism (NOTE [expert grid], NOTE [expert dispatch]): the experts split over
       // the data-parallel replicas, tokens moved by all-to-all, within 1e-5 of the single process
       // like any dp row; at ep = dp each expert's gradient is reduced over no one (edp = 1).
