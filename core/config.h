@@ -61,6 +61,7 @@ struct ModelConfig {
   int64_t moe_router_group_topk = 1;           // groups a token may choose from (DeepSeek-V3's topk_group)
   double moe_routed_scaling_factor = 1.0;      // the chosen experts' weights times this
   bool moe_expert_bias = false;                // a score-correction bias per expert that chooses, never weights
+  double moe_bias_update_rate = 0.0;           // > 0: the bias moves by this toward balance once per step
   // Multi-head latent attention (deepseek_v3 only; Hugging Face's names).
   int64_t q_lora_rank = 0;       // the queries' low-rank width; 0 = q projected from the hidden state directly
   int64_t kv_lora_rank = 0;      // the keys' and values' shared latent width

@@ -37,7 +37,7 @@ Big model_params(const ModelConfig& m, const ModelShape& s) {
   // An MoE layer: model.experts MLPs of the experts' width, the router (E x hidden) and a shared expert.
   const Big moe_mlp = Big(m.experts) * Big(m.moe_ffn()) + Big(m.moe_shared_ffn_hidden);
   Big attn = 2 * h * q_w + 2 * h * kv_w;
-  if (m.mla()) {  // NOTE [MLA] in models/llama/llama.cpp: the down and up projections and o
+  if (m.mla()) {  // NOTE [MLA] in models/common/mla.h: the down and up projections and o
     const Big heads = m.heads, qk = Big(m.qk_nope_head_dim) + Big(m.qk_rope_head_dim), ql = m.q_lora_rank,
               kl = m.kv_lora_rank;
     attn = (ql > 0 ? h * ql + ql * heads * qk : h * heads * qk) + h * (kl + Big(m.qk_rope_head_dim)) +
@@ -116,7 +116,11 @@ std::vector<Field> model_fields() {
                     "the chosen experts' weights are multiplied by this (DeepSeek-V3's routed_scaling_factor)"),
       TRIDENT_FIELD(model, moe_expert_bias, any(),
                     "a per-expert score-correction bias that chooses experts and never weights them (DeepSeek-V3's "
-                    "e_score_correction_bias; loaded with --init-from, kept as it is while training)"),
+                    "e_score_correction_bias; zeros at init, loaded with --init-from)"),
+      TRIDENT_FIELD(model, moe_bias_update_rate, at_least(0),
+                    "> 0: each step every correction bias moves by this times the sign of its expert's load below "
+                    "the mean, over the whole step's tokens (DeepSeek-V3's auxiliary-loss-free balancing; "
+                    "Megatron's moe_router_bias_update_rate); 0 = kept as it is"),
       TRIDENT_FIELD(model, q_lora_rank, at_least(0),
                     "multi-head latent attention: the queries' low-rank width; 0 = q from the hidden state "
                     "directly (deepseek_v3)"),
@@ -270,6 +274,7 @@ void check_moe_keys(const Config& c, const ModelShape& shape) {
     refuse(m.moe_router_group_topk != d.moe_router_group_topk, "model.moe_router_group_topk");
     refuse(m.moe_routed_scaling_factor != d.moe_routed_scaling_factor, "model.moe_routed_scaling_factor");
     refuse(m.moe_expert_bias != d.moe_expert_bias, "model.moe_expert_bias");
+    refuse(m.moe_bias_update_rate != d.moe_bias_update_rate, "model.moe_bias_update_rate");
     if (c.parallel.ep != 1)
       fail(c, "parallel.ep = " + n(c.parallel.ep) + " with model.arch = " + quote(m.arch) +
                   ": a dense family has no experts to split (the MoE families: mixtral, qwen2_moe, qwen3_moe, deepseek_v3)");
@@ -304,6 +309,9 @@ void check_moe_keys(const Config& c, const ModelShape& shape) {
   if (m.moe_router_groups == 1 && m.moe_router_group_topk != 1)
     fail(c, "model.moe_router_group_topk = " + n(m.moe_router_group_topk) +
                 " with model.moe_router_groups = 1: no group limit (it would be ignored)");
+  if (m.moe_bias_update_rate > 0 && !m.moe_expert_bias)
+    fail(c, "model.moe_bias_update_rate = " + format_double(m.moe_bias_update_rate) +
+                " with model.moe_expert_bias = false: there is no correction bias to update");
   if (m.moe_first_dense >= m.layers)
     fail(c, "model.moe_first_dense (" + n(m.moe_first_dense) + ") must be below model.layers (" + n(m.layers) +
                 "): at least one layer must hold the experts");

@@ -154,13 +154,18 @@ double reduce_loss(Run& r, const at::Tensor& local_sum) {
 // NOTE [MoE stats]: every stage's statistics of the step, summed over the world (pipeline stages
 // hold different layers, data-parallel replicas the same), read once on a logged step. Every rank
 // takes part whether or not its stages hold an MoE layer.
-std::vector<MoeLayerStats> reduce_moe_stats(Run& r, const std::vector<at::Tensor>& taken) {
+at::Tensor world_moe_stats(Run& r, const std::vector<at::Tensor>& taken) {
   const ModelConfig& mc = r.cfg.model;
-  if (mc.experts == 0) return {};
   at::Tensor t = at::zeros({mc.layers, mc.experts + 3}, at::TensorOptions().dtype(at::kDouble).device(r.device));
   for (const at::Tensor& s : taken)
     if (s.defined()) t.add_(s);
   all_reduce(r.pgs->world, t);
+  return t;
+}
+
+std::vector<MoeLayerStats> summarize_moe_stats(Run& r, const at::Tensor& t) {
+  const ModelConfig& mc = r.cfg.model;
+  if (mc.experts == 0) return {};
   const at::Tensor host = read_to_host(t, "moe stats");
   const auto a = host.accessor<double, 2>();
   std::vector<MoeLayerStats> out;
@@ -218,6 +223,15 @@ std::optional<StepMetrics> train_step(Run& r, int64_t step, int64_t data_step) {
   r.rec->schedule_ran(stats);
   r.dp->finish_grad_sync();  // what of the gradient reduction the backward did not hide
   r.rec->grads_synced();
+  // NOTE [expert bias update]: the world's loads on every step, before the optimizer; a logged
+  // step reuses them.
+  at::Tensor world_stats;
+  const double bias_rate = r.cfg.model.moe_bias_update_rate;
+  if (bias_rate > 0) {
+    world_stats = world_moe_stats(r, moe_stats);
+    const at::Tensor loads = world_stats.narrow(1, 0, r.cfg.model.experts);
+    for (auto& st : r.stages) st->update_expert_bias(loads, bias_rate);
+  }
   // Clipping and the non-finite guard run on the device (NOTE [device guard]).
   const at::Tensor norm = r.dp->clip_grads(t.grad_clip);
   r.guard.observe(norm, step + 1);
@@ -227,7 +241,7 @@ std::optional<StepMetrics> train_step(Run& r, int64_t step, int64_t data_step) {
   if (!logged) return std::nullopt;
   const double loss = reduce_loss(r, stats.loss);
   StepMetrics m = r.rec->metrics(loss, lr, r.guard.read(norm), r.dp->optimizer_state_bytes());
-  m.moe = reduce_moe_stats(r, moe_stats);
+  if (r.cfg.model.experts > 0) m.moe = summarize_moe_stats(r, world_stats.defined() ? world_stats : world_moe_stats(r, moe_stats));
   if (eval) {
     r.dp->wait_params();  // evaluation reads every parameter (NOTE [overlapped parameter gather])
     m.eval_loss = evaluate(r, (step + 1) / t.eval_interval - 1);
@@ -264,6 +278,7 @@ void measure_zb_auto(Run& r) {
     }
   }
   r.dp->zero_grads();
+  for (auto& st : r.stages) st->take_moe_stats();  // the probe's routing is no step's (NOTE [MoE stats])
   acc.predict(r.pgs->pp, probe);  // the costs, on each pipeline's first rank
   at::Tensor t = at::zeros({4 * p - 1}, at::kDouble);
   if (r.pgs->rank() == 0) {

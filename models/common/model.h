@@ -91,6 +91,10 @@ class Stage {
   // the stage has no MoE layer or ran no training forward (NOTE [MoE stats] in
   // models/llama/llama.cpp).
   virtual at::Tensor take_moe_stats() { return at::Tensor(); }
+  // NOTE [expert bias update]: `loads` (layers, experts) fp64 on the stage's
+  // device, the tokens each expert received in the step over the whole world;
+  // each correction bias this stage holds moves by `rate` toward balance.
+  virtual void update_expert_bias(const at::Tensor& loads, double rate) { (void)loads, (void)rate; }
   virtual void set_compute_dtype(at::ScalarType dtype) {
     if (dtype != at::kFloat) throw std::invalid_argument("this model does not support mixed precision");
   }

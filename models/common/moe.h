@@ -33,6 +33,14 @@ struct EpContext;  // parallel/expert_parallel.h
 // Ties break deterministically, to the lower expert (group) index, the same on
 // every rank: the choice is a stable descending sort, not at::topk, whose order
 // among equal values the kernels do not promise.
+//
+// NOTE [expert bias]
+// The score-correction bias (model.moe_expert_bias) is a parameter of the
+// model (layers.i.moe.router.bias, fp32, zeros at init, no weight decay), so
+// checkpoints, resharding, --init-from and export carry it; route() reads it
+// detached, so it never has a gradient and AdamW leaves it bit for bit (zero
+// moments give a zero update). What moves it is model.moe_bias_update_rate's
+// update, once per step (NOTE [expert bias update] in models/llama/llama.cpp).
 struct RouterOptions {
   int64_t experts = 8;
   int64_t top_k = 2;

@@ -51,6 +51,33 @@
 // intermediate_size (the dense MLP width) is model.ffn_hidden; mlp_only_layers = [0, ..., k-1] is
 // model.moe_first_dense = k (dense layers first, as DeepSeek-V3's first_k_dense_replace). Another
 // mlp_only_layers pattern and decoder_sparse_step other than 1 are refused, as is a sliding window.
+//
+// NOTE [HF DeepSeek-V3 layout]
+// model_type "deepseek_v3" (DeepseekV3ForCausalLM): Llama's names for the norms, embedding, head,
+// o_proj and the dense first layers' MLPs, Qwen's for the experts, and
+//   layers.i.attn.q_down.weight (q_lora_rank, h)       model.layers.i.self_attn.q_a_proj.weight
+//   layers.i.attn.q_down_norm.weight                   ... self_attn.q_a_layernorm.weight
+//   layers.i.attn.q.weight (H·(nope+rope), q_lora_rank) ... self_attn.q_b_proj.weight (q_proj without a q latent)
+//   layers.i.attn.kv_down.weight (kv_lora_rank+rope, h) ... self_attn.kv_a_proj_with_mqa.weight
+//   layers.i.attn.kv_down_norm.weight                  ... self_attn.kv_a_layernorm.weight
+//   layers.i.attn.kv_up.weight (H·(nope+v), kv_lora_rank) ... self_attn.kv_b_proj.weight
+//   layers.i.moe.router.bias (E)                       ... mlp.gate.e_score_correction_bias
+//   layers.i.moe.shared.{gate,up,down}.weight          ... mlp.shared_experts.{gate,up,down}_proj.weight
+// The rotary rows (each head's last qk_rope_head_dim rows of q, the last qk_rope_head_dim rows
+// of kv_down) are kept in the order rotate_half reads (NOTE [MLA]); with rope_interleave = true
+// (DeepseekV3Config's default, and the published checkpoints') a file keeps them in interleaved
+// pairs, and the import permutes them (x0 x1 x2 x3 ... -> x0 x2 ... | x1 x3 ...), the same
+// permutation for q and k, so every q·k product is the file's. The export writes rotate_half's
+// order and rope_interleave = false. config.json: n_routed_experts, num_experts_per_tok,
+// moe_intermediate_size, n_shared_experts (model.moe_shared_ffn_hidden = their count x
+// moe_intermediate_size; the shared experts are not gated), first_k_dense_replace
+// (model.moe_first_dense), n_group, topk_group, routed_scaling_factor, norm_topk_prob,
+// q_lora_rank (null: none), kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
+// head_dim is the rotary width here and must equal qk_rope_head_dim; num_key_value_heads must
+// equal num_attention_heads. The router is the sigmoid over groups with the correction bias
+// (scoring_func and topk_method, where the Hub's files say them, must say so; moe_layer_freq 1).
+// The multi-token prediction layers (num_nextn_predict_layers of them, after the model's
+// layers, as the published checkpoints hold them) are not read.
 #pragma once
 
 #include <cstdint>

@@ -401,6 +401,27 @@ at::Tensor LlamaStage::take_moe_stats() {
   return out;
 }
 
+// NOTE [expert bias update]
+// DeepSeek-V3's auxiliary-loss-free balancing (its report, section 2.1.2;
+// megatron-core's get_updated_expert_bias): once per step, after the backward
+// and before the optimizer, each MoE layer's correction bias moves by
+// rate · sign(mean load − load_e), the loads the tokens each expert received
+// in the step over every micro-batch, data-parallel (and expert- and
+// context-parallel) replica and pipeline stage. The loads are the world's
+// sum, the same on every rank, so every replica's bias stays the same; in
+// fp32 as the bias is. The update precedes the optimizer step, which leaves
+// the bias as it is (NOTE [expert bias]) and, under ZeRO, gathers its
+// owner's value, already moved alike on every rank.
+void LlamaStage::update_expert_bias(const at::Tensor& loads, double rate) {
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    if (blocks_[i].router_bias == kNone) continue;
+    const at::Tensor load = loads[spec_.first_layer + static_cast<int64_t>(i)];
+    at::Tensor& bias = params_[blocks_[i].router_bias].tensor;
+    bias.add_((load.mean() - load).sign().to(at::kFloat) * rate);
+  }
+}
+
 at::Tensor LlamaStage::mlp(int64_t layer, const BlockParams& b, const at::Tensor& x) const {
   if (b.router != kNone) return moe(layer, b, x);
   const at::Tensor in = enter_column_parallel(tp_, x);

@@ -70,6 +70,7 @@ class LlamaStage : public Stage {
   at::Tensor logits(const at::Tensor& ids) const override;
   void set_loss_scale(double scale) override { loss_scale_ = scale; }
   at::Tensor take_moe_stats() override;  // NOTE [MoE stats]
+  void update_expert_bias(const at::Tensor& loads, double rate) override;  // NOTE [expert bias update]
 
  private:
   static constexpr size_t kNone = static_cast<size_t>(-1);

@@ -85,7 +85,7 @@ void check_mla(const Config& c) {
 //              (model.moe_shared_ffn_hidden, required)
 //   qwen3_moe  a per-head RMSNorm of q and of k before the rotary embedding; model.kv_channels
 //              (HF head_dim) may differ from hidden / heads
-//   deepseek_v3 multi-head latent attention (NOTE [MLA] in llama.cpp, NOTE [MLA keys]); the first
+//   deepseek_v3 multi-head latent attention (NOTE [MLA] in models/common/mla.h, NOTE [MLA keys]); the first
 //              model.moe_first_dense layers dense; a sigmoid router over groups with the
 //              score-correction bias (the model.moe_* router keys); ungated shared experts
 //              (model.moe_shared_ffn_hidden, optional)

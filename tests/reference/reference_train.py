@@ -187,6 +187,27 @@ def balancing_losses(router_logits, m_cfg, sequences, routed=None):
     return total, layers
 
 
+def update_expert_biases(model, layer_stats, rate):
+    """DeepSeek-V3's auxiliary-loss-free balancing by megatron-core's get_updated_expert_bias, once per
+    step from the tokens each expert received over the step's micro-batches (each MoE layer's router
+    in layer order). Its all-reduce over the data-parallel group is stubbed: this one process holds
+    every token of the step."""
+    import megatron.core.transformer.moe.moe_utils as mu
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3TopkRouter
+
+    routers = [m for m in model.modules() if isinstance(m, DeepseekV3TopkRouter)]
+    real = torch.distributed.all_reduce, mu.parallel_state.get_tensor_and_data_parallel_group
+    torch.distributed.all_reduce = lambda *a, **k: None
+    mu.parallel_state.get_tensor_and_data_parallel_group = lambda *a, **k: None
+    try:
+        for i, router in enumerate(routers):
+            counts = sum(mb[i][0] for mb in layer_stats).float()
+            bias = router.e_score_correction_bias
+            bias.copy_(mu.get_updated_expert_bias(counts, bias, rate))
+    finally:
+        torch.distributed.all_reduce, mu.parallel_state.get_tensor_and_data_parallel_group = real
+
+
 def moe_row(layer_stats, first_dense):
     """metrics.jsonl's MoE keys (NOTE [MoE stats]) from each micro-batch's per-layer (counts, aux, z):
     the most tokens an expert got over the mean per expert, and the mean balancing and z-losses."""
@@ -390,6 +411,8 @@ def main():
                     opt.zero_grad(set_to_none=True)
         if args.accumulate != "autograd":
             accumulate(params, captured, dp, args.accumulate)
+        if m_cfg.get("moe_bias_update_rate", 0.0) > 0:
+            update_expert_biases(model, moe_stats, m_cfg["moe_bias_update_rate"])
         # The norm before clipping, over every parameter once (the tied head is wte);
         # the gradients are then scaled by clip / (norm + 1e-6) when that is < 1.
         # NOTE [fp32 norms on CPU]: torch's CPU L2-norm kernel sums a float32 tensor's squares in

@@ -521,7 +521,7 @@ TEST(Config, LayoutFactors) {
 
 TEST(Config, KeysTableDescribesTypesAndDefaults) {
   const auto keys = trident::config_keys();
-  EXPECT_EQ(keys.size(), 108u);
+  EXPECT_EQ(keys.size(), 109u);
   bool found = false;
   for (const auto& k : keys) {
     if (k.name != "parallel.dp") continue;
