@@ -225,6 +225,16 @@ TEST(CheckpointReshard, Qwen2MoeDp2Pp2ToOneProcess) {
   EXPECT_TRUE(resumed_part_matches(full, tmp.file("run"), 1e-5));
 }
 
+// DeepSeek-V3: the correction biases, which the loads move every step (NOTE
+// [expert bias update]), are parameters (NOTE [expert bias]): they come back
+// with the checkpoint, so the resumed run routes as the unbroken one, exactly.
+TEST(CheckpointResume, DeepseekV3BiasesResumeBitExact) {
+  TempDir tmp("resume-deepseek");
+  const std::vector<std::string> layout = {"parallel.pp=2", "parallel.dp=2", "parallel.zero=1", "schedule.kind=zb-v"};
+  const std::string full = branch_and_resume(tmp, 4, layout, 4, layout, "configs/deepseek-v3-tiny.toml");
+  EXPECT_TRUE(resumed_part_matches(full, tmp.file("run"), 0));
+}
+
 // Expert parallelism (NOTE [expert grid]): each expert set is written once, by
 // the first replica holding it, with its place along the experts' dimension,
 // so a checkpoint resumes exactly under its own layout (ZeRO-1's moment shards
