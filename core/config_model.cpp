@@ -52,6 +52,12 @@ Big model_params(const ModelConfig& m, const ModelShape& s) {
   return blocks + embed;
 }
 
+Big expert_params(const ModelConfig& m) {
+  if (m.experts == 0) return 0;
+  const Big moe_layers = Big(m.layers) - std::min(Big(m.moe_first_dense), Big(m.layers));
+  return moe_layers * Big(m.experts) * 3 * Big(m.hidden) * Big(m.moe_ffn());
+}
+
 std::vector<Field> model_fields() {
   return {
       TRIDENT_FIELD(model, arch, family_rule(), "model family"),

@@ -69,6 +69,7 @@ namespace {
 // rank, the synthetic tokens (uint32, training and validation).
 struct RankMemory {
   Big params = 0, state = 0, logits = 0, tokens = 0, acts = 0, pairs = 0;
+  Big experts = 0, expert_state = 0;  // of params and state: the routed experts' (over ep x pp, not tp)
   int64_t stage_layers = 0;
   Big total() const { return state + logits + tokens + acts; }
   // "(P parameters of ... : S; logits ...: L; ...)", naming the keys behind each term.
@@ -76,7 +77,12 @@ struct RankMemory {
     const ModelConfig& m = c.model;
     return "(" + big(params) + " parameters of model.layers = " + n(m.layers) + ", model.hidden = " + n(m.hidden) +
            ", model.vocab_size = " + n(m.vocab_size) + " over parallel.tp x parallel.pp, 16 bytes each with "
-           "AdamW: " + big(state) + "; logits of training.micro_batch_size x model.seq_len x model.vocab_size: " +
+           "AdamW: " + big(state) +
+           (experts == 0 ? std::string()
+                         : ", of which the routed experts' (model.experts = " + n(m.experts) + " x 3 x model.hidden x "
+                           "model.moe_ffn_hidden per MoE layer, " + big(experts) + " parameters over parallel.ep = " +
+                           n(c.parallel.ep) + " x parallel.pp): " + big(expert_state)) +
+           "; logits of training.micro_batch_size x model.seq_len x model.vocab_size: " +
            big(logits) + (c.training.device == "cpu" ? "; data.synthetic_tokens: " + big(tokens) : std::string()) +
            (pairs == 0 ? ""
                        : "; activations of " + big(pairs) + " micro-batch(es) in flight under schedule.kind = " +
@@ -93,8 +99,14 @@ RankMemory rank_memory(const Config& c, const ModelShape& shape, const std::vect
   const TrainingConfig& t = c.training;
   RankMemory r;
   const Big dp = p.dp > 0 ? Big(p.dp) : 1;
-  r.params = model_params(m, shape) / (Big(p.tp) * Big(p.pp));
-  r.state = r.params * (8 + (p.zero == 1 ? 8 / dp : 8));
+  // The routed experts split over ep x pp (not tp, NOTE [expert grid]), their moments under ZeRO-1
+  // over the expert-data-parallel replicas (dp / ep); the rest over tp x pp and dp.
+  const Big all_experts = config_rules::expert_params(m), ep = Big(p.ep), edp = std::max<Big>(dp / ep, 1);
+  r.experts = all_experts / (ep * Big(p.pp));
+  const Big dense = (model_params(m, shape) - all_experts) / (Big(p.tp) * Big(p.pp));
+  r.params = dense + r.experts;
+  r.expert_state = r.experts * (8 + (p.zero == 1 ? 8 / edp : 8));
+  r.state = dense * (8 + (p.zero == 1 ? 8 / dp : 8)) + r.expert_state;
   r.logits = Big(t.micro_batch_size) * Big(m.seq_len / p.cp) * Big(m.vocab_size) / Big(p.tp) * 4;
   r.tokens = c.data.source == "synthetic" ? Big(c.data.synthetic_tokens) * 4 : 0;
   r.acts = activation_lower_bound(c, shape, peak_inflight, all_ranks_here, r.pairs, r.stage_layers);

@@ -30,6 +30,8 @@ std::string big(Big v);             // 3 significant digits
 // The model's parameters for a family of shape s, a lower bound (biases and
 // norms left out).
 Big model_params(const ModelConfig& m, const ModelShape& s);
+// Of those, the routed experts' (every MoE layer's experts x 3 SwiGLU matrices): what parallel.ep splits.
+Big expert_params(const ModelConfig& m);
 
 // check_config's rules across keys, each section's in its file (each key's own
 // rule is checked first, in config.cpp); check_model_relations is

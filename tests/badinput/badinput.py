@@ -182,6 +182,8 @@ def cases(work, cores, trident="build/trident", busy_port=0):
         ("a bias update without the bias", 2,
          "train --config configs/deepseek-v3-tiny.toml --set model.moe_expert_bias=false",
          ["model.moe_bias_update_rate = 0.001 with model.moe_expert_bias = false: there is no correction bias"]),
+        ("DeepSeek-V3 671B on this host", 2, "train --config configs/deepseek-v3.toml --set training.device=cpu",
+         ["bytes of host memory", "of which the routed experts' (model.experts = 256"]),
         ("router groups on a dense model", 2, "train --config configs/llama-tiny.toml --set model.moe_router_groups=2",
          ["model.moe_router_groups is a mixture-of-experts key"]),
         ("latent attention on llama", 2, "train --config configs/llama-tiny.toml --set model.kv_lora_rank=16",

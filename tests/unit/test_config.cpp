@@ -2,6 +2,7 @@
 // per kind of bad config.
 #include "core/config.h"
 #include "core/activation_memory.h"
+#include "core/config_rules.h"
 #include "framework/config_tables.h"
 #include "models/gpt/gpt_rules.h"
 #include "schedules/generators.h"
@@ -155,6 +156,17 @@ TEST(Config, LlamaGpuPresetsHaveThePublishedSizes) {
   EXPECT_EQ(eight.model.rope_theta, 500000.0);
   trident::resolve_world(eight, 8);
   EXPECT_EQ(eight.parallel.dp, 1);
+}
+
+// DeepSeek-V3's preset: 671B parameters (its report's Table 1 and abstract: 671B total, not
+// counting the 14B of its multi-token prediction module), of which the routed experts hold
+// 58 MoE layers x 256 x 3 x 7168 x 2048.
+TEST(Config, DeepseekV3PresetHasThePublishedParameterCount) {
+  const Config c = load_config(std::string(TRIDENT_SOURCE_DIR) + "/configs/deepseek-v3.toml");
+  const double total = static_cast<double>(trident::config_rules::model_params(
+      c.model, trident::ModelShape{.gated_mlp = true, .position_table = false, .moe = true}));
+  EXPECT_NEAR(total / 671e9, 1.0, 0.005) << total;
+  EXPECT_EQ(static_cast<double>(trident::config_rules::expert_params(c.model)), 58.0 * 256 * 3 * 7168 * 2048);
 }
 
 // A warm-up longer than the run is accepted (the trainer warns): shortening
