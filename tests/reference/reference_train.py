@@ -70,9 +70,9 @@ def no_decay(name):
             or name.endswith("norm.weight"))  # Llama: input_layernorm, post_attention_layernorm, model.norm
 
 
-def load_model(hf_dir, model_cfg, dtype):
+def load_model(hf_dir, model_cfg, dtype, experts="eager"):
     if model_cfg["arch"] in ("llama", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3"):
-        return load_llama(hf_dir, model_cfg, dtype)
+        return load_llama(hf_dir, model_cfg, dtype, experts)
     from transformers import GPT2LMHeadModel
 
     model = GPT2LMHeadModel.from_pretrained(hf_dir, dtype=torch.float32, attn_implementation="eager")
@@ -94,7 +94,7 @@ def load_model(hf_dir, model_cfg, dtype):
     return model.to(dtype)
 
 
-def load_llama(hf_dir, model_cfg, dtype):
+def load_llama(hf_dir, model_cfg, dtype, experts="eager"):
     import transformers
 
     arch = model_cfg["arch"]
@@ -102,7 +102,9 @@ def load_llama(hf_dir, model_cfg, dtype):
     cls = {"llama": "LlamaForCausalLM", "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
            "qwen3_moe": "Qwen3MoeForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM"}[arch]
     model = getattr(transformers, cls).from_pretrained(
-        hf_dir, dtype=torch.float32, attn_implementation="eager", **({"experts_implementation": "eager"} if moe else {}))
+        hf_dir, dtype=torch.float32, attn_implementation="eager", **({"experts_implementation": experts} if moe else {}))
+    if moe and model.config._experts_implementation != experts:
+        raise SystemExit(f"transformers runs the experts as {model.config._experts_implementation!r}, not {experts!r}")
     c = model.config
     kv = model_cfg.get("kv_heads", 0) or model_cfg["heads"]
     want = {"num_hidden_layers": model_cfg["layers"], "hidden_size": model_cfg["hidden"],
@@ -302,6 +304,10 @@ def main():
                     help="gradient norm for clipping: squares summed in float64, or clip_grad_norm_ as it is "
                          "(NOTE [fp32 norms on CPU])")
     ap.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: training.steps)")
+    ap.add_argument("--experts", choices=["eager", "grouped_mm"], default="eager",
+                    help="transformers' experts implementation (MoE families): its loop over the experts, or "
+                         "its grouped one (on the CPU a per-expert op with its own backward): two correct fp32 "
+                         "computations of one model")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--dp", type=int, default=1,
                     help="sum the micro-batch gradients in data parallelism's order (NOTE [accumulation orders])")
@@ -356,7 +362,7 @@ def main():
     micro = gbs // mbs  # micro-batches per step, over all data-parallel ranks
     local = micro // dp  # per rank
 
-    model = load_model(args.hf_dir, m_cfg, dtype)
+    model = load_model(args.hf_dir, m_cfg, dtype, args.experts)
     # DeepSeek-V3's routers return (logits, weights, chosen experts): the chosen, for the expert loads.
     routed = []
     if m_cfg["arch"] == "deepseek_v3":

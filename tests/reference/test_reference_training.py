@@ -28,6 +28,13 @@ the CTest tests ReferenceTrainingTiny / ReferenceTrainingBrown.
        are listed;
      - clipping was active on some steps and not on others, and on the same steps in the
        reference.
+     For the MoE families "torch fp32's own error" is the larger of two correct fp32 runs'
+     errors: transformers' experts loop ("eager") and its grouped implementation
+     ("grouped_mm"), the same model by other ops. A step whose routing sits near a tie
+     moves the gradient norm by more than rounding elsewhere, and one fp32 run may land
+     close to the truth by luck: measured on mixtral-tiny at step 8 (clipped), eager 2.7e-7
+     off fp64, grouped_mm 1.4e-6, Trident 2.3e-6; with eager alone that step read as a
+     ratio of 8.8 on an Intel Xeon (AVX-512) where an AMD EPYC had stayed under 4.
   5. tiny case: trains once more with training.precision = "bf16", runs reference_train.py
      --dtype bfloat16 (torch.autocast), and holds Trident's bf16 run to the fp64 truth in the
      same way, with a floor and a multiple of its own (NOTE [bf16 contract] in check_bf16).
@@ -217,21 +224,24 @@ def check_moe_stats(name, runs, ref):
     return failures
 
 
-def check_against_reference(label, T, P, D, clip, steps):
-    """The per-step contract of one Trident run T against the torch fp32 run P and the fp64 run D."""
+def check_against_reference(label, T, P, D, clip, steps, P2=None):
+    """The per-step contract of one Trident run T against the torch fp32 run P and the fp64 run D; with P2
+    (a second correct fp32 run), torch fp32's error is the larger of P's and P2's."""
     failures, ill = [], []
-    if not len(T) == len(P) == len(D) == steps:
-        raise SystemExit(f"FAIL: {label}: step counts {len(T)} {len(P)} {len(D)}, expected {steps}")
+    P2 = P2 or P
+    if not len(T) == len(P) == len(P2) == len(D) == steps:
+        raise SystemExit(f"FAIL: {label}: step counts {len(T)} {len(P)} {len(P2)} {len(D)}, expected {steps}")
     rows = []
     print(f"--- {label}")
     print(f"{'step':>4} {'clip':>4} | {'loss: tri-fp64':>14} {'torch32-fp64':>12} {'ratio':>6} | "
           f"{'norm: tri-fp64':>14} {'torch32-fp64':>12} {'ratio':>6} | {'tri vs torch32 loss':>19} {'norm':>9}")
-    for x, y, z in zip(T, P, D):
+    for x, y, y2, z in zip(T, P, P2, D):
         row = {"step": x["step"], "clipped": int(x["grad_norm"] > clip)}
         line = f"{x['step']:>4} {'yes' if row['clipped'] else 'no':>4}"
         for k in ("loss", "grad_norm"):
             truth = z[k]
-            e_tri, e_pt = abs(x[k] - truth) / abs(truth), abs(y[k] - truth) / abs(truth)
+            e_tri = abs(x[k] - truth) / abs(truth)
+            e_pt = max(abs(y[k] - truth), abs(y2[k] - truth)) / abs(truth)
             ratio = e_tri / max(e_pt, FLOOR)
             row[k] = {"trident": x[k], "torch_fp32": y[k], "fp64": truth, "rel_err_trident": e_tri,
                       "rel_err_torch_fp32": e_pt, "ratio": ratio, "rel_trident_vs_torch_fp32": abs(x[k] - y[k]) / abs(y[k])}
@@ -344,7 +354,7 @@ def main():
     config, sets, clip = case_setup(args, work)
     setargs = [a for s in sets for a in ("--set", s)]
     tri, ck0, hf0, init_run = (os.path.join(work, d) for d in ("trident", "ckpt0", "hf0", "init-check"))
-    ref32, ref64 = os.path.join(work, "ref-fp32"), os.path.join(work, "ref-fp64")
+    ref32, ref64, ref32g = (os.path.join(work, d) for d in ("ref-fp32", "ref-fp64", "ref-fp32-grouped"))
 
     run([t, "train", "--config", config, *setargs, "--set", f"logging.dir={tri}"])
     run([t, "checkpoint", "init", "--config", config, *setargs, "--out", ck0])
@@ -364,15 +374,19 @@ def main():
     # glibc would mmap and unmap every logits-sized block (NOTE [malloc and large tensors] in
     # framework/machine.cpp): keep freed memory in the process, as Trident does. Changes no arithmetic.
     env.update(MALLOC_MMAP_MAX_="0", MALLOC_TRIM_THRESHOLD_=str(1 << 32))
-    for dtype, out in (("float32", ref32), ("float64", ref64)):
+    refs = [("float32", ref32, "eager"), ("float64", ref64, "eager")]
+    if args.case in MOE_CASES:  # a second correct fp32 run: transformers' grouped experts
+        refs.append(("float32", ref32g, "grouped_mm"))
+    for dtype, out, experts in refs:
         print(run([sys.executable, os.path.join(HERE, "reference_train.py"), "--config", os.path.join(tri, "config.toml"),
-                   "--hf-dir", hf0, "--out", out, "--dtype", dtype, "--steps", str(case_steps(args.case))],
-                  env=env).splitlines()[-1])
+                   "--hf-dir", hf0, "--out", out, "--dtype", dtype, "--steps", str(case_steps(args.case)),
+                   "--experts", experts], env=env).splitlines()[-1])
 
     # The table of both runs (informational: its exit status is 1 when an ill-conditioned step differs by > 1e-5).
     print(subprocess.run([t, "compare", tri, ref32, "--rtol", str(RTOL_FP32)], stdout=subprocess.PIPE, text=True).stdout)
     T, P, D = metrics(tri), metrics(ref32), metrics(ref64)
-    failures, ill, rows, worst = check_against_reference("single process", T, P, D, clip, case_steps(args.case))
+    P2 = metrics(ref32g) if args.case in MOE_CASES else None
+    failures, ill, rows, worst = check_against_reference("single process", T, P, D, clip, case_steps(args.case), P2)
     if args.case in MOE_CASES:
         failures += check_moe_stats("single process", T, P)
     bf16 = None
@@ -394,7 +408,7 @@ def main():
                *setargs, *[a for s in extra for a in ("--set", s)], "--set", f"logging.dir={out}"]
         run(cmd)
         L = metrics(out)
-        f_, ill_, _, worst_ = check_against_reference(name, L, P, D, clip, case_steps(args.case))
+        f_, ill_, _, worst_ = check_against_reference(name, L, P, D, clip, case_steps(args.case), P2)
         failures += f_
         if name.startswith("pp") and [(a["loss"], a["grad_norm"]) for a in L] != [(b["loss"], b["grad_norm"]) for b in T]:
             failures.append(f"{name}: pipeline parallelism alone changed the losses or norms (bit for bit expected)")
