@@ -245,6 +245,8 @@ std::vector<at::Tensor> leaves_of(const at::Tensor& t) {
   return leaves;
 }
 
+}  // namespace
+
 // A deferred weight gradient, added where the undeferred backward would have
 // added it (NOTE [I/W split]): a leaf's .grad, or through a computed weight's
 // grad_fn (under bf16 the cast of the fp32 master: ToCopyBackward, bf16 ->
@@ -262,6 +264,8 @@ void accumulate_weight_grad(const at::Tensor& w, const at::Tensor& gw) {
   for (size_t i = 0; i < leaves.size(); ++i)
     if (g[i].defined()) accumulate_grad(leaves[i], g[i]);
 }
+
+namespace {
 
 // y = x W^T (+ b). libtorch's custom functions take no undefined tensors as
 // inputs, so the bias-free variant is its own function; both share the math.

@@ -52,6 +52,10 @@ at::Tensor enter_column_parallel(const TpContext& tp, const at::Tensor& x);
 at::Tensor leave_row_parallel(const TpContext& tp, const at::Tensor& x);
 
 // Deferred weight gradients: parallel/weight_grad_queue.h (NOTE [I/W split]).
+// A custom autograd function whose backward defers its weight gradients as
+// linear()'s does (the MoE experts' GEMMs) adds each queued one with this,
+// where the undeferred backward would have added it.
+void accumulate_weight_grad(const at::Tensor& w, const at::Tensor& gw);
 
 // y = x W^T + b with x (..., in), W (out, in), b (out) or undefined.
 at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);

@@ -6,6 +6,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -14,6 +15,7 @@
 #include "core/host_read.h"
 #include "parallel/expert_parallel.h"
 #include "parallel/tensor_parallel.h"
+#include "parallel/weight_grad_queue.h"
 
 namespace trident {
 
@@ -128,8 +130,111 @@ at::Tensor combine(const at::Tensor& rows, const at::Tensor& weights, const Disp
 }
 
 at::Tensor swiglu(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down) {
-  return at::linear(at::silu(at::linear(x, gate)) * at::linear(x, up), down);
+  // trident::linear: a zero-bubble W computes the weight gradients (NOTE [I/W split]).
+  return linear(at::silu(linear(x, gate, at::Tensor())) * linear(x, up, at::Tensor()), down, at::Tensor());
 }
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// NOTE [experts on the CPU]
+// Without a grouped GEMM the experts run as one autograd function over the
+// sorted rows: per expert and projection one GEMM written into its slice of
+// one output (mm_out), the SwiGLU's element-wise ops once over all rows, and a
+// backward written out: per expert dH = dY down_e, dRows = dG gate_e + dU up_e,
+// and the weight gradients dgate_e = dGᵀ rows_e, dup_e = dUᵀ rows_e,
+// ddown_e = dYᵀ H_e into slices of one gradient per projection. Through
+// autograd the same layer was a graph of selects, narrows, per-expert linears
+// and a cat, whose backward filled a zero tensor of the whole projection for
+// every expert's select and added them up. The weight gradients defer to a
+// zero-bubble W as linear()'s do (NOTE [I/W split]), computed by the same
+// code either way. Counts are host values (one read per call, the caller's).
+// a · b written into `out` (a view: a slice of a larger result).
+void mm_into(at::Tensor out, const at::Tensor& a, const at::Tensor& b) { at::mm_out(out, a, b); }
+
+struct ExpertsSwigluFn : torch::autograd::Function<ExpertsSwigluFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& rows, const at::Tensor& gate, const at::Tensor& up,
+                            const at::Tensor& down, std::vector<int64_t> counts) {
+    const int64_t n = rows.size(0), inner = gate.size(1);
+    at::Tensor g = at::empty({n, inner}, rows.options()), u = at::empty({n, inner}, rows.options());
+    at::Tensor y = at::empty({n, down.size(1)}, rows.options());
+    for_each_expert(counts, [&](int64_t e, int64_t b, int64_t c) {
+      mm_into(g.narrow(0, b, c), rows.narrow(0, b, c), gate[e].t());
+      mm_into(u.narrow(0, b, c), rows.narrow(0, b, c), up[e].t());
+    });
+    const at::Tensor h = at::silu(g) * u;
+    for_each_expert(counts, [&](int64_t e, int64_t b, int64_t c) {
+      mm_into(y.narrow(0, b, c), h.narrow(0, b, c), down[e].t());
+    });
+    ctx->save_for_backward({rows, g, u, h});
+    ctx->saved_data["gate"] = gate, ctx->saved_data["up"] = up, ctx->saved_data["down"] = down;
+    ctx->saved_data["counts"] = counts;
+    keep_weight_grad_queue(ctx);
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &rows = saved[0], &g = saved[1], &u = saved[2], &h = saved[3];
+    const at::Tensor gate = ctx->saved_data["gate"].toTensor(), up = ctx->saved_data["up"].toTensor(),
+                     down = ctx->saved_data["down"].toTensor();
+    const std::vector<int64_t> counts = ctx->saved_data["counts"].toIntVector();
+    const at::Tensor dy = grads[0].contiguous();
+    at::Tensor dh = at::empty_like(g);
+    for_each_expert(counts, [&](int64_t e, int64_t b, int64_t c) {
+      mm_into(dh.narrow(0, b, c), dy.narrow(0, b, c), down[e]);
+    });
+    const at::Tensor du = dh * at::silu(g);
+    const at::Tensor dg = at::silu_backward(dh * u, g);
+    at::Tensor drows = at::empty_like(rows);
+    for_each_expert(counts, [&](int64_t e, int64_t b, int64_t c) {
+      // Two products added, as autograd sums a tensor's two gradients (addmm_ would
+      // accumulate one product into the other, rounding otherwise).
+      mm_into(drows.narrow(0, b, c), dg.narrow(0, b, c), gate[e]);
+      drows.narrow(0, b, c).add_(at::mm(du.narrow(0, b, c), up[e]));
+    });
+    if (!gate.requires_grad() && !up.requires_grad() && !down.requires_grad())
+      return {drows, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    // Experts without rows get zero gradients (defined: every rank's buckets
+    // become final in the same backward, NOTE [expert dispatch]).
+    auto weight_grads = [rows, h, dy, dg, du, counts, gate, up, down]() {
+      at::NoGradGuard no_grad;  // a W runs outside the engine, and mm_out records no graph
+      at::Tensor dgate = at::zeros_like(gate), dup = at::zeros_like(up), ddown = at::zeros_like(down);
+      for_each_expert(counts, [&](int64_t e, int64_t b, int64_t c) {
+        const at::Tensor r = rows.narrow(0, b, c);
+        mm_into(dgate[e], dg.narrow(0, b, c).t(), r);
+        mm_into(dup[e], du.narrow(0, b, c).t(), r);
+        mm_into(ddown[e], dy.narrow(0, b, c).t(), h.narrow(0, b, c));
+      });
+      return std::array<at::Tensor, 3>{dgate, dup, ddown};
+    };
+    if (WeightGradQueue* q = deferring_weight_grad_queue(ctx)) {
+      q->push([weight_grads, gate, up, down]() {
+        const auto w = weight_grads();
+        accumulate_weight_grad(gate, w[0]);
+        accumulate_weight_grad(up, w[1]);
+        accumulate_weight_grad(down, w[2]);
+      });
+      return {drows, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    }
+    const auto w = weight_grads();
+    return {drows, w[0], w[1], w[2], at::Tensor()};
+  }
+
+  // f(expert, first row, rows) for each expert with rows.
+  template <typename F>
+  static void for_each_expert(const std::vector<int64_t>& counts, F&& f) {
+    int64_t begin = 0;
+    for (size_t e = 0; e < counts.size(); ++e) {
+      if (counts[e] > 0) f(static_cast<int64_t>(e), begin, counts[e]);
+      begin += counts[e];
+    }
+  }
+};
+
+}  // namespace
 
 at::Tensor experts_swiglu(const at::Tensor& rows, const at::Tensor& counts, const at::Tensor& gate,
                           const at::Tensor& up, const at::Tensor& down) {
@@ -140,21 +245,9 @@ at::Tensor experts_swiglu(const at::Tensor& rows, const at::Tensor& counts, cons
                          at::_grouped_mm(rows, up.transpose(1, 2), offs);
     return at::_grouped_mm(h, down.transpose(1, 2), offs);
   }
-  const at::Tensor host = counts.to(at::kCPU);
+  const at::Tensor host = counts.to(at::kCPU).contiguous();
   const int64_t* n = host.data_ptr<int64_t>();
-  std::vector<at::Tensor> out;
-  out.reserve(gate.size(0));
-  int64_t begin = 0;
-  for (int64_t e = 0; e < gate.size(0); ++e) {
-    if (n[e] == 0) continue;
-    out.push_back(swiglu(rows.narrow(0, begin, n[e]), gate[e], up[e], down[e]));
-    begin += n[e];
-  }
-  // No rows at all (an expert-parallel rank whose experts nobody chose): the
-  // first expert on no rows, so the weights still get their (zero) gradient
-  // and every rank's gradients are final after the same backward.
-  if (out.empty()) return swiglu(rows.narrow(0, 0, 0), gate[0], up[0], down[0]);
-  return at::cat(out, 0);
+  return ExpertsSwigluFn::apply(rows.contiguous(), gate, up, down, std::vector<int64_t>(n, n + host.numel()));
 }
 
 namespace {
