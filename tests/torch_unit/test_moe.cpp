@@ -7,9 +7,11 @@
 
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "models/common/moe.h"
+#include "parallel/weight_grad_queue.h"
 
 namespace trident {
 namespace {
@@ -78,6 +80,61 @@ TEST(Moe, ExpertsWithNoTokensAndOneExpertWithEveryToken) {
   EXPECT_TRUE(at::allclose(out.y, swiglu(x, w.gate[4], w.up[4], w.down[4]), 1e-6, 1e-6));
   const Dispatch d = dispatch(out.routing.experts, o.experts);
   EXPECT_TRUE(at::equal(d.counts, at::tensor(std::vector<int64_t>{0, 0, 0, 0, kT, 0})));
+}
+
+// NOTE [experts on the CPU]: the written-out backward against autograd through
+// the definition (per expert three linears, concatenated), in float64, an
+// expert without rows among them; and its weight gradients deferred to a W,
+// equal bit for bit to the undeferred ones.
+TEST(Moe, ExpertsBackwardIsTheDefinitionsAndDefersToW) {
+  at::manual_seed(7);
+  const auto f64 = at::TensorOptions().dtype(at::kDouble);
+  const std::vector<int64_t> n = {4, 0, 6, 3};
+  const int64_t rows_n = 13, e = static_cast<int64_t>(n.size());
+  const at::Tensor rows0 = at::randn({rows_n, kH}, f64), gy = at::randn({rows_n, kH}, f64);
+  const at::Tensor gate0 = at::randn({e, kI, kH}, f64), up0 = at::randn({e, kI, kH}, f64),
+                   down0 = at::randn({e, kH, kI}, f64);
+  const at::Tensor counts = at::tensor(n, at::kLong);
+  struct Leaves {
+    at::Tensor rows, gate, up, down;
+  };
+  const auto leaves = [&] {
+    return Leaves{rows0.clone().requires_grad_(), gate0.clone().requires_grad_(), up0.clone().requires_grad_(),
+                  down0.clone().requires_grad_()};
+  };
+  Leaves want = leaves(), got = leaves(), deferred = leaves();
+  std::vector<at::Tensor> parts;
+  for (int64_t x = 0, b = 0; x < e; b += n[x], ++x)
+    if (n[x] > 0) {
+      const at::Tensor r = want.rows.narrow(0, b, n[x]);
+      parts.push_back(at::linear(at::silu(at::linear(r, want.gate[x])) * at::linear(r, want.up[x]), want.down[x]));
+    }
+  (at::cat(parts, 0) * gy).sum().backward();
+  const at::Tensor y = experts_swiglu(got.rows, counts, got.gate, got.up, got.down);
+  EXPECT_TRUE(at::allclose(y, at::cat(parts, 0).detach(), 1e-12, 1e-12));
+  (y * gy).sum().backward();
+  for (auto [a, b, name] : {std::tuple{want.rows, got.rows, "rows"}, {want.gate, got.gate, "gate"},
+                            {want.up, got.up, "up"}, {want.down, got.down, "down"}}) {
+    ASSERT_TRUE(b.grad().defined()) << name;
+    EXPECT_TRUE(at::allclose(b.grad(), a.grad(), 1e-12, 1e-12)) << name;
+  }
+  EXPECT_TRUE(at::equal(got.gate.grad()[1], at::zeros({kI, kH}, f64)));  // the expert without rows
+
+  WeightGradQueue q;
+  at::Tensor yd;
+  {
+    WeightGradScope scope(&q);
+    yd = experts_swiglu(deferred.rows, counts, deferred.gate, deferred.up, deferred.down);
+  }
+  q.arm(true);
+  (yd * gy).sum().backward();
+  EXPECT_TRUE(at::equal(deferred.rows.grad(), got.rows.grad()));
+  EXPECT_FALSE(deferred.gate.grad().defined());  // waits for W
+  EXPECT_EQ(q.size(), 1u);
+  q.run();
+  EXPECT_TRUE(at::equal(deferred.gate.grad(), got.gate.grad()));
+  EXPECT_TRUE(at::equal(deferred.up.grad(), got.up.grad()));
+  EXPECT_TRUE(at::equal(deferred.down.grad(), got.down.grad()));
 }
 
 TEST(Moe, TiesGoToTheLowerExpert) {
