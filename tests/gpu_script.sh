@@ -40,6 +40,8 @@ case $mode in
     check dry-model 0 "configs/gpt2-1.3b.toml" -- "$script" --dry-run --out "$(mktemp -d)"
     check dry-cp-attention 0 "benchmarks/gpu/cp_attention.py cuda" -- "$script" --dry-run --out "$(mktemp -d)"
     check dry-compare 0 "compare .*tiny-cpu .*tiny-dev --keys loss --rtol 1e-4" -- "$script" --dry-run --out "$(mktemp -d)"
+    check dry-mixtral 0 "configs/mixtral-tiny.toml --set training.steps=4 --set training.device=cuda --set training.precision=bf16" \
+      -- "$script" --dry-run --out "$(mktemp -d)"
     check vendor-args 2 "usage" -- "$repo/benchmarks/gpu/vendor.sh" --bogus
     # nvcc where GPU machines keep it when PATH has none: $CUDA_HOME, then /usr/local/cuda.
     fake=$(mktemp -d)
@@ -68,7 +70,8 @@ case $mode in
       for want in "build: Trident: libtorch 2.11.0" "CUDA 13.0" "NCCL " "throughput run: gpt2-1.3b.toml (shrunk" "tokens/s" \
                   "MFU against trident's start-up matmul peak" "loss within rtol 1e-4: PASS" \
                   "grad_norm within rtol 1e-3: PASS" "CPU REHEARSAL" "llama-tiny fp32" \
-                  "gpt-tiny bf16 on cpu, 4 steps" "llama-tiny bf16 on cpu, 4 steps" "equal 1f1b's bit for bit: PASS"; do
+                  "gpt-tiny bf16 on cpu, 4 steps" "llama-tiny bf16 on cpu, 4 steps" "equal 1f1b's bit for bit: PASS" \
+                  "mixtral-tiny fp32" "mixtral-tiny bf16 on cpu, 4 steps" "mixtral-tiny bf16 on cpu, host reads per step"; do
         grep -q -- "$want" "$results" || { echo "FAIL results lack '$want'"; fail=1; }
       done
       ! grep -q "FAIL" "$results" || { echo "FAIL results report a failure"; fail=1; }

@@ -13,12 +13,15 @@
 #      on cuda for STEPS steps: tokens/s, and MFU against the matmul rate of
 #      step 2 and against the one trident measures itself at start-up
 #      (training.peak_tflops = 0);
-#   4. gpt-tiny and llama-tiny fp32 on cuda against the same binary's CPU run (and
-#      gpt-tiny against DEPS/ref-tiny-cpu, the CPU machine's run, when present), by
-#      `trident compare`;
-#   5. gpt-tiny and llama-tiny bf16 on cuda under 1f1b and zb-h1: W deferred after I on
-#      the device (the rank summary's deferred_weight_grads > 0) and zb-h1 bit-identical
-#      to 1f1b;
+#   4. gpt-tiny, llama-tiny and mixtral-tiny fp32 on cuda against the same binary's CPU
+#      run (and gpt-tiny against DEPS/ref-tiny-cpu, the CPU machine's run, when present),
+#      by `trident compare` (mixtral-tiny: the experts as at::_grouped_mm on the device
+#      against one GEMM per expert on the CPU);
+#   5. gpt-tiny, llama-tiny and mixtral-tiny bf16 on cuda under 1f1b and zb-h1: W deferred
+#      after I on the device (the rank summary's deferred_weight_grads > 0) and zb-h1
+#      bit-identical to 1f1b; mixtral-tiny's experts on the grouped GEMM's bf16 kernel, and
+#      its step's host reads (the rank summary's count) no more than the CPU's: the loss,
+#      the gradient norm and the MoE statistics, one each per logged step;
 #   6. context parallelism's ring merge (cp 2 and 4) on the device's attention kernels that
 #      return the log-sum-exp, fp32 and bf16, against the whole sequence's attention.
 # Results: OUTDIR/results-DATE.txt (the file to commit as
@@ -253,8 +256,8 @@ else
   fi
 fi
 
-# --- 4. gpt-tiny and llama-tiny fp32: the device against the CPU (the same binary)
-for family in gpt llama; do
+# --- 4. gpt-tiny, llama-tiny and mixtral-tiny fp32: the device against the CPU (the same binary)
+for family in gpt llama mixtral; do
 tiny=(train --config "$repo/configs/$family-tiny.toml" --set training.steps="$tiny_steps" --set logging.progress=false)
 if [[ $dry -eq 1 ]]; then
   run "$trident" "${tiny[@]}" --set logging.dir="$work/tiny-cpu"
@@ -299,7 +302,7 @@ done
 # defers each weight gradient from its I to its W (NOTE [I/W split]); on CUDA that needs the
 # queue to reach the autograd engine's device thread. The rank summary counts what the W
 # actions computed (0 if the I did it all), and zb-h1 must equal 1f1b bit for bit.
-for family in gpt llama; do
+for family in gpt llama mixtral; do
   for kind in 1f1b zb-h1; do
     d=$work/defer-$family-$kind
     args=(train --config "$repo/configs/$family-tiny.toml" --set training.steps=4 --set training.device="$device"
@@ -323,6 +326,17 @@ for family in gpt llama; do
   [[ $r == PASS ]] || failed=1
   note "$family-tiny bf16 on $device, 4 steps, loss $last; W deferral: zb-h1's W actions computed $n weight gradients" \
        "and its losses and norms equal 1f1b's bit for bit: $r"
+  if [[ $family == mixtral ]]; then
+    # NOTE [host reads]: an MoE step reads the loss, the norm and the MoE statistics once per
+    # logged step, on every device; the grouped GEMM's offsets stay on the device.
+    reads=$(python3 -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))["host_reads"], sort_keys=True))' "$b/rank-0.json")
+    r=PASS
+    python3 -c 'import json, sys
+h = json.loads(sys.argv[1])
+sys.exit(0 if set(h["logged_step"]) <= {"loss", "gradient norm", "moe stats"} and max(h["logged_step"].values()) == 1
+         and not h["other_step"] else 1)' "$reads" || { r=FAIL; failed=1; }
+    note "mixtral-tiny bf16 on $device, host reads per step $reads: $r"
+  fi
 done
 # --- 6. context parallelism's ring merge on the device's own kernels (flash attention in bf16,
 # the memory-efficient kernel in fp32, each returning its log-sum-exp): every rank of cp 2 and 4
