@@ -36,11 +36,15 @@ struct ModelConfig {
   int64_t kv_heads = 0;                       // key/value heads (grouped-query attention); 0 = heads
   bool tie_embeddings = true;                 // LM head shares the word embedding (gpt: always)
   double rope_theta = 10000.0;                // rotary base
-  std::string rope_scaling = "none";          // "none" | "llama3" (Llama 3.1 frequency scaling)
-  double rope_factor = 8.0;                   // llama3 scaling: factor
+  std::string rope_scaling = "none";          // "none" | "llama3" (Llama 3.1) | "yarn" (YaRN; DeepSeek-V3)
+  double rope_factor = 8.0;                   // llama3 or yarn scaling: factor
   double rope_low_freq_factor = 1.0;          // llama3 scaling: low_freq_factor
   double rope_high_freq_factor = 4.0;         // llama3 scaling: high_freq_factor
-  int64_t rope_original_max_position = 8192;  // llama3 scaling: original_max_position_embeddings
+  int64_t rope_original_max_position = 8192;  // llama3 or yarn scaling: original_max_position_embeddings
+  double rope_beta_fast = 32.0;               // yarn: rotations where the ramp from extrapolation starts
+  double rope_beta_slow = 1.0;                // yarn: rotations where interpolation takes over
+  double rope_mscale = 0.0;                   // yarn: mscale (0 = absent)
+  double rope_mscale_all_dim = 0.0;           // yarn: mscale_all_dim (0 = absent)
   int64_t kv_channels = 0;  // width of one attention head; 0 = hidden / heads (qwen3_moe's head_dim; Megatron's name)
   // Mixture of experts (the MoE families: mixtral, qwen2_moe, qwen3_moe, deepseek_v3;
   // check_config refuses them for a dense family, NOTE [MoE keys]).
@@ -76,6 +80,10 @@ struct ModelConfig {
   bool mla() const { return kv_lora_rank > 0; }
   // The width the rotary embedding turns: MLA's rotary part, else the whole head.
   int64_t rope_dim() const { return mla() ? qk_rope_head_dim : head_dim(); }
+  // NOTE [YaRN]: what the rotary tables are multiplied by (1 unless yarn), and
+  // what MLA's softmax scale is (deepseek_v3 under yarn with mscale_all_dim).
+  double rope_attention_factor() const;
+  double mla_softmax_scale() const;
   int64_t moe_ffn() const { return moe_ffn_hidden > 0 ? moe_ffn_hidden : ffn(); }
   // Whether layer l's MLP is a mixture of experts (the layers from moe_first_dense on).
   bool moe_layer(int64_t l) const { return experts > 0 && l >= moe_first_dense; }

@@ -7,6 +7,7 @@
 #include "core/config_schema.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <string>
@@ -78,13 +79,18 @@ std::vector<Field> model_fields() {
                     "Hugging Face directory to start from (GPT-2 or Llama, see `trident export`); empty = random init"),
       TRIDENT_FIELD(model, tie_embeddings, any(), "the LM head shares the word embedding (gpt: must be true)"),
       TRIDENT_FIELD(model, rope_theta, positive(), "rotary position embedding base (llama)"),
-      TRIDENT_FIELD(model, rope_scaling, one_of({"none", "llama3"}),
-                    "rotary frequency scaling: none, or Llama 3.1's (the rope_* factors below; llama)"),
-      TRIDENT_FIELD(model, rope_factor, positive(), "llama3 rope scaling: factor"),
+      TRIDENT_FIELD(model, rope_scaling, one_of({"none", "llama3", "yarn"}),
+                    "rotary frequency scaling: none, Llama 3.1's or YaRN (DeepSeek-V3's; the rope_* keys below; llama)"),
+      TRIDENT_FIELD(model, rope_factor, positive(), "llama3 or yarn rope scaling: factor"),
       TRIDENT_FIELD(model, rope_low_freq_factor, positive(), "llama3 rope scaling: low_freq_factor"),
       TRIDENT_FIELD(model, rope_high_freq_factor, positive(), "llama3 rope scaling: high_freq_factor"),
       TRIDENT_FIELD(model, rope_original_max_position, at_least(1),
-                    "llama3 rope scaling: original_max_position_embeddings"),
+                    "llama3 or yarn rope scaling: original_max_position_embeddings"),
+      TRIDENT_FIELD(model, rope_beta_fast, positive(), "yarn rope scaling: beta_fast (rotations where the ramp starts)"),
+      TRIDENT_FIELD(model, rope_beta_slow, positive(), "yarn rope scaling: beta_slow (rotations where it ends)"),
+      TRIDENT_FIELD(model, rope_mscale, at_least(0), "yarn rope scaling: mscale; 0 = absent"),
+      TRIDENT_FIELD(model, rope_mscale_all_dim, at_least(0),
+                    "yarn rope scaling: mscale_all_dim; 0 = absent (deepseek_v3: also scales MLA's softmax)"),
       TRIDENT_FIELD(model, kv_channels, at_least(0),
                     "width of one attention head; 0 = hidden / heads (qwen3_moe's head_dim)"),
       TRIDENT_FIELD(model, experts, at_least(0),
@@ -324,5 +330,38 @@ void check_moe_keys(const Config& c, const ModelShape& shape) {
 }
 
 }  // namespace config_rules
+
+// NOTE [YaRN]
+// YaRN (Peng et al. 2023, arXiv 2309.00071) as transformers 5.24 computes it
+// (_compute_yarn_parameters; DeepSeek-V3's published checkpoints use it with
+// factor 40 over 4096 positions): each rotary frequency f_i blends f_i
+// (extrapolation) and f_i / factor (interpolation) by a ramp over the
+// dimensions between those turning beta_fast and beta_slow times over the
+// original length (models/llama/llama.cpp's rope_inv_freq), and the cos and
+// sin tables are multiplied by an attention factor: mscale(factor, mscale) /
+// mscale(factor, mscale_all_dim) when both are given (non-zero), else
+// mscale(factor, 1), with mscale(s, m) = 0.1 m ln s + 1 for s > 1, else 1.
+// DeepSeek-V3's attention (transformers' yarn_apply_mscale) also multiplies
+// MLA's softmax scale 1/sqrt(nope + rope) by mscale(factor, mscale_all_dim)^2
+// when mscale_all_dim is given.
+namespace {
+double yarn_mscale(double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; }
+}  // namespace
+
+double ModelConfig::rope_attention_factor() const {
+  if (rope_scaling != "yarn") return 1.0;
+  if (rope_mscale != 0 && rope_mscale_all_dim != 0)
+    return yarn_mscale(rope_factor, rope_mscale) / yarn_mscale(rope_factor, rope_mscale_all_dim);
+  return yarn_mscale(rope_factor, 1.0);
+}
+
+double ModelConfig::mla_softmax_scale() const {
+  double scale = 1.0 / std::sqrt(static_cast<double>(qk_nope_head_dim + qk_rope_head_dim));
+  if (rope_scaling == "yarn" && rope_mscale_all_dim != 0) {
+    const double m = yarn_mscale(rope_factor, rope_mscale_all_dim);
+    scale = scale * m * m;
+  }
+  return scale;
+}
 
 }  // namespace trident

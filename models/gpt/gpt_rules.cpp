@@ -27,6 +27,10 @@ void check_gpt(const Config& c) {
   refuse(m.rope_low_freq_factor != d.rope_low_freq_factor, "model.rope_low_freq_factor");
   refuse(m.rope_high_freq_factor != d.rope_high_freq_factor, "model.rope_high_freq_factor");
   refuse(m.rope_original_max_position != d.rope_original_max_position, "model.rope_original_max_position");
+  refuse(m.rope_beta_fast != d.rope_beta_fast, "model.rope_beta_fast");
+  refuse(m.rope_beta_slow != d.rope_beta_slow, "model.rope_beta_slow");
+  refuse(m.rope_mscale != d.rope_mscale, "model.rope_mscale");
+  refuse(m.rope_mscale_all_dim != d.rope_mscale_all_dim, "model.rope_mscale_all_dim");
 }
 
 }  // namespace

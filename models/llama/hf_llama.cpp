@@ -132,14 +132,34 @@ void read_rope(const json::Value& c, const std::string& cpath, ModelConfig& m) {
   if (!type) type = json::find(*scaling, "type");
   const std::string kind = type ? json::as_string(*type, where + " rope_type") : "default";
   if (kind == "default") return;
-  if (kind != "llama3")
-    throw ModelInputError(where + ": rope_type = \"" + kind + "\"; Trident reads \"default\" and \"llama3\"");
-  m.rope_scaling = "llama3";
+  if (kind != "llama3" && kind != "yarn")
+    throw ModelInputError(where + ": rope_type = \"" + kind + "\"; Trident reads \"default\", \"llama3\" and \"yarn\"");
   m.rope_factor = json::as_double(json::at(*scaling, "factor", where), where + " factor");
-  m.rope_low_freq_factor = json::as_double(json::at(*scaling, "low_freq_factor", where), where + " low_freq_factor");
-  m.rope_high_freq_factor = json::as_double(json::at(*scaling, "high_freq_factor", where), where + " high_freq_factor");
   m.rope_original_max_position =
       json::as_int(json::at(*scaling, "original_max_position_embeddings", where), where + " original_max_position_embeddings");
+  if (kind == "yarn") {  // NOTE [YaRN] in core/config_model.cpp
+    m.rope_scaling = "yarn";
+    // Absent, null or 0: transformers' defaults (beta_fast 32, beta_slow 1; no mscale).
+    const auto optional = [&](const char* key, double absent) {
+      const json::Value* v = json::find(*scaling, key);
+      if (!v || v->is_null()) return absent;
+      const double x = json::as_double(*v, where + " " + key);
+      return x == 0 ? absent : x;
+    };
+    m.rope_beta_fast = optional("beta_fast", 32.0);
+    m.rope_beta_slow = optional("beta_slow", 1.0);
+    m.rope_mscale = optional("mscale", 0.0);
+    m.rope_mscale_all_dim = optional("mscale_all_dim", 0.0);
+    if (const json::Value* a = json::find(*scaling, "attention_factor"); a && !a->is_null())
+      throw ModelInputError(where + ": attention_factor is set; Trident computes it from factor, mscale and "
+                                    "mscale_all_dim (NOTE [YaRN]), expected it absent");
+    if (const json::Value* t = json::find(*scaling, "truncate"); t && !(t->is_boolean() && t->get<bool>()))
+      throw ModelInputError(where + ": truncate is not true; Trident reads YaRN's truncated correction range only");
+    return;
+  }
+  m.rope_scaling = "llama3";
+  m.rope_low_freq_factor = json::as_double(json::at(*scaling, "low_freq_factor", where), where + " low_freq_factor");
+  m.rope_high_freq_factor = json::as_double(json::at(*scaling, "high_freq_factor", where), where + " high_freq_factor");
 }
 
 // The tensors a file may hold (models/common/hf_names.h): those the family's plan maps to.
@@ -470,6 +490,14 @@ void check_hf_llama_matches(const HfLlama& hf, const ModelConfig& cfg) {
                 cfg.rope_high_freq_factor);
     diff.number("rope original_max_position_embeddings", m.rope_original_max_position,
                 "model.rope_original_max_position", cfg.rope_original_max_position);
+  } else if (m.rope_scaling == "yarn") {
+    diff.number("rope factor", m.rope_factor, "model.rope_factor", cfg.rope_factor);
+    diff.number("rope original_max_position_embeddings", m.rope_original_max_position,
+                "model.rope_original_max_position", cfg.rope_original_max_position);
+    diff.number("rope beta_fast", m.rope_beta_fast, "model.rope_beta_fast", cfg.rope_beta_fast);
+    diff.number("rope beta_slow", m.rope_beta_slow, "model.rope_beta_slow", cfg.rope_beta_slow);
+    diff.number("rope mscale", m.rope_mscale, "model.rope_mscale", cfg.rope_mscale);
+    diff.number("rope mscale_all_dim", m.rope_mscale_all_dim, "model.rope_mscale_all_dim", cfg.rope_mscale_all_dim);
   }
   if (m.seq_len < cfg.seq_len)
     diff.note("max_position_embeddings = " + std::to_string(m.seq_len) + " is less than model.seq_len = " +
@@ -648,7 +676,15 @@ int write_hf_llama(const std::string& dir, const ModelConfig& cfg, const std::st
   c["initializer_range"] = json::number(cfg.init_std);
   json::Value rope = json::Value::object();
   rope["rope_theta"] = json::number(cfg.rope_theta);
-  rope["rope_type"] = json::Value(cfg.rope_scaling == "llama3" ? "llama3" : "default");
+  rope["rope_type"] = json::Value(cfg.rope_scaling == "none" ? "default" : cfg.rope_scaling);
+  if (cfg.rope_scaling == "yarn") {  // NOTE [YaRN]: an absent mscale stays absent
+    rope["factor"] = json::number(cfg.rope_factor);
+    rope["original_max_position_embeddings"] = json::number(cfg.rope_original_max_position);
+    rope["beta_fast"] = json::number(cfg.rope_beta_fast);
+    rope["beta_slow"] = json::number(cfg.rope_beta_slow);
+    if (cfg.rope_mscale != 0) rope["mscale"] = json::number(cfg.rope_mscale);
+    if (cfg.rope_mscale_all_dim != 0) rope["mscale_all_dim"] = json::number(cfg.rope_mscale_all_dim);
+  }
   if (cfg.rope_scaling == "llama3") {
     rope["factor"] = json::number(cfg.rope_factor);
     rope["low_freq_factor"] = json::number(cfg.rope_low_freq_factor);

@@ -143,10 +143,36 @@ std::vector<PlannedParam> llama_param_plan(const ModelConfig& cfg, const ChunkSp
   return std::move(plan.params());
 }
 
+namespace {
+
+// NOTE [YaRN] (core/config_model.cpp): f_i blended with f_i / factor by a ramp
+// over the dimensions whose rotations over the original length lie between
+// beta_fast and beta_slow (the range floored and ceiled, as transformers
+// truncates by default), in fp32 as transformers computes it.
+at::Tensor yarn_inv_freq(const ModelConfig& cfg) {
+  const int64_t d = cfg.rope_dim();
+  const double base = cfg.rope_theta, factor = cfg.rope_factor;
+  const double original = static_cast<double>(cfg.rope_original_max_position);
+  const auto correction_dim = [&](double rotations) {
+    return static_cast<double>(d) * std::log(original / (rotations * 2 * M_PI)) / (2 * std::log(base));
+  };
+  const double low = std::max(std::floor(correction_dim(cfg.rope_beta_fast)), 0.0);
+  double high = std::min(std::ceil(correction_dim(cfg.rope_beta_slow)), static_cast<double>(d - 1));
+  if (low == high) high += 0.001;  // no zero-width ramp
+  const at::Tensor pos_freqs = at::pow(base, at::arange(0, d, 2, at::kLong).to(at::kFloat) / d);
+  const at::Tensor extrapolation = 1.0 / pos_freqs, interpolation = 1.0 / (factor * pos_freqs);
+  const at::Tensor ramp = ((at::arange(d / 2, at::kFloat) - low) / (high - low)).clamp(0, 1);
+  const at::Tensor extrapolation_share = 1 - ramp;
+  return interpolation * (1 - extrapolation_share) + extrapolation * extrapolation_share;
+}
+
+}  // namespace
+
 at::Tensor rope_inv_freq(const ModelConfig& cfg) {
   const int64_t d = cfg.rope_dim();
   // 1 / theta^(2i/d), in fp32 as transformers computes it.
   at::Tensor inv = at::reciprocal(at::pow(cfg.rope_theta, at::arange(0, d, 2, at::kLong).to(at::kFloat) / d));
+  if (cfg.rope_scaling == "yarn") return yarn_inv_freq(cfg);
   if (cfg.rope_scaling != "llama3") return inv;
   // Llama 3.1: wavelengths longer than original/low_freq_factor are slowed by
   // `factor`, shorter than original/high_freq_factor kept, and the band in
@@ -224,6 +250,10 @@ LlamaStage::LlamaStage(const ModelConfig& cfg, const ChunkSpec& spec, const TpCo
     const at::Tensor emb = at::cat({freqs, freqs}, -1);
     cos_ = emb.cos();
     sin_ = emb.sin();
+    if (const double af = cfg.rope_attention_factor(); af != 1.0) {  // NOTE [YaRN]
+      cos_ = cos_ * af;
+      sin_ = sin_ * af;
+    }
   }
 }
 
@@ -308,7 +338,7 @@ at::Tensor LlamaStage::attention(const BlockParams& b, const at::Tensor& x) cons
 // recomputation drops), o.
 at::Tensor LlamaStage::latent_attention(const BlockParams& b, const at::Tensor& x) const {
   const MlaDims d{cfg_.heads / tp_.size(), cfg_.qk_nope_head_dim, cfg_.qk_rope_head_dim, cfg_.v_head_dim,
-                  cfg_.kv_lora_rank};
+                  cfg_.kv_lora_rank, cfg_.mla_softmax_scale()};
   const auto param = [this](size_t i) { return i == kNone ? at::Tensor() : compute_param(i); };
   MlaLatents l = mla_latents(x, param(b.q_down), param(b.q_down_norm), compute_param(b.kv_down),
                              compute_param(b.kv_down_norm), d);

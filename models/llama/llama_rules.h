@@ -10,7 +10,7 @@ namespace trident {
 
 // model.arch = "llama": the SwiGLU width set, no dropout, whole key/value heads
 // per tensor-parallel rank, an even head width for rotary embeddings, and the
-// llama3 rope keys only with rope_scaling = "llama3".
+// rope keys only with the rope_scaling that reads them.
 ModelFamilyRules llama_family();
 
 // model.arch = "mixtral": Llama's attention with a mixture of SwiGLU experts

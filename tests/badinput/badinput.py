@@ -188,6 +188,11 @@ def cases(work, cores, trident="build/trident", busy_port=0):
          ["model.moe_router_groups is a mixture-of-experts key"]),
         ("latent attention on llama", 2, "train --config configs/llama-tiny.toml --set model.kv_lora_rank=16",
          ["model.kv_lora_rank is read by model.arch = \"deepseek_v3\" only"]),
+        ("yarn key without yarn", 2, "train --config configs/llama-tiny.toml --set model.rope_beta_fast=16",
+         ["model.rope_beta_fast is read only with model.rope_scaling = \"yarn\", got \"none\""]),
+        ("yarn betas reversed", 2, "train --config configs/deepseek-v3-tiny.toml --set model.rope_scaling=yarn "
+         "--set model.rope_factor=4 --set model.rope_beta_fast=0.5",
+         ["model.rope_beta_fast (0.5) must exceed model.rope_beta_slow (1.0)"]),
         ("deepseek_v3 without a kv latent", 2, "train --config configs/deepseek-v3-tiny.toml --set model.kv_lora_rank=0",
          ["model.kv_lora_rank = 0: deepseek_v3 needs the keys' and values' latent width"]),
         ("deepseek_v3 with an odd rotary width", 2,

@@ -180,8 +180,8 @@ def main():
     src_dir = os.path.join(work, "made-mqa-llama3")
     for key, value, expect in (("attention_bias", True, "attention_bias = true"),
                                ("head_dim", 16, "head_dim = 16"),
-                               ("rope_parameters", {"rope_type": "yarn", "rope_theta": 1e4, "factor": 2.0},
-                                "rope_type = \"yarn\"")):
+                               ("rope_parameters", {"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0},
+                                "rope_type = \"dynamic\"")):
         bad = os.path.join(work, "bad-" + key)
         shutil.copytree(src_dir, bad)
         with open(os.path.join(bad, "config.json")) as f:

@@ -39,6 +39,9 @@ from trident_data import reference_args, write_token_file  # noqa: E402
 
 # The families, each: its transformers classes, its preset, the config overrides that give the made
 # model's sizes, and what Trident refuses in its config.json.
+YARN = {"rope_type": "yarn", "rope_theta": 500000.0, "factor": 4.0, "original_max_position_embeddings": 10,
+        "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 0.707, "mscale_all_dim": 1.0}
+
 FAMILIES = {
     "mixtral": dict(config="MixtralConfig", model="MixtralForCausalLM", preset="mixtral-tiny",
                     extra=dict(intermediate_size=40, num_local_experts=4),
@@ -64,23 +67,28 @@ FAMILIES = {
                                ("attention_bias", True, "attention_bias = true"))),
     # DeepSeek-V3: latent attention (values narrower than queries; rotary rows interleaved, as the Hub's
     # files keep them), a dense first layer, a sigmoid router over 3 groups with a random correction bias
-    # and scaling, an ungated shared expert
+    # and scaling, an ungated shared expert; YaRN rope scaling (NOTE [YaRN]) over 10 original positions,
+    # so that of the 3 rotary frequencies one is kept and two interpolated, with an mscale that scales
+    # the tables (0.964) and mscale_all_dim the softmax (x 1.30)
     "deepseek_v3": dict(config="DeepseekV3Config", model="DeepseekV3ForCausalLM", preset="deepseek-v3-tiny",
                         extra=dict(num_key_value_heads=6, intermediate_size=72, moe_intermediate_size=40,
                                    n_routed_experts=6, n_group=3, topk_group=2, n_shared_experts=1,
                                    routed_scaling_factor=2.5, norm_topk_prob=True, first_k_dense_replace=1,
                                    q_lora_rank=20, kv_lora_rank=14, qk_nope_head_dim=10, qk_rope_head_dim=6,
-                                   v_head_dim=8, num_mtp_layers=0),
+                                   v_head_dim=8, num_mtp_layers=0, rope_parameters=YARN),
                         moe_layers=1,
                         sets=["model.kv_heads=0", "model.ffn_hidden=72", "model.moe_ffn_hidden=40",
                               "model.moe_shared_ffn_hidden=40", "model.moe_first_dense=1", "model.experts=6",
                               "model.moe_router_groups=3", "model.moe_router_group_topk=2", "model.q_lora_rank=20",
                               "model.kv_lora_rank=14", "model.qk_nope_head_dim=10", "model.qk_rope_head_dim=6",
-                              "model.v_head_dim=8"],
+                              "model.v_head_dim=8", "model.rope_scaling=yarn", "model.rope_factor=4",
+                              "model.rope_original_max_position=10", "model.rope_mscale=0.707",
+                              "model.rope_mscale_all_dim=1"],
                         refused=(("scoring_func", "softmax", "scoring_func = \"softmax\""),
                                  ("num_key_value_heads", 2, "num_key_value_heads = 2"),
                                  ("n_shared_experts", 0, "n_shared_experts = 0"),
-                                 ("head_dim", 16, "head_dim = 16 but qk_rope_head_dim = 6"))),
+                                 ("head_dim", 16, "head_dim = 16 but qk_rope_head_dim = 6"),
+                                 ("rope_parameters", {**YARN, "attention_factor": 1.0}, "attention_factor is set"))),
 }
 
 

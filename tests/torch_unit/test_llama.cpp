@@ -8,6 +8,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -90,6 +91,44 @@ TEST(Llama, RotaryFrequenciesAndLlama3Scaling) {
   EXPECT_GT(kept, 0);
   EXPECT_GT(slowed, 0);
   EXPECT_GT(mixed, 0);
+}
+
+// NOTE [YaRN], written here in double from the paper's definitions (Peng et al.
+// 2023, section 3: the ramp between the dimensions turning beta_fast and
+// beta_slow times over the original length; the mscale 0.1 m ln s + 1): head
+// width 16 (8 frequencies), 64 original positions, factor 4, base 10000.
+TEST(Llama, YarnFrequenciesAndScales) {
+  ModelConfig m = small(2);
+  m.hidden = 64, m.heads = 4;
+  m.rope_theta = 10000.0;
+  m.rope_scaling = "yarn";
+  m.rope_factor = 4, m.rope_original_max_position = 64, m.rope_beta_fast = 32, m.rope_beta_slow = 1;
+  const at::Tensor f = rope_inv_freq(m);
+  ASSERT_EQ(f.numel(), 8);
+  const auto dim_of = [](double rotations) { return 16 * std::log(64 / (rotations * 2 * M_PI)) / (2 * std::log(10000.0)); };
+  const double low = std::max(std::floor(dim_of(32)), 0.0), high = std::min(std::ceil(dim_of(1)), 15.0);
+  int kept = 0, interpolated = 0, mixed = 0;
+  for (int64_t i = 0; i < 8; ++i) {
+    const double base = std::pow(10000.0, -2.0 * static_cast<double>(i) / 16);
+    const double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
+    const double want = base / 4 * ramp + base * (1 - ramp);
+    ramp == 0 ? ++kept : ramp == 1 ? ++interpolated : ++mixed;
+    EXPECT_NEAR(f[i].item<double>(), want, 1e-6 * base) << "frequency " << i;
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(interpolated, 0);
+  EXPECT_GT(mixed, 0);
+  // The tables' factor: mscale(4) alone, or mscale(4, 0.707) / mscale(4, 1); MLA's softmax
+  // scale times mscale(4, mscale_all_dim)^2 (DeepSeek-V3's attention).
+  const double s1 = 0.1 * std::log(4.0) + 1;
+  EXPECT_NEAR(m.rope_attention_factor(), s1, 1e-12);
+  m.rope_mscale = 0.707, m.rope_mscale_all_dim = 1.0;
+  EXPECT_NEAR(m.rope_attention_factor(), (0.0707 * std::log(4.0) + 1) / s1, 1e-12);
+  m.qk_nope_head_dim = 12, m.qk_rope_head_dim = 4;
+  EXPECT_NEAR(m.mla_softmax_scale(), s1 * s1 / 4.0, 1e-12);
+  m.rope_scaling = "none";
+  EXPECT_EQ(m.rope_attention_factor(), 1.0);
+  EXPECT_EQ(m.mla_softmax_scale(), 0.25);
 }
 
 // A model with 2 key/value heads is the model with 4 whose k and v rows

@@ -330,9 +330,16 @@ TEST(Config, BadConfigsNameKeyValueAndExpectation) {
       {"untied gpt", "[model]\ntie_embeddings = false\n", {}, "model.tie_embeddings = false is a llama key"},
       {"rope_theta under gpt", "[model]\nrope_theta = 5e5\n", {}, "model.rope_theta is a llama key"},
       {"rope factor without scaling", "[model]\narch = \"llama\"\nffn_hidden = 96\nrope_factor = 4.0\n", {},
-       "model.rope_factor is read only with model.rope_scaling = \"llama3\", got \"none\""},
+       "model.rope_factor is read only with model.rope_scaling = \"llama3\" or \"yarn\", got \"none\""},
       {"rope bands", "[model]\narch = \"llama\"\nffn_hidden = 96\nrope_scaling = \"llama3\"\nrope_low_freq_factor = 4.0\nrope_high_freq_factor = 4.0\n", {},
        "model.rope_high_freq_factor (4.0) must exceed model.rope_low_freq_factor (4.0)"},
+      {"yarn key under llama3", "[model]\narch = \"llama\"\nffn_hidden = 96\nrope_scaling = \"llama3\"\nrope_mscale = 1.0\n", {},
+       "model.rope_mscale is read only with model.rope_scaling = \"yarn\", got \"llama3\""},
+      {"llama3 key under yarn", "[model]\narch = \"llama\"\nffn_hidden = 96\nrope_scaling = \"yarn\"\nrope_low_freq_factor = 2.0\n", {},
+       "model.rope_low_freq_factor is read only with model.rope_scaling = \"llama3\", got \"yarn\""},
+      {"yarn betas", "[model]\narch = \"llama\"\nffn_hidden = 96\nrope_scaling = \"yarn\"\nrope_beta_fast = 1.0\n", {},
+       "model.rope_beta_fast (1.0) must exceed model.rope_beta_slow (1.0)"},
+      {"yarn key under gpt", "[model]\nrope_beta_slow = 2.0\n", {}, "model.rope_beta_slow"},
       {"tp divides ffn", "[model]\nhidden = 64\nheads = 4\nffn_hidden = 90\n[parallel]\ntp = 4\n", {},
        "parallel.tp (4) must divide the MLP width (90"},
       {"sequence parallel", "[model]\nseq_len = 30\nheads = 4\n[parallel]\ntp = 4\nsequence_parallel = true\n", {},
@@ -533,7 +540,7 @@ TEST(Config, LayoutFactors) {
 
 TEST(Config, KeysTableDescribesTypesAndDefaults) {
   const auto keys = trident::config_keys();
-  EXPECT_EQ(keys.size(), 109u);
+  EXPECT_EQ(keys.size(), 113u);
   bool found = false;
   for (const auto& k : keys) {
     if (k.name != "parallel.dp") continue;
