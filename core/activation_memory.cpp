@@ -1,6 +1,7 @@
 // Activation memory of one transformer layer: see activation_memory.h.
 #include "core/activation_memory.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace trident {
@@ -21,7 +22,25 @@ double layer_activation_bytes(const ModelConfig& m, const ModelShape& shape, int
   const double replicated = (4 * h * e + (dropout ? 2 * h : 0)) / rep_div;
   // Sharded over tp (per token): q, k, v; the output projection's input; the MLP's wide tensors.
   const double kv = static_cast<double>(m.kv() * m.head_dim());
-  const double sharded = (h + 2 * kv + h + (shape.gated_mlp ? 4 : 2) * f) * e;
+  double attention = h + 2 * kv + h;
+  if (m.mla()) {  // NOTE [MLA]: the latents (q's, the keys' and values' with the rotary key), q, k, v, o's input
+    const double heads = static_cast<double>(m.heads), qk = static_cast<double>(m.qk_nope_head_dim + m.qk_rope_head_dim),
+                 dv = static_cast<double>(m.v_head_dim);
+    attention = static_cast<double>(m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim) + 2 * heads * qk + 2 * heads * dv;
+  }
+  double mlp = (shape.gated_mlp ? 4 : 2) * f;
+  if (shape.moe && m.experts > 0) {
+    // A mean layer (NOTE [planned experts] in planner/model_cost.h): the dense first layers keep f-wide
+    // tensors; an MoE layer per token its k rows sorted by expert and their outputs (2 k h), each row's
+    // four expert-wide tensors (4 k I), the shared expert's four (4 S) and the router's scores (2 E).
+    const double layers = static_cast<double>(m.layers);
+    const double share = static_cast<double>(m.layers - std::min(m.moe_first_dense, m.layers)) / layers;
+    const double k = static_cast<double>(m.moe_top_k);
+    const double moe = 2 * k * h + 4 * k * static_cast<double>(m.moe_ffn()) +
+                       4 * static_cast<double>(m.moe_shared_ffn_hidden) + 2 * static_cast<double>(m.experts);
+    mlp = (1 - share) * mlp + share * moe;
+  }
+  const double sharded = (attention + mlp) * e;
   // Attention core per token and head: a*s elements of softmax output (plus, with dropout, its output
   // and a 1-byte mask); selective recomputation keeps none of it.
   const double as = static_cast<double>(m.heads * m.seq_len);

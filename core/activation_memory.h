@@ -29,6 +29,10 @@ namespace trident {
 // GPT's keeps two (fc1's output, the GELU's). Under context parallelism (cp
 // > 1) a rank keeps its s / cp tokens of each sequence, each attending over
 // the whole sequence: every term divides by cp (Megatron's formula with CP).
+// MLA keeps its latents and its heads' q, k, v at their own widths; a mixture
+// of experts, per token, its k sorted rows and their outputs, each row's four
+// expert-wide tensors, the shared expert's and the router's scores, averaged
+// with the dense first layers (NOTE [planned experts] in planner/model_cost.h).
 double layer_activation_bytes(const ModelConfig& m, const ModelShape& shape, int64_t micro_batch, int64_t tp,
                               bool sequence_parallel, const std::string& recompute, int elem_bytes, int64_t cp = 1);
 

@@ -280,10 +280,6 @@ int cmd_plan(int argc, char** argv) {
   std::vector<std::string> sets = vm.count("set") ? vm["set"].as<std::vector<std::string>>() : std::vector<std::string>{};
   if (vm.count("seq")) sets.push_back("model.seq_len=" + std::to_string(vm["seq"].as<int64_t>()));
   const Config cfg = load_checked_config(vm["config"].as<std::string>(), sets);
-  if (cfg.model.experts > 0)
-    throw BadInput(cfg.source + ": model.arch = \"" + cfg.model.arch +
-                   "\": the planner prices the dense families (gpt, llama); a mixture of experts' routed GEMMs, "
-                   "router and balancing are not in its cost model yet");
 
   plan::Problem pr = problem_of(vm, cfg);
   const plan::Runtime runtime = plan::runtime_named(pr.runtime);  // a bad name fails here, before any work

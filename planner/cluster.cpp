@@ -164,8 +164,8 @@ double Cluster::compute_sharing(int64_t ranks, double slots) const {
 
 std::pair<double, double> Cluster::layer_overhead_s(const std::string& arch) const {
   if (arch == "gpt") return {gpt_layer_forward_us * 1e-6, gpt_layer_backward_us * 1e-6};
-  if (arch == "llama") return {llama_layer_forward_us * 1e-6, llama_layer_backward_us * 1e-6};
-  return {0.0, 0.0};
+  // Llama's decoder (llama and the MoE families built on it).
+  return {llama_layer_forward_us * 1e-6, llama_layer_backward_us * 1e-6};
 }
 
 Cluster parse_cluster(const std::string& toml_text, const std::string& name) {

@@ -46,7 +46,7 @@ struct Cluster {
   double compute_sharing(int64_t ranks, double slots = 0) const;
   // Peak of "fp32" or "bf16"; throws PlanError when the file gives none for it.
   double peak_tflops(const std::string& precision) const;
-  // {forward, backward} host seconds per layer of model family `arch` (0, 0 for an unknown one).
+  // {forward, backward} host seconds per layer of model family `arch` (gpt, or Llama's decoder: llama and the MoE families).
   std::pair<double, double> layer_overhead_s(const std::string& arch) const;
 };
 

@@ -1,5 +1,7 @@
 #include "planner/compute_cost.h"
 
+#include "planner/model_cost.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -7,7 +9,7 @@ namespace trident::plan {
 
 namespace {
 
-bool is_llama(const ModelConfig& m) { return m.arch == "llama"; }
+bool is_llama(const ModelConfig& m) { return m.arch != "gpt"; }  // Llama's decoder, the MoE families too
 
 // NOTE [element-wise bytes] Device-memory traffic of a layer's memory-bound operators per token, in
 // elements of the compute precision (e bytes) plus 1-byte dropout masks, counted as each operator reads
@@ -23,12 +25,17 @@ struct ElementBytes {
   double forward = 0, backward = 0;  // per token
 };
 ElementBytes element_bytes(const ModelConfig& m, double t, bool sp, int e) {
-  const double h = static_cast<double>(m.hidden), f = static_cast<double>(m.ffn()), rep = sp ? t : 1.0;
+  const double h = static_cast<double>(m.hidden), rep = sp ? t : 1.0;
+  // Under MoE (NOTE [planned experts]) the SwiGLU runs on k expert rows and the shared expert per token,
+  // and the rows are gathered into expert order and combined back: 2 k h read and written each way.
+  const MlpShape ms = mlp_shape(m);
+  const double f = (1 - ms.moe_share) * ms.dense_width + ms.moe_share * (ms.top_k * ms.expert_width + ms.shared_width);
+  const double permute = ms.moe_share * 4 * ms.top_k * h * e;
   const bool dropout = m.dropout > 0 && !is_llama(m);
   const double masks = dropout ? 2 * h : 0.0;
   ElementBytes b;
-  b.forward = (10 * h * e + masks) / rep + (is_llama(m) ? 3 : 2) * f * e / t;
-  b.backward = (12 * h * e + masks) / rep + (is_llama(m) ? 5 : 3) * f * e / t;
+  b.forward = (10 * h * e + masks) / rep + (is_llama(m) ? 3 : 2) * f * e / t + permute;
+  b.backward = (12 * h * e + masks) / rep + (is_llama(m) ? 5 : 3) * f * e / t + permute;
   return b;
 }
 
@@ -50,12 +57,38 @@ LayerTimes layer_times(const ModelConfig& m, int64_t micro_batch, int64_t tp, bo
   const double qkv_out = is_llama(m) ? h + 2.0 * static_cast<double>(m.kv() * m.head_dim()) : 3 * h;
   lt.gemm_qkv = gemm_seconds(T, qkv_out / t, h, d);
   lt.gemm_proj = gemm_seconds(T, h, h / t, d);
+  if (m.mla()) {  // NOTE [MLA]: the down projections (replicated), the up projections and o (by heads)
+    const double heads = static_cast<double>(m.heads), dn = static_cast<double>(m.qk_nope_head_dim),
+                 dr = static_cast<double>(m.qk_rope_head_dim), dv = static_cast<double>(m.v_head_dim),
+                 ql = static_cast<double>(m.q_lora_rank), kl = static_cast<double>(m.kv_lora_rank);
+    lt.gemm_qkv = gemm_seconds(T, kl + dr, h, d) + gemm_seconds(T, heads * (dn + dv) / t, kl, d) +
+                  (ql > 0 ? gemm_seconds(T, ql, h, d) + gemm_seconds(T, heads * (dn + dr) / t, ql, d)
+                          : gemm_seconds(T, heads * (dn + dr) / t, h, d));
+    lt.gemm_proj = gemm_seconds(T, h, heads * dv / t, d);
+  }
   lt.gemm_fc1 = gemm_seconds(T, (is_llama(m) ? 2 : 1) * f / t, h, d);
   lt.gemm_fc2 = gemm_seconds(T, h, f / t, d);
+  if (const MlpShape ms = mlp_shape(m); ms.moe_share > 0) {
+    // NOTE [planned experts]: a mean layer. An MoE layer's router (T x E), its experts as one grouped
+    // GEMM per projection over T k rows (E groups of T k / E rows, the fixed cost paid once) and the
+    // shared expert; the dense first layers' MLP as above.
+    const double rows = T * ms.top_k / ms.experts, share = ms.moe_share;
+    const double fc1 = gemm_seconds(rows, 2 * ms.expert_width / t, h, d, ms.experts) +
+                       gemm_seconds(T, ms.router_rows, h, d) +
+                       (ms.shared_width > 0 ? gemm_seconds(T, 2 * ms.shared_width / t, h, d) : 0.0);
+    const double fc2 = gemm_seconds(rows, h, ms.expert_width / t, d, ms.experts) +
+                       (ms.shared_width > 0 ? gemm_seconds(T, h, ms.shared_width / t, d) : 0.0);
+    lt.gemm_fc1 = (1 - share) * lt.gemm_fc1 + share * fc1;
+    lt.gemm_fc2 = (1 - share) * lt.gemm_fc2 + share * fc2;
+  }
   lt.gemm_f = lt.gemm_qkv + lt.gemm_proj + lt.gemm_fc1 + lt.gemm_fc2;
   lt.gemm_i = lt.gemm_w = lt.gemm_f;
 
-  const double square = 4 * T * s * h / t;  // forward FLOPs of Q K^T and P V over the full square
+  // Forward FLOPs of Q K^T and P V over the full square (MLA: its heads' widths).
+  const double square = (m.mla() ? 2 * static_cast<double>(m.heads) *
+                                       static_cast<double>(m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim)
+                                 : 4 * h) *
+                        T * s / t;
   const int e = d.elem_bytes;
   if (kernel == AttentionKernel::Gemm) {
     lt.attn_f = square / (d.peak_flops * d.gemm_efficiency);

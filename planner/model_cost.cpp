@@ -1,19 +1,64 @@
 #include "planner/model_cost.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace trident::plan {
 
 namespace {
 
-bool is_llama(const ModelConfig& m) { return m.arch == "llama"; }
+// Llama's decoder: llama and the MoE families built on it (mixtral, qwen2_moe, qwen3_moe, deepseek_v3).
+bool is_llama(const ModelConfig& m) { return m.arch != "gpt"; }
 
-// Weight-matrix parameters of one layer (no biases, no norms).
+}  // namespace
+
+double attention_matrix_params(const ModelConfig& m) {
+  const double h = static_cast<double>(m.hidden);
+  if (!is_llama(m)) return 4 * h * h;  // qkv 3h^2, proj h^2
+  if (m.mla()) {  // NOTE [MLA] in models/common/mla.h: the down and up projections and o
+    const double heads = static_cast<double>(m.heads), dn = static_cast<double>(m.qk_nope_head_dim),
+                 dr = static_cast<double>(m.qk_rope_head_dim), dv = static_cast<double>(m.v_head_dim),
+                 ql = static_cast<double>(m.q_lora_rank), kl = static_cast<double>(m.kv_lora_rank);
+    const double q = ql > 0 ? h * ql + ql * heads * (dn + dr) : h * heads * (dn + dr);
+    return q + h * (kl + dr) + kl * heads * (dn + dv) + heads * dv * h;
+  }
+  const double q = static_cast<double>(m.heads * m.head_dim()), kv = static_cast<double>(m.kv() * m.head_dim());
+  return 2 * h * q + 2 * h * kv;  // q and o, k and v
+}
+
+MlpShape mlp_shape(const ModelConfig& m) {
+  const double layers = static_cast<double>(m.layers);
+  MlpShape s;
+  s.moe_share = m.experts > 0 ? static_cast<double>(m.layers - std::min(m.moe_first_dense, m.layers)) / layers : 0.0;
+  s.dense_width = static_cast<double>(m.ffn());
+  if (m.experts > 0) {
+    s.experts = static_cast<double>(m.experts);
+    s.top_k = static_cast<double>(m.moe_top_k);
+    s.expert_width = static_cast<double>(m.moe_ffn());
+    s.shared_width = static_cast<double>(m.moe_shared_ffn_hidden);
+    s.router_rows = static_cast<double>(m.experts + (m.arch == "qwen2_moe" ? 1 : 0));  // qwen2_moe's shared gate
+  }
+  return s;
+}
+
+namespace {
+
+// Weight-matrix parameters one token passes through in one layer (no biases, no norms), averaged over
+// the layers: under MoE the top-k experts, the shared expert and the router (NOTE [planned experts]).
 double layer_matrix_params(const ModelConfig& m) {
-  const double h = static_cast<double>(m.hidden), f = static_cast<double>(m.ffn());
-  if (!is_llama(m)) return 4 * h * h + 2 * h * f;  // qkv 3h^2, proj h^2, fc1 and fc2 h*f each
-  const double kv = static_cast<double>(m.kv() * m.head_dim());
-  return 2 * h * h + 2 * h * kv + 3 * h * f;  // q and o h^2, k and v h*kv, gate/up/down h*f
+  const double h = static_cast<double>(m.hidden);
+  if (!is_llama(m)) return attention_matrix_params(m) + 2 * h * static_cast<double>(m.ffn());  // fc1, fc2
+  const MlpShape s = mlp_shape(m);
+  return attention_matrix_params(m) + (1 - s.moe_share) * 3 * h * s.dense_width +
+         s.moe_share * (3 * h * (s.top_k * s.expert_width + s.shared_width) + h * s.router_rows);
+}
+
+// Attention's products per token and layer over the full square, forward, per token of context: Q K^T
+// and P V, 2 x 2h (MLA: 2 x heads x (qk + v) widths).
+double attention_width(const ModelConfig& m) {
+  if (!m.mla()) return 4 * static_cast<double>(m.hidden);
+  return 2 * static_cast<double>(m.heads) *
+         static_cast<double>(m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim);
 }
 
 void check_recompute(const std::string& r) {
@@ -24,14 +69,14 @@ void check_recompute(const std::string& r) {
 }  // namespace
 
 ModelShape block_shape(const ModelConfig& m) {
-  return ModelShape{.gated_mlp = is_llama(m), .position_table = !is_llama(m)};
+  return ModelShape{.gated_mlp = is_llama(m), .position_table = !is_llama(m), .moe = m.experts > 0};
 }
 
 LayerFlops layer_flops(const ModelConfig& m, int64_t micro_batch) {
   const double tokens = static_cast<double>(micro_batch * m.seq_len);
   LayerFlops f;
   f.matmul = 2 * tokens * layer_matrix_params(m);
-  f.attention = 4 * tokens * static_cast<double>(m.seq_len) * static_cast<double>(m.hidden);
+  f.attention = tokens * static_cast<double>(m.seq_len) * attention_width(m);
   return f;
 }
 
@@ -59,8 +104,15 @@ ParamCounts param_counts(const ModelConfig& m, int64_t tp, bool pipelined) {
     p.embedding = v / t * h + m.seq_len * h;
     p.head = 2 * h + (pipelined ? v / t * h : 0);
   } else {
-    const int64_t kv = m.kv() * m.head_dim();
-    p.layer = (2 * h * h + 2 * h * kv + 3 * h * f) / t + 2 * h;  // two RMSNorm weights replicated
+    // Every expert counts for memory (NOTE [planned experts]): the layers' mean, the dense first ones
+    // with their MLP, the MoE ones with all experts, the shared expert and the router; MLA's two
+    // latent norms are replicated beside the RMSNorms.
+    const MlpShape s = mlp_shape(m);
+    const double hd = static_cast<double>(h);
+    const double mlp = (1 - s.moe_share) * 3 * hd * s.dense_width +
+                       s.moe_share * (3 * hd * (s.experts * s.expert_width + s.shared_width) + hd * s.router_rows);
+    const int64_t norms = 2 * h + (m.mla() ? m.q_lora_rank + m.kv_lora_rank : 0);
+    p.layer = static_cast<int64_t>((attention_matrix_params(m) + mlp) / static_cast<double>(t)) + norms;
     p.embedding = v / t * h;
     p.head = h + ((!m.tie_embeddings || pipelined) ? v / t * h : 0);
   }

@@ -10,6 +10,26 @@
 
 namespace trident::plan {
 
+// NOTE [planned experts]
+// The planner prices a mixture of experts as one mean layer, as it prices
+// every layer alike: compute by the parameters a token passes (its top-k
+// experts, the shared expert, the router; DeepSeek-V3's "activated"
+// parameters), memory by all of them (every expert), each averaged over the
+// dense first layers (model.moe_first_dense) and the MoE ones. Expert
+// parallelism is not priced (ep = 1: every rank holds every expert of its
+// stage), nor tensor parallelism of the experts, which Trident does not run
+// (MoE layouts have tp = 1). MLA (deepseek_v3) is priced by its projections
+// and its heads' widths.
+struct MlpShape {
+  double moe_share = 0;      // the share of the layers whose MLP is a mixture of experts
+  double dense_width = 0;    // model.ffn_hidden: the dense layers' SwiGLU width
+  double experts = 0, top_k = 0, expert_width = 0, shared_width = 0;
+  double router_rows = 0;    // the router's rows (and Qwen2-MoE's shared-expert gate)
+};
+MlpShape mlp_shape(const ModelConfig& m);
+// The attention's weight-matrix parameters of one layer (MLA: its down and up projections and o).
+double attention_matrix_params(const ModelConfig& m);
+
 // FLOPs of one micro-batch (b sequences of s tokens) through one transformer
 // layer, the whole layer (divide by tp for one rank's share).
 struct LayerFlops {

@@ -237,6 +237,14 @@ void check_layout(const Problem& pr, const PlanLayout& given) {
                              {"ffn_hidden", m.ffn()}, {"hidden", m.hidden}})
     if (value % l.tp != 0)
       throw PlanError(at + "tp(" + std::to_string(l.tp) + ") does not divide model." + name + " = " + std::to_string(value));
+  // NOTE [planned experts] in planner/model_cost.h: layouts Trident runs for a mixture of experts.
+  if (m.experts > 0 && l.tp > 1)
+    throw PlanError(at + "tp(" + std::to_string(l.tp) + ") with model.arch = \"" + m.arch +
+                    "\": Trident trains the MoE families at tp = 1 (the experts are not split over tensor-parallel "
+                    "ranks yet)");
+  if (m.mla() && l.cp > 1)
+    throw PlanError(at + "cp(" + std::to_string(l.cp) + ") with model.arch = \"" + m.arch +
+                    "\": multi-head latent attention does not run under context parallelism yet");
   if (m.seq_len % (2 * l.cp) != 0)
     throw PlanError(at + "cp(" + std::to_string(l.cp) + "): 2 x cp does not divide model.seq_len = " +
                     std::to_string(m.seq_len));
@@ -483,7 +491,7 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
   const double bucket = pr.dp_bucket_mb * 1024 * 1024;
   // A tied head on the rank that holds the embedding (V placement puts the last stage on rank 0)
   // shares the embedding's matrix instead of a copy.
-  const bool tied = m.arch != "llama" || m.tie_embeddings;
+  const bool tied = m.arch == "gpt" || m.tie_embeddings;
   const bool tied_on_one_rank = tied && l.pp > 1 && s.rank_of(0) == s.rank_of(stages - 1);
   const double head_copy = static_cast<double>(m.padded_vocab(l.tp) / l.tp * m.hidden);
   double dp_worst = 0, opt_worst = 0;

@@ -240,8 +240,8 @@ def cases(work, cores, trident="build/trident", busy_port=0):
          ["parallel.ep (2) with parallel.cp (2): expert parallelism does not fold over context-parallel ranks yet"]),
         ("cp zero", 2, "train --config configs/llama-tiny.toml --set parallel.cp=0",
          ["parallel.cp"]),
-        ("plan mixtral", 2, "plan --config configs/mixtral-tiny.toml --cluster configs/clusters/dgx-h100.toml --gpus 8",
-         ["the planner prices the dense families"]),
+        ("plan mixtral at tp 2", 2, "plan --config configs/mixtral-tiny.toml --cluster configs/clusters/dgx-h100.toml "
+         "--gpus 8 --layout tp=2,pp=1,dp=4", ["tp(2) with model.arch = \"mixtral\": Trident trains the MoE families at tp = 1"]),
         # NOTE [held store port]: the launcher's listening socket is rank 0's alone, and must listen on MASTER_PORT.
         ("store fd on rank 1", 2, "train --config configs/gpt-tiny.toml",
          ["TRIDENT_STORE_FD=0 is set for rank 1", "only rank 0, which hosts the rendezvous store"],

@@ -142,6 +142,28 @@ TEST(PlanCli, LongestSequenceNamesTheLengthAndItsLayouts) {
   EXPECT_EQ(json::as_int(json::at(b, "cp", "e"), "cp"), 16);
 }
 
+// NOTE [planned experts]: the full-size MoE presets searched, every layout at tp = 1 (what Trident
+// runs for them), fitting an H100; DeepSeek-V3 without cp (MLA does not run under it).
+TEST(PlanCli, MoePresetsAreSearchedAtTpOne) {
+  for (const char* preset : {"mixtral-8x7b", "qwen3-30b-a3b"}) {
+    const Result r = run_plan(std::string("--config configs/") + preset +
+                                  ".toml --cluster configs/clusters/dgx-h100.toml --gpus 64 --top 3 --format json",
+                              false);
+    ASSERT_EQ(r.status, 0) << preset << ": " << r.out;
+    const json::Value v = json::parse(r.out, "plan");
+    const auto& best = json::as_array(v, "plan");
+    ASSERT_FALSE(best.empty()) << preset;
+    for (const auto& e : best) {
+      EXPECT_EQ(json::as_int(json::at(e, "tp", "e"), "tp"), 1) << preset;
+      EXPECT_TRUE(json::as_bool(json::at(e, "fits", "e"), "fits")) << preset;
+    }
+  }
+  const Result d = run_plan("--config configs/deepseek-v3.toml --cluster configs/clusters/dgx-h100.toml --gpus 1024 "
+                            "--layout tp=1,cp=2,pp=16");
+  EXPECT_EQ(d.status, 2) << d.out;
+  EXPECT_NE(d.out.find("multi-head latent attention does not run under context parallelism"), std::string::npos) << d.out;
+}
+
 TEST(PlanCli, BadArgumentsSayWhat) {
   for (auto [args, expect] : std::vector<std::pair<std::string, std::string>>{
            {"--config configs/gpt-tiny.toml --gpus 4", "--cluster is required"},

@@ -100,16 +100,38 @@ TEST(PlannerMemory, GatedMlpKeepsFourWideTensors) {
 
 // The planner prices the families without their code: its shapes are theirs.
 TEST(PlannerMemory, BlockShapesAreTheFamiliesOwn) {
-  size_t dense = 0;
+  size_t families = 0;
   for (const ModelFamilyRules& f : model_families()) {
-    if (f.shape.moe) continue;  // trident plan refuses a mixture of experts by name (BadInput 'plan mixtral')
-    ++dense;
+    ++families;
     ModelConfig m;
     m.arch = f.arch;
+    if (f.shape.moe) m.experts = 8;
     EXPECT_EQ(block_shape(m).gated_mlp, f.shape.gated_mlp) << f.arch;
     EXPECT_EQ(block_shape(m).position_table, f.shape.position_table) << f.arch;
+    EXPECT_EQ(block_shape(m).moe, f.shape.moe) << f.arch;
   }
-  EXPECT_EQ(dense, 2u) << "a new dense family: teach the planner its costs and shape";
+  EXPECT_EQ(families, 6u) << "a new family: teach the planner its costs and shape";
+}
+
+// NOTE [planned experts]: compute by the parameters a token passes, memory by all of them, against
+// the published figures of the full-size MoE presets: Mixtral 8x7B 46.7B total, 12.9B active (Jiang
+// et al. 2024); DeepSeek-V3 671B total, 37B activated (arXiv:2412.19437, its main model without the
+// multi-token-prediction module); Qwen3-30B-A3B 30.5B total, 3.3B activated (arXiv:2505.09388). Active:
+// the layers' weight GEMMs per token (forward FLOPs / 2 per token) plus the embedding and the head.
+TEST(PlannerCost, MoePresetsHaveThePublishedTotalAndActiveParameters) {
+  struct Case {
+    const char* preset;
+    double total, active;
+  };
+  for (const Case& c : {Case{"mixtral-8x7b", 46.7e9, 12.9e9}, Case{"deepseek-v3", 671e9, 37e9},
+                        Case{"qwen3-30b-a3b", 30.5e9, 3.3e9}}) {
+    const Config cfg = load_config(std::string(TRIDENT_SOURCE_DIR) + "/configs/" + c.preset + ".toml");
+    const ModelConfig& m = cfg.model;
+    const double per_token_layer = layer_flops(m, 1).matmul / 2 / static_cast<double>(m.seq_len);
+    const double active = static_cast<double>(m.layers) * per_token_layer + 2.0 * static_cast<double>(m.vocab_size * m.hidden);
+    EXPECT_NEAR(active / c.active, 1.0, 0.03) << c.preset << ": " << active;
+    EXPECT_NEAR(static_cast<double>(total_params(m)) / c.total, 1.0, 0.01) << c.preset << ": " << total_params(m);
+  }
 }
 
 TEST(PlannerStep, OneDeviceStepIsFlopsOverRateAndTpAddsRingAllReduces) {
