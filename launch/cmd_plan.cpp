@@ -33,13 +33,13 @@ std::string fmt(const char* f, double x) {
 std::vector<std::pair<const char*, double>> parts(const plan::Breakdown& b) {
   return {{"compute", b.compute}, {"bubble", b.bubble},   {"tp_comm", b.tp_comm},     {"pp_comm", b.pp_comm},
           {"dp_exposed", b.dp_exposed}, {"optimizer", b.optimizer}, {"recompute", b.recompute},
-          {"step_sync", b.step_sync}, {"cp_comm", b.cp_comm}};
+          {"step_sync", b.step_sync}, {"cp_comm", b.cp_comm}, {"ep_comm", b.ep_comm}};
 }
 
 std::string table(const std::vector<plan::Estimate>& es) {
   std::ostringstream os;
   os << "  # layout                                                          step_s   tokens/s  TFLOP/s/dev    MFU  "
-        "peak_GiB | compute bubble tp_comm pp_comm dp_exp optim recomp  sync cp_comm (% of step)\n";
+        "peak_GiB | compute bubble tp_comm pp_comm dp_exp optim recomp  sync cp_comm ep_comm (% of step)\n";
   for (size_t i = 0; i < es.size(); ++i) {
     const plan::Estimate& e = es[i];
     char line[512];
@@ -71,7 +71,8 @@ std::string csv(const std::vector<plan::Estimate>& es) {
 std::string json_one(const plan::Estimate& e, const std::string& runtime) {
   std::ostringstream os;
   os << "{\"layout\": \"" << plan::layout_text(e.layout) << "\", \"runtime\": \"" << runtime << "\", \"tp\": " << e.layout.tp
-     << ", \"cp\": " << e.layout.cp << ", \"cp_comm\": \"" << e.layout.cp_comm << "\", \"pp\": " << e.layout.pp
+     << ", \"cp\": " << e.layout.cp << ", \"cp_comm\": \"" << e.layout.cp_comm << "\", \"ep\": " << e.layout.ep
+     << ", \"pp\": " << e.layout.pp
      << ", \"dp\": " << e.layout.dp << ", \"schedule\": \"" << e.layout.schedule << "\", \"chunks\": " << e.layout.chunks
      << ", \"micro_batch\": " << e.layout.micro_batch << ", \"recompute\": \"" << e.layout.recompute
      << "\", \"zero\": " << e.layout.zero << ", \"microbatches\": " << e.microbatches
@@ -120,6 +121,7 @@ std::string emit_set(const plan::Estimate& e, int64_t global_batch, const std::v
      << "\n--set parallel.sequence_parallel=" << (l.sequence_parallel ? "true" : "false")
      << "\n--set parallel.zero=" << l.zero << "\n";
   if (l.cp > 1) os << "--set parallel.cp=" << l.cp << "\n--set parallel.cp_comm=" << l.cp_comm << "\n";
+  if (l.ep > 1) os << "--set parallel.ep=" << l.ep << "\n";
   if (!l.layers.empty()) {
     os << "--set parallel.pipeline_layers=[";
     for (size_t i = 0; i < l.layers.size(); ++i) os << (i ? "," : "") << l.layers[i];
@@ -143,7 +145,7 @@ void add_plan_options(po::options_description& opts) {
       "seq", po::value<int64_t>(), "sequence length (default: the config's model.seq_len)")(
       "layout", po::value<std::string>(), "evaluate one layout: tp=..,pp=..,dp=..,schedule=..,chunks=..,mbs=..,"
                                           "recompute=none|selective|full,zero=0|1,sp=0|1,layers=A+B+.. (or first=N,last=M: "
-                                          "Megatron's uneven first/last stage),cp=N,cp_comm=p2p|all_gather|a2a")(
+                                          "Megatron's uneven first/last stage),cp=N,cp_comm=p2p|all_gather|a2a,ep=N")(
       "runtime", po::value<std::string>()->default_value("trident"),
       "what to predict: trident (Trident as it runs), megatron (Megatron-LM with --overlap-grad-reduce "
       "--overlap-param-gather --tp-comm-overlap, flash attention) or megatron-2021 (Narayanan et al. 2021)")(

@@ -94,7 +94,7 @@ double step_flops(const ModelConfig& m, int64_t samples, const std::string& reco
   return static_cast<double>(m.layers) * per_layer + 3 * head_flops(m, samples, tp);
 }
 
-ParamCounts param_counts(const ModelConfig& m, int64_t tp, bool pipelined) {
+ParamCounts param_counts(const ModelConfig& m, int64_t tp, bool pipelined, int64_t ep) {
   const int64_t h = m.hidden, f = m.ffn(), t = tp, v = m.padded_vocab(tp);
   ParamCounts p;
   if (!is_llama(m)) {
@@ -109,10 +109,12 @@ ParamCounts param_counts(const ModelConfig& m, int64_t tp, bool pipelined) {
     // latent norms are replicated beside the RMSNorms.
     const MlpShape s = mlp_shape(m);
     const double hd = static_cast<double>(h);
-    const double mlp = (1 - s.moe_share) * 3 * hd * s.dense_width +
-                       s.moe_share * (3 * hd * (s.experts * s.expert_width + s.shared_width) + hd * s.router_rows);
+    const double experts = s.moe_share * 3 * hd * s.experts * s.expert_width / static_cast<double>(ep);
+    const double mlp = (1 - s.moe_share) * 3 * hd * s.dense_width + experts +
+                       s.moe_share * (3 * hd * s.shared_width + hd * s.router_rows);
     const int64_t norms = 2 * h + (m.mla() ? m.q_lora_rank + m.kv_lora_rank : 0);
     p.layer = static_cast<int64_t>((attention_matrix_params(m) + mlp) / static_cast<double>(t)) + norms;
+    p.layer_experts = static_cast<int64_t>(experts / static_cast<double>(t));
     p.embedding = v / t * h;
     p.head = h + ((!m.tie_embeddings || pipelined) ? v / t * h : 0);
   }

@@ -56,11 +56,13 @@ double step_flops(const ModelConfig& m, int64_t samples, const std::string& reco
 // Parameters, as one rank of a tp-way tensor-parallel layout holds them.
 struct ParamCounts {
   int64_t layer = 0;       // one transformer layer (its tp shard plus the replicated norms and row biases)
+  int64_t layer_experts = 0;  // of which the routed experts this rank holds (a mean layer: NOTE [planned experts])
   int64_t embedding = 0;   // word (vocab-parallel shard) and, for gpt, position embeddings: the first stage
   int64_t head = 0;        // the last stage: final norm, and the LM head's own copy of the word embedding
                            // (gpt and tied llama: a copy only when pp > 1; untied llama: its own matrix)
 };
-ParamCounts param_counts(const ModelConfig& m, int64_t tp, bool pipelined);
+// ep > 1: each rank holds model.experts / ep of every MoE layer's routed experts.
+ParamCounts param_counts(const ModelConfig& m, int64_t tp, bool pipelined, int64_t ep = 1);
 int64_t total_params(const ModelConfig& m);  // the model's distinct parameters (tp = pp = 1)
 
 // layer_activation_bytes (NOTE [activation memory]) is in core/activation_memory.h:

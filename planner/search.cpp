@@ -56,9 +56,11 @@ std::vector<std::vector<int>> splits(const Problem& pr, int tp, int stages, int 
 // Memory that no schedule avoids: states of the largest stage plus one micro-batch's activations.
 bool surely_too_big(const Problem& pr, const PlanLayout& l) {
   const ModelConfig& m = pr.model;
-  const ParamCounts pc = param_counts(m, l.tp, l.pp > 1);
+  const ParamCounts pc = param_counts(m, l.tp, l.pp > 1, l.ep);
   const double params = static_cast<double>(pc.layer) * static_cast<double>(m.layers) / l.pp;
-  const double states = params * (pr.precision == "bf16" ? 10 : 8) + params * 8 / (l.zero ? l.dp * l.cp : 1);
+  const double experts = l.ep > 1 ? static_cast<double>(pc.layer_experts) * static_cast<double>(m.layers) / l.pp : 0.0;
+  const double states = params * (pr.precision == "bf16" ? 10 : 8) +
+                        (params - experts) * 8 / (l.zero ? l.dp * l.cp : 1) + experts * 8 / (l.zero ? l.dp / l.ep : 1);
   const double act = layer_activation_bytes(m, block_shape(m), l.micro_batch, l.tp, l.sequence_parallel,
                                             l.recompute, pr.precision == "bf16" ? 2 : 4, l.cp);
   return states + act > pr.cluster.device_memory_gib * 1024.0 * 1024 * 1024;
@@ -161,25 +163,32 @@ struct Searcher {
     }
   }
 
-  // At one (tp, pp, dp, schedule, micro-batch): each layer split, recomputation, sequence parallelism and ZeRO.
+  // At one (tp, pp, dp, schedule, micro-batch): each ep the experts allow, layer split, recomputation,
+  // sequence parallelism and ZeRO.
   void memory_choices(int tp, int cp, int pp, int dp, const std::string& kind, int v, int mbs) {
-    for (const std::vector<int>& split : splits(pr, tp, pp * v, mbs)) {
-      for (const char* rec : {"none", "selective", "full"}) {
-        for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
-          for (int zero = 0; zero <= (dp * cp > 1 ? 1 : 0); ++zero) {
-            PlanLayout l;
-            l.tp = tp, l.cp = cp, l.pp = pp, l.dp = dp, l.schedule = kind, l.chunks = v, l.micro_batch = mbs;
-            l.recompute = rec, l.sequence_parallel = sp == 1, l.zero = zero, l.layers = split;
-            if (sp && (pr.model.seq_len / cp) % tp) {
-              drop("sequence parallelism: tp does not divide seq_len");
-              continue;
-            }
-            if (surely_too_big(pr, l)) {
-              drop("exceeds device memory (states and one micro-batch alone)");
-              continue;
-            }
-            keep_if_it_fits(l, all);
+    for (int ep : divisors(dp)) {
+      if (ep > 1 && (pr.model.experts == 0 || pr.model.experts % ep != 0 || cp > 1)) continue;
+      for (const std::vector<int>& split : splits(pr, tp, pp * v, mbs)) layouts_of(tp, cp, pp, dp, ep, kind, v, mbs, split);
+    }
+  }
+
+  void layouts_of(int tp, int cp, int pp, int dp, int ep, const std::string& kind, int v, int mbs,
+                  const std::vector<int>& split) {
+    for (const char* rec : {"none", "selective", "full"}) {
+      for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
+        for (int zero = 0; zero <= (dp * cp > 1 ? 1 : 0); ++zero) {
+          PlanLayout l;
+          l.tp = tp, l.cp = cp, l.pp = pp, l.dp = dp, l.ep = ep, l.schedule = kind, l.chunks = v, l.micro_batch = mbs;
+          l.recompute = rec, l.sequence_parallel = sp == 1, l.zero = zero, l.layers = split;
+          if (sp && (pr.model.seq_len / cp) % tp) {
+            drop("sequence parallelism: tp does not divide seq_len");
+            continue;
           }
+          if (surely_too_big(pr, l)) {
+            drop("exceeds device memory (states and one micro-batch alone)");
+            continue;
+          }
+          keep_if_it_fits(l, all);
         }
       }
     }

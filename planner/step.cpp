@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <sstream>
+#include <tuple>
 
 #include "planner/model_cost.h"
 #include "schedules/generators.h"
@@ -92,6 +93,7 @@ PlanLayout parse_layout(const std::string& text, int gpus) {
     if (k == "tp") l.tp = parse_int(k, v);
     else if (k == "cp") l.cp = parse_int(k, v);
     else if (k == "cp_comm") l.cp_comm = v;
+    else if (k == "ep") l.ep = parse_int(k, v);
     else if (k == "pp") l.pp = parse_int(k, v);
     else if (k == "dp") l.dp = parse_int(k, v);
     else if (k == "chunks") l.chunks = parse_int(k, v);
@@ -110,10 +112,11 @@ PlanLayout parse_layout(const std::string& text, int gpus) {
     } else {
       throw PlanError("--layout '" + text + "': unknown key '" + k +
                       "': expected tp, cp, pp, dp, schedule, chunks, mbs, recompute, zero, sp, layers, first, last, "
-                      "cp_comm");
+                      "cp_comm, ep");
     }
   }
-  if (l.tp < 1 || l.pp < 1 || l.cp < 1) throw PlanError("--layout '" + text + "': tp, cp and pp must be >= 1");
+  if (l.tp < 1 || l.pp < 1 || l.cp < 1 || l.ep < 1)
+    throw PlanError("--layout '" + text + "': tp, cp, pp and ep must be >= 1");
   if (l.cp_comm != "p2p" && l.cp_comm != "all_gather" && l.cp_comm != "a2a")
     throw PlanError("--layout '" + text + "': cp_comm=" + l.cp_comm + ": expected p2p, all_gather or a2a");
   if (l.cp == 1 && l.cp_comm != "p2p")
@@ -159,6 +162,7 @@ std::string layout_text(const PlanLayout& l) {
                     ",zero=" + std::to_string(l.zero) + ",sp=" + std::to_string(l.sequence_parallel ? 1 : 0);
   if (l.schedule == "zb-auto") out += ",mem=" + std::to_string(l.memory_limit);
   if (l.cp > 1) out += ",cp=" + std::to_string(l.cp) + ",cp_comm=" + l.cp_comm;
+  if (l.ep > 1) out += ",ep=" + std::to_string(l.ep);
   if (!l.layers.empty()) {
     out += ",layers=";
     for (size_t i = 0; i < l.layers.size(); ++i) out += (i ? "+" : "") + std::to_string(l.layers[i]);
@@ -242,6 +246,14 @@ void check_layout(const Problem& pr, const PlanLayout& given) {
     throw PlanError(at + "tp(" + std::to_string(l.tp) + ") with model.arch = \"" + m.arch +
                     "\": Trident trains the MoE families at tp = 1 (the experts are not split over tensor-parallel "
                     "ranks yet)");
+  if (l.ep > 1 && m.experts == 0)
+    throw PlanError(at + "ep(" + std::to_string(l.ep) + ") with model.arch = \"" + m.arch + "\": a dense model has no experts");
+  if (l.ep > 1 && (m.experts % l.ep != 0 || l.dp % l.ep != 0))
+    throw PlanError(at + "ep(" + std::to_string(l.ep) + ") must divide model.experts = " + std::to_string(m.experts) +
+                    " and dp = " + std::to_string(l.dp) + " (the experts fold over the data-parallel replicas)");
+  if (l.ep > 1 && l.cp > 1)
+    throw PlanError(at + "ep(" + std::to_string(l.ep) + ") with cp(" + std::to_string(l.cp) +
+                    "): Trident does not fold the experts over context-parallel ranks yet");
   if (m.mla() && l.cp > 1)
     throw PlanError(at + "cp(" + std::to_string(l.cp) + ") with model.arch = \"" + m.arch +
                     "\": multi-head latent attention does not run under context parallelism yet");
@@ -349,6 +361,24 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
       cp_b = cp_f;
     }
   }
+  // NOTE [planned expert parallelism] Under ep > 1 every MoE layer sends each token's k rows to the
+  // ranks of their experts and brings them back: per micro-batch two all-to-alls forward (dispatch,
+  // combine) and two backward, each moving (ep - 1) / ep of b·s·k·h elements of this rank over the ep
+  // group's link (its ranks tp apart inside the dp replicas, ep fastest: on one node while tp x ep fits
+  // it; NOTE [expert grid] in parallel/layout.h), plus the splits exchanged first (latency). Exposed:
+  // Trident does not overlap them with compute yet (schedule.overlap_moe is issue 50's). A mean layer
+  // carries its share of the MoE layers' (NOTE [planned experts]). The routed experts' memory divides by
+  // ep, their gradients reduce and ZeRO-1 shards over the expert-data-parallel group (dp / ep).
+  double ep_f = 0, ep_b = 0;
+  if (l.ep > 1) {
+    const double n = l.ep, share = mlp_shape(m).moe_share;
+    const Link el = link(c, static_cast<int64_t>(l.tp) * l.ep <= c.devices_per_node);
+    const double rows = static_cast<double>(l.micro_batch * ml.seq_len) * static_cast<double>(m.moe_top_k) *
+                        static_cast<double>(m.hidden) * e;
+    const double a2a = (n - 1) / n * rows / (el.gbs * 1e9) + 2 * el.lat_us * 1e-6 + 2 * el.call_us * 1e-6;
+    ep_f = share * 2 * a2a;
+    ep_b = ep_f;
+  }
   // Tensor parallelism: 2 all-reduces (or all-gather + reduce-scatter pairs with SP: the same volume
   // in twice the calls) in each layer's forward and 2 in its backward (Shoeybi et al. 2019); inside a
   // node unless tp exceeds it. With --tp-comm-overlap (SP only) each all-gather and reduce-scatter is
@@ -366,6 +396,7 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
   const double rec_gemm = l.recompute == "full" ? layer_f : l.recompute == "selective" ? lt.attn_f : 0.0;
   const double rec_tp = l.recompute == "full" ? tp_pass : 0.0;
   const double rec_cp = l.recompute == "none" ? 0.0 : cp_f;  // the attention core reruns its exchanges
+  const double rec_ep = l.recompute == "full" ? ep_f : 0.0;    // a recomputed layer dispatches again
 
   const std::vector<int> nl = layers_per_stage(m, l);
   std::pair<double, double> layer_host = c.layer_overhead_s(m.arch);  // (forward, backward) seconds
@@ -381,7 +412,7 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
 
   // Per virtual stage, one micro-batch, in milliseconds (the simulator's unit).
   struct Parts {
-    double gemm = 0, rec = 0, tp = 0, over = 0, cp = 0;
+    double gemm = 0, rec = 0, tp = 0, over = 0, cp = 0, ep = 0;
   };
   std::vector<Parts> parts(stages);
   sched::Costs costs;
@@ -421,20 +452,22 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
         comp_b = comp_b0 + extra;
       }
       double w = split_w ? comp_b0 * prof->weight_share : 0.0;
-      double i = comp_b - w + ov + n * (tp_pass + rec_tp + cp_b + rec_cp);
-      const double f = comp_f + ov + n * (tp_pass + cp_f);
+      double i = comp_b - w + ov + n * (tp_pass + rec_tp + cp_b + rec_cp + ep_b + rec_ep);
+      const double f = comp_f + ov + n * (tp_pass + cp_f + ep_f);
       if (split_w) w += ov;
       costs.stage_costs[vs] = {f * 1e3, (i + w) * 1e3, w * 1e3};
       parts[vs].tp = n * (2 * tp_pass + rec_tp);
       parts[vs].cp = n * (cp_f + cp_b + rec_cp);
+      parts[vs].ep = n * (ep_f + ep_b + rec_ep);
       parts[vs].rec = comp_b - comp_b0;
       parts[vs].over = ov * (split_w ? 3 : 2);
-      parts[vs].gemm = f + i + w - parts[vs].tp - parts[vs].cp - parts[vs].rec - parts[vs].over;
+      parts[vs].gemm = f + i + w - parts[vs].tp - parts[vs].cp - parts[vs].ep - parts[vs].rec - parts[vs].over;
       continue;
     }
-    double f = n * (layer_f + tp_pass + cp_f) + (last ? ht.gemm + ht.loss_f : 0);
+    double f = n * (layer_f + tp_pass + cp_f + ep_f) + (last ? ht.gemm + ht.loss_f : 0);
     double w = n * lt.gemm_w + (last ? ht.gemm : 0);
-    double i = n * (layer_i + tp_pass + rec_gemm + rec_tp + cp_b + rec_cp) + (last ? ht.gemm + ht.loss_b : 0);
+    double i = n * (layer_i + tp_pass + rec_gemm + rec_tp + cp_b + rec_cp + ep_b + rec_ep) +
+               (last ? ht.gemm + ht.loss_b : 0);
     // Host time per layer beyond its FLOPs: the forward's once more for a fully recomputed layer.
     const double host_f = n * layer_host.first, host_i = n * (layer_host.second + (l.recompute == "full" ? layer_host.first : 0));
     const double overhead = ov * (split_w ? 3 : 2) + host_f + host_i;
@@ -444,9 +477,10 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
     costs.stage_costs[vs] = {f * 1e3, (i + w) * 1e3, w * 1e3};
     parts[vs].tp = n * (2 * tp_pass + rec_tp);
     parts[vs].cp = n * (cp_f + cp_b + rec_cp);
+    parts[vs].ep = n * (ep_f + ep_b + rec_ep);
     parts[vs].rec = n * rec_gemm;
     parts[vs].over = overhead;
-    parts[vs].gemm = f + i + w - parts[vs].tp - parts[vs].cp - parts[vs].rec - overhead;
+    parts[vs].gemm = f + i + w - parts[vs].tp - parts[vs].cp - parts[vs].ep - parts[vs].rec - overhead;
   }
   // Pipeline transfers: one (b, s, h) message per boundary, inter-node when the two stages' devices
   // are on different nodes (NOTE [rank order] in parallel/layout.h: stage i starts at rank i*dp*tp).
@@ -475,8 +509,9 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
   const double pipe_s = st.step_time * 1e-3, pipe_free_s = st0.step_time * 1e-3;
 
   // Per pipeline rank: parameters, the DP reduce, the optimizer, memory.
-  const ParamCounts pc = param_counts(m, l.tp, l.pp > 1);
+  const ParamCounts pc = param_counts(m, l.tp, l.pp > 1, l.ep);
   const int dpc = l.dp * l.cp;  // the dense gradients' group (NOTE [context grid])
+  const int edp = l.dp / l.ep;  // the routed experts' gradients' group under ep > 1 (NOTE [planned expert parallelism])
   const Link dl = dp_link(c, l.tp, dpc);
   // all_gather keeps the gathered keys and values of the whole sequence for its backward.
   const double gathered = l.cp > 1 && l.cp_comm == "all_gather" && l.recompute != "full"
@@ -499,10 +534,11 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
   for (int r = 0; r < l.pp; ++r)
     if (st.busy[r] > st.busy[busiest]) busiest = r;
   for (int r = 0; r < l.pp; ++r) {
-    double params = 0, act_chunk = 0, backward_one = 0, forward_one = 0;
+    double params = 0, act_chunk = 0, backward_one = 0, forward_one = 0, experts = 0;
     for (int ch = 0; ch < v; ++ch) {
       const int vs = s.stage_of(r, ch);
       params += nl[vs] * static_cast<double>(pc.layer);
+      if (l.ep > 1) experts += nl[vs] * static_cast<double>(pc.layer_experts);
       if (vs == 0) params += static_cast<double>(pc.embedding);
       if (vs == stages - 1) params += static_cast<double>(pc.head) - (tied_on_one_rank ? head_copy : 0.0);
       act_chunk = std::max(act_chunk, nl[vs] * layer_act + (vs == stages - 1 ? head_act : 0.0));
@@ -512,7 +548,8 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
     RankMemory rm;
     rm.params = params * (pr.precision == "bf16" ? 6 : 4);  // fp32 master (+ bf16 compute copy)
     rm.grads = params * 4;                                    // fp32 gradients
-    rm.optimizer = params * 8 / (l.zero ? dpc : 1);          // AdamW moments (ZeRO-1 shards them over dp x cp)
+    // AdamW moments (ZeRO-1 shards them over dp x cp; the routed experts' under ep > 1 over dp / ep)
+    rm.optimizer = (params - experts) * 8 / (l.zero ? dpc : 1) + experts * 8 / (l.zero ? edp : 1);
     rm.peak_inflight = st.peak_inflight[r];
     rm.activations = rm.peak_inflight * act_chunk;
     rm.boundary = l.pp > 1 ? 2 * msg : 0.0;
@@ -525,21 +562,26 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
     // rank's last backward and the idle time after it, the gather behind the next step's idle start
     // and first forward.
     double dp_s = 0;
-    if (dpc > 1) {
-      const double n = dpc, grads = params * 4;
+    // Under ep > 1 the routed experts' gradients are buckets of their own over dp / ep, on the link of
+    // ranks tp x ep apart; the rest over dp x cp as before.
+    for (const auto& [group, grads, gl] :
+         {std::tuple<int, double, Link>{dpc, (params - experts) * 4, dl},
+          std::tuple<int, double, Link>{edp, experts * 4, dp_link(c, l.tp * l.ep, edp)}}) {
+      if (group <= 1 || grads <= 0) continue;
+      const double n = group;
       const double per_bucket = rt.megatron_buckets ? std::max(4e7, 1e6 * n) * 4 : bucket;
       const double buckets = rt.grads_during_backward ? std::max(1.0, std::ceil(grads / per_bucket)) : 1.0;
       auto one = [&](double bytes, double share) {  // share 1: all-reduce, 1/2: reduce-scatter or all-gather
-        return share * 2 * (n - 1) / n * bytes / buckets / (dl.gbs * 1e9) + share * 2 * (n - 1) * dl.lat_us * 1e-6 +
-               dl.call_us * 1e-6;
+        return share * 2 * (n - 1) / n * bytes / buckets / (gl.gbs * 1e9) + share * 2 * (n - 1) * gl.lat_us * 1e-6 +
+               gl.call_us * 1e-6;
       };
       const double reduce = one(grads, l.zero ? 0.5 : 1.0);
       const bool overlap = rt.grads_during_backward && (rt.name != "trident" || pr.overlap_grad_reduce);
       const double tail = (st.step_time - st.end[r]) * 1e-3, head = st.first_start[r] * 1e-3;
-      dp_s = overlap ? exposed_after_window(reduce, static_cast<int64_t>(buckets), backward_one + tail)
-                     : buckets * reduce;
+      dp_s += overlap ? exposed_after_window(reduce, static_cast<int64_t>(buckets), backward_one + tail)
+                      : buckets * reduce;
       if (l.zero) {
-        const double gather = one(rt.megatron_buckets ? params * e : grads, 0.5);
+        const double gather = one(rt.megatron_buckets ? grads / 4 * e : grads, 0.5);
         const bool hidden = rt.gather_during_forward || (rt.name == "trident" && pr.overlap_param_gather);
         dp_s += hidden ? exposed_after_window(gather, static_cast<int64_t>(buckets), forward_one + head)
                     : buckets * gather;
@@ -550,7 +592,7 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
     // does not shrink with tp or ZeRO's sharding, so neither divides it.
     const double share = params * t / static_cast<double>(total_params(m));
     const double opt_s = slow * (prof ? prof->step_overhead_ms * 1e-3 * share
-                                      : params / (l.zero ? dpc : 1) *
+                                      : ((params - experts) / (l.zero ? dpc : 1) + experts / (l.zero ? edp : 1)) *
                                             (pr.precision == "bf16" ? kOptimizerBytesBf16 : kOptimizerBytesFp32) /
                                             (c.memory_bandwidth_gbs * 1e9));
     dp_worst = std::max(dp_worst, dp_s);
@@ -567,8 +609,9 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
     b.recompute += mb_count * p.rec;
     b.tp_comm += mb_count * p.tp;
     b.cp_comm += mb_count * p.cp;
+    b.ep_comm += mb_count * p.ep;
   }
-  b.bubble = std::max(0.0, pipe_free_s - (b.compute + b.recompute + b.tp_comm + b.cp_comm));
+  b.bubble = std::max(0.0, pipe_free_s - (b.compute + b.recompute + b.tp_comm + b.cp_comm + b.ep_comm));
   b.pp_comm = std::max(0.0, pipe_s - pipe_free_s);
   b.dp_exposed = dp_worst;
   b.optimizer = opt_worst;

@@ -143,7 +143,7 @@ TEST(PlanCli, LongestSequenceNamesTheLengthAndItsLayouts) {
 }
 
 // NOTE [planned experts]: the full-size MoE presets searched, every layout at tp = 1 (what Trident
-// runs for them), fitting an H100; DeepSeek-V3 without cp (MLA does not run under it).
+// runs for them), fitting an H100; DeepSeek-V3 with ep and without cp (MLA does not run under it).
 TEST(PlanCli, MoePresetsAreSearchedAtTpOne) {
   for (const char* preset : {"mixtral-8x7b", "qwen3-30b-a3b"}) {
     const Result r = run_plan(std::string("--config configs/") + preset +
@@ -158,6 +158,20 @@ TEST(PlanCli, MoePresetsAreSearchedAtTpOne) {
       EXPECT_TRUE(json::as_bool(json::at(e, "fits", "e"), "fits")) << preset;
     }
   }
+  // DeepSeek-V3 fits 1024 H100s only with its experts spread (NOTE [planned expert parallelism]), and
+  // --emit-set says so to trident train.
+  const Result ds = run_plan("--config configs/deepseek-v3.toml --cluster configs/clusters/dgx-h100.toml --gpus 1024 "
+                             "--top 3 --format json", false);
+  ASSERT_EQ(ds.status, 0) << ds.out;
+  const json::Value dv = json::parse(ds.out, "plan");
+  for (const auto& e : json::as_array(dv, "plan")) {
+    EXPECT_EQ(json::as_int(json::at(e, "tp", "e"), "tp"), 1);
+    EXPECT_GT(json::as_int(json::at(e, "ep", "e"), "ep"), 1);
+    EXPECT_GT(json::as_double(json::at(json::at(e, "breakdown_s", "e"), "ep_comm", "b"), "ep_comm"), 0.0);
+  }
+  const Result emit = run_plan("--config configs/deepseek-v3.toml --cluster configs/clusters/dgx-h100.toml --gpus 1024 "
+                               "--layout tp=1,pp=16,ep=8 --emit-set");
+  EXPECT_NE(emit.out.find("--set parallel.ep=8"), std::string::npos) << emit.out;
   const Result d = run_plan("--config configs/deepseek-v3.toml --cluster configs/clusters/dgx-h100.toml --gpus 1024 "
                             "--layout tp=1,cp=2,pp=16");
   EXPECT_EQ(d.status, 2) << d.out;

@@ -21,6 +21,7 @@ using namespace trident::plan;
 using trident::testing::error_of;
 using trident::testing::gpt;
 using trident::testing::unit_cluster;
+using trident::testing::unit_problem;
 
 TEST(PlannerCost, GptStepFlopsWithRecomputationAreNarayanansFormula) {
   // Narayanan et al. 2021, Sec. 5.1: 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) with full recomputation.
@@ -264,6 +265,47 @@ TEST(PlannerStep, ContextParallelHalvesTheTokensAndPricesItsExchanges) {
   EXPECT_NE(error_of<PlanError>([] { parse_layout("cp_comm=a2a", 1); }).find("with cp=1: no sequence is split"),
             std::string::npos);
   EXPECT_NE(error_of<PlanError>([] { parse_layout("tp=2,cp=2,dp=1", 8); }).find("tp(2) x cp(2) x pp(1) x dp(1) = 4"),
+            std::string::npos);
+}
+
+// NOTE [planned expert parallelism]: ep 2 of a 4-layer, 8-expert top-2 model (every layer MoE) on 2
+// ranks. Each rank holds half of the experts: its parameter memory falls by half the experts'
+// (4 layers x 8 x 3 x 64 x 32 / 2 fp32 values, times 4 + 4 bytes of weights and gradients); the
+// all-to-alls per layer and micro-batch: two forward and two backward, each (ep-1)/ep of the
+// micro-batch's k rows (1 x 32 tokens x 2 x 64 fp32 = 16384 bytes, half of it leaving) at 1 GB/s with
+// no latency: 4 layers x 4 micro-batches x 4 x 8192 B. ZeRO-1 shards the experts' moments over
+// dp / ep = 1 (not at all) and the rest over dp = 2.
+TEST(PlannerStep, ExpertParallelismSplitsTheExpertsAndPricesItsAllToAlls) {
+  ModelConfig m = gpt(4, 64, 8, 32, 256);
+  m.arch = "mixtral", m.ffn_hidden = 32, m.experts = 8, m.moe_top_k = 2, m.tie_embeddings = false;
+  const Problem pr = unit_problem(m, 8);
+  const PlanLayout dp2 = parse_layout("dp=2,mbs=1", 2), ep2 = parse_layout("dp=2,ep=2,mbs=1", 2);
+  EXPECT_EQ(layout_text(ep2), "tp=1,pp=1,dp=2,schedule=1f1b,chunks=1,mbs=1,recompute=none,zero=0,sp=0,ep=2");
+  const Estimate a = evaluate(pr, dp2), b = evaluate(pr, ep2);
+  const double half_experts = 4.0 * 8 * 3 * 64 * 32 / 2;
+  EXPECT_DOUBLE_EQ(a.memory[0].params - b.memory[0].params, half_experts * 4);
+  EXPECT_DOUBLE_EQ(a.memory[0].grads - b.memory[0].grads, half_experts * 4);
+  EXPECT_DOUBLE_EQ(a.breakdown.ep_comm, 0.0);
+  EXPECT_NEAR(b.breakdown.ep_comm, 4.0 * 4 * 4 * 8192 / 1e9, 1e-12);
+  const Breakdown& k = b.breakdown;
+  EXPECT_NEAR(k.compute + k.recompute + k.tp_comm + k.cp_comm + k.ep_comm + k.bubble + k.pp_comm + k.dp_exposed +
+                  k.optimizer + k.step_sync,
+              b.step_s, 1e-12);
+  PlanLayout z = ep2;
+  z.zero = 1;
+  const double experts_moments = half_experts * 8, rest = b.memory[0].optimizer - experts_moments;
+  EXPECT_DOUBLE_EQ(evaluate(pr, z).memory[0].optimizer, experts_moments + rest / 2);
+  // What does not fold: ep not dividing the experts or dp, a dense model, ep beside cp.
+  Problem six = pr;
+  six.model.experts = 6;
+  EXPECT_NE(error_of<PlanError>([&] { evaluate(six, parse_layout("dp=4,ep=4", 4)); }).find("ep(4) must divide model.experts = 6"),
+            std::string::npos);
+  EXPECT_NE(error_of<PlanError>([&] { evaluate(pr, parse_layout("dp=2,pp=2,ep=4", 4)); }).find("and dp = 2"),
+            std::string::npos);
+  Problem dense = pr;
+  dense.model = gpt(4, 64, 8, 32, 256);
+  EXPECT_NE(error_of<PlanError>([&] { evaluate(dense, ep2); }).find("a dense model has no experts"), std::string::npos);
+  EXPECT_NE(error_of<PlanError>([&] { evaluate(pr, parse_layout("cp=2,dp=2,ep=2", 4)); }).find("ep(2) with cp(2)"),
             std::string::npos);
 }
 
