@@ -159,9 +159,22 @@ def main():
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=a.lr, betas=(0.9, 0.95), eps=1e-8,
                             **({"foreach": True} if a.adamw == "foreach" else {"fused": True} if a.adamw == "fused" else {}))
+    times, loss = train_steps(a, tokens, samples, lambda x, y: model(x, y), model.parameters(), opt,
+                              foreach=a.adamw != "default" or None)
+    print(f"eager: steps {a.steps} warmup {a.warmup} tokens_per_s {len(times) * a.global_batch * a.seq / sum(times):.2f} "
+          f"step_time_s {sum(times) / len(times):.4f} threads {torch.get_num_threads()} torch {torch.__version__} "
+          f"loss {loss.item():.4f}")
+
+
+def train_steps(a, tokens, samples, loss_of, params, opt, foreach=None):
+    """a.steps steps of a.global_batch random windows of a.seq + 1 tokens in micro-batches of
+    a.micro_batch, each loss_of(inputs, targets) backpropagated over the micro-batch count, the
+    gradients clipped to a.grad_clip, one optimizer step: the seconds of each step after a.warmup,
+    and the last micro-batch's loss. Shared by eager_gpt.py and eager_mixtral.py."""
+    params = list(params)
     gen = np.random.default_rng(a.seed)
     m = a.global_batch // a.micro_batch
-    times = []
+    times, loss = [], None
     for step in range(a.steps):
         start = time.perf_counter()
         opt.zero_grad(set_to_none=False)
@@ -169,16 +182,13 @@ def main():
         for mb in range(m):
             rows = [tokens[i * a.seq: i * a.seq + a.seq + 1] for i in order[mb * a.micro_batch:(mb + 1) * a.micro_batch]]
             batch = torch.from_numpy(np.stack(rows).astype(np.int64))
-            loss = model(batch[:, :-1], batch[:, 1:])
+            loss = loss_of(batch[:, :-1], batch[:, 1:])
             (loss / m).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip, foreach=a.adamw != "default" or None)
+        torch.nn.utils.clip_grad_norm_(params, a.grad_clip, foreach=foreach)
         opt.step()
         if step >= a.warmup:
             times.append(time.perf_counter() - start)
-    total = sum(times)
-    print(f"eager: steps {a.steps} warmup {a.warmup} tokens_per_s {len(times) * a.global_batch * a.seq / total:.2f} "
-          f"step_time_s {total / len(times):.4f} threads {torch.get_num_threads()} torch {torch.__version__} "
-          f"loss {loss.item():.4f}")
+    return times, loss
 
 
 if __name__ == "__main__":

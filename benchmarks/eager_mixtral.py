@@ -15,13 +15,11 @@ for the script to read. Shares no code with Trident."""
 import argparse
 import os
 import sys
-import time
 
-import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from eager_gpt import read_tokens  # noqa: E402
+from eager_gpt import read_tokens, train_steps  # noqa: E402
 
 
 def main():
@@ -57,26 +55,13 @@ def main():
     no_decay = [q for q in model.parameters() if q.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
-    gen = np.random.default_rng(a.seed)
-    m = a.global_batch // a.micro_batch
-    times = []
-    for step in range(a.steps):
-        start = time.perf_counter()
-        opt.zero_grad(set_to_none=False)
-        order = gen.permutation(samples)[: a.global_batch]
-        for mb in range(m):
-            rows = [tokens[i * a.seq: i * a.seq + a.seq + 1] for i in order[mb * a.micro_batch:(mb + 1) * a.micro_batch]]
-            batch = torch.from_numpy(np.stack(rows).astype(np.int64))
-            out = model(input_ids=batch[:, :-1], labels=batch[:, :-1].clone(), use_cache=False)
-            (out.loss / m).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
-        opt.step()
-        if step >= a.warmup:
-            times.append(time.perf_counter() - start)
-    total = sum(times)
-    print(f"eager: steps {a.steps} warmup {a.warmup} tokens_per_s {len(times) * a.global_batch * a.seq / total:.2f} "
-          f"step_time_s {total / len(times):.4f} threads {torch.get_num_threads()} torch {torch.__version__} "
-          f"experts {model.config._experts_implementation} loss {out.loss.item():.4f}")
+    # transformers shifts the labels itself: the window's first a.seq tokens are inputs and labels.
+    times, loss = train_steps(a, tokens, samples,
+                              lambda x, y: model(input_ids=x, labels=x.clone(), use_cache=False).loss,
+                              model.parameters(), opt)
+    print(f"eager: steps {a.steps} warmup {a.warmup} tokens_per_s {len(times) * a.global_batch * a.seq / sum(times):.2f} "
+          f"step_time_s {sum(times) / len(times):.4f} threads {torch.get_num_threads()} torch {torch.__version__} "
+          f"experts {model.config._experts_implementation} loss {loss.item():.4f}")
 
 
 if __name__ == "__main__":

@@ -90,7 +90,9 @@ TEST_F(MoeReference, Qwen2MoeTopThreeNotRenormalisedWithAGatedSharedExpert) {
   check("qwen2_moe", o);
 }
 
-TEST_F(MoeReference, DeepseekV3SigmoidGroupsBiasAndScaling) {
+// DeepSeek-V3's router as the reference file's block has it: 8 experts, top-3 of the best 2 of 4
+// groups by sigmoid scores, weights scaled by 2.5.
+RouterOptions deepseek_v3_router() {
   RouterOptions o;
   o.experts = 8;
   o.top_k = 3;
@@ -98,20 +100,16 @@ TEST_F(MoeReference, DeepseekV3SigmoidGroupsBiasAndScaling) {
   o.n_group = 4;
   o.topk_group = 2;
   o.routed_scaling_factor = 2.5;
-  check("deepseek_v3", o);
+  return o;
 }
+
+TEST_F(MoeReference, DeepseekV3SigmoidGroupsBiasAndScaling) { check("deepseek_v3", deepseek_v3_router()); }
 
 // NOTE [MoE balancing losses]: under a sigmoid router with the correction bias and groups the
 // balancing loss reads the scores normalised per token and their own top-k, as megatron-core's
 // compute_routing_scores_for_aux_loss and switch_load_balancing_loss_func do.
 TEST_F(MoeReference, DeepseekV3BalancingLossIsMegatronCores) {
-  RouterOptions o;
-  o.experts = 8;
-  o.top_k = 3;
-  o.score = "sigmoid";
-  o.n_group = 4;
-  o.topk_group = 2;
-  o.routed_scaling_factor = 2.5;
+  const RouterOptions o = deepseek_v3_router();
   const Routing r = route(get("deepseek_v3.x"), get("deepseek_v3.router"), get("deepseek_v3.bias"), o);
   EXPECT_NEAR(switch_aux_loss(r, 3).item<double>(), get("deepseek_v3.aux_loss").item<double>(), 1e-6);
   // The biased, group-limited choice differs from the scores' own top-k on these tokens, so the test
