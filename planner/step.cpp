@@ -300,6 +300,29 @@ void check_layout(const Problem& pr, const PlanLayout& given) {
   }
 }
 
+namespace {
+
+// NOTE [planned expert parallelism] Under ep > 1 every MoE layer sends each token's k rows to the
+// ranks of their experts and brings them back: per micro-batch two all-to-alls forward (dispatch,
+// combine) and two backward, each moving (ep - 1) / ep of b·s·k·h elements of this rank over the ep
+// group's link (its ranks tp apart inside the dp replicas, ep fastest: on one node while tp x ep fits
+// it; NOTE [expert grid] in parallel/layout.h), plus the splits exchanged first (latency). Exposed:
+// Trident does not overlap them with compute yet (schedule.overlap_moe is issue 50's). A mean layer
+// carries its share of the MoE layers' (NOTE [planned experts]). The routed experts' memory divides by
+// ep, their gradients reduce and ZeRO-1 shards over the expert-data-parallel group (dp / ep).
+// Returns one layer's forward seconds (the backward's are the same).
+double expert_all_to_alls(const ModelConfig& m, const Cluster& c, const PlanLayout& l, int64_t seq, int e) {
+  if (l.ep <= 1) return 0.0;
+  const double n = l.ep, share = mlp_shape(m).moe_share;
+  const Link el = link(c, static_cast<int64_t>(l.tp) * l.ep <= c.devices_per_node);
+  const double rows = static_cast<double>(l.micro_batch * seq) * static_cast<double>(m.moe_top_k) *
+                      static_cast<double>(m.hidden) * e;
+  const double a2a = (n - 1) / n * rows / (el.gbs * 1e9) + 2 * el.lat_us * 1e-6 + 2 * el.call_us * 1e-6;
+  return share * 2 * a2a;
+}
+
+}  // namespace
+
 Estimate evaluate(const Problem& pr, const PlanLayout& given) {
   const PlanLayout l = resolve_layers(pr.model, given);
   check_layout(pr, l);
@@ -361,24 +384,8 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
       cp_b = cp_f;
     }
   }
-  // NOTE [planned expert parallelism] Under ep > 1 every MoE layer sends each token's k rows to the
-  // ranks of their experts and brings them back: per micro-batch two all-to-alls forward (dispatch,
-  // combine) and two backward, each moving (ep - 1) / ep of b·s·k·h elements of this rank over the ep
-  // group's link (its ranks tp apart inside the dp replicas, ep fastest: on one node while tp x ep fits
-  // it; NOTE [expert grid] in parallel/layout.h), plus the splits exchanged first (latency). Exposed:
-  // Trident does not overlap them with compute yet (schedule.overlap_moe is issue 50's). A mean layer
-  // carries its share of the MoE layers' (NOTE [planned experts]). The routed experts' memory divides by
-  // ep, their gradients reduce and ZeRO-1 shards over the expert-data-parallel group (dp / ep).
-  double ep_f = 0, ep_b = 0;
-  if (l.ep > 1) {
-    const double n = l.ep, share = mlp_shape(m).moe_share;
-    const Link el = link(c, static_cast<int64_t>(l.tp) * l.ep <= c.devices_per_node);
-    const double rows = static_cast<double>(l.micro_batch * ml.seq_len) * static_cast<double>(m.moe_top_k) *
-                        static_cast<double>(m.hidden) * e;
-    const double a2a = (n - 1) / n * rows / (el.gbs * 1e9) + 2 * el.lat_us * 1e-6 + 2 * el.call_us * 1e-6;
-    ep_f = share * 2 * a2a;
-    ep_b = ep_f;
-  }
+  // NOTE [planned expert parallelism] (expert_all_to_alls): a layer's all-to-alls, forward and backward.
+  const double ep_f = expert_all_to_alls(m, c, l, ml.seq_len, e), ep_b = ep_f;
   // Tensor parallelism: 2 all-reduces (or all-gather + reduce-scatter pairs with SP: the same volume
   // in twice the calls) in each layer's forward and 2 in its backward (Shoeybi et al. 2019); inside a
   // node unless tp exceeds it. With --tp-comm-overlap (SP only) each all-gather and reduce-scatter is
