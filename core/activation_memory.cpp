@@ -1,8 +1,9 @@
 // Activation memory of one transformer layer: see activation_memory.h.
 #include "core/activation_memory.h"
 
-#include <algorithm>
 #include <stdexcept>
+
+#include "core/config_rules.h"
 
 namespace trident {
 
@@ -33,8 +34,7 @@ double layer_activation_bytes(const ModelConfig& m, const ModelShape& shape, int
     // A mean layer (NOTE [planned experts] in planner/model_cost.h): the dense first layers keep f-wide
     // tensors; an MoE layer per token its k rows sorted by expert and their outputs (2 k h), each row's
     // four expert-wide tensors (4 k I), the shared expert's four (4 S) and the router's scores (2 E).
-    const double layers = static_cast<double>(m.layers);
-    const double share = static_cast<double>(m.layers - std::min(m.moe_first_dense, m.layers)) / layers;
+    const double share = static_cast<double>(config_rules::moe_layers(m)) / static_cast<double>(m.layers);
     const double k = static_cast<double>(m.moe_top_k);
     const double moe = 2 * k * h + 4 * k * static_cast<double>(m.moe_ffn()) +
                        4 * static_cast<double>(m.moe_shared_ffn_hidden) + 2 * static_cast<double>(m.experts);

@@ -31,22 +31,29 @@ std::string big(Big v) {
 // three matrices), plus the embedding, the position table where the family
 // learns one, and an untied head. Biases and norms are left out: this is a
 // lower bound.
-Big model_params(const ModelConfig& m, const ModelShape& s) {
+Big attention_params(const ModelConfig& m) {
   const Big h = m.hidden, d = m.kv_channels > 0 ? Big(m.kv_channels) : Big(m.hidden) / Big(m.heads);
+  if (!m.mla()) return 2 * h * (Big(m.heads) * d) + 2 * h * (Big(m.kv()) * d);  // q and o; k and v
+  // NOTE [MLA] in models/common/mla.h: the down and up projections and o
+  const Big heads = m.heads, qk = Big(m.qk_nope_head_dim) + Big(m.qk_rope_head_dim), ql = m.q_lora_rank,
+            kl = m.kv_lora_rank;
+  return (ql > 0 ? h * ql + ql * heads * qk : h * heads * qk) + h * (kl + Big(m.qk_rope_head_dim)) +
+         kl * heads * (Big(m.qk_nope_head_dim) + Big(m.v_head_dim)) + heads * Big(m.v_head_dim) * h;
+}
+
+int64_t moe_layers(const ModelConfig& m) {
+  return m.experts > 0 ? m.layers - std::min(m.moe_first_dense, m.layers) : 0;
+}
+
+Big model_params(const ModelConfig& m, const ModelShape& s) {
+  const Big h = m.hidden;
   const Big ffn = m.ffn_hidden > 0 ? Big(m.ffn_hidden) : 4 * h;
-  const Big q_w = Big(m.heads) * d, kv_w = Big(m.kv()) * d;
   // An MoE layer: model.experts MLPs of the experts' width, the router (E x hidden) and a shared expert.
   const Big moe_mlp = Big(m.experts) * Big(m.moe_ffn()) + Big(m.moe_shared_ffn_hidden);
-  Big attn = 2 * h * q_w + 2 * h * kv_w;
-  if (m.mla()) {  // NOTE [MLA] in models/common/mla.h: the down and up projections and o
-    const Big heads = m.heads, qk = Big(m.qk_nope_head_dim) + Big(m.qk_rope_head_dim), ql = m.q_lora_rank,
-              kl = m.kv_lora_rank;
-    attn = (ql > 0 ? h * ql + ql * heads * qk : h * heads * qk) + h * (kl + Big(m.qk_rope_head_dim)) +
-           kl * heads * (Big(m.qk_nope_head_dim) + Big(m.v_head_dim)) + heads * Big(m.v_head_dim) * h;
-  }
+  const Big attn = attention_params(m);
   const Big mats = s.gated_mlp ? 3 : 2;
   // The first model.moe_first_dense layers (all of them without experts) keep the dense MLP.
-  const Big dense_layers = m.experts > 0 ? std::min(Big(m.moe_first_dense), Big(m.layers)) : Big(m.layers);
+  const Big dense_layers = Big(m.layers) - Big(moe_layers(m));
   const Big blocks = dense_layers * (attn + mats * h * ffn) +
                      (Big(m.layers) - dense_layers) * (attn + mats * h * moe_mlp + Big(m.experts) * h);
   const Big embed = Big(m.vocab_size) * h * (m.tie_embeddings ? 1 : 2) + (s.position_table ? Big(m.seq_len) * h : 0);
@@ -54,9 +61,7 @@ Big model_params(const ModelConfig& m, const ModelShape& s) {
 }
 
 Big expert_params(const ModelConfig& m) {
-  if (m.experts == 0) return 0;
-  const Big moe_layers = Big(m.layers) - std::min(Big(m.moe_first_dense), Big(m.layers));
-  return moe_layers * Big(m.experts) * 3 * Big(m.hidden) * Big(m.moe_ffn());
+  return Big(moe_layers(m)) * Big(m.experts) * 3 * Big(m.hidden) * Big(m.moe_ffn());
 }
 
 std::vector<Field> model_fields() {

@@ -32,6 +32,11 @@ std::string big(Big v);             // 3 significant digits
 Big model_params(const ModelConfig& m, const ModelShape& s);
 // Of those, the routed experts' (every MoE layer's experts x 3 SwiGLU matrices): what parallel.ep splits.
 Big expert_params(const ModelConfig& m);
+// One layer's attention matrices (q, k, v, o; MLA's down and up projections and o): what
+// model_params counts per layer, and the planner's cost model (planner/model_cost.cpp) too.
+Big attention_params(const ModelConfig& m);
+// The layers whose MLP is a mixture of experts (model.moe_first_dense on; 0 without experts).
+int64_t moe_layers(const ModelConfig& m);
 
 // check_config's rules across keys, each section's in its file (each key's own
 // rule is checked first, in config.cpp); check_model_relations is

@@ -84,11 +84,7 @@ LayerTimes layer_times(const ModelConfig& m, int64_t micro_batch, int64_t tp, bo
   lt.gemm_f = lt.gemm_qkv + lt.gemm_proj + lt.gemm_fc1 + lt.gemm_fc2;
   lt.gemm_i = lt.gemm_w = lt.gemm_f;
 
-  // Forward FLOPs of Q K^T and P V over the full square (MLA: its heads' widths).
-  const double square = (m.mla() ? 2 * static_cast<double>(m.heads) *
-                                       static_cast<double>(m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim)
-                                 : 4 * h) *
-                        T * s / t;
+  const double square = attention_width(m) * T * s / t;  // forward FLOPs of Q K^T and P V over the full square
   const int e = d.elem_bytes;
   if (kernel == AttentionKernel::Gemm) {
     lt.attn_f = square / (d.peak_flops * d.gemm_efficiency);

@@ -1,7 +1,8 @@
 #include "planner/model_cost.h"
 
-#include <algorithm>
 #include <stdexcept>
+
+#include "core/config_rules.h"
 
 namespace trident::plan {
 
@@ -12,24 +13,12 @@ bool is_llama(const ModelConfig& m) { return m.arch != "gpt"; }
 
 }  // namespace
 
-double attention_matrix_params(const ModelConfig& m) {
-  const double h = static_cast<double>(m.hidden);
-  if (!is_llama(m)) return 4 * h * h;  // qkv 3h^2, proj h^2
-  if (m.mla()) {  // NOTE [MLA] in models/common/mla.h: the down and up projections and o
-    const double heads = static_cast<double>(m.heads), dn = static_cast<double>(m.qk_nope_head_dim),
-                 dr = static_cast<double>(m.qk_rope_head_dim), dv = static_cast<double>(m.v_head_dim),
-                 ql = static_cast<double>(m.q_lora_rank), kl = static_cast<double>(m.kv_lora_rank);
-    const double q = ql > 0 ? h * ql + ql * heads * (dn + dr) : h * heads * (dn + dr);
-    return q + h * (kl + dr) + kl * heads * (dn + dv) + heads * dv * h;
-  }
-  const double q = static_cast<double>(m.heads * m.head_dim()), kv = static_cast<double>(m.kv() * m.head_dim());
-  return 2 * h * q + 2 * h * kv;  // q and o, k and v
-}
+// The trainer's resource checks count the same attention matrices (core/config_rules.h).
+double attention_matrix_params(const ModelConfig& m) { return static_cast<double>(config_rules::attention_params(m)); }
 
 MlpShape mlp_shape(const ModelConfig& m) {
-  const double layers = static_cast<double>(m.layers);
   MlpShape s;
-  s.moe_share = m.experts > 0 ? static_cast<double>(m.layers - std::min(m.moe_first_dense, m.layers)) / layers : 0.0;
+  s.moe_share = static_cast<double>(config_rules::moe_layers(m)) / static_cast<double>(m.layers);
   s.dense_width = static_cast<double>(m.ffn());
   if (m.experts > 0) {
     s.experts = static_cast<double>(m.experts);
@@ -53,13 +42,15 @@ double layer_matrix_params(const ModelConfig& m) {
          s.moe_share * (3 * h * (s.top_k * s.expert_width + s.shared_width) + h * s.router_rows);
 }
 
-// Attention's products per token and layer over the full square, forward, per token of context: Q K^T
-// and P V, 2 x 2h (MLA: 2 x heads x (qk + v) widths).
+}  // namespace
+
 double attention_width(const ModelConfig& m) {
   if (!m.mla()) return 4 * static_cast<double>(m.hidden);
   return 2 * static_cast<double>(m.heads) *
          static_cast<double>(m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim);
 }
+
+namespace {
 
 void check_recompute(const std::string& r) {
   if (r != "none" && r != "full" && r != "selective")

@@ -29,6 +29,9 @@ struct MlpShape {
 MlpShape mlp_shape(const ModelConfig& m);
 // The attention's weight-matrix parameters of one layer (MLA: its down and up projections and o).
 double attention_matrix_params(const ModelConfig& m);
+// Forward FLOPs of attention's Q K^T and P V per token and token of context, over the full square:
+// 2 x 2 hidden (MLA: 2 x heads x (q/k + v) widths).
+double attention_width(const ModelConfig& m);
 
 // FLOPs of one micro-batch (b sequences of s tokens) through one transformer
 // layer, the whole layer (divide by tp for one rank's share).

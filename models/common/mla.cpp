@@ -35,7 +35,7 @@ at::Tensor mla_core(const at::Tensor& q, const at::Tensor& kv, const at::Tensor&
   at::Tensor vh = kv4.narrow(-1, d.nope, d.v);
   if (d.v < width) vh = at::constant_pad_nd(vh, {0, width - d.v});
   if (qk < width) qh = at::constant_pad_nd(qh, {0, width - qk}), kh = at::constant_pad_nd(kh, {0, width - qk});
-  at::Tensor y = causal_attention(qh, kh, vh, 0.0, d.scale > 0 ? d.scale : 1.0 / std::sqrt(static_cast<double>(qk)));
+  at::Tensor y = causal_attention(qh, kh, vh, 0.0, d.scale);
   if (d.v < width) y = y.narrow(-1, 0, d.v);
   return y.transpose(1, 2).reshape({bs, s, d.heads * d.v});
 }

@@ -36,7 +36,7 @@ struct MlaDims {
   int64_t rope = 0;     // qk_rope_head_dim
   int64_t v = 0;        // v_head_dim
   int64_t kv_rank = 0;  // kv_lora_rank
-  double scale = 0;     // the softmax scale; 0 = 1/sqrt(nope + rope) (YaRN changes it: NOTE [YaRN])
+  double scale = 0;     // the softmax scale: ModelConfig::mla_softmax_scale() (1/sqrt(nope + rope), NOTE [YaRN])
 };
 
 struct MlaLatents {

@@ -139,6 +139,9 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// a · b written into `out` (a view: a slice of a larger result).
+void mm_into(at::Tensor out, const at::Tensor& a, const at::Tensor& b) { at::mm_out(out, a, b); }
+
 // NOTE [experts on the CPU]
 // Without a grouped GEMM the experts run as one autograd function over the
 // sorted rows: per expert and projection one GEMM written into its slice of
@@ -151,9 +154,6 @@ using torch::autograd::variable_list;
 // every expert's select and added them up. The weight gradients defer to a
 // zero-bubble W as linear()'s do (NOTE [I/W split]), computed by the same
 // code either way. Counts are host values (one read per call, the caller's).
-// a · b written into `out` (a view: a slice of a larger result).
-void mm_into(at::Tensor out, const at::Tensor& a, const at::Tensor& b) { at::mm_out(out, a, b); }
-
 struct ExpertsSwigluFn : torch::autograd::Function<ExpertsSwigluFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& rows, const at::Tensor& gate, const at::Tensor& up,
                             const at::Tensor& down, std::vector<int64_t> counts) {

@@ -483,21 +483,20 @@ void check_hf_llama_matches(const HfLlama& hf, const ModelConfig& cfg) {
   diff.number("tie_word_embeddings", m.tie_embeddings, "model.tie_embeddings", cfg.tie_embeddings);
   if (m.rope_scaling != cfg.rope_scaling) {
     diff.note("rope scaling \"" + m.rope_scaling + "\" but model.rope_scaling = \"" + cfg.rope_scaling + "\"");
-  } else if (m.rope_scaling == "llama3") {
-    diff.number("rope factor", m.rope_factor, "model.rope_factor", cfg.rope_factor);
-    diff.number("rope low_freq_factor", m.rope_low_freq_factor, "model.rope_low_freq_factor", cfg.rope_low_freq_factor);
-    diff.number("rope high_freq_factor", m.rope_high_freq_factor, "model.rope_high_freq_factor",
-                cfg.rope_high_freq_factor);
-    diff.number("rope original_max_position_embeddings", m.rope_original_max_position,
-                "model.rope_original_max_position", cfg.rope_original_max_position);
-  } else if (m.rope_scaling == "yarn") {
+  } else if (m.rope_scaling != "none") {  // llama3 and yarn
     diff.number("rope factor", m.rope_factor, "model.rope_factor", cfg.rope_factor);
     diff.number("rope original_max_position_embeddings", m.rope_original_max_position,
                 "model.rope_original_max_position", cfg.rope_original_max_position);
-    diff.number("rope beta_fast", m.rope_beta_fast, "model.rope_beta_fast", cfg.rope_beta_fast);
-    diff.number("rope beta_slow", m.rope_beta_slow, "model.rope_beta_slow", cfg.rope_beta_slow);
-    diff.number("rope mscale", m.rope_mscale, "model.rope_mscale", cfg.rope_mscale);
-    diff.number("rope mscale_all_dim", m.rope_mscale_all_dim, "model.rope_mscale_all_dim", cfg.rope_mscale_all_dim);
+    if (m.rope_scaling == "llama3") {
+      diff.number("rope low_freq_factor", m.rope_low_freq_factor, "model.rope_low_freq_factor", cfg.rope_low_freq_factor);
+      diff.number("rope high_freq_factor", m.rope_high_freq_factor, "model.rope_high_freq_factor",
+                  cfg.rope_high_freq_factor);
+    } else {
+      diff.number("rope beta_fast", m.rope_beta_fast, "model.rope_beta_fast", cfg.rope_beta_fast);
+      diff.number("rope beta_slow", m.rope_beta_slow, "model.rope_beta_slow", cfg.rope_beta_slow);
+      diff.number("rope mscale", m.rope_mscale, "model.rope_mscale", cfg.rope_mscale);
+      diff.number("rope mscale_all_dim", m.rope_mscale_all_dim, "model.rope_mscale_all_dim", cfg.rope_mscale_all_dim);
+    }
   }
   if (m.seq_len < cfg.seq_len)
     diff.note("max_position_embeddings = " + std::to_string(m.seq_len) + " is less than model.seq_len = " +
@@ -677,19 +676,19 @@ int write_hf_llama(const std::string& dir, const ModelConfig& cfg, const std::st
   json::Value rope = json::Value::object();
   rope["rope_theta"] = json::number(cfg.rope_theta);
   rope["rope_type"] = json::Value(cfg.rope_scaling == "none" ? "default" : cfg.rope_scaling);
-  if (cfg.rope_scaling == "yarn") {  // NOTE [YaRN]: an absent mscale stays absent
+  if (cfg.rope_scaling != "none") {  // llama3 and yarn
     rope["factor"] = json::number(cfg.rope_factor);
     rope["original_max_position_embeddings"] = json::number(cfg.rope_original_max_position);
+  }
+  if (cfg.rope_scaling == "yarn") {  // NOTE [YaRN]: an absent mscale stays absent
     rope["beta_fast"] = json::number(cfg.rope_beta_fast);
     rope["beta_slow"] = json::number(cfg.rope_beta_slow);
     if (cfg.rope_mscale != 0) rope["mscale"] = json::number(cfg.rope_mscale);
     if (cfg.rope_mscale_all_dim != 0) rope["mscale_all_dim"] = json::number(cfg.rope_mscale_all_dim);
   }
   if (cfg.rope_scaling == "llama3") {
-    rope["factor"] = json::number(cfg.rope_factor);
     rope["low_freq_factor"] = json::number(cfg.rope_low_freq_factor);
     rope["high_freq_factor"] = json::number(cfg.rope_high_freq_factor);
-    rope["original_max_position_embeddings"] = json::number(cfg.rope_original_max_position);
   }
   c["rope_parameters"] = rope;
   c["torch_dtype"] = json::Value("float32");

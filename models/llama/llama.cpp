@@ -169,10 +169,10 @@ at::Tensor yarn_inv_freq(const ModelConfig& cfg) {
 }  // namespace
 
 at::Tensor rope_inv_freq(const ModelConfig& cfg) {
+  if (cfg.rope_scaling == "yarn") return yarn_inv_freq(cfg);
   const int64_t d = cfg.rope_dim();
   // 1 / theta^(2i/d), in fp32 as transformers computes it.
   at::Tensor inv = at::reciprocal(at::pow(cfg.rope_theta, at::arange(0, d, 2, at::kLong).to(at::kFloat) / d));
-  if (cfg.rope_scaling == "yarn") return yarn_inv_freq(cfg);
   if (cfg.rope_scaling != "llama3") return inv;
   // Llama 3.1: wavelengths longer than original/low_freq_factor are slowed by
   // `factor`, shorter than original/high_freq_factor kept, and the band in
