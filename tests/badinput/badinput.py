@@ -190,6 +190,8 @@ def cases(work, cores, trident="build/trident", busy_port=0):
          ["model.kv_lora_rank is read by model.arch = \"deepseek_v3\" only"]),
         ("yarn key without yarn", 2, "train --config configs/llama-tiny.toml --set model.rope_beta_fast=16",
          ["model.rope_beta_fast is read only with model.rope_scaling = \"yarn\", got \"none\""]),
+        ("yarn mscale negative", 2, "train --config configs/deepseek-v3-tiny.toml --set model.rope_mscale=-1",
+         ["model.rope_mscale = -1.0: expected a finite number >= 0"]),
         ("yarn betas reversed", 2, "train --config configs/deepseek-v3-tiny.toml --set model.rope_scaling=yarn "
          "--set model.rope_factor=4 --set model.rope_beta_fast=0.5",
          ["model.rope_beta_fast (0.5) must exceed model.rope_beta_slow (1.0)"]),
@@ -240,6 +242,8 @@ def cases(work, cores, trident="build/trident", busy_port=0):
          ["parallel.ep (2) with parallel.cp (2): expert parallelism does not fold over context-parallel ranks yet"]),
         ("cp zero", 2, "train --config configs/llama-tiny.toml --set parallel.cp=0",
          ["parallel.cp"]),
+        ("plan ep 0", 2, "plan --config configs/mixtral-tiny.toml --cluster configs/clusters/dgx-h100.toml --gpus 8 "
+         "--layout dp=8,ep=0", ["--layout 'dp=8,ep=0': tp, cp, pp and ep must be >= 1"]),
         ("plan mixtral at tp 2", 2, "plan --config configs/mixtral-tiny.toml --cluster configs/clusters/dgx-h100.toml "
          "--gpus 8 --layout tp=2,pp=1,dp=4", ["tp(2) with model.arch = \"mixtral\": Trident trains the MoE families at tp = 1"]),
         # NOTE [held store port]: the launcher's listening socket is rank 0's alone, and must listen on MASTER_PORT.
