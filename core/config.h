@@ -124,6 +124,7 @@ struct ScheduleConfig {
   std::string file;           // schedule text file when kind = "file"
   int64_t memory_limit = 0;   // kind = "zb-auto": micro-batches of activations in flight per rank at most (0: not zb-auto)
   std::string zb_auto_costs = "unit";  // kind = "zb-auto": "unit" (F, B, W = 1, 2, 1) or "measured" at start (NOTE [measured zb-auto])
+  bool overlap_moe = false;  // overlapped forward-backward pairs, each one's all-to-alls under the other's compute (NOTE [overlapped pairs])
 };
 
 struct TrainingConfig {

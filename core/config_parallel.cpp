@@ -81,6 +81,10 @@ std::vector<Field> schedule_fields() {
       TRIDENT_FIELD(schedule, zb_auto_costs, one_of({"unit", "measured"}),
                     "kind = \"zb-auto\": the costs its list is searched for: unit (F, B, W = 1, 2, 1) or measured "
                     "(each stage's F, I, W and the links timed over two ZB-H1 passes before the first step)"),
+      TRIDENT_FIELD(schedule, overlap_moe, any(),
+                    "under parallel.ep > 1: run each backward with the forward after it as one overlapped pair, each "
+                    "one's expert all-to-alls under the other's compute (DeepSeek-V3's DualPipe overlap, Megatron's "
+                    "combined 1F1B), in any generated kind that has such pairs"),
   };
 }
 
@@ -112,6 +116,25 @@ void check_schedule(const Config& c) {
   if (s.zb_auto_costs == "measured" && c.parallel.pp == 1)
     fail(c, "schedule.zb_auto_costs = \"measured\" with parallel.pp = 1: one stage has no pipeline list to search "
             "(it would be ignored)");
+  if (s.overlap_moe) {  // NOTE [overlapped pairs] in schedules/overlap.h
+    const std::string why = "schedule.overlap_moe = true ";
+    if (c.parallel.ep == 1)
+      fail(c, why + "with parallel.ep = 1: there is no expert all-to-all to hide (pairs would only make forwards "
+                    "wait for backwards)");
+    if (c.parallel.moe_dispatcher != "alltoall")
+      fail(c, why + "with parallel.moe_dispatcher = " + quote(c.parallel.moe_dispatcher) +
+                  ": only the all-to-all dispatcher has its forward and backward exchanges on groups of their own");
+    if (c.training.recompute != "none")
+      fail(c, why + "with training.recompute = " + quote(c.training.recompute) +
+                  ": recomputation re-runs a forward, its all-to-alls included, inside the backward, beside the "
+                  "paired forward's own (expected \"none\")");
+    if (s.kind == "gpipe")
+      fail(c, why + "with schedule.kind = \"gpipe\": it runs every forward before any backward, so no backward "
+                    "has a forward to pair with");
+    if (s.kind == "file")
+      fail(c, why + "with schedule.kind = \"file\": a file writes its pairs itself (F3+B1 tokens, "
+                    "schedules/README.md)");
+  }
   if (s.kind != "file" && !s.file.empty()) {
     fail(c, "schedule.file = " + quote(s.file) + " with schedule.kind = " + quote(s.kind) +
                 ": expected schedule.kind = \"file\", or no schedule.file (it would be ignored)");

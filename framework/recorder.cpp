@@ -79,6 +79,7 @@ void Recorder::schedule_ran(const ExecutorStats& stats) {
   peak_stats_.peak_activation_bytes = std::max(peak_stats_.peak_activation_bytes, stats.peak_activation_bytes);
   peak_stats_.peak_step_bytes = std::max(peak_stats_.peak_step_bytes, stats.peak_step_bytes);
   deferred_weight_grads_ += stats.deferred_weight_grads;
+  overlapped_pairs_ += stats.overlapped_pairs;
   // On CUDA reading the timeline waits for the step (NOTE [device time]): only logged steps do.
   if (measured_ && (logged_ || !r_.device.is_cuda())) costs_.add(*r_.exec, r_.schedule->chunks);
   r_.exec->progress().phase("grad-sync");
@@ -262,9 +263,13 @@ void Recorder::write_rank_summary(const TrainSummary& s, int64_t dp_reduced_elem
   // The seconds this rank spent in its context-parallel group's communication
   // over the run (the ring's exposed waits, or the gathers and all-to-alls).
   v["cp_comm_s"] = json::number(r_.pgs->cp.comm_seconds);
-  // ...and in its expert-parallel group's (the dispatch and combine all-to-alls, their counts'
-  // exchange included: NOTE [expert dispatch]), waits for the slowest rank included.
-  v["ep_comm_s"] = json::number(r_.pgs->ep.comm_seconds);
+  // ...and in its expert-parallel groups' (the dispatch and combine all-to-alls, their counts'
+  // exchange included: NOTE [expert dispatch]; the backward's on its own group, NOTE [two expert
+  // groups]), waits for the slowest rank included. Under overlapped pairs part of it ran while
+  // the pair's other half computed: time in the all-to-alls, not all of it exposed.
+  v["ep_comm_s"] = json::number(r_.pgs->ep.comm_seconds + r_.pgs->ep_backward.comm_seconds);
+  // Overlapped pairs run with their halves on two threads over the run (NOTE [overlapped pairs]).
+  v["overlapped_pairs"] = json::number(overlapped_pairs_);
   v["local_parameters"] = json::number(s.local_params);
   v["model_parameters"] = json::number(s.model_params);
   v["dp_reduced_elements"] = json::number(dp_reduced_elements);

@@ -94,6 +94,7 @@ class Recorder {
   std::vector<StepMetrics> steps_;  // the logged steps'
   ExecutorStats peak_stats_;        // the largest in-flight count and boundary bytes of any step
   int64_t deferred_weight_grads_ = 0;  // what W actions computed
+  int64_t overlapped_pairs_ = 0;       // pairs run on two threads (NOTE [overlapped pairs])
   CostAccumulator costs_;  // measured F/B/I/W, for the simulator's prediction of this run
   double span_sum_s_ = 0;  // pipeline time (slowest rank's executor run) summed over measured steps
   int64_t measured_steps_ = 0;

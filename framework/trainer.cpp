@@ -22,6 +22,7 @@
 #include "core/host_read.h"
 #include "core/lr_schedule.h"
 #include "core/optimizer.h"
+#include "core/pipeline_layout.h"
 #include "datasets/step_batches.h"
 #include "datasets/training_data.h"
 #include "framework/auto_split.h"
@@ -29,6 +30,7 @@
 #include "framework/config_tables.h"
 #include "framework/machine.h"
 #include "framework/recorder.h"
+#include "models/common/plan.h"
 #include "models/registry.h"
 #include "parallel/backend.h"
 #include "parallel/data_parallel.h"
@@ -37,16 +39,37 @@
 #include "parallel/process_groups.h"
 #include "runtime/executor.h"
 #include "runtime/pipeline_measure.h"
+#include "schedules/expert_order.h"
 #include "schedules/generators.h"
 #include "schedules/group_waits.h"
+#include "schedules/overlap.h"
 #include "schedules/simulate.h"
 #include "schedules/validate.h"
 
 namespace trident {
 namespace {
 
-// The schedule this run executes, checked before any process group exists.
+sched::Schedule build_plain_schedule(const Config& cfg, int64_t m);
+
+// The schedule this run executes, checked before any process group exists:
+// the run's list, with overlapped pairs under schedule.overlap_moe (NOTE [overlapped pairs]).
 sched::Schedule build_schedule(const Config& cfg, int64_t m) {
+  sched::Schedule s = build_plain_schedule(cfg, m);
+  if (!cfg.schedule.overlap_moe) {
+    if (sched::count_pairs(s) > 0)
+      throw ConfigError("schedule.file = \"" + cfg.schedule.file + "\" has overlapped pairs (F+B tokens) but "
+                        "schedule.overlap_moe = false: set it to run them overlapped");
+    return s;
+  }
+  s = sched::overlap_pairs(s);
+  if (sched::count_pairs(s) == 0)
+    throw ConfigError("schedule.overlap_moe = true: schedule.kind = \"" + cfg.schedule.kind + "\" at pp = " +
+                      std::to_string(cfg.parallel.pp) + " with " + std::to_string(m) +
+                      " micro-batches has no backward followed by a forward of another micro-batch to pair");
+  return s;
+}
+
+sched::Schedule build_plain_schedule(const Config& cfg, int64_t m) {
   const int p = static_cast<int>(cfg.parallel.pp), v = static_cast<int>(cfg.schedule.chunks);
   // zb-auto is searched for F, B, W = 1, 2, 1 (sched::Costs' defaults): the run's own
   // costs are not measured before the schedule is built; `trident schedule --profile` searches it
@@ -302,6 +325,7 @@ void measure_zb_auto(Run& r) {
   for (int b = 0; b + 1 < p; ++b) costs.latency.push_back(t[3 * p + b].item<double>());
   r.schedule = sched::place_communication(
       sched::zb_auto(p, m, costs, static_cast<int>(c.schedule.memory_limit), sched::ZbObjective::kStep));
+  if (c.schedule.overlap_moe) r.schedule = sched::overlap_pairs(r.schedule);  // NOTE [overlapped pairs]
   if (r.pgs->rank() == 0) {
     const sched::TimelineStats st = sched::simulate_stats(r.schedule, costs);
     int peak = 0;
@@ -316,6 +340,24 @@ std::vector<std::vector<Param>*> stage_params_of(Run& r) {
   std::vector<std::vector<Param>*> out;
   for (auto& s : r.stages) out.push_back(&s->params());
   return out;
+}
+
+// NOTE [all-to-all order] in schedules/expert_order.h: every member of this
+// rank's expert-parallel group issues the same all-to-alls in the same order
+// on each of its two groups, checked on the action lists before the first
+// step. The members are data-parallel replicas of one pipeline rank and run
+// that rank's list of the one schedule, so today the lists are equal by
+// construction; the check keeps it a property, whatever builds the lists.
+void check_expert_order(const Config& c, const Run& r, int pp_rank) {
+  const std::vector<ChunkSpec> specs = split_layers(c.model.layers, r.schedule.virtual_stages(), chunk_layers(c));
+  std::vector<std::vector<int>> moe(static_cast<size_t>(r.schedule.chunks));
+  for (int chunk = 0; chunk < r.schedule.chunks; ++chunk) {
+    const ChunkSpec& spec = specs.at(static_cast<size_t>(r.schedule.stage_of(pp_rank, chunk)));
+    for (int64_t l = spec.first_layer; l < spec.first_layer + spec.num_layers; ++l)
+      if (c.model.moe_layer(l)) moe[static_cast<size_t>(chunk)].push_back(static_cast<int>(l));
+  }
+  const std::vector<const sched::ActionList*> lists(r.pgs->ep.members.size(), &r.schedule.ranks.at(pp_rank));
+  sched::check_expert_order(lists, r.pgs->ep.members, moe);
 }
 
 void build(Run& r) {
@@ -371,7 +413,8 @@ void build(Run& r) {
   for (int chunk = 0; chunk < r.schedule.chunks; ++chunk) {
     r.stages.push_back(r.model->make_stage(r.schedule.stage_of(pp_rank, chunk), stages, r.tp, c.training.seed,
                                            EpContext{layout.ep > 1 ? &r.pgs->ep : nullptr,
-                                                     c.parallel.moe_dispatcher == "allgather"},
+                                                     c.parallel.moe_dispatcher == "allgather",
+                                                     layout.ep > 1 ? &r.pgs->ep_backward : nullptr},
                                            CpContext{layout.cp > 1 ? &r.pgs->cp : nullptr, parse_cp_comm(c.parallel.cp_comm)}));
     r.stages.back()->set_recompute(parse_recompute(c.training.recompute));
     r.stages.back()->set_compute_dtype(c.training.precision == "bf16" ? at::kBFloat16 : at::kFloat);
@@ -382,6 +425,7 @@ void build(Run& r) {
     stage_params.emplace_back();
     for (Param& prm : r.stages.back()->params()) stage_params.back().push_back(&prm);
   }
+  if (layout.ep > 1) check_expert_order(c, r, pp_rank);
   for (const ParamInfo& info : r.model->unique_params(stages)) {
     int64_t n = 1;
     for (int64_t d : info.full_shape) n *= d;
@@ -409,6 +453,7 @@ void build(Run& r) {
   // A checkpoint resumed later overwrites these (checkpoint.resume wins over init_from).
   if (!c.model.init_from.empty()) init_from_pretrained(c, stage_params_of(r));
   r.exec = std::make_unique<Executor>(raw, r.pgs->pp, r.schedule.stage_map(), c.training.micro_batch_size, r.device);
+  r.exec->set_overlap(c.schedule.overlap_moe);  // NOTE [overlapped pairs]
   r.flops_per_step = r.model->flops_per_token() * static_cast<double>(c.training.global_batch_size * c.model.seq_len);
   if (c.schedule.kind == "zb-auto" && c.schedule.zb_auto_costs == "measured" && c.parallel.pp > 1) measure_zb_auto(r);
   r.rec = std::make_unique<Recorder>(

@@ -15,6 +15,7 @@
 #include "planner/cluster.h"
 #include "planner/profile.h"
 #include "schedules/generators.h"
+#include "schedules/overlap.h"
 #include "schedules/group_waits.h"
 #include "schedules/pytorch_csv.h"
 #include "schedules/render.h"
@@ -143,6 +144,7 @@ sched::Costs parse_costs(const po::variables_map& vm) {
   costs.weight = c[2];
   costs.latency = parse_numbers("latency", vm["latency"].as<std::string>());
   if (vm.count("stage-costs")) costs.stage_scale = parse_numbers("stage-costs", vm["stage-costs"].as<std::string>());
+  if (vm.count("expert-comm")) costs.expert_comm = vm["expert-comm"].as<double>();
   return costs;
 }
 
@@ -207,6 +209,11 @@ int cmd_schedule(int argc, char** argv) {
       "with --kind zb-auto: span (default: the paper's bubble over each rank's first-to-last compute, which "
       "assumes optimizer post-validation) or step (the whole step's bubble: what `trident train` and "
       "`trident plan` search, Trident running no post-validation)")(
+      "overlap-moe",
+      "pair each backward with the forward after it (schedule.overlap_moe; NOTE [overlapped pairs] in "
+      "schedules/overlap.h): the list a run with expert parallelism executes")(
+      "expert-comm", po::value<double>(),
+      "the all-to-alls' part of F and of B (and I) of one full stage, what a pair hides (default 0)")(
       "format", po::value<std::string>()->default_value("text"), "text | schedule | csv | json | svg | chrome | summary")(
       "output,o", po::value<std::string>(), "write here instead of stdout");
   po::variables_map vm;
@@ -225,7 +232,20 @@ int cmd_schedule(int argc, char** argv) {
     throw BadInput("--compute-only applies to --format schedule or csv, got --format " + format);
   const sched::Costs costs = vm.count("profile") ? profile_costs(vm, kind) : parse_costs(vm);
 
-  const sched::Schedule s = load(vm, kind, costs);
+  if (vm.count("expert-comm") && vm.count("profile"))
+    throw BadInput("--expert-comm with --profile: a profile has no all-to-all part to give it (use --costs)");
+  sched::Schedule s = load(vm, kind, costs);
+  if (vm.count("overlap-moe")) {  // NOTE [overlapped pairs]
+    if (kind == "file") throw BadInput("--overlap-moe with --kind file: a file writes its pairs itself (F3+B1 tokens)");
+    if (vm.count("compute-only"))
+      throw BadInput("--overlap-moe with --compute-only: a pair's halves have only the F's sends between them, so "
+                     "the list is shown with its communication");
+    s = sched::overlap_pairs(sched::place_communication(s));
+    if (sched::count_pairs(s) == 0)
+      throw BadInput("--overlap-moe: --kind " + kind + " at p=" + std::to_string(s.pipeline_ranks) + " m=" +
+                     std::to_string(s.microbatches) + " has no backward followed by a forward of another "
+                     "micro-batch to pair");
+  }
   const std::string title = kind != "file" ? kind
                             : vm.count("file") ? vm["file"].as<std::string>()
                                                : vm["from-csv"].as<std::string>();

@@ -14,28 +14,32 @@ namespace {
 
 struct AllToAllRows : torch::autograd::Function<AllToAllRows> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const Group* g,
-                            std::vector<int64_t> out_splits, std::vector<int64_t> in_splits) {
-    ctx->saved_data["group"] = reinterpret_cast<int64_t>(g);
+                            const Group* back, std::vector<int64_t> out_splits, std::vector<int64_t> in_splits,
+                            std::string what) {
+    ctx->saved_data["group"] = reinterpret_cast<int64_t>(back);  // the backward's (NOTE [two expert groups])
     ctx->saved_data["out"] = out_splits;
     ctx->saved_data["in"] = in_splits;
-    return exchange(*g, x, out_splits, in_splits);
+    ctx->saved_data["what"] = what;
+    return exchange(*g, x, out_splits, in_splits, what.empty() ? what : "forward " + what);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const Group* g = reinterpret_cast<const Group*>(ctx->saved_data["group"].toInt());
     // The way back: what came from rank i returns to it.
-    return {exchange(*g, grads[0], ctx->saved_data["in"].toIntVector(), ctx->saved_data["out"].toIntVector()),
-            at::Tensor(), at::Tensor(), at::Tensor()};
+    const std::string what = ctx->saved_data["what"].toStringRef();
+    return {exchange(*g, grads[0], ctx->saved_data["in"].toIntVector(), ctx->saved_data["out"].toIntVector(),
+                     what.empty() ? what : "backward " + what),
+            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
   static at::Tensor exchange(const Group& g, const at::Tensor& x, const std::vector<int64_t>& out_splits,
-                             const std::vector<int64_t>& in_splits) {
+                             const std::vector<int64_t>& in_splits, const std::string& what) {
     int64_t rows = 0;
     for (int64_t n : out_splits) rows += n;
     std::vector<int64_t> shape = x.sizes().vec();
     shape[0] = rows;
     at::Tensor in = x.contiguous();
     at::Tensor out = at::empty(shape, x.options());
-    all_to_all(g, out, in, out_splits, in_splits);
+    all_to_all(g, out, in, out_splits, in_splits, what);
     return out;
   }
 };
@@ -43,8 +47,19 @@ struct AllToAllRows : torch::autograd::Function<AllToAllRows> {
 }  // namespace
 
 at::Tensor all_to_all_rows(const Group& g, const at::Tensor& x, const std::vector<int64_t>& out_splits,
-                           const std::vector<int64_t>& in_splits) {
-  return AllToAllRows::apply(x, &g, out_splits, in_splits);
+                           const std::vector<int64_t>& in_splits, const Group* back, const std::string& what) {
+  return AllToAllRows::apply(x, &g, back ? back : &g, out_splits, in_splits, what);
+}
+
+namespace {
+thread_local int t_micro_batch = -1;  // ExpertMicroBatch's
+}  // namespace
+
+ExpertMicroBatch::ExpertMicroBatch(int mb) : prev_(t_micro_batch) { t_micro_batch = mb; }
+ExpertMicroBatch::~ExpertMicroBatch() { t_micro_batch = prev_; }
+
+std::string expert_call_name(const EpContext& ep) {
+  return "micro-batch " + std::to_string(t_micro_batch) + " layer " + std::to_string(ep.layer);
 }
 
 ExpertExchange plan_exchange(const EpContext& ep, const at::Tensor& counts) {
@@ -58,7 +73,8 @@ ExpertExchange plan_exchange(const EpContext& ep, const at::Tensor& counts) {
   at::Tensor received = at::empty({n, local}, counts.options());
   if (ep.group) {
     at::Tensor mine = counts.contiguous().view({n, local});  // row j: the counts for rank j's experts
-    all_to_all(*ep.group, received, mine, std::vector<int64_t>(n, 1), std::vector<int64_t>(n, 1));
+    all_to_all(*ep.group, received, mine, std::vector<int64_t>(n, 1), std::vector<int64_t>(n, 1),
+               "forward " + expert_call_name(ep) + " counts");
   } else {
     received.copy_(counts.view({1, local}));
   }
@@ -80,13 +96,15 @@ ExpertExchange plan_exchange(const EpContext& ep, const at::Tensor& counts) {
 }
 
 at::Tensor dispatch_rows(const EpContext& ep, const at::Tensor& rows, const ExpertExchange& x) {
-  const at::Tensor received = ep.group ? all_to_all_rows(*ep.group, rows, x.recv_splits, x.send_splits) : rows;
+  const at::Tensor received = ep.group ? all_to_all_rows(*ep.group, rows, x.recv_splits, x.send_splits, &ep.backward(),
+                                                            expert_call_name(ep) + " dispatch") : rows;
   return received.index_select(0, x.order);
 }
 
 at::Tensor combine_rows(const EpContext& ep, const at::Tensor& rows, const ExpertExchange& x) {
   const at::Tensor back = rows.index_select(0, x.inverse);
-  return ep.group ? all_to_all_rows(*ep.group, back, x.send_splits, x.recv_splits) : back;
+  return ep.group ? all_to_all_rows(*ep.group, back, x.send_splits, x.recv_splits, &ep.backward(),
+                                         expert_call_name(ep) + " combine") : back;
 }
 
 }  // namespace trident

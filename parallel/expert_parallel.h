@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -14,11 +15,25 @@
 
 namespace trident {
 
+// NOTE [two expert groups]
+// A forward's all-to-alls go over `group`, a backward's over `backward_group`
+// (the same ranks, a communicator of its own; the autograd op keeps both). In
+// an overlapped pair (NOTE [overlapped pairs] in schedules/overlap.h) one
+// thread runs a forward while another runs a backward, so the order in which
+// the two issue their all-to-alls differs from rank to rank; on one group
+// rank 0's forward exchange could meet rank 1's backward one (NCCL matches
+// collectives by order only). On two groups each keeps one order on every
+// rank of the EP group: the forwards' in list order and layer order, the
+// backwards' in list order and reverse layer order. Null backward_group:
+// `group` for both (a caller that never overlaps).
 struct EpContext {
   const Group* group = nullptr;  // the expert-parallel group; null means ep = 1
   // parallel.moe_dispatcher = "allgather": tokens gathered, outputs reduce-scattered
   // (NOTE [all-gather dispatch] in models/common/moe.cpp) instead of the all-to-alls.
   bool allgather = false;
+  const Group* backward_group = nullptr;  // NOTE [two expert groups]
+  int layer = -1;  // the model layer calling (names its all-to-alls: NOTE [all-to-all order])
+  const Group& backward() const { return backward_group ? *backward_group : *group; }
   int size() const { return group ? group->size() : 1; }
   int rank() const { return group ? group->rank : 0; }
 };
@@ -51,6 +66,24 @@ struct ExpertExchange {
   at::Tensor inverse;                // and back: the sorted position of each received row
 };
 
+// The micro-batch whose forward runs on this thread while it lives (the
+// executor opens one around each F): it names the forward's all-to-alls, and
+// through the autograd op the backward's, for the nccl-rules backend's order
+// check (NOTE [all-to-all order] in schedules/expert_order.h). Read only in
+// forwards, which run on the caller's thread; -1 outside any.
+class ExpertMicroBatch {
+ public:
+  explicit ExpertMicroBatch(int mb);
+  ~ExpertMicroBatch();
+  ExpertMicroBatch(const ExpertMicroBatch&) = delete;
+  ExpertMicroBatch& operator=(const ExpertMicroBatch&) = delete;
+
+ private:
+  int prev_;
+};
+// "micro-batch M layer L": the forward's name for a call of `ep`'s layer.
+std::string expert_call_name(const EpContext& ep);
+
 // `counts` (E) int64: this rank's rows per global expert.
 ExpertExchange plan_exchange(const EpContext& ep, const at::Tensor& counts);
 // rows (sum counts, H) sorted by global expert -> the local experts' rows
@@ -62,8 +95,10 @@ at::Tensor combine_rows(const EpContext& ep, const at::Tensor& rows, const Exper
 
 // all_to_all_single as an autograd operation: x's rows in_splits[i] to group
 // rank i; returns the out_splits[i] rows from each. Backward: the same with
-// the splits swapped.
+// the splits swapped, over `back` (NOTE [two expert groups]; default g).
+// `what` names the call ("<forward|backward> " + what under nccl-rules).
 at::Tensor all_to_all_rows(const Group& g, const at::Tensor& x, const std::vector<int64_t>& out_splits,
-                           const std::vector<int64_t>& in_splits);
+                           const std::vector<int64_t>& in_splits, const Group* back = nullptr,
+                           const std::string& what = "");
 
 }  // namespace trident

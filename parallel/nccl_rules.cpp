@@ -2,6 +2,7 @@
 #include "parallel/nccl_rules.h"
 
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -64,6 +65,8 @@ struct Unit {
 // travels the other way, so the two never share a slot of one direction).
 uint32_t data_tag(int64_t k) { return static_cast<uint32_t>(2 * k); }
 uint32_t ack_tag(int64_t k) { return static_cast<uint32_t>(2 * k + 1); }
+
+thread_local std::string t_next_label;  // label_next_collective()'s, for this thread's next call
 
 class NcclRulesBackend : public CommBackend {
  public:
@@ -130,16 +133,42 @@ class NcclRulesBackend : public CommBackend {
     at::Tensor staged = at::empty_like(out);
     return c10::make_intrusive<LandOnWait>(gloo_->_reduce_scatter_base(staged, in, o), staged, out);
   }
-  // Expert parallelism's exchange (all_to_all_single with splits), landing at the wait too.
+  // Expert parallelism's exchange (all_to_all_single with splits), landing at the wait too;
+  // named calls compared first (NOTE [all-to-all order]).
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& out, at::Tensor& in, std::vector<int64_t>& out_splits,
                                                std::vector<int64_t>& in_splits,
                                                const c10d::AllToAllOptions& o) override {
+    check_same_call(take_label());
     at::Tensor staged = at::empty_like(out);
     return c10::make_intrusive<LandOnWait>(gloo_->alltoall_base(staged, in, out_splits, in_splits, o), staged, out);
   }
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& o) override { return gloo_->barrier(o); }
 
  private:
+  // Every rank's name of this all-to-all, gathered (fixed-size, so the gather itself always
+  // matches) and compared with this rank's: the first other rank that differs fails the call.
+  void check_same_call(const std::string& mine) {
+    const int64_t k = alltoalls_++;
+    if (mine.empty()) return;
+    constexpr int64_t kLen = 160;
+    at::Tensor buf = at::zeros({kLen}, at::kByte);
+    std::memcpy(buf.data_ptr(), mine.data(), std::min<size_t>(mine.size(), kLen - 1));
+    std::vector<std::vector<at::Tensor>> all(1);
+    for (int r = 0; r < size_; ++r) all[0].push_back(at::zeros({kLen}, at::kByte));
+    std::vector<at::Tensor> in{buf};
+    gloo_->allgather(all, in, c10d::AllgatherOptions())->wait();
+    for (int r = 0; r < size_; ++r) {
+      const std::string theirs(reinterpret_cast<const char*>(all[0][r].data_ptr()));
+      if (theirs == mine.substr(0, kLen - 1)) continue;
+      throw std::runtime_error("nccl-rules: all-to-all number " + std::to_string(k) + " of this group: group rank " +
+                               std::to_string(rank_) + " issues " + mine + " but group rank " + std::to_string(r) +
+                               " issues " + theirs + " (NCCL matches collectives by their order alone: "
+                               "NOTE [all-to-all order] in schedules/expert_order.h)");
+    }
+  }
+  static std::string take_label();
+  int64_t alltoalls_ = 0;
+
   static at::Tensor single(std::vector<at::Tensor>& tensors) {
     if (tensors.size() != 1) throw std::invalid_argument("nccl-rules: send/recv take one tensor");
     if (!tensors[0].is_contiguous()) throw std::invalid_argument("nccl-rules: send/recv need a contiguous tensor");
@@ -311,7 +340,15 @@ class NcclRulesBackend : public CommBackend {
   std::thread stream_;  // last: started once everything above exists
 };
 
+std::string NcclRulesBackend::take_label() {
+  std::string out;
+  out.swap(t_next_label);
+  return out;
+}
+
 }  // namespace
+
+void label_next_collective(std::string what) { t_next_label = std::move(what); }
 
 c10::intrusive_ptr<CommBackend> make_nccl_rules(c10::intrusive_ptr<CommBackend> gloo, int rank, int size,
                                                 std::chrono::milliseconds timeout) {

@@ -43,6 +43,14 @@
 
 namespace trident {
 
+// NOTE [all-to-all order] in schedules/expert_order.h: the name of the next
+// all-to-all this thread issues (its micro-batch, layer and part). Under
+// nccl-rules every rank of the group compares the names of the call before
+// running it, and a mismatch fails on every rank naming both ranks' calls
+// (under NCCL the two would be matched by order: wrong rows, or a hang).
+// Other backends ignore it. Empty: not checked.
+void label_next_collective(std::string what);
+
 c10::intrusive_ptr<CommBackend> make_nccl_rules(c10::intrusive_ptr<CommBackend> gloo, int rank, int size,
                                                 std::chrono::milliseconds timeout);
 

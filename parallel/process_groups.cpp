@@ -8,9 +8,8 @@
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
-#include "parallel/nccl_rules.h"
-
 #include "parallel/device.h"
+#include "parallel/nccl_rules.h"
 
 namespace trident {
 namespace {
@@ -57,9 +56,11 @@ ProcessGroups::ProcessGroups(const WorldEnv& env, const Layout& layout, const st
   }
   if (layout_.ep > 1) {
     ep = make_group("ep", layout_.all_ep_groups());
+    ep_backward = make_group("ep_backward", layout_.all_ep_groups());
     expert_dp = make_group("expert_dp", layout_.all_expert_dp_groups());
   } else {
     ep = make_group("ep", {{env_.rank}});
+    ep_backward = make_group("ep_backward", {{env_.rank}});
     expert_dp = dp_cp;
   }
 }
@@ -219,12 +220,19 @@ c10::intrusive_ptr<c10d::Work> all_gather_into_async(const Group& g, at::Tensor&
 }
 
 void all_to_all(const Group& g, at::Tensor& out, at::Tensor& in, std::vector<int64_t> out_splits,
-                std::vector<int64_t> in_splits) {
+                std::vector<int64_t> in_splits, const std::string& what) {
   TORCH_INTERNAL_ASSERT(out.is_contiguous() && in.is_contiguous() &&
                         static_cast<int>(out_splits.size()) == g.size() && static_cast<int>(in_splits.size()) == g.size());
   if (g.size() == 1) return out.copy_(in), void();
   CommTimer timer{g, in};
-  wait_work(g, g.pg->alltoall_base(out, in, out_splits, in_splits), "all_to_all", -1);
+  label_next_collective(what);  // read by nccl-rules on this thread, in the call below
+  c10::intrusive_ptr<c10d::Work> work;
+  try {
+    work = g.pg->alltoall_base(out, in, out_splits, in_splits);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(describe_rank(g) + ": " + e.what());
+  }
+  wait_work(g, work, "all_to_all", -1);
 }
 
 void broadcast(const Group& g, at::Tensor& t, int root_group_rank) {

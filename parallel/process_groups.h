@@ -73,6 +73,9 @@ class ProcessGroups {
   // experts' shares (size 1 at ep = 1), and those holding the same experts
   // (at ep = 1 the dp group itself, not a second one).
   Group ep;
+  // The same ranks as ep, for the all-to-alls of the backward (NOTE [two
+  // expert groups] in parallel/expert_parallel.h); at ep = 1 of one rank.
+  Group ep_backward;
   Group expert_dp;
   // NOTE [context grid] in parallel/layout.h: the ranks splitting one
   // sequence (size 1 at cp = 1), and the dp x cp ranks that average the dense
@@ -112,9 +115,11 @@ c10::intrusive_ptr<c10d::Work> all_gather_into_async(const Group& g, at::Tensor&
 // all_to_all_single with splits: `in` holds in_splits[i] rows (along dim 0)
 // for group rank i, back to back; `out` receives out_splits[i] rows from
 // group rank i, in rank order. Both contiguous, on the group's device, the
-// splits summing to their first dimensions. Waited for and timed.
+// splits summing to their first dimensions. Waited for and timed. `what`
+// names it for the nccl-rules backend's order check (NOTE [all-to-all order]
+// in schedules/expert_order.h): the ranks' names must agree call by call.
 void all_to_all(const Group& g, at::Tensor& out, at::Tensor& in, std::vector<int64_t> out_splits,
-                std::vector<int64_t> in_splits);
+                std::vector<int64_t> in_splits, const std::string& what = "");
 void broadcast(const Group& g, at::Tensor& t, int root_group_rank);
 void barrier(const Group& g);
 // Point to point inside a group (peer is a group rank). send/recv return the

@@ -6,10 +6,13 @@
 #include "runtime/executor.h"
 
 #include <cmath>
+#include <exception>
 #include <stdexcept>
+#include <thread>
 
 #include "core/host_read.h"
 #include "core/op_count.h"
+#include "parallel/expert_parallel.h"
 #include "schedules/generators.h"
 
 namespace trident {
@@ -164,6 +167,7 @@ void Executor::forward(const Action& a, const std::function<MicroBatch(int)>& ba
     s.recv_act_buf.reset();
   }
   const int64_t before = live_cpu_bytes();
+  const ExpertMicroBatch names(a.mb);  // NOTE [all-to-all order]
   WeightGradScope scope(&s.deferred);  // the graph keeps this micro-batch's W queue (NOTE [I/W split])
   s.output = stages_[a.chunk]->forward(s.input, last ? data.targets : at::Tensor());
   s.activation_bytes = before < 0 ? -1 : live_cpu_bytes() - before;
@@ -173,7 +177,11 @@ void Executor::forward(const Action& a, const std::function<MicroBatch(int)>& ba
 }
 
 void Executor::backward(const Action& a, double loss_scale, bool defer_weights) {
-  Slot& s = slots_.at({a.mb, a.chunk});
+  backward_slot(slots_.at({a.mb, a.chunk}), a, loss_scale, defer_weights);
+}
+
+// Touches only `s` (no map of slots): a pair runs it on a second thread.
+void Executor::backward_slot(Slot& s, const Action& a, double loss_scale, bool defer_weights) {
   if (!s.output.defined())
     throw std::logic_error("backward of micro-batch " + std::to_string(a.mb) + " before its forward");
   s.deferred.arm(defer_weights);  // read by the backward functions, on whichever thread runs them
@@ -259,6 +267,71 @@ void Executor::run_action(const Action& a, const std::function<MicroBatch(int)>&
     stats.peak_step_bytes = std::max(stats.peak_step_bytes, live - step_base_bytes_);
 }
 
+// NOTE [overlapped pairs] in schedules/overlap.h. The backward half runs on
+// a second thread with its slot looked up beforehand (the forward half may
+// add slots to the map meanwhile: a hand-over to another chunk of this
+// rank); its all-to-alls go over the backward's expert group (NOTE [two
+// expert groups]). This thread runs the forward, then posts the F's sends as
+// one group at once, so the next stage can start its own pair while the
+// backward still runs; the pipeline group is this thread's only.
+void Executor::run_pair(const sched::ActionList& actions, size_t i, size_t j,
+                        const std::function<MicroBatch(int)>& batch, double loss_scale, ExecutorStats& stats) {
+  const Action& f = actions[i];
+  const Action& b = actions[j];
+  const bool rec = record_;
+  const int t0 = rec ? clock_.mark() : -1;
+  Slot& bs = slots_.at({b.mb, b.chunk});
+  const bool defer = b.kind == ActionKind::I;
+  int t_f = -1;
+  auto forward_half = [&] {
+    const OpPhase before = set_op_phase(OpPhase::kForward);
+    forward(f, batch);
+    set_op_phase(before);
+    t_f = rec ? clock_.mark() : -1;
+    for (size_t k = i + 1; k < j; ++k) send(actions[k]);  // the F's own sends (the validator's rule)
+    post_group();
+  };
+  if (overlap_) {
+    std::exception_ptr failed;
+    std::thread back([&] {
+      try {
+        backward_slot(bs, b, loss_scale, defer);
+      } catch (...) {
+        failed = std::current_exception();
+      }
+    });
+    try {
+      forward_half();
+    } catch (...) {
+      back.join();
+      throw;
+    }
+    back.join();
+    if (failed) std::rethrow_exception(failed);
+    ++stats.overlapped_pairs;
+  } else {
+    forward_half();
+    const OpPhase before = set_op_phase(OpPhase::kBackward);
+    backward_slot(bs, b, loss_scale, defer);
+    set_op_phase(before);
+  }
+  if (rec) {
+    const int t_end = clock_.mark();
+    Action plain = f;  // the timeline's entries are single actions; the pair shows in their times
+    plain.flags = 0;
+    timeline_.push_back({plain, 0, 0}), marks_.push_back({t0, t_f});
+    for (size_t k = i + 1; k < j; ++k) timeline_.push_back({actions[k], 0, 0}), marks_.push_back({t_f, t_f});
+    timeline_.push_back({b, 0, 0}), marks_.push_back({t0, t_end});
+  }
+  if (b.kind == ActionKind::B) {  // nothing of that (mb, chunk) is left
+    auto it = slots_.find({b.mb, b.chunk});
+    if (it != slots_.end() && !it->second.grad_in.defined() && it->second.deferred.empty()) slots_.erase(it);
+  }
+  track(stats);
+  if (const int64_t live = live_cpu_bytes(); live >= 0 && step_base_bytes_ >= 0)
+    stats.peak_step_bytes = std::max(stats.peak_step_bytes, live - step_base_bytes_);
+}
+
 void Executor::find_reduce_points(const sched::ActionList& actions, std::vector<size_t>* reduce,
                                   std::vector<size_t>* last_backward) const {
   // The chunk's gradients are final at its REDUCE_GRAD (the validator's rule:
@@ -318,6 +391,16 @@ void Executor::run_list(const sched::ActionList& actions, const std::function<Mi
         post_group();  // the communication since the last compute, as one group
         release_completed_groups();
         if (a.kind != ActionKind::W) wait_inputs(a, static_cast<int>(i));
+      }
+      if (a.overlaps_next() && !forward_only) {  // NOTE [overlapped pairs]: the validator checked its shape
+        const size_t j = sched::pair_partner(actions, i);
+        if (j >= actions.size() || !sched::is_backward(actions[j].kind))
+          throw std::logic_error("overlapped pair " + sched::to_token(a) + " has no B or I after it");
+        wait_inputs(actions[j], static_cast<int>(j));
+        if (observer && j == last_backward[actions[j].chunk]) observer->final_backward_begins(actions[j].chunk);
+        run_pair(actions, i, j, batch, loss_scale, stats);
+        i = j;
+        continue;
       }
       if (observer && i == last_backward[chunk]) observer->final_backward_begins(a.chunk);
       const int t0 = record_ && !forward_only ? clock_.mark() : -1;

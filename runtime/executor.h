@@ -67,6 +67,8 @@ struct ExecutorStats {
   // received and sent tensors and the communication groups' references
   // included. -1 when the memory meter is not installed.
   int64_t peak_step_bytes = -1;
+  // Overlapped pairs run with their two halves on two threads (0 unless set_overlap).
+  int overlapped_pairs = 0;
 };
 
 class Executor {
@@ -112,6 +114,13 @@ class Executor {
     resolve_timeline();
     return run_span_;
   }
+  // Overlapped pairs (NOTE [overlapped pairs] in schedules/overlap.h) run
+  // together: the backward on a second thread while this one runs the
+  // forward and posts its sends. Off, a pair runs as its F, the F's sends and
+  // its B or I, one after the other (the same numbers). Under a pair the
+  // operation counts' phase (core/op_count.h) and the forward's activation
+  // bytes are the pair's together: two threads share the counters.
+  void set_overlap(bool on) { overlap_ = on; }
   // Where this rank reports its position for hang diagnosis (schedules/progress.h).
   sched::Progress& progress() { return progress_; }
 
@@ -145,6 +154,10 @@ class Executor {
   void record_recv(const sched::Action& a);
   void forward(const sched::Action& a, const std::function<MicroBatch(int)>& batch);
   void backward(const sched::Action& a, double loss_scale, bool defer_weights);
+  void backward_slot(Slot& s, const sched::Action& a, double loss_scale, bool defer_weights);
+  // The pair of the F at actions[i] and its partner at actions[j] (inputs already in).
+  void run_pair(const sched::ActionList& actions, size_t i, size_t j, const std::function<MicroBatch(int)>& batch,
+                double loss_scale, ExecutorStats& stats);
   void send(const sched::Action& a);
   // Releases the posted groups that completed by themselves (NOTE [sent tensors]).
   void release_completed_groups();
@@ -172,6 +185,7 @@ class Executor {
   CommGroup queued_;               // the group being gathered, posted at the next compute
   std::vector<CommGroup> groups_;  // this run's posted groups
   bool record_ = true;
+  bool overlap_ = false;
   // The timeline as clock marks, turned into times when first read.
   void resolve_timeline() const;
   StepClock clock_;

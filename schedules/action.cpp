@@ -1,9 +1,11 @@
 // Action tokens and the text form of a schedule.
 #include "schedules/action.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cctype>
 #include <sstream>
+#include <vector>
 
 namespace trident::sched {
 
@@ -79,13 +81,33 @@ Action parse_one(const std::string& tok, int line, const Schedule& s) {
   return Action(kind, mb, chunk);
 }
 
-// One token, one action. "F7+B3.1" (an overlapped pair, which Trident's IR
-// does not have: NOTE [no overlapped pairs] in generators_v.cpp) is refused.
+// One token, one action; or an overlapped pair (NOTE [overlapped pairs] in
+// schedules/overlap.h): an F, its own sends, and the B or I that runs with
+// it, joined by '+': "F7+B3.1", "F7+SF7+B3.1".
 void parse_token(const std::string& tok, int line, const Schedule& s, ActionList* out) {
-  if (tok.find('+') != std::string::npos)
-    fail(line, tok, "one action per token: overlapped pairs (A+B) are not part of the IR, write the two actions "
-                    "one after the other (they run that way)");
-  out->push_back(parse_one(tok, line, s));
+  if (tok.find('+') == std::string::npos) {
+    out->push_back(parse_one(tok, line, s));
+    return;
+  }
+  const char* pair = "an overlapped pair F<mb>+B<mb> or F<mb>+I<mb>, the F's own sends between them "
+                     "(F7+SF7+B3.1; chunks as '.c')";
+  std::vector<Action> parts;
+  size_t start = 0;
+  for (;;) {
+    const size_t plus = tok.find('+', start);
+    const std::string part = tok.substr(start, plus == std::string::npos ? std::string::npos : plus - start);
+    if (part.empty()) fail(line, tok, pair);
+    parts.push_back(parse_one(part, line, s));
+    if (plus == std::string::npos) break;
+    start = plus + 1;
+  }
+  const Action& f = parts.front();
+  const Action& b = parts.back();
+  if (f.kind != ActionKind::F || (b.kind != ActionKind::B && b.kind != ActionKind::I)) fail(line, tok, pair);
+  for (size_t k = 1; k + 1 < parts.size(); ++k)
+    if (parts[k].kind != ActionKind::SEND_F || parts[k].mb != f.mb || parts[k].chunk != f.chunk) fail(line, tok, pair);
+  parts.front().flags = Action::kOverlapNext;
+  out->insert(out->end(), parts.begin(), parts.end());
 }
 
 // Header "pipeline p=P m=M v=V [placement=loop|v]"; no placement means loop.
@@ -117,6 +139,7 @@ std::string to_token(const Action& a) {
   std::string t = prefix_of(a.kind);
   if (a.kind != ActionKind::REDUCE_GRAD) t += std::to_string(a.mb);
   if (a.chunk != 0) t += "." + std::to_string(a.chunk);
+  if (a.overlaps_next()) t += "+";
   return t;
 }
 
@@ -172,7 +195,15 @@ std::string to_text(const Schedule& s) {
                     (s.placement == Placement::v ? " placement=v" : "") + "\n";
   for (size_t r = 0; r < s.ranks.size(); ++r) {
     out += std::to_string(r) + ":";
-    for (const Action& a : s.ranks[r]) out += " " + to_token(a);
+    const ActionList& list = s.ranks[r];
+    for (size_t i = 0; i < list.size(); ++i) {
+      out += " " + to_token(list[i]);  // a pair's F ends in '+'
+      if (!list[i].overlaps_next()) continue;
+      const size_t j = std::min(pair_partner(list, i), list.size() - 1);  // one token: F3+SF3+B1
+      for (size_t k = i + 1; k < j; ++k) out += to_token(list[k]) + "+";
+      if (j > i) out += to_token(list[j]);
+      i = j;
+    }
     out += "\n";
   }
   return out;

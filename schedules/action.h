@@ -39,16 +39,24 @@ enum class ActionKind : uint8_t {
 // v=4 is 67 M compute actions).
 struct Action {
   ActionKind kind = ActionKind::F;
-  // Nothing here is ignored by anyone who reads the IR: there is no overlap
-  // flag (NOTE [no overlapped pairs] in generators_v.cpp).
-  uint8_t unused_ = 0;  // padding, always 0
+  // kOverlapNext on an F: it runs together with the next compute of its list,
+  // a B or I of another micro-batch or chunk, as one overlapped pair
+  // (NOTE [overlapped pairs] in schedules/overlap.h): the pair starts when
+  // both inputs are in, and each one's all-to-alls run under the other's
+  // compute. No other bit is defined; the validator refuses any other use.
+  uint8_t flags = 0;
   uint16_t chunk = 0;   // chunk local to the rank, 0..v-1 (virtual stage: Schedule::stage_of)
   int32_t mb = 0;       // micro-batch index, 0..m-1 (0 for REDUCE_GRAD)
+
+  static constexpr uint8_t kOverlapNext = 1;
 
   Action() = default;
   Action(ActionKind k, int mb_, int chunk_ = 0) : kind(k), chunk(static_cast<uint16_t>(chunk_)), mb(mb_) {}
 
-  bool operator==(const Action& o) const { return kind == o.kind && mb == o.mb && chunk == o.chunk; }
+  bool overlaps_next() const { return (flags & kOverlapNext) != 0; }
+  bool operator==(const Action& o) const {
+    return kind == o.kind && mb == o.mb && chunk == o.chunk && flags == o.flags;
+  }
   bool operator!=(const Action& o) const { return !(*this == o); }
 };
 static_assert(sizeof(Action) == 8, "Action stays 8 bytes (see the comment above)");
@@ -72,8 +80,20 @@ constexpr int kActionKinds = 9;  // number of ActionKind values
 
 // Token of one action: "F3", "B3.1", "SF3", "RB0.2" (chunk suffix only when
 // > 0); REDUCE_GRAD has no micro-batch: "RD" (chunk 0), "RD.1" (chunk 1).
+// The F of an overlapped pair ends in '+' ("F3+"); the text form writes the
+// pair as one token, "F3+B1".
 std::string to_token(const Action& a);
 inline Action reduce_grad(int chunk) { return Action(ActionKind::REDUCE_GRAD, 0, chunk); }
+// Position of the partner of the overlapped pair whose F is at list[i]: the
+// first action after it that is not one of that F's SEND_F (NOTE
+// [overlapped pairs] in schedules/overlap.h); list.size() if none.
+inline size_t pair_partner(const ActionList& list, size_t i) {
+  size_t j = i + 1;
+  while (j < list.size() && list[j].kind == ActionKind::SEND_F && list[j].mb == list[i].mb &&
+         list[j].chunk == list[i].chunk)
+    ++j;
+  return j;
+}
 
 // NOTE [placement] Where virtual stage s (0..p*v-1, in model order) runs.
 // loop: Megatron's interleaving, s = chunk*p + rank (rank r holds r, p+r, 2p+r...).

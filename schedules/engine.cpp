@@ -60,12 +60,13 @@ class Runner {
     ready_ = ZeroedBuffer<uint64_t>(static_cast<size_t>(S_) * m_);
     if (record_ && comm_)
       for (auto& r : recv_at_) r.assign(static_cast<size_t>(S_) * m_, -1);
-    cost_.assign(4 * static_cast<size_t>(S_), 0.0);
+    cost_.assign(5 * static_cast<size_t>(S_), 0.0);  // F, B, I, W, and the all-to-all part (overlapped pairs)
     latency_.assign(S_, 0.0);
     if (costs_) {
       for (int k = 0; k < 4; ++k)
         for (int st = 0; st < S_; ++st)
           cost_[k * S_ + st] = stage_action_cost(*costs_, static_cast<ActionKind>(k), s.chunks, st);
+      for (int st = 0; st < S_; ++st) cost_[4 * S_ + st] = stage_expert_comm(*costs_, s.chunks, st);
       for (int b = 0; b + 1 < S_; ++b)
         latency_[b] = costs_->latency.empty() ? 0.0 : costs_->latency.size() == 1 ? costs_->latency[0] : costs_->latency[b];
     }
@@ -193,6 +194,15 @@ class Runner {
         ++pc;
         continue;
       }
+      // An overlapped pair (NOTE [overlapped pairs]): the F and the B or I after it, as one.
+      if (a.overlaps_next()) {
+        const size_t j = pair_partner(list, pc);
+        if (j < n && is_backward(list[j].kind) && in_range(list[j])) {
+          if (!run_pair(r, pc, j, &clock, tl, todo)) return;
+          pc = j + 1;
+          continue;
+        }
+      }
       // A compute action.
       double start = clock, got = -1;
       int dir = -1;
@@ -234,6 +244,67 @@ class Runner {
     clock_[r] = clock;
   }
 
+  // Runs the pair of the F at list[pc] and its partner at list[j] on rank r
+  // when both inputs are in (the F's sends between them leave when the F's
+  // own chain would end, start + F's cost); otherwise blocks on the first
+  // missing input and returns false (the run comes back to pc when it arrives).
+  bool run_pair(int r, size_t pc, size_t j, double* clock, std::vector<TimedAction>* tl, Ring& todo) {
+    const auto& list = s_.ranks[r];
+    const Action* acts[2] = {&list[pc], &list[j]};
+    int stages[2], dirs[2] = {-1, -1};
+    for (int k = 0; k < 2; ++k) {
+      stages[k] = stage_of_[static_cast<size_t>(r) * v_ + acts[k]->chunk];
+      if (input_of(*acts[k], stages[k], &dirs[k]) && !is_sent(ready_[key(stages[k], acts[k]->mb)])) {
+        waiting_[r] = wait_key(dirs[k], stages[k], acts[k]->mb);
+        blocked_at_[r] = static_cast<int>(k == 0 ? pc : j);
+        pc_[r] = pc;
+        clock_[r] = *clock;
+        return false;
+      }
+    }
+    double start = *clock;
+    double got[2] = {-1, -1};
+    for (int k = 0; k < 2; ++k) {
+      if (dirs[k] < 0) continue;
+      uint64_t& slot = ready_[key(stages[k], acts[k]->mb)];
+      got[k] = decode_time(slot);
+      slot = 0;
+      start = std::max(start, got[k]);
+      ++messages_;
+    }
+    const double f = cost_[static_cast<int>(ActionKind::F) * S_ + stages[0]];
+    const double b = cost_[static_cast<int>(acts[1]->kind) * S_ + stages[1]];
+    const double end = start + overlapped_pair_cost(f, cost_[4 * S_ + stages[0]], b, cost_[4 * S_ + stages[1]]);
+    const double f_end = start + f;
+    peak_[r] = std::max(peak_[r], ++alive_[r]);
+    --alive_[r];
+    for (int k = 0; k < 2; ++k) {
+      const Action& a = *acts[k];
+      if (tl) {
+        tl->push_back({a, start, k == 0 ? f_end : end});
+        if (comm_ && dirs[k] >= 0) {
+          const int32_t at = recv_at_[dirs[k]][key(stages[k], a.mb)];
+          if (at >= 0) (*tl)[at].end = std::max((*tl)[at].start, got[k]);
+        }
+      }
+      if (k == 0) {  // the F's sends: explicit ones between the two, or the implicit one
+        for (size_t i = pc + 1; i < j; ++i) {
+          const int into = stages[0] + 1;
+          if (into >= S_) malformed(r, i);
+          deliver(0, into, a.mb, f_end + link(r, into, stages[0]), todo);
+          if (tl) tl->push_back({list[i], f_end, f_end});
+        }
+        if (!comm_ && stages[0] < S_ - 1) deliver(0, stages[0] + 1, a.mb, f_end + link(r, stages[0] + 1, stages[0]), todo);
+      } else if (!comm_ && stages[1] > 0) {
+        deliver(1, stages[1] - 1, a.mb, end + link(r, stages[1] - 1, stages[1] - 1), todo);
+      }
+    }
+    if (first_start_[r] < 0) first_start_[r] = start;
+    busy_[r] += end - start;
+    *clock = end;
+    return true;
+  }
+
   void report_deadlock() const {
     std::vector<Where> blocked;
     std::string what;
@@ -263,7 +334,7 @@ class Runner {
   // two messages are never pending at once. Half the memory of two tables.
   ZeroedBuffer<uint64_t> ready_;
   std::vector<int32_t> recv_at_[2];  // timeline index of the RECV of that input (record with comm only)
-  std::vector<double> cost_;         // [kind F,B,I,W][stage]
+  std::vector<double> cost_;         // [kind F,B,I,W, then the all-to-all part][stage]
   std::vector<double> latency_;      // [boundary s -> s+1]
   std::vector<size_t> pc_;
   std::vector<double> clock_, busy_, first_start_;  // first_start_: when the rank's first compute started (-1: none yet)

@@ -151,6 +151,28 @@ void check_rank(const Schedule& s, int r, bool comm, std::vector<Slot>& slots) {
     }
 }
 
+// An action with flags (rare): only an F may open an overlapped pair, and
+// its partner is the next compute action of the list, a B or I of another
+// micro-batch or chunk, with nothing between them but the F's own sends
+// (NOTE [overlapped pairs] in schedules/overlap.h).
+void check_pair(const Schedule& s, int r, size_t i) {
+  const auto& list = s.ranks[r];
+  const Action& a = list[i];
+  const int pos = static_cast<int>(i);
+  if ((a.flags & ~Action::kOverlapNext) != 0)
+    violation(s, {{r, pos}}, at_text(s, r, pos) + " has flags " + std::to_string(a.flags) +
+                                 ": the only flag is the overlapped pair's (1)");
+  if (a.kind != ActionKind::F)
+    violation(s, {{r, pos}}, at_text(s, r, pos) + " opens an overlapped pair, which only an F may do");
+  const size_t j = pair_partner(list, i);
+  const bool partner = j < list.size() && (list[j].kind == ActionKind::B || list[j].kind == ActionKind::I);
+  if (!partner)
+    violation(s, {{r, pos}}, at_text(s, r, pos) + " opens an overlapped pair, expected its partner, a B or I, "
+                             "next in the list (nothing between them but the F's own sends)");
+  if (list[j].mb == a.mb && list[j].chunk == a.chunk)
+    violation(s, {{r, pos}, {r, static_cast<int>(j)}}, at_text(s, r, pos) + " is paired with its own backward");
+}
+
 // The per-rank checks in one pass with one flag byte per (chunk, mb): each
 // action checks what must (not) have come before it. Positions are not kept;
 // on the first anomaly check_rank() reruns on that rank to name them. Returns
@@ -169,6 +191,7 @@ bool quick_check_rank(const Schedule& s, int r, bool comm, std::vector<uint8_t>&
   for (size_t i = 0; i < n; ++i) {
     const Action a = list[i];
     if (a.mb < 0 || a.mb >= m || a.chunk >= v) return false;
+    if (a.flags != 0) check_pair(s, r, i);  // throws on a misuse
     if (a.kind == ActionKind::REDUCE_GRAD) {  // NOTE [REDUCE_GRAD rule]
       if (a.mb != 0 || reduced[a.chunk]) return false;
       reduced[a.chunk] = 1;

@@ -192,17 +192,13 @@ Schedule v_min(int p, int m) { return v_controlled("v-min", p, m, 0); }
 // all-to-all behind the other's compute; here each such pair is the F and
 // then the B, one after the other (NOTE [no overlapped pairs]). Needs m >= 2p.
 //
-// NOTE [no overlapped pairs] The IR has no overlapped F&B pair: no flag, no
-// '+' token, no overlap in the simulator's costs. An overlap needs the
-// forward's transfers in flight while the backward computes (a second stream,
-// or asynchronous collectives inside the model); Trident's executor has
-// neither (one CPU thread per rank on Gloo, one compute stream on CUDA) and
-// its pipeline has no all-to-all to hide, so a pair would say what does not
-// run. `dualpipev` is therefore DualPipeV's order with each pair as the F and
-// then the B, each waiting only for its own input: PyTorch's
-// ScheduleDualPipeV with each OVERLAP_F_B read as its two actions in order
-// (what PyTorch's runtime runs on CPU too). A pair belongs in the IR once an
-// executor overlaps it and the measured timeline shows it.
+// NOTE [no overlapped pairs] (DualPipeV as generated) `dualpipev` is
+// DualPipeV's order with each pair as the F and then the B, each waiting only
+// for its own input: PyTorch's ScheduleDualPipeV with each OVERLAP_F_B read
+// as its two actions in order (what PyTorch's runtime runs on CPU too). Pairs
+// that run together are a pass over any generated list, made where a run
+// has all-to-alls to hide (schedule.overlap_moe; NOTE [overlapped pairs] in
+// schedules/overlap.h), not a property of this generator.
 Schedule dualpipe_v(int p, int m) {
   check_supported("dualpipev", p, m, 2);
   Schedule s = empty_schedule(p, m, 2, Placement::v);

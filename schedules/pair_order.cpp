@@ -287,6 +287,16 @@ class StreamRun {
         auto it = recv_group.find(message_key(s_, stage, a.mb, a.kind != ActionKind::F));
         if (it != recv_group.end()) need = it->second, recv_group.erase(it);
       }
+      if (a.overlaps_next()) {  // NOTE [overlapped pairs]: the pair starts once its partner's input is in too
+        const size_t j = pair_partner(list, static_cast<size_t>(i));
+        if (j < list.size() && is_backward(list[j].kind)) {
+          const int pstage = s_.stage_of(r, list[j].chunk);
+          if (pstage < S - 1) {
+            auto it = recv_group.find(message_key(s_, pstage, list[j].mb, true));
+            if (it != recv_group.end()) need = std::max(need, it->second);
+          }
+        }
+      }
       rk.need.push_back(need);
       rk.compute_pos.push_back(i);
       rk.cost.push_back(stage_action_cost(costs_, a.kind, s_.chunks, stage));

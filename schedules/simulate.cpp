@@ -31,13 +31,36 @@ void check_costs(const Costs& c, int p, int v) {
                         " entries, expected one per virtual stage, p*v=" + std::to_string(stages));
   if (!c.stage_costs.empty() && !c.stage_scale.empty())
     throw ScheduleError("costs give both per-stage costs and stage multipliers, expected one of them");
+  auto check_comm = [](double a, double f, double b, double w, const std::string& who) {
+    if (!(a >= 0) || a > f || a > b - w)
+      throw ScheduleError(who + "expert_comm " + std::to_string(a) + " with F=" + std::to_string(f) + " I=" +
+                          std::to_string(b - w) + ": expected 0 <= expert_comm <= F and <= I (it is part of each)");
+  };
+  check_comm(c.expert_comm, c.forward, c.backward, c.weight, "costs ");
   for (size_t st = 0; st < c.stage_costs.size(); ++st) {
     const StageCosts& x = c.stage_costs[st];
     if (!(x.forward > 0) || !(x.backward > x.weight) || !(x.weight >= 0))
       throw ScheduleError("virtual stage " + std::to_string(st) + " costs F=" + std::to_string(x.forward) +
                           " B=" + std::to_string(x.backward) + " W=" + std::to_string(x.weight) +
                           ": expected F > 0 and B > W >= 0");
+    check_comm(x.expert_comm, x.forward, x.backward, x.weight, "virtual stage " + std::to_string(st) + " ");
   }
+}
+
+double stage_expert_comm(const Costs& c, int chunks, int stage) {
+  if (!c.stage_costs.empty()) return c.stage_costs[static_cast<size_t>(stage)].expert_comm;
+  return c.expert_comm / chunks * (c.stage_scale.empty() ? 1.0 : c.stage_scale[static_cast<size_t>(stage)]);
+}
+
+// NOTE [overlapped pairs] (pricing): the two run as two chains, each its
+// compute and its all-to-alls one after the other, sharing one compute unit
+// and one network. So the pair takes at least each chain's own length (f, b),
+// the compute of both (f - af + b - ab) and the all-to-alls of both (af + ab),
+// and the ideal interleaving (each one's all-to-all under the other's
+// compute) reaches the largest of these. Without all-to-alls it is f + b:
+// the two one after the other.
+double overlapped_pair_cost(double f, double af, double b, double ab) {
+  return std::max({f + b - af - ab, f, b, af + ab});
 }
 
 double action_cost(const Costs& c, ActionKind k, int chunks) {

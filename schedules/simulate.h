@@ -13,6 +13,7 @@ namespace trident::sched {
 // example what a run measured on it.
 struct StageCosts {
   double forward = 1.0, backward = 2.0, weight = 1.0;  // F, B (= I + W), W
+  double expert_comm = 0.0;  // of F's time, and of B's (I's), the all-to-alls' (Costs::expert_comm)
 };
 
 // Costs of one FULL pipeline stage (all layers of one rank); a chunk of a
@@ -29,9 +30,16 @@ struct Costs {
   // stage's own F, B, W used as given (not divided by v): stages need not share
   // one F:B:W ratio (a run's measured stages do not). Excludes stage_scale.
   std::vector<StageCosts> stage_costs;
+  // The part of F's time, and of B's (and so I's), that its MoE layers' all-to-alls take
+  // (dispatch and combine; exposed when the action runs alone), per full stage
+  // like F, B, W; 0 without expert parallelism. Only an overlapped pair reads
+  // it (NOTE [overlapped pairs] in schedules/overlap.h): F and B alone cost
+  // what forward and backward say.
+  double expert_comm = 0.0;
 };
 
-// Throws ScheduleError unless forward > 0, backward > weight >= 0, latency
+// Throws ScheduleError unless forward > 0, backward > weight >= 0,
+// 0 <= expert_comm <= min(forward, backward - weight) (each stage's too), latency
 // has 0, 1 or p*v-1 non-negative entries, stage_scale 0 or p*v positive
 // ones, stage_costs 0 or p*v entries with F > 0 and B > W >= 0 (and not
 // together with stage_scale).
@@ -46,6 +54,11 @@ inline Costs unit_costs(int chunks) {
 double action_cost(const Costs& c, ActionKind k, int chunks);  // 0 for communication and REDUCE_GRAD; per-stage terms not applied
 // Cost of kind k on virtual stage `stage`, every term applied (0 for communication and REDUCE_GRAD).
 double stage_action_cost(const Costs& c, ActionKind k, int chunks, int stage);
+// The all-to-all part of an F, B or I on virtual stage `stage` (expert_comm, every term applied).
+double stage_expert_comm(const Costs& c, int chunks, int stage);
+// What an overlapped pair of an F costing f and a B or I costing b, with
+// all-to-all parts af and ab, takes (NOTE [overlapped pairs]).
+double overlapped_pair_cost(double f, double af, double b, double ab);
 
 struct TimedAction {
   Action action;

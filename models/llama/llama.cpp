@@ -396,7 +396,9 @@ at::Tensor LlamaStage::moe(int64_t layer, const BlockParams& b, const at::Tensor
     w.shared_down = compute_param(b.shared_down);
     if (b.shared_expert_gate != kNone) w.shared_expert_gate = compute_param(b.shared_expert_gate);
   }
-  const MoeOutput out = moe_forward(x.reshape({-1, x.size(-1)}), w, o, &ep_);
+  EpContext ep = ep_;
+  ep.layer = static_cast<int>(layer);  // names its all-to-alls (NOTE [all-to-all order])
+  const MoeOutput out = moe_forward(x.reshape({-1, x.size(-1)}), w, o, &ep);
   at::Tensor y = out.y.view(x.sizes());
   // Under context parallelism the counts are the whole sequences' (NOTE [balancing losses under context parallelism]).
   const at::Tensor aux = cfg_.moe_aux_loss == "seq_aux_loss" ? seq_aux_loss(out.routing, o.top_k, x.size(0), cp_.group)

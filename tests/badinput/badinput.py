@@ -230,6 +230,22 @@ def cases(work, cores, trident="build/trident", busy_port=0):
          ["model.moe_capacity_factor is a mixture-of-experts key"]),
         ("ep zero", 2, "train --config configs/mixtral-tiny.toml --set parallel.ep=0",
          ["parallel.ep"]),
+        # NOTE [overlapped pairs]: pairs hide the experts' all-to-alls; each combination that has
+        # none to hide, or would issue them from the wrong thread, is refused saying why.
+        ("overlap_moe without ep", 2, "train --config configs/mixtral-tiny.toml --set schedule.overlap_moe=true",
+         ["schedule.overlap_moe = true with parallel.ep = 1: there is no expert all-to-all to hide"]),
+        ("overlap_moe with recomputation", 2,
+         "train --config configs/mixtral-tiny.toml --set parallel.dp=2 --set parallel.ep=2 "
+         "--set schedule.overlap_moe=true --set training.recompute=full",
+         ["schedule.overlap_moe = true with training.recompute = \"full\": recomputation re-runs a forward"]),
+        ("overlap_moe with gpipe", 2,
+         "train --config configs/mixtral-tiny.toml --set parallel.dp=2 --set parallel.ep=2 "
+         "--set schedule.overlap_moe=true --set schedule.kind=gpipe",
+         ["schedule.overlap_moe = true with schedule.kind = \"gpipe\": it runs every forward before any backward"]),
+        ("overlap_moe with the all-gather dispatcher", 2,
+         "train --config configs/mixtral-tiny.toml --set parallel.dp=2 --set parallel.ep=2 "
+         "--set schedule.overlap_moe=true --set parallel.moe_dispatcher=allgather",
+         ["schedule.overlap_moe = true with parallel.moe_dispatcher = \"allgather\""]),
         # NOTE [context split]: 2 x cp equal chunks per sequence; cp_comm only with cp > 1.
         ("cp_comm without cp", 2, "train --config configs/llama-tiny.toml --set parallel.cp_comm=a2a",
          ["parallel.cp_comm = \"a2a\" with parallel.cp = 1: no sequence is split"]),

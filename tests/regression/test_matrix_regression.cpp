@@ -44,6 +44,7 @@ const std::string kGpt = "configs/gpt-tiny.toml", kLlama = "configs/llama-tiny.t
                   kQwen3Moe = "configs/qwen3-moe-tiny.toml", kDeepseekV3 = "configs/deepseek-v3-tiny.toml";
 const std::string kBf16 = "training.precision=bf16";
 const std::string kEp2 = "parallel.ep=2", kEp4 = "parallel.ep=4", kNcclRules = "parallel.backend=nccl-rules";
+const std::string kOverlapMoe = "schedule.overlap_moe=true";
 const std::string kAllGather = "parallel.moe_dispatcher=allgather";
 const std::string kCapacity = "model.moe_capacity_factor=1.0";
 // zb-auto's activation limit: 2p, the paper's ZB-2p (at pp = 2 and at pp = 4).
@@ -86,6 +87,8 @@ struct Row {
         n += "_ep" + e.substr(e.find('=') + 1);
       else if (e == kNcclRules)
         n += "_ncclrules";
+      else if (e == kOverlapMoe)
+        n += "_overlapmoe";
       else if (e == kAllGather)
         n += "_allgather";
       else if (e == kCapacity)
@@ -230,6 +233,19 @@ const std::vector<Row>& moe_rows() {
       {1, 1, 2, "1f1b", 0, true, {kEp2, kBf16}, kMixtral},
       {1, 1, 2, "1f1b", 1, true, {kEp2, kNcclRules}, kMixtral},
       {1, 2, 2, "zb-v", 0, true, {kEp2, kNcclRules}, kMixtral},
+      // Overlapped pairs (NOTE [overlapped pairs]): each backward with the forward after it, the
+      // backward on a second thread and its all-to-alls on their own group (NOTE [two expert
+      // groups]), under each kind that has pairs, one pipeline stage too (1F1B at pp = 1 pairs
+      // B(k) with F(k+1)), a stage without MoE layers, ZeRO-1, bf16 and the NCCL rules.
+      {1, 1, 2, "1f1b", 0, true, {kEp2, kOverlapMoe}, kMixtral},
+      {1, 2, 2, "1f1b", 0, true, {kEp2, kOverlapMoe}, kMixtral},
+      {1, 2, 2, "interleaved", 1, true, {kEp2, kOverlapMoe}, kQwen3Moe},
+      {1, 2, 2, "zb-h1", 0, true, {kEp2, kOverlapMoe}, kMixtral},
+      {1, 2, 2, "zb-v", 1, true, {kEp2, kOverlapMoe, "model.moe_first_dense=2"}, kQwen3Moe},
+      {1, 2, 2, "dualpipev", 0, true, {kEp2, kOverlapMoe}, kDeepseekV3},
+      {1, 1, 2, "1f1b", 0, true, {kEp2, kOverlapMoe, kBf16}, kMixtral},
+      {1, 1, 2, "1f1b", 1, true, {kEp2, kOverlapMoe, kNcclRules}, kMixtral},
+      {1, 2, 2, "zb-v", 0, true, {kEp2, kOverlapMoe, kNcclRules}, kMixtral},
       // The all-gather dispatcher (NOTE [all-gather dispatch]): ep 2 and 4, ZeRO-1, a split backward.
       {1, 1, 2, "1f1b", 0, true, {kEp2, kAllGather}, kMixtral},
       {1, 1, 4, "1f1b", 1, true, {kEp4, kAllGather}, kQwen2Moe},
@@ -351,7 +367,10 @@ void expect_row_matches_reference(const Row& r) {
   ASSERT_TRUE(completed(run.run));
   const auto ranks = rank_summaries(run.dir);
   EXPECT_EQ(static_cast<int>(ranks.size()), r.world()) << run.run.result.output;
+  const bool pairs = std::find(r.extra.begin(), r.extra.end(), kOverlapMoe) != r.extra.end();
   for (const auto& s : ranks) {
+    if (pairs)  // the pairs ran on two threads: the row is not the sequential run again
+      EXPECT_GT(field(s, "overlapped_pairs"), 0) << "rank " << field(s, "rank") << " of " << r.name();
     if (r.ep() == r.dp && r.dp > 1)  // the experts (edp = 1) are not reduced, the rest is
       EXPECT_TRUE(field(s, "dp_reduced_elements") > 0 && field(s, "dp_reduced_elements") < field(s, "local_parameters"))
           << "rank " << field(s, "rank") << " of " << r.name();
@@ -387,6 +406,21 @@ TEST_P(MoeMatrixRow, MatchesReference) { expect_row_matches_reference(GetParam()
 
 INSTANTIATE_TEST_SUITE_P(Rows, MoeMatrixRow, ::testing::ValuesIn(moe_rows()),
                          [](const ::testing::TestParamInfo<Row>& param_info) { return param_info.param.name(); });
+
+// NOTE [overlapped pairs]: a pair runs the same operations on the same
+// tensors as its two actions one after the other (the forward only reads the
+// parameters; the backward adds its gradients in the list's order), so the
+// overlapped run is the plain one bit for bit, not only within 1e-5 of the
+// single process.
+TEST(OverlapMoe, PairsChangeNoBitOfTheRun) {
+  for (const Row& plain : {Row{1, 2, 2, "1f1b", 0, true, {kEp2}, kMixtral}, Row{1, 2, 2, "zb-h1", 0, true, {kEp2}, kMixtral}}) {
+    Row paired = plain;
+    paired.extra.push_back(kOverlapMoe);
+    const CachedRun a = run_row(plain), b = run_row(paired);
+    ASSERT_TRUE(completed(a.run) && completed(b.run)) << a.run.result.output << b.run.result.output;
+    EXPECT_TRUE(compare(a.dir, b.dir, 0.0)) << paired.name();
+  }
+}
 
 class CpMatrixRow : public ::testing::TestWithParam<Row> {};
 

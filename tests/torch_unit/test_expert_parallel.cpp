@@ -66,6 +66,37 @@ void round_trip(const std::string& backend) {
 TEST(ExpertParallel, RowsRoundTripToTheirExpertsRanks) { round_trip("gloo"); }
 TEST(ExpertParallel, RowsRoundTripUnderNcclRules) { round_trip("nccl-rules"); }
 
+// NOTE [all-to-all order]: the planted out-of-order all-to-all, with the
+// validator's check of the action lists bypassed: rank 1 runs micro-batch 1's
+// layer 3 before micro-batch 0's. Under NCCL's rules every rank's first
+// exchange fails at once naming both ranks' calls (under NCCL itself, or
+// Gloo, the equal-shaped counts would be exchanged between the wrong
+// micro-batches without a word).
+TEST(ExpertParallel, OutOfOrderAllToAllFailsUnderNcclRulesNamingBothRanks) {
+  for (const std::string backend : {"nccl-rules", "gloo"}) {
+    const auto errors = run_thread_group("ep", 2, milliseconds(30000), [&](Group& g) {
+      EpContext ep{&g};
+      ep.layer = 3;
+      const at::Tensor counts = at::tensor(std::vector<int64_t>{1, 1}, at::kLong);  // 2 experts, one per rank
+      for (int k = 0; k < 2; ++k) {
+        const ExpertMicroBatch mb(g.rank == 0 ? k : 1 - k);
+        plan_exchange(ep, counts);
+      }
+    }, backend);
+    if (backend == "gloo") {
+      expect_no_errors(errors);  // what the check exists for: nothing else notices
+      continue;
+    }
+    for (int r = 0; r < 2; ++r)
+      EXPECT_NE(errors[r].find("all-to-all number 0 of this group: group rank " + std::to_string(r) +
+                               " issues forward micro-batch " + std::to_string(r) + " layer 3 counts but group rank " +
+                               std::to_string(1 - r) + " issues forward micro-batch " + std::to_string(1 - r) +
+                               " layer 3 counts"),
+                std::string::npos)
+          << "rank " << r << ": " << errors[r];
+  }
+}
+
 struct Full {
   at::Tensor router, gate, up, down;
 };

@@ -80,9 +80,15 @@ TEST(ScheduleCli, BadArgumentsFailWithAMessage) {
             std::string::npos) << r.out;
   r = run_schedule("--kind dualpipev -p 2 -m 4 -v 1");
   EXPECT_NE(r.out.find("v=1: this kind runs two chunks per rank in a V, expected v=2"), std::string::npos) << r.out;
-  r = run_schedule("--kind dualpipev -p 2 -m 4 --overlap 1");  // overlapped pairs are not part of the IR
+  // NOTE [overlapped pairs]: what has none to pair, or writes its own.
+  r = run_schedule("--kind gpipe -p 2 -m 4 --overlap-moe");
   EXPECT_NE(r.status, 0);
-  EXPECT_NE(r.out.find("unrecognised option '--overlap'"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--overlap-moe: --kind gpipe at p=2 m=4 has no backward followed by a forward"),
+            std::string::npos) << r.out;
+  r = run_schedule("--kind 1f1b -p 2 -m 4 --overlap-moe --format schedule --compute-only");
+  EXPECT_NE(r.out.find("--overlap-moe with --compute-only"), std::string::npos) << r.out;
+  r = run_schedule("--kind 1f1b -p 2 -m 4 --overlap-moe --expert-comm 1.5");  // more than F
+  EXPECT_NE(r.out.find("expected 0 <= expert_comm <= F and <= I"), std::string::npos) << r.out;
   r = run_schedule("--kind 1f1b -p 2 -m 2 --stage-costs 1,2,3");
   EXPECT_NE(r.out.find("expected one per virtual stage, p*v=2"), std::string::npos) << r.out;
   r = run_schedule("--kind 1f1b -p 2 -m 2 --format json --compute-only");
@@ -105,6 +111,20 @@ TEST(ScheduleCli, BadArgumentsFailWithAMessage) {
   r = run_schedule("--help");
   EXPECT_EQ(r.status, 0);
   EXPECT_NE(r.out.find("--microbatches"), std::string::npos);
+}
+
+// NOTE [overlapped pairs]: the list a run with schedule.overlap_moe executes, and the
+// simulator's step for it (the figures of OverlapPairs' ZB-H1 case).
+TEST(ScheduleCli, OverlapMoePairsTheListAndPricesThePairs) {
+  Result r = run_schedule("--kind zb-h1 -p 4 -m 16 --expert-comm 0.5 --overlap-moe --format summary");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("\"step_time\": 39, "), std::string::npos) << r.out;
+  r = run_schedule("--kind zb-h1 -p 4 -m 16 --expert-comm 0.5 --format summary");
+  EXPECT_NE(r.out.find("\"step_time\": 51, "), std::string::npos) << r.out;
+  r = run_schedule("--kind 1f1b -p 2 -m 4 --overlap-moe --format schedule");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find(" F2+SF2+B0 "), std::string::npos) << r.out;  // rank 0: F2 moved up to B0, its send between
+  EXPECT_NE(r.out.find(" F1+B0 "), std::string::npos) << r.out;      // rank 1 sends nothing forward
 }
 
 TEST(ScheduleCli, SummaryIsOneObjectWithTheFigures) {

@@ -150,8 +150,9 @@ TEST(ScheduleIr, PlacementRoundTripsAndOverlappedPairsAreRefused) {
   EXPECT_EQ(to_text(s), text);
   EXPECT_EQ(parse_text("pipeline p=1 m=1 v=1 placement=loop\n0: F0 B0 RD\n").placement, Placement::loop);
   EXPECT_NE(error_of("pipeline p=1 m=1 v=1 placement=w\n0: F0 B0\n").find("placement=v"), std::string::npos);
-  // NOTE [no overlapped pairs]: the IR has no pair, so "A+B" is an error saying what to write.
-  EXPECT_NE(error_of("pipeline p=2 m=2 v=1\n0: F0 F1+B0 B1 RD\n1: F0 B0 F1 B1 RD\n").find("overlapped pairs (A+B) are not part of the IR"),
+  // NOTE [overlapped pairs]: "F+B" is a pair; anything else with a '+' says what a pair is.
+  EXPECT_TRUE(parse_text("pipeline p=2 m=2 v=1\n0: F0 F1+B0 B1 RD\n1: F0 B0 F1 B1 RD\n").ranks[0][1].overlaps_next());
+  EXPECT_NE(error_of("pipeline p=2 m=2 v=1\n0: F0 B0+F1 B1 RD\n1: F0 B0 F1 B1 RD\n").find("an overlapped pair F<mb>+B<mb>"),
             std::string::npos);
   EXPECT_THROW(parse_placement("zigzag"), ScheduleError);
   EXPECT_EQ(sizeof(Action), 8u);
