@@ -73,7 +73,7 @@ bool valid(const Schedule& s) {
 }  // namespace
 
 Schedule overlap_pairs(const Schedule& s) {
-  if (!has_communication(s))
+  if (!has_communication(s) && s.virtual_stages() > 1)  // one stage alone has nothing to send
     throw ScheduleError("overlap_pairs needs the schedule with its communication (generate()'s output)");
   validate(s);  // throws naming what is wrong with the input itself
   const std::vector<Candidate> all = candidates(s);

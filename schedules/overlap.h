@@ -47,7 +47,8 @@ namespace trident::sched {
 // and communication between them), where the pair keeps the schedule valid;
 // a candidate that would not (validate() refuses the list with it) stays
 // as it was. Returns s unchanged when it has no candidate. Throws
-// ScheduleError if s is invalid or has no communication.
+// ScheduleError if s is invalid or, with more than one virtual stage, has no
+// communication.
 Schedule overlap_pairs(const Schedule& s);
 
 // Overlapped pairs in s.

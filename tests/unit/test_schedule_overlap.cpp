@@ -116,6 +116,11 @@ TEST(OverlapPairs, ValidatorRefusesAPairThatIsNotAnFAndTheBackwardRightAfterIt) 
   s = with("F0 B0 F1 B1 RD");
   s.ranks[0][0].flags = Action::kOverlapNext;  // F0 with its own B0
   EXPECT_NE(error_of(s).find("paired with its own backward"), std::string::npos) << error_of(s);
+  // A pair waits for both inputs: rank 0's F1 cannot start before B0's gradient, which rank 1
+  // makes only after its F1, which needs rank 0's F1. Two actions one after the other would run.
+  EXPECT_EQ(error_of(parse_text("pipeline p=2 m=2 v=1\n0: F0 F1 B0 B1 RD\n1: F0 F1 B0 B1 RD\n")), "");
+  const std::string cycle = error_of(parse_text("pipeline p=2 m=2 v=1\n0: F0 F1+B0 B1 RD\n1: F0 F1 B0 B1 RD\n"));
+  EXPECT_NE(cycle.find("deadlock"), std::string::npos) << cycle;
   // Communication between the two halves of a pair.
   Schedule placed = generate("1f1b", 2, 2);
   for (size_t i = 0; i < placed.ranks[0].size(); ++i)
