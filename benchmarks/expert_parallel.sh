@@ -3,10 +3,16 @@
 # 2 ranks as dp 2 with every expert on each rank (ep 1) and with the experts split
 # over the two (ep 2, NOTE [expert grid]), ROUNDS rounds alternating the two, each
 # STEPS steps: the median step time over the steps after the first two (one at STEPS 2), and the
-# seconds per step rank 0 spent in its expert-parallel group's all-to-alls
+# seconds per step rank 0 spent in its expert-parallel groups' all-to-alls
 # (rank-0.json's ep_comm_s over the run's steps: the dispatch and combine, and
-# their counts' exchange, each waited for where it is issued: nothing hides them
-# yet, schedule.overlap_moe is not built).
+# their counts' exchange, forward and backward), and ep 2 again with
+# schedule.overlap_moe (NOTE [overlapped pairs]: 1F1B at one stage pairs B(k)
+# with F(k+1), the backward on a second thread, so one's all-to-all waits run
+# under the other's compute; time in the all-to-alls is then not all exposed).
+# The exposed all-to-all time per step is the step's excess over ep 1's. Beside
+# the measured steps, the simulator's (trident schedule --format summary) for
+# the ep 2 run's own costs: per micro-batch F and B share its compute 1:2 and
+# its all-to-all time half and half, with and without --overlap-moe.
 # Usage: benchmarks/expert_parallel.sh [BUILD_DIR]   (default build); ROUNDS (3) and
 #   STEPS (12) from the environment; writes benchmarks/results/expert_parallel.txt (or $OUT).
 set -euo pipefail
@@ -20,19 +26,23 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 rows=""
 for round in $(seq "$rounds"); do
-  for ep in 1 2; do
-    dir="$tmp/r$round-ep$ep" log="$tmp/r$round-ep$ep.log"
+  for variant in 1 2 2+overlap; do
+    ep=${variant%%+*} overlap=false
+    [[ $variant == *overlap ]] && overlap=true
+    dir="$tmp/r$round-$variant" log="$tmp/r$round-$variant.log"
     "$build/trident" launch --nproc-per-node 2 -- "$build/trident" train --config configs/mixtral-tiny.toml \
-      --set parallel.dp=2 --set parallel.ep=$ep --set training.steps="$steps" --set training.eval_interval=0 \
-      --set training.threads=1 --set logging.progress=false --set logging.dir="$dir" > "$log" 2>&1 ||
-      { echo "expert_parallel: round $round ep $ep failed:" >&2; tail -20 "$log" >&2; exit 1; }
-    rows+=$(python3 - "$dir" "$round" "$ep" "$skip" <<'PY'
+      --set parallel.dp=2 --set parallel.ep=$ep --set schedule.overlap_moe=$overlap --set training.steps="$steps" \
+      --set training.eval_interval=0 --set training.threads=1 --set logging.progress=false \
+      --set logging.dir="$dir" > "$log" 2>&1 ||
+      { echo "expert_parallel: round $round ep $variant failed:" >&2; tail -20 "$log" >&2; exit 1; }
+    rows+=$(python3 - "$dir" "$round" "$variant" "$skip" <<'PY'
 import json, statistics, sys
-d, rnd, ep, skip = sys.argv[1:5]
+d, rnd, variant, skip = sys.argv[1:5]
 steps = [json.loads(l) for l in open(d + "/metrics.jsonl") if l.strip()]
 s = json.load(open(d + "/rank-0.json"))
 t = statistics.median(r["step_time_s"] for r in steps[int(skip):])
-print("%5s %3s %9.4f %9.4f %6.1f%%" % (rnd, ep, t, s["ep_comm_s"] / len(steps), 100 * s["ep_comm_s"] / len(steps) / t))
+print("%5s %10s %9.4f %9.4f %6.1f%% %6d" % (rnd, variant, t, s["ep_comm_s"] / len(steps),
+      100 * s["ep_comm_s"] / len(steps) / t, s["overlapped_pairs"] // len(steps)))
 PY
 )$'\n'
   done
@@ -41,16 +51,28 @@ done
   echo "# expert parallelism: configs/mixtral-tiny.toml (8 experts, top 2) on 2 ranks (dp 2), 1 thread each"
   echo "# date: $(date -u +%Y-%m-%dT%H:%M:%SZ)  commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
   echo "# command: ROUNDS=$rounds STEPS=$steps benchmarks/expert_parallel.sh $build"
-  echo "# columns: round ep median_step_s(steps 3..) all_to_all_s_per_step(rank 0) share_of_step"
+  echo "# columns: round ep median_step_s(steps 3..) all_to_all_s_per_step(rank 0) share_of_step pairs_per_step(rank 0)"
   printf "%s" "$rows"
-  python3 - <<PY
+  python3 - "$build" <<PY
+import json, statistics, subprocess, sys
 rows = [l.split() for l in """$rows""".strip().splitlines()]
-import statistics
-for ep in ("1", "2"):
-    t = statistics.median(float(r[2]) for r in rows if r[1] == ep)
-    print("# ep %s: median step %.4f s over the rounds" % (ep, t))
-t1 = statistics.median(float(r[2]) for r in rows if r[1] == "1")
-t2 = statistics.median(float(r[2]) for r in rows if r[1] == "2")
-print("# ep 2 / ep 1 step time: %.3f" % (t2 / t1))
+med = {v: statistics.median(float(r[2]) for r in rows if r[1] == v) for v in ("1", "2", "2+overlap")}
+comm = statistics.median(float(r[3]) for r in rows if r[1] == "2")
+for v, t in med.items():
+    print("# ep %s: median step %.4f s over the rounds" % (v, t))
+print("# ep 2 / ep 1 step time: %.3f; ep 2 with overlap_moe / ep 1: %.3f" % (med["2"] / med["1"], med["2+overlap"] / med["1"]))
+print("# exposed all-to-all per step (step - ep 1's): %.4f s without the overlap, %.4f s with it (%.0f %% of it hidden)"
+      % (med["2"] - med["1"], med["2+overlap"] - med["1"], 100 * (1 - (med["2+overlap"] - med["1"]) / (med["2"] - med["1"]))))
+m = 16 // (2 * 2)  # global batch 16, micro-batch 2, dp 2
+compute = (med["2"] - comm) / m
+f, b, w, a = compute / 3, 2 * compute / 3, compute / 3, comm / (2 * m)
+def predicted(extra):
+    cmd = [sys.argv[1] + "/trident", "schedule", "--kind", "1f1b", "-p", "1", "-m", str(m), "--costs",
+           "%.6f,%.6f,%.6f" % (f + a, b + a, w), "--expert-comm", "%.6f" % a, "--format", "summary"] + extra
+    return json.loads(subprocess.check_output(cmd))["step_time"]
+p0, p1 = predicted([]), predicted(["--overlap-moe"])
+print("# simulator for the ep 2 run's costs (per micro-batch F %.4f s, B %.4f s, all-to-alls %.4f s of each):"
+      " step %.4f s plain, %.4f s with --overlap-moe (%.3f); measured %.4f and %.4f (%.3f)"
+      % (f + a, b + a, a, p0, p1, p1 / p0, med["2"], med["2+overlap"], med["2+overlap"] / med["2"]))
 PY
 } | tee "$out"
