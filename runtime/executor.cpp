@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include <ATen/Parallel.h>
+
 #include "core/host_read.h"
 #include "core/op_count.h"
 #include "parallel/expert_parallel.h"
@@ -293,8 +295,14 @@ void Executor::run_pair(const sched::ActionList& actions, size_t i, size_t j,
   };
   if (overlap_) {
     std::exception_ptr failed;
+    const int threads = at::get_num_threads();
     std::thread back([&] {
       try {
+        // OpenMP's thread count is per thread: a new one starts at the machine's
+        // cores, not the run's training.threads (measured: each pair took twice
+        // its two halves one after the other, its parallel regions spinning beside
+        // the forward's).
+        at::set_num_threads(threads);
         backward_slot(bs, b, loss_scale, defer);
       } catch (...) {
         failed = std::current_exception();
