@@ -30,7 +30,13 @@ for round in $(seq "$rounds"); do
     ep=${variant%%+*} overlap=false
     [[ $variant == *overlap ]] && overlap=true
     dir="$tmp/r$round-$variant" log="$tmp/r$round-$variant.log"
-    "$build/trident" launch --nproc-per-node 2 -- "$build/trident" train --config configs/mixtral-tiny.toml \
+    # The run's processor time (user, system) beside its wall time: whether the all-to-alls' time
+    # is idle (waiting on the other rank) or work (TCP on the loopback, Gloo's threads).
+    python3 -c 'import json, resource, subprocess, sys, time
+t = time.monotonic(); rc = subprocess.call(sys.argv[2:]); wall = time.monotonic() - t
+u = resource.getrusage(resource.RUSAGE_CHILDREN)
+json.dump({"wall": wall, "user": u.ru_utime, "sys": u.ru_stime}, open(sys.argv[1], "w")); sys.exit(rc)' \
+      "$dir.cpu.json" "$build/trident" launch --nproc-per-node 2 -- "$build/trident" train --config configs/mixtral-tiny.toml \
       --set parallel.dp=2 --set parallel.ep=$ep --set schedule.overlap_moe=$overlap --set training.steps="$steps" \
       --set training.eval_interval=0 --set training.threads=1 --set logging.progress=false \
       --set logging.dir="$dir" > "$log" 2>&1 ||
@@ -40,9 +46,10 @@ import json, statistics, sys
 d, rnd, variant, skip = sys.argv[1:5]
 steps = [json.loads(l) for l in open(d + "/metrics.jsonl") if l.strip()]
 s = json.load(open(d + "/rank-0.json"))
+cpu = json.load(open(d + ".cpu.json"))
 t = statistics.median(r["step_time_s"] for r in steps[int(skip):])
-print("%5s %10s %9.4f %9.4f %6.1f%% %6d" % (rnd, variant, t, s["ep_comm_s"] / len(steps),
-      100 * s["ep_comm_s"] / len(steps) / t, s["overlapped_pairs"] // len(steps)))
+print("%5s %10s %9.4f %9.4f %6.1f%% %6d %7.2f %7.2f %7.2f" % (rnd, variant, t, s["ep_comm_s"] / len(steps),
+      100 * s["ep_comm_s"] / len(steps) / t, s["overlapped_pairs"] // len(steps), cpu["wall"], cpu["user"], cpu["sys"]))
 PY
 )$'\n'
   done
@@ -52,12 +59,17 @@ done
   echo "# date: $(date -u +%Y-%m-%dT%H:%M:%SZ)  commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
   echo "# command: ROUNDS=$rounds STEPS=$steps benchmarks/expert_parallel.sh $build"
   echo "# columns: round ep median_step_s(steps 3..) all_to_all_s_per_step(rank 0) share_of_step pairs_per_step(rank 0)"
+  echo "#          run_wall_s run_user_s run_sys_s (the whole run, both ranks, start-up included; 2 cores)"
   printf "%s" "$rows"
   python3 - "$build" <<PY
 import json, statistics, subprocess, sys
 rows = [l.split() for l in """$rows""".strip().splitlines()]
 med = {v: statistics.median(float(r[2]) for r in rows if r[1] == v) for v in ("1", "2", "2+overlap")}
 comm = statistics.median(float(r[3]) for r in rows if r[1] == "2")
+for v in ("1", "2", "2+overlap"):
+    busy = statistics.median((float(r[7]) + float(r[8])) / (2 * float(r[6])) for r in rows if r[1] == v)
+    sys_share = statistics.median(float(r[8]) / (float(r[7]) + float(r[8])) for r in rows if r[1] == v)
+    print("# ep %s: the two cores %.0f %% busy over the run, %.0f %% of it in the kernel" % (v, 100 * busy, 100 * sys_share))
 for v, t in med.items():
     print("# ep %s: median step %.4f s over the rounds" % (v, t))
 print("# ep 2 / ep 1 step time: %.3f; ep 2 with overlap_moe / ep 1: %.3f" % (med["2"] / med["1"], med["2+overlap"] / med["1"]))

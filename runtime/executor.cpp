@@ -269,6 +269,57 @@ void Executor::run_action(const Action& a, const std::function<MicroBatch(int)>&
     stats.peak_step_bytes = std::max(stats.peak_step_bytes, live - step_base_bytes_);
 }
 
+// The thread a pair's backward half runs on: one for the executor's life, so
+// that each pair pays a hand-over, not a thread's start (and its BLAS and
+// autograd set-up). OpenMP's thread count is per thread: it runs with the
+// run's (a new thread starts at the machine's cores, and its parallel
+// regions would spin beside the forward's).
+Executor::PairWorker::PairWorker(int threads)
+    : thread_([this, threads] {
+        at::set_num_threads(threads);
+        std::unique_lock<std::mutex> lock(mu_);
+        for (;;) {
+          cv_.wait(lock, [this] { return stop_ || static_cast<bool>(job_); });
+          if (stop_) return;
+          std::function<void()> job = std::move(job_);
+          job_ = nullptr;
+          lock.unlock();
+          std::exception_ptr failed;
+          try {
+            job();
+          } catch (...) {
+            failed = std::current_exception();
+          }
+          lock.lock();
+          failed_ = failed;
+          done_ = true;
+          cv_.notify_all();
+        }
+      }) {}
+
+Executor::PairWorker::~PairWorker() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void Executor::PairWorker::start(std::function<void()> job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  job_ = std::move(job);
+  done_ = false;
+  failed_ = nullptr;
+  cv_.notify_all();
+}
+
+void Executor::PairWorker::finish() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return done_; });
+  if (failed_) std::rethrow_exception(std::exchange(failed_, nullptr));
+}
+
 // NOTE [overlapped pairs] in schedules/overlap.h. The backward half runs on
 // a second thread with its slot looked up beforehand (the forward half may
 // add slots to the map meanwhile: a hand-over to another chunk of this
@@ -294,28 +345,18 @@ void Executor::run_pair(const sched::ActionList& actions, size_t i, size_t j,
     post_group();
   };
   if (overlap_) {
-    std::exception_ptr failed;
-    const int threads = at::get_num_threads();
-    std::thread back([&] {
-      try {
-        // OpenMP's thread count is per thread: a new one starts at the machine's
-        // cores, not the run's training.threads (measured: each pair took twice
-        // its two halves one after the other, its parallel regions spinning beside
-        // the forward's).
-        at::set_num_threads(threads);
-        backward_slot(bs, b, loss_scale, defer);
-      } catch (...) {
-        failed = std::current_exception();
-      }
-    });
+    if (!worker_) worker_ = std::make_unique<PairWorker>(at::get_num_threads());
+    worker_->start([&] { backward_slot(bs, b, loss_scale, defer); });
     try {
       forward_half();
     } catch (...) {
-      back.join();
+      try {
+        worker_->finish();
+      } catch (...) {  // the forward's error is the one to report
+      }
       throw;
     }
-    back.join();
-    if (failed) std::rethrow_exception(failed);
+    worker_->finish();  // rethrows the backward's error
     ++stats.overlapped_pairs;
   } else {
     forward_half();

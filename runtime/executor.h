@@ -21,9 +21,14 @@
 // results would depend on its pipeline layout.
 #pragma once
 
+#include <condition_variable>
+#include <exception>
 #include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -186,6 +191,23 @@ class Executor {
   std::vector<CommGroup> groups_;  // this run's posted groups
   bool record_ = true;
   bool overlap_ = false;
+  // The thread of overlapped pairs' backward halves (run_pair), started at the first pair.
+  class PairWorker {
+   public:
+    explicit PairWorker(int threads);  // runs with this intra-op thread count
+    ~PairWorker();
+    void start(std::function<void()> job);
+    void finish();  // waits for the job; rethrows its error
+
+   private:
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::function<void()> job_;
+    bool done_ = false, stop_ = false;
+    std::exception_ptr failed_;
+    std::thread thread_;  // last: started once the above exist
+  };
+  std::unique_ptr<PairWorker> worker_;
   // The timeline as clock marks, turned into times when first read.
   void resolve_timeline() const;
   StepClock clock_;
