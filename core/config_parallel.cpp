@@ -124,16 +124,13 @@ void check_schedule(const Config& c) {
     if (c.parallel.moe_dispatcher != "alltoall")
       fail(c, why + "with parallel.moe_dispatcher = " + quote(c.parallel.moe_dispatcher) +
                   ": only the all-to-all dispatcher has its forward and backward exchanges on groups of their own");
-    if (c.training.recompute != "none")
-      fail(c, why + "with training.recompute = " + quote(c.training.recompute) +
-                  ": recomputation re-runs a forward, its all-to-alls included, inside the backward, beside the "
-                  "paired forward's own (expected \"none\")");
+    if (c.training.recompute == "full")
+      fail(c, why + "with training.recompute = \"full\": recomputation re-runs a forward, its all-to-alls "
+                    "included, inside the backward, beside the paired forward's own (\"selective\" recomputes "
+                    "only the attention core, which has none)");
     if (s.kind == "gpipe")
       fail(c, why + "with schedule.kind = \"gpipe\": it runs every forward before any backward, so no backward "
                     "has a forward to pair with");
-    if (s.kind == "file")
-      fail(c, why + "with schedule.kind = \"file\": a file writes its pairs itself (F3+B1 tokens, "
-                    "schedules/README.md)");
   }
   if (s.kind != "file" && !s.file.empty()) {
     fail(c, "schedule.file = " + quote(s.file) + " with schedule.kind = " + quote(s.kind) +

@@ -49,37 +49,47 @@
 namespace trident {
 namespace {
 
-sched::Schedule build_plain_schedule(const Config& cfg, int64_t m);
+sched::Schedule read_schedule_file(const Config& cfg, int64_t m);
 
-// The schedule this run executes, checked before any process group exists:
-// the run's list, with overlapped pairs under schedule.overlap_moe (NOTE [overlapped pairs]).
+// The schedule this run executes, checked before any process group exists.
+// Under schedule.overlap_moe a generated kind's compute-only list is paired
+// (NOTE [overlapped pairs] in schedules/overlap.h) before its communication
+// is placed; a file writes its pairs itself (F3+B1 tokens).
 sched::Schedule build_schedule(const Config& cfg, int64_t m) {
-  sched::Schedule s = build_plain_schedule(cfg, m);
-  if (!cfg.schedule.overlap_moe) {
-    if (sched::count_pairs(s) > 0)
+  const int p = static_cast<int>(cfg.parallel.pp), v = static_cast<int>(cfg.schedule.chunks);
+  const bool overlap = cfg.schedule.overlap_moe;
+  if (cfg.schedule.kind == "file") {
+    sched::Schedule s = read_schedule_file(cfg, m);
+    if (!overlap && sched::count_pairs(s) > 0)
       throw ConfigError("schedule.file = \"" + cfg.schedule.file + "\" has overlapped pairs (F+B tokens) but "
                         "schedule.overlap_moe = false: set it to run them overlapped");
+    if (overlap && sched::count_pairs(s) == 0)
+      throw ConfigError("schedule.overlap_moe = true with schedule.file = \"" + cfg.schedule.file +
+                        "\": the file has no overlapped pairs (write them as F3+B1 tokens, schedules/README.md)");
     return s;
   }
-  s = sched::overlap_pairs(s);
-  if (sched::count_pairs(s) == 0)
-    throw ConfigError("schedule.overlap_moe = true: schedule.kind = \"" + cfg.schedule.kind + "\" at pp = " +
-                      std::to_string(cfg.parallel.pp) + " with " + std::to_string(m) +
-                      " micro-batches has no backward followed by a forward of another micro-batch to pair");
-  return s;
-}
-
-sched::Schedule build_plain_schedule(const Config& cfg, int64_t m) {
-  const int p = static_cast<int>(cfg.parallel.pp), v = static_cast<int>(cfg.schedule.chunks);
   // zb-auto is searched for F, B, W = 1, 2, 1 (sched::Costs' defaults): the run's own
   // costs are not measured before the schedule is built; `trident schedule --profile` searches it
   // for measured ones, trained as schedule.kind = "file" (schedules/README.md). The step's bubble
   // is what it minimises: Trident runs no optimizer post-validation (NOTE [zb-auto]).
-  if (cfg.schedule.kind == "zb-auto")
-    return sched::place_communication(sched::zb_auto(p, static_cast<int>(m), sched::Costs{},
-                                                     static_cast<int>(cfg.schedule.memory_limit),
-                                                     sched::ZbObjective::kStep));
-  if (cfg.schedule.kind != "file") return sched::generate(cfg.schedule.kind, p, static_cast<int>(m), v);
+  sched::Schedule s = cfg.schedule.kind == "zb-auto"
+                          ? sched::zb_auto(p, static_cast<int>(m), sched::Costs{},
+                                           static_cast<int>(cfg.schedule.memory_limit), sched::ZbObjective::kStep)
+                          : sched::generate_compute(cfg.schedule.kind, p, static_cast<int>(m), v);
+  if (overlap) {
+    s = sched::overlap_pairs(s);
+    if (sched::count_pairs(s) == 0)
+      throw ConfigError("schedule.overlap_moe = true: schedule.kind = \"" + cfg.schedule.kind + "\" at pp = " +
+                        std::to_string(p) + " with " + std::to_string(m) +
+                        " micro-batches has no backward followed by a forward of another micro-batch to pair");
+  }
+  s = sched::place_communication(s);  // what generate() does (NOTE [group waits])
+  if (overlap) sched::validate(s);
+  return s;
+}
+
+sched::Schedule read_schedule_file(const Config& cfg, int64_t m) {
+  const int p = static_cast<int>(cfg.parallel.pp), v = static_cast<int>(cfg.schedule.chunks);
   std::ifstream f(cfg.schedule.file);
   if (!f) throw ConfigError("schedule.file = \"" + cfg.schedule.file + "\": cannot open it");
   std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
@@ -323,9 +333,9 @@ void measure_zb_auto(Run& r) {
     text += buf;
   }
   for (int b = 0; b + 1 < p; ++b) costs.latency.push_back(t[3 * p + b].item<double>());
-  r.schedule = sched::place_communication(
-      sched::zb_auto(p, m, costs, static_cast<int>(c.schedule.memory_limit), sched::ZbObjective::kStep));
-  if (c.schedule.overlap_moe) r.schedule = sched::overlap_pairs(r.schedule);  // NOTE [overlapped pairs]
+  sched::Schedule searched = sched::zb_auto(p, m, costs, static_cast<int>(c.schedule.memory_limit), sched::ZbObjective::kStep);
+  if (c.schedule.overlap_moe) searched = sched::overlap_pairs(searched);  // NOTE [overlapped pairs]
+  r.schedule = sched::place_communication(searched);
   if (r.pgs->rank() == 0) {
     const sched::TimelineStats st = sched::simulate_stats(r.schedule, costs);
     int peak = 0;

@@ -234,13 +234,11 @@ int cmd_schedule(int argc, char** argv) {
 
   if (vm.count("expert-comm") && vm.count("profile"))
     throw BadInput("--expert-comm with --profile: a profile has no all-to-all part to give it (use --costs)");
+  if (vm.count("overlap-moe") && kind == "file")
+    throw BadInput("--overlap-moe with --kind file: a file writes its pairs itself (F3+B1 tokens)");
   sched::Schedule s = load(vm, kind, costs);
   if (vm.count("overlap-moe")) {  // NOTE [overlapped pairs]
-    if (kind == "file") throw BadInput("--overlap-moe with --kind file: a file writes its pairs itself (F3+B1 tokens)");
-    if (vm.count("compute-only"))
-      throw BadInput("--overlap-moe with --compute-only: a pair's halves have only the F's sends between them, so "
-                     "the list is shown with its communication");
-    s = sched::overlap_pairs(sched::place_communication(s));
+    s = sched::overlap_pairs(s);  // the compute-only list (shown with its communication placed unless --compute-only)
     if (sched::count_pairs(s) == 0)
       throw BadInput("--overlap-moe: --kind " + kind + " at p=" + std::to_string(s.pipeline_ranks) + " m=" +
                      std::to_string(s.microbatches) + " has no backward followed by a forward of another "

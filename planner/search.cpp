@@ -189,6 +189,15 @@ struct Searcher {
             continue;
           }
           keep_if_it_fits(l, all);
+          // NOTE [planned overlap]: the same layout with its all-to-alls under overlapped pairs.
+          if (ep > 1 && std::string(rec) != "full" && kind != "gpipe") {
+            l.overlap_moe = true;
+            try {
+              keep_if_it_fits(l, all);
+            } catch (const PlanError&) {  // its pairs all at once would deadlock, and the list is too long to try one by one
+              drop("overlap_moe: the kind's pairs all at once deadlock (the planner does not pair one at a time)");
+            }
+          }
         }
       }
     }

@@ -7,6 +7,7 @@
 
 #include "planner/model_cost.h"
 #include "schedules/generators.h"
+#include "schedules/overlap.h"
 #include "schedules/simulate.h"
 
 namespace trident::plan {
@@ -94,6 +95,7 @@ PlanLayout parse_layout(const std::string& text, int gpus) {
     else if (k == "cp") l.cp = parse_int(k, v);
     else if (k == "cp_comm") l.cp_comm = v;
     else if (k == "ep") l.ep = parse_int(k, v);
+    else if (k == "overlap_moe") l.overlap_moe = parse_int(k, v) != 0;
     else if (k == "pp") l.pp = parse_int(k, v);
     else if (k == "dp") l.dp = parse_int(k, v);
     else if (k == "chunks") l.chunks = parse_int(k, v);
@@ -112,7 +114,7 @@ PlanLayout parse_layout(const std::string& text, int gpus) {
     } else {
       throw PlanError("--layout '" + text + "': unknown key '" + k +
                       "': expected tp, cp, pp, dp, schedule, chunks, mbs, recompute, zero, sp, layers, first, last, "
-                      "cp_comm, ep");
+                      "cp_comm, ep, overlap_moe");
     }
   }
   if (l.tp < 1 || l.pp < 1 || l.cp < 1 || l.ep < 1)
@@ -163,6 +165,7 @@ std::string layout_text(const PlanLayout& l) {
   if (l.schedule == "zb-auto") out += ",mem=" + std::to_string(l.memory_limit);
   if (l.cp > 1) out += ",cp=" + std::to_string(l.cp) + ",cp_comm=" + l.cp_comm;
   if (l.ep > 1) out += ",ep=" + std::to_string(l.ep);
+  if (l.overlap_moe) out += ",overlap_moe=1";
   if (!l.layers.empty()) {
     out += ",layers=";
     for (size_t i = 0; i < l.layers.size(); ++i) out += (i ? "+" : "") + std::to_string(l.layers[i]);
@@ -254,6 +257,14 @@ void check_layout(const Problem& pr, const PlanLayout& given) {
   if (l.ep > 1 && l.cp > 1)
     throw PlanError(at + "ep(" + std::to_string(l.ep) + ") with cp(" + std::to_string(l.cp) +
                     "): Trident does not fold the experts over context-parallel ranks yet");
+  // The rules of schedule.overlap_moe (core/config_parallel.cpp), for the layouts the planner prices.
+  if (l.overlap_moe && l.ep == 1)
+    throw PlanError(at + "overlap_moe=1 with ep(1): there is no expert all-to-all to hide");
+  if (l.overlap_moe && l.recompute == "full")
+    throw PlanError(at + "overlap_moe=1 with recompute=full: a recomputed forward would issue its all-to-alls "
+                    "inside the backward");
+  if (l.overlap_moe && l.schedule == "gpipe")
+    throw PlanError(at + "overlap_moe=1 with schedule=gpipe: no backward has a forward after it to pair with");
   if (m.mla() && l.cp > 1)
     throw PlanError(at + "cp(" + std::to_string(l.cp) + ") with model.arch = \"" + m.arch +
                     "\": multi-head latent attention does not run under context parallelism yet");
@@ -307,7 +318,7 @@ namespace {
 // combine) and two backward, each moving (ep - 1) / ep of b·s·k·h elements of this rank over the ep
 // group's link (its ranks tp apart inside the dp replicas, ep fastest: on one node while tp x ep fits
 // it; NOTE [expert grid] in parallel/layout.h), plus the splits exchanged first (latency). Exposed:
-// Trident does not overlap them with compute yet (schedule.overlap_moe is issue 50's). A mean layer
+// unless overlap_moe pairs them with compute (NOTE [planned overlap] in evaluate). A mean layer
 // carries its share of the MoE layers' (NOTE [planned experts]). The routed experts' memory divides by
 // ep, their gradients reduce and ZeRO-1 shards over the expert-data-parallel group (dp / ep).
 // Returns one layer's forward seconds (the backward's are the same).
@@ -502,10 +513,26 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
     const double busy_lat = intra ? c.intra_pipeline_latency_us : c.inter_pipeline_latency_us;
     latency[vs] = (msg / (pl.gbs * 1e9) + (busy_lat > 0 ? busy_lat : pl.lat_us) * 1e-6) * 1e3;
   }
+  // NOTE [planned overlap] With overlap_moe each backward runs with the forward after it (NOTE
+  // [overlapped pairs] in schedules/overlap.h), and the simulator prices each pair from the
+  // all-to-alls' share of its F and B (Costs::expert_comm): what it hides comes off the ep_comm
+  // column below. The pairs are made on the kind's list (zb-auto's after its search).
+  if (l.overlap_moe)
+    for (int vs = 0; vs < stages; ++vs) costs.stage_costs[vs].expert_comm = nl[vs] * ep_f * 1e3;
   sched::Costs free_costs = costs;
   costs.latency = latency;
   // The step's bubble, not the paper's span: neither runtime planned runs optimizer post-validation.
   if (zb_auto) s = sched::zb_auto(l.pp, mb_count, costs, l.memory_limit, sched::ZbObjective::kStep);
+  if (l.overlap_moe) {
+    try {
+      s = sched::overlap_pairs(s, /*one_by_one=*/false);  // NOTE [planned overlap]: thousands of layouts
+    } catch (const sched::ScheduleError& err) {
+      throw PlanError("layout " + layout_text(l) + ": " + err.what());
+    }
+    if (sched::count_pairs(s) == 0)
+      throw PlanError("layout " + layout_text(l) + ": overlap_moe=1 but schedule=" + l.schedule + " with " +
+                      std::to_string(mb_count) + " micro-batches has no backward followed by a forward to pair");
+  }
   const sched::TimelineStats st = sched::simulate_stats(s, costs);
   const sched::TimelineStats st0 = stages > 1 ? sched::simulate_stats(s, free_costs) : st;
 
@@ -617,6 +644,14 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
     b.tp_comm += mb_count * p.tp;
     b.cp_comm += mb_count * p.cp;
     b.ep_comm += mb_count * p.ep;
+  }
+  if (l.overlap_moe) {  // NOTE [planned overlap]: what the pairs hid on that rank
+    double alone = 0;
+    for (int ch = 0; ch < v; ++ch) {
+      const sched::StageCosts& sc = costs.stage_costs[s.stage_of(busiest, ch)];
+      alone += mb_count * sc.forward + mb_count * sc.backward;
+    }
+    b.ep_comm = std::max(0.0, b.ep_comm - std::max(0.0, alone - st.busy[busiest]) * 1e-3);
   }
   b.bubble = std::max(0.0, pipe_free_s - (b.compute + b.recompute + b.tp_comm + b.cp_comm + b.ep_comm));
   b.pp_comm = std::max(0.0, pipe_s - pipe_free_s);

@@ -23,6 +23,7 @@ struct PlanLayout {
   int tp = 1, pp = 1, dp = 1;
   int cp = 1;                     // context-parallel size (NOTE [context grid] in parallel/layout.h)
   int ep = 1;                     // expert-parallel size, dividing dp (NOTE [planned expert parallelism])
+  bool overlap_moe = false;       // schedule.overlap_moe: backwards paired with forwards (NOTE [planned overlap])
   std::string cp_comm = "p2p";    // parallel.cp_comm: p2p | all_gather | a2a (NOTE [planned context parallelism])
   bool sequence_parallel = false;
   std::string schedule = "1f1b";  // a kind of sched::schedule_kinds()
@@ -41,7 +42,8 @@ struct PlanLayout {
 };
 
 // "tp=8,pp=4,dp=32,schedule=interleaved,chunks=2,mbs=1,recompute=full,zero=1,sp=1,layers=3+5"
-// (cp=N and cp_comm=KIND for context parallelism; the text names them when cp > 1; ep=N likewise)
+// (cp=N and cp_comm=KIND for context parallelism; the text names them when cp > 1; ep=N likewise,
+// and overlap_moe=1 when set)
 // (schedule=zb-auto takes mem=N, its memory limit: the list is searched for the layout's own stage costs)
 // (or first=N,last=M in place of layers; sp=1 at tp=1 is sequence parallelism off, as Megatron
 // treats it)
@@ -62,7 +64,8 @@ struct Breakdown {
   double step_sync = 0;  // the step's small collectives: the gradient norm over the model-parallel ranks (and
                          // dp with ZeRO-1), the tied embedding's gradient, the logged loss and pipeline figures
   double cp_comm = 0;    // its context-parallel exchanges not hidden by attention (NOTE [planned context parallelism])
-  double ep_comm = 0;    // the experts' dispatch and combine all-to-alls (NOTE [planned expert parallelism])
+  double ep_comm = 0;    // the experts' dispatch and combine all-to-alls not hidden by overlapped pairs
+                         // (NOTE [planned expert parallelism], NOTE [planned overlap])
 };
 
 struct RankMemory {  // bytes on one device of pipeline rank r

@@ -341,7 +341,13 @@ void Executor::run_pair(const sched::ActionList& actions, size_t i, size_t j,
     forward(f, batch);
     set_op_phase(before);
     t_f = rec ? clock_.mark() : -1;
-    for (size_t k = i + 1; k < j; ++k) send(actions[k]);  // the F's own sends (the validator's rule)
+    for (size_t k = i + 1; k < j; ++k) {  // the communication between the two, posted now
+      const Action& c = actions[k];
+      if (c.kind == ActionKind::SEND_F || c.kind == ActionKind::SEND_B)
+        send(c);
+      else
+        post_recv(c);  // never the partner's input (the validator's rule)
+    }
     post_group();
   };
   if (overlap_) {
@@ -369,7 +375,15 @@ void Executor::run_pair(const sched::ActionList& actions, size_t i, size_t j,
     Action plain = f;  // the timeline's entries are single actions; the pair shows in their times
     plain.flags = 0;
     timeline_.push_back({plain, 0, 0}), marks_.push_back({t0, t_f});
-    for (size_t k = i + 1; k < j; ++k) timeline_.push_back({actions[k], 0, 0}), marks_.push_back({t_f, t_f});
+    for (size_t k = i + 1; k < j; ++k) {
+      const Action& c = actions[k];
+      if (c.kind == ActionKind::RECV_F || c.kind == ActionKind::RECV_B) {
+        record_recv(c);  // its end is filled in by its consumer's wait
+        marks_.back().first = t_f;
+      } else {
+        timeline_.push_back({c, 0, 0}), marks_.push_back({t_f, t_f});
+      }
+    }
     timeline_.push_back({b, 0, 0}), marks_.push_back({t0, t_end});
   }
   if (b.kind == ActionKind::B) {  // nothing of that (mb, chunk) is left

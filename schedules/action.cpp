@@ -82,14 +82,14 @@ Action parse_one(const std::string& tok, int line, const Schedule& s) {
 }
 
 // One token, one action; or an overlapped pair (NOTE [overlapped pairs] in
-// schedules/overlap.h): an F, its own sends, and the B or I that runs with
-// it, joined by '+': "F7+B3.1", "F7+SF7+B3.1".
+// schedules/overlap.h): an F, the communication posted when it is done, and
+// the B or I that runs with it, joined by '+': "F7+B3.1", "F7+SF7+RF8+B3.1".
 void parse_token(const std::string& tok, int line, const Schedule& s, ActionList* out) {
   if (tok.find('+') == std::string::npos) {
     out->push_back(parse_one(tok, line, s));
     return;
   }
-  const char* pair = "an overlapped pair F<mb>+B<mb> or F<mb>+I<mb>, the F's own sends between them "
+  const char* pair = "an overlapped pair F<mb>+B<mb> or F<mb>+I<mb>, only communication between them "
                      "(F7+SF7+B3.1; chunks as '.c')";
   std::vector<Action> parts;
   size_t start = 0;
@@ -105,7 +105,7 @@ void parse_token(const std::string& tok, int line, const Schedule& s, ActionList
   const Action& b = parts.back();
   if (f.kind != ActionKind::F || (b.kind != ActionKind::B && b.kind != ActionKind::I)) fail(line, tok, pair);
   for (size_t k = 1; k + 1 < parts.size(); ++k)
-    if (parts[k].kind != ActionKind::SEND_F || parts[k].mb != f.mb || parts[k].chunk != f.chunk) fail(line, tok, pair);
+    if (!is_communication(parts[k].kind)) fail(line, tok, pair);
   parts.front().flags = Action::kOverlapNext;
   out->insert(out->end(), parts.begin(), parts.end());
 }

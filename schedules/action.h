@@ -85,13 +85,11 @@ constexpr int kActionKinds = 9;  // number of ActionKind values
 std::string to_token(const Action& a);
 inline Action reduce_grad(int chunk) { return Action(ActionKind::REDUCE_GRAD, 0, chunk); }
 // Position of the partner of the overlapped pair whose F is at list[i]: the
-// first action after it that is not one of that F's SEND_F (NOTE
-// [overlapped pairs] in schedules/overlap.h); list.size() if none.
+// first action after it that is not communication (NOTE [overlapped pairs]
+// in schedules/overlap.h); list.size() if none.
 inline size_t pair_partner(const ActionList& list, size_t i) {
   size_t j = i + 1;
-  while (j < list.size() && list[j].kind == ActionKind::SEND_F && list[j].mb == list[i].mb &&
-         list[j].chunk == list[i].chunk)
-    ++j;
+  while (j < list.size() && is_communication(list[j].kind)) ++j;
   return j;
 }
 

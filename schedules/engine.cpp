@@ -287,12 +287,20 @@ class Runner {
           if (at >= 0) (*tl)[at].end = std::max((*tl)[at].start, got[k]);
         }
       }
-      if (k == 0) {  // the F's sends: explicit ones between the two, or the implicit one
+      if (k == 0) {  // what is posted once the F is done: the communication between the two
         for (size_t i = pc + 1; i < j; ++i) {
-          const int into = stages[0] + 1;
-          if (into >= S_) malformed(r, i);
-          deliver(0, into, a.mb, f_end + link(r, into, stages[0]), todo);
-          if (tl) tl->push_back({list[i], f_end, f_end});
+          const Action& c = list[i];
+          if (!in_range(c)) malformed(r, i);
+          const int cs = stage_of_[static_cast<size_t>(r) * v_ + c.chunk];
+          if (c.kind == ActionKind::SEND_F || c.kind == ActionKind::SEND_B) {
+            const bool fwd = c.kind == ActionKind::SEND_F;
+            const int into = fwd ? cs + 1 : cs - 1;
+            if (into < 0 || into >= S_) malformed(r, i);
+            deliver(fwd ? 0 : 1, into, c.mb, f_end + link(r, into, fwd ? cs : cs - 1), todo);
+          } else if (tl) {  // a receive, posted
+            recv_at_[c.kind == ActionKind::RECV_F ? 0 : 1][key(cs, c.mb)] = static_cast<int32_t>(tl->size());
+          }
+          if (tl) tl->push_back({c, f_end, f_end});
         }
         if (!comm_ && stages[0] < S_ - 1) deliver(0, stages[0] + 1, a.mb, f_end + link(r, stages[0] + 1, stages[0]), todo);
       } else if (!comm_ && stages[1] > 0) {

@@ -152,9 +152,10 @@ void check_rank(const Schedule& s, int r, bool comm, std::vector<Slot>& slots) {
 }
 
 // An action with flags (rare): only an F may open an overlapped pair, and
-// its partner is the next compute action of the list, a B or I of another
-// micro-batch or chunk, with nothing between them but the F's own sends
-// (NOTE [overlapped pairs] in schedules/overlap.h).
+// its partner is the next action of the list that is not communication, a B
+// or I of another micro-batch or chunk, whose input is not received between
+// the two (the pair starts once both inputs are in; NOTE [overlapped pairs]
+// in schedules/overlap.h).
 void check_pair(const Schedule& s, int r, size_t i) {
   const auto& list = s.ranks[r];
   const Action& a = list[i];
@@ -168,9 +169,14 @@ void check_pair(const Schedule& s, int r, size_t i) {
   const bool partner = j < list.size() && (list[j].kind == ActionKind::B || list[j].kind == ActionKind::I);
   if (!partner)
     violation(s, {{r, pos}}, at_text(s, r, pos) + " opens an overlapped pair, expected its partner, a B or I, "
-                             "next in the list (nothing between them but the F's own sends)");
+                             "next in the list (nothing but communication between them)");
   if (list[j].mb == a.mb && list[j].chunk == a.chunk)
     violation(s, {{r, pos}, {r, static_cast<int>(j)}}, at_text(s, r, pos) + " is paired with its own backward");
+  for (size_t k = i + 1; k < j; ++k)
+    if (list[k] == Action(ActionKind::RECV_B, list[j].mb, list[j].chunk))
+      violation(s, {{r, static_cast<int>(k)}}, at_text(s, r, static_cast<int>(k)) + " receives the input of " +
+                                                   at_text(s, r, static_cast<int>(j)) + " inside its overlapped pair: "
+                                                   "a pair starts once both inputs are in, so it comes before the F");
 }
 
 // The per-rank checks in one pass with one flag byte per (chunk, mb): each

@@ -339,10 +339,17 @@ Schedule add_communication(const Schedule& s) {
     auto& list = out.ranks[r];
     list.clear();
     list.reserve(in.size() * 3);
-    for (const Action& a : in) {
+    for (size_t i = 0; i < in.size(); ++i) {
+      const Action& a = in[i];
       const int stage = s.stage_of(static_cast<int>(r), a.chunk);
+      // NOTE [overlapped pairs]: a pair's partner receives before the F, and only the F's
+      // sends sit between the two.
+      const bool pair = a.overlaps_next() && i + 1 < in.size() && is_backward(in[i + 1].kind);
+      const int partner_stage = pair ? s.stage_of(static_cast<int>(r), in[i + 1].chunk) : -1;
       if (a.kind == ActionKind::F && stage > 0) list.push_back(act(ActionKind::RECV_F, a.mb, a.chunk));
-      if (is_backward(a.kind) && stage < last) list.push_back(act(ActionKind::RECV_B, a.mb, a.chunk));
+      if (pair && partner_stage < last) list.push_back(act(ActionKind::RECV_B, in[i + 1].mb, in[i + 1].chunk));
+      if (is_backward(a.kind) && stage < last && !(i > 0 && in[i - 1].overlaps_next()))
+        list.push_back(act(ActionKind::RECV_B, a.mb, a.chunk));
       list.push_back(a);
       if (a.kind == ActionKind::F && stage < last) list.push_back(act(ActionKind::SEND_F, a.mb, a.chunk));
       if (is_backward(a.kind) && stage > 0) list.push_back(act(ActionKind::SEND_B, a.mb, a.chunk));

@@ -91,8 +91,9 @@ Schedule with_reduce_grad(Schedule s);
 // Inserts, for every compute action of a compute-only schedule, RECV_F right
 // before F (unless first virtual stage), SEND_F right after F (unless last),
 // RECV_B right before B/I (unless last) and SEND_B right after B/I (unless
-// first). REDUCE_GRAD is copied where it is. Throws if s already has
-// communication.
+// first); the partner of an overlapped pair receives before its F (NOTE
+// [overlapped pairs] in schedules/overlap.h). REDUCE_GRAD is copied where it
+// is. Throws if s already has communication.
 Schedule add_communication(const Schedule& s);
 
 }  // namespace trident::sched

@@ -2,6 +2,7 @@
 #include "schedules/overlap.h"
 
 #include "schedules/generators.h"
+#include "schedules/group_waits.h"
 #include "schedules/validate.h"
 
 namespace trident::sched {
@@ -72,9 +73,7 @@ bool valid(const Schedule& s) {
 
 }  // namespace
 
-Schedule overlap_pairs(const Schedule& s) {
-  if (!has_communication(s) && s.virtual_stages() > 1)  // one stage alone has nothing to send
-    throw ScheduleError("overlap_pairs needs the schedule with its communication (generate()'s output)");
+Schedule overlap_pairs(const Schedule& s, bool one_by_one) {
   validate(s);  // throws naming what is wrong with the input itself
   const std::vector<Candidate> all = candidates(s);
   if (all.empty()) return s;
@@ -85,6 +84,13 @@ Schedule overlap_pairs(const Schedule& s) {
   if (valid(every)) return every;
   // Else one at a time, in list order, keeping each that leaves the schedule
   // valid (each pair applied shifts later positions of its rank: recompute).
+  // Each try validates the whole list: quadratic, so bounded.
+  if (!one_by_one || action_count(s) > kMaxDeferActions)
+    throw ScheduleError("overlap_pairs: pairing every candidate of this list deadlocks, and " +
+                        (one_by_one ? "with " + std::to_string(action_count(s)) + " actions (more than " +
+                                          std::to_string(kMaxDeferActions) + ") the pairs are"
+                                    : std::string("this caller's pairs are")) +
+                        " not searched one at a time");
   Schedule out = s;
   for (size_t k = 0; k < all.size(); ++k) {
     const std::vector<Candidate> now = candidates(out);

@@ -24,32 +24,37 @@ namespace trident::sched {
 // AFTER it instead chains the ranks: in 1F1B, rank r's pair would wait for
 // the gradient that rank r+1 makes from the forward inside rank r's previous
 // pair, and the pipeline runs one micro-batch at a time (the simulator says
-// 81 against 51 for plain 1F1B at p = 2, m = 16, F = 1, B = 2, all-to-alls
-// a third of each).
+// 81 against 51 for plain 1F1B at p = 2, m = 16, F = 1, B = 2, W = 1 with
+// all-to-alls of 1 in each).
 // Moving the forward up is the extra warm-up forward of Megatron-Core's
 // combined 1F1B: one more micro-batch's activations held, and the forward's
 // input has been there since the step before. Between the two halves of a
-// pair the list holds only the F's own sends: they leave as soon as the F is
-// done, while the backward still runs, so the next stage's pair can start
-// (sent after the pair, the ranks would take turns again). The receives that
-// were between the two move before the pair (it needs both inputs), the rest
-// (W, other sends) after it. The numbers computed are the same bit for bit:
-// a backward adds its micro-batch's gradients in the list's order as before,
-// and a forward reads only the parameters, which no backward changes. The
-// validator runs a pair as its actions in list order with one rule more: the
-// F waits for its partner's input too (the engine, and the stream run of
-// NOTE [pair order]), so a list whose pairs would deadlock is refused.
+// pair the list holds only communication, which the executor posts as one
+// group as soon as the F is done, while the backward still runs: the F's own
+// sends (so that the next stage's pair can start; sent after the pair, the
+// ranks would take turns again) and whatever the placement passes put there,
+// never the partner's input (a pair starts once both inputs are in, so that
+// receive comes before the F). The numbers computed are the same bit for
+// bit: a backward adds its micro-batch's gradients in the list's order as
+// before, and a forward reads only the parameters, which no backward
+// changes. The validator runs a pair as its actions in list order with one
+// rule more: the F waits for its partner's input too (the engine, and the
+// stream run of NOTE [pair order]), so a list whose pairs would deadlock is
+// refused. overlap_pairs() pairs a compute-only list (then placed by
+// place_communication(), like any) or a placed one.
 // The simulator prices a pair with overlapped_pair_cost() (simulate.h) from
 // Costs::expert_comm, the all-to-alls' share of F and B.
 
-// `s` (with its communication: generate()'s output) with each B or I paired
-// with the first F after it on its rank (another micro-batch or chunk; only W
-// and communication between them), where the pair keeps the schedule valid;
-// a candidate that would not (validate() refuses the list with it) stays
-// as it was. Returns s unchanged when it has no candidate. Throws
-// ScheduleError if s is invalid or, with more than one virtual stage, has no
-// communication.
-Schedule overlap_pairs(const Schedule& s);
+// `s` (compute-only, or with its communication: generate()'s output) with
+// each B or I paired with the first F after it on its rank (another
+// micro-batch or chunk; only W and communication between them), where the
+// pair keeps the schedule valid; a candidate that would not (validate()
+// refuses the list with it) stays as it was, tried one at a time up to
+// kMaxDeferActions actions (group_waits.h), beyond which such a list throws
+// (and at any size when `one_by_one` is false: a planner pricing thousands of
+// layouts takes only lists whose pairs all hold at once). Returns s unchanged
+// when it has no candidate. Throws ScheduleError if s is invalid.
+Schedule overlap_pairs(const Schedule& s, bool one_by_one = true);
 
 // Overlapped pairs in s.
 int count_pairs(const Schedule& s);

@@ -238,14 +238,15 @@ const std::vector<Row>& moe_rows() {
       // Overlapped pairs (NOTE [overlapped pairs]): each backward with the forward after it, the
       // backward on a second thread and its all-to-alls on their own group (NOTE [two expert
       // groups]), under each kind that has pairs, one pipeline stage too (1F1B at pp = 1 pairs
-      // B(k) with F(k+1)), a stage without MoE layers, ZeRO-1, bf16 and the NCCL rules.
+      // B(k) with F(k+1)), a stage without MoE layers, selective recomputation (MLA's core), ZeRO-1,
+      // bf16 and the NCCL rules.
       {1, 1, 2, "1f1b", 0, true, {kEp2, kOverlapMoe}, kMixtral},
       {1, 2, 2, "1f1b", 0, true, {kEp2, kOverlapMoe}, kMixtral},
       {1, 2, 2, "interleaved", 1, true, {kEp2, kOverlapMoe}, kQwen3Moe},
       {1, 2, 2, "zb-h1", 0, true, {kEp2, kOverlapMoe}, kMixtral},
       // (zb-v and dualpipev at dp 2 need 4 micro-batches per replica to have pairs: twice the batch.)
       {1, 2, 2, "zb-v", 1, true, {kEp2, kOverlapMoe, "model.moe_first_dense=2", kGbs32}, kQwen3Moe},
-      {1, 2, 2, "dualpipev", 0, true, {kEp2, kOverlapMoe, kGbs32}, kDeepseekV3},
+      {1, 2, 2, "dualpipev", 0, true, {kEp2, kOverlapMoe, kGbs32, "training.recompute=selective"}, kDeepseekV3},
       {1, 1, 2, "1f1b", 0, true, {kEp2, kOverlapMoe, kBf16}, kMixtral},
       {1, 1, 2, "1f1b", 1, true, {kEp2, kOverlapMoe, kNcclRules}, kMixtral},
       {1, 2, 2, "zb-v", 0, true, {kEp2, kOverlapMoe, kNcclRules, kGbs32}, kMixtral},

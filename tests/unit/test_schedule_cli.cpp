@@ -85,8 +85,8 @@ TEST(ScheduleCli, BadArgumentsFailWithAMessage) {
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.out.find("--overlap-moe: --kind gpipe at p=2 m=4 has no backward followed by a forward"),
             std::string::npos) << r.out;
-  r = run_schedule("--kind 1f1b -p 2 -m 4 --overlap-moe --format schedule --compute-only");
-  EXPECT_NE(r.out.find("--overlap-moe with --compute-only"), std::string::npos) << r.out;
+  r = run_schedule("--overlap-moe --kind file --file /dev/null");
+  EXPECT_NE(r.out.find("--overlap-moe with --kind file: a file writes its pairs itself"), std::string::npos) << r.out;
   r = run_schedule("--kind 1f1b -p 2 -m 4 --overlap-moe --expert-comm 1.5");  // more than F
   EXPECT_NE(r.out.find("expected 0 <= expert_comm <= F and <= I"), std::string::npos) << r.out;
   r = run_schedule("--kind 1f1b -p 2 -m 2 --stage-costs 1,2,3");
@@ -125,6 +125,8 @@ TEST(ScheduleCli, OverlapMoePairsTheListAndPricesThePairs) {
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find(" F2+SF2+B0 "), std::string::npos) << r.out;  // rank 0: F2 moved up to B0, its send between
   EXPECT_NE(r.out.find(" F1+B0 "), std::string::npos) << r.out;      // rank 1 sends nothing forward
+  r = run_schedule("--kind 1f1b -p 2 -m 4 --overlap-moe --format schedule --compute-only");
+  EXPECT_NE(r.out.find("0: F0 F1 F2+B0 F3+B1 B2 B3 RD"), std::string::npos) << r.out;
 }
 
 TEST(ScheduleCli, SummaryIsOneObjectWithTheFigures) {

@@ -125,7 +125,7 @@ TEST(OverlapPairs, ValidatorRefusesAPairThatIsNotAnFAndTheBackwardRightAfterIt) 
   Schedule placed = generate("1f1b", 2, 2);
   for (size_t i = 0; i < placed.ranks[0].size(); ++i)
     if (placed.ranks[0][i] == Action(ActionKind::F, 1)) placed.ranks[0][i].flags = Action::kOverlapNext;
-  EXPECT_NE(error_of(placed).find("nothing between them but the F's own sends"), std::string::npos) << error_of(placed);
+  EXPECT_NE(error_of(placed).find("receives the input of"), std::string::npos) << error_of(placed);
 }
 
 TEST(OverlapPairs, SimulatorPricesAPairAsTheLongestOfItsChainsAndResources) {
@@ -167,7 +167,11 @@ TEST(OverlapPairs, SimulatorPricesAPairAsTheLongestOfItsChainsAndResources) {
 }
 
 TEST(OverlapPairs, NeedsItsInputValidAndPlaced) {
-  EXPECT_THROW(overlap_pairs(generate_compute("1f1b", 2, 4)), ScheduleError);  // no communication yet
+  // Compute-only: the same pairs, and add_communication() puts the partner's receive before the F.
+  const Schedule bare = overlap_pairs(generate_compute("1f1b", 2, 4));
+  EXPECT_EQ(count_pairs(bare), count_pairs(overlap_pairs(generate("1f1b", 2, 4))));
+  EXPECT_NO_THROW(validate(add_communication(bare)));
+  EXPECT_NE(to_text(add_communication(bare)).find(" RB0 F2+SF2+B0 "), std::string::npos) << to_text(add_communication(bare));
   Schedule broken = generate("1f1b", 2, 4);
   broken.ranks[1].pop_back();
   EXPECT_THROW(overlap_pairs(broken), ScheduleError);
