@@ -172,6 +172,11 @@ TEST(PlanCli, MoePresetsAreSearchedAtTpOne) {
   const Result emit = run_plan("--config configs/deepseek-v3.toml --cluster configs/clusters/dgx-h100.toml --gpus 1024 "
                                "--layout tp=1,pp=16,ep=8 --emit-set");
   EXPECT_NE(emit.out.find("--set parallel.ep=8"), std::string::npos) << emit.out;
+  EXPECT_EQ(emit.out.find("overlap_moe"), std::string::npos) << emit.out;
+  // NOTE [planned overlap]: a layout with its all-to-alls under overlapped pairs says so to trident train.
+  const Result pairs = run_plan("--config configs/mixtral-8x7b.toml --cluster configs/clusters/dgx-h100.toml --gpus 128 "
+                                "--layout tp=1,pp=4,ep=8,schedule=zb-h1,recompute=selective,overlap_moe=1 --emit-set");
+  EXPECT_NE(pairs.out.find("--set schedule.overlap_moe=true"), std::string::npos) << pairs.out;
   const Result d = run_plan("--config configs/deepseek-v3.toml --cluster configs/clusters/dgx-h100.toml --gpus 1024 "
                             "--layout tp=1,cp=2,pp=16");
   EXPECT_EQ(d.status, 2) << d.out;

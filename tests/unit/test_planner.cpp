@@ -309,6 +309,38 @@ TEST(PlannerStep, ExpertParallelismSplitsTheExpertsAndPricesItsAllToAlls) {
             std::string::npos);
 }
 
+// NOTE [planned overlap]: the same layout with each backward paired with the
+// forward after it; the simulator prices the pairs from the all-to-alls' share
+// of F and B, and what they hide comes off the ep_comm column.
+TEST(PlannerStep, OverlapMoePairsHideAllToAllsAndAreRefusedWhereNothingRuns) {
+  ModelConfig m = gpt(4, 64, 8, 32, 256);
+  m.arch = "mixtral", m.ffn_hidden = 32, m.experts = 8, m.moe_top_k = 2, m.tie_embeddings = false;
+  const Problem pr = unit_problem(m, 8);
+  const PlanLayout plain = parse_layout("dp=2,ep=2,mbs=1", 2), paired = parse_layout("dp=2,ep=2,mbs=1,overlap_moe=1", 2);
+  EXPECT_EQ(layout_text(paired), "tp=1,pp=1,dp=2,schedule=1f1b,chunks=1,mbs=1,recompute=none,zero=0,sp=0,ep=2,overlap_moe=1");
+  const Estimate a = evaluate(pr, plain), b = evaluate(pr, paired);
+  EXPECT_GT(a.breakdown.ep_comm, 0.0);
+  EXPECT_LT(b.breakdown.ep_comm, a.breakdown.ep_comm);
+  EXPECT_LT(b.step_s, a.step_s);
+  // One stage, 4 micro-batches: F0, then F(k+1) with B(k) three times, then B3; the pipeline
+  // part of the step shrinks by exactly what ep_comm lost.
+  const double hidden = a.breakdown.ep_comm - b.breakdown.ep_comm;
+  EXPECT_NEAR((a.step_s - a.breakdown.dp_exposed) - (b.step_s - b.breakdown.dp_exposed), hidden, 1e-12);
+  const Breakdown& k = b.breakdown;
+  EXPECT_NEAR(k.compute + k.recompute + k.tp_comm + k.cp_comm + k.ep_comm + k.bubble + k.pp_comm + k.dp_exposed +
+                  k.optimizer + k.step_sync,
+              b.step_s, 1e-12);
+  EXPECT_NE(error_of<PlanError>([&] { evaluate(pr, parse_layout("dp=2,overlap_moe=1", 2)); })
+                .find("overlap_moe=1 with ep(1): there is no expert all-to-all to hide"),
+            std::string::npos);
+  EXPECT_NE(error_of<PlanError>([&] { evaluate(pr, parse_layout("dp=2,ep=2,recompute=full,overlap_moe=1", 2)); })
+                .find("overlap_moe=1 with recompute=full"),
+            std::string::npos);
+  EXPECT_NE(error_of<PlanError>([&] { evaluate(pr, parse_layout("dp=2,ep=2,schedule=gpipe,overlap_moe=1", 2)); })
+                .find("overlap_moe=1 with schedule=gpipe"),
+            std::string::npos);
+}
+
 // The longest sequence a cluster trains: activations grow with the sequence
 // (and attention's with its square) while a rank's share shrinks with cp, so
 // searching cp up to 8 reaches a longer sequence than cp = 1 alone.
