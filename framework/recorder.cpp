@@ -71,7 +71,10 @@ void Recorder::begin_step(int64_t step, bool logged) {
   logged_ = logged;
   measured_ = step > 0 || r_.cfg->training.steps == 1;  // the first step warms caches up: keep it out of the means
   r_.exec->progress().set_step(step + 1);
+  expert_comm_at_begin_ = expert_comm_s();
 }
+
+double Recorder::expert_comm_s() const { return r_.pgs->ep.comm_seconds + r_.pgs->ep_backward.comm_seconds; }
 
 void Recorder::schedule_ran(const ExecutorStats& stats) {
   peak_stats_.peak_inflight = std::max(peak_stats_.peak_inflight, stats.peak_inflight);
@@ -91,7 +94,9 @@ void Recorder::grads_synced() {
   sync_s_ = seconds_since(sync_start_);
   pipe_ = PipelineStep{};
   if (logged_) {
-    pipe_ = measure_pipeline_step(r_.pgs->pp, *r_.exec, *r_.schedule, sync_s_);  // a collective over the pipeline
+    // NOTE [idle attribution]: under ep > 1 this step's time in the experts' all-to-alls (both groups).
+    const double experts_s = r_.pgs->layout().ep > 1 ? expert_comm_s() - expert_comm_at_begin_ : -1.0;
+    pipe_ = measure_pipeline_step(r_.pgs->pp, *r_.exec, *r_.schedule, sync_s_, experts_s);  // a collective over the pipeline
     if (measured_) span_sum_s_ += pipe_.span_s, ++measured_steps_;
   }
   opt_start_ = Clock::now();
@@ -225,13 +230,18 @@ void Recorder::print_report(const TrainSummary& summary, const sched::TimelineSt
       const IdleParts& p = m.stage_idle[i];
       idle[i].total += w * p.total, idle[i].inherent += w * p.inherent, idle[i].imbalance += w * p.imbalance;
       idle[i].transfers += w * p.transfers, idle[i].sync += w * p.sync;
+      if (p.experts >= 0) idle[i].experts = std::max(0.0, idle[i].experts) + w * p.experts;
     }
   }
+  const bool experts = !idle.empty() && idle[0].experts >= 0;  // expert parallelism: its row (NOTE [idle attribution])
   std::cout << "pipeline: mean idle ms per stage = inherent to the schedule + stage imbalance + waiting on transfers + "
-               "DP sync:";
+            << (experts ? "waiting on experts + " : "") << "DP sync:";
   for (const IdleParts& p : idle)
-    std::cout << " " << p.total << " = " << p.inherent << " + " << p.imbalance << " + " << p.transfers << " + " << p.sync
-              << ";";
+  {
+    std::cout << " " << p.total << " = " << p.inherent << " + " << p.imbalance << " + " << p.transfers << " + ";
+    if (experts) std::cout << p.experts << " + ";
+    std::cout << p.sync << ";";
+  }
   std::cout << std::endl;
   double tok = 0, mfu = 0;
   for (const auto& m : summary.steps) tok += m.tokens_per_s, mfu += m.mfu;

@@ -95,6 +95,8 @@ class Recorder {
   ExecutorStats peak_stats_;        // the largest in-flight count and boundary bytes of any step
   int64_t deferred_weight_grads_ = 0;  // what W actions computed
   int64_t overlapped_pairs_ = 0;       // pairs run on two threads (NOTE [overlapped pairs])
+  double expert_comm_at_begin_ = 0;    // expert_comm_s() when the step began
+  double expert_comm_s() const;        // the experts' all-to-alls so far, both groups (NOTE [idle attribution])
   CostAccumulator costs_;  // measured F/B/I/W, for the simulator's prediction of this run
   double span_sum_s_ = 0;  // pipeline time (slowest rank's executor run) summed over measured steps
   int64_t measured_steps_ = 0;

@@ -209,6 +209,17 @@ std::vector<MoeLayerStats> summarize_moe_stats(Run& r, const at::Tensor& t) {
     for (int64_t e = 0; e < mc.experts; ++e) most = std::max(most, a[l][e]), sum += a[l][e];
     out.push_back({l, sum > 0 ? most / (sum / static_cast<double>(mc.experts)) : 0.0,
                    n > 0 ? a[l][mc.experts] / n : 0.0, n > 0 ? a[l][mc.experts + 1] / n : 0.0});
+    // Under ep > 1 each EP rank holds experts [j·E/ep, (j+1)·E/ep) (NOTE [expert dispatch]): its load.
+    const int64_t ep = r.pgs->layout().ep;
+    if (ep > 1) {
+      double busiest = 0;
+      for (int64_t j = 0; j < ep; ++j) {
+        double rows = 0;
+        for (int64_t e = j * mc.experts / ep; e < (j + 1) * mc.experts / ep; ++e) rows += a[l][e];
+        busiest = std::max(busiest, rows);
+      }
+      out.back().rank_load_max = sum > 0 ? busiest / (sum / static_cast<double>(ep)) : 0.0;
+    }
   }
   return out;
 }

@@ -36,21 +36,26 @@ std::vector<std::pair<std::string, double>> idle_fields(const StepMetrics& m) {
     const std::string st = "_s_stage" + std::to_string(i);
     out.insert(out.end(), {{"idle" + st, p.total}, {"idle_inherent" + st, p.inherent}, {"idle_imbalance" + st, p.imbalance},
                            {"idle_transfers" + st, p.transfers}, {"idle_sync" + st, p.sync}});
+    if (p.experts >= 0) out.emplace_back("idle_experts" + st, p.experts);
   }
   return out;
 }
 
-// Flat keys of the MoE layers' statistics, and moe_load_max over the layers.
+// Flat keys of the MoE layers' statistics, and moe_load_max over the layers
+// (under expert parallelism also each layer's and the worst rank load).
 std::vector<std::pair<std::string, double>> moe_fields(const StepMetrics& m) {
   std::vector<std::pair<std::string, double>> out;
   if (m.moe.empty()) return out;
-  double worst = 0;
+  double worst = 0, worst_rank = -1;
   for (const MoeLayerStats& l : m.moe) {
     const std::string at = "_l" + std::to_string(l.layer);
     out.insert(out.end(), {{"moe_load" + at, l.load_max}, {"moe_aux_loss" + at, l.aux_loss}, {"moe_z_loss" + at, l.z_loss}});
+    if (l.rank_load_max >= 0) out.emplace_back("moe_rank_load" + at, l.rank_load_max);
     worst = std::max(worst, l.load_max);
+    worst_rank = std::max(worst_rank, l.rank_load_max);
   }
   out.emplace_back("moe_load_max", worst);
+  if (worst_rank >= 0) out.emplace_back("moe_rank_load_max", worst_rank);
   return out;
 }
 
@@ -99,7 +104,12 @@ std::string format_step_line(const StepMetrics& m, int64_t total_steps) {
      << " | grad-norm " << fmt("%.3f", m.grad_norm) << " | " << fmt("%.1f", m.tokens_per_s / 1000.0) << "k tok/s | "
      << fmt("%.3f", m.tflops) << " TFLOP/s | MFU " << fmt("%.1f", 100.0 * m.mfu) << "% | bubble "
      << fmt("%.1f", 100.0 * m.bubble) << "%";
-  if (!m.moe.empty()) os << " | moe-load " << fmt("%.2f", moe_fields(m).back().second);
+  if (!m.moe.empty()) {
+    double worst = 0, worst_rank = -1;
+    for (const MoeLayerStats& l : m.moe) worst = std::max(worst, l.load_max), worst_rank = std::max(worst_rank, l.rank_load_max);
+    os << " | moe-load " << fmt("%.2f", worst);
+    if (worst_rank >= 0) os << " | rank-load " << fmt("%.2f", worst_rank);  // expert parallelism's busiest rank
+  }
   if (m.eval_loss) os << " | eval-loss " << fmt("%.4f", *m.eval_loss);
   return os.str();
 }

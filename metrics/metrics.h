@@ -20,6 +20,8 @@ namespace trident {
 // inherent + imbalance + transfers + sync.
 struct IdleParts {
   double total = 0, inherent = 0, imbalance = 0, transfers = 0, sync = 0;
+  // Under expert parallelism, waiting on the experts' all-to-alls; -1 without (not written).
+  double experts = -1;
 };
 
 // One MoE layer in one step (NOTE [MoE stats] in models/llama/llama.cpp): the
@@ -29,6 +31,10 @@ struct IdleParts {
 struct MoeLayerStats {
   int64_t layer = 0;
   double load_max = 0, aux_loss = 0, z_loss = 0;
+  // Under expert parallelism: the rows the busiest expert-parallel rank's experts
+  // received over the mean per rank (1: balanced), summed over the EP groups;
+  // -1 without (not written).
+  double rank_load_max = -1;
 };
 
 struct StepMetrics {

@@ -22,9 +22,17 @@ RankStep rank_step(const std::vector<sched::TimedAction>& timeline, double begin
                    double sync_s) {
   RankStep r;
   r.chunks.resize(static_cast<size_t>(chunks));
+  // Compute time as the union of the actions' spans: an overlapped pair's F and B overlap.
+  std::vector<std::pair<double, double>> spans;
   for (const sched::TimedAction& a : timeline) {
-    if (sched::is_compute(a.action.kind)) r.busy_us += a.end - a.start;
+    if (sched::is_compute(a.action.kind)) spans.emplace_back(a.start, a.end);
     r.chunks.at(static_cast<size_t>(a.action.chunk)).add(a.action.kind, (a.end - a.start) / 1000.0);
+  }
+  std::sort(spans.begin(), spans.end());
+  double covered = -1e300;
+  for (const auto& [start, end] : spans) {
+    r.busy_us += std::max(0.0, end - std::max(start, covered));
+    covered = std::max(covered, end);
   }
   r.span_us = end_us - begin_us;
   r.sync_s = sync_s;
@@ -67,6 +75,10 @@ PipelineStep attribute_idle(const sched::Schedule& schedule, const std::vector<R
     p.imbalance = std::min(pipe_idle - p.inherent, std::max(0.0, free_idle - p.inherent));
     p.transfers = pipe_idle - p.inherent - p.imbalance;
     p.total = pipe_idle + p.sync;
+    if (ranks[r].experts_s >= 0) {
+      p.experts = std::min(ranks[r].experts_s, ranks[r].busy_us / 1e6);
+      p.total += p.experts;
+    }
     out.idle.push_back(p);
   }
   return out;

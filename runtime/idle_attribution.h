@@ -25,8 +25,14 @@ namespace trident {
 //    transfers (and the executor's own work between actions);
 //  - sync: the gradient sync after the pipeline (finish_grad_sync: what the
 //    backward did not hide of the DP reduce and the tied embedding's
-//    all-reduce, with the wait for the slower peer).
-// The first two are capped at what was measured, so the four parts are never
+//    all-reduce, with the wait for the slower peer);
+//  - experts (under expert parallelism only): the time the rank's forwards
+//    and backwards spent in the experts' all-to-alls (dispatch, combine and
+//    their counts, the wait for the slowest rank of the EP group included),
+//    at most its busy time. The pipeline counts it as busy (it is inside F
+//    and B); the device idles. Under overlapped pairs part of it ran beside
+//    the pair's other half computing (NOTE [overlapped pairs]).
+// The first two are capped at what was measured, so the parts are never
 // negative and add up to the measured idle time by construction; what the
 // split gets right is checked on timelines of known costs and latencies
 // (tests/torch_unit/test_idle_attribution.cpp).
@@ -34,7 +40,8 @@ namespace trident {
 
 // One pipeline rank's step as measured.
 struct RankStep {
-  double busy_us = 0;                   // compute time
+  double busy_us = 0;                   // compute time (a pair's overlapping F and B counted once)
+  double experts_s = -1;                // time in the experts' all-to-alls; -1 without expert parallelism
   double span_us = 0;                   // its executor span, first action's start to last one's end
   double sync_s = 0;                    // its gradient sync after the pipeline
   std::vector<sched::KindSums> chunks;  // [chunk]: compute time (ms) and count of F, B, I, W

@@ -9,26 +9,27 @@
 
 namespace trident {
 
-PipelineStep measure_pipeline_step(const Group& pp, const Executor& exec, const sched::Schedule& schedule, double sync_s) {
+PipelineStep measure_pipeline_step(const Group& pp, const Executor& exec, const sched::Schedule& schedule, double sync_s,
+                                   double experts_s) {
   const int v = schedule.chunks;
   const auto [begin, end] = exec.run_span();
   // Each rank's own span (not a shared clock) so that ranks on different
   // hosts compare; the previous step's collectives line their starts up.
   const RankStep me = rank_step(exec.timeline(), begin, end, v, sync_s);
-  at::Tensor mine = at::zeros({3 + v * 8}, at::kDouble);
-  mine[0] = me.busy_us, mine[1] = me.span_us, mine[2] = me.sync_s;
+  at::Tensor mine = at::zeros({4 + v * 8}, at::kDouble);
+  mine[0] = me.busy_us, mine[1] = me.span_us, mine[2] = me.sync_s, mine[3] = experts_s;
   for (int c = 0; c < v; ++c)
-    for (int k = 0; k < 4; ++k) mine[3 + c * 8 + k] = me.chunks[c].sum[k], mine[3 + c * 8 + 4 + k] = me.chunks[c].count[k];
+    for (int k = 0; k < 4; ++k) mine[4 + c * 8 + k] = me.chunks[c].sum[k], mine[4 + c * 8 + 4 + k] = me.chunks[c].count[k];
   std::vector<at::Tensor> all;
   all_gather(pp, mine, all);
   std::vector<RankStep> ranks(all.size());
   for (size_t r = 0; r < all.size(); ++r) {
     const at::Tensor t = all[r].contiguous();
     const double* x = t.data_ptr<double>();
-    ranks[r].busy_us = x[0], ranks[r].span_us = x[1], ranks[r].sync_s = x[2];
+    ranks[r].busy_us = x[0], ranks[r].span_us = x[1], ranks[r].sync_s = x[2], ranks[r].experts_s = x[3];
     ranks[r].chunks.resize(static_cast<size_t>(v));
     for (int c = 0; c < v; ++c)
-      for (int k = 0; k < 4; ++k) ranks[r].chunks[c].sum[k] = x[3 + c * 8 + k], ranks[r].chunks[c].count[k] = x[3 + c * 8 + 4 + k];
+      for (int k = 0; k < 4; ++k) ranks[r].chunks[c].sum[k] = x[4 + c * 8 + k], ranks[r].chunks[c].count[k] = x[4 + c * 8 + 4 + k];
   }
   return attribute_idle(schedule, ranks);
 }

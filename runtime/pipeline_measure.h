@@ -18,8 +18,10 @@ namespace trident {
 // Collective over the pipeline group (every pipeline rank calls it each step,
 // after its gradient sync, which took `sync_s`): gathers every rank's
 // RankStep and attributes the idle time (NOTE [idle attribution] in
-// idle_attribution.h).
-PipelineStep measure_pipeline_step(const Group& pp, const Executor& exec, const sched::Schedule& schedule, double sync_s);
+// idle_attribution.h). `experts_s`: this rank's time in the experts'
+// all-to-alls this step, -1 without expert parallelism (then on every rank).
+PipelineStep measure_pipeline_step(const Group& pp, const Executor& exec, const sched::Schedule& schedule, double sync_s,
+                                   double experts_s = -1);
 
 // What the simulator needs to predict the run: this rank's compute times per
 // chunk and kind, accumulated over steps, and a few steps' recordings of the

@@ -81,6 +81,37 @@ TEST(IdleAttribution, EveryStepLogsPartsConsistentWithItsBubbleAndBusyTimes) {
   }
 }
 
+// Under expert parallelism the time in the experts' all-to-alls is a part of
+// its own ("waiting on experts"), and the busiest EP rank's load is logged;
+// a dense run has neither key.
+TEST(IdleAttribution, ExpertParallelismLogsWaitingOnExpertsAndTheRankLoad) {
+  const std::string dir = testing::temp_dir() + "trident_idle_experts";
+  const auto r = testing::run_command(testing::bin("trident") + " launch --nproc-per-node 4 --master-port 0 -- " +
+                                      testing::bin("trident") + " train --config " + testing::src("configs/mixtral-tiny.toml") +
+                                      " --set parallel.pp=2 --set parallel.dp=2 --set parallel.ep=2 --set training.steps=3" +
+                                      " --set logging.progress=false --set logging.dir=" + dir);
+  ASSERT_EQ(r.status, 0) << r.output;
+  const std::vector<testing::StepRow> rows = testing::read_metrics(dir + "/metrics.jsonl");
+  ASSERT_EQ(rows.size(), 3u) << r.output;
+  for (const testing::StepRow& row : rows) {
+    for (int st = 0; st < 2; ++st) {
+      const std::string s = "_s_stage" + std::to_string(st);
+      const double experts = field(row, "idle_experts" + s);
+      EXPECT_GT(experts, 0.0) << "stage " << st;
+      EXPECT_LE(experts, field(row, "busy_s_stage" + std::to_string(st)) + 1e-12);
+      EXPECT_NEAR(field(row, "idle_inherent" + s) + field(row, "idle_imbalance" + s) + field(row, "idle_transfers" + s) +
+                      experts + field(row, "idle_sync" + s),
+                  field(row, "idle" + s), 1e-9);
+    }
+    EXPECT_GE(field(row, "moe_rank_load_max"), 1.0);
+    EXPECT_LE(field(row, "moe_rank_load_max"), 2.0);  // two EP ranks: at most all the rows on one
+  }
+  EXPECT_NE(r.output.find("waiting on transfers + waiting on experts + DP sync:"), std::string::npos) << r.output;
+  const TrainRun& dense = run("even", "[4,4]");
+  ASSERT_FALSE(dense.rows.empty());
+  EXPECT_EQ(dense.rows[0].count("idle_experts_s_stage0"), 0u);
+}
+
 TEST(IdleAttribution, AnUnevenSplitShowsAsImbalance) {
   const TrainRun& even = run("even", "[4,4]");
   const TrainRun& uneven = run("uneven", "[7,1]");

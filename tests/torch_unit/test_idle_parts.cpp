@@ -121,3 +121,43 @@ TEST(IdleParts, TheFastStageOfAnUnevenSplitWaitsAsImbalance) {
 
 }  // namespace
 }  // namespace trident
+
+namespace trident {
+namespace {
+
+// An overlapped pair's F and B overlap in the timeline (NOTE [overlapped
+// pairs]): the rank's busy time is the union of its compute spans.
+TEST(IdleParts, APairsOverlappingHalvesAreBusyOnce) {
+  using sched::ActionKind;
+  std::vector<sched::TimedAction> t = {{sched::Action(ActionKind::F, 0), 0, 1000},
+                                       {sched::Action(ActionKind::F, 1), 2000, 3000},     // the pair's F ...
+                                       {sched::Action(ActionKind::B, 0), 2000, 4500},     // ... and its B
+                                       {sched::Action(ActionKind::B, 1), 5000, 7000}};
+  const RankStep r = rank_step(t, 0, 7000, 1, 0);
+  EXPECT_DOUBLE_EQ(r.busy_us, 1000 + 2500 + 2000);
+  EXPECT_DOUBLE_EQ(r.chunks[0].sum[static_cast<int>(ActionKind::B)], 2.5 + 2.0);  // each action's own time
+}
+
+// Under expert parallelism the time in the experts' all-to-alls is its own
+// part of the idle (the pipeline counted it busy), at most the busy time;
+// without, no such part.
+TEST(IdleParts, WaitingOnExpertsIsItsOwnPartAtMostTheBusyTime) {
+  const sched::Schedule s = sched::generate("1f1b", 1, 2, 1);  // one stage: no pipeline idle at all
+  std::vector<sched::TimedAction> t = {{sched::Action(sched::ActionKind::F, 0), 0, 1000},
+                                       {sched::Action(sched::ActionKind::B, 0), 1000, 3000},
+                                       {sched::Action(sched::ActionKind::F, 1), 3000, 4000},
+                                       {sched::Action(sched::ActionKind::B, 1), 4000, 6000}};
+  RankStep r = rank_step(t, 0, 6000, 1, 0.0005);
+  PipelineStep plain = attribute_idle(s, {r});
+  EXPECT_DOUBLE_EQ(plain.idle[0].experts, -1);
+  EXPECT_NEAR(plain.idle[0].total, 0.0005, 1e-12);
+  r.experts_s = 0.0025;
+  PipelineStep ep = attribute_idle(s, {r});
+  EXPECT_NEAR(ep.idle[0].experts, 0.0025, 1e-12);
+  EXPECT_NEAR(ep.idle[0].total, 0.0005 + 0.0025, 1e-12);
+  r.experts_s = 0.01;  // more than the busy 6 ms (overlapped halves both waiting): capped
+  EXPECT_NEAR(attribute_idle(s, {r}).idle[0].experts, 0.006, 1e-12);
+}
+
+}  // namespace
+}  // namespace trident
