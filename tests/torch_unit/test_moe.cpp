@@ -170,6 +170,34 @@ TEST(Moe, GroupLimitedChoiceStaysInTheBestGroups) {
   EXPECT_EQ(route(x, w.router, w.bias, o).experts[0][0].item<int64_t>(), 6);
 }
 
+// Node-limited routing (DeepSeek-V3's, each token's experts on at most M
+// devices) is the group limit with one group per expert-parallel rank: at
+// ep = 4 the 8 experts are 4 groups of 2 (rank j holds experts 2j, 2j+1, NOTE
+// [expert dispatch]), and moe_router_group_topk = M bounds the ranks each
+// token's rows go to.
+TEST(Moe, NodeLimitedRoutingSendsEachTokenToAtMostMRanks) {
+  RouterOptions o;
+  o.experts = 8;
+  o.top_k = 4;
+  at::manual_seed(3);
+  const at::Tensor x = at::randn({64, kH});
+  MoeWeights w = random_weights(o.experts, 4);
+  auto most_ranks = [&](const RouterOptions& opt) {
+    const at::Tensor ranks = route(x, w.router, w.bias, opt).experts.div(2, "floor");  // the EP rank of each choice
+    int64_t most = 0;
+    for (int64_t t = 0; t < ranks.size(0); ++t) most = std::max(most, std::get<0>(at::_unique(ranks[t])).size(0));
+    return most;
+  };
+  EXPECT_GT(most_ranks(o), 2);  // without the limit some token's 4 experts sit on 3 or 4 ranks
+  o.n_group = 4;
+  for (int64_t m : {2, 3}) {
+    o.topk_group = m;
+    EXPECT_LE(most_ranks(o), m) << "M = " << m;
+  }
+  o.topk_group = 1;  // one rank's 2 experts cannot hold a token's 4
+  EXPECT_THROW(check_router_options(o), std::invalid_argument);
+}
+
 TEST(Moe, BalancingLossesFromTheirDefinitions) {
   RouterOptions o;
   o.experts = 4;
