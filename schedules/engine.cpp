@@ -162,6 +162,22 @@ class Runner {
                          " is malformed (out of range, or a send past the pipeline's end)");
   }
 
+  // The communication action at list position pc of rank r, on virtual stage
+  // `stage`, at time `at`: a send stamps its message ready (its link later);
+  // a receive is posted and never blocks.
+  void communicate(int r, size_t pc, int stage, double at, std::vector<TimedAction>* tl, Ring& todo) {
+    const Action& a = s_.ranks[r][pc];
+    if (a.kind == ActionKind::SEND_F || a.kind == ActionKind::SEND_B) {
+      const bool fwd = a.kind == ActionKind::SEND_F;
+      const int into = fwd ? stage + 1 : stage - 1;
+      if (into < 0 || into >= S_) malformed(r, pc);
+      deliver(fwd ? 0 : 1, into, a.mb, at + link(r, into, fwd ? stage : stage - 1), todo);
+    } else if (tl) {
+      recv_at_[a.kind == ActionKind::RECV_F ? 0 : 1][key(stage, a.mb)] = static_cast<int32_t>(tl->size());
+    }
+    if (tl) tl->push_back({a, at, at});
+  }
+
   void advance(int r, Ring& todo) {
     const auto& list = s_.ranks[r];
     const size_t n = list.size();
@@ -172,20 +188,8 @@ class Runner {
       const Action& a = list[pc];
       if (!in_range(a)) malformed(r, pc);
       const int stage = stage_of_[static_cast<size_t>(r) * v_ + a.chunk];
-      if (a.kind == ActionKind::SEND_F || a.kind == ActionKind::SEND_B) {
-        const bool fwd = a.kind == ActionKind::SEND_F;
-        const int into = fwd ? stage + 1 : stage - 1;
-        if (into < 0 || into >= S_) malformed(r, pc);
-        deliver(fwd ? 0 : 1, into, a.mb, clock + link(r, into, fwd ? stage : stage - 1), todo);
-        if (tl) tl->push_back({a, clock, clock});
-        ++pc;
-        continue;
-      }
-      if (a.kind == ActionKind::RECV_F || a.kind == ActionKind::RECV_B) {  // posted: never blocks
-        if (tl) {
-          recv_at_[a.kind == ActionKind::RECV_F ? 0 : 1][key(stage, a.mb)] = static_cast<int32_t>(tl->size());
-          tl->push_back({a, clock, clock});
-        }
+      if (is_communication(a.kind)) {
+        communicate(r, pc, stage, clock, tl, todo);
         ++pc;
         continue;
       }
@@ -289,18 +293,8 @@ class Runner {
       }
       if (k == 0) {  // what is posted once the F is done: the communication between the two
         for (size_t i = pc + 1; i < j; ++i) {
-          const Action& c = list[i];
-          if (!in_range(c)) malformed(r, i);
-          const int cs = stage_of_[static_cast<size_t>(r) * v_ + c.chunk];
-          if (c.kind == ActionKind::SEND_F || c.kind == ActionKind::SEND_B) {
-            const bool fwd = c.kind == ActionKind::SEND_F;
-            const int into = fwd ? cs + 1 : cs - 1;
-            if (into < 0 || into >= S_) malformed(r, i);
-            deliver(fwd ? 0 : 1, into, c.mb, f_end + link(r, into, fwd ? cs : cs - 1), todo);
-          } else if (tl) {  // a receive, posted
-            recv_at_[c.kind == ActionKind::RECV_F ? 0 : 1][key(cs, c.mb)] = static_cast<int32_t>(tl->size());
-          }
-          if (tl) tl->push_back({c, f_end, f_end});
+          if (!in_range(list[i])) malformed(r, i);
+          communicate(r, i, stage_of_[static_cast<size_t>(r) * v_ + list[i].chunk], f_end, tl, todo);
         }
         if (!comm_ && stages[0] < S_ - 1) deliver(0, stages[0] + 1, a.mb, f_end + link(r, stages[0] + 1, stages[0]), todo);
       } else if (!comm_ && stages[1] > 0) {

@@ -8,8 +8,19 @@
 
 #include "schedules/action.h"
 #include "schedules/generators.h"
+#include "schedules/validate.h"
 
 namespace trident::testing {
+
+// What validate() says of s ("" when it passes).
+inline std::string validation_error(const sched::Schedule& s) {
+  try {
+    sched::validate(s);
+  } catch (const sched::ScheduleError& e) {
+    return e.what();
+  }
+  return "";
+}
 
 // A generator's list with each send right after the compute that made it
 // (add_communication): the schedule as the simulator models it, before

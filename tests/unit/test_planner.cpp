@@ -275,10 +275,15 @@ TEST(PlannerStep, ContextParallelHalvesTheTokensAndPricesItsExchanges) {
 // micro-batch's k rows (1 x 32 tokens x 2 x 64 fp32 = 16384 bytes, half of it leaving) at 1 GB/s with
 // no latency: 4 layers x 4 micro-batches x 4 x 8192 B. ZeRO-1 shards the experts' moments over
 // dp / ep = 1 (not at all) and the rest over dp = 2.
-TEST(PlannerStep, ExpertParallelismSplitsTheExpertsAndPricesItsAllToAlls) {
+// A 4-layer Mixtral (8 experts, top 2) on the unit cluster, global batch 8.
+Problem tiny_mixtral_problem() {
   ModelConfig m = gpt(4, 64, 8, 32, 256);
   m.arch = "mixtral", m.ffn_hidden = 32, m.experts = 8, m.moe_top_k = 2, m.tie_embeddings = false;
-  const Problem pr = unit_problem(m, 8);
+  return unit_problem(m, 8);
+}
+
+TEST(PlannerStep, ExpertParallelismSplitsTheExpertsAndPricesItsAllToAlls) {
+  const Problem pr = tiny_mixtral_problem();
   const PlanLayout dp2 = parse_layout("dp=2,mbs=1", 2), ep2 = parse_layout("dp=2,ep=2,mbs=1", 2);
   EXPECT_EQ(layout_text(ep2), "tp=1,pp=1,dp=2,schedule=1f1b,chunks=1,mbs=1,recompute=none,zero=0,sp=0,ep=2");
   const Estimate a = evaluate(pr, dp2), b = evaluate(pr, ep2);
@@ -313,9 +318,7 @@ TEST(PlannerStep, ExpertParallelismSplitsTheExpertsAndPricesItsAllToAlls) {
 // forward after it; the simulator prices the pairs from the all-to-alls' share
 // of F and B, and what they hide comes off the ep_comm column.
 TEST(PlannerStep, OverlapMoePairsHideAllToAllsAndAreRefusedWhereNothingRuns) {
-  ModelConfig m = gpt(4, 64, 8, 32, 256);
-  m.arch = "mixtral", m.ffn_hidden = 32, m.experts = 8, m.moe_top_k = 2, m.tie_embeddings = false;
-  const Problem pr = unit_problem(m, 8);
+  const Problem pr = tiny_mixtral_problem();
   const PlanLayout plain = parse_layout("dp=2,ep=2,mbs=1", 2), paired = parse_layout("dp=2,ep=2,mbs=1,overlap_moe=1", 2);
   EXPECT_EQ(layout_text(paired), "tp=1,pp=1,dp=2,schedule=1f1b,chunks=1,mbs=1,recompute=none,zero=0,sp=0,ep=2,overlap_moe=1");
   const Estimate a = evaluate(pr, plain), b = evaluate(pr, paired);

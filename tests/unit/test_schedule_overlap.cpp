@@ -8,19 +8,13 @@
 #include "schedules/overlap.h"
 #include "schedules/simulate.h"
 #include "schedules/validate.h"
+#include "../schedule_helpers.h"
 
 using namespace trident::sched;
 
 namespace {
 
-std::string error_of(const Schedule& s) {
-  try {
-    validate(s);
-  } catch (const ScheduleError& e) {
-    return e.what();
-  }
-  return "";
-}
+std::string error_of(const Schedule& s) { return trident::testing::validation_error(s); }
 
 // The list's forwards, backwards (B, I) or W, in order, without flags.
 ActionList of_kind(const ActionList& list, int which) {

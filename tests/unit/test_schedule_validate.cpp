@@ -7,19 +7,13 @@
 
 #include "schedules/generators.h"
 #include "schedules/validate.h"
+#include "../schedule_helpers.h"
 
 using namespace trident::sched;
 
 namespace {
 
-std::string error_of(const Schedule& s) {
-  try {
-    validate(s);
-  } catch (const ScheduleError& e) {
-    return e.what();
-  }
-  return "";
-}
+std::string error_of(const Schedule& s) { return trident::testing::validation_error(s); }
 
 void erase(ActionList& list, Action a) {
   auto it = std::find(list.begin(), list.end(), a);
