@@ -5,6 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "core/config_rules.h"
 #include "core/context_split.h"
 #include "models/common/attention.h"
 #include "models/common/context_attention.h"
@@ -530,19 +531,12 @@ std::vector<TiedGroup> LlamaModel::tied_groups(int num_stages) const {
 double LlamaModel::flops_per_token() const {
   const double h = static_cast<double>(cfg_.hidden), l = static_cast<double>(cfg_.layers);
   const double heads = static_cast<double>(cfg_.heads);
-  double attn = 2 * h * heads * static_cast<double>(cfg_.head_dim()) +
-                2 * h * static_cast<double>(cfg_.kv() * cfg_.head_dim());  // q, o; k, v
+  // One layer's attention matrices, counted once for the resource checks, the planner and here.
+  const double attn = static_cast<double>(config_rules::attention_params(cfg_));
   // Attention's products per token and layer, over the width of q·k and of the weights times v: 2 x hidden
-  // (PaLM's count), and under MLA the heads' own widths.
-  double attn_width = 2 * h;
-  if (cfg_.mla()) {  // NOTE [MLA]: the down and up projections and o
-    const double dn = static_cast<double>(cfg_.qk_nope_head_dim), dr = static_cast<double>(cfg_.qk_rope_head_dim),
-                 dv = static_cast<double>(cfg_.v_head_dim), ql = static_cast<double>(cfg_.q_lora_rank),
-                 kl = static_cast<double>(cfg_.kv_lora_rank);
-    const double q = ql > 0 ? h * ql + ql * heads * (dn + dr) : h * heads * (dn + dr);
-    attn = q + h * (kl + dr) + kl * heads * (dn + dv) + heads * dv * h;
-    attn_width = heads * (dn + dr + dv);
-  }
+  // (PaLM's count), and under MLA the heads' own widths (NOTE [MLA]).
+  const double attn_width =
+      cfg_.mla() ? heads * static_cast<double>(cfg_.qk_nope_head_dim + cfg_.qk_rope_head_dim + cfg_.v_head_dim) : 2 * h;
   // Under MoE a token passes its top-k experts, the shared expert and its gate, and the router: the
   // active parameters.
   const double moe_mlp = 3 * h * static_cast<double>(cfg_.moe_ffn() * cfg_.moe_top_k + cfg_.moe_shared_ffn_hidden) +
