@@ -236,8 +236,7 @@ void Recorder::print_report(const TrainSummary& summary, const sched::TimelineSt
   const bool experts = !idle.empty() && idle[0].experts >= 0;  // expert parallelism: its row (NOTE [idle attribution])
   std::cout << "pipeline: mean idle ms per stage = inherent to the schedule + stage imbalance + waiting on transfers + "
             << (experts ? "waiting on experts + " : "") << "DP sync:";
-  for (const IdleParts& p : idle)
-  {
+  for (const IdleParts& p : idle) {
     std::cout << " " << p.total << " = " << p.inherent << " + " << p.imbalance << " + " << p.transfers << " + ";
     if (experts) std::cout << p.experts << " + ";
     std::cout << p.sync << ";";

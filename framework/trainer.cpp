@@ -51,6 +51,22 @@ namespace {
 
 sched::Schedule read_schedule_file(const Config& cfg, int64_t m);
 
+// A generated kind's compute-only list as the run executes it: its
+// communication placed as generate() places it (NOTE [group waits]), under
+// schedule.overlap_moe after its overlapped pairs are made (NOTE [overlapped
+// pairs] in schedules/overlap.h), the placed pairs validated.
+sched::Schedule placed_for_run(const Config& cfg, sched::Schedule s) {
+  if (!cfg.schedule.overlap_moe) return sched::place_communication(s);
+  s = sched::overlap_pairs(s);
+  if (sched::count_pairs(s) == 0)
+    throw ConfigError("schedule.overlap_moe = true: schedule.kind = \"" + cfg.schedule.kind + "\" at pp = " +
+                      std::to_string(s.pipeline_ranks) + " with " + std::to_string(s.microbatches) +
+                      " micro-batches has no backward followed by a forward of another micro-batch to pair");
+  s = sched::place_communication(s);
+  sched::validate(s);
+  return s;
+}
+
 // The schedule this run executes, checked before any process group exists.
 // Under schedule.overlap_moe a generated kind's compute-only list is paired
 // (NOTE [overlapped pairs] in schedules/overlap.h) before its communication
@@ -72,20 +88,10 @@ sched::Schedule build_schedule(const Config& cfg, int64_t m) {
   // costs are not measured before the schedule is built; `trident schedule --profile` searches it
   // for measured ones, trained as schedule.kind = "file" (schedules/README.md). The step's bubble
   // is what it minimises: Trident runs no optimizer post-validation (NOTE [zb-auto]).
-  sched::Schedule s = cfg.schedule.kind == "zb-auto"
-                          ? sched::zb_auto(p, static_cast<int>(m), sched::Costs{},
-                                           static_cast<int>(cfg.schedule.memory_limit), sched::ZbObjective::kStep)
-                          : sched::generate_compute(cfg.schedule.kind, p, static_cast<int>(m), v);
-  if (overlap) {
-    s = sched::overlap_pairs(s);
-    if (sched::count_pairs(s) == 0)
-      throw ConfigError("schedule.overlap_moe = true: schedule.kind = \"" + cfg.schedule.kind + "\" at pp = " +
-                        std::to_string(p) + " with " + std::to_string(m) +
-                        " micro-batches has no backward followed by a forward of another micro-batch to pair");
-  }
-  s = sched::place_communication(s);  // what generate() does (NOTE [group waits])
-  if (overlap) sched::validate(s);
-  return s;
+  return placed_for_run(cfg, cfg.schedule.kind == "zb-auto"
+                                 ? sched::zb_auto(p, static_cast<int>(m), sched::Costs{},
+                                                  static_cast<int>(cfg.schedule.memory_limit), sched::ZbObjective::kStep)
+                                 : sched::generate_compute(cfg.schedule.kind, p, static_cast<int>(m), v));
 }
 
 sched::Schedule read_schedule_file(const Config& cfg, int64_t m) {
@@ -344,9 +350,8 @@ void measure_zb_auto(Run& r) {
     text += buf;
   }
   for (int b = 0; b + 1 < p; ++b) costs.latency.push_back(t[3 * p + b].item<double>());
-  sched::Schedule searched = sched::zb_auto(p, m, costs, static_cast<int>(c.schedule.memory_limit), sched::ZbObjective::kStep);
-  if (c.schedule.overlap_moe) searched = sched::overlap_pairs(searched);  // NOTE [overlapped pairs]
-  r.schedule = sched::place_communication(searched);
+  r.schedule = placed_for_run(
+      c, sched::zb_auto(p, m, costs, static_cast<int>(c.schedule.memory_limit), sched::ZbObjective::kStep));
   if (r.pgs->rank() == 0) {
     const sched::TimelineStats st = sched::simulate_stats(r.schedule, costs);
     int peak = 0;

@@ -41,19 +41,24 @@ std::vector<std::pair<std::string, double>> idle_fields(const StepMetrics& m) {
   return out;
 }
 
+// The largest expert load and expert-parallel rank load over the MoE layers (-1: no rank load).
+std::pair<double, double> worst_loads(const StepMetrics& m) {
+  double worst = 0, worst_rank = -1;
+  for (const MoeLayerStats& l : m.moe) worst = std::max(worst, l.load_max), worst_rank = std::max(worst_rank, l.rank_load_max);
+  return {worst, worst_rank};
+}
+
 // Flat keys of the MoE layers' statistics, and moe_load_max over the layers
 // (under expert parallelism also each layer's and the worst rank load).
 std::vector<std::pair<std::string, double>> moe_fields(const StepMetrics& m) {
   std::vector<std::pair<std::string, double>> out;
   if (m.moe.empty()) return out;
-  double worst = 0, worst_rank = -1;
   for (const MoeLayerStats& l : m.moe) {
     const std::string at = "_l" + std::to_string(l.layer);
     out.insert(out.end(), {{"moe_load" + at, l.load_max}, {"moe_aux_loss" + at, l.aux_loss}, {"moe_z_loss" + at, l.z_loss}});
     if (l.rank_load_max >= 0) out.emplace_back("moe_rank_load" + at, l.rank_load_max);
-    worst = std::max(worst, l.load_max);
-    worst_rank = std::max(worst_rank, l.rank_load_max);
   }
+  const auto [worst, worst_rank] = worst_loads(m);
   out.emplace_back("moe_load_max", worst);
   if (worst_rank >= 0) out.emplace_back("moe_rank_load_max", worst_rank);
   return out;
@@ -105,8 +110,7 @@ std::string format_step_line(const StepMetrics& m, int64_t total_steps) {
      << fmt("%.3f", m.tflops) << " TFLOP/s | MFU " << fmt("%.1f", 100.0 * m.mfu) << "% | bubble "
      << fmt("%.1f", 100.0 * m.bubble) << "%";
   if (!m.moe.empty()) {
-    double worst = 0, worst_rank = -1;
-    for (const MoeLayerStats& l : m.moe) worst = std::max(worst, l.load_max), worst_rank = std::max(worst_rank, l.rank_load_max);
+    const auto [worst, worst_rank] = worst_loads(m);
     os << " | moe-load " << fmt("%.2f", worst);
     if (worst_rank >= 0) os << " | rank-load " << fmt("%.2f", worst_rank);  // expert parallelism's busiest rank
   }

@@ -17,7 +17,7 @@ namespace trident {
 
 // One pipeline rank's idle time in one step and its parts, seconds
 // (NOTE [idle attribution] in runtime/idle_attribution.h): total =
-// inherent + imbalance + transfers + sync.
+// inherent + imbalance + transfers + sync (+ experts under expert parallelism).
 struct IdleParts {
   double total = 0, inherent = 0, imbalance = 0, transfers = 0, sync = 0;
   // Under expert parallelism, waiting on the experts' all-to-alls; -1 without (not written).

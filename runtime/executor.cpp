@@ -260,6 +260,10 @@ void Executor::run_action(const Action& a, const std::function<MicroBatch(int)>&
     }
     case ActionKind::REDUCE_GRAD: break;  // run() tells the GradObserver: nothing of a slot changes
   }
+  settle(a, stats);
+}
+
+void Executor::settle(const Action& a, ExecutorStats& stats) {
   if (a.kind == ActionKind::B || a.kind == ActionKind::W) {  // nothing of this (mb, chunk) is left
     auto it = slots_.find({a.mb, a.chunk});
     if (it != slots_.end() && !it->second.grad_in.defined() && it->second.deferred.empty()) slots_.erase(it);
@@ -386,13 +390,7 @@ void Executor::run_pair(const sched::ActionList& actions, size_t i, size_t j,
     }
     timeline_.push_back({b, 0, 0}), marks_.push_back({t0, t_end});
   }
-  if (b.kind == ActionKind::B) {  // nothing of that (mb, chunk) is left
-    auto it = slots_.find({b.mb, b.chunk});
-    if (it != slots_.end() && !it->second.grad_in.defined() && it->second.deferred.empty()) slots_.erase(it);
-  }
-  track(stats);
-  if (const int64_t live = live_cpu_bytes(); live >= 0 && step_base_bytes_ >= 0)
-    stats.peak_step_bytes = std::max(stats.peak_step_bytes, live - step_base_bytes_);
+  settle(b, stats);  // the pair is one compute for the step's peaks
 }
 
 void Executor::find_reduce_points(const sched::ActionList& actions, std::vector<size_t>* reduce,

@@ -147,6 +147,8 @@ class Executor {
   };
   void run_action(const sched::Action& a, const std::function<MicroBatch(int)>& batch, double loss_scale,
                   ExecutorStats& stats);
+  // After action `a`: its slot released when nothing of it is left, the step's peaks sampled.
+  void settle(const sched::Action& a, ExecutorStats& stats);
   // Runs a list: run() and forward_only() both.
   void run_list(const sched::ActionList& actions, const std::function<MicroBatch(int)>& batch, double loss_scale,
                 ExecutorStats& stats, GradObserver* observer, bool forward_only);

@@ -178,6 +178,13 @@ class Runner {
     if (tl) tl->push_back({a, at, at});
   }
 
+  // In a compute-only list, the sends add_communication() would put after
+  // compute action `a` of rank r on virtual stage `stage`, at time `t`.
+  void implied_sends(int r, const Action& a, int stage, double t, Ring& todo) {
+    if (a.kind == ActionKind::F && stage < S_ - 1) deliver(0, stage + 1, a.mb, t + link(r, stage + 1, stage), todo);
+    if (is_backward(a.kind) && stage > 0) deliver(1, stage - 1, a.mb, t + link(r, stage - 1, stage - 1), todo);
+  }
+
   void advance(int r, Ring& todo) {
     const auto& list = s_.ranks[r];
     const size_t n = list.size();
@@ -235,10 +242,7 @@ class Runner {
           if (at >= 0) (*tl)[at].end = std::max((*tl)[at].start, got);
         }
       }
-      if (!comm_) {  // the sends add_communication() would put after this action
-        if (a.kind == ActionKind::F && stage < S_ - 1) deliver(0, stage + 1, a.mb, end + link(r, stage + 1, stage), todo);
-        if (is_backward(a.kind) && stage > 0) deliver(1, stage - 1, a.mb, end + link(r, stage - 1, stage - 1), todo);
-      }
+      if (!comm_) implied_sends(r, a, stage, end, todo);
       if (first_start_[r] < 0) first_start_[r] = start;
       busy_[r] += end - start;
       clock = end;
@@ -296,10 +300,8 @@ class Runner {
           if (!in_range(list[i])) malformed(r, i);
           communicate(r, i, stage_of_[static_cast<size_t>(r) * v_ + list[i].chunk], f_end, tl, todo);
         }
-        if (!comm_ && stages[0] < S_ - 1) deliver(0, stages[0] + 1, a.mb, f_end + link(r, stages[0] + 1, stages[0]), todo);
-      } else if (!comm_ && stages[1] > 0) {
-        deliver(1, stages[1] - 1, a.mb, end + link(r, stages[1] - 1, stages[1] - 1), todo);
       }
+      if (!comm_) implied_sends(r, a, stages[k], k == 0 ? f_end : end, todo);
     }
     if (first_start_[r] < 0) first_start_[r] = start;
     busy_[r] += end - start;

@@ -1,7 +1,6 @@
 // NOTE [group waits]: the grouped run and the pass that moves sends.
 #include "schedules/group_waits.h"
 
-
 #include <algorithm>
 
 #include "schedules/generators.h"

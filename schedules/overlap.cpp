@@ -16,12 +16,19 @@ struct Candidate {
   size_t b, f;
 };
 
+// True when the action at list[i] is already the partner of a pair: the
+// first action before it that is not communication is a flagged F.
+bool paired_already(const ActionList& list, size_t i) {
+  while (i > 0 && is_communication(list[i - 1].kind)) --i;
+  return i > 0 && list[i - 1].overlaps_next();
+}
+
 std::vector<Candidate> candidates(const Schedule& s) {
   std::vector<Candidate> out;
   for (int r = 0; r < s.pipeline_ranks; ++r) {
     const ActionList& list = s.ranks[r];
     for (size_t i = 0; i < list.size(); ++i) {
-      if (!is_backward(list[i].kind) || (i > 0 && list[i - 1].overlaps_next())) continue;
+      if (!is_backward(list[i].kind) || paired_already(list, i)) continue;
       size_t j = i + 1;
       while (j < list.size() && (is_communication(list[j].kind) || list[j].kind == ActionKind::W)) ++j;
       if (j == list.size() || list[j].kind != ActionKind::F) continue;

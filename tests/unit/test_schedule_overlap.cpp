@@ -60,6 +60,17 @@ TEST(OverlapPairs, EveryOverlapKindGetsPairsAndKeepsItsComputeOrder) {
   }
 }
 
+// A backward that is already a pair's partner is no candidate, also when
+// the F's sends sit between the two: pairing a paired list changes nothing,
+// with no candidate to try (not even all at once: no one-at-a-time search).
+TEST(OverlapPairs, PairingAPairedListChangesNothing) {
+  for (const char* kind : {"1f1b", "zb-h1"}) {
+    const Schedule once = overlap_pairs(generate(kind, 4, 8));
+    ASSERT_GT(count_pairs(once), 0) << kind;
+    EXPECT_EQ(overlap_pairs(once, /*one_by_one=*/false), once) << kind;
+  }
+}
+
 TEST(OverlapPairs, OneFOneBPairsEachBackwardWithTheForwardAfterIt) {
   // Rank r runs p-1-r warm-up forwards, then m-(p-1-r) times F then B, then
   // the rest of the backwards: each steady B but the last is followed by a
