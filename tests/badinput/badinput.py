@@ -262,6 +262,11 @@ def cases(work, cores, trident="build/trident", busy_port=0):
          "--layout dp=8,ep=0", ["--layout 'dp=8,ep=0': tp, cp, pp and ep must be >= 1"]),
         ("plan mixtral at tp 2", 2, "plan --config configs/mixtral-tiny.toml --cluster configs/clusters/dgx-h100.toml "
          "--gpus 8 --layout tp=2,pp=1,dp=4", ["tp(2) with model.arch = \"mixtral\": Trident trains the MoE families at tp = 1"]),
+        # NOTE [planned overlap], NOTE [overlapped pairs]: the planner's and `trident schedule`'s overlap refusals.
+        ("plan overlap without ep", 2, "plan --config configs/mixtral-tiny.toml --cluster configs/clusters/dgx-h100.toml "
+         "--gpus 8 --layout dp=8,overlap_moe=1", ["overlap_moe=1 with ep(1): there is no expert all-to-all to hide"]),
+        ("schedule overlap with gpipe", 2, "schedule --kind gpipe -p 2 -m 4 --overlap-moe",
+         ["--overlap-moe: --kind gpipe at p=2 m=4 has no backward followed by a forward"]),
         # NOTE [held store port]: the launcher's listening socket is rank 0's alone, and must listen on MASTER_PORT.
         ("store fd on rank 1", 2, "train --config configs/gpt-tiny.toml",
          ["TRIDENT_STORE_FD=0 is set for rank 1", "only rank 0, which hosts the rendezvous store"],
