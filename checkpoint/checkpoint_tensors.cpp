@@ -98,7 +98,9 @@ void load_param(const Reader& r, const std::string& name, const ParamInfo& info,
 }
 
 bool stores_param(const ParamInfo& info, int tp_rank) {
-  return !info.tied_copy && (info.shard_dim >= 0 || tp_rank == 0);
+  // The routed experts: whichever tp rank holds them (at etp = 1 the tp ranks may hold different
+  // experts); the caller keeps one writer per expert-data-parallel group (NOTE [expert grid]).
+  return !info.tied_copy && (info.shard_dim >= 0 || info.expert || tp_rank == 0);
 }
 
 void save_params(ShardWriter& w, const std::vector<Param>& params, int tp_rank, const std::string& prefix,

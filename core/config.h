@@ -113,6 +113,7 @@ struct ParallelConfig {
   bool overlap_param_gather = true;          // zero = 1: the gather finished by the next forward
   int64_t zero = 0;                          // 0 or 1 (ZeRO-1: optimizer state sharded over dp)
   int64_t ep = 1;                            // expert-parallel size: the MoE experts split over ep dp replicas
+  int64_t etp = 0;                           // expert tensor-parallel size: tp (0, the default) or 1
   std::string moe_dispatcher = "alltoall";   // "alltoall" | "allgather": how tokens reach their experts' ranks
   int64_t cp = 1;                            // context-parallel size: each sequence split over cp ranks
   std::string cp_comm = "p2p";               // "p2p" (ring) | "all_gather" | "a2a" (Ulysses): how attention sees the sequence
@@ -279,10 +280,11 @@ void check_device_memory(const Config& c, const ModelShape& shape, int device_in
 // that reads back exactly, always a TOML float ("0.1", "4.0").
 std::string config_number(double v);
 // The layout arithmetic, for resolve_world and parallel/layout.cpp alike:
-// every factor >= 1, tp * cp * pp * dp == world and ep dividing dp. Throws
+// every factor >= 1, tp * cp * pp * dp == world, etp tp or 1 (0 = tp) and ep
+// dividing (tp / etp) x dp (NOTE [expert grid] in parallel/layout.h). Throws
 // ConfigError, e.g. "<where>: tp(2) x pp(4) x dp(2) = 16 but WORLD_SIZE = 8".
 void check_layout_factors(const std::string& where, int64_t world, int64_t tp, int64_t pp, int64_t dp,
-                          int64_t ep = 1, int64_t cp = 1);
+                          int64_t ep = 1, int64_t cp = 1, int64_t etp = 0);
 // Resolves parallel.dp = -1 against the world size, then checks the layout
 // (check_layout_factors) and the batch split over the resolved dp.
 void resolve_world(Config& c, int64_t world_size);

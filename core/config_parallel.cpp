@@ -53,7 +53,12 @@ std::vector<Field> parallel_fields() {
                     "0: every dp rank keeps all optimizer state; 1: ZeRO-1, state sharded over dp"),
       TRIDENT_FIELD(parallel, ep, at_least(1),
                     "expert-parallel size: each MoE layer's experts split over ep data-parallel replicas, tokens "
-                    "moved to them by all-to-all (Megatron's expert_model_parallel_size); divides dp and model.experts"),
+                    "moved to them by all-to-all (Megatron's expert_model_parallel_size); divides (tp / etp) x dp "
+                    "and model.experts"),
+      TRIDENT_FIELD(parallel, etp, at_least(0),
+                    "expert tensor-parallel size: each expert split over etp of the tp ranks (Megatron's "
+                    "expert_tensor_parallel_size); 0 = parallel.tp (Megatron's default) or 1 (whole experts, the "
+                    "tp ranks each routing a slice of the tokens and folding into ep)"),
       TRIDENT_FIELD(parallel, moe_dispatcher, one_of({"alltoall", "allgather"}),
                     "how routed tokens reach their experts' ranks under ep > 1: alltoall = each row to its expert's "
                     "rank and back; allgather = every token gathered, outputs reduce-scattered (Megatron's "
@@ -128,6 +133,10 @@ void check_schedule(const Config& c) {
       fail(c, why + "with training.recompute = \"full\": recomputation re-runs a forward, its all-to-alls "
                     "included, inside the backward, beside the paired forward's own (\"selective\" recomputes "
                     "only the attention core, which has none)");
+    if (c.parallel.tp > 1)
+      fail(c, why + "with parallel.tp = " + n(c.parallel.tp) + ": both halves of a pair issue tensor-parallel "
+                    "all-reduces, on one tp group from two threads, which NCCL would match in either order; expected "
+                    "parallel.tp = 1");
     if (s.kind == "gpipe")
       fail(c, why + "with schedule.kind = \"gpipe\": it runs every forward before any backward, so no backward "
                     "has a forward to pair with");
@@ -261,7 +270,7 @@ void check_config_tables(Config& c, const ConfigTables& t) {
 }
 
 void check_layout_factors(const std::string& where, int64_t world, int64_t tp, int64_t pp, int64_t dp, int64_t ep,
-                          int64_t cp) {
+                          int64_t cp, int64_t etp) {
   const std::string factors =
       "tp(" + n(tp) + ")" + (cp != 1 ? " x cp(" + n(cp) + ")" : std::string()) + " x pp(" + n(pp) + ") x dp(" + n(dp) + ")";
   if (world < 1 || tp < 1 || pp < 1 || dp < 1 || cp < 1) {
@@ -274,9 +283,23 @@ void check_layout_factors(const std::string& where, int64_t world, int64_t tp, i
   if (product != world) {
     throw ConfigError(where + ": " + factors + " = " + n(product) + " but WORLD_SIZE = " + n(world));
   }
-  if (ep < 1 || dp % ep != 0)
-    throw ConfigError(where + ": parallel.ep (" + n(ep) + ") must divide parallel.dp (" + n(dp) +
-                      "): the experts are split over ep of the data-parallel replicas (NOTE [expert grid])");
+  if (etp < 0 || etp > tp)
+    throw ConfigError(where + ": parallel.etp (" + n(etp) + ") must be at most parallel.tp (" + n(tp) +
+                      "): an expert is split over some of the tensor-parallel ranks, never more (NOTE [expert grid])");
+  if (etp != 0 && etp != 1 && etp != tp)
+    throw ConfigError(where + ": parallel.etp (" + n(etp) + ") with parallel.tp (" + n(tp) +
+                      "): each expert is split over every tp rank (etp = tp) or none (etp = 1); an etp between them "
+                      "is not built yet");
+  const int64_t places = (etp == 0 ? 1 : tp / etp) * dp;
+  if (ep < 1 || places % ep != 0) {
+    if (places == dp)
+      throw ConfigError(where + ": parallel.ep (" + n(ep) + ") must divide parallel.dp (" + n(dp) +
+                        "): the experts are split over ep of the data-parallel replicas (NOTE [expert grid])" +
+                        (tp > 1 && ep > 0 && (tp * dp) % ep == 0 ? "; with parallel.etp = 1 the tp ranks fold into ep too"
+                                                                  : ""));
+    throw ConfigError(where + ": parallel.ep (" + n(ep) + ") must divide (tp / etp) x dp = (" + n(tp) + " / " + n(etp) +
+                      ") x " + n(dp) + " = " + n(places) + ": ep x etp ranks hold one set of experts (NOTE [expert grid])");
+  }
 }
 
 void resolve_world(Config& c, int64_t world_size) {
@@ -292,7 +315,7 @@ void resolve_world(Config& c, int64_t world_size) {
     }
     p.dp = world_size / model;
   }
-  check_layout_factors(c.source + ": parallel", world_size, p.tp, p.pp, p.dp, p.ep, p.cp);
+  check_layout_factors(c.source + ": parallel", world_size, p.tp, p.pp, p.dp, p.ep, p.cp, p.etp);
   check_batch_split(c, p.dp);
 }
 

@@ -80,8 +80,9 @@ struct RankMemory {
            "AdamW: " + big(state) +
            (experts == 0 ? std::string()
                          : ", of which the routed experts' (model.experts = " + n(m.experts) + " x 3 x model.hidden x "
-                           "model.moe_ffn_hidden per MoE layer, " + big(experts) + " parameters over parallel.ep = " +
-                           n(c.parallel.ep) + " x parallel.pp): " + big(expert_state)) +
+                           "model.moe_ffn_hidden per MoE layer, " + big(experts) + " parameters over parallel.etp x parallel.ep = " +
+                           n(c.parallel.etp == 0 ? c.parallel.tp : c.parallel.etp) + " x " + n(c.parallel.ep) +
+                           " x parallel.pp): " + big(expert_state)) +
            "; logits of training.micro_batch_size x model.seq_len x model.vocab_size: " +
            big(logits) + (c.training.device == "cpu" ? "; data.synthetic_tokens: " + big(tokens) : std::string()) +
            (pairs == 0 ? ""
@@ -99,10 +100,12 @@ RankMemory rank_memory(const Config& c, const ModelShape& shape, const std::vect
   const TrainingConfig& t = c.training;
   RankMemory r;
   const Big dp = p.dp > 0 ? Big(p.dp) : 1;
-  // The routed experts split over ep x pp (not tp, NOTE [expert grid]), their moments under ZeRO-1
-  // over the expert-data-parallel replicas (dp / ep); the rest over tp x pp and dp.
-  const Big all_experts = config_rules::expert_params(m), ep = Big(p.ep), edp = std::max<Big>(dp / ep, 1);
-  r.experts = all_experts / (ep * Big(p.pp));
+  // The routed experts split over etp x ep x pp (NOTE [expert grid]), their moments under ZeRO-1
+  // over the expert-data-parallel replicas ((tp / etp) x dp / ep); the rest over tp x pp and dp.
+  const Big etp = Big(p.etp == 0 ? p.tp : p.etp);
+  const Big all_experts = config_rules::expert_params(m), ep = Big(p.ep),
+            edp = std::max<Big>(Big(p.tp) / etp * dp / ep, 1);
+  r.experts = all_experts / (etp * ep * Big(p.pp));
   const Big dense = (model_params(m, shape) - all_experts) / (Big(p.tp) * Big(p.pp));
   r.params = dense + r.experts;
   r.expert_state = r.experts * (8 + (p.zero == 1 ? 8 / edp : 8));

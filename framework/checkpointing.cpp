@@ -184,6 +184,7 @@ std::string Checkpointer::layout_text() const {
   for (int64_t n : chunk_layers(cfg_)) layers += (layers.empty() ? "" : ",") + std::to_string(n);
   return "tp=" + std::to_string(p.tp) + " pp=" + std::to_string(p.pp) + " dp=" + std::to_string(p.dp) +
          (p.ep > 1 ? " ep=" + std::to_string(p.ep) : std::string()) +
+         (p.etp != 0 && p.etp != p.tp ? " etp=" + std::to_string(p.etp) : std::string()) +
          (p.cp > 1 ? " cp=" + std::to_string(p.cp) : std::string()) + " chunks=" +
          std::to_string(cfg_.schedule.chunks) + " zero=" + std::to_string(p.zero) + " pipeline_layers=[" + layers + "]";
 }

@@ -421,7 +421,7 @@ void build(Run& r) {
   if (c.training.eval_interval > 0) r.val_data = open_training_data(c, "val", env.rank == 0);
   const Layout layout = Layout::make(env.world_size, static_cast<int>(c.parallel.tp), static_cast<int>(c.parallel.pp),
                                      static_cast<int>(c.parallel.dp), static_cast<int>(c.parallel.ep),
-                                     static_cast<int>(c.parallel.cp));
+                                     static_cast<int>(c.parallel.cp), static_cast<int>(c.parallel.etp));
   r.pgs = std::make_unique<ProcessGroups>(env, layout, backend,
                                           std::chrono::milliseconds(static_cast<int64_t>(c.parallel.timeout_s * 1000)),
                                           r.device);
@@ -440,7 +440,8 @@ void build(Run& r) {
     r.stages.push_back(r.model->make_stage(r.schedule.stage_of(pp_rank, chunk), stages, r.tp, c.training.seed,
                                            EpContext{layout.ep > 1 ? &r.pgs->ep : nullptr,
                                                      c.parallel.moe_dispatcher == "allgather",
-                                                     layout.ep > 1 ? &r.pgs->ep_backward : nullptr},
+                                                     layout.ep > 1 ? &r.pgs->ep_backward : nullptr, -1,
+                                                     layout.tp > 1 ? &r.pgs->tp : nullptr, layout.etp != layout.tp},
                                            CpContext{layout.cp > 1 ? &r.pgs->cp : nullptr, parse_cp_comm(c.parallel.cp_comm)}));
     r.stages.back()->set_recompute(parse_recompute(c.training.recompute));
     r.stages.back()->set_compute_dtype(c.training.precision == "bf16" ? at::kBFloat16 : at::kFloat);

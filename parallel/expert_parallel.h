@@ -33,6 +33,11 @@ struct EpContext {
   bool allgather = false;
   const Group* backward_group = nullptr;  // NOTE [two expert groups]
   int layer = -1;  // the model layer calling (names its all-to-alls: NOTE [all-to-all order])
+  // NOTE [experts under tensor parallelism] in models/common/moe.h: the dense tp group,
+  // over which the layer's input is whole on every rank (null: tp = 1), and whether the
+  // experts are whole on each of its ranks (parallel.etp = 1) or split over it (etp = tp).
+  const Group* tp = nullptr;
+  bool whole_experts = false;
   const Group& backward() const { return backward_group ? *backward_group : *group; }
   int size() const { return group ? group->size() : 1; }
   int rank() const { return group ? group->rank : 0; }

@@ -60,7 +60,9 @@ GradFinalizer::GradFinalizer(FinalizeGroups groups, TiedParams tied, NormInputs 
   std::vector<int64_t> slot_of;
   for (const OwnedGrad& o : norm.owned) {
     if (o.param->info.tied_copy) continue;                          // counted through its primary
-    if (o.param->info.shard_dim < 0 && g_.tp->rank != 0) continue;  // replicated over TP: once
+    // Replicated over TP: once. Not the routed experts: their replicas are their expert-data-
+    // parallel group's (at etp = 1 the tp ranks may hold different experts, NOTE [expert grid]).
+    if (o.param->info.shard_dim < 0 && !o.param->info.expert && g_.tp->rank != 0) continue;
     // Summed over DP below but not sharded (expert parallelism): the replicas
     // holding the same gradient count it once, on the first of its group (the
     // dense ones on dp rank 0, each expert set on its edp rank 0).

@@ -53,10 +53,11 @@ struct FinalizeGroups {
   const Group* model_parallel = nullptr;  // tp x pp ranks of one replica
   const Group* embedding = nullptr;       // the pipeline ranks holding the tied word embedding's copies
   // The routed experts' data-parallel group (NOTE [expert grid] in
-  // parallel/layout.h); null or the dp group itself at ep = 1.
+  // parallel/layout.h); null or the dp group itself at ep = 1, etp = tp.
   const Group* expert_dp = nullptr;
-  // Whether the experts are split over ep > 1 ranks (their own gradient buckets).
-  bool expert_parallel() const { return expert_dp && dp && expert_dp->size() != dp->size(); }
+  // Whether the experts' replicas are other ranks than the dense ones' (their own
+  // gradient buckets): ep > 1, or etp = 1 under tp > 1, except where the two fold alike.
+  bool expert_parallel() const { return expert_dp && dp && expert_dp->members != dp->members; }
 };
 
 // What the norm reads.

@@ -26,10 +26,11 @@ std::vector<std::vector<int>> collect(int world, GroupOf group_of) {
 
 }  // namespace
 
-Layout Layout::make(int world, int tp, int pp, int dp, int ep, int cp) {
-  check_layout_factors("layout", world, tp, pp, dp, ep, cp);  // the one copy of these rules (core/config.h)
+Layout Layout::make(int world, int tp, int pp, int dp, int ep, int cp, int etp) {
+  check_layout_factors("layout", world, tp, pp, dp, ep, cp, etp);  // the one copy of these rules (core/config.h)
   Layout l;
   l.ep = ep;
+  l.etp = etp == 0 ? tp : etp;
   l.cp = cp;
   l.world = world;
   l.tp = tp;
@@ -129,19 +130,28 @@ std::vector<std::vector<int>> Layout::all_embedding_groups() const {
   return collect(world, [this](int r) { return embedding_group(r); });
 }
 
+// NOTE [expert grid]: the rank at place u of rank c's etp index, pipeline stage and cp index.
+namespace {
+int rank_at_place(const Layout& l, Coords c, int u) {
+  const int etp_index = c.tp % l.etp;
+  c.dp = u / l.token_slices();
+  c.tp = (u % l.token_slices()) * l.etp + etp_index;
+  return l.rank(c);
+}
+}  // namespace
+
 std::vector<int> Layout::ep_group(int r) const {
-  Coords c = coords(r);
-  const int first = c.dp / ep * ep;
-  std::vector<int> g;
-  for (c.dp = first; c.dp < first + ep; ++c.dp) g.push_back(rank(c));
+  const Coords c = coords(r);
+  const int first = expert_place(r) / ep * ep;
+  std::vector<int> g;  // ascending places are ascending ranks (dp, then tp)
+  for (int u = first; u < first + ep; ++u) g.push_back(rank_at_place(*this, c, u));
   return g;
 }
 
 std::vector<int> Layout::expert_dp_group(int r) const {
-  Coords c = coords(r);
-  const int j = c.dp % ep;
+  const Coords c = coords(r);
   std::vector<int> g;
-  for (c.dp = j; c.dp < dp; c.dp += ep) g.push_back(rank(c));
+  for (int u = expert_place(r) % ep; u < dp * token_slices(); u += ep) g.push_back(rank_at_place(*this, c, u));
   return g;
 }
 
@@ -182,7 +192,11 @@ std::string Layout::describe() const {
   os << "world " << world << " = tp " << tp;
   if (cp > 1) os << " x cp " << cp;
   os << " x dp " << dp << " x pp " << pp;
-  if (ep > 1) os << "; experts: ep " << ep << " x edp " << dp / ep;
+  if (experts_folded()) {
+    os << "; experts: ";
+    if (etp != tp) os << "etp " << etp << " x ";
+    os << "ep " << ep << " x edp " << dp * token_slices() / ep;
+  }
   return os.str();
 }
 
@@ -192,7 +206,7 @@ std::string Layout::describe(int r) const {
   os << "rank " << r << ": tp " << c.tp;
   if (cp > 1) os << " cp " << c.cp;
   os << " dp " << c.dp << " pp " << c.pp;
-  if (ep > 1) os << " ep " << ep_rank(r) << " edp " << expert_dp_rank(r);
+  if (experts_folded()) os << " ep " << ep_rank(r) << " edp " << expert_dp_rank(r);
   return os.str();
 }
 

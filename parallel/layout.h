@@ -38,15 +38,23 @@ struct Coords {
 //
 // NOTE [expert grid]
 // The MoE layers' experts are laid over the same ranks by a second folding,
-// Megatron's "MoE parallel folding": per pipeline stage the tp x dp ranks are
-// etp x ep x edp, etp = tp (each expert split as the dense MLP would be), ep
-// the expert-parallel size and edp = dp / ep the experts' data-parallel size.
-// ep varies fastest among the dp replicas: an expert-parallel group is ep
-// consecutive replicas at one (tp, pp), rank j of it holding experts
-// [j·E/ep, (j+1)·E/ep); the expert-data-parallel group is the replicas at
-// the same place in their ep group (dp ≡ j mod ep), which hold the same
-// experts and reduce their gradients. ep = 1: every expert everywhere, the
-// expert-data-parallel group is the data-parallel group.
+// Megatron's "MoE parallel folding" (its expert rank generator orders the
+// experts' grid etp, ep, edp, pp as the dense one orders tp, cp, dp, pp): per
+// pipeline stage and cp index the tp x dp ranks are etp x ep x edp. etp is
+// how many ranks split each expert (its width, as the dense MLP is split),
+// tp (the default, Megatron's) or 1; the tp / etp = n ranks of a tp group at
+// one etp index each take 1/n of the micro-batch's tokens into the experts
+// (NOTE [experts under tensor parallelism] in models/common/moe.h). A rank's
+// place u = dp · n + tp / etp counts the token slices of its etp index over
+// the replicas; ep varies fastest in u: an expert-parallel group is ep
+// consecutive places at one etp index (ep_rank = u mod ep), rank j of it
+// holding experts [j·E/ep, (j+1)·E/ep); the expert-data-parallel group is the
+// places with the same ep_rank (edp = n · dp / ep of them), which hold the
+// same experts and reduce their gradients. etp = tp: n = 1, u = dp, so ep
+// folds over the dp replicas alone; etp = 1 lets ep take the tp ranks (tp 2,
+// dp 1, ep 2: the two tp ranks hold half the experts each). ep = 1 and
+// etp = tp: every expert everywhere, the expert-data-parallel group is the
+// data-parallel group.
 struct Layout {
   int world = 1;
   int tp = 1;
@@ -54,11 +62,20 @@ struct Layout {
   int dp = 1;
   int ep = 1;  // expert-parallel size (NOTE [expert grid]); divides dp
   int cp = 1;  // context-parallel size (NOTE [context grid])
+  int etp = 1;  // expert tensor-parallel size (NOTE [expert grid]): tp or 1
+
+  // tp / etp: the token slices of a tp group (1 when the experts split like the MLP).
+  int token_slices() const { return tp / etp; }
+  // NOTE [expert grid]: rank's place among the token slices of its etp index.
+  int expert_place(int rank) const { return coords(rank).dp * token_slices() + coords(rank).tp / etp; }
+  // The experts fold otherwise than the dense grid: their own groups are built.
+  bool experts_folded() const { return ep > 1 || etp != tp; }
 
   // Validates every factor >= 1, tp * cp * pp * dp == world (check_layout_factors,
-  // core/config.h) and ep dividing dp; throws ConfigError naming every factor,
-  // e.g. "layout: tp(2) x pp(4) x dp(2) = 16 but WORLD_SIZE = 8".
-  static Layout make(int world, int tp, int pp, int dp, int ep = 1, int cp = 1);
+  // core/config.h), etp tp or 1 (0: tp) and ep dividing (tp / etp) x dp; throws
+  // ConfigError naming every factor, e.g. "layout: tp(2) x pp(4) x dp(2) = 16 but
+  // WORLD_SIZE = 8".
+  static Layout make(int world, int tp, int pp, int dp, int ep = 1, int cp = 1, int etp = 0);
 
   Coords coords(int rank) const;  // throws std::out_of_range for rank outside [0, world)
   int rank(const Coords& c) const;  // throws std::out_of_range for indices outside the grid
@@ -82,8 +99,8 @@ struct Layout {
   // edp ranks holding the same experts; rank's index in each.
   std::vector<int> ep_group(int rank) const;
   std::vector<int> expert_dp_group(int rank) const;
-  int ep_rank(int rank) const { return coords(rank).dp % ep; }
-  int expert_dp_rank(int rank) const { return coords(rank).dp / ep; }
+  int ep_rank(int rank) const { return expert_place(rank) % ep; }
+  int expert_dp_rank(int rank) const { return expert_place(rank) / ep; }
 
   // Every group of a kind, ordered by smallest member. Every rank computes the
   // same lists, so creating process groups by iterating them in order is safe
@@ -118,7 +135,7 @@ struct Layout {
   std::string describe_grid() const;
 
   bool operator==(const Layout& o) const {
-    return world == o.world && tp == o.tp && pp == o.pp && dp == o.dp && ep == o.ep && cp == o.cp;
+    return world == o.world && tp == o.tp && pp == o.pp && dp == o.dp && ep == o.ep && cp == o.cp && etp == o.etp;
   }
   bool operator!=(const Layout& o) const { return !(*this == o); }
 };

@@ -54,7 +54,7 @@ ProcessGroups::ProcessGroups(const WorldEnv& env, const Layout& layout, const st
     cp = make_group("cp", {{env_.rank}});  // of one: no c10d group
     dp_cp = dp;
   }
-  if (layout_.ep > 1) {
+  if (layout_.experts_folded()) {  // NOTE [expert grid]
     ep = make_group("ep", layout_.all_ep_groups());
     ep_backward = make_group("ep_backward", layout_.all_ep_groups());
     expert_dp = make_group("expert_dp", layout_.all_expert_dp_groups());

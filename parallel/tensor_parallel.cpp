@@ -400,6 +400,12 @@ at::Tensor reduce_scatter_seq(const TpContext& tp, const at::Tensor& x) {
 at::Tensor scatter_seq(const TpContext& tp, const at::Tensor& x) {
   return tp.size() == 1 ? x : ScatterDim::apply(x, pack(tp), 1);
 }
+at::Tensor scatter_along(const TpContext& tp, const at::Tensor& x, int64_t dim) {
+  return tp.size() == 1 ? x : ScatterDim::apply(x, pack(tp), dim);
+}
+at::Tensor gather_along(const TpContext& tp, const at::Tensor& x, int64_t dim) {
+  return tp.size() == 1 ? x : GatherDim::apply(x, pack(tp), dim, false);
+}
 at::Tensor enter_column_parallel(const TpContext& tp, const at::Tensor& x) {
   return tp.sequence_parallel ? gather_seq(tp, x) : copy_to_tp(tp, x);
 }

@@ -45,6 +45,11 @@ at::Tensor gather_seq(const TpContext& tp, const at::Tensor& x);
 at::Tensor reduce_scatter_seq(const TpContext& tp, const at::Tensor& x);
 // sequence parallelism, along dim 1: keep this rank's slice / all-gather backward
 at::Tensor scatter_seq(const TpContext& tp, const at::Tensor& x);
+// Along any dimension, for tensors whose consumers are replicated over the group
+// (every rank's gradient is whole): keep this rank's slice / all-gather backward,
+// and all-gather / keep this rank's slice backward.
+at::Tensor scatter_along(const TpContext& tp, const at::Tensor& x, int64_t dim);
+at::Tensor gather_along(const TpContext& tp, const at::Tensor& x, int64_t dim);
 
 // The input of a column-parallel layer (copy_to_tp, or gather_seq under SP)
 // and the output of a row-parallel one (reduce_from_tp, or reduce_scatter_seq).

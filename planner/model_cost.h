@@ -15,11 +15,15 @@ namespace trident::plan {
 // every layer alike: compute by the parameters a token passes (its top-k
 // experts, the shared expert, the router; DeepSeek-V3's "activated"
 // parameters), memory by all of them (every expert), each averaged over the
-// dense first layers (model.moe_first_dense) and the MoE ones. Expert
-// parallelism is not priced (ep = 1: every rank holds every expert of its
-// stage), nor tensor parallelism of the experts, which Trident does not run
-// (MoE layouts have tp = 1). MLA (deepseek_v3) is priced by its projections
-// and its heads' widths.
+// dense first layers (model.moe_first_dense) and the MoE ones. Under tp > 1
+// the experts are split over tp as the dense MLP (parallel.etp = tp, the
+// default, NOTE [experts under tensor parallelism] in models/common/moe.h):
+// their compute and memory divide by tp like the rest of the layer, and a
+// layer's tensor-parallel reductions are priced as a dense layer's (the
+// shared experts' own pair of reductions is left out). The planner does not
+// search etp = 1. Expert parallelism: NOTE [planned expert parallelism] in
+// planner/step.cpp. MLA (deepseek_v3) is priced by its projections and its
+// heads' widths.
 struct MlpShape {
   double moe_share = 0;      // the share of the layers whose MLP is a mixture of experts
   double dense_width = 0;    // model.ffn_hidden: the dense layers' SwiGLU width

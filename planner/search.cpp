@@ -121,10 +121,6 @@ struct Searcher {
         drop("tp values not dividing heads, kv_heads, ffn_hidden or hidden");
         continue;
       }
-      if (m.experts > 0 && tp > 1) {  // NOTE [planned experts]
-        drop("tp > 1 for a mixture of experts (Trident trains the MoE families at tp = 1)");
-        continue;
-      }
       for (int cp = 1; cp <= (m.mla() ? 1 : o.max_cp) && tp * cp <= o.gpus; cp *= 2) {
         if (o.gpus % (tp * cp) != 0) continue;
         if (m.seq_len % (2 * cp) != 0 && cp > 1) {

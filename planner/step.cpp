@@ -245,10 +245,6 @@ void check_layout(const Problem& pr, const PlanLayout& given) {
     if (value % l.tp != 0)
       throw PlanError(at + "tp(" + std::to_string(l.tp) + ") does not divide model." + name + " = " + std::to_string(value));
   // NOTE [planned experts] in planner/model_cost.h: layouts Trident runs for a mixture of experts.
-  if (m.experts > 0 && l.tp > 1)
-    throw PlanError(at + "tp(" + std::to_string(l.tp) + ") with model.arch = \"" + m.arch +
-                    "\": Trident trains the MoE families at tp = 1 (the experts are not split over tensor-parallel "
-                    "ranks yet)");
   if (l.ep > 1 && m.experts == 0)
     throw PlanError(at + "ep(" + std::to_string(l.ep) + ") with model.arch = \"" + m.arch + "\": a dense model has no experts");
   if (l.ep > 1 && (m.experts % l.ep != 0 || l.dp % l.ep != 0))

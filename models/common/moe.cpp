@@ -318,14 +318,30 @@ MoeOutput moe_forward(const at::Tensor& x, const MoeWeights& w, const RouterOpti
   MoeOutput out;
   out.routing = route(x, w.router, w.bias, o);
   const at::Tensor keep = o.capacity_factor > 0 ? keep_within_capacity(out.routing, o) : at::Tensor();
-  const Dispatch d = dispatch(out.routing.experts, o.experts, keep);
+  // NOTE [experts under tensor parallelism]: the routing is whole on every tp rank; the routed part
+  // reads this rank's slice of the tokens (whole experts) or all of them (experts split over tp).
+  const TpContext tp{ep ? ep->tp : nullptr};
+  const bool slices = tp.size() > 1 && ep->whole_experts, split = tp.size() > 1 && !ep->whole_experts;
+  at::Tensor xs = x, weights = out.routing.weights, experts = out.routing.experts, kept = keep;
+  if (slices) {
+    const int64_t part = x.size(0) / tp.size();
+    xs = scatter_along(tp, x, 0);
+    weights = scatter_along(tp, weights, 0);
+    experts = experts.narrow(0, tp.rank() * part, part);
+    if (kept.defined()) kept = kept.narrow(0, tp.rank() * part, part);
+  } else if (split) {  // each rank's experts give a part of every output: the gradients of both are sums
+    xs = copy_to_tp(tp, x);
+    weights = copy_to_tp(tp, weights);
+  }
+  const Dispatch d = dispatch(experts, o.experts, kept);
   out.counts = d.counts;
+  at::Tensor y;
   if (ep && ep->size() > 1 && ep->allgather) {
     // A dropped assignment's expert is -1: no rank's (NOTE [expert capacity]).
-    const at::Tensor chosen = keep.defined() ? at::where(keep, out.routing.experts, -1) : out.routing.experts;
-    out.y = allgather_routed(*ep, x, chosen, out.routing.weights, w, o.experts);
+    const at::Tensor chosen = kept.defined() ? at::where(kept, experts, -1) : experts;
+    y = allgather_routed(*ep, xs, chosen, weights, w, o.experts);
   } else {
-    const at::Tensor sorted = permute(x, d);
+    const at::Tensor sorted = permute(xs, d);
     at::Tensor rows;
     if (ep && ep->size() > 1) {
       // NOTE [expert dispatch]: to the experts' ranks, this rank's experts on what came, and back.
@@ -335,10 +351,11 @@ MoeOutput moe_forward(const at::Tensor& x, const MoeWeights& w, const RouterOpti
     } else {
       rows = experts_swiglu(sorted, d.counts, w.gate, w.up, w.down);
     }
-    out.y = combine(rows, out.routing.weights, d, x.size(0));
+    y = combine(rows, weights, d, xs.size(0));
   }
-  if (w.shared_gate.defined()) {
-    at::Tensor shared = swiglu(x, w.shared_gate, w.shared_up, w.shared_down);
+  out.y = slices ? gather_along(tp, y, 0) : split ? reduce_from_tp(tp, y) : y;
+  if (w.shared_gate.defined()) {  // split over tp as the dense MLP
+    at::Tensor shared = reduce_from_tp(tp, swiglu(copy_to_tp(tp, x), w.shared_gate, w.shared_up, w.shared_down));
     if (w.shared_expert_gate.defined()) shared = at::sigmoid(at::linear(x, w.shared_expert_gate)) * shared;
     out.y = out.y + shared;
   }

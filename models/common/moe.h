@@ -134,6 +134,29 @@ struct MoeOutput {
   Routing routing;
   at::Tensor counts;  // (E) int64: the rows each expert received (the dispatch's)
 };
+// NOTE [experts under tensor parallelism]
+// Under tp > 1 the layer's input x is the whole micro-batch on every rank of
+// the tp group (under sequence parallelism the caller gathers its slices
+// first, each rank keeping its own slice's gradient, and slices the output
+// again). Every tp rank routes every token alike (the router and the
+// balancing losses are replicated, their gradients equal on every rank), so
+// which tokens are dropped and which experts they choose is tp = 1's. Then,
+// with parallel.etp (NOTE [expert grid] in parallel/layout.h):
+//  - etp = tp (the default, Megatron's): each expert is split over the tp
+//    ranks along its width as the dense MLP (gate and up by rows, down by
+//    columns); every rank runs every routed row on its part and the parts of
+//    the combined output are summed over tp. The rows and their weights enter
+//    as copy_to_tp does (the gradients of both are sums of the parts').
+//  - etp = 1: whole experts; tp rank r takes the r-th of tp equal slices of
+//    the tokens (their rows and weights; the gradients of the other slices
+//    are gathered back, so every rank's router sees all of them) into the
+//    experts, and its slice's outputs are gathered over tp. The tp ranks are
+//    then ep places of their own: the expert all-to-all folds over them.
+// The shared experts are split over tp as the dense MLP. The expert loads a
+// layer counts are its dispatch's: each slice's at etp = 1, every token's on
+// every tp rank at etp = tp (the world's sums the trainer reads are then tp
+// times the loads, which only their ratios and signs use).
+//
 // x (T, H): route, dispatch, the experts on the sorted rows, combine, plus the
 // shared experts. Under expert parallelism (`ep` given, of size > 1) w.gate,
 // w.up and w.down hold this rank's E / ep experts, and the sorted rows go to

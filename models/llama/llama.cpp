@@ -16,7 +16,7 @@
 namespace trident {
 
 std::vector<PlannedParam> llama_param_plan(const ModelConfig& cfg, const ChunkSpec& spec, int64_t tp_size,
-                                           int64_t tp_rank, int64_t ep_size, int64_t ep_rank) {
+                                           int64_t tp_rank, int64_t ep_size, int64_t ep_rank, bool whole_experts) {
   const int64_t h = cfg.hidden, f = cfg.ffn(), vp = cfg.padded_vocab(tp_size), d = cfg.head_dim();
   const int64_t q_rows = cfg.heads * d, kv_rows = cfg.kv() * d;
   // Output projections scaled by 1/sqrt(2 layers), as GPT's (GPT-2's init).
@@ -114,21 +114,25 @@ std::vector<PlannedParam> llama_param_plan(const ModelConfig& cfg, const ChunkSp
         decl.no_decay = true;
         plan.add(decl);
       }
-      // The routed experts: split over EP along dim 0 (NOTE [expert grid] in parallel/layout.h).
-      for (const auto& [name, shape, sd] : {std::tuple{".moe.experts.gate.weight", std::vector<int64_t>{e, fe, h}, std_dev},
-                                            std::tuple{".moe.experts.up.weight", std::vector<int64_t>{e, fe, h}, std_dev},
-                                            std::tuple{".moe.experts.down.weight", std::vector<int64_t>{e, h, fe}, out_std}}) {
+      // The routed experts: split over EP along dim 0 (NOTE [expert grid] in parallel/layout.h) and,
+      // at etp = tp, over TP along their width as the dense MLP (NOTE [experts under tensor parallelism]).
+      const bool split = tp_size > 1 && !whole_experts;
+      for (const auto& [name, shape, sd, dim] :
+           {std::tuple{".moe.experts.gate.weight", std::vector<int64_t>{e, fe, h}, std_dev, 1},
+            std::tuple{".moe.experts.up.weight", std::vector<int64_t>{e, fe, h}, std_dev, 1},
+            std::tuple{".moe.experts.down.weight", std::vector<int64_t>{e, h, fe}, out_std, 2}}) {
         ParamDecl decl;
         decl.name = pre + name;
         decl.shape = shape;
         decl.std_dev = sd;
         decl.expert = true;
+        decl.shard_dim = split ? dim : kReplicated;
         plan.add(decl);
       }
-      if (fs > 0) {
-        plan.add_weight(pre + ".moe.shared.gate.weight", {fs, h}, kReplicated, std_dev);
-        plan.add_weight(pre + ".moe.shared.up.weight", {fs, h}, kReplicated, std_dev);
-        plan.add_weight(pre + ".moe.shared.down.weight", {h, fs}, kReplicated, out_std);
+      if (fs > 0) {  // the shared experts split over TP as the dense MLP
+        plan.add_weight(pre + ".moe.shared.gate.weight", {fs, h}, kColumnParallel, std_dev);
+        plan.add_weight(pre + ".moe.shared.up.weight", {fs, h}, kColumnParallel, std_dev);
+        plan.add_weight(pre + ".moe.shared.down.weight", {h, fs}, kRowParallel, out_std);
         if (cfg.arch == "qwen2_moe") plan.add_weight(pre + ".moe.shared_gate.weight", {1, h}, kReplicated, std_dev);
       }
       continue;
@@ -202,7 +206,7 @@ LlamaStage::LlamaStage(const ModelConfig& cfg, const ChunkSpec& spec, const TpCo
   if (ep.size() > 1 && (cfg.experts < 1 || cfg.experts % ep.size() != 0))
     throw std::logic_error("LlamaStage: " + std::to_string(cfg.experts) + " experts do not split over ep=" +
                            std::to_string(ep.size()) + " (check_config admits no such config)");
-  for (auto& planned : llama_param_plan(cfg, spec, t, tp.rank(), ep.size(), ep.rank()))
+  for (auto& planned : llama_param_plan(cfg, spec, t, tp.rank(), ep.size(), ep.rank(), ep.whole_experts))
     params_.push_back({init_shard(seed, planned.info, planned.local_shape), planned.info});
   auto at = [&](const std::string& name, bool tied = false) { return param_index(params_, name, "LlamaStage", tied); };
   if (spec_.has_embedding) word_ = at("embedding.word.weight");
@@ -399,14 +403,20 @@ at::Tensor LlamaStage::moe(int64_t layer, const BlockParams& b, const at::Tensor
   }
   EpContext ep = ep_;
   ep.layer = static_cast<int>(layer);  // names its all-to-alls (NOTE [all-to-all order])
-  const MoeOutput out = moe_forward(x.reshape({-1, x.size(-1)}), w, o, &ep);
-  at::Tensor y = out.y.view(x.sizes());
+  ep.tp = tp_.group;
+  // NOTE [experts under tensor parallelism]: the layer reads the whole micro-batch on every tp rank;
+  // under sequence parallelism its slices are gathered first (their gradients are whole: each rank
+  // keeps its own) and the output sliced again.
+  const at::Tensor whole = tp_.sequence_parallel ? gather_along(tp_, x, 1) : x;
+  const MoeOutput out = moe_forward(whole.reshape({-1, whole.size(-1)}), w, o, &ep);
+  at::Tensor y = out.y.view(whole.sizes());
   // Under context parallelism the counts are the whole sequences' (NOTE [balancing losses under context parallelism]).
   const at::Tensor aux = cfg_.moe_aux_loss == "seq_aux_loss" ? seq_aux_loss(out.routing, o.top_k, x.size(0), cp_.group)
                                                              : switch_aux_loss(out.routing, o.top_k, cp_.group);
   const at::Tensor z = z_loss(out.routing);
   if (cfg_.moe_aux_loss_coeff > 0) y = attach_aux_loss(y, aux * cfg_.moe_aux_loss_coeff, loss_scale_);
   if (cfg_.moe_z_loss_coeff > 0) y = attach_aux_loss(y, z * cfg_.moe_z_loss_coeff, loss_scale_);
+  if (tp_.sequence_parallel) y = scatter_along(tp_, y, 1);
   // NOTE [MoE stats]: a training forward counts once per micro-batch. Under full recomputation the
   // first forward runs with grad mode off and the re-forward in the backward with it on; evaluation
   // runs with it off.

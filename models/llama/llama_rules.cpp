@@ -97,7 +97,7 @@ void check_mla(const Config& c) {
 //              model.moe_first_dense layers dense; a sigmoid router over groups with the
 //              score-correction bias (the model.moe_* router keys); ungated shared experts
 //              (model.moe_shared_ffn_hidden, optional)
-// All four: the experts are not split over tensor-parallel ranks yet.
+// All four at tp > 1: NOTE [experts under tensor parallelism] in models/common/moe.h.
 void check_moe_family(const Config& c) {
   if (c.model.arch != "deepseek_v3") {
     check_llama(c);
@@ -105,10 +105,6 @@ void check_moe_family(const Config& c) {
     check_mla(c);
     check_llama(c);
   }
-  if (c.parallel.tp > 1)
-    config_fail(c, "parallel.tp = " + n(c.parallel.tp) + " with model.arch = \"" + c.model.arch +
-                       "\": the experts are not split over tensor-parallel ranks yet (expert tensor parallelism); "
-                       "expected parallel.tp = 1");
   if (c.model.arch == "mixtral" && c.model.moe_first_dense > 0)
     config_fail(c, "model.moe_first_dense = " + n(c.model.moe_first_dense) +
                        ": Mixtral has experts in every layer (its Hugging Face layout has no dense layer); expected 0");

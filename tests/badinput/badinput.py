@@ -260,8 +260,19 @@ def cases(work, cores, trident="build/trident", busy_port=0):
          ["parallel.cp"]),
         ("plan ep 0", 2, "plan --config configs/mixtral-tiny.toml --cluster configs/clusters/dgx-h100.toml --gpus 8 "
          "--layout dp=8,ep=0", ["--layout 'dp=8,ep=0': tp, cp, pp and ep must be >= 1"]),
-        ("plan mixtral at tp 2", 2, "plan --config configs/mixtral-tiny.toml --cluster configs/clusters/dgx-h100.toml "
-         "--gpus 8 --layout tp=2,pp=1,dp=4", ["tp(2) with model.arch = \"mixtral\": Trident trains the MoE families at tp = 1"]),
+        # NOTE [expert grid]: parallel.etp is tp or 1, MoE only; the pairs' halves would share the tp group.
+        ("etp above tp", 2, "train --config configs/mixtral-tiny.toml --set parallel.etp=2",
+         ["parallel.etp (2) must be at most parallel.tp (1)"]),
+        ("etp on a dense model", 2, "train --config configs/llama-tiny.toml --set parallel.etp=1",
+         ["parallel.etp = 1 with model.arch = \"llama\": a dense family has no experts to split"]),
+        ("overlap_moe with tp", 2,
+         "train --config configs/mixtral-tiny.toml --set parallel.tp=2 --set parallel.dp=2 --set parallel.ep=2 "
+         "--set schedule.overlap_moe=true",
+         ["schedule.overlap_moe = true with parallel.tp = 2: both halves of a pair issue tensor-parallel all-reduces"]),
+        ("etp 1 with tokens not splitting over tp", 2,
+         "train --config configs/mixtral-tiny.toml --set parallel.tp=2 --set parallel.etp=1 "
+         "--set training.micro_batch_size=1 --set model.seq_len=31",
+         ["parallel.etp = 1 with parallel.tp = 2: each tp rank routes an equal slice", "expected a multiple of 2"]),
         # NOTE [planned overlap], NOTE [overlapped pairs]: the planner's and `trident schedule`'s overlap refusals.
         ("plan overlap without ep", 2, "plan --config configs/mixtral-tiny.toml --cluster configs/clusters/dgx-h100.toml "
          "--gpus 8 --layout dp=8,overlap_moe=1", ["overlap_moe=1 with ep(1): there is no expert all-to-all to hide"]),

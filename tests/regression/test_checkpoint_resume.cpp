@@ -263,6 +263,24 @@ TEST(CheckpointReshard, MixtralEp2ToOneProcess) {
   EXPECT_TRUE(resumed_part_matches(full, tmp.file("run"), 1e-5));
 }
 
+// Under tensor parallelism (NOTE [experts under tensor parallelism]): whole
+// experts with the tp ranks folded into ep (etp = 1, each tp rank half the
+// experts, ZeRO-1 over the experts' edp) resumed with every expert split over
+// tp by its width (etp = tp); DeepSeek-V3 at tp 2 (MLA's heads, the shared
+// experts and every routed expert split over tp) resumed on one process.
+TEST(CheckpointReshard, MixtralTp2Etp1Ep2ToEtp2) {
+  TempDir tmp("reshard-etp");
+  const std::string full = branch_and_resume(tmp, 2, {"parallel.tp=2", "parallel.etp=1", "parallel.ep=2", "parallel.zero=1"},
+                                             2, {"parallel.tp=2"}, "configs/mixtral-tiny.toml");
+  EXPECT_TRUE(resumed_part_matches(full, tmp.file("run"), 1e-5));
+}
+
+TEST(CheckpointReshard, DeepseekV3Tp2ToOneProcess) {
+  TempDir tmp("reshard-deepseek-tp");
+  const std::string full = branch_and_resume(tmp, 2, {"parallel.tp=2"}, 1, {"parallel.tp=1"}, "configs/deepseek-v3-tiny.toml");
+  EXPECT_TRUE(resumed_part_matches(full, tmp.file("run"), 1e-5));
+}
+
 // Context parallelism (NOTE [context grid]): the ranks of a cp group hold the
 // same parameters, written once (by dp and cp rank 0); ZeRO-1 shards the
 // moments over dp x cp. A checkpoint resumes exactly under its own layout, and

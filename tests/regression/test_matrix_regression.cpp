@@ -47,6 +47,7 @@ const std::string kEp2 = "parallel.ep=2", kEp4 = "parallel.ep=4", kNcclRules = "
 const std::string kOverlapMoe = "schedule.overlap_moe=true", kGbs32 = "training.global_batch_size=32";
 const std::string kAllGather = "parallel.moe_dispatcher=allgather";
 const std::string kCapacity = "model.moe_capacity_factor=1.0";
+const std::string kEtp1 = "parallel.etp=1", kSp = "parallel.sequence_parallel=true";
 // zb-auto's activation limit: 2p, the paper's ZB-2p (at pp = 2 and at pp = 4).
 const std::string kZb2pAtPp2 = "schedule.memory_limit=4", kZb2pAtPp4 = "schedule.memory_limit=8";
 
@@ -68,6 +69,13 @@ struct Row {
     return 1;
   }
   int ep() const { return factor("parallel.ep"); }
+  // NOTE [expert grid]: parallel.etp (absent: tp) and the experts' data-parallel size.
+  int etp() const {
+    for (const auto& e : extra)
+      if (e.rfind("parallel.etp=", 0) == 0) return std::stoi(e.substr(e.find('=') + 1));
+    return tp;
+  }
+  int edp() const { return tp / etp() * dp / ep(); }
   int cp() const { return factor("parallel.cp"); }
   std::string name() const {
     std::string n = "tp" + std::to_string(tp) + "_pp" + std::to_string(pp) + "_dp" + std::to_string(dp) + "_" +
@@ -85,6 +93,8 @@ struct Row {
         n += "_recompute" + e.substr(e.find('=') + 1);
       else if (e.rfind("parallel.ep=", 0) == 0)
         n += "_ep" + e.substr(e.find('=') + 1);
+      else if (e.rfind("parallel.etp=", 0) == 0)
+        n += "_etp" + e.substr(e.find('=') + 1);
       else if (e == kNcclRules)
         n += "_ncclrules";
       else if (e == kOverlapMoe)
@@ -250,6 +260,26 @@ const std::vector<Row>& moe_rows() {
       {1, 1, 2, "1f1b", 0, true, {kEp2, kOverlapMoe, kBf16}, kMixtral},
       {1, 1, 2, "1f1b", 1, true, {kEp2, kOverlapMoe, kNcclRules}, kMixtral},
       {1, 2, 2, "zb-v", 0, true, {kEp2, kOverlapMoe, kNcclRules, kGbs32}, kMixtral},
+      // Under tensor parallelism (NOTE [experts under tensor parallelism]): each expert split over
+      // tp (etp = tp, the default), or whole on each tp rank with the tokens sliced over tp (etp = 1),
+      // the tp ranks then folding into ep (tp 2 x ep 2 on two ranks); with dp and ZeRO-1, sequence
+      // parallelism, the pipeline, the shared experts and their gate split over tp, MLA's heads split
+      // over tp, token dropping, the all-gather dispatcher and the NCCL rules.
+      {2, 1, 1, "1f1b", 0, true, {}, kMixtral},
+      {2, 1, 1, "1f1b", 0, true, {kEtp1}, kMixtral},
+      {2, 1, 1, "1f1b", 0, true, {kEtp1, kEp2}, kMixtral},
+      {2, 1, 2, "1f1b", 1, true, {kEp2}, kMixtral},
+      {2, 1, 2, "1f1b", 1, true, {kEtp1, kEp4}, kMixtral},
+      {2, 2, 1, "zb-h1", 0, true, {kSp, kEtp1, kEp2}, kQwen2Moe},
+      {2, 2, 1, "interleaved", 0, true, {kSp}, kQwen2Moe},
+      {2, 1, 1, "1f1b", 0, true, {}, kQwen3Moe},
+      {2, 2, 1, "zb-v", 0, true, {}, kDeepseekV3},
+      {2, 1, 2, "1f1b", 0, true, {kEtp1, kEp2, "training.recompute=selective"}, kDeepseekV3},
+      {2, 1, 1, "1f1b", 0, true, {kEtp1, kEp2, kCapacity}, kMixtral},
+      {2, 1, 2, "1f1b", 0, true, {kEtp1, kEp4, kAllGather}, kMixtral},
+      {2, 1, 1, "1f1b", 0, true, {kEtp1, kEp2, kNcclRules}, kMixtral},
+      {2, 2, 1, "1f1b", 0, true, {kNcclRules}, kDeepseekV3},
+      {2, 1, 1, "1f1b", 0, true, {kEtp1, kEp2, kBf16}, kMixtral},
       // The all-gather dispatcher (NOTE [all-gather dispatch]): ep 2 and 4, ZeRO-1, a split backward.
       {1, 1, 2, "1f1b", 0, true, {kEp2, kAllGather}, kMixtral},
       {1, 1, 4, "1f1b", 1, true, {kEp4, kAllGather}, kQwen2Moe},
@@ -376,13 +406,15 @@ void expect_row_matches_reference(const Row& r) {
   double pairs = 0;
   for (const auto& s : ranks) pairs += field(s, "overlapped_pairs");
   if (std::find(r.extra.begin(), r.extra.end(), kOverlapMoe) != r.extra.end()) EXPECT_GT(pairs, 0) << r.name();
+  // The dense gradients are reduced over dp x cp, the experts' over their edp ranks (NOTE [expert
+  // grid]: edp = 1 at ep = dp, tp ranks at etp = 1): all, none, or some of a rank's elements.
+  const bool dense = r.dp * r.cp() > 1, experts = r.edp() > 1;
   for (const auto& s : ranks) {
-    if (r.ep() == r.dp && r.dp > 1)  // the experts (edp = 1) are not reduced, the rest is
-      EXPECT_TRUE(field(s, "dp_reduced_elements") > 0 && field(s, "dp_reduced_elements") < field(s, "local_parameters"))
-          << "rank " << field(s, "rank") << " of " << r.name();
+    const double reduced = field(s, "dp_reduced_elements"), local = field(s, "local_parameters");
+    if (dense != experts)
+      EXPECT_TRUE(reduced > 0 && reduced < local) << "rank " << field(s, "rank") << " of " << r.name();
     else
-      EXPECT_EQ(field(s, "dp_reduced_elements"), r.dp * r.cp() > 1 ? field(s, "local_parameters") : 0)
-          << "rank " << field(s, "rank") << " of " << r.name();
+      EXPECT_EQ(reduced, dense ? local : 0) << "rank " << field(s, "rank") << " of " << r.name();
   }
   if (bit_identical_class(r) || !r.bf16()) {
     EXPECT_TRUE(compare(ref.dir, run.dir, bit_identical_class(r) ? 0.0 : 1e-5)) << r.name();

@@ -540,7 +540,7 @@ TEST(Config, LayoutFactors) {
 
 TEST(Config, KeysTableDescribesTypesAndDefaults) {
   const auto keys = trident::config_keys();
-  EXPECT_EQ(keys.size(), 114u);
+  EXPECT_EQ(keys.size(), 115u);
   bool found = false;
   for (const auto& k : keys) {
     if (k.name != "parallel.dp") continue;

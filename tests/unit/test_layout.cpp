@@ -123,6 +123,53 @@ TEST(Layout, ExpertGridFoldsOverTheDataParallelReplicas) {
   EXPECT_THROW(Layout::make(8, 1, 2, 4, 0), ConfigError);
 }
 
+// NOTE [expert grid] with etp: against megatron-core's RankGenerator for the
+// experts (parallel_state.py: order "tp-ep-dp-pp" with tp = etp and dp = edp,
+// so rank = etp_r + etp·(ep_r + ep·(edp_r + edp·pp_r))), written out here as
+// that closed form. Every layout of up to 16 ranks with cp = 1, etp tp or 1:
+// each rank's ep and edp indices, and its groups as the closed form's ranks.
+TEST(Layout, ExpertGridIsMegatronsFoldingForEveryEtp) {
+  int checked = 0;
+  for (int world : {1, 2, 4, 8, 16})
+    for (int tp = 1; tp <= world; tp *= 2)
+      for (int pp = 1; tp * pp <= world; pp *= 2)
+        for (int etp : {1, tp})
+          for (int ep = 1; ep <= world; ep *= 2) {
+            const int dp = world / (tp * pp), stage = world / pp, edp = stage / (etp * ep);
+            if (stage % (etp * ep) != 0) {
+              EXPECT_THROW(Layout::make(world, tp, pp, dp, ep, 1, etp), ConfigError);
+              continue;
+            }
+            const Layout l = Layout::make(world, tp, pp, dp, ep, 1, etp);
+            const auto megatron = [&](int etp_r, int ep_r, int edp_r, int pp_r) {
+              return etp_r + etp * (ep_r + ep * (edp_r + edp * pp_r));
+            };
+            for (int r = 0; r < world; ++r) {
+              const int etp_r = r % etp, ep_r = r / etp % ep, edp_r = r / (etp * ep) % edp, pp_r = r / stage;
+              ASSERT_EQ(l.ep_rank(r), ep_r) << l.describe() << " rank " << r;
+              ASSERT_EQ(l.expert_dp_rank(r), edp_r) << l.describe() << " rank " << r;
+              std::vector<int> ep_group, edp_group;
+              for (int j = 0; j < ep; ++j) ep_group.push_back(megatron(etp_r, j, edp_r, pp_r));
+              for (int j = 0; j < edp; ++j) edp_group.push_back(megatron(etp_r, ep_r, j, pp_r));
+              ASSERT_EQ(l.ep_group(r), ep_group) << l.describe() << " rank " << r;
+              ASSERT_EQ(l.expert_dp_group(r), edp_group) << l.describe() << " rank " << r;
+            }
+            ++checked;
+          }
+  EXPECT_GT(checked, 40);
+  // tp 2, dp 1, etp 1, ep 2: the two tp ranks hold half the experts each.
+  const Layout folded = Layout::make(2, 2, 1, 1, 2, 1, 1);
+  EXPECT_EQ(folded.ep_group(1), (std::vector<int>{0, 1}));
+  EXPECT_EQ(folded.expert_dp_group(1), (std::vector<int>{1}));
+  EXPECT_TRUE(folded.experts_folded());
+  EXPECT_EQ(folded.describe(), "world 2 = tp 2 x dp 1 x pp 1; experts: etp 1 x ep 2 x edp 1");
+  EXPECT_FALSE(Layout::make(4, 2, 1, 2, 1, 1, 2).experts_folded());  // etp = tp, ep 1: the dense grid
+  EXPECT_THROW(Layout::make(4, 2, 1, 2, 1, 1, 4), ConfigError);       // etp above tp
+  EXPECT_THROW(Layout::make(8, 4, 1, 2, 1, 1, 2), ConfigError);       // etp between 1 and tp
+  EXPECT_THROW(Layout::make(4, 2, 1, 2, 4, 1, 2), ConfigError);       // ep 4 does not divide dp 2 at etp = tp
+  EXPECT_NO_THROW(Layout::make(4, 2, 1, 2, 4, 1, 1));                 // ... but divides (tp / etp) x dp
+}
+
 // NOTE [rank order], NOTE [context grid]: world 16 = tp 2 x cp 2 x dp 2 x pp 2,
 // Megatron's order tp, cp, dp, pp: a cp group is the ranks tp apart at one
 // (tp, dp, pp); the gradients' group is every dp x cp rank at one (tp, pp),
