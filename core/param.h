@@ -19,6 +19,9 @@ struct ParamInfo {
   bool no_decay = false;            // biases and norms: no weight decay
   bool sequence_parallel_grad = false;  // replicated over TP but fed a sequence shard:
                                         // its grad is all-reduced over TP under SP
+  bool tp_partial_grad = false;     // replicated over TP but fed this rank's heads (Qwen3's per-head
+                                    // q/k norms): its grad is all-reduced over TP at any tp, as
+                                    // Megatron reduces its qk-layernorm weights
   bool tied_copy = false;           // the LM head's copy of the word embedding: its grad is
                                     // summed with the embedding's; counted once in norms
   std::string init = "normal";      // "normal" | "zeros" | "ones"

@@ -34,7 +34,9 @@ GradPlace grad_place(const Param& p, const std::map<std::string, bool>& tied_loc
   // all (reducing it would double the late bucket: for GPT's tied head, the
   // largest matrix of a small model).
   if (it != tied_local.end()) return p.info.tied_copy && it->second ? GradPlace::kLocal : GradPlace::kLateTied;
-  if (sequence_parallel && p.info.sequence_parallel_grad) return GradPlace::kLateSequenceParallel;
+  // Summed over TP with the sequence-parallel ones (GradFinalizer::reduce_model_parallel).
+  if ((sequence_parallel && p.info.sequence_parallel_grad) || p.info.tp_partial_grad)
+    return GradPlace::kLateSequenceParallel;
   return GradPlace::kBucket;
 }
 

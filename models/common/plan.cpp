@@ -51,6 +51,7 @@ void ParamPlan::add(const ParamDecl& decl) {
   pp.info.init_std = decl.std_dev;
   pp.info.no_decay = decl.no_decay;
   pp.info.sequence_parallel_grad = decl.sequence_parallel_grad;
+  pp.info.tp_partial_grad = decl.tp_partial_grad;
   pp.info.tied_copy = decl.tied_copy;
   pp.info.init_valid_rows = decl.init_valid_rows;
   pp.local_shape = decl.shape;

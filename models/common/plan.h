@@ -49,6 +49,7 @@ struct ParamDecl {
   double std_dev = 0;                   // of "normal"
   bool no_decay = false;                // no weight decay: biases and norms
   bool sequence_parallel_grad = false;  // replicated but fed a sequence shard (ParamInfo)
+  bool tp_partial_grad = false;         // replicated but fed this rank's heads (ParamInfo)
   bool tied_copy = false;               // a second copy of a tied parameter: the LM head's word embedding
   int64_t init_valid_rows = -1;         // rows >= this are zero at init (padded vocabulary)
   bool expert = false;                  // routed experts stacked along dim 0: split over EP (ParamInfo::expert)

@@ -96,6 +96,7 @@ std::vector<PlannedParam> llama_param_plan(const ModelConfig& cfg, const ChunkSp
         decl.shape = {d};
         decl.init = "ones";
         decl.no_decay = true;
+        decl.tp_partial_grad = true;  // each tp rank normalises its own heads
         plan.add(decl);
       }
     }
