@@ -154,6 +154,8 @@ void add_plan_options(po::options_description& opts) {
       "top", po::value<int>()->default_value(5), "how many of the best layouts to print")(
       "max-mbs", po::value<int>()->default_value(16), "largest micro-batch size the search tries (powers of 2)")(
       "tp-across-nodes", "let the search try tp larger than a node")(
+      "moe-tp", "let the search try tp > 1 for a mixture of experts, each expert split over tp (many more layouts: "
+                "slower)")(
       "max-cp", po::value<int>()->default_value(1),
       "largest context-parallel size the search tries (powers of 2, the ring); with --longest-seq: --gpus unless given")(
       "longest-seq", "the longest sequence some layout trains within device memory: the config's seq_len doubled "
@@ -192,7 +194,7 @@ plan::Problem problem_of(const po::variables_map& vm, const Config& cfg) {
 
 // --layout: the one layout given, evaluated.
 plan::Estimate evaluate_given(const po::variables_map& vm, const plan::Problem& pr, int gpus) {
-  for (const char* o : {"tp-across-nodes"})
+  for (const char* o : {"tp-across-nodes", "moe-tp"})
     if (vm.count(o)) throw BadInput(std::string("--") + o + " applies to the search, not to --layout");
   if (!vm["top"].defaulted() || !vm["max-mbs"].defaulted() || !vm["max-cp"].defaulted() || vm.count("longest-seq"))
     throw BadInput("--top, --max-mbs, --max-cp and --longest-seq apply to the search, not to --layout");
@@ -210,6 +212,7 @@ std::vector<plan::Estimate> search_best(const po::variables_map& vm, const plan:
   o.top = vm["top"].as<int>();
   o.max_micro_batch = vm["max-mbs"].as<int>();
   o.tp_across_nodes = vm.count("tp-across-nodes") > 0;
+  o.moe_tp = vm.count("moe-tp") > 0;
   o.max_cp = vm["max-cp"].defaulted() && vm.count("longest-seq") ? gpus : vm["max-cp"].as<int>();
   std::ostringstream h;
   plan::SearchResult r;

@@ -121,6 +121,10 @@ struct Searcher {
         drop("tp values not dividing heads, kv_heads, ffn_hidden or hidden");
         continue;
       }
+      if (m.experts > 0 && tp > 1 && !o.moe_tp) {  // NOTE [planned experts]
+        drop("tp > 1 for a mixture of experts (--moe-tp searches them)");
+        continue;
+      }
       for (int cp = 1; cp <= (m.mla() ? 1 : o.max_cp) && tp * cp <= o.gpus; cp *= 2) {
         if (o.gpus % (tp * cp) != 0) continue;
         if (m.seq_len % (2 * cp) != 0 && cp > 1) {
@@ -186,7 +190,7 @@ struct Searcher {
           }
           keep_if_it_fits(l, all);
           // NOTE [planned overlap]: the same layout with its all-to-alls under overlapped pairs.
-          if (ep > 1 && std::string(rec) != "full" && kind != "gpipe") {
+          if (ep > 1 && tp == 1 && std::string(rec) != "full" && kind != "gpipe") {
             l.overlap_moe = true;
             try {
               keep_if_it_fits(l, all);

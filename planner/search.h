@@ -20,6 +20,7 @@ struct SearchOptions {
   bool tp_across_nodes = false;   // allow tp larger than a node
   int max_micro_batch = 16;       // micro-batch sizes 1, 2, 4, ... up to this
   int max_cp = 1;                 // context-parallel sizes 1, 2, 4, ... up to this (the ring, cp_comm = p2p)
+  bool moe_tp = false;            // a mixture of experts at tp > 1 too (NOTE [planned experts])
 };
 
 struct SearchResult {

@@ -276,6 +276,9 @@ def cases(work, cores, trident="build/trident", busy_port=0):
         # NOTE [planned overlap], NOTE [overlapped pairs]: the planner's and `trident schedule`'s overlap refusals.
         ("plan overlap without ep", 2, "plan --config configs/mixtral-tiny.toml --cluster configs/clusters/dgx-h100.toml "
          "--gpus 8 --layout dp=8,overlap_moe=1", ["overlap_moe=1 with ep(1): there is no expert all-to-all to hide"]),
+        ("plan overlap at tp 2", 2, "plan --config configs/mixtral-tiny.toml --cluster configs/clusters/dgx-h100.toml "
+         "--gpus 8 --layout tp=2,dp=4,ep=2,overlap_moe=1",
+         ["overlap_moe=1 with tp(2): a pair's two halves would both issue tensor-parallel all-reduces"]),
         ("schedule overlap with gpipe", 2, "schedule --kind gpipe -p 2 -m 4 --overlap-moe",
          ["--overlap-moe: --kind gpipe at p=2 m=4 has no backward followed by a forward"]),
         # NOTE [held store port]: the launcher's listening socket is rank 0's alone, and must listen on MASTER_PORT.

@@ -177,6 +177,30 @@ TEST(PlanCli, MoePresetsAreSearchedAtTpOne) {
   const Result pairs = run_plan("--config configs/mixtral-8x7b.toml --cluster configs/clusters/dgx-h100.toml --gpus 128 "
                                 "--layout tp=1,pp=4,ep=8,schedule=zb-h1,recompute=selective,overlap_moe=1 --emit-set");
   EXPECT_NE(pairs.out.find("--set schedule.overlap_moe=true"), std::string::npos) << pairs.out;
+  // NOTE [planned experts]: at tp > 1 each expert is split over tp as the rest of the layer, so a
+  // first-stage rank holds half of tp = 1's parameters (but the replicated norms and router, well
+  // under 1 %); --moe-tp lets the search try such layouts.
+  const auto params_bytes = [](const std::string& layout) {
+    const Result r = run_plan("--config configs/mixtral-8x7b.toml --cluster configs/clusters/dgx-h100.toml --gpus 64 "
+                              "--format json --layout " + layout, false);
+    EXPECT_EQ(r.status, 0) << r.out;
+    const json::Value v = json::parse(r.out, "plan");
+    const auto& ranks = json::as_array(json::at(json::as_array(v, "plan").at(0), "ranks", "e"), "ranks");
+    return json::as_double(json::at(ranks.at(0), "params_bytes", "r"), "params_bytes");
+  };
+  const double one = params_bytes("tp=1,pp=4,dp=16,ep=8"), two = params_bytes("tp=2,pp=4,dp=8,ep=8");
+  EXPECT_NEAR(two / one, 0.5, 0.005) << one << " " << two;
+  const Result wide = run_plan("--config configs/mixtral-8x7b.toml --cluster configs/clusters/dgx-h100.toml --gpus 16 "
+                               "--top 5 --max-mbs 1 --format json --moe-tp", false);
+  ASSERT_EQ(wide.status, 0) << wide.out;
+  int above_one = 0;
+  const json::Value wv = json::parse(wide.out, "plan");
+  for (const auto& e : json::as_array(wv, "plan"))
+    if (json::as_int(json::at(e, "tp", "e"), "tp") > 1) {
+      ++above_one;
+      EXPECT_FALSE(json::as_bool(json::at(e, "overlap_moe", "e"), "overlap_moe")) << wide.out;  // refused at tp > 1
+    }
+  EXPECT_GT(above_one, 0) << wide.out;
   const Result d = run_plan("--config configs/deepseek-v3.toml --cluster configs/clusters/dgx-h100.toml --gpus 1024 "
                             "--layout tp=1,cp=2,pp=16");
   EXPECT_EQ(d.status, 2) << d.out;
