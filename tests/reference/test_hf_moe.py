@@ -11,7 +11,8 @@ expert, NOTE [HF Mixtral layout], NOTE [HF Qwen MoE layout]), read with --init-f
   a. on a held-out text, `trident eval`'s loss equals transformers' within 1e-5, the logits of the
      first window within 1e-5 of the largest logit, and greedy generation gives the same tokens;
   b. 4 training steps from it (model.init_from, with the per-layer balancing losses on) equal
-     reference_train.py's from the same directory within 1e-5 (trident compare);
+     reference_train.py's from the same directory within 1e-5 (trident compare), on one process and
+     on two tensor-parallel ranks (the experts split over tp, or whole with the ranks as ep 2);
   c. what Trident's family does not have is refused by name (a sliding window, router jitter, dense
      layers between the sparse ones, no q/k/v biases, attention biases);
   d. Qwen3-MoE's expert count read from num_experts (the Hub's files) as from num_local_experts
@@ -173,6 +174,16 @@ def main():
         cmp = subprocess.run([t, "compare", tri, ref, "--rtol", str(RTOL)], stdout=subprocess.PIPE, text=True)
         print(cmp.stdout)
         check(cmp.returncode == 0, f"{family}: 4 steps from the save_pretrained model: trident compare --rtol {RTOL}")
+        # b'. the same 4 steps on two tensor-parallel ranks (NOTE [experts under tensor parallelism]): each
+        #     expert split over tp (Mixtral, Qwen3-MoE), or whole with the tp ranks folded into ep (Qwen2-MoE)
+        tp2 = tri + "-tp2"
+        par = ["parallel.tp=2"] + (["parallel.etp=1", "parallel.ep=2"] if family == "qwen2_moe" else [])
+        tp_sets = [s_ for s_ in sets if not s_.startswith("logging.dir=")] + par + [f"logging.dir={tp2}"]
+        run([t, "launch", "--nproc-per-node", "2", "--", t, "train", "--config", config,
+             *[a for s_ in tp_sets for a in ("--set", s_)]])
+        cmp = subprocess.run([t, "compare", tp2, ref, "--rtol", str(RTOL)], stdout=subprocess.PIPE, text=True)
+        print(cmp.stdout)
+        check(cmp.returncode == 0, f"{family}: the same 4 steps at {' '.join(par)}: trident compare --rtol {RTOL}")
 
         # c. what Trident refuses, by name
         for key, value, expect in f["refused"]:
