@@ -211,8 +211,6 @@ def cases(work, cores, trident="build/trident", busy_port=0):
          ["model.moe_first_dense (4) must be below model.layers (4)"]),
         ("dense layers on mixtral", 2, "train --config configs/mixtral-tiny.toml --set model.moe_first_dense=1",
          ["model.moe_first_dense = 1: Mixtral has experts in every layer"]),
-        ("mixtral tp2", 2, "train --config configs/mixtral-tiny.toml --set parallel.tp=2",
-         ["parallel.tp = 2 with model.arch = \"mixtral\"", "expected parallel.tp = 1"]),
         # NOTE [expert grid]: ep splits the experts over data-parallel replicas.
         ("ep on a dense model", 2, "train --config configs/llama-tiny.toml --set parallel.ep=2",
          ["parallel.ep = 2 with model.arch = \"llama\": a dense family has no experts to split"]),

@@ -179,7 +179,8 @@ def main():
         tp2 = tri + "-tp2"
         par = ["parallel.tp=2"] + (["parallel.etp=1", "parallel.ep=2"] if family == "qwen2_moe" else [])
         tp_sets = [s_ for s_ in sets if not s_.startswith("logging.dir=")] + par + [f"logging.dir={tp2}"]
-        run([t, "launch", "--nproc-per-node", "2", "--", t, "train", "--config", config,
+        # (a free port: 29500, the default, is the README tests' and the Slurm test's: RESOURCE_LOCK)
+        run([t, "launch", "--nproc-per-node", "2", "--master-port", "0", "--", t, "train", "--config", config,
              *[a for s_ in tp_sets for a in ("--set", s_)]])
         cmp = subprocess.run([t, "compare", tp2, ref, "--rtol", str(RTOL)], stdout=subprocess.PIPE, text=True)
         print(cmp.stdout)

@@ -407,8 +407,10 @@ void expect_row_matches_reference(const Row& r) {
   for (const auto& s : ranks) pairs += field(s, "overlapped_pairs");
   if (std::find(r.extra.begin(), r.extra.end(), kOverlapMoe) != r.extra.end()) EXPECT_GT(pairs, 0) << r.name();
   // The dense gradients are reduced over dp x cp, the experts' over their edp ranks (NOTE [expert
-  // grid]: edp = 1 at ep = dp, tp ranks at etp = 1): all, none, or some of a rank's elements.
-  const bool dense = r.dp * r.cp() > 1, experts = r.edp() > 1;
+  // grid]: edp = 1 at ep = dp, tp ranks at etp = 1; with cp, at ep = 1, edp x cp): all, none, or
+  // some of a rank's elements.
+  const bool moe = r.config == kMixtral || r.config == kQwen2Moe || r.config == kQwen3Moe || r.config == kDeepseekV3;
+  const bool dense = r.dp * r.cp() > 1, experts = moe ? r.edp() * r.cp() > 1 : dense;
   for (const auto& s : ranks) {
     const double reduced = field(s, "dp_reduced_elements"), local = field(s, "local_parameters");
     if (dense != experts)
