@@ -38,6 +38,10 @@ struct EpContext {
   // experts are whole on each of its ranks (parallel.etp = 1) or split over it (etp = tp).
   const Group* tp = nullptr;
   bool whole_experts = false;
+  // With the experts split over tp: the layer returns its output unreduced (MoeOutput::reduced
+  // false), for the caller's one reduction (an all-reduce, or a reduce-scatter under sequence
+  // parallelism) instead of one here and a slice after.
+  bool caller_reduces = false;
   const Group& backward() const { return backward_group ? *backward_group : *group; }
   int size() const { return group ? group->size() : 1; }
   int rank() const { return group ? group->rank : 0; }

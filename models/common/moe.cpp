@@ -353,11 +353,20 @@ MoeOutput moe_forward(const at::Tensor& x, const MoeWeights& w, const RouterOpti
     }
     y = combine(rows, weights, d, xs.size(0));
   }
-  out.y = slices ? gather_along(tp, y, 0) : split ? reduce_from_tp(tp, y) : y;
+  // Split experts: the routed part and the shared experts' summed on this rank, then one reduction
+  // over tp (NOTE [experts under tensor parallelism]); not under Qwen2-MoE's gate, whose weight and
+  // input would then see a part of the shared output: both parts are reduced first there.
+  const bool one_reduction = split && !w.shared_expert_gate.defined();
+  out.y = slices ? gather_along(tp, y, 0) : split && !one_reduction ? reduce_from_tp(tp, y) : y;
   if (w.shared_gate.defined()) {  // split over tp as the dense MLP
-    at::Tensor shared = reduce_from_tp(tp, swiglu(copy_to_tp(tp, x), w.shared_gate, w.shared_up, w.shared_down));
+    at::Tensor shared = swiglu(copy_to_tp(tp, x), w.shared_gate, w.shared_up, w.shared_down);
+    if (!one_reduction) shared = reduce_from_tp(tp, shared);
     if (w.shared_expert_gate.defined()) shared = at::sigmoid(at::linear(x, w.shared_expert_gate)) * shared;
     out.y = out.y + shared;
+  }
+  if (one_reduction) {
+    out.reduced = !ep->caller_reduces;
+    if (out.reduced) out.y = reduce_from_tp(tp, out.y);
   }
   return out;
 }

@@ -131,6 +131,9 @@ struct MoeWeights {
 };
 struct MoeOutput {
   at::Tensor y;  // (T, H)
+  // False: y is this rank's part of a sum over the tp group (EpContext::caller_reduces with the
+  // experts split over tp, NOTE [experts under tensor parallelism]), the caller's to reduce.
+  bool reduced = true;
   Routing routing;
   at::Tensor counts;  // (E) int64: the rows each expert received (the dispatch's)
 };
@@ -152,7 +155,11 @@ struct MoeOutput {
 //    are gathered back, so every rank's router sees all of them) into the
 //    experts, and its slice's outputs are gathered over tp. The tp ranks are
 //    then ep places of their own: the expert all-to-all folds over them.
-// The shared experts are split over tp as the dense MLP. The expert loads a
+// The shared experts are split over tp as the dense MLP. With the experts
+// split, the routed and the shared parts are summed on each rank first and
+// reduced once (the caller's reduce-scatter under sequence parallelism, as
+// Megatron's; else one all-reduce), but for Qwen2-MoE's sigmoid-gated shared
+// expert, whose gate must read the whole shared output. The expert loads a
 // layer counts are its dispatch's: each slice's at etp = 1, every token's on
 // every tp rank at etp = tp (the world's sums the trainer reads are then tp
 // times the loads, which only their ratios and signs use).

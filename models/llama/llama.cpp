@@ -405,19 +405,24 @@ at::Tensor LlamaStage::moe(int64_t layer, const BlockParams& b, const at::Tensor
   EpContext ep = ep_;
   ep.layer = static_cast<int>(layer);  // names its all-to-alls (NOTE [all-to-all order])
   ep.tp = tp_.group;
+  ep.caller_reduces = true;
   // NOTE [experts under tensor parallelism]: the layer reads the whole micro-batch on every tp rank;
   // under sequence parallelism its slices are gathered first (their gradients are whole: each rank
-  // keeps its own) and the output sliced again.
-  const at::Tensor whole = tp_.sequence_parallel ? gather_along(tp_, x, 1) : x;
+  // keeps its own). The split experts' parts are reduced once: reduce-scattered into this rank's
+  // slice under sequence parallelism, else all-reduced; whole outputs are sliced (their gradient
+  // gathered) under sequence parallelism.
+  const bool sp = tp_.sequence_parallel;
+  const at::Tensor whole = sp ? gather_along(tp_, x, 1) : x;
   const MoeOutput out = moe_forward(whole.reshape({-1, whole.size(-1)}), w, o, &ep);
-  at::Tensor y = out.y.view(whole.sizes());
+  at::Tensor y = !out.reduced && !sp ? reduce_from_tp(tp_, out.y) : out.y;
+  y = y.view(whole.sizes());
+  if (sp) y = out.reduced ? scatter_along(tp_, y, 1) : reduce_scatter_seq(tp_, y);
   // Under context parallelism the counts are the whole sequences' (NOTE [balancing losses under context parallelism]).
   const at::Tensor aux = cfg_.moe_aux_loss == "seq_aux_loss" ? seq_aux_loss(out.routing, o.top_k, x.size(0), cp_.group)
                                                              : switch_aux_loss(out.routing, o.top_k, cp_.group);
   const at::Tensor z = z_loss(out.routing);
   if (cfg_.moe_aux_loss_coeff > 0) y = attach_aux_loss(y, aux * cfg_.moe_aux_loss_coeff, loss_scale_);
   if (cfg_.moe_z_loss_coeff > 0) y = attach_aux_loss(y, z * cfg_.moe_z_loss_coeff, loss_scale_);
-  if (tp_.sequence_parallel) y = scatter_along(tp_, y, 1);
   // NOTE [MoE stats]: a training forward counts once per micro-batch. Under full recomputation the
   // first forward runs with grad mode off and the re-forward in the backward with it on; evaluation
   // runs with it off.

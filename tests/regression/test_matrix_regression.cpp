@@ -273,7 +273,7 @@ const std::vector<Row>& moe_rows() {
       {2, 2, 1, "zb-h1", 0, true, {kSp, kEtp1, kEp2}, kQwen2Moe},
       {2, 2, 1, "interleaved", 0, true, {kSp}, kQwen2Moe},
       {2, 1, 2, "1f1b", 1, true, {kSp}, kQwen3Moe},  // its per-head q/k norms' gradients summed over tp
-      {2, 2, 1, "zb-v", 0, true, {}, kDeepseekV3},
+      {2, 2, 1, "zb-v", 0, true, {kSp}, kDeepseekV3},
       {2, 1, 2, "1f1b", 0, true, {kEtp1, kEp2, "training.recompute=selective"}, kDeepseekV3},
       {2, 1, 1, "1f1b", 0, true, {kEtp1, kEp2, kCapacity}, kMixtral},
       {2, 1, 2, "1f1b", 0, true, {kEtp1, kEp4, kAllGather}, kMixtral},
