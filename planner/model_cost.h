@@ -20,13 +20,14 @@ namespace trident::plan {
 // default, NOTE [experts under tensor parallelism] in models/common/moe.h):
 // their compute and memory divide by tp like the rest of the layer, and a
 // layer's tensor-parallel reductions are priced as a dense layer's (the
-// shared experts' own pair of reductions is left out). The search tries
+// routed and shared experts' parts are reduced once, as the MLP's; Qwen2-
+// MoE's gated shared expert adds one more, left out). The search tries
 // tp > 1 for a mixture of experts only with --moe-tp: many more layouts fit
 // there, each with tp times the micro-batches of tp = 1 to simulate
 // (DeepSeek-V3 on 1024 devices: minutes instead of seconds); --layout
-// evaluates any tp. The planner does not search etp = 1. Expert parallelism: NOTE [planned expert parallelism] in
-// planner/step.cpp. MLA (deepseek_v3) is priced by its projections and its
-// heads' widths.
+// evaluates any tp. The planner does not search etp = 1. Expert
+// parallelism: NOTE [planned expert parallelism] in planner/step.cpp. MLA
+// (deepseek_v3) is priced by its projections and its heads' widths.
 struct MlpShape {
   double moe_share = 0;      // the share of the layers whose MLP is a mixture of experts
   double dense_width = 0;    // model.ffn_hidden: the dense layers' SwiGLU width

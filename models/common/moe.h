@@ -140,8 +140,8 @@ struct MoeOutput {
 // NOTE [experts under tensor parallelism]
 // Under tp > 1 the layer's input x is the whole micro-batch on every rank of
 // the tp group (under sequence parallelism the caller gathers its slices
-// first, each rank keeping its own slice's gradient, and slices the output
-// again). Every tp rank routes every token alike (the router and the
+// first, each rank keeping its own slice's gradient, and slices or reduce-
+// scatters the output again). Every tp rank routes every token alike (the router and the
 // balancing losses are replicated, their gradients equal on every rank), so
 // which tokens are dropped and which experts they choose is tp = 1's. Then,
 // with parallel.etp (NOTE [expert grid] in parallel/layout.h):

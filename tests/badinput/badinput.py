@@ -261,6 +261,18 @@ def cases(work, cores, trident="build/trident", busy_port=0):
         # NOTE [expert grid]: parallel.etp is tp or 1, MoE only; the pairs' halves would share the tp group.
         ("etp above tp", 2, "train --config configs/mixtral-tiny.toml --set parallel.etp=2",
          ["parallel.etp (2) must be at most parallel.tp (1)"]),
+        ("etp negative", 2, "train --config configs/mixtral-tiny.toml --set parallel.etp=-1",
+         ["parallel.etp = -1", "an integer >= 0"]),
+        # (rank 0 of a world of 4 or 2: the layout is refused before any rendezvous)
+        ("etp between 1 and tp", 2, "train --config configs/mixtral-tiny.toml --set parallel.tp=4 --set parallel.etp=2",
+         ["parallel.etp (2) with parallel.tp (4)", "an etp between them is not built yet"],
+         {"RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29400"}),
+        ("ep not dividing tp over etp times dp", 2,
+         "train --config configs/mixtral-tiny.toml --set parallel.tp=2 --set parallel.etp=1 --set parallel.ep=4",
+         ["parallel.ep (4) must divide (tp / etp) x dp = (2 / 1) x 1 = 2"],
+         {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29400"}),
+        ("plan moe-tp with a layout", 2, "plan --config configs/mixtral-tiny.toml --cluster configs/clusters/dgx-h100.toml "
+         "--gpus 8 --layout tp=2,dp=4 --moe-tp", ["--moe-tp applies to the search, not to --layout"]),
         ("etp on a dense model", 2, "train --config configs/llama-tiny.toml --set parallel.etp=1",
          ["parallel.etp = 1 with model.arch = \"llama\": a dense family has no experts to split"]),
         ("overlap_moe with tp", 2,
