@@ -110,11 +110,19 @@ at::Tensor combine(const at::Tensor& rows, const at::Tensor& weights, const Disp
 // The routed experts as SwiGLU on sorted rows: for expert e's rows r,
 // down_e(silu(gate_e r) ⊙ up_e r). gate, up (E, I, H); down (E, H, I). One
 // grouped GEMM per projection where libtorch has one for the device (CUDA:
-// at::_grouped_mm, no host read), else one GEMM per expert over its contiguous
+// at::_grouped_mm, no host read, when the widths are 16-byte aligned), else one GEMM per expert over its contiguous
 // rows (the counts read once on the host; the CPU has no such cost). Never a
-// loop over tokens.
+// loop over tokens. Either way the weight gradients defer to a zero-bubble W
+// (NOTE [grouped experts] in moe.cpp).
 at::Tensor experts_swiglu(const at::Tensor& rows, const at::Tensor& counts, const at::Tensor& gate,
                           const at::Tensor& up, const at::Tensor& down);
+// The grouped-GEMM path on any device libtorch has at::_grouped_mm for (the
+// CPU too, where the tests compare it with the per-expert GEMMs): fp32, bf16 or
+// fp16 rows, expert widths whose rows are 16-byte aligned (grouped_experts_fit),
+// else std::invalid_argument.
+bool grouped_experts_fit(const at::Tensor& rows, const at::Tensor& gate);
+at::Tensor experts_swiglu_grouped(const at::Tensor& rows, const at::Tensor& counts, const at::Tensor& gate,
+                                  const at::Tensor& up, const at::Tensor& down);
 
 // A dense SwiGLU MLP (a shared expert): down(silu(gate x) ⊙ up x).
 at::Tensor swiglu(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down);

@@ -137,6 +137,64 @@ TEST(Moe, ExpertsBackwardIsTheDefinitionsAndDefersToW) {
   EXPECT_TRUE(at::equal(deferred.down.grad(), got.down.grad()));
 }
 
+// NOTE [grouped experts]: the grouped-GEMM path (CUDA's, run here on the CPU's
+// at::_grouped_mm, fp32 with 16-byte aligned widths) against the per-expert
+// GEMMs, experts without rows among them (first, inside and last); its weight
+// gradients deferred to a W, equal bit for bit to its undeferred ones.
+TEST(Moe, GroupedExpertsEqualThePerExpertGemmsAndDeferToW) {
+  at::manual_seed(11);
+  const int64_t h = 8, inner = 12;
+  const std::vector<int64_t> n = {0, 5, 0, 7, 1, 0};
+  const int64_t rows_n = 13, e = static_cast<int64_t>(n.size());
+  const at::Tensor rows0 = at::randn({rows_n, h}), gy = at::randn({rows_n, h});
+  const at::Tensor gate0 = at::randn({e, inner, h}), up0 = at::randn({e, inner, h}), down0 = at::randn({e, h, inner});
+  const at::Tensor counts = at::tensor(n, at::kLong);
+  ASSERT_TRUE(grouped_experts_fit(rows0, gate0));
+  EXPECT_FALSE(grouped_experts_fit(at::randn({rows_n, kH}), at::randn({e, kI, kH})));  // 6 floats: not aligned
+  EXPECT_FALSE(grouped_experts_fit(rows0.to(at::kDouble), gate0.to(at::kDouble)));
+  struct Leaves {
+    at::Tensor rows, gate, up, down;
+  };
+  const auto leaves = [&] {
+    return Leaves{rows0.clone().requires_grad_(), gate0.clone().requires_grad_(), up0.clone().requires_grad_(),
+                  down0.clone().requires_grad_()};
+  };
+  Leaves per = leaves(), grouped = leaves(), deferred = leaves();
+  const at::Tensor y = experts_swiglu(per.rows, counts, per.gate, per.up, per.down);
+  const at::Tensor yg = experts_swiglu_grouped(grouped.rows, counts, grouped.gate, grouped.up, grouped.down);
+  EXPECT_TRUE(at::allclose(yg, y, 1e-5, 1e-5));
+  (y * gy).sum().backward();
+  (yg * gy).sum().backward();
+  for (auto [a, b, name] : {std::tuple{per.rows, grouped.rows, "rows"}, {per.gate, grouped.gate, "gate"},
+                            {per.up, grouped.up, "up"}, {per.down, grouped.down, "down"}}) {
+    ASSERT_TRUE(b.grad().defined()) << name;
+    EXPECT_TRUE(at::allclose(b.grad(), a.grad(), 1e-4, 1e-5)) << name;
+  }
+  for (int64_t x : {0, 2, 5}) {  // the experts without rows
+    EXPECT_TRUE(at::equal(grouped.gate.grad()[x], at::zeros({inner, h}))) << x;
+    EXPECT_TRUE(at::equal(grouped.down.grad()[x], at::zeros({h, inner}))) << x;
+  }
+
+  WeightGradQueue q;
+  at::Tensor yd;
+  {
+    WeightGradScope scope(&q);
+    yd = experts_swiglu_grouped(deferred.rows, counts, deferred.gate, deferred.up, deferred.down);
+  }
+  q.arm(true);
+  (yd * gy).sum().backward();
+  EXPECT_TRUE(at::equal(deferred.rows.grad(), grouped.rows.grad()));
+  EXPECT_FALSE(deferred.gate.grad().defined());  // waits for W
+  EXPECT_EQ(q.size(), 1u);
+  q.run();
+  EXPECT_TRUE(at::equal(deferred.gate.grad(), grouped.gate.grad()));
+  EXPECT_TRUE(at::equal(deferred.up.grad(), grouped.up.grad()));
+  EXPECT_TRUE(at::equal(deferred.down.grad(), grouped.down.grad()));
+  EXPECT_THROW(experts_swiglu_grouped(rows0.to(at::kDouble), counts, gate0.to(at::kDouble), up0.to(at::kDouble),
+                                      down0.to(at::kDouble)),
+               std::invalid_argument);
+}
+
 TEST(Moe, TiesGoToTheLowerExpert) {
   RouterOptions o;
   o.experts = 7;
