@@ -110,9 +110,10 @@ std::vector<Field> model_fields() {
                     "the chosen experts' softmax weights renormalised to sum 1 (MoE; mixtral: true)"),
       TRIDENT_FIELD(model, moe_aux_loss_coeff, at_least(0),
                     "coefficient of each MoE layer's Switch/GShard load-balancing loss (Megatron's aux_loss)"),
-      TRIDENT_FIELD(model, moe_aux_loss, one_of({"aux_loss", "seq_aux_loss"}),
+      TRIDENT_FIELD(model, moe_aux_loss, one_of({"aux_loss", "seq_aux_loss", "pooled_aux_loss"}),
                     "the load-balancing loss over each micro-batch's tokens, or per sequence averaged over its "
-                    "sequences (DeepSeek-V3's; Megatron's moe_router_load_balancing_type)"),
+                    "sequences (DeepSeek-V3's; Megatron's moe_router_load_balancing_type), or pooled over every "
+                    "MoE layer as transformers' load_balancing_loss_func (softmax routers)"),
       TRIDENT_FIELD(model, moe_z_loss_coeff, at_least(0), "coefficient of each MoE layer's router z-loss (MoE)"),
       TRIDENT_FIELD(model, moe_capacity_factor, at_least(0),
                     "> 0: each expert takes at most ceil(tokens x top_k / experts x this) of a rank's assignments "
@@ -314,6 +315,14 @@ void check_moe_keys(const Config& c, const ModelShape& shape) {
   if (m.moe_aux_loss != d.moe_aux_loss && m.moe_aux_loss_coeff == 0)
     fail(c, "model.moe_aux_loss = " + quote(m.moe_aux_loss) +
                 " with model.moe_aux_loss_coeff = 0: no balancing loss is computed; set the coefficient");
+  // NOTE [pooled aux loss] in models/common/moe.h.
+  if (m.moe_aux_loss == "pooled_aux_loss" && m.moe_score_function != "softmax")
+    fail(c, "model.moe_aux_loss = \"pooled_aux_loss\" with model.moe_score_function = " + quote(m.moe_score_function) +
+                ": the pooled loss is transformers' load_balancing_loss_func, a softmax over the router logits; "
+                "use \"aux_loss\" or \"seq_aux_loss\"");
+  if (m.moe_aux_loss == "pooled_aux_loss" && c.parallel.cp > 1)
+    fail(c, "model.moe_aux_loss = \"pooled_aux_loss\" with parallel.cp = " + n(c.parallel.cp) +
+                ": pooling the counts over a context-parallel group is not built; use \"aux_loss\" or parallel.cp = 1");
   if (m.experts < 1)
     fail(c, "model.experts = " + n(m.experts) + ": model.arch = " + quote(m.arch) +
                 " is a mixture of experts and needs at least 1 (Mixtral 8x7B has 8)");

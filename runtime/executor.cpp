@@ -9,6 +9,7 @@
 #include <exception>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 #include <ATen/Parallel.h>
 
@@ -55,6 +56,12 @@ void Executor::post_recv(const Action& a) {
   (grad ? s.recv_grad_group : s.recv_act_group) = static_cast<int>(groups_.size());  // the group being gathered
   queued_.ops.push_back({false, buf, peer, tag(grad, a.mb, stage(a.chunk))});
   queued_.actions.push_back(a);
+  if (const int64_t n = side_width(); n > 0) {  // NOTE [pipeline side values]: right after the hidden state
+    at::Tensor& side = grad ? s.recv_grad_side : s.recv_act_side;
+    side = at::empty({n}, at::TensorOptions().dtype(at::kFloat).device(device_));
+    queued_.ops.push_back({false, side, peer, tag(grad, a.mb, stage(a.chunk)) | kSideTag});
+    queued_.actions.push_back(a);
+  }
 }
 
 void Executor::post_group() {
@@ -69,7 +76,8 @@ void Executor::wait_group(int index) {
   if (g.done) return;
   std::string what = "pipeline group {";
   for (size_t i = 0; i < g.ops.size(); ++i)
-    what += std::string(i ? ", " : "") + (g.ops[i].send ? "send " : "receive ") + sched::to_token(g.actions[i]) +
+    if ((g.ops[i].tag & kSideTag) == 0)  // a side tensor goes with the op before it
+      what += std::string(i ? ", " : "") + (g.ops[i].send ? "send " : "receive ") + sched::to_token(g.actions[i]) +
             (g.ops[i].send ? " to" : " from") + " pipeline rank " + std::to_string(g.ops[i].peer);
   what += "}";
   for (auto& w : g.works) wait_work(pp_, w, what.c_str(), -1);
@@ -118,13 +126,28 @@ void Executor::send(const Action& a) {
     throw std::logic_error(sched::to_token(a) + " sends " + std::string(c10::toString(t.scalar_type())) +
                            " but the stage's boundary dtype is " +
                            c10::toString(stages_[a.chunk]->boundary_dtype()) + " (NOTE [pipeline dtype])");
+  at::Tensor side;  // NOTE [pipeline side values]
+  if (side_width() > 0) {
+    if (grad)
+      side = std::exchange(s.grad_side, at::Tensor());
+    else if (s.side)
+      side = s.side->values.clone();  // its backward writes the totals into the stage's own
+    else  // evaluation: nothing is counted, but the receiver expects the tensor
+      side = at::zeros({side_width()}, at::TensorOptions().dtype(at::kFloat).device(device_));
+    if (!side.defined()) throw std::logic_error(sched::to_token(a) + " has no side values to send beside its tensor");
+  }
   if (peer == pp_.rank) {  // that virtual stage lives here too: hand over directly
     Slot& dst = slots_[{a.mb, into.chunk}];
     (grad ? dst.recv_grad_buf : dst.recv_act_buf) = t.clone();
+    if (side.defined()) (grad ? dst.recv_grad_side : dst.recv_act_side) = side.clone();
     return;
   }
   queued_.ops.push_back({true, t, peer, tag(grad, a.mb, to_stage)});
   queued_.actions.push_back(a);
+  if (side.defined()) {
+    queued_.ops.push_back({true, side, peer, tag(grad, a.mb, to_stage) | kSideTag});
+    queued_.actions.push_back(a);
+  }
 }
 
 // NOTE [sent tensors] A group's tensors (what it sends, where it receives)
@@ -168,10 +191,33 @@ void Executor::forward(const Action& a, const std::function<MicroBatch(int)>& ba
     s.input = s.recv_act_buf.requires_grad_(at::GradMode::is_enabled());
     s.recv_act_buf.reset();
   }
+  Stage& stage = *stages_[a.chunk];
+  // NOTE [pipeline side values]: a training forward adds to what the previous stage sent.
+  if (const int64_t n = side_width(); n > 0) {
+    if (at::GradMode::is_enabled()) {
+      s.side = std::make_shared<SideValues>();
+      if (first) {
+        s.side->values = at::zeros({n}, at::TensorOptions().dtype(at::kFloat).device(device_));
+      } else {
+        if (!s.recv_act_side.defined())
+          throw std::logic_error("F" + std::to_string(a.mb) + " on chunk " + std::to_string(a.chunk) +
+                                 " has no received side values");
+        s.side->values = std::exchange(s.recv_act_side, at::Tensor());
+      }
+      stage.set_side(s.side);
+    } else {
+      s.recv_act_side.reset();
+      stage.set_side(nullptr);
+    }
+  }
   const int64_t before = live_cpu_bytes();
   const ExpertMicroBatch names(a.mb);  // NOTE [all-to-all order]
   WeightGradScope scope(&s.deferred);  // the graph keeps this micro-batch's W queue (NOTE [I/W split])
-  s.output = stages_[a.chunk]->forward(s.input, last ? data.targets : at::Tensor());
+  s.output = stage.forward(s.input, last ? data.targets : at::Tensor());
+  if (s.side) {
+    stage.set_side(nullptr);
+    if (last) s.side->sealed = true;  // the micro-batch's totals
+  }
   s.activation_bytes = before < 0 ? -1 : live_cpu_bytes() - before;
   // The double sum of float losses, added in micro-batch order: the same
   // doubles a host-side `+= item<double>()` gives.
@@ -187,6 +233,12 @@ void Executor::backward_slot(Slot& s, const Action& a, double loss_scale, bool d
   if (!s.output.defined())
     throw std::logic_error("backward of micro-batch " + std::to_string(a.mb) + " before its forward");
   s.deferred.arm(defer_weights);  // read by the backward functions, on whichever thread runs them
+  if (s.side && !is_last(a.chunk)) {  // NOTE [pipeline side values]: the totals, before the backward reads them
+    if (!s.recv_grad_side.defined())
+      throw std::logic_error("B" + std::to_string(a.mb) + " has no received side values");
+    s.side->values.copy_(std::exchange(s.recv_grad_side, at::Tensor()));  // in place: the layers hold the tensor
+    s.side->sealed = true;
+  }
   if (is_last(a.chunk)) {
     (s.output * loss_scale).backward();
   } else {
@@ -196,6 +248,8 @@ void Executor::backward_slot(Slot& s, const Action& a, double loss_scale, bool d
     s.recv_grad_buf.reset();
   }
   if (!is_first(a.chunk)) s.grad_in = s.input.grad();
+  if (s.side && !is_first(a.chunk)) s.grad_side = s.side->values;
+  s.side.reset();
   s.input.reset();
   s.output.reset();
 }
@@ -428,7 +482,8 @@ ExecutorStats Executor::run(const sched::ActionList& actions, const std::functio
   stats.loss = loss_acc_;
   if (record_) span_marks_.second = clock_.mark();
   for (auto it = slots_.begin(); it != slots_.end();) {  // slots kept only for an I/W pair's SEND_B
-    if (!it->second.output.defined() && it->second.deferred.empty() && !it->second.grad_in.defined())
+    if (!it->second.output.defined() && it->second.deferred.empty() && !it->second.grad_in.defined() &&
+        !it->second.grad_side.defined())
       it = slots_.erase(it);
     else
       throw std::logic_error("micro-batch " + std::to_string(it->first.first) + " chunk " +

@@ -137,6 +137,10 @@ class Executor {
     WeightGradQueue deferred;
     int64_t activation_bytes = 0;  // live bytes the forward left behind
     int recv_act_entry = -1, recv_grad_entry = -1;     // their RECV's index in timeline_
+    // NOTE [pipeline side values] (models/common/model.h), when the stages have them:
+    std::shared_ptr<SideValues> side;         // this micro-batch's at this chunk, forward to backward
+    at::Tensor recv_act_side, recv_grad_side;  // received beside the activation and the gradient
+    at::Tensor grad_side;                      // the totals to send back beside grad_in
   };
   // One group of point-to-point operations (the communication between two computes).
   struct CommGroup {
@@ -177,6 +181,9 @@ class Executor {
                           std::vector<size_t>* last_backward) const;
   // Tag of the transfer of micro-batch mb's activation (or gradient) into virtual stage to_stage.
   int tag(bool grad, int mb, int to_stage) const;
+  // The side values' tag: the hidden state's with this bit set (NOTE [pipeline side values]).
+  static constexpr int kSideTag = 1 << 29;
+  int64_t side_width() const { return stages_.front()->side_width(); }
   void track(ExecutorStats& stats);
   void reset_loss();
 

@@ -16,6 +16,7 @@
 #include <ATen/ATen.h>
 
 #include "core/param.h"  // Param, ParamInfo, TiedGroup
+#include "models/common/side_values.h"
 #include "parallel/context_parallel.h"
 #include "parallel/expert_parallel.h"
 #include "parallel/recompute.h"
@@ -30,6 +31,24 @@ struct Buffer {
   std::string name;
   at::Tensor* tensor;
 };
+
+// NOTE [pipeline side values]
+// What a stage's backward needs from every stage's forward of the same
+// micro-batch: the pooled balancing loss's expert counts (NOTE [pooled aux
+// loss] in models/common/moe.h), whose gradient in any layer reads the counts
+// of all the model's layers. A stage with side_width() = n > 0 (the same n on
+// every stage of the model) has n fp32 values travel beside each activation and
+// each gradient it sends: the executor makes one SideValues per micro-batch
+// and chunk, holding what the previous stage sent (zeros on the first), hands
+// it to set_side() before the training forward (whose layers add their part to
+// `values` and keep the pointer for their backward) and sends `values` on with
+// the activation. The last stage's are then the micro-batch's totals; the
+// executor seals them there, sends them back with the gradient, and before each
+// stage's backward puts the totals it received into that stage's SideValues and
+// seals it. A sealed SideValues is not added to (the re-forward of full
+// recomputation runs inside the backward). The values are a second tensor of the
+// same group of sends and receives, right after the hidden state's.
+// (SideValues: models/common/side_values.h.)
 
 class Stage {
  public:
@@ -86,6 +105,10 @@ class Stage {
   // (NOTE [aux loss in the backward] in models/common/moe.h). A model without
   // such losses has nothing to scale.
   virtual void set_loss_scale(double scale) { (void)scale; }
+  // NOTE [pipeline side values]: 0 (the default) sends none. set_side(nullptr)
+  // before a forward that is not training (evaluation).
+  virtual int64_t side_width() const { return 0; }
+  virtual void set_side(std::shared_ptr<SideValues> side) { (void)side; }
   // A mixture of experts' statistics since the last call, (model.layers,
   // experts + 3) fp64 on the stage's device, and resets them; undefined when
   // the stage has no MoE layer or ran no training forward (NOTE [MoE stats] in

@@ -297,7 +297,33 @@ struct AuxLossScaler : torch::autograd::Function<AuxLossScaler> {
   }
 };
 
+// NOTE [pooled aux loss]: `totals` is read in the backward, by then the micro-batch's counts.
+struct PooledAuxScaler : torch::autograd::Function<PooledAuxScaler> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& y, const at::Tensor& /*score_sums*/,
+                            const at::Tensor& totals, double factor) {
+    ctx->saved_data["factor"] = factor;
+    ctx->saved_data["totals"] = totals;  // not save_for_backward: written in place after this forward
+    return y;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list g) {
+    const at::Tensor totals = ctx->saved_data["totals"].toTensor();
+    return {g[0], totals * ctx->saved_data["factor"].toDouble(), at::Tensor(), at::Tensor()};
+  }
+};
+
 }  // namespace
+
+at::Tensor pooled_counts(const Routing& r) {
+  return expert_counts(r.aux_experts.reshape({-1}), r.aux_scores.size(1)).to(at::kFloat);
+}
+
+at::Tensor attach_pooled_aux_loss(const at::Tensor& y, const at::Tensor& score_sums, const at::Tensor& totals,
+                                  double factor) {
+  if (score_sums.dim() != 1 || !totals.defined() || totals.sizes() != score_sums.sizes())
+    throw std::invalid_argument("attach_pooled_aux_loss: expected score sums and totals of one value per expert");
+  return PooledAuxScaler::apply(y, score_sums, totals, factor);
+}
 
 at::Tensor attach_aux_loss(const at::Tensor& y, const at::Tensor& aux, double scale) {
   if (aux.dim() != 0) throw std::invalid_argument("attach_aux_loss: the aux loss must be a scalar");

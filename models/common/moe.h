@@ -213,6 +213,27 @@ at::Tensor seq_aux_loss(const Routing& r, int64_t top_k, int64_t seqs, const Gro
 at::Tensor z_loss(const Routing& r);
 at::Tensor pooled_aux_loss(const std::vector<at::Tensor>& layer_logits, int64_t top_k);
 
+// NOTE [pooled aux loss]
+// model.moe_aux_loss = "pooled_aux_loss" trains with transformers' objective
+// (pooled_aux_loss above, MixtralForCausalLM's aux_loss with
+// router_aux_loss_coef): over a micro-batch of T tokens and the model's N MoE
+// layers, L = E / (N T)² · Σ_e C_e · S_e, C_e the assignments to expert e
+// summed over every layer (pooled_counts), S_e its softmax scores summed over
+// every layer and token. Only S carries a gradient, so L's gradient in a score
+// of layer l is E / (N T)² · C_e for every token: each layer's backward needs
+// the counts of all the model's layers, which sit on every pipeline stage. The
+// counts travel beside the hidden state (NOTE [pipeline side values] in
+// models/common/model.h): each layer adds its own during the forward, the last
+// stage's sum is the micro-batch's C and goes back with the gradients, and
+// attach_pooled_aux_loss gives the layer's score sums S_l (E) the gradient
+// coefficient · scale · E / (N T)² · C, read from `totals` in the backward
+// (Megatron's autoscaler again, with the counts filled in late). Summed over
+// the layers that is L's gradient, the same on every layout (the counts are
+// integers in fp32: any order of adding them is exact).
+at::Tensor pooled_counts(const Routing& r);  // (E) fp32: this layer's C
+at::Tensor attach_pooled_aux_loss(const at::Tensor& y, const at::Tensor& score_sums, const at::Tensor& totals,
+                                  double factor);
+
 // NOTE [aux loss in the backward]
 // A balancing loss lives in its layer, on any pipeline stage, but only the last
 // stage's loss starts the backward. attach_aux_loss(y, aux, scale) returns y

@@ -378,7 +378,7 @@ at::Tensor LlamaStage::latent_attention(const BlockParams& b, const at::Tensor& 
 // layer's backward with its coefficient over the micro-batches, as the LM loss
 // is scaled (NOTE [aux loss in the backward]). The losses feed gradients only:
 // the reported loss is the LM loss, as Megatron reports it.
-at::Tensor LlamaStage::moe(int64_t layer, const BlockParams& b, const at::Tensor& x) const {
+at::Tensor LlamaStage::moe(int64_t layer, const BlockParams& b, const at::Tensor& x, const Side& side) const {
   RouterOptions o;
   o.experts = cfg_.experts;
   o.top_k = cfg_.moe_top_k;
@@ -418,10 +418,26 @@ at::Tensor LlamaStage::moe(int64_t layer, const BlockParams& b, const at::Tensor
   y = y.view(whole.sizes());
   if (sp) y = out.reduced ? scatter_along(tp_, y, 1) : reduce_scatter_seq(tp_, y);
   // Under context parallelism the counts are the whole sequences' (NOTE [balancing losses under context parallelism]).
-  const at::Tensor aux = cfg_.moe_aux_loss == "seq_aux_loss" ? seq_aux_loss(out.routing, o.top_k, x.size(0), cp_.group)
-                                                             : switch_aux_loss(out.routing, o.top_k, cp_.group);
+  const bool pooled = cfg_.moe_aux_loss == "pooled_aux_loss";
+  at::Tensor aux;
+  if (pooled) {
+    // NOTE [pooled aux loss]: this layer's counts join the micro-batch's (once: not in the re-forward
+    // of full recomputation, which runs in the backward after the totals came in); its scores get
+    // their gradient from the totals in the backward. The statistic is the layer's own pooled loss.
+    const at::Tensor counts = pooled_counts(out.routing), score_sums = out.routing.aux_scores.sum(0);
+    const double t = static_cast<double>(out.routing.aux_scores.size(0)), e = static_cast<double>(cfg_.experts);
+    aux = (counts * score_sums).sum() * (e / (t * t));
+    if (side && !side->sealed) side->values.add_(counts);
+    if (side && cfg_.moe_aux_loss_coeff > 0 && at::GradMode::is_enabled()) {
+      const double nt = static_cast<double>(config_rules::moe_layers(cfg_)) * t;
+      y = attach_pooled_aux_loss(y, score_sums, side->values, cfg_.moe_aux_loss_coeff * loss_scale_ * e / (nt * nt));
+    }
+  } else {
+    aux = cfg_.moe_aux_loss == "seq_aux_loss" ? seq_aux_loss(out.routing, o.top_k, x.size(0), cp_.group)
+                                              : switch_aux_loss(out.routing, o.top_k, cp_.group);
+  }
   const at::Tensor z = z_loss(out.routing);
-  if (cfg_.moe_aux_loss_coeff > 0) y = attach_aux_loss(y, aux * cfg_.moe_aux_loss_coeff, loss_scale_);
+  if (cfg_.moe_aux_loss_coeff > 0 && !pooled) y = attach_aux_loss(y, aux * cfg_.moe_aux_loss_coeff, loss_scale_);
   if (cfg_.moe_z_loss_coeff > 0) y = attach_aux_loss(y, z * cfg_.moe_z_loss_coeff, loss_scale_);
   // NOTE [MoE stats]: a training forward counts once per micro-batch. Under full recomputation the
   // first forward runs with grad mode off and the re-forward in the backward with it on; evaluation
@@ -444,6 +460,12 @@ at::Tensor LlamaStage::moe(int64_t layer, const BlockParams& b, const at::Tensor
 // of micro-batches. Rows of other layers are zero, so the trainer sums every
 // rank's tensor over the world (pipeline stages hold different layers, data-
 // parallel replicas the same ones) and reads it once, on a logged step.
+// NOTE [pooled aux loss]: one count per expert beside every boundary tensor, on every stage of the
+// model (a stage without MoE layers passes them on).
+int64_t LlamaStage::side_width() const {
+  return cfg_.experts > 0 && cfg_.moe_aux_loss == "pooled_aux_loss" && cfg_.moe_aux_loss_coeff > 0 ? cfg_.experts : 0;
+}
+
 at::Tensor LlamaStage::take_moe_stats() {
   at::Tensor out = moe_stats_;
   moe_stats_ = at::Tensor();
@@ -471,8 +493,8 @@ void LlamaStage::update_expert_bias(const at::Tensor& loads, double rate) {
   }
 }
 
-at::Tensor LlamaStage::mlp(int64_t layer, const BlockParams& b, const at::Tensor& x) const {
-  if (b.router != kNone) return moe(layer, b, x);
+at::Tensor LlamaStage::mlp(int64_t layer, const BlockParams& b, const at::Tensor& x, const Side& side) const {
+  if (b.router != kNone) return moe(layer, b, x, side);
   const at::Tensor in = enter_column_parallel(tp_, x);
   // silu(gate) · up, (b, s, F/tp): the largest activations of a block.
   auto gated = [this, b](const at::Tensor& xin) {
@@ -483,10 +505,10 @@ at::Tensor LlamaStage::mlp(int64_t layer, const BlockParams& b, const at::Tensor
   return row_parallel_linear(tp_, a, compute_param(b.down), at::Tensor());
 }
 
-at::Tensor LlamaStage::block(int64_t layer, const at::Tensor& x) const {
+at::Tensor LlamaStage::block(int64_t layer, const at::Tensor& x, const Side& side) const {
   const BlockParams& b = blocks_.at(static_cast<size_t>(layer - spec_.first_layer));
   const at::Tensor h = x + attention(b, rms_norm(b.attn_norm, x));
-  return h + mlp(layer, b, rms_norm(b.mlp_norm, h));
+  return h + mlp(layer, b, rms_norm(b.mlp_norm, h), side);
 }
 
 std::vector<int64_t> LlamaStage::hidden_shape(int64_t mbs) const {
@@ -506,11 +528,12 @@ at::Tensor LlamaStage::head_logits(const at::Tensor& x) const {
 
 at::Tensor LlamaStage::run(const at::Tensor& input, const at::Tensor& targets) const {
   at::Tensor x = spec_.has_embedding ? embed(input) : input.to(compute_);  // boundaries: boundary_ (NOTE [bf16])
+  const Side side = side_;  // the recomputed forward of full recomputation keeps this micro-batch's
   for (int64_t l = spec_.first_layer; l < spec_.first_layer + spec_.num_layers; ++l) {
     if (recompute_ == Recompute::kFull)
-      x = trident::recompute([this, l](const at::Tensor& in) { return block(l, in); }, x);
+      x = trident::recompute([this, l, side](const at::Tensor& in) { return block(l, in, side); }, x);
     else
-      x = block(l, x);
+      x = block(l, x, side);
   }
   if (!spec_.has_head) return x.to(boundary_);
   const int64_t vocab_start = tp_.rank() * params_[head_].tensor.size(0);

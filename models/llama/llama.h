@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -71,6 +72,9 @@ class LlamaStage : public Stage {
   at::ScalarType boundary_dtype() const override { return boundary_; }
   at::Tensor logits(const at::Tensor& ids) const override;
   void set_loss_scale(double scale) override { loss_scale_ = scale; }
+  // NOTE [pooled aux loss]: the experts' counts travel between stages under model.moe_aux_loss = "pooled_aux_loss".
+  int64_t side_width() const override;
+  void set_side(std::shared_ptr<SideValues> side) override { side_ = std::move(side); }
   at::Tensor take_moe_stats() override;  // NOTE [MoE stats]
   void update_expert_bias(const at::Tensor& loads, double rate) override;  // NOTE [expert bias update]
 
@@ -102,9 +106,11 @@ class LlamaStage : public Stage {
   at::Tensor rotate(const at::Tensor& x, const RopeTables& r) const;  // (b, heads, s, d) -> rotary embedding applied
   at::Tensor attention(const BlockParams& b, const at::Tensor& x) const;
   at::Tensor latent_attention(const BlockParams& b, const at::Tensor& x) const;  // NOTE [MLA]
-  at::Tensor mlp(int64_t layer, const BlockParams& b, const at::Tensor& x) const;
-  at::Tensor moe(int64_t layer, const BlockParams& b, const at::Tensor& x) const;  // NOTE [MoE block]
-  at::Tensor block(int64_t layer, const at::Tensor& x) const;
+  // `side`: the micro-batch's pooled counts in a training forward under the pooled aux loss, else null.
+  using Side = std::shared_ptr<SideValues>;
+  at::Tensor mlp(int64_t layer, const BlockParams& b, const at::Tensor& x, const Side& side) const;
+  at::Tensor moe(int64_t layer, const BlockParams& b, const at::Tensor& x, const Side& side) const;  // NOTE [MoE block]
+  at::Tensor block(int64_t layer, const at::Tensor& x, const Side& side = nullptr) const;
   at::Tensor embed(const at::Tensor& ids) const;
   at::Tensor head_logits(const at::Tensor& x) const;  // final norm + head: (b, s, vocab/tp) fp32
 
@@ -119,6 +125,7 @@ class LlamaStage : public Stage {
   at::ScalarType compute_ = at::kFloat;
   at::ScalarType boundary_ = at::kFloat;  // what the hidden state crosses a pipeline boundary in
   double loss_scale_ = 1.0;                // the aux losses' backward scale (set_loss_scale)
+  Side side_;                              // set_side(): the next forward's (NOTE [pipeline side values])
   mutable at::Tensor moe_stats_;           // NOTE [MoE stats]: (layers, experts + 3) fp64, since the last take
   at::Tensor cos_, sin_;  // (seq_len / cp, head_dim) fp32 at this rank's positions, on the stage's device (buffers())
   mutable RopeTables rope_;

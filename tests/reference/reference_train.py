@@ -145,7 +145,7 @@ def load_llama(hf_dir, model_cfg, dtype, experts="eager"):
     return model.to(dtype)
 
 
-def balancing_losses(router_logits, m_cfg, sequences, routed=None):
+def balancing_losses(router_logits, m_cfg, sequences, routed=None, pooled=None):
     """Each MoE layer's balancing losses with their coefficients, summed over the layers, by
     megatron-core's own functions (megatron.core.transformer.moe.moe_utils): the Switch/GShard
     load-balancing loss (switch_load_balancing_loss_func, the token counts of each token's top-K
@@ -157,13 +157,19 @@ def balancing_losses(router_logits, m_cfg, sequences, routed=None):
     into one product, a different objective. A sigmoid router's (DeepSeek-V3's) scores and routing map
     are megatron-core's compute_routing_scores_for_aux_loss (the sigmoid scores normalised per token,
     their own top-K); the tokens each expert received then come from `routed`, each layer's chosen
-    experts as the model's router returned them (its bias and group limit choose otherwise)."""
+    experts as the model's router returned them (its bias and group limit choose otherwise).
+    model.moe_aux_loss = "pooled_aux_loss" trains with transformers' own objective: `pooled`, the
+    model's aux_loss (load_balancing_loss_func over every MoE layer's router logits, what its
+    ForCausalLM adds times router_aux_loss_coef); each layer's statistic is that function over the
+    layer alone."""
     from megatron.core.transformer.moe.moe_utils import (compute_routing_scores_for_aux_loss,
                                                          switch_load_balancing_loss_func, z_loss_func)
 
     k, e = m_cfg["moe_top_k"], m_cfg["experts"]
     aux_c, z_c = m_cfg.get("moe_aux_loss_coeff", 0.0), m_cfg.get("moe_z_loss_coeff", 0.0)
     per_sequence = m_cfg.get("moe_aux_loss", "aux_loss") == "seq_aux_loss"
+    if (pooled is not None) != (m_cfg.get("moe_aux_loss", "aux_loss") == "pooled_aux_loss"):
+        raise SystemExit("the pooled aux loss needs the model's aux_loss, and only it")
     total, layers = 0.0, []
     for i, logits in enumerate(router_logits):
         logits = logits.reshape(-1, e)
@@ -176,7 +182,10 @@ def balancing_losses(router_logits, m_cfg, sequences, routed=None):
         counts = chosen.sum(0)
         if routed is not None:
             counts = torch.bincount(routed[i].reshape(-1), minlength=e).to(p.dtype)
-        if per_sequence:  # (b*s, E) in batch-major order -> one row per position, a column per (sequence, expert)
+        if pooled is not None:
+            from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
+            aux = load_balancing_loss_func((logits,), e, k)
+        elif per_sequence:  # (b*s, E) in batch-major order -> one row per position, a column per (sequence, expert)
             s_len = p.size(0) // sequences
             ps = p.reshape(sequences, s_len, e).transpose(0, 1).reshape(s_len, sequences * e)
             cs = chosen.reshape(sequences, s_len, e).transpose(0, 1).reshape(s_len, sequences * e)
@@ -184,8 +193,10 @@ def balancing_losses(router_logits, m_cfg, sequences, routed=None):
         else:
             aux = switch_load_balancing_loss_func(p, counts, p.size(0), k, e, 1.0)
         z = z_loss_func(logits, 1.0)
-        total = total + aux_c * aux + z_c * z
+        total = total + (0.0 if pooled is not None else aux_c * aux) + z_c * z
         layers.append((counts.detach(), float(aux), float(z)))
+    if pooled is not None:
+        total = total + aux_c * pooled
     return total, layers
 
 
@@ -407,7 +418,8 @@ def main():
                 if moe:
                     # Dense first layers (model.moe_first_dense) have no router: transformers returns
                     # the MoE layers' logits only.
-                    extra, per_layer = balancing_losses(o.router_logits, m_cfg, x.size(0), routed or None)
+                    pooled = o.aux_loss if m_cfg.get("moe_aux_loss", "aux_loss") == "pooled_aux_loss" else None
+                    extra, per_layer = balancing_losses(o.router_logits, m_cfg, x.size(0), routed or None, pooled)
                     moe_stats.append(per_layer)
                 # Trident's executor backpropagates loss * (1/m) for each of a rank's m micro-batches.
                 ((loss + extra) * (1.0 / local)).backward()

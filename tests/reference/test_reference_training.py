@@ -344,6 +344,9 @@ def main():
     ap.add_argument("--case", choices=["tiny", "brown", "blend", "megatron", "llama-tiny", *MOE_CASES], required=True)
     ap.add_argument("--seed", type=int, default=0, help="training.seed (0: the config's)")
     ap.add_argument("--clip", type=float, default=0, help="tiny: training.grad_clip (0: 2.0; at 1.0 every step clips, which the clipping check rejects)")
+    ap.add_argument("--pooled", action="store_true",
+                    help="an MoE case trained with transformers' own balancing loss (model.moe_aux_loss = "
+                         "pooled_aux_loss), the reference's being the model's aux_loss")
     ap.add_argument("--layouts", action="store_true",
                     help="also run the parallel layouts of LAYOUTS and hold each to the same contract")
     args = ap.parse_args()
@@ -352,6 +355,10 @@ def main():
     os.makedirs(work)
     t = args.trident
     config, sets, clip = case_setup(args, work)
+    if args.pooled:
+        if args.case not in MOE_CASES:
+            raise SystemExit(f"FAIL: --pooled is for the MoE cases {MOE_CASES}")
+        sets = sets + ["model.moe_aux_loss=pooled_aux_loss"]
     setargs = [a for s in sets for a in ("--set", s)]
     tri, ck0, hf0, init_run = (os.path.join(work, d) for d in ("trident", "ckpt0", "hf0", "init-check"))
     ref32, ref64, ref32g = (os.path.join(work, d) for d in ("ref-fp32", "ref-fp64", "ref-fp32-grouped"))

@@ -315,6 +315,62 @@ TEST(Moe, AttachedAuxLossReachesTheRouterInTheLayersBackward) {
   EXPECT_GT((w.router.grad() - written).abs().max().item<float>(), 1e-6);
 }
 
+// NOTE [pooled aux loss]: three layers' routers, each layer's attached loss
+// reading the counts of all three, written in after the forwards (as the
+// executor writes the totals received from later stages): the routers'
+// gradients are those of pooled_aux_loss (transformers' load_balancing_loss_func,
+// tests/reference/test_moe_reference.cpp) through autograd.
+TEST(Moe, PooledAuxLossFromLateTotalsIsTheWholeLossesGradient) {
+  RouterOptions o;
+  o.experts = 5;
+  o.top_k = 2;
+  const int64_t layers = 3;
+  const double coeff = 0.02, scale = 0.5;  // coefficient, 1 / micro-batches
+  std::vector<at::Tensor> routers, xs;
+  for (int64_t l = 0; l < layers; ++l) {
+    routers.push_back(random_weights(o.experts, 20 + static_cast<uint64_t>(l)).router.requires_grad_(true));
+    xs.push_back(at::randn({kT, kH}));
+  }
+  const auto grads = [&] {
+    std::vector<at::Tensor> out;
+    for (at::Tensor& r : routers) out.push_back(r.grad().clone()), r.mutable_grad() = at::Tensor();
+    return out;
+  };
+  std::vector<at::Tensor> logits;
+  for (int64_t l = 0; l < layers; ++l) logits.push_back(route(xs[l], routers[l], at::Tensor(), o).logits);
+  (pooled_aux_loss(logits, o.top_k) * (coeff * scale)).backward();
+  const std::vector<at::Tensor> want = grads();
+
+  // Each layer attached with `totals` still zero, which is then filled in: with the
+  // three layers' counts (the executor's totals), or with the first layer's alone.
+  const auto attached = [&](bool all_layers) {
+    const at::Tensor totals = at::zeros({o.experts});
+    at::Tensor counted = at::zeros({o.experts}), first;
+    const at::Tensor y = at::zeros({kT, kH}).requires_grad_();
+    at::Tensor out = y;
+    for (int64_t l = 0; l < layers; ++l) {
+      const Routing r = route(xs[l], routers[l], at::Tensor(), o);
+      counted += pooled_counts(r);
+      if (l == 0) first = counted.clone();
+      const double nt = static_cast<double>(layers * kT);
+      out = attach_pooled_aux_loss(out, r.aux_scores.sum(0), totals, coeff * scale * o.experts / (nt * nt));
+    }
+    EXPECT_EQ(counted.sum().item<double>(), static_cast<double>(layers * kT * o.top_k));
+    totals.copy_(all_layers ? counted : first);
+    out.backward(at::ones_like(out));
+    EXPECT_TRUE(at::equal(y.grad(), at::ones_like(y)));  // y passes through unchanged
+    return grads();
+  };
+  const std::vector<at::Tensor> got = attached(true);
+  for (int64_t l = 0; l < layers; ++l)
+    EXPECT_TRUE(at::allclose(got[l], want[l], 1e-5, 1e-8)) << l << ": " << (got[l] - want[l]).abs().max().item<float>();
+  // Each layer's gradient needs every layer's counts: the first layer's alone give another one.
+  const std::vector<at::Tensor> own = attached(false);
+  EXPECT_GT((own[1] - want[1]).abs().max().item<float>(), 1e-4 * want[1].abs().max().item<float>());
+  const at::Tensor y = at::zeros({kT, kH});
+  EXPECT_THROW(attach_pooled_aux_loss(y, at::zeros({o.experts}), at::Tensor(), 1.0), std::invalid_argument);
+}
+
 TEST(Moe, RouterOptionsThatCannotRouteAreRefused) {
   const auto error = [](RouterOptions o) {
     try {
