@@ -34,7 +34,8 @@
 // num_experts_per_tok, intermediate_size (each expert's width); sliding_window
 // must be null and router_jitter_noise 0. router_aux_loss_coef is not read:
 // it weighs transformers' loss pooled over all layers (load_balancing_loss_func),
-// not model.moe_aux_loss_coeff's per-layer loss.
+// a training choice of the run (model.moe_aux_loss = "pooled_aux_loss" with
+// that coefficient, NOTE [pooled aux loss]), not the model's.
 //
 // NOTE [HF Qwen MoE layout]
 // model_type "qwen2_moe" (Qwen2MoeForCausalLM) and "qwen3_moe" (Qwen3MoeForCausalLM):

@@ -207,6 +207,15 @@ def cases(work, cores, trident="build/trident", busy_port=0):
         ("seq aux loss without a coefficient", 2,
          "train --config configs/mixtral-tiny.toml --set model.moe_aux_loss=seq_aux_loss --set model.moe_aux_loss_coeff=0",
          ["model.moe_aux_loss = \"seq_aux_loss\" with model.moe_aux_loss_coeff = 0"]),
+        # NOTE [pooled aux loss]: transformers' softmax definition; no context-parallel pooling.
+        ("pooled aux loss with a sigmoid router", 2,
+         "train --config configs/deepseek-v3-tiny.toml --set model.moe_aux_loss=pooled_aux_loss "
+         "--set model.moe_aux_loss_coeff=0.01",
+         ["model.moe_aux_loss = \"pooled_aux_loss\" with model.moe_score_function = \"sigmoid\"",
+          "a softmax over the router logits"]),
+        ("pooled aux loss under context parallelism", 2,
+         "train --config configs/mixtral-tiny.toml --set model.moe_aux_loss=pooled_aux_loss --set parallel.cp=2",
+         ["model.moe_aux_loss = \"pooled_aux_loss\" with parallel.cp = 2", "is not built"]),
         ("every layer dense", 2, "train --config configs/qwen2-moe-tiny.toml --set model.moe_first_dense=4",
          ["model.moe_first_dense (4) must be below model.layers (4)"]),
         ("dense layers on mixtral", 2, "train --config configs/mixtral-tiny.toml --set model.moe_first_dense=1",

@@ -47,6 +47,7 @@ const std::string kEp2 = "parallel.ep=2", kEp4 = "parallel.ep=4", kNcclRules = "
 const std::string kOverlapMoe = "schedule.overlap_moe=true", kGbs32 = "training.global_batch_size=32";
 const std::string kAllGather = "parallel.moe_dispatcher=allgather";
 const std::string kCapacity = "model.moe_capacity_factor=1.0";
+const std::string kPooled = "model.moe_aux_loss=pooled_aux_loss";
 const std::string kEtp1 = "parallel.etp=1", kSp = "parallel.sequence_parallel=true";
 // zb-auto's activation limit: 2p, the paper's ZB-2p (at pp = 2 and at pp = 4).
 const std::string kZb2pAtPp2 = "schedule.memory_limit=4", kZb2pAtPp4 = "schedule.memory_limit=8";
@@ -105,6 +106,8 @@ struct Row {
         n += "_allgather";
       else if (e == kCapacity)
         n += "_capacity1";
+      else if (e == kPooled)
+        n += "_pooled";
       else if (e.rfind("model.moe_token_drop_policy=", 0) == 0)
         n += "_drop" + e.substr(e.find('=') + 1);
       else if (e.rfind("parallel.cp=", 0) == 0)
@@ -288,6 +291,14 @@ const std::vector<Row>& moe_rows() {
       // dispatch, so ep 2 equals the single process dropping by the same rule per micro-batch.
       {1, 1, 2, "1f1b", 0, true, {kEp2, kCapacity}, kMixtral},
       {1, 1, 2, "1f1b", 1, true, {kEp2, kAllGather, kCapacity, "model.moe_token_drop_policy=position"}, kMixtral},
+      // transformers' pooled balancing loss (NOTE [pooled aux loss]): every layer's router reads the
+      // micro-batch's counts of all layers, sent beside the hidden state (NOTE [pipeline side values]):
+      // through the V turn on one rank and the split backward, full recomputation's re-forward (which
+      // must not count twice), a stage without MoE layers, and the overlapped pairs' backward thread.
+      {1, 2, 1, "dualpipev", 0, true, {kPooled}, kMixtral},
+      {1, 2, 1, "1f1b", 0, true, {kPooled, "training.recompute=full"}, kMixtral},
+      {1, 2, 2, "zb-v", 0, true, {kPooled, kEp2, kOverlapMoe, "model.moe_first_dense=2", kGbs32, kNcclRules}, kQwen3Moe},
+      {2, 1, 1, "1f1b", 0, true, {kPooled, kSp}, kQwen2Moe},
   };
   return r;
 }
@@ -405,7 +416,9 @@ void expect_row_matches_reference(const Row& r) {
   // rank whose list has no backward followed by a forward, like 1F1B's first at m = p, has none).
   double pairs = 0;
   for (const auto& s : ranks) pairs += field(s, "overlapped_pairs");
-  if (std::find(r.extra.begin(), r.extra.end(), kOverlapMoe) != r.extra.end()) EXPECT_GT(pairs, 0) << r.name();
+  if (std::find(r.extra.begin(), r.extra.end(), kOverlapMoe) != r.extra.end()) {
+    EXPECT_GT(pairs, 0) << r.name();
+  }
   // The dense gradients are reduced over dp x cp, the experts' over their edp ranks (NOTE [expert
   // grid]: edp = 1 at ep = dp, tp ranks at etp = 1; with cp, at ep = 1, edp x cp): all, none, or
   // some of a rank's elements.
