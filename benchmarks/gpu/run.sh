@@ -21,7 +21,8 @@
 #      after I on the device (the rank summary's deferred_weight_grads > 0) and zb-h1
 #      bit-identical to 1f1b; mixtral-tiny's experts on the grouped GEMM's bf16 kernel, and
 #      its step's host reads (the rank summary's count) no more than the CPU's: the loss,
-#      the gradient norm and the MoE statistics, one each per logged step;
+#      the gradient norm and the MoE statistics, one each per logged step; its W actions
+#      compute as many weight gradients as the CPU's (the experts' grouped GEMMs defer theirs);
 #   6. context parallelism's ring merge (cp 2 and 4) on the device's attention kernels that
 #      return the log-sum-exp, fp32 and bf16, against the whole sequence's attention.
 # Results: OUTDIR/results-DATE.txt (the file to commit as
@@ -327,6 +328,21 @@ for family in gpt llama mixtral; do
   note "$family-tiny bf16 on $device, 4 steps, loss $last; W deferral: zb-h1's W actions computed $n weight gradients" \
        "and its losses and norms equal 1f1b's bit for bit: $r"
   if [[ $family == mixtral ]]; then
+    # NOTE [grouped experts]: the device's experts (one grouped GEMM per projection) defer their
+    # weight gradients to the W as the CPU's per-expert GEMMs do: the same count on both.
+    c=$work/defer-mixtral-zb-h1-cpu
+    rm -rf "$c"
+    run timeout 180 "$trident" train --config "$repo/configs/mixtral-tiny.toml" --set training.steps=4 \
+      --set training.device=cpu --set training.precision=bf16 --set schedule.kind=zb-h1 --set training.eval_interval=0 \
+      --set logging.log_interval=1 --set logging.progress=false --set logging.dir="$c" >> "$out/defer.log" 2>&1 || true
+    r=FAIL
+    if [[ -e $c/rank-0.json ]]; then
+      nc=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["deferred_weight_grads"])' "$c/rank-0.json")
+      [[ $nc == "$n" ]] && r=PASS
+    fi
+    [[ $r == PASS ]] || failed=1
+    note "mixtral-tiny bf16 zb-h1: W actions computed $n weight gradients on $device, ${nc:-?} on the CPU" \
+         "(the experts' grouped GEMMs defer theirs): $r"
     # NOTE [host reads]: an MoE step reads the loss, the norm and the MoE statistics once per
     # logged step, on every device; the grouped GEMM's offsets stay on the device.
     reads=$(python3 -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))["host_reads"], sort_keys=True))' "$b/rank-0.json")
