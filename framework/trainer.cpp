@@ -195,7 +195,8 @@ double reduce_loss(Run& r, const at::Tensor& local_sum) {
 // takes part whether or not its stages hold an MoE layer.
 at::Tensor world_moe_stats(Run& r, const std::vector<at::Tensor>& taken) {
   const ModelConfig& mc = r.cfg.model;
-  at::Tensor t = at::zeros({mc.layers, mc.experts + 3}, at::TensorOptions().dtype(at::kDouble).device(r.device));
+  at::Tensor t =
+      at::zeros({mc.layers, mc.experts + kMoeStatExtra}, at::TensorOptions().dtype(at::kDouble).device(r.device));
   for (const at::Tensor& s : taken)
     if (s.defined()) t.add_(s);
   all_reduce(r.pgs->world, t);
@@ -210,11 +211,17 @@ std::vector<MoeLayerStats> summarize_moe_stats(Run& r, const at::Tensor& t) {
   std::vector<MoeLayerStats> out;
   for (int64_t l = 0; l < mc.layers; ++l) {
     if (!mc.moe_layer(l)) continue;
-    const double n = a[l][mc.experts + 2];
+    const auto col = [&](MoeStatColumn c) { return a[l][mc.experts + c]; };
+    const double n = col(kMoeMicroBatches);
     double most = 0, sum = 0;
     for (int64_t e = 0; e < mc.experts; ++e) most = std::max(most, a[l][e]), sum += a[l][e];
     out.push_back({l, sum > 0 ? most / (sum / static_cast<double>(mc.experts)) : 0.0,
-                   n > 0 ? a[l][mc.experts] / n : 0.0, n > 0 ? a[l][mc.experts + 1] / n : 0.0});
+                   n > 0 ? col(kMoeAux) / n : 0.0, n > 0 ? col(kMoeZ) / n : 0.0});
+    // The share of the routed assignments dropped past capacity (written only with a capacity), and
+    // the correction bias's range during the step (only with one).
+    const double routed = col(kMoeAssignments);
+    if (mc.moe_capacity_factor > 0) out.back().dropped = routed > 0 ? 1.0 - sum / routed : 0.0;
+    if (mc.moe_expert_bias) out.back().bias_range = n > 0 ? col(kMoeBiasRange) / n : 0.0;
     // Under ep > 1 each EP rank holds experts [j·E/ep, (j+1)·E/ep) (NOTE [expert dispatch]): its load.
     const int64_t ep = r.pgs->layout().ep;
     if (ep > 1) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -155,8 +156,18 @@ int bench_throughput(int argc, char** argv) {
     std::vector<bench::ThroughputRow> one{r};
     running = bench::rescale_mfu(one, running, cores);  // the best peak so far; throughput.csv has the final one
     min_used = std::min(min_used, running);
-    std::printf("%-12s p=%d m=%-3d v=%d  %8.0f tok/s  MFU %5.1f%%  bubble %5.1f%%  step %.3f s%s\n", kind.c_str(), p, m,
-                v, r.tokens_per_s, 100 * one[0].mfu, 100 * r.bubble, r.step_s,
+    std::string moe;  // a mixture of experts' balance (NOTE [MoE stats])
+    const auto add = [&moe](double value, const char* fmt) {
+      if (std::isnan(value)) return;
+      char buf[64];
+      std::snprintf(buf, sizeof buf, fmt, value);
+      moe += buf;
+    };
+    add(r.moe_load, "  moe-load %.2f");
+    add(100 * r.moe_dropped, "  dropped %.1f%%");
+    add(r.moe_bias_range, "  bias-range %.2e");
+    std::printf("%-12s p=%d m=%-3d v=%d  %8.0f tok/s  MFU %5.1f%%  bubble %5.1f%%  step %.3f s%s%s\n", kind.c_str(), p,
+                m, v, r.tokens_per_s, 100 * one[0].mfu, 100 * r.bubble, r.step_s, moe.c_str(),
                 p * r.threads > cores ? "  (contention-bound)" : "");
     std::fflush(stdout);
     rows.push_back(r);

@@ -100,7 +100,7 @@ ThroughputRow run_throughput_case(const std::string& trident, const std::string&
   while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
   if (pclose(p) != 0) throw std::runtime_error("bench throughput: this run failed:\n" + cmd + "\n" + out);
   std::ifstream rows(dir + "/metrics.jsonl");
-  std::vector<double> tok, mfu, bubble, step, tflops;
+  std::vector<double> tok, mfu, bubble, step, tflops, load, dropped, bias_range;
   std::string line;
   for (int i = 0; std::getline(rows, line); ++i) {
     if (i == 0 && steps > 1) continue;  // warm-up
@@ -109,10 +109,14 @@ ThroughputRow run_throughput_case(const std::string& trident, const std::string&
     bubble.push_back(field(line, "bubble"));
     step.push_back(field(line, "step_time_s"));
     tflops.push_back(field(line, "tflops"));
+    for (auto [key, into] : {std::pair{"moe_load_max", &load}, {"moe_dropped_max", &dropped},
+                             {"moe_bias_range_max", &bias_range}})
+      if (const double v = field(line, key); !std::isnan(v)) into->push_back(v);
   }
   if (tok.empty()) throw std::runtime_error("bench throughput: no metrics in " + dir + "/metrics.jsonl");
   ThroughputRow r{c, median(tok), median(mfu), median(bubble), median(step), median(tflops)};
   r.threads = training_threads(dir + "/config.toml");
+  r.moe_load = median(load), r.moe_dropped = median(dropped), r.moe_bias_range = median(bias_range);
   // The trainer's mfu is tflops / (its one-thread peak x min(ranks, cores)) (framework/trainer.cpp),
   // so its peak is recovered from any step's pair.
   const double trainer_cores = std::max(1u, std::thread::hardware_concurrency());
@@ -122,11 +126,20 @@ ThroughputRow run_throughput_case(const std::string& trident, const std::string&
 
 std::string throughput_csv(const std::vector<ThroughputRow>& rows) {
   std::ostringstream s;
-  s << "schedule,p,m,v,tokens_per_s,mfu,bubble,step_s,tflops,threads,run_peak_gflops\n";
-  for (const auto& r : rows)
+  // A mixture of experts' columns where a run has them (empty cells for a run without).
+  bool moe = false;
+  for (const auto& r : rows) moe = moe || !std::isnan(r.moe_load);
+  const auto cell = [](double v, const char* fmt) { return std::isnan(v) ? std::string() : f(v, fmt); };
+  s << "schedule,p,m,v,tokens_per_s,mfu,bubble,step_s,tflops,threads,run_peak_gflops"
+    << (moe ? ",moe_load_max,moe_dropped_max,moe_bias_range_max" : "") << "\n";
+  for (const auto& r : rows) {
     s << r.c.schedule << "," << r.c.p << "," << r.c.m << "," << r.c.v << "," << f(r.tokens_per_s) << ","
       << f(r.mfu, "%.4f") << "," << f(r.bubble, "%.4f") << "," << f(r.step_s, "%.4f") << "," << f(r.tflops, "%.6f")
-      << "," << r.threads << "," << f(r.run_peak_flops / 1e9) << "\n";
+      << "," << r.threads << "," << f(r.run_peak_flops / 1e9);
+    if (moe)
+      s << "," << cell(r.moe_load, "%.4f") << "," << cell(r.moe_dropped, "%.4f") << "," << cell(r.moe_bias_range, "%.3e");
+    s << "\n";
+  }
   return s.str();
 }
 

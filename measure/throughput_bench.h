@@ -3,6 +3,7 @@
 // the schedule. Pure C++: it runs the trident executable and reads metrics.jsonl.
 #pragma once
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,9 @@ struct ThroughputRow {
   double tokens_per_s = 0, mfu = 0, bubble = 0, step_s = 0, tflops = 0;  // medians over the steps after the first
   double run_peak_flops = 0;  // the matmul rate this run measured at its start-up, on `threads` threads
   int threads = 1;            // training.threads of the run (intra-op threads per rank)
+  // A mixture of experts' balance (NOTE [MoE stats]), medians of metrics.jsonl's moe_load_max,
+  // moe_dropped_max and moe_bias_range_max; NaN where the run has no such key.
+  double moe_load = NAN, moe_dropped = NAN, moe_bias_range = NAN;
 };
 
 // One thread's fp32 1024^3 matmul rate, the best of `trials` timings: other

@@ -41,11 +41,18 @@ std::vector<std::pair<std::string, double>> idle_fields(const StepMetrics& m) {
   return out;
 }
 
-// The largest expert load and expert-parallel rank load over the MoE layers (-1: no rank load).
-std::pair<double, double> worst_loads(const StepMetrics& m) {
-  double worst = 0, worst_rank = -1;
-  for (const MoeLayerStats& l : m.moe) worst = std::max(worst, l.load_max), worst_rank = std::max(worst_rank, l.rank_load_max);
-  return {worst, worst_rank};
+// The largest expert load, expert-parallel rank load, dropped share and bias range over the MoE
+// layers (-1: not kept).
+struct WorstMoe {
+  double load = 0, rank_load = -1, dropped = -1, bias_range = -1;
+};
+WorstMoe worst_moe(const StepMetrics& m) {
+  WorstMoe w;
+  for (const MoeLayerStats& l : m.moe) {
+    w.load = std::max(w.load, l.load_max), w.rank_load = std::max(w.rank_load, l.rank_load_max);
+    w.dropped = std::max(w.dropped, l.dropped), w.bias_range = std::max(w.bias_range, l.bias_range);
+  }
+  return w;
 }
 
 // Flat keys of the MoE layers' statistics, and moe_load_max over the layers
@@ -57,10 +64,14 @@ std::vector<std::pair<std::string, double>> moe_fields(const StepMetrics& m) {
     const std::string at = "_l" + std::to_string(l.layer);
     out.insert(out.end(), {{"moe_load" + at, l.load_max}, {"moe_aux_loss" + at, l.aux_loss}, {"moe_z_loss" + at, l.z_loss}});
     if (l.rank_load_max >= 0) out.emplace_back("moe_rank_load" + at, l.rank_load_max);
+    if (l.dropped >= 0) out.emplace_back("moe_dropped" + at, l.dropped);
+    if (l.bias_range >= 0) out.emplace_back("moe_bias_range" + at, l.bias_range);
   }
-  const auto [worst, worst_rank] = worst_loads(m);
-  out.emplace_back("moe_load_max", worst);
-  if (worst_rank >= 0) out.emplace_back("moe_rank_load_max", worst_rank);
+  const WorstMoe w = worst_moe(m);
+  out.emplace_back("moe_load_max", w.load);
+  if (w.rank_load >= 0) out.emplace_back("moe_rank_load_max", w.rank_load);
+  if (w.dropped >= 0) out.emplace_back("moe_dropped_max", w.dropped);
+  if (w.bias_range >= 0) out.emplace_back("moe_bias_range_max", w.bias_range);
   return out;
 }
 
@@ -110,9 +121,11 @@ std::string format_step_line(const StepMetrics& m, int64_t total_steps) {
      << fmt("%.3f", m.tflops) << " TFLOP/s | MFU " << fmt("%.1f", 100.0 * m.mfu) << "% | bubble "
      << fmt("%.1f", 100.0 * m.bubble) << "%";
   if (!m.moe.empty()) {
-    const auto [worst, worst_rank] = worst_loads(m);
-    os << " | moe-load " << fmt("%.2f", worst);
-    if (worst_rank >= 0) os << " | rank-load " << fmt("%.2f", worst_rank);  // expert parallelism's busiest rank
+    const WorstMoe w = worst_moe(m);
+    os << " | moe-load " << fmt("%.2f", w.load);
+    if (w.rank_load >= 0) os << " | rank-load " << fmt("%.2f", w.rank_load);  // expert parallelism's busiest rank
+    if (w.dropped >= 0) os << " | dropped " << fmt("%.1f", 100.0 * w.dropped) << "%";
+    if (w.bias_range >= 0) os << " | bias-range " << fmt("%.2e", w.bias_range);
   }
   if (m.eval_loss) os << " | eval-loss " << fmt("%.4f", *m.eval_loss);
   return os.str();

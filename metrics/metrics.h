@@ -35,6 +35,10 @@ struct MoeLayerStats {
   // received over the mean per rank (1: balanced), summed over the EP groups;
   // -1 without (not written).
   double rank_load_max = -1;
+  // The share of the assignments routed in the step that were dropped past
+  // capacity (model.moe_capacity_factor > 0), and the correction bias's range,
+  // max - min (model.moe_expert_bias); -1 without (not written).
+  double dropped = -1, bias_range = -1;
 };
 
 struct StepMetrics {
@@ -47,7 +51,7 @@ struct StepMetrics {
   double bubble = 0;                  // measured: idle / (p x pipeline time) over rank 0's pipeline
   std::vector<double> stage_busy_s;   // per pipeline stage: compute time in this step (busy_s_stageI)
   std::vector<IdleParts> stage_idle;  // per pipeline stage: idle_s_stageI, idle_inherent_s_stageI, ... (to_json)
-  std::vector<MoeLayerStats> moe;     // per MoE layer: moe_load_lL, moe_aux_loss_lL, moe_z_loss_lL (to_json)
+  std::vector<MoeLayerStats> moe;     // per MoE layer: moe_load_lL, moe_aux_loss_lL, moe_z_loss_lL, ... (to_json)
   std::optional<double> eval_loss;
 };
 

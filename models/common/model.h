@@ -50,6 +50,9 @@ struct Buffer {
 // same group of sends and receives, right after the hidden state's.
 // (SideValues: models/common/side_values.h.)
 
+// The columns of a row of Stage::take_moe_stats() after its experts' counts, at experts + each.
+enum MoeStatColumn : int64_t { kMoeAux = 0, kMoeZ, kMoeMicroBatches, kMoeAssignments, kMoeBiasRange, kMoeStatExtra };
+
 class Stage {
  public:
   virtual ~Stage() = default;
@@ -110,9 +113,10 @@ class Stage {
   virtual int64_t side_width() const { return 0; }
   virtual void set_side(std::shared_ptr<SideValues> side) { (void)side; }
   // A mixture of experts' statistics since the last call, (model.layers,
-  // experts + 3) fp64 on the stage's device, and resets them; undefined when
-  // the stage has no MoE layer or ran no training forward (NOTE [MoE stats] in
-  // models/llama/llama.cpp).
+  // experts + kMoeStatExtra) fp64 on the stage's device, and resets them;
+  // undefined when the stage has no MoE layer or ran no training forward
+  // (NOTE [MoE stats] in models/llama/llama.cpp; the columns after the
+  // experts' counts are MoeStatColumn's).
   virtual at::Tensor take_moe_stats() { return at::Tensor(); }
   // NOTE [expert bias update]: `loads` (layers, experts) fp64 on the stage's
   // device, the tokens each expert received in the step over the whole world;

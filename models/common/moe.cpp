@@ -391,6 +391,7 @@ MoeOutput moe_forward(const at::Tensor& x, const MoeWeights& w, const RouterOpti
   }
   const Dispatch d = dispatch(experts, o.experts, kept);
   out.counts = d.counts;
+  out.assignments = experts.numel();
   at::Tensor y;
   if (ep && ep->size() > 1 && ep->allgather) {
     // A dropped assignment's expert is -1: no rank's (NOTE [expert capacity]).

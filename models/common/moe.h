@@ -144,6 +144,7 @@ struct MoeOutput {
   bool reduced = true;
   Routing routing;
   at::Tensor counts;  // (E) int64: the rows each expert received (the dispatch's)
+  int64_t assignments = 0;  // the (token, slot) pairs that dispatch routed before dropping
 };
 // NOTE [experts under tensor parallelism]
 // Under tp > 1 the layer's input x is the whole micro-batch on every rank of

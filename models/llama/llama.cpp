@@ -445,21 +445,29 @@ at::Tensor LlamaStage::moe(int64_t layer, const BlockParams& b, const at::Tensor
   if (at::GradMode::is_enabled()) {
     at::NoGradGuard no_grad;
     const int64_t e = cfg_.experts;
-    if (!moe_stats_.defined()) moe_stats_ = at::zeros({cfg_.layers, e + 3}, x.options().dtype(at::kDouble));
+    if (!moe_stats_.defined())
+      moe_stats_ = at::zeros({cfg_.layers, e + kMoeStatExtra}, x.options().dtype(at::kDouble));
+    const at::Tensor range = w.bias.defined() ? (w.bias.max() - w.bias.min()).to(at::kDouble).reshape({1})
+                                              : at::zeros({1}, moe_stats_.options());
     moe_stats_[layer].add_(at::cat({out.counts.to(at::kDouble), aux.detach().to(at::kDouble).reshape({1}),
-                                    z.detach().to(at::kDouble).reshape({1}), at::ones({1}, moe_stats_.options())}));
+                                    z.detach().to(at::kDouble).reshape({1}), at::ones({1}, moe_stats_.options()),
+                                    at::full({1}, static_cast<double>(out.assignments), moe_stats_.options()), range}));
   }
   return y;
 }
 
 // NOTE [MoE stats]
-// Row l of what take_moe_stats() returns, for an MoE layer l this stage holds:
-// the tokens each expert received (summed over the micro-batches since the
-// last take), the balancing loss the layer computes (model.moe_aux_loss's
-// kind, without its coefficient) and its z-loss, each summed, and the number
-// of micro-batches. Rows of other layers are zero, so the trainer sums every
-// rank's tensor over the world (pipeline stages hold different layers, data-
-// parallel replicas the same ones) and reads it once, on a logged step.
+// Row l of what take_moe_stats() returns, for an MoE layer l this stage holds,
+// each column summed over the micro-batches since the last take: the tokens
+// each expert received (kMoeStatCounts..), the balancing loss the layer
+// computes (model.moe_aux_loss's kind, without its coefficient), its z-loss,
+// the number of micro-batches, the assignments its dispatch routed before
+// dropping (in the counts' scope: the received tokens plus the dropped ones)
+// and the correction bias's range (max - min; 0 without one). Rows of other
+// layers are zero, so the trainer sums every rank's tensor over the world
+// (pipeline stages hold different layers, data-parallel replicas the same
+// ones), divides the losses and the range by the micro-batches (a mean: every
+// holder of a layer has the same bias) and reads it once, on a logged step.
 // NOTE [pooled aux loss]: one count per expert beside every boundary tensor, on every stage of the
 // model (a stage without MoE layers passes them on).
 int64_t LlamaStage::side_width() const {

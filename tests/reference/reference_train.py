@@ -221,6 +221,27 @@ def update_expert_biases(model, layer_stats, rate):
         torch.distributed.all_reduce, mu.parallel_state.get_tensor_and_data_parallel_group = real
 
 
+def expert_biases(model):
+    """Each MoE layer's score-correction bias as the step's forwards use it (DeepSeek-V3's routers, in
+    layer order); none for the other families."""
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3TopkRouter
+    return [m.e_score_correction_bias.detach().clone() for m in model.modules() if isinstance(m, DeepseekV3TopkRouter)]
+
+
+def dropped_assignments(logits, k, capacity_factor, drop_policy):
+    """(dropped, routed) assignments of one layer and micro-batch of a softmax top-K router past
+    capacity, by megatron-core's own apply_router_token_dropping (its get_capacity: ceil(T K / E x c)
+    per expert)."""
+    from megatron.core.transformer.moe.moe_utils import apply_router_token_dropping
+    p = logits.reshape(-1, logits.size(-1)).double().softmax(-1)
+    top = p.topk(k, dim=-1)
+    probs = torch.zeros_like(p).scatter(1, top.indices, top.values)
+    chosen = torch.zeros_like(p, dtype=torch.bool).scatter(1, top.indices, True)
+    _, kept = apply_router_token_dropping(probs, chosen, k, capacity_factor, drop_policy)
+    routed = p.size(0) * k
+    return routed - int(kept.sum()), routed
+
+
 def moe_row(layer_stats, first_dense):
     """metrics.jsonl's MoE keys (NOTE [MoE stats]) from each micro-batch's per-layer (counts, aux, z):
     the most tokens an expert got over the mean per expert, and the mean balancing and z-losses."""
@@ -320,6 +341,10 @@ def main():
                          "its grouped one (on the CPU a per-expert op with its own backward): two correct fp32 "
                          "computations of one model")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--capacity-factor", type=float, default=0.0,
+                    help="> 0: also write the first MoE layer's share of assignments dropped past that capacity "
+                         "(megatron-core's rule; model.moe_token_drop_policy) as moe_dropped_lL, the reference "
+                         "training without dropping: only step 1's is Trident's")
     ap.add_argument("--dp", type=int, default=1,
                     help="sum the micro-batch gradients in data parallelism's order (NOTE [accumulation orders])")
     ap.add_argument("--accumulate", choices=["autograd", "sequential", "pairwise", "float64"], default="autograd",
@@ -399,6 +424,8 @@ def main():
         opt.zero_grad(set_to_none=True)
         loss_sum = 0.0  # Python float (double), like Trident's double accumulator
         moe_stats = []  # per micro-batch: each MoE layer's (token counts, balancing loss, z-loss)
+        biases = expert_biases(model)  # as this step's forwards use them
+        dropped = [0, 0]  # the first MoE layer's (dropped, routed) assignments (--capacity-factor)
         captured = []  # (rank, micro-batch gradients) for --accumulate other than autograd
         for r in range(dp):
             for k in range(local):
@@ -421,6 +448,11 @@ def main():
                     pooled = o.aux_loss if m_cfg.get("moe_aux_loss", "aux_loss") == "pooled_aux_loss" else None
                     extra, per_layer = balancing_losses(o.router_logits, m_cfg, x.size(0), routed or None, pooled)
                     moe_stats.append(per_layer)
+                    if args.capacity_factor > 0:
+                        d, n = dropped_assignments(o.router_logits[0], m_cfg["moe_top_k"], args.capacity_factor,
+                                                   m_cfg.get("moe_token_drop_policy", "probs"))
+                        dropped[0] += d
+                        dropped[1] += n
                 # Trident's executor backpropagates loss * (1/m) for each of a rank's m micro-batches.
                 ((loss + extra) * (1.0 / local)).backward()
                 loss_sum += loss.item()
@@ -457,7 +489,14 @@ def main():
         row = {"step": step + 1, "loss": loss_sum / micro, "lr": lr, "grad_norm": norm,
                "clipped": 1 if clip > 0 and norm > clip else 0}
         if moe_stats:
-            row.update(moe_row(moe_stats, m_cfg.get("moe_first_dense", 0)))
+            first = m_cfg.get("moe_first_dense", 0)
+            row.update(moe_row(moe_stats, first))
+            for i, b in enumerate(biases):  # NOTE [MoE stats]: the correction bias's range, max - min
+                row[f"moe_bias_range_l{i + first}"] = float(b.max() - b.min())
+            if biases:
+                row["moe_bias_range_max"] = max(float(b.max() - b.min()) for b in biases)
+            if args.capacity_factor > 0:
+                row[f"moe_dropped_l{first}"] = dropped[0] / dropped[1]
         out.write(json.dumps(row) + "\n")
         out.flush()
     out.close()

@@ -224,6 +224,37 @@ def check_moe_stats(name, runs, ref):
     return failures
 
 
+def check_dropped(t, config, setargs, work, hf0, env):
+    """NOTE [MoE stats]: the share of assignments dropped past capacity (model.moe_capacity_factor = 1),
+    step 1's first MoE layer, the one whose input no dropping has touched yet, against megatron-core's
+    apply_router_token_dropping on transformers' routing of the same micro-batches (reference_train.py
+    --capacity-factor): one process, and ep 2 over dp 2, where each rank drops among its own tokens."""
+    failures = []
+    one_step = ["model.moe_capacity_factor=1.0", "training.steps=1", "training.exit_after_steps=0", "checkpoint.dir="]
+    runs = [("one process", 1, []), ("dp2_ep2", 2, ["parallel.dp=2", "parallel.ep=2"])]
+    got = {}
+    for name, nproc, extra in runs:
+        out = os.path.join(work, "dropped-" + name.replace(" ", "-"))
+        cmd = [t, "train", "--config", config, *setargs, *[a for s in one_step + extra for a in ("--set", s)],
+               "--set", f"logging.dir={out}"]
+        run([t, "launch", "--nproc-per-node", str(nproc), "--master-port", "0", "--", *cmd] if nproc > 1 else cmd)
+        got[name] = metrics(out)[0]
+    ref = os.path.join(work, "ref-dropped")
+    run([sys.executable, os.path.join(HERE, "reference_train.py"), "--config",
+         os.path.join(work, "dropped-one-process", "config.toml"), "--hf-dir", hf0, "--out", ref, "--dtype", "float64",
+         "--steps", "1", "--capacity-factor", "1.0"], env=env)
+    want = metrics(ref)[0]
+    key = next(k for k in want if k.startswith("moe_dropped_l"))
+    if not 0 < want[key] < 1:
+        failures.append(f"dropping: the reference dropped {want[key]} of the assignments: expected some, not all")
+    for name, row in got.items():
+        if key not in row or abs(row[key] - want[key]) > 1e-12:
+            failures.append(f"dropping, {name}: {key} = {row.get(key)!r}, megatron-core's rule {want[key]!r}")
+    print(f"dropping: {key} = {want[key]:.6f} (megatron-core's rule on transformers' routing); "
+          + ", ".join(f"{n} {r.get(key)!r}" for n, r in got.items()))
+    return failures
+
+
 def check_against_reference(label, T, P, D, clip, steps, P2=None):
     """The per-step contract of one Trident run T against the torch fp32 run P and the fp64 run D; with P2
     (a second correct fp32 run), torch fp32's error is the larger of P's and P2's."""
@@ -396,6 +427,8 @@ def main():
     failures, ill, rows, worst = check_against_reference("single process", T, P, D, clip, case_steps(args.case), P2)
     if args.case in MOE_CASES:
         failures += check_moe_stats("single process", T, P)
+    if args.case == "mixtral-tiny" and not args.pooled:
+        failures += check_dropped(t, config, setargs, work, hf0, env)
     bf16 = None
     if args.case == "tiny":
         f_, bf16 = check_bf16(t, config, setargs, work, hf0, env, D, rows, clip)
