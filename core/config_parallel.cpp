@@ -133,10 +133,6 @@ void check_schedule(const Config& c) {
       fail(c, why + "with training.recompute = \"full\": recomputation re-runs a forward, its all-to-alls "
                     "included, inside the backward, beside the paired forward's own (\"selective\" recomputes "
                     "only the attention core, which has none)");
-    if (c.parallel.tp > 1)
-      fail(c, why + "with parallel.tp = " + n(c.parallel.tp) + ": both halves of a pair issue tensor-parallel "
-                    "all-reduces, on one tp group from two threads, which NCCL would match in either order; expected "
-                    "parallel.tp = 1");
     if (s.kind == "gpipe")
       fail(c, why + "with schedule.kind = \"gpipe\": it runs every forward before any backward, so no backward "
                     "has a forward to pair with");

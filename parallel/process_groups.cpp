@@ -63,6 +63,13 @@ ProcessGroups::ProcessGroups(const WorldEnv& env, const Layout& layout, const st
     ep_backward = make_group("ep_backward", {{env_.rank}});
     expert_dp = dp_cp;
   }
+  // NOTE [two tp groups] in parallel/tensor_parallel.h.
+  if (layout_.tp > 1 && layout_.experts_folded()) {
+    tp_backward = make_group("tp_backward", layout_.all_tp_groups());
+    tp.backward = &tp_backward;
+  } else {
+    tp_backward = make_group("tp_backward", {{env_.rank}});
+  }
 }
 
 ProcessGroups::~ProcessGroups() = default;

@@ -39,6 +39,9 @@ struct Group {
   // tensor, every rank's part of an all-gather or reduce-scatter included):
   // what tests read to see the dtype on the wire (NOTE [TP collectives]).
   mutable int64_t comm_bytes = 0;
+  // NOTE [two tp groups]: where the backward functions of the tensor-parallel
+  // mappings run their collectives (null: this group).
+  const Group* backward = nullptr;
 
   int size() const { return static_cast<int>(members.size()); }
   // Group index -> global rank.
@@ -77,6 +80,10 @@ class ProcessGroups {
   // expert groups] in parallel/expert_parallel.h); at ep = 1 of one rank.
   Group ep_backward;
   Group expert_dp;
+  // NOTE [two tp groups]: the same ranks as tp, for the backward's tensor-parallel
+  // collectives, when tp > 1 and the experts are spread (ep > 1: what the
+  // overlapped pairs need); else of one rank, and tp.backward is null.
+  Group tp_backward;
   // NOTE [context grid] in parallel/layout.h: the ranks splitting one
   // sequence (size 1 at cp = 1), and the dp x cp ranks that average the dense
   // gradients (at cp = 1 the dp group itself).

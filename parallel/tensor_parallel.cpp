@@ -22,8 +22,10 @@ namespace {
 
 // Autograd contexts keep the TP group as an integer (saved_data holds IValues).
 int64_t pack(const TpContext& tp) { return reinterpret_cast<int64_t>(tp.group); }
+// A backward's group: the forward's, or its twin (NOTE [two tp groups] in tensor_parallel.h).
 const Group& unpack(AutogradContext* ctx) {
-  return *reinterpret_cast<const Group*>(ctx->saved_data["group"].toInt());
+  const Group& g = *reinterpret_cast<const Group*>(ctx->saved_data["group"].toInt());
+  return g.backward ? *g.backward : g;
 }
 
 // NOTE [TP collectives]

@@ -21,6 +21,17 @@ struct AutogradContext;
 
 namespace trident {
 
+// NOTE [two tp groups]
+// The backward functions of the mappings below run their collectives on the
+// tp group's `backward` twin when it has one (the same ranks, a communicator
+// of its own: ProcessGroups::tp_backward, made when tp > 1 and ep > 1). In an
+// overlapped pair (NOTE [overlapped pairs] in schedules/overlap.h) one thread
+// runs a forward while another runs a backward, both issuing tensor-parallel
+// collectives; on one group their order would differ from rank to rank (NCCL
+// and Gloo match collectives by order only). On two, every rank issues the
+// forwards' in list order and layer order on one, and the backwards' in list
+// order and reverse layer order on the other, as the experts' all-to-alls do
+// (NOTE [two expert groups] in parallel/expert_parallel.h).
 struct TpContext {
   const Group* group = nullptr;  // the TP group; null means tp = 1
   bool sequence_parallel = false;

@@ -190,7 +190,7 @@ struct Searcher {
           }
           keep_if_it_fits(l, all);
           // NOTE [planned overlap]: the same layout with its all-to-alls under overlapped pairs.
-          if (ep > 1 && tp == 1 && std::string(rec) != "full" && kind != "gpipe") {
+          if (ep > 1 && std::string(rec) != "full" && kind != "gpipe") {
             l.overlap_moe = true;
             try {
               keep_if_it_fits(l, all);

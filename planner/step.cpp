@@ -261,9 +261,6 @@ void check_layout(const Problem& pr, const PlanLayout& given) {
                     "inside the backward");
   if (l.overlap_moe && l.schedule == "gpipe")
     throw PlanError(at + "overlap_moe=1 with schedule=gpipe: no backward has a forward after it to pair with");
-  if (l.overlap_moe && l.tp > 1)
-    throw PlanError(at + "overlap_moe=1 with tp(" + std::to_string(l.tp) + "): a pair's two halves would both issue "
-                    "tensor-parallel all-reduces on one group");
   if (m.mla() && l.cp > 1)
     throw PlanError(at + "cp(" + std::to_string(l.cp) + ") with model.arch = \"" + m.arch +
                     "\": multi-head latent attention does not run under context parallelism yet");

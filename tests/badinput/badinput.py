@@ -284,10 +284,6 @@ def cases(work, cores, trident="build/trident", busy_port=0):
          "--gpus 8 --layout tp=2,dp=4 --moe-tp", ["--moe-tp applies to the search, not to --layout"]),
         ("etp on a dense model", 2, "train --config configs/llama-tiny.toml --set parallel.etp=1",
          ["parallel.etp = 1 with model.arch = \"llama\": a dense family has no experts to split"]),
-        ("overlap_moe with tp", 2,
-         "train --config configs/mixtral-tiny.toml --set parallel.tp=2 --set parallel.dp=2 --set parallel.ep=2 "
-         "--set schedule.overlap_moe=true",
-         ["schedule.overlap_moe = true with parallel.tp = 2: both halves of a pair issue tensor-parallel all-reduces"]),
         ("etp 1 with tokens not splitting over tp", 2,
          "train --config configs/mixtral-tiny.toml --set parallel.tp=2 --set parallel.etp=1 "
          "--set training.micro_batch_size=1 --set model.seq_len=31",

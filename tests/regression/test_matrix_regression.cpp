@@ -283,6 +283,11 @@ const std::vector<Row>& moe_rows() {
       {2, 1, 1, "1f1b", 0, true, {kEtp1, kEp2, kNcclRules}, kMixtral},
       {2, 2, 1, "1f1b", 0, true, {kNcclRules}, kDeepseekV3},
       {2, 1, 1, "1f1b", 0, true, {kEtp1, kEp2, kBf16}, kMixtral},
+      // The overlapped pairs under tensor parallelism: the backward's tp collectives on the tp
+      // group's twin (NOTE [two tp groups]), the experts split over tp or tokens sliced over it.
+      {2, 1, 1, "1f1b", 0, true, {kEtp1, kEp2, kOverlapMoe, kNcclRules}, kMixtral},
+      {2, 1, 2, "1f1b", 0, true, {kEp2, kOverlapMoe}, kMixtral},
+      {2, 2, 1, "zb-h1", 0, true, {kSp, kEtp1, kEp2, kOverlapMoe, kNcclRules}, kQwen2Moe},
       // The all-gather dispatcher (NOTE [all-gather dispatch]): ep 2 and 4, ZeRO-1, a split backward.
       {1, 1, 2, "1f1b", 0, true, {kEp2, kAllGather}, kMixtral},
       {1, 1, 4, "1f1b", 1, true, {kEp4, kAllGather}, kQwen2Moe},
