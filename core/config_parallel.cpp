@@ -133,6 +133,10 @@ void check_schedule(const Config& c) {
       fail(c, why + "with training.recompute = \"full\": recomputation re-runs a forward, its all-to-alls "
                     "included, inside the backward, beside the paired forward's own (\"selective\" recomputes "
                     "only the attention core, which has none)");
+    if (c.parallel.cp > 1)
+      fail(c, why + "with parallel.cp = " + n(c.parallel.cp) + ": both halves of a pair would exchange keys and "
+                    "values over the one context-parallel group from two threads, which NCCL would match in either "
+                    "order; not built (expected parallel.cp = 1)");
     if (s.kind == "gpipe")
       fail(c, why + "with schedule.kind = \"gpipe\": it runs every forward before any backward, so no backward "
                     "has a forward to pair with");
@@ -272,9 +276,6 @@ void check_layout_factors(const std::string& where, int64_t world, int64_t tp, i
   if (world < 1 || tp < 1 || pp < 1 || dp < 1 || cp < 1) {
     throw ConfigError(where + ": every factor must be >= 1, got " + factors + " with WORLD_SIZE = " + n(world));
   }
-  if (ep > 1 && cp > 1)
-    throw ConfigError(where + ": parallel.ep (" + n(ep) + ") with parallel.cp (" + n(cp) +
-                      "): expert parallelism does not fold over context-parallel ranks yet; expected at most one of them > 1");
   const int64_t product = tp * cp * pp * dp;
   if (product != world) {
     throw ConfigError(where + ": " + factors + " = " + n(product) + " but WORLD_SIZE = " + n(world));
@@ -286,15 +287,16 @@ void check_layout_factors(const std::string& where, int64_t world, int64_t tp, i
     throw ConfigError(where + ": parallel.etp (" + n(etp) + ") with parallel.tp (" + n(tp) +
                       "): each expert is split over every tp rank (etp = tp) or none (etp = 1); an etp between them "
                       "is not built yet");
-  const int64_t places = (etp == 0 ? 1 : tp / etp) * dp;
+  const int64_t places = (etp == 0 ? 1 : tp / etp) * cp * dp;
   if (ep < 1 || places % ep != 0) {
     if (places == dp)
       throw ConfigError(where + ": parallel.ep (" + n(ep) + ") must divide parallel.dp (" + n(dp) +
                         "): the experts are split over ep of the data-parallel replicas (NOTE [expert grid])" +
                         (tp > 1 && ep > 0 && (tp * dp) % ep == 0 ? "; with parallel.etp = 1 the tp ranks fold into ep too"
                                                                   : ""));
-    throw ConfigError(where + ": parallel.ep (" + n(ep) + ") must divide (tp / etp) x dp = (" + n(tp) + " / " + n(etp) +
-                      ") x " + n(dp) + " = " + n(places) + ": ep x etp ranks hold one set of experts (NOTE [expert grid])");
+    throw ConfigError(where + ": parallel.ep (" + n(ep) + ") must divide (tp / etp) x " + (cp > 1 ? "cp x " : "") +
+                      "dp = (" + n(tp) + " / " + n(etp == 0 ? tp : etp) + ") x " + (cp > 1 ? n(cp) + " x " : "") + n(dp) +
+                      " = " + n(places) + ": ep x etp ranks hold one set of experts (NOTE [expert grid])");
   }
 }
 

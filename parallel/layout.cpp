@@ -130,12 +130,13 @@ std::vector<std::vector<int>> Layout::all_embedding_groups() const {
   return collect(world, [this](int r) { return embedding_group(r); });
 }
 
-// NOTE [expert grid]: the rank at place u of rank c's etp index, pipeline stage and cp index.
+// NOTE [expert grid]: the rank at place u of rank c's etp index and pipeline stage.
 namespace {
 int rank_at_place(const Layout& l, Coords c, int u) {
-  const int etp_index = c.tp % l.etp;
-  c.dp = u / l.token_slices();
-  c.tp = (u % l.token_slices()) * l.etp + etp_index;
+  const int etp_index = c.tp % l.etp, n = l.token_slices();
+  c.dp = u / (n * l.cp);
+  c.cp = u / n % l.cp;
+  c.tp = (u % n) * l.etp + etp_index;
   return l.rank(c);
 }
 }  // namespace
@@ -143,7 +144,7 @@ int rank_at_place(const Layout& l, Coords c, int u) {
 std::vector<int> Layout::ep_group(int r) const {
   const Coords c = coords(r);
   const int first = expert_place(r) / ep * ep;
-  std::vector<int> g;  // ascending places are ascending ranks (dp, then tp)
+  std::vector<int> g;  // ascending places are ascending ranks (dp, cp, then tp)
   for (int u = first; u < first + ep; ++u) g.push_back(rank_at_place(*this, c, u));
   return g;
 }
@@ -151,7 +152,7 @@ std::vector<int> Layout::ep_group(int r) const {
 std::vector<int> Layout::expert_dp_group(int r) const {
   const Coords c = coords(r);
   std::vector<int> g;
-  for (int u = expert_place(r) % ep; u < dp * token_slices(); u += ep) g.push_back(rank_at_place(*this, c, u));
+  for (int u = expert_place(r) % ep; u < expert_places(); u += ep) g.push_back(rank_at_place(*this, c, u));
   return g;
 }
 
@@ -195,7 +196,7 @@ std::string Layout::describe() const {
   if (experts_folded()) {
     os << "; experts: ";
     if (etp != tp) os << "etp " << etp << " x ";
-    os << "ep " << ep << " x edp " << dp * token_slices() / ep;
+    os << "ep " << ep << " x edp " << expert_places() / ep;
   }
   return os.str();
 }

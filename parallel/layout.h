@@ -40,39 +40,45 @@ struct Coords {
 // The MoE layers' experts are laid over the same ranks by a second folding,
 // Megatron's "MoE parallel folding" (its expert rank generator orders the
 // experts' grid etp, ep, edp, pp as the dense one orders tp, cp, dp, pp): per
-// pipeline stage and cp index the tp x dp ranks are etp x ep x edp. etp is
-// how many ranks split each expert (its width, as the dense MLP is split),
-// tp (the default, Megatron's) or 1; the tp / etp = n ranks of a tp group at
-// one etp index each take 1/n of the micro-batch's tokens into the experts
-// (NOTE [experts under tensor parallelism] in models/common/moe.h). A rank's
-// place u = dp · n + tp / etp counts the token slices of its etp index over
-// the replicas; ep varies fastest in u: an expert-parallel group is ep
-// consecutive places at one etp index (ep_rank = u mod ep), rank j of it
-// holding experts [j·E/ep, (j+1)·E/ep); the expert-data-parallel group is the
-// places with the same ep_rank (edp = n · dp / ep of them), which hold the
-// same experts and reduce their gradients. etp = tp: n = 1, u = dp, so ep
-// folds over the dp replicas alone; etp = 1 lets ep take the tp ranks (tp 2,
-// dp 1, ep 2: the two tp ranks hold half the experts each). ep = 1 and
-// etp = tp: every expert everywhere, the expert-data-parallel group is the
-// data-parallel group.
+// pipeline stage the tp x cp x dp ranks are etp x ep x edp. etp is how many
+// ranks split each expert (its width, as the dense MLP is split), tp (the
+// default, Megatron's) or 1; the tp / etp = n ranks of a tp group at one etp
+// index each take 1/n of the micro-batch's tokens into the experts (NOTE
+// [experts under tensor parallelism] in models/common/moe.h). A rank's place
+// u = (dp · cp + cp index) · n + tp / etp counts the token slices of its etp
+// index over the context-parallel ranks and the replicas (each cp rank routes
+// its own part of the sequences: the experts see tokens, not sequences); ep
+// varies fastest in u: an expert-parallel group is ep consecutive places at one
+// etp index (ep_rank = u mod ep), rank j of it holding experts
+// [j·E/ep, (j+1)·E/ep); the expert-data-parallel group is the places with the
+// same ep_rank (edp = n · cp · dp / ep of them), which hold the same experts and
+// reduce their gradients. etp = tp: n = 1, u = dp · cp + cp index, so ep folds
+// over the cp ranks and the dp replicas; etp = 1 lets ep take the tp ranks (tp 2,
+// dp 1, ep 2: the two tp ranks hold half the experts each). ep = 1 and etp = tp:
+// every expert everywhere, the expert-data-parallel group is the dp x cp group.
 struct Layout {
   int world = 1;
   int tp = 1;
   int pp = 1;
   int dp = 1;
-  int ep = 1;  // expert-parallel size (NOTE [expert grid]); divides dp
+  int ep = 1;  // expert-parallel size (NOTE [expert grid]); divides (tp / etp) x cp x dp
   int cp = 1;  // context-parallel size (NOTE [context grid])
   int etp = 1;  // expert tensor-parallel size (NOTE [expert grid]): tp or 1
 
   // tp / etp: the token slices of a tp group (1 when the experts split like the MLP).
   int token_slices() const { return tp / etp; }
   // NOTE [expert grid]: rank's place among the token slices of its etp index.
-  int expert_place(int rank) const { return coords(rank).dp * token_slices() + coords(rank).tp / etp; }
+  int expert_place(int rank) const {
+    const Coords c = coords(rank);
+    return (c.dp * cp + c.cp) * token_slices() + c.tp / etp;
+  }
+  // The places of a stage and etp index: (tp / etp) x cp x dp.
+  int expert_places() const { return token_slices() * cp * dp; }
   // The experts fold otherwise than the dense grid: their own groups are built.
   bool experts_folded() const { return ep > 1 || etp != tp; }
 
   // Validates every factor >= 1, tp * cp * pp * dp == world (check_layout_factors,
-  // core/config.h), etp tp or 1 (0: tp) and ep dividing (tp / etp) x dp; throws
+  // core/config.h), etp tp or 1 (0: tp) and ep dividing (tp / etp) x cp x dp; throws
   // ConfigError naming every factor, e.g. "layout: tp(2) x pp(4) x dp(2) = 16 but
   // WORLD_SIZE = 8".
   static Layout make(int world, int tp, int pp, int dp, int ep = 1, int cp = 1, int etp = 0);

@@ -166,8 +166,8 @@ struct Searcher {
   // At one (tp, pp, dp, schedule, micro-batch): each ep the experts allow, layer split, recomputation,
   // sequence parallelism and ZeRO.
   void memory_choices(int tp, int cp, int pp, int dp, const std::string& kind, int v, int mbs) {
-    for (int ep : divisors(dp)) {
-      if (ep > 1 && (pr.model.experts == 0 || pr.model.experts % ep != 0 || cp > 1)) continue;
+    for (int ep : divisors(cp * dp)) {  // NOTE [expert grid]: over the cp ranks and the dp replicas
+      if (ep > 1 && (pr.model.experts == 0 || pr.model.experts % ep != 0)) continue;
       for (const std::vector<int>& split : splits(pr, tp, pp * v, mbs)) layouts_of(tp, cp, pp, dp, ep, kind, v, mbs, split);
     }
   }
@@ -190,7 +190,7 @@ struct Searcher {
           }
           keep_if_it_fits(l, all);
           // NOTE [planned overlap]: the same layout with its all-to-alls under overlapped pairs.
-          if (ep > 1 && std::string(rec) != "full" && kind != "gpipe") {
+          if (ep > 1 && cp == 1 && std::string(rec) != "full" && kind != "gpipe") {
             l.overlap_moe = true;
             try {
               keep_if_it_fits(l, all);

@@ -247,18 +247,21 @@ void check_layout(const Problem& pr, const PlanLayout& given) {
   // NOTE [planned experts] in planner/model_cost.h: layouts Trident runs for a mixture of experts.
   if (l.ep > 1 && m.experts == 0)
     throw PlanError(at + "ep(" + std::to_string(l.ep) + ") with model.arch = \"" + m.arch + "\": a dense model has no experts");
-  if (l.ep > 1 && (m.experts % l.ep != 0 || l.dp % l.ep != 0))
+  // NOTE [expert grid] in parallel/layout.h: the experts fold over the cp x dp ranks of a stage.
+  if (l.ep > 1 && (m.experts % l.ep != 0 || (l.cp * l.dp) % l.ep != 0))
     throw PlanError(at + "ep(" + std::to_string(l.ep) + ") must divide model.experts = " + std::to_string(m.experts) +
-                    " and dp = " + std::to_string(l.dp) + " (the experts fold over the data-parallel replicas)");
-  if (l.ep > 1 && l.cp > 1)
-    throw PlanError(at + "ep(" + std::to_string(l.ep) + ") with cp(" + std::to_string(l.cp) +
-                    "): Trident does not fold the experts over context-parallel ranks yet");
+                    " and " + (l.cp > 1 ? "cp x dp = " + std::to_string(l.cp * l.dp) : "dp = " + std::to_string(l.dp)) +
+                    " (the experts fold over the " + (l.cp > 1 ? "context-parallel ranks and the " : "") +
+                    "data-parallel replicas)");
   // The rules of schedule.overlap_moe (core/config_parallel.cpp), for the layouts the planner prices.
   if (l.overlap_moe && l.ep == 1)
     throw PlanError(at + "overlap_moe=1 with ep(1): there is no expert all-to-all to hide");
   if (l.overlap_moe && l.recompute == "full")
     throw PlanError(at + "overlap_moe=1 with recompute=full: a recomputed forward would issue its all-to-alls "
                     "inside the backward");
+  if (l.overlap_moe && l.cp > 1)
+    throw PlanError(at + "overlap_moe=1 with cp(" + std::to_string(l.cp) + "): a pair's two halves would exchange keys "
+                    "and values over one context-parallel group");
   if (l.overlap_moe && l.schedule == "gpipe")
     throw PlanError(at + "overlap_moe=1 with schedule=gpipe: no backward has a forward after it to pair with");
   if (m.mla() && l.cp > 1)

@@ -275,6 +275,15 @@ TEST(CheckpointReshard, MixtralTp2Etp1Ep2ToEtp2) {
   EXPECT_TRUE(resumed_part_matches(full, tmp.file("run"), 1e-5));
 }
 
+// NOTE [expert grid]: ep 2 folded over the cp ranks (each holding half the experts, ZeRO-1
+// over dp x cp for the dense parameters), resumed on one process: every expert was written once.
+TEST(CheckpointReshard, MixtralCp2Ep2ToOneProcess) {
+  TempDir tmp("reshard-cp-ep");
+  const std::string full = branch_and_resume(tmp, 2, {"parallel.cp=2", "parallel.ep=2", "parallel.zero=1"}, 1,
+                                             {"parallel.cp=1"}, "configs/mixtral-tiny.toml");
+  EXPECT_TRUE(resumed_part_matches(full, tmp.file("run"), 1e-5));
+}
+
 TEST(CheckpointReshard, DeepseekV3Tp2ToOneProcess) {
   TempDir tmp("reshard-deepseek-tp");
   const std::string full = branch_and_resume(tmp, 2, {"parallel.tp=2"}, 1, {"parallel.tp=1"}, "configs/deepseek-v3-tiny.toml");

@@ -48,6 +48,7 @@ const std::string kOverlapMoe = "schedule.overlap_moe=true", kGbs32 = "training.
 const std::string kAllGather = "parallel.moe_dispatcher=allgather";
 const std::string kCapacity = "model.moe_capacity_factor=1.0";
 const std::string kPooled = "model.moe_aux_loss=pooled_aux_loss";
+const std::string kCp2 = "parallel.cp=2";
 const std::string kEtp1 = "parallel.etp=1", kSp = "parallel.sequence_parallel=true";
 // zb-auto's activation limit: 2p, the paper's ZB-2p (at pp = 2 and at pp = 4).
 const std::string kZb2pAtPp2 = "schedule.memory_limit=4", kZb2pAtPp4 = "schedule.memory_limit=8";
@@ -76,7 +77,7 @@ struct Row {
       if (e.rfind("parallel.etp=", 0) == 0) return std::stoi(e.substr(e.find('=') + 1));
     return tp;
   }
-  int edp() const { return tp / etp() * dp / ep(); }
+  int edp() const { return tp / etp() * cp() * dp / ep(); }  // the cp ranks fold in too
   int cp() const { return factor("parallel.cp"); }
   std::string name() const {
     std::string n = "tp" + std::to_string(tp) + "_pp" + std::to_string(pp) + "_dp" + std::to_string(dp) + "_" +
@@ -288,6 +289,14 @@ const std::vector<Row>& moe_rows() {
       {2, 1, 1, "1f1b", 0, true, {kEtp1, kEp2, kOverlapMoe, kNcclRules}, kMixtral},
       {2, 1, 2, "1f1b", 0, true, {kEp2, kOverlapMoe}, kMixtral},
       {2, 2, 1, "zb-h1", 0, true, {kSp, kEtp1, kEp2, kOverlapMoe, kNcclRules}, kQwen2Moe},
+      // Under context parallelism (NOTE [expert grid]): the cp ranks fold into ep and edp as the dp
+      // replicas do, each routing its own part of the sequences; the balancing losses' counts summed
+      // over cp (NOTE [balancing losses under context parallelism]).
+      {1, 1, 1, "1f1b", 0, true, {kCp2, kEp2}, kMixtral},
+      {1, 1, 2, "1f1b", 1, true, {kCp2, kEp4}, kQwen3Moe},
+      {1, 1, 2, "1f1b", 0, true, {kCp2, kEp2}, kQwen2Moe},  // ep over cp; edp over dp
+      {1, 2, 1, "zb-v", 0, true, {kCp2, kEp2, kNcclRules}, kMixtral},
+      {2, 1, 1, "1f1b", 0, true, {kCp2, kEtp1, kEp4, kSp}, kMixtral},
       // The all-gather dispatcher (NOTE [all-gather dispatch]): ep 2 and 4, ZeRO-1, a split backward.
       {1, 1, 2, "1f1b", 0, true, {kEp2, kAllGather}, kMixtral},
       {1, 1, 4, "1f1b", 1, true, {kEp4, kAllGather}, kQwen2Moe},
@@ -318,7 +327,6 @@ const std::vector<Row>& moe_rows() {
 // split backward (zb-v) and interleaved, with ZeRO-1 over dp x cp, under
 // NCCL's rules beside the pipeline's transfers, bf16 and selective
 // recomputation; both families under each kind and at cp 4.
-const std::string kCp2 = "parallel.cp=2";
 const std::vector<Row>& cp_rows() {
   static const std::vector<Row> r = {
       {1, 1, 1, "1f1b", 0, true, {kCp2}, kLlama},
@@ -428,7 +436,7 @@ void expect_row_matches_reference(const Row& r) {
   // grid]: edp = 1 at ep = dp, tp ranks at etp = 1; with cp, at ep = 1, edp x cp): all, none, or
   // some of a rank's elements.
   const bool moe = r.config == kMixtral || r.config == kQwen2Moe || r.config == kQwen3Moe || r.config == kDeepseekV3;
-  const bool dense = r.dp * r.cp() > 1, experts = moe ? r.edp() * r.cp() > 1 : dense;
+  const bool dense = r.dp * r.cp() > 1, experts = moe ? r.edp() > 1 : dense;
   for (const auto& s : ranks) {
     const double reduced = field(s, "dp_reduced_elements"), local = field(s, "local_parameters");
     if (dense != experts)

@@ -132,15 +132,18 @@ TEST(Layout, ExpertGridIsMegatronsFoldingForEveryEtp) {
   int checked = 0;
   for (int world : {1, 2, 4, 8, 16})
     for (int tp = 1; tp <= world; tp *= 2)
-      for (int pp = 1; tp * pp <= world; pp *= 2)
+      for (int cp = 1; cp <= 2 && tp * cp <= world; cp *= 2)
+      for (int pp = 1; tp * cp * pp <= world; pp *= 2)
         for (int etp : {1, tp})
           for (int ep = 1; ep <= world; ep *= 2) {
-            const int dp = world / (tp * pp), stage = world / pp, edp = stage / (etp * ep);
+            // The experts' grid etp x ep x edp x pp over the dense tp x cp x dp x pp (the cp ranks
+            // fold into ep and edp as the dp replicas do).
+            const int dp = world / (tp * cp * pp), stage = world / pp, edp = stage / (etp * ep);
             if (stage % (etp * ep) != 0) {
-              EXPECT_THROW(Layout::make(world, tp, pp, dp, ep, 1, etp), ConfigError);
+              EXPECT_THROW(Layout::make(world, tp, pp, dp, ep, cp, etp), ConfigError);
               continue;
             }
-            const Layout l = Layout::make(world, tp, pp, dp, ep, 1, etp);
+            const Layout l = Layout::make(world, tp, pp, dp, ep, cp, etp);
             const auto megatron = [&](int etp_r, int ep_r, int edp_r, int pp_r) {
               return etp_r + etp * (ep_r + ep * (edp_r + edp * pp_r));
             };
@@ -156,7 +159,11 @@ TEST(Layout, ExpertGridIsMegatronsFoldingForEveryEtp) {
             }
             ++checked;
           }
-  EXPECT_GT(checked, 40);
+  EXPECT_GT(checked, 80);
+  // cp 2 x dp 2, ep 4: each of the four ranks holds a quarter of the experts; ep 2 pairs the cp ranks.
+  EXPECT_EQ(Layout::make(4, 1, 1, 2, 4, 2, 1).ep_group(3), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(Layout::make(4, 1, 1, 2, 2, 2, 1).ep_group(2), (std::vector<int>{2, 3}));
+  EXPECT_EQ(Layout::make(4, 1, 1, 2, 2, 2, 1).expert_dp_group(2), (std::vector<int>{0, 2}));
   // tp 2, dp 1, etp 1, ep 2: the two tp ranks hold half the experts each.
   const Layout folded = Layout::make(2, 2, 1, 1, 2, 1, 1);
   EXPECT_EQ(folded.ep_group(1), (std::vector<int>{0, 1}));
@@ -207,7 +214,7 @@ TEST(Layout, ContextGridSitsBetweenTpAndDp) {
     EXPECT_EQ(one.cp_group(r), (std::vector<int>{r}));
   }
   EXPECT_THROW(Layout::make(8, 2, 2, 2, 1, 2), ConfigError);  // tp 2 x cp 2 x dp 2 x pp 2 = 16
-  EXPECT_THROW(Layout::make(8, 1, 1, 4, 2, 2), ConfigError);  // ep with cp: not folded yet
+  EXPECT_THROW(Layout::make(8, 1, 1, 4, 16, 2), ConfigError);  // ep 16 does not divide cp x dp = 8
 }
 
 TEST(Layout, OutOfRangeRanksAndCoordsThrow) {

@@ -300,7 +300,7 @@ TEST(PlannerStep, ExpertParallelismSplitsTheExpertsAndPricesItsAllToAlls) {
   z.zero = 1;
   const double experts_moments = half_experts * 8, rest = b.memory[0].optimizer - experts_moments;
   EXPECT_DOUBLE_EQ(evaluate(pr, z).memory[0].optimizer, experts_moments + rest / 2);
-  // What does not fold: ep not dividing the experts or dp, a dense model, ep beside cp.
+  // What does not fold: ep not dividing the experts or dp (cp x dp under cp), a dense model.
   Problem six = pr;
   six.model.experts = 6;
   EXPECT_NE(error_of<PlanError>([&] { evaluate(six, parse_layout("dp=4,ep=4", 4)); }).find("ep(4) must divide model.experts = 6"),
@@ -310,7 +310,12 @@ TEST(PlannerStep, ExpertParallelismSplitsTheExpertsAndPricesItsAllToAlls) {
   Problem dense = pr;
   dense.model = gpt(4, 64, 8, 32, 256);
   EXPECT_NE(error_of<PlanError>([&] { evaluate(dense, ep2); }).find("a dense model has no experts"), std::string::npos);
-  EXPECT_NE(error_of<PlanError>([&] { evaluate(pr, parse_layout("cp=2,dp=2,ep=2", 4)); }).find("ep(2) with cp(2)"),
+  // NOTE [expert grid]: the cp ranks fold into ep as the dp replicas do.
+  EXPECT_NO_THROW(evaluate(pr, parse_layout("cp=2,dp=2,ep=4", 4)));
+  EXPECT_NE(error_of<PlanError>([&] { evaluate(pr, parse_layout("cp=2,dp=1,ep=4", 2)); }).find("cp x dp = 2"),
+            std::string::npos);
+  EXPECT_NE(error_of<PlanError>([&] { evaluate(pr, parse_layout("cp=2,dp=2,ep=2,overlap_moe=1", 4)); })
+                .find("overlap_moe=1 with cp(2)"),
             std::string::npos);
 }
 
