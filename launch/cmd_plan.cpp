@@ -72,6 +72,7 @@ std::string json_one(const plan::Estimate& e, const std::string& runtime) {
   std::ostringstream os;
   os << "{\"layout\": \"" << plan::layout_text(e.layout) << "\", \"runtime\": \"" << runtime << "\", \"tp\": " << e.layout.tp
      << ", \"cp\": " << e.layout.cp << ", \"cp_comm\": \"" << e.layout.cp_comm << "\", \"ep\": " << e.layout.ep
+     << ", \"etp\": " << e.layout.expert_tp()
      << ", \"overlap_moe\": " << (e.layout.overlap_moe ? "true" : "false")
      << ", \"pp\": " << e.layout.pp
      << ", \"dp\": " << e.layout.dp << ", \"schedule\": \"" << e.layout.schedule << "\", \"chunks\": " << e.layout.chunks
@@ -123,6 +124,7 @@ std::string emit_set(const plan::Estimate& e, int64_t global_batch, const std::v
      << "\n--set parallel.zero=" << l.zero << "\n";
   if (l.cp > 1) os << "--set parallel.cp=" << l.cp << "\n--set parallel.cp_comm=" << l.cp_comm << "\n";
   if (l.ep > 1) os << "--set parallel.ep=" << l.ep << "\n";
+  if (l.expert_tp() != l.tp) os << "--set parallel.etp=" << l.expert_tp() << "\n";
   if (l.overlap_moe) os << "--set schedule.overlap_moe=true\n";
   if (!l.layers.empty()) {
     os << "--set parallel.pipeline_layers=[";
@@ -147,15 +149,15 @@ void add_plan_options(po::options_description& opts) {
       "seq", po::value<int64_t>(), "sequence length (default: the config's model.seq_len)")(
       "layout", po::value<std::string>(), "evaluate one layout: tp=..,pp=..,dp=..,schedule=..,chunks=..,mbs=..,"
                                           "recompute=none|selective|full,zero=0|1,sp=0|1,layers=A+B+.. (or first=N,last=M: "
-                                          "Megatron's uneven first/last stage),cp=N,cp_comm=p2p|all_gather|a2a,ep=N,overlap_moe=1")(
+                                          "Megatron's uneven first/last stage),cp=N,cp_comm=p2p|all_gather|a2a,ep=N,etp=1,overlap_moe=1")(
       "runtime", po::value<std::string>()->default_value("trident"),
       "what to predict: trident (Trident as it runs), megatron (Megatron-LM with --overlap-grad-reduce "
       "--overlap-param-gather --tp-comm-overlap, flash attention) or megatron-2021 (Narayanan et al. 2021)")(
       "top", po::value<int>()->default_value(5), "how many of the best layouts to print")(
       "max-mbs", po::value<int>()->default_value(16), "largest micro-batch size the search tries (powers of 2)")(
       "tp-across-nodes", "let the search try tp larger than a node")(
-      "moe-tp", "let the search try tp > 1 for a mixture of experts, each expert split over tp (many more layouts: "
-                "slower)")(
+      "moe-tp", "let the search try tp > 1 for a mixture of experts, each expert split over tp (etp = tp) or "
+                "whole with the tp ranks folded into ep (etp = 1) (many more layouts: slower)")(
       "max-cp", po::value<int>()->default_value(1),
       "largest context-parallel size the search tries (powers of 2, the ring); with --longest-seq: --gpus unless given")(
       "longest-seq", "the longest sequence some layout trains within device memory: the config's seq_len doubled "

@@ -85,7 +85,7 @@ double step_flops(const ModelConfig& m, int64_t samples, const std::string& reco
   return static_cast<double>(m.layers) * per_layer + 3 * head_flops(m, samples, tp);
 }
 
-ParamCounts param_counts(const ModelConfig& m, int64_t tp, bool pipelined, int64_t ep) {
+ParamCounts param_counts(const ModelConfig& m, int64_t tp, bool pipelined, int64_t ep, int64_t etp) {
   const int64_t h = m.hidden, f = m.ffn(), t = tp, v = m.padded_vocab(tp);
   ParamCounts p;
   if (!is_llama(m)) {
@@ -104,8 +104,11 @@ ParamCounts param_counts(const ModelConfig& m, int64_t tp, bool pipelined, int64
     const double mlp = (1 - s.moe_share) * 3 * hd * s.dense_width + experts +
                        s.moe_share * (3 * hd * s.shared_width + hd * s.router_rows);
     const int64_t norms = 2 * h + (m.mla() ? m.q_lora_rank + m.kv_lora_rank : 0);
-    p.layer = static_cast<int64_t>((attention_matrix_params(m) + mlp) / static_cast<double>(t)) + norms;
-    p.layer_experts = static_cast<int64_t>(experts / static_cast<double>(t));
+    // The routed experts split over etp ranks (tp, the default, or 1: whole), the rest over tp.
+    const double et = static_cast<double>(etp == 0 ? t : etp);
+    p.layer = static_cast<int64_t>((attention_matrix_params(m) + mlp - experts) / static_cast<double>(t) + experts / et) +
+              norms;
+    p.layer_experts = static_cast<int64_t>(experts / et);
     p.embedding = v / t * h;
     p.head = h + ((!m.tie_embeddings || pipelined) ? v / t * h : 0);
   }

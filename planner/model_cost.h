@@ -25,7 +25,12 @@ namespace trident::plan {
 // tp > 1 for a mixture of experts only with --moe-tp: many more layouts fit
 // there, each with tp times the micro-batches of tp = 1 to simulate
 // (DeepSeek-V3 on 1024 devices: minutes instead of seconds); --layout
-// evaluates any tp. The planner does not search etp = 1. Expert
+// evaluates any tp. With etp = 1 (etp=1 in --layout; the search tries it
+// beside etp = tp under --moe-tp) every expert stays whole on its rank and
+// the ep group takes the tp ranks too: the experts' memory divides by ep
+// alone, each tp rank dispatches 1/tp of the tokens over an ep group ep
+// ranks wide, and the layer's tp reductions are priced as at etp = tp (the
+// routed part's all-gather is cheaper than that reduction: an upper bound). Expert
 // parallelism: NOTE [planned expert parallelism] in planner/step.cpp. MLA
 // (deepseek_v3) is priced by its projections and its heads' widths.
 struct MlpShape {
@@ -73,7 +78,8 @@ struct ParamCounts {
                            // (gpt and tied llama: a copy only when pp > 1; untied llama: its own matrix)
 };
 // ep > 1: each rank holds model.experts / ep of every MoE layer's routed experts.
-ParamCounts param_counts(const ModelConfig& m, int64_t tp, bool pipelined, int64_t ep = 1);
+// ep: the experts' share is 1 / ep of them; etp (0: tp): the ranks each expert is split over.
+ParamCounts param_counts(const ModelConfig& m, int64_t tp, bool pipelined, int64_t ep = 1, int64_t etp = 0);
 int64_t total_params(const ModelConfig& m);  // the model's distinct parameters (tp = pp = 1)
 
 // layer_activation_bytes (NOTE [activation memory]) is in core/activation_memory.h:

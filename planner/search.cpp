@@ -56,11 +56,12 @@ std::vector<std::vector<int>> splits(const Problem& pr, int tp, int stages, int 
 // Memory that no schedule avoids: states of the largest stage plus one micro-batch's activations.
 bool surely_too_big(const Problem& pr, const PlanLayout& l) {
   const ModelConfig& m = pr.model;
-  const ParamCounts pc = param_counts(m, l.tp, l.pp > 1, l.ep);
+  const ParamCounts pc = param_counts(m, l.tp, l.pp > 1, l.ep, l.expert_tp());
   const double params = static_cast<double>(pc.layer) * static_cast<double>(m.layers) / l.pp;
-  const double experts = l.ep > 1 ? static_cast<double>(pc.layer_experts) * static_cast<double>(m.layers) / l.pp : 0.0;
+  const bool apart = l.ep > 1 || l.expert_tp() != l.tp;
+  const double experts = apart ? static_cast<double>(pc.layer_experts) * static_cast<double>(m.layers) / l.pp : 0.0;
   const double states = params * (pr.precision == "bf16" ? 10 : 8) +
-                        (params - experts) * 8 / (l.zero ? l.dp * l.cp : 1) + experts * 8 / (l.zero ? l.dp / l.ep : 1);
+                        (params - experts) * 8 / (l.zero ? l.dp * l.cp : 1) + experts * 8 / (l.zero ? l.edp() : 1);
   const double act = layer_activation_bytes(m, block_shape(m), l.micro_batch, l.tp, l.sequence_parallel,
                                             l.recompute, pr.precision == "bf16" ? 2 : 4, l.cp);
   return states + act > pr.cluster.device_memory_gib * 1024.0 * 1024 * 1024;
@@ -163,22 +164,31 @@ struct Searcher {
     }
   }
 
-  // At one (tp, pp, dp, schedule, micro-batch): each ep the experts allow, layer split, recomputation,
-  // sequence parallelism and ZeRO.
+  // At one (tp, pp, dp, schedule, micro-batch): each etp and ep the experts allow, layer split,
+  // recomputation, sequence parallelism and ZeRO. NOTE [expert grid]: ep folds over the (tp / etp) x
+  // cp x dp places; etp = 1 (whole experts, the tp ranks folding into ep) is tried with ep > 1 only
+  // (at ep = 1 it holds every expert whole on every rank for the same work).
   void memory_choices(int tp, int cp, int pp, int dp, const std::string& kind, int v, int mbs) {
-    for (int ep : divisors(cp * dp)) {  // NOTE [expert grid]: over the cp ranks and the dp replicas
-      if (ep > 1 && (pr.model.experts == 0 || pr.model.experts % ep != 0)) continue;
-      for (const std::vector<int>& split : splits(pr, tp, pp * v, mbs)) layouts_of(tp, cp, pp, dp, ep, kind, v, mbs, split);
+    const std::vector<std::vector<int>> splits_here = splits(pr, tp, pp * v, mbs);
+    std::vector<int> etps = {tp};
+    if (tp > 1 && pr.model.experts > 0) etps.push_back(1);
+    for (int etp : etps) {
+      for (int ep : divisors(tp / etp * cp * dp)) {
+        if (ep > 1 && (pr.model.experts == 0 || pr.model.experts % ep != 0)) continue;
+        if (etp != tp && ep == 1) continue;
+        for (const std::vector<int>& split : splits_here) layouts_of(tp, cp, pp, dp, ep, etp, kind, v, mbs, split);
+      }
     }
   }
 
-  void layouts_of(int tp, int cp, int pp, int dp, int ep, const std::string& kind, int v, int mbs,
+  void layouts_of(int tp, int cp, int pp, int dp, int ep, int etp, const std::string& kind, int v, int mbs,
                   const std::vector<int>& split) {
     for (const char* rec : {"none", "selective", "full"}) {
       for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
         for (int zero = 0; zero <= (dp * cp > 1 ? 1 : 0); ++zero) {
           PlanLayout l;
           l.tp = tp, l.cp = cp, l.pp = pp, l.dp = dp, l.ep = ep, l.schedule = kind, l.chunks = v, l.micro_batch = mbs;
+          l.etp = etp == tp ? 0 : etp;
           l.recompute = rec, l.sequence_parallel = sp == 1, l.zero = zero, l.layers = split;
           if (sp && (pr.model.seq_len / cp) % tp) {
             drop("sequence parallelism: tp does not divide seq_len");

@@ -95,6 +95,7 @@ PlanLayout parse_layout(const std::string& text, int gpus) {
     else if (k == "cp") l.cp = parse_int(k, v);
     else if (k == "cp_comm") l.cp_comm = v;
     else if (k == "ep") l.ep = parse_int(k, v);
+    else if (k == "etp") l.etp = parse_int(k, v);
     else if (k == "overlap_moe") l.overlap_moe = parse_int(k, v) != 0;
     else if (k == "pp") l.pp = parse_int(k, v);
     else if (k == "dp") l.dp = parse_int(k, v);
@@ -114,7 +115,7 @@ PlanLayout parse_layout(const std::string& text, int gpus) {
     } else {
       throw PlanError("--layout '" + text + "': unknown key '" + k +
                       "': expected tp, cp, pp, dp, schedule, chunks, mbs, recompute, zero, sp, layers, first, last, "
-                      "cp_comm, ep, overlap_moe");
+                      "cp_comm, ep, etp, overlap_moe");
     }
   }
   if (l.tp < 1 || l.pp < 1 || l.cp < 1 || l.ep < 1)
@@ -165,6 +166,7 @@ std::string layout_text(const PlanLayout& l) {
   if (l.schedule == "zb-auto") out += ",mem=" + std::to_string(l.memory_limit);
   if (l.cp > 1) out += ",cp=" + std::to_string(l.cp) + ",cp_comm=" + l.cp_comm;
   if (l.ep > 1) out += ",ep=" + std::to_string(l.ep);
+  if (l.expert_tp() != l.tp) out += ",etp=" + std::to_string(l.etp);
   if (l.overlap_moe) out += ",overlap_moe=1";
   if (!l.layers.empty()) {
     out += ",layers=";
@@ -247,12 +249,19 @@ void check_layout(const Problem& pr, const PlanLayout& given) {
   // NOTE [planned experts] in planner/model_cost.h: layouts Trident runs for a mixture of experts.
   if (l.ep > 1 && m.experts == 0)
     throw PlanError(at + "ep(" + std::to_string(l.ep) + ") with model.arch = \"" + m.arch + "\": a dense model has no experts");
-  // NOTE [expert grid] in parallel/layout.h: the experts fold over the cp x dp ranks of a stage.
-  if (l.ep > 1 && (m.experts % l.ep != 0 || (l.cp * l.dp) % l.ep != 0))
+  // NOTE [expert grid] in parallel/layout.h: the experts fold over the (tp / etp) x cp x dp places of
+  // a stage; etp is tp or 1.
+  if (l.etp < 0 || (l.etp != 0 && l.etp != 1 && l.etp != l.tp))
+    throw PlanError(at + "etp(" + std::to_string(l.etp) + ") with tp(" + std::to_string(l.tp) +
+                    "): each expert is split over every tp rank (etp = tp) or none (etp = 1)");
+  if (l.expert_tp() != l.tp && m.experts == 0)
+    throw PlanError(at + "etp(" + std::to_string(l.etp) + ") with model.arch = \"" + m.arch + "\": a dense model has no experts");
+  const int places = l.tp / l.expert_tp() * l.cp * l.dp;
+  if (l.ep > 1 && (m.experts % l.ep != 0 || places % l.ep != 0))
     throw PlanError(at + "ep(" + std::to_string(l.ep) + ") must divide model.experts = " + std::to_string(m.experts) +
-                    " and " + (l.cp > 1 ? "cp x dp = " + std::to_string(l.cp * l.dp) : "dp = " + std::to_string(l.dp)) +
-                    " (the experts fold over the " + (l.cp > 1 ? "context-parallel ranks and the " : "") +
-                    "data-parallel replicas)");
+                    " and " + (places == l.dp ? "dp = " : "(tp / etp) x cp x dp = ") + std::to_string(places) +
+                    " (the experts fold over the data-parallel replicas" +
+                    (places == l.dp ? std::string() : ", the context-parallel ranks and the tp ranks at etp = 1") + ")");
   // The rules of schedule.overlap_moe (core/config_parallel.cpp), for the layouts the planner prices.
   if (l.overlap_moe && l.ep == 1)
     throw PlanError(at + "overlap_moe=1 with ep(1): there is no expert all-to-all to hide");
@@ -324,9 +333,11 @@ namespace {
 double expert_all_to_alls(const ModelConfig& m, const Cluster& c, const PlanLayout& l, int64_t seq, int e) {
   if (l.ep <= 1) return 0.0;
   const double n = l.ep, share = mlp_shape(m).moe_share;
-  const Link el = link(c, static_cast<int64_t>(l.tp) * l.ep <= c.devices_per_node);
+  // An ep group spans ep places of etp ranks each; at etp = 1 each tp rank dispatches its 1/tp of the
+  // tokens (NOTE [experts under tensor parallelism]).
+  const Link el = link(c, static_cast<int64_t>(l.expert_tp()) * l.ep <= c.devices_per_node);
   const double rows = static_cast<double>(l.micro_batch * seq) * static_cast<double>(m.moe_top_k) *
-                      static_cast<double>(m.hidden) * e;
+                      static_cast<double>(m.hidden) * e / static_cast<double>(l.tp / l.expert_tp());
   const double a2a = (n - 1) / n * rows / (el.gbs * 1e9) + 2 * el.lat_us * 1e-6 + 2 * el.call_us * 1e-6;
   return share * 2 * a2a;
 }
@@ -542,9 +553,10 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
   const double pipe_s = st.step_time * 1e-3, pipe_free_s = st0.step_time * 1e-3;
 
   // Per pipeline rank: parameters, the DP reduce, the optimizer, memory.
-  const ParamCounts pc = param_counts(m, l.tp, l.pp > 1, l.ep);
+  const ParamCounts pc = param_counts(m, l.tp, l.pp > 1, l.ep, l.expert_tp());
   const int dpc = l.dp * l.cp;  // the dense gradients' group (NOTE [context grid])
-  const int edp = l.dp / l.ep;  // the routed experts' gradients' group under ep > 1 (NOTE [planned expert parallelism])
+  const int edp = l.edp();      // the routed experts' gradients' group (NOTE [planned expert parallelism])
+  const bool experts_apart = l.ep > 1 || l.expert_tp() != l.tp;  // their own buckets and ZeRO shards
   const Link dl = dp_link(c, l.tp, dpc);
   // all_gather keeps the gathered keys and values of the whole sequence for its backward.
   const double gathered = l.cp > 1 && l.cp_comm == "all_gather" && l.recompute != "full"
@@ -571,7 +583,7 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
     for (int ch = 0; ch < v; ++ch) {
       const int vs = s.stage_of(r, ch);
       params += nl[vs] * static_cast<double>(pc.layer);
-      if (l.ep > 1) experts += nl[vs] * static_cast<double>(pc.layer_experts);
+      if (experts_apart) experts += nl[vs] * static_cast<double>(pc.layer_experts);
       if (vs == 0) params += static_cast<double>(pc.embedding);
       if (vs == stages - 1) params += static_cast<double>(pc.head) - (tied_on_one_rank ? head_copy : 0.0);
       act_chunk = std::max(act_chunk, nl[vs] * layer_act + (vs == stages - 1 ? head_act : 0.0));
@@ -599,7 +611,7 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
     // ranks tp x ep apart; the rest over dp x cp as before.
     for (const auto& [group, grads, gl] :
          {std::tuple<int, double, Link>{dpc, (params - experts) * 4, dl},
-          std::tuple<int, double, Link>{edp, experts * 4, dp_link(c, l.tp * l.ep, edp)}}) {
+          std::tuple<int, double, Link>{edp, experts * 4, dp_link(c, l.expert_tp() * l.ep, edp)}}) {
       if (group <= 1 || grads <= 0) continue;
       const double n = group;
       const double per_bucket = rt.megatron_buckets ? std::max(4e7, 1e6 * n) * 4 : bucket;

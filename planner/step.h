@@ -22,7 +22,11 @@ namespace trident::plan {
 struct PlanLayout {
   int tp = 1, pp = 1, dp = 1;
   int cp = 1;                     // context-parallel size (NOTE [context grid] in parallel/layout.h)
-  int ep = 1;                     // expert-parallel size, dividing dp (NOTE [planned expert parallelism])
+  int ep = 1;                     // expert-parallel size, dividing (tp / etp) x cp x dp (NOTE [planned expert parallelism])
+  int etp = 0;                    // expert tensor-parallel size: tp (0, the default) or 1 (NOTE [expert grid])
+  int expert_tp() const { return etp == 0 ? tp : etp; }
+  // The routed experts' gradients' group: the ranks of a stage holding the same experts.
+  int edp() const { return tp / expert_tp() * cp * dp / ep; }
   bool overlap_moe = false;       // schedule.overlap_moe: backwards paired with forwards (NOTE [planned overlap])
   std::string cp_comm = "p2p";    // parallel.cp_comm: p2p | all_gather | a2a (NOTE [planned context parallelism])
   bool sequence_parallel = false;
@@ -43,7 +47,7 @@ struct PlanLayout {
 
 // "tp=8,pp=4,dp=32,schedule=interleaved,chunks=2,mbs=1,recompute=full,zero=1,sp=1,layers=3+5"
 // (cp=N and cp_comm=KIND for context parallelism; the text names them when cp > 1; ep=N likewise,
-// and overlap_moe=1 when set)
+// etp=1 when the experts stay whole under tp > 1, and overlap_moe=1 when set)
 // (schedule=zb-auto takes mem=N, its memory limit: the list is searched for the layout's own stage costs)
 // (or first=N,last=M in place of layers; sp=1 at tp=1 is sequence parallelism off, as Megatron
 // treats it)

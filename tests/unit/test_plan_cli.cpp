@@ -191,18 +191,24 @@ TEST(PlanCli, MoePresetsAreSearchedAtTpOne) {
   const double one = params_bytes("tp=1,pp=4,dp=16,ep=8"), two = params_bytes("tp=2,pp=4,dp=8,ep=8");
   EXPECT_NEAR(two / one, 0.5, 0.005) << one << " " << two;
   const Result wide = run_plan("--config configs/mixtral-8x7b.toml --cluster configs/clusters/dgx-h100.toml --gpus 16 "
-                               "--top 5 --max-mbs 1 --format json --moe-tp", false);
+                               "--top 5 --max-mbs 1 --global-batch 64 --format json --moe-tp", false);
   ASSERT_EQ(wide.status, 0) << wide.out;
-  int above_one = 0, paired = 0;
+  int above_one = 0, paired = 0, whole = 0;
   const json::Value wv = json::parse(wide.out, "plan");
   for (const auto& e : json::as_array(wv, "plan"))
     if (json::as_int(json::at(e, "tp", "e"), "tp") > 1) {
       ++above_one;
       // NOTE [two tp groups]: the overlapped pairs are tried at tp > 1 too.
       paired += json::as_bool(json::at(e, "overlap_moe", "e"), "overlap_moe") ? 1 : 0;
+      // NOTE [planned experts]: and the experts whole, the tp ranks folded into ep (etp = 1).
+      whole += json::as_int(json::at(e, "etp", "e"), "etp") == 1 ? 1 : 0;
     }
   EXPECT_GT(above_one, 0) << wide.out;
   EXPECT_GT(paired, 0) << wide.out;
+  EXPECT_GT(whole, 0) << wide.out;
+  const Result folded = run_plan("--config configs/mixtral-8x7b.toml --cluster configs/clusters/dgx-h100.toml --gpus 16 "
+                                 "--layout tp=2,pp=2,dp=4,ep=8,etp=1 --emit-set");
+  EXPECT_NE(folded.out.find("--set parallel.etp=1"), std::string::npos) << folded.out;
   const Result d = run_plan("--config configs/deepseek-v3.toml --cluster configs/clusters/dgx-h100.toml --gpus 1024 "
                             "--layout tp=1,cp=2,pp=16");
   EXPECT_EQ(d.status, 2) << d.out;

@@ -314,6 +314,23 @@ TEST(PlannerStep, ExpertParallelismSplitsTheExpertsAndPricesItsAllToAlls) {
   EXPECT_NO_THROW(evaluate(pr, parse_layout("cp=2,dp=2,ep=4", 4)));
   EXPECT_NE(error_of<PlanError>([&] { evaluate(pr, parse_layout("cp=2,dp=1,ep=4", 2)); }).find("cp x dp = 2"),
             std::string::npos);
+  // etp = 1 (NOTE [planned experts]): whole experts, the tp ranks folded into ep. tp 2 x dp 2 with
+  // ep 4 holds the same expert parameters per rank as etp = tp with ep 2 (a quarter of the experts
+  // whole, or half of them split in two), but each tp rank dispatches half the tokens over an ep
+  // group as wide: less all-to-all per rank.
+  const PlanLayout whole = parse_layout("tp=2,dp=2,ep=4,etp=1,mbs=1", 4), split = parse_layout("tp=2,dp=2,ep=2,mbs=1", 4);
+  EXPECT_EQ(layout_text(whole), "tp=2,pp=1,dp=2,schedule=1f1b,chunks=1,mbs=1,recompute=none,zero=0,sp=0,ep=4,etp=1");
+  const Estimate w = evaluate(pr, whole), sp = evaluate(pr, split);
+  EXPECT_DOUBLE_EQ(w.memory[0].params, sp.memory[0].params);
+  EXPECT_GT(w.breakdown.ep_comm, 0.0);
+  EXPECT_NEAR(w.breakdown.ep_comm / sp.breakdown.ep_comm, (3.0 / 4 / 2) / (1.0 / 2), 0.05);
+  EXPECT_NE(error_of<PlanError>([&] { evaluate(pr, parse_layout("tp=2,dp=2,ep=8,etp=1", 4)); })
+                .find("(tp / etp) x cp x dp = 4"),
+            std::string::npos);
+  EXPECT_NE(error_of<PlanError>([&] { evaluate(pr, parse_layout("tp=4,etp=2", 4)); }).find("etp(2) with tp(4)"),
+            std::string::npos);
+  EXPECT_NE(error_of<PlanError>([&] { evaluate(dense, parse_layout("tp=2,etp=1", 2)); }).find("a dense model has no experts"),
+            std::string::npos);
   EXPECT_NE(error_of<PlanError>([&] { evaluate(pr, parse_layout("cp=2,dp=2,ep=2,overlap_moe=1", 4)); })
                 .find("overlap_moe=1 with cp(2)"),
             std::string::npos);
