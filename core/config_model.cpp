@@ -301,14 +301,14 @@ void check_moe_keys(const Config& c, const ModelShape& shape) {
                   ": a dense family has no experts to split (the MoE families: mixtral, qwen2_moe, qwen3_moe, deepseek_v3)");
     return;
   }
-  // NOTE [experts under tensor parallelism] in models/common/moe.h: at etp = 1 each tp rank takes
-  // an equal slice of the micro-batch's tokens.
-  if (c.parallel.etp == 1 && c.parallel.tp > 1 &&
-      (c.training.micro_batch_size * (m.seq_len / c.parallel.cp)) % c.parallel.tp != 0)
-    fail(c, "parallel.etp = 1 with parallel.tp = " + n(c.parallel.tp) + ": each tp rank routes an equal slice of a "
-                "micro-batch's training.micro_batch_size x model.seq_len / parallel.cp = " +
-                n(c.training.micro_batch_size * (m.seq_len / c.parallel.cp)) + " tokens; expected a multiple of " +
-                n(c.parallel.tp));
+  // NOTE [experts under tensor parallelism] in models/common/moe.h: at etp < tp each of the tp / etp
+  // token slices takes an equal part of the micro-batch's tokens.
+  const int64_t slices = c.parallel.etp > 0 && c.parallel.tp % c.parallel.etp == 0 ? c.parallel.tp / c.parallel.etp : 1;
+  if (slices > 1 && (c.training.micro_batch_size * (m.seq_len / c.parallel.cp)) % slices != 0)
+    fail(c, "parallel.etp = " + n(c.parallel.etp) + " with parallel.tp = " + n(c.parallel.tp) + ": each of the tp / etp = " +
+                n(slices) + " token slices routes an equal part of a micro-batch's training.micro_batch_size x "
+                "model.seq_len / parallel.cp = " + n(c.training.micro_batch_size * (m.seq_len / c.parallel.cp)) +
+                " tokens; expected a multiple of " + n(slices));
   if (m.moe_token_drop_policy != d.moe_token_drop_policy && m.moe_capacity_factor == 0)
     fail(c, "model.moe_token_drop_policy = " + quote(m.moe_token_drop_policy) +
                 " with model.moe_capacity_factor = 0: no token is dropped; set the capacity factor");

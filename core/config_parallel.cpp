@@ -57,8 +57,9 @@ std::vector<Field> parallel_fields() {
                     "and model.experts"),
       TRIDENT_FIELD(parallel, etp, at_least(0),
                     "expert tensor-parallel size: each expert split over etp of the tp ranks (Megatron's "
-                    "expert_tensor_parallel_size); 0 = parallel.tp (Megatron's default) or 1 (whole experts, the "
-                    "tp ranks each routing a slice of the tokens and folding into ep)"),
+                    "expert_tensor_parallel_size), a divisor of parallel.tp; 0 = parallel.tp (Megatron's default); "
+                    "below tp the tp / etp groups of etp ranks each route a slice of the tokens and fold into ep "
+                    "(1: whole experts)"),
       TRIDENT_FIELD(parallel, moe_dispatcher, one_of({"alltoall", "allgather"}),
                     "how routed tokens reach their experts' ranks under ep > 1: alltoall = each row to its expert's "
                     "rank and back; allgather = every token gathered, outputs reduce-scattered (Megatron's "
@@ -283,10 +284,9 @@ void check_layout_factors(const std::string& where, int64_t world, int64_t tp, i
   if (etp < 0 || etp > tp)
     throw ConfigError(where + ": parallel.etp (" + n(etp) + ") must be at most parallel.tp (" + n(tp) +
                       "): an expert is split over some of the tensor-parallel ranks, never more (NOTE [expert grid])");
-  if (etp != 0 && etp != 1 && etp != tp)
-    throw ConfigError(where + ": parallel.etp (" + n(etp) + ") with parallel.tp (" + n(tp) +
-                      "): each expert is split over every tp rank (etp = tp) or none (etp = 1); an etp between them "
-                      "is not built yet");
+  if (etp != 0 && tp % etp != 0)
+    throw ConfigError(where + ": parallel.etp (" + n(etp) + ") must divide parallel.tp (" + n(tp) +
+                      "): each tp group is etp ranks splitting an expert times tp / etp token slices (NOTE [expert grid])");
   const int64_t places = (etp == 0 ? 1 : tp / etp) * cp * dp;
   if (ep < 1 || places % ep != 0) {
     if (places == dp)

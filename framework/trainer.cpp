@@ -448,7 +448,12 @@ void build(Run& r) {
                                            EpContext{layout.ep > 1 ? &r.pgs->ep : nullptr,
                                                      c.parallel.moe_dispatcher == "allgather",
                                                      layout.ep > 1 ? &r.pgs->ep_backward : nullptr, -1,
-                                                     layout.tp > 1 ? &r.pgs->tp : nullptr, layout.etp != layout.tp},
+                                                     layout.tp > 1 ? &r.pgs->tp : nullptr,
+                                                     // NOTE [expert grid]: the tp group itself at etp = tp or 1
+                                                     layout.etp == 1 ? nullptr
+                                                     : layout.etp == layout.tp ? &r.pgs->tp : &r.pgs->expert_tp,
+                                                     layout.etp == layout.tp ? nullptr
+                                                     : layout.etp == 1 ? &r.pgs->tp : &r.pgs->token_slices},
                                            CpContext{layout.cp > 1 ? &r.pgs->cp : nullptr, parse_cp_comm(c.parallel.cp_comm)}));
     r.stages.back()->set_recompute(parse_recompute(c.training.recompute));
     r.stages.back()->set_compute_dtype(c.training.precision == "bf16" ? at::kBFloat16 : at::kFloat);

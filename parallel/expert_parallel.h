@@ -34,10 +34,13 @@ struct EpContext {
   const Group* backward_group = nullptr;  // NOTE [two expert groups]
   int layer = -1;  // the model layer calling (names its all-to-alls: NOTE [all-to-all order])
   // NOTE [experts under tensor parallelism] in models/common/moe.h: the dense tp group,
-  // over which the layer's input is whole on every rank (null: tp = 1), and whether the
-  // experts are whole on each of its ranks (parallel.etp = 1) or split over it (etp = tp).
+  // over which the layer's input is whole on every rank (null: tp = 1); within it the etp
+  // ranks splitting each expert along its width (null: etp = 1, whole experts; the tp group
+  // itself at etp = tp), and the tp / etp ranks taking a slice of the tokens each (null:
+  // etp = tp; the tp group itself at etp = 1). NOTE [expert grid] in parallel/layout.h.
   const Group* tp = nullptr;
-  bool whole_experts = false;
+  const Group* expert_tp = nullptr;
+  const Group* token_slices = nullptr;
   // With the experts split over tp: the layer returns its output unreduced (MoeOutput::reduced
   // false), for the caller's one reduction (an all-reduce, or a reduce-scatter under sequence
   // parallelism) instead of one here and a slice after.

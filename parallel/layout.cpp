@@ -156,6 +156,28 @@ std::vector<int> Layout::expert_dp_group(int r) const {
   return g;
 }
 
+std::vector<int> Layout::etp_group(int r) const {
+  Coords c = coords(r);
+  const int first = c.tp / etp * etp;
+  std::vector<int> g;
+  for (c.tp = first; c.tp < first + etp; ++c.tp) g.push_back(rank(c));
+  return g;
+}
+
+std::vector<int> Layout::token_slice_group(int r) const {
+  Coords c = coords(r);
+  std::vector<int> g;
+  for (c.tp = c.tp % etp; c.tp < tp; c.tp += etp) g.push_back(rank(c));
+  return g;
+}
+
+std::vector<std::vector<int>> Layout::all_etp_groups() const {
+  return collect(world, [this](int r) { return etp_group(r); });
+}
+std::vector<std::vector<int>> Layout::all_token_slice_groups() const {
+  return collect(world, [this](int r) { return token_slice_group(r); });
+}
+
 std::vector<std::vector<int>> Layout::all_cp_groups() const {
   return collect(world, [this](int r) { return cp_group(r); });
 }

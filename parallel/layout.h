@@ -41,9 +41,10 @@ struct Coords {
 // Megatron's "MoE parallel folding" (its expert rank generator orders the
 // experts' grid etp, ep, edp, pp as the dense one orders tp, cp, dp, pp): per
 // pipeline stage the tp x cp x dp ranks are etp x ep x edp. etp is how many
-// ranks split each expert (its width, as the dense MLP is split), tp (the
-// default, Megatron's) or 1; the tp / etp = n ranks of a tp group at one etp
-// index each take 1/n of the micro-batch's tokens into the experts (NOTE
+// ranks split each expert (its width, as the dense MLP is split), any divisor
+// of tp (tp, the default and Megatron's; 1: whole experts): tp index t is etp
+// index t mod etp of token slice t / etp, and the tp / etp = n ranks of a tp
+// group at one etp index each take 1/n of the micro-batch's tokens into the experts (NOTE
 // [experts under tensor parallelism] in models/common/moe.h). A rank's place
 // u = (dp · cp + cp index) · n + tp / etp counts the token slices of its etp
 // index over the context-parallel ranks and the replicas (each cp rank routes
@@ -63,7 +64,7 @@ struct Layout {
   int dp = 1;
   int ep = 1;  // expert-parallel size (NOTE [expert grid]); divides (tp / etp) x cp x dp
   int cp = 1;  // context-parallel size (NOTE [context grid])
-  int etp = 1;  // expert tensor-parallel size (NOTE [expert grid]): tp or 1
+  int etp = 1;  // expert tensor-parallel size (NOTE [expert grid]): a divisor of tp
 
   // tp / etp: the token slices of a tp group (1 when the experts split like the MLP).
   int token_slices() const { return tp / etp; }
@@ -78,7 +79,7 @@ struct Layout {
   bool experts_folded() const { return ep > 1 || etp != tp; }
 
   // Validates every factor >= 1, tp * cp * pp * dp == world (check_layout_factors,
-  // core/config.h), etp tp or 1 (0: tp) and ep dividing (tp / etp) x cp x dp; throws
+  // core/config.h), etp dividing tp (0: tp) and ep dividing (tp / etp) x cp x dp; throws
   // ConfigError naming every factor, e.g. "layout: tp(2) x pp(4) x dp(2) = 16 but
   // WORLD_SIZE = 8".
   static Layout make(int world, int tp, int pp, int dp, int ep = 1, int cp = 1, int etp = 0);
@@ -107,6 +108,10 @@ struct Layout {
   std::vector<int> expert_dp_group(int rank) const;
   int ep_rank(int rank) const { return expert_place(rank) % ep; }
   int expert_dp_rank(int rank) const { return expert_place(rank) / ep; }
+  // NOTE [expert grid]: within rank's tp group, the etp ranks splitting its experts (one token
+  // slice), and the tp / etp ranks taking one slice each at its etp index.
+  std::vector<int> etp_group(int rank) const;
+  std::vector<int> token_slice_group(int rank) const;
 
   // Every group of a kind, ordered by smallest member. Every rank computes the
   // same lists, so creating process groups by iterating them in order is safe
@@ -119,6 +124,8 @@ struct Layout {
   std::vector<std::vector<int>> all_cp_groups() const;
   std::vector<std::vector<int>> all_dp_cp_groups() const;
   std::vector<std::vector<int>> all_ep_groups() const;
+  std::vector<std::vector<int>> all_etp_groups() const;
+  std::vector<std::vector<int>> all_token_slice_groups() const;
   std::vector<std::vector<int>> all_expert_dp_groups() const;
 
   // Pipeline neighbours at the same (tp, cp, dp). Without wrap they are -1 past the

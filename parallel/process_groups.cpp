@@ -70,6 +70,17 @@ ProcessGroups::ProcessGroups(const WorldEnv& env, const Layout& layout, const st
   } else {
     tp_backward = make_group("tp_backward", {{env_.rank}});
   }
+  if (layout_.etp > 1 && layout_.etp < layout_.tp) {
+    expert_tp = make_group("expert_tp", layout_.all_etp_groups());
+    expert_tp_backward = make_group("expert_tp_backward", layout_.all_etp_groups());
+    token_slices = make_group("token_slices", layout_.all_token_slice_groups());
+    token_slices_backward = make_group("token_slices_backward", layout_.all_token_slice_groups());
+    expert_tp.backward = &expert_tp_backward;
+    token_slices.backward = &token_slices_backward;
+  } else {
+    for (Group* g : {&expert_tp, &expert_tp_backward, &token_slices, &token_slices_backward})
+      *g = make_group(g == &expert_tp ? "expert_tp" : g == &token_slices ? "token_slices" : "of_one", {{env_.rank}});
+  }
 }
 
 ProcessGroups::~ProcessGroups() = default;

@@ -84,6 +84,10 @@ class ProcessGroups {
   // collectives, when tp > 1 and the experts are spread (ep > 1: what the
   // overlapped pairs need); else of one rank, and tp.backward is null.
   Group tp_backward;
+  // NOTE [expert grid]: at 1 < etp < tp, the etp ranks of a tp group splitting each expert and
+  // the tp / etp ranks taking one token slice each (at etp = tp or 1 the tp group itself serves,
+  // and these are of one rank), each with its backward twin as tp's (NOTE [two tp groups]).
+  Group expert_tp, token_slices, expert_tp_backward, token_slices_backward;
   // NOTE [context grid] in parallel/layout.h: the ranks splitting one
   // sequence (size 1 at cp = 1), and the dp x cp ranks that average the dense
   // gradients (at cp = 1 the dp group itself).

@@ -25,7 +25,8 @@ namespace trident::plan {
 // tp > 1 for a mixture of experts only with --moe-tp: many more layouts fit
 // there, each with tp times the micro-batches of tp = 1 to simulate
 // (DeepSeek-V3 on 1024 devices: minutes instead of seconds); --layout
-// evaluates any tp. With etp = 1 (etp=1 in --layout; the search tries it
+// evaluates any tp and etp (etp=N in --layout, a divisor of tp: each expert
+// split over etp ranks, tp / etp token slices). With etp = 1 (the search tries it
 // beside etp = tp under --moe-tp) every expert stays whole on its rank and
 // the ep group takes the tp ranks too: the experts' memory divides by ep
 // alone, each tp rank dispatches 1/tp of the tokens over an ep group ep

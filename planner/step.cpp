@@ -250,10 +250,10 @@ void check_layout(const Problem& pr, const PlanLayout& given) {
   if (l.ep > 1 && m.experts == 0)
     throw PlanError(at + "ep(" + std::to_string(l.ep) + ") with model.arch = \"" + m.arch + "\": a dense model has no experts");
   // NOTE [expert grid] in parallel/layout.h: the experts fold over the (tp / etp) x cp x dp places of
-  // a stage; etp is tp or 1.
-  if (l.etp < 0 || (l.etp != 0 && l.etp != 1 && l.etp != l.tp))
-    throw PlanError(at + "etp(" + std::to_string(l.etp) + ") with tp(" + std::to_string(l.tp) +
-                    "): each expert is split over every tp rank (etp = tp) or none (etp = 1)");
+  // a stage; etp divides tp.
+  if (l.etp < 0 || (l.etp != 0 && l.tp % l.etp != 0))
+    throw PlanError(at + "etp(" + std::to_string(l.etp) + ") must divide tp(" + std::to_string(l.tp) +
+                    "): each expert is split over etp of the tp ranks");
   if (l.expert_tp() != l.tp && m.experts == 0)
     throw PlanError(at + "etp(" + std::to_string(l.etp) + ") with model.arch = \"" + m.arch + "\": a dense model has no experts");
   const int places = l.tp / l.expert_tp() * l.cp * l.dp;

@@ -375,19 +375,20 @@ MoeOutput moe_forward(const at::Tensor& x, const MoeWeights& w, const RouterOpti
   out.routing = route(x, w.router, w.bias, o);
   const at::Tensor keep = o.capacity_factor > 0 ? keep_within_capacity(out.routing, o) : at::Tensor();
   // NOTE [experts under tensor parallelism]: the routing is whole on every tp rank; the routed part
-  // reads this rank's slice of the tokens (whole experts) or all of them (experts split over tp).
-  const TpContext tp{ep ? ep->tp : nullptr};
-  const bool slices = tp.size() > 1 && ep->whole_experts, split = tp.size() > 1 && !ep->whole_experts;
+  // reads this rank's token slice (of tp / etp) into its experts' part (of etp).
+  const TpContext tp{ep ? ep->tp : nullptr}, sl{ep ? ep->token_slices : nullptr}, et{ep ? ep->expert_tp : nullptr};
+  const bool slices = sl.size() > 1, split = et.size() > 1;
   at::Tensor xs = x, weights = out.routing.weights, experts = out.routing.experts, kept = keep;
   if (slices) {
-    const int64_t part = x.size(0) / tp.size();
-    xs = scatter_along(tp, x, 0);
-    weights = scatter_along(tp, weights, 0);
-    experts = experts.narrow(0, tp.rank() * part, part);
-    if (kept.defined()) kept = kept.narrow(0, tp.rank() * part, part);
-  } else if (split) {  // each rank's experts give a part of every output: the gradients of both are sums
-    xs = copy_to_tp(tp, x);
-    weights = copy_to_tp(tp, weights);
+    const int64_t part = x.size(0) / sl.size();
+    xs = scatter_along(sl, x, 0);
+    weights = scatter_along(sl, weights, 0);
+    experts = experts.narrow(0, sl.rank() * part, part);
+    if (kept.defined()) kept = kept.narrow(0, sl.rank() * part, part);
+  }
+  if (split) {  // each rank's experts give a part of every output: the gradients of both are sums
+    xs = copy_to_tp(et, xs);
+    weights = copy_to_tp(et, weights);
   }
   const Dispatch d = dispatch(experts, o.experts, kept);
   out.counts = d.counts;
@@ -413,8 +414,10 @@ MoeOutput moe_forward(const at::Tensor& x, const MoeWeights& w, const RouterOpti
   // Split experts: the routed part and the shared experts' summed on this rank, then one reduction
   // over tp (NOTE [experts under tensor parallelism]); not under Qwen2-MoE's gate, whose weight and
   // input would then see a part of the shared output: both parts are reduced first there.
-  const bool one_reduction = split && !w.shared_expert_gate.defined();
-  out.y = slices ? gather_along(tp, y, 0) : split && !one_reduction ? reduce_from_tp(tp, y) : y;
+  // (With both, etp < tp: each slice's parts summed over its etp ranks, then the slices gathered.)
+  const bool one_reduction = split && !slices && !w.shared_expert_gate.defined();
+  if (split && !one_reduction) y = reduce_from_tp(et, y);
+  out.y = slices ? gather_along(sl, y, 0) : y;
   if (w.shared_gate.defined()) {  // split over tp as the dense MLP
     at::Tensor shared = swiglu(copy_to_tp(tp, x), w.shared_gate, w.shared_up, w.shared_down);
     if (!one_reduction) shared = reduce_from_tp(tp, shared);

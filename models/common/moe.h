@@ -164,14 +164,19 @@ struct MoeOutput {
 //    are gathered back, so every rank's router sees all of them) into the
 //    experts, and its slice's outputs are gathered over tp. The tp ranks are
 //    then ep places of their own: the expert all-to-all folds over them.
+//  - 1 < etp < tp: both at once. tp index t is part t mod etp of token slice
+//    t / etp: the tp / etp slices (EpContext::token_slices) as at etp = 1,
+//    each slice's rows into experts split over its etp ranks
+//    (EpContext::expert_tp) as at etp = tp; a slice's outputs are summed over
+//    its etp ranks, then the slices gathered.
 // The shared experts are split over tp as the dense MLP. With the experts
-// split, the routed and the shared parts are summed on each rank first and
+// split over all of tp, the routed and the shared parts are summed on each rank first and
 // reduced once (the caller's reduce-scatter under sequence parallelism, as
 // Megatron's; else one all-reduce), but for Qwen2-MoE's sigmoid-gated shared
 // expert, whose gate must read the whole shared output. The expert loads a
-// layer counts are its dispatch's: each slice's at etp = 1, every token's on
-// every tp rank at etp = tp (the world's sums the trainer reads are then tp
-// times the loads, which only their ratios and signs use).
+// layer counts are its dispatch's: its slice's on each of the slice's etp ranks
+// (the world's sums the trainer reads are then etp times the loads, which only
+// their ratios and signs use).
 //
 // x (T, H): route, dispatch, the experts on the sorted rows, combine, plus the
 // shared experts. Under expert parallelism (`ep` given, of size > 1) w.gate,

@@ -56,8 +56,9 @@ void ParamPlan::add(const ParamDecl& decl) {
   pp.info.init_valid_rows = decl.init_valid_rows;
   pp.local_shape = decl.shape;
   if (decl.shard_dim >= 0) {
-    pp.local_shape[decl.shard_dim] = decl.shape[decl.shard_dim] / tp_size_;
-    pp.info.shard_offset = tp_rank_ * pp.local_shape[decl.shard_dim];
+    const int64_t parts = decl.shards > 0 ? decl.shards : tp_size_, part = decl.shards > 0 ? decl.shard_rank : tp_rank_;
+    pp.local_shape[decl.shard_dim] = decl.shape[decl.shard_dim] / parts;
+    pp.info.shard_offset = part * pp.local_shape[decl.shard_dim];
   }
   if (decl.expert) {
     pp.info.expert = true;

@@ -53,6 +53,9 @@ struct ParamDecl {
   bool tied_copy = false;               // a second copy of a tied parameter: the LM head's word embedding
   int64_t init_valid_rows = -1;         // rows >= this are zero at init (padded vocabulary)
   bool expert = false;                  // routed experts stacked along dim 0: split over EP (ParamInfo::expert)
+  // Split along shard_dim into `shards` parts, this rank's `shard_rank` (0: the plan's tp size and
+  // rank): the routed experts' etp (NOTE [expert grid]).
+  int64_t shards = 0, shard_rank = 0;
 };
 
 // Builds a TP plan: each add() is one parameter, sized for TP rank `tp_rank`

@@ -16,7 +16,7 @@
 namespace trident {
 
 std::vector<PlannedParam> llama_param_plan(const ModelConfig& cfg, const ChunkSpec& spec, int64_t tp_size,
-                                           int64_t tp_rank, int64_t ep_size, int64_t ep_rank, bool whole_experts) {
+                                           int64_t tp_rank, int64_t ep_size, int64_t ep_rank, int64_t etp) {
   const int64_t h = cfg.hidden, f = cfg.ffn(), vp = cfg.padded_vocab(tp_size), d = cfg.head_dim();
   const int64_t q_rows = cfg.heads * d, kv_rows = cfg.kv() * d;
   // Output projections scaled by 1/sqrt(2 layers), as GPT's (GPT-2's init).
@@ -115,9 +115,11 @@ std::vector<PlannedParam> llama_param_plan(const ModelConfig& cfg, const ChunkSp
         decl.no_decay = true;
         plan.add(decl);
       }
-      // The routed experts: split over EP along dim 0 (NOTE [expert grid] in parallel/layout.h) and,
-      // at etp = tp, over TP along their width as the dense MLP (NOTE [experts under tensor parallelism]).
-      const bool split = tp_size > 1 && !whole_experts;
+      // The routed experts: split over EP along dim 0 (NOTE [expert grid] in parallel/layout.h) and
+      // over etp of the tp ranks along their width as the dense MLP (NOTE [experts under tensor
+      // parallelism]): part tp_rank mod etp of etp.
+      const int64_t parts = etp == 0 ? tp_size : etp;
+      const bool split = parts > 1;
       for (const auto& [name, shape, sd, dim] :
            {std::tuple{".moe.experts.gate.weight", std::vector<int64_t>{e, fe, h}, std_dev, 1},
             std::tuple{".moe.experts.up.weight", std::vector<int64_t>{e, fe, h}, std_dev, 1},
@@ -128,6 +130,7 @@ std::vector<PlannedParam> llama_param_plan(const ModelConfig& cfg, const ChunkSp
         decl.std_dev = sd;
         decl.expert = true;
         decl.shard_dim = split ? dim : kReplicated;
+        decl.shards = parts, decl.shard_rank = tp_rank % parts;
         plan.add(decl);
       }
       if (fs > 0) {  // the shared experts split over TP as the dense MLP
@@ -207,7 +210,8 @@ LlamaStage::LlamaStage(const ModelConfig& cfg, const ChunkSpec& spec, const TpCo
   if (ep.size() > 1 && (cfg.experts < 1 || cfg.experts % ep.size() != 0))
     throw std::logic_error("LlamaStage: " + std::to_string(cfg.experts) + " experts do not split over ep=" +
                            std::to_string(ep.size()) + " (check_config admits no such config)");
-  for (auto& planned : llama_param_plan(cfg, spec, t, tp.rank(), ep.size(), ep.rank(), ep.whole_experts))
+  const int64_t etp = ep.expert_tp ? ep.expert_tp->size() : 1;
+  for (auto& planned : llama_param_plan(cfg, spec, t, tp.rank(), ep.size(), ep.rank(), etp))
     params_.push_back({init_shard(seed, planned.info, planned.local_shape), planned.info});
   auto at = [&](const std::string& name, bool tied = false) { return param_index(params_, name, "LlamaStage", tied); };
   if (spec_.has_embedding) word_ = at("embedding.word.weight");

@@ -42,11 +42,12 @@
 
 namespace trident {
 
-// ep_size > 1: the routed experts split over EP, rank ep_rank's (NOTE [expert grid]); at
-// tp_size > 1 each expert split over TP along its width, unless whole_experts (etp = 1).
+// ep_size > 1: the routed experts split over EP, rank ep_rank's (NOTE [expert grid]); each
+// expert split along its width over etp of the tp ranks (0: all tp_size of them; 1: whole), this
+// rank's part tp_rank mod etp.
 std::vector<PlannedParam> llama_param_plan(const ModelConfig& cfg, const ChunkSpec& spec, int64_t tp_size,
                                            int64_t tp_rank, int64_t ep_size = 1, int64_t ep_rank = 0,
-                                           bool whole_experts = false);
+                                           int64_t etp = 0);
 
 // Rotary frequencies (head_dim / 2 of them, fp32), with Llama 3.1's scaling
 // when cfg.rope_scaling = "llama3": Hugging Face's computation, step by step.

@@ -266,7 +266,8 @@ def cases(work, cores, trident="build/trident", busy_port=0):
          ["schedule.overlap_moe = true with parallel.cp = 2: both halves of a pair would exchange keys and values"]),
         ("ep not dividing cp x dp", 2,
          "train --config configs/mixtral-tiny.toml --set parallel.cp=2 --set parallel.ep=8 --set parallel.dp=2",
-         ["parallel.ep (8) must divide (tp / etp) x cp x dp = (1 / 1) x 2 x 2 = 4"]),
+         ["parallel.ep (8) must divide (tp / etp) x cp x dp = (1 / 1) x 2 x 2 = 4"],
+         {"RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29400"}),
         ("cp zero", 2, "train --config configs/llama-tiny.toml --set parallel.cp=0",
          ["parallel.cp"]),
         ("plan ep 0", 2, "plan --config configs/mixtral-tiny.toml --cluster configs/clusters/dgx-h100.toml --gpus 8 "
@@ -277,8 +278,8 @@ def cases(work, cores, trident="build/trident", busy_port=0):
         ("etp negative", 2, "train --config configs/mixtral-tiny.toml --set parallel.etp=-1",
          ["parallel.etp = -1", "an integer >= 0"]),
         # (rank 0 of a world of 4 or 2: the layout is refused before any rendezvous)
-        ("etp between 1 and tp", 2, "train --config configs/mixtral-tiny.toml --set parallel.tp=4 --set parallel.etp=2",
-         ["parallel.etp (2) with parallel.tp (4)", "an etp between them is not built yet"],
+        ("etp not dividing tp", 2, "train --config configs/mixtral-tiny.toml --set parallel.tp=4 --set parallel.etp=3",
+         ["parallel.etp (3) must divide parallel.tp (4)"],
          {"RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29400"}),
         ("ep not dividing tp over etp times dp", 2,
          "train --config configs/mixtral-tiny.toml --set parallel.tp=2 --set parallel.etp=1 --set parallel.ep=4",
@@ -291,13 +292,14 @@ def cases(work, cores, trident="build/trident", busy_port=0):
         ("etp 1 with tokens not splitting over tp", 2,
          "train --config configs/mixtral-tiny.toml --set parallel.tp=2 --set parallel.etp=1 "
          "--set training.micro_batch_size=1 --set model.seq_len=31",
-         ["parallel.etp = 1 with parallel.tp = 2: each tp rank routes an equal slice", "expected a multiple of 2"]),
+         ["parallel.etp = 1 with parallel.tp = 2: each of the tp / etp = 2 token slices routes an equal part",
+          "expected a multiple of 2"]),
         # NOTE [planned overlap], NOTE [overlapped pairs]: the planner's and `trident schedule`'s overlap refusals.
         ("plan overlap without ep", 2, "plan --config configs/mixtral-tiny.toml --cluster configs/clusters/dgx-h100.toml "
          "--gpus 8 --layout dp=8,overlap_moe=1", ["overlap_moe=1 with ep(1): there is no expert all-to-all to hide"]),
-        ("plan overlap at tp 2", 2, "plan --config configs/mixtral-tiny.toml --cluster configs/clusters/dgx-h100.toml "
-         "--gpus 8 --layout tp=2,dp=4,ep=2,overlap_moe=1",
-         ["overlap_moe=1 with tp(2): a pair's two halves would both issue tensor-parallel all-reduces"]),
+        ("plan overlap with cp", 2, "plan --config configs/mixtral-tiny.toml --cluster configs/clusters/dgx-h100.toml "
+         "--gpus 8 --layout cp=2,dp=4,ep=2,overlap_moe=1",
+         ["overlap_moe=1 with cp(2): a pair's two halves would exchange keys and values"]),
         ("schedule overlap with gpipe", 2, "schedule --kind gpipe -p 2 -m 4 --overlap-moe",
          ["--overlap-moe: --kind gpipe at p=2 m=4 has no backward followed by a forward"]),
         # NOTE [held store port]: the launcher's listening socket is rank 0's alone, and must listen on MASTER_PORT.

@@ -275,6 +275,15 @@ TEST(CheckpointReshard, MixtralTp2Etp1Ep2ToEtp2) {
   EXPECT_TRUE(resumed_part_matches(full, tmp.file("run"), 1e-5));
 }
 
+// NOTE [expert grid]: tp 4 at etp 2 (each expert's width in halves, tp indices t and t + 2
+// holding the same half for two token slices, ep 2 over the slices) resumed at tp 2 = etp.
+TEST(CheckpointReshard, MixtralTp4Etp2Ep2ToTp2) {
+  TempDir tmp("reshard-etp2");
+  const std::string full = branch_and_resume(tmp, 4, {"parallel.tp=4", "parallel.etp=2", "parallel.ep=2"}, 2,
+                                             {"parallel.tp=2"}, "configs/mixtral-tiny.toml");
+  EXPECT_TRUE(resumed_part_matches(full, tmp.file("run"), 1e-5));
+}
+
 // NOTE [expert grid]: ep 2 folded over the cp ranks (each holding half the experts, ZeRO-1
 // over dp x cp for the dense parameters), resumed on one process: every expert was written once.
 TEST(CheckpointReshard, MixtralCp2Ep2ToOneProcess) {

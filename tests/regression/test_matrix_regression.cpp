@@ -289,6 +289,11 @@ const std::vector<Row>& moe_rows() {
       {2, 1, 1, "1f1b", 0, true, {kEtp1, kEp2, kOverlapMoe, kNcclRules}, kMixtral},
       {2, 1, 2, "1f1b", 0, true, {kEp2, kOverlapMoe}, kMixtral},
       {2, 2, 1, "zb-h1", 0, true, {kSp, kEtp1, kEp2, kOverlapMoe, kNcclRules}, kQwen2Moe},
+      // etp between 1 and tp (NOTE [expert grid]): tp 4 as two token slices of experts split over two
+      // ranks each; with ep over the slices, sequence parallelism, and the overlapped pairs.
+      {4, 1, 1, "1f1b", 0, true, {"parallel.etp=2"}, kMixtral},
+      {4, 1, 1, "1f1b", 0, true, {"parallel.etp=2", kEp2, kSp}, kQwen2Moe},
+      {4, 1, 1, "1f1b", 0, true, {"parallel.etp=2", kEp2, kOverlapMoe, kNcclRules}, kMixtral},
       // Under context parallelism (NOTE [expert grid]): the cp ranks fold into ep and edp as the dp
       // replicas do, each routing its own part of the sequences; the balancing losses' counts summed
       // over cp (NOTE [balancing losses under context parallelism]).

@@ -134,7 +134,7 @@ TEST(Layout, ExpertGridIsMegatronsFoldingForEveryEtp) {
     for (int tp = 1; tp <= world; tp *= 2)
       for (int cp = 1; cp <= 2 && tp * cp <= world; cp *= 2)
       for (int pp = 1; tp * cp * pp <= world; pp *= 2)
-        for (int etp : {1, tp})
+        for (int etp = 1; etp <= tp; etp *= 2)  // every divisor of a power of 2
           for (int ep = 1; ep <= world; ep *= 2) {
             // The experts' grid etp x ep x edp x pp over the dense tp x cp x dp x pp (the cp ranks
             // fold into ep and edp as the dp replicas do).
@@ -172,7 +172,13 @@ TEST(Layout, ExpertGridIsMegatronsFoldingForEveryEtp) {
   EXPECT_EQ(folded.describe(), "world 2 = tp 2 x dp 1 x pp 1; experts: etp 1 x ep 2 x edp 1");
   EXPECT_FALSE(Layout::make(4, 2, 1, 2, 1, 1, 2).experts_folded());  // etp = tp, ep 1: the dense grid
   EXPECT_THROW(Layout::make(4, 2, 1, 2, 1, 1, 4), ConfigError);       // etp above tp
-  EXPECT_THROW(Layout::make(8, 4, 1, 2, 1, 1, 2), ConfigError);       // etp between 1 and tp
+  EXPECT_THROW(Layout::make(8, 4, 1, 2, 1, 1, 3), ConfigError);       // etp not dividing tp
+  // tp 4, etp 2: tp index t is part t mod 2 of token slice t / 2.
+  const Layout mixed = Layout::make(4, 4, 1, 1, 2, 1, 2);
+  EXPECT_EQ(mixed.etp_group(1), (std::vector<int>{0, 1}));
+  EXPECT_EQ(mixed.token_slice_group(1), (std::vector<int>{1, 3}));
+  EXPECT_EQ(mixed.ep_group(1), (std::vector<int>{1, 3}));  // the two slices hold half the experts each
+  EXPECT_EQ(mixed.describe(), "world 4 = tp 4 x dp 1 x pp 1; experts: etp 2 x ep 2 x edp 1");
   EXPECT_THROW(Layout::make(4, 2, 1, 2, 4, 1, 2), ConfigError);       // ep 4 does not divide dp 2 at etp = tp
   EXPECT_NO_THROW(Layout::make(4, 2, 1, 2, 4, 1, 1));                 // ... but divides (tp / etp) x dp
 }

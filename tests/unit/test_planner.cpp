@@ -327,8 +327,9 @@ TEST(PlannerStep, ExpertParallelismSplitsTheExpertsAndPricesItsAllToAlls) {
   EXPECT_NE(error_of<PlanError>([&] { evaluate(pr, parse_layout("tp=2,dp=2,ep=8,etp=1", 4)); })
                 .find("(tp / etp) x cp x dp = 4"),
             std::string::npos);
-  EXPECT_NE(error_of<PlanError>([&] { evaluate(pr, parse_layout("tp=4,etp=2", 4)); }).find("etp(2) with tp(4)"),
+  EXPECT_NE(error_of<PlanError>([&] { evaluate(pr, parse_layout("tp=4,etp=3", 4)); }).find("etp(3) must divide tp(4)"),
             std::string::npos);
+  EXPECT_NO_THROW(evaluate(pr, parse_layout("tp=4,etp=2,ep=2", 4)));  // two token slices of two ranks each
   EXPECT_NE(error_of<PlanError>([&] { evaluate(dense, parse_layout("tp=2,etp=1", 2)); }).find("a dense model has no experts"),
             std::string::npos);
   EXPECT_NE(error_of<PlanError>([&] { evaluate(pr, parse_layout("cp=2,dp=2,ep=2,overlap_moe=1", 4)); })
