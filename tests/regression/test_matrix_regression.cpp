@@ -264,6 +264,12 @@ const std::vector<Row>& moe_rows() {
       {1, 1, 2, "1f1b", 0, true, {kEp2, kOverlapMoe, kBf16}, kMixtral},
       {1, 1, 2, "1f1b", 1, true, {kEp2, kOverlapMoe, kNcclRules}, kMixtral},
       {1, 2, 2, "zb-v", 0, true, {kEp2, kOverlapMoe, kNcclRules, kGbs32}, kMixtral},
+      // The other kinds with pairs (v-half, v-min, zb-auto), and dualpipev without them.
+      {1, 2, 2, "v-half", 0, true, {kEp2, kOverlapMoe, kGbs32}, kMixtral},
+      {1, 2, 2, "v-min", 0, true, {kEp2, kOverlapMoe, kNcclRules, kGbs32}, kQwen2Moe},
+      {1, 2, 2, "zb-auto", 0, true, {kEp2, kOverlapMoe, kZb2pAtPp2}, kMixtral},
+      {1, 2, 2, "dualpipev", 0, true, {kEp2, kNcclRules, kGbs32}, kDeepseekV3},
+      {1, 1, 4, "1f1b", 1, true, {kEp4}, kDeepseekV3},
       // Under tensor parallelism (NOTE [experts under tensor parallelism]): each expert split over
       // tp (etp = tp, the default), or whole on each tp rank with the tokens sliced over tp (etp = 1),
       // the tp ranks then folding into ep (tp 2 x ep 2 on two ranks); with dp and ZeRO-1, sequence
