@@ -82,6 +82,36 @@ TEST(Moe, ExpertsWithNoTokensAndOneExpertWithEveryToken) {
   EXPECT_TRUE(at::equal(d.counts, at::tensor(std::vector<int64_t>{0, 0, 0, 0, kT, 0})));
 }
 
+// The experts' four leaves: the sorted rows and the three stacked weights.
+struct Leaves {
+  at::Tensor rows, gate, up, down;
+};
+Leaves leaves_of(const at::Tensor& rows, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down) {
+  return Leaves{rows.clone().requires_grad_(), gate.clone().requires_grad_(), up.clone().requires_grad_(),
+                down.clone().requires_grad_()};
+}
+
+// `experts` run under a W queue armed to defer (NOTE [I/W split]): the rows' gradient comes at once,
+// the weights' only when the W runs, each equal bit for bit to `undeferred`'s.
+template <typename F>
+void expect_weight_grads_defer_to_w(F experts, const Leaves& deferred, const at::Tensor& gy, const Leaves& undeferred) {
+  WeightGradQueue q;
+  at::Tensor yd;
+  {
+    WeightGradScope scope(&q);
+    yd = experts(deferred);
+  }
+  q.arm(true);
+  (yd * gy).sum().backward();
+  EXPECT_TRUE(at::equal(deferred.rows.grad(), undeferred.rows.grad()));
+  EXPECT_FALSE(deferred.gate.grad().defined());  // waits for W
+  EXPECT_EQ(q.size(), 1u);
+  q.run();
+  EXPECT_TRUE(at::equal(deferred.gate.grad(), undeferred.gate.grad()));
+  EXPECT_TRUE(at::equal(deferred.up.grad(), undeferred.up.grad()));
+  EXPECT_TRUE(at::equal(deferred.down.grad(), undeferred.down.grad()));
+}
+
 // NOTE [experts on the CPU]: the written-out backward against autograd through
 // the definition (per expert three linears, concatenated), in float64, an
 // expert without rows among them; and its weight gradients deferred to a W,
@@ -95,13 +125,7 @@ TEST(Moe, ExpertsBackwardIsTheDefinitionsAndDefersToW) {
   const at::Tensor gate0 = at::randn({e, kI, kH}, f64), up0 = at::randn({e, kI, kH}, f64),
                    down0 = at::randn({e, kH, kI}, f64);
   const at::Tensor counts = at::tensor(n, at::kLong);
-  struct Leaves {
-    at::Tensor rows, gate, up, down;
-  };
-  const auto leaves = [&] {
-    return Leaves{rows0.clone().requires_grad_(), gate0.clone().requires_grad_(), up0.clone().requires_grad_(),
-                  down0.clone().requires_grad_()};
-  };
+  const auto leaves = [&] { return leaves_of(rows0, gate0, up0, down0); };
   Leaves want = leaves(), got = leaves(), deferred = leaves();
   std::vector<at::Tensor> parts;
   for (int64_t x = 0, b = 0; x < e; b += n[x], ++x)
@@ -119,22 +143,8 @@ TEST(Moe, ExpertsBackwardIsTheDefinitionsAndDefersToW) {
     EXPECT_TRUE(at::allclose(b.grad(), a.grad(), 1e-12, 1e-12)) << name;
   }
   EXPECT_TRUE(at::equal(got.gate.grad()[1], at::zeros({kI, kH}, f64)));  // the expert without rows
-
-  WeightGradQueue q;
-  at::Tensor yd;
-  {
-    WeightGradScope scope(&q);
-    yd = experts_swiglu(deferred.rows, counts, deferred.gate, deferred.up, deferred.down);
-  }
-  q.arm(true);
-  (yd * gy).sum().backward();
-  EXPECT_TRUE(at::equal(deferred.rows.grad(), got.rows.grad()));
-  EXPECT_FALSE(deferred.gate.grad().defined());  // waits for W
-  EXPECT_EQ(q.size(), 1u);
-  q.run();
-  EXPECT_TRUE(at::equal(deferred.gate.grad(), got.gate.grad()));
-  EXPECT_TRUE(at::equal(deferred.up.grad(), got.up.grad()));
-  EXPECT_TRUE(at::equal(deferred.down.grad(), got.down.grad()));
+  expect_weight_grads_defer_to_w(
+      [&](const Leaves& l) { return experts_swiglu(l.rows, counts, l.gate, l.up, l.down); }, deferred, gy, got);
 }
 
 // NOTE [grouped experts]: the grouped-GEMM path (CUDA's, run here on the CPU's
@@ -152,13 +162,7 @@ TEST(Moe, GroupedExpertsEqualThePerExpertGemmsAndDeferToW) {
   ASSERT_TRUE(grouped_experts_fit(rows0, gate0));
   EXPECT_FALSE(grouped_experts_fit(at::randn({rows_n, kH}), at::randn({e, kI, kH})));  // 6 floats: not aligned
   EXPECT_FALSE(grouped_experts_fit(rows0.to(at::kDouble), gate0.to(at::kDouble)));
-  struct Leaves {
-    at::Tensor rows, gate, up, down;
-  };
-  const auto leaves = [&] {
-    return Leaves{rows0.clone().requires_grad_(), gate0.clone().requires_grad_(), up0.clone().requires_grad_(),
-                  down0.clone().requires_grad_()};
-  };
+  const auto leaves = [&] { return leaves_of(rows0, gate0, up0, down0); };
   Leaves per = leaves(), grouped = leaves(), deferred = leaves();
   const at::Tensor y = experts_swiglu(per.rows, counts, per.gate, per.up, per.down);
   const at::Tensor yg = experts_swiglu_grouped(grouped.rows, counts, grouped.gate, grouped.up, grouped.down);
@@ -175,21 +179,9 @@ TEST(Moe, GroupedExpertsEqualThePerExpertGemmsAndDeferToW) {
     EXPECT_TRUE(at::equal(grouped.down.grad()[x], at::zeros({h, inner}))) << x;
   }
 
-  WeightGradQueue q;
-  at::Tensor yd;
-  {
-    WeightGradScope scope(&q);
-    yd = experts_swiglu_grouped(deferred.rows, counts, deferred.gate, deferred.up, deferred.down);
-  }
-  q.arm(true);
-  (yd * gy).sum().backward();
-  EXPECT_TRUE(at::equal(deferred.rows.grad(), grouped.rows.grad()));
-  EXPECT_FALSE(deferred.gate.grad().defined());  // waits for W
-  EXPECT_EQ(q.size(), 1u);
-  q.run();
-  EXPECT_TRUE(at::equal(deferred.gate.grad(), grouped.gate.grad()));
-  EXPECT_TRUE(at::equal(deferred.up.grad(), grouped.up.grad()));
-  EXPECT_TRUE(at::equal(deferred.down.grad(), grouped.down.grad()));
+  expect_weight_grads_defer_to_w(
+      [&](const Leaves& l) { return experts_swiglu_grouped(l.rows, counts, l.gate, l.up, l.down); }, deferred, gy,
+      grouped);
   EXPECT_THROW(experts_swiglu_grouped(rows0.to(at::kDouble), counts, gate0.to(at::kDouble), up0.to(at::kDouble),
                                       down0.to(at::kDouble)),
                std::invalid_argument);
