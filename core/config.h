@@ -112,11 +112,12 @@ struct ParallelConfig {
   bool overlap_grad_reduce = true;           // reduce buckets during the backward
   bool overlap_param_gather = true;          // zero = 1: the gather finished by the next forward
   int64_t zero = 0;                          // 0 or 1 (ZeRO-1: optimizer state sharded over dp)
-  int64_t ep = 1;                            // expert-parallel size: the MoE experts split over ep dp replicas
-  int64_t etp = 0;                           // expert tensor-parallel size: tp (0, the default) or 1
+  int64_t ep = 1;                            // expert-parallel size: the MoE experts split over ep of the (tp / etp) x cp x dp places
+  int64_t etp = 0;                           // expert tensor-parallel size: a divisor of tp (0, the default: tp)
   std::string moe_dispatcher = "alltoall";   // "alltoall" | "allgather": how tokens reach their experts' ranks
   int64_t cp = 1;                            // context-parallel size: each sequence split over cp ranks
   std::string cp_comm = "p2p";               // "p2p" (ring) | "all_gather" | "a2a" (Ulysses): how attention sees the sequence
+  int64_t expert_tp() const { return etp == 0 ? tp : etp; }  // etp with its default resolved (NOTE [expert grid])
 };
 
 struct ScheduleConfig {

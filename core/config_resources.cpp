@@ -81,7 +81,7 @@ struct RankMemory {
            (experts == 0 ? std::string()
                          : ", of which the routed experts' (model.experts = " + n(m.experts) + " x 3 x model.hidden x "
                            "model.moe_ffn_hidden per MoE layer, " + big(experts) + " parameters over parallel.etp x parallel.ep = " +
-                           n(c.parallel.etp == 0 ? c.parallel.tp : c.parallel.etp) + " x " + n(c.parallel.ep) +
+                           n(c.parallel.expert_tp()) + " x " + n(c.parallel.ep) +
                            " x parallel.pp): " + big(expert_state)) +
            "; logits of training.micro_batch_size x model.seq_len x model.vocab_size: " +
            big(logits) + (c.training.device == "cpu" ? "; data.synthetic_tokens: " + big(tokens) : std::string()) +
@@ -101,15 +101,15 @@ RankMemory rank_memory(const Config& c, const ModelShape& shape, const std::vect
   RankMemory r;
   const Big dp = p.dp > 0 ? Big(p.dp) : 1;
   // The routed experts split over etp x ep x pp (NOTE [expert grid]), their moments under ZeRO-1
-  // over the expert-data-parallel replicas ((tp / etp) x dp / ep); the rest over tp x pp and dp.
-  const Big etp = Big(p.etp == 0 ? p.tp : p.etp);
+  // over the expert-data-parallel replicas ((tp / etp) x cp x dp / ep); the rest over tp x pp and dp.
+  const Big etp = Big(p.expert_tp());
   const Big all_experts = config_rules::expert_params(m), ep = Big(p.ep),
-            edp = std::max<Big>(Big(p.tp) / etp * dp / ep, 1);
+            edp = std::max<Big>(Big(p.tp) / etp * Big(p.cp) * dp / ep, 1);
   r.experts = all_experts / (etp * ep * Big(p.pp));
   const Big dense = (model_params(m, shape) - all_experts) / (Big(p.tp) * Big(p.pp));
   r.params = dense + r.experts;
   r.expert_state = r.experts * (8 + (p.zero == 1 ? 8 / edp : 8));
-  r.state = dense * (8 + (p.zero == 1 ? 8 / dp : 8)) + r.expert_state;
+  r.state = dense * (8 + (p.zero == 1 ? 8 / (dp * Big(p.cp)) : 8)) + r.expert_state;  // ZeRO-1 over dp x cp
   r.logits = Big(t.micro_batch_size) * Big(m.seq_len / p.cp) * Big(m.vocab_size) / Big(p.tp) * 4;
   r.tokens = c.data.source == "synthetic" ? Big(c.data.synthetic_tokens) * 4 : 0;
   r.acts = activation_lower_bound(c, shape, peak_inflight, all_ranks_here, r.pairs, r.stage_layers);
@@ -127,7 +127,7 @@ void check_host_resources(const Config& c, const ModelShape& shape, int64_t rank
                 " cores: expected at most " + n(host_cores) + " (more threads than cores only contend)");
   }
   if (host_bytes <= 0 || t.device != "cpu") return;  // cuda: check_device_memory
-  const bool all_here = ranks_on_host >= p.tp * p.pp * std::max<int64_t>(p.dp, 1);
+  const bool all_here = ranks_on_host >= p.tp * p.cp * p.pp * std::max<int64_t>(p.dp, 1);
   const RankMemory rank = rank_memory(c, shape, peak_inflight, all_here);
   const Big total = rank.total() * Big(std::max<int64_t>(ranks_on_host, 1));
   if (total > Big(host_bytes)) {

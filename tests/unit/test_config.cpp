@@ -643,6 +643,27 @@ TEST(Config, HostMemoryCountsTheFamilysParameters) {
   }
 }
 
+// ZeRO-1 shards the moments over dp x cp, the routed experts' over their expert-data-parallel
+// ranks ((tp / etp) x cp x dp / ep, NOTE [expert grid]): cp 2 halves both shares of AdamW's
+// moments that one process holds whole.
+TEST(Config, HostMemoryShardsTheMomentsOverTheContextParallelRanks) {
+  const std::string mixtral = std::string(TRIDENT_SOURCE_DIR) + "/configs/mixtral-tiny.toml";
+  const auto adamw = [&](const std::vector<std::string>& sets) {
+    Config c = trident::load_checked_config(mixtral, sets);
+    const trident::ModelShape shape = trident::model_family(c, trident::model_families()).shape;
+    const std::string e = error_of([&] { trident::check_host_resources(c, shape, 1, 1024, 0); });
+    const size_t at = e.find("AdamW: "), experts = e.find(" x parallel.pp): ");
+    EXPECT_NE(at, std::string::npos) << e;
+    EXPECT_NE(experts, std::string::npos) << e;
+    return std::pair{std::stod(e.substr(at + 7)), std::stod(e.substr(experts + 17))};
+  };
+  const auto [whole, whole_experts] = adamw({"parallel.dp=1", "parallel.zero=1"});
+  const auto [cp2, cp2_experts] = adamw({"parallel.dp=1", "parallel.cp=2", "parallel.zero=1"});
+  // 16 bytes a parameter, 8 of them the moments: 12 of 16 left with the moments in halves.
+  EXPECT_NEAR(cp2 / whole, 12.0 / 16, 0.01) << whole << " " << cp2;
+  EXPECT_NEAR(cp2_experts / whole_experts, 12.0 / 16, 0.01) << whole_experts << " " << cp2_experts;
+}
+
 TEST(Config, HostMemoryCountsTheActivationsInFlight) {
   // 131072 tokens per micro-batch through 64-wide layers: activations of a few GB, the
   // parameters, logits and synthetic tokens together under 1 GB.
