@@ -77,9 +77,11 @@ ProcessGroups::ProcessGroups(const WorldEnv& env, const Layout& layout, const st
     token_slices_backward = make_group("token_slices_backward", layout_.all_token_slice_groups());
     expert_tp.backward = &expert_tp_backward;
     token_slices.backward = &token_slices_backward;
-  } else {
-    for (Group* g : {&expert_tp, &expert_tp_backward, &token_slices, &token_slices_backward})
-      *g = make_group(g == &expert_tp ? "expert_tp" : g == &token_slices ? "token_slices" : "of_one", {{env_.rank}});
+  } else {  // of one rank: at etp = tp or 1 the tp group serves
+    expert_tp = make_group("expert_tp", {{env_.rank}});
+    expert_tp_backward = make_group("expert_tp_backward", {{env_.rank}});
+    token_slices = make_group("token_slices", {{env_.rank}});
+    token_slices_backward = make_group("token_slices_backward", {{env_.rank}});
   }
 }
 

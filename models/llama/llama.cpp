@@ -451,11 +451,11 @@ at::Tensor LlamaStage::moe(int64_t layer, const BlockParams& b, const at::Tensor
     const int64_t e = cfg_.experts;
     if (!moe_stats_.defined())
       moe_stats_ = at::zeros({cfg_.layers, e + kMoeStatExtra}, x.options().dtype(at::kDouble));
-    const at::Tensor range = w.bias.defined() ? (w.bias.max() - w.bias.min()).to(at::kDouble).reshape({1})
-                                              : at::zeros({1}, moe_stats_.options());
-    moe_stats_[layer].add_(at::cat({out.counts.to(at::kDouble), aux.detach().to(at::kDouble).reshape({1}),
-                                    z.detach().to(at::kDouble).reshape({1}), at::ones({1}, moe_stats_.options()),
-                                    at::full({1}, static_cast<double>(out.assignments), moe_stats_.options()), range}));
+    // Every column but the bias range, which take_moe_stats() fills in once.
+    moe_stats_[layer].narrow(0, 0, e + kMoeBiasRange)
+        .add_(at::cat({out.counts.to(at::kDouble), aux.detach().to(at::kDouble).reshape({1}),
+                       z.detach().to(at::kDouble).reshape({1}), at::ones({1}, moe_stats_.options()),
+                       at::full({1}, static_cast<double>(out.assignments), moe_stats_.options())}));
   }
   return y;
 }
@@ -467,7 +467,9 @@ at::Tensor LlamaStage::moe(int64_t layer, const BlockParams& b, const at::Tensor
 // computes (model.moe_aux_loss's kind, without its coefficient), its z-loss,
 // the number of micro-batches, the assignments its dispatch routed before
 // dropping (in the counts' scope: the received tokens plus the dropped ones)
-// and the correction bias's range (max - min; 0 without one). Rows of other
+// and the correction bias's range (max - min; 0 without one) times the
+// micro-batches: the bias moves only after the take, so the range is read
+// once there rather than in every forward. Rows of other
 // layers are zero, so the trainer sums every rank's tensor over the world
 // (pipeline stages hold different layers, data-parallel replicas the same
 // ones), divides the losses and the range by the micro-batches (a mean: every
@@ -481,6 +483,16 @@ int64_t LlamaStage::side_width() const {
 at::Tensor LlamaStage::take_moe_stats() {
   at::Tensor out = moe_stats_;
   moe_stats_ = at::Tensor();
+  if (out.defined()) {
+    at::NoGradGuard no_grad;
+    const int64_t e = cfg_.experts;
+    for (size_t i = 0; i < blocks_.size(); ++i) {
+      if (blocks_[i].router_bias == kNone) continue;
+      const at::Tensor bias = params_[blocks_[i].router_bias].tensor;
+      const int64_t l = spec_.first_layer + static_cast<int64_t>(i);
+      out[l][e + kMoeBiasRange].copy_((bias.max() - bias.min()).to(at::kDouble) * out[l][e + kMoeMicroBatches]);
+    }
+  }
   return out;
 }
 
