@@ -60,15 +60,15 @@ struct TrainRun {
   std::string dir;  // its logging.dir: metrics.jsonl, rank-R.json
 };
 
-// Trains `config` (gpt-tiny unless given) for kRegressionSteps steps on `nproc` ranks
+// Trains `config` (gpt-tiny unless given) for `steps` (kRegressionSteps unless given) steps on `nproc` ranks
 // (through `trident launch` when nproc > 1) with extra `--set` overrides,
 // logging into `dir`. --master-port 0 lets runs of parallel ctest jobs coexist.
 inline TrainRun train_tiny(const std::string& dir, int nproc, const std::vector<std::string>& sets,
-                           const std::string& config = "configs/gpt-tiny.toml") {
+                           const std::string& config = "configs/gpt-tiny.toml", int steps = kRegressionSteps) {
   std::ostringstream cmd;
   if (nproc > 1) cmd << bin("trident") << " launch --nproc-per-node " << nproc << " --master-port 0 -- ";
   cmd << bin("trident") << " train --config " << src(config)
-      << " --set training.steps=" << kRegressionSteps << " --set logging.dir=" << dir
+      << " --set training.steps=" << steps << " --set logging.dir=" << dir
       << " --set logging.progress=false"
       // MFU is not under test: a given peak skips the start-up matmul timing.
       << " --set training.peak_tflops=1";
@@ -91,13 +91,13 @@ inline TrainRun train_tiny(const std::string& dir, int nproc, const std::vector<
   return run;
 }
 
-// Checks a run finished and logged every step, with its output in the message.
-inline ::testing::AssertionResult completed(const TrainRun& run) {
+// Checks a run finished and logged every one of its `steps`, with its output in the message.
+inline ::testing::AssertionResult completed(const TrainRun& run, int steps = kRegressionSteps) {
   if (run.result.status != 0)
     return ::testing::AssertionFailure() << "exit status " << run.result.status << " from\n  " << run.command
                                          << "\noutput:\n" << run.result.output;
-  if (static_cast<int>(run.rows.size()) != kRegressionSteps)
-    return ::testing::AssertionFailure() << run.rows.size() << " metrics rows, expected " << kRegressionSteps
+  if (static_cast<int>(run.rows.size()) != steps)
+    return ::testing::AssertionFailure() << run.rows.size() << " metrics rows, expected " << steps
                                          << " from\n  " << run.command;
   return ::testing::AssertionSuccess();
 }

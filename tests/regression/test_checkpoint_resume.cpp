@@ -18,21 +18,42 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// NOTE [resume steps]
+// A resume or reshard test trains kResumeSteps steps with a checkpoint after
+// step kCheckpointStep, then resumes that checkpoint for the remaining steps.
+// What a checkpoint can get wrong shows within three steps of the resume: the
+// first resumed step's loss reads the restored weights and data position, its
+// gradient norm the restored layout's reduction, the second step's loss the
+// update made from the restored moments and learning rate, the third the
+// update after that. Four resumed steps of eight cover that, with the LR
+// already past its warm-up of 3 at the checkpoint. These tests check the
+// checkpoint, not the layouts (the regression matrix holds each layout to the
+// contract over kRegressionSteps); the killed-save and async tests below keep
+// their own 20-step schedules.
+constexpr int kResumeSteps = 8, kCheckpointStep = 4;
+
+// The checkpoint directory name of step kCheckpointStep ("step-00000004").
+std::string checkpoint_step_dir() {
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%08d", kCheckpointStep);
+  return name;
+}
+
 int compare_status(const std::string& a, const std::string& b, const std::string& rtol) {
   const RunResult r = run_command(bin("trident") + " compare " + a + " " + b + " --rtol " + rtol);
   if (r.status != 0) std::cout << r.output;
   return r.status;
 }
 
-// The resumed run's steps 11..20 (all it logged) against the full run's, within
-// a relative `rel_tol` (0: the very same doubles).
+// The resumed run's steps kCheckpointStep + 1 .. kResumeSteps (all it logged) against the full
+// run's, within a relative `rel_tol` (0: the very same doubles).
 ::testing::AssertionResult resumed_part_matches(const std::string& full_dir, const std::string& run_dir,
                                                 double rel_tol) {
   const std::vector<StepRow> full = read_metrics(full_dir + "/metrics.jsonl");
   const std::vector<StepRow> got = read_metrics(run_dir + "/metrics.jsonl");
-  if (full.size() != 20 || got.size() != 10)
+  if (full.size() != kResumeSteps || got.size() != kResumeSteps - kCheckpointStep)
     return ::testing::AssertionFailure() << full.size() << " full and " << got.size() << " resumed rows";
-  const std::vector<StepRow> tail(full.begin() + 10, full.end());
+  const std::vector<StepRow> tail(full.begin() + kCheckpointStep, full.end());
   for (const char* key : {"loss", "grad_norm"})
     if (auto m = steps_match(tail, got, key, rel_tol); !m) return m;
   return ::testing::AssertionSuccess();
@@ -43,29 +64,34 @@ std::vector<std::string> with(std::vector<std::string> sets, const std::vector<s
   return sets;
 }
 
-// Trains `first` for all 20 steps with a checkpoint after step 10, then
-// resumes a copy of that step-10 checkpoint under `second` in an empty run
-// directory, so its metrics.jsonl holds only what the resumed run computed.
-// Checks both ran and that the second computed exactly steps 11..20
+// Trains `first` for all kResumeSteps steps with a checkpoint after step kCheckpointStep
+// (NOTE [resume steps]), then resumes a copy of that checkpoint under `second` in an empty
+// run directory, so its metrics.jsonl holds only what the resumed run computed.
+// Checks both ran and that the second computed exactly the steps after the checkpoint
 // (CheckpointErrors below resumes in place, with training.exit_after_steps).
 // Returns the first run's directory.
 std::string branch_and_resume(const TempDir& tmp, int nproc_first, const std::vector<std::string>& first,
                               int nproc_second, const std::vector<std::string>& second,
                               const std::string& config = "configs/gpt-tiny.toml") {
-  const TrainRun a = train_tiny(tmp.file("full"), nproc_first,
-                                with(first, {"checkpoint.dir=" + tmp.file("ck"), "checkpoint.interval=10"}), config);
-  EXPECT_TRUE(completed(a));
+  const TrainRun a = train_tiny(
+      tmp.file("full"), nproc_first,
+      with(first, {"checkpoint.dir=" + tmp.file("ck"), "checkpoint.interval=" + std::to_string(kCheckpointStep)}),
+      config, kResumeSteps);
+  EXPECT_TRUE(completed(a, kResumeSteps));
+  const std::string step = checkpoint_step_dir();
   fs::create_directories(tmp.file("ck2"));
   fs::create_directories(tmp.file("run"));
-  fs::copy(tmp.file("ck/step-00000010"), tmp.file("ck2/step-00000010"));
-  std::ofstream(tmp.file("ck2/latest")) << "step-00000010\n";
+  fs::copy(tmp.file("ck/" + step), tmp.file("ck2/" + step));
+  std::ofstream(tmp.file("ck2/latest")) << step << "\n";
   const TrainRun b = train_tiny(tmp.file("run"), nproc_second,
-                                with(second, {"checkpoint.dir=" + tmp.file("ck2"), "checkpoint.resume=true"}), config);
+                                with(second, {"checkpoint.dir=" + tmp.file("ck2"), "checkpoint.resume=true"}), config,
+                                kResumeSteps);
   EXPECT_EQ(b.result.status, 0) << b.result.output;
-  EXPECT_EQ(b.rows.size(), 10u) << "the resumed run should log steps 11..20 only";
-  for (size_t i = 0; i < b.rows.size(); ++i) EXPECT_EQ(b.rows[i].at("step"), 11.0 + static_cast<double>(i));
-  EXPECT_NE(b.result.output.find("resumed from " + tmp.file("ck2/step-00000010")), std::string::npos)
-      << b.result.output;
+  EXPECT_EQ(b.rows.size(), static_cast<size_t>(kResumeSteps - kCheckpointStep))
+      << "the resumed run should log only the steps after " << kCheckpointStep;
+  for (size_t i = 0; i < b.rows.size(); ++i)
+    EXPECT_EQ(b.rows[i].at("step"), kCheckpointStep + 1.0 + static_cast<double>(i));
+  EXPECT_NE(b.result.output.find("resumed from " + tmp.file("ck2/" + step)), std::string::npos) << b.result.output;
   return tmp.file("full");
 }
 
@@ -93,8 +119,8 @@ TEST(CheckpointResume, ZbVWithDpIsBitExact) {
 }
 
 // A blend (data.paths, NOTE [blended sample order]): the data position is a
-// function of (seed, step), so the resumed run, which starts its blend at step
-// 11, reads exactly the micro-batches of the run that never stopped.
+// function of (seed, step), so the resumed run, which starts its blend after
+// the checkpoint's step, reads exactly the micro-batches of the run that never stopped.
 // Two token files of the repository's Markdown (bytes), for blends.
 std::pair<std::string, std::string> blend_datasets(const TempDir& data) {
   const std::string a = data.file("readmes"), b = data.file("pages");
@@ -309,7 +335,9 @@ TEST(CheckpointResume, LlamaCp2WithZeroIsBitExact) {
   const std::string full = branch_and_resume(tmp, 2, layout, 2, layout, "configs/llama-tiny.toml");
   EXPECT_TRUE(resumed_part_matches(full, tmp.file("run"), 0));
   // Each parameter once: in cp rank 0's index, not in cp rank 1's (its ZeRO-1 moment shards only).
-  const auto index = [&](int rank) { return slurp(tmp.file("ck/step-00000010/rank-0000" + std::to_string(rank) + ".json")); };
+  const auto index = [&](int rank) {
+    return slurp(tmp.file("ck/" + checkpoint_step_dir() + "/rank-0000" + std::to_string(rank) + ".json"));
+  };
   for (const char* name : {"embedding.word.weight", "layers.0.attn.q.weight", "final_norm.weight"}) {
     const std::string entry = std::string("\"name\": \"") + name + "\"";
     EXPECT_NE(index(0).find(entry), std::string::npos) << name;
