@@ -37,6 +37,7 @@ the same gradients and the same norm: nothing else is needed here.
 """
 
 import argparse
+import copy
 import json
 import math
 import os
@@ -349,9 +350,29 @@ def main():
                     help="sum the micro-batch gradients in data parallelism's order (NOTE [accumulation orders])")
     ap.add_argument("--accumulate", choices=["autograd", "sequential", "pairwise", "float64"], default="autograd",
                     help="how the micro-batch gradients are summed (NOTE [accumulation orders])")
+    ap.add_argument("--also", action="append", default=[], metavar="DTYPE:EXPERTS:OUT",
+                    help="after the run of --dtype / --experts / --out, train again from the same --hf-dir with "
+                         "this dtype and experts into OUT (repeatable): one Python start-up for several runs")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
+    runs = [(args.dtype, args.experts, args.out)]
+    for spec in args.also:
+        dtype_name, experts, out = (spec.split(":", 2) + ["", ""])[:3]
+        if dtype_name not in ("float32", "float64", "bfloat16") or experts not in ("eager", "grouped_mm") or not out:
+            raise SystemExit(f"--also {spec!r}: expected DTYPE:EXPERTS:OUT with DTYPE float32, float64 or bfloat16 "
+                             "and EXPERTS eager or grouped_mm")
+        runs.append((dtype_name, experts, out))
+    for dtype_name, experts, out in runs:
+        # Each run starts from a copy of the arguments: nothing one run sets (--accumulate's
+        # default at dp > 1) or builds (model, optimizer, data) reaches the next.
+        one = copy.copy(args)
+        one.dtype, one.experts, one.out = dtype_name, experts, out
+        train(one)
+
+
+def train(args):
+    """One reference run: --config's model, data and optimizer from --hf-dir's weights, in args.dtype."""
     with open(args.config, "rb") as f:
         cfg = tomllib.load(f)
     m_cfg, t_cfg, d_cfg = cfg["model"], cfg["training"], cfg["data"]
