@@ -6,17 +6,21 @@
 #     --rounds N   rounds (default 5)
 #     --hogs H     busy processes beside the tests (default 1: one of the 2 cores)
 #     --out FILE   results file (default benchmarks/results/flake_hunt.txt)
+#     --keep-cache keep build/regression-cache between rounds (default: removed
+#                  before each round, so every round trains every regression
+#                  run again instead of reading the first round's results)
 #     CTEST_ARGS   what to run, passed to ctest (default: every test, -j2), e.g. -- -L '^unit$' -j2
 # Needs a built tree (scripts/setup.sh). Each round's ctest log is kept beside
 # the results file's name (FILE.round-K.log) until the next hunt.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-rounds=5 hogs=1 out="$repo/benchmarks/results/flake_hunt.txt"
+rounds=5 hogs=1 out="$repo/benchmarks/results/flake_hunt.txt" keep_cache=0
 while (($#)); do
   case "$1" in
     --rounds) rounds="${2:?--rounds needs a number}"; shift 2 ;;
     --hogs) hogs="${2:?--hogs needs a number}"; shift 2 ;;
     --out) out="${2:?--out needs a file}"; shift 2 ;;
+    --keep-cache) keep_cache=1; shift ;;
     --) shift; break ;;
     *) echo "flake_hunt.sh: unknown argument '$1' (see the header of scripts/flake_hunt.sh)" >&2; exit 2 ;;
   esac
@@ -35,9 +39,13 @@ mkdir -p "$(dirname "$out")"
   echo "# scripts/flake_hunt.sh: each round runs ctest ${ctest_args[*]} with $hogs busy process(es) beside it"
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ) (start); commit: $(git -C "$repo" rev-parse --short HEAD)$(git -C "$repo" diff --quiet HEAD -- . ':!benchmarks/results' || echo ' (with uncommitted changes)')"
   echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
+  echo "regression cache: $( ((keep_cache)) && echo 'kept between rounds (--keep-cache)' || echo 'removed before each round')"
 } > "$out"
 total_failed=0
 for ((r = 1; r <= rounds; r++)); do
+  # NOTE [reference cache] (tests/regression/regression_util.h): a cached run is
+  # read, not trained; a round that read them would not be a round of the suite.
+  ((keep_cache)) || rm -rf "$repo/build/regression-cache"
   for ((h = 0; h < hogs; h++)); do
     (while :; do :; done) &
     hog_pids+=($!)
