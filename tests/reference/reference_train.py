@@ -325,7 +325,18 @@ def train_tokens(d_cfg, prefix, vocab_size):
     return np.concatenate([ds[i].astype(np.int64) for i in range(begin, end)])
 
 
-def main():
+def reference(*argv):
+    """`reference_train.py ARGV...` run in this process, for a test that has torch and transformers
+    loaded already: the same runs without a second start-up. The thread count it sets is put back."""
+    print("+ reference_train.py " + " ".join(argv), flush=True)
+    threads = torch.get_num_threads()
+    try:
+        main(list(argv))
+    finally:
+        torch.set_num_threads(threads)
+
+
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--config", required=True, help="Trident's effective config.toml of the run to reproduce")
     ap.add_argument("--hf-dir", required=True, help="step-0 weights (trident checkpoint init + trident export)")
@@ -353,7 +364,7 @@ def main():
     ap.add_argument("--also", action="append", default=[], metavar="DTYPE:EXPERTS:OUT",
                     help="after the run of --dtype / --experts / --out, train again from the same --hf-dir with "
                          "this dtype and experts into OUT (repeatable): one Python start-up for several runs")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     torch.set_num_threads(args.threads)
     runs = [(args.dtype, args.experts, args.out)]

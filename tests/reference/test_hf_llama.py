@@ -36,6 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from test_hf_roundtrip import HELD_OUT, PRINT_ABS, RTOL, close, hf_eval_loss, logits_gap, run, trident_eval  # noqa: E402
 from test_reference_training import text_files  # noqa: E402
+from reference_train import reference  # noqa: E402
 from trident_data import reference_args, write_token_file  # noqa: E402
 
 
@@ -170,8 +171,7 @@ def main():
          "--set", "model.ffn_hidden=100", "--set", "model.seq_len=24", "--set", "model.vocab_size=259",
          "--set", "model.layernorm_eps=1e-6", "--set", "model.rope_theta=500000.0",
          "--set", f"model.init_from={d}", "--set", "training.steps=4", "--set", f"logging.dir={tri}"])
-    run([sys.executable, os.path.join(HERE, "reference_train.py"), "--config", os.path.join(tri, "config.toml"),
-         "--hf-dir", d, "--out", ref])
+    reference("--config", os.path.join(tri, "config.toml"), "--hf-dir", d, "--out", ref)
     cmp = subprocess.run([t, "compare", tri, ref, "--rtol", str(RTOL)], stdout=subprocess.PIPE, text=True)
     print(cmp.stdout)
     check(cmp.returncode == 0, f"4 steps from the save_pretrained model: trident compare --rtol {RTOL}")

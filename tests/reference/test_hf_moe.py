@@ -35,6 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from test_hf_llama import greedy, trident_greedy  # noqa: E402
 from test_hf_roundtrip import HELD_OUT, PRINT_ABS, RTOL, close, hf_eval_loss, logits_gap, run, trident_eval  # noqa: E402
+from reference_train import reference  # noqa: E402
 from trident_data import reference_args, write_token_file  # noqa: E402
 
 
@@ -169,8 +170,7 @@ def main():
                 "model.seq_len=24", "model.vocab_size=256", "model.layernorm_eps=1e-6", "model.rope_theta=500000.0",
                 f"model.init_from={d}", "training.steps=4", f"logging.dir={tri}"] + f["sets"]
         run([t, "train", "--config", config, *[a for s_ in sets for a in ("--set", s_)]])
-        run([sys.executable, os.path.join(HERE, "reference_train.py"), "--config", os.path.join(tri, "config.toml"),
-             "--hf-dir", d, "--out", ref])
+        reference("--config", os.path.join(tri, "config.toml"), "--hf-dir", d, "--out", ref)
         cmp = subprocess.run([t, "compare", tri, ref, "--rtol", str(RTOL)], stdout=subprocess.PIPE, text=True)
         print(cmp.stdout)
         check(cmp.returncode == 0, f"{family}: 4 steps from the save_pretrained model: trident compare --rtol {RTOL}")

@@ -40,6 +40,7 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from test_reference_training import metrics, text_files  # noqa: E402
+from reference_train import reference  # noqa: E402
 from trident_data import reference_args, write_token_file  # noqa: E402
 
 RTOL = 1e-5
@@ -160,8 +161,7 @@ def main():
     step_run, ref_run = os.path.join(work, "step-trident"), os.path.join(work, "step-transformers")
     run([t, "train", "--config", tiny, *base, "--set", "training.steps=1", "--set", f"data.path={heldtok}",
          "--set", f"model.init_from={hf}", "--set", f"logging.dir={step_run}"])
-    run([sys.executable, os.path.join(HERE, "reference_train.py"), "--config", os.path.join(step_run, "config.toml"),
-         "--hf-dir", hf, "--out", ref_run, "--steps", "1"])
+    reference("--config", os.path.join(step_run, "config.toml"), "--hf-dir", hf, "--out", ref_run, "--steps", "1")
     a, b = metrics(step_run)[0], metrics(ref_run)[0]
     for k in ("loss", "grad_norm"):
         check(close(a[k], b[k]), f"step 1 from the export on the held-out tokens, {k}: trident {a[k]!r}, "
@@ -220,8 +220,7 @@ def main():
          "--set", "model.hidden=48", "--set", "model.heads=6", "--set", "model.ffn_hidden=100",
          "--set", "model.seq_len=24", "--set", "model.vocab_size=259", "--set", "model.vocab_pad_multiple=8",
          "--set", f"model.init_from={hf2}", "--set", "training.steps=5", "--set", f"logging.dir={tri5}"])
-    run([sys.executable, os.path.join(HERE, "reference_train.py"), "--config", os.path.join(tri5, "config.toml"),
-         "--hf-dir", hf2, "--out", ref5])
+    reference("--config", os.path.join(tri5, "config.toml"), "--hf-dir", hf2, "--out", ref5)
     cmp = subprocess.run([t, "compare", tri5, ref5, "--rtol", str(RTOL)], stdout=subprocess.PIPE, text=True)
     print(cmp.stdout)
     check(cmp.returncode == 0, f"5 steps from the save_pretrained model: trident compare --rtol {RTOL}")
