@@ -7,6 +7,15 @@
 # predicting a collective it then times): run alone, so that a neighbour's load
 # does not land on one side only (the suite runs two at a time on two cores).
 set(TRIDENT_RUN_ALONE test_plan_calibrate)
+# NOTE [drivers without libtorch]
+# A test that only runs `trident` and reads what it wrote (the regression and
+# multiproc drivers, the CLI tests) links the pure libraries, not libtorch: a
+# GoogleTest executable linked with libtorch spends 0.9 s of start-up (the
+# loader and libtorch's static registrations) in every one of its tests, each
+# of which CTest runs as a process of its own, and these are about 270 tests.
+# Without libtorch's include directories, such a test cannot include a torch
+# header, and its link fails on any symbol of a torch library.
+set(TRIDENT_TORCHLESS_TORCH_UNIT test_checkpoint_cli test_host_reads test_train_errors test_plan_profile)
 function(trident_torch_test src label)
   get_filename_component(name ${src} NAME_WE)
   set(alone)
@@ -15,7 +24,11 @@ function(trident_torch_test src label)
   endif()
   add_executable(${name} ${src})
   target_compile_options(${name} PRIVATE ${TRIDENT_WARNINGS})
-  target_link_libraries(${name} PRIVATE trident_train GTest::gtest_main)
+  if(label STREQUAL "regression" OR label STREQUAL "multiproc" OR name IN_LIST TRIDENT_TORCHLESS_TORCH_UNIT)
+    target_link_libraries(${name} PRIVATE ${TRIDENT_PURE_LIBS} GTest::gtest_main)
+  else()
+    target_link_libraries(${name} PRIVATE trident_train GTest::gtest_main)
+  endif()
   target_compile_definitions(${name} PRIVATE
     TRIDENT_SOURCE_DIR="${PROJECT_SOURCE_DIR}" TRIDENT_BINARY_DIR="${PROJECT_BINARY_DIR}")
   add_dependencies(${name} trident)
