@@ -2,19 +2,21 @@
 # CI's run on a clean clone of this checkout's HEAD, timed, with its figures in a
 # results file: the wall time (set-up included), the test count, the result and
 # the 15 longest tests with their seconds.
-#   scripts/clean_clone_test.sh [--out FILE] [--fresh]
+#   scripts/clean_clone_test.sh [--out FILE] [--fresh] [--log FILE]
 #     --out FILE  results file (default benchmarks/results/fresh_clone_test.txt)
+#     --log FILE  also keep .ci/run's whole output (every test's time) there
 #     --fresh     no pip cache and no ccache (PIP_NO_CACHE_DIR=1, CCACHE_DISABLE=1),
 #                 as on a machine that never built Trident
 # The clone is made in a temporary folder and removed afterwards.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-out="$repo/benchmarks/results/fresh_clone_test.txt" fresh=0
+out="$repo/benchmarks/results/fresh_clone_test.txt" fresh=0 keep_log=""
 while (($#)); do
   case "$1" in
     --out) out="${2:?--out needs a file}"; shift 2 ;;
     --fresh) fresh=1; shift ;;
-    *) echo "clean_clone_test.sh: unknown argument '$1' (expected --out FILE or --fresh)" >&2; exit 2 ;;
+    --log) keep_log="${2:?--log needs a file}"; shift 2 ;;
+    *) echo "clean_clone_test.sh: unknown argument '$1' (expected --out FILE, --fresh or --log FILE)" >&2; exit 2 ;;
   esac
 done
 dir=$(mktemp -d /tmp/trident-clean.XXXXXX)
@@ -30,6 +32,7 @@ set +e
 status=$?
 set -e
 secs=$(($(date +%s) - start))
+[[ -n $keep_log ]] && cp "$log" "$keep_log"
 # CTest's lines: "  12/585 Test  #34: Name ........   Passed   12.34 sec"
 tests=$(grep -E '^ *[0-9]+/[0-9]+ Test +#[0-9]+: ' "$log" || true)
 count=$(printf '%s\n' "$tests" | grep -c 'Test' || true)
