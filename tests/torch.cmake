@@ -36,8 +36,9 @@ function(trident_torch_test src label)
     target_link_libraries(${name} PRIVATE trident_train GTest::gtest_main)
   endif()
   # The checkout's paths only where the test names them (NOTE [relocatable ccache] in
-  # CMakeLists.txt: a unit whose command holds them is compiled again in every checkout; a test
-  # that used them without these lines would not compile).
+  # CMakeLists.txt: a unit whose command holds them is compiled again in every checkout). The
+  # source is read when CMake configures: a test that starts naming them fails to compile,
+  # "'TRIDENT_SOURCE_DIR' was not declared", until `cmake build` runs again.
   file(READ ${src} _text)
   if(_text MATCHES "TRIDENT_(SOURCE|BINARY)_DIR|run_helpers\\.h|regression_util\\.h|restart_util\\.h")
     target_compile_definitions(${name} PRIVATE
