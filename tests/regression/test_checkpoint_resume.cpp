@@ -10,6 +10,7 @@
 
 #include <fstream>
 
+#include "checkpoint/checkpoint_store.h"
 #include "regression_util.h"
 #include "../multiproc/restart_util.h"
 
@@ -31,13 +32,6 @@ namespace fs = std::filesystem;
 // contract over kRegressionSteps); the killed-save and async tests below keep
 // their own 20-step schedules.
 constexpr int kResumeSteps = 8, kCheckpointStep = 4;
-
-// The checkpoint directory name of step kCheckpointStep ("step-00000004").
-std::string checkpoint_step_dir() {
-  char name[32];
-  std::snprintf(name, sizeof name, "step-%08d", kCheckpointStep);
-  return name;
-}
 
 int compare_status(const std::string& a, const std::string& b, const std::string& rtol) {
   const RunResult r = run_command(bin("trident") + " compare " + a + " " + b + " --rtol " + rtol);
@@ -78,7 +72,7 @@ std::string branch_and_resume(const TempDir& tmp, int nproc_first, const std::ve
       with(first, {"checkpoint.dir=" + tmp.file("ck"), "checkpoint.interval=" + std::to_string(kCheckpointStep)}),
       config, kResumeSteps);
   EXPECT_TRUE(completed(a, kResumeSteps));
-  const std::string step = checkpoint_step_dir();
+  const std::string step = ckpt::step_dir_name(kCheckpointStep);
   fs::create_directories(tmp.file("ck2"));
   fs::create_directories(tmp.file("run"));
   fs::copy(tmp.file("ck/" + step), tmp.file("ck2/" + step));
@@ -336,7 +330,8 @@ TEST(CheckpointResume, LlamaCp2WithZeroIsBitExact) {
   EXPECT_TRUE(resumed_part_matches(full, tmp.file("run"), 0));
   // Each parameter once: in cp rank 0's index, not in cp rank 1's (its ZeRO-1 moment shards only).
   const auto index = [&](int rank) {
-    return slurp(tmp.file("ck/" + checkpoint_step_dir() + "/rank-0000" + std::to_string(rank) + ".json"));
+    const std::string step = ckpt::step_dir_name(kCheckpointStep);
+    return slurp(tmp.file("ck/" + step + "/rank-0000" + std::to_string(rank) + ".json"));
   };
   for (const char* name : {"embedding.word.weight", "layers.0.attn.q.weight", "final_norm.weight"}) {
     const std::string entry = std::string("\"name\": \"") + name + "\"";
