@@ -35,15 +35,7 @@ function(trident_torch_test src label)
   else()
     target_link_libraries(${name} PRIVATE trident_train GTest::gtest_main)
   endif()
-  # The checkout's paths only where the test names them (NOTE [relocatable ccache] in
-  # CMakeLists.txt: a unit whose command holds them is compiled again in every checkout). The
-  # source is read when CMake configures: a test that starts naming them fails to compile,
-  # "'TRIDENT_SOURCE_DIR' was not declared", until `cmake build` runs again.
-  file(READ ${src} _text)
-  if(_text MATCHES "TRIDENT_(SOURCE|BINARY)_DIR|run_helpers\\.h|regression_util\\.h|restart_util\\.h")
-    target_compile_definitions(${name} PRIVATE
-      TRIDENT_SOURCE_DIR="${PROJECT_SOURCE_DIR}" TRIDENT_BINARY_DIR="${PROJECT_BINARY_DIR}")
-  endif()
+  trident_test_paths(${name} ${src})  # tests/CMakeLists.txt
   add_dependencies(${name} trident)
   if(label STREQUAL "unit" AND NOT name IN_LIST TRIDENT_TORCHLESS_TORCH_UNIT)
     add_test(NAME ${name} COMMAND ${name})
