@@ -51,7 +51,7 @@ endfunction()
 # Call after every target is defined.
 function(trident_use_torch_pch)
   add_library(trident_torch_pch STATIC ${PROJECT_SOURCE_DIR}/cmake/torch_pch.cpp)
-  target_link_libraries(trident_torch_pch PRIVATE ${TORCH_LIBRARIES})
+  target_link_libraries(trident_torch_pch PRIVATE ${TRIDENT_TORCH_LIBRARIES})
   target_precompile_headers(trident_torch_pch PRIVATE <ATen/ATen.h> <torch/csrc/autograd/autograd.h>
                             <torch/csrc/autograd/custom_function.h>)
   _trident_targets_in(${PROJECT_SOURCE_DIR} targets)

@@ -1,58 +1,98 @@
-// Build-dependent code: see backend.h. The only translation unit with CUDA,
-// NCCL and Gloo headers (NOTE [Gloo headers] in parallel/torch.cmake).
+// Build-dependent code: see backend.h. CUDA and NCCL are reached through
+// libtrident_cuda.so (NOTE [CUDA on demand] in cuda_runtime.h); this file
+// holds the Gloo headers (NOTE [Gloo headers] in parallel/torch.cmake).
 #include "parallel/backend.h"
 
-#include <cuda_runtime_api.h>
-#include <nccl.h>
+#include <dlfcn.h>
 
 #include <chrono>
 #include <stdexcept>
 
-#include <ATen/cuda/CUDAEvent.h>
-#include <c10/cuda/CUDAFunctions.h>
 #include <torch/csrc/api/include/torch/version.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+
+#include "parallel/cuda_runtime.h"
 
 namespace trident {
 
-int cuda_device_count() { return static_cast<int>(c10::cuda::device_count()); }
+namespace {
+struct CudaLoad {
+  CudaRuntime* runtime = nullptr;
+  std::string absent;         // why not loaded, for the start-up line
+  std::string absent_detail;  // and dlerror()'s words, for errors
+};
 
-void set_cuda_device(int index) { c10::cuda::set_device(static_cast<c10::DeviceIndex>(index)); }
+CudaLoad& cuda_load() {
+  static CudaLoad load;
+  return load;
+}
+
+CudaRuntime* open_runtime() {
+  void* lib = dlopen(kCudaRuntimeLibrary, RTLD_NOW | RTLD_GLOBAL);
+  if (!lib)
+    throw std::runtime_error(std::string("cannot load ") + kCudaRuntimeLibrary + " (built beside trident-torch): " +
+                             dlerror());
+  auto entry = reinterpret_cast<CudaRuntimeEntry>(dlsym(lib, kCudaRuntimeEntry));
+  if (!entry) throw std::runtime_error(std::string(kCudaRuntimeLibrary) + " has no " + kCudaRuntimeEntry);
+  return entry();
+}
+
+// Before main (and before any of Trident's own calls into libtorch), as linking did: NOTE [CUDA on demand].
+// Priority 101: ahead of the program's other static initializers.
+__attribute__((constructor(101))) void load_at_start() { load_cuda_runtime(); }
+}  // namespace
+
+CudaRuntime* load_cuda_runtime(bool force) {
+  CudaLoad& l = cuda_load();
+  if (l.runtime) return l.runtime;
+  if (!force) {
+    if (!l.absent.empty()) return nullptr;
+    if (void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL); driver == nullptr) {
+      const char* why = dlerror();
+      l.absent = "no NVIDIA driver";
+      l.absent_detail = why ? why : "libcuda.so.1 not found";
+      return nullptr;
+    }
+  }
+  l.runtime = open_runtime();
+  l.absent.clear();
+  return l.runtime;
+}
+
+std::string cuda_runtime_absent_reason() { return cuda_load().runtime ? "" : cuda_load().absent; }
+
+namespace {
+std::string absent_error() { return cuda_load().absent + " (" + cuda_load().absent_detail + ")"; }
+}  // namespace
+
+int cuda_device_count() {
+  CudaRuntime* r = load_cuda_runtime();
+  return r ? r->device_count() : 0;
+}
+
+void set_cuda_device(int index) {
+  CudaRuntime* r = load_cuda_runtime();
+  if (!r) throw std::runtime_error("cannot select CUDA device " + std::to_string(index) + ": " + absent_error());
+  r->set_device(index);
+}
 
 int64_t cuda_device_total_bytes(int index) {
-  size_t free = 0, total = 0;
-  const c10::DeviceIndex previous = c10::cuda::current_device();
-  c10::cuda::set_device(static_cast<c10::DeviceIndex>(index));
-  const bool ok = cudaMemGetInfo(&free, &total) == cudaSuccess;
-  c10::cuda::set_device(previous);
-  return ok ? static_cast<int64_t>(total) : 0;
+  CudaRuntime* r = load_cuda_runtime();
+  return r ? r->device_total_bytes(index) : 0;
 }
 
 void synchronize(const c10::Device& d) {
-  if (d.is_cuda()) c10::cuda::device_synchronize();
+  if (!d.is_cuda()) return;
+  CudaRuntime* r = load_cuda_runtime();
+  if (!r) throw std::runtime_error("cannot synchronize " + d.str() + ": " + absent_error());
+  r->synchronize();
 }
 
-namespace {
-// "13.0" from CUDA's 13000 encoding.
-std::string cuda_version_string(int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
-}  // namespace
-
 std::string describe_build() {
-  int runtime = 0;
-  if (cudaRuntimeGetVersion(&runtime) != cudaSuccess) runtime = 0;
-  int nccl = 0;
-  if (ncclGetVersion(&nccl) != ncclSuccess) nccl = 0;
-  // NCCL >= 2.9 encodes X.Y.Z as X*10000 + Y*100 + Z.
-  const std::string nccl_str =
-      std::to_string(nccl / 10000) + "." + std::to_string(nccl / 100 % 100) + "." + std::to_string(nccl % 100);
-  const int devices = cuda_device_count();
-  std::string s = std::string("libtorch ") + TORCH_VERSION + ", CUDA " + cuda_version_string(CUDART_VERSION) +
-                  " build (runtime " + cuda_version_string(runtime) + "), NCCL " + nccl_str + ", " +
-                  std::to_string(devices) + " CUDA device(s)";
-  cudaDeviceProp prop{};
-  if (devices > 0 && cudaGetDeviceProperties(&prop, 0) == cudaSuccess) s += ": " + std::string(prop.name);
-  return s;
+  const std::string torch = std::string("libtorch ") + TORCH_VERSION + ", ";
+  if (CudaRuntime* r = load_cuda_runtime()) return torch + r->describe();
+  return torch + "CUDA " + TRIDENT_CUDA_BUILD_VERSION + " build (not loaded: " + cuda_runtime_absent_reason() +
+         "), 0 CUDA device(s)";
 }
 
 namespace {
@@ -62,44 +102,37 @@ double steady_us() {
 }  // namespace
 
 struct StepClock::Impl {
-  bool cuda = false;
   double origin_us = 0;
-  std::vector<double> host;                                // CPU: each mark's host time
-  std::vector<std::unique_ptr<at::cuda::CUDAEvent>> pool;  // CUDA: [0] the origin, then the marks (reused)
-  size_t used = 0;                                         // events recorded since begin()
-  at::cuda::CUDAEvent& next() {
-    if (used == pool.size()) pool.push_back(std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault));  // timing on
-    return *pool[used++];
-  }
+  std::vector<double> host;                // CPU: each mark's host time
+  std::unique_ptr<CudaEventClock> events;  // CUDA
 };
 
-StepClock::StepClock(c10::Device device) : impl_(std::make_unique<Impl>()) { impl_->cuda = device.is_cuda(); }
+StepClock::StepClock(c10::Device device) : impl_(std::make_unique<Impl>()) {
+  if (!device.is_cuda()) return;
+  CudaRuntime* r = load_cuda_runtime();
+  if (!r) throw std::runtime_error("cannot time " + device.str() + ": " + absent_error());
+  impl_->events = r->make_clock();
+}
 StepClock::~StepClock() = default;
 
 void StepClock::begin() {
   impl_->host.clear();
-  impl_->used = 0;
-  if (impl_->cuda) impl_->next().record();
+  if (impl_->events) impl_->events->begin();
   impl_->origin_us = steady_us();
 }
 
 int StepClock::mark() {
-  if (!impl_->cuda) {
+  if (!impl_->events) {
     impl_->host.push_back(steady_us());
     return static_cast<int>(impl_->host.size()) - 1;
   }
-  impl_->next().record();
-  return static_cast<int>(impl_->used) - 2;  // the origin is not a mark
+  return static_cast<int>(impl_->events->record()) - 2;  // the origin is not a mark
 }
 
 std::vector<double> StepClock::times_us() const {
-  if (!impl_->cuda) return impl_->host;
+  if (!impl_->events) return impl_->host;
   std::vector<double> out;
-  if (impl_->used < 2) return out;
-  impl_->pool[impl_->used - 1]->synchronize();
-  const at::cuda::CUDAEvent& origin = *impl_->pool[0];
-  for (size_t i = 1; i < impl_->used; ++i)
-    out.push_back(impl_->origin_us + 1000.0 * static_cast<double>(origin.elapsed_time(*impl_->pool[i])));
+  for (double ms : impl_->events->elapsed_ms()) out.push_back(impl_->origin_us + 1000.0 * ms);
   return out;
 }
 
@@ -117,9 +150,9 @@ c10::intrusive_ptr<CommBackend> make_gloo(const c10::intrusive_ptr<c10d::Store>&
 
 c10::intrusive_ptr<CommBackend> make_nccl(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                           std::chrono::milliseconds timeout) {
-  auto opts = c10d::ProcessGroupNCCL::Options::create(/*is_high_priority_stream=*/true);
-  opts->timeout = timeout;
-  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, opts);
+  CudaRuntime* r = load_cuda_runtime();
+  if (!r) throw std::runtime_error("parallel.backend = \"nccl\" needs CUDA: " + absent_error());
+  return r->make_nccl(store, rank, size, timeout);
 }
 
 }  // namespace trident

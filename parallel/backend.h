@@ -1,14 +1,15 @@
 // The one place that holds what this build links and how libtorch is asked
 // for it: feature checks sit in one place, not in the functions that use
-// them. Everything CUDA or NCCL is declared here and defined in
-// parallel/backend.cpp, the only translation unit that includes CUDA headers;
-// the rest of Trident calls these functions.
+// them. Everything CUDA or NCCL is declared here and reached through
+// libtrident_cuda.so (parallel/cuda_runtime.cpp, the only translation unit
+// that includes CUDA headers); the rest of Trident calls these functions.
 //
-// There is one build: libtorch 2.11 from PyPI's torch, CUDA-enabled, linked
-// with libtorch's CUDA library and NCCL (parallel/torch.cmake). The same
-// binary trains on the CPU (Gloo) where no GPU is present and on CUDA devices
-// (NCCL) where they are; ProcessGroupGloo and ProcessGroupNCCL are
-// c10d::Backends.
+// There is one build: libtorch 2.11 from PyPI's torch, CUDA-enabled. The
+// programs link libtorch_cpu; libtrident_cuda.so links libtorch's CUDA
+// libraries and NCCL and is loaded before main where an NVIDIA driver is
+// present (NOTE [CUDA on demand] in cuda_runtime.h). The same binary trains
+// on the CPU (Gloo) where no GPU is present and on CUDA devices (NCCL) where
+// they are; ProcessGroupGloo and ProcessGroupNCCL are c10d::Backends.
 //
 // NOTE [CUDA streams]
 // Communication runs on streams of its own: ProcessGroupNCCL enqueues every
@@ -50,8 +51,9 @@ void set_cuda_device(int index);
 int64_t cuda_device_total_bytes(int index);
 // Blocks until all work queued on device `d` is done; nothing on the CPU.
 void synchronize(const c10::Device& d);
-// "libtorch 2.11.0, CUDA 13.0 (runtime 13.0), NCCL 2.28.9, 1 device(s): NVIDIA H200"
-// or "... 0 device(s)": for the start-up line of `trident train`.
+// "libtorch 2.11.0, CUDA 13.0 build (runtime 13.0), NCCL 2.28.9, 1 CUDA device(s): NVIDIA H200",
+// or "libtorch 2.11.0, CUDA 13.0 build (not loaded: no NVIDIA driver (...)), 0 CUDA device(s)"
+// where libtrident_cuda.so was not loaded: for the start-up line of `trident train`.
 std::string describe_build();
 
 // NOTE [device time]

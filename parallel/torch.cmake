@@ -1,10 +1,12 @@
 # libtorch parts of parallel/: process groups, tensor-parallel mappings and layers, p2p,
-# and backend.cpp, the one translation unit with CUDA code (parallel/backend.h).
+# and backend.cpp, which reaches CUDA and NCCL through libtrident_cuda.so (parallel/backend.h,
+# NOTE [CUDA on demand] in parallel/cuda_runtime.h).
 file(GLOB TRIDENT_PARALLEL_TORCH_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
-list(FILTER TRIDENT_PARALLEL_TORCH_SOURCES EXCLUDE REGEX "(layout|device)\\.cpp$")
+list(FILTER TRIDENT_PARALLEL_TORCH_SOURCES EXCLUDE REGEX "(layout|device|cuda_runtime)\\.cpp$")
 add_library(trident_parallel STATIC ${TRIDENT_PARALLEL_TORCH_SOURCES})
 target_compile_options(trident_parallel PRIVATE ${TRIDENT_WARNINGS})
-target_link_libraries(trident_parallel PUBLIC trident_layout trident_foundation_torch trident_net ${TORCH_LIBRARIES})
+target_link_libraries(trident_parallel PUBLIC trident_layout trident_foundation_torch trident_net
+                                              ${TRIDENT_TORCH_LIBRARIES} ${CMAKE_DL_LIBS})
 
 # One build, CUDA-enabled (NOTE [CUDA from wheels] in cmake/TorchFromPython.cmake): PyPI's
 # libtorch lists c10_cuda and torch_cuda in TORCH_CUDA_LIBRARIES, and its headers ship
@@ -22,6 +24,22 @@ endforeach()
 if(NOT _nccl_header)
   message(FATAL_ERROR "the libtorch found (Torch_DIR=${Torch_DIR}) has no torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp")
 endif()
+
+# libtrident_cuda.so: everything CUDA and NCCL (NOTE [CUDA on demand]). It sits beside
+# trident-torch in the build folder, and every program that links trident_parallel finds it
+# there through its run path (dlopen searches the calling program's).
+find_package(CUDAToolkit REQUIRED)  # cuda_runtime.cpp reads the runtime's version and device names
+add_library(trident_cuda SHARED cuda_runtime.cpp)
+target_compile_options(trident_cuda PRIVATE ${TRIDENT_WARNINGS})
+target_link_libraries(trident_cuda PRIVATE ${TORCH_LIBRARIES} CUDA::cudart ${TRIDENT_NCCL_LIBRARY})
+target_include_directories(trident_cuda SYSTEM PRIVATE ${TRIDENT_NCCL_INCLUDE_DIR})
+target_compile_definitions(trident_cuda PRIVATE USE_DISTRIBUTED USE_C10D_GLOO USE_C10D_NCCL)
+set_target_properties(trident_cuda PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR})
+add_dependencies(trident_parallel trident_cuda)
+target_link_options(trident_parallel INTERFACE "LINKER:-rpath,${PROJECT_BINARY_DIR}")
+# The describe_build() line where the library is not loaded names the build's CUDA version.
+string(REGEX MATCH "^[0-9]+\\.[0-9]+" _cuda_build_version "${CUDAToolkit_VERSION}")
+target_compile_definitions(trident_parallel PRIVATE TRIDENT_CUDA_BUILD_VERSION="${_cuda_build_version}")
 
 # NOTE [Gloo headers]
 # libtorch 2.11 links Gloo statically into libtorch_cpu.so (gloo's 2025-12 sources) but the
@@ -47,8 +65,5 @@ target_compile_options(trident_parallel PUBLIC -idirafter ${TRIDENT_GLOO_INCLUDE
 
 # USE_DISTRIBUTED and USE_C10D_* open the c10d backend headers.
 target_compile_definitions(trident_parallel PUBLIC USE_DISTRIBUTED USE_C10D_GLOO USE_C10D_NCCL)
-target_include_directories(trident_parallel SYSTEM PUBLIC ${TRIDENT_NCCL_INCLUDE_DIR})
-find_package(CUDAToolkit REQUIRED)  # backend.cpp reads the runtime's version and device names
-target_link_libraries(trident_parallel PUBLIC CUDA::cudart ${TRIDENT_NCCL_LIBRARY})
 message(STATUS "Trident: libtorch ${Torch_VERSION} from ${Torch_DIR}; CUDA ${CUDAToolkit_VERSION}, "
                "NCCL ${TRIDENT_NCCL_LIBRARY}; Gloo headers ${TRIDENT_GLOO_INCLUDE_DIR}; TORCH_CXX_FLAGS '${TORCH_CXX_FLAGS}'")

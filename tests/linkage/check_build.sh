@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # What the build links, checked on the binary itself (CTest: BuildLinks, label unit):
-#   1. build/trident-torch links libtorch's CUDA libraries and NCCL, directly (NEEDED) and
-#      resolved by the loader (ldd), and libtorch is the pinned 2.11.0;
+#   1. NOTE [CUDA on demand] (parallel/cuda_runtime.h): build/trident-torch links libtorch_cpu
+#      and none of libtorch's CUDA libraries, NCCL or the CUDA runtime; build/libtrident_cuda.so
+#      links them all, directly (NEEDED) and resolved by the loader (ldd), and libtorch is the
+#      pinned 2.11.0 (tests/torch_unit/test_cuda_runtime.cpp loads the library and checks what
+#      its loading registers);
 #   2. NOTE [Gloo headers] (parallel/torch.cmake): the binary defines no code of Gloo's own
 #      (only std containers of shared_ptrs to Gloo types) and needs no Gloo symbol from
 #      outside, so the Debian headers it parsed never lay out or run Gloo code;
@@ -10,17 +13,26 @@
 set -uo pipefail
 build=$1 src=$2
 exe=$build/trident-torch
+cuda=$build/libtrident_cuda.so
 failed=0
 fail() { echo "FAIL: $*"; failed=1; }
 
 needed=$(readelf -d "$exe" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
-for lib in libnccl.so.2 libtorch_cuda.so libc10_cuda.so libcudart.so.13 libtorch_cpu.so; do
-  grep -qx "$lib" <<< "$needed" || fail "$exe does not link $lib directly (NEEDED: $(echo $needed))"
+grep -qx libtorch_cpu.so <<< "$needed" || fail "$exe does not link libtorch_cpu.so directly (NEEDED: $(echo $needed))"
+for lib in libnccl.so.2 libtorch_cuda.so libc10_cuda.so libcudart.so.13 libtorch.so; do
+  grep -qx "$lib" <<< "$needed" && fail "$exe links $lib, which only $cuda may link (NOTE [CUDA on demand])"
 done
-ldd_out=$(ldd "$exe")
-grep -q 'not found' <<< "$ldd_out" && fail "ldd $exe: $(grep 'not found' <<< "$ldd_out")"
+[[ -f $cuda ]] || fail "$cuda was not built"
+cuda_needed=$(readelf -d "$cuda" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+for lib in libnccl.so.2 libtorch_cuda.so libc10_cuda.so libcudart.so.13 libtorch_cpu.so; do
+  grep -qx "$lib" <<< "$cuda_needed" || fail "$cuda does not link $lib directly (NEEDED: $(echo $cuda_needed))"
+done
+for f in "$exe" "$cuda"; do
+  ldd_out=$(ldd "$f")
+  grep -q 'not found' <<< "$ldd_out" && fail "ldd $f: $(grep 'not found' <<< "$ldd_out")"
+done
 for lib in libnccl.so.2 libtorch_cuda.so libc10_cuda.so libcudart.so.13 libcublas.so.13; do
-  grep -q "$lib => /" <<< "$ldd_out" || fail "ldd $exe does not resolve $lib"
+  grep -q "$lib => /" <<< "$ldd_out" || fail "ldd $cuda does not resolve $lib"
 done
 echo "links: $(grep -oE '(libnccl|libtorch_cuda|libc10_cuda|libcudart)[^ ]* => [^ ]*' <<< "$ldd_out" | tr '\n' ';')"
 
