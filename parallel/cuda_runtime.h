@@ -2,11 +2,11 @@
 // library that holds everything CUDA and NCCL (parallel/cuda_runtime.cpp).
 //
 // NOTE [CUDA on demand]
-// Loading libtorch's CUDA libraries costs every process about 0.13 s of CPU
-// and 350 MB of mapped pages (a program that only links libtorch_cpu and
-// c10 starts in 0.21 s with 16k page faults; one that also links
-// libtorch_cuda, c10_cuda and what they need takes 0.34 s with 50k, measured
-// with /usr/bin/time on this project's 2-core CPU machine). A CPU rank never
+// Loading libtorch's CUDA libraries costs every process about 0.14 s of CPU,
+// 34k page faults and 346 MB resident (benchmarks/startup.sh wrote
+// benchmarks/results/startup.txt: `trident-torch --help` in 0.22 s without
+// them, 0.36 s with them preloaded, on this project's 2-core CPU machine),
+// and the test suite starts over a thousand such processes. A CPU rank never
 // uses them. So the programs link libtorch_cpu and c10 only, and
 // libtrident_cuda.so, which links libtorch_cuda, c10_cuda, the CUDA runtime
 // and NCCL, is loaded with dlopen before main runs (a static initializer in

@@ -27,6 +27,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <regex>
 #include <set>
 #include <tuple>
@@ -113,6 +114,8 @@ struct Row {
         n += "_drop" + e.substr(e.find('=') + 1);
       else if (e.rfind("parallel.cp=", 0) == 0)
         n += "_cp" + e.substr(e.find('=') + 1);
+      else if (e.rfind("model.layers=", 0) == 0)
+        n += "_layers" + e.substr(e.find('=') + 1);
       else if (e.rfind("parallel.cp_comm=", 0) == 0)
         n += "_" + e.substr(e.find('=') + 1);
       else
@@ -179,12 +182,46 @@ bool bit_identical_class(const Row& r) { return r.tp == 1 && r.dp == 1 && r.cp()
 
 CachedRun run_row(const Row& r) { return cached_run(r.world(), r.sets(), r.config); }
 
+// NOTE [rows on the fewest layers]
+// Each collective of a multi-rank row costs milliseconds on 2 shared cores
+// (Gloo's latency, not compute: NOTE [larger micro-batches under TP]), and a
+// layer issues its own per micro-batch: TP's all-reduces, the experts'
+// all-to-alls, the ring's exchanges. What a row of the Llama, MoE and CP
+// matrices proves (a layout, a schedule, a dispatcher against the single
+// process) holds layer by layer, so those rows train the fewest layers their
+// layout allows: one per pipeline chunk, and at least two (the MoE presets
+// have 4, llama-tiny and gpt-tiny 8). The reference is the single process
+// at the same depth (model.* keys join it). A row keeps its preset's depth
+// where its point is where the layers go: a split given by
+// parallel.pipeline_layers, dense first layers, or a depth of its own. The
+// GPT rows keep gpt-tiny's 8: rows of different pp are compared bit for bit.
+int preset_layers(const std::string& config) {
+  std::ifstream in(src(config));
+  const std::regex key(R"(^layers\s*=\s*([0-9]+))");
+  std::smatch m;
+  for (std::string line; std::getline(in, line);)
+    if (std::regex_search(line, m, key)) return std::stoi(m[1]);
+  throw std::runtime_error(config + " has no model.layers");
+}
+
+std::vector<Row> on_fewest_layers(std::vector<Row> rows) {
+  for (Row& r : rows) {
+    const bool placed = std::any_of(r.extra.begin(), r.extra.end(), [](const std::string& e) {
+      return e.rfind("model.layers=", 0) == 0 || e.rfind("model.moe_first_dense=", 0) == 0 ||
+             e.rfind("parallel.pipeline_layers=", 0) == 0;
+    });
+    const int layers = std::max(2, r.pp * (r.two_chunks() ? 2 : 1));
+    if (!placed && layers < preset_layers(r.config)) r.extra.push_back("model.layers=" + std::to_string(layers));
+  }
+  return rows;
+}
+
 // llama-tiny (grouped-query attention 8/4, untied head) under the layouts that
 // exercise what differs from GPT: kv heads split over tp (tp4: one per rank),
 // sequence parallelism, the untied head's own stage, V placement, ZeRO-1, 3D,
 // and the kinds that trade memory for bubble (zb-h2, v-half, v-min, zb-auto).
 const std::vector<Row>& llama_rows() {
-  static const std::vector<Row> r = {
+  static const std::vector<Row> r = on_fewest_layers({
       {1, 2, 1, "1f1b", 0, true, {}, kLlama},
       {1, 4, 1, "interleaved", 0, true, {}, kLlama},
       {1, 2, 1, "zb-v", 0, true, {}, kLlama},
@@ -197,7 +234,7 @@ const std::vector<Row>& llama_rows() {
       {1, 2, 1, "v-half", 0, true, {}, kLlama},
       {1, 2, 1, "v-min", 0, true, {}, kLlama},
       {1, 2, 1, "zb-auto", 0, true, {kZb2pAtPp2}, kLlama},
-  };
+  });
   return r;
 }
 
@@ -210,7 +247,7 @@ const std::vector<Row>& llama_rows() {
 // norms, its own head width) under a split backward and with ZeRO-1, and with
 // dense first layers so that a pipeline stage holds no MoE layer.
 const std::vector<Row>& moe_rows() {
-  static const std::vector<Row> r = {
+  static const std::vector<Row> r = on_fewest_layers({
       {1, 2, 1, "1f1b", 0, true, {}, kMixtral},
       {1, 2, 1, "interleaved", 0, true, {}, kMixtral},
       {1, 2, 1, "zb-h1", 0, true, {"parallel.pipeline_layers=[1, 3]"}, kMixtral},
@@ -324,7 +361,7 @@ const std::vector<Row>& moe_rows() {
       {1, 2, 1, "1f1b", 0, true, {kPooled, "training.recompute=full"}, kMixtral},
       {1, 2, 2, "zb-v", 0, true, {kPooled, kEp2, kOverlapMoe, "model.moe_first_dense=2", kGbs32, kNcclRules}, kQwen3Moe},
       {2, 1, 1, "1f1b", 0, true, {kPooled, kSp}, kQwen2Moe},
-  };
+  });
   return r;
 }
 
@@ -339,7 +376,7 @@ const std::vector<Row>& moe_rows() {
 // NCCL's rules beside the pipeline's transfers, bf16 and selective
 // recomputation; both families under each kind and at cp 4.
 const std::vector<Row>& cp_rows() {
-  static const std::vector<Row> r = {
+  static const std::vector<Row> r = on_fewest_layers({
       {1, 1, 1, "1f1b", 0, true, {kCp2}, kLlama},
       {1, 1, 1, "1f1b", 0, true, {kCp2, "parallel.cp_comm=all_gather"}, kLlama},
       {1, 1, 1, "1f1b", 0, true, {kCp2, "parallel.cp_comm=a2a"}, kLlama},
@@ -358,7 +395,7 @@ const std::vector<Row>& cp_rows() {
       // sequence (the Qwen3-MoE preset's seq_aux_loss).
       {1, 1, 1, "1f1b", 0, true, {kCp2}, kMixtral},
       {1, 2, 1, "zb-v", 0, true, {kCp2}, kQwen3Moe},
-  };
+  });
   return r;
 }
 
@@ -490,9 +527,12 @@ INSTANTIATE_TEST_SUITE_P(Rows, MoeMatrixRow, ::testing::ValuesIn(moe_rows()),
 // overlapped run is the plain one bit for bit, not only within 1e-5 of the
 // single process.
 TEST(OverlapMoe, PairsChangeNoBitOfTheRun) {
-  for (const Row& plain : {Row{1, 2, 2, "1f1b", 0, true, {kEp2}, kMixtral}, Row{1, 2, 2, "zb-h1", 0, true, {kEp2}, kMixtral}}) {
-    Row paired = plain;
-    paired.extra.push_back(kOverlapMoe);
+  for (const Row& base : {Row{1, 2, 2, "1f1b", 0, true, {kEp2}, kMixtral}, Row{1, 2, 2, "zb-h1", 0, true, {kEp2}, kMixtral}}) {
+    Row with_pairs = base;
+    with_pairs.extra.push_back(kOverlapMoe);
+    // At moe_rows()' depth, whose rows these are (from the cache when they ran first).
+    const std::vector<Row> both = on_fewest_layers({base, with_pairs});
+    const Row &plain = both[0], &paired = both[1];
     const CachedRun a = run_row(plain), b = run_row(paired);
     ASSERT_TRUE(completed(a.run) && completed(b.run)) << a.run.result.output << b.run.result.output;
     EXPECT_TRUE(compare(a.dir, b.dir, 0.0)) << paired.name();
