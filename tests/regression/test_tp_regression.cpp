@@ -10,7 +10,10 @@
 // tests therefore split the same global batch of 16 into fewer, larger
 // micro-batches (8 at dp = 1 and pp = 1, 4 with pp = 2 so the pipeline still
 // has several), and compare with a reference trained with the same split.
-// The model, data, steps and optimizer are gpt-tiny's own.
+// The data, steps and optimizer are gpt-tiny's own; the model is gpt-tiny on
+// the fewest layers the layout allows (NOTE [rows on the fewest layers] in
+// test_matrix_regression.cpp: each layer adds its own all-reduces, and what
+// TP changes holds layer by layer), the reference at the same depth.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -26,6 +29,7 @@ struct TpCase {
   int nproc;
   std::vector<std::string> sets;
   int micro_batch = 8;  // NOTE [larger micro-batches under TP]
+  int layers = 2;       // one per pipeline chunk, at least two
 };
 
 std::ostream& operator<<(std::ostream& os, const TpCase& c) { return os << c.name; }
@@ -34,11 +38,13 @@ class TpRegression : public ::testing::TestWithParam<TpCase> {};
 
 TEST_P(TpRegression, WithinToleranceOfReference) {
   const std::string split = "training.micro_batch_size=" + std::to_string(GetParam().micro_batch);
-  const TrainRun ref = cached_reference({split});  // NOTE [reference cache]
+  const std::string depth = "model.layers=" + std::to_string(GetParam().layers);
+  const TrainRun ref = cached_reference({split, depth});  // NOTE [reference cache]
   ASSERT_TRUE(completed(ref));
   TempDir dir("tp");
   std::vector<std::string> sets = GetParam().sets;
   sets.push_back(split);
+  sets.push_back(depth);
   const TrainRun run = train_tiny(dir.path(), GetParam().nproc, sets);
   EXPECT_TRUE(matches_reference(ref.rows, run, kRelTol));
   // The runs really were split: every rank holds less than the whole model.
@@ -58,7 +64,7 @@ INSTANTIATE_TEST_SUITE_P(
                       TpCase{"tp2_pp2_sp_interleaved", 4,
                              {"parallel.tp=2", "parallel.pp=2", "parallel.sequence_parallel=true",
                               "schedule.kind=interleaved", "schedule.chunks=2"},
-                             4}),
+                             4, 4}),
     [](const ::testing::TestParamInfo<TpCase>& i) { return i.param.name; });
 
 // The tolerance is not vacuous: it catches a small, realistic fault. A tp = 2
