@@ -10,7 +10,21 @@ cd build
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e  # a failing pass must not end the script: the checks below still run
-if [[ $# -eq 0 ]]; then
+# --quick: the same two passes without the `slow` label (what only a full run needs:
+# the reference layouts, the benchmark scripts' commands, Slurm's daemons, gpt-small-brown).
+quick=()
+if [[ ${1:-} == --quick ]]; then
+  shift
+  quick=(-LE '^slow$')
+  (($# == 0)) || { echo "scripts/test.sh: --quick takes no other argument" >&2; exit 2; }
+fi
+if [[ $# -eq 0 && ${#quick[@]} -gt 0 ]]; then
+  ctest --output-on-failure --no-tests=error --timeout 600 -L '^unit$' -LE '^slow$' -j2 2>&1 | tee "$log"
+  status=${PIPESTATUS[0]}
+  ctest --output-on-failure --no-tests=error --timeout 600 -LE '^(unit|slow)$' -j2 2>&1 | tee -a "$log"
+  status2=${PIPESTATUS[0]}
+  ((status2 == 0)) || status=$status2
+elif [[ $# -eq 0 ]]; then
   # The whole suite in two passes, each two tests at a time: the `unit` label's
   # tests (one process, one thread each), then the rest (multi-rank runs and the
   # references wait on start-up, files and each other often enough that two side

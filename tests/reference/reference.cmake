@@ -5,14 +5,15 @@
 # tensorboard, megatron-core) against
 # the built `trident`.
 #   ReferenceTrainingTiny   gpt-tiny, 20 steps, vs transformers' GPT-2 + torch AdamW in fp32 and fp64; bf16 vs
-#                           torch.autocast; the same contract for tp2, pp2 interleaved and tp2 x pp2 x dp2 ZeRO-1 zb-v
+#                           torch.autocast; ReferenceTrainingTinyLayouts (slow): the same contract for tp2,
+#                           pp2 interleaved and tp2 x pp2 x dp2 ZeRO-1 zb-v (NOTE [reference layouts])
 #   ReferenceTrainingBrown  gpt-small-brown (GPT-2 BPE on Brown), 12 steps, the same
 #   HfRoundTrip             trident export -> from_pretrained, generate(), save_pretrained -> --init-from
 #   HfLlama                 the same for Llama (LlamaForCausalLM: GQA, MQA, llama3 rope, tied and untied, sharded)
-#   ReferenceTrainingLlama  llama-tiny, 20 steps and its layouts, vs LlamaForCausalLM + torch AdamW
+#   ReferenceTrainingLlama  llama-tiny, 20 steps, vs LlamaForCausalLM + torch AdamW; its layouts: ...Layouts (slow)
 #   HfMoe                   save_pretrained Mixtral/Qwen2Moe/Qwen3Moe/DeepseekV3ForCausalLM -> --init-from (eval, logits,
 #                           generate, 4 steps, refusals)
-#   ReferenceTraining{Mixtral,Qwen2Moe,Qwen3Moe,DeepseekV3}  their tiny presets, 20 steps and their layouts, vs transformers +
+#   ReferenceTraining{Mixtral,Qwen2Moe,Qwen3Moe,DeepseekV3}  their tiny presets, 20 steps (layouts: ...Layouts), vs transformers +
 #                           torch AdamW, the balancing losses written from their definitions
 #   ReferenceTrainingMixtralPooled  mixtral-tiny with transformers' own pooled balancing loss, the model's aux_loss
 #   TensorBoardEvents       logging.tensorboard's event file read by the tensorboard package
@@ -70,14 +71,26 @@ target_compile_definitions(test_moe_reference PRIVATE TRIDENT_SOURCE_DIR="${PROJ
                            TRIDENT_PYTHON="${TRIDENT_PYTHON}")
 add_test(NAME MoeReference COMMAND test_moe_reference)
 set_tests_properties(MoeReference PROPERTIES LABELS reference TIMEOUT 180)
-# ReferenceTrainingTiny runs its layouts after the single process (--layouts: tp2, pp2
-# interleaved, tp2 x pp2 x dp2 ZeRO-1 under zb-v; every other layout and schedule is the
-# regression matrix's, against Trident's single process). COST: about the seconds it takes
-# two at a time, so that CTest starts the long ones first.
-add_test(NAME ReferenceTrainingTiny
-         COMMAND ${TRIDENT_PYTHON} ${_ref}/test_reference_training.py --trident ${PROJECT_BINARY_DIR}/trident
-                 --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/tiny --case tiny --layouts)
-set_tests_properties(ReferenceTrainingTiny PROPERTIES LABELS reference TIMEOUT 900 COST 80)
+# NOTE [reference layouts]
+# A case's single process against the reference, and its parallel layouts against the same
+# reference (--layouts-only, reading the runs the first test left in its work folder), are two
+# tests: NAME (label reference) and NAMELayouts (labels reference and slow), the first a CTest
+# fixture of the second, so the second always runs after it. A layout's own bug is the
+# regression matrix's to catch (tests/regression: every layout and schedule against Trident's
+# single process); the layouts here check that the chain closes end to end, which only a
+# full run needs (scripts/test.sh --quick leaves the slow label out).
+function(trident_reference_training name case work cost)
+  set(_cmd ${TRIDENT_PYTHON} ${_ref}/test_reference_training.py --trident ${PROJECT_BINARY_DIR}/trident
+           --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/${work} --case ${case} ${ARGN})
+  add_test(NAME ${name} COMMAND ${_cmd})
+  set_tests_properties(${name} PROPERTIES LABELS reference TIMEOUT 600 COST ${cost} FIXTURES_SETUP ${name})
+  add_test(NAME ${name}Layouts COMMAND ${_cmd} --layouts-only)
+  set_tests_properties(${name}Layouts PROPERTIES LABELS "reference;slow" TIMEOUT 600 COST ${cost}
+                                                 FIXTURES_REQUIRED ${name})
+endfunction()
+# The layouts of gpt-tiny: tp2, pp2 interleaved, tp2 x pp2 x dp2 ZeRO-1 under zb-v. COST: about
+# the seconds a test takes two at a time, so that CTest starts the long ones first.
+trident_reference_training(ReferenceTrainingTiny tiny tiny 40)
 add_test(NAME ReferenceTrainingBrown
          COMMAND ${TRIDENT_PYTHON} ${_ref}/test_reference_training.py --trident ${PROJECT_BINARY_DIR}/trident
                  --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/brown --case brown)
@@ -102,10 +115,7 @@ add_test(NAME HfLlama
          COMMAND ${TRIDENT_PYTHON} ${_ref}/test_hf_llama.py --trident ${PROJECT_BINARY_DIR}/trident
                  --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/hf-llama)
 set_tests_properties(HfLlama PROPERTIES LABELS reference TIMEOUT 600 COST 55)
-add_test(NAME ReferenceTrainingLlama
-         COMMAND ${TRIDENT_PYTHON} ${_ref}/test_reference_training.py --trident ${PROJECT_BINARY_DIR}/trident
-                 --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/llama --case llama-tiny --layouts)
-set_tests_properties(ReferenceTrainingLlama PROPERTIES LABELS reference TIMEOUT 900 COST 140)
+trident_reference_training(ReferenceTrainingLlama llama-tiny llama 30)
 add_test(NAME HfMoe
          COMMAND ${TRIDENT_PYTHON} ${_ref}/test_hf_moe.py --trident ${PROJECT_BINARY_DIR}/trident
                  --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/hf-moe)
@@ -113,25 +123,15 @@ set_tests_properties(HfMoe PROPERTIES LABELS reference TIMEOUT 300 COST 40)
 foreach(_moe Mixtral Qwen2Moe Qwen3Moe)
   string(TOLOWER "${_moe}" _case)
   string(REPLACE "moe" "-moe" _case "${_case}")
-  add_test(NAME ReferenceTraining${_moe}
-           COMMAND ${TRIDENT_PYTHON} ${_ref}/test_reference_training.py --trident ${PROJECT_BINARY_DIR}/trident
-                   --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/${_case} --case ${_case}-tiny --layouts)
-  set_tests_properties(ReferenceTraining${_moe} PROPERTIES LABELS reference TIMEOUT 600 COST 20)
+  trident_reference_training(ReferenceTraining${_moe} ${_case}-tiny ${_case} 20)
 endforeach()
 # transformers' own balancing loss (NOTE [pooled aux loss]): the reference's is the model's aux_loss.
 # Seed 2: under the preset's seed a token of step 2 has its second and third softmax scores 4e-9
 # apart (measured in fp64), below fp32's rounding, so Trident and torch may route it differently
 # (a router is discontinuous: test_reference_training.py's MOE_CASES note); seed 2's steps have no
 # such token (a step that had one would fail here).
-add_test(NAME ReferenceTrainingMixtralPooled
-         COMMAND ${TRIDENT_PYTHON} ${_ref}/test_reference_training.py --trident ${PROJECT_BINARY_DIR}/trident
-                 --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/mixtral-pooled --case mixtral-tiny --pooled
-                 --layouts --seed 2)
-set_tests_properties(ReferenceTrainingMixtralPooled PROPERTIES LABELS reference TIMEOUT 600 COST 20)
-add_test(NAME ReferenceTrainingDeepseekV3
-         COMMAND ${TRIDENT_PYTHON} ${_ref}/test_reference_training.py --trident ${PROJECT_BINARY_DIR}/trident
-                 --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/deepseek-v3 --case deepseek-v3-tiny --layouts)
-set_tests_properties(ReferenceTrainingDeepseekV3 PROPERTIES LABELS reference TIMEOUT 600 COST 20)
+trident_reference_training(ReferenceTrainingMixtralPooled mixtral-tiny mixtral-pooled 20 --pooled --seed 2)
+trident_reference_training(ReferenceTrainingDeepseekV3 deepseek-v3-tiny deepseek-v3 20)
 add_test(NAME TensorBoardEvents
          COMMAND ${TRIDENT_PYTHON} ${_ref}/test_tensorboard.py --trident ${PROJECT_BINARY_DIR}/trident
                  --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/tensorboard)

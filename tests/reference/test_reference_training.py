@@ -379,10 +379,19 @@ def main():
                          "pooled_aux_loss), the reference's being the model's aux_loss")
     ap.add_argument("--layouts", action="store_true",
                     help="also run the parallel layouts of LAYOUTS and hold each to the same contract")
+    ap.add_argument("--layouts-only", action="store_true",
+                    help="run only the parallel layouts, against the single process and references that a run "
+                         "of the same case without --layouts left in --work (CTest: the *Layouts tests, label slow)")
     args = ap.parse_args()
+    if args.layouts and args.layouts_only:
+        raise SystemExit("FAIL: --layouts and --layouts-only: give one")
     work = os.path.abspath(args.work)
-    shutil.rmtree(work, ignore_errors=True)  # checkpoints and runs must start afresh
-    os.makedirs(work)
+    if not args.layouts_only:
+        shutil.rmtree(work, ignore_errors=True)  # checkpoints and runs must start afresh
+        os.makedirs(work)
+    elif not os.path.exists(os.path.join(work, "results.json")):
+        raise SystemExit(f"FAIL: --layouts-only: {work} holds no finished run of the case (results.json): run it "
+                         "without --layouts first (CTest runs that test first: the fixture)")
     t = args.trident
     config, sets, clip = case_setup(args, work)
     if args.pooled:
@@ -392,7 +401,48 @@ def main():
     setargs = [a for s in sets for a in ("--set", s)]
     tri, ck0, hf0, init_run = (os.path.join(work, d) for d in ("trident", "ckpt0", "hf0", "init-check"))
     ref32, ref64, ref32g = (os.path.join(work, d) for d in ("ref-fp32", "ref-fp64", "ref-fp32-grouped"))
+    if args.layouts_only:
+        T, P, D = metrics(tri), metrics(ref32), metrics(ref64)
+        P2 = metrics(ref32g) if args.case in MOE_CASES else None
+        failures, ill = [], []
+    else:
+        T, P, D, P2, failures, ill = single_process(args, t, work, config, setargs, clip, tri, ck0, hf0, init_run,
+                                                    ref32, ref64, ref32g)
+    layouts = ((MOE_LAYOUTS if args.case in MOE_CASES else LLAMA_LAYOUTS if args.case == "llama-tiny" else LAYOUTS)
+               if args.layouts or args.layouts_only else [])
+    if args.case == "megatron" and not args.layouts_only:  # the data-parallel slicing of Megatron's sampler: dp = 2 as well
+        layouts = [("dp2", 2, ["parallel.dp=2"])]
+    for name, nproc, extra in layouts:
+        out = os.path.join(work, "layout-" + name)
+        if "parallel.pp=2" in extra or "parallel.pp=4" in extra:  # pipelines under NCCL's point-to-point rules
+            extra = extra + ["parallel.backend=nccl-rules"]       # (NOTE [NCCL rules on the CPU])
+        cmd = [t, "launch", "--nproc-per-node", str(nproc), "--master-port", "0", "--", t, "train", "--config", config,
+               *setargs, *[a for s in extra for a in ("--set", s)], "--set", f"logging.dir={out}"]
+        run(cmd)
+        L = metrics(out)
+        f_, ill_, _, worst_ = check_against_reference(name, L, P, D, clip, case_steps(args.case), P2)
+        failures += f_
+        if name.startswith("pp") and [(a["loss"], a["grad_norm"]) for a in L] != [(b["loss"], b["grad_norm"]) for b in T]:
+            failures.append(f"{name}: pipeline parallelism alone changed the losses or norms (bit for bit expected)")
+        print(f"layout {name}: largest ratio loss {worst_['loss']:.2f}, grad_norm {worst_['grad_norm']:.2f}; "
+              f"{len(ill_)} ill-conditioned step/key(s)")
+    if failures:
+        print("FAIL:\n  " + "\n  ".join(failures))
+        return 1
+    if args.layouts_only:
+        print(f"PASS: {args.case}: the {len(layouts)} parallel layouts within {K} x torch fp32's own error of the "
+              f"fp64 truth, and within {RTOL_FP32} of torch fp32 on every step the single process's run did not "
+              "list as ill-conditioned")
+        return 0
+    print(f"PASS: {args.case}: {len(T)} steps within {K} x torch fp32's own error of the fp64 truth, and within "
+          f"{RTOL_FP32} of torch fp32 on every step not listed as ill-conditioned ({len(ill)} listed)"
+          + (f"; so are the {len(layouts)} parallel layouts" if layouts else ""))
+    return 0
 
+
+def single_process(args, t, work, config, setargs, clip, tri, ck0, hf0, init_run, ref32, ref64, ref32g):
+    """The case's single-process run, its export and references, and their checks:
+    (T, P, D, P2, failures, ill-conditioned steps)."""
     run([t, "train", "--config", config, *setargs, "--set", f"logging.dir={tri}"])
     run([t, "checkpoint", "init", "--config", config, *setargs, "--out", ck0])
     fmt = {"llama-tiny": "hf-llama", "mixtral-tiny": "hf-mixtral", "qwen2-moe-tiny": "hf-qwen2-moe",
@@ -442,31 +492,7 @@ def main():
     with open(os.path.join(work, "results.json"), "w") as f:
         json.dump({"case": args.case, "K": K, "floor": FLOOR, "rtol_fp32": RTOL_FP32, "grad_clip": clip,
                    "worst_ratio": worst, "ill_conditioned": ill, "steps": rows, "bf16": bf16}, f, indent=1)
-    layouts = ((MOE_LAYOUTS if args.case in MOE_CASES else LLAMA_LAYOUTS if args.case == "llama-tiny" else LAYOUTS)
-               if args.layouts else [])
-    if args.case == "megatron":  # the data-parallel slicing of Megatron's sampler: dp = 2 as well
-        layouts = [("dp2", 2, ["parallel.dp=2"])]
-    for name, nproc, extra in layouts:
-        out = os.path.join(work, "layout-" + name)
-        if "parallel.pp=2" in extra or "parallel.pp=4" in extra:  # pipelines under NCCL's point-to-point rules
-            extra = extra + ["parallel.backend=nccl-rules"]       # (NOTE [NCCL rules on the CPU])
-        cmd = [t, "launch", "--nproc-per-node", str(nproc), "--master-port", "0", "--", t, "train", "--config", config,
-               *setargs, *[a for s in extra for a in ("--set", s)], "--set", f"logging.dir={out}"]
-        run(cmd)
-        L = metrics(out)
-        f_, ill_, _, worst_ = check_against_reference(name, L, P, D, clip, case_steps(args.case), P2)
-        failures += f_
-        if name.startswith("pp") and [(a["loss"], a["grad_norm"]) for a in L] != [(b["loss"], b["grad_norm"]) for b in T]:
-            failures.append(f"{name}: pipeline parallelism alone changed the losses or norms (bit for bit expected)")
-        print(f"layout {name}: largest ratio loss {worst_['loss']:.2f}, grad_norm {worst_['grad_norm']:.2f}; "
-              f"{len(ill_)} ill-conditioned step/key(s)")
-    if failures:
-        print("FAIL:\n  " + "\n  ".join(failures))
-        return 1
-    print(f"PASS: {args.case}: {len(T)} steps within {K} x torch fp32's own error of the fp64 truth, and within "
-          f"{RTOL_FP32} of torch fp32 on every step not listed as ill-conditioned ({len(ill)} listed)"
-          + (f"; so are the {len(layouts)} parallel layouts" if layouts else ""))
-    return 0
+    return T, P, D, P2, failures, ill
 
 
 if __name__ == "__main__":

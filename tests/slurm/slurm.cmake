@@ -8,4 +8,6 @@
 add_test(NAME Slurm COMMAND bash ${PROJECT_SOURCE_DIR}/tests/slurm/slurm_test.sh ${PROJECT_BINARY_DIR}
                             ${PROJECT_SOURCE_DIR})
 # The README's srun line uses the default MASTER_PORT (29500), as a user types it.
-set_tests_properties(Slurm PROPERTIES LABELS slurm TIMEOUT 300 RESOURCE_LOCK master_port_29500 COST 60)
+# Label slow too: starting Slurm's daemons is what only a full run needs (the launcher's reading
+# of Slurm's environment without Slurm: TwoNodes.SlurmVariablesWithoutLauncher).
+set_tests_properties(Slurm PROPERTIES LABELS "slurm;slow" TIMEOUT 300 RESOURCE_LOCK master_port_29500 COST 60)
