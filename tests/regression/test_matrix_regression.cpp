@@ -186,8 +186,8 @@ CachedRun run_row(const Row& r) { return cached_run(r.world(), r.sets(), r.confi
 // Each collective of a multi-rank row costs milliseconds on 2 shared cores
 // (Gloo's latency, not compute: NOTE [larger micro-batches under TP]), and a
 // layer issues its own per micro-batch: TP's all-reduces, the experts'
-// all-to-alls, the ring's exchanges. What a row of the Llama, MoE and CP
-// matrices proves (a layout, a schedule, a dispatcher against the single
+// all-to-alls, the ring's exchanges. What a row of the Llama, MoE, CP and
+// bf16 matrices proves (a layout, a schedule, a dispatcher against the single
 // process) holds layer by layer, so those rows train the fewest layers their
 // layout allows: one per pipeline chunk, and at least two (the MoE presets
 // have 4, llama-tiny and gpt-tiny 8). The reference is the single process
@@ -405,7 +405,7 @@ const std::vector<Row>& cp_rows() {
 // bit-identical to the bf16 single process; the 3D row, with DP's overlapped
 // bucket reduction, within the bf16 tolerance.
 const std::vector<Row>& bf16_rows() {
-  static const std::vector<Row> r = {
+  static const std::vector<Row> r = on_fewest_layers({
       {1, 2, 1, "zb-h1", 0, true, {kBf16}},
       {1, 2, 1, "zb-v", 0, true, {kBf16}},
       {1, 2, 1, "dualpipev", 0, true, {kBf16}},
@@ -425,7 +425,7 @@ const std::vector<Row>& bf16_rows() {
       {1, 4, 1, "v-min", 0, true, {kBf16}},
       {1, 4, 1, "zb-auto", 0, true, {kBf16, kZb2pAtPp4}},
       {2, 2, 2, "zb-h1", 0, true, {kBf16}},
-  };
+  });
   return r;
 }
 
