@@ -20,6 +20,7 @@ struct CudaLoad {
   CudaRuntime* runtime = nullptr;
   std::string absent;         // why not loaded, for the start-up line
   std::string absent_detail;  // and dlerror()'s words, for errors
+  bool at_start = false;      // load_at_start() ran (before main)
 };
 
 CudaLoad& cuda_load() {
@@ -39,7 +40,10 @@ CudaRuntime* open_runtime() {
 
 // Before main (and before any of Trident's own calls into libtorch), as linking did: NOTE [CUDA on demand].
 // Priority 101: ahead of the program's other static initializers.
-__attribute__((constructor(101))) void load_at_start() { load_cuda_runtime(); }
+__attribute__((constructor(101))) void load_at_start() {
+  cuda_load().at_start = true;
+  load_cuda_runtime();
+}
 }  // namespace
 
 CudaRuntime* load_cuda_runtime(bool force) {
@@ -60,6 +64,8 @@ CudaRuntime* load_cuda_runtime(bool force) {
 }
 
 std::string cuda_runtime_absent_reason() { return cuda_load().runtime ? "" : cuda_load().absent; }
+
+bool cuda_runtime_decided_before_main() { return cuda_load().at_start; }
 
 namespace {
 std::string absent_error() { return cuda_load().absent + " (" + cuda_load().absent_detail + ")"; }

@@ -70,5 +70,7 @@ constexpr const char* kCudaRuntimeLibrary = "libtrident_cuda.so";
 CudaRuntime* load_cuda_runtime(bool force = false);
 // Why load_cuda_runtime() gave nullptr ("no NVIDIA driver (libcuda.so.1: ...)"), or "" when it loaded.
 std::string cuda_runtime_absent_reason();
+// Whether the load was decided before main (the static initializer ran), as NOTE [CUDA on demand] needs.
+bool cuda_runtime_decided_before_main();
 
 }  // namespace trident

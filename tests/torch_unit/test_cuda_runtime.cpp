@@ -38,6 +38,8 @@ bool cuda_kernel_registered() {
 }
 
 TEST(CudaRuntime, LoadedBeforeMainWhereADriverIsAndByForceElsewhere) {
+  // Decided before main, before anything could ask libtorch for its CUDA hooks.
+  EXPECT_TRUE(cuda_runtime_decided_before_main());
   void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
   const bool has_driver = driver != nullptr;
   if (driver) dlclose(driver);
