@@ -12,28 +12,22 @@ trap 'rm -f "$log"' EXIT
 set +e  # a failing pass must not end the script: the checks below still run
 # --quick: the same two passes without the `slow` label (what only a full run needs:
 # the reference layouts, the benchmark scripts' commands, Slurm's daemons, gpt-small-brown).
-quick=()
+unit_pass=(-L '^unit$') rest='unit'
 if [[ ${1:-} == --quick ]]; then
   shift
-  quick=(-LE '^slow$')
   (($# == 0)) || { echo "scripts/test.sh: --quick takes no other argument" >&2; exit 2; }
+  unit_pass+=(-LE '^slow$') rest='unit|slow'
 fi
-if [[ $# -eq 0 && ${#quick[@]} -gt 0 ]]; then
-  ctest --output-on-failure --no-tests=error --timeout 600 -L '^unit$' -LE '^slow$' -j2 2>&1 | tee "$log"
-  status=${PIPESTATUS[0]}
-  ctest --output-on-failure --no-tests=error --timeout 600 -LE '^(unit|slow)$' -j2 2>&1 | tee -a "$log"
-  status2=${PIPESTATUS[0]}
-  ((status2 == 0)) || status=$status2
-elif [[ $# -eq 0 ]]; then
+if [[ $# -eq 0 ]]; then
   # The whole suite in two passes, each two tests at a time: the `unit` label's
   # tests (one process, one thread each), then the rest (multi-rank runs and the
   # references wait on start-up, files and each other often enough that two side
   # by side take about 0.7 of the wall time of one after another: 1246 s against
   # 1758 s on a clean clone; every launch in a test takes a free master port, and
   # the README commands that use the default one hold a CTest RESOURCE_LOCK).
-  ctest --output-on-failure --no-tests=error --timeout 600 -L '^unit$' -j2 2>&1 | tee "$log"
+  ctest --output-on-failure --no-tests=error --timeout 600 "${unit_pass[@]}" -j2 2>&1 | tee "$log"
   status=${PIPESTATUS[0]}
-  ctest --output-on-failure --no-tests=error --timeout 600 -LE '^unit$' -j2 2>&1 | tee -a "$log"
+  ctest --output-on-failure --no-tests=error --timeout 600 -LE "^($rest)\$" -j2 2>&1 | tee -a "$log"
   status2=${PIPESTATUS[0]}
   ((status2 == 0)) || status=$status2
 else

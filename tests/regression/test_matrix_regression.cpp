@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 #include <tuple>
@@ -196,11 +197,13 @@ CachedRun run_row(const Row& r) { return cached_run(r.world(), r.sets(), r.confi
 // parallel.pipeline_layers, dense first layers, or a depth of its own. The
 // GPT rows keep gpt-tiny's 8: rows of different pp are compared bit for bit.
 int preset_layers(const std::string& config) {
+  static std::map<std::string, int> read;  // each preset's file read once, not once per row
+  if (auto it = read.find(config); it != read.end()) return it->second;
   std::ifstream in(src(config));
   const std::regex key(R"(^layers\s*=\s*([0-9]+))");
   std::smatch m;
   for (std::string line; std::getline(in, line);)
-    if (std::regex_search(line, m, key)) return std::stoi(m[1]);
+    if (std::regex_search(line, m, key)) return read[config] = std::stoi(m[1]);
   throw std::runtime_error(config + " has no model.layers");
 }
 
