@@ -52,7 +52,7 @@ int64_t cuda_device_total_bytes(int index);
 // Blocks until all work queued on device `d` is done; nothing on the CPU.
 void synchronize(const c10::Device& d);
 // "libtorch 2.11.0, CUDA 13.0 build (runtime 13.0), NCCL 2.28.9, 1 CUDA device(s): NVIDIA H200",
-// or "libtorch 2.11.0, CUDA 13.0 build (not loaded: no NVIDIA driver (...)), 0 CUDA device(s)"
+// or "libtorch 2.11.0, CUDA 13.0 build (not loaded: no NVIDIA driver), 0 CUDA device(s)"
 // where libtrident_cuda.so was not loaded: for the start-up line of `trident train`.
 std::string describe_build();
 

@@ -17,8 +17,9 @@
 // they did at link time. Where it does not, there is no CUDA device to use
 // anyway (CUDA's runtime finds none without the driver), and
 // cuda_device_count() is 0 as it was. It is one build still: the library is
-// always built, and tests/linkage/check_build.sh loads it on the CPU machine
-// too (load_cuda_runtime(true)).
+// always built, tests/linkage/check_build.sh checks what it and trident-torch
+// link, and tests/torch_unit/test_cuda_runtime.cpp loads it on the CPU
+// machine too (load_cuda_runtime(true)).
 #pragma once
 
 #include <chrono>
