@@ -45,6 +45,9 @@ int cmd_train(int argc, char** argv) {
   // Preempted (NOTE [preemption]): the status of a process the signal ended,
   // after the checkpoint that lets the run continue.
   return summary.preempted_signal != 0 ? 128 + summary.preempted_signal : 0;
+#elif defined(TRIDENT_TORCH_EXE)
+  (void)cfg;
+  return kRunWithTorch;  // the arguments and the config held: trident-torch trains (NOTE [checked before libtorch])
 #else
   throw std::runtime_error("this build of trident has no libtorch (configured with TRIDENT_WITH_TORCH=OFF)");
 #endif

@@ -4,6 +4,10 @@
 
 namespace trident::cli {
 
+// What a command of the `trident` without libtorch returns when its input held and
+// trident-torch must run it (NOTE [checked before libtorch] in launch/main.cpp).
+constexpr int kRunWithTorch = -1;
+
 int cmd_launch(int argc, char** argv);    // spawn N ranks with torchrun-style env (launch/launcher.cpp)
 int cmd_train(int argc, char** argv);     // train from a TOML config (launch/cmd_train.cpp)
 int cmd_schedule(int argc, char** argv);  // generate/validate/simulate/render a pipeline schedule

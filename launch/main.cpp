@@ -110,14 +110,27 @@ int main(int argc, char** argv) {
     // `plan` is pure but for `plan calibrate` and `plan profile`, which measure with libtorch.
     const bool torch_sub =
         name == "plan" && argc > 2 && (std::string(argv[2]) == "calibrate" || std::string(argv[2]) == "profile");
-    if (c.torch || torch_sub) return run_torch_executable(argv);
+    // NOTE [checked before libtorch] `train` reads its arguments and checks its config
+    // (load_checked_config: pure C++) here first, so a bad one ends in milliseconds with the
+    // same message trident-torch would print, before a quarter of a second of libtorch's
+    // start-up on every rank; trident-torch reads and checks them again (the same code) and
+    // goes on to what needs libtorch. The other libtorch commands go straight to trident-torch.
+    if ((c.torch || torch_sub) && name != "train") return run_torch_executable(argv);
 #endif
+    int status = 0;
     try {
-      return c.run(argc - 1, argv + 1);
+      status = c.run(argc - 1, argv + 1);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "trident %s: error: %s\n", c.name, e.what());
       return exit_status_of(e);
     }
+#if defined(TRIDENT_TORCH_EXE) && !defined(TRIDENT_HAVE_TORCH)
+    if (status == trident::cli::kRunWithTorch) {
+      std::fflush(nullptr);
+      return run_torch_executable(argv);
+    }
+#endif
+    return status;
   }
   std::string names;
   for (const auto& c : kCommands) names += std::string(names.empty() ? "" : ", ") + c.name;

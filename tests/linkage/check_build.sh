@@ -8,7 +8,9 @@
 #   2. NOTE [Gloo headers] (parallel/torch.cmake): the binary defines no code of Gloo's own
 #      (only std containers of shared_ptrs to Gloo types) and needs no Gloo symbol from
 #      outside, so the Debian headers it parsed never lay out or run Gloo code;
-#   3. `trident train` names the libtorch version and the build's CUDA version at start.
+#   3. `trident train` names the libtorch version and the build's CUDA version at start;
+#   4. NOTE [checked before libtorch] (launch/main.cpp): `trident` checks train's arguments and
+#      config itself, printing trident-torch's very message for a bad one, and hands a good one on.
 # Usage: tests/linkage/check_build.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
 build=$1 src=$2
@@ -49,4 +51,21 @@ torch_version=$(sed -n 's/^torch==//p' "$src/requirements.txt")  # the pinned ve
 grep -q "libtorch $torch_version, CUDA 13.0 build" <<< "$line" ||
   fail "trident train's first line does not name libtorch $torch_version and CUDA 13.0: '$line'"
 echo "start line: $line"
+
+# 4. `trident` alone, in a folder without trident-torch: a bad config ends there, with exit 2 and the
+#    message trident-torch prints; --help is answered there; a good config goes on to trident-torch,
+#    which is missing here.
+alone=$(mktemp -d)
+trap 'rm -rf "$alone"' EXIT
+cp "$build/trident" "$alone/trident"
+bad=(train --config "$src/configs/gpt-tiny.toml" --set parallel.ep=3)
+got=$("$alone/trident" "${bad[@]}" 2>&1); rc=$?
+want=$("$exe" "${bad[@]}" 2>&1)
+[[ $rc == 2 && $got == "$want" && $got == *"parallel.ep = 3"* ]] ||
+  fail "trident without trident-torch beside it, on a bad config: exit $rc, '$got' (trident-torch: '$want')"
+"$alone/trident" train --help 2>&1 | grep -q '^usage: trident train' || fail "trident train --help without trident-torch"
+got=$("$alone/trident" train --config "$src/configs/gpt-tiny.toml" --set training.steps=1 2>&1); rc=$?
+[[ $rc == 1 && $got == *"cannot run $alone/trident-torch"* ]] ||
+  fail "trident without trident-torch beside it, on a good config: exit $rc, '$got' (expected: cannot run it)"
+echo "checked before libtorch: $("$alone/trident" "${bad[@]}" 2>&1 | cut -c1-80)..."
 exit $failed
