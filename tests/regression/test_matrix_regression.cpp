@@ -196,25 +196,37 @@ CachedRun run_row(const Row& r) { return cached_run(r.world(), r.sets(), r.confi
 // where its point is where the layers go: a split given by
 // parallel.pipeline_layers, dense first layers, or a depth of its own. The
 // GPT rows keep gpt-tiny's 8: rows of different pp are compared bit for bit.
-int preset_layers(const std::string& config) {
-  static std::map<std::string, int> read;  // each preset's file read once, not once per row
-  if (auto it = read.find(config); it != read.end()) return it->second;
+// The same holds micro-batch by micro-batch: a row without a pipeline runs two
+// micro-batches per data-parallel rank (the presets' global batch of 16 is 8
+// micro-batches of 2), the fewest that still accumulate (the reference runs
+// the same global batch); a pipeline row keeps its micro-batches (a schedule's
+// steady state needs them), and so do the rows of overlapped pairs (each pair
+// is a micro-batch's forward beside another's backward) and rows with a batch
+// of their own.
+int preset_value(const std::string& config, const std::string& name) {
+  static std::map<std::string, int> read;  // each preset's key read once, not once per row
+  const std::string at = config + " " + name;
+  if (auto it = read.find(at); it != read.end()) return it->second;
   std::ifstream in(src(config));
-  const std::regex key(R"(^layers\s*=\s*([0-9]+))");
+  const std::regex key("^" + name + R"(\s*=\s*([0-9]+))");
   std::smatch m;
   for (std::string line; std::getline(in, line);)
-    if (std::regex_search(line, m, key)) return read[config] = std::stoi(m[1]);
-  throw std::runtime_error(config + " has no model.layers");
+    if (std::regex_search(line, m, key)) return read[at] = std::stoi(m[1]);
+  throw std::runtime_error(config + " has no " + name);
 }
 
 std::vector<Row> on_fewest_layers(std::vector<Row> rows) {
   for (Row& r : rows) {
-    const bool placed = std::any_of(r.extra.begin(), r.extra.end(), [](const std::string& e) {
-      return e.rfind("model.layers=", 0) == 0 || e.rfind("model.moe_first_dense=", 0) == 0 ||
-             e.rfind("parallel.pipeline_layers=", 0) == 0;
-    });
+    const auto has = [&r](const std::string& prefix) {
+      return std::any_of(r.extra.begin(), r.extra.end(), [&prefix](const std::string& e) { return e.rfind(prefix, 0) == 0; });
+    };
+    const bool placed = has("model.layers=") || has("model.moe_first_dense=") || has("parallel.pipeline_layers=");
     const int layers = std::max(2, r.pp * (r.two_chunks() ? 2 : 1));
-    if (!placed && layers < preset_layers(r.config)) r.extra.push_back("model.layers=" + std::to_string(layers));
+    if (!placed && layers < preset_value(r.config, "layers")) r.extra.push_back("model.layers=" + std::to_string(layers));
+    const bool batch_given = has("training.global_batch_size=") || has("training.micro_batch_size=");
+    const int batch = 2 * preset_value(r.config, "micro_batch_size") * r.dp;
+    if (r.pp == 1 && !batch_given && !has(kOverlapMoe) && batch < preset_value(r.config, "global_batch_size"))
+      r.extra.push_back("training.global_batch_size=" + std::to_string(batch));
   }
   return rows;
 }
