@@ -196,13 +196,15 @@ CachedRun run_row(const Row& r) { return cached_run(r.world(), r.sets(), r.confi
 // where its point is where the layers go: a split given by
 // parallel.pipeline_layers, dense first layers, or a depth of its own. The
 // GPT rows keep gpt-tiny's 8: rows of different pp are compared bit for bit.
-// The same holds micro-batch by micro-batch: a row without a pipeline runs two
-// micro-batches per data-parallel rank (the presets' global batch of 16 is 8
-// micro-batches of 2), the fewest that still accumulate (the reference runs
-// the same global batch); a pipeline row keeps its micro-batches (a schedule's
-// steady state needs them), and so do the rows of overlapped pairs (each pair
-// is a micro-batch's forward beside another's backward) and rows with a batch
-// of their own.
+// The same holds micro-batch by micro-batch: a row runs 2 x pp micro-batches
+// per data-parallel rank (DualPipeV twice as many: it needs 2p from each end) (the presets' global batch of 16 is 8 micro-batches of
+// 2), two without a pipeline, the fewest that still accumulate, and with one a
+// steady state of every kind between its warm-up and cool-down (the reference
+// runs the same global batch). The rows of overlapped pairs keep theirs (each
+// pair is a micro-batch's forward beside another's backward), rows with a batch
+// of their own, and zb-auto's rows under a memory limit (the limit binds at
+// their 8 micro-batches). The pipeline kinds at their full micro-batch
+// counts are the GPT rows' and tests/regression/test_pipeline_regression.cpp's.
 int preset_value(const std::string& config, const std::string& name) {
   static std::map<std::string, int> read;  // each preset's key read once, not once per row
   const std::string at = config + " " + name;
@@ -223,9 +225,11 @@ std::vector<Row> on_fewest_layers(std::vector<Row> rows) {
     const bool placed = has("model.layers=") || has("model.moe_first_dense=") || has("parallel.pipeline_layers=");
     const int layers = std::max(2, r.pp * (r.two_chunks() ? 2 : 1));
     if (!placed && layers < preset_value(r.config, "layers")) r.extra.push_back("model.layers=" + std::to_string(layers));
-    const bool batch_given = has("training.global_batch_size=") || has("training.micro_batch_size=");
-    const int batch = 2 * preset_value(r.config, "micro_batch_size") * r.dp;
-    if (r.pp == 1 && !batch_given && !has(kOverlapMoe) && batch < preset_value(r.config, "global_batch_size"))
+    const bool batch_given = has("training.global_batch_size=") || has("training.micro_batch_size=") ||
+                             has("schedule.memory_limit=");
+    const int per_rank = 2 * r.pp * (r.kind == "dualpipev" ? 2 : 1);  // DualPipeV needs 2p from each end
+    const int batch = per_rank * preset_value(r.config, "micro_batch_size") * r.dp;
+    if (!batch_given && !has(kOverlapMoe) && batch < preset_value(r.config, "global_batch_size"))
       r.extra.push_back("training.global_batch_size=" + std::to_string(batch));
   }
   return rows;
