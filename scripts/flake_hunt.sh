@@ -9,7 +9,8 @@
 #     --keep-cache keep build/regression-cache between rounds (default: removed
 #                  before each round, so every round trains every regression
 #                  run again instead of reading the first round's results)
-#     CTEST_ARGS   what to run, passed to ctest (default: every test, -j2), e.g. -- -L '^unit$' -j2
+#     CTEST_ARGS   what to run, passed to ctest (default: every test, -j3, as scripts/test.sh's
+#                  second pass runs them), e.g. -- -L '^unit$' -j2
 # Needs a built tree (scripts/setup.sh). Each round's ctest log is kept beside
 # the results file's name (FILE.round-K.log) until the next hunt.
 set -euo pipefail
@@ -28,7 +29,7 @@ done
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "flake_hunt.sh: --rounds $rounds: expected an integer >= 1" >&2; exit 2; }
 [[ $hogs =~ ^[0-9]+$ ]] || { echo "flake_hunt.sh: --hogs $hogs: expected an integer >= 0" >&2; exit 2; }
 ctest_args=("$@")
-((${#ctest_args[@]})) || ctest_args=(-j2)
+((${#ctest_args[@]})) || ctest_args=(-j3)
 [[ -f $repo/build/CTestTestfile.cmake ]] || { echo "flake_hunt.sh: no build/ with tests: run scripts/setup.sh first" >&2; exit 2; }
 
 hog_pids=()
