@@ -45,7 +45,7 @@ passed=$(printf '%s\n' "$tests" | grep -c ' Passed ' || true)
   echo "end to end: $((secs / 60)) min $((secs % 60)) s (.ci/run exit status $status)"
   echo "ctest: $count tests, $passed passed"
   grep -E 'Total Test time \(real\)' "$log" | sed 's/^/  pass: /' || true
-  echo "longest 15 tests (seconds; two run at a time):"
+  echo "longest 15 tests (seconds; the unit pass two at a time, the others three):"
   printf '%s\n' "$tests" | sed -E 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) .* ([0-9.]+) sec$/\2 \1/' | sort -rn | head -15 |
     awk '{printf "  %8.2f  %s\n", $1, $2}'
   if ((status != 0)); then
