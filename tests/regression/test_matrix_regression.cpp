@@ -197,10 +197,11 @@ CachedRun run_row(const Row& r) { return cached_run(r.world(), r.sets(), r.confi
 // parallel.pipeline_layers, dense first layers, or a depth of its own. The
 // GPT rows keep gpt-tiny's 8: rows of different pp are compared bit for bit.
 // The same holds micro-batch by micro-batch: a row runs 2 x pp micro-batches
-// per data-parallel rank (DualPipeV twice as many: it needs 2p from each end) (the presets' global batch of 16 is 8 micro-batches of
-// 2), two without a pipeline, the fewest that still accumulate, and with one a
-// steady state of every kind between its warm-up and cool-down (the reference
-// runs the same global batch). The rows of overlapped pairs keep theirs (each
+// per data-parallel rank, where the presets' global batch of 16 is 8 of 2:
+// two without a pipeline, the fewest that still accumulate, and with one a
+// steady state of every kind between its warm-up and cool-down (DualPipeV
+// twice as many: it needs 2p from each end). The reference runs the same
+// global batch. The rows of overlapped pairs keep theirs (each
 // pair is a micro-batch's forward beside another's backward), rows with a batch
 // of their own, and zb-auto's rows under a memory limit (the limit binds at
 // their 8 micro-batches). The pipeline kinds at their full micro-batch
