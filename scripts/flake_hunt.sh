@@ -5,7 +5,8 @@
 #   scripts/flake_hunt.sh [--rounds N] [--hogs H] [--out FILE] [-- CTEST_ARGS...]
 #     --rounds N   rounds (default 5)
 #     --hogs H     busy processes beside the tests (default 1: one of the 2 cores)
-#     --out FILE   results file (default benchmarks/results/flake_hunt.txt)
+#     --out FILE   results file (default benchmarks/results/flake_hunt.txt); each hunt is
+#                  appended to it, so the file keeps every hunt's rounds
 #     --keep-cache keep build/regression-cache between rounds (default: removed
 #                  before each round, so every round trains every regression
 #                  run again instead of reading the first round's results)
@@ -41,7 +42,7 @@ mkdir -p "$(dirname "$out")"
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ) (start); commit: $(git -C "$repo" rev-parse --short HEAD)$(git -C "$repo" diff --quiet HEAD -- . ':!benchmarks/results' || echo ' (with uncommitted changes)')"
   echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
   echo "regression cache: $( ((keep_cache)) && echo 'kept between rounds (--keep-cache)' || echo 'removed before each round')"
-} > "$out"
+} >> "$out"
 total_failed=0
 for ((r = 1; r <= rounds; r++)); do
   # NOTE [reference cache] (tests/regression/regression_util.h): a cached run is
