@@ -54,11 +54,12 @@ fi
 # GPT-2 BPE vocabulary + its reference JS encoder, and the Brown corpus.
 scripts/setup_data.sh "$repo"
 
-# Configured already with these settings: `cmake --build` configures again by itself when a
-# CMake file (the project's, or torch's package files after a new .venv) changed, so the
-# 4 s of configuring are skipped.
+# Configured already with these settings (and generated: a configure that failed leaves a
+# cache but no Makefile): `cmake --build` configures again by itself when a CMake file (the
+# project's, or torch's package files after a new .venv) changed, so the 4 s of configuring
+# are skipped.
 cache=build/CMakeCache.txt
-if ! { [[ -f $cache ]] && grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$repo" "$cache" &&
+if ! { [[ -f $cache && -f build/Makefile ]] && grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$repo" "$cache" &&
        grep -qx 'CMAKE_BUILD_TYPE:STRING=Release' "$cache" && grep -qx "TRIDENT_PYTHON:FILEPATH=$venv/bin/python3" "$cache"; }; then
   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DTRIDENT_PYTHON="$venv/bin/python3" > build.configure.log 2>&1 ||
     { cat build.configure.log; exit 1; }

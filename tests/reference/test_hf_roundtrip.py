@@ -5,7 +5,7 @@ the CTest test HfRoundTrip.
 Trident -> transformers: gpt-tiny (vocabulary 256 padded to 288) trained 100 steps on the
 README files' bytes (enough that greedy continuations are not one repeated byte: " te te te",
 with top-2 logit gaps of 0.04 and more, four orders above fp32's differences; 400 steps took
-20 s more and gave gaps no wider), saved, `trident export --format hf-gpt2`, then
+20 s more for a smallest gap of 0.056), saved, `trident export --format hf-gpt2`, then
 GPT2LMHeadModel.from_pretrained on the export, and on a held-out text:
   a. the mean next-token loss of `trident eval` (from the checkpoint and from the export)
      equals transformers' over the same windows, within 1e-5 relative (eval prints 6 decimals),

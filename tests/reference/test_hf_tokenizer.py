@@ -149,7 +149,7 @@ def first_difference(a, b):
 
 
 def compare(tok, trident, tok_dir, text, problems, pieces=True):
-    """Ids and (pieces) pre-tokenizer pieces of one text; returns the number of tokens."""
+    """Ids, and with `pieces` the pre-tokenizer pieces, of one text; returns the number of tokens."""
     want = tok.encode(text, add_special_tokens=False).ids
     got = trident_ids(trident, tok_dir, text)
     if got != want:
@@ -179,9 +179,10 @@ def check_kind(kind, trident, source_dir, work, brown):
     problems, tokens = [], 0
     for text in texts:
         tokens += compare(tok, trident, tok_dir, text, problems)
-    # The corpus's ids only: its 1.3 M (GPT-2) and 4.1 M (Llama 3) tokens hold no split that the
-    # crafted texts' pieces above do not, and a piece boundary moved anywhere in them would change
-    # ids; splitting 6 MB again on both sides took 11.6 of the test's 29 s.
+    # The corpus's ids only (1.3 M tokens through GPT-2's vocabulary, 4.1 M through the Llama-3-style
+    # one): the split is compared piece by piece on the crafted texts above, which hold its edge cases;
+    # a split that differed in the corpus would show in its ids wherever a merge crosses the boundary.
+    # Splitting the 6 MB again on both sides took 11.6 of the test's 29 s.
     brown_tokens = compare(tok, trident, tok_dir, brown, problems, pieces=False) if brown else 0
     problems += check_prepare(trident, tok_dir, tok, [ENGLISH, CODE, UNICODE] + special_texts(specials)[:3],
                               os.path.join(work, kind + "-prepare"))

@@ -31,10 +31,11 @@ namespace fs = std::filesystem;
 // checkpoint, not the layouts (the regression matrix holds each layout to the
 // contract over kRegressionSteps); the killed-save and async tests below keep
 // their own 20-step schedules.
+constexpr int kResumeSteps = 8, kCheckpointStep = 4;
+
 // The reshard tests of one pipeline stage (tp, cp, ep, and their way back to one process) run the
 // fewest layers and micro-batches (NOTE [rows on the fewest layers] in test_matrix_regression.cpp):
 // 2 layers and 2 micro-batches, which hold every kind of tensor and shard the split makes.
-constexpr int kResumeSteps = 8, kCheckpointStep = 4;
 const std::vector<std::string> kSmall = {"model.layers=2", "training.global_batch_size=4"};
 
 int compare_status(const std::string& a, const std::string& b, const std::string& rtol) {
@@ -91,6 +92,13 @@ std::string branch_and_resume(const TempDir& tmp, int nproc_first, const std::ve
     EXPECT_EQ(b.rows[i].at("step"), kCheckpointStep + 1.0 + static_cast<double>(i));
   EXPECT_NE(b.result.output.find("resumed from " + tmp.file("ck2/" + step)), std::string::npos) << b.result.output;
   return tmp.file("full");
+}
+
+// branch_and_resume with both layouts on kSmall's 2 layers and 2 micro-batches.
+std::string branch_and_resume_small(const TempDir& tmp, int nproc_first, const std::vector<std::string>& first,
+                                    int nproc_second, const std::vector<std::string>& second,
+                                    const std::string& config) {
+  return branch_and_resume(tmp, nproc_first, with(first, kSmall), nproc_second, with(second, kSmall), config);
 }
 
 // ---- exact resume: same layout, bit for bit ----------------------------------
@@ -226,8 +234,8 @@ TEST(CheckpointResume, LlamaZbVWithZeroIsBitExact) {
 
 TEST(CheckpointReshard, LlamaTp2SequenceParallelToPp2) {
   TempDir tmp("reshard-llama");
-  const std::string full = branch_and_resume(tmp, 2, with({"parallel.tp=2", "parallel.sequence_parallel=true"}, kSmall), 2,
-                                             with({"parallel.pp=2"}, kSmall), "configs/llama-tiny.toml");
+  const std::string full = branch_and_resume_small(tmp, 2, {"parallel.tp=2", "parallel.sequence_parallel=true"}, 2,
+                                                   {"parallel.pp=2"}, "configs/llama-tiny.toml");
   EXPECT_TRUE(resumed_part_matches(full, tmp.file("run"), 1e-5));
 }
 
@@ -294,8 +302,9 @@ TEST(CheckpointReshard, MixtralEp2ToOneProcess) {
 // experts and every routed expert split over tp) resumed on one process.
 TEST(CheckpointReshard, MixtralTp2Etp1Ep2ToEtp2) {
   TempDir tmp("reshard-etp");
-  const std::string full = branch_and_resume(tmp, 2, with({"parallel.tp=2", "parallel.etp=1", "parallel.ep=2", "parallel.zero=1"}, kSmall),
-                                             2, with({"parallel.tp=2"}, kSmall), "configs/mixtral-tiny.toml");
+  const std::string full = branch_and_resume_small(
+      tmp, 2, {"parallel.tp=2", "parallel.etp=1", "parallel.ep=2", "parallel.zero=1"}, 2, {"parallel.tp=2"},
+      "configs/mixtral-tiny.toml");
   EXPECT_TRUE(resumed_part_matches(full, tmp.file("run"), 1e-5));
 }
 
@@ -303,8 +312,8 @@ TEST(CheckpointReshard, MixtralTp2Etp1Ep2ToEtp2) {
 // holding the same half for two token slices, ep 2 over the slices) resumed at tp 2 = etp.
 TEST(CheckpointReshard, MixtralTp4Etp2Ep2ToTp2) {
   TempDir tmp("reshard-etp2");
-  const std::string full = branch_and_resume(tmp, 4, with({"parallel.tp=4", "parallel.etp=2", "parallel.ep=2"}, kSmall), 2,
-                                             with({"parallel.tp=2"}, kSmall), "configs/mixtral-tiny.toml");
+  const std::string full = branch_and_resume_small(tmp, 4, {"parallel.tp=4", "parallel.etp=2", "parallel.ep=2"}, 2,
+                                                   {"parallel.tp=2"}, "configs/mixtral-tiny.toml");
   EXPECT_TRUE(resumed_part_matches(full, tmp.file("run"), 1e-5));
 }
 
@@ -312,15 +321,15 @@ TEST(CheckpointReshard, MixtralTp4Etp2Ep2ToTp2) {
 // over dp x cp for the dense parameters), resumed on one process: every expert was written once.
 TEST(CheckpointReshard, MixtralCp2Ep2ToOneProcess) {
   TempDir tmp("reshard-cp-ep");
-  const std::string full = branch_and_resume(tmp, 2, with({"parallel.cp=2", "parallel.ep=2", "parallel.zero=1"}, kSmall), 1,
-                                             with({"parallel.cp=1"}, kSmall), "configs/mixtral-tiny.toml");
+  const std::string full = branch_and_resume_small(tmp, 2, {"parallel.cp=2", "parallel.ep=2", "parallel.zero=1"}, 1,
+                                                   {"parallel.cp=1"}, "configs/mixtral-tiny.toml");
   EXPECT_TRUE(resumed_part_matches(full, tmp.file("run"), 1e-5));
 }
 
 TEST(CheckpointReshard, DeepseekV3Tp2ToOneProcess) {
   TempDir tmp("reshard-deepseek-tp");
-  const std::string full = branch_and_resume(tmp, 2, with({"parallel.tp=2"}, kSmall), 1, with({"parallel.tp=1"}, kSmall),
-                                             "configs/deepseek-v3-tiny.toml");
+  const std::string full = branch_and_resume_small(tmp, 2, {"parallel.tp=2"}, 1, {"parallel.tp=1"},
+                                                   "configs/deepseek-v3-tiny.toml");
   EXPECT_TRUE(resumed_part_matches(full, tmp.file("run"), 1e-5));
 }
 
@@ -347,16 +356,16 @@ TEST(CheckpointResume, LlamaCp2WithZeroIsBitExact) {
 
 TEST(CheckpointReshard, LlamaCp2ToOneProcess) {
   TempDir tmp("reshard-cp21");
-  const std::string full = branch_and_resume(tmp, 2, with({"parallel.cp=2", "parallel.zero=1"}, kSmall), 1, with({"parallel.cp=1"}, kSmall),
-                                             "configs/llama-tiny.toml");
+  const std::string full = branch_and_resume_small(tmp, 2, {"parallel.cp=2", "parallel.zero=1"}, 1, {"parallel.cp=1"},
+                                                   "configs/llama-tiny.toml");
   EXPECT_TRUE(resumed_part_matches(full, tmp.file("run"), 1e-5));
 }
 
 TEST(CheckpointReshard, LlamaOneProcessToCp4) {
   TempDir tmp("reshard-cp14");
-  const std::string full = branch_and_resume(tmp, 1, with({"parallel.cp=1"}, kSmall), 4,
-                                             with({"parallel.cp=4", "parallel.cp_comm=all_gather"}, kSmall),
-                                             "configs/llama-tiny.toml");
+  const std::string full = branch_and_resume_small(tmp, 1, {"parallel.cp=1"}, 4,
+                                                   {"parallel.cp=4", "parallel.cp_comm=all_gather"},
+                                                   "configs/llama-tiny.toml");
   EXPECT_TRUE(resumed_part_matches(full, tmp.file("run"), 1e-5));
 }
 
