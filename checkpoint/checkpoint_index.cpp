@@ -217,6 +217,13 @@ std::string newest_step(const std::string& dir, bool* from_latest) {
     while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
     if (detail::step_of(name) < 0)
       throw CheckpointError(latest + " holds \"" + escaped_bytes(name) + "\", not a step-XXXXXXXX name");
+    // A `latest` naming a step that is not there (deleted or never finished) is the broken
+    // file itself: a resume would otherwise blame the step it names, or training.steps.
+    if (!fs::exists(fs::path(dir) / name / "manifest.json"))
+      throw CheckpointError(latest + " names " + name + ", but " + dir + "/" + name +
+                            (fs::is_directory(fs::path(dir) / name) ? " has no manifest.json" : " does not exist") +
+                            ": expected `latest` to name a complete step directory (fix or remove it; without it "
+                            "a resume takes the newest complete step)");
     if (from_latest) *from_latest = true;
     return name;
   }

@@ -108,6 +108,10 @@ def cases(work, cores, trident="build/trident", busy_port=0):
          f"train --config configs/gpt-tiny.toml --set training.steps=3 --set checkpoint.dir={work}/ck-nul "
          f"--set checkpoint.resume=true --set logging.dir={work}/run-nul",
          ['latest holds "step-0000\\x00002", not a step-XXXXXXXX name']),
+        ("latest naming a missing step", 2,
+         f"train --config configs/gpt-tiny.toml --set training.steps=4 --set checkpoint.dir={work}/ck-gone "
+         f"--set checkpoint.resume=true --set logging.dir={work}/run-gone",
+         [f"{work}/ck-gone/latest names step-00000099, but {work}/ck-gone/step-00000099 does not exist"]),
         ("prepare an empty file", 2, f"data prepare --input {work}/empty.txt --output {work}/p1",
          ["the inputs are empty (1 file(s), 0 bytes)"]),
         ("prepare Latin-1 with gpt2", 2, f"data prepare --tokenizer gpt2 --input {work}/latin1.txt --output {work}/p2",
@@ -503,13 +507,16 @@ def main():
         open(os.path.join(work, "latin1.txt"), "wb").write(b"caf\xe9 au lait\n")
         open(os.path.join(work, "plain.txt"), "w").write("Just some plain text.\n")
         if not listing and any(w in c[0] for c in table for w in ("resume", "latest", "checkpoint", "manifest", "bin_size")):
-            # A step-2 checkpoint to resume from, and a copy whose `latest` holds a NUL byte.
+            # A step-2 checkpoint to resume from, and copies whose `latest` holds a NUL byte or names a missing step.
             subprocess.run([trident, "train", "--config", "configs/gpt-tiny.toml", "--set", "training.steps=2",
                             "--set", f"checkpoint.dir={work}/ck", "--set", f"logging.dir={work}/run-ck"],
                            cwd=source, check=True, stdout=subprocess.DEVNULL)
             shutil.copytree(os.path.join(work, "ck"), os.path.join(work, "ck-nul"))
             with open(os.path.join(work, "ck-nul", "latest"), "wb") as f:
                 f.write(b"step-0000\x00002\n")
+            shutil.copytree(os.path.join(work, "ck"), os.path.join(work, "ck-gone"))
+            with open(os.path.join(work, "ck-gone", "latest"), "w") as f:
+                f.write("step-00000099\n")
             edit_checkpoints(work)
         if not listing and any(c[0].startswith("hf") or "temperature" in c[0] for c in table):
             make_hf_dirs(trident, source, work)

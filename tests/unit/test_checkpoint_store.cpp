@@ -353,6 +353,15 @@ TEST(CheckpointStore, WithoutLatestTheNewestCompleteStepLoads) {
   std::ofstream(dir + "/latest") << "step-00000010\n";
   EXPECT_EQ(newest_step(dir, &from_latest), "step-00000010");
   EXPECT_TRUE(from_latest);
+  // A `latest` naming a step that is not there, or one never committed: the file is named.
+  std::ofstream(dir + "/latest") << "step-00000099\n";
+  const std::string missing = error_of([&] { newest_step(dir); });
+  EXPECT_NE(missing.find("/latest names step-00000099, but " + dir + "/step-00000099 does not exist"), std::string::npos)
+      << missing;
+  std::ofstream(dir + "/latest") << "step-00000030\n";
+  const std::string uncommitted = error_of([&] { Reader r(dir); });
+  EXPECT_NE(uncommitted.find("/latest names step-00000030, but " + dir + "/step-00000030 has no manifest.json"),
+            std::string::npos) << uncommitted;
 }
 
 }  // namespace
