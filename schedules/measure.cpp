@@ -3,6 +3,7 @@
 #include "schedules/format.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -118,24 +119,83 @@ MeasuredCosts measured_costs(const std::vector<Timeline>& steps) {
   return m;
 }
 
+namespace {
+
+// A receive NOTE [measured link latency] (measure.h) may count.
+struct WaitedReceive {
+  size_t index = 0;       // in its rank's timeline
+  double wait_start = 0;  // when its consumer started waiting: the end of the compute before it
+  std::vector<size_t> group;  // the other non-local operations of its group (timeline indices)
+};
+
+bool is_receive(ActionKind k) { return k == ActionKind::RECV_F || k == ActionKind::RECV_B; }
+
+// The compute that consumes receive `a`: F of its micro-batch and chunk, or its B or I.
+bool consumes(const Action& c, const Action& a) {
+  if (c.mb != a.mb || c.chunk != a.chunk) return false;
+  return a.kind == ActionKind::RECV_F ? c.kind == ActionKind::F : is_backward(c.kind);
+}
+
+// Rank r's non-local receives that it waited for at their consumer (longer than min_wait).
+std::vector<WaitedReceive> waited_receives(const Schedule& s, int r, const std::vector<TimedAction>& mine,
+                                           double min_wait) {
+  std::vector<WaitedReceive> out;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const Action& a = mine[i].action;
+    if (!is_receive(a.kind) || peer_rank(s.stage_map(), r, a) == r) continue;
+    size_t c = i + 1;
+    while (c < mine.size() && !consumes(mine[c].action, a)) ++c;
+    if (c == mine.size()) continue;
+    double wait_start = mine[i].start;  // no compute before: idle since its post
+    for (size_t k = c; k-- > 0;)
+      if (is_compute(mine[k].action.kind)) {
+        wait_start = std::max(wait_start, mine[k].end);
+        break;
+      }
+    if (mine[i].end - wait_start <= min_wait) continue;  // the data was there before it was needed
+    WaitedReceive w{i, wait_start, {}};
+    size_t lo = i, hi = i + 1;  // the group: the communication between two computes
+    while (lo > 0 && !is_compute(mine[lo - 1].action.kind)) --lo;
+    while (hi < mine.size() && !is_compute(mine[hi].action.kind)) ++hi;
+    for (size_t k = lo; k < hi; ++k)
+      if (k != i && is_communication(mine[k].action.kind) && peer_rank(s.stage_map(), r, mine[k].action) != r)
+        w.group.push_back(k);
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
+// When the peer of rank r's operation `a` made its half of it ready: its send's post, or
+// its receive's post for a send of r's; NaN when the peer has none.
+double partner_ready(const Schedule& s, const Timeline& t, int r, const Action& a) {
+  const int peer = peer_rank(s.stage_map(), r, a);
+  const Action other = counterpart(s.stage_map(), r, a);
+  for (const TimedAction& b : t.ranks.at(static_cast<size_t>(peer)))
+    if (b.action.kind == other.kind && b.action.mb == other.mb && b.action.chunk == other.chunk) return b.start;
+  return std::nan("");
+}
+
+// The latest of `ready` and `other` that could have held a receive ending at `end`: an
+// operation whose partner was ready only after it did not (a simulated timeline, which
+// waits for inputs only, has such; the executor's groups never do).
+double held_until(double ready, double other, double end) { return other < end ? std::max(ready, other) : ready; }
+
+}  // namespace
+
 double measured_latency(const Schedule& s, const Timeline& t) {
   double sum = 0;
   int n = 0;
   for (size_t r = 0; r < t.ranks.size(); ++r) {
     const auto& mine = t.ranks[r];
-    double idle_since = 0;  // end of the latest compute before the current position
-    for (size_t i = 0; i < mine.size(); ++i) {
-      const TimedAction& a = mine[i];
-      if (is_compute(a.action.kind)) idle_since = a.end;
-      if (a.action.kind != ActionKind::RECV_F && a.action.kind != ActionKind::RECV_B) continue;
-      const int peer = peer_rank(s.stage_map(), static_cast<int>(r), a.action);
-      if (peer == static_cast<int>(r)) continue;  // a local hand-over has no link
-      const Action send = counterpart(s.stage_map(), static_cast<int>(r), a.action);
-      for (const TimedAction& b : t.ranks.at(static_cast<size_t>(peer)))
-        if (b.action.kind == send.kind && b.action.mb == send.mb && b.action.chunk == send.chunk) {
-          if (idle_since <= b.start && a.end >= b.start) sum += a.end - b.start, ++n;
-          break;
-        }
+    const int rank = static_cast<int>(r);
+    for (const WaitedReceive& w : waited_receives(s, rank, mine, 0.0)) {
+      const TimedAction& a = mine[w.index];
+      const double sent = partner_ready(s, t, rank, a.action);
+      if (std::isnan(sent)) continue;
+      // One clock for all ranks: from the last operation of its group to be ready.
+      double ready = sent;
+      for (size_t k : w.group) ready = held_until(ready, partner_ready(s, t, rank, mine[k].action), a.end);
+      if (w.wait_start <= ready && a.end >= ready) sum += a.end - ready, ++n;
     }
   }
   return n ? sum / n : 0.0;
@@ -168,39 +228,72 @@ Costs costs_from_stage_sums(const std::vector<KindSums>& stages, std::vector<dou
   return c;
 }
 
+namespace {
+
+// Rank r's clock minus rank 0's, per rank, from the waits each link's two directions saw
+// (NOTE [measured link latency]): an activation's d = arrival - post reads L + (o_q - o_r),
+// a gradient's L - (o_q - o_r), so half the difference of their means is the offset
+// whatever the latency. Ranks reached by no link keep offset 0.
+std::vector<double> clock_offsets(const Schedule& s, const std::vector<Timeline>& steps, double min_wait) {
+  const int p = s.pipeline_ranks;
+  // [pair (r, r + 1)][up: sum, count; down: sum, count]
+  std::vector<std::array<double, 4>> d(static_cast<size_t>(p), {0, 0, 0, 0});
+  for (const Timeline& t : steps)
+    for (int r = 0; r < p; ++r)
+      for (const WaitedReceive& w : waited_receives(s, r, t.ranks[static_cast<size_t>(r)], min_wait)) {
+        const TimedAction& a = t.ranks[static_cast<size_t>(r)][w.index];
+        const int from = peer_rank(s.stage_map(), r, a.action);
+        double at = partner_ready(s, t, r, a.action);
+        // From the last of its group to be ready (NOTE [measured link latency]), all on `from`'s clock.
+        bool one_peer = true;
+        for (size_t k : w.group) {
+          const Action& other = t.ranks[static_cast<size_t>(r)][k].action;
+          one_peer = one_peer && peer_rank(s.stage_map(), r, other) == from;
+          at = held_until(at, partner_ready(s, t, r, other), a.end);
+        }
+        if (std::isnan(at) || !one_peer) continue;
+        // The pair (lo, lo + 1) of neighbouring ranks, the message going up (lo -> lo + 1) or down.
+        const int lo = std::min(from, r);
+        if (std::max(from, r) != lo + 1) continue;  // interleaved's wrap (p - 1 -> 0): not on the chain
+        auto& e = d[static_cast<size_t>(lo)];
+        const bool up = from == lo;
+        e[up ? 0 : 2] += a.end - at, e[up ? 1 : 3] += 1;
+      }
+  std::vector<double> offset(static_cast<size_t>(p), 0.0);
+  for (int r = 0; r + 1 < p; ++r) {
+    const auto& e = d[static_cast<size_t>(r)];
+    const double delta = e[1] > 0 && e[3] > 0 ? (e[0] / e[1] - e[2] / e[3]) / 2 : 0.0;
+    offset[static_cast<size_t>(r + 1)] = offset[static_cast<size_t>(r)] + delta;
+  }
+  return offset;
+}
+
+}  // namespace
+
 LinkLatency measured_link_latency(const Schedule& s, const std::vector<Timeline>& steps, double min_wait) {
   const int S = s.virtual_stages();
   // [boundary][0: activation s -> s+1, 1: gradient s+1 -> s]: sum and count of d
   std::vector<double> sum(2 * static_cast<size_t>(std::max(S - 1, 0)), 0.0), n(sum.size(), 0.0);
   LinkLatency out;
-  for (const Timeline& t : steps) {
-    // Where each send was posted: [dir][into stage * m + mb].
-    std::vector<double> sent[2];
-    for (auto& v : sent) v.assign(static_cast<size_t>(S) * s.microbatches, std::nan(""));  // times may be negative
-    for (size_t r = 0; r < t.ranks.size(); ++r)
-      for (const TimedAction& a : t.ranks[r]) {
-        if (a.action.kind != ActionKind::SEND_F && a.action.kind != ActionKind::SEND_B) continue;
-        const int stage = s.stage_of(static_cast<int>(r), a.action.chunk);
-        const bool fwd = a.action.kind == ActionKind::SEND_F;
-        sent[fwd ? 0 : 1][static_cast<size_t>(fwd ? stage + 1 : stage - 1) * s.microbatches + a.action.mb] = a.start;
-      }
+  const std::vector<double> offset = clock_offsets(s, steps, min_wait);
+  for (Timeline t : steps) {
+    for (size_t r = 0; r < t.ranks.size(); ++r)  // rank 0's clock for all
+      for (TimedAction& a : t.ranks[r]) a.start -= offset[r], a.end -= offset[r];
     for (size_t r = 0; r < t.ranks.size(); ++r) {
-      double idle_since = 0;  // end of this rank's previous action (receives are only posted)
-      bool any = false;       // before its first action a rank is idle from the start: its first receive's post
-      for (const TimedAction& a : t.ranks[r]) {
-        const bool recv = a.action.kind == ActionKind::RECV_F || a.action.kind == ActionKind::RECV_B;
-        if (!recv) {
-          idle_since = a.end, any = true;
-          continue;
-        }
-        if (peer_rank(s.stage_map(), static_cast<int>(r), a.action) == static_cast<int>(r)) continue;  // local hand-over
-        if (a.end - (any ? idle_since : a.start) <= min_wait) continue;  // the data was there before it was needed
-        const int stage = s.stage_of(static_cast<int>(r), a.action.chunk);
+      const auto& mine = t.ranks[r];
+      const int rank = static_cast<int>(r);
+      // NOTE [measured link latency]: from the last operation of its group to be ready, when the
+      // rank waited already then (which does not depend on how long the message took).
+      for (const WaitedReceive& w : waited_receives(s, rank, mine, min_wait)) {
+        const TimedAction& a = mine[w.index];
+        double ready = partner_ready(s, t, rank, a.action);
+        if (std::isnan(ready)) continue;
+        for (size_t k : w.group) ready = held_until(ready, partner_ready(s, t, rank, mine[k].action), a.end);
+        if (w.wait_start > ready || a.end < ready) continue;
+        const int stage = s.stage_of(rank, a.action.chunk);
         const int dir = a.action.kind == ActionKind::RECV_F ? 0 : 1;
-        const double at = sent[dir][static_cast<size_t>(stage) * s.microbatches + a.action.mb];
-        if (std::isnan(at)) continue;
         const size_t b = static_cast<size_t>(dir == 0 ? stage - 1 : stage);  // boundary b -> b+1
-        sum[2 * b + dir] += a.end - at;
+        sum[2 * b + dir] += a.end - ready;
         n[2 * b + dir] += 1;
       }
     }

@@ -48,8 +48,7 @@ struct MeasuredCosts {
 MeasuredCosts measured_costs(const std::vector<Timeline>& steps);
 
 // Mean link latency of a timeline whose ranks share one clock (threads, or
-// processes of one host): over receives whose rank was already idle when the
-// matching send was posted, the time from that send to the data being there.
+// processes of one host), over the receives NOTE [measured link latency] counts.
 // `s` is the schedule (with communication) the timeline ran. 0 when no such receive.
 double measured_latency(const Schedule& s, const Timeline& shared_clock);
 
@@ -66,16 +65,19 @@ struct KindSums {
 // samples of a kind gets the mean of the stages that have them.
 Costs costs_from_stage_sums(const std::vector<KindSums>& stages, std::vector<double> latency);
 
-// NOTE [measured link latency] What the simulator calls latency: from a SEND
-// being posted to its data being there for the receiver. A receive shows that
-// only when its consumer had to wait: then the RECV's end (the wait's return)
-// is the arrival. So per link (virtual-stage boundary, ranks r -> r') and
-// direction, d = RECV end on the receiver - SEND start on the sender, over
-// receives whose rank had been idle for more than `min_wait` when the data
-// came (since the end of its previous action). Ranks may each use their own
-// clock: with r' = r + offset, activations give L + offset and gradients
-// L - offset, so a link's latency is the mean of its two directions' means,
-// offset free. A link with only one direction sampled is left out.
+// NOTE [measured link latency] What the simulator calls latency: from the last
+// operation of a receive's group becoming ready (its send posted; a send of the
+// group's, its receive posted) to the receive's data being there. The executor
+// waits for whole groups at a receive's consumer (its F, or its B or I), so a
+// receive's end is an arrival only when its rank sat waiting at that consumer
+// already when the group became ready: that choice does not depend on how long
+// the message took (choosing receives that waited long would), and leaves out
+// those that arrived during a compute run between post and consumer (interleaved
+// posts receives computes ahead; counted, its latency read 5 ms for ~1 ms).
+// Ranks may each use their own clock: each neighbouring pair's offset is half
+// the difference of its two directions' mean d (L + o and L - o), the timelines
+// are put on rank 0's clock, and a link's latency is still the mean of its two
+// directions' means. A link with only one direction sampled is left out.
 struct LinkLatency {
   std::vector<double> per_boundary;  // p*v-1 values, boundary s -> s+1; links left out get `mean`, local hand-overs 0
   double mean = 0;                   // over the links measured; 0 when none

@@ -77,6 +77,37 @@ TEST(Measure, PredictionFromPerStageCostsAndLatencyMatchesHandComputed) {
   EXPECT_NEAR(equal.bubble_fraction, 1.0 / 3.0, 1e-12);
 }
 
+// NOTE [measured link latency]: the executor waits for a receive at its consumer, so one posted
+// ahead of a compute (rank 0's RB0 before F1, as order_receives() and defer_coupled_sends()
+// post them) ends when that compute does if the data came meanwhile. 1F1B, p = 2, m = 2,
+// latency 0.5, rank 0's F1 long (8):
+//   rank 0: F0 [0,1] SF0 | RB0 posted at 1 | F1 [1,9] SF1 | B0 [9,11] | RB1 posted at 11 | B1 [16,18]
+//   rank 1: RF0 [0,1.5] F0 [1.5,3.5] B0 [3.5,7.5] SB0 | RF1 posted 7.5 | F1 [9.5,11.5] B1 [11.5,15.5] SB1
+// RB0's data came at 8, during F1: its end (9) minus the send (7.5) is F1's tail, not the
+// link's latency. Counted, the latency read 0.75; the waits alone read 0.5.
+Timeline early_receive_timeline() {
+  Timeline t;
+  t.pipeline_ranks = 2, t.microbatches = 2, t.chunks = 1;
+  using K = ActionKind;
+  t.ranks = {{{{K::F, 0, 0}, 0, 1}, {{K::SEND_F, 0, 0}, 1, 1}, {{K::RECV_B, 0, 0}, 1, 9}, {{K::F, 1, 0}, 1, 9},
+              {{K::SEND_F, 1, 0}, 9, 9}, {{K::B, 0, 0}, 9, 11}, {{K::RECV_B, 1, 0}, 11, 16}, {{K::B, 1, 0}, 16, 18}},
+             {{{K::RECV_F, 0, 0}, 0, 1.5}, {{K::F, 0, 0}, 1.5, 3.5}, {{K::B, 0, 0}, 3.5, 7.5}, {{K::SEND_B, 0, 0}, 7.5, 7.5},
+              {{K::RECV_F, 1, 0}, 7.5, 9.5}, {{K::F, 1, 0}, 9.5, 11.5}, {{K::B, 1, 0}, 11.5, 15.5},
+              {{K::SEND_B, 1, 0}, 15.5, 15.5}}};
+  return t;
+}
+
+TEST(Measure, LatencyCountsOnlyReceivesWaitedForAtTheirConsumer) {
+  const Schedule s = generate("1f1b", 2, 2, 1);
+  Timeline t = early_receive_timeline();
+  EXPECT_NEAR(measured_latency(s, t), 0.5, 1e-12);
+  for (TimedAction& a : t.ranks[1]) a.start += 1000, a.end += 1000;  // rank 1's own clock
+  const LinkLatency lat = measured_link_latency(s, {t}, 1e-6);
+  EXPECT_EQ(lat.links, 1);
+  EXPECT_EQ(lat.samples, 3);  // RF0, RF1 on rank 1; RB1 on rank 0 (RB0 came during F1)
+  EXPECT_NEAR(lat.mean, 0.5, 1e-9);
+}
+
 TEST(Measure, LinkLatencyPerBoundaryWithOwnClocks) {
   // Interleaved p = 2, v = 2 crosses ranks at every boundary (0->1 on ranks
   // 0->1, 1->2 on 1->0, 2->3 on 0->1); each boundary's latency is recovered
