@@ -361,24 +361,27 @@ def main(argv=None):
                     help="sum the micro-batch gradients in data parallelism's order (NOTE [accumulation orders])")
     ap.add_argument("--accumulate", choices=["autograd", "sequential", "pairwise", "float64"], default="autograd",
                     help="how the micro-batch gradients are summed (NOTE [accumulation orders])")
-    ap.add_argument("--also", action="append", default=[], metavar="DTYPE:EXPERTS:OUT",
+    ap.add_argument("--also", action="append", default=[], metavar="DTYPE:EXPERTS[,dp=N]:OUT",
                     help="after the run of --dtype / --experts / --out, train again from the same --hf-dir with "
-                         "this dtype and experts into OUT (repeatable): one Python start-up for several runs")
+                         "this dtype and experts (and --dp N, summing in data parallelism's order) into OUT "
+                         "(repeatable): one Python start-up for several runs")
     args = ap.parse_args(argv)
 
     torch.set_num_threads(args.threads)
-    runs = [(args.dtype, args.experts, args.out)]
+    runs = [(args.dtype, args.experts, args.dp, args.out)]
     for spec in args.also:
         dtype_name, experts, out = (spec.split(":", 2) + ["", ""])[:3]
-        if dtype_name not in ("float32", "float64", "bfloat16") or experts not in ("eager", "grouped_mm") or not out:
-            raise SystemExit(f"--also {spec!r}: expected DTYPE:EXPERTS:OUT with DTYPE float32, float64 or bfloat16 "
-                             "and EXPERTS eager or grouped_mm")
-        runs.append((dtype_name, experts, out))
-    for dtype_name, experts, out in runs:
+        experts, _, dp = experts.partition(",dp=")
+        if (dtype_name not in ("float32", "float64", "bfloat16") or experts not in ("eager", "grouped_mm") or not out
+                or not (dp == "" or (dp.isdigit() and int(dp) >= 1))):
+            raise SystemExit(f"--also {spec!r}: expected DTYPE:EXPERTS[,dp=N]:OUT with DTYPE float32, float64 or "
+                             "bfloat16, EXPERTS eager or grouped_mm and N >= 1")
+        runs.append((dtype_name, experts, int(dp) if dp else args.dp, out))
+    for dtype_name, experts, dp, out in runs:
         # Each run starts from a copy of the arguments: nothing one run sets (--accumulate's
         # default at dp > 1) or builds (model, optimizer, data) reaches the next.
         one = copy.copy(args)
-        one.dtype, one.experts, one.out = dtype_name, experts, out
+        one.dtype, one.experts, one.dp, one.out = dtype_name, experts, dp, out
         train(one)
 
 
