@@ -4,16 +4,28 @@
 // each rank the output and the input gradient of the whole layer on one rank,
 // and each rank's experts the sum of every rank's gradient for them; a rank
 // whose experts nobody chose, and an expert that takes every token, included.
-// Under Gloo and under NCCL's rules (parallel/nccl_rules.h).
+// Under Gloo and under NCCL's rules (parallel/nccl_rules.h). And the
+// experts' gradients averaged over their expert-data-parallel group, not the
+// dense data-parallel one, in the bundle of groups the trainer builds.
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
+#include <functional>
+#include <mutex>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "core/free_port.h"
 #include "models/common/moe.h"
+#include "parallel/data_parallel.h"
 #include "parallel/expert_parallel.h"
+#include "parallel/layout.h"
+#include "parallel/process_groups.h"
 #include "parallel/thread_group.h"
 
 namespace trident {
@@ -178,6 +190,96 @@ TEST(ExpertParallel, AllGatherDispatcherEqualsOneRank) {
 // (zero) gradient in the same backward.
 TEST(ExpertParallel, OneExpertTakesEveryTokenAndARankGetsNone) {
   layer_matches_one_rank("gloo", at::tensor({100.f, 0.f, 0.f, 0.f}), 1, true);
+}
+
+// The whole bundle of process groups of `layout`, one thread per rank (each
+// with one intra-op thread) meeting over a TCPStore on a free port, as the
+// trainer builds it, then body(groups); returns each rank's error ("" for
+// none). Each multi-rank group's first collective is issued under one lock
+// and the world's barrier last: libtorch's flight recorder registers a group
+// at its first collective in one process-wide map, unlocked (NOTE [first
+// collective] in parallel/thread_group.cpp), so no two ranks may do that at
+// once, and none goes on before every rank has.
+std::vector<std::string> run_layout(const Layout& layout, const std::function<void(ProcessGroups&)>& body) {
+  static std::mutex issuing;
+  const int port = pick_free_port();
+  std::vector<std::string> errors(static_cast<size_t>(layout.world));
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < layout.world; ++rank)
+    threads.emplace_back([&, rank] {
+      try {
+        at::set_num_threads(1);
+        WorldEnv env;
+        env.rank = rank, env.local_rank = rank, env.world_size = layout.world, env.master_port = port;
+        ProcessGroups pgs(env, layout, "gloo", milliseconds(30000));
+        for (const Group* g : {&pgs.dp, &pgs.expert_dp, &pgs.world}) {
+          if (!g->pg) continue;
+          c10::intrusive_ptr<c10d::Work> first;
+          {
+            std::lock_guard<std::mutex> lock(issuing);
+            first = g->pg->barrier(c10d::BarrierOptions{});
+          }
+          wait_work(*g, first, "first barrier", -1);
+        }
+        body(pgs);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(rank)] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+Param grad_param(const std::string& name, bool expert) {
+  Param p;
+  p.info.name = name;
+  p.info.full_shape = {3};
+  p.info.expert = expert;
+  p.tensor = at::zeros({3}).requires_grad_(true);
+  return p;
+}
+
+// NOTE [expert grid]: at world 4 = dp 4 with ep 2 the dense gradients average
+// over all four ranks, the experts' over their expert-data-parallel group:
+// ranks {0, 2} hold experts 0-1, ranks {1, 3} experts 2-3 (the ep groups are
+// {0, 1} and {2, 3}). Rank r's gradients are all r + 1: after the sync the
+// dense ones are (1+2+3+4)/4 = 2.5, the experts' (1+3)/4 = 1 on ranks 0 and 2
+// and (2+4)/4 = 1.5 on ranks 1 and 3 (divided by dp all the same: NOTE
+// [gradient buckets]); reduced over dp instead, they would be 2.5 too. The
+// norm counts the dense gradient once and each expert set once: 3 · (2.5² +
+// 1² + 1.5²) = 28.5. Every gradient is exact in fp32.
+TEST(ExpertParallel, ExpertGradientsAverageOverTheirExpertDataParallelGroupNotDp) {
+  const Layout layout = Layout::make(4, 1, 1, 4, /*ep=*/2);
+  ASSERT_EQ(layout.expert_dp_group(0), (std::vector<int>{0, 2}));
+  ASSERT_EQ(layout.expert_dp_group(3), (std::vector<int>{1, 3}));
+  const auto errors = run_layout(layout, [&](ProcessGroups& pgs) {
+    const int r = pgs.rank();
+    Param dense = grad_param("dense", false), experts = grad_param("experts", true);
+    DataParallel dp({{&dense, &experts}},
+                    DataParallelGroups{&pgs.dp_cp, &pgs.tp, &pgs.model_parallel, &pgs.embedding, &pgs.expert_dp},
+                    DataParallelOptions{}, AdamWOptions{}, {}, {{"dense", 0}, {"experts", 1}});
+    dp.zero_grads();
+    dense.tensor.mutable_grad().fill_(r + 1);
+    experts.tensor.mutable_grad().fill_(r + 1);
+    dp.finish_grad_sync();
+    const std::string who = "rank " + std::to_string(r) + ": ";
+    if (!dense.tensor.grad().eq(2.5).all().item<bool>())
+      throw std::runtime_error(who + "the dense gradient is not the dp average 2.5");
+    const float want = r % 2 == 0 ? 1.0f : 1.5f;
+    if (!experts.tensor.grad().eq(want).all().item<bool>()) {
+      std::ostringstream os;
+      os << who << "the experts' gradient is";
+      for (int64_t i = 0; i < 3; ++i) os << ' ' << experts.tensor.grad()[i].item<float>();
+      os << ", not their edp group's average " << want << " (2.5: reduced over dp)";
+      throw std::runtime_error(os.str());
+    }
+    // Within 1e-12: each parameter's fp64 norm is squared again (a few roundings of 1e-16).
+    const double norm = dp.clip_grads(0).item<double>();
+    if (std::abs(norm - std::sqrt(28.5)) > 1e-12 * std::sqrt(28.5))
+      throw std::runtime_error(who + "norm " + std::to_string(norm) + ", not sqrt(28.5) = " +
+                               std::to_string(std::sqrt(28.5)));
+  });
+  expect_no_errors(errors);
 }
 
 }  // namespace

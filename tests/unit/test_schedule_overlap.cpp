@@ -3,6 +3,9 @@
 // form, the validator's rules and the simulator's price.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "schedules/expert_order.h"
 #include "schedules/generators.h"
 #include "schedules/overlap.h"
@@ -223,6 +226,82 @@ TEST(ExpertOrder, PairsKeepEachGroupsOrderAndAPlantedSwapIsRefusedNamingRankMicr
               std::string::npos)
         << e.what();
   }
+}
+
+// One member's list from its tokens (NOTE [all-to-all order]'s inputs:
+// only F, B, I and W matter; a chunk suffix ".1" as in the text form).
+ActionList list_of(const std::string& tokens) { return parse_text("pipeline p=1 m=8 v=2\n0: " + tokens).ranks[0]; }
+
+// The validator's message for members written as tokens (global ranks 4, 5,
+// 6, ... in order), "" where it accepts them.
+std::string order_error(const std::vector<std::string>& members, const std::vector<std::vector<int>>& moe) {
+  std::vector<ActionList> lists;
+  for (const std::string& m : members) lists.push_back(list_of(m));
+  std::vector<const ActionList*> ptrs;
+  std::vector<int> ranks;
+  for (size_t i = 0; i < lists.size(); ++i) ptrs.push_back(&lists[i]), ranks.push_back(4 + static_cast<int>(i));
+  try {
+    check_expert_order(ptrs, ranks, moe);
+  } catch (const ScheduleError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Every way a member's sequence can part from the first member's, on either
+// group, is refused naming the member's global rank, the group, the call's
+// number and both sides' calls: a skipped call (at the end, in the middle, or
+// on the first member's side), a backward order swapped (B, or I: both
+// all-to-alls of the backward group), another chunk's layer first, and a
+// third member differing where the second agrees.
+TEST(ExpertOrder, EveryWayOfPartingIsRefusedNamingRankGroupNumberAndBothCalls) {
+  const std::vector<std::vector<int>> one = {{0, 1}}, two = {{0, 1}, {3}};
+  struct Case {
+    std::vector<std::string> members;
+    std::vector<std::vector<int>> moe;
+    std::string message;
+  };
+  const Case cases[] = {
+      {{"F0 F1 B0 B1", "F0 F1 B0"}, one,
+       "rank 5 issues its backward all-to-all number 2 for nothing (its sequence ends there) where rank 4 of its "
+       "expert-parallel group issues micro-batch 1 layer 1"},
+      {{"F0 F1 F2 B0 B1 B2", "F0 F2 B0 B1 B2"}, one,
+       "rank 5 issues its forward all-to-all number 2 for micro-batch 2 layer 0 where rank 4 of its expert-parallel "
+       "group issues micro-batch 1 layer 0"},
+      {{"F0 B0", "F0 F1 B0"}, one,
+       "rank 5 issues its forward all-to-all number 2 for micro-batch 1 layer 0 where rank 4 of its expert-parallel "
+       "group issues nothing (its sequence ends there)"},
+      {{"F0 F1 B0 B1", "F0 F1 B1 B0"}, one,
+       "rank 5 issues its backward all-to-all number 0 for micro-batch 1 layer 1 where rank 4 of its expert-parallel "
+       "group issues micro-batch 0 layer 1"},
+      {{"F0 F1 I0 I1 W0 W1", "F0 F1 I1 W1 I0 W0"}, one,
+       "rank 5 issues its backward all-to-all number 0 for micro-batch 1 layer 1 where rank 4 of its expert-parallel "
+       "group issues micro-batch 0 layer 1"},
+      {{"F0 F0.1 B0.1 B0", "F0.1 F0 B0.1 B0"}, two,
+       "rank 5 issues its forward all-to-all number 0 for micro-batch 0 layer 3 where rank 4 of its expert-parallel "
+       "group issues micro-batch 0 layer 0"},
+      {{"F0 F1 B0 B1", "F0 F1 B0 B1", "F1 F0 B0 B1"}, one,
+       "rank 6 issues its forward all-to-all number 0 for micro-batch 1 layer 0 where rank 4 of its expert-parallel "
+       "group issues micro-batch 0 layer 0"},
+  };
+  for (const Case& c : cases)
+    EXPECT_EQ(order_error(c.members, c.moe), "expert all-to-all order: " + c.message +
+                                                 ": NCCL would match the two (NOTE [all-to-all order] in "
+                                                 "schedules/expert_order.h)")
+        << c.members.front() << " | " << c.members.back();
+}
+
+// What NCCL matches is each group's own sequence: the forward's and the
+// backward's all-to-alls run on two groups (NOTE [two expert groups] in
+// parallel/expert_parallel.h), so an F moved past a B, a W moved anywhere, B
+// in place of I and W, or a chunk without MoE layers reordered changes
+// neither sequence and is accepted.
+TEST(ExpertOrder, ReorderingsThatKeepEachGroupsSequenceAreAccepted) {
+  const std::vector<std::vector<int>> one = {{0, 1}}, two = {{0, 1}, {}};
+  EXPECT_EQ(order_error({"F0 F1 B0 B1", "F0 B0 F1 B1"}, one), "");
+  EXPECT_EQ(order_error({"F0 F1 I0 I1 W0 W1", "F0 F1 I0 W0 I1 W1"}, one), "");
+  EXPECT_EQ(order_error({"F0 F1 B0 B1", "F0 F1 I0 I1 W1 W0"}, one), "");
+  EXPECT_EQ(order_error({"F0 F0.1 B0.1 B0", "F0.1 F0 B0 B0.1"}, two), "");
 }
 
 }  // namespace
