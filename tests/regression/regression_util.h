@@ -63,9 +63,12 @@ struct TrainRun {
 // Trains `config` (gpt-tiny unless given) for `steps` (kRegressionSteps unless given) steps on `nproc` ranks
 // (through `trident launch` when nproc > 1) with extra `--set` overrides,
 // logging into `dir`. --master-port 0 lets runs of parallel ctest jobs coexist.
+// `env`: variables set for the run ("NAME=value ...", e.g. a forced ATEN_CPU_CAPABILITY).
 inline TrainRun train_tiny(const std::string& dir, int nproc, const std::vector<std::string>& sets,
-                           const std::string& config = "configs/gpt-tiny.toml", int steps = kRegressionSteps) {
+                           const std::string& config = "configs/gpt-tiny.toml", int steps = kRegressionSteps,
+                           const std::string& env = "") {
   std::ostringstream cmd;
+  if (!env.empty()) cmd << "env " << env << " ";
   if (nproc > 1) cmd << bin("trident") << " launch --nproc-per-node " << nproc << " --master-port 0 -- ";
   cmd << bin("trident") << " train --config " << src(config)
       << " --set training.steps=" << steps << " --set logging.dir=" << dir
@@ -176,7 +179,7 @@ struct CachedRun {
 };
 
 inline CachedRun cached_run(int nproc, const std::vector<std::string>& sets,
-                            const std::string& config = "configs/gpt-tiny.toml") {
+                            const std::string& config = "configs/gpt-tiny.toml", const std::string& env = "") {
   uint64_t h = 14695981039346656037ULL;
   h = fnv1a(h, slurp(bin("trident")));
   h = fnv1a(h, slurp(bin("trident-torch")));
@@ -185,6 +188,7 @@ inline CachedRun cached_run(int nproc, const std::vector<std::string>& sets,
   for (const auto& s : sets) h = fnv1a(h, s + "\n");
   h = fnv1a(h, std::to_string(kRegressionSteps));
   if (nproc > 1) h = fnv1a(h, "nproc=" + std::to_string(nproc));
+  if (!env.empty()) h = fnv1a(h, "env=" + env);
   char key[17];
   std::snprintf(key, sizeof key, "%016llx", static_cast<unsigned long long>(h));
   const std::filesystem::path root = std::filesystem::path(TRIDENT_BINARY_DIR) / "regression-cache";
@@ -202,7 +206,7 @@ inline CachedRun cached_run(int nproc, const std::vector<std::string>& sets,
   std::filesystem::create_directories(root);
   std::string tmp = (root / (std::string(key) + ".tmp-XXXXXX")).string();
   if (!mkdtemp(tmp.data())) throw std::runtime_error("mkdtemp failed for " + tmp);
-  out.run = train_tiny(tmp, nproc, sets, config);
+  out.run = train_tiny(tmp, nproc, sets, config, kRegressionSteps, env);
   std::error_code ec;
   if (completed(out.run)) {
     std::ofstream(tmp + "/output.txt", std::ios::binary) << out.run.result.output;
