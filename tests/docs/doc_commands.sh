@@ -8,7 +8,7 @@
 # is not run (the comment says why: the test suite itself, a real cluster).
 # To keep the test short, training runs that do not set training.steps themselves
 # get `--set training.steps=2` appended
-# and the benchmark scripts read STEPS/ROUNDS/REPS/JSONL_MB (context_parallel.sh: SEQS,
+# and the benchmark scripts read STEPS/ROUNDS/REPS/JSONL_MB (pipeline_prediction.sh: CASES; context_parallel.sh: SEQS,
 # ATTN_SEQS) from the environment; their
 # outputs go to a scratch directory, never over committed results (scripts/
 # run from the repository, which they locate themselves; they write only
@@ -68,7 +68,7 @@ done
 # benchmarks/ is copied, not linked: a benchmark that writes its results next to itself
 # (benchmarks/results/) writes into the copy, never over the committed files.
 cp -r "$repo/benchmarks" "$scratch/benchmarks"
-export STEPS=2 ROUNDS=1 WARMUP=1 REPS=1 JSONL_MB=4 SEQS=1024 ATTN_SEQS=256 OUT="$scratch/bench-out.txt"
+export STEPS=2 ROUNDS=1 WARMUP=1 REPS=1 CASES="pp2-1f1b pp4-interleaved" JSONL_MB=4 SEQS=1024 ATTN_SEQS=256 OUT="$scratch/bench-out.txt"
 # benchmarks/plan_vs_measured.sh trains 22 layouts; two (one per model family, both
 # pipelined) show the script works end to end in a fifth of the time.
 export ONLY='^(gpt-pp2-1f1b|llama-pp2-zbh1)$'
