@@ -145,6 +145,19 @@ def cases(work, cores, trident="build/trident", busy_port=0):
          ["hfl-kv/config.json: model.kv_heads (3) must divide model.heads"]),
         ("hf llama kv heads 0", 2, f"eval --init-from {work}/hfl-kv0 --text README.md",
          ["hfl-kv0/config.json: num_key_value_heads = 0", "expected an integer >= 1 dividing num_attention_heads"]),
+        # Issue 64 item 8: an MoE directory's expert count against its weights, and its router's groups,
+        # in the file's own key names.
+        ("hf mixtral experts beyond the weights", 2, f"eval --init-from {work}/hfm-experts --text README.md",
+         ["hfm-experts/config.json: num_local_experts = 16, but the weights hold 8 experts",
+          "model.layers.0.block_sparse_moe.gate.weight in", "is [8, 64])"]),
+        ("hf qwen2_moe experts short of the weights", 2, f"eval --init-from {work}/hfq-experts --text README.md",
+         ["hfq-experts/config.json: num_experts = 4, but the weights hold 8 experts", "model.layers.0.mlp.gate.weight"]),
+        ("hf deepseek_v3 experts beyond the weights", 2, f"eval --init-from {work}/hfd-experts --text README.md",
+         ["hfd-experts/config.json: n_routed_experts = 16, but the weights hold 8 experts"]),
+        ("hf deepseek_v3 n_group 3", 2, f"eval --init-from {work}/hfd-ngroup --text README.md",
+         ["hfd-ngroup/config.json: n_group = 3: expected an integer >= 1 dividing n_routed_experts (8)"]),
+        ("hf deepseek_v3 topk_group 5", 2, f"eval --init-from {work}/hfd-topk --text README.md",
+         ["hfd-topk/config.json: topk_group = 5: expected 1 to n_group (4)"]),
         ("generate temperature nan", 2, f"generate --init-from {work}/hf --prompt hi --temperature nan",
          ["--temperature nan: expected a finite number >= 0"]),
         # Messages that named the wrong thing (issue 30's "messages that mislead").
@@ -446,9 +459,11 @@ def edited(src, dst, config=None, tensors=None):
 
 
 def make_hf_dirs(trident, source, work):
-    """GPT-2 and Llama directories written by `trident export`, and broken copies of them."""
+    """GPT-2, Llama and MoE directories written by `trident export`, and broken copies of them."""
     import numpy as np
-    for arch, config, fmt in (("hf", "gpt-tiny", "hf-gpt2"), ("hfl", "llama-tiny", "hf-llama")):
+    for arch, config, fmt in (("hf", "gpt-tiny", "hf-gpt2"), ("hfl", "llama-tiny", "hf-llama"),
+                              ("hfm", "mixtral-tiny", "hf-mixtral"), ("hfq", "qwen2-moe-tiny", "hf-qwen2-moe"),
+                              ("hfd", "deepseek-v3-tiny", "hf-deepseek-v3")):
         ck = os.path.join(work, f"ck-{arch}")
         subprocess.run([trident, "train", "--config", f"configs/{config}.toml", "--set", "training.steps=1",
                         "--set", f"checkpoint.dir={ck}", "--set", f"logging.dir={work}/run-{arch}"],
@@ -474,6 +489,13 @@ def make_hf_dirs(trident, source, work):
                                      rope_scaling={"rope_type": "yarn", "factor": 4.0}))
     edited(hfl, f"{work}/hfl-kv", config=lambda c: c.update(num_key_value_heads=3))
     edited(hfl, f"{work}/hfl-kv0", config=lambda c: c.update(num_key_value_heads=0))
+    # Each MoE directory holds 8 experts per layer (the tiny presets'); its config.json says otherwise.
+    hfm, hfq, hfd = (os.path.join(work, a) for a in ("hfm", "hfq", "hfd"))
+    edited(hfm, f"{work}/hfm-experts", config=lambda c: c.update(num_local_experts=16))
+    edited(hfq, f"{work}/hfq-experts", config=lambda c: c.update(num_experts=4))
+    edited(hfd, f"{work}/hfd-experts", config=lambda c: c.update(n_routed_experts=16))
+    edited(hfd, f"{work}/hfd-ngroup", config=lambda c: c.update(n_group=3))
+    edited(hfd, f"{work}/hfd-topk", config=lambda c: c.update(topk_group=5))
 
 
 def main():
