@@ -86,7 +86,9 @@ std::vector<Field> model_fields() {
       TRIDENT_FIELD(model, rope_theta, positive(), "rotary position embedding base (llama)"),
       TRIDENT_FIELD(model, rope_scaling, one_of({"none", "llama3", "yarn"}),
                     "rotary frequency scaling: none, Llama 3.1's or YaRN (DeepSeek-V3's; the rope_* keys below; llama)"),
-      TRIDENT_FIELD(model, rope_factor, positive(), "llama3 or yarn rope scaling: factor"),
+      // How many times the original context is stretched: transformers' rope validation asks >= 1 of
+      // both llama3 and yarn (below 1 it only warns, and the frequencies come out wrong).
+      TRIDENT_FIELD(model, rope_factor, at_least(1), "llama3 or yarn rope scaling: factor"),
       TRIDENT_FIELD(model, rope_low_freq_factor, positive(), "llama3 rope scaling: low_freq_factor"),
       TRIDENT_FIELD(model, rope_high_freq_factor, positive(), "llama3 rope scaling: high_freq_factor"),
       TRIDENT_FIELD(model, rope_original_max_position, at_least(1),

@@ -135,6 +135,11 @@ void read_rope(const json::Value& c, const std::string& cpath, ModelConfig& m) {
   if (kind != "llama3" && kind != "yarn")
     throw ModelInputError(where + ": rope_type = \"" + kind + "\"; Trident reads \"default\", \"llama3\" and \"yarn\"");
   m.rope_factor = json::as_double(json::at(*scaling, "factor", where), where + " factor");
+  // The factor stretches the original context; transformers' rope validation asks >= 1 of llama3's
+  // and yarn's (below 1 it warns and goes on to compute wrong frequencies).
+  if (!(m.rope_factor >= 1))
+    throw ModelInputError(where + ": factor = " + config_number(m.rope_factor) + " with rope_type \"" + kind +
+                          "\": expected a number >= 1 (how many times the original context it stretches)");
   m.rope_original_max_position =
       json::as_int(json::at(*scaling, "original_max_position_embeddings", where), where + " original_max_position_embeddings");
   if (kind == "yarn") {  // NOTE [YaRN] in core/config_model.cpp

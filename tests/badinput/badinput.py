@@ -158,6 +158,11 @@ def cases(work, cores, trident="build/trident", busy_port=0):
          ["hfd-ngroup/config.json: n_group = 3: expected an integer >= 1 dividing n_routed_experts (8)"]),
         ("hf deepseek_v3 topk_group 5", 2, f"eval --init-from {work}/hfd-topk --text README.md",
          ["hfd-topk/config.json: topk_group = 5: expected 1 to n_group (4)"]),
+        # A rope factor below 1 (transformers asks >= 1 of llama3 and yarn).
+        ("hf llama yarn factor 0.5", 2, f"eval --init-from {work}/hfl-yarn-half --text README.md",
+         ["hfl-yarn-half/config.json rope_parameters: factor = 0.5 with rope_type \"yarn\"", "expected a number >= 1"]),
+        ("yarn factor 0.5", 2, "train --config configs/deepseek-v3-tiny.toml --set model.rope_factor=0.5",
+         ["model.rope_factor = 0.5: expected a finite number >= 1"]),
         ("generate temperature nan", 2, f"generate --init-from {work}/hf --prompt hi --temperature nan",
          ["--temperature nan: expected a finite number >= 0"]),
         # Messages that named the wrong thing (issue 30's "messages that mislead").
@@ -489,6 +494,8 @@ def make_hf_dirs(trident, source, work):
                                      rope_scaling={"rope_type": "yarn", "factor": 4.0}))
     edited(hfl, f"{work}/hfl-kv", config=lambda c: c.update(num_key_value_heads=3))
     edited(hfl, f"{work}/hfl-kv0", config=lambda c: c.update(num_key_value_heads=0))
+    edited(hfl, f"{work}/hfl-yarn-half", config=lambda c: c.update(rope_parameters={
+        "rope_type": "yarn", "rope_theta": 10000.0, "factor": 0.5, "original_max_position_embeddings": 16}))
     # Each MoE directory holds 8 experts per layer (the tiny presets'); its config.json says otherwise.
     hfm, hfq, hfd = (os.path.join(work, a) for a in ("hfm", "hfq", "hfd"))
     edited(hfm, f"{work}/hfm-experts", config=lambda c: c.update(num_local_experts=16))

@@ -340,6 +340,8 @@ TEST(Config, BadConfigsNameKeyValueAndExpectation) {
       {"yarn betas", "[model]\narch = \"llama\"\nffn_hidden = 96\nrope_scaling = \"yarn\"\nrope_beta_fast = 1.0\n", {},
        "model.rope_beta_fast (1.0) must exceed model.rope_beta_slow (1.0)"},
       {"yarn key under gpt", "[model]\nrope_beta_slow = 2.0\n", {}, "model.rope_beta_slow"},
+      {"yarn factor below 1", "[model]\narch = \"llama\"\nffn_hidden = 96\nrope_scaling = \"yarn\"\nrope_factor = 0.5\n",
+       {}, "model.rope_factor = 0.5: expected a finite number >= 1"},
       {"tp divides ffn", "[model]\nhidden = 64\nheads = 4\nffn_hidden = 90\n[parallel]\ntp = 4\n", {},
        "parallel.tp (4) must divide the MLP width (90"},
       {"sequence parallel", "[model]\nseq_len = 30\nheads = 4\n[parallel]\ntp = 4\nsequence_parallel = true\n", {},
