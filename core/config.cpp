@@ -333,6 +333,7 @@ void read_sections(const toml::table& root, const std::string& name, Config& c) 
                           section + "] are " + list_keys(section));
       }
       set_field(*f, value, c, name, line_of(value));
+      c.given.insert(f->name());
     }
   }
 }
@@ -360,6 +361,7 @@ void apply_override(const std::string& ov, Config& c, const std::string& name) {
     throw ConfigError("--set " + ov + ": unknown key " + path + ": " + hint);
   }
   const std::string text = trim(ov.substr(eq + 1));
+  c.given.insert(f->name());  // NOTE [given keys]: a refused value throws before anything reads it
   toml::table parsed;
   bool ok = false;
   try {
@@ -451,6 +453,7 @@ int64_t num_microbatches(const Config& c) {
 }
 
 std::string to_toml(const Config& c) {
+  const Config defaults;
   std::ostringstream os;
   os << "# Trident config: every key with its effective value (from " << c.source << ").\n";
   std::string section;
@@ -460,8 +463,12 @@ std::string to_toml(const Config& c) {
       os << "\n[" << section << "]\n";
     }
     std::string line = std::string(f.key) + " = " + format_field(f, c);
+    // NOTE [given keys]: a key the model does not read, neither given nor changed, stays ungiven
+    // when the text is read back (a dense model's model.moe_top_k would be refused).
+    if (!c.gave(f.name()) && model_key_unread(c, f.name()) && format_field(f, defaults) == format_field(f, c))
+      line = "# " + line;
     if (line.size() < 32) line.resize(32, ' ');
-    os << line << "  # " << f.doc << "\n";
+    os << line << "  # " << f.doc << (line[0] == '#' ? " (not read by this model)" : "") << "\n";
   }
   return os.str();
 }

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -204,7 +205,27 @@ struct Config {
   CheckpointConfig checkpoint;
   LoggingConfig logging;
   std::string source = "<defaults>";  // file the config came from (for messages)
+  // NOTE [given keys] The keys ("section.key") the file or a --set gave, whatever their value. A
+  // key the model does not read is refused when given, even at its default: a user who wrote
+  // model.moe_top_k = 2 for a dense model meant something that would not happen. to_toml writes
+  // such a key commented out where the config neither gives nor reads it (model_key_unread), so a
+  // run's config.toml and a checkpoint's manifest read back. Not part of operator== (values only).
+  std::set<std::string> given;
+  bool gave(const std::string& key) const { return given.count(key) > 0; }
 };
+
+// NOTE [given keys]: the rope scaling keys and the model.rope_scaling values that read them
+// (NOTE [YaRN] in core/config_model.cpp).
+struct RopeScalingKey {
+  const char* key;         // "model.rope_beta_fast"
+  const char* read_by;     // the message's words: "\"llama3\" or \"yarn\""
+  bool llama3 = false, yarn = false;
+  double (*value)(const ModelConfig& m) = nullptr;  // the key's member, as a number
+};
+const std::vector<RopeScalingKey>& rope_scaling_keys();
+// Whether c's model reads no value of [model] key `key` ("model.moe_top_k"): an MoE key without
+// experts (NOTE [MoE keys]), a rope scaling key the rope scaling does not read.
+bool model_key_unread(const Config& c, const std::string& key);
 
 // Parses a TOML file, then applies `section.key=value` overrides in order.
 // Throws ConfigError naming file, key, value and expectation.

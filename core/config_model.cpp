@@ -273,8 +273,9 @@ void check_moe_keys(const Config& c, const ModelShape& shape) {
     fail(c, "parallel.moe_dispatcher = " + quote(c.parallel.moe_dispatcher) +
                 " with parallel.ep = 1: every expert is on every rank, nothing is dispatched (it would be ignored)");
   if (!shape.moe) {
-    const auto refuse = [&](bool set, const std::string& key) {
-      if (set)
+    // Given at any value (NOTE [given keys]), or changed by code that built the config.
+    const auto refuse = [&](bool differs, const std::string& key) {
+      if (differs || c.gave(key))
         fail(c, key + " is a mixture-of-experts key: model.arch = " + quote(m.arch) +
                     " is a dense family and does not read it (the MoE families: mixtral, qwen2_moe, qwen3_moe, deepseek_v3)");
     };
@@ -357,6 +358,31 @@ void check_moe_keys(const Config& c, const ModelShape& shape) {
 }
 
 }  // namespace config_rules
+
+const std::vector<RopeScalingKey>& rope_scaling_keys() {
+  using M = const ModelConfig&;
+  static const std::vector<RopeScalingKey> keys = {
+      {"model.rope_factor", "\"llama3\" or \"yarn\"", true, true, [](M m) { return m.rope_factor; }},
+      {"model.rope_original_max_position", "\"llama3\" or \"yarn\"", true, true,
+       [](M m) { return static_cast<double>(m.rope_original_max_position); }},
+      {"model.rope_low_freq_factor", "\"llama3\"", true, false, [](M m) { return m.rope_low_freq_factor; }},
+      {"model.rope_high_freq_factor", "\"llama3\"", true, false, [](M m) { return m.rope_high_freq_factor; }},
+      {"model.rope_beta_fast", "\"yarn\"", false, true, [](M m) { return m.rope_beta_fast; }},
+      {"model.rope_beta_slow", "\"yarn\"", false, true, [](M m) { return m.rope_beta_slow; }},
+      {"model.rope_mscale", "\"yarn\"", false, true, [](M m) { return m.rope_mscale; }},
+      {"model.rope_mscale_all_dim", "\"yarn\"", false, true, [](M m) { return m.rope_mscale_all_dim; }},
+  };
+  return keys;
+}
+
+bool model_key_unread(const Config& c, const std::string& key) {
+  // Without experts no MoE key is read: a dense family (NOTE [MoE keys]), or an MoE family its
+  // own rules refuse. model.experts itself is one of them.
+  if (c.model.experts == 0 && (key == "model.experts" || key.rfind("model.moe_", 0) == 0)) return true;
+  for (const RopeScalingKey& r : rope_scaling_keys())
+    if (key == r.key) return !((r.llama3 && c.model.rope_scaling == "llama3") || (r.yarn && c.model.rope_scaling == "yarn"));
+  return false;
+}
 
 // NOTE [YaRN]
 // YaRN (Peng et al. 2023, arXiv 2309.00071) as transformers 5.24 computes it

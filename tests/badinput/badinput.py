@@ -206,6 +206,11 @@ def cases(work, cores, trident="build/trident", busy_port=0):
          ["model.moe_bias_update_rate = 0.001 with model.moe_expert_bias = false: there is no correction bias"]),
         ("DeepSeek-V3 671B on this host", 2, "train --config configs/deepseek-v3.toml --set training.device=cpu",
          ["bytes of host memory", "of which the routed experts' (model.experts = 256"]),
+        # NOTE [given keys]: a key the model does not read is refused at its default value too.
+        ("top-k at its default on a dense model", 2, "train --config configs/llama-tiny.toml --set model.moe_top_k=2",
+         ["model.moe_top_k is a mixture-of-experts key", "model.arch = \"llama\" is a dense family"]),
+        ("rope factor at its default without scaling", 2, "train --config configs/llama-tiny.toml --set model.rope_factor=8",
+         ["model.rope_factor is read only with model.rope_scaling = \"llama3\" or \"yarn\", got \"none\""]),
         ("router groups on a dense model", 2, "train --config configs/llama-tiny.toml --set model.moe_router_groups=2",
          ["model.moe_router_groups is a mixture-of-experts key"]),
         ("latent attention on llama", 2, "train --config configs/llama-tiny.toml --set model.kv_lora_rank=16",
