@@ -342,11 +342,11 @@ def cases(work, cores, trident="build/trident", busy_port=0):
          ["TRIDENT_STORE_FD=2 cannot host the rendezvous store: it is not a TCP socket"],
          {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29400",
           "TRIDENT_STORE_FD": "2"}),
-        ("master port in use", 1,
+        ("master port in use", 2,
          f"launch --nproc-per-node 2 --master-port {busy_port} -- {trident} {tiny} parallel.dp=2",
          [f"cannot host the rendezvous store: port {busy_port} is already in use on this node",
           f"MASTER_PORT={busy_port}", "--master-port"]),
-        ("exec failure", 127, "launch --nproc-per-node 2 --master-port 0 -- /no/such/program",
+        ("exec failure", 2, "launch --nproc-per-node 2 --master-port 0 -- /no/such/program",
          ["diagnosis: rank 0 could not be started (cannot run '/no/such/program': No such file or directory)"]),
         ("checkpoint show, corrupted", 2, f"checkpoint show {work}/ck-corrupt",
          [f"{work}/ck-corrupt/step-00000002/rank-00000.bin:", "fails its checksum", "the file is corrupted"]),
@@ -403,8 +403,20 @@ def cases(work, cores, trident="build/trident", busy_port=0):
          f"data.source=file --set data.format=megatron --set data.path={work}/none", [f"{work}/none.idx"]),
         ("compare malformed", 2, f"compare {work}/bad {work}/a", ["bad/metrics.jsonl:2: invalid JSON", "one flat JSON object of numbers per line"]),
         ("compare missing run", 2, f"compare {work}/none {work}/a", ["cannot open"]),
-        # Item 5: a difference is 1, not 2.
+        # Issue 64 item 8: the user's mistakes that exited 1 (NOTE [exit statuses]).
+        ("cuda without a device", 2, f"{tiny} training.device=cuda --set logging.dir={work}/run-cuda",
+         ['training.device = "cuda" but this process sees 0 CUDA devices'], {"CUDA_VISIBLE_DEVICES": ""}),
+        ("logging.dir under a file", 2, f"{tiny} logging.dir={work}/plain.txt/run",
+         [f"cannot create logging.dir '{work}/plain.txt/run'"]),
+        ("export a checkpoint onto a file", 2, f"export --checkpoint {work}/ck --format hf-gpt2 --out {work}/plain.txt",
+         [f"--out '{work}/plain.txt' is a file: expected a directory"]),
+        ("hf eval of a missing text", 2, f"eval --init-from {work}/hf --text {work}/none.txt",
+         [f"--text '{work}/none.txt': cannot read it (no such file)"]),
+        ("hf init_from of another width", 2, f"{tiny} model.init_from={work}/hf --set model.hidden=128",
+         [f"Hugging Face model {work}/hf does not fit the config", "model.hidden"]),
+        # Item 5: a difference is 1, not 2; so is a rank that fails.
         ("compare differ", 1, f"compare {work}/a {work}/b", []),
+        ("a failed rank", 1, "launch --nproc-per-node 1 --master-port 0 -- sh -c 'exit 1'", ["exited with status 1"]),
     ]
 
 
@@ -581,8 +593,10 @@ def main():
             for mark in TRACE_MARKS:
                 if mark in out:
                     problems.append(f"a stack trace ({mark!r})")
-            if status == 2 and len(lines) > 2:
-                problems.append(f"{len(lines)} lines, expected one error line")
+            # Under `trident launch` its own verdict ("trident launch: ...") follows the ranks' lines.
+            own = [l for l in lines if not (cmd.startswith("launch ") and l.startswith("trident launch: "))]
+            if status == 2 and len(own) > 2:
+                problems.append(f"{len(own)} lines, expected one error line")
             if secs > MAX_SECONDS:
                 problems.append(f"took {secs:.1f} s, expected under {MAX_SECONDS} s")
             verdict = "ok  " if not problems else "FAIL"
