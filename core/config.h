@@ -227,18 +227,26 @@ const std::vector<RopeScalingKey>& rope_scaling_keys();
 // experts (NOTE [MoE keys]), a rope scaling key the rope scaling does not read.
 bool model_key_unread(const Config& c, const std::string& key);
 
+// NOTE [plan reads no data] What a command does with the config. `trident plan` (kPlan) reads no
+// data: the [data] section's rules across keys (a sample needs data.synthetic_tokens >
+// model.seq_len, data.path with data.source, ...) are about a training run's samples and would
+// refuse a plan of a 128K-token model for the synthetic data's default size; every key's own rule
+// and every other section's rules still apply.
+enum class ConfigUse { kRun, kPlan };
+
 // Parses a TOML file, then applies `section.key=value` overrides in order.
 // Throws ConfigError naming file, key, value and expectation.
-Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {},
+                   ConfigUse use = ConfigUse::kRun);
 // Same from a TOML string (tests); `name` stands in for the file in messages.
 Config parse_config(const std::string& toml_text, const std::string& name,
-                    const std::vector<std::string>& overrides = {});
+                    const std::vector<std::string>& overrides = {}, ConfigUse use = ConfigUse::kRun);
 
 // Every check that needs no world size and no table (NOTE [config tables]),
 // each rule written once: per-key ranges, model/TP divisibility, schedule,
-// batch, data and checkpoint keys. Called by the parsers. Throws ConfigError naming the key,
-// the value and what was expected.
-void check_config(const Config& c);
+// batch, data (not for kPlan) and checkpoint keys. Called by the parsers. Throws ConfigError
+// naming the key, the value and what was expected.
+void check_config(const Config& c, ConfigUse use = ConfigUse::kRun);
 // NOTE [config tables] What the config's rules need from the layers above the
 // foundation, which it does not see (ARCHITECTURE.md), handed in as data: each
 // model family (model.arch) with its rules, each schedule kind with the chunks
