@@ -262,6 +262,46 @@ void check_model_relations(const Config& c) {
   check_model_shape(c);
 }
 
+namespace {
+
+// NOTE [MoE keys] for a dense family: no MoE key, given (NOTE [given keys]) or changed, and no
+// expert grid.
+void check_dense_moe_keys(const Config& c) {
+  const ModelConfig& m = c.model;
+  const ModelConfig d;
+  // Given at any value (NOTE [given keys]), or changed by code that built the config.
+  const auto refuse = [&](bool differs, const std::string& key) {
+    if (differs || c.gave(key))
+      fail(c, key + " is a mixture-of-experts key: model.arch = " + quote(m.arch) +
+                  " is a dense family and does not read it (the MoE families: mixtral, qwen2_moe, qwen3_moe, deepseek_v3)");
+  };
+  refuse(m.experts != d.experts, "model.experts");
+  refuse(m.moe_ffn_hidden != d.moe_ffn_hidden, "model.moe_ffn_hidden");
+  refuse(m.moe_shared_ffn_hidden != d.moe_shared_ffn_hidden, "model.moe_shared_ffn_hidden");
+  refuse(m.moe_first_dense != d.moe_first_dense, "model.moe_first_dense");
+  refuse(m.moe_top_k != d.moe_top_k, "model.moe_top_k");
+  refuse(m.moe_norm_topk_prob != d.moe_norm_topk_prob, "model.moe_norm_topk_prob");
+  refuse(m.moe_aux_loss_coeff != d.moe_aux_loss_coeff, "model.moe_aux_loss_coeff");
+  refuse(m.moe_z_loss_coeff != d.moe_z_loss_coeff, "model.moe_z_loss_coeff");
+  refuse(m.moe_aux_loss != d.moe_aux_loss, "model.moe_aux_loss");
+  refuse(m.moe_capacity_factor != d.moe_capacity_factor, "model.moe_capacity_factor");
+  refuse(m.moe_token_drop_policy != d.moe_token_drop_policy, "model.moe_token_drop_policy");
+  refuse(m.moe_score_function != d.moe_score_function, "model.moe_score_function");
+  refuse(m.moe_router_groups != d.moe_router_groups, "model.moe_router_groups");
+  refuse(m.moe_router_group_topk != d.moe_router_group_topk, "model.moe_router_group_topk");
+  refuse(m.moe_routed_scaling_factor != d.moe_routed_scaling_factor, "model.moe_routed_scaling_factor");
+  refuse(m.moe_expert_bias != d.moe_expert_bias, "model.moe_expert_bias");
+  refuse(m.moe_bias_update_rate != d.moe_bias_update_rate, "model.moe_bias_update_rate");
+  if (c.parallel.ep != 1)
+    fail(c, "parallel.ep = " + n(c.parallel.ep) + " with model.arch = " + quote(m.arch) +
+                ": a dense family has no experts to split (the MoE families: mixtral, qwen2_moe, qwen3_moe, deepseek_v3)");
+  if (c.parallel.etp != 0)
+    fail(c, "parallel.etp = " + n(c.parallel.etp) + " with model.arch = " + quote(m.arch) +
+                ": a dense family has no experts to split (the MoE families: mixtral, qwen2_moe, qwen3_moe, deepseek_v3)");
+}
+
+}  // namespace
+
 // NOTE [MoE keys]
 // model.experts and the model.moe_* keys are read by the MoE families only
 // (ModelShape::moe): set for a dense family they would do nothing, so they are
@@ -273,35 +313,7 @@ void check_moe_keys(const Config& c, const ModelShape& shape) {
     fail(c, "parallel.moe_dispatcher = " + quote(c.parallel.moe_dispatcher) +
                 " with parallel.ep = 1: every expert is on every rank, nothing is dispatched (it would be ignored)");
   if (!shape.moe) {
-    // Given at any value (NOTE [given keys]), or changed by code that built the config.
-    const auto refuse = [&](bool differs, const std::string& key) {
-      if (differs || c.gave(key))
-        fail(c, key + " is a mixture-of-experts key: model.arch = " + quote(m.arch) +
-                    " is a dense family and does not read it (the MoE families: mixtral, qwen2_moe, qwen3_moe, deepseek_v3)");
-    };
-    refuse(m.experts != d.experts, "model.experts");
-    refuse(m.moe_ffn_hidden != d.moe_ffn_hidden, "model.moe_ffn_hidden");
-    refuse(m.moe_shared_ffn_hidden != d.moe_shared_ffn_hidden, "model.moe_shared_ffn_hidden");
-    refuse(m.moe_first_dense != d.moe_first_dense, "model.moe_first_dense");
-    refuse(m.moe_top_k != d.moe_top_k, "model.moe_top_k");
-    refuse(m.moe_norm_topk_prob != d.moe_norm_topk_prob, "model.moe_norm_topk_prob");
-    refuse(m.moe_aux_loss_coeff != d.moe_aux_loss_coeff, "model.moe_aux_loss_coeff");
-    refuse(m.moe_z_loss_coeff != d.moe_z_loss_coeff, "model.moe_z_loss_coeff");
-    refuse(m.moe_aux_loss != d.moe_aux_loss, "model.moe_aux_loss");
-    refuse(m.moe_capacity_factor != d.moe_capacity_factor, "model.moe_capacity_factor");
-    refuse(m.moe_token_drop_policy != d.moe_token_drop_policy, "model.moe_token_drop_policy");
-    refuse(m.moe_score_function != d.moe_score_function, "model.moe_score_function");
-    refuse(m.moe_router_groups != d.moe_router_groups, "model.moe_router_groups");
-    refuse(m.moe_router_group_topk != d.moe_router_group_topk, "model.moe_router_group_topk");
-    refuse(m.moe_routed_scaling_factor != d.moe_routed_scaling_factor, "model.moe_routed_scaling_factor");
-    refuse(m.moe_expert_bias != d.moe_expert_bias, "model.moe_expert_bias");
-    refuse(m.moe_bias_update_rate != d.moe_bias_update_rate, "model.moe_bias_update_rate");
-    if (c.parallel.ep != 1)
-      fail(c, "parallel.ep = " + n(c.parallel.ep) + " with model.arch = " + quote(m.arch) +
-                  ": a dense family has no experts to split (the MoE families: mixtral, qwen2_moe, qwen3_moe, deepseek_v3)");
-    if (c.parallel.etp != 0)
-      fail(c, "parallel.etp = " + n(c.parallel.etp) + " with model.arch = " + quote(m.arch) +
-                  ": a dense family has no experts to split (the MoE families: mixtral, qwen2_moe, qwen3_moe, deepseek_v3)");
+    check_dense_moe_keys(c);
     return;
   }
   // NOTE [experts under tensor parallelism] in models/common/moe.h: at etp < tp each of the tp / etp
