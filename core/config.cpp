@@ -54,11 +54,11 @@ std::string format_double(double v) {
   return s;
 }
 
-void check_relations(const Config& c) {
+void check_relations(const Config& c, ConfigUse use) {
   check_model_relations(c);  // sizes first: before any product below is formed in int64
   check_schedule(c);
   check_training(c);
-  check_data(c);
+  if (use == ConfigUse::kRun) check_data(c);  // NOTE [plan reads no data]
   check_checkpoint(c);
 }
 
@@ -333,6 +333,7 @@ void read_sections(const toml::table& root, const std::string& name, Config& c) 
                           section + "] are " + list_keys(section));
       }
       set_field(*f, value, c, name, line_of(value));
+      c.given.insert(f->name());
     }
   }
 }
@@ -360,6 +361,7 @@ void apply_override(const std::string& ov, Config& c, const std::string& name) {
     throw ConfigError("--set " + ov + ": unknown key " + path + ": " + hint);
   }
   const std::string text = trim(ov.substr(eq + 1));
+  c.given.insert(f->name());  // NOTE [given keys]: a refused value throws before anything reads it
   toml::table parsed;
   bool ok = false;
   try {
@@ -385,8 +387,8 @@ void apply_override(const std::string& ov, Config& c, const std::string& name) {
 
 // ---- public API ---------------------------------------------------------------
 
-Config parse_config(const std::string& toml_text, const std::string& name,
-                    const std::vector<std::string>& overrides) {
+Config parse_config(const std::string& toml_text, const std::string& name, const std::vector<std::string>& overrides,
+                    ConfigUse use) {
   toml::table root;
   try {
     root = toml::parse(std::string_view(toml_text), std::string_view(name));
@@ -399,11 +401,11 @@ Config parse_config(const std::string& toml_text, const std::string& name,
   c.source = name;
   read_sections(root, name, c);
   for (const std::string& ov : overrides) apply_override(ov, c, name);
-  check_config(c);
+  check_config(c, use);
   return c;
 }
 
-Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+Config load_config(const std::string& path, const std::vector<std::string>& overrides, ConfigUse use) {
   std::error_code ec;
   std::ifstream in(path, std::ios::binary);
   if (!in || std::filesystem::is_directory(path, ec)) {
@@ -422,14 +424,14 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   if (!sets_something)
     throw ConfigError(path + ": the config file is empty (or only comments): expected sections such as [model] and "
                       "[training] (see configs/gpt-tiny.toml); an empty file would train every default");
-  return parse_config(text.str(), path, overrides);
+  return parse_config(text.str(), path, overrides, use);
 }
 
-void check_config(const Config& c) {
+void check_config(const Config& c, ConfigUse use) {
   for (const Field& f : fields()) {
     if (!allowed(f, c)) bad_value(c.source, f, format_field(f, c), "");
   }
-  config_rules::check_relations(c);
+  config_rules::check_relations(c, use);
 }
 
 void check_model_config(const Config& c, const std::vector<ModelFamilyRules>& families) {
@@ -451,6 +453,7 @@ int64_t num_microbatches(const Config& c) {
 }
 
 std::string to_toml(const Config& c) {
+  const Config defaults;
   std::ostringstream os;
   os << "# Trident config: every key with its effective value (from " << c.source << ").\n";
   std::string section;
@@ -460,8 +463,12 @@ std::string to_toml(const Config& c) {
       os << "\n[" << section << "]\n";
     }
     std::string line = std::string(f.key) + " = " + format_field(f, c);
+    // NOTE [given keys]: a key the model does not read, neither given nor changed, stays ungiven
+    // when the text is read back (a dense model's model.moe_top_k would be refused).
+    if (!c.gave(f.name()) && model_key_unread(c, f.name()) && format_field(f, defaults) == format_field(f, c))
+      line = "# " + line;
     if (line.size() < 32) line.resize(32, ' ');
-    os << line << "  # " << f.doc << "\n";
+    os << line << "  # " << f.doc << (line[0] == '#' ? " (not read by this model)" : "") << "\n";
   }
   return os.str();
 }

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -204,20 +205,48 @@ struct Config {
   CheckpointConfig checkpoint;
   LoggingConfig logging;
   std::string source = "<defaults>";  // file the config came from (for messages)
+  // NOTE [given keys] The keys ("section.key") the file or a --set gave, whatever their value. A
+  // key the model does not read is refused when given, even at its default: a user who wrote
+  // model.moe_top_k = 2 for a dense model meant something that would not happen. to_toml writes
+  // such a key commented out where the config neither gives nor reads it (model_key_unread), so a
+  // run's config.toml and a checkpoint's manifest read back. Not part of operator== (values only).
+  std::set<std::string> given;
+  bool gave(const std::string& key) const { return given.count(key) > 0; }
 };
+
+// NOTE [given keys]: the rope scaling keys and the model.rope_scaling values that read them
+// (NOTE [YaRN] in core/config_model.cpp).
+struct RopeScalingKey {
+  const char* key;         // "model.rope_beta_fast"
+  const char* read_by;     // the message's words: "\"llama3\" or \"yarn\""
+  bool llama3 = false, yarn = false;
+  double (*value)(const ModelConfig& m) = nullptr;  // the key's member, as a number
+};
+const std::vector<RopeScalingKey>& rope_scaling_keys();
+// Whether c's model reads no value of [model] key `key` ("model.moe_top_k"): an MoE key without
+// experts (NOTE [MoE keys]), a rope scaling key the rope scaling does not read.
+bool model_key_unread(const Config& c, const std::string& key);
+
+// NOTE [plan reads no data] What a command does with the config. `trident plan` (kPlan) reads no
+// data: the [data] section's rules across keys (a sample needs data.synthetic_tokens >
+// model.seq_len, data.path with data.source, ...) are about a training run's samples and would
+// refuse a plan of a 128K-token model for the synthetic data's default size; every key's own rule
+// and every other section's rules still apply.
+enum class ConfigUse { kRun, kPlan };
 
 // Parses a TOML file, then applies `section.key=value` overrides in order.
 // Throws ConfigError naming file, key, value and expectation.
-Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {},
+                   ConfigUse use = ConfigUse::kRun);
 // Same from a TOML string (tests); `name` stands in for the file in messages.
 Config parse_config(const std::string& toml_text, const std::string& name,
-                    const std::vector<std::string>& overrides = {});
+                    const std::vector<std::string>& overrides = {}, ConfigUse use = ConfigUse::kRun);
 
 // Every check that needs no world size and no table (NOTE [config tables]),
 // each rule written once: per-key ranges, model/TP divisibility, schedule,
-// batch, data and checkpoint keys. Called by the parsers. Throws ConfigError naming the key,
-// the value and what was expected.
-void check_config(const Config& c);
+// batch, data (not for kPlan) and checkpoint keys. Called by the parsers. Throws ConfigError
+// naming the key, the value and what was expected.
+void check_config(const Config& c, ConfigUse use = ConfigUse::kRun);
 // NOTE [config tables] What the config's rules need from the layers above the
 // foundation, which it does not see (ARCHITECTURE.md), handed in as data: each
 // model family (model.arch) with its rules, each schedule kind with the chunks

@@ -86,7 +86,9 @@ std::vector<Field> model_fields() {
       TRIDENT_FIELD(model, rope_theta, positive(), "rotary position embedding base (llama)"),
       TRIDENT_FIELD(model, rope_scaling, one_of({"none", "llama3", "yarn"}),
                     "rotary frequency scaling: none, Llama 3.1's or YaRN (DeepSeek-V3's; the rope_* keys below; llama)"),
-      TRIDENT_FIELD(model, rope_factor, positive(), "llama3 or yarn rope scaling: factor"),
+      // How many times the original context is stretched: transformers' rope validation asks >= 1 of
+      // both llama3 and yarn (below 1 it only warns, and the frequencies come out wrong).
+      TRIDENT_FIELD(model, rope_factor, at_least(1), "llama3 or yarn rope scaling: factor"),
       TRIDENT_FIELD(model, rope_low_freq_factor, positive(), "llama3 rope scaling: low_freq_factor"),
       TRIDENT_FIELD(model, rope_high_freq_factor, positive(), "llama3 rope scaling: high_freq_factor"),
       TRIDENT_FIELD(model, rope_original_max_position, at_least(1),
@@ -260,6 +262,46 @@ void check_model_relations(const Config& c) {
   check_model_shape(c);
 }
 
+namespace {
+
+// NOTE [MoE keys] for a dense family: no MoE key, given (NOTE [given keys]) or changed, and no
+// expert grid.
+void check_dense_moe_keys(const Config& c) {
+  const ModelConfig& m = c.model;
+  const ModelConfig d;
+  // Given at any value (NOTE [given keys]), or changed by code that built the config.
+  const auto refuse = [&](bool differs, const std::string& key) {
+    if (differs || c.gave(key))
+      fail(c, key + " is a mixture-of-experts key: model.arch = " + quote(m.arch) +
+                  " is a dense family and does not read it (the MoE families: mixtral, qwen2_moe, qwen3_moe, deepseek_v3)");
+  };
+  refuse(m.experts != d.experts, "model.experts");
+  refuse(m.moe_ffn_hidden != d.moe_ffn_hidden, "model.moe_ffn_hidden");
+  refuse(m.moe_shared_ffn_hidden != d.moe_shared_ffn_hidden, "model.moe_shared_ffn_hidden");
+  refuse(m.moe_first_dense != d.moe_first_dense, "model.moe_first_dense");
+  refuse(m.moe_top_k != d.moe_top_k, "model.moe_top_k");
+  refuse(m.moe_norm_topk_prob != d.moe_norm_topk_prob, "model.moe_norm_topk_prob");
+  refuse(m.moe_aux_loss_coeff != d.moe_aux_loss_coeff, "model.moe_aux_loss_coeff");
+  refuse(m.moe_z_loss_coeff != d.moe_z_loss_coeff, "model.moe_z_loss_coeff");
+  refuse(m.moe_aux_loss != d.moe_aux_loss, "model.moe_aux_loss");
+  refuse(m.moe_capacity_factor != d.moe_capacity_factor, "model.moe_capacity_factor");
+  refuse(m.moe_token_drop_policy != d.moe_token_drop_policy, "model.moe_token_drop_policy");
+  refuse(m.moe_score_function != d.moe_score_function, "model.moe_score_function");
+  refuse(m.moe_router_groups != d.moe_router_groups, "model.moe_router_groups");
+  refuse(m.moe_router_group_topk != d.moe_router_group_topk, "model.moe_router_group_topk");
+  refuse(m.moe_routed_scaling_factor != d.moe_routed_scaling_factor, "model.moe_routed_scaling_factor");
+  refuse(m.moe_expert_bias != d.moe_expert_bias, "model.moe_expert_bias");
+  refuse(m.moe_bias_update_rate != d.moe_bias_update_rate, "model.moe_bias_update_rate");
+  if (c.parallel.ep != 1)
+    fail(c, "parallel.ep = " + n(c.parallel.ep) + " with model.arch = " + quote(m.arch) +
+                ": a dense family has no experts to split (the MoE families: mixtral, qwen2_moe, qwen3_moe, deepseek_v3)");
+  if (c.parallel.etp != 0)
+    fail(c, "parallel.etp = " + n(c.parallel.etp) + " with model.arch = " + quote(m.arch) +
+                ": a dense family has no experts to split (the MoE families: mixtral, qwen2_moe, qwen3_moe, deepseek_v3)");
+}
+
+}  // namespace
+
 // NOTE [MoE keys]
 // model.experts and the model.moe_* keys are read by the MoE families only
 // (ModelShape::moe): set for a dense family they would do nothing, so they are
@@ -271,34 +313,7 @@ void check_moe_keys(const Config& c, const ModelShape& shape) {
     fail(c, "parallel.moe_dispatcher = " + quote(c.parallel.moe_dispatcher) +
                 " with parallel.ep = 1: every expert is on every rank, nothing is dispatched (it would be ignored)");
   if (!shape.moe) {
-    const auto refuse = [&](bool set, const std::string& key) {
-      if (set)
-        fail(c, key + " is a mixture-of-experts key: model.arch = " + quote(m.arch) +
-                    " is a dense family and does not read it (the MoE families: mixtral, qwen2_moe, qwen3_moe, deepseek_v3)");
-    };
-    refuse(m.experts != d.experts, "model.experts");
-    refuse(m.moe_ffn_hidden != d.moe_ffn_hidden, "model.moe_ffn_hidden");
-    refuse(m.moe_shared_ffn_hidden != d.moe_shared_ffn_hidden, "model.moe_shared_ffn_hidden");
-    refuse(m.moe_first_dense != d.moe_first_dense, "model.moe_first_dense");
-    refuse(m.moe_top_k != d.moe_top_k, "model.moe_top_k");
-    refuse(m.moe_norm_topk_prob != d.moe_norm_topk_prob, "model.moe_norm_topk_prob");
-    refuse(m.moe_aux_loss_coeff != d.moe_aux_loss_coeff, "model.moe_aux_loss_coeff");
-    refuse(m.moe_z_loss_coeff != d.moe_z_loss_coeff, "model.moe_z_loss_coeff");
-    refuse(m.moe_aux_loss != d.moe_aux_loss, "model.moe_aux_loss");
-    refuse(m.moe_capacity_factor != d.moe_capacity_factor, "model.moe_capacity_factor");
-    refuse(m.moe_token_drop_policy != d.moe_token_drop_policy, "model.moe_token_drop_policy");
-    refuse(m.moe_score_function != d.moe_score_function, "model.moe_score_function");
-    refuse(m.moe_router_groups != d.moe_router_groups, "model.moe_router_groups");
-    refuse(m.moe_router_group_topk != d.moe_router_group_topk, "model.moe_router_group_topk");
-    refuse(m.moe_routed_scaling_factor != d.moe_routed_scaling_factor, "model.moe_routed_scaling_factor");
-    refuse(m.moe_expert_bias != d.moe_expert_bias, "model.moe_expert_bias");
-    refuse(m.moe_bias_update_rate != d.moe_bias_update_rate, "model.moe_bias_update_rate");
-    if (c.parallel.ep != 1)
-      fail(c, "parallel.ep = " + n(c.parallel.ep) + " with model.arch = " + quote(m.arch) +
-                  ": a dense family has no experts to split (the MoE families: mixtral, qwen2_moe, qwen3_moe, deepseek_v3)");
-    if (c.parallel.etp != 0)
-      fail(c, "parallel.etp = " + n(c.parallel.etp) + " with model.arch = " + quote(m.arch) +
-                  ": a dense family has no experts to split (the MoE families: mixtral, qwen2_moe, qwen3_moe, deepseek_v3)");
+    check_dense_moe_keys(c);
     return;
   }
   // NOTE [experts under tensor parallelism] in models/common/moe.h: at etp < tp each of the tp / etp
@@ -355,6 +370,31 @@ void check_moe_keys(const Config& c, const ModelShape& shape) {
 }
 
 }  // namespace config_rules
+
+const std::vector<RopeScalingKey>& rope_scaling_keys() {
+  using M = const ModelConfig&;
+  static const std::vector<RopeScalingKey> keys = {
+      {"model.rope_factor", "\"llama3\" or \"yarn\"", true, true, [](M m) { return m.rope_factor; }},
+      {"model.rope_original_max_position", "\"llama3\" or \"yarn\"", true, true,
+       [](M m) { return static_cast<double>(m.rope_original_max_position); }},
+      {"model.rope_low_freq_factor", "\"llama3\"", true, false, [](M m) { return m.rope_low_freq_factor; }},
+      {"model.rope_high_freq_factor", "\"llama3\"", true, false, [](M m) { return m.rope_high_freq_factor; }},
+      {"model.rope_beta_fast", "\"yarn\"", false, true, [](M m) { return m.rope_beta_fast; }},
+      {"model.rope_beta_slow", "\"yarn\"", false, true, [](M m) { return m.rope_beta_slow; }},
+      {"model.rope_mscale", "\"yarn\"", false, true, [](M m) { return m.rope_mscale; }},
+      {"model.rope_mscale_all_dim", "\"yarn\"", false, true, [](M m) { return m.rope_mscale_all_dim; }},
+  };
+  return keys;
+}
+
+bool model_key_unread(const Config& c, const std::string& key) {
+  // Without experts no MoE key is read: a dense family (NOTE [MoE keys]), or an MoE family its
+  // own rules refuse. model.experts itself is one of them.
+  if (c.model.experts == 0 && (key == "model.experts" || key.rfind("model.moe_", 0) == 0)) return true;
+  for (const RopeScalingKey& r : rope_scaling_keys())
+    if (key == r.key) return !((r.llama3 && c.model.rope_scaling == "llama3") || (r.yarn && c.model.rope_scaling == "yarn"));
+  return false;
+}
 
 // NOTE [YaRN]
 // YaRN (Peng et al. 2023, arXiv 2309.00071) as transformers 5.24 computes it

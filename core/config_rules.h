@@ -41,7 +41,7 @@ int64_t moe_layers(const ModelConfig& m);
 // check_config's rules across keys, each section's in its file (each key's own
 // rule is checked first, in config.cpp); check_model_relations is
 // check_model_config's part of them.
-void check_relations(const Config& c);
+void check_relations(const Config& c, ConfigUse use);  // check_data for kRun only (NOTE [plan reads no data])
 void check_model_relations(const Config& c);  // sizes (NOTE [size checks]), then shapes
 void check_moe_keys(const Config& c, const ModelShape& shape);  // NOTE [MoE keys]
 void check_schedule(const Config& c);

@@ -22,8 +22,9 @@ inline ConfigTables config_tables() {
 
 // load_config (core/config.h), then the rules the tables hold: a config every
 // command may use (schedule.chunks resolved).
-inline Config load_checked_config(const std::string& path, const std::vector<std::string>& overrides = {}) {
-  Config c = load_config(path, overrides);
+inline Config load_checked_config(const std::string& path, const std::vector<std::string>& overrides = {},
+                                  ConfigUse use = ConfigUse::kRun) {
+  Config c = load_config(path, overrides, use);
   check_config_tables(c, config_tables());
   return c;
 }

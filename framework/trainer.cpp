@@ -30,6 +30,7 @@
 #include "framework/config_tables.h"
 #include "framework/machine.h"
 #include "framework/recorder.h"
+#include "metrics/metrics.h"
 #include "models/common/plan.h"
 #include "models/registry.h"
 #include "parallel/backend.h"
@@ -398,6 +399,7 @@ void build(Run& r) {
   check_config_tables(c, config_tables());  // the rest of check_config ran when c was parsed
   check_checkpoint_dir(c);
   const WorldEnv env = read_world_env();
+  if (env.rank == 0) make_log_dir(c.logging.dir);  // rank 0's log: a bad logging.dir errs before the build
   // One device per rank, from LOCAL_RANK; errors before any rendezvous.
   const DeviceChoice device =
       choose_device(c.training.device, c.training.device == "cuda" ? cuda_device_count() : 0, env.local_rank);

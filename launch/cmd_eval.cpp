@@ -1,6 +1,8 @@
 // `trident eval (--checkpoint DIR | --init-from HF_DIR) --text FILE [--tokenizer gpt2|byte|hf] [--logits OUT]`
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <stdexcept>
 #include <string>
@@ -43,6 +45,10 @@ int cmd_eval(int argc, char** argv) {
   po::variables_map vm;
   if (!parse_args(argc, argv, opts, vm)) return 0;
   if (text.empty()) throw BadInput("--text FILE is required (see trident eval --help)");
+  // A missing text is the user's mistake (exit 2), found before the model is read.
+  if (std::error_code ec; std::filesystem::is_directory(text, ec) || !std::ifstream(text))
+    throw BadInput("--text '" + text + "': cannot read it (" +
+                   (std::filesystem::exists(text, ec) ? "not a readable file" : "no such file") + ")");
 #ifdef TRIDENT_HAVE_TORCH
   LoadedModel m = load_model(checkpoint, hf);
   const auto tok = model_tokenizer(m, tokenizer, tokenizer_dir);

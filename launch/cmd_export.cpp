@@ -1,4 +1,5 @@
 // `trident export --checkpoint DIR --format hf-gpt2|hf-llama|hf-mixtral|hf-qwen2-moe|hf-qwen3-moe|hf-deepseek-v3 --out DIR [--shard-mb N]`
+#include <filesystem>
 #include <iostream>
 #include <stdexcept>
 #include <string>
@@ -44,6 +45,10 @@ int cmd_export(int argc, char** argv) {
     throw BadInput("--format " + format +
                    ": expected hf-gpt2, hf-llama, hf-mixtral, hf-qwen2-moe, hf-qwen3-moe or hf-deepseek-v3");
   if (shard_mb < 0) throw BadInput("--shard-mb " + std::to_string(shard_mb) + ": expected >= 0");
+  // The export makes OUT a folder; a file there is the user's to move, said before any work.
+  if (std::filesystem::exists(out) && !std::filesystem::is_directory(out))
+    throw BadInput("--out '" + out + "' is a file: expected a directory (or a path that does not exist yet) to write "
+                   "config.json and the weights into");
 #ifdef TRIDENT_HAVE_TORCH
   const int n = export_checkpoint(checkpoint, format, out, shard_mb << 20);
   std::cout << "wrote " << out << (shard_mb > 0 ? "/model-*.safetensors" : "/model.safetensors") << " (" << n

@@ -288,7 +288,7 @@ int cmd_plan(int argc, char** argv) {
     throw BadInput("--format '" + format + "', expected table, csv or json");
   std::vector<std::string> sets = vm.count("set") ? vm["set"].as<std::vector<std::string>>() : std::vector<std::string>{};
   if (vm.count("seq")) sets.push_back("model.seq_len=" + std::to_string(vm["seq"].as<int64_t>()));
-  const Config cfg = load_checked_config(vm["config"].as<std::string>(), sets);
+  const Config cfg = load_checked_config(vm["config"].as<std::string>(), sets, ConfigUse::kPlan);  // NOTE [plan reads no data]
 
   plan::Problem pr = problem_of(vm, cfg);
   const plan::Runtime runtime = plan::runtime_named(pr.runtime);  // a bad name fails here, before any work

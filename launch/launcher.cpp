@@ -156,6 +156,18 @@ class RankSet {
 // How a launcher that was signalled names itself to the others.
 constexpr const char* kStoppedByLauncher = "the launcher";
 
+// The exit status of a node stopped by another node's first failed rank (its kFailed text, "rank 1 on
+// node 1 (pid 7) exited with status 2; ..."): 2 where that rank met bad input or could not be
+// started, as its own node exits (NOTE [exit statuses]), so every node of a job with a mismatched
+// --nnodes says so whichever hears of it first; else 1.
+int remote_failure_status(const std::string& text) {
+  const std::string first = text.substr(0, text.find(';'));
+  const std::string bad = " exited with status 2";
+  const bool bad_input = (first.size() >= bad.size() && first.compare(first.size() - bad.size(), bad.size(), bad) == 0) ||
+                         first.find(" could not be started (") != std::string::npos;
+  return bad_input ? 2 : 1;
+}
+
 class Supervisor {
  public:
   // `held`, when given, listens on master_port; rank 0 inherits it (NOTE [held store port]).
@@ -347,7 +359,7 @@ void Supervisor::on_job_event(const JobEvent& e) {
   const int running = ranks_.running_count();
   say((e.kind == JobEvent::Kind::kLost ? e.text : who + " reports: " + e.text) + "; stopping the " +
       std::to_string(running) + " rank(s) on this node");
-  exit_code_ = 1;
+  exit_code_ = e.kind == JobEvent::Kind::kFailed ? remote_failure_status(e.text) : 1;
   failed_at_ = Clock::now();
   stop_all(SIGTERM);
 }
@@ -434,7 +446,9 @@ void Supervisor::on_failure(Rank& r) {
                                              : "") + notes;
   say(msg);
   publish(JobEvent::Kind::kFailed, what + notes);
-  exit_code_ = exit_code_of(r.status);
+  // A command that cannot be started (no such program, not executable) is the user's mistake:
+  // exit 2 (NOTE [exit statuses]), not the shell's 127, which a program may also exit with.
+  exit_code_ = r.exec_error.empty() ? exit_code_of(r.status) : 2;
   failed_at_ = r.ended;
   first_failure_ = {r.rank, how};
   stop_all(SIGTERM);

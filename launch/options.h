@@ -9,12 +9,14 @@
 
 namespace trident::cli {
 
-// NOTE [exit statuses] Every command exits 0 on success, 1 on a failure or a
-// difference (a rank that died, a diverged run, `compare` beyond --rtol, an
-// internal error) and 2 on bad input: a wrong option or argument, a config
-// key, a data, token, schedule, plan, JSON or checkpoint file that its
-// reader refuses (main.cpp maps the error types). BadInput is a command's own
-// caller error about its arguments.
+// NOTE [exit statuses] Every command exits 0 on success, 1 on a failure of the
+// run itself or a difference (a rank that died, a diverged run, `compare`
+// beyond --rtol, an internal error) and 2 on every usage or input error: a
+// wrong option or argument, a config key, a data, token, schedule, plan, JSON,
+// checkpoint or Hugging Face file that its reader refuses, a file, folder,
+// device or port given that cannot be used (main.cpp maps the error types; a
+// device, folder or port is a ConfigError; the launcher exits 2 for a program
+// it cannot start). BadInput is a command's own caller error about its arguments.
 class BadInput : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "core/atomic_file.h"
+#include "core/errors.h"
 #include "metrics/plot_axis.h"
 
 namespace trident {
@@ -209,11 +210,16 @@ std::optional<double> json_number(const std::string& line, const std::string& ke
 
 }  // namespace
 
-RunLog::RunLog(const std::string& dir, const std::string& title, int64_t continue_after, bool tensorboard)
-    : dir_(dir), title_(title) {
+void make_log_dir(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) throw std::runtime_error("cannot create logging.dir '" + dir + "': " + ec.message());
+  // A folder the user named that cannot be made is bad input (exit 2), not a failed run.
+  if (ec) throw ConfigError("cannot create logging.dir '" + dir + "': " + ec.message());
+}
+
+RunLog::RunLog(const std::string& dir, const std::string& title, int64_t continue_after, bool tensorboard)
+    : dir_(dir), title_(title) {
+  make_log_dir(dir);
   std::string kept;  // rows of steps <= continue_after, also in history_ for loss.svg
   if (continue_after >= 0) {
     std::ifstream old(dir + "/metrics.jsonl");

@@ -65,6 +65,10 @@ std::string format_progress(int64_t done, int64_t total, double elapsed_s, int w
 // Loss (and eval loss) against step; axes with ticks, readable in a browser.
 std::string loss_svg(const std::vector<StepMetrics>& steps, const std::string& title);
 
+// Makes the run directory (logging.dir) and its parents; throws ConfigError "cannot create
+// logging.dir 'DIR': why" where it cannot (a file in the way, no permission): bad input.
+void make_log_dir(const std::string& dir);
+
 // The run directory: metrics.jsonl appended per step (flushed), loss.svg at close,
 // and with tensorboard = true an event file of the same rows (tensorboard.h).
 class RunLog {

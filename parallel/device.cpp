@@ -3,6 +3,8 @@
 
 #include <stdexcept>
 
+#include "core/errors.h"
+
 namespace trident {
 
 std::string DeviceChoice::str() const { return cuda ? "cuda:" + std::to_string(index) : "cpu"; }
@@ -11,14 +13,15 @@ DeviceChoice choose_device(const std::string& device, int device_count, int loca
   if (device == "cpu") return {};
   if (device != "cuda")  // check_config (core/config_training.cpp) owns the allowed names
     throw std::logic_error("choose_device: device \"" + device + "\" (check_config admits no such config)");
+  // No such device is the config's or the launch's mistake, not the run's: ConfigError (exit 2).
   if (local_rank < 0)
-    throw std::runtime_error("LOCAL_RANK = " + std::to_string(local_rank) + ": a local rank cannot be negative");
+    throw ConfigError("LOCAL_RANK = " + std::to_string(local_rank) + ": a local rank cannot be negative");
   if (device_count <= 0)
-    throw std::runtime_error("training.device = \"cuda\" but this process sees " + std::to_string(device_count) +
+    throw ConfigError("training.device = \"cuda\" but this process sees " + std::to_string(device_count) +
                              " CUDA devices (check the driver and CUDA_VISIBLE_DEVICES), or set "
                              "training.device = \"cpu\"");
   if (local_rank >= device_count)
-    throw std::runtime_error("LOCAL_RANK = " + std::to_string(local_rank) + " needs CUDA device " +
+    throw ConfigError("LOCAL_RANK = " + std::to_string(local_rank) + " needs CUDA device " +
                              std::to_string(local_rank) + " but this process sees only " +
                              std::to_string(device_count) + " (one device per rank: start at most " +
                              std::to_string(device_count) + " ranks per node)");

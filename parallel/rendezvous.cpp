@@ -213,8 +213,10 @@ c10::intrusive_ptr<c10d::Store> connect_store(const WorldEnv& env, std::chrono::
   } catch (const std::exception& e) {
     why = message_of(e);
   }
+  // A port in use and a WORLD_SIZE other than rank 0's are the launch's settings, not the run's
+  // failure: ConfigError, exit 2 (NOTE [exit statuses] in launch/options.h).
   if (opts.isServer && port_in_use(env.master_port))
-    throw std::runtime_error(describe_place(env) + " cannot host the rendezvous store: port " +
+    throw ConfigError(describe_place(env) + " cannot host the rendezvous store: port " +
                              std::to_string(env.master_port) + " is already in use on this node (MASTER_PORT=" +
                              std::to_string(env.master_port) + ", which `trident launch --master-port` sets; pick "
                              "another port, or --master-port 0 for a free one on a single node)");
@@ -313,7 +315,7 @@ void join_as_peer(Rendezvous& rv, const std::string& address) {
     } catch (const std::exception&) {
       // rank 0 gone or slow: this rank's own message says it all
     }
-    throw std::runtime_error(error);
+    throw ConfigError(error);
   }
   rv.post(rv.key("joined/" + std::to_string(env.rank)), "1");
 }
@@ -325,6 +327,7 @@ struct Arrivals {
   std::map<std::pair<int, std::string>, std::vector<int>> places;
   std::map<int, std::string> acked;  // rank -> the arrival token last acknowledged
   std::string error;
+  bool mismatch = false;  // the error is a peer's WORLD_SIZE other than rank 0's (its abort): bad input
 };
 
 // Who did arrive, for the "never joined" verdict: the nodes, and by rank those of no named node.
@@ -383,6 +386,7 @@ Arrivals gather_arrivals(const Rendezvous& rv, const std::string& address) {
   while (a.error.empty()) {
     if (rv.store.check({rv.key("abort")})) {
       a.error = store_text(rv.store, rv.key("abort"));
+      a.mismatch = true;
       break;
     }
     read_arrivals(rv, a);
@@ -395,7 +399,9 @@ Arrivals gather_arrivals(const Rendezvous& rv, const std::string& address) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  rv.post(rv.key("verdict"), a.error.empty() ? "ok " + std::to_string(env.world_size) : "error " + a.error);
+  // "mismatch ": the peers that agree with rank 0 exit as bad input too (await_verdict).
+  rv.post(rv.key("verdict"), a.error.empty() ? "ok " + std::to_string(env.world_size)
+                                             : (a.mismatch ? "mismatch " : "error ") + a.error);
   return a;
 }
 
@@ -410,6 +416,8 @@ void await_verdict(const Rendezvous& rv) {
                              " (a node is missing, or node 0 died)");
   }
   const std::string verdict = store_text(rv.store, rv.key("verdict"));
+  if (verdict.rfind("mismatch ", 0) == 0)
+    throw ConfigError("rendezvous at " + store_address(env) + " failed, as rank 0 found: " + verdict.substr(9));
   if (verdict.rfind("error ", 0) == 0)
     throw std::runtime_error("rendezvous at " + store_address(env) + " failed, as rank 0 found: " + verdict.substr(6));
   assert(verdict == "ok " + std::to_string(env.world_size));
@@ -438,6 +446,7 @@ std::string join_rendezvous(c10d::Store& store, const WorldEnv& env, const std::
   }
   rv.epoch = random_token();
   Arrivals a = gather_arrivals(rv, address);
+  if (!a.error.empty() && a.mismatch) throw ConfigError(a.error);
   if (!a.error.empty()) throw std::runtime_error(a.error);
   // One line that shows where every rank listens: on a cluster, the first
   // thing to check when a run across nodes misbehaves.

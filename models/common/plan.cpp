@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "core/json.h"
+#include "core/model_checks.h"
 
 namespace trident {
 
@@ -133,7 +134,8 @@ void ConfigDiff::number(const char* theirs, double a, const char* ours, double b
 void ConfigDiff::note(const std::string& text) { text_ += (text_.empty() ? "" : "; ") + text; }
 
 void ConfigDiff::throw_if_any(const std::string& dir) const {
-  if (!text_.empty()) throw std::runtime_error("Hugging Face model " + dir + " does not fit the config: " + text_);
+  // The directory and the config a user gave disagree: bad input (exit 2), as every other HF file error.
+  if (!text_.empty()) throw ModelInputError("Hugging Face model " + dir + " does not fit the config: " + text_);
 }
 
 }  // namespace trident

@@ -23,14 +23,8 @@ void check_gpt(const Config& c) {
     if (value != 0) config_fail(c, std::string(key) + " is read by model.arch = \"deepseek_v3\" only; gpt does not read it");
   refuse(m.rope_theta != d.rope_theta, "model.rope_theta");
   refuse(m.rope_scaling != d.rope_scaling, "model.rope_scaling");
-  refuse(m.rope_factor != d.rope_factor, "model.rope_factor");
-  refuse(m.rope_low_freq_factor != d.rope_low_freq_factor, "model.rope_low_freq_factor");
-  refuse(m.rope_high_freq_factor != d.rope_high_freq_factor, "model.rope_high_freq_factor");
-  refuse(m.rope_original_max_position != d.rope_original_max_position, "model.rope_original_max_position");
-  refuse(m.rope_beta_fast != d.rope_beta_fast, "model.rope_beta_fast");
-  refuse(m.rope_beta_slow != d.rope_beta_slow, "model.rope_beta_slow");
-  refuse(m.rope_mscale != d.rope_mscale, "model.rope_mscale");
-  refuse(m.rope_mscale_all_dim != d.rope_mscale_all_dim, "model.rope_mscale_all_dim");
+  // The rope scaling keys: given at any value (NOTE [given keys]) or changed.
+  for (const RopeScalingKey& r : rope_scaling_keys()) refuse(r.value(m) != r.value(d) || c.gave(r.key), r.key);
 }
 
 }  // namespace

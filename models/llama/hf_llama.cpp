@@ -135,6 +135,11 @@ void read_rope(const json::Value& c, const std::string& cpath, ModelConfig& m) {
   if (kind != "llama3" && kind != "yarn")
     throw ModelInputError(where + ": rope_type = \"" + kind + "\"; Trident reads \"default\", \"llama3\" and \"yarn\"");
   m.rope_factor = json::as_double(json::at(*scaling, "factor", where), where + " factor");
+  // The factor stretches the original context; transformers' rope validation asks >= 1 of llama3's
+  // and yarn's (below 1 it warns and goes on to compute wrong frequencies).
+  if (!(m.rope_factor >= 1))
+    throw ModelInputError(where + ": factor = " + config_number(m.rope_factor) + " with rope_type \"" + kind +
+                          "\": expected a number >= 1 (how many times the original context it stretches)");
   m.rope_original_max_position =
       json::as_int(json::at(*scaling, "original_max_position_embeddings", where), where + " original_max_position_embeddings");
   if (kind == "yarn") {  // NOTE [YaRN] in core/config_model.cpp
@@ -209,7 +214,9 @@ std::vector<std::string> weight_files(const std::string& dir) {
 
 // The expert count under `key` and num_experts_per_tok, which must route.
 void read_experts(const json::Value& c, const std::string& cpath, const json::Value& count, const std::string& key,
-                  ModelConfig& m) {
+                  HfLlama& hf) {
+  ModelConfig& m = hf.model;
+  hf.experts_key = key;
   m.experts = json::as_int(count, cpath + " " + key);
   m.moe_top_k = json::as_int(json::at(c, "num_experts_per_tok", cpath), cpath + " num_experts_per_tok");
   if (m.experts < 1 || m.moe_top_k < 1 || m.moe_top_k > m.experts)
@@ -220,14 +227,15 @@ void read_experts(const json::Value& c, const std::string& cpath, const json::Va
 // NOTE [HF Qwen MoE layout]: qwen2_moe's and qwen3_moe's experts, top-k, widths and router; what
 // Trident's do not have (dense layers between the sparse ones, a sliding window, no q/k/v biases
 // for qwen2_moe) is refused by name.
-void read_qwen_moe(const json::Value& c, const std::string& cpath, ModelConfig& m) {
+void read_qwen_moe(const json::Value& c, const std::string& cpath, HfLlama& hf) {
+  ModelConfig& m = hf.model;
   const std::string type = m.arch;
   // Qwen3-MoE's files on the Hub say num_experts; transformers 5.24's save_pretrained writes num_local_experts.
   const json::Value* e = json::find(c, "num_experts");
   const char* experts_key = "num_experts";
   if (!e && type == "qwen3_moe") e = json::find(c, experts_key = "num_local_experts");
   if (!e) throw ModelInputError(cpath + ": no num_experts" + (type == "qwen3_moe" ? " (or num_local_experts)" : ""));
-  read_experts(c, cpath, *e, experts_key, m);
+  read_experts(c, cpath, *e, experts_key, hf);
   m.moe_ffn_hidden = json::as_int(json::at(c, "moe_intermediate_size", cpath), cpath + " moe_intermediate_size");
   if (const json::Value* n = json::find(c, "norm_topk_prob")) m.moe_norm_topk_prob = json::as_bool(*n, cpath);
   else m.moe_norm_topk_prob = false;  // both configs' default
@@ -254,6 +262,26 @@ void read_qwen_moe(const json::Value& c, const std::string& cpath, ModelConfig& 
   }
 }
 
+// n_group and topk_group against the expert count and num_experts_per_tok, in the file's own key
+// names: the same rules as model.moe_router_groups' (NOTE [MoE router] in models/common/moe.h),
+// which would name Trident's keys for a file that has none of them.
+void check_router_groups(const std::string& cpath, const std::string& experts_key, const ModelConfig& m) {
+  const auto n = [](int64_t v) { return std::to_string(v); };
+  const int64_t groups = m.moe_router_groups, topk = m.moe_router_group_topk;
+  if (groups < 1 || m.experts % groups != 0)
+    throw ModelInputError(cpath + ": n_group = " + n(groups) + ": expected an integer >= 1 dividing " + experts_key +
+                          " (" + n(m.experts) + ")");
+  if (topk < 1 || topk > groups)
+    throw ModelInputError(cpath + ": topk_group = " + n(topk) + ": expected 1 to n_group (" + n(groups) + ")");
+  if (groups > 1 && m.experts / groups < 2)
+    throw ModelInputError(cpath + ": n_group = " + n(groups) + " leaves " + n(m.experts / groups) + " expert per group of " +
+                          experts_key + " = " + n(m.experts) + ": a group is ranked by its two best experts "
+                          "(expected at least 2 per group)");
+  if (topk * (m.experts / groups) < m.moe_top_k)
+    throw ModelInputError(cpath + ": num_experts_per_tok = " + n(m.moe_top_k) + " exceeds the experts of topk_group = " +
+                          n(topk) + " group(s) of " + n(m.experts / groups) + " (n_group = " + n(groups) + ")");
+}
+
 // NOTE [HF DeepSeek-V3 layout]: DeepSeek-V3's config.json (what transformers 5.24 writes and the Hub's
 // files hold). Trident's router is the sigmoid over groups with the score-correction bias; what it
 // does not have is refused by name.
@@ -269,7 +297,7 @@ void read_deepseek_v3(const json::Value& c, const std::string& cpath, HfLlama& h
   const char* experts_key = "n_routed_experts";
   if (!e) e = json::find(c, experts_key = "num_local_experts");
   if (!e) throw ModelInputError(cpath + ": no n_routed_experts");
-  read_experts(c, cpath, *e, experts_key, m);
+  read_experts(c, cpath, *e, experts_key, hf);
   m.moe_ffn_hidden = get_int("moe_intermediate_size");
   const int64_t shared = opt_int("n_shared_experts", 0);
   if (shared < 1)
@@ -282,6 +310,7 @@ void read_deepseek_v3(const json::Value& c, const std::string& cpath, HfLlama& h
   m.moe_expert_bias = true;
   m.moe_router_groups = opt_int("n_group", 1);
   m.moe_router_group_topk = opt_int("topk_group", 1);
+  check_router_groups(cpath, experts_key, m);
   if (const json::Value* f = json::find(c, "routed_scaling_factor"))
     m.moe_routed_scaling_factor = json::as_double(*f, cpath + " routed_scaling_factor");
   // The Hub's files also say how the reference code routes; anything but what Trident does is refused.
@@ -361,9 +390,9 @@ HfLlama read_hf_llama_config(const std::string& dir) {
     if (const json::Value* j = json::find(c, "router_jitter_noise"); j && json::as_double(*j, cpath) != 0)
       throw ModelInputError(cpath + ": router_jitter_noise = " + json::dump(*j) +
                             "; Trident's router adds no noise (expected 0)");
-    read_experts(c, cpath, json::at(c, "num_local_experts", cpath), "num_local_experts", m);
+    read_experts(c, cpath, json::at(c, "num_local_experts", cpath), "num_local_experts", hf);
   }
-  if (type == "qwen2_moe" || type == "qwen3_moe") read_qwen_moe(c, cpath, m);
+  if (type == "qwen2_moe" || type == "qwen3_moe") read_qwen_moe(c, cpath, hf);
   if (type == "deepseek_v3") read_deepseek_v3(c, cpath, hf);
   m.layers = get_int("num_hidden_layers");
   m.hidden = get_int("hidden_size");
@@ -414,6 +443,27 @@ bool mtp_layer(const std::string& name, int64_t layers, int64_t mtp) {
          layer >= layers && layer < layers + mtp;
 }
 
+// Each MoE layer's router has a row per expert the weights hold. A config.json whose expert count
+// differs is named here, before the tensors' names and shapes, which would blame a tensor (an
+// expert beyond the count, or the router's shape).
+void check_expert_count(const std::vector<st::Tensor>& file, const HfLlama& hf, const std::string& path) {
+  const ModelConfig& m = hf.model;
+  if (m.experts < 1) return;
+  const std::string pre = "model.layers.", router = map_name("layers.0.moe.router.weight", m).hf;
+  const std::string in_layer = router.substr(router.find('.', pre.size()) + 1);  // "mlp.gate.weight"
+  for (const st::Tensor& t : file) {
+    long long layer = -1;
+    int used = 0;
+    if (t.name.compare(0, pre.size(), pre) != 0 || std::sscanf(t.name.c_str() + pre.size(), "%lld.%n", &layer, &used) != 1 ||
+        used == 0 || t.name.substr(pre.size() + static_cast<size_t>(used)) != in_layer || t.shape.empty() ||
+        t.shape[0] == m.experts)
+      continue;
+    throw ModelInputError(hf.dir + "/config.json: " + hf.experts_key + " = " + std::to_string(m.experts) +
+                          ", but the weights hold " + std::to_string(t.shape[0]) + " experts (" + t.name + " in " +
+                          path + " is " + shape_text(t.shape) + ")");
+  }
+}
+
 }  // namespace
 
 HfLlama read_hf_llama(const std::string& dir) {
@@ -421,7 +471,9 @@ HfLlama read_hf_llama(const std::string& dir) {
   const ModelConfig& m = hf.model;
   const HfNames names = hf_names(m);
   for (const std::string& path : weight_files(dir)) {
-    for (const st::Tensor& t : st::read_file(path)) {
+    const std::vector<st::Tensor> file = st::read_file(path);
+    check_expert_count(file, hf, path);
+    for (const st::Tensor& t : file) {
       if (t.name.find("rotary_emb.inv_freq") != std::string::npos) continue;  // a buffer some files keep
       if (mtp_layer(t.name, m.layers, hf.mtp_layers)) continue;  // NOTE [HF DeepSeek-V3 layout]: not read
       check_hf_name(t.name, names, m.layers, path);

@@ -100,6 +100,9 @@ struct HfLlama {
   std::string tokenizer;  // config.json's "tokenizer" (written by trident export), else "hf" when
                           // DIR/tokenizer.json exists, else ""
   std::map<std::string, at::Tensor> tensors;  // HF names, float32
+  // config.json's key of the routed expert count ("num_local_experts", "num_experts",
+  // "n_routed_experts"; "" for llama): an error about the count names the file's key.
+  std::string experts_key;
   // deepseek_v3 (NOTE [HF DeepSeek-V3 layout]): rotary rows kept in interleaved pairs (rope_interleave),
   // and the multi-token prediction layers after the model's (num_nextn_predict_layers), not read.
   bool rope_interleaved = false;

@@ -12,20 +12,12 @@ std::string g(double v) { return config_number(v); }
 void check_llama(const Config& c) {
   const ModelConfig& m = c.model;
   const ModelConfig d;  // the defaults
-  // Each rope key with the scaling that reads it (NOTE [YaRN] in core/config_model.cpp).
-  const auto read_by = [&](bool set, const std::string& key, const std::string& scalings) {
-    if (set && scalings.find("\"" + m.rope_scaling + "\"") == std::string::npos)
-      config_fail(c, key + " is read only with model.rope_scaling = " + scalings + ", got \"" + m.rope_scaling + "\"");
-  };
-  read_by(m.rope_factor != d.rope_factor, "model.rope_factor", "\"llama3\" or \"yarn\"");
-  read_by(m.rope_original_max_position != d.rope_original_max_position, "model.rope_original_max_position",
-          "\"llama3\" or \"yarn\"");
-  read_by(m.rope_low_freq_factor != d.rope_low_freq_factor, "model.rope_low_freq_factor", "\"llama3\"");
-  read_by(m.rope_high_freq_factor != d.rope_high_freq_factor, "model.rope_high_freq_factor", "\"llama3\"");
-  read_by(m.rope_beta_fast != d.rope_beta_fast, "model.rope_beta_fast", "\"yarn\"");
-  read_by(m.rope_beta_slow != d.rope_beta_slow, "model.rope_beta_slow", "\"yarn\"");
-  read_by(m.rope_mscale != d.rope_mscale, "model.rope_mscale", "\"yarn\"");
-  read_by(m.rope_mscale_all_dim != d.rope_mscale_all_dim, "model.rope_mscale_all_dim", "\"yarn\"");
+  // Each rope key with the scaling that reads it (NOTE [YaRN] in core/config_model.cpp): refused
+  // when given at any value (NOTE [given keys]) or changed, under a scaling that does not read it.
+  for (const RopeScalingKey& r : rope_scaling_keys())
+    if ((r.value(m) != r.value(d) || c.gave(r.key)) && model_key_unread(c, r.key))
+      config_fail(c, std::string(r.key) + " is read only with model.rope_scaling = " + r.read_by + ", got \"" +
+                         m.rope_scaling + "\"");
   if (m.rope_scaling == "llama3" && m.rope_high_freq_factor <= m.rope_low_freq_factor)
     config_fail(c, "model.rope_high_freq_factor (" + g(m.rope_high_freq_factor) +
                        ") must exceed model.rope_low_freq_factor (" + g(m.rope_low_freq_factor) + ")");

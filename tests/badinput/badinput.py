@@ -145,6 +145,24 @@ def cases(work, cores, trident="build/trident", busy_port=0):
          ["hfl-kv/config.json: model.kv_heads (3) must divide model.heads"]),
         ("hf llama kv heads 0", 2, f"eval --init-from {work}/hfl-kv0 --text README.md",
          ["hfl-kv0/config.json: num_key_value_heads = 0", "expected an integer >= 1 dividing num_attention_heads"]),
+        # Issue 64 item 8: an MoE directory's expert count against its weights, and its router's groups,
+        # in the file's own key names.
+        ("hf mixtral experts beyond the weights", 2, f"eval --init-from {work}/hfm-experts --text README.md",
+         ["hfm-experts/config.json: num_local_experts = 16, but the weights hold 8 experts",
+          "model.layers.0.block_sparse_moe.gate.weight in", "is [8, 64])"]),
+        ("hf qwen2_moe experts short of the weights", 2, f"eval --init-from {work}/hfq-experts --text README.md",
+         ["hfq-experts/config.json: num_experts = 4, but the weights hold 8 experts", "model.layers.0.mlp.gate.weight"]),
+        ("hf deepseek_v3 experts beyond the weights", 2, f"eval --init-from {work}/hfd-experts --text README.md",
+         ["hfd-experts/config.json: n_routed_experts = 16, but the weights hold 8 experts"]),
+        ("hf deepseek_v3 n_group 3", 2, f"eval --init-from {work}/hfd-ngroup --text README.md",
+         ["hfd-ngroup/config.json: n_group = 3: expected an integer >= 1 dividing n_routed_experts (8)"]),
+        ("hf deepseek_v3 topk_group 5", 2, f"eval --init-from {work}/hfd-topk --text README.md",
+         ["hfd-topk/config.json: topk_group = 5: expected 1 to n_group (4)"]),
+        # A rope factor below 1 (transformers asks >= 1 of llama3 and yarn).
+        ("hf llama yarn factor 0.5", 2, f"eval --init-from {work}/hfl-yarn-half --text README.md",
+         ["hfl-yarn-half/config.json rope_parameters: factor = 0.5 with rope_type \"yarn\"", "expected a number >= 1"]),
+        ("yarn factor 0.5", 2, "train --config configs/deepseek-v3-tiny.toml --set model.rope_factor=0.5",
+         ["model.rope_factor = 0.5: expected a finite number >= 1"]),
         ("generate temperature nan", 2, f"generate --init-from {work}/hf --prompt hi --temperature nan",
          ["--temperature nan: expected a finite number >= 0"]),
         # Messages that named the wrong thing (issue 30's "messages that mislead").
@@ -188,6 +206,11 @@ def cases(work, cores, trident="build/trident", busy_port=0):
          ["model.moe_bias_update_rate = 0.001 with model.moe_expert_bias = false: there is no correction bias"]),
         ("DeepSeek-V3 671B on this host", 2, "train --config configs/deepseek-v3.toml --set training.device=cpu",
          ["bytes of host memory", "of which the routed experts' (model.experts = 256"]),
+        # NOTE [given keys]: a key the model does not read is refused at its default value too.
+        ("top-k at its default on a dense model", 2, "train --config configs/llama-tiny.toml --set model.moe_top_k=2",
+         ["model.moe_top_k is a mixture-of-experts key", "model.arch = \"llama\" is a dense family"]),
+        ("rope factor at its default without scaling", 2, "train --config configs/llama-tiny.toml --set model.rope_factor=8",
+         ["model.rope_factor is read only with model.rope_scaling = \"llama3\" or \"yarn\", got \"none\""]),
         ("router groups on a dense model", 2, "train --config configs/llama-tiny.toml --set model.moe_router_groups=2",
          ["model.moe_router_groups is a mixture-of-experts key"]),
         ("latent attention on llama", 2, "train --config configs/llama-tiny.toml --set model.kv_lora_rank=16",
@@ -319,11 +342,11 @@ def cases(work, cores, trident="build/trident", busy_port=0):
          ["TRIDENT_STORE_FD=2 cannot host the rendezvous store: it is not a TCP socket"],
          {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29400",
           "TRIDENT_STORE_FD": "2"}),
-        ("master port in use", 1,
+        ("master port in use", 2,
          f"launch --nproc-per-node 2 --master-port {busy_port} -- {trident} {tiny} parallel.dp=2",
          [f"cannot host the rendezvous store: port {busy_port} is already in use on this node",
           f"MASTER_PORT={busy_port}", "--master-port"]),
-        ("exec failure", 127, "launch --nproc-per-node 2 --master-port 0 -- /no/such/program",
+        ("exec failure", 2, "launch --nproc-per-node 2 --master-port 0 -- /no/such/program",
          ["diagnosis: rank 0 could not be started (cannot run '/no/such/program': No such file or directory)"]),
         ("checkpoint show, corrupted", 2, f"checkpoint show {work}/ck-corrupt",
          [f"{work}/ck-corrupt/step-00000002/rank-00000.bin:", "fails its checksum", "the file is corrupted"]),
@@ -380,8 +403,20 @@ def cases(work, cores, trident="build/trident", busy_port=0):
          f"data.source=file --set data.format=megatron --set data.path={work}/none", [f"{work}/none.idx"]),
         ("compare malformed", 2, f"compare {work}/bad {work}/a", ["bad/metrics.jsonl:2: invalid JSON", "one flat JSON object of numbers per line"]),
         ("compare missing run", 2, f"compare {work}/none {work}/a", ["cannot open"]),
-        # Item 5: a difference is 1, not 2.
+        # Issue 64 item 8: the user's mistakes that exited 1 (NOTE [exit statuses]).
+        ("cuda without a device", 2, f"{tiny} training.device=cuda --set logging.dir={work}/run-cuda",
+         ['training.device = "cuda" but this process sees 0 CUDA devices'], {"CUDA_VISIBLE_DEVICES": ""}),
+        ("logging.dir under a file", 2, f"{tiny} logging.dir={work}/plain.txt/run",
+         [f"cannot create logging.dir '{work}/plain.txt/run'"]),
+        ("export a checkpoint onto a file", 2, f"export --checkpoint {work}/ck --format hf-gpt2 --out {work}/plain.txt",
+         [f"--out '{work}/plain.txt' is a file: expected a directory"]),
+        ("hf eval of a missing text", 2, f"eval --init-from {work}/hf --text {work}/none.txt",
+         [f"--text '{work}/none.txt': cannot read it (no such file)"]),
+        ("hf init_from of another width", 2, f"{tiny} model.init_from={work}/hf --set model.hidden=128",
+         [f"Hugging Face model {work}/hf does not fit the config", "model.hidden"]),
+        # Item 5: a difference is 1, not 2; so is a rank that fails.
         ("compare differ", 1, f"compare {work}/a {work}/b", []),
+        ("a failed rank", 1, "launch --nproc-per-node 1 --master-port 0 -- sh -c 'exit 1'", ["exited with status 1"]),
     ]
 
 
@@ -446,9 +481,11 @@ def edited(src, dst, config=None, tensors=None):
 
 
 def make_hf_dirs(trident, source, work):
-    """GPT-2 and Llama directories written by `trident export`, and broken copies of them."""
+    """GPT-2, Llama and MoE directories written by `trident export`, and broken copies of them."""
     import numpy as np
-    for arch, config, fmt in (("hf", "gpt-tiny", "hf-gpt2"), ("hfl", "llama-tiny", "hf-llama")):
+    for arch, config, fmt in (("hf", "gpt-tiny", "hf-gpt2"), ("hfl", "llama-tiny", "hf-llama"),
+                              ("hfm", "mixtral-tiny", "hf-mixtral"), ("hfq", "qwen2-moe-tiny", "hf-qwen2-moe"),
+                              ("hfd", "deepseek-v3-tiny", "hf-deepseek-v3")):
         ck = os.path.join(work, f"ck-{arch}")
         subprocess.run([trident, "train", "--config", f"configs/{config}.toml", "--set", "training.steps=1",
                         "--set", f"checkpoint.dir={ck}", "--set", f"logging.dir={work}/run-{arch}"],
@@ -474,6 +511,15 @@ def make_hf_dirs(trident, source, work):
                                      rope_scaling={"rope_type": "yarn", "factor": 4.0}))
     edited(hfl, f"{work}/hfl-kv", config=lambda c: c.update(num_key_value_heads=3))
     edited(hfl, f"{work}/hfl-kv0", config=lambda c: c.update(num_key_value_heads=0))
+    edited(hfl, f"{work}/hfl-yarn-half", config=lambda c: c.update(rope_parameters={
+        "rope_type": "yarn", "rope_theta": 10000.0, "factor": 0.5, "original_max_position_embeddings": 16}))
+    # Each MoE directory holds 8 experts per layer (the tiny presets'); its config.json says otherwise.
+    hfm, hfq, hfd = (os.path.join(work, a) for a in ("hfm", "hfq", "hfd"))
+    edited(hfm, f"{work}/hfm-experts", config=lambda c: c.update(num_local_experts=16))
+    edited(hfq, f"{work}/hfq-experts", config=lambda c: c.update(num_experts=4))
+    edited(hfd, f"{work}/hfd-experts", config=lambda c: c.update(n_routed_experts=16))
+    edited(hfd, f"{work}/hfd-ngroup", config=lambda c: c.update(n_group=3))
+    edited(hfd, f"{work}/hfd-topk", config=lambda c: c.update(topk_group=5))
 
 
 def main():
@@ -547,8 +593,10 @@ def main():
             for mark in TRACE_MARKS:
                 if mark in out:
                     problems.append(f"a stack trace ({mark!r})")
-            if status == 2 and len(lines) > 2:
-                problems.append(f"{len(lines)} lines, expected one error line")
+            # Under `trident launch` its own verdict ("trident launch: ...") follows the ranks' lines.
+            own = [l for l in lines if not (cmd.startswith("launch ") and l.startswith("trident launch: "))]
+            if status == 2 and len(own) > 2:
+                problems.append(f"{len(own)} lines, expected one error line")
             if secs > MAX_SECONDS:
                 problems.append(f"took {secs:.1f} s, expected under {MAX_SECONDS} s")
             verdict = "ok  " if not problems else "FAIL"

@@ -141,6 +141,8 @@ TEST(Rendezvous, MismatchedNnodes) {
       "rank 1 on node 1 has WORLD_SIZE 3 but rank 0 at 10.77.0.1:29500 has 2: --nnodes or --nproc-per-node differ";
   EXPECT_NE(logs[0].find(what), std::string::npos);
   EXPECT_NE(logs[1].find(what), std::string::npos);
+  // Bad input on both nodes (NOTE [exit statuses]), whichever hears of it first.
+  for (const auto& node : nodes) EXPECT_EQ(node->exit_code(), 2);
 }
 
 TEST(Rendezvous, NodeThatNeverArrives) {
@@ -152,4 +154,5 @@ TEST(Rendezvous, NodeThatNeverArrives) {
   const auto logs = expect_all_fail_in_time(nodes, net);
   EXPECT_NE(logs[0].find("rank(s) 1 of 2 never joined the rendezvous at 10.77.0.1:29500 within 3 s (node(s) 0 did"),
             std::string::npos);
+  EXPECT_EQ(nodes[0]->exit_code(), 1) << "a node that never came is the run's failure, not bad input";
 }

@@ -37,7 +37,7 @@ std::string prepare_byte_file(const std::string& text, const std::string& name) 
 TEST(TrainErrors, CudaWithNoDeviceVisible) {
   auto r = testing::run_command("CUDA_VISIBLE_DEVICES= " + testing::bin("trident") + " train --config " +
                                 testing::src("configs/gpt-tiny.toml") + " --set training.device=cuda");
-  EXPECT_NE(r.status, 0);
+  EXPECT_EQ(r.status, 2) << "bad input (NOTE [exit statuses])";
   EXPECT_NE(r.output.find("training.device = \"cuda\" but this process sees 0 CUDA devices"), std::string::npos)
       << r.output;
 }

@@ -228,10 +228,11 @@ TEST(Config, RoundTripThroughToToml) {
   const std::string again = trident::to_toml(back);
   EXPECT_EQ(again.substr(again.find('\n')), text.substr(text.find('\n')));  // all but the source line
   EXPECT_NE(text.find("timeout_s = 60.0 "), std::string::npos) << text;
-  // Every key is written out.
+  // Every key is written out: commented out where the model reads no value of it (NOTE [given keys]).
   for (const auto& k : trident::config_keys()) {
     const std::string key = k.name.substr(k.name.find('.') + 1);
-    EXPECT_NE(text.find("\n" + key + " = "), std::string::npos) << k.name;
+    const std::string line = (trident::model_key_unread(c, k.name) ? "\n# " : "\n") + key + " = ";
+    EXPECT_NE(text.find(line), std::string::npos) << k.name;
   }
   // And a change is seen by ==.
   Config d = back;
@@ -252,6 +253,27 @@ TEST(Config, ReadmeDocumentsEveryKey) {
     EXPECT_EQ(line, "| `" + k.name + "` | " + k.type + " | `" + k.default_value + "` | " + k.expect + " | " + k.doc + " |")
         << k.name << ": README row disagrees with the schema";
   }
+}
+
+// NOTE [given keys]: the keys a model does not read are written commented out, so every preset's
+// effective config (a run's config.toml, a checkpoint's manifest) reads back and passes the rules
+// that refuse such a key when given.
+TEST(Config, EffectiveConfigsReadBackThroughTheGivenKeysRules) {
+  for (const char* preset : {"gpt-tiny", "llama-tiny", "mixtral-tiny", "qwen2-moe-tiny", "deepseek-v3-tiny"}) {
+    Config c = load_config(std::string(TRIDENT_SOURCE_DIR) + "/configs/" + preset + ".toml");
+    trident::check_config_tables(c, trident::config_tables());
+    const std::string text = trident::to_toml(c);
+    Config back = parse_config(text, std::string(preset) + " again");
+    EXPECT_NO_THROW(trident::check_config_tables(back, trident::config_tables())) << text;
+    EXPECT_EQ(back, c) << preset;
+    const bool dense = c.model.experts == 0;
+    EXPECT_EQ(text.find("\n# moe_top_k = 2 ") != std::string::npos, dense) << text;
+    EXPECT_EQ(back.gave("model.moe_top_k"), !dense) << preset;
+  }
+  const Config given = parse_config("[model]\nlayers = 2\n", "g.toml", {"training.lr=1e-3"});
+  EXPECT_TRUE(given.gave("model.layers"));
+  EXPECT_TRUE(given.gave("training.lr"));  // its default value, given
+  EXPECT_FALSE(given.gave("training.steps"));
 }
 
 TEST(Config, BadConfigsNameKeyValueAndExpectation) {
@@ -340,6 +362,15 @@ TEST(Config, BadConfigsNameKeyValueAndExpectation) {
       {"yarn betas", "[model]\narch = \"llama\"\nffn_hidden = 96\nrope_scaling = \"yarn\"\nrope_beta_fast = 1.0\n", {},
        "model.rope_beta_fast (1.0) must exceed model.rope_beta_slow (1.0)"},
       {"yarn key under gpt", "[model]\nrope_beta_slow = 2.0\n", {}, "model.rope_beta_slow"},
+      {"yarn factor below 1", "[model]\narch = \"llama\"\nffn_hidden = 96\nrope_scaling = \"yarn\"\nrope_factor = 0.5\n",
+       {}, "model.rope_factor = 0.5: expected a finite number >= 1"},
+      // NOTE [given keys]: a key the model does not read is refused at its default value too.
+      {"MoE key at its default on a dense model", "[model]\narch = \"llama\"\nffn_hidden = 96\nmoe_top_k = 2\n", {},
+       "model.moe_top_k is a mixture-of-experts key: model.arch = \"llama\" is a dense family"},
+      {"no experts said of a dense model", "", {"model.experts=0"}, "model.experts is a mixture-of-experts key"},
+      {"rope factor at its default without scaling", "[model]\narch = \"llama\"\nffn_hidden = 96\nrope_factor = 8.0\n", {},
+       "model.rope_factor is read only with model.rope_scaling = \"llama3\" or \"yarn\", got \"none\""},
+      {"yarn key at its default under gpt", "", {"model.rope_beta_fast=32"}, "model.rope_beta_fast is a llama key"},
       {"tp divides ffn", "[model]\nhidden = 64\nheads = 4\nffn_hidden = 90\n[parallel]\ntp = 4\n", {},
        "parallel.tp (4) must divide the MLP width (90"},
       {"sequence parallel", "[model]\nseq_len = 30\nheads = 4\n[parallel]\ntp = 4\nsequence_parallel = true\n", {},

@@ -714,11 +714,12 @@ TEST(Launcher, JoinedWithoutNodeIsPlacedByAddress) {
   EXPECT_EQ(run.out.find("node -1"), std::string::npos) << run.out;
 }
 
-TEST(Launcher, MissingProgramFailsWith127) {
+// A command that cannot be started is bad input: exit 2 (NOTE [exit statuses]), not the shell's 127.
+TEST(Launcher, MissingProgramIsBadInput) {
   TempDir dir;
   LauncherRun run({"--nproc-per-node", "2", "--", "/nonexistent/trident-test-program"}, dir.path);
   run.finish();
-  EXPECT_EQ(run.exit_code(), 127) << run.err;
+  EXPECT_EQ(run.exit_code(), 2) << run.err;
   EXPECT_NE(run.err.find("cannot run '/nonexistent/trident-test-program'"), std::string::npos) << run.err;
   // The failure and the diagnosis name the failed exec, its path and errno's text, not a
   // bare status 127 or a rank that "never reported its position".

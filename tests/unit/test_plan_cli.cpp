@@ -142,6 +142,24 @@ TEST(PlanCli, LongestSequenceNamesTheLengthAndItsLayouts) {
   EXPECT_EQ(json::as_int(json::at(b, "cp", "e"), "cp"), 16);
 }
 
+// NOTE [plan reads no data]: a plan of a 128K-token model with the synthetic data's default size
+// (65536 tokens, less than one sample) plans, since a plan reads no data; the training parser still
+// refuses that config, and the plan still refuses a bad model value.
+TEST(PlanCli, PlansA128KTokenModelWhateverTheDataSection) {
+  const std::string config = "--config configs/llama-3.1-8b.toml --cluster configs/clusters/dgx-h100.toml --gpus 8 "
+                             "--set data.synthetic_tokens=65536 --seq 131072 ";
+  const Result r = run_plan(config + "--format json --layout tp=8,pp=1,dp=1,sp=1,recompute=full,mbs=1", false);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const json::Value v = json::parse(r.out, "plan");
+  EXPECT_EQ(json::as_array(v, "plan").size(), 1u) << r.out;
+  EXPECT_THROW(trident::load_config(TRIDENT_SOURCE_DIR "/configs/llama-3.1-8b.toml",
+                                    {"data.synthetic_tokens=65536", "model.seq_len=131072"}),
+               trident::ConfigError);
+  const Result bad = run_plan(config + "--set model.heads=7");
+  EXPECT_EQ(bad.status, 2) << bad.out;
+  EXPECT_NE(bad.out.find("model.hidden (4096) must be divisible by model.heads (7)"), std::string::npos) << bad.out;
+}
+
 // NOTE [planned experts]: the full-size MoE presets searched, every layout at tp = 1 (what Trident
 // runs for them), fitting an H100; DeepSeek-V3 with ep and without cp (MLA does not run under it).
 TEST(PlanCli, MoePresetsAreSearchedAtTpOne) {
