@@ -153,7 +153,9 @@ TEST(OverlapPairs, SimulatorPricesAPairAsTheLongestOfItsChainsAndResources) {
   EXPECT_DOUBLE_EQ(simulate_stats(plain, c).step_time, 9);
   const Timeline t = simulate(paired, c);
   for (const TimedAction& a : t.ranks[1])
-    if (a.action.mb == 0 && a.action.kind == ActionKind::B) EXPECT_EQ(std::make_pair(a.start, a.end), std::make_pair(2.0, 4.0));
+    if (a.action.mb == 0 && a.action.kind == ActionKind::B) {
+      EXPECT_EQ(std::make_pair(a.start, a.end), std::make_pair(2.0, 4.0));
+    }
   // Many micro-batches, all-to-alls half of each action: ZB-H1's pairs hide
   // them (its W fill the gaps), 1F1B's barely (each pair waits for the
   // forward the previous stage's pair makes), and with nothing to hide pairs
