@@ -182,23 +182,52 @@ double held_until(double ready, double other, double end) { return other < end ?
 
 }  // namespace
 
-double measured_latency(const Schedule& s, const Timeline& t) {
-  double sum = 0;
-  int n = 0;
+namespace {
+
+// One receive's latency (NOTE [measured link latency]), on a timeline whose ranks share a clock.
+struct LatencySample {
+  size_t boundary = 0;  // virtual-stage boundary b -> b + 1
+  int dir = 0;          // 0: activation, 1: gradient
+  double d = 0;         // its end - the last of its group to be ready
+  bool unbiased = false;  // its rank waited already when that one became ready
+};
+
+std::vector<LatencySample> latency_samples(const Schedule& s, const Timeline& t, double min_wait) {
+  std::vector<LatencySample> out;
   for (size_t r = 0; r < t.ranks.size(); ++r) {
     const auto& mine = t.ranks[r];
     const int rank = static_cast<int>(r);
-    for (const WaitedReceive& w : waited_receives(s, rank, mine, 0.0)) {
+    for (const WaitedReceive& w : waited_receives(s, rank, mine, min_wait)) {
       const TimedAction& a = mine[w.index];
-      const double sent = partner_ready(s, t, rank, a.action);
-      if (std::isnan(sent)) continue;
-      // One clock for all ranks: from the last operation of its group to be ready.
-      double ready = sent;
+      double ready = partner_ready(s, t, rank, a.action);
+      if (std::isnan(ready)) continue;
       for (size_t k : w.group) ready = held_until(ready, partner_ready(s, t, rank, mine[k].action), a.end);
-      if (w.wait_start <= ready && a.end >= ready) sum += a.end - ready, ++n;
+      if (a.end < ready) continue;
+      const int stage = s.stage_of(rank, a.action.chunk);
+      const int dir = a.action.kind == ActionKind::RECV_F ? 0 : 1;
+      out.push_back({static_cast<size_t>(dir == 0 ? stage - 1 : stage), dir, a.end - ready, w.wait_start <= ready});
     }
   }
-  return n ? sum / n : 0.0;
+  return out;
+}
+
+// The mean of the unbiased samples, or of all waited ones where none is (a balanced pipeline
+// under load may give none in a few steps): {sum, count} pairs of both kinds.
+double preferred_mean(const double unbiased[2], const double waited[2]) {
+  if (unbiased[1] > 0) return unbiased[0] / unbiased[1];
+  return waited[1] > 0 ? waited[0] / waited[1] : std::nan("");
+}
+
+}  // namespace
+
+double measured_latency(const Schedule& s, const Timeline& t) {
+  double unbiased[2] = {0, 0}, waited[2] = {0, 0};
+  for (const LatencySample& x : latency_samples(s, t, 0.0)) {
+    waited[0] += x.d, waited[1] += 1;
+    if (x.unbiased) unbiased[0] += x.d, unbiased[1] += 1;
+  }
+  const double mean = preferred_mean(unbiased, waited);
+  return std::isnan(mean) ? 0.0 : mean;
 }
 
 void KindSums::add(ActionKind k, double duration) {
@@ -272,40 +301,32 @@ std::vector<double> clock_offsets(const Schedule& s, const std::vector<Timeline>
 
 LinkLatency measured_link_latency(const Schedule& s, const std::vector<Timeline>& steps, double min_wait) {
   const int S = s.virtual_stages();
-  // [boundary][0: activation s -> s+1, 1: gradient s+1 -> s]: sum and count of d
-  std::vector<double> sum(2 * static_cast<size_t>(std::max(S - 1, 0)), 0.0), n(sum.size(), 0.0);
+  // [boundary * 2 + direction (0: activation s -> s+1, 1: gradient s+1 -> s)]: {sum, count} of d,
+  // over the unbiased samples and over all waited ones.
+  const size_t keys = 2 * static_cast<size_t>(std::max(S - 1, 0));
+  std::vector<std::array<double, 2>> unbiased(keys, {0, 0}), waited(keys, {0, 0});
   LinkLatency out;
   const std::vector<double> offset = clock_offsets(s, steps, min_wait);
   for (Timeline t : steps) {
     for (size_t r = 0; r < t.ranks.size(); ++r)  // rank 0's clock for all
       for (TimedAction& a : t.ranks[r]) a.start -= offset[r], a.end -= offset[r];
-    for (size_t r = 0; r < t.ranks.size(); ++r) {
-      const auto& mine = t.ranks[r];
-      const int rank = static_cast<int>(r);
-      // NOTE [measured link latency]: from the last operation of its group to be ready, when the
-      // rank waited already then (which does not depend on how long the message took).
-      for (const WaitedReceive& w : waited_receives(s, rank, mine, min_wait)) {
-        const TimedAction& a = mine[w.index];
-        double ready = partner_ready(s, t, rank, a.action);
-        if (std::isnan(ready)) continue;
-        for (size_t k : w.group) ready = held_until(ready, partner_ready(s, t, rank, mine[k].action), a.end);
-        if (w.wait_start > ready || a.end < ready) continue;
-        const int stage = s.stage_of(rank, a.action.chunk);
-        const int dir = a.action.kind == ActionKind::RECV_F ? 0 : 1;
-        const size_t b = static_cast<size_t>(dir == 0 ? stage - 1 : stage);  // boundary b -> b+1
-        sum[2 * b + dir] += a.end - ready;
-        n[2 * b + dir] += 1;
-      }
+    for (const LatencySample& x : latency_samples(s, t, min_wait)) {
+      const size_t k = 2 * x.boundary + static_cast<size_t>(x.dir);
+      waited[k][0] += x.d, waited[k][1] += 1;
+      if (x.unbiased) unbiased[k][0] += x.d, unbiased[k][1] += 1;
     }
   }
   out.per_boundary.assign(static_cast<size_t>(std::max(S - 1, 0)), -1.0);
   double total = 0;
   for (size_t b = 0; b < out.per_boundary.size(); ++b) {
-    if (n[2 * b] == 0 || n[2 * b + 1] == 0) continue;
-    out.per_boundary[b] = std::max(0.0, (sum[2 * b] / n[2 * b] + sum[2 * b + 1] / n[2 * b + 1]) / 2);
+    const double act = preferred_mean(unbiased[2 * b].data(), waited[2 * b].data());
+    const double grad = preferred_mean(unbiased[2 * b + 1].data(), waited[2 * b + 1].data());
+    if (std::isnan(act) || std::isnan(grad)) continue;
+    out.per_boundary[b] = std::max(0.0, (act + grad) / 2);
     total += out.per_boundary[b];
     ++out.links;
-    out.samples += static_cast<int>(n[2 * b] + n[2 * b + 1]);
+    for (size_t k : {2 * b, 2 * b + 1})
+      out.samples += static_cast<int>(unbiased[k][1] > 0 ? unbiased[k][1] : waited[k][1]);
   }
   out.mean = out.links ? total / out.links : 0.0;
   for (size_t b = 0; b < out.per_boundary.size(); ++b) {

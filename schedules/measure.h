@@ -77,7 +77,10 @@ Costs costs_from_stage_sums(const std::vector<KindSums>& stages, std::vector<dou
 // Ranks may each use their own clock: each neighbouring pair's offset is half
 // the difference of its two directions' mean d (L + o and L - o), the timelines
 // are put on rank 0's clock, and a link's latency is still the mean of its two
-// directions' means. A link with only one direction sampled is left out.
+// directions' means. A direction with no such receive (a balanced pipeline, a
+// few steps, under load) takes the mean of every receive its rank waited for at
+// the consumer, the larger figure; a link with a direction never waited for is
+// left out.
 struct LinkLatency {
   std::vector<double> per_boundary;  // p*v-1 values, boundary s -> s+1; links left out get `mean`, local hand-overs 0
   double mean = 0;                   // over the links measured; 0 when none
