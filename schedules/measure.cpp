@@ -180,9 +180,21 @@ double partner_ready(const Schedule& s, const Timeline& t, int r, const Action& 
 // waits for inputs only, has such; the executor's groups never do).
 double held_until(double ready, double other, double end) { return other < end ? std::max(ready, other) : ready; }
 
-}  // namespace
-
-namespace {
+// When the last operation of receive w's group became ready (its own send's post, or another
+// operation's partner's, NOTE [measured link latency]); NaN when its send is not recorded.
+// `one_peer` (optional): whether every operation of the group is with the receive's peer.
+double group_ready(const Schedule& s, const Timeline& t, int r, const WaitedReceive& w, bool* one_peer = nullptr) {
+  const auto& mine = t.ranks.at(static_cast<size_t>(r));
+  const TimedAction& a = mine[w.index];
+  const int from = peer_rank(s.stage_map(), r, a.action);
+  double ready = partner_ready(s, t, r, a.action);
+  if (one_peer) *one_peer = true;
+  for (size_t k : w.group) {
+    if (one_peer) *one_peer = *one_peer && peer_rank(s.stage_map(), r, mine[k].action) == from;
+    ready = held_until(ready, partner_ready(s, t, r, mine[k].action), a.end);
+  }
+  return ready;
+}
 
 // One receive's latency (NOTE [measured link latency]), on a timeline whose ranks share a clock.
 struct LatencySample {
@@ -199,10 +211,8 @@ std::vector<LatencySample> latency_samples(const Schedule& s, const Timeline& t,
     const int rank = static_cast<int>(r);
     for (const WaitedReceive& w : waited_receives(s, rank, mine, min_wait)) {
       const TimedAction& a = mine[w.index];
-      double ready = partner_ready(s, t, rank, a.action);
-      if (std::isnan(ready)) continue;
-      for (size_t k : w.group) ready = held_until(ready, partner_ready(s, t, rank, mine[k].action), a.end);
-      if (a.end < ready) continue;
+      const double ready = group_ready(s, t, rank, w);
+      if (std::isnan(ready) || a.end < ready) continue;
       const int stage = s.stage_of(rank, a.action.chunk);
       const int dir = a.action.kind == ActionKind::RECV_F ? 0 : 1;
       out.push_back({static_cast<size_t>(dir == 0 ? stage - 1 : stage), dir, a.end - ready, w.wait_start <= ready});
@@ -272,14 +282,9 @@ std::vector<double> clock_offsets(const Schedule& s, const std::vector<Timeline>
       for (const WaitedReceive& w : waited_receives(s, r, t.ranks[static_cast<size_t>(r)], min_wait)) {
         const TimedAction& a = t.ranks[static_cast<size_t>(r)][w.index];
         const int from = peer_rank(s.stage_map(), r, a.action);
-        double at = partner_ready(s, t, r, a.action);
-        // From the last of its group to be ready (NOTE [measured link latency]), all on `from`'s clock.
+        // From the last of its group to be ready, all on `from`'s clock (a group of one peer).
         bool one_peer = true;
-        for (size_t k : w.group) {
-          const Action& other = t.ranks[static_cast<size_t>(r)][k].action;
-          one_peer = one_peer && peer_rank(s.stage_map(), r, other) == from;
-          at = held_until(at, partner_ready(s, t, r, other), a.end);
-        }
+        const double at = group_ready(s, t, r, w, &one_peer);
         if (std::isnan(at) || !one_peer) continue;
         // The pair (lo, lo + 1) of neighbouring ranks, the message going up (lo -> lo + 1) or down.
         const int lo = std::min(from, r);
