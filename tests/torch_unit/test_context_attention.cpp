@@ -69,22 +69,34 @@ double relative_error(const at::Tensor& got, const at::Tensor& want) {
   return ::testing::AssertionFailure() << what << ", rank " << rank << ": relative max difference " << err;
 }
 
+// One rank's run of `comm` at cp over its context positions of x: the inputs it took (their
+// gradients after the caller's backward), its output, and its slice of any whole tensor.
+struct RankRun {
+  at::Tensor pos, q, k, v, out;
+  at::Tensor mine(const at::Tensor& t) const { return t.detach().index_select(2, pos).contiguous(); }
+};
+RankRun run_rank(const Whole& x, int64_t s, int cp, Group& g, const std::string& comm,
+                 std::optional<RingKernel> kernel) {
+  const CpContext ctx{&g, parse_cp_comm(comm)};
+  RankRun r;
+  r.pos = at::tensor(context_positions(s, cp, g.rank), at::kLong);
+  r.q = r.mine(x.q).requires_grad_(), r.k = r.mine(x.k).requires_grad_(), r.v = r.mine(x.v).requires_grad_();
+  r.out = kernel ? ring_attention(ctx, r.q, r.k, r.v, *kernel) : context_attention(ctx, r.q, r.k, r.v);
+  return r;
+}
+
 // kernel: the ring's step kernel (NOTE [ring step kernels]); context_attention's own choice when unset.
 void check(const std::string& comm, int cp, const std::string& backend, int64_t heads = 4, int64_t kv = 2,
            std::optional<RingKernel> kernel = std::nullopt) {
   const int64_t s = 8 * cp;
   const Whole x = whole(s, heads, kv);
   const auto errors = run_thread_group("cp", cp, std::chrono::milliseconds(30000), [&](Group& g) {
-    const CpContext ctx{&g, parse_cp_comm(comm)};
-    const at::Tensor pos = at::tensor(context_positions(s, cp, g.rank), at::kLong);
-    const auto mine = [&](const at::Tensor& t) { return t.detach().index_select(2, pos).contiguous(); };
-    const at::Tensor q = mine(x.q).requires_grad_(), k = mine(x.k).requires_grad_(), v = mine(x.v).requires_grad_();
-    const at::Tensor out = kernel ? ring_attention(ctx, q, k, v, *kernel) : context_attention(ctx, q, k, v);
-    (out * mine(x.w)).sum().backward();
-    EXPECT_TRUE(near(out, mine(x.out), "out", g.rank));
-    EXPECT_TRUE(near(q.grad(), mine(x.dq), "dq", g.rank));
-    EXPECT_TRUE(near(k.grad(), mine(x.dk), "dk", g.rank));
-    EXPECT_TRUE(near(v.grad(), mine(x.dv), "dv", g.rank));
+    const RankRun r = run_rank(x, s, cp, g, comm, kernel);
+    (r.out * r.mine(x.w)).sum().backward();
+    EXPECT_TRUE(near(r.out, r.mine(x.out), "out", g.rank));
+    EXPECT_TRUE(near(r.q.grad(), r.mine(x.dq), "dq", g.rank));
+    EXPECT_TRUE(near(r.k.grad(), r.mine(x.dk), "dk", g.rank));
+    EXPECT_TRUE(near(r.v.grad(), r.mine(x.dv), "dv", g.rank));
   }, backend);
   for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
@@ -137,16 +149,12 @@ std::array<double, 4> bf16_errors(const std::string& comm, int cp, std::optional
   // NaN: a rank that threw (its error is reported below).
   std::vector<std::array<double, 4>> per_rank(static_cast<size_t>(cp), {NAN, NAN, NAN, NAN});
   const auto errors = run_thread_group("cp", cp, std::chrono::milliseconds(30000), [&](Group& g) {
-    const CpContext ctx{&g, parse_cp_comm(comm)};
-    const at::Tensor pos = at::tensor(context_positions(s, cp, g.rank), at::kLong);
-    const auto mine = [&](const at::Tensor& t) { return t.detach().index_select(2, pos).contiguous(); };
-    const at::Tensor q = mine(x.q).requires_grad_(), k = mine(x.k).requires_grad_(), v = mine(x.v).requires_grad_();
-    const at::Tensor out = kernel ? ring_attention(ctx, q, k, v, *kernel) : context_attention(ctx, q, k, v);
-    if (out.scalar_type() != at::kBFloat16) throw std::runtime_error("the output is not in the inputs' dtype");
-    (out * mine(x.w)).sum().backward();
-    per_rank[static_cast<size_t>(g.rank)] = {relative_error(out, mine(x.out)), relative_error(q.grad(), mine(x.dq)),
-                                             relative_error(k.grad(), mine(x.dk)),
-                                             relative_error(v.grad(), mine(x.dv))};
+    const RankRun r = run_rank(x, s, cp, g, comm, kernel);
+    if (r.out.scalar_type() != at::kBFloat16) throw std::runtime_error("the output is not in the inputs' dtype");
+    (r.out * r.mine(x.w)).sum().backward();
+    per_rank[static_cast<size_t>(g.rank)] = {relative_error(r.out, r.mine(x.out)), relative_error(r.q.grad(), r.mine(x.dq)),
+                                             relative_error(r.k.grad(), r.mine(x.dk)),
+                                             relative_error(r.v.grad(), r.mine(x.dv))};
   });
   for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
   std::array<double, 4> worst{};
