@@ -219,7 +219,7 @@ void check_model_shape(const Config& c) {
     fail(c, "parallel.sequence_parallel needs model.seq_len (" + n(m.seq_len) +
                 ") divisible by parallel.tp (" + n(p.tp) + ")");
   }
-  // NOTE [context split] in parallel/context_parallel.h: 2 x cp chunks of equal length.
+  // NOTE [context split] in core/context_split.h: 2 x cp chunks of equal length.
   if (p.cp == 1 && p.cp_comm != "p2p")
     fail(c, "parallel.cp_comm = " + quote(p.cp_comm) + " with parallel.cp = 1: no sequence is split (it would be "
             "ignored)");

@@ -29,7 +29,7 @@ struct Coords {
 //
 // NOTE [context grid]
 // Context parallelism splits every sequence over the cp ranks of a group
-// (NOTE [context split] in parallel/context_parallel.h); they hold the same
+// (NOTE [context split] in core/context_split.h); they hold the same
 // parameters, so for the gradients the dp x cp ranks at one (tp, pp) are one
 // data-parallel group (dp_cp_group): the dense gradients are averaged and
 // ZeRO-1 shards over it, as Megatron reduces over its dp-cp group. The
