@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Context parallelism's memory and time (README.md, "Long sequences: context
+# Context parallelism's memory and time (docs/context-parallelism.md, "Long sequences: context
 # parallelism"). Two tables:
 #  1. training: llama-tiny cut to 2 layers, one sequence per step (mbs = gbs = 1),
 #     at seq_len 1K..16K for cp 1, 2, 4 under each parallel.cp_comm kind: the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Expert parallelism's cost here (README.md, "Expert parallelism"): mixtral-tiny on
+# Expert parallelism's cost here (docs/moe.md, "Expert parallelism"): mixtral-tiny on
 # 2 ranks as dp 2 with every expert on each rank (ep 1) and with the experts split
 # over the two (ep 2, NOTE [expert grid]), ROUNDS rounds alternating the two, each
 # STEPS steps: the median step time over the steps after the first two (one at STEPS 2), and the

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's main job (scripts/main.sh's training command: gpt-brown-bytes on
 # 8 ranks, tp2 x pp2 x dp2, interleaved, 200 steps), its output kept with the
-# date, the load and the wall time, for the figures README.md quotes.
+# date, the load and the wall time, for the figures README.md and docs/launching.md quote.
 # Usage: benchmarks/main_job.sh [BUILD_DIR]   (a directory holding `trident`; default build;
 #   STEPS from the environment, default 200; LAYOUT, when set, a parallel.pipeline_layout string for the
 #   same run, e.g. CONFIG=configs/gpt-small-brown.toml LAYOUT='Ett|t|t|L' OUT=benchmarks/results/main_job_head_alone.txt); writes

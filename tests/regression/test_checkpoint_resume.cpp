@@ -193,7 +193,7 @@ TEST(CheckpointReshard, Tp2ToTp1) {
   reshard("reshard-tp", 2, with({"parallel.tp=2"}, kSmall), 1, with({"parallel.tp=1"}, kSmall));
 }
 
-// The README's resume demo: saved by one process, resumed under tp = 2.
+// docs/checkpoints.md's resume demo: saved by one process, resumed under tp = 2.
 TEST(CheckpointReshard, Tp1ToTp2) {
   reshard("reshard-tp12", 1, with({"parallel.tp=1"}, kSmall), 2, with({"parallel.tp=2"}, kSmall));
 }

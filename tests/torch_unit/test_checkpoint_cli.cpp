@@ -1,6 +1,6 @@
 // The checkpoint commands end to end through the built `trident`: checkpoint
 // init -> export -> eval/generate on both the checkpoint and its export (same
-// loss, same greedy text), the eval token count by hand, the README's commands
+// loss, same greedy text), the eval token count by hand, docs/checkpoints.md's commands
 // as written, and errors naming the bad file, tensor or flag.
 #include <gtest/gtest.h>
 
@@ -130,7 +130,7 @@ TEST(CheckpointCli, TrainInitFromHfStartsFromItsWeights) {
   EXPECT_NE(run_command(t + " compare " + plain + " " + other + " --rtol 0").status, 0);
 }
 
-// The commands of README.md's "Checkpoints and using a trained model", as written
+// The commands of docs/checkpoints.md's "The checkpoint format", as written
 // (run from the source folder, `build/trident` being this build's binary).
 TEST(CheckpointCli, ReadmeCommandsRun) {
   const std::string t = bin("trident");
