@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Runs every command shown in the project's READMEs and in `trident --help`
-# texts, as written, and fails naming the first one that does not exit 0.
+# Runs every command shown in the project's READMEs, its docs/ pages and its
+# `trident --help` texts, as written, and fails naming the first one that does not exit 0.
 #
 # A command is a line (with its backslash continuations) of a ```sh block in
-# README.md, configs/README.md, schedules/README.md, benchmarks/README.md,
+# README.md, every docs/*.md page, configs/README.md, schedules/README.md, benchmarks/README.md,
 # launch/README.md or models/README.md; a block right after a line `<!-- doc-test: skip ... -->`
 # is not run (the comment says why: the test suite itself, a real cluster).
 # To keep the test short, training runs that do not set training.steps themselves
@@ -13,9 +13,10 @@
 # outputs go to a scratch directory, never over committed results (scripts/
 # run from the repository, which they locate themselves; they write only
 # ignored paths: build/, data/, runs/).
-# PART (CTest runs one test per part, two at a time): README.md,
-# benchmarks/README.md (the two with most commands), or other (the other
-# READMEs and the --help examples); without it every part runs.
+# PART (CTest runs one test per part): docs (README.md and the docs/ pages, in
+# name order: most of the commands), benchmarks/README.md (the longest), or other
+# (the other READMEs and the --help examples); without it every part runs. The
+# commands of one part depend only on each other (a page's runs/ folders).
 #   tests/docs/doc_commands.sh REPO_DIR [--list] [--part PART]
 set -uo pipefail
 repo="$(cd "${1:?usage: doc_commands.sh REPO_DIR [--list] [--part PART]}" && pwd)"
@@ -24,18 +25,24 @@ list_only="" part=""
 while (($#)); do
   case "$1" in
     --list) list_only=1 ;;
-    --part) part="${2:?--part needs README.md, benchmarks/README.md or other}"; shift ;;
+    --part) part="${2:?--part needs docs, benchmarks/README.md or other}"; shift ;;
     *) echo "doc_commands.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
 done
-docs=(README.md configs/README.md schedules/README.md benchmarks/README.md launch/README.md models/README.md)
+pages=(README.md)
+for page in "$repo"/docs/*.md; do
+  [[ -f "$page" ]] && pages+=("docs/${page##*/}")
+done
+others=(configs/README.md schedules/README.md launch/README.md models/README.md)
+docs=("${pages[@]}" configs/README.md schedules/README.md benchmarks/README.md launch/README.md models/README.md)
 with_help=1
 case "$part" in
   "") ;;
-  README.md | benchmarks/README.md) docs=("$part") with_help=0 ;;
-  other) docs=(configs/README.md schedules/README.md launch/README.md models/README.md) ;;
-  *) echo "doc_commands.sh: --part '$part': expected README.md, benchmarks/README.md or other" >&2; exit 2 ;;
+  docs) docs=("${pages[@]}") with_help=0 ;;
+  benchmarks/README.md) docs=("$part") with_help=0 ;;
+  other) docs=("${others[@]}") ;;
+  *) echo "doc_commands.sh: --part '$part': expected docs, benchmarks/README.md or other" >&2; exit 2 ;;
 esac
 
 extract() {  # prints one command per line, continuations joined
