@@ -10,7 +10,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <map>
+#include <regex>
 #include <sstream>
 
 #include "schedules/generators.h"
@@ -253,6 +256,32 @@ TEST(Config, ReadmeDocumentsEveryKey) {
     EXPECT_EQ(line, "| `" + k.name + "` | " + k.type + " | `" + k.default_value + "` | " + k.expect + " | " + k.doc + " |")
         << k.name << ": README row disagrees with the schema";
   }
+}
+
+// The docs/ pages repeat the rows of the keys a reader looks up there: each such row (a
+// table row whose first cell is a `section.key`) must name a key of the schema and say what
+// configs/README.md says, so a page cannot drift from the schema.
+TEST(Config, DocsPagesKeyRowsAgreeWithTheSchema) {
+  std::map<std::string, std::string> rows;
+  for (const auto& k : trident::config_keys())
+    rows[k.name] = "| `" + k.name + "` | " + k.type + " | `" + k.default_value + "` | " + k.expect + " | " + k.doc + " |";
+  const std::regex key_row(R"(^\| `([a-z]+)\.([a-z_0-9]+)` \|)");
+  int checked = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(TRIDENT_SOURCE_DIR) + "/docs")) {
+    if (entry.path().extension() != ".md") continue;
+    std::ifstream in(entry.path());
+    std::string line;
+    while (std::getline(in, line)) {
+      std::smatch m;
+      if (!std::regex_search(line, m, key_row)) continue;
+      const std::string name = m[1].str() + "." + m[2].str();
+      const auto it = rows.find(name);
+      ASSERT_NE(it, rows.end()) << entry.path().filename() << ": " << name << " is not a config key";
+      EXPECT_EQ(line, it->second) << entry.path().filename() << ": the row of " << name << " disagrees with the schema";
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 0) << "no key row found in docs/*.md: the pages or this test's pattern changed";
 }
 
 // NOTE [given keys]: the keys a model does not read are written commented out, so every preset's
