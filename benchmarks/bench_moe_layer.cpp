@@ -36,33 +36,45 @@ double median(std::vector<double> v) {
 
 at::Tensor param(at::IntArrayRef shape) { return (at::randn(shape) * 0.02).requires_grad_(); }
 
-}  // namespace
-
-int main(int argc, char** argv) try {
+// The sizes measured, from the command line (each value >= 1).
+struct Args {
   int reps = 21;
   int64_t tokens = 64, hidden = 64, experts = 8, ffn = 48, top_k = 2;
+};
+
+Args parse_args(int argc, char** argv) {
+  Args args;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
     const int64_t v = std::stoll(argv[++i]);
     if (v < 1) throw std::invalid_argument(a + " = " + std::to_string(v) + ": expected >= 1");
     if (a == "--reps")
-      reps = static_cast<int>(v);
+      args.reps = static_cast<int>(v);
     else if (a == "--tokens")
-      tokens = v;
+      args.tokens = v;
     else if (a == "--hidden")
-      hidden = v;
+      args.hidden = v;
     else if (a == "--experts")
-      experts = v;
+      args.experts = v;
     else if (a == "--ffn")
-      ffn = v;
+      args.ffn = v;
     else if (a == "--top-k")
-      top_k = v;
+      args.top_k = v;
     else
       throw std::invalid_argument("unknown argument " + a +
                                   "; usage: bench_moe_layer [--reps N] [--tokens T] [--hidden H] [--experts E] "
                                   "[--ffn I] [--top-k K]");
   }
+  return args;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const Args args = parse_args(argc, argv);
+  const int reps = args.reps;
+  const int64_t tokens = args.tokens, hidden = args.hidden, experts = args.experts, ffn = args.ffn, top_k = args.top_k;
   at::set_num_threads(1);
   at::manual_seed(1);
   trident::RouterOptions o;

@@ -64,7 +64,10 @@ Big expert_params(const ModelConfig& m) {
   return Big(moe_layers(m)) * Big(m.experts) * 3 * Big(m.hidden) * Big(m.moe_ffn());
 }
 
-std::vector<Field> model_fields() {
+namespace {
+
+// The blocks' shape, the vocabulary, the initialisation.
+std::vector<Field> shape_fields() {
   return {
       TRIDENT_FIELD(model, arch, family_rule(), "model family"),
       TRIDENT_FIELD(model, layers, at_least(1), "transformer blocks"),
@@ -83,6 +86,12 @@ std::vector<Field> model_fields() {
       TRIDENT_FIELD(model, init_from, any(),
                     "Hugging Face directory to start from (GPT-2 or Llama, see `trident export`); empty = random init"),
       TRIDENT_FIELD(model, tie_embeddings, any(), "the LM head shares the word embedding (gpt: must be true)"),
+  };
+}
+
+// The attention heads: rotary embedding and its scaling, and their width.
+std::vector<Field> head_fields() {
+  return {
       TRIDENT_FIELD(model, rope_theta, positive(), "rotary position embedding base (llama)"),
       TRIDENT_FIELD(model, rope_scaling, one_of({"none", "llama3", "yarn"}),
                     "rotary frequency scaling: none, Llama 3.1's or YaRN (DeepSeek-V3's; the rope_* keys below; llama)"),
@@ -100,6 +109,12 @@ std::vector<Field> model_fields() {
                     "yarn rope scaling: mscale_all_dim; 0 = absent (deepseek_v3: also scales MLA's softmax)"),
       TRIDENT_FIELD(model, kv_channels, at_least(0),
                     "width of one attention head; 0 = hidden / heads (qwen3_moe's head_dim)"),
+  };
+}
+
+// The mixture of experts: the experts, the router, the balancing losses.
+std::vector<Field> expert_fields() {
+  return {
       TRIDENT_FIELD(model, experts, at_least(0),
                     "routed experts per layer, each a SwiGLU MLP (the MoE families; 0 = a dense MLP)"),
       TRIDENT_FIELD(model, moe_ffn_hidden, at_least(0), "each routed expert's SwiGLU width; 0 = model.ffn_hidden (MoE)"),
@@ -141,6 +156,12 @@ std::vector<Field> model_fields() {
                     "> 0: each step every correction bias moves by this times the sign of its expert's load below "
                     "the mean, over the whole step's tokens (DeepSeek-V3's auxiliary-loss-free balancing; "
                     "Megatron's moe_router_bias_update_rate); 0 = kept as it is"),
+  };
+}
+
+// Multi-head latent attention (deepseek_v3).
+std::vector<Field> latent_attention_fields() {
+  return {
       TRIDENT_FIELD(model, q_lora_rank, at_least(0),
                     "multi-head latent attention: the queries' low-rank width; 0 = q from the hidden state "
                     "directly (deepseek_v3)"),
@@ -153,6 +174,15 @@ std::vector<Field> model_fields() {
                     "(deepseek_v3)"),
       TRIDENT_FIELD(model, v_head_dim, at_least(0), "multi-head latent attention: each value head's width (deepseek_v3)"),
   };
+}
+
+}  // namespace
+
+std::vector<Field> model_fields() {
+  std::vector<Field> out;
+  for (auto part : {shape_fields, head_fields, expert_fields, latent_attention_fields})
+    for (Field& f : part()) out.push_back(std::move(f));
+  return out;
 }
 
 }  // namespace config_rules

@@ -227,6 +227,25 @@ std::string jsonl_document(const std::string& line, const std::string& key, cons
   return json::as_string(*text, key);
 }
 
+namespace {
+
+// Trident's format: the training and the validation documents' token files, counted in `summary`.
+void write_split_files(const PrepareOptions& o, const Tokenizer& tokenizer, const std::vector<uint32_t>& train,
+                       const std::vector<uint32_t>& val, PrepareSummary& summary) {
+  summary.train_tokens = train.size();
+  summary.val_tokens = val.size();
+  const auto eot = tokenizer.end_of_text();
+  const uint32_t eot_id = eot ? *eot : kNoEndOfText;
+  for (const auto& [suffix, tokens, count] :
+       {std::tuple{".train.bin", &train, summary.train_docs}, std::tuple{".val.bin", &val, summary.val_docs}}) {
+    const std::string path = o.output_prefix + suffix;
+    write_token_file(path, *tokens, count, tokenizer.name(), tokenizer.vocab_size(), eot_id);
+    summary.files_written.push_back(path);
+  }
+}
+
+}  // namespace
+
 PrepareSummary prepare_token_files(const PrepareOptions& options) {
   const PrepareOptions& o = options;
   if (!(o.val_fraction >= 0.0 && o.val_fraction < 1.0)) {
@@ -297,15 +316,7 @@ PrepareSummary prepare_token_files(const PrepareOptions& options) {
     summary.files_written = {o.output_prefix + ".bin", o.output_prefix + ".idx"};
     return summary;
   }
-  summary.train_tokens = train.size();
-  summary.val_tokens = val.size();
-  const uint32_t eot_id = eot ? *eot : kNoEndOfText;
-  for (const auto& [suffix, tokens, count] :
-       {std::tuple{".train.bin", &train, summary.train_docs}, std::tuple{".val.bin", &val, summary.val_docs}}) {
-    const std::string path = o.output_prefix + suffix;
-    write_token_file(path, *tokens, count, tokenizer.name(), tokenizer.vocab_size(), eot_id);
-    summary.files_written.push_back(path);
-  }
+  write_split_files(o, tokenizer, train, val, summary);
   return summary;
 }
 

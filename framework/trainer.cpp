@@ -394,6 +394,76 @@ void check_expert_order(const Config& c, const Run& r, int pp_rank) {
   sched::check_expert_order(lists, r.pgs->ep.members, moe);
 }
 
+// The ranks sharing this host's memory and cores (from LOCAL_WORLD_SIZE) fit their parameters and
+// activations in it, and this rank's in its GPU; errors before any rendezvous.
+void check_memory_fits(const Config& c, const sched::Schedule& schedule, const WorldEnv& env,
+                       const DeviceChoice& device) {
+  const HostResources host = read_host_resources();
+  const char* local = std::getenv("LOCAL_WORLD_SIZE");
+  const int64_t on_host = local && std::atoll(local) > 0 ? std::atoll(local) : env.world_size;
+  // The schedule's in-flight micro-batches per pipeline rank, for their activations: the
+  // simulator's count (any costs: a rank runs its list in order whatever they are).
+  const std::vector<int> inflight = sched::simulate_stats(schedule, sched::Costs{}).peak_inflight;
+  const ModelShape shape = model_family(c, model_families()).shape;
+  check_host_resources(c, shape, on_host, host.mem_bytes, host.cores, inflight);
+  if (device.cuda) check_device_memory(c, shape, device.index, cuda_device_total_bytes(device.index), inflight);
+}
+
+// The groups of this rank's MoE layers. NOTE [expert grid] in parallel/layout.h: the tp group itself
+// splits each expert at etp = tp, and slices the tokens at etp = 1 (whole experts).
+EpContext expert_context(const Config& c, const Layout& layout, const ProcessGroups& pgs) {
+  EpContext ep;
+  if (layout.ep > 1) ep.group = &pgs.ep, ep.backward_group = &pgs.ep_backward;
+  ep.allgather = c.parallel.moe_dispatcher == "allgather";
+  if (layout.tp > 1) ep.tp = &pgs.tp;
+  if (layout.etp == 1) {
+    if (layout.tp != 1) ep.token_slices = &pgs.tp;
+  } else if (layout.etp == layout.tp) {
+    ep.expert_tp = &pgs.tp;
+  } else {
+    ep.expert_tp = &pgs.expert_tp, ep.token_slices = &pgs.token_slices;
+  }
+  return ep;
+}
+
+// This pipeline rank's stages, one per chunk, set for the run's recomputation, precisions and
+// micro-batches, their buffers on the device (the parameters move with the DataParallel).
+void make_stages(Run& r, const Layout& layout, int pp_rank) {
+  const Config& c = r.cfg;
+  const int stages = r.schedule.virtual_stages();
+  for (int chunk = 0; chunk < r.schedule.chunks; ++chunk) {
+    r.stages.push_back(r.model->make_stage(r.schedule.stage_of(pp_rank, chunk), stages, r.tp, c.training.seed,
+                                           expert_context(c, layout, *r.pgs),
+                                           CpContext{layout.cp > 1 ? &r.pgs->cp : nullptr, parse_cp_comm(c.parallel.cp_comm)}));
+    r.stages.back()->set_recompute(parse_recompute(c.training.recompute));
+    r.stages.back()->set_compute_dtype(c.training.precision == "bf16" ? at::kBFloat16 : at::kFloat);
+    r.stages.back()->set_loss_scale(1.0 / static_cast<double>(r.microbatches));
+    r.stages.back()->set_boundary_dtype(pipeline_dtype(c) == "bf16" ? at::kBFloat16 : at::kFloat);
+    r.stages.back()->move_buffers(r.device);  // once
+  }
+}
+
+// The gradients' reduction and the optimizer over this rank's stages' parameters.
+void make_data_parallel(Run& r, const std::vector<std::vector<Param*>>& stage_params, int pp_rank) {
+  const Config& c = r.cfg;
+  const int stages = r.schedule.virtual_stages();
+  DataParallelOptions dpo;
+  dpo.bucket_mb = c.parallel.dp_bucket_mb;
+  dpo.overlap = c.parallel.overlap_grad_reduce;
+  dpo.zero1 = c.parallel.zero == 1;
+  dpo.overlap_param_gather = c.parallel.overlap_param_gather;
+  dpo.sequence_parallel = c.parallel.sequence_parallel;
+  dpo.device = r.device;  // the parameters move into the device's buckets here
+  r.dp = std::make_unique<DataParallel>(
+      stage_params,
+      // The dense gradients over dp x cp (NOTE [context grid]).
+      DataParallelGroups{&r.pgs->dp_cp, &r.pgs->tp, &r.pgs->model_parallel, &r.pgs->embedding, &r.pgs->expert_dp}, dpo,
+      AdamWOptions{c.training.beta1, c.training.beta2, c.training.eps, c.training.weight_decay},
+      tied_placement(r.model->tied_groups(stages), [&](int s) { return r.schedule.rank_of(s); }, pp_rank,
+                     r.schedule.pipeline_ranks),
+      norm_slots(r.model->unique_params(stages)));
+}
+
 void build(Run& r) {
   Config& c = r.cfg;
   check_config_tables(c, config_tables());  // the rest of check_config ran when c was parsed
@@ -413,18 +483,7 @@ void build(Run& r) {
   resolve_world(c, env.world_size);
   r.microbatches = num_microbatches(c);
   r.schedule = build_schedule(c, r.microbatches);  // schedule errors before any rendezvous
-  {
-    // The ranks sharing this host's memory and cores, from LOCAL_WORLD_SIZE.
-    const HostResources host = read_host_resources();
-    const char* local = std::getenv("LOCAL_WORLD_SIZE");
-    const int64_t on_host = local && std::atoll(local) > 0 ? std::atoll(local) : env.world_size;
-    // The schedule's in-flight micro-batches per pipeline rank, for their activations: the
-    // simulator's count (any costs: a rank runs its list in order whatever they are).
-    const std::vector<int> inflight = sched::simulate_stats(r.schedule, sched::Costs{}).peak_inflight;
-    const ModelShape shape = model_family(c, model_families()).shape;
-    check_host_resources(c, shape, on_host, host.mem_bytes, host.cores, inflight);
-    if (device.cuda) check_device_memory(c, shape, device.index, cuda_device_total_bytes(device.index), inflight);
-  }
+  check_memory_fits(c, r.schedule, env, device);
   // Every rank builds the same indices; rank 0 alone writes data.cache_dir's caches.
   r.train_data = open_training_data(c, "train", env.rank == 0);
   if (c.training.eval_interval > 0) r.val_data = open_training_data(c, "val", env.rank == 0);
@@ -443,28 +502,13 @@ void build(Run& r) {
   }
   r.model = make_model(c);
   const int stages = r.schedule.virtual_stages(), pp_rank = layout.coords(env.rank).pp;
+  make_stages(r, layout, pp_rank);
   std::vector<Stage*> raw;
   std::vector<std::vector<Param*>> stage_params;
-  for (int chunk = 0; chunk < r.schedule.chunks; ++chunk) {
-    r.stages.push_back(r.model->make_stage(r.schedule.stage_of(pp_rank, chunk), stages, r.tp, c.training.seed,
-                                           EpContext{layout.ep > 1 ? &r.pgs->ep : nullptr,
-                                                     c.parallel.moe_dispatcher == "allgather",
-                                                     layout.ep > 1 ? &r.pgs->ep_backward : nullptr, -1,
-                                                     layout.tp > 1 ? &r.pgs->tp : nullptr,
-                                                     // NOTE [expert grid]: the tp group itself at etp = tp or 1
-                                                     layout.etp == 1 ? nullptr
-                                                     : layout.etp == layout.tp ? &r.pgs->tp : &r.pgs->expert_tp,
-                                                     layout.etp == layout.tp ? nullptr
-                                                     : layout.etp == 1 ? &r.pgs->tp : &r.pgs->token_slices},
-                                           CpContext{layout.cp > 1 ? &r.pgs->cp : nullptr, parse_cp_comm(c.parallel.cp_comm)}));
-    r.stages.back()->set_recompute(parse_recompute(c.training.recompute));
-    r.stages.back()->set_compute_dtype(c.training.precision == "bf16" ? at::kBFloat16 : at::kFloat);
-    r.stages.back()->set_loss_scale(1.0 / static_cast<double>(r.microbatches));
-    r.stages.back()->set_boundary_dtype(pipeline_dtype(c) == "bf16" ? at::kBFloat16 : at::kFloat);
-    r.stages.back()->move_buffers(r.device);  // once; the parameters move with the DataParallel below
-    raw.push_back(r.stages.back().get());
+  for (const auto& stage : r.stages) {
+    raw.push_back(stage.get());
     stage_params.emplace_back();
-    for (Param& prm : r.stages.back()->params()) stage_params.back().push_back(&prm);
+    for (Param& prm : stage->params()) stage_params.back().push_back(&prm);
   }
   if (layout.ep > 1) check_expert_order(c, r, pp_rank);
   for (const ParamInfo& info : r.model->unique_params(stages)) {
@@ -472,21 +516,7 @@ void build(Run& r) {
     for (int64_t d : info.full_shape) n *= d;
     r.model_params += n;
   }
-  DataParallelOptions dpo;
-  dpo.bucket_mb = c.parallel.dp_bucket_mb;
-  dpo.overlap = c.parallel.overlap_grad_reduce;
-  dpo.zero1 = c.parallel.zero == 1;
-  dpo.overlap_param_gather = c.parallel.overlap_param_gather;
-  dpo.sequence_parallel = c.parallel.sequence_parallel;
-  dpo.device = r.device;  // the parameters move into the device's buckets here
-  r.dp = std::make_unique<DataParallel>(
-      stage_params,
-      // The dense gradients over dp x cp (NOTE [context grid]).
-      DataParallelGroups{&r.pgs->dp_cp, &r.pgs->tp, &r.pgs->model_parallel, &r.pgs->embedding, &r.pgs->expert_dp}, dpo,
-      AdamWOptions{c.training.beta1, c.training.beta2, c.training.eps, c.training.weight_decay},
-      tied_placement(r.model->tied_groups(stages), [&](int s) { return r.schedule.rank_of(s); }, pp_rank,
-                     r.schedule.pipeline_ranks),
-      norm_slots(r.model->unique_params(stages)));
+  make_data_parallel(r, stage_params, pp_rank);
   if (r.dp->overlaps_param_gather())  // each stage reports its reads (NOTE [overlapped parameter gather])
     for (size_t chunk = 0; chunk < r.stages.size(); ++chunk)
       r.stages[chunk]->set_read_gate(

@@ -98,6 +98,39 @@ int usable_cores() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
+// A mixture of experts' balance in a case's line (NOTE [MoE stats]); empty for a dense model.
+std::string moe_balance(const bench::ThroughputRow& r) {
+  std::string moe;
+  const auto add = [&moe](double value, const char* fmt) {
+    if (std::isnan(value)) return;
+    char buf[64];
+    std::snprintf(buf, sizeof buf, fmt, value);
+    moe += buf;
+  };
+  add(r.moe_load, "  moe-load %.2f");
+  add(100 * r.moe_dropped, "  dropped %.1f%%");
+  add(r.moe_bias_range, "  bias-range %.2e");
+  return moe;
+}
+
+// Says which --stages values exceed --max-ranks (skipped); true when any does. Throws when all do.
+bool cap_stages(const Sweep& sweep, int max_ranks, bool max_ranks_defaulted, int cores) {
+  bool capped = false, runnable = false;
+  for (int p : ints(sweep.stages, "--stages")) {
+    if (p > max_ranks) {
+      std::cout << "bench throughput: p = " << p << " skipped: more ranks than --max-ranks " << max_ranks
+                << (max_ranks_defaulted ? " (the " + std::to_string(cores) + " cores this process may use)" : "")
+                << "; pass --max-ranks " << p << " to run it anyway (contention-bound)\n";
+      capped = true;
+    } else {
+      runnable = true;
+    }
+  }
+  if (!runnable) throw BadInput("trident bench throughput: every --stages value exceeds --max-ranks " +
+                                          std::to_string(max_ranks) + "; nothing to run");
+  return capped;
+}
+
 int bench_throughput(int argc, char** argv) {
   po::options_description opts(
       "usage: trident bench throughput [options] --out DIR\n\n"
@@ -126,19 +159,7 @@ int bench_throughput(int argc, char** argv) {
   if (out.empty()) throw BadInput("trident bench throughput: --out DIR is required");
   if (steps < 2) throw BadInput("--steps must be at least 2 (the first is warm-up), got " + std::to_string(steps));
   if (max_ranks < 1) throw BadInput("--max-ranks must be at least 1, got " + std::to_string(max_ranks));
-  bool capped = false, runnable = false;
-  for (int p : ints(sweep.stages, "--stages")) {
-    if (p > max_ranks) {
-      std::cout << "bench throughput: p = " << p << " skipped: more ranks than --max-ranks " << max_ranks
-                << (vm["max-ranks"].defaulted() ? " (the " + std::to_string(cores) + " cores this process may use)" : "")
-                << "; pass --max-ranks " << p << " to run it anyway (contention-bound)\n";
-      capped = true;
-    } else {
-      runnable = true;
-    }
-  }
-  if (!runnable) throw BadInput("trident bench throughput: every --stages value exceeds --max-ranks " +
-                                          std::to_string(max_ranks) + "; nothing to run");
+  const bool capped = cap_stages(sweep, max_ranks, vm["max-ranks"].defaulted(), cores);
   std::cout << "bench throughput: " << cores << " usable cores; real stages of p ranks x training.threads compute on\n"
             << "  them, so a case beyond " << cores << " is contention-bound (it measures shared cores as much as the\n"
             << "  schedule; trident bench bubble measures schedules)" << (capped ? "; p capped at " + std::to_string(max_ranks) : "")
@@ -156,16 +177,7 @@ int bench_throughput(int argc, char** argv) {
     std::vector<bench::ThroughputRow> one{r};
     running = bench::rescale_mfu(one, running, cores);  // the best peak so far; throughput.csv has the final one
     min_used = std::min(min_used, running);
-    std::string moe;  // a mixture of experts' balance (NOTE [MoE stats])
-    const auto add = [&moe](double value, const char* fmt) {
-      if (std::isnan(value)) return;
-      char buf[64];
-      std::snprintf(buf, sizeof buf, fmt, value);
-      moe += buf;
-    };
-    add(r.moe_load, "  moe-load %.2f");
-    add(100 * r.moe_dropped, "  dropped %.1f%%");
-    add(r.moe_bias_range, "  bias-range %.2e");
+    const std::string moe = moe_balance(r);
     std::printf("%-12s p=%d m=%-3d v=%d  %8.0f tok/s  MFU %5.1f%%  bubble %5.1f%%  step %.3f s%s%s\n", kind.c_str(), p,
                 m, v, r.tokens_per_s, 100 * one[0].mfu, 100 * r.bubble, r.step_s, moe.c_str(),
                 p * r.threads > cores ? "  (contention-bound)" : "");

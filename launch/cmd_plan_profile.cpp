@@ -51,6 +51,35 @@ std::vector<int64_t> parse_sizes(const std::string& text) {
   return out;
 }
 
+// The planner's profile of `cfg` from the measured rows: each row's F and B split into its pieces by
+// the shares the pieces took alone.
+plan::Profile profile_of(const Config& cfg, const std::vector<bench::ProfileRow>& rows) {
+  plan::Profile p;
+  p.arch = cfg.model.arch;
+  p.layers = cfg.model.layers, p.hidden = cfg.model.hidden, p.heads = cfg.model.heads, p.kv_heads = cfg.model.kv();
+  p.ffn_hidden = cfg.model.ffn(), p.seq_len = cfg.model.seq_len, p.vocab_size = cfg.model.vocab_size;
+  p.precision = cfg.training.precision;
+  p.threads = static_cast<int>(cfg.training.threads);
+  for (const bench::ProfileRow& r : rows) {
+    plan::MicroBatchProfile m;
+    m.micro_batch = static_cast<int>(r.micro_batch);
+    m.layer_forward_ms = r.forward_ms * r.layer_share;
+    m.embedding_forward_ms = r.forward_ms * r.embedding_share;
+    m.head_forward_ms = r.forward_ms * r.head_share;
+    for (int k = 0; k < 3; ++k) {
+      m.layer_backward_ms[k] = r.backward_ms[k] * r.layer_share;
+      m.embedding_backward_ms[k] = r.backward_ms[k] * r.embedding_share;
+      m.head_backward_ms[k] = r.backward_ms[k] * r.head_share;
+    }
+    m.step_overhead_ms = r.step_overhead_ms;
+    m.split_backward_ratio = r.split_backward_ratio;
+    m.weight_share = r.weight_share;
+    m.pipeline_slowdown = r.pipeline_slowdown;
+    p.rows.push_back(m);
+  }
+  return p;
+}
+
 }  // namespace
 #endif
 
@@ -91,29 +120,7 @@ int cmd_plan_profile(int argc, char** argv) {
   o.repeats = vm["repeats"].as<int>();
   const std::vector<bench::ProfileRow> rows = bench::measure_profile(cfg, sizes, o);
 
-  plan::Profile p;
-  p.arch = cfg.model.arch;
-  p.layers = cfg.model.layers, p.hidden = cfg.model.hidden, p.heads = cfg.model.heads, p.kv_heads = cfg.model.kv();
-  p.ffn_hidden = cfg.model.ffn(), p.seq_len = cfg.model.seq_len, p.vocab_size = cfg.model.vocab_size;
-  p.precision = cfg.training.precision;
-  p.threads = static_cast<int>(cfg.training.threads);
-  for (const bench::ProfileRow& r : rows) {
-    plan::MicroBatchProfile m;
-    m.micro_batch = static_cast<int>(r.micro_batch);
-    m.layer_forward_ms = r.forward_ms * r.layer_share;
-    m.embedding_forward_ms = r.forward_ms * r.embedding_share;
-    m.head_forward_ms = r.forward_ms * r.head_share;
-    for (int k = 0; k < 3; ++k) {
-      m.layer_backward_ms[k] = r.backward_ms[k] * r.layer_share;
-      m.embedding_backward_ms[k] = r.backward_ms[k] * r.embedding_share;
-      m.head_backward_ms[k] = r.backward_ms[k] * r.head_share;
-    }
-    m.step_overhead_ms = r.step_overhead_ms;
-    m.split_backward_ratio = r.split_backward_ratio;
-    m.weight_share = r.weight_share;
-    m.pipeline_slowdown = r.pipeline_slowdown;
-    p.rows.push_back(m);
-  }
+  const plan::Profile p = profile_of(cfg, rows);
   std::ostringstream os;
   std::string command = "trident plan profile";
   for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];

@@ -180,13 +180,11 @@ std::string summary_json(const std::string& title, const sched::Schedule& s, con
   return buf;
 }
 
-}  // namespace
-
-int cmd_schedule(int argc, char** argv) {
+// The options of `trident schedule`.
+void add_schedule_options(po::options_description& opts) {
   std::string kinds;
   for (const std::string& k : sched::schedule_kinds()) kinds += k + " | ";
   kinds += "zb-auto (with --memory-limit) | ";
-  po::options_description opts("trident schedule [options]");
   opts.add_options()("help,h", "show this help")(
       "kind", po::value<std::string>()->default_value("1f1b"), (kinds + "file").c_str())(
       "stages,p", po::value<int>(), "pipeline ranks P")("microbatches,m", po::value<int>(), "micro-batches M")(
@@ -216,6 +214,38 @@ int cmd_schedule(int argc, char** argv) {
       "the all-to-alls' part of F and of B (and I) of one full stage, what a pair hides (default 0)")(
       "format", po::value<std::string>()->default_value("text"), "text | schedule | csv | json | svg | chrome | summary")(
       "output,o", po::value<std::string>(), "write here instead of stdout");
+}
+
+// `s` in --format: a summary, its action lists, or its simulated timeline drawn.
+std::string render(const po::variables_map& vm, const std::string& format, const std::string& title,
+                   const sched::Schedule& s, const sched::Costs& costs) {
+  std::string out;
+  if (format == "summary") {
+    out = summary_json(title, s, sched::simulate_stats(s, costs), costs);  // validates once, nothing per action
+  } else if (format == "schedule" || format == "csv") {
+    sched::validate(s);  // throws with the grid around the first violation
+    sched::check_costs(costs, s.pipeline_ranks, s.chunks);
+    const bool comm = sched::has_communication(s);
+    if (vm.count("compute-only") && comm)
+      throw BadInput("--compute-only: the schedule read already has send/recv actions");
+    // What a run executes: a generator's communication as generate() places it (NOTE [group waits]).
+    const sched::Schedule shown = comm || vm.count("compute-only") ? s : sched::place_communication(s);
+    out = format == "csv" ? sched::to_pytorch_csv(shown) : sched::to_text(shown);
+  } else {
+    const sched::Timeline t = sched::simulate(s, costs);  // validates once
+    if (format == "text") out = sched::render_text(t, title);
+    if (format == "json") out = sched::render_json(t, title);
+    if (format == "svg") out = sched::render_svg(t, title);
+    if (format == "chrome") out = sched::render_chrome(t, title);
+  }
+  return out;
+}
+
+}  // namespace
+
+int cmd_schedule(int argc, char** argv) {
+  po::options_description opts("trident schedule [options]");
+  add_schedule_options(opts);
   po::variables_map vm;
   if (!parse_args(argc, argv, opts, vm, nullptr, nullptr,
                   "Formats: text = time grid and bubble; schedule = the action lists in text form;\n"
@@ -247,25 +277,7 @@ int cmd_schedule(int argc, char** argv) {
   const std::string title = kind != "file" ? kind
                             : vm.count("file") ? vm["file"].as<std::string>()
                                                : vm["from-csv"].as<std::string>();
-  std::string out;
-  if (format == "summary") {
-    out = summary_json(title, s, sched::simulate_stats(s, costs), costs);  // validates once, nothing per action
-  } else if (format == "schedule" || format == "csv") {
-    sched::validate(s);  // throws with the grid around the first violation
-    sched::check_costs(costs, s.pipeline_ranks, s.chunks);
-    const bool comm = sched::has_communication(s);
-    if (vm.count("compute-only") && comm)
-      throw BadInput("--compute-only: the schedule read already has send/recv actions");
-    // What a run executes: a generator's communication as generate() places it (NOTE [group waits]).
-    const sched::Schedule shown = comm || vm.count("compute-only") ? s : sched::place_communication(s);
-    out = format == "csv" ? sched::to_pytorch_csv(shown) : sched::to_text(shown);
-  } else {
-    const sched::Timeline t = sched::simulate(s, costs);  // validates once
-    if (format == "text") out = sched::render_text(t, title);
-    if (format == "json") out = sched::render_json(t, title);
-    if (format == "svg") out = sched::render_svg(t, title);
-    if (format == "chrome") out = sched::render_chrome(t, title);
-  }
+  const std::string out = render(vm, format, title, s, costs);
   if (!vm.count("output")) {
     std::cout << out;
     return 0;

@@ -84,6 +84,56 @@ double pipeline_busy_ms(const Config& cfg, int64_t microbatches) {
   return 1e3 * median(busy) / static_cast<double>(microbatches);
 }
 
+// `cfg` trained on one device (tp = pp = dp = 1, 1f1b) at micro-batch size `mbs`, o.microbatches a
+// step, logging every step under `dir`, with nothing saved or evaluated.
+Config one_device_config(const Config& cfg, int64_t mbs, const ProfileOptions& o, const std::filesystem::path& dir) {
+  Config c = cfg;
+  c.parallel.tp = c.parallel.pp = c.parallel.dp = 1;
+  c.parallel.zero = 0;
+  c.parallel.sequence_parallel = false;
+  c.parallel.pipeline_layers.clear();
+  c.schedule.kind = "1f1b";
+  c.schedule.chunks = 1;
+  c.training.micro_batch_size = mbs;
+  c.training.global_batch_size = mbs * o.microbatches;
+  c.training.steps = o.steps;
+  c.training.warmup_steps = std::min<int64_t>(c.training.warmup_steps, o.steps);
+  c.training.eval_interval = 0;
+  c.checkpoint = CheckpointConfig{};
+  c.logging.dir = (dir / ("mbs" + std::to_string(mbs))).string();
+  c.logging.log_interval = 1;
+  c.logging.progress = false;
+  c.logging.trace = false;
+  c.logging.tensorboard = false;
+  return c;
+}
+
+// The one-device training `one_device` as a 2-stage pipeline of two forked processes: their busy
+// time per micro-batch added up, the median of o.repeats runs.
+double pipelined_busy_ms(const Config& one_device, const ProfileOptions& o) {
+  std::vector<double> runs;
+  for (int rep = 0; rep < o.repeats; ++rep) {
+    HeldPort held = hold_free_port();  // NOTE [held store port]: the forked rank 0 serves on it
+    const int port = held.port();
+    const std::vector<std::string> out = run_process_group("pp2", 2, std::chrono::milliseconds(600000), [&](Group& g) {
+      for (const auto& [k, v] : std::vector<std::pair<const char*, std::string>>{
+               {"RANK", std::to_string(g.rank)}, {"LOCAL_RANK", std::to_string(g.rank)}, {"WORLD_SIZE", "2"},
+               {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}})
+        setenv(k, v.c_str(), 1);
+      if (g.rank == 0)
+        setenv("TRIDENT_STORE_FD", std::to_string(held.fd()).c_str(), 1);
+      else
+        unsetenv("TRIDENT_STORE_FD");
+      Config c = one_device;
+      c.parallel.pp = 2;
+      c.logging.dir += "-pp2";
+      return std::to_string(pipeline_busy_ms(c, o.microbatches));
+    });
+    runs.push_back(std::stod(out[0]));
+  }
+  return median(runs);
+}
+
 }  // namespace
 
 std::vector<ProfileRow> measure_profile(const Config& cfg, const std::vector<int64_t>& micro_batches,
@@ -95,56 +145,14 @@ std::vector<ProfileRow> measure_profile(const Config& cfg, const std::vector<int
   if (o.repeats < 1) throw std::runtime_error("plan profile: --repeats " + std::to_string(o.repeats) + ": expected >= 1");
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("trident-profile-" + std::to_string(::getpid()));
-  auto one_device = [&](int64_t mbs) {
-    Config c = cfg;
-    c.parallel.tp = c.parallel.pp = c.parallel.dp = 1;
-    c.parallel.zero = 0;
-    c.parallel.sequence_parallel = false;
-    c.parallel.pipeline_layers.clear();
-    c.schedule.kind = "1f1b";
-    c.schedule.chunks = 1;
-    c.training.micro_batch_size = mbs;
-    c.training.global_batch_size = mbs * o.microbatches;
-    c.training.steps = o.steps;
-    c.training.warmup_steps = std::min<int64_t>(c.training.warmup_steps, o.steps);
-    c.training.eval_interval = 0;
-    c.checkpoint = CheckpointConfig{};
-    c.logging.dir = (dir / ("mbs" + std::to_string(mbs))).string();
-    c.logging.log_interval = 1;
-    c.logging.progress = false;
-    c.logging.trace = false;
-    c.logging.tensorboard = false;
-    return c;
-  };
+  auto one_device = [&](int64_t mbs) { return one_device_config(cfg, mbs, o, dir); };
   for (int64_t mbs : micro_batches)
     if (mbs < 1) throw std::runtime_error("plan profile: micro-batch size " + std::to_string(mbs) + ": expected >= 1");
   // NOTE [shared compute], for this model: the same training as a 2-stage pipeline of two processes
   // (forked first, while this process has no threads of its own), each stage's median busy time per
   // micro-batch added up, `repeats` times; the one-device figure below divides it.
   std::map<int64_t, double> pipelined;
-  for (int64_t mbs : micro_batches) {
-    std::vector<double> runs;
-    for (int rep = 0; rep < o.repeats; ++rep) {
-      HeldPort held = hold_free_port();  // NOTE [held store port]: the forked rank 0 serves on it
-      const int port = held.port();
-      const std::vector<std::string> out = run_process_group("pp2", 2, std::chrono::milliseconds(600000), [&](Group& g) {
-        for (const auto& [k, v] : std::vector<std::pair<const char*, std::string>>{
-                 {"RANK", std::to_string(g.rank)}, {"LOCAL_RANK", std::to_string(g.rank)}, {"WORLD_SIZE", "2"},
-                 {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}})
-          setenv(k, v.c_str(), 1);
-        if (g.rank == 0)
-          setenv("TRIDENT_STORE_FD", std::to_string(held.fd()).c_str(), 1);
-        else
-          unsetenv("TRIDENT_STORE_FD");
-        Config c = one_device(mbs);
-        c.parallel.pp = 2;
-        c.logging.dir += "-pp2";
-        return std::to_string(pipeline_busy_ms(c, o.microbatches));
-      });
-      runs.push_back(std::stod(out[0]));
-    }
-    pipelined[mbs] = median(runs);
-  }
+  for (int64_t mbs : micro_batches) pipelined[mbs] = pipelined_busy_ms(one_device(mbs), o);
   std::vector<ProfileRow> rows;
   for (int64_t mbs : micro_batches) {
     Config c = one_device(mbs);

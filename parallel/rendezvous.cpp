@@ -461,6 +461,29 @@ std::string join_rendezvous(c10d::Store& store, const WorldEnv& env, const std::
   return rv.epoch;
 }
 
+// TRIDENT_STORE_FD: the launcher's socket listening on MASTER_PORT, for rank 0's rendezvous store.
+void read_store_fd(WorldEnv& env) {
+  if (const char* f = store_fd_taken ? nullptr : env_or_null("TRIDENT_STORE_FD")) {
+    // NOTE [held store port]: only the store's host may take it, and only a socket listening on MASTER_PORT.
+    const int fd = parse_int_env("TRIDENT_STORE_FD", f);
+    if (env.rank != 0 || env.agent_store)
+      throw ConfigError(std::string("TRIDENT_STORE_FD=") + f + " is set for rank " + std::to_string(env.rank) +
+                        (env.agent_store ? " while the launcher's agent hosts the store" : "") +
+                        "; only rank 0, which hosts the rendezvous store, may take the launcher's listening socket");
+    int port = 0;
+    try {
+      port = listening_port(fd);
+    } catch (const std::exception& e) {
+      throw ConfigError(std::string("TRIDENT_STORE_FD=") + f + " cannot host the rendezvous store: " + e.what());
+    }
+    if (port != env.master_port)
+      throw ConfigError(std::string("TRIDENT_STORE_FD=") + f + " listens on port " + std::to_string(port) +
+                        ", not on MASTER_PORT=" + std::to_string(env.master_port));
+    env.store_fd = fd;
+    ::fcntl(fd, F_SETFD, FD_CLOEXEC);  // programs this rank starts do not hold the store's port
+  }
+}
+
 }  // namespace
 
 WorldEnv read_world_env() {
@@ -516,25 +539,7 @@ WorldEnv read_world_env() {
     else if (v != "False" && v != "false" && v != "0")
       throw ConfigError("TORCHELASTIC_USE_AGENT_STORE='" + v + "' is not True or False");
   }
-  if (const char* f = store_fd_taken ? nullptr : env_or_null("TRIDENT_STORE_FD")) {
-    // NOTE [held store port]: only the store's host may take it, and only a socket listening on MASTER_PORT.
-    const int fd = parse_int_env("TRIDENT_STORE_FD", f);
-    if (env.rank != 0 || env.agent_store)
-      throw ConfigError(std::string("TRIDENT_STORE_FD=") + f + " is set for rank " + std::to_string(env.rank) +
-                        (env.agent_store ? " while the launcher's agent hosts the store" : "") +
-                        "; only rank 0, which hosts the rendezvous store, may take the launcher's listening socket");
-    int port = 0;
-    try {
-      port = listening_port(fd);
-    } catch (const std::exception& e) {
-      throw ConfigError(std::string("TRIDENT_STORE_FD=") + f + " cannot host the rendezvous store: " + e.what());
-    }
-    if (port != env.master_port)
-      throw ConfigError(std::string("TRIDENT_STORE_FD=") + f + " listens on port " + std::to_string(port) +
-                        ", not on MASTER_PORT=" + std::to_string(env.master_port));
-    env.store_fd = fd;
-    ::fcntl(fd, F_SETFD, FD_CLOEXEC);  // programs this rank starts do not hold the store's port
-  }
+  read_store_fd(env);
   if (const char* t = env_or_null("TRIDENT_RDZV_TIMEOUT_S")) {
     char* end = nullptr;
     const double seconds = std::strtod(t, &end);

@@ -234,18 +234,11 @@ PlanLayout resolve_layers(const ModelConfig& m, PlanLayout l) {
   return l;
 }
 
-void check_layout(const Problem& pr, const PlanLayout& given) {
-  const ModelConfig& m = pr.model;
-  const PlanLayout l = resolve_layers(m, given);
-  const std::string at = "layout " + layout_text(l) + ": ";
-  const int devices = l.tp * l.cp * l.pp * l.dp;
-  if (devices > pr.cluster.devices())
-    throw PlanError(at + std::to_string(devices) + " devices but the cluster " + pr.cluster.name + " has " +
-                    std::to_string(pr.cluster.devices()));
-  for (auto [name, value] : {std::pair<const char*, int64_t>{"heads", m.heads}, {"kv_heads", m.kv()},
-                             {"ffn_hidden", m.ffn()}, {"hidden", m.hidden}})
-    if (value % l.tp != 0)
-      throw PlanError(at + "tp(" + std::to_string(l.tp) + ") does not divide model." + name + " = " + std::to_string(value));
+namespace {
+
+// The expert dimensions (ep, etp) and schedule.overlap_moe's rules (core/config_parallel.cpp), for
+// the layouts the planner prices.
+void check_expert_layout(const ModelConfig& m, const PlanLayout& l, const std::string& at) {
   // NOTE [planned experts] in planner/model_cost.h: layouts Trident runs for a mixture of experts.
   if (l.ep > 1 && m.experts == 0)
     throw PlanError(at + "ep(" + std::to_string(l.ep) + ") with model.arch = \"" + m.arch + "\": a dense model has no experts");
@@ -262,7 +255,6 @@ void check_layout(const Problem& pr, const PlanLayout& given) {
                     " and " + (places == l.dp ? "dp = " : "(tp / etp) x cp x dp = ") + std::to_string(places) +
                     " (the experts fold over the data-parallel replicas" +
                     (places == l.dp ? std::string() : ", the context-parallel ranks and the tp ranks at etp = 1") + ")");
-  // The rules of schedule.overlap_moe (core/config_parallel.cpp), for the layouts the planner prices.
   if (l.overlap_moe && l.ep == 1)
     throw PlanError(at + "overlap_moe=1 with ep(1): there is no expert all-to-all to hide");
   if (l.overlap_moe && l.recompute == "full")
@@ -273,19 +265,11 @@ void check_layout(const Problem& pr, const PlanLayout& given) {
                     "and values over one context-parallel group");
   if (l.overlap_moe && l.schedule == "gpipe")
     throw PlanError(at + "overlap_moe=1 with schedule=gpipe: no backward has a forward after it to pair with");
-  if (m.mla() && l.cp > 1)
-    throw PlanError(at + "cp(" + std::to_string(l.cp) + ") with model.arch = \"" + m.arch +
-                    "\": multi-head latent attention does not run under context parallelism yet");
-  if (m.seq_len % (2 * l.cp) != 0)
-    throw PlanError(at + "cp(" + std::to_string(l.cp) + "): 2 x cp does not divide model.seq_len = " +
-                    std::to_string(m.seq_len));
-  if (l.sequence_parallel && (m.seq_len / l.cp) % l.tp != 0)
-    throw PlanError(at + "sequence parallelism: tp(" + std::to_string(l.tp) + ") does not divide model.seq_len" +
-                    (l.cp > 1 ? " / cp" : "") + " = " + std::to_string(m.seq_len / l.cp));
-  if (l.cp_comm == "a2a" && ((m.heads / l.tp) % l.cp != 0 || (m.kv() / l.tp) % l.cp != 0))
-    throw PlanError(at + "cp_comm=a2a: cp(" + std::to_string(l.cp) + ") does not divide the heads or key/value heads "
-                    "per tp rank");
-  if (l.zero == 1 && l.dp * l.cp == 1) throw PlanError(at + "zero=1 needs dp x cp > 1");
+}
+
+// layers=A+B+... has one entry per virtual stage, each >= 1, summing to the model's; without it the
+// layers divide evenly over pp x chunks.
+void check_layer_split(const ModelConfig& m, const PlanLayout& l, const std::string& at) {
   const int v = chunks_of(l);
   if (!l.layers.empty()) {
     if (static_cast<int>(l.layers.size()) != l.pp * v)
@@ -302,6 +286,37 @@ void check_layout(const Problem& pr, const PlanLayout& given) {
     throw PlanError(at + "model.layers = " + std::to_string(m.layers) + " is not a multiple of pp x chunks = " +
                     std::to_string(l.pp * v) + ": give layers=A+B+... or first=/last= for an uneven split");
   }
+}
+
+}  // namespace
+
+void check_layout(const Problem& pr, const PlanLayout& given) {
+  const ModelConfig& m = pr.model;
+  const PlanLayout l = resolve_layers(m, given);
+  const std::string at = "layout " + layout_text(l) + ": ";
+  const int devices = l.tp * l.cp * l.pp * l.dp;
+  if (devices > pr.cluster.devices())
+    throw PlanError(at + std::to_string(devices) + " devices but the cluster " + pr.cluster.name + " has " +
+                    std::to_string(pr.cluster.devices()));
+  for (auto [name, value] : {std::pair<const char*, int64_t>{"heads", m.heads}, {"kv_heads", m.kv()},
+                             {"ffn_hidden", m.ffn()}, {"hidden", m.hidden}})
+    if (value % l.tp != 0)
+      throw PlanError(at + "tp(" + std::to_string(l.tp) + ") does not divide model." + name + " = " + std::to_string(value));
+  check_expert_layout(m, l, at);
+  if (m.mla() && l.cp > 1)
+    throw PlanError(at + "cp(" + std::to_string(l.cp) + ") with model.arch = \"" + m.arch +
+                    "\": multi-head latent attention does not run under context parallelism yet");
+  if (m.seq_len % (2 * l.cp) != 0)
+    throw PlanError(at + "cp(" + std::to_string(l.cp) + "): 2 x cp does not divide model.seq_len = " +
+                    std::to_string(m.seq_len));
+  if (l.sequence_parallel && (m.seq_len / l.cp) % l.tp != 0)
+    throw PlanError(at + "sequence parallelism: tp(" + std::to_string(l.tp) + ") does not divide model.seq_len" +
+                    (l.cp > 1 ? " / cp" : "") + " = " + std::to_string(m.seq_len / l.cp));
+  if (l.cp_comm == "a2a" && ((m.heads / l.tp) % l.cp != 0 || (m.kv() / l.tp) % l.cp != 0))
+    throw PlanError(at + "cp_comm=a2a: cp(" + std::to_string(l.cp) + ") does not divide the heads or key/value heads "
+                    "per tp rank");
+  if (l.zero == 1 && l.dp * l.cp == 1) throw PlanError(at + "zero=1 needs dp x cp > 1");
+  check_layer_split(m, l, at);
   if (pr.profile) {
     check_profile_matches(*pr.profile, m, pr.precision);
     pr.profile->at(l.micro_batch);  // throws naming the sizes it has
@@ -313,7 +328,7 @@ void check_layout(const Problem& pr, const PlanLayout& given) {
   try {
     // zb-auto's lists are of ZB-H1's family (one chunk, the loop placement).
     sched::check_supported(l.schedule == "zb-auto" ? "zb-h1" : l.schedule, l.pp,
-                           static_cast<int>(pr.global_batch / per_step), v);
+                           static_cast<int>(pr.global_batch / per_step), chunks_of(l));
   } catch (const std::exception& e) {
     throw PlanError(at + e.what());
   }
@@ -326,7 +341,7 @@ namespace {
 // combine) and two backward, each moving (ep - 1) / ep of b·s·k·h elements of this rank over the ep
 // group's link (its ranks tp apart inside the dp replicas, ep fastest: on one node while tp x ep fits
 // it; NOTE [expert grid] in parallel/layout.h), plus the splits exchanged first (latency). Exposed:
-// unless overlap_moe pairs them with compute (NOTE [planned overlap] in evaluate). A mean layer
+// unless overlap_moe pairs them with compute (NOTE [planned overlap]). A mean layer
 // carries its share of the MoE layers' (NOTE [planned experts]). The routed experts' memory divides by
 // ep, their gradients reduce and ZeRO-1 shards over the expert-data-parallel group (dp / ep).
 // Returns one layer's forward seconds (the backward's are the same).
@@ -342,351 +357,544 @@ double expert_all_to_alls(const ModelConfig& m, const Cluster& c, const PlanLayo
   return share * 2 * a2a;
 }
 
-}  // namespace
+// What every cost of one layout's step reads: the layout with its layers written out and checked,
+// the runtime, and the stretch of ranks that outnumber a node's compute slots and share them (a
+// profile measured how this model shares the machine it ran on: 2 ranks' worth of compute over its
+// slowdown).
+struct Setting {
+  Setting(const Problem& problem, const PlanLayout& given);
+  const Problem& pr;
+  const ModelConfig& m;
+  const Cluster& c;
+  const PlanLayout l;
+  const Runtime rt;
+  const int v, stages, e, mb_count;
+  const double slow;        // every compute cost stretched alike by the sharing
+  const double t, ov0, ov;  // tp; the per-action overhead, and stretched by the sharing
+  ModelConfig ml;           // a rank's share of each sequence under context parallelism: its s / cp tokens
+  double msg = 0;           // one (b, s / cp, h) activation
+  bool sp = false;
+};
 
-Estimate evaluate(const Problem& pr, const PlanLayout& given) {
+PlanLayout checked_layout(const Problem& pr, const PlanLayout& given) {
   const PlanLayout l = resolve_layers(pr.model, given);
   check_layout(pr, l);
-  const Runtime rt = runtime_named(pr.runtime);
-  const ModelConfig& m = pr.model;
-  const Cluster& c = pr.cluster;
-  const int v = chunks_of(l), stages = l.pp * v, e = elem_bytes(pr.precision);
-  const int mb_count = static_cast<int>(pr.global_batch / (static_cast<int64_t>(l.dp) * l.micro_batch));
-  // Ranks that outnumber a node's compute slots share them: every compute cost stretches alike.
-  // A profile measured how this model shares the machine it ran on: 2 ranks' worth of compute over its slowdown.
-  const double slow = c.compute_sharing(static_cast<int64_t>(l.tp) * l.cp * l.pp * l.dp,
-                                        pr.profile ? 2 / pr.profile->at(l.micro_batch).pipeline_slowdown : 0.0);
-  Device dev;  // every compute cost stretched alike by the sharing
-  dev.peak_flops = c.peak_tflops(pr.precision) * 1e12 / slow;
+  return l;
+}
+
+Setting::Setting(const Problem& problem, const PlanLayout& given)
+    : pr(problem),
+      m(problem.model),
+      c(problem.cluster),
+      l(checked_layout(problem, given)),
+      rt(runtime_named(problem.runtime)),
+      v(chunks_of(l)),
+      stages(l.pp * v),
+      e(elem_bytes(problem.precision)),
+      mb_count(static_cast<int>(problem.global_batch / (static_cast<int64_t>(l.dp) * l.micro_batch))),
+      slow(c.compute_sharing(static_cast<int64_t>(l.tp) * l.cp * l.pp * l.dp,
+                             pr.profile ? 2 / pr.profile->at(l.micro_batch).pipeline_slowdown : 0.0)),
+      t(l.tp),
+      ov0(c.action_overhead_us * 1e-6),
+      ov(ov0 * slow),
+      ml(m) {
+  ml.seq_len = m.seq_len / l.cp;
+  msg = static_cast<double>(l.micro_batch * ml.seq_len * m.hidden) * e;
+  sp = l.sequence_parallel && l.tp > 1;
+}
+
+Device shared_device(const Setting& s) {
+  const Cluster& c = s.c;
+  Device dev;
+  dev.peak_flops = c.peak_tflops(s.pr.precision) * 1e12 / s.slow;
   dev.gemm_efficiency = c.gemm_efficiency;
   dev.attention_efficiency = c.attention_efficiency > 0 ? c.attention_efficiency : c.gemm_efficiency;
-  dev.memory_bytes_per_s = c.memory_bandwidth_gbs * 1e9 / slow;
-  dev.gemm_fixed_s = c.gemm_fixed_us * 1e-6 * slow;
-  dev.elem_bytes = e;
-  const double t = l.tp, ov0 = c.action_overhead_us * 1e-6, ov = ov0 * slow;
-  // A rank's share of each sequence under context parallelism: its s / cp tokens.
-  ModelConfig ml = m;
-  ml.seq_len = m.seq_len / l.cp;
-  const double msg = static_cast<double>(l.micro_batch * ml.seq_len * m.hidden) * e;  // (b, s / cp, h) activation
-  const bool sp = l.sequence_parallel && l.tp > 1;
+  dev.memory_bytes_per_s = c.memory_bandwidth_gbs * 1e9 / s.slow;
+  dev.gemm_fixed_s = c.gemm_fixed_us * 1e-6 * s.slow;
+  dev.elem_bytes = s.e;
+  return dev;
+}
 
-  LayerTimes lt = layer_times(ml, l.micro_batch, l.tp, sp, rt.attention, dev);
-  const HeadTimes ht = head_times(ml, l.micro_batch, l.tp, rt.attention, dev);
-  // NOTE [planned context parallelism] The attention of a rank's s / cp queries over the whole
-  // sequence: cp times what layer_times priced for s / cp tokens alone, a cp-th of the whole
-  // sequence's under the same kernel model (the ring's steps skip the masked half blocks as a
-  // causal kernel does: NOTE [ring steps] in models/common/context_attention.cpp; Ulysses runs
-  // heads / cp over all s), so MFU keeps its meaning at every cp. The exchanges, per layer and
-  // micro-batch, over the cp group's link (its ranks tp apart after tp's, on one node while tp x cp
-  // fits it): the ring's cp − 1 key/value blocks forward, each hidden behind one step's attention
-  // (what exceeds it is exposed), and backward the block with its fp32 dK/dV accumulator, plus the
-  // accumulator's last trip home; all_gather's all-gather of keys and values forward and
-  // reduce-scatter backward, exposed; a2a's four all-to-alls (q, k, v, out) each way, exposed.
-  double cp_f = 0, cp_b = 0;
-  if (l.cp > 1) {
-    const double n = l.cp;
-    lt.attn_f *= n, lt.attn_b *= n;
-    const bool intra = static_cast<int64_t>(l.tp) * l.cp <= c.devices_per_node;
-    const Link cl = link(c, intra);
-    const double kv_block = static_cast<double>(l.micro_batch * ml.seq_len) * 2 *
-                            static_cast<double>(m.kv() / l.tp * m.head_dim()) * e;  // k and v of one rank
-    const double q_bytes = static_cast<double>(l.micro_batch * ml.seq_len * m.heads / l.tp * m.head_dim()) * e;
-    auto xfer = [&](double bytes) { return bytes / (cl.gbs * 1e9) + cl.lat_us * 1e-6; };
-    if (l.cp_comm == "p2p") {
-      const double acc = kv_block * 4 / e;  // the fp32 dK/dV accumulator
-      cp_f = (n - 1) * (std::max(0.0, xfer(kv_block) - lt.attn_f / n) + cl.call_us * 1e-6);
-      cp_b = (n - 1) * (std::max(0.0, xfer(kv_block + acc) - lt.attn_b / n) + cl.call_us * 1e-6) + xfer(acc);
-    } else if (l.cp_comm == "all_gather") {
-      cp_f = ring_allreduce(kv_block * n, l.cp, cl) / 2;  // an all-gather: half an all-reduce's volume
-      cp_b = cp_f;
-    } else {
-      auto a2a = [&](double bytes) { return (n - 1) / n * bytes / (cl.gbs * 1e9) + cl.lat_us * 1e-6 + cl.call_us * 1e-6; };
-      cp_f = 2 * a2a(q_bytes) + a2a(kv_block);
-      cp_b = cp_f;
-    }
+// Seconds of one layer's exchanges in its forward and in its backward.
+struct Exchange {
+  double f = 0, b = 0;
+};
+
+// NOTE [planned context parallelism] The attention of a rank's s / cp queries over the whole
+// sequence: cp times what layer_times priced for s / cp tokens alone, a cp-th of the whole
+// sequence's under the same kernel model (the ring's steps skip the masked half blocks as a
+// causal kernel does: NOTE [ring steps] in models/common/context_attention.cpp; Ulysses runs
+// heads / cp over all s), so MFU keeps its meaning at every cp. The exchanges, per layer and
+// micro-batch, over the cp group's link (its ranks tp apart after tp's, on one node while tp x cp
+// fits it): the ring's cp − 1 key/value blocks forward, each hidden behind one step's attention
+// (what exceeds it is exposed), and backward the block with its fp32 dK/dV accumulator, plus the
+// accumulator's last trip home; all_gather's all-gather of keys and values forward and
+// reduce-scatter backward, exposed; a2a's four all-to-alls (q, k, v, out) each way, exposed.
+// Scales lt's attention to the whole sequence's and returns the exchanges.
+Exchange context_exchanges(const Setting& s, LayerTimes& lt) {
+  const PlanLayout& l = s.l;
+  const ModelConfig& m = s.m;
+  const int e = s.e;
+  Exchange cp;
+  if (l.cp <= 1) return cp;
+  const double n = l.cp;
+  lt.attn_f *= n, lt.attn_b *= n;
+  const bool intra = static_cast<int64_t>(l.tp) * l.cp <= s.c.devices_per_node;
+  const Link cl = link(s.c, intra);
+  const double kv_block = static_cast<double>(l.micro_batch * s.ml.seq_len) * 2 *
+                          static_cast<double>(m.kv() / l.tp * m.head_dim()) * e;  // k and v of one rank
+  const double q_bytes = static_cast<double>(l.micro_batch * s.ml.seq_len * m.heads / l.tp * m.head_dim()) * e;
+  auto xfer = [&](double bytes) { return bytes / (cl.gbs * 1e9) + cl.lat_us * 1e-6; };
+  if (l.cp_comm == "p2p") {
+    const double acc = kv_block * 4 / e;  // the fp32 dK/dV accumulator
+    cp.f = (n - 1) * (std::max(0.0, xfer(kv_block) - lt.attn_f / n) + cl.call_us * 1e-6);
+    cp.b = (n - 1) * (std::max(0.0, xfer(kv_block + acc) - lt.attn_b / n) + cl.call_us * 1e-6) + xfer(acc);
+  } else if (l.cp_comm == "all_gather") {
+    cp.f = ring_allreduce(kv_block * n, l.cp, cl) / 2;  // an all-gather: half an all-reduce's volume
+    cp.b = cp.f;
+  } else {
+    auto a2a = [&](double bytes) { return (n - 1) / n * bytes / (cl.gbs * 1e9) + cl.lat_us * 1e-6 + cl.call_us * 1e-6; };
+    cp.f = 2 * a2a(q_bytes) + a2a(kv_block);
+    cp.b = cp.f;
   }
-  // NOTE [planned expert parallelism] (expert_all_to_alls): a layer's all-to-alls, forward and backward.
-  const double ep_f = expert_all_to_alls(m, c, l, ml.seq_len, e), ep_b = ep_f;
-  // Tensor parallelism: 2 all-reduces (or all-gather + reduce-scatter pairs with SP: the same volume
-  // in twice the calls) in each layer's forward and 2 in its backward (Shoeybi et al. 2019); inside a
-  // node unless tp exceeds it. With --tp-comm-overlap (SP only) each all-gather and reduce-scatter is
-  // split into tp chunks pipelined with the GEMM it feeds or drains (the backward's input-gradient
-  // GEMMs have the forward's shapes).
-  const bool tp_intra = l.tp <= c.devices_per_node && c.devices_per_node % l.tp == 0;
-  const Link tl = link(c, tp_intra);
-  double tp_pass = l.tp > 1 ? 2 * ring_allreduce(msg, l.tp, tl, sp ? 2 : 1) : 0.0;
-  if (l.tp > 1 && sp && rt.tp_comm_overlap) {
-    const double one = ring_allreduce(msg, l.tp, tl, 2) / 2;  // one all-gather or reduce-scatter
+  return cp;
+}
+
+// Tensor parallelism: 2 all-reduces (or all-gather + reduce-scatter pairs with SP: the same volume
+// in twice the calls) in each layer's forward and 2 in its backward (Shoeybi et al. 2019); inside a
+// node unless tp exceeds it. With --tp-comm-overlap (SP only) each all-gather and reduce-scatter is
+// split into tp chunks pipelined with the GEMM it feeds or drains (the backward's input-gradient
+// GEMMs have the forward's shapes). Returns one pass's (forward or backward) seconds of one layer.
+double tensor_collectives(const Setting& s, const LayerTimes& lt) {
+  const PlanLayout& l = s.l;
+  const bool tp_intra = l.tp <= s.c.devices_per_node && s.c.devices_per_node % l.tp == 0;
+  const Link tl = link(s.c, tp_intra);
+  double tp_pass = l.tp > 1 ? 2 * ring_allreduce(s.msg, l.tp, tl, s.sp ? 2 : 1) : 0.0;
+  if (l.tp > 1 && s.sp && s.rt.tp_comm_overlap) {
+    const double one = ring_allreduce(s.msg, l.tp, tl, 2) / 2;  // one all-gather or reduce-scatter
     tp_pass = 0;
     for (double g : {lt.gemm_qkv, lt.gemm_proj, lt.gemm_fc1, lt.gemm_fc2}) tp_pass += exposed_chunked(one, g, l.tp);
   }
-  const double layer_f = lt.gemm_f + lt.attn_f + lt.elem_f, layer_i = lt.gemm_i + lt.attn_b + lt.elem_b;
-  const double rec_gemm = l.recompute == "full" ? layer_f : l.recompute == "selective" ? lt.attn_f : 0.0;
-  const double rec_tp = l.recompute == "full" ? tp_pass : 0.0;
-  const double rec_cp = l.recompute == "none" ? 0.0 : cp_f;  // the attention core reruns its exchanges
-  const double rec_ep = l.recompute == "full" ? ep_f : 0.0;    // a recomputed layer dispatches again
+  return tp_pass;
+}
 
-  const std::vector<int> nl = layers_per_stage(m, l);
-  std::pair<double, double> layer_host = c.layer_overhead_s(m.arch);  // (forward, backward) seconds
-  layer_host.first *= slow, layer_host.second *= slow;
-  // zb-auto: its stage costs are those of ZB-H1's family (split W, the loop placement); the list
-  // itself is searched below, once the costs and the link latencies are known.
-  const bool zb_auto = l.schedule == "zb-auto";
-  sched::Schedule s = sched::generate_compute(zb_auto ? "zb-h1" : l.schedule, l.pp, mb_count, v);
-  bool split_w = false;
-  for (const auto& list : s.ranks)
-    for (const auto& a : list)
-      if (a.kind == sched::ActionKind::W) split_w = true;
+// One layer of one micro-batch on one rank: its compute, each dimension's exchanges apart, and what
+// recomputation adds to its backward (a stage of n layers pays n of each).
+struct LayerCost {
+  LayerTimes lt;
+  HeadTimes ht;
+  double layer_f = 0, layer_i = 0;  // compute: forward, input-gradient backward
+  double tp_pass = 0;               // forward's, and the backward's as much
+  Exchange cp, ep;
+  double rec_gemm = 0, rec_tp = 0, rec_cp = 0, rec_ep = 0;
+  std::pair<double, double> host;  // (forward, backward) host seconds per layer beyond its FLOPs
+};
 
-  // Per virtual stage, one micro-batch, in milliseconds (the simulator's unit).
-  struct Parts {
-    double gemm = 0, rec = 0, tp = 0, over = 0, cp = 0, ep = 0;
+LayerCost layer_cost(const Setting& s) {
+  const PlanLayout& l = s.l;
+  const Device dev = shared_device(s);
+  LayerCost lc;
+  lc.lt = layer_times(s.ml, l.micro_batch, l.tp, s.sp, s.rt.attention, dev);
+  lc.ht = head_times(s.ml, l.micro_batch, l.tp, s.rt.attention, dev);
+  lc.cp = context_exchanges(s, lc.lt);
+  // NOTE [planned expert parallelism] (expert_all_to_alls): a layer's all-to-alls, forward and backward.
+  lc.ep.f = lc.ep.b = expert_all_to_alls(s.m, s.c, l, s.ml.seq_len, s.e);
+  lc.tp_pass = tensor_collectives(s, lc.lt);
+  const LayerTimes& lt = lc.lt;
+  lc.layer_f = lt.gemm_f + lt.attn_f + lt.elem_f, lc.layer_i = lt.gemm_i + lt.attn_b + lt.elem_b;
+  lc.rec_gemm = l.recompute == "full" ? lc.layer_f : l.recompute == "selective" ? lt.attn_f : 0.0;
+  lc.rec_tp = l.recompute == "full" ? lc.tp_pass : 0.0;
+  lc.rec_cp = l.recompute == "none" ? 0.0 : lc.cp.f;  // the attention core reruns its exchanges
+  lc.rec_ep = l.recompute == "full" ? lc.ep.f : 0.0;    // a recomputed layer dispatches again
+  lc.host = s.c.layer_overhead_s(s.m.arch);
+  lc.host.first *= s.slow, lc.host.second *= s.slow;
+  return lc;
+}
+
+// Per virtual stage, one micro-batch: the simulator's costs (in milliseconds, its unit) and the
+// breakdown's parts (in seconds).
+struct Parts {
+  double gemm = 0, rec = 0, tp = 0, over = 0, cp = 0, ep = 0;
+};
+struct StagePrice {
+  sched::StageCosts cost;
+  Parts parts;
+};
+
+// A stage's forward f, backward i + w and weight gradient w (seconds) with the parts that are not
+// GEMM time: the GEMMs are what remains.
+StagePrice stage_price(const LayerCost& lc, double n, double f, double i, double w, double rec, double over) {
+  StagePrice sp;
+  sp.cost = {f * 1e3, (i + w) * 1e3, w * 1e3};
+  Parts& p = sp.parts;
+  p.tp = n * (2 * lc.tp_pass + lc.rec_tp);
+  p.cp = n * (lc.cp.f + lc.cp.b + lc.rec_cp);
+  p.ep = n * (lc.ep.f + lc.ep.b + lc.rec_ep);
+  p.rec = rec;
+  p.over = over;
+  p.gemm = f + i + w - p.tp - p.cp - p.ep - p.rec - p.over;
+  return sp;
+}
+
+// A stage of n layers priced from the FLOPs, with the cluster's per-action and per-layer host time.
+StagePrice modelled_stage(const Setting& s, const LayerCost& lc, double n, bool last, bool split_w) {
+  const HeadTimes& ht = lc.ht;
+  const double ov = s.ov;
+  double f = n * (lc.layer_f + lc.tp_pass + lc.cp.f + lc.ep.f) + (last ? ht.gemm + ht.loss_f : 0);
+  double w = n * lc.lt.gemm_w + (last ? ht.gemm : 0);
+  double i = n * (lc.layer_i + lc.tp_pass + lc.rec_gemm + lc.rec_tp + lc.cp.b + lc.rec_cp + lc.ep.b + lc.rec_ep) +
+             (last ? ht.gemm + ht.loss_b : 0);
+  // Host time per layer beyond its FLOPs: the forward's once more for a fully recomputed layer.
+  const double host_f = n * lc.host.first,
+               host_i = n * (lc.host.second + (s.l.recompute == "full" ? lc.host.first : 0));
+  const double overhead = ov * (split_w ? 3 : 2) + host_f + host_i;
+  f += ov + host_f;
+  i += ov + host_i;
+  if (split_w) w += ov;
+  return stage_price(lc, n, f, i, w, n * lc.rec_gemm, overhead);
+}
+
+// With a measured profile (NOTE [measured profile]): its pieces, each scaled so that the pieces of one
+// stage's action carry one action overhead (the profile's whole-model F and B carried one); under TP,
+// what exceeds the cluster's per-layer host time divides by tp. ZB schedules split B into I and W as
+// the profile measured them.
+struct Measured {
+  const MicroBatchProfile* prof = nullptr;
+  int rc = 0;                             // recompute_index of the layout's recomputation
+  double kf = 0, kb[3] = {0, 0, 0};  // seconds of one action's pieces per millisecond the profile measured
+};
+
+Measured measured(const Setting& s) {
+  Measured out;
+  if (!s.pr.profile) return out;
+  out.prof = &s.pr.profile->at(s.l.micro_batch);
+  out.rc = recompute_index(s.l.recompute);
+  // Its overhead out, the sharing in.
+  auto scale = [&](double whole_ms) { return std::max(0.0, whole_ms * 1e-3 - s.ov0) / whole_ms * s.slow; };
+  out.kf = scale(out.prof->forward_ms(s.pr.profile->layers));
+  for (int mode = 0; mode < 3; ++mode) out.kb[mode] = scale(out.prof->backward_ms(mode, s.pr.profile->layers));
+  return out;
+}
+
+StagePrice measured_stage(const Setting& s, const LayerCost& lc, const Measured& ms, double n, bool first, bool last,
+                          bool split_w) {
+  const MicroBatchProfile* prof = ms.prof;
+  const double ov = s.ov;
+  auto tp_scaled = [&](double x, double host) { return std::min(x, host) + std::max(0.0, x - host) / s.t; };
+  auto piece = [&](double layer_ms, double emb_ms, double head_ms, double k, double host) {
+    return n * tp_scaled(layer_ms * k, host) + (first ? tp_scaled(emb_ms * k, host) : 0.0) +
+           (last ? tp_scaled(head_ms * k, host) : 0.0);
   };
-  std::vector<Parts> parts(stages);
-  sched::Costs costs;
-  costs.stage_costs.resize(stages);
-  // With a measured profile (NOTE [measured profile]): its pieces, each scaled so that the pieces of one
-  // stage's action carry one action overhead (the profile's whole-model F and B carried one); under TP,
-  // what exceeds the cluster's per-layer host time divides by tp. ZB schedules split B into I and W as
-  // the profile measured them.
-  const MicroBatchProfile* prof = pr.profile ? &pr.profile->at(l.micro_batch) : nullptr;
-  const int rc = recompute_index(l.recompute);
-  auto tp_scaled = [&](double x, double host) { return std::min(x, host) + std::max(0.0, x - host) / t; };
-  // Seconds of one action's pieces per millisecond the profile measured: its overhead out, the sharing in.
-  double kf = 0, kb[3] = {0, 0, 0};
-  if (prof) {
-    auto scale = [&](double whole_ms) { return std::max(0.0, whole_ms * 1e-3 - ov0) / whole_ms * slow; };
-    kf = scale(prof->forward_ms(pr.profile->layers));
-    for (int mode = 0; mode < 3; ++mode) kb[mode] = scale(prof->backward_ms(mode, pr.profile->layers));
+  auto backward = [&](int mode) {
+    return piece(prof->layer_backward_ms[mode], prof->embedding_backward_ms[mode], prof->head_backward_ms[mode],
+                 ms.kb[mode], lc.host.second);
+  };
+  const double comp_f =
+      piece(prof->layer_forward_ms, prof->embedding_forward_ms, prof->head_forward_ms, ms.kf, lc.host.first);
+  double comp_b0 = backward(0), comp_b = std::max(comp_b0, backward(ms.rc));
+  if (split_w) {  // the measured cost of a split backward, its recomputation extra kept
+    const double extra = comp_b - comp_b0;
+    comp_b0 *= prof->split_backward_ratio;
+    comp_b = comp_b0 + extra;
   }
-  for (int vs = 0; vs < stages; ++vs) {
-    const double n = nl[vs];
-    const bool first = vs == 0, last = vs == stages - 1;
-    if (prof) {
-      auto piece = [&](double layer_ms, double emb_ms, double head_ms, double k, double host) {
-        return n * tp_scaled(layer_ms * k, host) + (first ? tp_scaled(emb_ms * k, host) : 0.0) +
-               (last ? tp_scaled(head_ms * k, host) : 0.0);
-      };
-      auto backward = [&](int mode) {
-        return piece(prof->layer_backward_ms[mode], prof->embedding_backward_ms[mode], prof->head_backward_ms[mode],
-                     kb[mode], layer_host.second);
-      };
-      const double comp_f = piece(prof->layer_forward_ms, prof->embedding_forward_ms, prof->head_forward_ms, kf,
-                                  layer_host.first);
-      double comp_b0 = backward(0), comp_b = std::max(comp_b0, backward(rc));
-      if (split_w) {  // the measured cost of a split backward, its recomputation extra kept
-        const double extra = comp_b - comp_b0;
-        comp_b0 *= prof->split_backward_ratio;
-        comp_b = comp_b0 + extra;
-      }
-      double w = split_w ? comp_b0 * prof->weight_share : 0.0;
-      double i = comp_b - w + ov + n * (tp_pass + rec_tp + cp_b + rec_cp + ep_b + rec_ep);
-      const double f = comp_f + ov + n * (tp_pass + cp_f + ep_f);
-      if (split_w) w += ov;
-      costs.stage_costs[vs] = {f * 1e3, (i + w) * 1e3, w * 1e3};
-      parts[vs].tp = n * (2 * tp_pass + rec_tp);
-      parts[vs].cp = n * (cp_f + cp_b + rec_cp);
-      parts[vs].ep = n * (ep_f + ep_b + rec_ep);
-      parts[vs].rec = comp_b - comp_b0;
-      parts[vs].over = ov * (split_w ? 3 : 2);
-      parts[vs].gemm = f + i + w - parts[vs].tp - parts[vs].cp - parts[vs].ep - parts[vs].rec - parts[vs].over;
-      continue;
-    }
-    double f = n * (layer_f + tp_pass + cp_f + ep_f) + (last ? ht.gemm + ht.loss_f : 0);
-    double w = n * lt.gemm_w + (last ? ht.gemm : 0);
-    double i = n * (layer_i + tp_pass + rec_gemm + rec_tp + cp_b + rec_cp + ep_b + rec_ep) +
-               (last ? ht.gemm + ht.loss_b : 0);
-    // Host time per layer beyond its FLOPs: the forward's once more for a fully recomputed layer.
-    const double host_f = n * layer_host.first, host_i = n * (layer_host.second + (l.recompute == "full" ? layer_host.first : 0));
-    const double overhead = ov * (split_w ? 3 : 2) + host_f + host_i;
-    f += ov + host_f;
-    i += ov + host_i;
-    if (split_w) w += ov;
-    costs.stage_costs[vs] = {f * 1e3, (i + w) * 1e3, w * 1e3};
-    parts[vs].tp = n * (2 * tp_pass + rec_tp);
-    parts[vs].cp = n * (cp_f + cp_b + rec_cp);
-    parts[vs].ep = n * (ep_f + ep_b + rec_ep);
-    parts[vs].rec = n * rec_gemm;
-    parts[vs].over = overhead;
-    parts[vs].gemm = f + i + w - parts[vs].tp - parts[vs].cp - parts[vs].ep - parts[vs].rec - overhead;
-  }
-  // Pipeline transfers: one (b, s, h) message per boundary, inter-node when the two stages' devices
-  // are on different nodes (NOTE [rank order] in parallel/layout.h: stage i starts at rank i*dp*tp).
-  std::vector<double> latency(stages - 1, 0.0);
-  for (int vs = 0; vs + 1 < stages; ++vs) {
-    const int r0 = s.rank_of(vs), r1 = s.rank_of(vs + 1);
+  double w = split_w ? comp_b0 * prof->weight_share : 0.0;
+  double i = comp_b - w + ov + n * (lc.tp_pass + lc.rec_tp + lc.cp.b + lc.rec_cp + lc.ep.b + lc.rec_ep);
+  const double f = comp_f + ov + n * (lc.tp_pass + lc.cp.f + lc.ep.f);
+  if (split_w) w += ov;
+  return stage_price(lc, n, f, i, w, comp_b - comp_b0, ov * (split_w ? 3 : 2));
+}
+
+// Pipeline transfers: one (b, s, h) message per boundary, inter-node when the two stages' devices
+// are on different nodes (NOTE [rank order] in parallel/layout.h: stage i starts at rank i*dp*tp).
+// Milliseconds per boundary.
+std::vector<double> pipeline_latency(const Setting& s, const sched::Schedule& sc) {
+  const PlanLayout& l = s.l;
+  const Cluster& c = s.c;
+  std::vector<double> latency(s.stages - 1, 0.0);
+  for (int vs = 0; vs + 1 < s.stages; ++vs) {
+    const int r0 = sc.rank_of(vs), r1 = sc.rank_of(vs + 1);
     if (r0 == r1) continue;
     const int64_t slab = static_cast<int64_t>(l.dp) * l.cp * l.tp;  // a stage's ranks (NOTE [rank order])
     const int64_t g0 = r0 * slab, g1 = r1 * slab;
     const bool intra = g0 / c.devices_per_node == g1 / c.devices_per_node;
     const Link pl = link(c, intra);
     const double busy_lat = intra ? c.intra_pipeline_latency_us : c.inter_pipeline_latency_us;
-    latency[vs] = (msg / (pl.gbs * 1e9) + (busy_lat > 0 ? busy_lat : pl.lat_us) * 1e-6) * 1e3;
+    latency[vs] = (s.msg / (pl.gbs * 1e9) + (busy_lat > 0 ? busy_lat : pl.lat_us) * 1e-6) * 1e3;
   }
-  // NOTE [planned overlap] With overlap_moe each backward runs with the forward after it (NOTE
-  // [overlapped pairs] in schedules/overlap.h), and the simulator prices each pair from the
-  // all-to-alls' share of its F and B (Costs::expert_comm): what it hides comes off the ep_comm
-  // column below. The pairs are made on the kind's list (zb-auto's after its search).
-  if (l.overlap_moe)
-    for (int vs = 0; vs < stages; ++vs) costs.stage_costs[vs].expert_comm = nl[vs] * ep_f * 1e3;
-  sched::Costs free_costs = costs;
-  costs.latency = latency;
+  return latency;
+}
+
+// NOTE [planned overlap] With overlap_moe each backward runs with the forward after it (NOTE
+// [overlapped pairs] in schedules/overlap.h), and the simulator prices each pair from the
+// all-to-alls' share of its F and B (Costs::expert_comm): what it hides comes off the ep_comm
+// column (overlap_hidden). The pairs are made on the kind's list (zb-auto's after its search).
+void mark_expert_comm(const Setting& s, const LayerCost& lc, const std::vector<int>& nl, sched::Costs& costs) {
+  if (!s.l.overlap_moe) return;
+  for (int vs = 0; vs < s.stages; ++vs) costs.stage_costs[vs].expert_comm = nl[vs] * lc.ep.f * 1e3;
+}
+
+sched::Schedule overlap_paired(const Setting& s, sched::Schedule sc) {
+  if (!s.l.overlap_moe) return sc;
+  try {
+    sc = sched::overlap_pairs(sc, /*one_by_one=*/false);  // NOTE [planned overlap]: thousands of layouts
+  } catch (const sched::ScheduleError& err) {
+    throw PlanError("layout " + layout_text(s.l) + ": " + err.what());
+  }
+  if (sched::count_pairs(sc) == 0)
+    throw PlanError("layout " + layout_text(s.l) + ": overlap_moe=1 but schedule=" + s.l.schedule + " with " +
+                    std::to_string(s.mb_count) + " micro-batches has no backward followed by a forward to pair");
+  return sc;
+}
+
+// The schedule simulated with its stage costs, and without the transfers (the bubble's reference).
+struct Pipeline {
+  sched::Schedule sc;
+  sched::Costs costs;
+  std::vector<Parts> parts;
+  sched::TimelineStats st, st0;
+};
+
+Pipeline simulate_pipeline(const Setting& s, const LayerCost& lc, const std::vector<int>& nl) {
+  const PlanLayout& l = s.l;
+  Pipeline p;
+  // zb-auto: its stage costs are those of ZB-H1's family (split W, the loop placement); the list
+  // itself is searched below, once the costs and the link latencies are known.
+  const bool zb_auto = l.schedule == "zb-auto";
+  p.sc = sched::generate_compute(zb_auto ? "zb-h1" : l.schedule, l.pp, s.mb_count, s.v);
+  bool split_w = false;
+  for (const auto& list : p.sc.ranks)
+    for (const auto& a : list)
+      if (a.kind == sched::ActionKind::W) split_w = true;
+  const Measured ms = measured(s);
+  p.parts.resize(s.stages);
+  p.costs.stage_costs.resize(s.stages);
+  for (int vs = 0; vs < s.stages; ++vs) {
+    const bool first = vs == 0, last = vs == s.stages - 1;
+    const StagePrice sp = ms.prof ? measured_stage(s, lc, ms, nl[vs], first, last, split_w)
+                                  : modelled_stage(s, lc, nl[vs], last, split_w);
+    p.costs.stage_costs[vs] = sp.cost;
+    p.parts[vs] = sp.parts;
+  }
+  mark_expert_comm(s, lc, nl, p.costs);
+  const sched::Costs free_costs = p.costs;
+  p.costs.latency = pipeline_latency(s, p.sc);
   // The step's bubble, not the paper's span: neither runtime planned runs optimizer post-validation.
-  if (zb_auto) s = sched::zb_auto(l.pp, mb_count, costs, l.memory_limit, sched::ZbObjective::kStep);
-  if (l.overlap_moe) {
-    try {
-      s = sched::overlap_pairs(s, /*one_by_one=*/false);  // NOTE [planned overlap]: thousands of layouts
-    } catch (const sched::ScheduleError& err) {
-      throw PlanError("layout " + layout_text(l) + ": " + err.what());
-    }
-    if (sched::count_pairs(s) == 0)
-      throw PlanError("layout " + layout_text(l) + ": overlap_moe=1 but schedule=" + l.schedule + " with " +
-                      std::to_string(mb_count) + " micro-batches has no backward followed by a forward to pair");
-  }
-  const sched::TimelineStats st = sched::simulate_stats(s, costs);
-  const sched::TimelineStats st0 = stages > 1 ? sched::simulate_stats(s, free_costs) : st;
+  if (zb_auto) p.sc = sched::zb_auto(l.pp, s.mb_count, p.costs, l.memory_limit, sched::ZbObjective::kStep);
+  p.sc = overlap_paired(s, p.sc);
+  p.st = sched::simulate_stats(p.sc, p.costs);
+  p.st0 = s.stages > 1 ? sched::simulate_stats(p.sc, free_costs) : p.st;
+  return p;
+}
 
-  Estimate est;
-  est.layout = l;
-  est.layout.chunks = v;
-  est.microbatches = mb_count;
-  const double pipe_s = st.step_time * 1e-3, pipe_free_s = st0.step_time * 1e-3;
+// What every pipeline rank's memory and data parallelism read: the parameter counts and groups, the
+// activations of a layer and of the head, and where a tied head sits.
+struct Footprint {
+  ParamCounts pc;
+  int dpc = 0;                 // the dense gradients' group (NOTE [context grid])
+  int edp = 0;                 // the routed experts' gradients' group (NOTE [planned expert parallelism])
+  bool experts_apart = false;  // their own buckets and ZeRO shards
+  double layer_act = 0, head_act = 0;
+  bool tied = false, tied_on_one_rank = false;
+  double head_copy = 0;
+};
 
-  // Per pipeline rank: parameters, the DP reduce, the optimizer, memory.
-  const ParamCounts pc = param_counts(m, l.tp, l.pp > 1, l.ep, l.expert_tp());
-  const int dpc = l.dp * l.cp;  // the dense gradients' group (NOTE [context grid])
-  const int edp = l.edp();      // the routed experts' gradients' group (NOTE [planned expert parallelism])
-  const bool experts_apart = l.ep > 1 || l.expert_tp() != l.tp;  // their own buckets and ZeRO shards
-  const Link dl = dp_link(c, l.tp, dpc);
+Footprint footprint(const Setting& s, const Pipeline& p) {
+  const PlanLayout& l = s.l;
+  const ModelConfig& m = s.m;
+  const int e = s.e;
+  Footprint fp;
+  fp.pc = param_counts(m, l.tp, l.pp > 1, l.ep, l.expert_tp());
+  fp.dpc = l.dp * l.cp;
+  fp.edp = l.edp();
+  fp.experts_apart = l.ep > 1 || l.expert_tp() != l.tp;
   // all_gather keeps the gathered keys and values of the whole sequence for its backward.
   const double gathered = l.cp > 1 && l.cp_comm == "all_gather" && l.recompute != "full"
                               ? static_cast<double>(l.micro_batch * m.seq_len) * 2 *
                                     static_cast<double>(m.kv() / l.tp * m.head_dim()) * e
                               : 0.0;
-  const double layer_act =
+  fp.layer_act =
       layer_activation_bytes(m, block_shape(m), l.micro_batch, l.tp, l.sequence_parallel, l.recompute, e, l.cp) +
       gathered;
-  const double head_act = static_cast<double>(l.micro_batch * ml.seq_len) *
-                          (static_cast<double>(m.padded_vocab(l.tp)) / t * e + static_cast<double>(m.hidden) * e);
-  const double bucket = pr.dp_bucket_mb * 1024 * 1024;
+  fp.head_act = static_cast<double>(l.micro_batch * s.ml.seq_len) *
+                (static_cast<double>(m.padded_vocab(l.tp)) / s.t * e + static_cast<double>(m.hidden) * e);
   // A tied head on the rank that holds the embedding (V placement puts the last stage on rank 0)
   // shares the embedding's matrix instead of a copy.
-  const bool tied = m.arch == "gpt" || m.tie_embeddings;
-  const bool tied_on_one_rank = tied && l.pp > 1 && s.rank_of(0) == s.rank_of(stages - 1);
-  const double head_copy = static_cast<double>(m.padded_vocab(l.tp) / l.tp * m.hidden);
-  double dp_worst = 0, opt_worst = 0;
+  fp.tied = m.arch == "gpt" || m.tie_embeddings;
+  fp.tied_on_one_rank = fp.tied && l.pp > 1 && p.sc.rank_of(0) == p.sc.rank_of(s.stages - 1);
+  fp.head_copy = static_cast<double>(m.padded_vocab(l.tp) / l.tp * m.hidden);
+  return fp;
+}
+
+// One pipeline rank's share of the model over its chunks, and its compute windows for one micro-batch.
+struct RankShare {
+  double params = 0, experts = 0, act_chunk = 0, backward_one = 0, forward_one = 0;
+};
+
+RankShare rank_share(const Setting& s, const Pipeline& p, const std::vector<int>& nl, const Footprint& fp, int r) {
+  RankShare rs;
+  for (int ch = 0; ch < s.v; ++ch) {
+    const int vs = p.sc.stage_of(r, ch);
+    rs.params += nl[vs] * static_cast<double>(fp.pc.layer);
+    if (fp.experts_apart) rs.experts += nl[vs] * static_cast<double>(fp.pc.layer_experts);
+    if (vs == 0) rs.params += static_cast<double>(fp.pc.embedding);
+    if (vs == s.stages - 1) rs.params += static_cast<double>(fp.pc.head) - (fp.tied_on_one_rank ? fp.head_copy : 0.0);
+    rs.act_chunk = std::max(rs.act_chunk, nl[vs] * fp.layer_act + (vs == s.stages - 1 ? fp.head_act : 0.0));
+    rs.backward_one += p.costs.stage_costs[vs].backward * 1e-3;
+    rs.forward_one += p.costs.stage_costs[vs].forward * 1e-3;
+  }
+  return rs;
+}
+
+RankMemory rank_memory(const Setting& s, const Footprint& fp, const RankShare& rs, int peak_inflight) {
+  const PlanLayout& l = s.l;
+  RankMemory rm;
+  rm.params = rs.params * (s.pr.precision == "bf16" ? 6 : 4);  // fp32 master (+ bf16 compute copy)
+  rm.grads = rs.params * 4;                                     // fp32 gradients
+  // AdamW moments (ZeRO-1 shards them over dp x cp; the routed experts' under ep > 1 over dp / ep)
+  rm.optimizer = (rs.params - rs.experts) * 8 / (l.zero ? fp.dpc : 1) + rs.experts * 8 / (l.zero ? fp.edp : 1);
+  rm.peak_inflight = peak_inflight;
+  rm.activations = rm.peak_inflight * rs.act_chunk;
+  rm.boundary = l.pp > 1 ? 2 * s.msg : 0.0;
+  return rm;
+}
+
+// Data parallelism: fp32 gradients reduced in buckets (NOTE [runtimes] says when and how big): a ring
+// all-reduce per bucket, or with ZeRO-1 a reduce-scatter per bucket and an all-gather of the
+// updated parameters per bucket, each half the volume and the steps of the all-reduce but a call of
+// its own. What overlaps is exposed as NOTE [bucketed overlap] says: the reduction behind this
+// rank's last backward and the idle time after it, the gather behind the next step's idle start
+// and first forward. Under ep > 1 the routed experts' gradients are buckets of their own over
+// dp / ep, on the link of ranks tp x ep apart; the rest over dp x cp. Exposed seconds of rank r.
+double data_parallel_exposed(const Setting& s, const Pipeline& p, const Footprint& fp, const RankShare& rs, int r) {
+  const PlanLayout& l = s.l;
+  const Runtime& rt = s.rt;
+  const double bucket = s.pr.dp_bucket_mb * 1024 * 1024;
+  double dp_s = 0;
+  for (const auto& [group, grads, gl] :
+       {std::tuple<int, double, Link>{fp.dpc, (rs.params - rs.experts) * 4, dp_link(s.c, l.tp, fp.dpc)},
+        std::tuple<int, double, Link>{fp.edp, rs.experts * 4, dp_link(s.c, l.expert_tp() * l.ep, fp.edp)}}) {
+    if (group <= 1 || grads <= 0) continue;
+    const double n = group;
+    const double per_bucket = rt.megatron_buckets ? std::max(4e7, 1e6 * n) * 4 : bucket;
+    const double buckets = rt.grads_during_backward ? std::max(1.0, std::ceil(grads / per_bucket)) : 1.0;
+    auto one = [&](double bytes, double share) {  // share 1: all-reduce, 1/2: reduce-scatter or all-gather
+      return share * 2 * (n - 1) / n * bytes / buckets / (gl.gbs * 1e9) + share * 2 * (n - 1) * gl.lat_us * 1e-6 +
+             gl.call_us * 1e-6;
+    };
+    const double reduce = one(grads, l.zero ? 0.5 : 1.0);
+    const bool overlap = rt.grads_during_backward && (rt.name != "trident" || s.pr.overlap_grad_reduce);
+    const double tail = (p.st.step_time - p.st.end[r]) * 1e-3, head = p.st.first_start[r] * 1e-3;
+    dp_s += overlap ? exposed_after_window(reduce, static_cast<int64_t>(buckets), rs.backward_one + tail)
+                    : buckets * reduce;
+    if (l.zero) {
+      const double gather = one(rt.megatron_buckets ? grads / 4 * s.e : grads, 0.5);
+      const bool hidden = rt.gather_during_forward || (rt.name == "trident" && s.pr.overlap_param_gather);
+      dp_s += hidden ? exposed_after_window(gather, static_cast<int64_t>(buckets), rs.forward_one + head)
+                  : buckets * gather;
+    }
+  }
+  return dp_s;
+}
+
+// The optimizer step of one pipeline rank: NOTE [optimizer bytes] over the memory bandwidth. With a
+// profile: its measured step overhead (the whole model on one rank) in the share of the model's
+// parameters this pipeline rank updates. Host-bound work (per tensor, loading, logging) does not
+// shrink with tp or ZeRO's sharding, so neither divides it.
+double optimizer_seconds(const Setting& s, const Footprint& fp, const RankShare& rs) {
+  const PlanLayout& l = s.l;
+  const MicroBatchProfile* prof = s.pr.profile ? &s.pr.profile->at(l.micro_batch) : nullptr;
+  const double share = rs.params * s.t / static_cast<double>(total_params(s.m));
+  return s.slow * (prof ? prof->step_overhead_ms * 1e-3 * share
+                        : ((rs.params - rs.experts) / (l.zero ? fp.dpc : 1) + rs.experts / (l.zero ? fp.edp : 1)) *
+                              (s.pr.precision == "bf16" ? kOptimizerBytesBf16 : kOptimizerBytesFp32) /
+                              (s.c.memory_bandwidth_gbs * 1e9));
+}
+
+// The busiest rank's work, split into its parts (its simulated busy time is their sum times m); under
+// overlap_moe less what the pairs hid on that rank (NOTE [planned overlap]).
+Breakdown busiest_work(const Setting& s, const Pipeline& p) {
   int busiest = 0;
-  for (int r = 0; r < l.pp; ++r)
-    if (st.busy[r] > st.busy[busiest]) busiest = r;
-  for (int r = 0; r < l.pp; ++r) {
-    double params = 0, act_chunk = 0, backward_one = 0, forward_one = 0, experts = 0;
-    for (int ch = 0; ch < v; ++ch) {
-      const int vs = s.stage_of(r, ch);
-      params += nl[vs] * static_cast<double>(pc.layer);
-      if (experts_apart) experts += nl[vs] * static_cast<double>(pc.layer_experts);
-      if (vs == 0) params += static_cast<double>(pc.embedding);
-      if (vs == stages - 1) params += static_cast<double>(pc.head) - (tied_on_one_rank ? head_copy : 0.0);
-      act_chunk = std::max(act_chunk, nl[vs] * layer_act + (vs == stages - 1 ? head_act : 0.0));
-      backward_one += costs.stage_costs[vs].backward * 1e-3;
-      forward_one += costs.stage_costs[vs].forward * 1e-3;
-    }
-    RankMemory rm;
-    rm.params = params * (pr.precision == "bf16" ? 6 : 4);  // fp32 master (+ bf16 compute copy)
-    rm.grads = params * 4;                                    // fp32 gradients
-    // AdamW moments (ZeRO-1 shards them over dp x cp; the routed experts' under ep > 1 over dp / ep)
-    rm.optimizer = (params - experts) * 8 / (l.zero ? dpc : 1) + experts * 8 / (l.zero ? edp : 1);
-    rm.peak_inflight = st.peak_inflight[r];
-    rm.activations = rm.peak_inflight * act_chunk;
-    rm.boundary = l.pp > 1 ? 2 * msg : 0.0;
-    est.memory.push_back(rm);
-
-    // Data parallelism: fp32 gradients reduced in buckets (NOTE [runtimes] says when and how big): a ring
-    // all-reduce per bucket, or with ZeRO-1 a reduce-scatter per bucket and an all-gather of the
-    // updated parameters per bucket, each half the volume and the steps of the all-reduce but a call of
-    // its own. What overlaps is exposed as NOTE [bucketed overlap] says: the reduction behind this
-    // rank's last backward and the idle time after it, the gather behind the next step's idle start
-    // and first forward.
-    double dp_s = 0;
-    // Under ep > 1 the routed experts' gradients are buckets of their own over dp / ep, on the link of
-    // ranks tp x ep apart; the rest over dp x cp as before.
-    for (const auto& [group, grads, gl] :
-         {std::tuple<int, double, Link>{dpc, (params - experts) * 4, dl},
-          std::tuple<int, double, Link>{edp, experts * 4, dp_link(c, l.expert_tp() * l.ep, edp)}}) {
-      if (group <= 1 || grads <= 0) continue;
-      const double n = group;
-      const double per_bucket = rt.megatron_buckets ? std::max(4e7, 1e6 * n) * 4 : bucket;
-      const double buckets = rt.grads_during_backward ? std::max(1.0, std::ceil(grads / per_bucket)) : 1.0;
-      auto one = [&](double bytes, double share) {  // share 1: all-reduce, 1/2: reduce-scatter or all-gather
-        return share * 2 * (n - 1) / n * bytes / buckets / (gl.gbs * 1e9) + share * 2 * (n - 1) * gl.lat_us * 1e-6 +
-               gl.call_us * 1e-6;
-      };
-      const double reduce = one(grads, l.zero ? 0.5 : 1.0);
-      const bool overlap = rt.grads_during_backward && (rt.name != "trident" || pr.overlap_grad_reduce);
-      const double tail = (st.step_time - st.end[r]) * 1e-3, head = st.first_start[r] * 1e-3;
-      dp_s += overlap ? exposed_after_window(reduce, static_cast<int64_t>(buckets), backward_one + tail)
-                      : buckets * reduce;
-      if (l.zero) {
-        const double gather = one(rt.megatron_buckets ? grads / 4 * e : grads, 0.5);
-        const bool hidden = rt.gather_during_forward || (rt.name == "trident" && pr.overlap_param_gather);
-        dp_s += hidden ? exposed_after_window(gather, static_cast<int64_t>(buckets), forward_one + head)
-                    : buckets * gather;
-      }
-    }
-    // With a profile: its measured step overhead (the whole model on one rank) in the share of the
-    // model's parameters this pipeline rank updates. Host-bound work (per tensor, loading, logging)
-    // does not shrink with tp or ZeRO's sharding, so neither divides it.
-    const double share = params * t / static_cast<double>(total_params(m));
-    const double opt_s = slow * (prof ? prof->step_overhead_ms * 1e-3 * share
-                                      : ((params - experts) / (l.zero ? dpc : 1) + experts / (l.zero ? edp : 1)) *
-                                            (pr.precision == "bf16" ? kOptimizerBytesBf16 : kOptimizerBytesFp32) /
-                                            (c.memory_bandwidth_gbs * 1e9));
-    dp_worst = std::max(dp_worst, dp_s);
-    opt_worst = std::max(opt_worst, opt_s);
+  for (int r = 0; r < s.l.pp; ++r)
+    if (p.st.busy[r] > p.st.busy[busiest]) busiest = r;
+  const int mb_count = s.mb_count;
+  Breakdown b;
+  for (int ch = 0; ch < s.v; ++ch) {
+    const Parts& pa = p.parts[p.sc.stage_of(busiest, ch)];
+    b.compute += mb_count * (pa.gemm + pa.over);
+    b.recompute += mb_count * pa.rec;
+    b.tp_comm += mb_count * pa.tp;
+    b.cp_comm += mb_count * pa.cp;
+    b.ep_comm += mb_count * pa.ep;
   }
-  for (const auto& rm : est.memory) est.peak_memory = std::max(est.peak_memory, rm.total());
-  est.fits = est.peak_memory <= c.device_memory_gib * 1024.0 * 1024 * 1024;
-
-  // The busiest rank's work, split into its parts (its simulated busy time is their sum times m).
-  Breakdown& b = est.breakdown;
-  for (int ch = 0; ch < v; ++ch) {
-    const Parts& p = parts[s.stage_of(busiest, ch)];
-    b.compute += mb_count * (p.gemm + p.over);
-    b.recompute += mb_count * p.rec;
-    b.tp_comm += mb_count * p.tp;
-    b.cp_comm += mb_count * p.cp;
-    b.ep_comm += mb_count * p.ep;
-  }
-  if (l.overlap_moe) {  // NOTE [planned overlap]: what the pairs hid on that rank
+  if (s.l.overlap_moe) {
     double alone = 0;
-    for (int ch = 0; ch < v; ++ch) {
-      const sched::StageCosts& sc = costs.stage_costs[s.stage_of(busiest, ch)];
+    for (int ch = 0; ch < s.v; ++ch) {
+      const sched::StageCosts& sc = p.costs.stage_costs[p.sc.stage_of(busiest, ch)];
       alone += mb_count * sc.forward + mb_count * sc.backward;
     }
-    b.ep_comm = std::max(0.0, b.ep_comm - std::max(0.0, alone - st.busy[busiest]) * 1e-3);
+    b.ep_comm = std::max(0.0, b.ep_comm - std::max(0.0, alone - p.st.busy[busiest]) * 1e-3);
   }
+  return b;
+}
+
+// The step's small collectives (latency and call time only): the gradient norm's all-reduce over the
+// model-parallel ranks (tp x pp, and dp when ZeRO-1 shards the gradients), the tied embedding's
+// gradient between its first and last stage, and on a logged step the loss over pp and dp and the
+// pipeline's busy times gathered over pp.
+double step_sync(const Setting& s, const Footprint& fp) {
+  const PlanLayout& l = s.l;
+  const Link sl = link(s.c, static_cast<int64_t>(l.tp) * l.cp * l.pp * l.dp <= s.c.devices_per_node);
+  auto small = [&](int n) { return ring_allreduce(8.0 * static_cast<double>(s.m.layers), n, sl); };
+  double sync = small(l.tp * l.pp) + (l.zero ? small(fp.dpc) : 0.0);
+  if (fp.tied && l.pp > 1 && !fp.tied_on_one_rank) sync += ring_allreduce(fp.head_copy * 4, 2, sl);
+  const double logged = 1.0 / static_cast<double>(std::max<int64_t>(1, s.pr.log_interval));
+  sync += logged * (2 * small(l.pp) + small(fp.dpc));
+  return sync;
+}
+
+}  // namespace
+
+// One cost per dimension: tensor (tensor_collectives), context (context_exchanges), expert
+// (expert_all_to_alls), pipeline (simulate_pipeline), overlap (overlap_paired, busiest_work), data
+// (data_parallel_exposed), and the memory and optimizer of each pipeline rank.
+Estimate evaluate(const Problem& pr, const PlanLayout& given) {
+  const Setting s(pr, given);
+  const PlanLayout& l = s.l;
+  const LayerCost lc = layer_cost(s);
+  const std::vector<int> nl = layers_per_stage(s.m, l);
+  const Pipeline p = simulate_pipeline(s, lc, nl);
+
+  Estimate est;
+  est.layout = l;
+  est.layout.chunks = s.v;
+  est.microbatches = s.mb_count;
+  const double pipe_s = p.st.step_time * 1e-3, pipe_free_s = p.st0.step_time * 1e-3;
+  // Per pipeline rank: parameters, the DP reduce, the optimizer, memory.
+  const Footprint fp = footprint(s, p);
+  double dp_worst = 0, opt_worst = 0;
+  for (int r = 0; r < l.pp; ++r) {
+    const RankShare rs = rank_share(s, p, nl, fp, r);
+    est.memory.push_back(rank_memory(s, fp, rs, p.st.peak_inflight[r]));
+    dp_worst = std::max(dp_worst, data_parallel_exposed(s, p, fp, rs, r));
+    opt_worst = std::max(opt_worst, optimizer_seconds(s, fp, rs));
+  }
+  for (const auto& rm : est.memory) est.peak_memory = std::max(est.peak_memory, rm.total());
+  est.fits = est.peak_memory <= s.c.device_memory_gib * 1024.0 * 1024 * 1024;
+
+  Breakdown& b = est.breakdown;
+  b = busiest_work(s, p);
   b.bubble = std::max(0.0, pipe_free_s - (b.compute + b.recompute + b.tp_comm + b.cp_comm + b.ep_comm));
   b.pp_comm = std::max(0.0, pipe_s - pipe_free_s);
   b.dp_exposed = dp_worst;
   b.optimizer = opt_worst;
-  // The step's small collectives (latency and call time only): the gradient norm's all-reduce over the
-  // model-parallel ranks (tp x pp, and dp when ZeRO-1 shards the gradients), the tied embedding's
-  // gradient between its first and last stage, and on a logged step the loss over pp and dp and the
-  // pipeline's busy times gathered over pp.
-  {
-    const Link sl = link(c, static_cast<int64_t>(l.tp) * l.cp * l.pp * l.dp <= c.devices_per_node);
-    auto small = [&](int n) { return ring_allreduce(8.0 * static_cast<double>(m.layers), n, sl); };
-    double sync = small(l.tp * l.pp) + (l.zero ? small(dpc) : 0.0);
-    if (tied && l.pp > 1 && !tied_on_one_rank) sync += ring_allreduce(head_copy * 4, 2, sl);
-    const double logged = 1.0 / static_cast<double>(std::max<int64_t>(1, pr.log_interval));
-    sync += logged * (2 * small(l.pp) + small(dpc));
-    b.step_sync = sync;
-  }
+  b.step_sync = step_sync(s, fp);
   est.step_s = pipe_s + dp_worst + opt_worst + b.step_sync;
 
   const int devices = l.tp * l.cp * l.pp * l.dp;
+  const ModelConfig& m = s.m;
   est.tokens_per_s = static_cast<double>(pr.global_batch * m.seq_len) / est.step_s;
   est.tflops_per_device = step_flops(m, pr.global_batch, l.recompute, l.tp) / est.step_s / devices / 1e12;
-  est.mfu = step_flops(m, pr.global_batch, "none", l.tp) / est.step_s / devices / (c.peak_tflops(pr.precision) * 1e12);
+  est.mfu = step_flops(m, pr.global_batch, "none", l.tp) / est.step_s / devices / (s.c.peak_tflops(pr.precision) * 1e12);
   return est;
 }
 

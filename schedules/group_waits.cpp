@@ -2,6 +2,7 @@
 #include "schedules/group_waits.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "schedules/generators.h"
 #include "schedules/pair_order.h"
@@ -30,6 +31,52 @@ TimelineStats grouped_stats(const Schedule& s, const Costs& costs) {
   return st;
 }
 
+namespace {
+
+// Rank r's list with the sends to other ranks among [first, end) moved right after the compute at
+// `end`, ahead of what follows it; `sends` gets them (none: nothing to move).
+ActionList sends_after_compute(const Schedule& best, size_t r, size_t first, size_t end, ActionList& sends) {
+  const ActionList& list = best.ranks[r];
+  ActionList moved_list(list.begin(), list.begin() + static_cast<std::ptrdiff_t>(first));
+  for (size_t i = first; i < end; ++i) {
+    const bool send = list[i].kind == ActionKind::SEND_F || list[i].kind == ActionKind::SEND_B;
+    (send && peer_rank(best.stage_map(), static_cast<int>(r), list[i]) != static_cast<int>(r) ? sends : moved_list)
+        .push_back(list[i]);
+  }
+  if (sends.empty()) return moved_list;
+  moved_list.push_back(list[end]);
+  moved_list.insert(moved_list.end(), sends.begin(), sends.end());
+  moved_list.insert(moved_list.end(), list.begin() + static_cast<std::ptrdiff_t>(end) + 1, list.end());
+  return moved_list;
+}
+
+// The schedule with the receive that rank r's `send` waits for posted one compute earlier by its
+// rank; none when there is no compute before it, or when it would pass another receive from the same
+// sender (NCCL matches a pair's messages in order).
+std::optional<Schedule> receive_earlier(const Schedule& best, int r, const Action& send) {
+  const int q = peer_rank(best.stage_map(), r, send);
+  const Action recv = counterpart(best.stage_map(), r, send);
+  const ActionList& theirs = best.ranks[static_cast<size_t>(q)];
+  const auto at = std::find(theirs.begin(), theirs.end(), recv);
+  if (at == theirs.end()) return std::nullopt;
+  auto compute = at;
+  while (compute != theirs.begin() && !is_compute((compute - 1)->kind)) --compute;
+  if (compute == theirs.begin()) return std::nullopt;
+  --compute;  // the compute before the receive's group
+  const bool passes = std::any_of(compute, at, [&](const Action& a) {
+    return (a.kind == ActionKind::RECV_F || a.kind == ActionKind::RECV_B) && peer_rank(best.stage_map(), q, a) == r;
+  });
+  if (passes) return std::nullopt;
+  Schedule earlier = best;
+  ActionList& list2 = earlier.ranks[static_cast<size_t>(q)];
+  const auto from = at - theirs.begin(), to = compute - theirs.begin();
+  list2.erase(list2.begin() + from);
+  list2.insert(list2.begin() + to, recv);
+  return earlier;
+}
+
+}  // namespace
+
 Schedule defer_coupled_sends(const Schedule& s) {
   if (!has_communication(s) || action_count(s) > kMaxDeferActions) return s;
   Schedule best = s;
@@ -57,19 +104,9 @@ Schedule defer_coupled_sends(const Schedule& s) {
       const ActionList& list = best.ranks[r];
       const auto first = static_cast<size_t>(run.groups[g].first), end = static_cast<size_t>(run.groups[g].end);
       if (end >= list.size() || !is_compute(list[end].kind)) continue;  // no compute after it to move past
-      // The group's sends go right after that compute, ahead of what follows it.
-      ActionList moved_list(list.begin(), list.begin() + static_cast<std::ptrdiff_t>(first));
       ActionList sends;
-      for (size_t i = first; i < end; ++i) {
-        const bool send = list[i].kind == ActionKind::SEND_F || list[i].kind == ActionKind::SEND_B;
-        (send && peer_rank(best.stage_map(), static_cast<int>(r), list[i]) != static_cast<int>(r) ? sends
-                                                                                                  : moved_list)
-            .push_back(list[i]);
-      }
+      ActionList moved_list = sends_after_compute(best, r, first, end, sends);
       if (sends.empty()) continue;
-      moved_list.push_back(list[end]);
-      moved_list.insert(moved_list.end(), sends.begin(), sends.end());
-      moved_list.insert(moved_list.end(), list.begin() + static_cast<std::ptrdiff_t>(end) + 1, list.end());
       Schedule candidate = best;
       candidate.ranks[r] = std::move(moved_list);
       if (accept(std::move(candidate))) {
@@ -79,27 +116,9 @@ Schedule defer_coupled_sends(const Schedule& s) {
       }
       // Else the receive that a send waits for, posted one compute earlier by its rank.
       for (const Action& send : sends) {
-        const int q = peer_rank(best.stage_map(), static_cast<int>(r), send);
-        const Action recv = counterpart(best.stage_map(), static_cast<int>(r), send);
-        const ActionList& theirs = best.ranks[static_cast<size_t>(q)];
-        const auto at = std::find(theirs.begin(), theirs.end(), recv);
-        if (at == theirs.end()) continue;
-        auto compute = at;
-        while (compute != theirs.begin() && !is_compute((compute - 1)->kind)) --compute;
-        if (compute == theirs.begin()) continue;
-        --compute;  // the compute before the receive's group
-        // Not past another receive from the same sender: NCCL matches a pair's messages in order.
-        const bool passes = std::any_of(compute, at, [&](const Action& a) {
-          return (a.kind == ActionKind::RECV_F || a.kind == ActionKind::RECV_B) &&
-                 peer_rank(best.stage_map(), q, a) == static_cast<int>(r);
-        });
-        if (passes) continue;
-        Schedule earlier = best;
-        ActionList& list2 = earlier.ranks[static_cast<size_t>(q)];
-        const auto from = at - theirs.begin(), to = compute - theirs.begin();
-        list2.erase(list2.begin() + from);
-        list2.insert(list2.begin() + to, recv);
-        if (accept(std::move(earlier))) {
+        std::optional<Schedule> earlier = receive_earlier(best, static_cast<int>(r), send);
+        if (!earlier) continue;
+        if (accept(std::move(*earlier))) {
           moved = true;
           --g;
           break;

