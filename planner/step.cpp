@@ -330,9 +330,11 @@ namespace {
 // carries its share of the MoE layers' (NOTE [planned experts]). The routed experts' memory divides by
 // ep, their gradients reduce and ZeRO-1 shards over the expert-data-parallel group (dp / ep).
 // Returns one layer's forward seconds (the backward's are the same).
-double expert_all_to_alls(const ModelConfig& m, const Cluster& c, const PlanLayout& l, int64_t seq, int e) {
+double expert_all_to_alls(const Problem& pr, const PlanLayout& l, int64_t seq, int e) {
   if (l.ep <= 1) return 0.0;
-  const double n = l.ep, share = mlp_shape(m).moe_share;
+  const ModelConfig& m = pr.model;
+  const Cluster& c = pr.cluster;
+  const double n = l.ep, share = mlp_shape(m, pr.features).moe_share;
   // An ep group spans ep places of etp ranks each; at etp = 1 each tp rank dispatches its 1/tp of the
   // tokens (NOTE [experts under tensor parallelism]).
   const Link el = link(c, static_cast<int64_t>(l.expert_tp()) * l.ep <= c.devices_per_node);
@@ -370,7 +372,7 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
   const double msg = static_cast<double>(l.micro_batch * ml.seq_len * m.hidden) * e;  // (b, s / cp, h) activation
   const bool sp = l.sequence_parallel && l.tp > 1;
 
-  LayerTimes lt = layer_times(ml, l.micro_batch, l.tp, sp, rt.attention, dev);
+  LayerTimes lt = layer_times(ml, pr.features, l.micro_batch, l.tp, sp, rt.attention, dev);
   const HeadTimes ht = head_times(ml, l.micro_batch, l.tp, rt.attention, dev);
   // NOTE [planned context parallelism] The attention of a rank's s / cp queries over the whole
   // sequence: cp times what layer_times priced for s / cp tokens alone, a cp-th of the whole
@@ -406,7 +408,7 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
     }
   }
   // NOTE [planned expert parallelism] (expert_all_to_alls): a layer's all-to-alls, forward and backward.
-  const double ep_f = expert_all_to_alls(m, c, l, ml.seq_len, e), ep_b = ep_f;
+  const double ep_f = expert_all_to_alls(pr, l, ml.seq_len, e), ep_b = ep_f;
   // Tensor parallelism: 2 all-reduces (or all-gather + reduce-scatter pairs with SP: the same volume
   // in twice the calls) in each layer's forward and 2 in its backward (Shoeybi et al. 2019); inside a
   // node unless tp exceeds it. With --tp-comm-overlap (SP only) each all-gather and reduce-scatter is
@@ -427,7 +429,7 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
   const double rec_ep = l.recompute == "full" ? ep_f : 0.0;    // a recomputed layer dispatches again
 
   const std::vector<int> nl = layers_per_stage(m, l);
-  std::pair<double, double> layer_host = c.layer_overhead_s(m.arch);  // (forward, backward) seconds
+  std::pair<double, double> layer_host = c.layer_overhead_s(pr.features);  // (forward, backward) seconds
   layer_host.first *= slow, layer_host.second *= slow;
   // zb-auto: its stage costs are those of ZB-H1's family (split W, the loop placement); the list
   // itself is searched below, once the costs and the link latencies are known.
@@ -553,7 +555,7 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
   const double pipe_s = st.step_time * 1e-3, pipe_free_s = st0.step_time * 1e-3;
 
   // Per pipeline rank: parameters, the DP reduce, the optimizer, memory.
-  const ParamCounts pc = param_counts(m, l.tp, l.pp > 1, l.ep, l.expert_tp());
+  const ParamCounts pc = param_counts(m, pr.features, l.tp, l.pp > 1, l.ep, l.expert_tp());
   const int dpc = l.dp * l.cp;  // the dense gradients' group (NOTE [context grid])
   const int edp = l.edp();      // the routed experts' gradients' group (NOTE [planned expert parallelism])
   const bool experts_apart = l.ep > 1 || l.expert_tp() != l.tp;  // their own buckets and ZeRO shards
@@ -564,14 +566,14 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
                                     static_cast<double>(m.kv() / l.tp * m.head_dim()) * e
                               : 0.0;
   const double layer_act =
-      layer_activation_bytes(m, block_shape(m), l.micro_batch, l.tp, l.sequence_parallel, l.recompute, e, l.cp) +
+      layer_activation_bytes(m, pr.features, l.micro_batch, l.tp, l.sequence_parallel, l.recompute, e, l.cp) +
       gathered;
   const double head_act = static_cast<double>(l.micro_batch * ml.seq_len) *
                           (static_cast<double>(m.padded_vocab(l.tp)) / t * e + static_cast<double>(m.hidden) * e);
   const double bucket = pr.dp_bucket_mb * 1024 * 1024;
   // A tied head on the rank that holds the embedding (V placement puts the last stage on rank 0)
   // shares the embedding's matrix instead of a copy.
-  const bool tied = m.arch == "gpt" || m.tie_embeddings;
+  const bool tied = !pr.features.untied_head || m.tie_embeddings;
   const bool tied_on_one_rank = tied && l.pp > 1 && s.rank_of(0) == s.rank_of(stages - 1);
   const double head_copy = static_cast<double>(m.padded_vocab(l.tp) / l.tp * m.hidden);
   double dp_worst = 0, opt_worst = 0;
@@ -635,7 +637,7 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
     // With a profile: its measured step overhead (the whole model on one rank) in the share of the
     // model's parameters this pipeline rank updates. Host-bound work (per tensor, loading, logging)
     // does not shrink with tp or ZeRO's sharding, so neither divides it.
-    const double share = params * t / static_cast<double>(total_params(m));
+    const double share = params * t / static_cast<double>(total_params(m, pr.features));
     const double opt_s = slow * (prof ? prof->step_overhead_ms * 1e-3 * share
                                       : ((params - experts) / (l.zero ? dpc : 1) + experts / (l.zero ? edp : 1)) *
                                             (pr.precision == "bf16" ? kOptimizerBytesBf16 : kOptimizerBytesFp32) /
@@ -685,8 +687,8 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
 
   const int devices = l.tp * l.cp * l.pp * l.dp;
   est.tokens_per_s = static_cast<double>(pr.global_batch * m.seq_len) / est.step_s;
-  est.tflops_per_device = step_flops(m, pr.global_batch, l.recompute, l.tp) / est.step_s / devices / 1e12;
-  est.mfu = step_flops(m, pr.global_batch, "none", l.tp) / est.step_s / devices / (c.peak_tflops(pr.precision) * 1e12);
+  est.tflops_per_device = step_flops(m, pr.features, pr.global_batch, l.recompute, l.tp) / est.step_s / devices / 1e12;
+  est.mfu = step_flops(m, pr.features, pr.global_batch, "none", l.tp) / est.step_s / devices / (c.peak_tflops(pr.precision) * 1e12);
   return est;
 }
 
