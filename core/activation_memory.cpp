@@ -7,7 +7,7 @@
 
 namespace trident {
 
-double layer_activation_bytes(const ModelConfig& m, const ModelShape& shape, int64_t micro_batch, int64_t tp,
+double layer_activation_bytes(const ModelConfig& m, const ModelFeatures& shape, int64_t micro_batch, int64_t tp,
                               bool sequence_parallel, const std::string& recompute, int elem_bytes, int64_t cp) {
   if (recompute != "none" && recompute != "full" && recompute != "selective")
     throw std::invalid_argument("recompute '" + recompute + "': expected none, full or selective");

@@ -24,7 +24,7 @@ namespace trident {
 // with dropout > 0; without dropout the attention keeps its softmax output
 // once (a s^2 b elements) instead of softmax output, dropout output and mask.
 // Both keep q, k, v (k and v at kv_heads * head_dim) and the output
-// projection's input; a gated MLP (NOTE [model shape], Llama's SwiGLU)
+// projection's input; a gated MLP (NOTE [model features], Llama's SwiGLU)
 // keeps four ffn-wide tensors (gate, up, silu(gate), their product) where
 // GPT's keeps two (fc1's output, the GELU's). Under context parallelism (cp
 // > 1) a rank keeps its s / cp tokens of each sequence, each attending over
@@ -33,7 +33,7 @@ namespace trident {
 // of experts, per token, its k sorted rows and their outputs, each row's four
 // expert-wide tensors, the shared expert's and the router's scores, averaged
 // with the dense first layers (NOTE [planned experts] in planner/model_cost.h).
-double layer_activation_bytes(const ModelConfig& m, const ModelShape& shape, int64_t micro_batch, int64_t tp,
+double layer_activation_bytes(const ModelConfig& m, const ModelFeatures& shape, int64_t micro_batch, int64_t tp,
                               bool sequence_parallel, const std::string& recompute, int elem_bytes, int64_t cp = 1);
 
 }  // namespace trident

@@ -254,21 +254,39 @@ void check_config(const Config& c, ConfigUse use = ConfigUse::kRun);
 // that needs neither; check_config_tables() checks the rest and resolves
 // schedule.chunks. Trident's tables are framework/config_tables.h's
 // config_tables(); every command that reads a config applies them.
-// NOTE [model shape] What the foundation's size formulas (the parameter
-// count, NOTE [activation memory]) need to know of a family's block beyond
-// the model keys, handed in with the family's rules so that no formula names
-// a family.
-struct ModelShape {
-  bool gated_mlp = false;       // three MLP matrices (gate, up, down) and four ffn-wide activations, else two and two
-  bool position_table = false;  // a learned model.seq_len x model.hidden position embedding
+// NOTE [model features] What a family's blocks have beyond the model keys,
+// set once in its rules file (models/<family>/<family>_rules.cpp) and handed
+// in with its rules: the size formulas (the parameter count, NOTE
+// [activation memory]), the planner, the model code and the Hugging Face
+// tables read these, so that nothing outside the rules files and the
+// registry names a family (model.arch).
+enum class AttentionKind {
+  kGrouped,  // q, k, v and o, model.kv_heads key/value heads (grouped-query; multi-query at 1)
+  kLatent,   // multi-head latent attention: the model.*_lora_rank and *_head_dim keys (NOTE [MLA keys])
+};
+enum class SharedExperts { kNone, kOptional, kRequired };  // model.moe_shared_ffn_hidden: refused, 0 or more, >= 1
+struct ModelFeatures {
+  // Three MLP matrices (gate, up, down) and four ffn-wide activations with RMSNorms and no biases
+  // (Llama's decoder); else GPT-2's block: two matrices and two activations, LayerNorms, a bias on
+  // every matrix, dropout.
+  bool gated_mlp = false;
+  bool position_table = false;  // a learned model.seq_len x model.hidden position embedding, else rotary (model.rope_*)
   bool moe = false;             // reads model.experts and the model.moe_* keys (NOTE [MoE keys])
+  bool untied_head = false;     // reads model.tie_embeddings (else the LM head is always the word embedding)
+  AttentionKind attention = AttentionKind::kGrouped;
+  bool qkv_bias = false;      // the Llama decoder's q, k and v projections have biases (zeros at init)
+  bool qk_norm = false;       // each head's q and k RMS-normed (one weight of a head's width) before the rotation
+  bool head_dim_key = false;  // reads model.kv_channels: a head width other than hidden / heads
+  SharedExperts shared_experts = SharedExperts::kNone;
+  bool shared_expert_gate = false;  // the shared experts' output times sigmoid(x · w), w one (1, hidden) weight
+  bool dense_first_layers = false;  // reads model.moe_first_dense: the first layers keep a dense MLP
 };
 struct ModelFamilyRules {
-  std::string arch;  // model.arch
+  std::string name;  // the model.arch it is named by
   // The family's rules (keys it does not read, shapes it needs); throws
   // ConfigError through config_fail() for a model it cannot build.
   void (*check)(const Config& c) = nullptr;
-  ModelShape shape;
+  ModelFeatures features;
 };
 struct ScheduleKindChunks {
   std::string kind;    // schedule.kind
@@ -292,17 +310,17 @@ const ModelFamilyRules& model_family(const Config& c, const std::vector<ModelFam
 // state, a micro-batch's logits, synthetic tokens, and the activations of the
 // (micro-batch, chunk) pairs the schedule keeps in flight: peak_inflight per
 // pipeline rank, from the schedule simulator; empty leaves them out) at most
-// host_bytes, for a model of `shape` (its family's, NOTE [model shape]).
+// host_bytes, for a model of `features` (its family's, NOTE [model features]).
 // schedule.chunks must be resolved. A value <= 0 skips its check.
 // Throws ConfigError naming the keys and the estimate.
-void check_host_resources(const Config& c, const ModelShape& shape, int64_t ranks_on_host, int64_t host_bytes,
+void check_host_resources(const Config& c, const ModelFeatures& features, int64_t ranks_on_host, int64_t host_bytes,
                           int64_t host_cores, const std::vector<int>& peak_inflight = {});
 // The same lower bound of one rank's memory (less the synthetic tokens, which
 // stay on the host) against the total memory of the CUDA device it computes
 // on, on training.device = "cuda": one rank per device, holding the least any
 // pipeline rank keeps in flight. device_bytes <= 0 skips the check. Throws
 // ConfigError naming the keys and the estimate.
-void check_device_memory(const Config& c, const ModelShape& shape, int device_index, int64_t device_bytes,
+void check_device_memory(const Config& c, const ModelFeatures& features, int device_index, int64_t device_bytes,
                          const std::vector<int>& peak_inflight = {});
 // Throws ConfigError "<c.source>: <msg>" (for the rules of a family).
 [[noreturn]] void config_fail(const Config& c, const std::string& msg);

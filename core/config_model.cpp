@@ -45,7 +45,7 @@ int64_t moe_layers(const ModelConfig& m) {
   return m.experts > 0 ? m.layers - std::min(m.moe_first_dense, m.layers) : 0;
 }
 
-Big model_params(const ModelConfig& m, const ModelShape& s) {
+Big model_params(const ModelConfig& m, const ModelFeatures& s) {
   const Big h = m.hidden;
   const Big ffn = m.ffn_hidden > 0 ? Big(m.ffn_hidden) : 4 * h;
   // An MoE layer: model.experts MLPs of the experts' width, the router (E x hidden) and a shared expert.
@@ -197,7 +197,7 @@ void check_sizes(const Config& c) {
   const TrainingConfig& t = c.training;
   // The family is not known yet (its table comes later): the widest shape,
   // so that no family's count can overflow.
-  const Big params = model_params(m, ModelShape{.gated_mlp = true, .position_table = true});
+  const Big params = model_params(m, ModelFeatures{.gated_mlp = true, .position_table = true});
   if (params * 4 > kMaxBytes) {
     fail(c, "model.layers (" + n(m.layers) + ") x model.hidden (" + n(m.hidden) + ")^2 (and model.ffn_hidden, "
             "model.vocab_size): about " + big(params) + " parameters, " + big(params * 4) +
@@ -334,9 +334,9 @@ void check_dense_moe_keys(const Config& c) {
 
 // NOTE [MoE keys]
 // model.experts and the model.moe_* keys are read by the MoE families only
-// (ModelShape::moe): set for a dense family they would do nothing, so they are
+// (ModelFeatures::moe): set for a dense family they would do nothing, so they are
 // refused; an MoE family needs experts and top-k that can route.
-void check_moe_keys(const Config& c, const ModelShape& shape) {
+void check_moe_keys(const Config& c, const ModelFeatures& shape) {
   const ModelConfig& m = c.model;
   const ModelConfig d;
   if (c.parallel.moe_dispatcher != "alltoall" && c.parallel.ep == 1)

@@ -238,15 +238,15 @@ int64_t chunks_per_rank(const Config& c) {
 const ModelFamilyRules& model_family(const Config& c, const std::vector<ModelFamilyRules>& families) {
   std::vector<std::string> known;
   for (const ModelFamilyRules& f : families) {
-    if (f.arch == c.model.arch) return f;
-    known.push_back(quote(f.arch));
+    if (f.name == c.model.arch) return f;
+    known.push_back(quote(f.name));
   }
   fail(c, "model.arch = " + quote(c.model.arch) + ": expected one of " + listed(known));
 }
 
 void check_model_family(const Config& c, const std::vector<ModelFamilyRules>& families) {
   const ModelFamilyRules& family = model_family(c, families);
-  check_moe_keys(c, family.shape);
+  check_moe_keys(c, family.features);
   family.check(c);
 }
 

@@ -35,7 +35,7 @@ using json::quote;
 // dropout, 2.1 with full and 13 with selective recomputation (notes of issue 30).
 // With every rank on this host the mean over pipeline ranks,
 // else the least. Sets `pairs` and `layers`.
-Big activation_lower_bound(const Config& c, const ModelShape& shape, const std::vector<int>& peak_inflight,
+Big activation_lower_bound(const Config& c, const ModelFeatures& shape, const std::vector<int>& peak_inflight,
                            bool all_ranks_here, Big& pairs, int64_t& layers) {
   if (peak_inflight.empty()) return 0;
   const ParallelConfig& p = c.parallel;
@@ -93,7 +93,7 @@ struct RankMemory {
   }
 };
 
-RankMemory rank_memory(const Config& c, const ModelShape& shape, const std::vector<int>& peak_inflight,
+RankMemory rank_memory(const Config& c, const ModelFeatures& shape, const std::vector<int>& peak_inflight,
                        bool all_ranks_here) {
   const ModelConfig& m = c.model;
   const ParallelConfig& p = c.parallel;
@@ -118,7 +118,7 @@ RankMemory rank_memory(const Config& c, const ModelShape& shape, const std::vect
 
 }  // namespace
 
-void check_host_resources(const Config& c, const ModelShape& shape, int64_t ranks_on_host, int64_t host_bytes,
+void check_host_resources(const Config& c, const ModelFeatures& shape, int64_t ranks_on_host, int64_t host_bytes,
                           int64_t host_cores, const std::vector<int>& peak_inflight) {
   const ParallelConfig& p = c.parallel;
   const TrainingConfig& t = c.training;
@@ -136,7 +136,7 @@ void check_host_resources(const Config& c, const ModelShape& shape, int64_t rank
   }
 }
 
-void check_device_memory(const Config& c, const ModelShape& shape, int device_index, int64_t device_bytes,
+void check_device_memory(const Config& c, const ModelFeatures& shape, int device_index, int64_t device_bytes,
                          const std::vector<int>& peak_inflight) {
   if (device_bytes <= 0 || c.training.device != "cuda") return;
   // One rank per device; the tokens stay on the host. Which pipeline rank this

@@ -29,7 +29,7 @@ constexpr Big kMaxBytes = 9.2e18L;  // int64's 9223372036854775807, rounded down
 std::string big(Big v);             // 3 significant digits
 // The model's parameters for a family of shape s, a lower bound (biases and
 // norms left out).
-Big model_params(const ModelConfig& m, const ModelShape& s);
+Big model_params(const ModelConfig& m, const ModelFeatures& s);
 // Of those, the routed experts' (every MoE layer's experts x 3 SwiGLU matrices): what parallel.ep splits.
 Big expert_params(const ModelConfig& m);
 // One layer's attention matrices (q, k, v, o; MLA's down and up projections and o): what
@@ -43,7 +43,7 @@ int64_t moe_layers(const ModelConfig& m);
 // check_model_config's part of them.
 void check_relations(const Config& c, ConfigUse use);  // check_data for kRun only (NOTE [plan reads no data])
 void check_model_relations(const Config& c);  // sizes (NOTE [size checks]), then shapes
-void check_moe_keys(const Config& c, const ModelShape& shape);  // NOTE [MoE keys]
+void check_moe_keys(const Config& c, const ModelFeatures& shape);  // NOTE [MoE keys]
 void check_schedule(const Config& c);
 void check_training(const Config& c);
 void check_data(const Config& c);

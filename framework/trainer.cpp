@@ -404,7 +404,7 @@ void check_memory_fits(const Config& c, const sched::Schedule& schedule, const W
   // The schedule's in-flight micro-batches per pipeline rank, for their activations: the
   // simulator's count (any costs: a rank runs its list in order whatever they are).
   const std::vector<int> inflight = sched::simulate_stats(schedule, sched::Costs{}).peak_inflight;
-  const ModelShape shape = model_family(c, model_families()).shape;
+  const ModelFeatures shape = model_family(c, model_families()).features;
   check_host_resources(c, shape, on_host, host.mem_bytes, host.cores, inflight);
   if (device.cuda) check_device_memory(c, shape, device.index, cuda_device_total_bytes(device.index), inflight);
 }

@@ -180,6 +180,7 @@ constexpr const char* kPlanEpilog =
 plan::Problem problem_of(const po::variables_map& vm, const Config& cfg) {
   plan::Problem pr;
   pr.model = cfg.model;
+  pr.features = model_family(cfg, model_families()).features;  // NOTE [model features]
   pr.precision = cfg.training.precision;
   pr.cluster = plan::load_cluster(vm["cluster"].as<std::string>());
   if (vm.count("cluster-set"))

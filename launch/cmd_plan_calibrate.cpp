@@ -80,10 +80,8 @@ Fitted fit_cluster(const bench::Calibration& m, const bench::CalibrateOptions& o
   c.gemm_efficiency = 1.0;  // the peak is the measured rate itself
   c.memory_bandwidth_gbs = m.memory_gbs;
   c.action_overhead_us = m.action_overhead_us;
-  for (const bench::Calibration::Layer& l : m.layers) {
-    if (l.arch == "gpt") c.gpt_layer_forward_us = l.forward_us, c.gpt_layer_backward_us = l.backward_us;
-    if (l.arch == "llama") c.llama_layer_forward_us = l.forward_us, c.llama_layer_backward_us = l.backward_us;
-  }
+  c.gpt_layer_forward_us = m.gpt_layer.forward_us, c.gpt_layer_backward_us = m.gpt_layer.backward_us;
+  c.llama_layer_forward_us = m.llama_layer.forward_us, c.llama_layer_backward_us = m.llama_layer.backward_us;
   // Between computing ranks (NOTE [busy link]) a collective's bandwidth, ring step and call cost
   // more than the back-to-back timings show: the bandwidth written is the busy all-reduces' (small
   // and large), where the larger took longer; the step and call are the small ones' beyond it.

@@ -359,7 +359,7 @@ Calibration::Layer layer_overhead(const std::string& arch, int threads) {
   };
   const auto one = time(1), five = time(5);
   at::set_num_threads(before);
-  return {arch, std::max(0.0, (five.first - one.first) / 4 * 1e6), std::max(0.0, (five.second - one.second) / 4 * 1e6)};
+  return {std::max(0.0, (five.first - one.first) / 4 * 1e6), std::max(0.0, (five.second - one.second) / 4 * 1e6)};
 }
 
 }  // namespace
@@ -415,7 +415,8 @@ Calibration calibrate(const CalibrateOptions& o) {
   for (int64_t n : {64, 128, 256, 512}) c.small_matmuls.push_back({static_cast<double>(n), matmul_rate(o.threads, n)});
   c.memory_gbs = memory_rate();
   c.action_overhead_us = action_overhead_us(o.ranks);
-  for (const char* arch : {"gpt", "llama"}) c.layers.push_back(layer_overhead(arch, o.threads));
+  c.gpt_layer = layer_overhead("gpt", o.threads);
+  c.llama_layer = layer_overhead("llama", o.threads);
   return c;
 }
 

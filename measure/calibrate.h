@@ -47,13 +47,13 @@ struct Calibration {
   // How much slower a rank computes in a 2-rank pipeline (the other rank computing and both
   // communicating) than the same stage alone (NOTE [shared compute]); >= 1.
   double concurrent_slowdown = 1;
-  // Per model family ("gpt", "llama"): median host time of one layer's forward and backward, us, from a
-  // middle pipeline stage of a model too small to compute anything (NOTE [layer overhead] in calibrate.cpp).
+  // Per block (GPT-2's, model.arch = "gpt"; Llama's decoder, "llama"): median host time of one layer's
+  // forward and backward, us, from a middle pipeline stage of a model too small to compute anything
+  // (NOTE [layer overhead] in calibrate.cpp).
   struct Layer {
-    std::string arch;
     double forward_us = 0, backward_us = 0;
   };
-  std::vector<Layer> layers;
+  Layer gpt_layer, llama_layer;
   double host_memory_gib = 0;       // MemTotal of /proc/meminfo
   int cores = 0;                    // std::thread::hardware_concurrency
 };

@@ -6,8 +6,11 @@
 namespace trident {
 
 const std::vector<ModelFamilyRules>& model_families() {
-  static const std::vector<ModelFamilyRules> families = {gpt_family(), llama_family(), mixtral_family(), qwen2_moe_family(),
-                                                                qwen3_moe_family(), deepseek_v3_family()};
+  static const std::vector<ModelFamilyRules> families = [] {
+    std::vector<ModelFamilyRules> all = {gpt_family()};
+    for (ModelFamilyRules& f : llama_decoder_families()) all.push_back(std::move(f));
+    return all;
+  }();
   return families;
 }
 

@@ -73,7 +73,7 @@ void check_checkpoint_matches(const std::string& checkpoint, const ModelConfig& 
       diff += std::string(diff.empty() ? "" : "; ") + key + ": " + std::to_string(a) + " in the checkpoint, " +
               std::to_string(b) + " in the config";
   };
-  if (m.arch != cfg.arch)
+  if (!same_family(m, cfg))
     diff = "model.arch: \"" + m.arch + "\" in the checkpoint, \"" + cfg.arch + "\" in the config";
   cmp("model.layers", m.layers, cfg.layers);
   cmp("model.hidden", m.hidden, cfg.hidden);

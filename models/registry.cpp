@@ -24,10 +24,12 @@ namespace trident {
 std::unique_ptr<Model> make_model(const Config& cfg) {
   if (cfg.model.arch == "gpt") return std::make_unique<GptModel>(cfg.model, chunk_layers(cfg));
   // Mixtral and Qwen's MoE models are Llama's decoder with a mixture of experts in every layer (NOTE [MoE block]
-  // in models/llama/llama.cpp, NOTE [Llama-decoder MoE families] in models/llama/llama_rules.cpp).
+  // in models/llama/llama.cpp, NOTE [Llama-decoder families] in models/llama/llama_rules.cpp).
   if (llama_decoder(cfg.model.arch)) return std::make_unique<LlamaModel>(cfg.model, chunk_layers(cfg));
   throw ModelInputError("model.arch = \"" + cfg.model.arch + "\": unknown model (known: gpt, llama, mixtral, qwen2_moe, qwen3_moe, deepseek_v3)");
 }
+
+bool same_family(const ModelConfig& a, const ModelConfig& b) { return a.arch == b.arch; }
 
 namespace {
 

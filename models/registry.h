@@ -16,6 +16,10 @@ namespace trident {
 // Throws std::runtime_error for an unknown arch.
 std::unique_ptr<Model> make_model(const Config& cfg);
 
+// Whether two models are of the same family (model.arch): the registry is where families are told
+// apart by name.
+bool same_family(const ModelConfig& a, const ModelConfig& b);
+
 // `model.init_from`: fills this rank's parameters of every chunk (its TP
 // slices, tied copies included) from the pretrained model in cfg.model.init_from
 // (a Hugging Face GPT-2 directory for "gpt", a Llama one for "llama"). Throws

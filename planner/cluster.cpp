@@ -162,9 +162,8 @@ double Cluster::compute_sharing(int64_t ranks, double slots) const {
   return std::max(1.0, on_node / s);
 }
 
-std::pair<double, double> Cluster::layer_overhead_s(const std::string& arch) const {
-  if (arch == "gpt") return {gpt_layer_forward_us * 1e-6, gpt_layer_backward_us * 1e-6};
-  // Llama's decoder (llama and the MoE families built on it).
+std::pair<double, double> Cluster::layer_overhead_s(const ModelFeatures& f) const {
+  if (!f.gated_mlp) return {gpt_layer_forward_us * 1e-6, gpt_layer_backward_us * 1e-6};
   return {llama_layer_forward_us * 1e-6, llama_layer_backward_us * 1e-6};
 }
 

@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/config.h"
+
 namespace trident::plan {
 
 // All bandwidths are per device and per direction, in GB/s (1e9 bytes/s);
@@ -46,8 +48,9 @@ struct Cluster {
   double compute_sharing(int64_t ranks, double slots = 0) const;
   // Peak of "fp32" or "bf16"; throws PlanError when the file gives none for it.
   double peak_tflops(const std::string& precision) const;
-  // {forward, backward} host seconds per layer of model family `arch` (gpt, or Llama's decoder: llama and the MoE families).
-  std::pair<double, double> layer_overhead_s(const std::string& arch) const;
+  // {forward, backward} host seconds per layer of a model of these features: the gpt_layer_* keys for
+  // GPT-2's block, the llama_layer_* keys for Llama's decoder (features.gated_mlp: llama and the MoE families).
+  std::pair<double, double> layer_overhead_s(const ModelFeatures& f) const;
 };
 
 // Thrown for every caller error of the planner: a bad cluster file, a layout

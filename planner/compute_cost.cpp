@@ -9,8 +9,6 @@ namespace trident::plan {
 
 namespace {
 
-bool is_llama(const ModelConfig& m) { return m.arch != "gpt"; }  // Llama's decoder, the MoE families too
-
 // NOTE [element-wise bytes] Device-memory traffic of a layer's memory-bound operators per token, in
 // elements of the compute precision (e bytes) plus 1-byte dropout masks, counted as each operator reads
 // its inputs and writes its outputs once (the fusions Megatron runs: bias+GELU, bias+dropout+residual).
@@ -24,18 +22,18 @@ bool is_llama(const ModelConfig& m) { return m.arch != "gpt"; }  // Llama's deco
 struct ElementBytes {
   double forward = 0, backward = 0;  // per token
 };
-ElementBytes element_bytes(const ModelConfig& m, double t, bool sp, int e) {
+ElementBytes element_bytes(const ModelConfig& m, const ModelFeatures& features, double t, bool sp, int e) {
   const double h = static_cast<double>(m.hidden), rep = sp ? t : 1.0;
   // Under MoE (NOTE [planned experts]) the SwiGLU runs on k expert rows and the shared expert per token,
   // and the rows are gathered into expert order and combined back: 2 k h read and written each way.
-  const MlpShape ms = mlp_shape(m);
+  const MlpShape ms = mlp_shape(m, features);
   const double f = (1 - ms.moe_share) * ms.dense_width + ms.moe_share * (ms.top_k * ms.expert_width + ms.shared_width);
   const double permute = ms.moe_share * 4 * ms.top_k * h * e;
-  const bool dropout = m.dropout > 0 && !is_llama(m);
+  const bool gated = features.gated_mlp, dropout = m.dropout > 0 && !gated;
   const double masks = dropout ? 2 * h : 0.0;
   ElementBytes b;
-  b.forward = (10 * h * e + masks) / rep + (is_llama(m) ? 3 : 2) * f * e / t + permute;
-  b.backward = (12 * h * e + masks) / rep + (is_llama(m) ? 5 : 3) * f * e / t + permute;
+  b.forward = (10 * h * e + masks) / rep + (gated ? 3 : 2) * f * e / t + permute;
+  b.backward = (12 * h * e + masks) / rep + (gated ? 5 : 3) * f * e / t + permute;
   return b;
 }
 
@@ -47,14 +45,14 @@ double gemm_seconds(double m, double n, double k, const Device& d, double batch)
   return batch * std::max(flops, bytes) + d.gemm_fixed_s;
 }
 
-LayerTimes layer_times(const ModelConfig& m, int64_t micro_batch, int64_t tp, bool sequence_parallel,
-                       AttentionKernel kernel, const Device& d) {
+LayerTimes layer_times(const ModelConfig& m, const ModelFeatures& features, int64_t micro_batch, int64_t tp,
+                       bool sequence_parallel, AttentionKernel kernel, const Device& d) {
   const double T = static_cast<double>(micro_batch * m.seq_len), s = static_cast<double>(m.seq_len);
   const double h = static_cast<double>(m.hidden), f = static_cast<double>(m.ffn()), t = static_cast<double>(tp);
   LayerTimes lt;
   // The weight GEMMs of one rank (column-parallel outputs and row-parallel inputs divided by tp). The
   // input- and weight-gradient GEMMs of each have its FLOPs and move the same three matrices.
-  const double qkv_out = is_llama(m) ? h + 2.0 * static_cast<double>(m.kv() * m.head_dim()) : 3 * h;
+  const double qkv_out = features.gated_mlp ? h + 2.0 * static_cast<double>(m.kv() * m.head_dim()) : 3 * h;
   lt.gemm_qkv = gemm_seconds(T, qkv_out / t, h, d);
   lt.gemm_proj = gemm_seconds(T, h, h / t, d);
   if (m.mla()) {  // NOTE [MLA]: the down projections (replicated), the up projections and o (by heads)
@@ -66,9 +64,9 @@ LayerTimes layer_times(const ModelConfig& m, int64_t micro_batch, int64_t tp, bo
                           : gemm_seconds(T, heads * (dn + dr) / t, h, d));
     lt.gemm_proj = gemm_seconds(T, h, heads * dv / t, d);
   }
-  lt.gemm_fc1 = gemm_seconds(T, (is_llama(m) ? 2 : 1) * f / t, h, d);
+  lt.gemm_fc1 = gemm_seconds(T, (features.gated_mlp ? 2 : 1) * f / t, h, d);
   lt.gemm_fc2 = gemm_seconds(T, h, f / t, d);
-  if (const MlpShape ms = mlp_shape(m); ms.moe_share > 0) {
+  if (const MlpShape ms = mlp_shape(m, features); ms.moe_share > 0) {
     // NOTE [planned experts]: a mean layer. An MoE layer's router (T x E), its experts as one grouped
     // GEMM per projection over T k rows (E groups of T k / E rows, the fixed cost paid once) and the
     // shared expert; the dense first layers' MLP as above.
@@ -109,7 +107,7 @@ LayerTimes layer_times(const ModelConfig& m, int64_t micro_batch, int64_t tp, bo
     lt.attn_f = square / 2 / (d.peak_flops * d.attention_efficiency);
     lt.attn_b = 2.5 * lt.attn_f;
   }
-  const ElementBytes eb = element_bytes(m, t, sequence_parallel, e);
+  const ElementBytes eb = element_bytes(m, features, t, sequence_parallel, e);
   lt.elem_f = T * eb.forward / d.memory_bytes_per_s;
   lt.elem_b = T * eb.backward / d.memory_bytes_per_s;
   return lt;

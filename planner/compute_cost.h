@@ -52,8 +52,8 @@ struct LayerTimes {
   // what a chunked all-gather or reduce-scatter can hide behind.
   double gemm_qkv = 0, gemm_proj = 0, gemm_fc1 = 0, gemm_fc2 = 0;
 };
-LayerTimes layer_times(const ModelConfig& m, int64_t micro_batch, int64_t tp, bool sequence_parallel,
-                       AttentionKernel kernel, const Device& d);
+LayerTimes layer_times(const ModelConfig& m, const ModelFeatures& f, int64_t micro_batch, int64_t tp,
+                       bool sequence_parallel, AttentionKernel kernel, const Device& d);
 // The LM head of one micro-batch on one of tp ranks: forward GEMM (backward: I and W as much) and, with
 // element-wise traffic modelled, the cross entropy over the logits.
 struct HeadTimes {

@@ -6,17 +6,10 @@
 
 namespace trident::plan {
 
-namespace {
-
-// Llama's decoder: llama and the MoE families built on it (mixtral, qwen2_moe, qwen3_moe, deepseek_v3).
-bool is_llama(const ModelConfig& m) { return m.arch != "gpt"; }
-
-}  // namespace
-
 // The trainer's resource checks count the same attention matrices (core/config_rules.h).
 double attention_matrix_params(const ModelConfig& m) { return static_cast<double>(config_rules::attention_params(m)); }
 
-MlpShape mlp_shape(const ModelConfig& m) {
+MlpShape mlp_shape(const ModelConfig& m, const ModelFeatures& f) {
   MlpShape s;
   s.moe_share = static_cast<double>(config_rules::moe_layers(m)) / static_cast<double>(m.layers);
   s.dense_width = static_cast<double>(m.ffn());
@@ -25,7 +18,7 @@ MlpShape mlp_shape(const ModelConfig& m) {
     s.top_k = static_cast<double>(m.moe_top_k);
     s.expert_width = static_cast<double>(m.moe_ffn());
     s.shared_width = static_cast<double>(m.moe_shared_ffn_hidden);
-    s.router_rows = static_cast<double>(m.experts + (m.arch == "qwen2_moe" ? 1 : 0));  // qwen2_moe's shared gate
+    s.router_rows = static_cast<double>(m.experts + (f.shared_expert_gate ? 1 : 0));  // and the shared experts' gate
   }
   return s;
 }
@@ -34,10 +27,10 @@ namespace {
 
 // Weight-matrix parameters one token passes through in one layer (no biases, no norms), averaged over
 // the layers: under MoE the top-k experts, the shared expert and the router (NOTE [planned experts]).
-double layer_matrix_params(const ModelConfig& m) {
+double layer_matrix_params(const ModelConfig& m, const ModelFeatures& f) {
   const double h = static_cast<double>(m.hidden);
-  if (!is_llama(m)) return attention_matrix_params(m) + 2 * h * static_cast<double>(m.ffn());  // fc1, fc2
-  const MlpShape s = mlp_shape(m);
+  if (!f.gated_mlp) return attention_matrix_params(m) + 2 * h * static_cast<double>(m.ffn());  // fc1, fc2
+  const MlpShape s = mlp_shape(m, f);
   return attention_matrix_params(m) + (1 - s.moe_share) * 3 * h * s.dense_width +
          s.moe_share * (3 * h * (s.top_k * s.expert_width + s.shared_width) + h * s.router_rows);
 }
@@ -59,14 +52,10 @@ void check_recompute(const std::string& r) {
 
 }  // namespace
 
-ModelShape block_shape(const ModelConfig& m) {
-  return ModelShape{.gated_mlp = is_llama(m), .position_table = !is_llama(m), .moe = m.experts > 0};
-}
-
-LayerFlops layer_flops(const ModelConfig& m, int64_t micro_batch) {
+LayerFlops layer_flops(const ModelConfig& m, const ModelFeatures& features, int64_t micro_batch) {
   const double tokens = static_cast<double>(micro_batch * m.seq_len);
   LayerFlops f;
-  f.matmul = 2 * tokens * layer_matrix_params(m);
+  f.matmul = 2 * tokens * layer_matrix_params(m, features);
   f.attention = tokens * static_cast<double>(m.seq_len) * attention_width(m);
   return f;
 }
@@ -76,19 +65,21 @@ double head_flops(const ModelConfig& m, int64_t micro_batch, int64_t tp) {
          static_cast<double>(m.padded_vocab(tp));
 }
 
-double step_flops(const ModelConfig& m, int64_t samples, const std::string& recompute, int64_t tp) {
+double step_flops(const ModelConfig& m, const ModelFeatures& f, int64_t samples, const std::string& recompute,
+                  int64_t tp) {
   check_recompute(recompute);
-  const LayerFlops l = layer_flops(m, samples);
+  const LayerFlops l = layer_flops(m, f, samples);
   double per_layer = l.forward() + l.input_grad() + l.weight_grad();
   if (recompute == "full") per_layer += l.forward();
   if (recompute == "selective") per_layer += l.attention;
   return static_cast<double>(m.layers) * per_layer + 3 * head_flops(m, samples, tp);
 }
 
-ParamCounts param_counts(const ModelConfig& m, int64_t tp, bool pipelined, int64_t ep, int64_t etp) {
+ParamCounts param_counts(const ModelConfig& m, const ModelFeatures& features, int64_t tp, bool pipelined, int64_t ep,
+                         int64_t etp) {
   const int64_t h = m.hidden, f = m.ffn(), t = tp, v = m.padded_vocab(tp);
   ParamCounts p;
-  if (!is_llama(m)) {
+  if (!features.gated_mlp) {
     // Sharded: qkv (3h^2 + 3h), proj weight h^2, fc1 (h f + f), fc2 weight f h. Replicated: two LayerNorms
     // (weight and bias, 4h) and the row-parallel biases of proj and fc2 (2h).
     p.layer = (3 * h * h + 3 * h + h * h + h * f + f + f * h) / t + 6 * h;
@@ -98,7 +89,7 @@ ParamCounts param_counts(const ModelConfig& m, int64_t tp, bool pipelined, int64
     // Every expert counts for memory (NOTE [planned experts]): the layers' mean, the dense first ones
     // with their MLP, the MoE ones with all experts, the shared expert and the router; MLA's two
     // latent norms are replicated beside the RMSNorms.
-    const MlpShape s = mlp_shape(m);
+    const MlpShape s = mlp_shape(m, features);
     const double hd = static_cast<double>(h);
     const double experts = s.moe_share * 3 * hd * s.experts * s.expert_width / static_cast<double>(ep);
     const double mlp = (1 - s.moe_share) * 3 * hd * s.dense_width + experts +
@@ -115,8 +106,8 @@ ParamCounts param_counts(const ModelConfig& m, int64_t tp, bool pipelined, int64
   return p;
 }
 
-int64_t total_params(const ModelConfig& m) {
-  const ParamCounts p = param_counts(m, 1, false);
+int64_t total_params(const ModelConfig& m, const ModelFeatures& f) {
+  const ParamCounts p = param_counts(m, f, 1, false);
   return m.layers * p.layer + p.embedding + p.head;
 }
 

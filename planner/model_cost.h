@@ -1,5 +1,9 @@
-// FLOPs, parameters and activation memory of a GPT-2 or Llama model (pure):
-// the closed forms the planner's step model is built from.
+// FLOPs, parameters and activation memory of a GPT-2 or Llama-decoder model
+// (pure): the closed forms the planner's step model is built from. Each reads
+// the model's keys and its family's features (NOTE [model features] in
+// core/config.h, handed in with the Problem): GPT-2's block where
+// features.gated_mlp is false (LayerNorms, biases, a position table), else
+// Llama's decoder with what its family adds.
 #pragma once
 
 #include <cstdint>
@@ -38,9 +42,9 @@ struct MlpShape {
   double moe_share = 0;      // the share of the layers whose MLP is a mixture of experts
   double dense_width = 0;    // model.ffn_hidden: the dense layers' SwiGLU width
   double experts = 0, top_k = 0, expert_width = 0, shared_width = 0;
-  double router_rows = 0;    // the router's rows (and Qwen2-MoE's shared-expert gate)
+  double router_rows = 0;    // the router's rows (and the shared experts' gate: features.shared_expert_gate)
 };
-MlpShape mlp_shape(const ModelConfig& m);
+MlpShape mlp_shape(const ModelConfig& m, const ModelFeatures& f);
 // The attention's weight-matrix parameters of one layer (MLA: its down and up projections and o).
 double attention_matrix_params(const ModelConfig& m);
 // Forward FLOPs of attention's Q K^T and P V per token and token of context, over the full square:
@@ -58,7 +62,7 @@ struct LayerFlops {
   double input_grad() const { return matmul + 2 * attention; }
   double weight_grad() const { return matmul; }  // W: one GEMM per weight GEMM
 };
-LayerFlops layer_flops(const ModelConfig& m, int64_t micro_batch);
+LayerFlops layer_flops(const ModelConfig& m, const ModelFeatures& f, int64_t micro_batch);
 
 // Forward FLOPs of the LM head of one micro-batch: 2 * b*s * h * padded vocabulary (backward: I and W as much).
 double head_flops(const ModelConfig& m, int64_t micro_batch, int64_t tp);
@@ -68,7 +72,8 @@ double head_flops(const ModelConfig& m, int64_t micro_batch, int64_t tp);
 // ("none": nothing, "full": every layer, "selective": the attention core).
 // With recompute = "full" and a GPT model this equals Narayanan et al. 2021's
 // 96 B s l h^2 (1 + s/6h + V/16lh).
-double step_flops(const ModelConfig& m, int64_t samples, const std::string& recompute, int64_t tp = 1);
+double step_flops(const ModelConfig& m, const ModelFeatures& f, int64_t samples, const std::string& recompute,
+                  int64_t tp = 1);
 
 // Parameters, as one rank of a tp-way tensor-parallel layout holds them.
 struct ParamCounts {
@@ -80,15 +85,11 @@ struct ParamCounts {
 };
 // ep > 1: each rank holds model.experts / ep of every MoE layer's routed experts.
 // ep: the experts' share is 1 / ep of them; etp (0: tp): the ranks each expert is split over.
-ParamCounts param_counts(const ModelConfig& m, int64_t tp, bool pipelined, int64_t ep = 1, int64_t etp = 0);
-int64_t total_params(const ModelConfig& m);  // the model's distinct parameters (tp = pp = 1)
+ParamCounts param_counts(const ModelConfig& m, const ModelFeatures& f, int64_t tp, bool pipelined, int64_t ep = 1,
+                         int64_t etp = 0);
+int64_t total_params(const ModelConfig& m, const ModelFeatures& f);  // the model's distinct parameters (tp = pp = 1)
 
 // layer_activation_bytes (NOTE [activation memory]) is in core/activation_memory.h:
-// the trainer's host-memory check counts activations with it too. The planner
-// prices the two families it models (Megatron's GPT and Llama formulas above)
-// without the families' code: their block shapes (NOTE [model shape]) as
-// models/gpt/gpt_rules.cpp and models/llama/llama_rules.cpp give them
-// (tests/unit/test_planner.cpp holds the two equal).
-ModelShape block_shape(const ModelConfig& m);
+// the trainer's host-memory check counts activations with it too, from the same features.
 
 }  // namespace trident::plan

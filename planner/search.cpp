@@ -43,7 +43,7 @@ std::vector<std::vector<int>> splits(const Problem& pr, int tp, int stages, int 
   std::vector<std::vector<int>> out;
   if (m.layers % stages == 0) out.push_back({});
   if (stages == 1) return out;
-  const LayerFlops lf = layer_flops(m, mbs);
+  const LayerFlops lf = layer_flops(m, pr.features, mbs);
   const double layer = (lf.forward() + lf.input_grad() + lf.weight_grad()) / tp;
   const double head = 3 * head_flops(m, mbs, tp) / tp;
   const std::vector<double> costs(static_cast<size_t>(m.layers), layer);
@@ -56,13 +56,13 @@ std::vector<std::vector<int>> splits(const Problem& pr, int tp, int stages, int 
 // Memory that no schedule avoids: states of the largest stage plus one micro-batch's activations.
 bool surely_too_big(const Problem& pr, const PlanLayout& l) {
   const ModelConfig& m = pr.model;
-  const ParamCounts pc = param_counts(m, l.tp, l.pp > 1, l.ep, l.expert_tp());
+  const ParamCounts pc = param_counts(m, pr.features, l.tp, l.pp > 1, l.ep, l.expert_tp());
   const double params = static_cast<double>(pc.layer) * static_cast<double>(m.layers) / l.pp;
   const bool apart = l.ep > 1 || l.expert_tp() != l.tp;
   const double experts = apart ? static_cast<double>(pc.layer_experts) * static_cast<double>(m.layers) / l.pp : 0.0;
   const double states = params * (pr.precision == "bf16" ? 10 : 8) +
                         (params - experts) * 8 / (l.zero ? l.dp * l.cp : 1) + experts * 8 / (l.zero ? l.edp() : 1);
-  const double act = layer_activation_bytes(m, block_shape(m), l.micro_batch, l.tp, l.sequence_parallel,
+  const double act = layer_activation_bytes(m, pr.features, l.micro_batch, l.tp, l.sequence_parallel,
                                             l.recompute, pr.precision == "bf16" ? 2 : 4, l.cp);
   return states + act > pr.cluster.device_memory_gib * 1024.0 * 1024 * 1024;
 }

@@ -345,9 +345,11 @@ namespace {
 // carries its share of the MoE layers' (NOTE [planned experts]). The routed experts' memory divides by
 // ep, their gradients reduce and ZeRO-1 shards over the expert-data-parallel group (dp / ep).
 // Returns one layer's forward seconds (the backward's are the same).
-double expert_all_to_alls(const ModelConfig& m, const Cluster& c, const PlanLayout& l, int64_t seq, int e) {
+double expert_all_to_alls(const Problem& pr, const PlanLayout& l, int64_t seq, int e) {
   if (l.ep <= 1) return 0.0;
-  const double n = l.ep, share = mlp_shape(m).moe_share;
+  const ModelConfig& m = pr.model;
+  const Cluster& c = pr.cluster;
+  const double n = l.ep, share = mlp_shape(m, pr.features).moe_share;
   // An ep group spans ep places of etp ranks each; at etp = 1 each tp rank dispatches its 1/tp of the
   // tokens (NOTE [experts under tensor parallelism]).
   const Link el = link(c, static_cast<int64_t>(l.expert_tp()) * l.ep <= c.devices_per_node);
@@ -494,11 +496,11 @@ LayerCost layer_cost(const Setting& s) {
   const PlanLayout& l = s.l;
   const Device dev = shared_device(s);
   LayerCost lc;
-  lc.lt = layer_times(s.ml, l.micro_batch, l.tp, s.sp, s.rt.attention, dev);
+  lc.lt = layer_times(s.ml, s.pr.features, l.micro_batch, l.tp, s.sp, s.rt.attention, dev);
   lc.ht = head_times(s.ml, l.micro_batch, l.tp, s.rt.attention, dev);
   lc.cp = context_exchanges(s, lc.lt);
   // NOTE [planned expert parallelism] (expert_all_to_alls): a layer's all-to-alls, forward and backward.
-  lc.ep.f = lc.ep.b = expert_all_to_alls(s.m, s.c, l, s.ml.seq_len, s.e);
+  lc.ep.f = lc.ep.b = expert_all_to_alls(s.pr, l, s.ml.seq_len, s.e);
   lc.tp_pass = tensor_collectives(s, lc.lt);
   const LayerTimes& lt = lc.lt;
   lc.layer_f = lt.gemm_f + lt.attn_f + lt.elem_f, lc.layer_i = lt.gemm_i + lt.attn_b + lt.elem_b;
@@ -506,7 +508,7 @@ LayerCost layer_cost(const Setting& s) {
   lc.rec_tp = l.recompute == "full" ? lc.tp_pass : 0.0;
   lc.rec_cp = l.recompute == "none" ? 0.0 : lc.cp.f;  // the attention core reruns its exchanges
   lc.rec_ep = l.recompute == "full" ? lc.ep.f : 0.0;    // a recomputed layer dispatches again
-  lc.host = s.c.layer_overhead_s(s.m.arch);
+  lc.host = s.c.layer_overhead_s(s.pr.features);
   lc.host.first *= s.slow, lc.host.second *= s.slow;
   return lc;
 }
@@ -703,7 +705,7 @@ Footprint footprint(const Setting& s, const Pipeline& p) {
   const ModelConfig& m = s.m;
   const int e = s.e;
   Footprint fp;
-  fp.pc = param_counts(m, l.tp, l.pp > 1, l.ep, l.expert_tp());
+  fp.pc = param_counts(m, s.pr.features, l.tp, l.pp > 1, l.ep, l.expert_tp());
   fp.dpc = l.dp * l.cp;
   fp.edp = l.edp();
   fp.experts_apart = l.ep > 1 || l.expert_tp() != l.tp;
@@ -713,13 +715,13 @@ Footprint footprint(const Setting& s, const Pipeline& p) {
                                     static_cast<double>(m.kv() / l.tp * m.head_dim()) * e
                               : 0.0;
   fp.layer_act =
-      layer_activation_bytes(m, block_shape(m), l.micro_batch, l.tp, l.sequence_parallel, l.recompute, e, l.cp) +
+      layer_activation_bytes(m, s.pr.features, l.micro_batch, l.tp, l.sequence_parallel, l.recompute, e, l.cp) +
       gathered;
   fp.head_act = static_cast<double>(l.micro_batch * s.ml.seq_len) *
                 (static_cast<double>(m.padded_vocab(l.tp)) / s.t * e + static_cast<double>(m.hidden) * e);
   // A tied head on the rank that holds the embedding (V placement puts the last stage on rank 0)
   // shares the embedding's matrix instead of a copy.
-  fp.tied = m.arch == "gpt" || m.tie_embeddings;
+  fp.tied = !s.pr.features.untied_head || m.tie_embeddings;
   fp.tied_on_one_rank = fp.tied && l.pp > 1 && p.sc.rank_of(0) == p.sc.rank_of(s.stages - 1);
   fp.head_copy = static_cast<double>(m.padded_vocab(l.tp) / l.tp * m.hidden);
   return fp;
@@ -803,7 +805,7 @@ double data_parallel_exposed(const Setting& s, const Pipeline& p, const Footprin
 double optimizer_seconds(const Setting& s, const Footprint& fp, const RankShare& rs) {
   const PlanLayout& l = s.l;
   const MicroBatchProfile* prof = s.pr.profile ? &s.pr.profile->at(l.micro_batch) : nullptr;
-  const double share = rs.params * s.t / static_cast<double>(total_params(s.m));
+  const double share = rs.params * s.t / static_cast<double>(total_params(s.m, s.pr.features));
   return s.slow * (prof ? prof->step_overhead_ms * 1e-3 * share
                         : ((rs.params - rs.experts) / (l.zero ? fp.dpc : 1) + rs.experts / (l.zero ? fp.edp : 1)) *
                               (s.pr.precision == "bf16" ? kOptimizerBytesBf16 : kOptimizerBytesFp32) /
@@ -893,8 +895,8 @@ Estimate evaluate(const Problem& pr, const PlanLayout& given) {
   const int devices = l.tp * l.cp * l.pp * l.dp;
   const ModelConfig& m = s.m;
   est.tokens_per_s = static_cast<double>(pr.global_batch * m.seq_len) / est.step_s;
-  est.tflops_per_device = step_flops(m, pr.global_batch, l.recompute, l.tp) / est.step_s / devices / 1e12;
-  est.mfu = step_flops(m, pr.global_batch, "none", l.tp) / est.step_s / devices / (s.c.peak_tflops(pr.precision) * 1e12);
+  est.tflops_per_device = step_flops(m, pr.features, pr.global_batch, l.recompute, l.tp) / est.step_s / devices / 1e12;
+  est.mfu = step_flops(m, pr.features, pr.global_batch, "none", l.tp) / est.step_s / devices / (s.c.peak_tflops(pr.precision) * 1e12);
   return est;
 }
 

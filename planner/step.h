@@ -122,6 +122,7 @@ Runtime runtime_named(const std::string& name);  // throws PlanError listing the
 // The run being planned: a model, its precision, the cluster, the global batch.
 struct Problem {
   ModelConfig model;
+  ModelFeatures features;  // its family's (NOTE [model features] in core/config.h), handed in with it
   std::string precision = "bf16";  // fp32 | bf16
   Cluster cluster;
   int64_t global_batch = 1;

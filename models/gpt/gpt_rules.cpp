@@ -29,7 +29,8 @@ void check_gpt(const Config& c) {
 
 }  // namespace
 
-// Two MLP matrices (fc1, fc2) and a learned position table.
-ModelFamilyRules gpt_family() { return {"gpt", check_gpt, ModelShape{.gated_mlp = false, .position_table = true}}; }
+// GPT-2's block (two MLP matrices, fc1 and fc2, LayerNorms and biases) and a learned position table; the LM
+// head is always the word embedding.
+ModelFamilyRules gpt_family() { return {"gpt", check_gpt, ModelFeatures{.gated_mlp = false, .position_table = true}}; }
 
 }  // namespace trident

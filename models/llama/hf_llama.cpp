@@ -14,6 +14,8 @@
 #include "checkpoint/safetensors.h"
 #include "core/version.h"
 #include "models/common/hf_names.h"
+#include "checkpoint/safetensors_shards.h"
+#include "models/llama/hf_llama_families.h"
 #include "models/llama/llama.h"
 #include "models/llama/llama_rules.h"
 
@@ -21,86 +23,6 @@ namespace trident {
 namespace {
 
 namespace st = safetensors;
-
-// The HF name of a Trident parameter; `vocab` when its rows are the padded vocabulary.
-struct Mapping {
-  std::string hf;
-  bool vocab = false;
-  bool experts = false;  // hf holds "{e}": one tensor per expert, stacked on dim 0 (NOTE [HF Mixtral layout])
-  // NOTE [HF DeepSeek-V3 layout]: rows whose rotary part a file may keep interleaved.
-  enum class Rope { kNone, kQueryHeads, kKvDown } rope = Rope::kNone;
-};
-
-// The HF name of expert e's tensor of an experts mapping.
-std::string expert_name(const Mapping& m, int64_t e) {
-  const size_t at = m.hf.find("{e}");
-  return m.hf.substr(0, at) + std::to_string(e) + m.hf.substr(at + 3);
-}
-
-Mapping map_name(const std::string& name, const ModelConfig& cfg) {
-  const std::string& arch = cfg.arch;
-  if (name == "embedding.word.weight") return {"model.embed_tokens.weight", true};
-  if (name == "head.weight") return {"lm_head.weight", true};
-  if (name == "final_norm.weight") return {"model.norm.weight"};
-  const std::string pre = "layers.";
-  const size_t dot = name.find('.', pre.size());
-  if (name.compare(0, pre.size(), pre) == 0 && dot != std::string::npos) {
-    const std::string hf = "model.layers." + name.substr(pre.size(), dot - pre.size()) + ".", rest = name.substr(dot + 1);
-    static const std::pair<const char*, const char*> table[] = {
-        {"attn_norm.weight", "input_layernorm.weight"},  {"attn.q.weight", "self_attn.q_proj.weight"},
-        {"attn.k.weight", "self_attn.k_proj.weight"},    {"attn.v.weight", "self_attn.v_proj.weight"},
-        {"attn.o.weight", "self_attn.o_proj.weight"},    {"mlp_norm.weight", "post_attention_layernorm.weight"},
-        {"mlp.gate.weight", "mlp.gate_proj.weight"},     {"mlp.up.weight", "mlp.up_proj.weight"},
-        {"mlp.down.weight", "mlp.down_proj.weight"},
-    };
-    if (arch == "deepseek_v3") {  // NOTE [HF DeepSeek-V3 layout]
-      if (rest == "attn.q.weight")
-        return {hf + (cfg.q_lora_rank > 0 ? "self_attn.q_b_proj.weight" : "self_attn.q_proj.weight"), false, false,
-                Mapping::Rope::kQueryHeads};
-      if (rest == "attn.kv_down.weight") return {hf + "self_attn.kv_a_proj_with_mqa.weight", false, false, Mapping::Rope::kKvDown};
-      static const std::pair<const char*, const char*> deepseek[] = {
-          {"attn.q_down.weight", "self_attn.q_a_proj.weight"},
-          {"attn.q_down_norm.weight", "self_attn.q_a_layernorm.weight"},
-          {"attn.kv_down_norm.weight", "self_attn.kv_a_layernorm.weight"},
-          {"attn.kv_up.weight", "self_attn.kv_b_proj.weight"},
-          {"moe.router.bias", "mlp.gate.e_score_correction_bias"},
-          {"moe.shared.gate.weight", "mlp.shared_experts.gate_proj.weight"},
-          {"moe.shared.up.weight", "mlp.shared_experts.up_proj.weight"},
-          {"moe.shared.down.weight", "mlp.shared_experts.down_proj.weight"},
-      };
-      for (const auto& [t, h] : deepseek)
-        if (rest == t) return {hf + h};
-    }
-    for (const auto& [t, h] : table)
-      if (rest == t) return {hf + h};
-    if (arch == "mixtral") {  // NOTE [HF Mixtral layout]
-      if (rest == "moe.router.weight") return {hf + "block_sparse_moe.gate.weight"};
-      static const std::pair<const char*, const char*> experts[] = {
-          {"moe.experts.gate.weight", "w1"}, {"moe.experts.up.weight", "w3"}, {"moe.experts.down.weight", "w2"}};
-      for (const auto& [t, w] : experts)
-        if (rest == t) return {hf + "block_sparse_moe.experts.{e}." + w + ".weight", false, true};
-    }
-    // NOTE [HF Qwen MoE layout]
-    static const std::pair<const char*, const char*> qwen[] = {
-        {"moe.router.weight", "mlp.gate.weight"},
-        {"moe.shared.gate.weight", "mlp.shared_expert.gate_proj.weight"},
-        {"moe.shared.up.weight", "mlp.shared_expert.up_proj.weight"},
-        {"moe.shared.down.weight", "mlp.shared_expert.down_proj.weight"},
-        {"moe.shared_gate.weight", "mlp.shared_expert_gate.weight"},
-        {"attn.q.bias", "self_attn.q_proj.bias"}, {"attn.k.bias", "self_attn.k_proj.bias"},
-        {"attn.v.bias", "self_attn.v_proj.bias"}, {"attn.q_norm.weight", "self_attn.q_norm.weight"},
-        {"attn.k_norm.weight", "self_attn.k_norm.weight"},
-    };
-    for (const auto& [t, h] : qwen)
-      if (rest == t) return {hf + h};
-    static const std::pair<const char*, const char*> qwen_experts[] = {
-        {"moe.experts.gate.weight", "gate_proj"}, {"moe.experts.up.weight", "up_proj"},
-        {"moe.experts.down.weight", "down_proj"}};
-    for (const auto& [t, w] : qwen_experts)
-      if (rest == t) return {hf + "mlp.experts.{e}." + w + ".weight", false, true};
-  }
-  throw std::logic_error("no Hugging Face Llama name for parameter " + name);
-}
 
 std::string shape_text(const std::vector<int64_t>& s) {
   std::string out = "[";
@@ -179,7 +101,7 @@ HfNames hf_names(const ModelConfig& m) {
   if (m.experts > 0 && m.moe_first_dense > 0 && m.moe_first_dense < m.layers)
     for (PlannedParam& p : llama_param_plan(m, {m.moe_first_dense, 1, false, false}, 1, 0)) plan.push_back(p);
   for (const PlannedParam& p : plan) {
-    const Mapping map = map_name(p.info.name, m);
+    const HfMapping map = hf_mapping(p.info.name, m);
     const size_t dot = map.hf.find('.', std::string("model.layers.").size());
     const std::string in_layer = map.hf.substr(dot + 1);
     if (!map.experts) {
@@ -212,143 +134,15 @@ std::vector<std::string> weight_files(const std::string& dir) {
   return out;
 }
 
-// The expert count under `key` and num_experts_per_tok, which must route.
-void read_experts(const json::Value& c, const std::string& cpath, const json::Value& count, const std::string& key,
-                  HfLlama& hf) {
-  ModelConfig& m = hf.model;
-  hf.experts_key = key;
-  m.experts = json::as_int(count, cpath + " " + key);
-  m.moe_top_k = json::as_int(json::at(c, "num_experts_per_tok", cpath), cpath + " num_experts_per_tok");
-  if (m.experts < 1 || m.moe_top_k < 1 || m.moe_top_k > m.experts)
-    throw ModelInputError(cpath + ": num_experts_per_tok = " + std::to_string(m.moe_top_k) + " with " + key + " = " +
-                          std::to_string(m.experts) + ": expected 1 <= num_experts_per_tok <= " + key);
-}
-
-// NOTE [HF Qwen MoE layout]: qwen2_moe's and qwen3_moe's experts, top-k, widths and router; what
-// Trident's do not have (dense layers between the sparse ones, a sliding window, no q/k/v biases
-// for qwen2_moe) is refused by name.
-void read_qwen_moe(const json::Value& c, const std::string& cpath, HfLlama& hf) {
-  ModelConfig& m = hf.model;
-  const std::string type = m.arch;
-  // Qwen3-MoE's files on the Hub say num_experts; transformers 5.24's save_pretrained writes num_local_experts.
-  const json::Value* e = json::find(c, "num_experts");
-  const char* experts_key = "num_experts";
-  if (!e && type == "qwen3_moe") e = json::find(c, experts_key = "num_local_experts");
-  if (!e) throw ModelInputError(cpath + ": no num_experts" + (type == "qwen3_moe" ? " (or num_local_experts)" : ""));
-  read_experts(c, cpath, *e, experts_key, hf);
-  m.moe_ffn_hidden = json::as_int(json::at(c, "moe_intermediate_size", cpath), cpath + " moe_intermediate_size");
-  if (const json::Value* n = json::find(c, "norm_topk_prob")) m.moe_norm_topk_prob = json::as_bool(*n, cpath);
-  else m.moe_norm_topk_prob = false;  // both configs' default
-  if (const json::Value* s = json::find(c, "decoder_sparse_step"); s && json::as_int(*s, cpath) != 1)
-    throw ModelInputError(cpath + ": decoder_sparse_step = " + std::to_string(json::as_int(*s, cpath)) +
-                          "; Trident's " + type + " has experts in every layer (expected 1)");
-  if (const json::Value* d = json::find(c, "mlp_only_layers"); d && !d->is_null()) {
-    // The first k layers dense (model.moe_first_dense = k) is what Trident has; another pattern is refused.
-    const std::vector<json::Value>& dense = json::as_array(*d, cpath + " mlp_only_layers");
-    for (size_t i = 0; i < dense.size(); ++i)
-      if (json::as_int(dense[i], cpath + " mlp_only_layers") != static_cast<int64_t>(i))
-        throw ModelInputError(cpath + ": mlp_only_layers = " + json::dump(*d) + "; Trident's " + type +
-                              " keeps dense MLPs in the first layers only (expected [0, 1, ..., k-1], or [])");
-    m.moe_first_dense = static_cast<int64_t>(dense.size());
-  }
-  if (const json::Value* w = json::find(c, "use_sliding_window"); w && json::as_bool(*w, cpath))
-    throw ModelInputError(cpath + ": use_sliding_window = true; Trident's " + type +
-                          " attends to the whole sequence (expected false)");
-  if (type == "qwen2_moe") {
-    if (const json::Value* b = json::find(c, "qkv_bias"); b && !json::as_bool(*b, cpath))
-      throw ModelInputError(cpath + ": qkv_bias = false; Trident's qwen2_moe has q/k/v biases (expected true)");
-    m.moe_shared_ffn_hidden =
-        json::as_int(json::at(c, "shared_expert_intermediate_size", cpath), cpath + " shared_expert_intermediate_size");
-  }
-}
-
-// n_group and topk_group against the expert count and num_experts_per_tok, in the file's own key
-// names: the same rules as model.moe_router_groups' (NOTE [MoE router] in models/common/moe.h),
-// which would name Trident's keys for a file that has none of them.
-void check_router_groups(const std::string& cpath, const std::string& experts_key, const ModelConfig& m) {
-  const auto n = [](int64_t v) { return std::to_string(v); };
-  const int64_t groups = m.moe_router_groups, topk = m.moe_router_group_topk;
-  if (groups < 1 || m.experts % groups != 0)
-    throw ModelInputError(cpath + ": n_group = " + n(groups) + ": expected an integer >= 1 dividing " + experts_key +
-                          " (" + n(m.experts) + ")");
-  if (topk < 1 || topk > groups)
-    throw ModelInputError(cpath + ": topk_group = " + n(topk) + ": expected 1 to n_group (" + n(groups) + ")");
-  if (groups > 1 && m.experts / groups < 2)
-    throw ModelInputError(cpath + ": n_group = " + n(groups) + " leaves " + n(m.experts / groups) + " expert per group of " +
-                          experts_key + " = " + n(m.experts) + ": a group is ranked by its two best experts "
-                          "(expected at least 2 per group)");
-  if (topk * (m.experts / groups) < m.moe_top_k)
-    throw ModelInputError(cpath + ": num_experts_per_tok = " + n(m.moe_top_k) + " exceeds the experts of topk_group = " +
-                          n(topk) + " group(s) of " + n(m.experts / groups) + " (n_group = " + n(groups) + ")");
-}
-
-// NOTE [HF DeepSeek-V3 layout]: DeepSeek-V3's config.json (what transformers 5.24 writes and the Hub's
-// files hold). Trident's router is the sigmoid over groups with the score-correction bias; what it
-// does not have is refused by name.
-void read_deepseek_v3(const json::Value& c, const std::string& cpath, HfLlama& hf) {
-  ModelConfig& m = hf.model;
-  const auto get_int = [&](const char* k) { return json::as_int(json::at(c, k, cpath), cpath + " " + k); };
-  // An optional integer where null means `none`.
-  const auto opt_int = [&](const char* k, int64_t none) {
-    const json::Value* v = json::find(c, k);
-    return v && !v->is_null() ? json::as_int(*v, cpath + " " + k) : none;
-  };
-  const json::Value* e = json::find(c, "n_routed_experts");
-  const char* experts_key = "n_routed_experts";
-  if (!e) e = json::find(c, experts_key = "num_local_experts");
-  if (!e) throw ModelInputError(cpath + ": no n_routed_experts");
-  read_experts(c, cpath, *e, experts_key, hf);
-  m.moe_ffn_hidden = get_int("moe_intermediate_size");
-  const int64_t shared = opt_int("n_shared_experts", 0);
-  if (shared < 1)
-    throw ModelInputError(cpath + ": n_shared_experts = " + std::to_string(shared) +
-                          "; Trident's deepseek_v3 has shared experts (expected >= 1)");
-  m.moe_shared_ffn_hidden = m.moe_ffn_hidden * shared;
-  m.moe_first_dense = opt_int("first_k_dense_replace", 0);
-  if (const json::Value* n = json::find(c, "norm_topk_prob")) m.moe_norm_topk_prob = json::as_bool(*n, cpath);
-  m.moe_score_function = "sigmoid";
-  m.moe_expert_bias = true;
-  m.moe_router_groups = opt_int("n_group", 1);
-  m.moe_router_group_topk = opt_int("topk_group", 1);
-  check_router_groups(cpath, experts_key, m);
-  if (const json::Value* f = json::find(c, "routed_scaling_factor"))
-    m.moe_routed_scaling_factor = json::as_double(*f, cpath + " routed_scaling_factor");
-  // The Hub's files also say how the reference code routes; anything but what Trident does is refused.
-  if (const json::Value* f = json::find(c, "scoring_func"); f && json::as_string(*f, cpath) != "sigmoid")
-    throw ModelInputError(cpath + ": scoring_func = \"" + json::as_string(*f, "") +
-                          "\"; Trident's deepseek_v3 router scores by sigmoid (expected \"sigmoid\")");
-  if (const json::Value* f = json::find(c, "topk_method"); f && json::as_string(*f, cpath) != "noaux_tc")
-    throw ModelInputError(cpath + ": topk_method = \"" + json::as_string(*f, "") +
-                          "\"; Trident's deepseek_v3 router is group-limited with the correction bias (expected "
-                          "\"noaux_tc\")");
-  if (const json::Value* f = json::find(c, "moe_layer_freq"); f && json::as_int(*f, cpath) != 1)
-    throw ModelInputError(cpath + ": moe_layer_freq = " + std::to_string(json::as_int(*f, cpath)) +
-                          "; Trident's deepseek_v3 has experts in every layer after the first dense ones (expected 1)");
-  m.q_lora_rank = opt_int("q_lora_rank", 0);
-  m.kv_lora_rank = get_int("kv_lora_rank");
-  m.qk_nope_head_dim = get_int("qk_nope_head_dim");
-  m.qk_rope_head_dim = get_int("qk_rope_head_dim");
-  m.v_head_dim = get_int("v_head_dim");
-  // head_dim is the rotary part here (transformers sets it so), not a head's width.
-  if (const json::Value* hd = json::find(c, "head_dim"); hd && !hd->is_null() && json::as_int(*hd, cpath) != m.qk_rope_head_dim)
-    throw ModelInputError(cpath + ": head_dim = " + std::to_string(json::as_int(*hd, cpath)) +
-                          " but qk_rope_head_dim = " + std::to_string(m.qk_rope_head_dim) +
-                          ": DeepSeek-V3's head_dim is its rotary width (expected them equal)");
-  const json::Value* interleave = json::find(c, "rope_interleave");
-  hf.rope_interleaved = interleave && !interleave->is_null() ? json::as_bool(*interleave, cpath + " rope_interleave")
-                                                             : true;  // DeepseekV3Config's default
-  hf.mtp_layers = opt_int("num_nextn_predict_layers", opt_int("num_mtp_layers", 0));
-}
-
 // The rotary rows of a DeepSeek-V3 tensor (NOTE [HF DeepSeek-V3 layout]) from the interleaved
 // order (x0 x1 | x2 x3 | ..., each pair one frequency) to rotate_half's (x0 x2 ... | x1 x3 ...),
 // or back.
-at::Tensor permute_rope_rows(const at::Tensor& t, Mapping::Rope kind, const ModelConfig& cfg, bool to_halves) {
+at::Tensor permute_rope_rows(const at::Tensor& t, HfMapping::Rope kind, const ModelConfig& cfg, bool to_halves) {
   const int64_t dr = cfg.qk_rope_head_dim;
   at::Tensor perm = at::cat({at::arange(0, dr, 2, at::kLong), at::arange(1, dr, 2, at::kLong)});
   if (!to_halves) perm = at::argsort(perm);
   at::Tensor out = t.clone();
-  if (kind == Mapping::Rope::kKvDown) {
+  if (kind == HfMapping::Rope::kKvDown) {
     out.narrow(0, cfg.kv_lora_rank, dr).copy_(t.narrow(0, cfg.kv_lora_rank, dr).index_select(0, perm));
   } else {  // each head's rows [nope | rope]
     const int64_t width = cfg.qk_nope_head_dim + dr;
@@ -369,7 +163,8 @@ HfLlama read_hf_llama_config(const std::string& dir) {
   const json::Value c = json::parse(read_file(cpath), cpath);
   auto get_int = [&](const char* k) { return json::as_int(json::at(c, k, cpath), cpath + " " + k); };
   const std::string type = json::as_string(json::at(c, "model_type", cpath), cpath + " model_type");
-  if (!llama_decoder(type))
+  const HfFamily* family = find_hf_family(type);
+  if (!family)
     throw ModelInputError(cpath + ": model_type = \"" + type +
                           "\"; expected \"llama\", \"mixtral\", \"qwen2_moe\", \"qwen3_moe\" or \"deepseek_v3\"");
   for (const char* k : {"attention_bias", "mlp_bias"})
@@ -382,18 +177,8 @@ HfLlama read_hf_llama_config(const std::string& dir) {
     throw ModelInputError(cpath + ": pretraining_tp = " + std::to_string(json::as_int(*t, cpath)) + "; expected 1");
   ModelConfig& m = hf.model;
   m.arch = type;
-  if (type == "mixtral") {
-    // NOTE [HF Mixtral layout]: what Trident's Mixtral does not have is refused, not ignored.
-    if (const json::Value* w = json::find(c, "sliding_window"); w && !w->is_null())
-      throw ModelInputError(cpath + ": sliding_window = " + std::to_string(json::as_int(*w, cpath + " sliding_window")) +
-                            "; Trident's Mixtral attends to the whole sequence (expected null)");
-    if (const json::Value* j = json::find(c, "router_jitter_noise"); j && json::as_double(*j, cpath) != 0)
-      throw ModelInputError(cpath + ": router_jitter_noise = " + json::dump(*j) +
-                            "; Trident's router adds no noise (expected 0)");
-    read_experts(c, cpath, json::at(c, "num_local_experts", cpath), "num_local_experts", hf);
-  }
-  if (type == "qwen2_moe" || type == "qwen3_moe") read_qwen_moe(c, cpath, hf);
-  if (type == "deepseek_v3") read_deepseek_v3(c, cpath, hf);
+  if (family->read) family->read(c, cpath, hf);  // the family's own keys
+  const ModelFeatures& features = *llama_decoder_features(type);
   m.layers = get_int("num_hidden_layers");
   m.hidden = get_int("hidden_size");
   m.heads = get_int("num_attention_heads");
@@ -404,7 +189,7 @@ HfLlama read_hf_llama_config(const std::string& dir) {
   // model.kv_heads = 0 ("= heads"), so it is refused here rather than read as that.
   const json::Value* kv = json::find(c, "num_key_value_heads");
   m.kv_heads = kv && !kv->is_null() ? json::as_int(*kv, cpath + " num_key_value_heads") : m.heads;
-  if (type == "deepseek_v3" && m.kv_heads != m.heads)
+  if (features.attention == AttentionKind::kLatent && m.kv_heads != m.heads)
     throw ModelInputError(cpath + ": num_key_value_heads = " + std::to_string(m.kv_heads) +
                           "; DeepSeek-V3's latent attention has a key and a value per head (expected "
                           "num_attention_heads = " + std::to_string(m.heads) + ")");
@@ -415,13 +200,13 @@ HfLlama read_hf_llama_config(const std::string& dir) {
     m.layernorm_eps = json::as_double(*e, cpath + " rms_norm_eps");
   const json::Value* tie = json::find(c, "tie_word_embeddings");
   m.tie_embeddings = tie ? json::as_bool(*tie, cpath + " tie_word_embeddings") : false;  // LlamaConfig's default
-  if (const json::Value* hd = json::find(c, "head_dim"); hd && !hd->is_null() && type != "deepseek_v3") {
+  if (const json::Value* hd = json::find(c, "head_dim"); hd && !hd->is_null() && features.attention != AttentionKind::kLatent) {
     const int64_t d = json::as_int(*hd, cpath + " head_dim");
-    // qwen3_moe's head_dim is its own (model.kv_channels); the others' must be hidden / heads.
-    if (type == "qwen3_moe" && !(m.hidden % m.heads == 0 && d == m.hidden / m.heads)) {
+    // A family that reads model.kv_channels takes head_dim as its own; the others' must be hidden / heads.
+    if (features.head_dim_key && !(m.hidden % m.heads == 0 && d == m.hidden / m.heads)) {
       if (d < 1) throw ModelInputError(cpath + ": head_dim = " + std::to_string(d) + "; expected an integer >= 1");
       m.kv_channels = d;
-    } else if (type != "qwen3_moe" && m.hidden % m.heads == 0 && d != m.hidden / m.heads) {
+    } else if (!features.head_dim_key && m.hidden % m.heads == 0 && d != m.hidden / m.heads) {
       throw ModelInputError(cpath + ": head_dim = " + std::to_string(d) + "; Trident's " + type +
                             " needs hidden_size / num_attention_heads = " + std::to_string(m.hidden / m.heads));
     }
@@ -449,7 +234,7 @@ bool mtp_layer(const std::string& name, int64_t layers, int64_t mtp) {
 void check_expert_count(const std::vector<st::Tensor>& file, const HfLlama& hf, const std::string& path) {
   const ModelConfig& m = hf.model;
   if (m.experts < 1) return;
-  const std::string pre = "model.layers.", router = map_name("layers.0.moe.router.weight", m).hf;
+  const std::string pre = "model.layers.", router = hf_mapping("layers.0.moe.router.weight", m).hf;
   const std::string in_layer = router.substr(router.find('.', pre.size()) + 1);  // "mlp.gate.weight"
   for (const st::Tensor& t : file) {
     long long layer = -1;
@@ -496,7 +281,7 @@ HfLlama read_hf_llama(const std::string& dir) {
 void check_hf_llama_matches(const HfLlama& hf, const ModelConfig& cfg) {
   ConfigDiff diff;
   const ModelConfig& m = hf.model;
-  if (cfg.arch != m.arch) diff.note("model.arch = \"" + cfg.arch + "\" (the directory holds a " + m.arch + ")");
+  if (find_hf_family(cfg.arch) != find_hf_family(m.arch)) diff.note("model.arch = \"" + cfg.arch + "\" (the directory holds a " + m.arch + ")");
   diff.number("num_local_experts", m.experts, "model.experts", cfg.experts);
   diff.number("num_experts_per_tok", m.moe_top_k, "model.moe_top_k", cfg.moe_top_k);
   if (!m.mla()) diff.number("head_dim", m.head_dim(), "model.kv_channels (head width)", cfg.head_dim());
@@ -560,7 +345,7 @@ void init_from_hf_llama(const HfLlama& hf, const ModelConfig& cfg, std::vector<P
   check_hf_llama_matches(hf, cfg);
   at::NoGradGuard no_grad;
   for (Param& p : params) {
-    const Mapping m = map_name(p.info.tied_copy ? "embedding.word.weight" : p.info.name, cfg);
+    const HfMapping m = hf_mapping(p.info.tied_copy ? "embedding.word.weight" : p.info.name, cfg);
     const auto tensor = [&](const std::string& name) {
       auto it = hf.tensors.find(name);
       if (it == hf.tensors.end()) throw ModelInputError(hf.dir + " has no tensor " + name + " (for " + p.info.name + ")");
@@ -579,7 +364,7 @@ void init_from_hf_llama(const HfLlama& hf, const ModelConfig& cfg, std::vector<P
       t = tensor(m.hf);
     }
     std::vector<int64_t> want = p.info.full_shape;
-    if (m.rope != Mapping::Rope::kNone && hf.rope_interleaved && t.sizes().vec() == want)
+    if (m.rope != HfMapping::Rope::kNone && hf.rope_interleaved && t.sizes().vec() == want)
       t = permute_rope_rows(t, m.rope, cfg, /*to_halves=*/true);
     if (m.vocab) want[0] = cfg.vocab_size;
     if (t.sizes().vec() != want)
@@ -594,17 +379,17 @@ void init_from_hf_llama(const HfLlama& hf, const ModelConfig& cfg, std::vector<P
   }
 }
 
-int write_hf_llama(const std::string& dir, const ModelConfig& cfg, const std::string& tokenizer,
-                   const std::function<at::Tensor(const ParamInfo&)>& full, int64_t shard_bytes) {
-  // What the format's router cannot say is refused before anything is written.
+namespace {
+
+// What the format's router cannot say is refused before anything is written.
+void check_exportable_router(const ModelConfig& cfg, const HfFamily& family) {
   const ModelConfig d;
-  const bool deepseek = cfg.arch == "deepseek_v3";
   const auto cannot = [&](bool differs, const std::string& what) {
     if (differs)
       throw ModelInputError(what + ": transformers' " + cfg.arch + " router cannot hold it, so the export would "
                             "not compute what the checkpoint does");
   };
-  if (deepseek) {
+  if (family.router == HfRouter::kGroupedSigmoidBias) {
     cannot(cfg.moe_score_function != "sigmoid", "model.moe_score_function = \"" + cfg.moe_score_function + "\"");
   } else if (cfg.experts > 0) {
     cannot(cfg.moe_score_function != d.moe_score_function, "model.moe_score_function = \"" + cfg.moe_score_function + "\"");
@@ -613,118 +398,42 @@ int write_hf_llama(const std::string& dir, const ModelConfig& cfg, const std::st
            "model.moe_routed_scaling_factor = " + config_number(cfg.moe_routed_scaling_factor));
     cannot(cfg.moe_expert_bias, "model.moe_expert_bias = true");
   }
-  std::filesystem::create_directories(dir);
-  std::vector<std::vector<st::Tensor>> shards(1);
-  int64_t in_shard = 0, total = 0;
+}
+
+// Every untied parameter under its HF name (one tensor per expert, NOTE [HF Mixtral layout]), vocabulary
+// padding removed, rotary rows in rotate_half's order as Trident keeps them (rope_interleave = false).
+int write_weights(const std::string& dir, const ModelConfig& cfg, const HfFamily& family,
+                  const std::function<at::Tensor(const ParamInfo&)>& full, int64_t shard_bytes) {
+  st::ShardWriter out(shard_bytes);
   for (const PlannedParam& p : llama_param_plan(cfg, {0, cfg.layers, true, true}, 1, 0)) {
     if (p.info.tied_copy) continue;
-    const Mapping m = map_name(p.info.name, cfg);
+    const HfMapping m = hf_mapping(p.info.name, cfg);
     at::Tensor t = full(p.info).to(at::kFloat);
     if (m.vocab) t = t.narrow(0, 0, cfg.vocab_size);
     t = t.contiguous();
-    const int64_t bytes = t.numel() * 4;
-    if (shard_bytes > 0 && in_shard > 0 && in_shard + bytes > shard_bytes) shards.emplace_back(), in_shard = 0;
-    // deepseek_v3: rotary rows in rotate_half's order, as Trident keeps them (rope_interleave = false).
-    if (m.experts) {  // NOTE [HF Mixtral layout]: one tensor per expert
+    out.reserve(t.numel() * 4);
+    if (m.experts) {
       for (int64_t e = 0; e < t.size(0); ++e) {
         const at::Tensor one = t[e].contiguous();
-        shards.back().push_back(st::from_float(expert_name(m, e), one.sizes().vec(), one.data_ptr<float>()));
+        out.add(st::from_float(expert_name(m, e), one.sizes().vec(), one.data_ptr<float>()));
       }
     } else {
-      shards.back().push_back(st::from_float(m.hf, t.sizes().vec(), t.data_ptr<float>()));
+      out.add(st::from_float(m.hf, t.sizes().vec(), t.data_ptr<float>()));
     }
-    in_shard += bytes;
-    total += bytes;
   }
-  if (deepseek && !cfg.moe_expert_bias) {
+  if (family.router == HfRouter::kGroupedSigmoidBias && !cfg.moe_expert_bias) {
     // transformers' DeepSeek-V3 router always has the correction bias: zeros choose as no bias does.
     for (int64_t l = cfg.moe_first_dense; l < cfg.layers; ++l) {
       const std::vector<float> z(static_cast<size_t>(cfg.experts), 0.0f);
-      shards.back().push_back(st::from_float("model.layers." + std::to_string(l) + ".mlp.gate.e_score_correction_bias",
-                                             {cfg.experts}, z.data()));
+      out.add(st::from_float("model.layers." + std::to_string(l) + ".mlp.gate.e_score_correction_bias", {cfg.experts},
+                             z.data()));
     }
   }
-  int n = 0;
-  if (shard_bytes <= 0) {
-    st::write_file(dir + "/model.safetensors", shards[0], {{"format", "pt"}});
-    n = static_cast<int>(shards[0].size());
-  } else {
-    json::Value map = json::Value::object();
-    for (size_t k = 0; k < shards.size(); ++k) {
-      char name[64];
-      std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1, shards.size());
-      st::write_file(dir + "/" + name, shards[k], {{"format", "pt"}});
-      for (const st::Tensor& t : shards[k]) map[t.name] = json::Value(name), ++n;
-    }
-    json::Value index = json::Value::object();
-    json::Value meta = json::Value::object();
-    meta["total_size"] = json::number(total);
-    index["metadata"] = meta;
-    index["weight_map"] = map;
-    write_file_atomic(dir + "/model.safetensors.index.json", json::dump(index, 2) + "\n");
-  }
+  return out.write(dir);
+}
 
-  json::Value c = json::Value::object();
-  const bool mixtral = cfg.arch == "mixtral", qwen = cfg.arch == "qwen2_moe" || cfg.arch == "qwen3_moe";
-  const char* arch_class = mixtral    ? "MixtralForCausalLM"
-                           : qwen     ? (cfg.arch == "qwen2_moe" ? "Qwen2MoeForCausalLM" : "Qwen3MoeForCausalLM")
-                           : deepseek ? "DeepseekV3ForCausalLM"
-                                      : "LlamaForCausalLM";
-  c["architectures"] = json::Value::array({json::Value(arch_class)});
-  c["model_type"] = json::Value(cfg.arch);
-  if (mixtral) {
-    c["num_local_experts"] = json::number(cfg.experts);
-    c["num_experts_per_tok"] = json::number(cfg.moe_top_k);
-    c["sliding_window"] = json::Value();
-    c["router_jitter_noise"] = json::number(0.0);
-  }
-  if (qwen) {  // NOTE [HF Qwen MoE layout]: num_experts, as the Hub's files say it
-    c["num_experts"] = json::number(cfg.experts);
-    c["num_experts_per_tok"] = json::number(cfg.moe_top_k);
-    c["moe_intermediate_size"] = json::number(cfg.moe_ffn());
-    c["norm_topk_prob"] = json::Value(cfg.moe_norm_topk_prob);
-    c["decoder_sparse_step"] = json::number(int64_t{1});
-    json::Value dense = json::Value::array({});
-    for (int64_t l = 0; l < cfg.moe_first_dense; ++l) dense.push_back(json::number(l));
-    c["mlp_only_layers"] = dense;
-    c["use_sliding_window"] = json::Value(false);
-    if (cfg.arch == "qwen2_moe") {
-      c["qkv_bias"] = json::Value(true);
-      c["shared_expert_intermediate_size"] = json::number(cfg.moe_shared_ffn_hidden);
-    }
-  }
-  if (deepseek) {  // NOTE [HF DeepSeek-V3 layout]
-    c["n_routed_experts"] = json::number(cfg.experts);
-    c["num_experts_per_tok"] = json::number(cfg.moe_top_k);
-    c["moe_intermediate_size"] = json::number(cfg.moe_ffn());
-    c["n_shared_experts"] = json::number(cfg.moe_shared_ffn_hidden / cfg.moe_ffn());
-    c["first_k_dense_replace"] = json::number(cfg.moe_first_dense);
-    c["norm_topk_prob"] = json::Value(cfg.moe_norm_topk_prob);
-    c["n_group"] = json::number(cfg.moe_router_groups);
-    c["topk_group"] = json::number(cfg.moe_router_group_topk);
-    c["routed_scaling_factor"] = json::number(cfg.moe_routed_scaling_factor);
-    c["q_lora_rank"] = cfg.q_lora_rank > 0 ? json::number(cfg.q_lora_rank) : json::Value();
-    c["kv_lora_rank"] = json::number(cfg.kv_lora_rank);
-    c["qk_nope_head_dim"] = json::number(cfg.qk_nope_head_dim);
-    c["qk_rope_head_dim"] = json::number(cfg.qk_rope_head_dim);
-    c["v_head_dim"] = json::number(cfg.v_head_dim);
-    c["rope_interleave"] = json::Value(false);
-    c["num_nextn_predict_layers"] = json::number(int64_t{0});
-  }
-  c["hidden_size"] = json::number(cfg.hidden);
-  c["intermediate_size"] = json::number(cfg.ffn());
-  c["num_hidden_layers"] = json::number(cfg.layers);
-  c["num_attention_heads"] = json::number(cfg.heads);
-  c["num_key_value_heads"] = json::number(cfg.kv());
-  c["head_dim"] = json::number(deepseek ? cfg.qk_rope_head_dim : cfg.head_dim());  // DeepSeek-V3's: the rotary width
-  c["vocab_size"] = json::number(cfg.vocab_size);
-  c["max_position_embeddings"] = json::number(cfg.seq_len);
-  c["rms_norm_eps"] = json::number(cfg.layernorm_eps);
-  c["hidden_act"] = json::Value("silu");
-  if (cfg.arch == "llama" || cfg.arch == "qwen3_moe" || deepseek) c["attention_bias"] = json::Value(false);
-  if (cfg.arch == "llama") c["mlp_bias"] = json::Value(false);
-  c["tie_word_embeddings"] = json::Value(cfg.tie_embeddings);
-  c["initializer_range"] = json::number(cfg.init_std);
+// transformers 5's rope_parameters: the base, the scaling type and its keys.
+json::Value rope_parameters(const ModelConfig& cfg) {
   json::Value rope = json::Value::object();
   rope["rope_theta"] = json::number(cfg.rope_theta);
   rope["rope_type"] = json::Value(cfg.rope_scaling == "none" ? "default" : cfg.rope_scaling);
@@ -742,11 +451,46 @@ int write_hf_llama(const std::string& dir, const ModelConfig& cfg, const std::st
     rope["low_freq_factor"] = json::number(cfg.rope_low_freq_factor);
     rope["high_freq_factor"] = json::number(cfg.rope_high_freq_factor);
   }
-  c["rope_parameters"] = rope;
+  return rope;
+}
+
+// config.json: the class and model_type, the family's own keys, then those every family shares.
+json::Value hf_config(const ModelConfig& cfg, const HfFamily& family, const std::string& tokenizer) {
+  const bool latent = llama_features(cfg).attention == AttentionKind::kLatent;
+  json::Value c = json::Value::object();
+  c["architectures"] = json::Value::array({json::Value(family.architecture)});
+  c["model_type"] = json::Value(cfg.arch);
+  if (family.write) family.write(c, cfg);
+  c["hidden_size"] = json::number(cfg.hidden);
+  c["intermediate_size"] = json::number(cfg.ffn());
+  c["num_hidden_layers"] = json::number(cfg.layers);
+  c["num_attention_heads"] = json::number(cfg.heads);
+  c["num_key_value_heads"] = json::number(cfg.kv());
+  c["head_dim"] = json::number(latent ? cfg.qk_rope_head_dim : cfg.head_dim());  // MLA's: the rotary width
+  c["vocab_size"] = json::number(cfg.vocab_size);
+  c["max_position_embeddings"] = json::number(cfg.seq_len);
+  c["rms_norm_eps"] = json::number(cfg.layernorm_eps);
+  c["hidden_act"] = json::Value("silu");
+  if (family.attention_bias_key) c["attention_bias"] = json::Value(false);
+  if (family.mlp_bias_key) c["mlp_bias"] = json::Value(false);
+  c["tie_word_embeddings"] = json::Value(cfg.tie_embeddings);
+  c["initializer_range"] = json::number(cfg.init_std);
+  c["rope_parameters"] = rope_parameters(cfg);
   c["torch_dtype"] = json::Value("float32");
   c["tokenizer"] = json::Value(tokenizer);
   c["trident_version"] = json::Value(kTridentVersion);
-  write_file_atomic(dir + "/config.json", json::dump(c, 2) + "\n");
+  return c;
+}
+
+}  // namespace
+
+int write_hf_llama(const std::string& dir, const ModelConfig& cfg, const std::string& tokenizer,
+                   const std::function<at::Tensor(const ParamInfo&)>& full, int64_t shard_bytes) {
+  const HfFamily& family = hf_family(cfg);
+  check_exportable_router(cfg, family);
+  std::filesystem::create_directories(dir);
+  const int n = write_weights(dir, cfg, family, full, shard_bytes);
+  write_file_atomic(dir + "/config.json", json::dump(hf_config(cfg, family, tokenizer), 2) + "\n");
   return n;
 }
 

@@ -1,7 +1,10 @@
-// Hugging Face Llama interop: Trident's Llama parameters (llama_param_plan's
-// names, full tensors) to and from transformers' LlamaForCausalLM directories
-// (config.json, and model.safetensors or shards listed in
-// model.safetensors.index.json).
+// Hugging Face interop of the Llama-decoder families: Trident's parameters
+// (llama_param_plan's names, full tensors) to and from transformers'
+// directories (config.json, and model.safetensors or shards listed in
+// model.safetensors.index.json, written by checkpoint/safetensors_shards.h).
+// What differs between the families (tensor names, their own config.json
+// keys, the router transformers' class holds) is one table per family in
+// hf_llama_families.cpp; the notes below describe each.
 //
 // NOTE [HF Llama layout]
 //   Trident                          HF (LlamaForCausalLM)

@@ -12,18 +12,22 @@
 #include "models/common/mla.h"
 #include "models/common/moe.h"
 #include "models/common/rms_norm.h"
+#include "models/llama/llama_rules.h"
 
 namespace trident {
 
-std::vector<PlannedParam> llama_param_plan(const ModelConfig& cfg, const ChunkSpec& spec, int64_t tp_size,
-                                           int64_t tp_rank, int64_t ep_size, int64_t ep_rank, int64_t etp) {
-  const int64_t h = cfg.hidden, f = cfg.ffn(), vp = cfg.padded_vocab(tp_size), d = cfg.head_dim();
-  const int64_t q_rows = cfg.heads * d, kv_rows = cfg.kv() * d;
-  // Output projections scaled by 1/sqrt(2 layers), as GPT's (GPT-2's init).
-  const double std_dev = cfg.init_std, out_std = cfg.init_std / std::sqrt(2.0 * static_cast<double>(cfg.layers));
-  ParamPlan plan(tp_size, tp_rank, ep_size, ep_rank);
+namespace {
+
+// llama_param_plan's declarations, one method a part of the block (NOTE [Llama TP plan]), each in
+// the plan's order. Output projections scaled by 1/sqrt(2 layers), as GPT's (GPT-2's init).
+struct LlamaPlanWriter {
+  const ModelConfig& cfg;
+  const ModelFeatures& features;
+  ParamPlan& plan;
+  double std_dev = cfg.init_std, out_std = cfg.init_std / std::sqrt(2.0 * static_cast<double>(cfg.layers));
+
   // An RMSNorm weight: ones, replicated, fed a sequence shard under SP, no weight decay.
-  auto norm = [&plan](const std::string& name, int64_t width) {
+  void norm(const std::string& name, int64_t width) {
     ParamDecl decl;
     decl.name = name;
     decl.shape = {width};
@@ -31,54 +35,56 @@ std::vector<PlannedParam> llama_param_plan(const ModelConfig& cfg, const ChunkSp
     decl.no_decay = true;
     decl.sequence_parallel_grad = true;
     plan.add(decl);
-  };
+  }
   // A replicated weight fed this rank's tokens (a sequence shard under SP): MLA's down projections.
-  auto latent = [&plan, std_dev](const std::string& name, std::vector<int64_t> shape) {
+  void latent(const std::string& name, std::vector<int64_t> shape) {
     ParamDecl decl;
     decl.name = name;
     decl.shape = std::move(shape);
     decl.std_dev = std_dev;
     decl.sequence_parallel_grad = true;
     plan.add(decl);
-  };
+  }
   // The word embedding or the untied LM head, split over TP by vocabulary rows; padding rows are zero
   // at init. Tied: the head is the word embedding's copy (same name, so the same init).
-  auto vocab_matrix = [&](const std::string& name, bool tied_copy) {
+  void vocab_matrix(const std::string& name, bool tied_copy, int64_t padded_vocab) {
     ParamDecl decl;
     decl.name = name;
-    decl.shape = {vp, h};
+    decl.shape = {padded_vocab, cfg.hidden};
     decl.shard_dim = kColumnParallel;
     decl.std_dev = std_dev;
     decl.init_valid_rows = cfg.vocab_size;
     decl.tied_copy = tied_copy;
     plan.add(decl);
-  };
-  if (spec.has_embedding) vocab_matrix("embedding.word.weight", /*tied_copy=*/false);
-  for (int64_t l = spec.first_layer; l < spec.first_layer + spec.num_layers; ++l) {
-    const std::string pre = "layers." + std::to_string(l);
-    norm(pre + ".attn_norm.weight", h);
+  }
+  // NOTE [MLA]: the down projections and their norms replicated, fed this rank's tokens; the up
+  // projections split by heads.
+  void latent_attention(const std::string& pre) {
+    const int64_t h = cfg.hidden, heads = cfg.heads, qk = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim;
+    if (cfg.q_lora_rank > 0) {
+      latent(pre + ".attn.q_down.weight", {cfg.q_lora_rank, h});
+      norm(pre + ".attn.q_down_norm.weight", cfg.q_lora_rank);
+    }
+    plan.add_weight(pre + ".attn.q.weight", {heads * qk, cfg.q_lora_rank > 0 ? cfg.q_lora_rank : h}, kColumnParallel,
+                    std_dev);
+    latent(pre + ".attn.kv_down.weight", {cfg.kv_lora_rank + cfg.qk_rope_head_dim, h});
+    norm(pre + ".attn.kv_down_norm.weight", cfg.kv_lora_rank);
+    plan.add_weight(pre + ".attn.kv_up.weight", {heads * (cfg.qk_nope_head_dim + cfg.v_head_dim), cfg.kv_lora_rank},
+                    kColumnParallel, std_dev);
+    plan.add_weight(pre + ".attn.o.weight", {h, heads * cfg.v_head_dim}, kRowParallel, out_std);
+  }
+  // Grouped-query attention, and what the family's features add to it.
+  void attention(const std::string& pre) {
+    const int64_t h = cfg.hidden, d = cfg.head_dim(), q_rows = cfg.heads * d, kv_rows = cfg.kv() * d;
     if (cfg.mla()) {
-      // NOTE [MLA]: the down projections and their norms replicated, fed this rank's tokens; the up
-      // projections split by heads.
-      const int64_t heads = cfg.heads, qk = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim;
-      if (cfg.q_lora_rank > 0) {
-        latent(pre + ".attn.q_down.weight", {cfg.q_lora_rank, h});
-        norm(pre + ".attn.q_down_norm.weight", cfg.q_lora_rank);
-      }
-      plan.add_weight(pre + ".attn.q.weight", {heads * qk, cfg.q_lora_rank > 0 ? cfg.q_lora_rank : h}, kColumnParallel,
-                      std_dev);
-      latent(pre + ".attn.kv_down.weight", {cfg.kv_lora_rank + cfg.qk_rope_head_dim, h});
-      norm(pre + ".attn.kv_down_norm.weight", cfg.kv_lora_rank);
-      plan.add_weight(pre + ".attn.kv_up.weight", {heads * (cfg.qk_nope_head_dim + cfg.v_head_dim), cfg.kv_lora_rank},
-                      kColumnParallel, std_dev);
-      plan.add_weight(pre + ".attn.o.weight", {h, heads * cfg.v_head_dim}, kRowParallel, out_std);
+      latent_attention(pre);
     } else {
       plan.add_weight(pre + ".attn.q.weight", {q_rows, h}, kColumnParallel, std_dev);
       plan.add_weight(pre + ".attn.k.weight", {kv_rows, h}, kColumnParallel, std_dev);
       plan.add_weight(pre + ".attn.v.weight", {kv_rows, h}, kColumnParallel, std_dev);
       plan.add_weight(pre + ".attn.o.weight", {h, q_rows}, kRowParallel, out_std);
     }
-    if (cfg.arch == "qwen2_moe") {  // q/k/v biases: zeros, split as their weights' rows
+    if (features.qkv_bias) {  // zeros, split as their weights' rows
       for (const auto& [name, rows] : {std::pair{".attn.q.bias", q_rows}, {".attn.k.bias", kv_rows}, {".attn.v.bias", kv_rows}}) {
         ParamDecl decl;
         decl.name = pre + name;
@@ -89,7 +95,7 @@ std::vector<PlannedParam> llama_param_plan(const ModelConfig& cfg, const ChunkSp
         plan.add(decl);
       }
     }
-    if (cfg.arch == "qwen3_moe") {  // one RMSNorm weight over a head's width, for every q head and every k head
+    if (features.qk_norm) {  // one RMSNorm weight over a head's width, for every q head and every k head
       for (const char* name : {".attn.q_norm.weight", ".attn.k_norm.weight"}) {
         ParamDecl decl;
         decl.name = pre + name;
@@ -100,54 +106,70 @@ std::vector<PlannedParam> llama_param_plan(const ModelConfig& cfg, const ChunkSp
         plan.add(decl);
       }
     }
-    norm(pre + ".mlp_norm.weight", h);
-    if (cfg.moe_layer(l)) {
-      // NOTE [MoE layout]: the router and every expert's SwiGLU, experts stacked on dim 0;
-      // the shared expert and its gate where the family has them.
-      const int64_t e = cfg.experts, fe = cfg.moe_ffn(), fs = cfg.moe_shared_ffn_hidden;
-      plan.add_weight(pre + ".moe.router.weight", {e, h}, kReplicated, std_dev);
-      if (cfg.moe_expert_bias) {
-        // NOTE [expert bias]: chooses experts, gets no gradient; AdamW leaves it as it is.
-        ParamDecl decl;
-        decl.name = pre + ".moe.router.bias";
-        decl.shape = {e};
-        decl.init = "zeros";
-        decl.no_decay = true;
-        plan.add(decl);
-      }
-      // The routed experts: split over EP along dim 0 (NOTE [expert grid] in parallel/layout.h) and
-      // over etp of the tp ranks along their width as the dense MLP (NOTE [experts under tensor
-      // parallelism]): part tp_rank mod etp of etp.
-      const int64_t parts = etp == 0 ? tp_size : etp;
-      const bool split = parts > 1;
-      for (const auto& [name, shape, sd, dim] :
-           {std::tuple{".moe.experts.gate.weight", std::vector<int64_t>{e, fe, h}, std_dev, 1},
-            std::tuple{".moe.experts.up.weight", std::vector<int64_t>{e, fe, h}, std_dev, 1},
-            std::tuple{".moe.experts.down.weight", std::vector<int64_t>{e, h, fe}, out_std, 2}}) {
-        ParamDecl decl;
-        decl.name = pre + name;
-        decl.shape = shape;
-        decl.std_dev = sd;
-        decl.expert = true;
-        decl.shard_dim = split ? dim : kReplicated;
-        decl.shards = parts, decl.shard_rank = tp_rank % parts;
-        plan.add(decl);
-      }
-      if (fs > 0) {  // the shared experts split over TP as the dense MLP
-        plan.add_weight(pre + ".moe.shared.gate.weight", {fs, h}, kColumnParallel, std_dev);
-        plan.add_weight(pre + ".moe.shared.up.weight", {fs, h}, kColumnParallel, std_dev);
-        plan.add_weight(pre + ".moe.shared.down.weight", {h, fs}, kRowParallel, out_std);
-        if (cfg.arch == "qwen2_moe") plan.add_weight(pre + ".moe.shared_gate.weight", {1, h}, kReplicated, std_dev);
-      }
-      continue;
+  }
+  // NOTE [MoE layout]: the router and every expert's SwiGLU, experts stacked on dim 0; the shared
+  // expert and its gate where the family has them. The routed experts split over EP along dim 0 (NOTE
+  // [expert grid] in parallel/layout.h) and over `parts` of the tp ranks along their width as the
+  // dense MLP (NOTE [experts under tensor parallelism]): part tp_rank mod parts.
+  void moe(const std::string& pre, int64_t parts, int64_t tp_rank) {
+    const int64_t h = cfg.hidden, e = cfg.experts, fe = cfg.moe_ffn(), fs = cfg.moe_shared_ffn_hidden;
+    plan.add_weight(pre + ".moe.router.weight", {e, h}, kReplicated, std_dev);
+    if (cfg.moe_expert_bias) {
+      // NOTE [expert bias]: chooses experts, gets no gradient; AdamW leaves it as it is.
+      ParamDecl decl;
+      decl.name = pre + ".moe.router.bias";
+      decl.shape = {e};
+      decl.init = "zeros";
+      decl.no_decay = true;
+      plan.add(decl);
     }
+    for (const auto& [name, shape, sd, dim] :
+         {std::tuple{".moe.experts.gate.weight", std::vector<int64_t>{e, fe, h}, std_dev, 1},
+          std::tuple{".moe.experts.up.weight", std::vector<int64_t>{e, fe, h}, std_dev, 1},
+          std::tuple{".moe.experts.down.weight", std::vector<int64_t>{e, h, fe}, out_std, 2}}) {
+      ParamDecl decl;
+      decl.name = pre + name;
+      decl.shape = shape;
+      decl.std_dev = sd;
+      decl.expert = true;
+      decl.shard_dim = parts > 1 ? dim : kReplicated;
+      decl.shards = parts, decl.shard_rank = tp_rank % parts;
+      plan.add(decl);
+    }
+    if (fs > 0) {  // the shared experts split over TP as the dense MLP
+      plan.add_weight(pre + ".moe.shared.gate.weight", {fs, h}, kColumnParallel, std_dev);
+      plan.add_weight(pre + ".moe.shared.up.weight", {fs, h}, kColumnParallel, std_dev);
+      plan.add_weight(pre + ".moe.shared.down.weight", {h, fs}, kRowParallel, out_std);
+      if (features.shared_expert_gate) plan.add_weight(pre + ".moe.shared_gate.weight", {1, h}, kReplicated, std_dev);
+    }
+  }
+  void mlp(const std::string& pre) {
+    const int64_t h = cfg.hidden, f = cfg.ffn();
     plan.add_weight(pre + ".mlp.gate.weight", {f, h}, kColumnParallel, std_dev);
     plan.add_weight(pre + ".mlp.up.weight", {f, h}, kColumnParallel, std_dev);
     plan.add_weight(pre + ".mlp.down.weight", {h, f}, kRowParallel, out_std);
   }
+};
+
+}  // namespace
+
+std::vector<PlannedParam> llama_param_plan(const ModelConfig& cfg, const ChunkSpec& spec, int64_t tp_size,
+                                           int64_t tp_rank, int64_t ep_size, int64_t ep_rank, int64_t etp) {
+  ParamPlan plan(tp_size, tp_rank, ep_size, ep_rank);
+  LlamaPlanWriter w{cfg, llama_features(cfg), plan};
+  const int64_t vp = cfg.padded_vocab(tp_size);
+  if (spec.has_embedding) w.vocab_matrix("embedding.word.weight", /*tied_copy=*/false, vp);
+  for (int64_t l = spec.first_layer; l < spec.first_layer + spec.num_layers; ++l) {
+    const std::string pre = "layers." + std::to_string(l);
+    w.norm(pre + ".attn_norm.weight", cfg.hidden);
+    w.attention(pre);
+    w.norm(pre + ".mlp_norm.weight", cfg.hidden);
+    if (cfg.moe_layer(l)) w.moe(pre, etp == 0 ? tp_size : etp, tp_rank);
+    else w.mlp(pre);
+  }
   if (spec.has_head) {
-    norm("final_norm.weight", h);
-    vocab_matrix(cfg.tie_embeddings ? "embedding.word.weight" : "head.weight", /*tied_copy=*/cfg.tie_embeddings);
+    w.norm("final_norm.weight", cfg.hidden);
+    w.vocab_matrix(cfg.tie_embeddings ? "embedding.word.weight" : "head.weight", /*tied_copy=*/cfg.tie_embeddings, vp);
   }
   return std::move(plan.params());
 }
@@ -214,6 +236,7 @@ LlamaStage::LlamaStage(const ModelConfig& cfg, const ChunkSpec& spec, const TpCo
   for (auto& planned : llama_param_plan(cfg, spec, t, tp.rank(), ep.size(), ep.rank(), etp))
     params_.push_back({init_shard(seed, planned.info, planned.local_shape), planned.info});
   auto at = [&](const std::string& name, bool tied = false) { return param_index(params_, name, "LlamaStage", tied); };
+  const ModelFeatures& features = llama_features(cfg);
   if (spec_.has_embedding) word_ = at("embedding.word.weight");
   for (int64_t l = spec_.first_layer; l < spec_.first_layer + spec_.num_layers; ++l) {
     const std::string pre = "layers." + std::to_string(l);
@@ -237,14 +260,14 @@ LlamaStage::LlamaStage(const ModelConfig& cfg, const ChunkSpec& spec, const TpCo
     b.down = at(mlp + "down.weight");
     if (cfg.moe_layer(l)) b.router = at(pre + ".moe.router.weight");
     if (cfg.moe_layer(l) && cfg.moe_expert_bias) b.router_bias = at(pre + ".moe.router.bias");
-    if (cfg.arch == "qwen2_moe")
+    if (features.qkv_bias)
       b.q_bias = at(pre + ".attn.q.bias"), b.k_bias = at(pre + ".attn.k.bias"), b.v_bias = at(pre + ".attn.v.bias");
-    if (cfg.arch == "qwen3_moe") b.q_norm = at(pre + ".attn.q_norm.weight"), b.k_norm = at(pre + ".attn.k_norm.weight");
+    if (features.qk_norm) b.q_norm = at(pre + ".attn.q_norm.weight"), b.k_norm = at(pre + ".attn.k_norm.weight");
     if (cfg.moe_layer(l) && cfg.moe_shared_ffn_hidden > 0) {
       b.shared_gate = at(pre + ".moe.shared.gate.weight");
       b.shared_up = at(pre + ".moe.shared.up.weight");
       b.shared_down = at(pre + ".moe.shared.down.weight");
-      if (cfg.arch == "qwen2_moe") b.shared_expert_gate = at(pre + ".moe.shared_gate.weight");
+      if (features.shared_expert_gate) b.shared_expert_gate = at(pre + ".moe.shared_gate.weight");
     }
     blocks_.push_back(b);
   }
@@ -603,7 +626,7 @@ double LlamaModel::flops_per_token() const {
   // Under MoE a token passes its top-k experts, the shared expert and its gate, and the router: the
   // active parameters.
   const double moe_mlp = 3 * h * static_cast<double>(cfg_.moe_ffn() * cfg_.moe_top_k + cfg_.moe_shared_ffn_hidden) +
-                         h * static_cast<double>(cfg_.experts + (cfg_.arch == "qwen2_moe"));
+                         h * static_cast<double>(cfg_.experts + llama_features(cfg_).shared_expert_gate);
   const double dense_mlp = 3 * h * static_cast<double>(cfg_.ffn());
   double mlps = 0;
   for (int64_t layer = 0; layer < cfg_.layers; ++layer) mlps += cfg_.moe_layer(layer) ? moe_mlp : dense_mlp;

@@ -84,12 +84,13 @@ class LlamaStage : public Stage {
   struct BlockParams {
     size_t attn_norm = kNone, q = kNone, k = kNone, v = kNone, o = kNone, mlp_norm = kNone;
     size_t gate = kNone, up = kNone, down = kNone;  // the experts' under MoE
-    // kNone where the family has no such parameter (NOTE [Llama-decoder MoE families]).
-    size_t router = kNone, router_bias = kNone;
-    size_t q_down = kNone, q_down_norm = kNone, kv_down = kNone, kv_down_norm = kNone, kv_up = kNone;  // NOTE [MLA]
-    size_t q_bias = kNone, k_bias = kNone, v_bias = kNone;  // qwen2_moe
-    size_t q_norm = kNone, k_norm = kNone;                   // qwen3_moe
-    size_t shared_gate = kNone, shared_up = kNone, shared_down = kNone, shared_expert_gate = kNone;
+    // kNone where the family's features (NOTE [model features] in core/config.h) have no such parameter.
+    size_t router = kNone, router_bias = kNone;  // an MoE layer's; the bias under model.moe_expert_bias
+    size_t q_down = kNone, q_down_norm = kNone, kv_down = kNone, kv_down_norm = kNone, kv_up = kNone;  // latent attention (NOTE [MLA])
+    size_t q_bias = kNone, k_bias = kNone, v_bias = kNone;  // features.qkv_bias
+    size_t q_norm = kNone, k_norm = kNone;                   // features.qk_norm
+    size_t shared_gate = kNone, shared_up = kNone, shared_down = kNone;  // the shared experts (model.moe_shared_ffn_hidden)
+    size_t shared_expert_gate = kNone;                                    // features.shared_expert_gate
   };
   at::Tensor run(const at::Tensor& input, const at::Tensor& targets) const;
   std::vector<int64_t> hidden_shape(int64_t mbs) const;

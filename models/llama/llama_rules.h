@@ -1,32 +1,28 @@
-// Llama's config rules (NOTE [config tables] in core/config.h): pure C++, for the
-// config checks of every command (models/families.h lists the families).
+// The config rules and features of the families built on Llama's decoder
+// (NOTE [config tables] in core/config.h, NOTE [Llama-decoder families] in
+// llama_rules.cpp): pure C++, for the config checks of every command
+// (models/families.h lists the families) and for the decoder's code, which
+// reads what a block has from its family's features.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "core/config.h"
 
 namespace trident {
 
-// model.arch = "llama": the SwiGLU width set, no dropout, whole key/value heads
-// per tensor-parallel rank, an even head width for rotary embeddings, and the
-// rope keys only with the rope_scaling that reads them.
-ModelFamilyRules llama_family();
+// llama, mixtral, qwen2_moe, qwen3_moe and deepseek_v3: each family's rules (the SwiGLU width set, no
+// dropout, whole key/value heads per tensor-parallel rank, an even head width for rotary embeddings,
+// the rope keys only with the rope_scaling that reads them, the keys its features read and no others)
+// and its features.
+std::vector<ModelFamilyRules> llama_decoder_families();
 
-// model.arch = "mixtral": Llama's attention with a mixture of SwiGLU experts
-// in every layer (NOTE [MoE keys], NOTE [MoE block] in llama.cpp): Llama's
-// rules, and the experts not split over tensor-parallel ranks.
-ModelFamilyRules mixtral_family();
-// model.arch = "qwen2_moe" and "qwen3_moe": the same with Qwen's attention and
-// MoE (NOTE [Llama-decoder MoE families] in llama_rules.cpp).
-ModelFamilyRules qwen2_moe_family();
-ModelFamilyRules qwen3_moe_family();
-// model.arch = "deepseek_v3": multi-head latent attention and DeepSeek-V3's
-// router and shared experts (NOTE [MLA keys] in llama_rules.cpp).
-ModelFamilyRules deepseek_v3_family();
-
-// Whether model.arch (or a config.json's model_type) is one of the families
-// built on Llama's decoder: llama, mixtral, qwen2_moe, qwen3_moe, deepseek_v3.
+// The features of model.arch (or a config.json's model_type) where it names a Llama-decoder family,
+// else nullptr.
+const ModelFeatures* llama_decoder_features(const std::string& arch);
+// The same for a model the decoder builds; throws std::logic_error for another family.
+const ModelFeatures& llama_features(const ModelConfig& m);
 bool llama_decoder(const std::string& arch);
 
 }  // namespace trident

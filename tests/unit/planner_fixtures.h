@@ -2,9 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <vector>
 
 #include "core/config.h"
+#include "models/families.h"
 #include "planner/calibration.h"
 #include "planner/cluster.h"
 #include "planner/step.h"
@@ -16,6 +18,13 @@ inline ModelConfig gpt(int64_t l, int64_t h, int64_t a, int64_t s, int64_t v) {
   ModelConfig m;
   m.layers = l, m.hidden = h, m.heads = a, m.seq_len = s, m.vocab_size = v, m.vocab_pad_multiple = 1;
   return m;
+}
+
+// The features of m's family (model.arch), as `trident plan` hands them in (NOTE [model features]).
+inline ModelFeatures features_of(const ModelConfig& m) {
+  for (const ModelFamilyRules& f : model_families())
+    if (f.name == m.arch) return f.features;
+  throw std::logic_error("no model family " + m.arch);
 }
 
 // 1 TFLOP/s fp32 at full efficiency, 1 GB/s links without latency, no overheads: costs by hand.
@@ -31,6 +40,7 @@ inline plan::Cluster unit_cluster() {
 inline plan::Problem unit_problem(const ModelConfig& m, int64_t global_batch) {
   plan::Problem pr;
   pr.model = m;
+  pr.features = features_of(m);
   pr.precision = "fp32";
   pr.cluster = unit_cluster();
   pr.global_batch = global_batch;

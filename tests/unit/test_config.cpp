@@ -26,8 +26,8 @@ using trident::parse_config;
 namespace {
 
 const std::string kTiny = std::string(TRIDENT_SOURCE_DIR) + "/configs/gpt-tiny.toml";
-// GPT's block shape as its family hands it in (NOTE [model shape]).
-const trident::ModelShape kGptShape = trident::gpt_family().shape;
+// GPT's block shape as its family hands it in (NOTE [model features]).
+const trident::ModelFeatures kGptShape = trident::gpt_family().features;
 
 // A figure as the memory checks' messages print it (3 significant digits).
 std::string figure(double v) {
@@ -167,7 +167,7 @@ TEST(Config, LlamaGpuPresetsHaveThePublishedSizes) {
 TEST(Config, DeepseekV3PresetHasThePublishedParameterCount) {
   const Config c = load_config(std::string(TRIDENT_SOURCE_DIR) + "/configs/deepseek-v3.toml");
   const double total = static_cast<double>(trident::config_rules::model_params(
-      c.model, trident::ModelShape{.gated_mlp = true, .position_table = false, .moe = true}));
+      c.model, trident::ModelFeatures{.gated_mlp = true, .position_table = false, .moe = true}));
   EXPECT_NEAR(total / 671e9, 1.0, 0.005) << total;
   EXPECT_EQ(static_cast<double>(trident::config_rules::expert_params(c.model)), 58.0 * 256 * 3 * 7168 * 2048);
 }
@@ -696,7 +696,7 @@ TEST(Config, HostMemoryCountsTheFamilysParameters) {
   for (const auto& [file, params] : {std::pair{kTiny, gpt}, std::pair{std::string(TRIDENT_SOURCE_DIR) +
                                                                       "/configs/llama-tiny.toml", llama}}) {
     Config c = trident::load_checked_config(file, {"parallel.dp=1"});
-    const trident::ModelShape shape = trident::model_family(c, trident::model_families()).shape;
+    const trident::ModelFeatures shape = trident::model_family(c, trident::model_families()).features;
     const std::string e = error_of([&] { trident::check_host_resources(c, shape, 1, 1024, 0); });
     EXPECT_NE(e.find("(" + figure(params) + " parameters of model.layers = 8"), std::string::npos)
         << file << ": " << e;
@@ -710,7 +710,7 @@ TEST(Config, HostMemoryShardsTheMomentsOverTheContextParallelRanks) {
   const std::string mixtral = std::string(TRIDENT_SOURCE_DIR) + "/configs/mixtral-tiny.toml";
   const auto adamw = [&](const std::vector<std::string>& sets) {
     Config c = trident::load_checked_config(mixtral, sets);
-    const trident::ModelShape shape = trident::model_family(c, trident::model_families()).shape;
+    const trident::ModelFeatures shape = trident::model_family(c, trident::model_families()).features;
     const std::string e = error_of([&] { trident::check_host_resources(c, shape, 1, 1024, 0); });
     const size_t at = e.find("AdamW: "), experts = e.find(" x parallel.pp): ");
     EXPECT_NE(at, std::string::npos) << e;

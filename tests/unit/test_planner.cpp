@@ -19,6 +19,7 @@
 using namespace trident;
 using namespace trident::plan;
 using trident::testing::error_of;
+using trident::testing::features_of;
 using trident::testing::gpt;
 using trident::testing::unit_cluster;
 using trident::testing::unit_problem;
@@ -30,17 +31,17 @@ TEST(PlannerCost, GptStepFlopsWithRecomputationAreNarayanansFormula) {
     const ModelConfig m = gpt(l, h, a, s, v);
     const double B = batch, S = s, L = l, H = h, V = v;
     const double paper = 96 * B * S * L * H * H * (1 + S / (6 * H) + V / (16 * L * H));
-    EXPECT_NEAR(step_flops(m, batch, "full") / paper, 1.0, 1e-12) << "h=" << h;
+    EXPECT_NEAR(step_flops(m, features_of(m), batch, "full") / paper, 1.0, 1e-12) << "h=" << h;
     // Without recomputation: 3 passes instead of 4 over the layers (72 B s l h^2 (1 + s/6h) + 6 B s h V).
     const double none = 72 * B * S * L * H * H * (1 + S / (6 * H)) + 6 * B * S * H * V;
-    EXPECT_NEAR(step_flops(m, batch, "none") / none, 1.0, 1e-12);
+    EXPECT_NEAR(step_flops(m, features_of(m), batch, "none") / none, 1.0, 1e-12);
   }
 }
 
 TEST(PlannerCost, LlamaLayerFlopsCountGroupedQueryAttentionAndSwiGlu) {
   ModelConfig m = gpt(2, 64, 4, 16, 256);
   m.arch = "llama", m.kv_heads = 2, m.ffn_hidden = 128;  // head_dim 16: k and v are 64 x 32 each
-  const LayerFlops f = layer_flops(m, 3);
+  const LayerFlops f = layer_flops(m, features_of(m), 3);
   const double matrices = 64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 128;  // q, k v, o, gate up down = 36864
   EXPECT_DOUBLE_EQ(f.matmul, 2.0 * 3 * 16 * matrices);
   EXPECT_DOUBLE_EQ(f.attention, 4.0 * 3 * 16 * 16 * 64);
@@ -50,16 +51,16 @@ TEST(PlannerCost, LlamaLayerFlopsCountGroupedQueryAttentionAndSwiGlu) {
 TEST(PlannerCost, ParameterCountsMatchGpt2AndLlama2) {
   // GPT-2 small (Hugging Face gpt2): 124,439,808 parameters, the head tied to wte.
   ModelConfig g = gpt(12, 768, 12, 1024, 50257);
-  EXPECT_EQ(total_params(g), 124439808);
+  EXPECT_EQ(total_params(g, features_of(g)), 124439808);
   // Llama 2 7B (Hugging Face meta-llama/Llama-2-7b-hf): 6,738,415,616 parameters, untied head.
   ModelConfig l = gpt(32, 4096, 32, 4096, 32000);
   l.arch = "llama", l.ffn_hidden = 11008, l.tie_embeddings = false;
-  EXPECT_EQ(total_params(l), 6738415616);
+  EXPECT_EQ(total_params(l, features_of(l)), 6738415616);
   // tp = 2: matrices and column biases halve; norms and row-parallel biases stay whole.
-  const ParamCounts p2 = param_counts(g, 2, false);
+  const ParamCounts p2 = param_counts(g, features_of(g), 2, false);
   EXPECT_EQ(p2.layer, (4 * 768 * 768 + 2 * 768 * 3072 + 3 * 768 + 3072) / 2 + 6 * 768);
   EXPECT_EQ(p2.embedding, 50258 / 2 * 768 + 1024 * 768);  // vocab padded to a multiple of tp
-  EXPECT_EQ(param_counts(g, 1, true).head, 2 * 768 + 50257 * 768);  // last stage's copy of wte under pp
+  EXPECT_EQ(param_counts(g, features_of(g), 1, true).head, 2 * 768 + 50257 * 768);  // last stage's copy of wte under pp
 }
 
 TEST(PlannerMemory, ActivationsAreKorthikantisFormulaIn16Bit) {
@@ -67,7 +68,7 @@ TEST(PlannerMemory, ActivationsAreKorthikantisFormulaIn16Bit) {
   ModelConfig m = gpt(4, 1024, 16, 2048, 51200);
   m.dropout = 0.1;
   const double s = 2048, b = 2, h = 1024, a = 16;
-  const ModelShape shape = block_shape(m);
+  const ModelFeatures shape = features_of(m);
   EXPECT_DOUBLE_EQ(layer_activation_bytes(m, shape, 2, 1, false, "none", 2), s * b * h * (34 + 5 * a * s / h));
   EXPECT_DOUBLE_EQ(layer_activation_bytes(m, shape, 2, 4, false, "none", 2), s * b * h * (10 + 24.0 / 4 + 5 * a * s / (h * 4)));
   EXPECT_DOUBLE_EQ(layer_activation_bytes(m, shape, 2, 4, true, "none", 2), s * b * h * (34 + 5 * a * s / h) / 4);
@@ -81,7 +82,7 @@ TEST(PlannerMemory, ActivationsAreKorthikantisFormulaIn16Bit) {
   EXPECT_THROW(layer_activation_bytes(m, shape, 2, 1, false, "some", 4), std::invalid_argument);
 }
 
-// A gated MLP (NOTE [model shape]: Llama's SwiGLU) keeps four ffn-wide tensors
+// A gated MLP (NOTE [model features]: Llama's SwiGLU) keeps four ffn-wide tensors
 // (gate, up, silu(gate), their product) where GPT's keeps two; q, k, v at
 // kv_heads x head_dim for k and v. fp32, no dropout, per token: the norms' and
 // the two sublayers' inputs 4h, q h, k and v 2 kv, the projection's input h,
@@ -92,26 +93,29 @@ TEST(PlannerMemory, GatedMlpKeepsFourWideTensors) {
   m.kv_heads = 4;
   m.ffn_hidden = 3584;
   const double s = 2048, b = 2, h = 1024, a = 16, f = 3584, kv = 4 * 64;
-  const ModelShape gated{.gated_mlp = true, .position_table = false};
+  const ModelFeatures gated{.gated_mlp = true, .position_table = false};
   EXPECT_DOUBLE_EQ(layer_activation_bytes(m, gated, 2, 1, false, "none", 4),
                    s * b * (4 * h + h + 2 * kv + h + 4 * f + a * s) * 4);
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, ModelShape{}, 2, 1, false, "none", 4),
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, ModelFeatures{}, 2, 1, false, "none", 4),
                    s * b * (4 * h + h + 2 * kv + h + 2 * f + a * s) * 4);
 }
 
-// The planner prices the families without their code: its shapes are theirs.
-TEST(PlannerMemory, BlockShapesAreTheFamiliesOwn) {
-  size_t families = 0;
-  for (const ModelFamilyRules& f : model_families()) {
-    ++families;
-    ModelConfig m;
-    m.arch = f.arch;
-    if (f.shape.moe) m.experts = 8;
-    EXPECT_EQ(block_shape(m).gated_mlp, f.shape.gated_mlp) << f.arch;
-    EXPECT_EQ(block_shape(m).position_table, f.shape.position_table) << f.arch;
-    EXPECT_EQ(block_shape(m).moe, f.shape.moe) << f.arch;
-  }
-  EXPECT_EQ(families, 6u) << "a new family: teach the planner its costs and shape";
+// The planner prices a family by the features `trident plan` hands in (NOTE [model features]), not
+// by its name: a gate on the shared experts is one more router row, parameters and FLOPs included.
+TEST(PlannerCosts, ReadTheFamilysFeatures) {
+  ModelConfig m = gpt(4, 64, 8, 32, 256);
+  m.arch = "qwen2_moe", m.ffn_hidden = 128, m.experts = 8, m.moe_top_k = 2, m.moe_shared_ffn_hidden = 64;
+  const ModelFeatures gated = features_of(m);
+  ASSERT_TRUE(gated.shared_expert_gate);
+  ModelFeatures ungated = gated;
+  ungated.shared_expert_gate = false;
+  EXPECT_EQ(mlp_shape(m, gated).router_rows, 9);
+  EXPECT_EQ(mlp_shape(m, ungated).router_rows, 8);
+  EXPECT_EQ(total_params(m, gated) - total_params(m, ungated), 4 * 64) << "one (1, h) gate a layer";
+  EXPECT_DOUBLE_EQ(layer_flops(m, gated, 1).matmul - layer_flops(m, ungated, 1).matmul, 2.0 * 32 * 64);
+  // GPT-2's block (features.gated_mlp false) has a position table, whatever model.arch says.
+  EXPECT_EQ(param_counts(m, features_of(gpt(4, 64, 8, 32, 256)), 1, false).embedding, 256 * 64 + 32 * 64);
+  EXPECT_EQ(param_counts(m, gated, 1, false).embedding, 256 * 64);
 }
 
 // NOTE [planned experts]: compute by the parameters a token passes, memory by all of them, against
@@ -128,16 +132,17 @@ TEST(PlannerCost, MoePresetsHaveThePublishedTotalAndActiveParameters) {
                         Case{"qwen3-30b-a3b", 30.5e9, 3.3e9}}) {
     const Config cfg = load_config(std::string(TRIDENT_SOURCE_DIR) + "/configs/" + c.preset + ".toml");
     const ModelConfig& m = cfg.model;
-    const double per_token_layer = layer_flops(m, 1).matmul / 2 / static_cast<double>(m.seq_len);
+    const double per_token_layer = layer_flops(m, features_of(m), 1).matmul / 2 / static_cast<double>(m.seq_len);
     const double active = static_cast<double>(m.layers) * per_token_layer + 2.0 * static_cast<double>(m.vocab_size * m.hidden);
     EXPECT_NEAR(active / c.active, 1.0, 0.03) << c.preset << ": " << active;
-    EXPECT_NEAR(static_cast<double>(total_params(m)) / c.total, 1.0, 0.01) << c.preset << ": " << total_params(m);
+    EXPECT_NEAR(static_cast<double>(total_params(m, features_of(m))) / c.total, 1.0, 0.01) << c.preset << ": " << total_params(m, features_of(m));
   }
 }
 
 TEST(PlannerStep, OneDeviceStepIsFlopsOverRateAndTpAddsRingAllReduces) {
   Problem pr;
   pr.model = gpt(4, 64, 8, 32, 256);
+  pr.features = features_of(pr.model);
   pr.precision = "fp32";
   pr.cluster = unit_cluster();
   pr.global_batch = 8;
@@ -145,7 +150,7 @@ TEST(PlannerStep, OneDeviceStepIsFlopsOverRateAndTpAddsRingAllReduces) {
   l.micro_batch = 2;
   const Estimate e = evaluate(pr, l);
   EXPECT_EQ(e.microbatches, 4);
-  EXPECT_NEAR(e.breakdown.compute, step_flops(pr.model, 8, "none") / 1e12, 1e-15);
+  EXPECT_NEAR(e.breakdown.compute, step_flops(pr.model, pr.features, 8, "none") / 1e12, 1e-15);
   EXPECT_DOUBLE_EQ(e.breakdown.bubble + e.breakdown.tp_comm + e.breakdown.pp_comm + e.breakdown.dp_exposed, 0.0);
   EXPECT_NEAR(e.step_s, e.breakdown.compute + e.breakdown.optimizer, 1e-15);
   // tp = 2: per layer and micro-batch 2 all-reduces forward, 2 backward of (b, s, h) fp32; a ring of 2
@@ -153,11 +158,11 @@ TEST(PlannerStep, OneDeviceStepIsFlopsOverRateAndTpAddsRingAllReduces) {
   l.tp = 2;
   const Estimate t = evaluate(pr, l);
   EXPECT_NEAR(t.breakdown.tp_comm, 4.0 * 4 * 4 * (2 * 32 * 64 * 4) / 1e9, 1e-12);
-  EXPECT_NEAR(t.breakdown.compute, step_flops(pr.model, 8, "none", 2) / 2 / 1e12, 1e-12);
+  EXPECT_NEAR(t.breakdown.compute, step_flops(pr.model, pr.features, 8, "none", 2) / 2 / 1e12, 1e-12);
   // Full recomputation: one more forward of every layer, and its 2 all-reduces.
   l.recompute = "full";
   const Estimate r = evaluate(pr, l);
-  EXPECT_NEAR(r.breakdown.recompute, 4.0 * layer_flops(pr.model, 2).forward() / 2 / 1e12 * 4, 1e-12);
+  EXPECT_NEAR(r.breakdown.recompute, 4.0 * layer_flops(pr.model, pr.features, 2).forward() / 2 / 1e12 * 4, 1e-12);
   EXPECT_NEAR(r.breakdown.tp_comm, t.breakdown.tp_comm * 1.5, 1e-12);
   // tp = 4 and 8: a ring of n moves 2 (n-1)/n of the message per link, 1.5 and 1.75 messages.
   l.recompute = "none";
@@ -182,9 +187,9 @@ TEST(PlannerStep, PipelineBubbleAndMemoryFollowTheSimulatedSchedule) {
   EXPECT_NEAR(e.breakdown.bubble / pipe, 3.0 / 11.0, 0.01);
   ASSERT_EQ(e.memory.size(), 4u);
   for (int r = 0; r < 4; ++r) EXPECT_EQ(e.memory[r].peak_inflight, 4 - r);  // 1F1B: p - r micro-batches alive
-  const double layer = layer_activation_bytes(pr.model, block_shape(pr.model), 1, 1, false, "none", 4);
+  const double layer = layer_activation_bytes(pr.model, pr.features, 1, 1, false, "none", 4);
   EXPECT_DOUBLE_EQ(e.memory[0].activations, 4 * 2 * layer);
-  const ParamCounts pc = param_counts(pr.model, 1, true);
+  const ParamCounts pc = param_counts(pr.model, pr.features, 1, true);
   EXPECT_DOUBLE_EQ(e.memory[0].params, 4.0 * (2 * pc.layer + pc.embedding));
   EXPECT_DOUBLE_EQ(e.memory[0].optimizer, 8.0 * (2 * pc.layer + pc.embedding));
   // dp = 2 with ZeRO-1: the moments are halved, nothing else.
@@ -199,6 +204,7 @@ TEST(PlannerStep, PipelineBubbleAndMemoryFollowTheSimulatedSchedule) {
 TEST(PlannerStep, BadLayoutsNameTheirProblem) {
   Problem pr;
   pr.model = gpt(8, 64, 8, 32, 256);
+  pr.features = features_of(pr.model);
   pr.precision = "fp32";
   pr.cluster = unit_cluster();
   pr.global_batch = 16;
@@ -227,6 +233,7 @@ TEST(PlannerStep, BadLayoutsNameTheirProblem) {
 TEST(PlannerStep, ContextParallelHalvesTheTokensAndPricesItsExchanges) {
   Problem pr;
   pr.model = gpt(4, 64, 8, 64, 256);
+  pr.features = features_of(pr.model);
   pr.precision = "fp32";
   pr.cluster = unit_cluster();
   pr.global_batch = 8;
@@ -309,6 +316,7 @@ TEST(PlannerStep, ExpertParallelismSplitsTheExpertsAndPricesItsAllToAlls) {
             std::string::npos);
   Problem dense = pr;
   dense.model = gpt(4, 64, 8, 32, 256);
+  dense.features = features_of(dense.model);
   EXPECT_NE(error_of<PlanError>([&] { evaluate(dense, ep2); }).find("a dense model has no experts"), std::string::npos);
   // NOTE [expert grid]: the cp ranks fold into ep as the dp replicas do.
   EXPECT_NO_THROW(evaluate(pr, parse_layout("cp=2,dp=2,ep=4", 4)));
@@ -373,6 +381,7 @@ TEST(PlannerStep, OverlapMoePairsHideAllToAllsAndAreRefusedWhereNothingRuns) {
 TEST(PlannerSearch, LongestSequenceGrowsWithContextParallelism) {
   Problem pr;
   pr.model = gpt(4, 256, 8, 1024, 256);
+  pr.features = features_of(pr.model);
   pr.precision = "fp32";
   pr.cluster = unit_cluster();
   set_cluster_key(pr.cluster, "cluster.device_memory_gib=1");
@@ -427,6 +436,7 @@ TEST(PlannerCluster, PresetsParseAndBadFilesNameKeyAndLine) {
 TEST(PlannerSearch, SmallCaseKeepsTheFastestThatFitAndCountsDrops) {
   Problem pr;
   pr.model = gpt(8, 64, 8, 32, 256);
+  pr.features = features_of(pr.model);
   pr.precision = "fp32";
   pr.cluster = unit_cluster();
   pr.global_batch = 16;
@@ -491,6 +501,7 @@ TEST(PlannerCalibration, FitHoldsLatencyAtZeroAndRejectsBadSamples) {
 TEST(PlannerCalibration, LayerHostOverheadAddsPerLayerAndMicroBatchForItsFamilyOnly) {
   Problem pr;
   pr.model = gpt(4, 64, 4, 32, 256);
+  pr.features = features_of(pr.model);
   pr.precision = "fp32";
   pr.cluster = unit_cluster();
   pr.global_batch = 8;
@@ -520,6 +531,7 @@ TEST(PlannerCalibration, LayerHostOverheadAddsPerLayerAndMicroBatchForItsFamilyO
 TEST(PlannerZbAuto, TheListKeepsItsLimitAndMoreMemoryBuysAShorterStep) {
   Problem pr;
   pr.model = gpt(8, 256, 8, 64, 8);
+  pr.features = features_of(pr.model);
   pr.precision = "fp32";
   pr.cluster = unit_cluster();
   pr.global_batch = 16;  // m = 16 at pp = 4
@@ -535,7 +547,7 @@ TEST(PlannerZbAuto, TheListKeepsItsLimitAndMoreMemoryBuysAShorterStep) {
   EXPECT_LT(z2.step_s, z1.step_s);             // ... and buys a shorter step with it
   EXPECT_LE(z1.step_s, h1.step_s * 1.000001);  // ZB-1p: ZB-H1's memory, no longer a step
   EXPECT_GT(z0.step_s, z1.step_s);             // one micro-batch in flight: a longer step
-  const double layer = layer_activation_bytes(pr.model, block_shape(pr.model), 1, 1, false, "none", 4);
+  const double layer = layer_activation_bytes(pr.model, pr.features, 1, 1, false, "none", 4);
   EXPECT_DOUBLE_EQ(z2.memory[0].activations, z2.memory[0].peak_inflight * 2 * layer);
   EXPECT_EQ(layout_text(z2.layout), "tp=1,pp=4,dp=1,schedule=zb-auto,chunks=1,mbs=1,recompute=none,zero=0,sp=0,mem=8");
   EXPECT_NE(error_of<PlanError>([] { parse_layout("pp=2,schedule=zb-auto", 2); }).find("schedule=zb-auto needs mem=N"),
@@ -547,6 +559,7 @@ TEST(PlannerZbAuto, TheListKeepsItsLimitAndMoreMemoryBuysAShorterStep) {
 TEST(PlannerZbAuto, TheSearchReportsTheLimitThatFitsTheDevice) {
   Problem pr;
   pr.model = gpt(8, 256, 8, 64, 8);
+  pr.features = features_of(pr.model);
   pr.precision = "fp32";
   pr.cluster = unit_cluster();
   pr.global_batch = 16;

@@ -15,6 +15,7 @@
 using namespace trident;
 using namespace trident::plan;
 using trident::testing::error_of;
+using trident::testing::features_of;
 using trident::testing::gpt;
 using trident::testing::unit_problem;
 
@@ -58,19 +59,19 @@ TEST(PlannerCompute, LayerGemmsAreTheLayersMatmulFlopsAndFlashRunsHalfTheSquare)
   Device d;
   d.peak_flops = 1e12, d.gemm_efficiency = 0.5, d.attention_efficiency = 0.25, d.memory_bytes_per_s = 1e30;
   d.elem_bytes = 2;
-  const LayerFlops lf = layer_flops(m, 2);
-  const LayerTimes g = layer_times(m, 2, 2, false, AttentionKernel::Gemm, d);
+  const LayerFlops lf = layer_flops(m, features_of(m), 2);
+  const LayerTimes g = layer_times(m, features_of(m), 2, 2, false, AttentionKernel::Gemm, d);
   EXPECT_NEAR(g.gemm_f, lf.matmul / 2 / 5e11, 1e-18);
   EXPECT_NEAR(g.attn_f, lf.attention / 2 / 5e11, 1e-18);
   EXPECT_NEAR(g.attn_b, 2 * g.attn_f, 1e-18);
   EXPECT_EQ(g.elem_f, 0.0);  // the runtime's per-layer host time covers it
   // Flash: a causal kernel executes half the square, at attention_efficiency; backward 2.5x.
-  const LayerTimes f = layer_times(m, 2, 2, false, AttentionKernel::Flash, d);
+  const LayerTimes f = layer_times(m, features_of(m), 2, 2, false, AttentionKernel::Flash, d);
   EXPECT_NEAR(f.attn_f, lf.attention / 2 / 2 / 2.5e11, 1e-18);
   EXPECT_NEAR(f.attn_b, 2.5 * f.attn_f, 1e-18);
   // Element-wise traffic per token, GPT without dropout, no SP: forward 10h e + 2f e / tp.
   d.memory_bytes_per_s = 1e9;
-  const LayerTimes e = layer_times(m, 2, 2, false, AttentionKernel::Flash, d);
+  const LayerTimes e = layer_times(m, features_of(m), 2, 2, false, AttentionKernel::Flash, d);
   EXPECT_NEAR(e.elem_f, 2 * 32 * (10.0 * 64 * 2 + 2.0 * 256 * 2 / 2) / 1e9, 1e-15);
 }
 
@@ -90,7 +91,7 @@ TEST(PlannerRuntime, ZeroGatherHiddenBehindTheNextForwardBucketByBucket) {
   Problem pr = fast_link_problem(m, 2);
   PlanLayout l;
   l.dp = 2, l.zero = 1;
-  const ParamCounts pc = param_counts(m, 1, false);
+  const ParamCounts pc = param_counts(m, features_of(m), 1, false);
   const double params = 4.0 * pc.layer + pc.embedding + pc.head, grads = 4 * params, bw = 1e15;
   // Trident: 25 MiB buckets; the reduce-scatter hides but its last bucket, and so does the fp32
   // all-gather in the next forward (parallel.overlap_param_gather) but its first bucket. A ring of 2
@@ -142,7 +143,7 @@ TEST(PlannerRuntime, DataParallelRingAcrossNodesUsesEveryNicOfTheGroupOnANode) {
       "[intra_node]\nbandwidth_gbs = 100.0\n[inter_node]\nbandwidth_gbs = 1.0\n",
       "two.toml");
   pr.overlap_grad_reduce = false;
-  const ParamCounts pc = param_counts(pr.model, 1, false);
+  const ParamCounts pc = param_counts(pr.model, pr.features, 1, false);
   const double grads = 4.0 * (2 * pc.layer + pc.embedding + pc.head);
   // dp = 16 over 2 nodes: 8 ranks a node, 8 NICs carry the ring's inter-node part: 8 GB/s, not 1.
   const Estimate e = evaluate(pr, parse_layout("dp=16", 16));

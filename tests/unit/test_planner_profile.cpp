@@ -128,8 +128,8 @@ TEST(PlannerProfile, PipelineStagesSplitThePiecesAndPayTheirOwnActions) {
   // follows stage 1's last B. Two transfers lie on that path: the first activation and the last gradient.
   const double pipe = f0 + 4 * (f1 + b1) + b0 + 2 * 0.016384;
   // Overhead: each rank's share of the parameters (the larger rank's), on top.
-  const ParamCounts pc = param_counts(pr.model, 1, true);
-  const double share = std::max(2.0 * pc.layer + pc.embedding, 2.0 * pc.layer + pc.head) / total_params(pr.model);
+  const ParamCounts pc = param_counts(pr.model, pr.features, 1, true);
+  const double share = std::max(2.0 * pc.layer + pc.embedding, 2.0 * pc.layer + pc.head) / total_params(pr.model, pr.features);
   EXPECT_NEAR(e.step_s, (pipe + 5 * share) * 1e-3 + e.breakdown.step_sync, 1e-9);
   // The step's small collectives over 2 ranks (a ring of 2 moves the message once): the norm's 8 bytes
   // per layer, the tied word embedding's gradient (256 x 64 fp32), the logged loss and busy times.

@@ -8,11 +8,15 @@
 #include <filesystem>
 #include <limits>
 
+#include <unistd.h>
+
 #include <toml++/toml.h>
 
 #include "core/json.h"
 #include "tests/error_of.h"
 #include "checkpoint/safetensors.h"
+#include "checkpoint/safetensors_shards.h"
+#include "core/atomic_file.h"
 
 namespace trident {
 namespace {
@@ -173,6 +177,37 @@ TEST(Json, QuoteIsATomlBasicString) {
   const toml::table t = toml::parse("k = " + json::quote(s));
   EXPECT_EQ(t["k"].value<std::string>(), s);
   EXPECT_EQ(json::as_string(json::parse(json::quote(s), "q"), "q"), s);
+}
+
+// Hugging Face's sharding (checkpoint/safetensors_shards.h): a shard closes before a group that would
+// take it past shard_bytes, a group larger than that still gets a shard of its own, the index names
+// each tensor's file and counts the reserved bytes only; unsharded, one model.safetensors.
+TEST(SafetensorsShards, SplitAsSavePretrainedDoesAndIndexEveryTensor) {
+  const std::string dir = std::filesystem::temp_directory_path() / ("trident_shards_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::vector<float> v(10, 1.0f);
+  st::ShardWriter w(48);
+  w.reserve(40), w.add(st::from_float("a", {10}, v.data()));
+  w.reserve(40), w.add(st::from_float("b", {10}, v.data()));  // 80 > 48: a second shard
+  w.add(st::from_float("b_extra", {2}, v.data()));            // not reserved: not in total_size
+  w.reserve(8), w.add(st::from_float("c", {2}, v.data()));    // 48 fits
+  w.reserve(80), w.add(st::from_float("d", {20}, v.data()));  // alone past the limit: a third
+  EXPECT_EQ(w.write(dir), 5);
+  const json::Value index = json::parse(read_file(dir + "/model.safetensors.index.json"), "index");
+  EXPECT_EQ(json::as_int(json::at(json::at(index, "metadata", "i"), "total_size", "i"), "t"), 168);
+  const json::Value& map = json::at(index, "weight_map", "i");
+  EXPECT_EQ(json::as_string(json::at(map, "a", "i"), "a"), "model-00001-of-00003.safetensors");
+  for (const char* t : {"b", "b_extra", "c"}) EXPECT_EQ(json::as_string(json::at(map, t, "i"), t), "model-00002-of-00003.safetensors");
+  EXPECT_EQ(json::as_string(json::at(map, "d", "i"), "d"), "model-00003-of-00003.safetensors");
+  EXPECT_EQ(st::read_file(dir + "/model-00002-of-00003.safetensors").size(), 3u);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/model.safetensors"));
+  st::ShardWriter one(0);
+  one.reserve(40), one.add(st::from_float("a", {10}, v.data()));
+  one.reserve(40), one.add(st::from_float("b", {10}, v.data()));
+  EXPECT_EQ(one.write(dir), 2);
+  EXPECT_EQ(st::read_file(dir + "/model.safetensors").size(), 2u);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
