@@ -394,10 +394,25 @@ void check_expert_order(const Config& c, const Run& r, int pp_rank) {
   sched::check_expert_order(lists, r.pgs->ep.members, moe);
 }
 
+// The samples carry document boundaries and loss masks (NOTE [document batch]) that no
+// model applies yet: a run given them would train as if they were absent, so it is refused.
+void refuse_documents(const Config& c) {
+  const DataConfig& d = c.data;
+  const char* key = d.reset_position_ids     ? "data.reset_position_ids"
+                    : d.reset_attention_mask ? "data.reset_attention_mask"
+                    : d.eod_mask_loss        ? "data.eod_mask_loss"
+                    : d.completion_only_loss ? "data.completion_only_loss"
+                                             : nullptr;
+  if (key != nullptr)
+    throw ConfigError(std::string(key) + " = true: the models do not apply document boundaries or loss masks yet, "
+                      "so training refuses it (`trident data batches` shows what the samples carry)");
+}
+
 void build(Run& r) {
   Config& c = r.cfg;
   check_config_tables(c, config_tables());  // the rest of check_config ran when c was parsed
   check_checkpoint_dir(c);
+  refuse_documents(c);
   const WorldEnv env = read_world_env();
   if (env.rank == 0) make_log_dir(c.logging.dir);  // rank 0's log: a bad logging.dir errs before the build
   // One device per rank, from LOCAL_RANK; errors before any rendezvous.

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "datasets/brown.h"
+#include "datasets/documents.h"
 #include "datasets/megatron_dataset.h"
 #include "datasets/megatron_samples.h"
 #include "datasets/prepare.h"
@@ -194,6 +195,40 @@ int info(int argc, char** argv) {
   return 0;
 }
 
+// One global batch as JSON arrays, a sample at a time.
+struct BatchJson {
+  std::string tokens, labels, positions, loss, cu;
+};
+
+template <class T>
+void append_array(std::string& out, const T* v, size_t n) {
+  out += out.empty() ? "[" : ", [";
+  for (size_t k = 0; k < n; ++k) out += (k ? "," : "") + std::to_string(v[k]);
+  out += "]";
+}
+
+// Sample `id`'s tokens and labels, and with data.reset_* / eod_mask_loss / completion_only_loss
+// its position ids, loss mask (0 or 1) and document boundaries (NOTE [sample documents]).
+void add_sample(BatchJson& b, const TrainingData& data, int64_t id, int64_t seq) {
+  std::vector<int64_t> sample(static_cast<size_t>(seq + 1));
+  data.samples->copy_sample(id, sample.data());
+  const auto n = static_cast<size_t>(seq);
+  append_array(b.tokens, sample.data(), n);
+  append_array(b.labels, sample.data() + 1, n);
+  if (!data.documents.any()) return;
+  std::vector<uint8_t> mask;
+  if (data.documents.completion_only_loss) {
+    mask.resize(n + 1);
+    data.samples->copy_sample_loss_mask(id, mask.data());
+  }
+  const data::SampleDocuments d =
+      data::sample_documents(sample.data(), mask.empty() ? nullptr : mask.data(), seq, data.documents);
+  append_array(b.positions, d.position_ids.data(), n);
+  std::vector<int> loss(d.loss_mask.begin(), d.loss_mask.end());
+  append_array(b.loss, loss.data(), n);
+  append_array(b.cu, d.cu_seqlens.data(), d.cu_seqlens.size());
+}
+
 int batches(int argc, char** argv) {
   std::string config_path;
   std::vector<std::string> sets;
@@ -206,7 +241,10 @@ int batches(int argc, char** argv) {
       "(data.order \"stream\": each data-parallel rank's block in rank order; \"megatron\": each\n"
       "micro-step's dp x micro_batch_size samples, rank 0's micro-batch first, as Megatron's\n"
       "sampler hands them out), each sample's model.seq_len input tokens and the labels (the\n"
-      "same window shifted by one). Any data.source, data.format and data.order; nothing is\n"
+      "same window shifted by one). With data.reset_position_ids, reset_attention_mask,\n"
+      "eod_mask_loss or completion_only_loss also \"position_ids\", \"loss_mask\" (0 or 1) and\n"
+      "\"cu_seqlens\" (each sample's document boundaries, 0 .. seq_len; datasets/documents.h).\n"
+      "Any data.source, data.format and data.order; nothing is\n"
       "trained. With data.cache_dir the train split's index caches it lacks are written there,\n"
       "as a run's rank 0 writes them");
   opts.add_options()("help,h", "show this help")("config,c", po::value(&config_path), "TOML config file")(
@@ -225,22 +263,14 @@ int batches(int argc, char** argv) {
     std::fprintf(stderr, "data.cache_dir: the indices of %zu of %zu datasets read from %s, %zu written there\n",
                  m->cached(), m->datasets(), cfg.data.cache_dir.c_str(), m->written());
   const int64_t seq = cfg.model.seq_len, G = cfg.training.global_batch_size;
-  std::vector<int64_t> sample(static_cast<size_t>(seq + 1));
-  std::string line;
   for (int64_t step = 0; step < steps; ++step) {
-    std::string tokens, labels;
-    for (int64_t id : data->samples->global_batch(step, G)) {
-      data->samples->copy_sample(id, sample.data());
-      tokens += tokens.empty() ? "[" : ", [";
-      labels += labels.empty() ? "[" : ", [";
-      for (int64_t k = 0; k < seq; ++k) {
-        tokens += (k ? "," : "") + std::to_string(sample[static_cast<size_t>(k)]);
-        labels += (k ? "," : "") + std::to_string(sample[static_cast<size_t>(k + 1)]);
-      }
-      tokens += "]";
-      labels += "]";
-    }
-    line = "{\"step\": " + std::to_string(step + 1) + ", \"tokens\": [" + tokens + "], \"labels\": [" + labels + "]}\n";
+    BatchJson b;
+    for (int64_t id : data->samples->global_batch(step, G)) add_sample(b, *data, id, seq);
+    std::string line = "{\"step\": " + std::to_string(step + 1) + ", \"tokens\": [" + b.tokens + "], \"labels\": [" +
+                       b.labels + "]";
+    if (data->documents.any())
+      line += ", \"position_ids\": [" + b.positions + "], \"loss_mask\": [" + b.loss + "], \"cu_seqlens\": [" + b.cu + "]";
+    line += "}\n";
     std::fwrite(line.data(), 1, line.size(), stdout);
   }
   return 0;
