@@ -11,6 +11,7 @@
 #include <c10/core/Device.h>
 
 #include "datasets/dataset.h"
+#include "datasets/documents.h"
 
 namespace trident {
 

@@ -170,7 +170,7 @@ StepBatches step_batches(const Run& r, const data::SampleSource& ds, int64_t ste
   const auto& t = r.cfg.training;
   const Coords me = r.pgs->layout().coords(r.pgs->rank());
   const BatchShape shape{t.global_batch_size, t.micro_batch_size, r.cfg.model.seq_len, r.microbatches,
-                         me.dp, r.cfg.parallel.dp, me.cp, r.cfg.parallel.cp};
+                         me.dp, r.cfg.parallel.dp, me.cp, r.cfg.parallel.cp, data::DocumentOptions{}};  // none: refuse_documents
   return StepBatches(ds, step, shape, r.device);
 }
 

@@ -33,9 +33,10 @@ namespace po = boost::program_options;
 
 constexpr const char* kUsage =
     "usage: trident data prepare --tokenizer byte|gpt2|hf [--tokenizer-dir D] --input PATH... --output PREFIX\n"
-    "                            [--val-fraction 0.05] [--format text|brown|jsonl] [--json-key text]\n"
+    "                            [--val-fraction 0.05] [--format text|brown|jsonl|prompt-completion]\n"
+    "                            [--json-key text]\n"
     "                            [--skip-bad-lines] [--allow-invalid-utf8] [--output-format trident|megatron]\n"
-    "                            [--threads N]\n"
+    "                            [--threads N] [--eod-token ID] [--pack-seq-len L] [--overlong refuse|truncate]\n"
     "       trident data text FILE        (running text of a Brown file)\n"
     "       trident data info FILE.bin    (header of a token file)\n"
     "       trident data info PREFIX      (counts of a Megatron dataset PREFIX.bin + PREFIX.idx)\n"
@@ -80,6 +81,70 @@ class ProgressBar {
   std::chrono::steady_clock::time_point start_;
 };
 
+// The options that contradict each other, refused before anything is read.
+void check_prepare_options(data::PrepareOptions& o, const po::variables_map& vm) {
+  const bool jsonl = o.format == "jsonl" || o.format == "prompt-completion";
+  if (!jsonl && !vm["json-key"].defaulted())
+    throw BadInput("--json-key reads JSONL lines: it needs --format jsonl, got --format " + o.format);
+  if (o.format == "prompt-completion" && !vm["json-key"].defaulted())
+    throw BadInput("--json-key with --format prompt-completion: its lines hold \"prompt\" and \"completion\" "
+                   "(or \"text\")");
+  if (o.format != "jsonl" && o.skip_bad_lines)
+    throw BadInput("--skip-bad-lines skips JSONL lines: it needs --format jsonl, got --format " + o.format);
+  if (o.allow_invalid_utf8 && o.tokenizer == "byte")
+    throw BadInput("--allow-invalid-utf8 is for --tokenizer gpt2 or hf: byte takes any bytes");
+  for (const char* key : {"pack-seq-len", "overlong", "eod-token"})
+    if (vm.count(key) && !vm[key].defaulted() && o.format != "prompt-completion")
+      throw BadInput(std::string("--") + key + " packs prompt-completion examples: it needs --format "
+                     "prompt-completion, got --format " + o.format);
+  if (!vm["overlong"].defaulted() && o.pack_seq_len == 0)
+    throw BadInput("--overlong " + o.overlong + " says what packing does with a long example: it needs "
+                   "--pack-seq-len L (without packing every example is its own sequence)");
+  if (o.format == "prompt-completion" && o.output_format != "megatron")
+    throw BadInput("--format prompt-completion writes a Megatron dataset and its loss mask: it needs "
+                   "--output-format megatron, got " + o.output_format);
+  if (o.output_format == "megatron") {
+    if (!vm["val-fraction"].defaulted())
+      throw BadInput("--val-fraction with --output-format megatron: a Megatron dataset holds every "
+                               "document and training cuts it with data.split (e.g. \"969,30,1\")");
+    o.val_fraction = 0;
+  }
+}
+
+void print_summary(const data::PrepareOptions& o, const data::PrepareSummary& s) {
+  std::printf("prepared %llu documents (%llu bytes of text) with tokenizer %s\n",
+              static_cast<unsigned long long>(s.train_docs + s.val_docs),
+              static_cast<unsigned long long>(s.text_bytes), o.tokenizer.c_str());
+  const auto u = [](uint64_t v) { return static_cast<unsigned long long>(v); };
+  if (o.format == "prompt-completion") {
+    std::printf("  %llu prompt-completion examples, %llu text documents: %llu tokens counted in the loss, %llu "
+                "not (prompts, padding excluded)\n", u(s.examples), u(s.texts), u(s.loss_tokens), u(s.prompt_tokens));
+    if (o.pack_seq_len > 0)
+      std::printf("  packed into %llu sequences of %lld tokens: %llu padding tokens (%.1f%%), %llu examples "
+                  "truncated\n", u(s.sequences), static_cast<long long>(o.pack_seq_len), u(s.pad_tokens),
+                  s.train_tokens ? 100.0 * static_cast<double>(s.pad_tokens) / static_cast<double>(s.train_tokens) : 0.0,
+                  u(s.truncated));
+    std::printf("  megatron: %llu sequences, %llu tokens -> %s, %s, %s\n", u(s.sequences), u(s.train_tokens),
+                s.files_written.at(0).c_str(), s.files_written.at(1).c_str(), s.files_written.at(2).c_str());
+    return;
+  }
+  if (o.output_format == "megatron") {
+    std::printf("  megatron: %llu docs, %llu tokens -> %s, %s\n", static_cast<unsigned long long>(s.train_docs),
+                static_cast<unsigned long long>(s.train_tokens), s.files_written.at(0).c_str(),
+                s.files_written.at(1).c_str());
+  } else {
+    std::printf("  train: %llu docs, %llu tokens -> %s\n", static_cast<unsigned long long>(s.train_docs),
+                static_cast<unsigned long long>(s.train_tokens), s.files_written.at(0).c_str());
+    std::printf("  val:   %llu docs, %llu tokens -> %s\n", static_cast<unsigned long long>(s.val_docs),
+                static_cast<unsigned long long>(s.val_tokens), s.files_written.at(1).c_str());
+    if (s.val_docs == 0 && o.val_fraction > 0)  // floor(n f) documents validate: fewer than 1/f give none
+      std::printf("  note: --val-fraction %g puts none of the %llu documents in validation (it needs at least %.0f); "
+                  "train with training.eval_interval = 0\n",
+                  o.val_fraction, static_cast<unsigned long long>(s.train_docs), std::ceil(1.0 / o.val_fraction - 1e-9));
+  }
+  if (s.bad_lines > 0) std::printf("  skipped %llu bad lines\n", static_cast<unsigned long long>(s.bad_lines));
+}
+
 int prepare(int argc, char** argv) {
   data::PrepareOptions o;
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
@@ -104,7 +169,9 @@ int prepare(int argc, char** argv) {
       "output", po::value(&o.output_prefix)->required(), "output prefix")(
       "val-fraction", po::value(&o.val_fraction)->default_value(0.05, "0.05"),
       "share of documents for validation (trident output; megatron output takes none)")(
-      "format", po::value(&o.format)->default_value("text"), "text | brown (tagged Brown corpus files) | jsonl")(
+      "format", po::value(&o.format)->default_value("text"),
+      "text | brown (tagged Brown corpus files) | jsonl | prompt-completion (JSONL of \"prompt\" and \"completion\", "
+      "or \"text\": a Megatron dataset and PREFIX.lossmask, the loss on completions only; datasets/prepare.h)")(
       "json-key", po::value(&o.json_key)->default_value("text"), "jsonl: the member holding each line's document")(
       "skip-bad-lines", po::bool_switch(&o.skip_bad_lines),
       "jsonl: skip a line that is not an object with a string --json-key member, and count it (default: fail "
@@ -112,45 +179,24 @@ int prepare(int argc, char** argv) {
       "allow-invalid-utf8", po::bool_switch(&o.allow_invalid_utf8),
       "gpt2/hf: tokenize a document that is not UTF-8 as its bytes (default: fail naming the file)")(
       "output-format", po::value(&o.output_format)->default_value("trident"), "trident | megatron")(
-      "threads", po::value(&o.threads)->default_value(static_cast<int>(cores)), "tokenizing threads (default: all cores)");
+      "threads", po::value(&o.threads)->default_value(static_cast<int>(cores)), "tokenizing threads (default: all cores)")(
+      "eod-token", po::value(&o.eod_token)->default_value(-1),
+      "prompt-completion: the id ending each example (default: the tokenizer's end-of-text; byte has none)")(
+      "pack-seq-len", po::value(&o.pack_seq_len)->default_value(0),
+      "prompt-completion: pack examples into sequences of L tokens, padded with the eod (0: one example a sequence)")(
+      "overlong", po::value(&o.overlong)->default_value("refuse"),
+      "packing: an example longer than --pack-seq-len is refused (refuse) or cut to L tokens ending in the eod "
+      "(truncate)");
   po::variables_map vm;
   if (!parse(argc, argv, opts, vm)) return 0;
-  if (o.format != "jsonl" && !vm["json-key"].defaulted())
-    throw BadInput("--json-key reads JSONL lines: it needs --format jsonl, got --format " + o.format);
-  if (o.format != "jsonl" && o.skip_bad_lines)
-    throw BadInput("--skip-bad-lines skips JSONL lines: it needs --format jsonl, got --format " + o.format);
-  if (o.allow_invalid_utf8 && o.tokenizer == "byte")
-    throw BadInput("--allow-invalid-utf8 is for --tokenizer gpt2 or hf: byte takes any bytes");
-  if (o.output_format == "megatron") {
-    if (!vm["val-fraction"].defaulted())
-      throw BadInput("--val-fraction with --output-format megatron: a Megatron dataset holds every "
-                               "document and training cuts it with data.split (e.g. \"969,30,1\")");
-    o.val_fraction = 0;
-  }
+  check_prepare_options(o, vm);
   ProgressBar bar;
   o.progress = [&bar](uint64_t done, uint64_t total) { bar(done, total); };
   const auto t0 = std::chrono::steady_clock::now();
   const auto s = data::prepare_token_files(o);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   bar.finish();
-  std::printf("prepared %llu documents (%llu bytes of text) with tokenizer %s\n",
-              static_cast<unsigned long long>(s.train_docs + s.val_docs),
-              static_cast<unsigned long long>(s.text_bytes), o.tokenizer.c_str());
-  if (o.output_format == "megatron") {
-    std::printf("  megatron: %llu docs, %llu tokens -> %s, %s\n", static_cast<unsigned long long>(s.train_docs),
-                static_cast<unsigned long long>(s.train_tokens), s.files_written.at(0).c_str(),
-                s.files_written.at(1).c_str());
-  } else {
-    std::printf("  train: %llu docs, %llu tokens -> %s\n", static_cast<unsigned long long>(s.train_docs),
-                static_cast<unsigned long long>(s.train_tokens), s.files_written.at(0).c_str());
-    std::printf("  val:   %llu docs, %llu tokens -> %s\n", static_cast<unsigned long long>(s.val_docs),
-                static_cast<unsigned long long>(s.val_tokens), s.files_written.at(1).c_str());
-    if (s.val_docs == 0 && o.val_fraction > 0)  // floor(n f) documents validate: fewer than 1/f give none
-      std::printf("  note: --val-fraction %g puts none of the %llu documents in validation (it needs at least %.0f); "
-                  "train with training.eval_interval = 0\n",
-                  o.val_fraction, static_cast<unsigned long long>(s.train_docs), std::ceil(1.0 / o.val_fraction - 1e-9));
-  }
-  if (s.bad_lines > 0) std::printf("  skipped %llu bad lines\n", static_cast<unsigned long long>(s.bad_lines));
+  print_summary(o, s);
   const double tokens = static_cast<double>(s.train_tokens + s.val_tokens);
   std::printf("throughput: %.3f s, %.2f MB/s of input, %.3f M tokens/s, %d threads\n", secs,
               static_cast<double>(s.input_bytes) / 1e6 / secs, tokens / 1e6 / secs, o.threads);
