@@ -24,8 +24,8 @@ namespace trident::data {
 namespace fs = std::filesystem;
 
 std::vector<std::string> list_documents(const std::vector<std::string>& inputs, const std::string& format) {
-  if (format != "text" && format != "brown" && format != "jsonl" && format != "prompt-completion")
-    throw DataError("unknown format '" + format + "' (expected text, brown, jsonl or prompt-completion)");
+  if (format != "text" && format != "brown" && format != "jsonl")
+    throw DataError("unknown format '" + format + "' (expected text, brown or jsonl)");
   std::vector<std::string> docs;
   for (const auto& input : inputs) {
     std::error_code ec;
@@ -228,7 +228,6 @@ std::string jsonl_document(const std::string& line, const std::string& key, cons
 }
 
 PrepareSummary prepare_token_files(const PrepareOptions& options) {
-  if (options.format == "prompt-completion") return prepare_prompt_completion(options);
   const PrepareOptions& o = options;
   if (!(o.val_fraction >= 0.0 && o.val_fraction < 1.0)) {
     throw DataError("val fraction " + std::to_string(o.val_fraction) + " must be in [0, 1)");

@@ -412,7 +412,6 @@ void build(Run& r) {
   Config& c = r.cfg;
   check_config_tables(c, config_tables());  // the rest of check_config ran when c was parsed
   check_checkpoint_dir(c);
-  refuse_documents(c);
   const WorldEnv env = read_world_env();
   if (env.rank == 0) make_log_dir(c.logging.dir);  // rank 0's log: a bad logging.dir errs before the build
   // One device per rank, from LOCAL_RANK; errors before any rendezvous.
@@ -535,6 +534,7 @@ TrainSummary train(Config cfg) {
   r.cfg = std::move(cfg);
   at::set_num_threads(static_cast<int>(r.cfg.training.threads));
   keep_freed_memory();
+  refuse_documents(r.cfg);
   build(r);
   const Config& c = r.cfg;
   const bool leader = r.pgs->rank() == 0;

@@ -193,7 +193,7 @@ int prepare(int argc, char** argv) {
   ProgressBar bar;
   o.progress = [&bar](uint64_t done, uint64_t total) { bar(done, total); };
   const auto t0 = std::chrono::steady_clock::now();
-  const auto s = data::prepare_token_files(o);
+  const auto s = o.format == "prompt-completion" ? data::prepare_prompt_completion(o) : data::prepare_token_files(o);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   bar.finish();
   print_summary(o, s);

@@ -98,7 +98,7 @@ TEST(PromptCompletion, PacksWithoutSplittingAndPadsWithTheEod) {
   o.output_prefix = (dir / "out").string();
   o.eod_token = 0;
   o.pack_seq_len = 9;
-  const td::PrepareSummary s = td::prepare_token_files(o);
+  const td::PrepareSummary s = td::prepare_prompt_completion(o);
   EXPECT_EQ(s.examples, 3u);
   EXPECT_EQ(s.texts, 1u);
   EXPECT_EQ(s.sequences, 2u);   // [abc0 def0 .] [ghi0 jk0 ..]
@@ -122,11 +122,11 @@ TEST(PromptCompletion, OverlongIsRefusedOrTruncated) {
   o.output_prefix = (dir / "out").string();
   o.eod_token = 0;
   o.pack_seq_len = 4;
-  EXPECT_NE(error_of<td::DataError>([&] { td::prepare_token_files(o); })
+  EXPECT_NE(error_of<td::DataError>([&] { td::prepare_prompt_completion(o); })
                 .find("in.jsonl:2: the example's 6 tokens do not fit a packed sequence of 4"),
             std::string::npos);
   o.overlong = "truncate";
-  const td::PrepareSummary s = td::prepare_token_files(o);
+  const td::PrepareSummary s = td::prepare_prompt_completion(o);
   EXPECT_EQ(s.truncated, 1u);
   const td::MegatronDataset ds(o.output_prefix);
   EXPECT_EQ(ds.sequence(1), (std::vector<uint32_t>{'a', 'b', 'c', 0}));
@@ -143,7 +143,7 @@ TEST(PromptCompletion, BadLinesNameTheirLine) {
   o.eod_token = 0;
   const auto error = [&](const std::string& text) {
     write_text(dir / "in.jsonl", "{\"prompt\": \"a\", \"completion\": \"b\"}\n" + text + "\n");
-    return error_of<td::DataError>([&] { td::prepare_token_files(o); });
+    return error_of<td::DataError>([&] { td::prepare_prompt_completion(o); });
   };
   EXPECT_NE(error("{\"prompt\": \"a\"}").find("in.jsonl:2: has \"prompt\" but no \"completion\""), std::string::npos);
   EXPECT_NE(error("{\"prompt\": \"a\", \"completion\": \"\"}").find("in.jsonl:2: \"completion\" is empty"),
