@@ -97,18 +97,20 @@ TEST(PromptCompletion, PacksWithoutSplittingAndPadsWithTheEod) {
   o.inputs = {(dir / "in.jsonl").string()};
   o.output_prefix = (dir / "out").string();
   o.eod_token = 0;
-  o.pack_seq_len = 9;
+  o.pack_seq_len = 8;  // the first two fill a sequence exactly: they share it
   const td::PrepareSummary s = td::prepare_prompt_completion(o);
   EXPECT_EQ(s.examples, 3u);
   EXPECT_EQ(s.texts, 1u);
-  EXPECT_EQ(s.sequences, 2u);   // [abc0 def0 .] [ghi0 jk0 ..]
-  EXPECT_EQ(s.pad_tokens, 3u);  // 1 + 2
+  EXPECT_EQ(s.sequences, 2u);   // [abc0 def0] [ghi0 jk0 .]
+  EXPECT_EQ(s.pad_tokens, 1u);
   const td::MegatronDataset ds(o.output_prefix);
   ASSERT_EQ(ds.sequence_count(), 2u);
-  EXPECT_EQ(ds.sequence(0), (std::vector<uint32_t>{'a', 'b', 'c', 0, 'd', 'e', 'f', 0, 0}));
-  EXPECT_EQ(ds.sequence(1), (std::vector<uint32_t>{'g', 'h', 'i', 0, 'j', 'k', 0, 0, 0}));
-  EXPECT_EQ(td::read_loss_mask_file(o.output_prefix, 18),
-            (std::vector<uint8_t>{0, 0, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 0, 0}));
+  EXPECT_EQ(ds.sequence(0), (std::vector<uint32_t>{'a', 'b', 'c', 0, 'd', 'e', 'f', 0}));
+  EXPECT_EQ(ds.sequence(1), (std::vector<uint32_t>{'g', 'h', 'i', 0, 'j', 'k', 0, 0}));
+  EXPECT_EQ(td::read_loss_mask_file(o.output_prefix, 16),
+            (std::vector<uint8_t>{0, 0, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0}));
+  o.pack_seq_len = 7;  // now none fits beside another: each its own, padded
+  EXPECT_EQ(td::prepare_prompt_completion(o).sequences, 4u);
 }
 
 TEST(PromptCompletion, OverlongIsRefusedOrTruncated) {
