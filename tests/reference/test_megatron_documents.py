@@ -13,6 +13,13 @@ batch. Sample p of the run (step p // G, place p % G) must hold megatron-core's 
 labels, position_ids, loss_mask, and its attention_mask (1, L, L, True = masked) must be the mask
 that Trident's document boundaries (cu_seqlens) give: position j attends to j' iff j' <= j and
 both lie in one document. Every flag combination of the three is checked on the blend.
+
+Prompt-completion data: `trident data prepare --format prompt-completion --pack-seq-len 128`
+on tests/data/sft-tiny.jsonl and `trident data batches` with configs/llama-sft-tiny.toml: each
+sample is one packed sequence of whole examples (each the bytes of a JSONL line's prompt +
+completion, or its text, then the eod 0) and padding eods, and its loss mask is TRL's labels
+rule: 1 where the label is a completion byte or the eod after it (a text's bytes too), 0 on
+prompt and padding labels and, with eod_mask_loss, on the prediction made from an eod.
 """
 
 import itertools
@@ -114,6 +121,48 @@ def check_case(args, prefixes, weights, flags, seed, seq_len, steps):
     return name, min(docs), max(docs), masked
 
 
+def check_prompt_completion(args):
+    jsonl = os.path.join(args.source_dir, "tests", "data", "sft-tiny.jsonl")
+    rows = [json.loads(line) for line in open(jsonl)]
+    masks = {}  # an example's bytes -> its tokens' loss mask, its eod included
+    for r in rows:
+        if "text" in r:
+            masks[r["text"].encode()] = [1] * len(r["text"].encode()) + [1]
+        else:
+            p, c = r["prompt"].encode(), r["completion"].encode()
+            masks[p + c] = [0] * len(p) + [1] * len(c) + [1]
+    prefix = os.path.join(args.work, "sft", "sft")
+    cmd = [args.trident, "data", "prepare", "--format", "prompt-completion", "--output-format", "megatron",
+           "--eod-token", "0", "--pack-seq-len", "128", "--input", jsonl, "--output", prefix]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if r.returncode != 0 or b"padding tokens" not in r.stdout:
+        fail(f"{' '.join(cmd)}: {r.stderr.decode()}{r.stdout.decode()}")
+    cmd = [args.trident, "data", "batches", "--config", os.path.join(args.source_dir, "configs", "llama-sft-tiny.toml"),
+           "--set", f"data.path={prefix}", "--steps", "20"]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if r.returncode != 0:
+        fail(f"{' '.join(cmd)} failed: {r.stderr.decode()}")
+    seen = set()
+    for b in map(json.loads, r.stdout.decode().splitlines()):
+        for tok, loss in zip(b["tokens"], b["loss_mask"]):
+            want, at = [], 0
+            while at < len(tok):
+                end = tok.index(0, at)  # every packed sequence ends with an eod
+                doc = bytes(tok[at:end])
+                if doc and doc not in masks:
+                    fail(f"prompt-completion: a sample holds {doc!r}, no line of {jsonl}")
+                seen.add(doc)
+                want += masks[doc] if doc else [0]  # an eod alone is padding
+                at = end + 1
+            expect = [want[j + 1] if j + 1 < len(tok) and tok[j] != 0 else 0 for j in range(len(tok))]
+            if loss != expect:
+                fail(f"prompt-completion: step {b['step']}: loss mask\n  trident {loss}\n  TRL's   {expect}\n"
+                     f"  tokens  {tok}")
+    if len(seen - {b""}) != len(rows):
+        fail(f"prompt-completion: 20 steps met {len(seen - {b''})} of the {len(rows)} examples")
+    return len(rows)
+
+
 def main():
     args = reference_args()
     rng = np.random.default_rng(5)
@@ -134,6 +183,7 @@ def main():
     # Every combination must have met samples of one document and of several.
     if min(s[1] for s in seen) != 1 or max(s[2] for s in seen) < 3:
         fail("the datasets gave no sample of one document or none of three or more")
+    print(f"ok: prompt-completion: every one of {check_prompt_completion(args)} examples' loss masks as TRL's labels")
     print("MegatronDocuments: ok")
 
 
