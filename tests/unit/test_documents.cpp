@@ -109,8 +109,8 @@ TEST(PromptCompletion, PacksWithoutSplittingAndPadsWithTheEod) {
   EXPECT_EQ(ds.sequence(1), (std::vector<uint32_t>{'g', 'h', 'i', 0, 'j', 'k', 0, 0}));
   EXPECT_EQ(td::read_loss_mask_file(o.output_prefix, 16),
             (std::vector<uint8_t>{0, 0, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0}));
-  o.pack_seq_len = 7;  // now none fits beside another: each its own, padded
-  EXPECT_EQ(td::prepare_prompt_completion(o).sequences, 4u);
+  o.pack_seq_len = 7;  // abc0 | def0 | ghi0 jk0: the last two fill 7 exactly
+  EXPECT_EQ(td::prepare_prompt_completion(o).sequences, 3u);
 }
 
 TEST(PromptCompletion, OverlongIsRefusedOrTruncated) {
