@@ -170,7 +170,7 @@ StepBatches step_batches(const Run& r, const data::SampleSource& ds, int64_t ste
   const auto& t = r.cfg.training;
   const Coords me = r.pgs->layout().coords(r.pgs->rank());
   const BatchShape shape{t.global_batch_size, t.micro_batch_size, r.cfg.model.seq_len, r.microbatches,
-                         me.dp, r.cfg.parallel.dp, me.cp, r.cfg.parallel.cp};
+                         me.dp, r.cfg.parallel.dp, me.cp, r.cfg.parallel.cp, data::DocumentOptions{}};  // none: refuse_documents
   return StepBatches(ds, step, shape, r.device);
 }
 
@@ -462,6 +462,19 @@ void make_data_parallel(Run& r, const std::vector<std::vector<Param*>>& stage_pa
       tied_placement(r.model->tied_groups(stages), [&](int s) { return r.schedule.rank_of(s); }, pp_rank,
                      r.schedule.pipeline_ranks),
       norm_slots(r.model->unique_params(stages)));
+
+// The samples carry document boundaries and loss masks (NOTE [document batch]) that no
+// model applies yet: a run given them would train as if they were absent, so it is refused.
+void refuse_documents(const Config& c) {
+  const DataConfig& d = c.data;
+  const char* key = d.reset_position_ids     ? "data.reset_position_ids"
+                    : d.reset_attention_mask ? "data.reset_attention_mask"
+                    : d.eod_mask_loss        ? "data.eod_mask_loss"
+                    : d.completion_only_loss ? "data.completion_only_loss"
+                                             : nullptr;
+  if (key != nullptr)
+    throw ConfigError(std::string(key) + " = true: the models do not apply document boundaries or loss masks yet, "
+                      "so training refuses it (`trident data batches` shows what the samples carry)");
 }
 
 void build(Run& r) {
@@ -550,6 +563,7 @@ TrainSummary train(Config cfg) {
   r.cfg = std::move(cfg);
   at::set_num_threads(static_cast<int>(r.cfg.training.threads));
   keep_freed_memory();
+  refuse_documents(r.cfg);
   build(r);
   const Config& c = r.cfg;
   const bool leader = r.pgs->rank() == 0;

@@ -600,7 +600,7 @@ TEST(Config, LayoutFactors) {
 
 TEST(Config, KeysTableDescribesTypesAndDefaults) {
   const auto keys = trident::config_keys();
-  EXPECT_EQ(keys.size(), 115u);
+  EXPECT_EQ(keys.size(), 120u);
   bool found = false;
   for (const auto& k : keys) {
     if (k.name != "parallel.dp") continue;
