@@ -1,0 +1,118 @@
+// Attention inside packed documents (models/common/document_attention.h)
+// against softmax(QKᵀ/√d + mask)V written out with the block-diagonal causal
+// mask of the same documents: outputs and gradients in fp32, grouped heads, a
+// given scale, rows of different layouts in one batch; a document equal to the
+// same tokens attended alone; a one-document batch bit for bit the plain
+// causal path; positions restarting at each document.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "models/common/attention.h"
+#include "models/common/document_attention.h"
+
+namespace trident {
+namespace {
+
+struct Qkv {
+  at::Tensor q, k, v;
+};
+
+Qkv random_qkv(int64_t b, int64_t heads, int64_t kv, int64_t s, int64_t seed = 3) {
+  at::manual_seed(seed);
+  Qkv t;
+  t.q = at::randn({b, heads, s, 8}).requires_grad_(true);
+  t.k = at::randn({b, kv, s, 8}).requires_grad_(true);
+  t.v = at::randn({b, kv, s, 8}).requires_grad_(true);
+  return t;
+}
+
+// The reference: every score written out, key j masked for query i unless
+// j <= i and both lie in the same document of the row.
+at::Tensor masked_reference(const Qkv& t, const DocumentLengths& docs, double scale) {
+  const int64_t b = t.q.size(0), s = t.q.size(2), group = t.q.size(1) / t.k.size(1);
+  at::Tensor doc = at::empty({b, s}, at::kLong);
+  for (int64_t r = 0; r < b; ++r) {
+    int64_t pos = 0, id = 0;
+    for (int64_t len : docs[static_cast<size_t>(r)]) {
+      doc[r].narrow(0, pos, len).fill_(id++);
+      pos += len;
+    }
+  }
+  const at::Tensor same = doc.unsqueeze(2).eq(doc.unsqueeze(1));                    // (b, s, s)
+  const at::Tensor causal = at::ones({s, s}, at::kBool).tril().unsqueeze(0);         // (1, s, s)
+  const at::Tensor allowed = at::logical_and(same, causal).unsqueeze(1);             // (b, 1, s, s)
+  at::Tensor sc = at::matmul(t.q, repeat_kv_heads(t.k, group).transpose(-2, -1)) * scale;
+  sc = sc.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
+  return at::matmul(at::softmax(sc, -1), repeat_kv_heads(t.v, group));
+}
+
+double max_rel(const at::Tensor& a, const at::Tensor& b) {
+  return ((a.to(at::kDouble) - b.to(at::kDouble)).abs().max() / b.to(at::kDouble).abs().max()).item<double>();
+}
+
+std::vector<at::Tensor> grads(const at::Tensor& out, const Qkv& t) {
+  at::manual_seed(11);
+  const at::Tensor w = at::randn(out.sizes());
+  return torch::autograd::grad({(out * w).sum()}, {t.q, t.k, t.v});
+}
+
+void expect_matches_reference(int64_t heads, int64_t kv, const DocumentLengths& docs, std::optional<double> scale) {
+  const int64_t b = static_cast<int64_t>(docs.size()), s = 24;
+  const Qkv t = random_qkv(b, heads, kv, s);
+  const at::Tensor out = document_attention(t.q, t.k, t.v, docs, 0.0, scale);
+  const at::Tensor ref = masked_reference(t, docs, scale.value_or(1.0 / std::sqrt(8.0)));
+  EXPECT_LT(max_rel(out, ref), 1e-5);
+  const auto g = grads(out, t), gr = grads(ref, t);
+  for (size_t i = 0; i < 3; ++i) EXPECT_LT(max_rel(g[i], gr[i]), 1e-5) << "gradient " << i;
+}
+
+TEST(DocumentAttention, MatchesBlockDiagonalMaskOneLayout) {
+  expect_matches_reference(4, 4, {{5, 11, 8}, {5, 11, 8}}, std::nullopt);
+}
+
+TEST(DocumentAttention, MatchesBlockDiagonalMaskMixedRows) {
+  // Rows 0 and 3 are one document each, row 2 has documents of one token; the
+  // grouped rows' order (0, 3, 1, 2) is not its own inverse, so a row put back
+  // in the wrong place shows.
+  expect_matches_reference(4, 4, {{24}, {7, 1, 16}, {1, 1, 20, 2}, {24}}, std::nullopt);
+}
+
+TEST(DocumentAttention, MatchesBlockDiagonalMaskGroupedHeadsAndScale) {
+  expect_matches_reference(4, 2, {{10, 14}, {3, 21}}, 0.2);
+}
+
+TEST(DocumentAttention, DocumentEqualsItsTokensAlone) {
+  const Qkv t = random_qkv(1, 2, 2, 20);
+  const at::Tensor out = document_attention(t.q, t.k, t.v, {{6, 9, 5}}, 0.0);
+  const at::Tensor alone = causal_attention(t.q.narrow(2, 6, 9).contiguous(), t.k.narrow(2, 6, 9).contiguous(),
+                                            t.v.narrow(2, 6, 9).contiguous(), 0.0);
+  EXPECT_LT(max_rel(out.narrow(2, 6, 9), alone), 1e-6);
+}
+
+TEST(DocumentAttention, OneDocumentIsThePlainCausalPathBitForBit) {
+  const Qkv t = random_qkv(2, 4, 2, 16);
+  EXPECT_TRUE(at::equal(document_attention(t.q, t.k, t.v, {{16}, {16}}, 0.0), causal_attention(t.q, t.k, t.v, 0.0)));
+}
+
+TEST(DocumentAttention, RefusesDocumentsThatDoNotDescribeTheRows) {
+  const Qkv t = random_qkv(2, 2, 2, 8);
+  EXPECT_THROW(document_attention(t.q, t.k, t.v, {{8}}, 0.0), std::invalid_argument);
+  EXPECT_THROW(document_attention(t.q, t.k, t.v, {{8}, {4, 3}}, 0.0), std::invalid_argument);
+  EXPECT_THROW(document_attention(t.q, t.k, t.v, {{8}, {8, 0}}, 0.0), std::invalid_argument);
+}
+
+TEST(DocumentPositions, RestartAtEachDocument) {
+  const at::Tensor pos = document_positions({{3, 2}, {5}});
+  const at::Tensor want = at::tensor({0, 1, 2, 0, 1, 0, 1, 2, 3, 4}, at::kLong).view({2, 5});
+  EXPECT_TRUE(at::equal(pos, want));
+  EXPECT_THROW(document_positions({{3, 2}, {4}}), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace trident
