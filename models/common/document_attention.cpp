@@ -48,6 +48,12 @@ at::Tensor spans_attention(const at::Tensor& q, const at::Tensor& k, const at::T
 
 }  // namespace
 
+bool undivided(const DocumentLengths& docs) {
+  for (const std::vector<int64_t>& row : docs)
+    if (row.size() != 1) return false;
+  return true;
+}
+
 at::Tensor document_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                               const DocumentLengths& docs, double dropout_p, std::optional<double> scale) {
   check_documents(q, docs);

@@ -24,6 +24,18 @@ namespace trident {
 // causal path, so such a run is bit for bit today's.
 using DocumentLengths = std::vector<std::vector<int64_t>>;
 
+// One micro-batch's documents as a stage reads them: the lengths (host) and
+// the positions restarting at each document (device, (b, s) int64), kept
+// alive by each layer that computes with them until its backward ran.
+struct Documents {
+  DocumentLengths lengths;
+  at::Tensor positions;
+};
+
+// Whether every row is one document: the undivided sample, which stages
+// compute on their plain path (bit for bit a run without documents).
+bool undivided(const DocumentLengths& docs);
+
 // q (b, heads, s, d), k and v (b, kv heads, s, d) with kv heads dividing heads,
 // `docs` b rows of lengths summing to s. Returns (b, heads, s, d): each
 // document's causal attention over its own keys. Throws std::invalid_argument
