@@ -10,12 +10,16 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include <cmath>
+#include <functional>
+#include <memory>
+#include <string>
 #include <limits>
 #include <stdexcept>
 
 #include "models/common/attention.h"
 #include "models/common/document_attention.h"
 #include "models/gpt/gpt.h"
+#include "models/llama/llama.h"
 #include "parallel/recompute.h"
 
 namespace trident {
@@ -116,10 +120,15 @@ TEST(DocumentPositions, RestartAtEachDocument) {
   EXPECT_THROW(document_positions({{3, 2}, {4}}), std::invalid_argument);
 }
 
-// GPT over a packed micro-batch: the mean loss and every parameter's gradient
-// equal those of each document run alone (its own positions from 0, nothing
-// seen of the others), weighted by its tokens; also with selective
+// A model over a packed micro-batch: the mean loss and every parameter's
+// gradient equal those of each document run alone (its own positions from 0,
+// nothing seen of the others), weighted by its tokens; also with selective
 // recomputation, whose backward replays attention with the same documents.
+// (Rotary positions restarted or not give the same scores inside a document,
+// q·k depending on the positions' difference only: there this test sees the
+// attention's boundaries; GPT's learned positions it sees restart too.)
+using MakeStage = std::function<std::unique_ptr<Stage>(Recompute)>;
+
 ModelConfig packed_gpt() {
   ModelConfig m;
   m.layers = 2;
@@ -131,67 +140,104 @@ ModelConfig packed_gpt() {
   return m;
 }
 
-std::vector<at::Tensor> param_grads(GptStage& stage) {
+ModelConfig packed_llama(const std::string& arch) {
+  ModelConfig m = packed_gpt();
+  m.arch = arch;
+  m.kv_heads = 2;
+  m.ffn_hidden = 48;
+  m.tie_embeddings = false;
+  if (arch == "llama") {  // YaRN's tables, gathered at each document's positions
+    m.rope_scaling = "yarn";
+    m.rope_factor = 4, m.rope_original_max_position = 4, m.rope_beta_fast = 32, m.rope_beta_slow = 1;
+  } else {  // experts route each token alone: no balancing loss, no capacity
+    m.experts = 4;
+    m.moe_top_k = 2;
+  }
+  return m;
+}
+
+MakeStage gpt_stage() {
+  return [](Recompute mode) {
+    const ModelConfig cfg = packed_gpt();
+    auto st = std::make_unique<GptStage>(cfg, ChunkSpec{0, cfg.layers, true, true}, TpContext{}, 5);
+    st->set_recompute(mode);
+    return std::unique_ptr<Stage>(std::move(st));
+  };
+}
+
+MakeStage llama_stage(const std::string& arch) {
+  return [arch](Recompute mode) {
+    const ModelConfig cfg = packed_llama(arch);
+    auto st = std::make_unique<LlamaStage>(cfg, ChunkSpec{0, cfg.layers, true, true}, TpContext{}, 5);
+    st->set_recompute(mode);
+    return std::unique_ptr<Stage>(std::move(st));
+  };
+}
+
+std::vector<at::Tensor> param_grads(Stage& stage) {
   std::vector<at::Tensor> g;
   for (Param& p : stage.params()) g.push_back(p.tensor.grad().clone());
   return g;
 }
 
-std::vector<at::Tensor> packed_grads(Recompute mode, const at::Tensor& ids, const at::Tensor& targets,
-                                     const DocumentLengths& docs, double& loss) {
-  const ModelConfig cfg = packed_gpt();
-  GptStage stage(cfg, ChunkSpec{0, cfg.layers, true, true}, TpContext{}, 5);
-  stage.set_recompute(mode);
-  stage.set_documents(std::make_shared<const Documents>(Documents{docs, document_positions(docs)}));
-  const at::Tensor l = stage.forward(ids, targets);
+std::vector<at::Tensor> packed_grads(const MakeStage& make, Recompute mode, const at::Tensor& ids,
+                                     const at::Tensor& targets, const DocumentLengths& docs, double& loss) {
+  std::unique_ptr<Stage> stage = make(mode);
+  stage->set_documents(std::make_shared<const Documents>(Documents{docs, document_positions(docs)}));
+  const at::Tensor l = stage->forward(ids, targets);
+  stage->set_documents(nullptr);  // as the executor does: the layers hold their own
   l.backward();
   loss = l.item<double>();
-  return param_grads(stage);
+  return param_grads(*stage);
 }
 
-TEST(PackedDocuments, GptLossAndGradientsEqualEachDocumentAlone) {
-  const ModelConfig cfg = packed_gpt();
+void expect_packed_equals_alone(const MakeStage& make) {
   const DocumentLengths docs{{5, 7, 4}, {16}, {1, 15}};
   at::manual_seed(21);
-  const at::Tensor ids = at::randint(cfg.vocab_size, {3, cfg.seq_len}, at::kLong);
-  const at::Tensor targets = at::randint(cfg.vocab_size, {3, cfg.seq_len}, at::kLong);
-  GptStage alone(cfg, ChunkSpec{0, cfg.layers, true, true}, TpContext{}, 5);
+  const at::Tensor ids = at::randint(50, {3, 16}, at::kLong), targets = at::randint(50, {3, 16}, at::kLong);
+  std::unique_ptr<Stage> alone = make(Recompute::kNone);
   double want = 0;
-  const double tokens = static_cast<double>(ids.numel());
   for (size_t r = 0; r < docs.size(); ++r) {
     int64_t start = 0;
     for (int64_t len : docs[r]) {
       const auto row = static_cast<int64_t>(r);
-      const at::Tensor l = alone.forward(ids[row].narrow(0, start, len).unsqueeze(0),
-                                         targets[row].narrow(0, start, len).unsqueeze(0)) *
-                           (static_cast<double>(len) / tokens);
+      const at::Tensor l = alone->forward(ids[row].narrow(0, start, len).unsqueeze(0),
+                                          targets[row].narrow(0, start, len).unsqueeze(0)) *
+                           (static_cast<double>(len) / static_cast<double>(ids.numel()));
       l.backward();
       want += l.item<double>();
       start += len;
     }
   }
-  const std::vector<at::Tensor> ref = param_grads(alone);
+  const std::vector<at::Tensor> ref = param_grads(*alone);
   for (Recompute mode : {Recompute::kNone, Recompute::kSelective}) {
     double loss = 0;
-    const std::vector<at::Tensor> got = packed_grads(mode, ids, targets, docs, loss);
+    const std::vector<at::Tensor> got = packed_grads(make, mode, ids, targets, docs, loss);
     EXPECT_NEAR(loss, want, 1e-5 * want);
-    for (size_t i = 0; i < ref.size(); ++i)
-      EXPECT_LT(max_rel(got[i], ref[i]), 1e-5) << alone.params()[i].info.name;
+    for (size_t i = 0; i < ref.size(); ++i) EXPECT_LT(max_rel(got[i], ref[i]), 1e-5) << alone->params()[i].info.name;
   }
 }
 
-TEST(PackedDocuments, OneDocumentPerRowIsTheUndividedRunBitForBit) {
-  const ModelConfig cfg = packed_gpt();
+TEST(PackedDocuments, GptEqualsEachDocumentAlone) { expect_packed_equals_alone(gpt_stage()); }
+TEST(PackedDocuments, LlamaYarnEqualsEachDocumentAlone) { expect_packed_equals_alone(llama_stage("llama")); }
+TEST(PackedDocuments, Qwen3MoeEqualsEachDocumentAlone) { expect_packed_equals_alone(llama_stage("qwen3_moe")); }
+
+void expect_one_document_bit_for_bit(const MakeStage& make) {
   at::manual_seed(22);
-  const at::Tensor ids = at::randint(cfg.vocab_size, {2, cfg.seq_len}, at::kLong);
+  const at::Tensor ids = at::randint(50, {2, 16}, at::kLong);
   double packed = 0;
-  const std::vector<at::Tensor> got = packed_grads(Recompute::kNone, ids, ids, {{16}, {16}}, packed);
-  GptStage plain(cfg, ChunkSpec{0, cfg.layers, true, true}, TpContext{}, 5);
-  const at::Tensor l = plain.forward(ids, ids);
+  const std::vector<at::Tensor> got = packed_grads(make, Recompute::kNone, ids, ids, {{16}, {16}}, packed);
+  std::unique_ptr<Stage> plain = make(Recompute::kNone);
+  const at::Tensor l = plain->forward(ids, ids);
   l.backward();
   EXPECT_EQ(packed, l.item<double>());
-  const std::vector<at::Tensor> want = param_grads(plain);
-  for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(at::equal(got[i], want[i])) << plain.params()[i].info.name;
+  const std::vector<at::Tensor> want = param_grads(*plain);
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(at::equal(got[i], want[i])) << plain->params()[i].info.name;
+}
+
+TEST(PackedDocuments, OneDocumentPerRowIsTheUndividedRunBitForBit) {
+  expect_one_document_bit_for_bit(gpt_stage());
+  expect_one_document_bit_for_bit(llama_stage("llama"));
 }
 
 }  // namespace
