@@ -177,6 +177,12 @@ struct DataConfig {
   std::string tokenizer = "byte";    // "byte" | "gpt2"
   std::string tokenizer_dir;         // directory with encoder.json and vocab.bpe (gpt2) or tokenizer.json (hf)
   int64_t synthetic_tokens = 65536;  // tokens generated for source = "synthetic"
+  // Document boundaries in the samples (datasets/documents.h, NOTE [sample documents]).
+  bool reset_position_ids = false;
+  bool reset_attention_mask = false;
+  bool eod_mask_loss = false;
+  int64_t eod_token = -1;             // the end-of-document id; -1 = the tokenizer's own (none for byte)
+  bool completion_only_loss = false;  // megatron: read PREFIX.lossmask, the loss on completions only
 };
 
 struct CheckpointConfig {

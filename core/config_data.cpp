@@ -91,8 +91,46 @@ std::vector<Field> data_fields() {
       TRIDENT_FIELD(data, tokenizer_dir, any(),
                     "directory holding encoder.json and vocab.bpe (gpt2) or tokenizer.json (hf)"),
       TRIDENT_FIELD(data, synthetic_tokens, at_least(1), "tokens generated when source = \"synthetic\""),
+      TRIDENT_FIELD(data, reset_position_ids, any(),
+                    "positions restart after each end-of-document token of a sample (Megatron's "
+                    "--reset-position-ids; datasets/documents.h)"),
+      TRIDENT_FIELD(data, reset_attention_mask, any(),
+                    "attention stays inside each document of a sample, documents ending at the "
+                    "end-of-document token (Megatron's --reset-attention-mask)"),
+      TRIDENT_FIELD(data, eod_mask_loss, any(),
+                    "the loss of the prediction made from an end-of-document token is dropped (Megatron's "
+                    "--eod-mask-loss)"),
+      TRIDENT_FIELD(data, eod_token, at_least(-1),
+                    "the end-of-document id the three keys above look for; -1 = the tokenizer's own (gpt2: "
+                    "50256, hf: its end-of-text special token; byte has none)"),
+      TRIDENT_FIELD(data, completion_only_loss, any(),
+                    "megatron: the loss counts only tokens PREFIX.lossmask marks (the completions of "
+                    "prompt/completion JSONL prepared by `trident data prepare`)"),
   };
 }
+
+namespace {
+
+// data.reset_* and data.eod_mask_loss look for an end-of-document token; completion_only_loss
+// reads each Megatron dataset's loss-mask file through Megatron's order.
+void check_documents(const Config& c) {
+  const DataConfig& d = c.data;
+  const char* reset = d.reset_position_ids     ? "data.reset_position_ids"
+                      : d.reset_attention_mask ? "data.reset_attention_mask"
+                      : d.eod_mask_loss        ? "data.eod_mask_loss"
+                                               : nullptr;
+  if (reset != nullptr && d.eod_token < 0 && (d.tokenizer == "byte" || d.source == "synthetic"))
+    fail(c, std::string(reset) + " = true needs an end-of-document token, and " +
+                (d.source == "synthetic" ? "synthetic data has" : "data.tokenizer = \"byte\" has") +
+                " none: set data.eod_token (the id that ends each document)");
+  if (d.eod_token >= c.model.vocab_size)
+    fail(c, "data.eod_token = " + n(d.eod_token) + " is not below model.vocab_size = " + n(c.model.vocab_size));
+  if (d.completion_only_loss && data_order(c) != "megatron")
+    fail(c, "data.completion_only_loss reads PREFIX.lossmask beside a Megatron dataset: it needs data.format = "
+            "\"megatron\" and data.order = \"megatron\" (auto), got data.order = \"" + data_order(c) + "\"");
+}
+
+}  // namespace
 
 void check_data(const Config& c) {
   const DataConfig& d = c.data;
@@ -148,6 +186,7 @@ void check_data(const Config& c) {
     fail(c, "data.synthetic_tokens (" + n(d.synthetic_tokens) + ") must exceed model.seq_len (" +
                 n(c.model.seq_len) + "): a sample needs seq_len + 1 tokens");
   }
+  check_documents(c);
   if (!d.tokenizer_dir.empty() && d.tokenizer == "byte") {
     fail(c, "data.tokenizer_dir = " + quote(d.tokenizer_dir) + " with data.tokenizer = " + quote(d.tokenizer) +
                 ": expected data.tokenizer = \"gpt2\" or \"hf\", or no data.tokenizer_dir (only gpt2 and hf read "

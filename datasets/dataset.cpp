@@ -32,6 +32,11 @@ uint64_t uniform_below(uint64_t& state, uint64_t bound) {
 
 }  // namespace
 
+void SampleSource::copy_sample_loss_mask(int64_t, uint8_t*) const {
+  throw DataError("this sample order has no loss masks (data.completion_only_loss reads them in data.order = "
+                  "\"megatron\")");
+}
+
 CausalLmDataset::CausalLmDataset(TokenView tokens, int64_t seq_len, uint64_t seed)
     : CausalLmDataset(std::vector<WeightedTokens>{{1.0, std::move(tokens)}}, seq_len, seed) {}
 

@@ -32,6 +32,11 @@ class SampleSource {
                                            int64_t micro_index, int64_t micro_batch_size) const = 0;
   // Copies sample i's seq_len + 1 tokens to out[0 .. seq_len].
   virtual void copy_sample(int64_t i, int64_t* out) const = 0;
+  // Whether copy_sample_loss_mask has masks to give (datasets/documents.h, NOTE [loss-mask file]).
+  virtual bool has_loss_masks() const { return false; }
+  // Copies the loss-mask bytes of sample i's seq_len + 1 tokens to out[0 .. seq_len];
+  // only where has_loss_masks().
+  virtual void copy_sample_loss_mask(int64_t i, uint8_t* out) const;
 };
 
 // Checks G, dp, mbs, dp_rank and micro_index for micro_batch(); returns the

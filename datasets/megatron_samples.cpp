@@ -193,7 +193,7 @@ MegatronSamples::MegatronSamples(const std::vector<MegatronPart>& parts, bool bl
           ++written_;
         }
       }
-      parts_.push_back({parts[d].dataset, std::move(*cached)});
+      parts_.push_back({parts[d].dataset, std::move(*cached), parts[d].loss_mask});
     } catch (const DataError& e) {
       throw DataError(parts[d].dataset->prefix() + " (" + split_ + " split): " + e.what());
     }
@@ -248,14 +248,14 @@ DataError MegatronSamples::short_or_long(int64_t position) const {
                    std::to_string(seq_len_ + 1) + " tokens: an index cache in data.cache_dir built for other data?");
 }
 
-void MegatronSamples::copy_sample(int64_t position, int64_t* out) const {
+template <class Take>
+void MegatronSamples::walk_sample(int64_t position, Take take) const {
   const auto [d, k] = locate(position);
   const Part& part = parts_[d];
   const GptIndices& g = part.indices;
   const auto s = static_cast<size_t>(g.shuffle_index[static_cast<size_t>(k)]);
   const int64_t first = g.sample_index[2 * s], first_offset = g.sample_index[2 * s + 1];
   const int64_t last = g.sample_index[2 * s + 2], last_offset = g.sample_index[2 * s + 3];
-  const TokenView tokens = part.dataset->tokens();
   int64_t n = 0;
   for (int64_t at = first; at <= last; ++at) {
     const auto seq = static_cast<uint64_t>(g.document_index[static_cast<size_t>(at)]);
@@ -263,10 +263,30 @@ void MegatronSamples::copy_sample(int64_t position, int64_t* out) const {
     const int64_t to = at == last ? last_offset + 1 : part.dataset->sequence_length(seq);
     if (n + (to - from) > seq_len_ + 1) throw short_or_long(position);
     const uint64_t base = part.dataset->sequence_offset(seq);
-    for (int64_t x = from; x < to; ++x) out[n++] = tokens[base + static_cast<uint64_t>(x)];
+    for (int64_t x = from; x < to; ++x) take(part, n++, base + static_cast<uint64_t>(x));
   }
   // Only a partial last sample (never built: drop_last_partial_sequence) would be short.
   if (n != seq_len_ + 1) throw short_or_long(position);
+}
+
+void MegatronSamples::copy_sample(int64_t position, int64_t* out) const {
+  const TokenView* tokens = nullptr;
+  TokenView view;
+  walk_sample(position, [&](const Part& part, int64_t n, uint64_t at) {
+    if (tokens == nullptr) tokens = &(view = part.dataset->tokens());
+    out[n] = (*tokens)[at];
+  });
+}
+
+bool MegatronSamples::has_loss_masks() const {
+  for (const Part& p : parts_)
+    if (p.loss_mask == nullptr) return false;
+  return !parts_.empty();
+}
+
+void MegatronSamples::copy_sample_loss_mask(int64_t position, uint8_t* out) const {
+  if (!has_loss_masks()) SampleSource::copy_sample_loss_mask(position, out);
+  walk_sample(position, [&](const Part& part, int64_t n, uint64_t at) { out[n] = (*part.loss_mask)[at]; });
 }
 
 }  // namespace trident::data

@@ -74,6 +74,7 @@ struct MegatronPart {
   const MegatronDataset* dataset = nullptr;
   double weight = 1;
   uint64_t begin = 0, end = 0;
+  const std::vector<uint8_t>* loss_mask = nullptr;  // one byte per token of the dataset (NOTE [loss-mask file])
 };
 
 // megatron-core's index caches (NOTE [Megatron index caches] in megatron_cache.h).
@@ -111,13 +112,20 @@ class MegatronSamples final : public SampleSource {
   std::vector<int64_t> micro_batch(int64_t step, int64_t global_batch_size, int64_t dp_rank, int64_t dp,
                                    int64_t micro_index, int64_t micro_batch_size) const override;
   void copy_sample(int64_t position, int64_t* out) const override;
+  // Every part has a loss mask (MegatronPart::loss_mask).
+  bool has_loss_masks() const override;
+  void copy_sample_loss_mask(int64_t position, uint8_t* out) const override;
 
  private:
   struct Part {
     const MegatronDataset* dataset = nullptr;
     GptIndices indices;
+    const std::vector<uint8_t>* loss_mask = nullptr;
   };
   DataError short_or_long(int64_t position) const;
+  // Calls take(index) for each of the sample's seq_len + 1 tokens, index into its dataset's tokens().
+  template <class Take>
+  void walk_sample(int64_t position, Take take) const;
   std::vector<Part> parts_;
   int64_t seq_len_ = 0, size_ = 0;
   size_t cached_ = 0, written_ = 0;

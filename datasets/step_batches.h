@@ -5,11 +5,13 @@
 
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
 #include "datasets/dataset.h"
+#include "datasets/documents.h"
 
 namespace trident {
 
@@ -19,6 +21,26 @@ struct BatchShape {
   int64_t microbatches = 1;  // per step per DP rank
   int64_t dp_rank = 0, dp = 1;
   int64_t cp_rank = 0, cp = 1;  // this rank keeps its chunks of each sample (NOTE [context split])
+  data::DocumentOptions documents;  // off: no DocumentBatch (TrainingData::documents)
+};
+
+// NOTE [document batch]
+// With any of data.reset_position_ids, reset_attention_mask, eod_mask_loss or
+// completion_only_loss, micro-batch mb also has (NOTE [sample documents] in
+// datasets/documents.h says what each holds, as megatron-core's GPTDataset builds it):
+//   position_ids  (mbs, seq / cp) int64, on the device: each input's position, at the
+//                 same positions as the inputs (this cp rank's chunks);
+//   loss_mask     (mbs, seq / cp) float32, on the device: 1 where the target's loss counts,
+//                 0 where it is dropped; weighs targets element for element;
+//   cu_seqlens    (D + 1) int32, on the device: the document boundaries of the micro-batch's
+//                 whole samples (every cp rank holds all of them) with its rows laid end to
+//                 end, row r at r x seq: 0 first, mbs x seq last, each r x seq one of them;
+//                 what CUDA's flash attention takes as cu_seqlens_q and cu_seqlens_k;
+//   max_seqlen    the longest document (its max_seqlen_q / max_seqlen_k).
+// With none of them the tensors are undefined and nothing is computed or copied.
+struct DocumentBatch {
+  at::Tensor position_ids, loss_mask, cu_seqlens;
+  int64_t max_seqlen = 0;
 };
 
 // NOTE [step batches]
@@ -39,15 +61,22 @@ class StepBatches {
       : ds_(ds), step_(step), shape_(shape), device_(device) {}
   // Micro-batch mb's (inputs, targets), (mbs, seq / cp) each.
   std::pair<at::Tensor, at::Tensor> operator()(int mb);
+  // Micro-batch mb's document tensors (NOTE [document batch]); undefined tensors when the
+  // shape asks for none.
+  DocumentBatch documents(int mb);
 
  private:
   void load();
+  // Positions, loss masks and boundaries of rows `samples` of tok (m x mbs, seq + 1).
+  void load_documents(const std::vector<int64_t>& samples, const at::Tensor& tok);
 
   const data::SampleSource& ds_;
   int64_t step_;
   BatchShape shape_;
   c10::Device device_;
   at::Tensor inputs_, targets_;  // (m x mbs, seq) on device_
+  at::Tensor position_ids_, loss_mask_;  // (m x mbs, seq / cp) on device_, when shape_.documents.any()
+  std::vector<DocumentBatch> documents_;  // per micro-batch
 };
 
 }  // namespace trident

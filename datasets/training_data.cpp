@@ -6,6 +6,7 @@
 
 #include "datasets/errors.h"
 #include "datasets/megatron_samples.h"
+#include "datasets/tokenizer.h"
 
 namespace trident {
 namespace {
@@ -28,6 +29,10 @@ void open_megatron_order(const Config& c, const std::string& split, bool write_c
     ds.check_vocab(c.model.vocab_size);
     const auto r = split_range(c, ds, split);
     parts.push_back({&ds, w.weight, r[0], r[1]});
+    if (c.data.completion_only_loss) {
+      t.loss_masks.push_back(std::make_unique<std::vector<uint8_t>>(data::read_loss_mask_file(w.path, ds.tokens().size())));
+      parts.back().loss_mask = t.loss_masks.back().get();
+    }
   }
   // One data.path is a GPTDataset alone; data.paths a BlendedDataset, as Megatron's
   // --data-path PREFIX and --data-path W1 PREFIX1 ... are.
@@ -75,6 +80,23 @@ data::TokenView open_stream_part(const Config& c, const std::string& prefix, con
 
 }  // namespace
 
+data::DocumentOptions document_options(const Config& c) {
+  const DataConfig& d = c.data;
+  data::DocumentOptions o{d.reset_position_ids, d.reset_attention_mask, d.eod_mask_loss, d.completion_only_loss,
+                          d.eod_token};
+  const bool needs_eod = d.reset_position_ids || d.reset_attention_mask || d.eod_mask_loss;
+  if (!needs_eod || o.eod >= 0) return o;
+  if (const auto eot = data::make_tokenizer(d.tokenizer, d.tokenizer_dir)->end_of_text()) {
+    o.eod = static_cast<int64_t>(*eot);
+    return o;
+  }
+  const char* key = d.reset_position_ids ? "data.reset_position_ids" : d.reset_attention_mask
+                                                                         ? "data.reset_attention_mask"
+                                                                         : "data.eod_mask_loss";
+  throw data::DataError(std::string(key) + " = true needs an end-of-document token, and data.tokenizer = \"" +
+                        d.tokenizer + "\" (" + d.tokenizer_dir + ") has none: set data.eod_token");
+}
+
 int64_t megatron_samples_asked(const Config& c, const std::string& split) {
   const auto& tr = c.training;
   if (split == "train") return tr.steps * tr.global_batch_size;
@@ -88,6 +110,7 @@ int64_t eval_batch_index(const Config& c, int64_t evaluation, int64_t e) {
 
 std::unique_ptr<TrainingData> open_training_data(const Config& c, const std::string& split, bool write_caches) {
   auto t = std::make_unique<TrainingData>();
+  t->documents = document_options(c);
   if (data_order(c) == "megatron") {
     open_megatron_order(c, split, write_caches, *t);
     return t;

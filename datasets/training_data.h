@@ -11,6 +11,7 @@
 
 #include "core/config.h"
 #include "datasets/dataset.h"
+#include "datasets/documents.h"
 #include "datasets/megatron_dataset.h"
 #include "datasets/token_file.h"
 
@@ -20,8 +21,15 @@ struct TrainingData {
   std::vector<std::unique_ptr<data::TokenFile>> files;
   std::vector<std::unique_ptr<data::MegatronDataset>> megatron;
   std::vector<uint32_t> synthetic;
+  std::vector<std::unique_ptr<std::vector<uint8_t>>> loss_masks;  // data.completion_only_loss: per Megatron dataset
   std::unique_ptr<data::SampleSource> samples;  // reads the above
+  data::DocumentOptions documents;              // what a sample carries beside tokens (document_options)
 };
+
+// data.reset_*, data.eod_mask_loss, data.completion_only_loss and the end-of-document id:
+// data.eod_token, or the tokenizer's own when -1. Throws data::DataError when a key needs
+// an end-of-document id and neither gives one.
+data::DocumentOptions document_options(const Config& c);
 
 // The samples Megatron's trainer asks of a split (megatron/training's
 // get_train_valid_test_num_samples): train = training.steps x G; valid =

@@ -170,7 +170,7 @@ StepBatches step_batches(const Run& r, const data::SampleSource& ds, int64_t ste
   const auto& t = r.cfg.training;
   const Coords me = r.pgs->layout().coords(r.pgs->rank());
   const BatchShape shape{t.global_batch_size, t.micro_batch_size, r.cfg.model.seq_len, r.microbatches,
-                         me.dp, r.cfg.parallel.dp, me.cp, r.cfg.parallel.cp};
+                         me.dp, r.cfg.parallel.dp, me.cp, r.cfg.parallel.cp, data::DocumentOptions{}};  // none: refuse_documents
   return StepBatches(ds, step, shape, r.device);
 }
 
@@ -394,6 +394,20 @@ void check_expert_order(const Config& c, const Run& r, int pp_rank) {
   sched::check_expert_order(lists, r.pgs->ep.members, moe);
 }
 
+// The samples carry document boundaries and loss masks (NOTE [document batch]) that no
+// model applies yet: a run given them would train as if they were absent, so it is refused.
+void refuse_documents(const Config& c) {
+  const DataConfig& d = c.data;
+  const char* key = d.reset_position_ids     ? "data.reset_position_ids"
+                    : d.reset_attention_mask ? "data.reset_attention_mask"
+                    : d.eod_mask_loss        ? "data.eod_mask_loss"
+                    : d.completion_only_loss ? "data.completion_only_loss"
+                                             : nullptr;
+  if (key != nullptr)
+    throw ConfigError(std::string(key) + " = true: the models do not apply document boundaries or loss masks yet, "
+                      "so training refuses it (`trident data batches` shows what the samples carry)");
+}
+
 void build(Run& r) {
   Config& c = r.cfg;
   check_config_tables(c, config_tables());  // the rest of check_config ran when c was parsed
@@ -520,6 +534,7 @@ TrainSummary train(Config cfg) {
   r.cfg = std::move(cfg);
   at::set_num_threads(static_cast<int>(r.cfg.training.threads));
   keep_freed_memory();
+  refuse_documents(r.cfg);
   build(r);
   const Config& c = r.cfg;
   const bool leader = r.pgs->rank() == 0;

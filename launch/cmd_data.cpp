@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "datasets/brown.h"
+#include "datasets/documents.h"
 #include "datasets/megatron_dataset.h"
 #include "datasets/megatron_samples.h"
 #include "datasets/prepare.h"
@@ -32,9 +33,10 @@ namespace po = boost::program_options;
 
 constexpr const char* kUsage =
     "usage: trident data prepare --tokenizer byte|gpt2|hf [--tokenizer-dir D] --input PATH... --output PREFIX\n"
-    "                            [--val-fraction 0.05] [--format text|brown|jsonl] [--json-key text]\n"
+    "                            [--val-fraction 0.05] [--format text|brown|jsonl|prompt-completion]\n"
+    "                            [--json-key text]\n"
     "                            [--skip-bad-lines] [--allow-invalid-utf8] [--output-format trident|megatron]\n"
-    "                            [--threads N]\n"
+    "                            [--threads N] [--eod-token ID] [--pack-seq-len L] [--overlong refuse|truncate]\n"
     "       trident data text FILE        (running text of a Brown file)\n"
     "       trident data info FILE.bin    (header of a token file)\n"
     "       trident data info PREFIX      (counts of a Megatron dataset PREFIX.bin + PREFIX.idx)\n"
@@ -79,6 +81,70 @@ class ProgressBar {
   std::chrono::steady_clock::time_point start_;
 };
 
+// The options that contradict each other, refused before anything is read.
+void check_prepare_options(data::PrepareOptions& o, const po::variables_map& vm) {
+  const bool jsonl = o.format == "jsonl" || o.format == "prompt-completion";
+  if (!jsonl && !vm["json-key"].defaulted())
+    throw BadInput("--json-key reads JSONL lines: it needs --format jsonl, got --format " + o.format);
+  if (o.format == "prompt-completion" && !vm["json-key"].defaulted())
+    throw BadInput("--json-key with --format prompt-completion: its lines hold \"prompt\" and \"completion\" "
+                   "(or \"text\")");
+  if (o.format != "jsonl" && o.skip_bad_lines)
+    throw BadInput("--skip-bad-lines skips JSONL lines: it needs --format jsonl, got --format " + o.format);
+  if (o.allow_invalid_utf8 && o.tokenizer == "byte")
+    throw BadInput("--allow-invalid-utf8 is for --tokenizer gpt2 or hf: byte takes any bytes");
+  for (const char* key : {"pack-seq-len", "overlong", "eod-token"})
+    if (vm.count(key) && !vm[key].defaulted() && o.format != "prompt-completion")
+      throw BadInput(std::string("--") + key + " packs prompt-completion examples: it needs --format "
+                     "prompt-completion, got --format " + o.format);
+  if (!vm["overlong"].defaulted() && o.pack_seq_len == 0)
+    throw BadInput("--overlong " + o.overlong + " says what packing does with a long example: it needs "
+                   "--pack-seq-len L (without packing every example is its own sequence)");
+  if (o.format == "prompt-completion" && o.output_format != "megatron")
+    throw BadInput("--format prompt-completion writes a Megatron dataset and its loss mask: it needs "
+                   "--output-format megatron, got " + o.output_format);
+  if (o.output_format == "megatron") {
+    if (!vm["val-fraction"].defaulted())
+      throw BadInput("--val-fraction with --output-format megatron: a Megatron dataset holds every "
+                               "document and training cuts it with data.split (e.g. \"969,30,1\")");
+    o.val_fraction = 0;
+  }
+}
+
+void print_summary(const data::PrepareOptions& o, const data::PrepareSummary& s) {
+  std::printf("prepared %llu documents (%llu bytes of text) with tokenizer %s\n",
+              static_cast<unsigned long long>(s.train_docs + s.val_docs),
+              static_cast<unsigned long long>(s.text_bytes), o.tokenizer.c_str());
+  const auto u = [](uint64_t v) { return static_cast<unsigned long long>(v); };
+  if (o.format == "prompt-completion") {
+    std::printf("  %llu prompt-completion examples, %llu text documents: %llu tokens counted in the loss, %llu "
+                "not (prompts, padding excluded)\n", u(s.examples), u(s.texts), u(s.loss_tokens), u(s.prompt_tokens));
+    if (o.pack_seq_len > 0)
+      std::printf("  packed into %llu sequences of %lld tokens: %llu padding tokens (%.1f%%), %llu examples "
+                  "truncated\n", u(s.sequences), static_cast<long long>(o.pack_seq_len), u(s.pad_tokens),
+                  s.train_tokens ? 100.0 * static_cast<double>(s.pad_tokens) / static_cast<double>(s.train_tokens) : 0.0,
+                  u(s.truncated));
+    std::printf("  megatron: %llu sequences, %llu tokens -> %s, %s, %s\n", u(s.sequences), u(s.train_tokens),
+                s.files_written.at(0).c_str(), s.files_written.at(1).c_str(), s.files_written.at(2).c_str());
+    return;
+  }
+  if (o.output_format == "megatron") {
+    std::printf("  megatron: %llu docs, %llu tokens -> %s, %s\n", static_cast<unsigned long long>(s.train_docs),
+                static_cast<unsigned long long>(s.train_tokens), s.files_written.at(0).c_str(),
+                s.files_written.at(1).c_str());
+  } else {
+    std::printf("  train: %llu docs, %llu tokens -> %s\n", static_cast<unsigned long long>(s.train_docs),
+                static_cast<unsigned long long>(s.train_tokens), s.files_written.at(0).c_str());
+    std::printf("  val:   %llu docs, %llu tokens -> %s\n", static_cast<unsigned long long>(s.val_docs),
+                static_cast<unsigned long long>(s.val_tokens), s.files_written.at(1).c_str());
+    if (s.val_docs == 0 && o.val_fraction > 0)  // floor(n f) documents validate: fewer than 1/f give none
+      std::printf("  note: --val-fraction %g puts none of the %llu documents in validation (it needs at least %.0f); "
+                  "train with training.eval_interval = 0\n",
+                  o.val_fraction, static_cast<unsigned long long>(s.train_docs), std::ceil(1.0 / o.val_fraction - 1e-9));
+  }
+  if (s.bad_lines > 0) std::printf("  skipped %llu bad lines\n", static_cast<unsigned long long>(s.bad_lines));
+}
+
 int prepare(int argc, char** argv) {
   data::PrepareOptions o;
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
@@ -103,7 +169,9 @@ int prepare(int argc, char** argv) {
       "output", po::value(&o.output_prefix)->required(), "output prefix")(
       "val-fraction", po::value(&o.val_fraction)->default_value(0.05, "0.05"),
       "share of documents for validation (trident output; megatron output takes none)")(
-      "format", po::value(&o.format)->default_value("text"), "text | brown (tagged Brown corpus files) | jsonl")(
+      "format", po::value(&o.format)->default_value("text"),
+      "text | brown (tagged Brown corpus files) | jsonl | prompt-completion (JSONL of \"prompt\" and \"completion\", "
+      "or \"text\": a Megatron dataset and PREFIX.lossmask, the loss on completions only; datasets/prepare.h)")(
       "json-key", po::value(&o.json_key)->default_value("text"), "jsonl: the member holding each line's document")(
       "skip-bad-lines", po::bool_switch(&o.skip_bad_lines),
       "jsonl: skip a line that is not an object with a string --json-key member, and count it (default: fail "
@@ -111,45 +179,24 @@ int prepare(int argc, char** argv) {
       "allow-invalid-utf8", po::bool_switch(&o.allow_invalid_utf8),
       "gpt2/hf: tokenize a document that is not UTF-8 as its bytes (default: fail naming the file)")(
       "output-format", po::value(&o.output_format)->default_value("trident"), "trident | megatron")(
-      "threads", po::value(&o.threads)->default_value(static_cast<int>(cores)), "tokenizing threads (default: all cores)");
+      "threads", po::value(&o.threads)->default_value(static_cast<int>(cores)), "tokenizing threads (default: all cores)")(
+      "eod-token", po::value(&o.eod_token)->default_value(-1),
+      "prompt-completion: the id ending each example (default: the tokenizer's end-of-text; byte has none)")(
+      "pack-seq-len", po::value(&o.pack_seq_len)->default_value(0),
+      "prompt-completion: pack examples into sequences of L tokens, padded with the eod (0: one example a sequence)")(
+      "overlong", po::value(&o.overlong)->default_value("refuse"),
+      "packing: an example longer than --pack-seq-len is refused (refuse) or cut to L tokens ending in the eod "
+      "(truncate)");
   po::variables_map vm;
   if (!parse(argc, argv, opts, vm)) return 0;
-  if (o.format != "jsonl" && !vm["json-key"].defaulted())
-    throw BadInput("--json-key reads JSONL lines: it needs --format jsonl, got --format " + o.format);
-  if (o.format != "jsonl" && o.skip_bad_lines)
-    throw BadInput("--skip-bad-lines skips JSONL lines: it needs --format jsonl, got --format " + o.format);
-  if (o.allow_invalid_utf8 && o.tokenizer == "byte")
-    throw BadInput("--allow-invalid-utf8 is for --tokenizer gpt2 or hf: byte takes any bytes");
-  if (o.output_format == "megatron") {
-    if (!vm["val-fraction"].defaulted())
-      throw BadInput("--val-fraction with --output-format megatron: a Megatron dataset holds every "
-                               "document and training cuts it with data.split (e.g. \"969,30,1\")");
-    o.val_fraction = 0;
-  }
+  check_prepare_options(o, vm);
   ProgressBar bar;
   o.progress = [&bar](uint64_t done, uint64_t total) { bar(done, total); };
   const auto t0 = std::chrono::steady_clock::now();
-  const auto s = data::prepare_token_files(o);
+  const auto s = o.format == "prompt-completion" ? data::prepare_prompt_completion(o) : data::prepare_token_files(o);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   bar.finish();
-  std::printf("prepared %llu documents (%llu bytes of text) with tokenizer %s\n",
-              static_cast<unsigned long long>(s.train_docs + s.val_docs),
-              static_cast<unsigned long long>(s.text_bytes), o.tokenizer.c_str());
-  if (o.output_format == "megatron") {
-    std::printf("  megatron: %llu docs, %llu tokens -> %s, %s\n", static_cast<unsigned long long>(s.train_docs),
-                static_cast<unsigned long long>(s.train_tokens), s.files_written.at(0).c_str(),
-                s.files_written.at(1).c_str());
-  } else {
-    std::printf("  train: %llu docs, %llu tokens -> %s\n", static_cast<unsigned long long>(s.train_docs),
-                static_cast<unsigned long long>(s.train_tokens), s.files_written.at(0).c_str());
-    std::printf("  val:   %llu docs, %llu tokens -> %s\n", static_cast<unsigned long long>(s.val_docs),
-                static_cast<unsigned long long>(s.val_tokens), s.files_written.at(1).c_str());
-    if (s.val_docs == 0 && o.val_fraction > 0)  // floor(n f) documents validate: fewer than 1/f give none
-      std::printf("  note: --val-fraction %g puts none of the %llu documents in validation (it needs at least %.0f); "
-                  "train with training.eval_interval = 0\n",
-                  o.val_fraction, static_cast<unsigned long long>(s.train_docs), std::ceil(1.0 / o.val_fraction - 1e-9));
-  }
-  if (s.bad_lines > 0) std::printf("  skipped %llu bad lines\n", static_cast<unsigned long long>(s.bad_lines));
+  print_summary(o, s);
   const double tokens = static_cast<double>(s.train_tokens + s.val_tokens);
   std::printf("throughput: %.3f s, %.2f MB/s of input, %.3f M tokens/s, %d threads\n", secs,
               static_cast<double>(s.input_bytes) / 1e6 / secs, tokens / 1e6 / secs, o.threads);
@@ -194,6 +241,40 @@ int info(int argc, char** argv) {
   return 0;
 }
 
+// One global batch as JSON arrays, a sample at a time.
+struct BatchJson {
+  std::string tokens, labels, positions, loss, cu;
+};
+
+template <class T>
+void append_array(std::string& out, const T* v, size_t n) {
+  out += out.empty() ? "[" : ", [";
+  for (size_t k = 0; k < n; ++k) out += (k ? "," : "") + std::to_string(v[k]);
+  out += "]";
+}
+
+// Sample `id`'s tokens and labels, and with data.reset_* / eod_mask_loss / completion_only_loss
+// its position ids, loss mask (0 or 1) and document boundaries (NOTE [sample documents]).
+void add_sample(BatchJson& b, const TrainingData& data, int64_t id, int64_t seq) {
+  std::vector<int64_t> sample(static_cast<size_t>(seq + 1));
+  data.samples->copy_sample(id, sample.data());
+  const auto n = static_cast<size_t>(seq);
+  append_array(b.tokens, sample.data(), n);
+  append_array(b.labels, sample.data() + 1, n);
+  if (!data.documents.any()) return;
+  std::vector<uint8_t> mask;
+  if (data.documents.completion_only_loss) {
+    mask.resize(n + 1);
+    data.samples->copy_sample_loss_mask(id, mask.data());
+  }
+  const data::SampleDocuments d =
+      data::sample_documents(sample.data(), mask.empty() ? nullptr : mask.data(), seq, data.documents);
+  append_array(b.positions, d.position_ids.data(), n);
+  std::vector<int> loss(d.loss_mask.begin(), d.loss_mask.end());
+  append_array(b.loss, loss.data(), n);
+  append_array(b.cu, d.cu_seqlens.data(), d.cu_seqlens.size());
+}
+
 int batches(int argc, char** argv) {
   std::string config_path;
   std::vector<std::string> sets;
@@ -206,7 +287,10 @@ int batches(int argc, char** argv) {
       "(data.order \"stream\": each data-parallel rank's block in rank order; \"megatron\": each\n"
       "micro-step's dp x micro_batch_size samples, rank 0's micro-batch first, as Megatron's\n"
       "sampler hands them out), each sample's model.seq_len input tokens and the labels (the\n"
-      "same window shifted by one). Any data.source, data.format and data.order; nothing is\n"
+      "same window shifted by one). With data.reset_position_ids, reset_attention_mask,\n"
+      "eod_mask_loss or completion_only_loss also \"position_ids\", \"loss_mask\" (0 or 1) and\n"
+      "\"cu_seqlens\" (each sample's document boundaries, 0 .. seq_len; datasets/documents.h).\n"
+      "Any data.source, data.format and data.order; nothing is\n"
       "trained. With data.cache_dir the train split's index caches it lacks are written there,\n"
       "as a run's rank 0 writes them");
   opts.add_options()("help,h", "show this help")("config,c", po::value(&config_path), "TOML config file")(
@@ -225,22 +309,14 @@ int batches(int argc, char** argv) {
     std::fprintf(stderr, "data.cache_dir: the indices of %zu of %zu datasets read from %s, %zu written there\n",
                  m->cached(), m->datasets(), cfg.data.cache_dir.c_str(), m->written());
   const int64_t seq = cfg.model.seq_len, G = cfg.training.global_batch_size;
-  std::vector<int64_t> sample(static_cast<size_t>(seq + 1));
-  std::string line;
   for (int64_t step = 0; step < steps; ++step) {
-    std::string tokens, labels;
-    for (int64_t id : data->samples->global_batch(step, G)) {
-      data->samples->copy_sample(id, sample.data());
-      tokens += tokens.empty() ? "[" : ", [";
-      labels += labels.empty() ? "[" : ", [";
-      for (int64_t k = 0; k < seq; ++k) {
-        tokens += (k ? "," : "") + std::to_string(sample[static_cast<size_t>(k)]);
-        labels += (k ? "," : "") + std::to_string(sample[static_cast<size_t>(k + 1)]);
-      }
-      tokens += "]";
-      labels += "]";
-    }
-    line = "{\"step\": " + std::to_string(step + 1) + ", \"tokens\": [" + tokens + "], \"labels\": [" + labels + "]}\n";
+    BatchJson b;
+    for (int64_t id : data->samples->global_batch(step, G)) add_sample(b, *data, id, seq);
+    std::string line = "{\"step\": " + std::to_string(step + 1) + ", \"tokens\": [" + b.tokens + "], \"labels\": [" +
+                       b.labels + "]";
+    if (data->documents.any())
+      line += ", \"position_ids\": [" + b.positions + "], \"loss_mask\": [" + b.loss + "], \"cu_seqlens\": [" + b.cu + "]";
+    line += "}\n";
     std::fwrite(line.data(), 1, line.size(), stdout);
   }
   return 0;

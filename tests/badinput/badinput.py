@@ -401,6 +401,37 @@ def cases(work, cores, trident="build/trident", busy_port=0):
          ['data.cache_tokenizer = "NullTokenizer": not JSON']),
         ("data batches missing dataset", 2, "data batches --config configs/gpt-tiny.toml --steps 1 --set "
          f"data.source=file --set data.format=megatron --set data.path={work}/none", [f"{work}/none.idx"]),
+        # Issue 66: document boundaries and prompt-completion data.
+        ("reset keys without an eod", 2, f"{tiny} data.reset_position_ids=true",
+         ['data.reset_position_ids = true needs an end-of-document token', "set data.eod_token"]),
+        ("reset keys on a Megatron dataset without an eod", 2, "data batches --config configs/gpt-tiny.toml --steps 1 "
+         f"--set data.source=file --set data.format=megatron --set data.path={work}/sft-good "
+         "--set data.reset_attention_mask=true", ["data.reset_attention_mask = true needs an end-of-document token"]),
+        ("training refuses document boundaries", 2, f"{tiny} data.eod_token=0 --set data.eod_mask_loss=true",
+         ["data.eod_mask_loss = true: the models do not apply document boundaries or loss masks yet"]),
+        ("completion_only_loss in stream order", 2, f"{tiny} data.completion_only_loss=true",
+         ["data.completion_only_loss reads PREFIX.lossmask", 'data.order = "stream"']),
+        ("JSONL line without its fields", 2, f"data prepare --format prompt-completion --output-format megatron "
+         f"--eod-token 0 --input {work}/sft-nocompletion.jsonl --output {work}/p6",
+         ['sft-nocompletion.jsonl:2: has "prompt" but no "completion"']),
+        ("JSONL line with neither form", 2, f"data prepare --format prompt-completion --output-format megatron "
+         f"--eod-token 0 --input {work}/sft-question.jsonl --output {work}/p7",
+         ['sft-question.jsonl:1: expected an object with "prompt" and "completion"']),
+        ("empty completion", 2, f"data prepare --format prompt-completion --output-format megatron --eod-token 0 "
+         f"--input {work}/sft-empty.jsonl --output {work}/p8", ['sft-empty.jsonl:3: "completion" is empty']),
+        ("mask file of another token file", 2, "data batches --config configs/gpt-tiny.toml --steps 1 "
+         f"--set data.source=file --set data.format=megatron --set data.path={work}/sft-bad --set "
+         "data.completion_only_loss=true", ["sft-bad.lossmask", "does not match its token file"]),
+        ("overlong without packing", 2, f"data prepare --format prompt-completion --output-format megatron "
+         f"--eod-token 0 --overlong truncate --input {work}/sft-good.jsonl --output {work}/p9",
+         ["--overlong truncate", "needs --pack-seq-len"]),
+        ("packing plain JSONL", 2, f"data prepare --format jsonl --output-format megatron --pack-seq-len 64 "
+         f"--input {work}/sft-good.jsonl --output {work}/p10", ["--pack-seq-len packs prompt-completion examples"]),
+        ("prompt-completion to a token file", 2, f"data prepare --format prompt-completion --eod-token 0 "
+         f"--input {work}/sft-good.jsonl --output {work}/p11", ["needs --output-format megatron"]),
+        ("an example longer than the pack", 2, f"data prepare --format prompt-completion --output-format megatron "
+         f"--eod-token 0 --pack-seq-len 8 --input {work}/sft-good.jsonl --output {work}/p12",
+         ["sft-good.jsonl:1: the example's 16 tokens do not fit a packed sequence of 8", "--overlong truncate"]),
         ("compare malformed", 2, f"compare {work}/bad {work}/a", ["bad/metrics.jsonl:2: invalid JSON", "one flat JSON object of numbers per line"]),
         ("compare missing run", 2, f"compare {work}/none {work}/a", ["cannot open"]),
         # Issue 64 item 8: the user's mistakes that exited 1 (NOTE [exit statuses]).
@@ -461,6 +492,26 @@ def make_broken_files(work):
     token_file(os.path.join(work, "garbage.bin"), b"g\x01\xfe2")
     for split in ("train", "val"):
         token_file(os.path.join(work, f"odd.{split}.bin"), b"gpX2")
+
+
+def make_sft_files(trident, work):
+    """Prompt-completion JSONL (good, a line without its completion, one with neither form, an
+    empty completion), a dataset prepared from the good one (sft-good) and a copy whose loss-mask
+    file counts one token fewer (sft-bad)."""
+    import json
+    good = [{"prompt": "What is 2+2? ", "completion": "4."}, {"text": "A plain document."}]
+    lines = {"good": good, "nocompletion": good[:1] + [{"prompt": "Hi"}],
+             "question": [{"question": "Hi"}], "empty": good + [{"prompt": "Hi", "completion": ""}]}
+    for name, rows in lines.items():
+        open(os.path.join(work, f"sft-{name}.jsonl"), "w").write("".join(json.dumps(r) + "\n" for r in rows))
+    subprocess.run([trident, "data", "prepare", "--format", "prompt-completion", "--output-format", "megatron",
+                    "--eod-token", "0", "--input", os.path.join(work, "sft-good.jsonl"), "--output",
+                    os.path.join(work, "sft-good")], check=True, stdout=subprocess.DEVNULL)
+    for ext in ("bin", "idx"):
+        shutil.copy(os.path.join(work, f"sft-good.{ext}"), os.path.join(work, f"sft-bad.{ext}"))
+    mask = open(os.path.join(work, "sft-good.lossmask"), "rb").read()
+    count = int.from_bytes(mask[8:16], "little") - 1
+    open(os.path.join(work, "sft-bad.lossmask"), "wb").write(mask[:8] + count.to_bytes(8, "little") + mask[16:-1])
 
 
 def edited(src, dst, config=None, tensors=None):
@@ -548,6 +599,8 @@ def main():
         table = [c for c in cases(work, cores, os.path.abspath(trident), busy.getsockname()[1])
                  if only is None or only in c[0]]
         make_broken_files(work)
+        if not listing and any("sft-" in c[2] for c in table):
+            make_sft_files(trident, work)
         open(os.path.join(work, "empty.toml"), "w").write("# nothing set\n\n")
         open(os.path.join(work, "empty.txt"), "w").close()
         open(os.path.join(work, "latin1.txt"), "wb").write(b"caf\xe9 au lait\n")

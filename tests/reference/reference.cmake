@@ -26,6 +26,8 @@
 #                           IndexedDataset with tokenizers' ids; data.split's shares against megatron-core's
 #   MegatronSamples         `trident data batches` with data.order = "megatron" vs megatron-core's GPTDataset and
 #                           BlendedDataset (BlendedMegatronDatasetBuilder), sample for sample; needs no model
+#   MegatronDocuments       the same with data.reset_position_ids, reset_attention_mask and eod_mask_loss: positions,
+#                           loss masks and attention masks (from cu_seqlens) vs megatron-core's GPTDataset's
 #   HfTokenizer             --tokenizer hf ids vs tokenizers' encode (trained, GPT-2, Llama 3, Qwen2
 #                           tokenizer.json); needs only `tokenizers`, so it is also in the no-libtorch build
 #   MegatronLayout          parallel.pipeline_layout strings and the account_for_* split vs megatron-core's
@@ -50,6 +52,10 @@ add_test(NAME MegatronSamples
          COMMAND ${TRIDENT_PYTHON} ${_ref}/test_megatron_samples.py --trident ${PROJECT_BINARY_DIR}/trident
                  --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/megatron-samples)
 set_tests_properties(MegatronSamples PROPERTIES LABELS reference TIMEOUT 300)
+add_test(NAME MegatronDocuments
+         COMMAND ${TRIDENT_PYTHON} ${_ref}/test_megatron_documents.py --trident ${PROJECT_BINARY_DIR}/trident
+                 --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/megatron-documents)
+set_tests_properties(MegatronDocuments PROPERTIES LABELS reference TIMEOUT 300)
 # parallel.pipeline_layout and the account_for_* split against megatron-core's parser and
 # get_num_layers_to_build (the script prints megatron-core's answers; the test computes Trident's).
 add_executable(test_megatron_layout ${_ref}/test_megatron_layout.cpp)

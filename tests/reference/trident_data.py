@@ -179,20 +179,22 @@ def reference_args(description=None):
     return args
 
 
-def megatron_core_train_samples(prefixes, weights, split, seq_len, seed, num_samples, vocab_size, cache=None):
+def megatron_core_train_samples(prefixes, weights, split, seq_len, seed, num_samples, vocab_size, cache=None,
+                                documents=(False, False, False)):
     """megatron-core's own train split of Megatron datasets: BlendedMegatronDatasetBuilder with a
     GPTDatasetConfig (megatron-core's NullTokenizer), the way Megatron's pretrain_gpt builds it.
     prefixes with weights None is `--data-path PREFIX` (one dataset: a GPTDataset alone);
     weights given is `--data-path W1 PREFIX1 ...` (a BlendedDataset). Returns the dataset:
-    item p has "tokens" and "labels" (torch int64, seq_len each)."""
+    item p has "tokens" and "labels" (torch int64, seq_len each). documents: reset_position_ids,
+    reset_attention_mask, eod_mask_loss (the NullTokenizer's eod is vocab_size)."""
     import warnings
     warnings.filterwarnings("ignore")  # megatron-core warns that Transformer Engine and Apex are absent
     from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
     from megatron.core.tokenizers.text.libraries.null_tokenizer import NullTokenizer
     config = GPTDatasetConfig(random_seed=seed, sequence_length=seq_len, blend=(prefixes, weights), split=split,
-                              tokenizer=NullTokenizer(vocab_size), reset_position_ids=False,
-                              reset_attention_mask=False, eod_mask_loss=False, path_to_cache=cache)
+                              tokenizer=NullTokenizer(vocab_size), reset_position_ids=documents[0],
+                              reset_attention_mask=documents[1], eod_mask_loss=documents[2], path_to_cache=cache)
     # Only the train split is built: valid and test do not enter its indices (each split has its
     # own RandomState), and megatron-core loops forever on a split without tokens, which a blend of
     # few documents cut by "969,30,1" has. The train book-ends stay those of `split`.
