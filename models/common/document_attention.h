@@ -24,9 +24,12 @@ namespace trident {
 // causal path, so such a run is bit for bit today's.
 using DocumentLengths = std::vector<std::vector<int64_t>>;
 
-// One micro-batch's documents as a stage reads them: the lengths (host) and
-// the positions restarting at each document (device, (b, s) int64), kept
-// alive by each layer that computes with them until its backward ran.
+// One micro-batch's documents as a stage reads them: the lengths (host) that
+// attention keeps apart, and the positions restarting at each document
+// (device, (b, s) int64; undefined: the stage's own 0, 1, ...), kept alive by
+// each layer that computes with them until its backward ran. Megatron's
+// reset_attention_mask and reset_position_ids are independent: undivided
+// lengths with positions, or documents with undefined positions, are valid.
 struct Documents {
   DocumentLengths lengths;
   at::Tensor positions;

@@ -135,7 +135,7 @@ void GptStage::set_recompute(Recompute mode) {
 void GptStage::set_documents(std::shared_ptr<const Documents> docs) {
   if (docs && cp_.size() > 1)
     throw std::invalid_argument("GPT over packed documents under context parallelism is not built");
-  docs_ = docs && !undivided(docs->lengths) ? std::move(docs) : nullptr;
+  docs_ = docs && (!undivided(docs->lengths) || docs->positions.defined()) ? std::move(docs) : nullptr;
 }
 
 at::Tensor GptStage::compute_param(size_t index) const {
@@ -161,7 +161,7 @@ at::Tensor GptStage::attention(const BlockParams& b, const at::Tensor& x) const 
     const at::Tensor q = parts[0].transpose(1, 2);  // (b, heads/tp, s, hd)
     const at::Tensor k = parts[1].transpose(1, 2);
     const at::Tensor v = parts[2].transpose(1, 2);
-    const at::Tensor y = docs             ? document_attention(q, k, v, docs->lengths, dropout)
+    const at::Tensor y = docs && !undivided(docs->lengths) ? document_attention(q, k, v, docs->lengths, dropout)
                          : cp.size() > 1 ? context_attention(cp, q, k, v)
                                          : causal_attention(q, k, v, dropout);
     return y.transpose(1, 2).reshape({batch, s, heads * hd});  // (b, s, hidden/tp)
@@ -196,7 +196,7 @@ at::Tensor GptStage::run(const at::Tensor& input, const at::Tensor& targets) con
   if (spec_.has_embedding) {
     const at::Tensor word = compute_param(word_);
     x = vocab_parallel_embedding(tp_, input, word, tp_.rank() * word.size(0));  // (b, s[/tp], hidden)
-    at::Tensor pos = docs_                ? compute_param(position_).index_select(0, docs_->positions.reshape(-1))
+    at::Tensor pos = docs_ && docs_->positions.defined() ? compute_param(position_).index_select(0, docs_->positions.reshape(-1))
                                                .view({input.size(0), input.size(1), -1})  // NOTE [packed documents]
                      : positions_.defined() ? compute_param(position_).index_select(0, positions_)  // NOTE [context split]
                                             : compute_param(position_).narrow(0, 0, input.size(1));

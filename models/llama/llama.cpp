@@ -301,7 +301,7 @@ const LlamaStage::RopeTables& LlamaStage::rope_tables(int64_t s, at::ScalarType 
 void LlamaStage::set_documents(std::shared_ptr<const Documents> docs) {
   if (docs && (cp_.size() > 1 || cfg_.mla()))
     throw std::invalid_argument("packed documents under context parallelism or with latent attention are not built");
-  docs_ = docs && !undivided(docs->lengths) ? std::move(docs) : nullptr;
+  docs_ = docs && (!undivided(docs->lengths) || docs->positions.defined()) ? std::move(docs) : nullptr;
 }
 
 LlamaStage::RopeTables LlamaStage::document_rope(const Documents& docs, at::ScalarType dtype) const {
@@ -336,14 +336,15 @@ at::Tensor LlamaStage::attention(const BlockParams& b, const at::Tensor& x) cons
   // selective recomputation drops.
   auto core = [this, b, heads, kv, d, docs = docs_](const at::Tensor& q2, const at::Tensor& k2, const at::Tensor& v2) {
     const int64_t bs = q2.size(0), s = q2.size(1);
-    const RopeTables own = docs ? document_rope(*docs, q2.scalar_type()) : RopeTables{};
-    const RopeTables& rope = docs ? own : rope_tables(s, q2.scalar_type());
+    const bool at_positions = docs && docs->positions.defined();
+    const RopeTables own = at_positions ? document_rope(*docs, q2.scalar_type()) : RopeTables{};
+    const RopeTables& rope = at_positions ? own : rope_tables(s, q2.scalar_type());
     at::Tensor q4 = q2.view({bs, s, heads, d}), k4 = k2.view({bs, s, kv, d});
     if (b.q_norm != kNone) q4 = rms_norm(b.q_norm, q4), k4 = rms_norm(b.k_norm, k4);
     const at::Tensor qh = rotate(q4.transpose(1, 2), rope);  // (b, H/tp, s, d)
     const at::Tensor kh = rotate(k4.transpose(1, 2), rope);  // (b, K/tp, s, d)
     const at::Tensor vh = v2.view({bs, s, kv, d}).transpose(1, 2);
-    const at::Tensor y = docs               ? document_attention(qh, kh, vh, docs->lengths, 0.0)
+    const at::Tensor y = docs && !undivided(docs->lengths) ? document_attention(qh, kh, vh, docs->lengths, 0.0)
                          : cp_.size() > 1 ? context_attention(cp_, qh, kh, vh)
                                           : causal_attention(qh, kh, vh, 0.0);
     return y.transpose(1, 2).reshape({bs, s, heads * d});

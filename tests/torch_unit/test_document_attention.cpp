@@ -183,7 +183,9 @@ std::vector<at::Tensor> param_grads(Stage& stage) {
 std::vector<at::Tensor> packed_grads(const MakeStage& make, Recompute mode, const at::Tensor& ids,
                                      const at::Tensor& targets, const DocumentLengths& docs, double& loss) {
   std::unique_ptr<Stage> stage = make(mode);
-  stage->set_documents(std::make_shared<const Documents>(Documents{docs, document_positions(docs)}));
+  // As the trainer: positions only where they restart.
+  const at::Tensor pos = undivided(docs) ? at::Tensor() : document_positions(docs);
+  stage->set_documents(std::make_shared<const Documents>(Documents{docs, pos}));
   const at::Tensor l = stage->forward(ids, targets);
   stage->set_documents(nullptr);  // as the executor does: the layers hold their own
   l.backward();
