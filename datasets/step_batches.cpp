@@ -41,10 +41,13 @@ void StepBatches::load_documents(const std::vector<int64_t>& samples, const at::
     std::copy(d.loss_mask.begin(), d.loss_mask.end(), loss[row].data_ptr<float>());
     DocumentBatch& b = documents_[static_cast<size_t>(row / mbs)];
     if (row % mbs == 0) cu.assign(1, 0);
+    std::vector<int64_t>& lengths = b.lengths.emplace_back();
     for (size_t k = 1; k < d.cu_seqlens.size(); ++k) {
       cu.push_back(static_cast<int32_t>((row % mbs) * s) + d.cu_seqlens[k]);
-      b.max_seqlen = std::max<int64_t>(b.max_seqlen, d.cu_seqlens[k] - d.cu_seqlens[k - 1]);
+      lengths.push_back(d.cu_seqlens[k] - d.cu_seqlens[k - 1]);
+      b.max_seqlen = std::max<int64_t>(b.max_seqlen, lengths.back());
     }
+    for (int64_t j = 0; j < s && !b.restarts; ++j) b.restarts = d.position_ids[static_cast<size_t>(j)] != j;
     if (row % mbs == mbs - 1)
       b.cu_seqlens = at::tensor(cu, at::kInt).to(device_);
   }

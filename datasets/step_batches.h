@@ -38,9 +38,14 @@ struct BatchShape {
 //                 what CUDA's flash attention takes as cu_seqlens_q and cu_seqlens_k;
 //   max_seqlen    the longest document (its max_seqlen_q / max_seqlen_k).
 // With none of them the tensors are undefined and nothing is computed or copied.
+//   lengths       host: each row's document lengths (cu_seqlens' differences within the row),
+//                 which spans a stage's attention computes without reading the device;
+//   restarts      whether any position_ids differ from the undivided sample's 0, 1, ...
 struct DocumentBatch {
   at::Tensor position_ids, loss_mask, cu_seqlens;
   int64_t max_seqlen = 0;
+  std::vector<std::vector<int64_t>> lengths;
+  bool restarts = false;
 };
 
 // NOTE [step batches]

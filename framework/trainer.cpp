@@ -170,13 +170,20 @@ StepBatches step_batches(const Run& r, const data::SampleSource& ds, int64_t ste
   const auto& t = r.cfg.training;
   const Coords me = r.pgs->layout().coords(r.pgs->rank());
   const BatchShape shape{t.global_batch_size, t.micro_batch_size, r.cfg.model.seq_len, r.microbatches,
-                         me.dp, r.cfg.parallel.dp, me.cp, r.cfg.parallel.cp, data::DocumentOptions{}};  // none: refuse_documents
+                         me.dp, r.cfg.parallel.dp, me.cp, r.cfg.parallel.cp, r.train_data->documents};
   return StepBatches(ds, step, shape, r.device);
 }
 
+// With documents in the samples, each stage is handed the micro-batch's (NOTE [packed
+// documents] in models/common/document_attention.h): their lengths for attention, their
+// positions where any restarts (else the stages' own 0, 1, ..., bit for bit a run without).
 MicroBatch micro_batch(StepBatches& batches, int mb) {
   auto [inputs, targets] = batches(mb);
-  return {inputs, targets};
+  MicroBatch b{inputs, targets, nullptr};
+  if (DocumentBatch d = batches.documents(mb); d.cu_seqlens.defined())
+    b.documents = std::make_shared<const Documents>(
+        Documents{std::move(d.lengths), d.restarts ? d.position_ids : at::Tensor()});
+  return b;
 }
 
 // Sum over the pipeline (only last stages hold losses), mean over micro-batches
@@ -463,18 +470,23 @@ void make_data_parallel(Run& r, const std::vector<std::vector<Param*>>& stage_pa
                      r.schedule.pipeline_ranks),
       norm_slots(r.model->unique_params(stages)));
 
-// The samples carry document boundaries and loss masks (NOTE [document batch]) that no
-// model applies yet: a run given them would train as if they were absent, so it is refused.
+// Document boundaries are applied by the stages (NOTE [packed documents]); loss masks and
+// documents under context parallelism are not yet: a run given them would train as if they
+// were absent, so it is refused.
 void refuse_documents(const Config& c) {
   const DataConfig& d = c.data;
-  const char* key = d.reset_position_ids     ? "data.reset_position_ids"
-                    : d.reset_attention_mask ? "data.reset_attention_mask"
-                    : d.eod_mask_loss        ? "data.eod_mask_loss"
-                    : d.completion_only_loss ? "data.completion_only_loss"
-                                             : nullptr;
+  const char* key = d.eod_mask_loss                                                          ? "data.eod_mask_loss"
+                    : d.completion_only_loss                                                 ? "data.completion_only_loss"
+                    : c.parallel.cp > 1 && d.reset_attention_mask                            ? "data.reset_attention_mask"
+                    : c.parallel.cp > 1 && d.reset_position_ids                              ? "data.reset_position_ids"
+                                                                                             : nullptr;
   if (key != nullptr)
-    throw ConfigError(std::string(key) + " = true: the models do not apply document boundaries or loss masks yet, "
-                      "so training refuses it (`trident data batches` shows what the samples carry)");
+    throw ConfigError(std::string(key) + " = true: " +
+                      (c.parallel.cp > 1 ? "documents under context parallelism are not built yet"
+                                         : "the models do not apply loss masks yet") +
+                      ", so training refuses it (`trident data batches` shows what the samples carry)");
+  if ((d.reset_attention_mask || d.reset_position_ids) && c.model.mla())
+    throw ConfigError("data.reset_attention_mask / reset_position_ids: latent attention (MLA) over packed documents is not built yet");
 }
 
 void build(Run& r) {
@@ -538,6 +550,7 @@ void build(Run& r) {
   if (!c.model.init_from.empty()) init_from_pretrained(c, stage_params_of(r));
   r.exec = std::make_unique<Executor>(raw, r.pgs->pp, r.schedule.stage_map(), c.training.micro_batch_size, r.device);
   r.exec->set_overlap(c.schedule.overlap_moe);  // NOTE [overlapped pairs]
+  r.exec->set_packed_documents(c.data.reset_attention_mask || c.data.reset_position_ids);
   r.flops_per_step = r.model->flops_per_token() * static_cast<double>(c.training.global_batch_size * c.model.seq_len);
   if (c.schedule.kind == "zb-auto" && c.schedule.zb_auto_costs == "measured" && c.parallel.pp > 1) measure_zb_auto(r);
   r.rec = std::make_unique<Recorder>(

@@ -181,7 +181,7 @@ void Executor::forward(const Action& a, const std::function<MicroBatch(int)>& ba
   Slot& s = slots_[{a.mb, a.chunk}];
   const bool first = is_first(a.chunk), last = is_last(a.chunk);
   MicroBatch data;
-  if (first || last) data = batch(a.mb);
+  if (first || last || packed_) data = batch(a.mb);
   if (first) {
     s.input = data.input;
   } else {
@@ -213,7 +213,9 @@ void Executor::forward(const Action& a, const std::function<MicroBatch(int)>& ba
   const int64_t before = live_cpu_bytes();
   const ExpertMicroBatch names(a.mb);  // NOTE [all-to-all order]
   WeightGradScope scope(&s.deferred);  // the graph keeps this micro-batch's W queue (NOTE [I/W split])
+  if (packed_) stage.set_documents(data.documents);
   s.output = stage.forward(s.input, last ? data.targets : at::Tensor());
+  if (packed_) stage.set_documents(nullptr);  // the layers that read them hold their own reference
   if (s.side) {
     stage.set_side(nullptr);
     if (last) s.side->sealed = true;  // the micro-batch's totals

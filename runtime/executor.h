@@ -47,6 +47,9 @@ namespace trident {
 struct MicroBatch {
   at::Tensor input;    // (mbs, seq) int64 token ids
   at::Tensor targets;  // (mbs, seq) int64 next tokens
+  // The packed samples' documents (NOTE [packed documents] in
+  // models/common/document_attention.h); none for undivided samples.
+  std::shared_ptr<const Documents> documents;
 };
 
 struct ExecutorStats {
@@ -126,6 +129,10 @@ class Executor {
   // operation counts' phase (core/op_count.h) and the forward's activation
   // bytes are the pair's together: two threads share the counters.
   void set_overlap(bool on) { overlap_ = on; }
+  // Packed documents: every stage's forward (not only the first's and the
+  // last's) reads its micro-batch and is handed its documents before it runs
+  // (Stage::set_documents).
+  void set_packed_documents(bool on) { packed_ = on; }
   // Where this rank reports its position for hang diagnosis (schedules/progress.h).
   sched::Progress& progress() { return progress_; }
 
@@ -200,6 +207,7 @@ class Executor {
   std::vector<CommGroup> groups_;  // this run's posted groups
   bool record_ = true;
   bool overlap_ = false;
+  bool packed_ = false;  // set_packed_documents
   // The thread of overlapped pairs' backward halves (run_pair), started at the first pair.
   class PairWorker {
    public:

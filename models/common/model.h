@@ -16,6 +16,7 @@
 #include <ATen/ATen.h>
 
 #include "core/param.h"  // Param, ParamInfo, TiedGroup
+#include "models/common/document_attention.h"
 #include "models/common/side_values.h"
 #include "parallel/context_parallel.h"
 #include "parallel/expert_parallel.h"
@@ -111,6 +112,14 @@ class Stage {
   // NOTE [pipeline side values]: 0 (the default) sends none. set_side(nullptr)
   // before a forward that is not training (evaluation).
   virtual int64_t side_width() const { return 0; }
+  // NOTE [packed documents] in models/common/document_attention.h: the
+  // documents of the micro-batch the next forward computes (every stage's, not
+  // only the first's: positions and attention are every layer's), or nullptr
+  // for an undivided sample. A stage that cannot keep attention inside
+  // documents says so.
+  virtual void set_documents(std::shared_ptr<const Documents> docs) {
+    if (docs) throw std::invalid_argument("this model does not train on packed documents");
+  }
   virtual void set_side(std::shared_ptr<SideValues> side) { (void)side; }
   // A mixture of experts' statistics since the last call, (model.layers,
   // experts + kMoeStatExtra) fp64 on the stage's device, and resets them;

@@ -5,6 +5,7 @@
 #include "core/context_split.h"
 #include "models/common/attention.h"
 #include "models/common/context_attention.h"
+#include "models/common/document_attention.h"
 
 #include <algorithm>
 #include <chrono>
@@ -131,6 +132,12 @@ void GptStage::set_recompute(Recompute mode) {
   recompute_ = mode;
 }
 
+void GptStage::set_documents(std::shared_ptr<const Documents> docs) {
+  if (docs && cp_.size() > 1)
+    throw std::invalid_argument("GPT over packed documents under context parallelism is not built");
+  docs_ = docs && (!undivided(docs->lengths) || docs->positions.defined()) ? std::move(docs) : nullptr;
+}
+
 at::Tensor GptStage::compute_param(size_t index) const {
   return casts_.get(params_, index, compute_);  // NOTE [cast once per step]
 }
@@ -146,7 +153,7 @@ at::Tensor GptStage::attention(const BlockParams& b, const at::Tensor& x) const 
   const double dropout = this->dropout();
   // The attention core: (b, s, 3 hidden/tp) -> (b, s, hidden/tp), holding
   // (b, heads/tp, s, s) scores; what selective recomputation drops.
-  auto core = [heads, hd, dropout, cp = cp_](const at::Tensor& qkv_flat) {
+  auto core = [heads, hd, dropout, cp = cp_, docs = docs_](const at::Tensor& qkv_flat) {
     const int64_t batch = qkv_flat.size(0), s = qkv_flat.size(1);  // full sequence, also under SP
     // One unbind, whose backward stacks the three gradients into one tensor
     // (three selects would each scatter theirs into a zero-filled copy of it).
@@ -154,7 +161,9 @@ at::Tensor GptStage::attention(const BlockParams& b, const at::Tensor& x) const 
     const at::Tensor q = parts[0].transpose(1, 2);  // (b, heads/tp, s, hd)
     const at::Tensor k = parts[1].transpose(1, 2);
     const at::Tensor v = parts[2].transpose(1, 2);
-    const at::Tensor y = cp.size() > 1 ? context_attention(cp, q, k, v) : causal_attention(q, k, v, dropout);
+    const at::Tensor y = docs && !undivided(docs->lengths) ? document_attention(q, k, v, docs->lengths, dropout)
+                         : cp.size() > 1 ? context_attention(cp, q, k, v)
+                                         : causal_attention(q, k, v, dropout);
     return y.transpose(1, 2).reshape({batch, s, heads * hd});  // (b, s, hidden/tp)
   };
   at::Tensor y = recompute_ == Recompute::kSelective ? trident::recompute(core, qkv) : core(qkv);
@@ -187,11 +196,13 @@ at::Tensor GptStage::run(const at::Tensor& input, const at::Tensor& targets) con
   if (spec_.has_embedding) {
     const at::Tensor word = compute_param(word_);
     x = vocab_parallel_embedding(tp_, input, word, tp_.rank() * word.size(0));  // (b, s[/tp], hidden)
-    at::Tensor pos = positions_.defined() ? compute_param(position_).index_select(0, positions_)  // NOTE [context split]
-                                          : compute_param(position_).narrow(0, 0, input.size(1));
+    at::Tensor pos = docs_ && docs_->positions.defined() ? compute_param(position_).index_select(0, docs_->positions.reshape(-1))
+                                               .view({input.size(0), input.size(1), -1})  // NOTE [packed documents]
+                     : positions_.defined() ? compute_param(position_).index_select(0, positions_)  // NOTE [context split]
+                                            : compute_param(position_).narrow(0, 0, input.size(1));
     if (tp_.sequence_parallel) {
       const int64_t part = input.size(1) / tp_.size();
-      pos = pos.narrow(0, tp_.rank() * part, part);
+      pos = pos.narrow(-2, tp_.rank() * part, part);
     }
     x = x + pos;
     if (dropout() > 0) x = at::dropout(x, dropout(), true);

@@ -9,6 +9,7 @@
 #include "core/context_split.h"
 #include "models/common/attention.h"
 #include "models/common/context_attention.h"
+#include "models/common/document_attention.h"
 #include "models/common/mla.h"
 #include "models/common/moe.h"
 #include "models/common/rms_norm.h"
@@ -320,6 +321,22 @@ const LlamaStage::RopeTables& LlamaStage::rope_tables(int64_t s, at::ScalarType 
   return r;
 }
 
+void LlamaStage::set_documents(std::shared_ptr<const Documents> docs) {
+  if (docs && (cp_.size() > 1 || cfg_.mla()))
+    throw std::invalid_argument("packed documents under context parallelism or with latent attention are not built");
+  docs_ = docs && (!undivided(docs->lengths) || docs->positions.defined()) ? std::move(docs) : nullptr;
+}
+
+LlamaStage::RopeTables LlamaStage::document_rope(const Documents& docs, at::ScalarType dtype) const {
+  const int64_t b = docs.positions.size(0), s = docs.positions.size(1), d = cos_.size(1), half = d / 2;
+  const at::Tensor at_pos = docs.positions.reshape(-1);
+  const at::Tensor sin = sin_.index_select(0, at_pos).view({b, 1, s, d});
+  RopeTables r;
+  r.cos = cos_.index_select(0, at_pos).view({b, 1, s, d}).to(dtype);
+  r.sin_signed = at::cat({-sin.narrow(-1, 0, half), sin.narrow(-1, half, half)}, -1).to(dtype);
+  return r;
+}
+
 // x·cos + rotate_half(x)·sin with rotate_half(x) = (-x2, x1): the sign is
 // kept in the sine table's first half (exact: (-a)·b = a·(-b)), so a rotation
 // is a cat of the halves, two products and a sum. (at::roll would be one
@@ -340,15 +357,19 @@ at::Tensor LlamaStage::attention(const BlockParams& b, const at::Tensor& x) cons
   // embeddings, key/value heads read by their query groups (NOTE [grouped
   // heads] in models/common/attention.cpp), SDPA; (b, s, H/tp·d) out. What
   // selective recomputation drops.
-  auto core = [this, b, heads, kv, d](const at::Tensor& q2, const at::Tensor& k2, const at::Tensor& v2) {
+  auto core = [this, b, heads, kv, d, docs = docs_](const at::Tensor& q2, const at::Tensor& k2, const at::Tensor& v2) {
     const int64_t bs = q2.size(0), s = q2.size(1);
-    const RopeTables& rope = rope_tables(s, q2.scalar_type());
+    const bool at_positions = docs && docs->positions.defined();
+    const RopeTables own = at_positions ? document_rope(*docs, q2.scalar_type()) : RopeTables{};
+    const RopeTables& rope = at_positions ? own : rope_tables(s, q2.scalar_type());
     at::Tensor q4 = q2.view({bs, s, heads, d}), k4 = k2.view({bs, s, kv, d});
     if (b.q_norm != kNone) q4 = rms_norm(b.q_norm, q4), k4 = rms_norm(b.k_norm, k4);
     const at::Tensor qh = rotate(q4.transpose(1, 2), rope);  // (b, H/tp, s, d)
     const at::Tensor kh = rotate(k4.transpose(1, 2), rope);  // (b, K/tp, s, d)
     const at::Tensor vh = v2.view({bs, s, kv, d}).transpose(1, 2);
-    const at::Tensor y = cp_.size() > 1 ? context_attention(cp_, qh, kh, vh) : causal_attention(qh, kh, vh, 0.0);
+    const at::Tensor y = docs && !undivided(docs->lengths) ? document_attention(qh, kh, vh, docs->lengths, 0.0)
+                         : cp_.size() > 1 ? context_attention(cp_, qh, kh, vh)
+                                          : causal_attention(qh, kh, vh, 0.0);
     return y.transpose(1, 2).reshape({bs, s, heads * d});
   };
   at::Tensor y;

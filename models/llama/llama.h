@@ -67,6 +67,7 @@ class LlamaStage : public Stage {
   // full: each block keeps only its input; selective: the attention core and
   // the MLP's gate/up products keep only their inputs (NOTE [recomputation]).
   void set_recompute(Recompute mode) override { recompute_ = mode; }
+  void set_documents(std::shared_ptr<const Documents> docs) override;
   void set_compute_dtype(at::ScalarType dtype) override { compute_ = dtype; }
   void set_read_gate(std::function<void(size_t)> gate) override { casts_.set_read_gate(std::move(gate)); }
   void set_boundary_dtype(at::ScalarType dtype) override { boundary_ = dtype; }
@@ -106,6 +107,8 @@ class LlamaStage : public Stage {
   };
   const RopeTables& rope_tables(int64_t s, at::ScalarType dtype) const;
   at::Tensor rotate(const at::Tensor& x, const RopeTables& r) const;  // (b, heads, s, d) -> rotary embedding applied
+  // The tables at each token's own position in its document, (b, 1, s, d): NOTE [packed documents].
+  RopeTables document_rope(const Documents& docs, at::ScalarType dtype) const;
   at::Tensor attention(const BlockParams& b, const at::Tensor& x) const;
   at::Tensor latent_attention(const BlockParams& b, const at::Tensor& x) const;  // NOTE [MLA]
   // `side`: the micro-batch's pooled counts in a training forward under the pooled aux loss, else null.
@@ -131,6 +134,7 @@ class LlamaStage : public Stage {
   mutable at::Tensor moe_stats_;           // NOTE [MoE stats]: (layers, experts + 3) fp64, since the last take
   at::Tensor cos_, sin_;  // (seq_len / cp, head_dim) fp32 at this rank's positions, on the stage's device (buffers())
   mutable RopeTables rope_;
+  std::shared_ptr<const Documents> docs_;  // the next forward's documents, or none (NOTE [packed documents])
   size_t word_ = 0, final_norm_ = 0, head_ = 0;
   std::vector<BlockParams> blocks_;  // blocks_[l - spec_.first_layer]
 };

@@ -55,6 +55,11 @@ class FakeStage : public Stage {
   std::vector<int64_t> input_shape(int64_t mbs) const override { return {mbs, kSeq, kWidth}; }
   std::vector<int64_t> output_shape(int64_t mbs) const override { return {mbs, kSeq, kWidth}; }
   std::vector<Param>& params() override { return params_; }
+  // What each forward was handed: its first document's length, 0 for none.
+  void set_documents(std::shared_ptr<const Documents> docs) override {
+    if (docs) seen_docs.push_back(docs->lengths.at(0).at(0));
+  }
+  std::vector<int64_t> seen_docs;
 
  private:
   bool first_, last_;
@@ -255,6 +260,30 @@ TEST(ExecutorNcclRules, EvaluationMatchesSequentialStages) {
       sum += loss[static_cast<size_t>(r)];
     }
     EXPECT_EQ(sum, ref) << kind << " p=" << p << " v=" << v;
+  }
+}
+
+// Packed documents reach every stage's forward, the middle stages' included,
+// each micro-batch's own (its first document is mb + 1 tokens long here).
+TEST(ExecutorFakeStage, PackedDocumentsReachEveryStage) {
+  const sched::Schedule schedule = sched::generate("1f1b", 3, 4, 1);
+  auto packed = [](int mb) {
+    MicroBatch b = batch(mb);
+    b.documents = std::make_shared<const Documents>(
+        Documents{DocumentLengths(kMbs, std::vector<int64_t>{mb + 1, kSeq - mb - 1 > 0 ? kSeq - mb - 1 : 1}), {}});
+    return b;
+  };
+  std::vector<std::vector<int64_t>> seen(3);
+  const std::vector<std::string> errors = run_thread_group("pp", 3, std::chrono::milliseconds(20000), [&](Group& pp) {
+    FakeStage stage(pp.rank, 3);
+    Executor exec({&stage}, pp, schedule.stage_map(), kMbs);
+    exec.set_packed_documents(true);
+    exec.run(schedule.ranks[static_cast<size_t>(pp.rank)], packed, 0.25);
+    seen[static_cast<size_t>(pp.rank)] = stage.seen_docs;
+  }, "gloo");
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_EQ(errors[static_cast<size_t>(rank)], "") << "rank " << rank;
+    EXPECT_EQ(seen[static_cast<size_t>(rank)], (std::vector<int64_t>{1, 2, 3, 4})) << "rank " << rank;
   }
 }
 
