@@ -469,6 +469,7 @@ void make_data_parallel(Run& r, const std::vector<std::vector<Param*>>& stage_pa
       tied_placement(r.model->tied_groups(stages), [&](int s) { return r.schedule.rank_of(s); }, pp_rank,
                      r.schedule.pipeline_ranks),
       norm_slots(r.model->unique_params(stages)));
+}
 
 // Document boundaries are applied by the stages (NOTE [packed documents]); loss masks and
 // documents under context parallelism are not yet: a run given them would train as if they
