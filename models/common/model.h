@@ -35,7 +35,7 @@ struct Buffer {
 // NOTE [pipeline side values]
 // What a stage's backward needs from every stage's forward of the same
 // micro-batch: the pooled balancing loss's expert counts (NOTE [pooled aux
-// loss] in models/common/moe.h), whose gradient in any layer reads the counts
+// loss] in models/common/moe_losses.h), whose gradient in any layer reads the counts
 // of all the model's layers. A stage with side_width() = n > 0 (the same n on
 // every stage of the model) has n fp32 values travel beside each activation and
 // each gradient it sends: the executor makes one SideValues per micro-batch
@@ -105,7 +105,7 @@ class Stage {
   }
   // What the last stage's loss is scaled by in the backward (1 / micro-batches):
   // the scale of the balancing losses an MoE layer adds to its own backward
-  // (NOTE [aux loss in the backward] in models/common/moe.h). A model without
+  // (NOTE [aux loss in the backward] in models/common/moe_losses.h). A model without
   // such losses has nothing to scale.
   virtual void set_loss_scale(double scale) { (void)scale; }
   // NOTE [pipeline side values]: 0 (the default) sends none. set_side(nullptr)
@@ -115,10 +115,10 @@ class Stage {
   // A mixture of experts' statistics since the last call, (model.layers,
   // experts + kMoeStatExtra) fp64 on the stage's device, and resets them;
   // undefined when the stage has no MoE layer or ran no training forward
-  // (NOTE [MoE stats] in models/llama/llama.cpp; the columns after the
+  // (NOTE [MoE stats] in models/common/moe_layer.cpp; the columns after the
   // experts' counts are MoeStatColumn's).
   virtual at::Tensor take_moe_stats() { return at::Tensor(); }
-  // NOTE [expert bias update]: `loads` (layers, experts) fp64 on the stage's
+  // NOTE [expert bias]: `loads` (layers, experts) fp64 on the stage's
   // device, the tokens each expert received in the step over the whole world;
   // each correction bias this stage holds moves by `rate` toward balance.
   virtual void update_expert_bias(const at::Tensor& loads, double rate) { (void)loads, (void)rate; }

@@ -89,7 +89,7 @@ void check_mla(const Config& c) {
 //              model.moe_first_dense layers dense; a sigmoid router over groups with the
 //              score-correction bias (the model.moe_* router keys); ungated shared experts
 //              (model.moe_shared_ffn_hidden, optional)
-// All four at tp > 1: NOTE [experts under tensor parallelism] in models/common/moe.h.
+// All four at tp > 1: NOTE [experts under tensor parallelism] in parallel/token_dispatcher.h.
 void check_moe_family(const Config& c) {
   if (c.model.arch != "deepseek_v3") {
     check_llama(c);

@@ -14,7 +14,7 @@ namespace trident {
 ModelFamilyRules llama_family();
 
 // model.arch = "mixtral": Llama's attention with a mixture of SwiGLU experts
-// in every layer (NOTE [MoE keys], NOTE [MoE block] in llama.cpp): Llama's
+// in every layer (NOTE [MoE keys], NOTE [MoE block] in models/common/moe_layer.h): Llama's
 // rules, and the experts not split over tensor-parallel ranks.
 ModelFamilyRules mixtral_family();
 // model.arch = "qwen2_moe" and "qwen3_moe": the same with Qwen's attention and
