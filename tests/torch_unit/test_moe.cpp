@@ -390,6 +390,12 @@ TEST(Moe, RouterOptionsThatCannotRouteAreRefused) {
   EXPECT_NE(error(o).find("\"relu\""), std::string::npos) << error(o);
   o.score = "sigmoid";
   EXPECT_EQ(error(o), "accepted");
+  // NOTE [MoE router]: groups of one expert route, each group's score its expert's.
+  o.n_group = 8;
+  o.topk_group = 2;
+  EXPECT_EQ(error(o), "accepted");
+  const Routing r = route(at::eye(8).narrow(0, 0, 3) * 4, at::eye(8), at::Tensor(), o);
+  EXPECT_TRUE(at::equal(r.experts.select(1, 0), at::arange(3, at::kLong)));
 }
 
 }  // namespace
