@@ -1,5 +1,5 @@
 // Where one MoE layer's time goes (benchmarks/moe_vs_transformers.sh): forward +
-// backward of models/common/moe.h's layer and of its parts on their own, at
+// backward of models/common/moe_layer.h's layer and of its parts on their own, at
 // configs/mixtral-tiny.toml's sizes by default (one micro-batch of 2 x 32 tokens,
 // hidden 64, 8 experts of width 48, top-2, softmax router with the Switch and z
 // losses), one thread, interleaved over reps, medians:
@@ -23,7 +23,10 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
-#include "models/common/moe.h"
+#include "models/common/experts.h"
+#include "models/common/moe_layer.h"
+#include "models/common/moe_losses.h"
+#include "parallel/token_permutation.h"
 
 namespace {
 
@@ -89,7 +92,7 @@ int main(int argc, char** argv) try {
   // The routing the permute and experts parts take as given, and their inputs.
   const trident::Routing fixed = trident::route(x.detach(), w.router.detach(), at::Tensor(), o);
   const at::Tensor weights = fixed.weights.detach().requires_grad_();
-  const trident::Dispatch d = trident::dispatch(fixed.experts, experts);
+  const trident::Permutation d = trident::sort_by_expert(fixed.experts, experts);
   const at::Tensor rows = trident::permute(x.detach(), d).requires_grad_();
   const at::Tensor grows = at::randn(rows.sizes());
   const at::Tensor gw = at::randn({tokens, top_k});
@@ -108,8 +111,8 @@ int main(int argc, char** argv) try {
          ((r.weights * gw).sum() + losses(r)).backward();
        }, {}},
       {"permute", [&] {
-         const trident::Dispatch dd = trident::dispatch(fixed.experts, experts);
-         (trident::combine(trident::permute(x, dd), weights, dd, tokens) * gy).sum().backward();
+         const trident::Permutation dd = trident::sort_by_expert(fixed.experts, experts);
+         (trident::unpermute(trident::permute(x, dd), weights, dd, tokens) * gy).sum().backward();
        }, {}},
       {"experts", [&] { (trident::experts_swiglu(rows, d.counts, w.gate, w.up, w.down) * grows).sum().backward(); }, {}},
       {"layer", [&] {

@@ -60,7 +60,7 @@ struct ModelConfig {
   double moe_z_loss_coeff = 0.0;     // router z-loss per layer (ST-MoE)
   double moe_capacity_factor = 0.0;  // > 0: each expert takes at most ceil(T K / E x this) of a rank's assignments; 0 = no dropping
   std::string moe_token_drop_policy = "probs";  // past capacity, drop the lowest weights ("probs") or the latest tokens ("position")
-  // The router (NOTE [MoE router] in models/common/moe.h; Megatron's moe_router_* keys).
+  // The router (NOTE [MoE router] in models/common/router.h; Megatron's moe_router_* keys).
   std::string moe_score_function = "softmax";  // "softmax" | "sigmoid"
   int64_t moe_router_groups = 1;               // groups of experts (1: no group limit; DeepSeek-V3's n_group)
   int64_t moe_router_group_topk = 1;           // groups a token may choose from (DeepSeek-V3's topk_group)

@@ -5,6 +5,7 @@
 #include "core/config.h"
 #include "core/config_rules.h"
 #include "core/config_schema.h"
+#include "core/router_options.h"
 
 #include <algorithm>
 #include <cmath>
@@ -346,7 +347,7 @@ void check_moe_keys(const Config& c, const ModelFeatures& shape) {
     check_dense_moe_keys(c);
     return;
   }
-  // NOTE [experts under tensor parallelism] in models/common/moe.h: at etp < tp each of the tp / etp
+  // NOTE [experts under tensor parallelism] in parallel/token_dispatcher.h: at etp < tp each of the tp / etp
   // token slices takes an equal part of the micro-batch's tokens.
   const int64_t slices = c.parallel.etp > 0 && c.parallel.tp % c.parallel.etp == 0 ? c.parallel.tp / c.parallel.etp : 1;
   if (slices > 1 && (c.training.micro_batch_size * (m.seq_len / c.parallel.cp)) % slices != 0)
@@ -360,7 +361,7 @@ void check_moe_keys(const Config& c, const ModelFeatures& shape) {
   if (m.moe_aux_loss != d.moe_aux_loss && m.moe_aux_loss_coeff == 0)
     fail(c, "model.moe_aux_loss = " + quote(m.moe_aux_loss) +
                 " with model.moe_aux_loss_coeff = 0: no balancing loss is computed; set the coefficient");
-  // NOTE [pooled aux loss] in models/common/moe.h.
+  // NOTE [pooled aux loss] in models/common/moe_losses.h.
   if (m.moe_aux_loss == "pooled_aux_loss" && m.moe_score_function != "softmax")
     fail(c, "model.moe_aux_loss = \"pooled_aux_loss\" with model.moe_score_function = " + quote(m.moe_score_function) +
                 ": the pooled loss is transformers' load_balancing_loss_func, a softmax over the router logits; "
@@ -374,23 +375,9 @@ void check_moe_keys(const Config& c, const ModelFeatures& shape) {
   if (m.experts % c.parallel.ep != 0)
     fail(c, "parallel.ep (" + n(c.parallel.ep) + ") must divide model.experts (" + n(m.experts) +
                 "): each expert-parallel rank holds the same number of experts");
-  if (m.moe_top_k > m.experts)
-    fail(c, "model.moe_top_k (" + n(m.moe_top_k) + ") must be at most model.experts (" + n(m.experts) + ")");
-  // NOTE [MoE router] in models/common/moe.h: what can route (check_router_options asserts it again).
-  if (m.experts % m.moe_router_groups != 0)
-    fail(c, "model.moe_router_groups (" + n(m.moe_router_groups) + ") must divide model.experts (" + n(m.experts) + ")");
-  if (m.moe_router_group_topk > m.moe_router_groups)
-    fail(c, "model.moe_router_group_topk (" + n(m.moe_router_group_topk) + ") must be at most model.moe_router_groups (" +
-                n(m.moe_router_groups) + ")");
-  if (m.moe_router_groups > 1 && m.experts / m.moe_router_groups < 2)
-    fail(c, "model.moe_router_groups = " + n(m.moe_router_groups) + " leaves " + n(m.experts / m.moe_router_groups) +
-                " expert per group: a group is ranked by its two best experts (expected at least 2 per group)");
-  if (m.moe_router_groups > 1 && m.moe_router_group_topk * (m.experts / m.moe_router_groups) < m.moe_top_k)
-    fail(c, "model.moe_top_k (" + n(m.moe_top_k) + ") exceeds the experts of model.moe_router_group_topk (" +
-                n(m.moe_router_group_topk) + ") groups of " + n(m.experts / m.moe_router_groups));
-  if (m.moe_router_groups == 1 && m.moe_router_group_topk != 1)
-    fail(c, "model.moe_router_group_topk = " + n(m.moe_router_group_topk) +
-                " with model.moe_router_groups = 1: no group limit (it would be ignored)");
+  // NOTE [MoE router] in models/common/router.h: what can route, the router's own rules.
+  const std::string router = router_options_error(router_options(m));
+  if (!router.empty()) fail(c, router);
   if (m.moe_bias_update_rate > 0 && !m.moe_expert_bias)
     fail(c, "model.moe_bias_update_rate = " + format_double(m.moe_bias_update_rate) +
                 " with model.moe_expert_bias = false: there is no correction bias to update");

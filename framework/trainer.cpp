@@ -288,7 +288,7 @@ std::optional<StepMetrics> train_step(Run& r, int64_t step, int64_t data_step) {
   r.rec->schedule_ran(stats);
   r.dp->finish_grad_sync();  // what of the gradient reduction the backward did not hide
   r.rec->grads_synced();
-  // NOTE [expert bias update]: the world's loads on every step, before the optimizer; a logged
+  // NOTE [expert bias]: the world's loads on every step, before the optimizer; a logged
   // step reuses them.
   at::Tensor world_stats;
   const double bias_rate = r.cfg.model.moe_bias_update_rate;

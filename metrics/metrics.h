@@ -24,7 +24,7 @@ struct IdleParts {
   double experts = -1;
 };
 
-// One MoE layer in one step (NOTE [MoE stats] in models/llama/llama.cpp): the
+// One MoE layer in one step (NOTE [MoE stats] in models/common/moe_layer.cpp): the
 // most tokens an expert received over the mean per expert (1: balanced), the
 // layer's balancing loss and router z-loss (without coefficients), each the
 // mean over the step's micro-batches and data-parallel replicas.

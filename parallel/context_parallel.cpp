@@ -7,7 +7,7 @@
 #include <chrono>
 #include <stdexcept>
 
-#include "parallel/expert_parallel.h"  // all_to_all_rows
+#include "parallel/all_to_all.h"
 
 namespace trident {
 

@@ -45,7 +45,7 @@ struct Coords {
 // of tp (tp, the default and Megatron's; 1: whole experts): tp index t is etp
 // index t mod etp of token slice t / etp, and the tp / etp = n ranks of a tp
 // group at one etp index each take 1/n of the micro-batch's tokens into the experts (NOTE
-// [experts under tensor parallelism] in models/common/moe.h). A rank's place
+// [experts under tensor parallelism] in parallel/token_dispatcher.h). A rank's place
 // u = (dp · cp + cp index) · n + tp / etp counts the token slices of its etp
 // index over the context-parallel ranks and the replicas (each cp rank routes
 // its own part of the sequences: the experts see tokens, not sequences); ep

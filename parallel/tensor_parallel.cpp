@@ -13,18 +13,22 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
 
+#include "parallel/autograd_group.h"
+
 namespace trident {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+int64_t pack_group(const Group* g) { return reinterpret_cast<int64_t>(g); }
+const Group& unpack_group(const c10::IValue& saved) { return *reinterpret_cast<const Group*>(saved.toInt()); }
+
 namespace {
 
-// Autograd contexts keep the TP group as an integer (saved_data holds IValues).
-int64_t pack(const TpContext& tp) { return reinterpret_cast<int64_t>(tp.group); }
+int64_t pack(const TpContext& tp) { return pack_group(tp.group); }
 // A backward's group: the forward's, or its twin (NOTE [two tp groups] in tensor_parallel.h).
 const Group& unpack(AutogradContext* ctx) {
-  const Group& g = *reinterpret_cast<const Group*>(ctx->saved_data["group"].toInt());
+  const Group& g = unpack_group(ctx->saved_data["group"]);
   return g.backward ? *g.backward : g;
 }
 

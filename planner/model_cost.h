@@ -21,7 +21,7 @@ namespace trident::plan {
 // parameters), memory by all of them (every expert), each averaged over the
 // dense first layers (model.moe_first_dense) and the MoE ones. Under tp > 1
 // the experts are split over tp as the dense MLP (parallel.etp = tp, the
-// default, NOTE [experts under tensor parallelism] in models/common/moe.h):
+// default, NOTE [experts under tensor parallelism] in parallel/token_dispatcher.h):
 // their compute and memory divide by tp like the rest of the layer, and a
 // layer's tensor-parallel reductions are priced as a dense layer's (the
 // routed and shared experts' parts are reduced once, as the MLP's; Qwen2-

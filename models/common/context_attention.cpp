@@ -6,12 +6,15 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <optional>
+#include <utility>
 #include <stdexcept>
 #include <vector>
 
 #include "core/context_split.h"
 #include "models/common/attention.h"
+#include "parallel/autograd_group.h"
 
 namespace trident {
 
@@ -42,6 +45,9 @@ struct StepRule {
   int64_t q_begin, q_len, k_len;  // query rows [q_begin, q_begin + q_len), key columns [0, k_len)
   bool causal;
 };
+
+// 1 / sqrt(head width): the scale of every step's scores.
+double softmax_scale(const at::Tensor& q) { return 1.0 / std::sqrt(static_cast<double>(q.size(3))); }
 
 StepRule step_rule(int64_t r, int64_t j, int64_t l) {
   if (j == r) return {0, l, l, true};
@@ -124,158 +130,187 @@ StepGrads step_backward(RingKernel kernel, const at::Tensor& dout, const at::Ten
 }
 
 // NOTE [ring attention]
-// The forward passes each rank's key/value block around the group (cp − 1
-// transfers, the next one in flight while the current block's products run)
-// and merges the partial outputs by their log-sum-exp in fp32: with the
+// The loop over a rank's key/value blocks is one, whatever brings them (a
+// KvSource: the ring's transfers or one all-gather): the diagonal block first,
+// each step's partial output merged by its log-sum-exp in fp32 (with the
 // running (o, lse) and a step's (o_i, lse_i), lse' = log(e^lse + e^lse_i) and
-// o' = e^(lse − lse')·o + e^(lse_i − lse')·o_i. The backward passes the blocks
-// around again, each with a gradient accumulator one step behind it: step i
-// adds this rank's dK/dV for the block it holds into the accumulator that
-// came from the previous rank (which added its own at step i − 1 for the
-// same block) and sends it on; after cp steps each accumulator arrives back
-// at its block's rank with every rank's share. Each step's dQ, dK, dV come
-// from the saved fp32 output and log-sum-exp of the whole (P = exp(S − lse),
-// dS = P ∘ (dP − rowsum(dO ∘ O))), the flash-attention backward, so no step's
-// probabilities are kept between forward and backward (NOTE [ring step kernels]).
-struct RingAttention : torch::autograd::Function<RingAttention> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
-                            const at::Tensor& v, const Group* g, int64_t kernel_id) {
-    const auto kernel = static_cast<RingKernel>(kernel_id);
-    const CpContext cp{g, CpComm::kP2p};
-    const int64_t n = cp.size(), r = cp.rank(), l = q.size(2);
-    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
-    at::Tensor out, lse;
-    start_merge(q, out, lse);
-    at::Tensor block = at::stack({k, v}).contiguous();  // (2, b, kv, 2c, d)
-    for (int64_t i = 0; i < n; ++i) {
-      std::optional<RingStep> step;
-      at::Tensor next;
-      if (i + 1 < n) {
-        next = at::empty_like(block);
-        step.emplace(cp, std::vector<at::Tensor>{block}, std::vector<at::Tensor>{next});
-      }
-      const StepRule s = step_rule(r, (r - i + n) % n, l);
-      const StepOut o = step_forward(kernel, q.narrow(2, s.q_begin, s.q_len), block[0].narrow(2, 0, s.k_len),
-                                     block[1].narrow(2, 0, s.k_len), s.causal, scale);
-      merge(out, lse, s, o);
-      if (step) {
-        step->wait();
-        block = next;
-      }
-    }
-    ctx->saved_data["group"] = reinterpret_cast<int64_t>(g);
-    ctx->saved_data["kernel"] = kernel_id;
-    ctx->save_for_backward({q, k, v, out, lse});
-    return out.to(q.scalar_type());
-  }
-
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    const Group* g = reinterpret_cast<const Group*>(ctx->saved_data["group"].toInt());
-    const auto kernel = static_cast<RingKernel>(ctx->saved_data["kernel"].toInt());
-    const CpContext cp{g, CpComm::kP2p};
-    const auto saved = ctx->get_saved_variables();
-    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
-    const int64_t n = cp.size(), r = cp.rank(), l = q.size(2);
-    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
-    const at::Tensor dout = grads[0].to(at::kFloat);
-    at::Tensor dq = at::zeros(q.sizes(), q.options().dtype(at::kFloat));
-    at::Tensor block = at::stack({k, v}).contiguous();  // (2, b, kv, 2c, d)
-    at::Tensor acc;                                     // (2, b, kv, 2c, d) fp32: the held block's dK, dV so far
-    for (int64_t i = 0; i < n; ++i) {
-      std::vector<at::Tensor> send, recv;
-      at::Tensor next, acc_in;
-      if (i + 1 < n) {
-        next = at::empty_like(block);
-        send.push_back(block);
-        recv.push_back(next);
-      }
-      if (i > 0) {  // the accumulator of the block this rank now holds, from the rank that held it before
-        acc_in = at::empty_like(acc);
-        send.push_back(acc);
-        recv.push_back(acc_in);
-      }
-      std::optional<RingStep> step;
-      if (!send.empty()) step.emplace(cp, send, recv);
-      const StepRule s = step_rule(r, (r - i + n) % n, l);
-      const auto rows = [&](const at::Tensor& t) { return t.narrow(2, s.q_begin, s.q_len); };
-      const StepGrads d = step_backward(kernel, rows(dout), rows(q), block[0].narrow(2, 0, s.k_len),
-                                        block[1].narrow(2, 0, s.k_len), rows(out), rows(lse), s.causal, scale);
-      rows(dq).add_(d.dq);
-      at::Tensor mine = at::zeros({2, k.size(0), k.size(1), l, k.size(3)}, dq.options());
-      mine[0].narrow(2, 0, s.k_len).copy_(d.dk);
-      mine[1].narrow(2, 0, s.k_len).copy_(d.dv);
-      if (step) step->wait();
-      acc = i > 0 ? acc_in.add_(mine) : mine;
-      if (next.defined()) block = next;
-    }
-    at::Tensor home = at::empty_like(acc);  // every rank's share of this rank's own block
-    RingStep last(cp, {acc}, {home});
-    last.wait();
-    return {dq.to(q.scalar_type()), home[0].to(k.scalar_type()), home[1].to(v.scalar_type()), at::Tensor(),
-            at::Tensor()};
-  }
+// o' = e^(lse − lse')·o + e^(lse_i − lse')·o_i). The ring passes each block to
+// the next rank, the next in flight while the current one's products run; its
+// backward passes the blocks around again, each with a dK/dV accumulator one
+// step behind that every rank adds its share to, home after cp steps. Each
+// step's dQ, dK, dV come from the saved fp32 output and log-sum-exp (P =
+// exp(S − lse), dS = P ∘ (dP − rowsum(dO ∘ O)), the flash-attention backward),
+// so no step's probabilities are kept (NOTE [ring step kernels]).
+//
+// NOTE [gathered attention]
+// parallel.cp_comm = "all_gather": one all-gather brings every rank's block
+// (what Llama 3 did) and the loop runs against them with no further transfer;
+// the backward keeps each block's dK/dV and one reduce-scatter sums every
+// rank's share into its owner. The gathered blocks stay for the backward: the
+// whole sequence's K/V per layer, where the ring holds one block.
+class KvSource {
+ public:
+  virtual ~KvSource() = default;
+  // The rank whose block step i meets: the diagonal first in the forward (and the ring's backward).
+  virtual int64_t block_of(int64_t i, int64_t n, int64_t r, bool backward) const = 0;
+  // Step i's block (2, b, kv, 2c, d), transfers for the next step posted.
+  virtual at::Tensor start(int64_t i, int64_t n, bool backward) = 0;
+  // After step i's products: `grads` (2, b, kv, 2c, d) fp32 this rank's dK, dV for block j in the
+  // backward (undefined in the forward); the step's transfers finished.
+  virtual void finish(int64_t j, const at::Tensor& grads) = 0;
+  // After the backward's steps: every rank's share of this rank's own block's dK, dV.
+  virtual at::Tensor home() = 0;
 };
 
-// NOTE [gathered attention]
-// parallel.cp_comm = "all_gather": one all-gather brings every rank's key/value
-// block (what Llama 3 did), then the ring's steps run against the gathered
-// blocks with no further transfer, each with its causal rule (NOTE [ring
-// steps]) and its partial output merged by log-sum-exp (NOTE [ring
-// attention]); the backward computes each block's dK/dV here and one
-// reduce-scatter sums every rank's share into each block's owner. The
-// gathered keys and values stay for the backward: this kind's memory is the
-// whole sequence's K/V per layer, the ring's is one block.
-struct GatheredAttention : torch::autograd::Function<GatheredAttention> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
-                            const at::Tensor& v, const Group* g, int64_t kernel_id) {
-    const auto kernel = static_cast<RingKernel>(kernel_id);
-    const int64_t n = g->size(), r = g->rank, l = q.size(2);
-    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
-    at::Tensor mine = at::stack({k, v}).contiguous();  // (2, b, kv, 2c, d)
-    std::vector<int64_t> shape = mine.sizes().vec();
-    shape.insert(shape.begin(), n);
-    at::Tensor blocks = at::empty(shape, mine.options());  // (cp, 2, b, kv, 2c, d), group order
-    all_gather_into(*g, blocks, mine);
-    at::Tensor out, lse;
-    start_merge(q, out, lse);
-    for (int64_t i = 0; i < n; ++i) {  // the diagonal block first, as in the ring
-      const int64_t j = (r - i + n) % n;
-      const StepRule s = step_rule(r, j, l);
-      const StepOut o = step_forward(kernel, q.narrow(2, s.q_begin, s.q_len), blocks[j][0].narrow(2, 0, s.k_len),
-                                     blocks[j][1].narrow(2, 0, s.k_len), s.causal, scale);
-      merge(out, lse, s, o);
+// parallel.cp_comm = "p2p": the blocks around the ring (NOTE [ring order] in parallel/context_parallel.cpp).
+class RingSource : public KvSource {
+ public:
+  RingSource(const Group* g, at::Tensor own) : cp_{g, CpComm::kP2p}, block_(std::move(own)) {}
+  int64_t block_of(int64_t i, int64_t n, int64_t r, bool) const override { return (r - i + n) % n; }
+  at::Tensor start(int64_t i, int64_t n, bool backward) override {
+    std::vector<at::Tensor> send, recv;
+    next_ = at::Tensor();
+    if (i + 1 < n) {
+      next_ = at::empty_like(block_);
+      send.push_back(block_);
+      recv.push_back(next_);
     }
-    ctx->saved_data["group"] = reinterpret_cast<int64_t>(g);
-    ctx->saved_data["kernel"] = kernel_id;
-    ctx->save_for_backward({q, blocks, out, lse});
+    if (backward && i > 0) {  // the held block's accumulator, from the rank that held it before
+      acc_in_ = at::empty_like(acc_);
+      send.push_back(acc_);
+      recv.push_back(acc_in_);
+    }
+    step_.reset();
+    if (!send.empty()) step_.emplace(cp_, send, recv);
+    return block_;
+  }
+  void finish(int64_t /*j*/, const at::Tensor& grads) override {
+    if (step_) step_->wait();
+    if (grads.defined()) acc_ = acc_in_.defined() ? acc_in_.add_(grads) : grads;
+    acc_in_ = at::Tensor();
+    if (next_.defined()) block_ = next_;
+  }
+  at::Tensor home() override {
+    at::Tensor home = at::empty_like(acc_);
+    RingStep last(cp_, {acc_}, {home});
+    last.wait();
+    return home;
+  }
+
+ private:
+  CpContext cp_;
+  at::Tensor block_, next_, acc_, acc_in_;
+  std::optional<RingStep> step_;
+};
+
+// parallel.cp_comm = "all_gather": every rank's block at once (NOTE [gathered attention]).
+class GatheredSource : public KvSource {
+ public:
+  GatheredSource(const Group* g, at::Tensor blocks) : group_(g), blocks_(std::move(blocks)) {}
+  // (cp, 2, b, kv, 2c, d) in group order from this rank's (2, b, kv, 2c, d).
+  static at::Tensor gather(const Group& g, const at::Tensor& own) {
+    std::vector<int64_t> shape = own.sizes().vec();
+    shape.insert(shape.begin(), g.size());
+    at::Tensor blocks = at::empty(shape, own.options()), mine = own;
+    all_gather_into(g, blocks, mine);
+    return blocks;
+  }
+  int64_t block_of(int64_t i, int64_t n, int64_t r, bool backward) const override {
+    return backward ? i : (r - i + n) % n;
+  }
+  at::Tensor start(int64_t i, int64_t n, bool backward) override {
+    if (backward && !grads_.defined()) grads_ = at::zeros(blocks_.sizes(), blocks_.options().dtype(at::kFloat));
+    return blocks_[block_of(i, n, group_->rank, backward)];
+  }
+  void finish(int64_t j, const at::Tensor& grads) override {
+    if (grads.defined()) grads_[j].copy_(grads);
+  }
+  at::Tensor home() override {
+    at::Tensor home = at::empty(grads_.sizes().slice(1), grads_.options());  // (2, b, kv, 2c, d)
+    reduce_scatter(*group_, home, grads_);
+    return home;
+  }
+
+ private:
+  const Group* group_;
+  at::Tensor blocks_, grads_;
+};
+
+std::unique_ptr<KvSource> kv_source(CpComm comm, const Group* g, const at::Tensor& kv) {
+  if (comm == CpComm::kAllGather) return std::make_unique<GatheredSource>(g, kv);
+  return std::make_unique<RingSource>(g, kv);
+}
+
+// The forward's loop: the fp32 output and log-sum-exp of q's rows over every block.
+std::pair<at::Tensor, at::Tensor> attend(RingKernel kernel, const at::Tensor& q, KvSource& src, int64_t n, int64_t r) {
+  const int64_t l = q.size(2);
+  const double scale = softmax_scale(q);
+  at::Tensor out, lse;
+  start_merge(q, out, lse);
+  for (int64_t i = 0; i < n; ++i) {
+    const at::Tensor block = src.start(i, n, false);
+    const StepRule s = step_rule(r, src.block_of(i, n, r, false), l);
+    const StepOut o = step_forward(kernel, q.narrow(2, s.q_begin, s.q_len), block[0].narrow(2, 0, s.k_len),
+                                   block[1].narrow(2, 0, s.k_len), s.causal, scale);
+    merge(out, lse, s, o);
+    src.finish(0, at::Tensor());
+  }
+  return {out, lse};
+}
+
+// The backward's loop: dq (fp32) and every rank's share of this rank's block's dK, dV (2, ...).
+std::pair<at::Tensor, at::Tensor> attend_backward(RingKernel kernel, const at::Tensor& dout, const at::Tensor& q,
+                                                  const at::Tensor& out, const at::Tensor& lse, const at::Tensor& own,
+                                                  KvSource& src, int64_t n, int64_t r) {
+  const int64_t l = q.size(2);
+  const double scale = softmax_scale(q);
+  at::Tensor dq = at::zeros(q.sizes(), q.options().dtype(at::kFloat));
+  for (int64_t i = 0; i < n; ++i) {
+    const at::Tensor block = src.start(i, n, true);
+    const int64_t j = src.block_of(i, n, r, true);
+    const StepRule s = step_rule(r, j, l);
+    const auto rows = [&](const at::Tensor& t) { return t.narrow(2, s.q_begin, s.q_len); };
+    const StepGrads d = step_backward(kernel, rows(dout), rows(q), block[0].narrow(2, 0, s.k_len),
+                                      block[1].narrow(2, 0, s.k_len), rows(out), rows(lse), s.causal, scale);
+    rows(dq).add_(d.dq);
+    at::Tensor mine = at::zeros(own.sizes(), dq.options());  // (2, b, kv, 2c, d)
+    mine[0].narrow(2, 0, s.k_len).copy_(d.dk);
+    mine[1].narrow(2, 0, s.k_len).copy_(d.dv);
+    src.finish(j, mine);
+  }
+  return {dq, src.home()};
+}
+
+// Attention over this rank's chunks against every rank's key/value blocks, by the source
+// parallel.cp_comm names (NOTE [ring attention]). Saved: q, the source's blocks (the ring: this
+// rank's own; gathered: every rank's), the fp32 output and log-sum-exp.
+struct ContextAttentionFn : torch::autograd::Function<ContextAttentionFn> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
+                            const at::Tensor& v, const Group* g, int64_t comm, int64_t kernel) {
+    const at::Tensor own = at::stack({k, v}).contiguous();  // (2, b, kv, 2c, d)
+    const auto kind = static_cast<CpComm>(comm);
+    const at::Tensor kv = kind == CpComm::kAllGather ? GatheredSource::gather(*g, own) : own;
+    const auto src = kv_source(kind, g, kv);
+    const auto [out, lse] = attend(static_cast<RingKernel>(kernel), q, *src, g->size(), g->rank);
+    ctx->saved_data["group"] = pack_group(g);
+    ctx->saved_data["comm"] = comm;
+    ctx->saved_data["kernel"] = kernel;
+    ctx->save_for_backward({q, kv, out, lse});
     return out.to(q.scalar_type());
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    const Group* g = reinterpret_cast<const Group*>(ctx->saved_data["group"].toInt());
-    const auto kernel = static_cast<RingKernel>(ctx->saved_data["kernel"].toInt());
+    const Group& g = unpack_group(ctx->saved_data["group"]);
+    const auto kind = static_cast<CpComm>(ctx->saved_data["comm"].toInt());
     const auto saved = ctx->get_saved_variables();
-    const at::Tensor &q = saved[0], &blocks = saved[1], &out = saved[2], &lse = saved[3];
-    const int64_t n = g->size(), r = g->rank, l = q.size(2);
-    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
-    const at::Tensor dout = grads[0].to(at::kFloat);
-    at::Tensor dq = at::zeros(q.sizes(), q.options().dtype(at::kFloat));
-    at::Tensor dblocks = at::zeros(blocks.sizes(), blocks.options().dtype(at::kFloat));  // every block's dK, dV from here
-    for (int64_t j = 0; j < n; ++j) {
-      const StepRule s = step_rule(r, j, l);
-      const auto rows = [&](const at::Tensor& t) { return t.narrow(2, s.q_begin, s.q_len); };
-      const StepGrads d = step_backward(kernel, rows(dout), rows(q), blocks[j][0].narrow(2, 0, s.k_len),
-                                        blocks[j][1].narrow(2, 0, s.k_len), rows(out), rows(lse), s.causal, scale);
-      rows(dq).add_(d.dq);
-      dblocks[j][0].narrow(2, 0, s.k_len).copy_(d.dk);
-      dblocks[j][1].narrow(2, 0, s.k_len).copy_(d.dv);
-    }
-    at::Tensor home = at::empty(dblocks.sizes().slice(1), dblocks.options());  // (2, b, kv, 2c, d)
-    reduce_scatter(*g, home, dblocks);
-    return {dq.to(q.scalar_type()), home[0].to(blocks.scalar_type()), home[1].to(blocks.scalar_type()), at::Tensor(),
-            at::Tensor()};
+    const at::Tensor &q = saved[0], &kv = saved[1], &out = saved[2], &lse = saved[3];
+    const auto src = kv_source(kind, &g, kv);
+    const at::Tensor own_shape = kind == CpComm::kAllGather ? kv[0] : kv;
+    const auto [dq, home] = attend_backward(static_cast<RingKernel>(ctx->saved_data["kernel"].toInt()),
+                                            grads[0].to(at::kFloat), q, out, lse, own_shape, *src, g.size(), g.rank);
+    return {dq.to(q.scalar_type()), home[0].to(kv.scalar_type()), home[1].to(kv.scalar_type()), at::Tensor(),
+            at::Tensor(), at::Tensor()};
   }
 };
 
@@ -285,7 +320,7 @@ at::Tensor ring_attention(const CpContext& cp, const at::Tensor& q, const at::Te
                           RingKernel kernel) {
   if (kernel == RingKernel::kFused && !q.device().is_cpu())
     throw std::invalid_argument("ring_attention: the fused step kernel is the CPU's (NOTE [ring step kernels])");
-  return RingAttention::apply(q, k, v, cp.group, static_cast<int64_t>(kernel));
+  return ContextAttentionFn::apply(q, k, v, cp.group, static_cast<int64_t>(CpComm::kP2p), static_cast<int64_t>(kernel));
 }
 
 at::Tensor context_attention(const CpContext& cp, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
@@ -294,8 +329,8 @@ at::Tensor context_attention(const CpContext& cp, const at::Tensor& q, const at:
     case CpComm::kP2p:
       return ring_attention(cp, q, k, v, q.device().is_cpu() ? RingKernel::kFused : RingKernel::kExplicit);
     case CpComm::kAllGather:
-      return GatheredAttention::apply(q, k, v, cp.group,
-                                      static_cast<int64_t>(q.device().is_cpu() ? RingKernel::kFused : RingKernel::kExplicit));
+      return ContextAttentionFn::apply(q, k, v, cp.group, static_cast<int64_t>(CpComm::kAllGather),
+                                       static_cast<int64_t>(q.device().is_cpu() ? RingKernel::kFused : RingKernel::kExplicit));
     case CpComm::kA2a:
       // Ulysses: this rank's share of the heads over the whole sequence, in order.
       return cp_sequence_to_heads(

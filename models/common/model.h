@@ -36,20 +36,17 @@ struct Buffer {
 // NOTE [pipeline side values]
 // What a stage's backward needs from every stage's forward of the same
 // micro-batch: the pooled balancing loss's expert counts (NOTE [pooled aux
-// loss] in models/common/moe.h), whose gradient in any layer reads the counts
-// of all the model's layers. A stage with side_width() = n > 0 (the same n on
-// every stage of the model) has n fp32 values travel beside each activation and
-// each gradient it sends: the executor makes one SideValues per micro-batch
-// and chunk, holding what the previous stage sent (zeros on the first), hands
-// it to set_side() before the training forward (whose layers add their part to
-// `values` and keep the pointer for their backward) and sends `values` on with
-// the activation. The last stage's are then the micro-batch's totals; the
-// executor seals them there, sends them back with the gradient, and before each
-// stage's backward puts the totals it received into that stage's SideValues and
-// seals it. A sealed SideValues is not added to (the re-forward of full
-// recomputation runs inside the backward). The values are a second tensor of the
-// same group of sends and receives, right after the hidden state's.
-// (SideValues: models/common/side_values.h.)
+// loss] in models/common/moe_losses.h), read in any layer's backward. A stage
+// with side_width() = n > 0 (the same n on every stage) sends n fp32 values
+// (SideValues, models/common/side_values.h) beside each activation and
+// gradient, a second tensor of the same group of sends, right after the hidden
+// state. The executor makes one per micro-batch and chunk holding what the
+// previous stage sent (zeros on the first) and hands it to set_side() before
+// the training forward, whose layers add their part and keep the pointer for
+// their backward. The last stage's values are the micro-batch's totals: sealed
+// there, sent back with the gradient and put, sealed, into each stage's
+// SideValues before its backward. A sealed SideValues is not added to (the
+// re-forward of full recomputation runs inside the backward).
 
 // The columns of a row of Stage::take_moe_stats() after its experts' counts, at experts + each.
 enum MoeStatColumn : int64_t { kMoeAux = 0, kMoeZ, kMoeMicroBatches, kMoeAssignments, kMoeBiasRange, kMoeStatExtra };
@@ -106,7 +103,7 @@ class Stage {
   }
   // What the last stage's loss is scaled by in the backward (1 / micro-batches):
   // the scale of the balancing losses an MoE layer adds to its own backward
-  // (NOTE [aux loss in the backward] in models/common/moe.h). A model without
+  // (NOTE [aux loss in the backward] in models/common/moe_losses.h). A model without
   // such losses has nothing to scale.
   virtual void set_loss_scale(double scale) { (void)scale; }
   // NOTE [pipeline side values]: 0 (the default) sends none. set_side(nullptr)
@@ -124,10 +121,10 @@ class Stage {
   // A mixture of experts' statistics since the last call, (model.layers,
   // experts + kMoeStatExtra) fp64 on the stage's device, and resets them;
   // undefined when the stage has no MoE layer or ran no training forward
-  // (NOTE [MoE stats] in models/llama/llama.cpp; the columns after the
+  // (NOTE [MoE stats] in models/common/moe_layer.cpp; the columns after the
   // experts' counts are MoeStatColumn's).
   virtual at::Tensor take_moe_stats() { return at::Tensor(); }
-  // NOTE [expert bias update]: `loads` (layers, experts) fp64 on the stage's
+  // NOTE [expert bias]: `loads` (layers, experts) fp64 on the stage's
   // device, the tokens each expert received in the step over the whole world;
   // each correction bias this stage holds moves by `rate` toward balance.
   virtual void update_expert_bias(const at::Tensor& loads, double rate) { (void)loads, (void)rate; }

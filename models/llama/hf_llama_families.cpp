@@ -69,7 +69,7 @@ void read_qwen3_moe(const json::Value& c, const std::string& cpath, HfLlama& hf)
 }
 
 // n_group and topk_group against the expert count and num_experts_per_tok, in the file's own key
-// names: the same rules as model.moe_router_groups' (NOTE [MoE router] in models/common/moe.h),
+// names: the same rules as model.moe_router_groups' (NOTE [MoE router] in models/common/router.h),
 // which would name Trident's keys for a file that has none of them.
 void check_router_groups(const std::string& cpath, const std::string& experts_key, const ModelConfig& m) {
   const auto n = [](int64_t v) { return std::to_string(v); };

@@ -11,7 +11,8 @@
 #include "models/common/context_attention.h"
 #include "models/common/document_attention.h"
 #include "models/common/mla.h"
-#include "models/common/moe.h"
+#include "models/common/moe_layer.h"
+#include "parallel/expert_parallel.h"
 #include "models/common/rms_norm.h"
 #include "models/llama/llama_rules.h"
 
@@ -271,6 +272,7 @@ LlamaStage::LlamaStage(const ModelConfig& cfg, const ChunkSpec& spec, const TpCo
       if (features.shared_expert_gate) b.shared_expert_gate = at(pre + ".moe.shared_gate.weight");
     }
     blocks_.push_back(b);
+    moe_.push_back(cfg.moe_layer(l) ? std::make_unique<MoeLayer>(cfg) : nullptr);
   }
   if (spec_.has_head) {
     final_norm_ = at("final_norm.weight");
@@ -421,22 +423,9 @@ at::Tensor LlamaStage::latent_attention(const BlockParams& b, const at::Tensor& 
   return row_parallel_linear(tp_, y, compute_param(b.o), at::Tensor());
 }
 
-// NOTE [MoE block]: the tokens of the micro-batch (b·s of them) routed to
-// their top-k experts (models/common/moe.h); each balancing loss joins the
-// layer's backward with its coefficient over the micro-batches, as the LM loss
-// is scaled (NOTE [aux loss in the backward]). The losses feed gradients only:
-// the reported loss is the LM loss, as Megatron reports it.
+// NOTE [MoE block] in models/common/moe_layer.h: the micro-batch's b·s tokens through the layer's
+// MoeLayer, which reads the whole micro-batch on every tp rank.
 at::Tensor LlamaStage::moe(int64_t layer, const BlockParams& b, const at::Tensor& x, const Side& side) const {
-  RouterOptions o;
-  o.experts = cfg_.experts;
-  o.top_k = cfg_.moe_top_k;
-  o.norm_topk_prob = cfg_.moe_norm_topk_prob;
-  o.capacity_factor = cfg_.moe_capacity_factor;
-  o.drop_by_position = cfg_.moe_token_drop_policy == "position";
-  o.score = cfg_.moe_score_function;
-  o.n_group = cfg_.moe_router_groups;
-  o.topk_group = cfg_.moe_router_group_topk;
-  o.routed_scaling_factor = cfg_.moe_routed_scaling_factor;
   MoeWeights w;
   w.router = compute_param(b.router);
   // NOTE [expert bias]: fp32 always (it only orders scores), never a gradient.
@@ -453,111 +442,34 @@ at::Tensor LlamaStage::moe(int64_t layer, const BlockParams& b, const at::Tensor
   EpContext ep = ep_;
   ep.layer = static_cast<int>(layer);  // names its all-to-alls (NOTE [all-to-all order])
   ep.tp = tp_.group;
-  ep.caller_reduces = true;
-  // NOTE [experts under tensor parallelism]: the layer reads the whole micro-batch on every tp rank;
-  // under sequence parallelism its slices are gathered first (their gradients are whole: each rank
-  // keeps its own). The split experts' parts are reduced once: reduce-scattered into this rank's
-  // slice under sequence parallelism, else all-reduced; whole outputs are sliced (their gradient
-  // gathered) under sequence parallelism.
-  const bool sp = tp_.sequence_parallel;
-  const at::Tensor whole = sp ? gather_along(tp_, x, 1) : x;
-  const MoeOutput out = moe_forward(whole.reshape({-1, whole.size(-1)}), w, o, &ep);
-  at::Tensor y = !out.reduced && !sp ? reduce_from_tp(tp_, out.y) : out.y;
-  y = y.view(whole.sizes());
-  if (sp) y = out.reduced ? scatter_along(tp_, y, 1) : reduce_scatter_seq(tp_, y);
-  // Under context parallelism the counts are the whole sequences' (NOTE [balancing losses under context parallelism]).
-  const bool pooled = cfg_.moe_aux_loss == "pooled_aux_loss";
-  at::Tensor aux;
-  if (pooled) {
-    // NOTE [pooled aux loss]: this layer's counts join the micro-batch's (once: not in the re-forward
-    // of full recomputation, which runs in the backward after the totals came in); its scores get
-    // their gradient from the totals in the backward. The statistic is the layer's own pooled loss.
-    const at::Tensor counts = pooled_counts(out.routing), score_sums = out.routing.aux_scores.sum(0);
-    const double t = static_cast<double>(out.routing.aux_scores.size(0)), e = static_cast<double>(cfg_.experts);
-    aux = (counts * score_sums).sum() * (e / (t * t));
-    if (side && !side->sealed) side->values.add_(counts);
-    if (side && cfg_.moe_aux_loss_coeff > 0 && at::GradMode::is_enabled()) {
-      const double nt = static_cast<double>(config_rules::moe_layers(cfg_)) * t;
-      y = attach_pooled_aux_loss(y, score_sums, side->values, cfg_.moe_aux_loss_coeff * loss_scale_ * e / (nt * nt));
-    }
-  } else {
-    aux = cfg_.moe_aux_loss == "seq_aux_loss" ? seq_aux_loss(out.routing, o.top_k, x.size(0), cp_.group)
-                                              : switch_aux_loss(out.routing, o.top_k, cp_.group);
-  }
-  const at::Tensor z = z_loss(out.routing);
-  if (cfg_.moe_aux_loss_coeff > 0 && !pooled) y = attach_aux_loss(y, aux * cfg_.moe_aux_loss_coeff, loss_scale_);
-  if (cfg_.moe_z_loss_coeff > 0) y = attach_aux_loss(y, z * cfg_.moe_z_loss_coeff, loss_scale_);
-  // NOTE [MoE stats]: a training forward counts once per micro-batch. Under full recomputation the
-  // first forward runs with grad mode off and the re-forward in the backward with it on; evaluation
-  // runs with it off.
-  if (at::GradMode::is_enabled()) {
-    at::NoGradGuard no_grad;
-    const int64_t e = cfg_.experts;
-    if (!moe_stats_.defined())
-      moe_stats_ = at::zeros({cfg_.layers, e + kMoeStatExtra}, x.options().dtype(at::kDouble));
-    // Every column but the bias range, which take_moe_stats() fills in once.
-    moe_stats_[layer].narrow(0, 0, e + kMoeBiasRange)
-        .add_(at::cat({out.counts.to(at::kDouble), aux.detach().to(at::kDouble).reshape({1}),
-                       z.detach().to(at::kDouble).reshape({1}), at::ones({1}, moe_stats_.options()),
-                       at::full({1}, static_cast<double>(out.assignments), moe_stats_.options())}));
-  }
-  return y;
+  ep.sequence_parallel = tp_.sequence_parallel;
+  return moe_.at(static_cast<size_t>(layer - spec_.first_layer))->forward(x, w, ep, cp_.group, loss_scale_, side);
 }
 
-// NOTE [MoE stats]
-// Row l of what take_moe_stats() returns, for an MoE layer l this stage holds,
-// each column summed over the micro-batches since the last take: the tokens
-// each expert received (kMoeStatCounts..), the balancing loss the layer
-// computes (model.moe_aux_loss's kind, without its coefficient), its z-loss,
-// the number of micro-batches, the assignments its dispatch routed before
-// dropping (in the counts' scope: the received tokens plus the dropped ones)
-// and the correction bias's range (max - min; 0 without one) times the
-// micro-batches: the bias moves only after the take, so the range is read
-// once there rather than in every forward. Rows of other
-// layers are zero, so the trainer sums every rank's tensor over the world
-// (pipeline stages hold different layers, data-parallel replicas the same
-// ones), divides the losses and the range by the micro-batches (a mean: every
-// holder of a layer has the same bias) and reads it once, on a logged step.
 // NOTE [pooled aux loss]: one count per expert beside every boundary tensor, on every stage of the
 // model (a stage without MoE layers passes them on).
-int64_t LlamaStage::side_width() const {
-  return cfg_.experts > 0 && cfg_.moe_aux_loss == "pooled_aux_loss" && cfg_.moe_aux_loss_coeff > 0 ? cfg_.experts : 0;
-}
+int64_t LlamaStage::side_width() const { return MoeLayer::side_width(cfg_); }
 
+// NOTE [MoE stats] in models/common/moe_layer.cpp: one row per MoE layer this stage holds.
 at::Tensor LlamaStage::take_moe_stats() {
-  at::Tensor out = moe_stats_;
-  moe_stats_ = at::Tensor();
-  if (out.defined()) {
-    at::NoGradGuard no_grad;
-    const int64_t e = cfg_.experts;
-    for (size_t i = 0; i < blocks_.size(); ++i) {
-      if (blocks_[i].router_bias == kNone) continue;
-      const at::Tensor bias = params_[blocks_[i].router_bias].tensor;
-      const int64_t l = spec_.first_layer + static_cast<int64_t>(i);
-      out[l][e + kMoeBiasRange].copy_((bias.max() - bias.min()).to(at::kDouble) * out[l][e + kMoeMicroBatches]);
-    }
+  at::Tensor out;
+  for (size_t i = 0; i < moe_.size(); ++i) {
+    if (!moe_[i]) continue;
+    const at::Tensor bias = blocks_[i].router_bias == kNone ? at::Tensor() : params_[blocks_[i].router_bias].tensor;
+    const at::Tensor row = moe_[i]->take_stats(bias);
+    if (!row.defined()) continue;
+    if (!out.defined()) out = at::zeros({cfg_.layers, row.size(0)}, row.options());
+    out[spec_.first_layer + static_cast<int64_t>(i)].copy_(row);
   }
   return out;
 }
 
-// NOTE [expert bias update]
-// DeepSeek-V3's auxiliary-loss-free balancing (its report, section 2.1.2;
-// megatron-core's get_updated_expert_bias): once per step, after the backward
-// and before the optimizer, each MoE layer's correction bias moves by
-// rate · sign(mean load − load_e), the loads the tokens each expert received
-// in the step over every micro-batch, data-parallel (and expert- and
-// context-parallel) replica and pipeline stage. The loads are the world's
-// sum, the same on every rank, so every replica's bias stays the same; in
-// fp32 as the bias is. The update precedes the optimizer step, which leaves
-// the bias as it is (NOTE [expert bias]) and, under ZeRO, gathers its
-// owner's value, already moved alike on every rank.
+// NOTE [expert bias] in models/common/router.h: the loads are the world's, the same on every rank.
 void LlamaStage::update_expert_bias(const at::Tensor& loads, double rate) {
-  at::NoGradGuard no_grad;
   for (size_t i = 0; i < blocks_.size(); ++i) {
     if (blocks_[i].router_bias == kNone) continue;
-    const at::Tensor load = loads[spec_.first_layer + static_cast<int64_t>(i)];
-    at::Tensor& bias = params_[blocks_[i].router_bias].tensor;
-    bias.add_((load.mean() - load).sign().to(at::kFloat) * rate);
+    trident::update_expert_bias(params_[blocks_[i].router_bias].tensor,
+                                loads[spec_.first_layer + static_cast<int64_t>(i)], rate);
   }
 }
 

@@ -37,6 +37,7 @@
 #include "core/param.h"
 #include "models/common/cast_cache.h"
 #include "models/common/model.h"
+#include "models/common/moe_layer.h"
 #include "models/common/plan.h"
 #include "parallel/tensor_parallel.h"
 
@@ -78,7 +79,7 @@ class LlamaStage : public Stage {
   int64_t side_width() const override;
   void set_side(std::shared_ptr<SideValues> side) override { side_ = std::move(side); }
   at::Tensor take_moe_stats() override;  // NOTE [MoE stats]
-  void update_expert_bias(const at::Tensor& loads, double rate) override;  // NOTE [expert bias update]
+  void update_expert_bias(const at::Tensor& loads, double rate) override;  // NOTE [expert bias]
 
  private:
   static constexpr size_t kNone = static_cast<size_t>(-1);
@@ -131,12 +132,12 @@ class LlamaStage : public Stage {
   at::ScalarType boundary_ = at::kFloat;  // what the hidden state crosses a pipeline boundary in
   double loss_scale_ = 1.0;                // the aux losses' backward scale (set_loss_scale)
   Side side_;                              // set_side(): the next forward's (NOTE [pipeline side values])
-  mutable at::Tensor moe_stats_;           // NOTE [MoE stats]: (layers, experts + 3) fp64, since the last take
   at::Tensor cos_, sin_;  // (seq_len / cp, head_dim) fp32 at this rank's positions, on the stage's device (buffers())
   mutable RopeTables rope_;
   std::shared_ptr<const Documents> docs_;  // the next forward's documents, or none (NOTE [packed documents])
   size_t word_ = 0, final_norm_ = 0, head_ = 0;
   std::vector<BlockParams> blocks_;  // blocks_[l - spec_.first_layer]
+  std::vector<std::unique_ptr<MoeLayer>> moe_;  // likewise; null for a dense layer
 };
 
 class LlamaModel : public Model {

@@ -21,7 +21,7 @@ std::string g(double v) { return config_number(v); }
 //   deepseek_v3 multi-head latent attention (NOTE [MLA] in models/common/mla.h, NOTE [MLA keys]); ungated
 //               shared experts (model.moe_shared_ffn_hidden, optional); its router is the model.moe_* router keys
 // The three after Mixtral may keep the first model.moe_first_dense layers dense. All four MoE families at
-// tp > 1: NOTE [experts under tensor parallelism] in models/common/moe.h.
+// tp > 1: NOTE [experts under tensor parallelism] in parallel/token_dispatcher.h.
 struct DecoderFamily {
   const char* name;
   ModelFeatures features;

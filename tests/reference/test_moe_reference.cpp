@@ -1,4 +1,4 @@
-// Trident's MoE layer (models/common/moe.h) against transformers' own blocks:
+// Trident's MoE layer (models/common/moe_layer.h) against transformers' own blocks:
 // tests/reference/moe_reference.py runs MixtralSparseMoeBlock,
 // Qwen2MoeSparseMoeBlock and DeepseekV3MoE on random weights of odd sizes and
 // load_balancing_loss_func on three layers' logits, and writes everything to a
@@ -17,7 +17,10 @@
 #include <vector>
 
 #include "checkpoint/safetensors.h"
-#include "models/common/moe.h"
+#include "models/common/experts.h"
+#include "models/common/moe_layer.h"
+#include "models/common/moe_losses.h"
+#include "parallel/token_permutation.h"
 
 namespace trident {
 namespace {

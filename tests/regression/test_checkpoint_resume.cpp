@@ -258,7 +258,7 @@ TEST(CheckpointReshard, Qwen2MoeDp2Pp2ToOneProcess) {
 }
 
 // DeepSeek-V3: the correction biases, which the loads move every step (NOTE
-// [expert bias update]), are parameters (NOTE [expert bias]): they come back
+// [expert bias]), are parameters (NOTE [expert bias]): they come back
 // with the checkpoint, so the resumed run routes as the unbroken one, exactly.
 TEST(CheckpointResume, DeepseekV3BiasesResumeBitExact) {
   TempDir tmp("resume-deepseek");

@@ -1,7 +1,7 @@
 // DeepSeek-V3's own pieces against closed forms, each alone and fast (before
 // this file only ReferenceTrainingDeepseekV3, minutes of training, saw them):
-//  - the auxiliary-loss-free balancing (NOTE [expert bias update] in
-//    models/llama/llama.cpp; DeepSeek-V3's report, sec. 2.1.2): from known
+//  - the auxiliary-loss-free balancing (NOTE [expert bias] in
+//    models/common/router.h; DeepSeek-V3's report, sec. 2.1.2): from known
 //    loads each correction bias moves by exactly +rate where its expert is
 //    under-loaded and -rate where over-loaded, nothing at the mean;
 //  - MLA's latent RMSNorms (NOTE [MLA] in models/common/mla.h): mla_latents

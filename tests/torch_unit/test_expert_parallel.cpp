@@ -21,7 +21,10 @@
 #include <vector>
 
 #include "core/free_port.h"
-#include "models/common/moe.h"
+#include "models/common/experts.h"
+#include "models/common/moe_layer.h"
+#include "models/common/moe_losses.h"
+#include "parallel/token_permutation.h"
 #include "parallel/data_parallel.h"
 #include "parallel/expert_parallel.h"
 #include "parallel/layout.h"

@@ -1,4 +1,4 @@
-// The MoE layer's parts (models/common/moe.h) against a per-token loop written
+// The MoE layer's parts (models/common/moe_layer.h and its parts) against a per-token loop written
 // out here: routing, dispatch and combine, the experts' GEMMs on sorted rows,
 // empty experts, one expert taking every token, ties, groups, the losses.
 // transformers' own blocks are the reference in tests/reference/test_moe_reference.cpp.
@@ -10,7 +10,10 @@
 #include <tuple>
 #include <vector>
 
-#include "models/common/moe.h"
+#include "models/common/experts.h"
+#include "models/common/moe_layer.h"
+#include "models/common/moe_losses.h"
+#include "parallel/token_permutation.h"
 #include "parallel/weight_grad_queue.h"
 
 namespace trident {
@@ -53,7 +56,7 @@ TEST(Moe, SortedExpertsEqualThePerTokenDefinition) {
 
 TEST(Moe, PermuteThenCombineIsTheIdentityWithOneHotWeights) {
   const at::Tensor experts = at::tensor({3, 0, 0, 2, 3, 3, 1, 0}, at::kLong).view({4, 2});
-  const Dispatch d = dispatch(experts, 4);
+  const Permutation d = sort_by_expert(experts, 4);
   EXPECT_TRUE(at::equal(d.counts, at::tensor({3, 1, 1, 3}, at::kLong)));
   // Sorted by expert, stably: expert 0's rows come from tokens 0, 1, 3 in that order.
   EXPECT_TRUE(at::equal(d.token, at::tensor({0, 1, 3, 3, 1, 0, 2, 2}, at::kLong)));
@@ -61,7 +64,7 @@ TEST(Moe, PermuteThenCombineIsTheIdentityWithOneHotWeights) {
   const at::Tensor rows = permute(x, d);
   for (int64_t j = 0; j < rows.size(0); ++j) EXPECT_TRUE(at::equal(rows[j], x[d.token[j].item<int64_t>()]));
   const at::Tensor first_slot = at::tensor({1.f, 0.f}).repeat({4, 1});
-  EXPECT_TRUE(at::equal(combine(rows, first_slot, d, 4), x));
+  EXPECT_TRUE(at::equal(unpermute(rows, first_slot, d, 4), x));
 }
 
 TEST(Moe, ExpertsWithNoTokensAndOneExpertWithEveryToken) {
@@ -78,7 +81,7 @@ TEST(Moe, ExpertsWithNoTokensAndOneExpertWithEveryToken) {
   // The bias chose; the weight is expert 4's own softmax score, renormalised over k = 1: exactly 1.
   EXPECT_TRUE(at::equal(out.routing.weights, at::ones({kT, 1})));
   EXPECT_TRUE(at::allclose(out.y, swiglu(x, w.gate[4], w.up[4], w.down[4]), 1e-6, 1e-6));
-  const Dispatch d = dispatch(out.routing.experts, o.experts);
+  const Permutation d = sort_by_expert(out.routing.experts, o.experts);
   EXPECT_TRUE(at::equal(d.counts, at::tensor(std::vector<int64_t>{0, 0, 0, 0, kT, 0})));
 }
 
@@ -375,18 +378,24 @@ TEST(Moe, RouterOptionsThatCannotRouteAreRefused) {
   RouterOptions o;
   o.experts = 8;
   o.top_k = 9;
-  EXPECT_NE(error(o).find("top_k = 9"), std::string::npos) << error(o);
+  EXPECT_NE(error(o).find("model.moe_top_k (9)"), std::string::npos) << error(o);
   o.top_k = 2;
   o.n_group = 3;
-  EXPECT_NE(error(o).find("n_group = 3 does not divide the 8 experts"), std::string::npos) << error(o);
+  EXPECT_NE(error(o).find("model.moe_router_groups (3) must divide model.experts (8)"), std::string::npos) << error(o);
   o.n_group = 4;
   o.topk_group = 5;
-  EXPECT_NE(error(o).find("topk_group = 5"), std::string::npos) << error(o);
+  EXPECT_NE(error(o).find("model.moe_router_group_topk (5)"), std::string::npos) << error(o);
   o.topk_group = 2;
   o.score = "relu";
   EXPECT_NE(error(o).find("\"relu\""), std::string::npos) << error(o);
   o.score = "sigmoid";
   EXPECT_EQ(error(o), "accepted");
+  // NOTE [MoE router]: groups of one expert route, each group's score its expert's.
+  o.n_group = 8;
+  o.topk_group = 2;
+  EXPECT_EQ(error(o), "accepted");
+  const Routing r = route(at::eye(8).narrow(0, 0, 3) * 4, at::eye(8), at::Tensor(), o);
+  EXPECT_TRUE(at::equal(r.experts.select(1, 0), at::arange(3, at::kLong)));
 }
 
 }  // namespace
@@ -418,11 +427,11 @@ TEST(MoeCapacity, ExpertsKeepTheirBestOrEarliestAssignments) {
   o.capacity_factor = 0.5;  // ceil(1) = 1 each
   EXPECT_TRUE(at::equal(keep_within_capacity(r, o).view({-1}), flags({1, 0, 0, 1})));
   // Dispatch and combine without the dropped: token 0's row is empty.
-  const Dispatch d = dispatch(r.experts, 2, by_probs);
+  const Permutation d = sort_by_expert(r.experts, 2, by_probs);
   EXPECT_TRUE(at::equal(d.counts, at::tensor({2, 1}, at::kLong))) << d.counts;
   EXPECT_TRUE(at::equal(d.token, at::tensor({1, 2, 3}, at::kLong))) << d.token;
   const at::Tensor rows = at::ones({3, 2});
-  const at::Tensor y = combine(rows, r.weights, d, 4);
+  const at::Tensor y = unpermute(rows, r.weights, d, 4);
   EXPECT_TRUE(at::equal(y[0], at::zeros({2}))) << y;
   EXPECT_FLOAT_EQ(y[3][0].item<float>(), 0.7f);
 }

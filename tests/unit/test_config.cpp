@@ -3,6 +3,7 @@
 #include "core/config.h"
 #include "core/activation_memory.h"
 #include "core/config_rules.h"
+#include "core/router_options.h"
 #include "framework/config_tables.h"
 #include "models/gpt/gpt_rules.h"
 #include "schedules/generators.h"
@@ -12,9 +13,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <regex>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "schedules/generators.h"
 
@@ -763,4 +767,26 @@ TEST(Config, HostMemoryCountsTheActivationsInFlight) {
   EXPECT_THROW(trident::check_host_resources(one, kGptShape, 1, host, 0, {1}), trident::ConfigError);
   one.parallel.cp = 8;
   EXPECT_NO_THROW(trident::check_host_resources(one, kGptShape, 8, 8 * host, 0, {1}));
+}
+
+// NOTE [MoE router] in models/common/router.h: the config check refuses exactly what the router's
+// own rules (core/router_options.h) refuse, in their words; a group of one expert routes (its
+// score is its expert's), so model.moe_router_groups = model.experts is a config.
+TEST(Config, MoeRouterKeysFollowTheRoutersRules) {
+  const std::string ds = std::string(TRIDENT_SOURCE_DIR) + "/configs/deepseek-v3-tiny.toml";
+  const Config one = trident::load_checked_config(ds, {"model.moe_router_groups=8", "model.moe_router_group_topk=2"});
+  EXPECT_EQ(trident::router_options_error(trident::router_options(one.model)), "");
+  const trident::ModelConfig base = one.model;
+  const std::vector<std::pair<std::string, std::function<void(trident::ModelConfig&)>>> bad = {
+      {"model.moe_router_groups=3", [](trident::ModelConfig& m) { m.moe_router_groups = 3; }},
+      {"model.moe_router_group_topk=5", [](trident::ModelConfig& m) { m.moe_router_groups = 4, m.moe_router_group_topk = 5; }},
+      {"model.moe_top_k=9", [](trident::ModelConfig& m) { m.moe_router_groups = 4, m.moe_top_k = 9; }}};
+  for (const auto& [set, apply] : bad) {
+    const std::string error = error_of([&, set = set] { trident::load_checked_config(ds, {set}); });
+    trident::ModelConfig m = base;
+    apply(m);
+    const std::string rule = trident::router_options_error(trident::router_options(m));
+    EXPECT_FALSE(rule.empty()) << set;
+    EXPECT_NE(error.find(rule), std::string::npos) << set << ": " << error;
+  }
 }
