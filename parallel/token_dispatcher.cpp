@@ -37,7 +37,7 @@ ExpertRows TokenDispatcher::dispatch(const at::Tensor& tokens, const at::Tensor&
   return exchange(xs, e, w, kept);
 }
 
-at::Tensor TokenDispatcher::combine(const at::Tensor& rows, const SharedExperts& shared) {
+at::Tensor TokenDispatcher::combine(const at::Tensor& rows, const SharedExpertsPart& shared) {
   const TpContext tp{ep_.tp}, sl{ep_.token_slices}, et{ep_.expert_tp};
   const bool slices = sl.size() > 1, split = et.size() > 1;
   // The routed and the shared parts summed on this rank and reduced once where the experts split

@@ -37,7 +37,7 @@ namespace trident {
 // The shared experts beside the routed ones: `part` gives this rank's tp part of their output (a
 // sum over tp), `gate`, when set, the (T, 1) factor of the whole output (Qwen2-MoE's sigmoid gate).
 // Called by combine() where their sum joins the routed part's reductions.
-struct SharedExperts {
+struct SharedExpertsPart {
   std::function<at::Tensor()> part;
   std::function<at::Tensor()> gate;
 };
@@ -63,7 +63,7 @@ class TokenDispatcher {
                       const at::Tensor& keep);
   // The experts' outputs in dispatch()'s order -> the layer's output in x's layout: each token's
   // weighted outputs plus the shared experts', reduced over tp.
-  at::Tensor combine(const at::Tensor& rows, const SharedExperts& shared = {});
+  at::Tensor combine(const at::Tensor& rows, const SharedExpertsPart& shared = {});
 
   const at::Tensor& counts() const { return counts_; }  // (E) int64: this rank's rows per expert
   int64_t assignments() const { return assignments_; }  // the (token, slot) pairs routed before dropping

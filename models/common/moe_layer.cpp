@@ -23,7 +23,7 @@ MoeOutput moe_forward(const at::Tensor& x, const MoeWeights& w, const RouterOpti
   const at::Tensor keep = o.capacity_factor > 0 ? keep_within_capacity(out.routing, o) : at::Tensor();
   const ExpertRows in = dispatcher->dispatch(tokens, out.routing.experts, out.routing.weights, keep);
   const at::Tensor rows = experts_swiglu(in.rows, in.counts, w.gate, w.up, w.down);
-  SharedExperts shared;
+  SharedExpertsPart shared;
   if (w.shared_gate.defined()) {  // split over tp as the dense MLP
     const TpContext tp{ep ? ep->tp : nullptr};
     shared.part = [&, tp]() { return swiglu(copy_to_tp(tp, tokens), w.shared_gate, w.shared_up, w.shared_down); };
