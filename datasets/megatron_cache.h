@@ -13,27 +13,21 @@
 // sequences as megatron-core cuts them (int(round(share * n))). The three arrays
 // are .npy files (version 1 to 3, little-endian int32, int64 or uint32, C order)
 // and are checked against each other and the dataset before they are used.
-//
-// Written (when no cache matches), they are what megatron-core writes for the
-// same GPTDataset, byte for byte: the description is megatron-core's
-// unique_description, json.dumps(indent=4) of class, dataset_path (data.path or
-// the data.paths entry, as given), num_samples, index_split, random_seed,
-// sequence_length, split (data.split, as given), split_matrix (its book-ends,
-// the first 0 an integer, a split without share null) and tokenizer (the
-// tokenizer's unique_identifiers: data.cache_tokenizer, since Trident's own
-// tokenizers are not megatron-core's), and the files are named by its md5. The
-// arrays are numpy.save's version 1.0 files: document index int32, sample index
-// int32 (int64 once the document index passes 2^31 - 1 entries, as
-// helpers.build_sample_idx chooses), shuffle index uint32 (int64 from 2^32 - 2
-// samples), C order. Each file goes to a temp file named for the writing
-// process and is renamed into place, the description last, so a reader that
-// finds a description finds whole arrays beside it (megatron-core wants all
-// four files; read_gpt_cache starts from the description), and two writers of
-// the same cache (two runs sharing the folder) write identical bytes and never
-// share a temp file. In a run only global rank 0 writes (the other ranks build
-// the same indices and read or write nothing more); megatron-core likewise
-// builds and saves on rank 0. A folder that cannot be written, when a cache must
-// be, is an error naming the file, as megatron-core fails there too.
+// NOTE [Megatron cache writes]
+// Written (when no cache matches), they are what megatron-core writes for the same
+// GPTDataset, byte for byte: the description is its unique_description,
+// json.dumps(indent=4) of class, dataset_path (data.path or the data.paths entry, as
+// given), num_samples, index_split, random_seed, sequence_length, split (data.split, as
+// given), split_matrix (its book-ends, the first 0 an integer, a split without share
+// null) and tokenizer (data.cache_tokenizer: Trident's tokenizers are not megatron-core's);
+// files are named by its md5. The arrays are numpy.save 1.0 files in C order: document
+// index int32, sample index int32 (int64 once the document index passes 2^31 - 1 entries,
+// as helpers.build_sample_idx chooses), shuffle index uint32 (int64 from 2^32 - 2 samples).
+// Each goes to a temp file named for its process and is renamed into place, description
+// last: a reader that finds it finds whole arrays (read_gpt_cache starts from it), and two
+// writers of one cache write identical bytes, never sharing a temp file. Only global rank 0
+// writes, as in megatron-core; a folder that cannot be written, when a cache must be, is
+// an error naming the file.
 #pragma once
 
 #include <cstdint>

@@ -3,23 +3,19 @@
 //
 // NOTE [Megatron index format] (megatron/core/datasets/indexed_dataset.py,
 // _IndexWriter; little-endian):
-//   offset  0  char[9]  magic "MMIDIDX\0\0"
-//   offset  9  u64      version (1)
+//   offset  0  char[9]  magic "MMIDIDX\0\0";  offset 9  u64  version (1)
 //   offset 17  u8       dtype code: 1 uint8, 2 int8, 3 int16, 4 int32, 5 int64,
 //                       6 float64, 7 float32, 8 uint16
-//   offset 18  u64      sequence count S
-//   offset 26  u64      document index count D (documents + 1)
+//   offset 18  u64      sequence count S;  offset 26  u64  document index count D (documents + 1)
 //   offset 34  int32[S] sequence lengths, in tokens
 //              int64[S] sequence pointers: byte offsets into PREFIX.bin
-//              int64[D] document indices: the first sequence of each document, from
-//                       0 up to S (IndexedDatasetBuilder starts the list with 0)
+//              int64[D] document indices: each document's first sequence, from 0 up to S
 //   (a multimodal index adds int8[S] sequence modes: not read here)
-// PREFIX.bin is the sequences' tokens in the dtype, back to back. Trident reads
-// uint16 and int32 files (what Megatron's preprocess_data.py writes for
-// vocabularies below and above 65500) and trains on the concatenation of the
-// sequences in order (of one split, see megatron_split); the sample order of
-// datasets/README.md applies to it. MegatronWriter writes the files as
-// preprocess_data.py does without --split-sentences: one sequence per document.
+// PREFIX.bin is the sequences' tokens in the dtype, back to back. Trident reads uint16 and
+// int32 files (Megatron's preprocess_data.py's for vocabularies below and above 65500) and
+// trains on the sequences in order (of one split, see megatron_split); the sample order of
+// datasets/README.md applies to it. MegatronWriter writes the files as preprocess_data.py
+// does without --split-sentences: one sequence per document.
 #pragma once
 
 #include <array>

@@ -1,34 +1,29 @@
 // Megatron's sample order over Megatron datasets (data.order = "megatron"): the
 // indices megatron-core's GPTDataset and BlendedDataset build, computed again.
 //
-// NOTE [Megatron GPT samples] (megatron-core 0.16: datasets/gpt_dataset.py,
-// helpers.cpp, blended_megatron_dataset_builder.py, blended_dataset.py)
+// NOTE [Megatron GPT samples] (megatron-core 0.16: datasets/gpt_dataset.py, helpers.cpp)
 // One dataset's split is the sequences [begin, end) (NOTE [Megatron split]); with
 // `num_samples` asked of it and sequence length L:
-//   tokens per epoch T = the sum of those sequences' lengths; epochs E = the fewest
-//     with E * T >= num_samples * L + 1;
-//   the last epoch goes apart when E > 1 and the samples it adds,
+//   tokens per epoch T = the sum of their lengths; epochs E = the fewest with E * T >=
+//     num_samples * L + 1; the last epoch goes apart when E > 1 and the samples it adds,
 //     num_samples - ((E-1) * T - 1) / L, are fewer than int(0.8 * ((T - 1) / L));
-//   document index: the split's sequence ids repeated E times (int32), shuffled
-//     by one numpy RandomState(seed) (NOTE [numpy RandomState]); apart: the first
-//     E - 1 epochs shuffled, then the last epoch shuffled on its own;
-//   sample index (build_sample_idx): (E * T - 1) / L samples, each L + 1 tokens
-//     read through the document index; row k is (position in the document index,
-//     offset in that sequence) where sample k starts, and sample k ends on row
-//     k + 1's sequence at its offset inclusive: neighbours share one token;
-//   shuffle index: [0, S) shuffled by the same RandomState after the document
-//     index (apart: [0, S') and [S', S) shuffled one after the other, S' the
-//     samples of the first E - 1 epochs);
+//   document index: the sequence ids repeated E times (int32), shuffled by one numpy
+//     RandomState(seed) (NOTE [numpy RandomState]); apart: the first E - 1 epochs, then the last;
+//   sample index (build_sample_idx): (E * T - 1) / L samples of L + 1 tokens; row k is
+//     (position in the document index, offset in that sequence) where sample k starts, and
+//     sample k ends on row k + 1's sequence at its offset inclusive: neighbours share a token;
+//   shuffle index: [0, S) shuffled by the same RandomState after the document index
+//     (apart: [0, S') then [S', S), S' the samples of the first E - 1 epochs);
 //   sample i is sample shuffle[i] of the sample index.
-// A blend (data.paths) of normalised weights w_d asked for N samples asks dataset
-// d for ceil(ceil(N * w_d) * (1 + surplus)) (megatron-core's
-// mid_level_dataset_surplus, 0.005 by default) and blends sum_d ceil(N * w_d)
-// positions with build_blending_indices (NOTE [blended sample order] in
-// dataset.h) over the weights normalised once more (BlendedDataset normalises
-// what the builder already normalised; numpy's pairwise sum makes that differ
-// from the first in the last bit now and then). Position p's sample is dataset
-// b(p)'s sample c_{b(p)}(p). A single data.path is a GPTDataset alone, asked for N.
-// tests/reference/test_megatron_samples.py compares all of it with megatron-core.
+// tests/reference/test_megatron_samples.py compares it, and NOTE [Megatron blend], with megatron-core.
+// NOTE [Megatron blend] (megatron-core 0.16: blended_megatron_dataset_builder.py, blended_dataset.py)
+// A blend (data.paths) of normalised weights w_d asked for N samples asks dataset d for
+// ceil(ceil(N * w_d) * (1 + surplus)) (megatron-core's mid_level_dataset_surplus, 0.005 by
+// default) and blends sum_d ceil(N * w_d) positions with build_blending_indices (NOTE
+// [blended sample order] in dataset.h) over the weights normalised once more (BlendedDataset
+// normalises what the builder already normalised; numpy's pairwise sum makes that differ
+// from the first in the last bit now and then). Position p's sample is dataset b(p)'s
+// sample c_{b(p)}(p). A single data.path is a GPTDataset alone, asked for N.
 #pragma once
 
 #include <cstdint>

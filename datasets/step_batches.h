@@ -28,19 +28,17 @@ struct BatchShape {
 // With any of data.reset_position_ids, reset_attention_mask, eod_mask_loss or
 // completion_only_loss, micro-batch mb also has (NOTE [sample documents] in
 // datasets/documents.h says what each holds, as megatron-core's GPTDataset builds it):
-//   position_ids  (mbs, seq / cp) int64, on the device: each input's position, at the
-//                 same positions as the inputs (this cp rank's chunks);
-//   loss_mask     (mbs, seq / cp) float32, on the device: 1 where the target's loss counts,
-//                 0 where it is dropped; weighs targets element for element;
-//   cu_seqlens    (D + 1) int32, on the device: the document boundaries of the micro-batch's
-//                 whole samples (every cp rank holds all of them) with its rows laid end to
-//                 end, row r at r x seq: 0 first, mbs x seq last, each r x seq one of them;
-//                 what CUDA's flash attention takes as cu_seqlens_q and cu_seqlens_k;
-//   max_seqlen    the longest document (its max_seqlen_q / max_seqlen_k).
-// With none of them the tensors are undefined and nothing is computed or copied.
+//   position_ids  (mbs, seq / cp) int64, device: each input's position (this cp rank's chunks);
+//   loss_mask     (mbs, seq / cp) float32, device: 1 where the target's loss counts, 0 where
+//                 it is dropped; weighs targets element for element;
+//   cu_seqlens    (D + 1) int32, device: the document boundaries of the micro-batch's whole
+//                 samples (every cp rank holds all) with its rows end to end, row r at r x seq:
+//                 0 first, mbs x seq last, each r x seq one of them (flash attention's
+//                 cu_seqlens_q and cu_seqlens_k); max_seqlen the longest document;
 //   lengths       host: each row's document lengths (cu_seqlens' differences within the row),
 //                 which spans a stage's attention computes without reading the device;
 //   restarts      whether any position_ids differ from the undivided sample's 0, 1, ...
+// With none of them the tensors are undefined and nothing is computed or copied.
 struct DocumentBatch {
   at::Tensor position_ids, loss_mask, cu_seqlens;
   int64_t max_seqlen = 0;

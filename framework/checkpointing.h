@@ -3,26 +3,21 @@
 // sharded store (checkpoint/checkpoint_store.h, NOTE [checkpoint format]).
 //
 // NOTE [training checkpoint contents]
-//   <param name>                 the parameters, each slice under its global name with
-//                                its offset in the full tensor (dp rank 0 writes them;
-//                                TP-replicated ones from tp rank 0; a tied copy never:
-//                                it is restored from its primary's entry)
-//   optim.exp_avg.<param name>   AdamW's moments, in the parameter's own full-tensor
-//   optim.exp_avg_sq.<name>      coordinates: a ZeRO-1 shard is a flat range of the
-//                                rank's slice, so any layout (zero on or off, other
-//                                tp/pp/dp/chunks) reads back the part it steps
-//   meta.step                    optimizer steps done; also the LR-schedule position
-//                                (lr_at(step, training.steps, ...)) and the data
-//                                position: a batch is a pure function of (seed, step)
+//   <param name>                 each parameter slice under its global name with its offset in
+//                                the full tensor (dp rank 0 writes; TP-replicated ones from tp
+//                                rank 0; a tied copy never: it is restored from its primary's)
+//   optim.exp_avg.<param name>   AdamW's moments, in the parameter's own full-tensor coordinates
+//   optim.exp_avg_sq.<name>      (a ZeRO-1 shard is a flat range of the rank's slice), so any
+//                                layout (zero on or off, other tp/pp/dp/chunks) reads its part
+//   meta.step                    optimizer steps done; also the LR-schedule position (lr_at) and
+//                                the data position: a batch is a pure function of (seed, step)
 //                                (datasets/dataset.h), so the step is all of it
 //   meta.extra.adam_steps        AdamW's update count t (its bias corrections)
-//   blob rng.cpu (per rank)      the default CPU generator (dropout); restored only on
-//                                the same layout, where ranks keep their streams
+//   blob rng.cpu (per rank)      the default CPU generator (dropout); restored on the same layout
 //   meta.config_toml, layout     the effective config and "tp=.. pp=.. dp=.. ..."
-// Loading checks the model keys first (another model is an error naming the
-// key, and a tensor with both its shapes), then reads every slice this rank
-// holds from whichever shards cover it.
-//
+// Loading checks the model keys first (another model is an error naming the key, and a tensor
+// with both its shapes), then reads every slice this rank holds from whichever shards cover it.
+
 // NOTE [checkpoint commit]
 //   Every rank writes its shard (temp files, fsync, rename); then all ranks
 //   agree over the world that every shard is written (a rank that failed makes
@@ -37,19 +32,17 @@
 // NOTE [asynchronous checkpoints]
 //   With checkpoint.async, an interval save copies this rank's shard (parameters,
 //   AdamW moments, RNG states, metadata) to host memory (pinned, one device
-//   synchronisation, on CUDA) and returns; a background thread writes it
-//   (temp files, fsync, rename) while training goes on. No collective runs on
-//   that thread: after every step the ranks agree, in the one all-reduce that
-//   also carries the preemption signal, whether every rank's writer is done,
-//   and only then the main threads agree on errors and rank 0 commits as a
-//   synchronous save does (NOTE [checkpoint commit]). At most one save is in
-//   flight: a save that falls due while the previous one is still being
-//   written waits for it. The run's last save (training.steps,
-//   exit_after_steps, preemption) first finishes the one in flight, then
-//   writes synchronously. A rank killed while a save is in flight leaves that
-//   step uncommitted, so `latest` names the previous complete one.
-//   TRIDENT_SAVE_FAULT fires on the writer thread; TRIDENT_ASYNC_SAVE_DELAY_MS
-//   (tests only) makes the writer wait before writing, so a test sees
+//   synchronisation, on CUDA) and returns; a background thread writes it (temp
+//   files, fsync, rename) while training goes on. No collective runs on that
+//   thread: after every step the ranks agree, in the one all-reduce that also
+//   carries the preemption signal, whether every rank's writer is done, and only
+//   then agree on errors and rank 0 commits as a synchronous save does (NOTE
+//   [checkpoint commit]). At most one save is in flight: one that falls due while
+//   the previous is being written waits for it. The run's last save (training.steps,
+//   exit_after_steps, preemption) finishes the one in flight, then writes
+//   synchronously. A rank killed mid-save leaves that step uncommitted, so `latest`
+//   names the previous complete one. TRIDENT_SAVE_FAULT fires on the writer thread;
+//   TRIDENT_ASYNC_SAVE_DELAY_MS (tests only) delays the writer, so a test sees
 //   training go on past the copy.
 #pragma once
 

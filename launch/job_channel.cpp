@@ -19,23 +19,19 @@
 namespace trident::launch {
 
 // NOTE [job channel]
-// Each node's launcher supervises only its own ranks; the ranks meet through
-// rank 0's store, which the launchers cannot read (no libtorch here). Without
-// a word from the other nodes, a launcher learns of a remote failure only when
-// its own ranks fail on a closed connection or a collective timeout, and then
-// names its own rank as the cause. So the launchers keep a channel of their
-// own: node 0's launcher listens on --launcher-port (master port + 1), the
-// others connect to it and each reports its first failed rank, ranks stopped
-// by a signal, a launcher interrupted by a signal, and its exit. Node 0
-// forwards every report to the others (and replays earlier ones to a launcher
-// that connects late). A connection that closes before its launcher's "done"
-// means that launcher (or its machine) went away, which is a failure too.
-// On any failure every launcher stops its ranks at once, and before exiting
-// waits up to a second for the other nodes' reports, then prints the job's
-// earliest failure by the reporters' wall clocks (nodes' clocks are assumed
-// to agree to well under the time a failure takes to spread, as NTP keeps
-// them). A channel that cannot be made costs only the cross-node reports:
-// the ranks' own timeouts still end the job.
+// Each node's launcher supervises only its own ranks; the ranks meet through rank 0's
+// store, which the launchers cannot read (no libtorch here). Alone, a launcher learns of
+// a remote failure only when its own ranks fail on a closed connection or a collective
+// timeout, and then names its own rank as the cause. So the launchers keep a channel:
+// node 0's listens on --launcher-port (master port + 1), the others connect and each
+// reports its first failed rank, ranks stopped by a signal, a launcher interrupted by a
+// signal, and its exit. Node 0 forwards every report to the others (replaying earlier
+// ones to a launcher that connects late). A connection that closes before its launcher's
+// "done" means that launcher or its machine went away: a failure too. On any failure
+// every launcher stops its ranks at once, waits up to a second for the other nodes'
+// reports, then prints the job's earliest failure by the reporters' wall clocks (assumed,
+// as NTP keeps them, to agree well within the time a failure takes to spread). A channel
+// that cannot be made costs only the cross-node reports: the ranks' timeouts still end the job.
 
 namespace {
 

@@ -13,9 +13,8 @@
 //   Summary        value      repeated Value field 1 (tag 0x0A)
 //   Summary.Value  tag        string  field 1  (tag 0x0A)
 //                  simple_value float field 2  (wire type 5: tag 0x15, 4 bytes)
-// The first record of a file carries file_version; TensorBoard reads the rest as
-// scalar summaries. tests/reference/test_tensorboard.py reads Trident's files with
-// the tensorboard package itself.
+// The first record of a file carries file_version; TensorBoard reads the rest as scalar
+// summaries. tests/reference/test_tensorboard.py reads Trident's files with tensorboard itself.
 #include "metrics/tensorboard.h"
 
 #include <unistd.h>

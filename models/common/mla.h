@@ -17,19 +17,15 @@ namespace trident {
 //   latent = kv_down x = [c | k_rope]            c: kv_lora_rank wide, k_rope: one rotary key for every head
 //   [k_nope | v] = kv_up(norm(c))               per head
 //   k = [k_nope | rotary(k_rope)],  q = [q_nope | rotary(q_rope)]
-// softmax(q kᵀ / √(nope + rope)) v, causal; then o. The two latent norms are
-// RMSNorms of eps 1e-6 whatever model.layernorm_eps is (transformers builds
-// them with their default). The rotary part uses Hugging Face's rotate_half
-// layout: DeepSeek's files keep each pair of rotary dimensions interleaved,
-// and the import permutes those rows of q_up and kv_down once (NOTE [HF
-// DeepSeek-V3 layout] in models/llama/hf_llama.h), which leaves every q·k
-// product as it was. Under tensor parallelism the down projections and their
-// norms are replicated and see this rank's tokens (a sequence shard under SP,
-// so their gradients are summed over TP as the norms' are); what they give,
-// [q latent | c | k_rope] (or [x | c | k_rope]), enters the column-parallel
-// region once, and the up projections hold whole heads. The value heads may
-// be narrower than the query heads: v is padded with zeros to the query width
-// for SDPA's fused kernels (which take one width) and the output cut back.
+// softmax(q kᵀ / √(nope + rope)) v, causal; then o. The two latent norms are RMSNorms of eps
+// 1e-6 whatever model.layernorm_eps is (transformers' default). The rotary part uses HF's
+// rotate_half layout: DeepSeek's files interleave each rotary pair, and the import permutes
+// those rows of q_up and kv_down once (NOTE [HF DeepSeek-V3 layout] in models/llama/hf_llama.h),
+// which leaves every q·k product as it was. Under TP the down projections and their norms are
+// replicated and see this rank's tokens (a sequence shard under SP: gradients summed over TP as
+// the norms' are); [q latent | c | k_rope] (or [x | c | k_rope]) enters the column-parallel
+// region once, and the up projections hold whole heads. Value heads narrower than the query
+// heads are zero-padded to the query width for SDPA's fused kernels, and the output cut back.
 struct MlaDims {
   int64_t heads = 0;    // this rank's heads
   int64_t nope = 0;     // qk_nope_head_dim
