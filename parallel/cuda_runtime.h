@@ -2,24 +2,20 @@
 // library that holds everything CUDA and NCCL (parallel/cuda_runtime.cpp).
 //
 // NOTE [CUDA on demand]
-// Loading libtorch's CUDA libraries costs every process about 0.14 s of CPU,
-// 34k page faults and 346 MB resident (benchmarks/startup.sh wrote
-// benchmarks/results/startup.txt: `trident-torch --help` in 0.22 s without
-// them, 0.36 s with them preloaded, on this project's 2-core CPU machine),
-// and the test suite starts over a thousand such processes. A CPU rank never
-// uses them. So the programs link libtorch_cpu and c10 only, and
-// libtrident_cuda.so, which links libtorch_cuda, c10_cuda, the CUDA runtime
-// and NCCL, is loaded with dlopen before main runs (a static initializer in
-// backend.cpp) where an NVIDIA driver is present (libcuda.so.1 loads), and
-// not where it is absent. Where it loads, the process is the one that linked
-// them: libtorch_cuda's static registrations (its kernels, the CUDA hooks
-// that at::globalContext() asks for) run before any of Trident's code, as
-// they did at link time. Where it does not, there is no CUDA device to use
-// anyway (CUDA's runtime finds none without the driver), and
-// cuda_device_count() is 0 as it was. It is one build still: the library is
-// always built, tests/linkage/check_build.sh checks what it and trident-torch
-// link, and tests/torch_unit/test_cuda_runtime.cpp loads it on the CPU
-// machine too (load_cuda_runtime(true)).
+// Loading libtorch's CUDA libraries costs every process CPU time, page faults and
+// resident memory (benchmarks/results/startup.txt, written by benchmarks/startup.sh),
+// the test suite starts over a thousand such processes, and a CPU rank never uses them.
+// So the programs link libtorch_cpu and c10 only, and libtrident_cuda.so (which links
+// libtorch_cuda, c10_cuda, the CUDA runtime and NCCL) is loaded with dlopen before main
+// runs (a static initializer in backend.cpp) where an NVIDIA driver is present
+// (libcuda.so.1 loads), and not where it is absent. Where it loads, the process is the
+// one that linked them: libtorch_cuda's static registrations (its kernels, the CUDA hooks
+// that at::globalContext() asks for) run before any of Trident's code, as at link time.
+// Where it does not, there is no CUDA device to use anyway (CUDA's runtime finds none
+// without the driver), and cuda_device_count() is 0 as it was. It is one build still: the
+// library is always built, tests/linkage/check_build.sh checks what it and trident-torch
+// link, and tests/torch_unit/test_cuda_runtime.cpp loads it on the CPU machine too
+// (load_cuda_runtime(true)).
 #pragma once
 
 #include <chrono>

@@ -12,23 +12,20 @@
 // [gradient finalisation]).
 //
 // NOTE [gradient finalisation]
-// After the backward, in the order of Megatron-LM's finalize_model_grads
-// followed by its optimizer's clipping and step:
-//   finish_grad_sync()  1. wait for the DP reduction of the buckets (the
-//                          backward launched them: NOTE [gradient buckets]);
-//                       2. the model-parallel reductions: sequence-parallel
-//                          gradients over TP, the tied embedding's copies;
+// After the backward, in the order of Megatron-LM's finalize_model_grads followed by its
+// optimizer's clipping and step:
+//   finish_grad_sync()  1. wait for the DP reduction of the buckets (the backward launched
+//                          them: NOTE [gradient buckets]); 2. the model-parallel reductions:
+//                          sequence-parallel gradients over TP, the tied embedding's copies;
 //                       3. the DP reduction of what 2 summed (the late bucket);
-//   clip_grads()        4. the global norm;  5. the clipping coefficient and
-//                          the scaling of every gradient by it;
-//   step()              6. AdamW, ZeRO-1's gather, the tied copies' refresh
-//                          (with overlap_param_gather the gather and the
-//                          refresh finish before the next forward reads the
-//                          parameters: NOTE [overlapped parameter gather] in
+//   clip_grads()        4. the global norm;  5. the clipping coefficient, every gradient scaled by it;
+//   step()              6. AdamW, ZeRO-1's gather, the tied copies' refresh (with
+//                          overlap_param_gather the gather and the refresh finish before the next
+//                          forward reads the parameters: NOTE [overlapped parameter gather] in
 //                          parallel/zero_optimizer.h).
-// Two calls, not one, because the trainer measures between them (the sync's
-// time, and on logged steps the pipeline's, a collective): 1-3 are the
-// step's "grad-sync" phase, 4-6 its "optimizer" phase (NOTE [operation counts]).
+// Two calls, not one, because the trainer measures between them (the sync's time, and on
+// logged steps the pipeline's, a collective): 1-3 are the step's "grad-sync" phase, 4-6 its
+// "optimizer" phase (NOTE [operation counts]).
 #pragma once
 
 #include <map>

@@ -6,29 +6,20 @@
 // puts the three together in the order of a step.
 //
 // NOTE [gradient buckets]
-// Every parameter and its gradient are views into persistent flat buffers
-// (buckets of about `bucket_mb`), so gradients accumulate in place across
-// micro-batches and are reduced without any concatenation or copy. Buckets
-// hold parameters in reverse forward order, the order the backward finishes
-// them. With `overlap`, a bucket's asynchronous all-reduce over DP starts as
-// soon as every gradient in it is final: the executor says when a chunk's
-// last backward begins (then each parameter's AccumulateGrad post-hook marks
-// it final) and when its last weight gradient is in (after the deferred W of
-// zero-bubble schedules). wait_reduction() waits for them after the backward.
-//
-// Under expert parallelism the routed experts' gradients (ParamInfo::expert)
-// live in buckets of their own, reduced over the expert-data-parallel group
-// instead of the data-parallel one and divided by dp all the same: each
-// expert's gradient already sums, through the all-to-all's backward, the
-// tokens of the ep replicas of its group, so the sum over edp covers every
-// replica once (NOTE [expert grid] in parallel/layout.h). ZeRO-1 shards them
-// over that group.
-//
-// Gradients that need another reduction first (GradPlace::kLate*) live in one
-// "late" bucket, reduced by reduce_late() after that other reduction (the
-// sequence-parallel ones first, then the tied ones). Gradients that are
-// never reduced (kLocal: a tied copy added into its primary on this rank)
-// sit in a "local" bucket of their own.
+// Every parameter and its gradient are views into persistent flat buffers (buckets of about
+// `bucket_mb`), so gradients accumulate in place across micro-batches and are reduced without
+// any concatenation or copy. Buckets hold parameters in reverse forward order, the order the
+// backward finishes them. With `overlap`, a bucket's asynchronous all-reduce over DP starts as
+// soon as every gradient in it is final: the executor says when a chunk's last backward begins
+// (then each parameter's AccumulateGrad post-hook marks it final) and when its last weight
+// gradient is in (after zero-bubble schedules' deferred W); wait_reduction() waits after the
+// backward. Under EP the routed experts' gradients (ParamInfo::expert) have buckets of their
+// own, reduced over the expert-data-parallel group and divided by dp all the same: each already
+// sums, through the all-to-all's backward, the tokens of its group's ep replicas, so the sum
+// over edp covers every replica once (NOTE [expert grid] in parallel/layout.h); ZeRO-1 shards
+// them over that group. Gradients needing another reduction first (GradPlace::kLate*) sit in
+// one "late" bucket, reduced by reduce_late() after it (sequence-parallel ones first, then the
+// tied ones); never-reduced ones (kLocal: a tied copy added into its primary) in a "local" one.
 #pragma once
 
 #include <functional>

@@ -37,26 +37,20 @@ struct Coords {
 // samples and keep their own slices of them. cp = 1: today's grid.
 //
 // NOTE [expert grid]
-// The MoE layers' experts are laid over the same ranks by a second folding,
-// Megatron's "MoE parallel folding" (its expert rank generator orders the
-// experts' grid etp, ep, edp, pp as the dense one orders tp, cp, dp, pp): per
-// pipeline stage the tp x cp x dp ranks are etp x ep x edp. etp is how many
-// ranks split each expert (its width, as the dense MLP is split), any divisor
-// of tp (tp, the default and Megatron's; 1: whole experts): tp index t is etp
-// index t mod etp of token slice t / etp, and the tp / etp = n ranks of a tp
-// group at one etp index each take 1/n of the micro-batch's tokens into the experts (NOTE
-// [experts under tensor parallelism] in parallel/token_dispatcher.h). A rank's place
-// u = (dp · cp + cp index) · n + tp / etp counts the token slices of its etp
-// index over the context-parallel ranks and the replicas (each cp rank routes
-// its own part of the sequences: the experts see tokens, not sequences); ep
-// varies fastest in u: an expert-parallel group is ep consecutive places at one
-// etp index (ep_rank = u mod ep), rank j of it holding experts
-// [j·E/ep, (j+1)·E/ep); the expert-data-parallel group is the places with the
-// same ep_rank (edp = n · cp · dp / ep of them), which hold the same experts and
-// reduce their gradients. etp = tp: n = 1, u = dp · cp + cp index, so ep folds
-// over the cp ranks and the dp replicas; etp = 1 lets ep take the tp ranks (tp 2,
-// dp 1, ep 2: the two tp ranks hold half the experts each). ep = 1 and etp = tp:
-// every expert everywhere, the expert-data-parallel group is the dp x cp group.
+// The MoE layers' experts are laid over the same ranks by a second folding, Megatron's "MoE
+// parallel folding" (its expert rank generator orders the experts' grid etp, ep, edp, pp as the
+// dense one orders tp, cp, dp, pp): per pipeline stage the tp x cp x dp ranks are etp x ep x edp.
+// etp, how many ranks split each expert (its width, as the dense MLP is split), is any divisor
+// of tp (tp, the default and Megatron's; 1: whole experts): tp index t is etp index t mod etp of
+// token slice t / etp, and the tp / etp = n ranks of a tp group at one etp index each take 1/n of
+// the micro-batch's tokens (NOTE [experts under tensor parallelism] in parallel/token_dispatcher.h).
+// A rank's place u = (dp · cp + cp index) · n + tp / etp counts its etp index's token slices over
+// the cp ranks and replicas (each cp rank routes its own part: experts see tokens, not sequences);
+// ep varies fastest in u: an expert-parallel group is ep consecutive places at one etp index
+// (ep_rank = u mod ep), rank j of it holding experts [j·E/ep, (j+1)·E/ep); the expert-data-parallel
+// group is the places with the same ep_rank (edp = n · cp · dp / ep), holding the same experts and
+// reducing their gradients. etp = tp: ep folds over the cp ranks and dp replicas; etp = 1 lets ep
+// take the tp ranks (tp 2, dp 1, ep 2: half the experts each); ep = 1, etp = tp: edp is dp x cp.
 struct Layout {
   int world = 1;
   int tp = 1;

@@ -25,7 +25,7 @@ class UnitWork : public c10d::Work {
 };
 
 // An out-of-place collective whose output is written when it is waited for
-// (NOTE [NCCL rules on the CPU]): Gloo fills a staging tensor in its own
+// (NOTE [NCCL collectives on the CPU]): Gloo fills a staging tensor in its own
 // thread; wait() copies it into the caller's output, once.
 class LandOnWait : public c10d::Work {
  public:

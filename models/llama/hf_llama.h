@@ -16,30 +16,27 @@
 //   layers.i.mlp.{gate,up,down}      model.layers.i.mlp.{gate,up,down}_proj.weight
 //   final_norm.weight                model.norm.weight
 //   head.weight (Vp, h)              lm_head.weight (V, h); absent or equal to embed_tokens when tied
-// config.json: hidden_size, intermediate_size, num_hidden_layers,
-// num_attention_heads, num_key_value_heads, vocab_size, rms_norm_eps,
-// max_position_embeddings (>= model.seq_len), tie_word_embeddings, and the
-// rotary base and scaling either as transformers 5 writes them
-// (rope_parameters {rope_type, rope_theta, ...}) or as older files do
-// (rope_theta, rope_scaling {rope_type|type, ...}).
-//
+// config.json: hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
+// num_key_value_heads, vocab_size, rms_norm_eps, max_position_embeddings (>= model.seq_len),
+// tie_word_embeddings, and the rotary base and scaling either as transformers 5 writes them
+// (rope_parameters {rope_type, rope_theta, ...}) or as older files do (rope_theta, rope_scaling {rope_type|type, ...}).
+
 // NOTE [HF Mixtral layout]
 // model_type "mixtral" (MixtralForCausalLM) is the same but for the MLP: Trident's
 //   layers.i.moe.router.weight (E, h)         model.layers.i.block_sparse_moe.gate.weight
 //   layers.i.moe.experts.gate.weight (E, F, h) model.layers.i.block_sparse_moe.experts.{e}.w1.weight (F, h) each
 //   layers.i.moe.experts.up.weight (E, F, h)   ... experts.{e}.w3.weight (F, h)
 //   layers.i.moe.experts.down.weight (E, h, F) ... experts.{e}.w2.weight (h, F)
-// Trident keeps each projection of every expert as one tensor, experts on dim
-// 0 (what a grouped GEMM reads, and what expert parallelism splits); a file
-// holds one tensor per expert, as the published Mixtral checkpoints do and as
-// transformers 5.24's save_pretrained writes them (it fuses gate and up into
-// gate_up_proj (E, 2F, h) in memory only). config.json: num_local_experts,
-// num_experts_per_tok, intermediate_size (each expert's width); sliding_window
-// must be null and router_jitter_noise 0. router_aux_loss_coef is not read:
-// it weighs transformers' loss pooled over all layers (load_balancing_loss_func),
-// a training choice of the run (model.moe_aux_loss = "pooled_aux_loss" with
-// that coefficient, NOTE [pooled aux loss]), not the model's.
-//
+// Trident keeps each projection of every expert as one tensor, experts on dim 0 (what a
+// grouped GEMM reads, and what expert parallelism splits); a file holds one tensor per
+// expert, as the published Mixtral checkpoints do and as transformers 5.24's save_pretrained
+// writes them (it fuses gate and up into gate_up_proj (E, 2F, h) in memory only). config.json:
+// num_local_experts, num_experts_per_tok, intermediate_size (each expert's width);
+// sliding_window must be null and router_jitter_noise 0. router_aux_loss_coef is not read: it
+// weighs transformers' loss pooled over all layers (load_balancing_loss_func), a training
+// choice of the run (model.moe_aux_loss = "pooled_aux_loss" with that coefficient, NOTE
+// [pooled aux loss]), not the model's.
+
 // NOTE [HF Qwen MoE layout]
 // model_type "qwen2_moe" (Qwen2MoeForCausalLM) and "qwen3_moe" (Qwen3MoeForCausalLM):
 //   layers.i.moe.router.weight                  model.layers.i.mlp.gate.weight
@@ -55,7 +52,7 @@
 // intermediate_size (the dense MLP width) is model.ffn_hidden; mlp_only_layers = [0, ..., k-1] is
 // model.moe_first_dense = k (dense layers first, as DeepSeek-V3's first_k_dense_replace). Another
 // mlp_only_layers pattern and decoder_sparse_step other than 1 are refused, as is a sliding window.
-//
+
 // NOTE [HF DeepSeek-V3 layout]
 // model_type "deepseek_v3" (DeepseekV3ForCausalLM): Llama's names for the norms, embedding, head,
 // o_proj and the dense first layers' MLPs, Qwen's for the experts, and
@@ -67,21 +64,21 @@
 //   layers.i.attn.kv_up.weight (H·(nope+v), kv_lora_rank) ... self_attn.kv_b_proj.weight
 //   layers.i.moe.router.bias (E)                       ... mlp.gate.e_score_correction_bias
 //   layers.i.moe.shared.{gate,up,down}.weight          ... mlp.shared_experts.{gate,up,down}_proj.weight
-// The rotary rows (each head's last qk_rope_head_dim rows of q, the last qk_rope_head_dim rows
-// of kv_down) are kept in the order rotate_half reads (NOTE [MLA]); with rope_interleave = true
-// (DeepseekV3Config's default, and the published checkpoints') a file keeps them in interleaved
-// pairs, and the import permutes them (x0 x1 x2 x3 ... -> x0 x2 ... | x1 x3 ...), the same
-// permutation for q and k, so every q·k product is the file's. The export writes rotate_half's
-// order and rope_interleave = false. config.json: n_routed_experts, num_experts_per_tok,
-// moe_intermediate_size, n_shared_experts (model.moe_shared_ffn_hidden = their count x
-// moe_intermediate_size; the shared experts are not gated), first_k_dense_replace
-// (model.moe_first_dense), n_group, topk_group, routed_scaling_factor, norm_topk_prob,
-// q_lora_rank (null: none), kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
-// head_dim is the rotary width here and must equal qk_rope_head_dim; num_key_value_heads must
-// equal num_attention_heads. The router is the sigmoid over groups with the correction bias
-// (scoring_func and topk_method, where the Hub's files say them, must say so; moe_layer_freq 1).
-// The multi-token prediction layers (num_nextn_predict_layers of them, after the model's
-// layers, as the published checkpoints hold them) are not read.
+// The rotary rows (each head's last qk_rope_head_dim rows of q and of kv_down) are kept in rotate_half's
+// order (NOTE [MLA]); with rope_interleave = true (DeepseekV3Config's default, the published checkpoints')
+// a file keeps them in interleaved pairs, and the import permutes them (x0 x1 x2 x3 ... -> x0 x2 ... |
+// x1 x3 ...), the same for q and k, so every q·k product is the file's; the export writes rope_interleave = false.
+// NOTE [HF DeepSeek-V3 config]
+// config.json: n_routed_experts, num_experts_per_tok, moe_intermediate_size, n_shared_experts
+// (model.moe_shared_ffn_hidden = their count x moe_intermediate_size; the shared experts are not
+// gated), first_k_dense_replace (model.moe_first_dense), n_group, topk_group,
+// routed_scaling_factor, norm_topk_prob, q_lora_rank (null: none), kv_lora_rank,
+// qk_nope_head_dim, qk_rope_head_dim, v_head_dim; head_dim is the rotary width here and must
+// equal qk_rope_head_dim; num_key_value_heads must equal num_attention_heads. The router is the
+// sigmoid over groups with the correction bias (scoring_func and topk_method, where the Hub's
+// files say them, must say so; moe_layer_freq 1). The multi-token prediction layers
+// (num_nextn_predict_layers of them, after the model's layers, as the published checkpoints
+// hold them) are not read.
 #pragma once
 
 #include <cstdint>

@@ -10,21 +10,16 @@
 //   embedding.word.weight          (Vp, h)        rows (vocab-parallel)
 //   layers.i.attn_norm.weight      (h)            replicated (sequence-parallel gradient)
 //   layers.i.attn.q.weight         (H·d, h)       rows: whole query heads
-//   layers.i.attn.k.weight         (K·d, h)       rows: whole key/value heads (tp divides K)
-//   layers.i.attn.v.weight         (K·d, h)       rows, as k
+//   layers.i.attn.{k,v}.weight     (K·d, h)       rows: whole key/value heads (tp divides K)
 //   layers.i.attn.o.weight         (h, H·d)       columns (row-parallel)
-//   layers.i.mlp_norm.weight       (h)            replicated
-//   layers.i.mlp.gate.weight       (F, h)         rows
-//   layers.i.mlp.up.weight         (F, h)         rows
+//   layers.i.mlp_norm.weight, final_norm.weight  (h)  replicated
+//   layers.i.mlp.{gate,up}.weight  (F, h)         rows
 //   layers.i.mlp.down.weight       (h, F)         columns (row-parallel)
-//   final_norm.weight              (h)            replicated
-//   head.weight                    (Vp, h)        rows; with tied embeddings a
-//                                                 copy of embedding.word.weight
-// TP rank r holds query heads [r·H/t, (r+1)·H/t) and key/value heads
-// [r·K/t, (r+1)·K/t): query head j reads key/value head j / (H/K), and that
-// head is on the same rank. Rotary embeddings use Hugging Face's layout (the
-// two halves of each head rotated together, "rotate_half"), so weights map
-// to and from transformers' LlamaForCausalLM without a permutation.
+//   head.weight                    (Vp, h)        rows; with tied embeddings a copy of embedding.word.weight
+// TP rank r holds query heads [r·H/t, (r+1)·H/t) and key/value heads [r·K/t, (r+1)·K/t):
+// query head j reads key/value head j / (H/K), and that head is on the same rank. Rotary
+// embeddings use Hugging Face's layout (the two halves of each head rotated together,
+// "rotate_half"), so weights map to and from transformers' LlamaForCausalLM without a permutation.
 #pragma once
 
 #include <cstdint>
