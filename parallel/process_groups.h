@@ -113,7 +113,7 @@ void all_reduce(const Group& g, at::Tensor& t, c10d::ReduceOp op = c10d::ReduceO
 void all_gather(const Group& g, const at::Tensor& in, std::vector<at::Tensor>& out);
 // The into-tensor pair (_reduce_scatter_base, _allgather_base), used by
 // ZeRO-1 (NOTE [ZeRO-1 reduce-scatter] in parallel/dp_shard.h) and the
-// TP mappings (NOTE [TP collectives] in parallel/tensor_parallel.cpp), on
+// TP mappings (NOTE [TP collective copies] in parallel/tensor_parallel.cpp), on
 // contiguous tensors of the group's device: `full` (size() parts of part's
 // size, back to back) summed over the group, this rank's part written to
 // `part`; and the parts of every rank gathered into `full` in rank order.

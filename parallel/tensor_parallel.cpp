@@ -33,33 +33,26 @@ const Group& unpack(AutogradContext* ctx) {
 }
 
 // NOTE [TP collectives]
-// What crosses the TP group travels in the dtype it is computed in: under
-// bf16 (NOTE [bf16] in models/gpt/gpt.h) activations and their gradients are
-// all-reduced, gathered and reduce-scattered as bf16, half the bytes of fp32
-// and no cast on either side, as Megatron-LM's mappings do (they hand the
-// tensor to the collective as it is). The backend sums bf16 element by element
-// (Gloo widens each pair to float and rounds the sum, NCCL likewise), so at
-// tp = 2 the result is the fp32 sum rounded once; at tp > 2 every
-// step of the ring rounds.
-//
-// Every collective writes into one contiguous tensor through the into-tensor
-// forms (_allgather_base, _reduce_scatter_base; Gloo has both on the CPU,
-// NCCL on CUDA): the ranks' parts are the outermost dimension of that tensor,
-// so a gather or reduce-scatter along `dim` costs no copy when every
-// dimension before `dim` has size 1 (the sequence dimension of a (1, s, h)
-// micro-batch, or dim 0), and one copy otherwise (the parts interleave along
-// `dim`: (b, s, h) split along s at b > 1, or the last dimension). Megatron
-// keeps activations (s, b, h) so that the sequence dimension leads; Trident's
-// are (b, s, h) (NOTE [larger micro-batches under TP] in
-// tests/regression/test_tp_regression.cpp). On the CPU, Gloo's into-tensor
-// forms are its list forms underneath (it gathers into a buffer of its own and
-// copies the chunks out; its reduce-scatter all-reduces a clone and copies this
-// rank's chunk out), so there only Trident's own copies are saved; NCCL
-// writes into the tensors given.
-//
-// Gloo's ring sums an element in an order that depends on its position in
-// the buffer, so at tp > 2 fp32 results depend on the layout at the 1e-7
-// level (at tp = 2 a sum of two is the same in any order).
+// What crosses the TP group travels in the dtype it is computed in: under bf16 (NOTE [bf16] in
+// models/gpt/gpt.h) activations and their gradients are all-reduced, gathered and
+// reduce-scattered as bf16, half the bytes of fp32 and no cast on either side, as Megatron-LM's
+// mappings do (they hand the tensor to the collective as it is). The backend sums bf16 element
+// by element (Gloo widens each pair to float and rounds the sum, NCCL likewise), so at tp = 2
+// the result is the fp32 sum rounded once; at tp > 2 every step of the ring rounds. Gloo's ring
+// sums an element in an order that depends on its position in the buffer, so at tp > 2 fp32
+// results depend on the layout at the 1e-7 level (at tp = 2 a sum of two is the same in any order).
+// NOTE [TP collective copies]
+// Every collective writes into one contiguous tensor through the into-tensor forms
+// (_allgather_base, _reduce_scatter_base; Gloo has both on the CPU, NCCL on CUDA): the ranks'
+// parts are the outermost dimension of that tensor, so a gather or reduce-scatter along `dim`
+// costs no copy when every dimension before `dim` has size 1 (the sequence dimension of a
+// (1, s, h) micro-batch, or dim 0), and one copy otherwise (the parts interleave along `dim`:
+// (b, s, h) split along s at b > 1, or the last dimension). Megatron keeps activations (s, b, h)
+// so that the sequence dimension leads; Trident's are (b, s, h) (NOTE [larger micro-batches
+// under TP] in tests/regression/test_tp_regression.cpp). On the CPU, Gloo's into-tensor forms
+// are its list forms underneath (it gathers into a buffer of its own and copies the chunks out;
+// its reduce-scatter all-reduces a clone and copies this rank's chunk out), so there only
+// Trident's own copies are saved; NCCL writes into the tensors given.
 
 // x summed over the group, in place: `x` must be contiguous and owned by the
 // caller (nothing else reads it afterwards).
@@ -254,7 +247,7 @@ std::vector<at::Tensor> leaves_of(const at::Tensor& t) {
 }  // namespace
 
 // A deferred weight gradient, added where the undeferred backward would have
-// added it (NOTE [I/W split]): a leaf's .grad, or through a computed weight's
+// added it (NOTE [queued dW]): a leaf's .grad, or through a computed weight's
 // grad_fn (under bf16 the cast of the fp32 master: ToCopyBackward, bf16 ->
 // fp32) into its leaves' .grad. torch::autograd::grad runs the same backward
 // functions as the engine did in a B; the leaves' AccumulateGrad nodes (and

@@ -15,41 +15,30 @@ struct AutogradContext;
 namespace trident {
 
 // NOTE [I/W split]
-// Zero-bubble schedules split a backward into I (input gradients, on the
-// critical path) and W (weight gradients, deferred). During an I, linear()
-// computes dX and queues dW; a W action runs the queue later. dW is computed
-// by the same expression either way and each parameter's contributions are
-// still added in micro-batch order, so results are bit-identical to an
-// undeferred backward (B).
-//
-// The queue travels with the autograd graph, not with a thread: on CUDA the
-// autograd engine runs backward functions on a device thread of its own,
-// which sees none of the caller's thread_locals. So
-//  - the forward, which always runs on the caller's thread, records its
-//    queue: inside a WeightGradScope, linear() keeps the scope's queue in its
-//    autograd context (as a shared handle: the queue lives as long as the
-//    graph does);
-//  - the executor arms a micro-batch's queue before an I and disarms it
-//    before a B;
-//  - the backward, on whatever thread runs it, asks the queue it kept: armed,
-//    it queues dW; not armed, or no queue, it returns dW at once.
-// Recomputation re-runs a forward inside the backward (on the engine's
-// thread on CUDA), so it captures the scope at forward time and re-opens it
-// around the re-forward (NOTE [recomputation]).
-//
-// A queued dW reaches its parameter where the undeferred backward would have
-// taken it: into .grad of a leaf weight, or, for a weight computed from a
-// leaf (under bf16, the autograd cast of the fp32 master, NOTE [bf16]),
-// through that weight's grad_fn into the leaf's .grad, the same ops on the
-// same values. That path runs through torch::autograd::grad, not backward():
-// the parameters' AccumulateGrad nodes do not run, so their post-hooks (the
-// data-parallel "gradient final" marks, NOTE [gradient buckets]) do not fire
-// in a W, for a leaf or not; the executor's REDUCE_GRAD says when a chunk's
-// gradients are final. (Through backward(), a W that follows the chunk's last
-// I, e.g. zb-h1's W0 W1 after I1 on the last stage, would mark a gradient
-// final and start its bucket's DP reduction before the next W adds to it:
-// tried, the tp2 x pp2 x dp2 bf16 zb-h1 run's grad norms then moved by up to
-// 9% from the same layout under 1f1b.)
+// Zero-bubble schedules split a backward into I (input gradients, on the critical path) and
+// W (weight gradients, deferred). During an I, linear() computes dX and queues dW; a W action
+// runs the queue later. dW is computed by the same expression either way and each parameter's
+// contributions are still added in micro-batch order, so results are bit-identical to an
+// undeferred backward (B). The queue travels with the autograd graph, not with a thread (on
+// CUDA the engine runs backward functions on a device thread of its own, which sees none of
+// the caller's thread_locals), so
+//  - the forward, always on the caller's thread, records its queue: inside a WeightGradScope,
+//    linear() keeps the scope's queue in its autograd context (as a shared handle: the queue
+//    lives as long as the graph does);
+//  - the executor arms a micro-batch's queue before an I and disarms it before a B;
+//  - the backward, on whatever thread runs it, asks the queue it kept: armed, it queues dW; not
+//    armed, or no queue, it returns dW at once. Recomputation captures the scope at forward time
+//    and re-opens it around the re-forward (NOTE [recomputation]).
+// NOTE [queued dW]
+// A queued dW reaches its parameter where the undeferred backward would have taken it: into
+// .grad of a leaf weight, or, for a weight computed from a leaf (under bf16, the autograd cast
+// of the fp32 master, NOTE [bf16]), through that weight's grad_fn into the leaf's .grad, the
+// same ops on the same values. That path runs through torch::autograd::grad, not backward():
+// the parameters' AccumulateGrad nodes do not run, so their post-hooks (the data-parallel
+// "gradient final" marks, NOTE [gradient buckets]) do not fire in a W, for a leaf or not; the
+// executor's REDUCE_GRAD says when a chunk's gradients are final. (Through backward(), a W that
+// follows the chunk's last I, e.g. zb-h1's W0 W1 after I1 on the last stage, would mark a
+// gradient final and start its bucket's DP reduction before the next W adds to it.)
 //
 // A handle: copies share one queue (as copies of at::Tensor share storage).
 class WeightGradQueue {

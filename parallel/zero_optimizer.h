@@ -3,21 +3,18 @@
 // shards (NOTE [ZeRO-1 reduce-scatter] there).
 //
 // NOTE [overlapped parameter gather]
-// Under ZeRO-1 each rank steps only its shard of every bucket; the all-gather
-// that brings the other ranks' updated shards is what the next forward needs,
-// not the step itself. With `overlap_gather` (Megatron's overlap_param_gather)
-// step() only starts the gathers, bucket by bucket in the order the forward
-// reads them (the late bucket first: its layer norms and tied embedding belong
-// to every chunk; then the buckets from the first layers' to the last
-// layers'), and the first read of a parameter in the next forward finishes the
-// gather of its bucket: the models report each read (Stage::set_read_gate in
-// models/common/model.h, through CastCache), and DataParallel::param_read
-// waits. So bucket k's gather runs while the layers before it compute, and
-// all of them while the step's host work (logging, the next batch) runs.
-// Anything else that reads the parameters between steps (evaluation, a
-// checkpoint, the end of training) calls wait_gather() first. The gathered
-// values are the same bits either way: only when they land moves. On NCCL the
-// gathers run on the DP communicator while the forward's pipeline transfers
+// Under ZeRO-1 each rank steps only its shard of every bucket; the all-gather that brings the
+// other ranks' updated shards is what the next forward needs, not the step itself. With
+// `overlap_gather` (Megatron's overlap_param_gather) step() only starts the gathers, bucket by
+// bucket in the order the forward reads them (the late bucket first: its layer norms and tied
+// embedding belong to every chunk; then the first layers' buckets to the last layers'), and the
+// first read of a parameter in the next forward finishes the gather of its bucket: the models
+// report each read (Stage::set_read_gate in models/common/model.h, through CastCache), and
+// DataParallel::param_read waits. So bucket k's gather runs while the layers before it compute,
+// and all of them while the step's host work (logging, the next batch) runs. Anything else that
+// reads the parameters between steps (evaluation, a checkpoint, the end of training) calls
+// wait_gather() first. The gathered values are the same bits either way: only when they land
+// moves. On NCCL the gathers run on the DP communicator while the forward's pipeline transfers
 // run on the PP one, as Megatron's overlapped gather does.
 #pragma once
 

@@ -15,29 +15,20 @@
 namespace trident::plan {
 
 // NOTE [planned experts]
-// The planner prices a mixture of experts as one mean layer, as it prices
-// every layer alike: compute by the parameters a token passes (its top-k
-// experts, the shared expert, the router; DeepSeek-V3's "activated"
-// parameters), memory by all of them (every expert), each averaged over the
-// dense first layers (model.moe_first_dense) and the MoE ones. Under tp > 1
-// the experts are split over tp as the dense MLP (parallel.etp = tp, the
-// default, NOTE [experts under tensor parallelism] in parallel/token_dispatcher.h):
-// their compute and memory divide by tp like the rest of the layer, and a
-// layer's tensor-parallel reductions are priced as a dense layer's (the
-// routed and shared experts' parts are reduced once, as the MLP's; Qwen2-
-// MoE's gated shared expert adds one more, left out). The search tries
-// tp > 1 for a mixture of experts only with --moe-tp: many more layouts fit
-// there, each with tp times the micro-batches of tp = 1 to simulate
-// (DeepSeek-V3 on 1024 devices: minutes instead of seconds); --layout
-// evaluates any tp and etp (etp=N in --layout, a divisor of tp: each expert
-// split over etp ranks, tp / etp token slices). With etp = 1 (the search tries it
-// beside etp = tp under --moe-tp) every expert stays whole on its rank and
-// the ep group takes the tp ranks too: the experts' memory divides by ep
-// alone, each tp rank dispatches 1/tp of the tokens over an ep group ep
-// ranks wide, and the layer's tp reductions are priced as at etp = tp (the
-// routed part's all-gather is cheaper than that reduction: an upper bound). Expert
-// parallelism: NOTE [planned expert parallelism] in planner/step.cpp. MLA
-// (deepseek_v3) is priced by its projections and its heads' widths.
+// The planner prices a mixture of experts as one mean layer, as it prices every layer alike:
+// compute by the parameters a token passes (its top-k experts, the shared expert, the router;
+// DeepSeek-V3's "activated" parameters), memory by all of them (every expert), each averaged
+// over the dense first layers (model.moe_first_dense) and the MoE ones. Under tp > 1 the experts
+// are split over tp as the dense MLP (parallel.etp = tp, the default, NOTE [experts under tensor
+// parallelism] in parallel/token_dispatcher.h): compute and memory divide by tp like the rest of
+// the layer, and its TP reductions are priced as a dense layer's (routed and shared parts reduced
+// once, as the MLP's; Qwen2-MoE's gated shared expert adds one more, left out). The search tries
+// tp > 1 for MoE only with --moe-tp (many more layouts fit, each with tp times the micro-batches
+// of tp = 1 to simulate); --layout evaluates any tp and etp (etp=N, a divisor of tp). With etp = 1
+// (tried beside etp = tp under --moe-tp) every expert stays whole and the ep group takes the tp
+// ranks too: expert memory divides by ep alone, each tp rank dispatches 1/tp of the tokens, and
+// the tp reductions are priced as at etp = tp (an upper bound). Expert parallelism: NOTE [planned
+// expert parallelism] in planner/step.cpp. MLA (deepseek_v3) is priced by its projections and heads.
 struct MlpShape {
   double moe_share = 0;      // the share of the layers whose MLP is a mixture of experts
   double dense_width = 0;    // model.ffn_hidden: the dense layers' SwiGLU width

@@ -96,18 +96,16 @@ struct Estimate {
 //   trident        Trident today (framework/, parallel/): gradients reduced bucket by bucket during
 //                  the last backward (parallel.overlap_grad_reduce); ZeRO-1's fp32 parameter all-gather
 //                  bucket by bucket in the next forward, each bucket waited for at its first read
-//                  (parallel.overlap_param_gather; NOTE [overlapped parameter gather]); tensor-parallel
-//                  collectives exposed; the attention core at the GEMM rate, element-wise work in the
-//                  cluster's per-layer host time.
-//   megatron       Megatron-LM as its 2024 H100 table ran (README: --overlap-grad-reduce
-//                  --overlap-param-gather --tp-comm-overlap, distributed optimizer): fp32 gradients
-//                  reduce-scattered bucket by bucket during the last backward, bf16 parameters
-//                  all-gathered bucket by bucket during the next forward, buckets of max(4e7, 1e6 x dp)
-//                  parameters; with SP each tensor-parallel all-gather/reduce-scatter split into tp
-//                  chunks behind its GEMM; a fused causal attention kernel; fused element-wise kernels.
-//   megatron-2021  Megatron-LM as Narayanan et al. 2021 ran it: one gradient all-reduce after the
-//                  pipeline flush (its local DDP), no ZeRO, collectives exposed, attention as two bmm's
-//                  around a fused scale-mask-softmax, dropout.
+//                  (parallel.overlap_param_gather; NOTE [overlapped parameter gather]); TP collectives
+//                  exposed; the attention core at the GEMM rate, element-wise work in the cluster's per-layer host time.
+//   megatron       Megatron-LM as its 2024 H100 table ran (README: --overlap-grad-reduce --overlap-param-gather
+//                  --tp-comm-overlap, distributed optimizer): fp32 gradients reduce-scattered bucket by bucket
+//                  during the last backward, bf16 parameters all-gathered bucket by bucket during the next
+//                  forward, buckets of max(4e7, 1e6 x dp) parameters; with SP each TP all-gather/reduce-scatter
+//                  split into tp chunks behind its GEMM; a fused causal attention kernel; fused element-wise kernels.
+//   megatron-2021  Megatron-LM as Narayanan et al. 2021 ran it: one gradient all-reduce after the pipeline flush
+//                  (its local DDP), no ZeRO, collectives exposed, attention as two bmm's around a fused
+//                  scale-mask-softmax, dropout.
 struct Runtime {
   std::string name;
   AttentionKernel attention = AttentionKernel::Gemm;

@@ -12,31 +12,21 @@
 
 namespace trident {
 
-// NOTE [idle attribution] Each pipeline rank's idle time in one step is the
-// slowest rank's executor span less the rank's own compute, plus the time it
-// then waits in the data-parallel gradient sync. It is split, in this order,
-// with the simulator on the step's real action lists:
-//  - inherent: the idle the schedule has with balanced costs (every virtual
-//    stage the pipeline's mean F, B, I, W of this step, free transfers), or
-//    the stage's idle with its own costs when that is less (the slowest stage
-//    of an uneven split waits less than a balanced one);
-//  - imbalance: what the stages' own mean costs add to that (free transfers);
-//  - transfers: the rest of the pipeline idle, waiting on point-to-point
-//    transfers (and the executor's own work between actions);
-//  - sync: the gradient sync after the pipeline (finish_grad_sync: what the
-//    backward did not hide of the DP reduce and the tied embedding's
-//    all-reduce, with the wait for the slower peer);
-//  - experts (under expert parallelism only): the time the rank's forwards
-//    and backwards spent in the experts' all-to-alls (dispatch, combine and
-//    their counts, the wait for the slowest rank of the EP group included),
-//    at most its busy time. The pipeline counts it as busy (it is inside F
-//    and B); the device idles. Under overlapped pairs part of it ran beside
-//    the pair's other half computing (NOTE [overlapped pairs]).
-// The first two are capped at what was measured, so the parts are never
-// negative and add up to the measured idle time by construction; what the
-// split gets right is checked on timelines of known costs and latencies
-// (tests/torch_unit/test_idle_attribution.cpp).
-// (IdleParts is in metrics/metrics.h, which writes it to metrics.jsonl.)
+// NOTE [idle attribution] Each pipeline rank's idle time in one step is the slowest rank's
+// executor span less the rank's own compute, plus the time it then waits in the data-parallel
+// gradient sync. It is split, in this order, with the simulator on the step's real action lists:
+//  - inherent: the idle the schedule has with balanced costs (every virtual stage the pipeline's
+//    mean F, B, I, W of this step, free transfers), or the stage's idle with its own costs when
+//    that is less (the slowest stage of an uneven split waits less than a balanced one);
+//  - imbalance: what the stages' own mean costs add to that (free transfers); transfers: the rest
+//    of the pipeline idle (point-to-point waits and the executor's own work between actions);
+//  - sync: the gradient sync after the pipeline (finish_grad_sync: what the backward did not hide
+//    of the DP reduce and the tied embedding's all-reduce, with the wait for the slower peer);
+//  - experts (EP only): the time its forwards and backwards spent in the experts' all-to-alls (dispatch,
+//    combine, counts, the wait for the EP group's slowest rank), at most its busy time: busy for the
+//    pipeline (inside F and B), idle for the device; overlapped pairs ran part of it beside compute.
+// The first two are capped at what was measured: the parts are never negative and add up to the measured
+// idle (checked on known timelines: tests/torch_unit/test_idle_attribution.cpp; IdleParts: metrics/metrics.h).
 
 // One pipeline rank's step as measured.
 struct RankStep {

@@ -169,13 +169,12 @@ Schedule zb_h1(int p, int m) {
 // cool-down: rank r starts one slot after rank r-1 and its I of the last
 // micro-batch must end one slot before rank r-1's, so counted from its own
 // end each rank runs that I two slots earlier than its upstream neighbour,
-// with two more W after it. With F = I = W every rank is
-// busy from its first action to its last (the paper's parallelogram; the
-// step still spans (p-1)F more than one rank's work, because rank r starts r
-// forwards late). The paper's Table 5 bubble rates for its 1.5B and 6.2B models come
-// out of the simulator to four digits, counted as the paper counts them
-// (TimelineStats::span_bubble_fraction; benchmarks/zero_bubble_paper.py, the
-// `reference` test ZeroBubblePaper).
+// with two more W after it. With F = I = W every rank is busy from its first
+// action to its last (the paper's parallelogram; the step still spans (p-1)F
+// more than one rank's work, because rank r starts r forwards late). The
+// paper's Table 5 bubble rates for its 1.5B and 6.2B models come out of the
+// simulator to four digits, counted as the paper counts them (TimelineStats::
+// span_bubble_fraction; benchmarks/zero_bubble_paper.py, the `reference` test ZeroBubblePaper).
 Schedule zb_h2(int p, int m) {
   Schedule s = empty_schedule(p, m, 1);
   for_each_rank(p, 3 * static_cast<size_t>(m) * p, [&](int r) {

@@ -48,25 +48,21 @@ Score score(const Schedule& s, const Costs& c, ZbObjective objective) {
 
 }  // namespace
 
-// NOTE [zb-auto] The paper's automatic scheduler (Qi et al., ICLR 2024, section
-// 3.1) places F, B and W greedily under a memory limit, with a few binary
-// choices (one more warm-up F or not, skip an F or not) grid-searched against
-// its cost model, and reaches a near-zero bubble at twice 1F1B's memory
-// (ZB-2p). We search instead over the family above, with the simulator as the
-// cost model: per rank a warm-up length w[r] (its peak in flight, so
-// 1 <= w[r] <= the limit, non-increasing in r, which keeps every list
-// deadlock-free) and a count d[r] of W held back. From seeds between ZB-H1
-// (w = p-r) and ZB-H2 (w = 2(p-r)-1), with d = r or 2r, each w[r] and d[r] moves
-// by one while the paper's bubble (span_bubble_fraction, then the step's)
-// improves (kSpan; kStep ranks by the step's bubble first, and since ZB-H1 is
-// a seed, its step is never longer than ZB-H1's within the limit p; Trident,
-// which runs no optimizer post-validation, trains and plans with kStep, while
-// `trident schedule` shows the paper's kSpan unless told --objective step).
-// With the limit p and kSpan it finds ZB-H1 (the paper's ZB-1p, whose figures
-// are ZB-H1's); with 2p it comes within a few thousandths of the paper's ZB-2p
-// figures, below them on some rows (benchmarks/zero_bubble_paper.py). The
-// search costs O(p^2 m) simulations of O(p m) actions: p = 8, m = 64 takes
-// about a second.
+// NOTE [zb-auto] The paper's automatic scheduler (Qi et al., ICLR 2024, section 3.1) places
+// F, B and W greedily under a memory limit, with a few binary choices (one more warm-up F or
+// not, skip an F or not) grid-searched against its cost model, and reaches a near-zero bubble
+// at twice 1F1B's memory (ZB-2p). We search instead over the family above, with the simulator
+// as the cost model: per rank a warm-up length w[r] (its peak in flight, so 1 <= w[r] <= the
+// limit, non-increasing in r, which keeps every list deadlock-free) and a count d[r] of W held
+// back. From seeds between ZB-H1 (w = p-r) and ZB-H2 (w = 2(p-r)-1), with d = r or 2r, each
+// w[r] and d[r] moves by one while the paper's bubble (span_bubble_fraction, then the step's)
+// improves (kSpan; kStep ranks by the step's bubble first, and since ZB-H1 is a seed, its step
+// is never longer than ZB-H1's within the limit p; Trident, which runs no optimizer
+// post-validation, trains and plans with kStep, while `trident schedule` shows the paper's kSpan
+// unless told --objective step). With the limit p and kSpan it finds ZB-H1 (the paper's ZB-1p,
+// whose figures are ZB-H1's); with 2p it comes within a few thousandths of the paper's ZB-2p
+// figures, below them on some rows (benchmarks/results/zero_bubble_paper.txt). The search costs
+// O(p^2 m) simulations of O(p m) actions.
 Schedule zb_auto(int p, int m, const Costs& costs, int memory_limit, ZbObjective objective) {
   check_supported("zb-h1", p, m, 1);
   if (memory_limit < 1)

@@ -127,25 +127,21 @@ struct Slotted {
 
 }  // namespace
 
-// NOTE [v-half and v-min] V-Half and V-Min (Qi et al., "Pipeline Parallelism
-// with Controllable Memory", 2024, arXiv 2405.15362): the V placement of
-// ZB-V with the activation memory of 1F1B cut to about a half and a third.
-// The paper builds them from a repeating building block; we place the same
-// kind of block by its timing, in slots of one chunk pass (F = I = W): micro-
-// batch k enters at slot max(2k, 6k - early) and its chain (F through the 2p
-// virtual stages, then I back through them) takes on each rank the first free
-// slot after its predecessor; then each rank's W take the first free slot
-// after their I. A rank does 6 passes per micro-batch, so entering every 6
-// slots is the steady state: with early = 0 (V-Min) no chain ever waits
-// unless 3 divides p, and a micro-batch's activations live on rank r for
-// (4p-2r) + (2r+2) slots, i.e. about (4p+2)/6 chunk activations, a third of
-// 1F1B's 2p; the fill costs about 2/3 of 1F1B's bubble. early = p+1 (V-Half)
-// lets the first micro-batches in faster (every 2 slots), about p chunk
-// activations in flight and half of 1F1B's bubble. Each rank's list is its
-// slots in time order, so with equal costs the simulator reproduces the slot
-// timing and the lists are deadlock-free (the validator checks them anyway);
-// other costs keep the order. Any m >= 1 (tests/unit/test_schedule_memory.cpp
-// checks memory and bubble against the paper's ratios).
+// NOTE [v-half and v-min] V-Half and V-Min (Qi et al., "Pipeline Parallelism with Controllable
+// Memory", 2024, arXiv 2405.15362): the V placement of ZB-V with the activation memory of 1F1B
+// cut to about a half and a third. The paper builds them from a repeating building block; we
+// place the same kind of block by its timing, in slots of one chunk pass (F = I = W): micro-batch
+// k enters at slot max(2k, 6k - early) and its chain (F through the 2p virtual stages, then I
+// back through them) takes on each rank the first free slot after its predecessor; then each
+// rank's W take the first free slot after their I. A rank does 6 passes per micro-batch, so
+// entering every 6 slots is the steady state: with early = 0 (V-Min) no chain ever waits unless
+// 3 divides p, and a micro-batch's activations live on rank r for (4p-2r) + (2r+2) slots, i.e.
+// about (4p+2)/6 chunk activations, a third of 1F1B's 2p; the fill costs about 2/3 of 1F1B's
+// bubble. early = p+1 (V-Half) lets the first micro-batches in faster (every 2 slots), about p
+// chunk activations in flight and half of 1F1B's bubble. Each rank's list is its slots in time
+// order, so with equal costs the simulator reproduces the slot timing and the lists are
+// deadlock-free (the validator checks them anyway); other costs keep the order. Any m >= 1
+// (tests/unit/test_schedule_memory.cpp checks memory and bubble against the paper's ratios).
 Schedule v_controlled(const std::string& kind, int p, int m, int early) {
   check_supported(kind, p, m, 2);
   Schedule s = empty_schedule(p, m, 2, Placement::v);

@@ -65,22 +65,19 @@ struct KindSums {
 // samples of a kind gets the mean of the stages that have them.
 Costs costs_from_stage_sums(const std::vector<KindSums>& stages, std::vector<double> latency);
 
-// NOTE [measured link latency] What the simulator calls latency: from the last
-// operation of a receive's group becoming ready (its send posted; a send of the
-// group's, its receive posted) to the receive's data being there. The executor
-// waits for whole groups at a receive's consumer (its F, or its B or I), so a
-// receive's end is an arrival only when its rank sat waiting at that consumer
-// already when the group became ready: that choice does not depend on how long
-// the message took (choosing receives that waited long would), and leaves out
-// those that arrived during a compute run between post and consumer (interleaved
-// posts receives computes ahead; counted, its latency read 5 ms for ~1 ms).
-// Ranks may each use their own clock: each neighbouring pair's offset is half
-// the difference of its two directions' mean d (L + o and L - o), the timelines
-// are put on rank 0's clock, and a link's latency is still the mean of its two
-// directions' means. A direction with no such receive (a balanced pipeline, a
-// few steps, under load) takes the mean of every receive its rank waited for at
-// the consumer, the larger figure; a link with a direction never waited for is
-// left out.
+// NOTE [measured link latency] What the simulator calls latency: from the last operation of a
+// receive's group becoming ready (its send posted; a send of the group's, its receive posted) to
+// the receive's data being there. The executor waits for whole groups at a receive's consumer
+// (its F, or its B or I), so a receive's end is an arrival only when its rank sat waiting at that
+// consumer already when the group became ready: that choice does not depend on how long the
+// message took (choosing receives that waited long would), and leaves out those that arrived
+// during a compute run between post and consumer (interleaved posts receives computes ahead:
+// counted, they would read as far longer latencies). Ranks may each use their own clock: each
+// neighbouring pair's offset is half the difference of its two directions' mean d (L + o and
+// L - o), the timelines are put on rank 0's clock, and a link's latency is still the mean of its
+// two directions' means. A direction with no such receive (a balanced pipeline, a few steps,
+// under load) takes the mean of every receive its rank waited for at the consumer, the larger
+// figure; a link with a direction never waited for is left out.
 struct LinkLatency {
   std::vector<double> per_boundary;  // p*v-1 values, boundary s -> s+1; links left out get `mean`, local hand-overs 0
   double mean = 0;                   // over the links measured; 0 when none

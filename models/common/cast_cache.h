@@ -21,7 +21,7 @@ namespace trident {
 // refresh, a checkpoint load) is the key, so the first forward after the
 // optimizer makes the step's copy. The cast's backward (ToCopyBackward) saves
 // no tensor, so every micro-batch's backward, and the I/W split's autograd::grad
-// (NOTE [I/W split]), run through the one node into the master's .grad
+// (NOTE [queued dW]), run through the one node into the master's .grad
 // exactly as through a fresh cast: the same values, in the same order. Without
 // autograd (evaluation) the cast is made and not kept.
 //

@@ -1,5 +1,5 @@
 // Worker for test_tp_wire: what the TP mappings of parallel/tensor_parallel.h
-// put on the wire and what they copy (NOTE [TP collectives], NOTE [TP
+// put on the wire and what they copy (NOTE [TP collectives], [TP collective copies], NOTE [TP
 // collectives in place] in parallel/tensor_parallel.cpp), at tp = 2:
 //  - wire/<mapping>/<dtype>: the bytes a forward + backward hands to the TP
 //    group's collectives (Group::comm_bytes) are the collective's elements

@@ -420,7 +420,7 @@ const std::vector<Row>& cp_rows() {
 }
 
 // training.precision = "bf16" under the schedules with a split backward
-// (NOTE [I/W split]): the W of a bf16 weight, the autograd cast of its fp32
+// (NOTE [queued dW]): the W of a bf16 weight, the autograd cast of its fp32
 // master, must reach the master exactly as B does. Pipeline-only rows are
 // bit-identical to the bf16 single process; the 3D row, with DP's overlapped
 // bucket reduction, within the bf16 tolerance.
