@@ -24,7 +24,7 @@ namespace trident {
 //    of the DP reduce and the tied embedding's all-reduce, with the wait for the slower peer);
 //  - experts (EP only): the time its forwards and backwards spent in the experts' all-to-alls (dispatch,
 //    combine, counts, the wait for the EP group's slowest rank), at most its busy time: busy for the
-//    pipeline (inside F and B), idle for the device; overlapped pairs ran part of it beside compute.
+//    pipeline (inside F and B), idle for the device (under NOTE [overlapped pairs] partly beside compute).
 // The first two are capped at what was measured: the parts are never negative and add up to the measured
 // idle (checked on known timelines: tests/torch_unit/test_idle_attribution.cpp; IdleParts: metrics/metrics.h).
 

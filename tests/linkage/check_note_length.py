@@ -6,11 +6,9 @@ marker, then `NOTE [`) in a *.cpp, *.h, *.cmake, *.py or *.sh file tracked by gi
 tests/reference/text/; it runs over the following lines that start (after whitespace) with
 the same marker and are not the start of another NOTE. A block states what holds and why;
 measurements live in benchmarks/results/ and history in commit messages. Fails naming
-file:line, the NOTE's name and its length for each block over 15 lines. A name in the
-allow-list (note_length_allow.txt beside this script, if present) is let through while its
-block is long; once it is not, the entry is stale and fails too.
+file:line, the NOTE's name and its length for each block over 15 lines.
 
-  check_note_length.py ROOT [ALLOW_LIST]
+  check_note_length.py ROOT
   check_note_length.py --self-test    plants blocks of 15 and 16 lines
 """
 import os
@@ -20,8 +18,6 @@ import sys
 import tempfile
 
 LIMIT = 15
-HERE = os.path.dirname(os.path.abspath(__file__))
-DEFAULT_ALLOW = os.path.join(HERE, "note_length_allow.txt")
 SUFFIXES = (".cpp", ".h", ".cmake", ".py", ".sh")
 EXCLUDED = "tests/reference/text/"
 START = re.compile(r"^\s*(?P<marker>//|#)\s*NOTE \[(?P<name>[^\]]+)\]")
@@ -60,23 +56,9 @@ def long_notes(root):
     return found
 
 
-def read_allow(path):
-    if not os.path.isfile(path):
-        return set()
-    with open(path, encoding="utf-8") as f:
-        return {l.strip() for l in f if l.strip() and not l.startswith("#")}
-
-
-def check(root, allow_path):
-    allow = read_allow(allow_path)
-    failures = []
-    long_names = set()
-    for rel, line, name, n in long_notes(root):
-        long_names.add(name)
-        if name not in allow:
-            failures.append(f"{rel}:{line}: NOTE [{name}] is {n} lines (limit {LIMIT})")
-    for name in sorted(allow - long_names):
-        failures.append(f"{allow_path}: NOTE [{name}] is no longer over {LIMIT} lines: drop the entry")
+def check(root):
+    failures = [f"{rel}:{line}: NOTE [{name}] is {n} lines (limit {LIMIT})"
+                for rel, line, name, n in long_notes(root)]
     for f in failures:
         print(f)
     if not failures:
@@ -91,17 +73,16 @@ def self_test():
     with tempfile.TemporaryDirectory() as root:
         subprocess.run(["git", "init", "-q", root], check=True)
         src = os.path.join(root, "a.h")
-        none = os.path.join(root, "none.txt")
         with open(src, "w") as f:
             f.write("\n".join(["#pragma once"] + block("fifteen", 15) + ["int x;"]) + "\n")
         subprocess.run(["git", "add", "a.h"], cwd=root, check=True)
-        if check(root, none) != 0:
+        if check(root) != 0:
             print("self-test: a 15-line NOTE failed")
             return 1
         with open(src, "a") as f:
             f.write("\n".join(block("sixteen", 16) + ["# NOTE [py] 1"] + ["# x"] * 3) + "\n")
         found = {(name, n) for _, _, name, n in long_notes(root)}
-        if found != {("sixteen", 16)} or check(root, none) == 0:
+        if found != {("sixteen", 16)} or check(root) == 0:
             print(f"self-test: a 16-line NOTE was not the one failure: {sorted(found)}")
             return 1
     print("self-test passed")
@@ -111,10 +92,10 @@ def self_test():
 def main(argv):
     if argv[1:2] == ["--self-test"]:
         return self_test()
-    if len(argv) not in (2, 3):
+    if len(argv) != 2:
         print(__doc__)
         return 2
-    return check(argv[1], argv[2] if len(argv) == 3 else DEFAULT_ALLOW)
+    return check(argv[1])
 
 
 if __name__ == "__main__":

@@ -184,28 +184,20 @@ bool bit_identical_class(const Row& r) { return r.tp == 1 && r.dp == 1 && r.cp()
 CachedRun run_row(const Row& r) { return cached_run(r.world(), r.sets(), r.config); }
 
 // NOTE [rows on the fewest layers]
-// Each collective of a multi-rank row costs milliseconds on 2 shared cores
-// (Gloo's latency, not compute: NOTE [larger micro-batches under TP]), and a
-// layer issues its own per micro-batch: TP's all-reduces, the experts'
-// all-to-alls, the ring's exchanges. What a row of the Llama, MoE, CP and
-// bf16 matrices proves (a layout, a schedule, a dispatcher against the single
-// process) holds layer by layer, so those rows train the fewest layers their
-// layout allows: one per pipeline chunk, and at least two (the MoE presets
-// have 4, llama-tiny and gpt-tiny 8). The reference is the single process
-// at the same depth (model.* keys join it). A row keeps its preset's depth
-// where its point is where the layers go: a split given by
-// parallel.pipeline_layers, dense first layers, or a depth of its own. The
-// GPT rows keep gpt-tiny's 8: rows of different pp are compared bit for bit.
-// The same holds micro-batch by micro-batch: a row runs 2 x pp micro-batches
-// per data-parallel rank, where the presets' global batch of 16 is 8 of 2:
-// two without a pipeline, the fewest that still accumulate, and with one a
-// steady state of every kind between its warm-up and cool-down (DualPipeV
-// twice as many: it needs 2p from each end). The reference runs the same
-// global batch. The rows of overlapped pairs keep theirs (each
-// pair is a micro-batch's forward beside another's backward), rows with a batch
-// of their own, and zb-auto's rows under a memory limit (the limit binds at
-// their 8 micro-batches). The pipeline kinds at their full micro-batch
-// counts are the GPT rows' and tests/regression/test_pipeline_regression.cpp's.
+// Each collective of a multi-rank row costs milliseconds on 2 shared cores (Gloo's latency, not
+// compute: NOTE [larger micro-batches under TP]), and a layer issues its own per micro-batch (TP's
+// all-reduces, the experts' all-to-alls, the ring's exchanges). What a row of the Llama, MoE, CP
+// and bf16 matrices proves (a layout, a schedule, a dispatcher against the single process) holds
+// layer by layer, so those rows train the fewest layers their layout allows: one per pipeline
+// chunk, at least two (the MoE presets have 4, llama-tiny and gpt-tiny 8); the reference is the
+// single process at the same depth (model.* keys join it). A row keeps its preset's depth where its
+// point is where the layers go (parallel.pipeline_layers, dense first layers, a depth of its own);
+// the GPT rows keep gpt-tiny's 8: rows of different pp are compared bit for bit. Likewise a row runs
+// 2 x pp micro-batches per DP rank (the presets' 16 is 8 of 2): two without a pipeline, the fewest
+// that still accumulate, and with one a steady state of every kind (DualPipeV twice as many: it
+// needs 2p from each end); the reference runs the same global batch. Rows of overlapped pairs, rows
+// with a batch of their own and zb-auto's under a memory limit (binding at 8) keep theirs; the
+// pipeline kinds at full counts are the GPT rows' and tests/regression/test_pipeline_regression.cpp's.
 int preset_value(const std::string& config, const std::string& name) {
   static std::map<std::string, int> read;  // each preset's key read once, not once per row
   const std::string at = config + " " + name;
@@ -478,24 +470,19 @@ TEST(RegressionMatrix, RowsCoverEveryPairOfFactorValues) {
 class MatrixRow : public ::testing::TestWithParam<Row> {};
 
 // NOTE [routing near ties]
-// A router's top-k is a discrete choice: where two experts' scores sit within
-// rounding of each other, any change of summation order may pick the other one,
-// and the runs go on apart. qwen3-moe-tiny at the cp rows' depth is such a case:
-// its single process, nothing parallel, computed once with ATen's AVX2 kernels
-// and once with ATEN_CPU_CAPABILITY=default, agrees to 1.2e-6 in grad norm up
-// to step 10, 1.7e-5 at step 11 (a jump of 14x in one step: a choice flipped),
-// then 1e-5 to 2e-4 with the loss 6.4e-6 apart at step 17 (AMD EPYC Zen 3). The
-// cp2 zb-v row failed on an AVX-512 EPYC by the very same figures (grad norm
-// 2.0e-5 at step 11, 2e-4 at 18; loss 6.45e-6 at 17) and passes with AVX2: no
-// layout can be held within 1e-5 of a run that one CPU rounding apart already
-// leaves. So an MoE row is held to the reference within 1e-5, or within K = 4
-// times the largest distance the same single process moves when it computes
-// as another CPU does (NOTE [forced capabilities] in scripts/flake_hunt.sh:
-// ATen's default kernels, and AVX2 where this CPU would use AVX-512): the
-// reference tests' contract (the spread of correct fp32 runs), per step. Before
-// a choice flips, the spread is rounding (1e-7) and 1e-5 binds; a layout's
-// bug moves the run by far more than either (planted: the balancing loss's counts left
-// per cp rank fails the qwen3-moe cp2 row from step 1 at 2e-5 and more).
+// A router's top-k is a discrete choice: where two experts' scores sit within rounding of each
+// other, any change of summation order may pick the other one, and the runs go on apart.
+// qwen3-moe-tiny at the cp rows' depth is such a case: its single process, computed with ATen's
+// AVX2 kernels and with ATEN_CPU_CAPABILITY=default, agrees to ~1e-6 in grad norm until a choice
+// flips (step 11), then moves 1e-5 to 2e-4 apart; the cp2 zb-v row failed on an AVX-512 CPU by the
+// very same figures and passes with AVX2: no layout can be held within 1e-5 of a run that one CPU
+// rounding apart already leaves. So an MoE row is held to the reference within 1e-5, or within
+// K = 4 times the largest distance the same single process moves when it computes as another CPU
+// does (NOTE [forced capabilities] in scripts/flake_hunt.sh: ATen's default kernels, and AVX2 where
+// this CPU would use AVX-512): the reference tests' contract (the spread of correct fp32 runs), per
+// step. Before a choice flips, the spread is rounding (1e-7) and 1e-5 binds; a layout's bug moves
+// the run by far more than either (planted: the balancing loss's counts left per cp rank fails the
+// qwen3-moe cp2 row from step 1 at 2e-5 and more).
 constexpr double kSpreadK = 4.0;
 
 // The instruction sets other than the one this run computes with (ATEN_CPU_CAPABILITY, or

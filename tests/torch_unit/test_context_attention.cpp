@@ -117,27 +117,19 @@ TEST(ContextAttention, AllGatherEqualsWholeSequence) {
 }
 
 // NOTE [bf16 merge bound]
-// The ring and the gathered kind merge their steps' partial outputs by
-// log-sum-exp in fp32 whatever the inputs' dtype (NOTE [ring attention]).
-// Held to fp64 attention over the same bf16 values (so the inputs' own
-// rounding is not counted), a correct run from bf16 inputs differs by bf16
-// rounding of results, u = 2^-8 (bf16's unit roundoff) each: the fused
-// kernel's partial outputs (each within u of itself, an average of values;
-// the merge's weights sum to 1, so within u·max|v|) and the returned output
-// (u·max|out|): `out` is within 2u = 0.0078 of max|out| where max|out| is
-// about max|v| (measured 0.0045). The gradients have no closed bound: the
-// fused backward reads bf16 dout and out (rowsum(dO ∘ O) cancels) and each
-// step's dk, dv come back in bf16 before the steps' sum; measured clean at
-// most 0.0099 (2.5u: fused kernel, cp 4, dq), so they are held to 5u =
-// 0.0195, twice that. q is 4 times the unit normal: scores of std 4, as
-// sharp as a trained model's, and log-sum-exps around 10. A merge done in
-// bf16 rounds those to u·|lse| ≈ 0.04, which scales each step's weight by
-// up to e^0.04: measured out 0.028–0.045 and gradients 0.053–0.089 with the
-// merge's arithmetic in bf16 (each case's largest), and gradients
-// 0.038–0.040 with only the accumulators kept in bf16 (the explicit kernel;
-// the fused backward then refuses the bf16 log-sum-exp). The same figures
-// under ATEN_CPU_CAPABILITY=default and =avx2 (an AMD EPYC without AVX-512),
-// but for one clean dk, 0.0091 against 0.0079.
+// The ring and the gathered kind merge their steps' partial outputs by log-sum-exp in fp32
+// whatever the inputs' dtype (NOTE [ring attention]). Held to fp64 attention over the same bf16
+// values (so the inputs' own rounding is not counted), a correct run from bf16 inputs differs by
+// bf16 rounding of results, u = 2^-8 each: the fused kernel's partial outputs (each within u of
+// itself; the merge's weights sum to 1, so within u·max|v|) and the returned output (u·max|out|):
+// `out` is within 2u = 0.0078 of max|out|, max|out| being about max|v| (measured 0.0045). The
+// gradients have no closed bound: the fused backward reads bf16 dout and out (rowsum(dO ∘ O)
+// cancels) and each step's dk, dv come back in bf16 before the steps' sum; measured clean at
+// most 0.0099 (2.5u: fused kernel, cp 4, dq; the same under ATEN_CPU_CAPABILITY=default and avx2),
+// so they are held to 5u = 0.0195, twice that. q is 4 times the unit normal: scores of std 4, as
+// sharp as a trained model's, log-sum-exps around 10. A merge done in bf16 rounds those to
+// u·|lse| ≈ 0.04, scaling each step's weight by up to e^0.04: measured out 0.028–0.045 and
+// gradients 0.038–0.089 with the merge's arithmetic, or only its accumulators, in bf16.
 constexpr double kBf16Unit = 0x1p-8;
 constexpr double kBf16OutBound = 2 * kBf16Unit, kBf16GradBound = 5 * kBf16Unit;
 
