@@ -1,4 +1,4 @@
-// megatron-core's GPTDataset index caches, read and written (NOTE [Megatron index caches]).
+// megatron-core's GPTDataset index caches, read and written (NOTE [Megatron index caches], [Megatron cache writes]).
 #include "datasets/megatron_cache.h"
 
 #include <unistd.h>

@@ -1,4 +1,4 @@
-// Megatron's GPTDataset and BlendedDataset indices (NOTE [Megatron GPT samples]).
+// Megatron's GPTDataset and BlendedDataset indices (NOTE [Megatron GPT samples], NOTE [Megatron blend]).
 #include "datasets/megatron_samples.h"
 
 #include <algorithm>

@@ -39,7 +39,7 @@ int64_t megatron_samples_asked(const Config& c, const std::string& split);
 
 // split: "train" or "val". Throws data::DataError for files that cannot be read.
 // write_caches: in Megatron's order, write the index caches data.cache_dir lacks
-// (NOTE [Megatron index caches]); one process of a run does (the trainer's rank 0).
+// (NOTE [Megatron cache writes]); one process of a run does (the trainer's rank 0).
 std::unique_ptr<TrainingData> open_training_data(const Config& c, const std::string& split, bool write_caches);
 
 // The global batch a data.order reads at evaluation `e` of evaluation number

@@ -15,8 +15,8 @@
 // recomputed layers' dW for a later W as without recomputation. Korthikanti et al. (2022)'s
 // "selective" recomputes only the attention core, whose (batch, heads, seq, seq) scores dominate;
 // Trident's SDPA (models/common/attention.h) keeps O(seq) per head, so that alone saves nothing
-// (benchmarks/results/recompute_memory.txt): Trident's selective also recomputes the MLP's up
-// projection and GELU, dropping GELU's (batch, seq, ffn/tp) input, the largest of a block.
+// (benchmarks/results/recompute_memory.txt): Trident's selective also recomputes the MLP's up projection
+// and GELU from the block's normalised input, dropping the (batch, seq, ffn/tp) activation GELU's backward keeps.
 #pragma once
 
 #include <functional>

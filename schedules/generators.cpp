@@ -173,8 +173,8 @@ Schedule zb_h1(int p, int m) {
 // action to its last (the paper's parallelogram; the step still spans (p-1)F
 // more than one rank's work, because rank r starts r forwards late). The
 // paper's Table 5 bubble rates for its 1.5B and 6.2B models come out of the
-// simulator to four digits, counted as the paper counts them (TimelineStats::
-// span_bubble_fraction; benchmarks/zero_bubble_paper.py, the `reference` test ZeroBubblePaper).
+// simulator to four digits, counted as the paper counts them
+// (TimelineStats::span_bubble_fraction; benchmarks/zero_bubble_paper.py, the `reference` test ZeroBubblePaper).
 Schedule zb_h2(int p, int m) {
   Schedule s = empty_schedule(p, m, 1);
   for_each_rank(p, 3 * static_cast<size_t>(m) * p, [&](int r) {

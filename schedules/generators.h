@@ -64,7 +64,7 @@ void check_supported(const std::string& kind, int p, int m, int v);
 Schedule generate_compute(const std::string& kind, int p, int m, int v = 0);
 // Dispatches on kind and returns the schedule WITH communication added and
 // its sends placed for the executor's groups (add_communication(), then
-// defer_coupled_sends(): NOTE [group waits]): what the executor runs.
+// defer_coupled_sends(): NOTE [coupled sends]): what the executor runs.
 Schedule generate(const std::string& kind, int p, int m, int v = 0);
 
 // Evaluation's list for `rank`: every micro-batch through the rank's chunks in

@@ -114,7 +114,7 @@ void check_sequences(const Schedule& s) {
 // by posting that receive (and the pair's receives before it) in the peer's
 // stuck group: the receiver takes its order from the sender, as Megatron's
 // combined send-and-receive calls do. moves() says where each went.
-// The run also keeps time (NOTE [group waits] in group_waits.h): a compute
+// The run also keeps time (NOTE [coupled sends] in group_waits.h): a compute
 // takes the simulator's cost (for the costs given, else unit_costs()) once the one before it and the group holding its input are
 // done; a group starts on its rank's stream once the compute before it is
 // done and the group before it has completed, and completes once each of its

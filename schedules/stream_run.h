@@ -1,5 +1,5 @@
 // The run of a schedule's lists under NCCL's stream rules (NOTE [pair order]
-// in pair_order.h) with times (NOTE [group waits] in group_waits.h): one run
+// in pair_order.h) with times (NOTE [coupled sends] in group_waits.h): one run
 // serves check_pair_order(), order_receives() and grouped_step_time().
 // Internal to schedules/.
 #pragma once

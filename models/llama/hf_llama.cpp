@@ -260,7 +260,7 @@ HfLlama read_hf_llama(const std::string& dir) {
     check_expert_count(file, hf, path);
     for (const st::Tensor& t : file) {
       if (t.name.find("rotary_emb.inv_freq") != std::string::npos) continue;  // a buffer some files keep
-      if (mtp_layer(t.name, m.layers, hf.mtp_layers)) continue;  // NOTE [HF DeepSeek-V3 layout]: not read
+      if (mtp_layer(t.name, m.layers, hf.mtp_layers)) continue;  // NOTE [HF DeepSeek-V3 config]: not read
       check_hf_name(t.name, names, m.layers, path);
       const std::vector<float> v = st::to_float(t, path);
       st::check_finite(v, t.name, path);

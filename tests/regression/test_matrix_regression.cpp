@@ -298,7 +298,7 @@ const std::vector<Row>& moe_rows() {
       {1, 1, 2, "1f1b", 0, true, {kEp2, kBf16}, kMixtral},
       {1, 1, 2, "1f1b", 1, true, {kEp2, kNcclRules}, kMixtral},
       {1, 2, 2, "zb-v", 0, true, {kEp2, kNcclRules}, kMixtral},
-      // Overlapped pairs (NOTE [overlapped pairs]): each backward with the forward after it, the
+      // Overlapped pairs (NOTE [making overlapped pairs]): each backward with the forward after it, the
       // backward on a second thread and its all-to-alls on their own group (NOTE [two expert
       // groups]), under each kind that has pairs, one pipeline stage too (1F1B at pp = 1 pairs
       // B(k) with F(k+1)), a stage without MoE layers, selective recomputation (MLA's core), ZeRO-1,
