@@ -57,6 +57,7 @@ bool undivided(const DocumentLengths& docs) {
 at::Tensor document_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                               const DocumentLengths& docs, double dropout_p, std::optional<double> scale) {
   check_documents(q, docs);
+  if (undivided(docs)) return causal_attention(q, k, v, dropout_p, scale);  // today's path, bit for bit
   // Rows grouped by layout (in first-seen order), so rows alike share each call.
   std::map<std::vector<int64_t>, std::vector<int64_t>> groups;
   std::vector<const std::vector<int64_t>*> order;

@@ -35,8 +35,9 @@ struct Documents {
   at::Tensor positions;
 };
 
-// Whether every row is one document: the undivided sample, which stages
-// compute on their plain path (bit for bit a run without documents).
+// Whether every row is one document: the undivided sample, which
+// document_attention computes on the plain causal path (bit for bit a run
+// without documents).
 bool undivided(const DocumentLengths& docs);
 
 // q (b, heads, s, d), k and v (b, kv heads, s, d) with kv heads dividing heads,
