@@ -84,12 +84,8 @@ TEST(LossMaskFile, RoundTripAndMismatch) {
             std::string::npos);
 }
 
-TEST(PromptCompletion, PacksWithoutSplittingAndPadsWithTheEod) {
-  const fs::path dir = temp_dir("pack");
-  // byte ids: "ab"+"c" is 4 with its eod, "d"+"ef" 4, "ghi" (text) 4, "" + "jk" 3.
-  write_text(dir / "in.jsonl",
-             "{\"prompt\": \"ab\", \"completion\": \"c\"}\n{\"prompt\": \"d\", \"completion\": \"ef\"}\n\n"
-             "{\"text\": \"ghi\"}\n{\"prompt\": \"\", \"completion\": \"jk\"}\n");
+// Prompt-completion preparation of dir/in.jsonl into dir/out (a Megatron dataset), eod id 0.
+td::PrepareOptions sft_options(const fs::path& dir) {
   td::PrepareOptions o;
   o.format = "prompt-completion";
   o.output_format = "megatron";
@@ -97,6 +93,16 @@ TEST(PromptCompletion, PacksWithoutSplittingAndPadsWithTheEod) {
   o.inputs = {(dir / "in.jsonl").string()};
   o.output_prefix = (dir / "out").string();
   o.eod_token = 0;
+  return o;
+}
+
+TEST(PromptCompletion, PacksWithoutSplittingAndPadsWithTheEod) {
+  const fs::path dir = temp_dir("pack");
+  // byte ids: "ab"+"c" is 4 with its eod, "d"+"ef" 4, "ghi" (text) 4, "" + "jk" 3.
+  write_text(dir / "in.jsonl",
+             "{\"prompt\": \"ab\", \"completion\": \"c\"}\n{\"prompt\": \"d\", \"completion\": \"ef\"}\n\n"
+             "{\"text\": \"ghi\"}\n{\"prompt\": \"\", \"completion\": \"jk\"}\n");
+  td::PrepareOptions o = sft_options(dir);
   o.pack_seq_len = 8;  // the first two fill a sequence exactly: they share it
   const td::PrepareSummary s = td::prepare_prompt_completion(o);
   EXPECT_EQ(s.examples, 3u);
@@ -116,13 +122,7 @@ TEST(PromptCompletion, PacksWithoutSplittingAndPadsWithTheEod) {
 TEST(PromptCompletion, OverlongIsRefusedOrTruncated) {
   const fs::path dir = temp_dir("overlong");
   write_text(dir / "in.jsonl", "{\"prompt\": \"a\", \"completion\": \"b\"}\n{\"prompt\": \"abc\", \"completion\": \"de\"}\n");
-  td::PrepareOptions o;
-  o.format = "prompt-completion";
-  o.output_format = "megatron";
-  o.val_fraction = 0;
-  o.inputs = {(dir / "in.jsonl").string()};
-  o.output_prefix = (dir / "out").string();
-  o.eod_token = 0;
+  td::PrepareOptions o = sft_options(dir);
   o.pack_seq_len = 4;
   EXPECT_NE(error_of<td::DataError>([&] { td::prepare_prompt_completion(o); })
                 .find("in.jsonl:2: the example's 6 tokens do not fit a packed sequence of 4"),
@@ -136,13 +136,7 @@ TEST(PromptCompletion, OverlongIsRefusedOrTruncated) {
 
 TEST(PromptCompletion, BadLinesNameTheirLine) {
   const fs::path dir = temp_dir("bad");
-  td::PrepareOptions o;
-  o.format = "prompt-completion";
-  o.output_format = "megatron";
-  o.val_fraction = 0;
-  o.inputs = {(dir / "in.jsonl").string()};
-  o.output_prefix = (dir / "out").string();
-  o.eod_token = 0;
+  td::PrepareOptions o = sft_options(dir);
   const auto error = [&](const std::string& text) {
     write_text(dir / "in.jsonl", "{\"prompt\": \"a\", \"completion\": \"b\"}\n" + text + "\n");
     return error_of<td::DataError>([&] { td::prepare_prompt_completion(o); });
