@@ -513,19 +513,18 @@ void make_data_parallel(Run& r, const std::vector<std::vector<Param*>>& stage_pa
 }
 
 // Document boundaries and loss masks are applied by the stages (NOTE [packed documents],
-// [token-weighted loss]); documents under context parallelism and in latent attention are
-// not yet: a run given them would train as if they were absent, so it is refused.
+// [token-weighted loss]); documents under context parallelism are not yet: a run given them
+// would train as if they were absent, so it is refused.
 void refuse_documents(const Config& c) {
   const DataConfig& d = c.data;
-  const char* key = !(c.parallel.cp > 1 || c.model.mla()) ? nullptr
-                    : d.reset_attention_mask              ? "data.reset_attention_mask"
-                    : d.reset_position_ids                ? "data.reset_position_ids"
-                                                          : nullptr;
+  const char* key = c.parallel.cp == 1      ? nullptr
+                    : d.reset_attention_mask ? "data.reset_attention_mask"
+                    : d.reset_position_ids   ? "data.reset_position_ids"
+                                             : nullptr;
   if (key != nullptr)
-    throw ConfigError(std::string(key) + " = true: " +
-                      (c.parallel.cp > 1 ? "documents under context parallelism are not built yet"
-                                         : "latent attention (MLA) over packed documents is not built yet") +
-                      ", so training refuses it (`trident data batches` shows what the samples carry)");
+    throw ConfigError(std::string(key) +
+                      " = true: documents under context parallelism are not built yet, so training refuses it "
+                      "(`trident data batches` shows what the samples carry)");
 }
 
 void build(Run& r) {

@@ -25,7 +25,7 @@ MlaLatents mla_latents(const at::Tensor& x, const at::Tensor& q_down, const at::
 }
 
 at::Tensor mla_core(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& k_rope, const MlaDims& d,
-                    const std::function<at::Tensor(const at::Tensor&)>& rotate) {
+                    const std::function<at::Tensor(const at::Tensor&)>& rotate, const DocumentLengths* docs) {
   const int64_t bs = q.size(0), s = q.size(1), qk = d.nope + d.rope, width = std::max(qk, d.v);
   const at::Tensor q4 = q.view({bs, s, d.heads, qk}).transpose(1, 2);  // (b, heads, s, nope + rope)
   const at::Tensor kv4 = kv.view({bs, s, d.heads, d.nope + d.v}).transpose(1, 2);
@@ -35,7 +35,7 @@ at::Tensor mla_core(const at::Tensor& q, const at::Tensor& kv, const at::Tensor&
   at::Tensor vh = kv4.narrow(-1, d.nope, d.v);
   if (d.v < width) vh = at::constant_pad_nd(vh, {0, width - d.v});
   if (qk < width) qh = at::constant_pad_nd(qh, {0, width - qk}), kh = at::constant_pad_nd(kh, {0, width - qk});
-  at::Tensor y = causal_attention(qh, kh, vh, 0.0, d.scale);
+  at::Tensor y = docs ? document_attention(qh, kh, vh, *docs, 0.0, d.scale) : causal_attention(qh, kh, vh, 0.0, d.scale);
   if (d.v < width) y = y.narrow(-1, 0, d.v);
   return y.transpose(1, 2).reshape({bs, s, d.heads * d.v});
 }

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <functional>
 
+#include "models/common/document_attention.h"
+
 namespace trident {
 
 // NOTE [MLA]
@@ -47,8 +49,8 @@ MlaLatents mla_latents(const at::Tensor& x, const at::Tensor& q_down, const at::
 
 // q (b, s, heads·(nope + rope)), kv (b, s, heads·(nope + v)), k_rope (b, s, rope);
 // `rotate` applies the rotary embedding to a (b, n, s, rope) tensor. Returns
-// (b, s, heads·v), causal.
+// (b, s, heads·v), causal, and with `docs` inside each document (NOTE [packed documents]).
 at::Tensor mla_core(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& k_rope, const MlaDims& d,
-                    const std::function<at::Tensor(const at::Tensor&)>& rotate);
+                    const std::function<at::Tensor(const at::Tensor&)>& rotate, const DocumentLengths* docs = nullptr);
 
 }  // namespace trident

@@ -324,8 +324,8 @@ const LlamaStage::RopeTables& LlamaStage::rope_tables(int64_t s, at::ScalarType 
 }
 
 void LlamaStage::set_documents(std::shared_ptr<const Documents> docs) {
-  if (docs && (cp_.size() > 1 || cfg_.mla()))
-    throw std::invalid_argument("packed documents under context parallelism or with latent attention are not built");
+  if (docs && cp_.size() > 1)
+    throw std::invalid_argument("packed documents under context parallelism are not built");
   docs_ = std::move(docs);
 }
 
@@ -405,9 +405,12 @@ at::Tensor LlamaStage::latent_attention(const BlockParams& b, const at::Tensor& 
   }
   const at::Tensor q = linear(l.q_in, compute_param(b.q), at::Tensor());    // (b, s, H/tp·(nope + rope))
   const at::Tensor kv = linear(l.c, compute_param(b.kv_up), at::Tensor());  // (b, s, H/tp·(nope + v))
-  auto core = [this, d](const at::Tensor& q2, const at::Tensor& kv2, const at::Tensor& kr2) {
-    const RopeTables& rope = rope_tables(q2.size(1), q2.scalar_type());
-    return mla_core(q2, kv2, kr2, d, [this, &rope](const at::Tensor& t) { return rotate(t, rope); });
+  auto core = [this, d, docs = docs_](const at::Tensor& q2, const at::Tensor& kv2, const at::Tensor& kr2) {
+    const bool at_positions = docs && docs->positions.defined();
+    const RopeTables own = at_positions ? document_rope(*docs, q2.scalar_type()) : RopeTables{};
+    const RopeTables& rope = at_positions ? own : rope_tables(q2.size(1), q2.scalar_type());
+    return mla_core(q2, kv2, kr2, d, [this, &rope](const at::Tensor& t) { return rotate(t, rope); },
+                    docs ? &docs->lengths : nullptr);
   };
   at::Tensor y;
   if (recompute_ == Recompute::kSelective) {

@@ -1,5 +1,6 @@
 // Packed documents (NOTE [packed documents] in models/common/document_attention.h):
-// gpt-tiny and llama-tiny trained with data.reset_attention_mask and
+// gpt-tiny, llama-tiny, mixtral-tiny and deepseek-v3-tiny (latent attention) trained with
+// data.reset_attention_mask and
 // data.reset_position_ids on byte data whose spaces end the documents log, for
 // 20 steps, the same losses and grad norms under every layout as in one process
 // (the one process itself held to each document run alone by
@@ -60,15 +61,26 @@ const Layout kLayouts[] = {
     {"pp2_zbv_selective", 2, {"parallel.pp=2", "schedule.kind=zb-v", "schedule.chunks=2", "training.recompute=selective"}},
     {"tp2_sp", 2, {"parallel.tp=2", "parallel.sequence_parallel=true"}},
     {"dp2_zero1", 2, {"parallel.dp=2", "parallel.zero=1"}},
+    {"dp2_ep2", 2, {"parallel.dp=2", "parallel.ep=2"}},
 };
 
 INSTANTIATE_TEST_SUITE_P(Gpt, PackedLayout,
                          ::testing::Combine(::testing::Values(std::string("configs/gpt-tiny.toml")),
-                                            ::testing::ValuesIn(kLayouts)),
+                                            ::testing::Values(kLayouts[0], kLayouts[1], kLayouts[2], kLayouts[3])),
                          [](const auto& info) { return std::string(std::get<1>(info.param).name); });
 INSTANTIATE_TEST_SUITE_P(Llama, PackedLayout,
                          ::testing::Combine(::testing::Values(std::string("configs/llama-tiny.toml")),
                                             ::testing::Values(kLayouts[0], kLayouts[2])),
+                         [](const auto& info) { return std::string(std::get<1>(info.param).name); });
+
+// The MoE families under expert parallelism; DeepSeek-V3's latent attention under TP.
+INSTANTIATE_TEST_SUITE_P(Mixtral, PackedLayout,
+                         ::testing::Combine(::testing::Values(std::string("configs/mixtral-tiny.toml")),
+                                            ::testing::Values(kLayouts[4])),
+                         [](const auto& info) { return std::string(std::get<1>(info.param).name); });
+INSTANTIATE_TEST_SUITE_P(DeepseekV3, PackedLayout,
+                         ::testing::Combine(::testing::Values(std::string("configs/deepseek-v3-tiny.toml")),
+                                            ::testing::Values(kLayouts[2], kLayouts[4])),
                          [](const auto& info) { return std::string(std::get<1>(info.param).name); });
 
 }  // namespace

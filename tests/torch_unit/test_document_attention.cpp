@@ -146,7 +146,13 @@ ModelConfig packed_llama(const std::string& arch) {
   m.kv_heads = 2;
   m.ffn_hidden = 48;
   m.tie_embeddings = false;
-  if (arch == "llama") {  // YaRN's tables, gathered at each document's positions
+  if (arch == "deepseek_v3") {  // latent attention, its YaRN tables of the rotary part; a dense layer
+    m.q_lora_rank = 24, m.kv_lora_rank = 16, m.qk_nope_head_dim = 12, m.qk_rope_head_dim = 8, m.v_head_dim = 12;
+    m.kv_heads = m.heads;
+    m.experts = 4, m.moe_top_k = 2, m.moe_first_dense = 1, m.moe_ffn_hidden = 16, m.moe_shared_ffn_hidden = 16;
+    m.rope_scaling = "yarn";
+    m.rope_factor = 4, m.rope_original_max_position = 4, m.rope_beta_fast = 32, m.rope_beta_slow = 1;
+  } else if (arch == "llama") {  // YaRN's tables, gathered at each document's positions
     m.rope_scaling = "yarn";
     m.rope_factor = 4, m.rope_original_max_position = 4, m.rope_beta_fast = 32, m.rope_beta_slow = 1;
   } else {  // experts route each token alone: no balancing loss, no capacity
@@ -223,6 +229,9 @@ void expect_packed_equals_alone(const MakeStage& make) {
 TEST(PackedDocuments, GptEqualsEachDocumentAlone) { expect_packed_equals_alone(gpt_stage()); }
 TEST(PackedDocuments, LlamaYarnEqualsEachDocumentAlone) { expect_packed_equals_alone(llama_stage("llama")); }
 TEST(PackedDocuments, Qwen3MoeEqualsEachDocumentAlone) { expect_packed_equals_alone(llama_stage("qwen3_moe")); }
+TEST(PackedDocuments, DeepseekV3LatentAttentionEqualsEachDocumentAlone) {
+  expect_packed_equals_alone(llama_stage("deepseek_v3"));
+}
 
 void expect_one_document_bit_for_bit(const MakeStage& make) {
   at::manual_seed(22);
@@ -240,6 +249,7 @@ void expect_one_document_bit_for_bit(const MakeStage& make) {
 TEST(PackedDocuments, OneDocumentPerRowIsTheUndividedRunBitForBit) {
   expect_one_document_bit_for_bit(gpt_stage());
   expect_one_document_bit_for_bit(llama_stage("llama"));
+  expect_one_document_bit_for_bit(llama_stage("deepseek_v3"));
 }
 
 }  // namespace
