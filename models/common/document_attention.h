@@ -10,6 +10,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -34,6 +35,9 @@ struct Documents {
   DocumentLengths lengths;
   at::Tensor positions;
 };
+// How a stage hands one micro-batch's documents down its layers (null: undivided).
+using DocumentsRef = std::shared_ptr<const Documents>;
+
 
 // Whether every row is one document: the undivided sample, which
 // document_attention computes on the plain causal path (bit for bit a run

@@ -147,13 +147,13 @@ at::Tensor GptStage::norm(const NormParams& n, const at::Tensor& x) const {
       .to(x.scalar_type());
 }
 
-at::Tensor GptStage::attention(const BlockParams& b, const at::Tensor& x) const {
+at::Tensor GptStage::attention(const BlockParams& b, const at::Tensor& x, const DocumentsRef& docs) const {
   const int64_t heads = cfg_.heads / tp_.size(), hd = cfg_.hidden / cfg_.heads;
   at::Tensor qkv = column_parallel_linear(tp_, x, compute_param(b.qkv_weight), compute_param(b.qkv_bias));
   const double dropout = this->dropout();
   // The attention core: (b, s, 3 hidden/tp) -> (b, s, hidden/tp), holding
   // (b, heads/tp, s, s) scores; what selective recomputation drops.
-  auto core = [heads, hd, dropout, cp = cp_, docs = docs_](const at::Tensor& qkv_flat) {
+  auto core = [heads, hd, dropout, cp = cp_, docs](const at::Tensor& qkv_flat) {
     const int64_t batch = qkv_flat.size(0), s = qkv_flat.size(1);  // full sequence, also under SP
     // One unbind, whose backward stacks the three gradients into one tensor
     // (three selects would each scatter theirs into a zero-filled copy of it).
@@ -170,11 +170,11 @@ at::Tensor GptStage::attention(const BlockParams& b, const at::Tensor& x) const 
   return row_parallel_linear(tp_, y, compute_param(b.attn_proj_weight), compute_param(b.attn_proj_bias));
 }
 
-at::Tensor GptStage::block(int64_t layer, const at::Tensor& x) const {
+at::Tensor GptStage::block(int64_t layer, const at::Tensor& x, const DocumentsRef& docs) const {
   const BlockParams& b = blocks_.at(static_cast<size_t>(layer - spec_.first_layer));
   auto resid_dropout = [&](at::Tensor t) { return dropout() > 0 ? at::dropout(t, dropout(), true) : t; };
   at::Tensor h = norm(b.ln1, x);
-  at::Tensor out = x + resid_dropout(attention(b, h));
+  at::Tensor out = x + resid_dropout(attention(b, h, docs));
   h = norm(b.ln2, out);
   // (b, s, ffn/tp): the up projection's output, which GELU's backward keeps, is the
   // largest activation of a block; selective recomputation keeps its input instead.
@@ -207,11 +207,12 @@ at::Tensor GptStage::run(const at::Tensor& input, const at::Tensor& targets) con
     x = x + pos;
     if (dropout() > 0) x = at::dropout(x, dropout(), true);
   }
+  const DocumentsRef docs = docs_;  // the recomputed forward of full recomputation keeps this micro-batch's
   for (int64_t l = spec_.first_layer; l < spec_.first_layer + spec_.num_layers; ++l) {
     if (recompute_ == Recompute::kFull)
-      x = trident::recompute([this, l](const at::Tensor& in) { return block(l, in); }, x);
+      x = trident::recompute([this, l, docs](const at::Tensor& in) { return block(l, in, docs); }, x);
     else
-      x = block(l, x);
+      x = block(l, x, docs);
   }
   if (!spec_.has_head) return x.to(boundary_);
   x = norm(final_ln_, x);

@@ -92,8 +92,10 @@ class GptStage : public Stage {
   const at::Tensor& master(size_t index) const { return casts_.master(params_, index); }
   // LayerNorm computed in fp32, returned in x's dtype.
   at::Tensor norm(const NormParams& n, const at::Tensor& x) const;
-  at::Tensor block(int64_t layer, const at::Tensor& x) const;
-  at::Tensor attention(const BlockParams& b, const at::Tensor& x) const;
+  // `docs`: the micro-batch's, passed down rather than read from docs_, so the re-forward of full
+  // recomputation (in the backward, after set_documents(nullptr)) computes as its forward did.
+  at::Tensor block(int64_t layer, const at::Tensor& x, const DocumentsRef& docs = nullptr) const;
+  at::Tensor attention(const BlockParams& b, const at::Tensor& x, const DocumentsRef& docs) const;
 
   ModelConfig cfg_;
   ChunkSpec spec_;

@@ -348,8 +348,8 @@ at::Tensor LlamaStage::rotate(const at::Tensor& x, const RopeTables& r) const {
   return x * r.cos + at::cat({x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1) * r.sin_signed;
 }
 
-at::Tensor LlamaStage::attention(const BlockParams& b, const at::Tensor& x) const {
-  if (cfg_.mla()) return latent_attention(b, x);
+at::Tensor LlamaStage::attention(const BlockParams& b, const at::Tensor& x, const DocumentsRef& docs) const {
+  if (cfg_.mla()) return latent_attention(b, x, docs);
   const int64_t t = tp_.size(), heads = cfg_.heads / t, kv = cfg_.kv() / t, d = cfg_.head_dim();
   const at::Tensor in = enter_column_parallel(tp_, x);  // (b, s, h): one gather under SP for q, k and v
   const auto bias = [this](size_t i) { return i == kNone ? at::Tensor() : compute_param(i); };
@@ -359,7 +359,7 @@ at::Tensor LlamaStage::attention(const BlockParams& b, const at::Tensor& x) cons
   // embeddings, key/value heads read by their query groups (NOTE [grouped
   // heads] in models/common/attention.cpp), SDPA; (b, s, H/tp·d) out. What
   // selective recomputation drops.
-  auto core = [this, b, heads, kv, d, docs = docs_](const at::Tensor& q2, const at::Tensor& k2, const at::Tensor& v2) {
+  auto core = [this, b, heads, kv, d, docs](const at::Tensor& q2, const at::Tensor& k2, const at::Tensor& v2) {
     const int64_t bs = q2.size(0), s = q2.size(1);
     const bool at_positions = docs && docs->positions.defined();
     const RopeTables own = at_positions ? document_rope(*docs, q2.scalar_type()) : RopeTables{};
@@ -392,7 +392,7 @@ at::Tensor LlamaStage::attention(const BlockParams& b, const at::Tensor& x) cons
 // NOTE [MLA] in models/common/mla.h: the latents of this rank's tokens, one entry into the
 // column-parallel region for all three, the up projections, the core (what selective
 // recomputation drops), o.
-at::Tensor LlamaStage::latent_attention(const BlockParams& b, const at::Tensor& x) const {
+at::Tensor LlamaStage::latent_attention(const BlockParams& b, const at::Tensor& x, const DocumentsRef& docs) const {
   const MlaDims d{cfg_.heads / tp_.size(), cfg_.qk_nope_head_dim, cfg_.qk_rope_head_dim, cfg_.v_head_dim,
                   cfg_.kv_lora_rank, cfg_.mla_softmax_scale()};
   const auto param = [this](size_t i) { return i == kNone ? at::Tensor() : compute_param(i); };
@@ -405,7 +405,7 @@ at::Tensor LlamaStage::latent_attention(const BlockParams& b, const at::Tensor& 
   }
   const at::Tensor q = linear(l.q_in, compute_param(b.q), at::Tensor());    // (b, s, H/tp·(nope + rope))
   const at::Tensor kv = linear(l.c, compute_param(b.kv_up), at::Tensor());  // (b, s, H/tp·(nope + v))
-  auto core = [this, d, docs = docs_](const at::Tensor& q2, const at::Tensor& kv2, const at::Tensor& kr2) {
+  auto core = [this, d, docs](const at::Tensor& q2, const at::Tensor& kv2, const at::Tensor& kr2) {
     const bool at_positions = docs && docs->positions.defined();
     const RopeTables own = at_positions ? document_rope(*docs, q2.scalar_type()) : RopeTables{};
     const RopeTables& rope = at_positions ? own : rope_tables(q2.size(1), q2.scalar_type());
@@ -428,7 +428,8 @@ at::Tensor LlamaStage::latent_attention(const BlockParams& b, const at::Tensor& 
 
 // NOTE [MoE block] in models/common/moe_layer.h: the micro-batch's b·s tokens through the layer's
 // MoeLayer, which reads the whole micro-batch on every tp rank.
-at::Tensor LlamaStage::moe(int64_t layer, const BlockParams& b, const at::Tensor& x, const Side& side) const {
+at::Tensor LlamaStage::moe(int64_t layer, const BlockParams& b, const at::Tensor& x, const Side& side,
+                           const DocumentsRef& docs) const {
   MoeWeights w;
   w.router = compute_param(b.router);
   // NOTE [expert bias]: fp32 always (it only orders scores), never a gradient.
@@ -476,8 +477,9 @@ void LlamaStage::update_expert_bias(const at::Tensor& loads, double rate) {
   }
 }
 
-at::Tensor LlamaStage::mlp(int64_t layer, const BlockParams& b, const at::Tensor& x, const Side& side) const {
-  if (b.router != kNone) return moe(layer, b, x, side);
+at::Tensor LlamaStage::mlp(int64_t layer, const BlockParams& b, const at::Tensor& x, const Side& side,
+                           const DocumentsRef& docs) const {
+  if (b.router != kNone) return moe(layer, b, x, side, docs);
   const at::Tensor in = enter_column_parallel(tp_, x);
   // silu(gate) · up, (b, s, F/tp): the largest activations of a block.
   auto gated = [this, b](const at::Tensor& xin) {
@@ -488,10 +490,10 @@ at::Tensor LlamaStage::mlp(int64_t layer, const BlockParams& b, const at::Tensor
   return row_parallel_linear(tp_, a, compute_param(b.down), at::Tensor());
 }
 
-at::Tensor LlamaStage::block(int64_t layer, const at::Tensor& x, const Side& side) const {
+at::Tensor LlamaStage::block(int64_t layer, const at::Tensor& x, const Side& side, const DocumentsRef& docs) const {
   const BlockParams& b = blocks_.at(static_cast<size_t>(layer - spec_.first_layer));
-  const at::Tensor h = x + attention(b, rms_norm(b.attn_norm, x));
-  return h + mlp(layer, b, rms_norm(b.mlp_norm, h), side);
+  const at::Tensor h = x + attention(b, rms_norm(b.attn_norm, x), docs);
+  return h + mlp(layer, b, rms_norm(b.mlp_norm, h), side, docs);
 }
 
 std::vector<int64_t> LlamaStage::hidden_shape(int64_t mbs) const {
@@ -511,12 +513,14 @@ at::Tensor LlamaStage::head_logits(const at::Tensor& x) const {
 
 at::Tensor LlamaStage::run(const at::Tensor& input, const at::Tensor& targets) const {
   at::Tensor x = spec_.has_embedding ? embed(input) : input.to(compute_);  // boundaries: boundary_ (NOTE [bf16])
-  const Side side = side_;  // the recomputed forward of full recomputation keeps this micro-batch's
+  // The recomputed forward of full recomputation keeps this micro-batch's side values and documents.
+  const Side side = side_;
+  const DocumentsRef docs = docs_;
   for (int64_t l = spec_.first_layer; l < spec_.first_layer + spec_.num_layers; ++l) {
     if (recompute_ == Recompute::kFull)
-      x = trident::recompute([this, l, side](const at::Tensor& in) { return block(l, in, side); }, x);
+      x = trident::recompute([this, l, side, docs](const at::Tensor& in) { return block(l, in, side, docs); }, x);
     else
-      x = block(l, x, side);
+      x = block(l, x, side, docs);
   }
   if (!spec_.has_head) return x.to(boundary_);
   const int64_t vocab_start = tp_.rank() * params_[head_].tensor.size(0);

@@ -106,13 +106,16 @@ class LlamaStage : public Stage {
   at::Tensor rotate(const at::Tensor& x, const RopeTables& r) const;  // (b, heads, s, d) -> rotary embedding applied
   // The tables at each token's own position in its document, (b, 1, s, d): NOTE [packed documents].
   RopeTables document_rope(const Documents& docs, at::ScalarType dtype) const;
-  at::Tensor attention(const BlockParams& b, const at::Tensor& x) const;
-  at::Tensor latent_attention(const BlockParams& b, const at::Tensor& x) const;  // NOTE [MLA]
+  at::Tensor attention(const BlockParams& b, const at::Tensor& x, const DocumentsRef& docs) const;
+  at::Tensor latent_attention(const BlockParams& b, const at::Tensor& x, const DocumentsRef& docs) const;  // NOTE [MLA]
   // `side`: the micro-batch's pooled counts in a training forward under the pooled aux loss, else null.
   using Side = std::shared_ptr<SideValues>;
-  at::Tensor mlp(int64_t layer, const BlockParams& b, const at::Tensor& x, const Side& side) const;
-  at::Tensor moe(int64_t layer, const BlockParams& b, const at::Tensor& x, const Side& side) const;  // NOTE [MoE block]
-  at::Tensor block(int64_t layer, const at::Tensor& x, const Side& side = nullptr) const;
+  // `docs`: the micro-batch's, passed down rather than read from docs_, so the re-forward of full
+  // recomputation (in the backward, after set_documents(nullptr)) computes as its forward did.
+  at::Tensor mlp(int64_t layer, const BlockParams& b, const at::Tensor& x, const Side& side, const DocumentsRef& docs) const;
+  at::Tensor moe(int64_t layer, const BlockParams& b, const at::Tensor& x, const Side& side,
+                 const DocumentsRef& docs) const;  // NOTE [MoE block]
+  at::Tensor block(int64_t layer, const at::Tensor& x, const Side& side = nullptr, const DocumentsRef& docs = nullptr) const;
   at::Tensor embed(const at::Tensor& ids) const;
   at::Tensor head_logits(const at::Tensor& x) const;  // final norm + head: (b, s, vocab/tp) fp32
 

@@ -123,7 +123,7 @@ TEST(DocumentPositions, RestartAtEachDocument) {
 // A model over a packed micro-batch: the mean loss and every parameter's
 // gradient equal those of each document run alone (its own positions from 0,
 // nothing seen of the others), weighted by its tokens; also with selective
-// recomputation, whose backward replays attention with the same documents.
+// and full recomputation, whose backwards replay attention with the same documents.
 // (Rotary positions restarted or not give the same scores inside a document,
 // q·k depending on the positions' difference only: there this test sees the
 // attention's boundaries; GPT's learned positions it sees restart too.)
@@ -218,7 +218,7 @@ void expect_packed_equals_alone(const MakeStage& make) {
     }
   }
   const std::vector<at::Tensor> ref = param_grads(*alone);
-  for (Recompute mode : {Recompute::kNone, Recompute::kSelective}) {
+  for (Recompute mode : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
     double loss = 0;
     const std::vector<at::Tensor> got = packed_grads(make, mode, ids, targets, docs, loss);
     EXPECT_NEAR(loss, want, 1e-5 * want);
