@@ -23,6 +23,7 @@ DocumentBatch StepBatches::documents(int mb) {
   const int64_t mbs = shape_.micro_batch;
   d.position_ids = position_ids_.narrow(0, mb * mbs, mbs);
   d.loss_mask = loss_mask_.narrow(0, mb * mbs, mbs);
+  if (d.real_tokens < mbs * position_ids_.size(1)) d.real = real_.narrow(0, mb * mbs, mbs);
   return d;
 }
 
@@ -33,11 +34,14 @@ DocumentCounts StepBatches::counts() {
 
 namespace {
 
-// Adds one sample's documents and padding (NOTE [document counts]) to `c`.
-void count_documents(const int64_t* inputs, int64_t seq_len, int64_t eod, DocumentCounts& c) {
+// Adds one sample's documents and padding (NOTE [document counts]) to `c`; real[j] = 0 where
+// input j is padding, else 1.
+void count_documents(const int64_t* inputs, int64_t seq_len, int64_t eod, DocumentCounts& c, float* real) {
   int64_t start = 0;
   for (int64_t j = 0; j < seq_len; ++j) {
+    real[j] = 1;
     if (eod < 0 || inputs[j] != eod) continue;
+    if (j == start) real[j] = 0;
     (j == start ? c.padding : c.documents) += 1;
     start = j + 1;
   }
@@ -50,6 +54,7 @@ void StepBatches::load_documents(const std::vector<int64_t>& samples, const at::
   const int64_t mbs = shape_.micro_batch, s = shape_.seq_len, rows = tok.size(0);
   const data::DocumentOptions& o = shape_.documents;
   at::Tensor pos = at::empty({rows, s}, at::kLong), loss = at::empty({rows, s}, at::kFloat);
+  at::Tensor real = at::empty({rows, s}, at::kFloat);
   std::vector<uint8_t> mask(o.completion_only_loss ? static_cast<size_t>(s + 1) : 0);
   std::vector<int32_t> cu;
   documents_.assign(static_cast<size_t>(rows / mbs), {});
@@ -57,7 +62,7 @@ void StepBatches::load_documents(const std::vector<int64_t>& samples, const at::
     if (o.completion_only_loss) ds_.copy_sample_loss_mask(samples[static_cast<size_t>(row)], mask.data());
     const data::SampleDocuments d =
         data::sample_documents(tok[row].data_ptr<int64_t>(), mask.empty() ? nullptr : mask.data(), s, o);
-    count_documents(tok[row].data_ptr<int64_t>(), s, o.eod, counts_);
+    count_documents(tok[row].data_ptr<int64_t>(), s, o.eod, counts_, real[row].data_ptr<float>());
     std::copy(d.position_ids.begin(), d.position_ids.end(), pos[row].data_ptr<int64_t>());
     std::copy(d.loss_mask.begin(), d.loss_mask.end(), loss[row].data_ptr<float>());
     DocumentBatch& b = documents_[static_cast<size_t>(row / mbs)];
@@ -76,8 +81,12 @@ void StepBatches::load_documents(const std::vector<int64_t>& samples, const at::
     const at::Tensor mine = at::tensor(context_positions(s, shape_.cp, shape_.cp_rank), at::kLong);
     pos = pos.index_select(1, mine);
     loss = loss.index_select(1, mine);
+    real = real.index_select(1, mine);
   }
   counts_.loss_tokens = loss.sum().item<double>();  // host values, read before the copy
+  const at::Tensor real_per_mb = real.view({rows / mbs, -1}).sum(1).to(at::kLong);
+  for (int64_t mb = 0; mb < rows / mbs; ++mb) documents_[static_cast<size_t>(mb)].real_tokens = real_per_mb[mb].item<int64_t>();
+  real_ = real.to(device_);
   position_ids_ = pos.to(device_);
   loss_mask_ = loss.to(device_);
 }

@@ -41,6 +41,10 @@ struct BatchShape {
 // With none of them the tensors are undefined and nothing is computed or copied.
 struct DocumentBatch {
   at::Tensor position_ids, loss_mask, cu_seqlens;
+  // (mbs, seq / cp) float32, device: 0 on padding, 1 elsewhere (NOTE [document counts]);
+  // undefined when the micro-batch holds no padding. real_tokens: its sum.
+  at::Tensor real;
+  int64_t real_tokens = 0;
   int64_t max_seqlen = 0;
   std::vector<std::vector<int64_t>> lengths;
   bool restarts = false;
@@ -93,7 +97,7 @@ class StepBatches {
   BatchShape shape_;
   c10::Device device_;
   at::Tensor inputs_, targets_;  // (m x mbs, seq) on device_
-  at::Tensor position_ids_, loss_mask_;  // (m x mbs, seq / cp) on device_, when shape_.documents.any()
+  at::Tensor position_ids_, loss_mask_, real_;  // (m x mbs, seq / cp) on device_, when shape_.documents.any()
   std::vector<DocumentBatch> documents_;  // per micro-batch
   DocumentCounts counts_;
 };

@@ -199,15 +199,16 @@ StepData step_data(Run& r, const data::SampleSource& ds, int64_t step) {
 
 // With documents in the samples, each stage is handed the micro-batch's (NOTE [packed
 // documents] in models/common/document_attention.h): their lengths for attention, their
-// positions where any restarts (else the stages' own 0, 1, ..., bit for bit a run without);
-// under loss masks the last stage its mask and the step's scale.
+// positions where any restarts (else the stages' own 0, 1, ..., bit for bit a run without), the
+// padding the MoE layers leave out of their balancing losses; under loss masks the last stage its
+// mask and the step's scale.
 MicroBatch micro_batch(StepData& step, int mb) {
   auto [inputs, targets] = step.batches(mb);
   MicroBatch b{inputs, targets, nullptr, nullptr};
   if (DocumentBatch d = step.batches.documents(mb); d.cu_seqlens.defined()) {
     if (step.scale.defined()) b.loss_mask = std::make_shared<const LossMask>(LossMask{d.loss_mask, step.scale});
     b.documents = std::make_shared<const Documents>(
-        Documents{std::move(d.lengths), d.restarts ? d.position_ids : at::Tensor()});
+        Documents{std::move(d.lengths), d.restarts ? d.position_ids : at::Tensor(), d.real, d.real_tokens});
   }
   return b;
 }
@@ -588,7 +589,7 @@ void build(Run& r) {
   if (!c.model.init_from.empty()) init_from_pretrained(c, stage_params_of(r));
   r.exec = std::make_unique<Executor>(raw, r.pgs->pp, r.schedule.stage_map(), c.training.micro_batch_size, r.device);
   r.exec->set_overlap(c.schedule.overlap_moe);  // NOTE [overlapped pairs]
-  r.exec->set_packed_documents(c.data.reset_attention_mask || c.data.reset_position_ids);
+  r.exec->set_packed_documents(r.train_data->documents.any());  // boundaries, positions, padding
   r.flops_per_step = r.model->flops_per_token() * static_cast<double>(c.training.global_batch_size * c.model.seq_len);
   if (c.schedule.kind == "zb-auto" && c.schedule.zb_auto_costs == "measured" && c.parallel.pp > 1) measure_zb_auto(r);
   r.rec = std::make_unique<Recorder>(

@@ -31,13 +31,19 @@ using DocumentLengths = std::vector<std::vector<int64_t>>;
 // each layer that computes with them until its backward ran. Megatron's
 // reset_attention_mask and reset_position_ids are independent: undivided
 // lengths with positions, or documents with undefined positions, are valid.
+// `real` (device, (b, s) float, this rank's positions) is 0 on padding and 1 on
+// every other token (NOTE [document counts] in datasets/step_batches.h), with
+// `real_tokens` its sum; undefined when the micro-batch holds no padding. The
+// balancing losses of an MoE layer count only real tokens (NOTE [MoE balancing
+// losses] in models/common/moe_losses.h).
 struct Documents {
   DocumentLengths lengths;
   at::Tensor positions;
+  at::Tensor real;
+  int64_t real_tokens = 0;
 };
 // How a stage hands one micro-batch's documents down its layers (null: undivided).
 using DocumentsRef = std::shared_ptr<const Documents>;
-
 
 // Whether every row is one document: the undivided sample, which
 // document_attention computes on the plain causal path (bit for bit a run

@@ -5,6 +5,7 @@
 
 #include "core/config.h"
 #include "core/config_rules.h"
+#include "models/common/document_attention.h"
 #include "models/common/experts.h"
 #include "models/common/model.h"
 #include "models/common/moe_losses.h"
@@ -48,9 +49,11 @@ int64_t MoeLayer::side_width(const ModelConfig& cfg) {
 }
 
 at::Tensor MoeLayer::forward(const at::Tensor& x, const MoeWeights& w, const EpContext& ep, const Group* cp,
-                             double loss_scale, const std::shared_ptr<SideValues>& side) const {
+                             double loss_scale, const std::shared_ptr<SideValues>& side, const Documents* docs) const {
   const MoeOutput out = moe_forward(x, w, options_, &ep);
   at::Tensor y = out.y;
+  // NOTE [balancing losses over real tokens]: (T) in the routing's token order, or undefined.
+  const at::Tensor real = docs && docs->real.defined() ? docs->real.reshape({-1}) : at::Tensor();
   const int64_t e = options_.experts;
   const bool pooled = aux_kind_ == "pooled_aux_loss";
   at::Tensor aux;
@@ -58,8 +61,10 @@ at::Tensor MoeLayer::forward(const at::Tensor& x, const MoeWeights& w, const EpC
     // NOTE [pooled aux loss]: this layer's counts join the micro-batch's (once: not in the re-forward
     // of full recomputation, which runs in the backward after the totals came in); its scores get
     // their gradient from the totals in the backward. The statistic is the layer's own pooled loss.
-    const at::Tensor counts = pooled_counts(out.routing), score_sums = out.routing.aux_scores.sum(0);
-    const double t = static_cast<double>(out.routing.aux_scores.size(0));
+    const at::Tensor counts = pooled_counts(out.routing, real);
+    const at::Tensor score_sums =
+        real.defined() ? out.routing.aux_scores.mul(real.unsqueeze(1)).sum(0) : out.routing.aux_scores.sum(0);
+    const double t = static_cast<double>(real.defined() ? docs->real_tokens : out.routing.aux_scores.size(0));
     aux = pooled_loss(counts, score_sums, t);
     if (side && !side->sealed) side->values.add_(counts);
     if (side && aux_coeff_ > 0 && at::GradMode::is_enabled())
@@ -68,10 +73,10 @@ at::Tensor MoeLayer::forward(const at::Tensor& x, const MoeWeights& w, const EpC
   } else {
     // Under context parallelism the counts are the whole sequences' (NOTE [balancing losses under
     // context parallelism]).
-    aux = aux_kind_ == "seq_aux_loss" ? seq_aux_loss(out.routing, options_.top_k, x.size(0), cp)
-                                      : switch_aux_loss(out.routing, options_.top_k, cp);
+    aux = aux_kind_ == "seq_aux_loss" ? seq_aux_loss(out.routing, options_.top_k, x.size(0), cp, real)
+                                      : switch_aux_loss(out.routing, options_.top_k, cp, real);
   }
-  const at::Tensor z = z_loss(out.routing);
+  const at::Tensor z = z_loss(out.routing, cp, real);
   if (aux_coeff_ > 0 && !pooled) y = attach_aux_loss(y, aux * aux_coeff_, loss_scale);
   if (z_coeff_ > 0) y = attach_aux_loss(y, z * z_coeff_, loss_scale);
   // NOTE [MoE stats]: a training forward counts once per micro-batch. Under full recomputation the

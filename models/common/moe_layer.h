@@ -16,6 +16,7 @@
 
 namespace trident {
 
+struct Documents;   // models/common/document_attention.h
 struct EpContext;   // parallel/expert_parallel.h
 struct Group;       // parallel/process_groups.h
 struct ModelConfig;  // core/config.h
@@ -58,8 +59,10 @@ class MoeLayer {
   const RouterOptions& options() const { return options_; }
   // x (b, s[/tp], H). `side`: the micro-batch's pooled counts in a training forward under the
   // pooled aux loss (NOTE [pooled aux loss]), else null. loss_scale: over the micro-batches.
+  // `docs`: the micro-batch's documents, or null; the balancing losses leave their padding out
+  // (NOTE [balancing losses over real tokens] in moe_losses.h).
   at::Tensor forward(const at::Tensor& x, const MoeWeights& w, const EpContext& ep, const Group* cp,
-                     double loss_scale, const std::shared_ptr<SideValues>& side) const;
+                     double loss_scale, const std::shared_ptr<SideValues>& side, const Documents* docs = nullptr) const;
   // This layer's row of Stage::take_moe_stats() since the last take (undefined before any
   // training forward), `bias`'s range filled in (0 without a bias); and reset.
   at::Tensor take_stats(const at::Tensor& bias);

@@ -28,10 +28,20 @@ struct Group;  // parallel/process_groups.h
 //   logits: pooled_loss of the softmax top-K counts C and score sums S summed
 //   over every layer and token, rows = layers x T (one product of pooled
 //   sums, not a sum of per-layer losses).
-at::Tensor switch_aux_loss(const Routing& r, int64_t top_k, const Group* cp = nullptr);
-at::Tensor seq_aux_loss(const Routing& r, int64_t top_k, int64_t seqs, const Group* cp = nullptr);
-at::Tensor z_loss(const Routing& r);
+at::Tensor switch_aux_loss(const Routing& r, int64_t top_k, const Group* cp = nullptr, const at::Tensor& real = {});
+at::Tensor seq_aux_loss(const Routing& r, int64_t top_k, int64_t seqs, const Group* cp = nullptr,
+                        const at::Tensor& real = {});
+at::Tensor z_loss(const Routing& r, const Group* cp = nullptr, const at::Tensor& real = {});
 at::Tensor pooled_aux_loss(const std::vector<at::Tensor>& layer_logits, int64_t top_k);
+
+// NOTE [balancing losses over real tokens]
+// `real` (T) fp32, 1 on a real token and 0 on padding (NOTE [document counts] in
+// datasets/step_batches.h), or undefined (every token real): each sum over tokens above
+// (scores, counts, z) weighs a token by it and T becomes the real tokens' number (per
+// sequence for seq_aux_loss), so the losses are those of the real tokens alone, as
+// transformers' load_balancing_loss_func takes them with an attention_mask. Under context
+// parallelism that number is the group's (summed with the counts; z_loss likewise: its
+// ranks hold unequal numbers), each rank returning n times its share as below.
 
 // NOTE [balancing losses under context parallelism]
 // With `cp` (a context-parallel group of n > 1 ranks) r holds this rank's T
@@ -57,7 +67,8 @@ at::Tensor pooled_aux_loss(const std::vector<at::Tensor>& layer_logits, int64_t 
 // attach_pooled_aux_loss gives each layer's S_l the gradient
 // pooled_loss_factor(coefficient · scale, E, N T) · C, read in the backward
 // (the counts are integers in fp32: any order of adding them is exact).
-at::Tensor pooled_counts(const Routing& r);  // (E) fp32: this layer's C
+// (E) fp32: this layer's C; with `real`, of the real tokens (NOTE [balancing losses over real tokens]).
+at::Tensor pooled_counts(const Routing& r, const at::Tensor& real = {});
 // E / rows² · Σ_e counts_e · score_sums_e.
 at::Tensor pooled_loss(const at::Tensor& counts, const at::Tensor& score_sums, double rows);
 // scale · E / rows²: the pooled loss's gradient in a score sum per count, times scale.

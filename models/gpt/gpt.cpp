@@ -133,7 +133,7 @@ void GptStage::set_recompute(Recompute mode) {
 }
 
 void GptStage::set_documents(std::shared_ptr<const Documents> docs) {
-  if (docs && cp_.size() > 1)
+  if (docs && cp_.size() > 1 && (!undivided(docs->lengths) || docs->positions.defined()))
     throw std::invalid_argument("GPT over packed documents under context parallelism is not built");
   docs_ = std::move(docs);
 }

@@ -324,7 +324,7 @@ const LlamaStage::RopeTables& LlamaStage::rope_tables(int64_t s, at::ScalarType 
 }
 
 void LlamaStage::set_documents(std::shared_ptr<const Documents> docs) {
-  if (docs && cp_.size() > 1)
+  if (docs && cp_.size() > 1 && (!undivided(docs->lengths) || docs->positions.defined()))
     throw std::invalid_argument("packed documents under context parallelism are not built");
   docs_ = std::move(docs);
 }
@@ -447,7 +447,8 @@ at::Tensor LlamaStage::moe(int64_t layer, const BlockParams& b, const at::Tensor
   ep.layer = static_cast<int>(layer);  // names its all-to-alls (NOTE [all-to-all order])
   ep.tp = tp_.group;
   ep.sequence_parallel = tp_.sequence_parallel;
-  return moe_.at(static_cast<size_t>(layer - spec_.first_layer))->forward(x, w, ep, cp_.group, loss_scale_, side);
+  return moe_.at(static_cast<size_t>(layer - spec_.first_layer))
+      ->forward(x, w, ep, cp_.group, loss_scale_, side, docs.get());
 }
 
 // NOTE [pooled aux loss]: one count per expert beside every boundary tensor, on every stage of the

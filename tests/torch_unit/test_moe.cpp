@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -276,6 +277,52 @@ TEST(Moe, BalancingLossesFromTheirDefinitions) {
   even.aux_scores = at::full({4, 4}, 0.25f);
   even.aux_experts = at::tensor({0, 1, 2, 3, 0, 1, 2, 3}, at::kLong).view({4, 2});
   EXPECT_NEAR(switch_aux_loss(even, 2).item<double>(), 1.0, 1e-6);
+}
+
+// NOTE [balancing losses over real tokens]: with padding weighed 0, each loss (value and gradient
+// in the scores and logits) is the loss of the routing restricted to the real rows; per sequence,
+// of each sequence's real rows (2 of 4 in one, 3 of 4 in the other: unequal numbers). The pooled
+// counts are those of the real rows too.
+TEST(Moe, BalancingLossesCountOnlyRealTokens) {
+  RouterOptions o;
+  o.experts = 4;
+  o.top_k = 2;
+  const MoeWeights w = random_weights(o.experts, 6);
+  const at::Tensor x = at::randn({8, kH});
+  const at::Tensor real = at::tensor({1, 0, 0, 1, 0, 1, 1, 1}, at::kFloat);
+  const at::Tensor kept = at::tensor({0, 3, 5, 6, 7}, at::kLong);
+  const auto restrict = [&](const Routing& r, const at::Tensor& rows) {
+    Routing h;
+    h.logits = r.logits.index_select(0, rows);
+    h.aux_scores = r.aux_scores.index_select(0, rows);
+    h.aux_experts = r.aux_experts.index_select(0, rows);
+    return h;
+  };
+  using Loss = std::function<at::Tensor(const Routing&, bool)>;
+  const std::vector<std::pair<const char*, Loss>> losses = {
+      {"switch", [&](const Routing& r, bool weighed) { return weighed ? switch_aux_loss(r, 2, nullptr, real)
+                                                                       : switch_aux_loss(restrict(r, kept), 2); }},
+      {"seq", [&](const Routing& r, bool weighed) {
+         if (weighed) return seq_aux_loss(r, 2, 2, nullptr, real);
+         return (switch_aux_loss(restrict(r, kept.narrow(0, 0, 2)), 2) +
+                 switch_aux_loss(restrict(r, kept.narrow(0, 2, 3)), 2)) / 2;
+       }},
+      {"z", [&](const Routing& r, bool weighed) { return weighed ? z_loss(r, nullptr, real) : z_loss(restrict(r, kept)); }},
+  };
+  for (const auto& [name, loss] : losses) {
+    at::Tensor grads[2];
+    double values[2];
+    for (int weighed = 0; weighed < 2; ++weighed) {
+      const at::Tensor gate = w.router.clone().requires_grad_(true);
+      const at::Tensor l = loss(route(x, gate, w.bias, o), weighed == 1);
+      l.backward();
+      values[weighed] = l.item<double>(), grads[weighed] = gate.grad();
+    }
+    EXPECT_NEAR(values[1], values[0], 1e-6) << name;
+    EXPECT_TRUE(at::allclose(grads[1], grads[0], 1e-5, 1e-7)) << name;
+  }
+  const Routing r = route(x, w.router, w.bias, o);
+  EXPECT_TRUE(at::equal(pooled_counts(r, real), pooled_counts(restrict(r, kept))));
 }
 
 // NOTE [aux loss in the backward]: the router's gradient from y's backward with
