@@ -323,11 +323,7 @@ const LlamaStage::RopeTables& LlamaStage::rope_tables(int64_t s, at::ScalarType 
   return r;
 }
 
-void LlamaStage::set_documents(std::shared_ptr<const Documents> docs) {
-  if (docs && cp_.size() > 1)
-    throw std::invalid_argument("packed documents under context parallelism are not built");
-  docs_ = std::move(docs);
-}
+void LlamaStage::set_documents(std::shared_ptr<const Documents> docs) { docs_ = std::move(docs); }
 
 LlamaStage::RopeTables LlamaStage::document_rope(const Documents& docs, at::ScalarType dtype) const {
   const int64_t b = docs.positions.size(0), s = docs.positions.size(1), d = cos_.size(1), half = d / 2;
@@ -369,7 +365,7 @@ at::Tensor LlamaStage::attention(const BlockParams& b, const at::Tensor& x, cons
     const at::Tensor qh = rotate(q4.transpose(1, 2), rope);  // (b, H/tp, s, d)
     const at::Tensor kh = rotate(k4.transpose(1, 2), rope);  // (b, K/tp, s, d)
     const at::Tensor vh = v2.view({bs, s, kv, d}).transpose(1, 2);
-    const at::Tensor y = docs ? document_attention(qh, kh, vh, docs->lengths, 0.0)
+    const at::Tensor y = docs ? context_attention(cp_, qh, kh, vh, docs->lengths)
                          : cp_.size() > 1 ? context_attention(cp_, qh, kh, vh)
                                           : causal_attention(qh, kh, vh, 0.0);
     return y.transpose(1, 2).reshape({bs, s, heads * d});
