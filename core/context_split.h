@@ -46,18 +46,18 @@ inline std::vector<int64_t> context_gather_order(int64_t seq_len, int64_t cp) {
 // NOTE [documents under context parallelism]
 // Packed documents (NOTE [packed documents]) keep the split above: no padding,
 // no re-layout; every cp rank holds the whole sample's document lengths. A
-// rank's query chunk meets a key chunk in the (query span, key span) pairs of
-// each document the two chunks share, the causal rule on global positions:
-// a key chunk before the query chunk is seen whole by the document's queries,
-// the chunk itself causally, a later one not at all. So the ring and the
-// all-gather compute only those pairs (no mask, memory bounded by the spans),
-// passing every block on as without documents (the collectives never skip);
-// Ulysses holds the whole sequence and uses document_attention. Zigzag
-// balances one document's causal triangle; with many documents each rank's
-// work is the sum of its documents' pieces: one document per sample is even,
-// and short ones leave each rank about its 2c tokens' own triangles. The
-// attended (q, k) pairs per rank are printed by test_context_documents (cp 4,
-// uneven documents: within a few percent of the mean; worst case below 2x).
+// query chunk meets a key chunk in the (query span, key span) pairs of each
+// document both touch, by the causal rule on global positions: an earlier key
+// chunk whole, the chunk itself causally, a later one not at all. The ring and
+// the all-gather compute only those pairs (memory bounded by the spans) and
+// pass every block on as without documents; Ulysses holds the whole sequence
+// and uses document_attention. The cost: zigzag balances one document's
+// triangle, not many documents'. A rank's pairs are a subset of its pairs in
+// the undivided sample, so no rank works more than there, but their spread
+// grows: at cp 4, seq 256, 7 uneven documents give the slowest rank 1.47x the
+// mean, a 192-token document then 8-token ones 1.75x (test_context_documents
+// prints them). Megatron's per-document zigzag evens it out by padding each
+// document to a multiple of 2·cp.
 struct DocumentSpan {
   int64_t q_begin, q_len, k_begin, k_len;  // the rank's local rows, the block's local columns
   bool causal;                             // q and k the same positions: key <= query

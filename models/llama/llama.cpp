@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <tuple>
+#include <utility>
 
 #include "core/config_rules.h"
 #include "core/context_split.h"
@@ -222,6 +224,20 @@ at::Tensor rope_inv_freq(const ModelConfig& cfg) {
   return at::where(medium, smoothed, scaled);
 }
 
+namespace {
+
+// cos and sin (n, rope dims) fp32 of the angles at `pos` ((n) fp32): each frequency twice
+// (the two halves of a head), YaRN's attention factor applied (NOTE [YaRN]).
+std::pair<at::Tensor, at::Tensor> rope_angles(const ModelConfig& cfg, const at::Tensor& pos) {
+  const at::Tensor freqs = at::outer(pos, rope_inv_freq(cfg).to(pos.device()));
+  const at::Tensor emb = at::cat({freqs, freqs}, -1);
+  const double af = cfg.rope_attention_factor();
+  if (af == 1.0) return {emb.cos(), emb.sin()};
+  return {emb.cos() * af, emb.sin() * af};
+}
+
+}  // namespace
+
 LlamaStage::LlamaStage(const ModelConfig& cfg, const ChunkSpec& spec, const TpContext& tp, int64_t seed,
                        const EpContext& ep, const CpContext& cp)
     : cfg_(cfg), spec_(spec), tp_(tp), ep_(ep), cp_(cp) {
@@ -279,17 +295,9 @@ LlamaStage::LlamaStage(const ModelConfig& cfg, const ChunkSpec& spec, const TpCo
     head_ = cfg.tie_embeddings ? at("embedding.word.weight", true) : at("head.weight");
   }
   if (spec_.num_layers > 0) {
-    // (seq / cp, d): the angles of this rank's positions (NOTE [context split]), each
-    // frequency twice (the two halves of a head).
+    // (seq / cp, d): the angles of this rank's positions (NOTE [context split]).
     const at::Tensor pos = at::tensor(context_positions(cfg.seq_len, cp.size(), cp.rank()), at::kLong).to(at::kFloat);
-    const at::Tensor freqs = at::outer(pos, rope_inv_freq(cfg));
-    const at::Tensor emb = at::cat({freqs, freqs}, -1);
-    cos_ = emb.cos();
-    sin_ = emb.sin();
-    if (const double af = cfg.rope_attention_factor(); af != 1.0) {  // NOTE [YaRN]
-      cos_ = cos_ * af;
-      sin_ = sin_ * af;
-    }
+    std::tie(cos_, sin_) = rope_angles(cfg, pos);
   }
 }
 
@@ -328,9 +336,12 @@ void LlamaStage::set_documents(std::shared_ptr<const Documents> docs) { docs_ = 
 LlamaStage::RopeTables LlamaStage::document_rope(const Documents& docs, at::ScalarType dtype) const {
   const int64_t b = docs.positions.size(0), s = docs.positions.size(1), d = cos_.size(1), half = d / 2;
   const at::Tensor at_pos = docs.positions.reshape(-1);
-  const at::Tensor sin = sin_.index_select(0, at_pos).view({b, 1, s, d});
+  // Under cp the tables hold this rank's positions only: a document's are computed.
+  const auto [cos_at, sin_at] = cp_.size() > 1 ? rope_angles(cfg_, at_pos.to(at::kFloat))
+                                             : std::pair{cos_.index_select(0, at_pos), sin_.index_select(0, at_pos)};
+  const at::Tensor sin = sin_at.view({b, 1, s, d});
   RopeTables r;
-  r.cos = cos_.index_select(0, at_pos).view({b, 1, s, d}).to(dtype);
+  r.cos = cos_at.view({b, 1, s, d}).to(dtype);
   r.sin_signed = at::cat({-sin.narrow(-1, 0, half), sin.narrow(-1, half, half)}, -1).to(dtype);
   return r;
 }
