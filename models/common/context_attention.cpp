@@ -43,14 +43,14 @@ at::Tensor sum_heads(const at::Tensor& x, int64_t group) {
 //     no mask.
 // So every step after the first computes half a block's products, the same
 // amount on every rank: the load balance the zigzag split is for.
-// 1 / sqrt(head width): the scale of every step's scores.
-double softmax_scale(const at::Tensor& q) { return 1.0 / std::sqrt(static_cast<double>(q.size(3))); }
-
 DocumentSpan step_rule(int64_t r, int64_t j, int64_t l) {
   if (j == r) return {0, l, 0, l, true};
   if (j < r) return {0, l, 0, l / 2, false};
   return {l / 2, l / 2, 0, l, false};
 }
+
+// 1 / sqrt(head width): the scale of every step's scores.
+double softmax_scale(const at::Tensor& q) { return 1.0 / std::sqrt(static_cast<double>(q.size(3))); }
 
 // One product of a step: batch rows [b_begin, b_begin + b_len) at one span.
 // Without documents a step is one piece over every row (NOTE [ring steps]);
