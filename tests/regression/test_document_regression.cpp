@@ -4,7 +4,9 @@
 // documents log, for 20 steps, the same losses and grad norms under every layout as in one
 // process, context parallelism's three kinds and NCCL's rules included (the one process
 // itself held to each document run alone by tests/torch_unit/test_document_attention.cpp);
-// and differ from the undivided run, so the keys are read.
+// and differ from the undivided run, so the keys are read. Samples of one document each
+// under cp are the plain cp run bit for bit; cp2 holds at most 0.6 of one process's
+// activations at seq 256.
 #include <gtest/gtest.h>
 
 #include <iostream>
@@ -94,6 +96,16 @@ INSTANTIATE_TEST_SUITE_P(DeepseekV3, PackedLayout,
                          ::testing::Combine(::testing::Values(std::string("configs/deepseek-v3-tiny.toml")),
                                             ::testing::Values(kLayouts[2], kLayouts[4])),
                          [](const auto& info) { return std::string(std::get<1>(info.param).name); });
+
+// Samples that are one document each (byte 255 never occurs in the synthetic stream) take
+// the plain context-parallel path: the run is the one without the keys, bit for bit.
+TEST(PackedDocuments, OneDocumentPerSampleUnderCp2IsThePlainRunBitForBit) {
+  const TrainRun plain = cached_run(2, {"parallel.cp=2"}).run;
+  const TrainRun one_document = cached_run(2, {"data.eod_token=255", "data.reset_attention_mask=true",
+                                               "data.reset_position_ids=true", "parallel.cp=2"}).run;
+  ASSERT_TRUE(completed(plain) && completed(one_document)) << plain.result.output << one_document.result.output;
+  EXPECT_TRUE(matches_reference(plain.rows, one_document, 0));
+}
 
 // No whole-sequence mask on the context-parallel path (NOTE [documents under context
 // parallelism]): at seq 256 a cp2 rank holds at most 0.6 of one process's peak activation
