@@ -513,21 +513,6 @@ void make_data_parallel(Run& r, const std::vector<std::vector<Param*>>& stage_pa
       norm_slots(r.model->unique_params(stages)));
 }
 
-// Document boundaries and loss masks are applied by the stages (NOTE [packed documents],
-// [token-weighted loss]); documents under context parallelism are not yet: a run given them
-// would train as if they were absent, so it is refused.
-void refuse_documents(const Config& c) {
-  const DataConfig& d = c.data;
-  const char* key = c.parallel.cp == 1      ? nullptr
-                    : d.reset_attention_mask ? "data.reset_attention_mask"
-                    : d.reset_position_ids   ? "data.reset_position_ids"
-                                             : nullptr;
-  if (key != nullptr)
-    throw ConfigError(std::string(key) +
-                      " = true: documents under context parallelism are not built yet, so training refuses it "
-                      "(`trident data batches` shows what the samples carry)");
-}
-
 void build(Run& r) {
   Config& c = r.cfg;
   check_config_tables(c, config_tables());  // the rest of check_config ran when c was parsed
@@ -615,7 +600,6 @@ TrainSummary train(Config cfg) {
   r.cfg = std::move(cfg);
   at::set_num_threads(static_cast<int>(r.cfg.training.threads));
   keep_freed_memory();
-  refuse_documents(r.cfg);
   build(r);
   const Config& c = r.cfg;
   const bool leader = r.pgs->rank() == 0;

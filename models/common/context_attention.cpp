@@ -10,9 +10,11 @@
 #include <optional>
 #include <utility>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "core/context_split.h"
+#include "models/common/document_attention.h"
 #include "models/common/attention.h"
 #include "parallel/autograd_group.h"
 
@@ -41,18 +43,36 @@ at::Tensor sum_heads(const at::Tensor& x, int64_t group) {
 //     no mask.
 // So every step after the first computes half a block's products, the same
 // amount on every rank: the load balance the zigzag split is for.
-struct StepRule {
-  int64_t q_begin, q_len, k_len;  // query rows [q_begin, q_begin + q_len), key columns [0, k_len)
-  bool causal;
-};
+DocumentSpan step_rule(int64_t r, int64_t j, int64_t l) {
+  if (j == r) return {0, l, 0, l, true};
+  if (j < r) return {0, l, 0, l / 2, false};
+  return {l / 2, l / 2, 0, l, false};
+}
 
 // 1 / sqrt(head width): the scale of every step's scores.
 double softmax_scale(const at::Tensor& q) { return 1.0 / std::sqrt(static_cast<double>(q.size(3))); }
 
-StepRule step_rule(int64_t r, int64_t j, int64_t l) {
-  if (j == r) return {0, l, l, true};
-  if (j < r) return {0, l, l / 2, false};
-  return {l / 2, l / 2, l, false};
+// One product of a step: batch rows [b_begin, b_begin + b_len) at one span.
+// Without documents a step is one piece over every row (NOTE [ring steps]);
+// with them, each run of rows alike in layout gets its documents' spans (NOTE
+// [documents under context parallelism] in core/context_split.h).
+struct Piece {
+  int64_t b_begin, b_len;
+  DocumentSpan span;
+  // The piece's query rows of a (b, heads, rows, ...) tensor; its key columns of a (b, kv, cols, d) one.
+  at::Tensor rows(const at::Tensor& t) const { return t.narrow(0, b_begin, b_len).narrow(2, span.q_begin, span.q_len); }
+  at::Tensor cols(const at::Tensor& t) const { return t.narrow(0, b_begin, b_len).narrow(2, span.k_begin, span.k_len); }
+};
+
+std::vector<Piece> step_pieces(int64_t r, int64_t j, int64_t n, const at::Tensor& q, const DocumentLengths& docs) {
+  if (docs.empty()) return {Piece{0, q.size(0), step_rule(r, j, q.size(2))}};
+  std::vector<Piece> out;
+  for (size_t b = 0, end = 0; b < docs.size(); b = end) {
+    for (end = b + 1; end < docs.size() && docs[end] == docs[b];) ++end;
+    for (const DocumentSpan& span : document_spans(docs[b], n, r, j))
+      out.push_back({static_cast<int64_t>(b), static_cast<int64_t>(end - b), span});
+  }
+  return out;
 }
 
 // fp32 scores of one step: (b, heads, rows, cols), the causal mask applied.
@@ -96,10 +116,11 @@ void start_merge(const at::Tensor& q, at::Tensor& out, at::Tensor& lse) {
   lse = at::full({q.size(0), q.size(1), q.size(2)}, -std::numeric_limits<float>::infinity(), q.options().dtype(at::kFloat));
 }
 
-// One step's partial output merged into the running one by log-sum-exp in fp32 (NOTE [ring
-// attention]); the diagonal step comes first, so every row is finite after it.
-void merge(at::Tensor& out, at::Tensor& lse, const StepRule& s, const StepOut& o) {
-  at::Tensor o_rows = out.narrow(2, s.q_begin, s.q_len), lse_rows = lse.narrow(2, s.q_begin, s.q_len);
+// One piece's partial output merged into the running one by log-sum-exp in fp32 (NOTE [ring
+// attention]); the diagonal step comes first, and every row sees itself there, so every row is
+// finite after it. A row no piece of a step covers is left as it is.
+void merge(at::Tensor& out, at::Tensor& lse, const Piece& p, const StepOut& o) {
+  at::Tensor o_rows = p.rows(out), lse_rows = p.rows(lse);
   const at::Tensor merged = at::logaddexp(lse_rows, o.lse);
   o_rows.copy_(o_rows * at::exp(lse_rows - merged).unsqueeze(-1) + o.out * at::exp(o.lse - merged).unsqueeze(-1));
   lse_rows.copy_(merged);
@@ -242,17 +263,17 @@ std::unique_ptr<KvSource> kv_source(CpComm comm, const Group* g, const at::Tenso
 }
 
 // The forward's loop: the fp32 output and log-sum-exp of q's rows over every block.
-std::pair<at::Tensor, at::Tensor> attend(RingKernel kernel, const at::Tensor& q, KvSource& src, int64_t n, int64_t r) {
-  const int64_t l = q.size(2);
+// Every step's transfers run whatever its pieces (none, with documents apart).
+std::pair<at::Tensor, at::Tensor> attend(RingKernel kernel, const at::Tensor& q, KvSource& src, int64_t n, int64_t r,
+                                         const DocumentLengths& docs) {
   const double scale = softmax_scale(q);
   at::Tensor out, lse;
   start_merge(q, out, lse);
   for (int64_t i = 0; i < n; ++i) {
     const at::Tensor block = src.start(i, n, false);
-    const StepRule s = step_rule(r, src.block_of(i, n, r, false), l);
-    const StepOut o = step_forward(kernel, q.narrow(2, s.q_begin, s.q_len), block[0].narrow(2, 0, s.k_len),
-                                   block[1].narrow(2, 0, s.k_len), s.causal, scale);
-    merge(out, lse, s, o);
+    for (const Piece& p : step_pieces(r, src.block_of(i, n, r, false), n, q, docs))
+      merge(out, lse, p,
+            step_forward(kernel, p.rows(q), p.cols(block[0]), p.cols(block[1]), p.span.causal, scale));
     src.finish(0, at::Tensor());
   }
   return {out, lse};
@@ -261,40 +282,65 @@ std::pair<at::Tensor, at::Tensor> attend(RingKernel kernel, const at::Tensor& q,
 // The backward's loop: dq (fp32) and every rank's share of this rank's block's dK, dV (2, ...).
 std::pair<at::Tensor, at::Tensor> attend_backward(RingKernel kernel, const at::Tensor& dout, const at::Tensor& q,
                                                   const at::Tensor& out, const at::Tensor& lse, const at::Tensor& own,
-                                                  KvSource& src, int64_t n, int64_t r) {
-  const int64_t l = q.size(2);
+                                                  KvSource& src, int64_t n, int64_t r, const DocumentLengths& docs) {
   const double scale = softmax_scale(q);
   at::Tensor dq = at::zeros(q.sizes(), q.options().dtype(at::kFloat));
   for (int64_t i = 0; i < n; ++i) {
     const at::Tensor block = src.start(i, n, true);
     const int64_t j = src.block_of(i, n, r, true);
-    const StepRule s = step_rule(r, j, l);
-    const auto rows = [&](const at::Tensor& t) { return t.narrow(2, s.q_begin, s.q_len); };
-    const StepGrads d = step_backward(kernel, rows(dout), rows(q), block[0].narrow(2, 0, s.k_len),
-                                      block[1].narrow(2, 0, s.k_len), rows(out), rows(lse), s.causal, scale);
-    rows(dq).add_(d.dq);
     at::Tensor mine = at::zeros(own.sizes(), dq.options());  // (2, b, kv, 2c, d)
-    mine[0].narrow(2, 0, s.k_len).copy_(d.dk);
-    mine[1].narrow(2, 0, s.k_len).copy_(d.dv);
-    src.finish(j, mine);
+    for (const Piece& p : step_pieces(r, j, n, q, docs)) {
+      const StepGrads d = step_backward(kernel, p.rows(dout), p.rows(q), p.cols(block[0]), p.cols(block[1]),
+                                        p.rows(out), p.rows(lse), p.span.causal, scale);
+      p.rows(dq).add_(d.dq);
+      p.cols(mine[0]).add_(d.dk);
+      p.cols(mine[1]).add_(d.dv);
+    }
+    src.finish(j, mine);  // passed on (the ring) or kept (gathered) with no piece too
   }
   return {dq, src.home()};
 }
 
+// A micro-batch's document lengths as one list (rows, then each row's count and lengths), the
+// form the autograd context keeps; empty: no documents.
+std::vector<int64_t> flatten(const DocumentLengths& docs) {
+  if (docs.empty()) return {};
+  std::vector<int64_t> flat{static_cast<int64_t>(docs.size())};
+  for (const std::vector<int64_t>& row : docs) {
+    flat.push_back(static_cast<int64_t>(row.size()));
+    flat.insert(flat.end(), row.begin(), row.end());
+  }
+  return flat;
+}
+
+DocumentLengths unflatten(const std::vector<int64_t>& flat) {
+  DocumentLengths docs(flat.empty() ? 0 : static_cast<size_t>(flat[0]));
+  size_t at = 1;
+  for (std::vector<int64_t>& row : docs) {
+    const auto count = static_cast<size_t>(flat[at++]);
+    row.assign(flat.begin() + static_cast<std::ptrdiff_t>(at), flat.begin() + static_cast<std::ptrdiff_t>(at + count));
+    at += count;
+  }
+  return docs;
+}
+
 // Attention over this rank's chunks against every rank's key/value blocks, by the source
-// parallel.cp_comm names (NOTE [ring attention]). Saved: q, the source's blocks (the ring: this
-// rank's own; gathered: every rank's), the fp32 output and log-sum-exp.
+// parallel.cp_comm names (NOTE [ring attention]), inside documents where `docs` lists them.
+// Saved: q, the source's blocks (the ring: this rank's own; gathered: every rank's), the fp32
+// output and log-sum-exp.
 struct ContextAttentionFn : torch::autograd::Function<ContextAttentionFn> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
-                            const at::Tensor& v, const Group* g, int64_t comm, int64_t kernel) {
+                            const at::Tensor& v, const Group* g, int64_t comm, int64_t kernel,
+                            const std::vector<int64_t>& docs) {
     const at::Tensor own = at::stack({k, v}).contiguous();  // (2, b, kv, 2c, d)
     const auto kind = static_cast<CpComm>(comm);
     const at::Tensor kv = kind == CpComm::kAllGather ? GatheredSource::gather(*g, own) : own;
     const auto src = kv_source(kind, g, kv);
-    const auto [out, lse] = attend(static_cast<RingKernel>(kernel), q, *src, g->size(), g->rank);
+    const auto [out, lse] = attend(static_cast<RingKernel>(kernel), q, *src, g->size(), g->rank, unflatten(docs));
     ctx->saved_data["group"] = pack_group(g);
     ctx->saved_data["comm"] = comm;
     ctx->saved_data["kernel"] = kernel;
+    ctx->saved_data["docs"] = docs;
     ctx->save_for_backward({q, kv, out, lse});
     return out.to(q.scalar_type());
   }
@@ -308,33 +354,75 @@ struct ContextAttentionFn : torch::autograd::Function<ContextAttentionFn> {
     const auto src = kv_source(kind, &g, kv);
     const at::Tensor own_shape = kind == CpComm::kAllGather ? kv[0] : kv;
     const auto [dq, home] = attend_backward(static_cast<RingKernel>(ctx->saved_data["kernel"].toInt()),
-                                            grads[0].to(at::kFloat), q, out, lse, own_shape, *src, g.size(), g.rank);
+                                            grads[0].to(at::kFloat), q, out, lse, own_shape, *src, g.size(), g.rank,
+                                            unflatten(ctx->saved_data["docs"].toIntVector()));
     return {dq.to(q.scalar_type()), home[0].to(kv.scalar_type()), home[1].to(kv.scalar_type()), at::Tensor(),
-            at::Tensor(), at::Tensor()};
+            at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
+
+// The documents a context-parallel call computes inside: none (the plain causal path, bit for
+// bit) where every row is one document. Throws std::invalid_argument where they do not
+// describe the whole sequences q's chunks are cut from.
+std::vector<int64_t> checked_documents(const CpContext& cp, const at::Tensor& q, const DocumentLengths* docs) {
+  if (docs == nullptr || undivided(*docs)) return {};
+  const int64_t s = q.size(2) * cp.size();
+  if (static_cast<int64_t>(docs->size()) != q.size(0))
+    throw std::invalid_argument("context_attention: " + std::to_string(docs->size()) + " rows of documents for " +
+                                std::to_string(q.size(0)) + " rows of queries");
+  for (const std::vector<int64_t>& row : *docs) {
+    int64_t total = 0;
+    for (int64_t len : row) total += len > 0 ? len : s + 1;  // an empty document fails the sum
+    if (total != s)
+      throw std::invalid_argument("context_attention: documents of " + std::to_string(total) +
+                                  " tokens (or an empty one) for sequences of " + std::to_string(s));
+  }
+  return flatten(*docs);
+}
+
+at::Tensor apply(const CpContext& cp, CpComm comm, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                 RingKernel kernel, const DocumentLengths* docs) {
+  return ContextAttentionFn::apply(q, k, v, cp.group, static_cast<int64_t>(comm), static_cast<int64_t>(kernel),
+                                   checked_documents(cp, q, docs));
+}
+
+RingKernel default_kernel(const at::Tensor& q) { return q.device().is_cpu() ? RingKernel::kFused : RingKernel::kExplicit; }
 
 }  // namespace
 
 at::Tensor ring_attention(const CpContext& cp, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                          RingKernel kernel) {
+                          RingKernel kernel, const DocumentLengths* docs) {
   if (kernel == RingKernel::kFused && !q.device().is_cpu())
     throw std::invalid_argument("ring_attention: the fused step kernel is the CPU's (NOTE [ring step kernels])");
-  return ContextAttentionFn::apply(q, k, v, cp.group, static_cast<int64_t>(CpComm::kP2p), static_cast<int64_t>(kernel));
+  return apply(cp, CpComm::kP2p, q, k, v, kernel, docs);
 }
 
 at::Tensor context_attention(const CpContext& cp, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   if (cp.size() == 1) return causal_attention(q, k, v, 0.0);
   switch (cp.comm) {
     case CpComm::kP2p:
-      return ring_attention(cp, q, k, v, q.device().is_cpu() ? RingKernel::kFused : RingKernel::kExplicit);
+      return ring_attention(cp, q, k, v, default_kernel(q));
     case CpComm::kAllGather:
-      return ContextAttentionFn::apply(q, k, v, cp.group, static_cast<int64_t>(CpComm::kAllGather),
-                                       static_cast<int64_t>(q.device().is_cpu() ? RingKernel::kFused : RingKernel::kExplicit));
+      return apply(cp, CpComm::kAllGather, q, k, v, default_kernel(q), nullptr);
     case CpComm::kA2a:
       // Ulysses: this rank's share of the heads over the whole sequence, in order.
       return cp_sequence_to_heads(
           cp, causal_attention(cp_heads_to_sequence(cp, q), cp_heads_to_sequence(cp, k), cp_heads_to_sequence(cp, v), 0.0));
+  }
+  throw std::logic_error("context_attention: unknown cp_comm");
+}
+
+at::Tensor context_attention(const CpContext& cp, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                             const DocumentLengths& docs) {
+  if (cp.size() == 1) return document_attention(q, k, v, docs, 0.0);
+  if (undivided(docs)) return context_attention(cp, q, k, v);  // today's path, bit for bit
+  switch (cp.comm) {
+    case CpComm::kP2p:
+    case CpComm::kAllGather:
+      return apply(cp, cp.comm, q, k, v, default_kernel(q), &docs);
+    case CpComm::kA2a:  // the whole sequence in order: one process's documents
+      return cp_sequence_to_heads(cp, document_attention(cp_heads_to_sequence(cp, q), cp_heads_to_sequence(cp, k),
+                                                         cp_heads_to_sequence(cp, v), docs, 0.0));
   }
   throw std::logic_error("context_attention: unknown cp_comm");
 }

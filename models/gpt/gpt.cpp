@@ -132,11 +132,7 @@ void GptStage::set_recompute(Recompute mode) {
   recompute_ = mode;
 }
 
-void GptStage::set_documents(std::shared_ptr<const Documents> docs) {
-  if (docs && cp_.size() > 1 && (!undivided(docs->lengths) || docs->positions.defined()))
-    throw std::invalid_argument("GPT over packed documents under context parallelism is not built");
-  docs_ = std::move(docs);
-}
+void GptStage::set_documents(std::shared_ptr<const Documents> docs) { docs_ = std::move(docs); }
 
 at::Tensor GptStage::compute_param(size_t index) const {
   return casts_.get(params_, index, compute_);  // NOTE [cast once per step]
@@ -161,7 +157,8 @@ at::Tensor GptStage::attention(const BlockParams& b, const at::Tensor& x, const 
     const at::Tensor q = parts[0].transpose(1, 2);  // (b, heads/tp, s, hd)
     const at::Tensor k = parts[1].transpose(1, 2);
     const at::Tensor v = parts[2].transpose(1, 2);
-    const at::Tensor y = docs ? document_attention(q, k, v, docs->lengths, dropout)
+    const at::Tensor y = docs && cp.size() > 1 ? context_attention(cp, q, k, v, docs->lengths)
+                         : docs ? document_attention(q, k, v, docs->lengths, dropout)
                          : cp.size() > 1 ? context_attention(cp, q, k, v)
                                          : causal_attention(q, k, v, dropout);
     return y.transpose(1, 2).reshape({batch, s, heads * hd});  // (b, s, hidden/tp)

@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <tuple>
+#include <utility>
 
 #include "core/config_rules.h"
 #include "core/context_split.h"
@@ -222,6 +224,20 @@ at::Tensor rope_inv_freq(const ModelConfig& cfg) {
   return at::where(medium, smoothed, scaled);
 }
 
+namespace {
+
+// cos and sin (n, rope dims) fp32 of the angles at `pos` ((n) fp32): each frequency twice
+// (the two halves of a head), YaRN's attention factor applied (NOTE [YaRN]).
+std::pair<at::Tensor, at::Tensor> rope_angles(const ModelConfig& cfg, const at::Tensor& pos) {
+  const at::Tensor freqs = at::outer(pos, rope_inv_freq(cfg).to(pos.device()));
+  const at::Tensor emb = at::cat({freqs, freqs}, -1);
+  const double af = cfg.rope_attention_factor();
+  if (af == 1.0) return {emb.cos(), emb.sin()};
+  return {emb.cos() * af, emb.sin() * af};
+}
+
+}  // namespace
+
 LlamaStage::LlamaStage(const ModelConfig& cfg, const ChunkSpec& spec, const TpContext& tp, int64_t seed,
                        const EpContext& ep, const CpContext& cp)
     : cfg_(cfg), spec_(spec), tp_(tp), ep_(ep), cp_(cp) {
@@ -279,17 +295,9 @@ LlamaStage::LlamaStage(const ModelConfig& cfg, const ChunkSpec& spec, const TpCo
     head_ = cfg.tie_embeddings ? at("embedding.word.weight", true) : at("head.weight");
   }
   if (spec_.num_layers > 0) {
-    // (seq / cp, d): the angles of this rank's positions (NOTE [context split]), each
-    // frequency twice (the two halves of a head).
+    // (seq / cp, d): the angles of this rank's positions (NOTE [context split]).
     const at::Tensor pos = at::tensor(context_positions(cfg.seq_len, cp.size(), cp.rank()), at::kLong).to(at::kFloat);
-    const at::Tensor freqs = at::outer(pos, rope_inv_freq(cfg));
-    const at::Tensor emb = at::cat({freqs, freqs}, -1);
-    cos_ = emb.cos();
-    sin_ = emb.sin();
-    if (const double af = cfg.rope_attention_factor(); af != 1.0) {  // NOTE [YaRN]
-      cos_ = cos_ * af;
-      sin_ = sin_ * af;
-    }
+    std::tie(cos_, sin_) = rope_angles(cfg, pos);
   }
 }
 
@@ -323,18 +331,17 @@ const LlamaStage::RopeTables& LlamaStage::rope_tables(int64_t s, at::ScalarType 
   return r;
 }
 
-void LlamaStage::set_documents(std::shared_ptr<const Documents> docs) {
-  if (docs && cp_.size() > 1 && (!undivided(docs->lengths) || docs->positions.defined()))
-    throw std::invalid_argument("packed documents under context parallelism are not built");
-  docs_ = std::move(docs);
-}
+void LlamaStage::set_documents(std::shared_ptr<const Documents> docs) { docs_ = std::move(docs); }
 
 LlamaStage::RopeTables LlamaStage::document_rope(const Documents& docs, at::ScalarType dtype) const {
   const int64_t b = docs.positions.size(0), s = docs.positions.size(1), d = cos_.size(1), half = d / 2;
   const at::Tensor at_pos = docs.positions.reshape(-1);
-  const at::Tensor sin = sin_.index_select(0, at_pos).view({b, 1, s, d});
+  // Under cp the tables hold this rank's positions only: a document's are computed.
+  const auto [cos_at, sin_at] = cp_.size() > 1 ? rope_angles(cfg_, at_pos.to(at::kFloat))
+                                             : std::pair{cos_.index_select(0, at_pos), sin_.index_select(0, at_pos)};
+  const at::Tensor sin = sin_at.view({b, 1, s, d});
   RopeTables r;
-  r.cos = cos_.index_select(0, at_pos).view({b, 1, s, d}).to(dtype);
+  r.cos = cos_at.view({b, 1, s, d}).to(dtype);
   r.sin_signed = at::cat({-sin.narrow(-1, 0, half), sin.narrow(-1, half, half)}, -1).to(dtype);
   return r;
 }
@@ -369,7 +376,7 @@ at::Tensor LlamaStage::attention(const BlockParams& b, const at::Tensor& x, cons
     const at::Tensor qh = rotate(q4.transpose(1, 2), rope);  // (b, H/tp, s, d)
     const at::Tensor kh = rotate(k4.transpose(1, 2), rope);  // (b, K/tp, s, d)
     const at::Tensor vh = v2.view({bs, s, kv, d}).transpose(1, 2);
-    const at::Tensor y = docs ? document_attention(qh, kh, vh, docs->lengths, 0.0)
+    const at::Tensor y = docs ? context_attention(cp_, qh, kh, vh, docs->lengths)
                          : cp_.size() > 1 ? context_attention(cp_, qh, kh, vh)
                                           : causal_attention(qh, kh, vh, 0.0);
     return y.transpose(1, 2).reshape({bs, s, heads * d});

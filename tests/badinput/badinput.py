@@ -407,8 +407,6 @@ def cases(work, cores, trident="build/trident", busy_port=0):
         ("reset keys on a Megatron dataset without an eod", 2, "data batches --config configs/gpt-tiny.toml --steps 1 "
          f"--set data.source=file --set data.format=megatron --set data.path={work}/sft-good "
          "--set data.reset_attention_mask=true", ["data.reset_attention_mask = true needs an end-of-document token"]),
-        ("documents under context parallelism", 2, f"{tiny} data.eod_token=32 --set data.reset_attention_mask=true "
-         "--set parallel.cp=2", ["data.reset_attention_mask = true: documents under context parallelism are not built yet"]),
         ("completion_only_loss in stream order", 2, f"{tiny} data.completion_only_loss=true",
          ["data.completion_only_loss reads PREFIX.lossmask", 'data.order = "stream"']),
         ("JSONL line without its fields", 2, f"data prepare --format prompt-completion --output-format megatron "

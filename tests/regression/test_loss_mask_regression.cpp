@@ -5,8 +5,7 @@
 //     prepare --format prompt-completion`: completions only, eods masked, documents apart. Its
 //     samples count from 71 to 164 labels a step, unevenly over micro-batches and dp ranks, so
 //     a mean per micro-batch or per rank would be off by far more than 1e-5;
-//   - gpt-tiny with data.eod_mask_loss alone under cp2 (documents under context parallelism
-//     are refused until built; the mask is split with the labels).
+//   - gpt-tiny with data.eod_mask_loss alone under cp2 (the mask is split with the labels).
 // The reference runs differ from runs without the masks, so the keys are read; every layout
 // logs the reference's loss_tokens, padding_share and docs_per_sample (NOTE [document counts]).
 #include <gtest/gtest.h>
@@ -93,6 +92,9 @@ const Layout kSftLayouts[] = {
      {"parallel.pp=2", "schedule.kind=interleaved", "schedule.chunks=2", "training.micro_batch_size=1"}},
     {"pp2_zbv", 2, {"parallel.pp=2", "schedule.kind=zb-v", "schedule.chunks=2", "training.micro_batch_size=1"}},
     {"tp2_sp", 2, {"parallel.tp=2", "parallel.sequence_parallel=true", "training.micro_batch_size=2"}},
+    // Documents apart under context parallelism (NOTE [documents under context parallelism]).
+    {"cp2_p2p", 2, {"parallel.cp=2", "training.micro_batch_size=2"}},
+    {"cp2_a2a", 2, {"parallel.cp=2", "parallel.cp_comm=a2a", "training.micro_batch_size=2"}},
 };
 
 INSTANTIATE_TEST_SUITE_P(Sft, SftLayout, ::testing::ValuesIn(kSftLayouts),
