@@ -146,6 +146,91 @@ def load_llama(hf_dir, model_cfg, dtype, experts="eager"):
     return model.to(dtype)
 
 
+# NOTE [reference documents]
+# With data.reset_attention_mask or data.reset_position_ids the reference cuts each sample as
+# megatron-core does: its own _get_ltor_masks_and_position_ids (gpt_dataset.py) on the inputs
+# gives the attention mask and the position ids (NOTE [sample documents] in datasets/documents.h
+# states the same rule for Trident). A document starts at j > 0 where that mask bars j from j - 1.
+# --documents split (the reference): each document of the micro-batch is a row of its own, with
+# megatron-core's position ids for its tokens (from 0 with reset_position_ids, else its offset in
+# the sample), padded at its end to the longest (causal attention: no token sees the padding, which
+# a padding mask also bars); the real tokens' logits and router logits are put back in sample
+# order, and the loss is the undivided run's, the mean over the micro-batch's tokens. --documents mask:
+# the whole sample with those position ids and megatron-core's mask as a 4D additive mask.
+# reset_position_ids alone runs the whole sample with the restarting positions and an all-ones
+# 2D mask: without a mask transformers would infer packed sequences from positions that restart
+# (masking_utils.find_packed_sequence_indices) and keep attention inside them.
+def sample_documents(x, d_cfg, eod):
+    """Per row of x (mbs, seq): (its documents' [start, end) spans, its position ids, megatron-core's
+    (seq, seq) attention mask with True = barred); None when the run has no document keys."""
+    if not (d_cfg.get("reset_attention_mask") or d_cfg.get("reset_position_ids")):
+        return None
+    from megatron.core.datasets.gpt_dataset import _get_ltor_masks_and_position_ids
+    out = []
+    for row in x:
+        mask, _, pos = _get_ltor_masks_and_position_ids(row, eod, d_cfg["reset_position_ids"],
+                                                        d_cfg["reset_attention_mask"], False, True)
+        starts = [0] + [j for j in range(1, row.numel()) if bool(mask[0, j, j - 1])]
+        out.append((list(zip(starts, starts[1:] + [row.numel()])), pos, mask[0]))
+    return out
+
+
+def document_forward(model, moe, **inputs):
+    """(logits, router logits, None) of one call with explicit positions and mask. An MoE family runs
+    its decoder and head apart: its ForCausalLM's pooled aux_loss reads a 4D mask as a padding mask."""
+    if not moe:
+        return model(**inputs).logits, None, None
+    o = model.model(**inputs, output_router_logits=True)
+    return model.lm_head(o.last_hidden_state), o.router_logits, None
+
+
+def forward(model, x, moe, docs, how):
+    """The micro-batch's logits (mbs, seq, V), each MoE layer's router logits (mbs * seq, E) in
+    batch-major order (None for a dense model) and the model's aux_loss (NOTE [reference documents]).
+    how: None (the whole sample, positions restarting if docs say so), "split" or "mask"."""
+    kw = {"output_router_logits": True} if moe else {}
+    if docs is None:
+        o = model(input_ids=x, **kw)
+        return o.logits, (o.router_logits if moe else None), getattr(o, "aux_loss", None)
+    pos = torch.stack([p for _, p, _ in docs])
+    if how != "split":
+        mask = torch.ones(x.shape, dtype=torch.long)  # reset_position_ids alone: attention across documents
+        if how == "mask":
+            dtype = model.get_input_embeddings().weight.dtype
+            barred = torch.stack([m for _, _, m in docs]).unsqueeze(1)  # (mbs, 1, seq, seq)
+            mask = torch.zeros(barred.shape, dtype=dtype).masked_fill(barred, torch.finfo(dtype).min)
+        return document_forward(model, moe, input_ids=x, position_ids=pos, attention_mask=mask)
+    spans = [(r, s, e) for r, (row, _, _) in enumerate(docs) for s, e in row]
+    n = max(e - s for _, s, e in spans)
+    ids, p, real = (torch.zeros(len(spans), n, dtype=torch.long) for _ in range(3))
+    for i, (r, s, e) in enumerate(spans):
+        ids[i, :e - s], p[i, :e - s], real[i, :e - s] = x[r, s:e], pos[r, s:e], 1
+    out, router_logits, _ = document_forward(model, moe, input_ids=ids, position_ids=p, attention_mask=real)
+    rows = [[i for i, (r_, _, _) in enumerate(spans) if r_ == r] for r in range(len(docs))]
+    logits = torch.stack([torch.cat([out[i, :spans[i][2] - spans[i][1]] for i in row]) for row in rows])
+    if not moe:
+        return logits, None, None
+    layers = [layer.reshape(len(spans), n, -1) for layer in router_logits]
+    return logits, tuple(torch.cat([t[i, :e - s] for i, (_, s, e) in enumerate(spans)]) for t in layers), None
+
+
+def document_eod(d_cfg, m_cfg, weighted):
+    """The end-of-document id the run's document keys look for (NOTE [reference documents]); None
+    without them. data.eod_token = -1 is the token file's own end-of-text id."""
+    if d_cfg.get("eod_mask_loss") or d_cfg.get("completion_only_loss"):
+        raise SystemExit("data.eod_mask_loss / data.completion_only_loss: the reference trains without loss masks")
+    if not (d_cfg.get("reset_attention_mask") or d_cfg.get("reset_position_ids")):
+        return None
+    if m_cfg["arch"] == "deepseek_v3" or m_cfg.get("moe_aux_loss") == "pooled_aux_loss":
+        raise SystemExit("documents: the reference has no per-document routing record (DeepSeek-V3) or pooled aux loss")
+    eod = d_cfg.get("eod_token", -1)
+    if eod < 0 and d_cfg.get("format", "trident") != "megatron":
+        eod = TokenFile(weighted[0][1] + ".train.bin").end_of_text
+    if not 0 <= eod < m_cfg["vocab_size"]:
+        raise SystemExit(f"data.eod_token = {eod}: the documents need an end-of-document id below model.vocab_size")
+    return eod
+
+
 def balancing_losses(router_logits, m_cfg, sequences, routed=None, pooled=None):
     """Each MoE layer's balancing losses with their coefficients, summed over the layers, by
     megatron-core's own functions (megatron.core.transformer.moe.moe_utils): the Switch/GShard
@@ -301,6 +386,25 @@ def accumulate(params, captured, dp, how):
         p.grad = total / dp if dp > 1 else total
 
 
+def clip_gradients(params, clip, how):
+    """The gradient norm before clipping, over every parameter once (the tied head is wte); the
+    gradients are then scaled by clip / (norm + 1e-6) when that is < 1 (clip 0: never)."""
+    # NOTE [fp32 norms on CPU]: torch's CPU L2-norm kernel sums a float32 tensor's squares in
+    # one float32 vector accumulator (pytorch/pytorch#169237), so clip_grad_norm_ on fp32
+    # gradients is off by 4e-4 relative on gpt-small-brown's 6.4M-element embedding gradient
+    # (the exact norm of the very same fp32 gradients is 1.5e-5 away from what it returns).
+    # --norm float64 (the default) keeps torch's clipping but sums each gradient's squares in
+    # float64 (vector_norm's dtype argument casts first), as Trident does;
+    # --norm native calls clip_grad_norm_ as it is.
+    max_norm = clip if clip > 0 else float("inf")
+    if how == "native":
+        return torch.nn.utils.clip_grad_norm_(params, max_norm=max_norm).item()
+    per_param = [torch.linalg.vector_norm(p.grad, 2, dtype=torch.float64) for p in params]
+    norm_t = torch.linalg.vector_norm(torch.stack(per_param), 2)
+    torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm_t)
+    return norm_t.item()
+
+
 def train_tokens(d_cfg, prefix, vocab_size):
     """The training stream of one dataset: a Trident token file's PREFIX.train.bin, or the
     train share of a Megatron dataset read and cut by megatron-core itself (its
@@ -353,6 +457,10 @@ def main(argv=None):
                          "its grouped one (on the CPU a per-expert op with its own backward): two correct fp32 "
                          "computations of one model")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--documents", choices=["split", "mask"], default="split",
+                    help="with data.reset_attention_mask: each document through the model on its own (the "
+                         "reference), or the whole sample under megatron-core's mask as a 4D mask (NOTE "
+                         "[reference documents])")
     ap.add_argument("--capacity-factor", type=float, default=0.0,
                     help="> 0: also write the first MoE layer's share of assignments dropped past that capacity "
                          "(megatron-core's rule; model.moe_token_drop_policy) as moe_dropped_lL, the reference "
@@ -413,6 +521,7 @@ def train(args):
 
     seq = m_cfg["seq_len"]
     weighted = d_cfg.get("paths") or [[1.0, d_cfg["path"]]]
+    eod = document_eod(d_cfg, m_cfg, weighted)
     gbs, mbs = t_cfg["global_batch_size"], t_cfg["micro_batch_size"]
     order = d_cfg.get("order", "auto")
     if order == "megatron" or (order == "auto" and d_cfg.get("format") == "megatron"):
@@ -469,9 +578,10 @@ def train(args):
                 x, y = win[:, :seq], win[:, 1:]
                 moe = m_cfg["arch"] != "llama" and m_cfg["arch"] != "gpt"
                 routed.clear()
+                docs = sample_documents(x, d_cfg, eod)
+                how = args.documents if d_cfg.get("reset_attention_mask") else None
                 with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-                    o = model(input_ids=x, output_router_logits=True) if moe else model(input_ids=x)
-                logits = o.logits  # (mbs, seq, V)
+                    logits, router_logits, aux = forward(model, x, moe, docs, how)  # logits (mbs, seq, V)
                 logits = logits.float() if autocast else logits  # cross-entropy in fp32
                 loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))  # mean over tokens
                 # The MoE layers' balancing losses feed the gradients (scaled as the loss is) but not the
@@ -480,11 +590,11 @@ def train(args):
                 if moe:
                     # Dense first layers (model.moe_first_dense) have no router: transformers returns
                     # the MoE layers' logits only.
-                    pooled = o.aux_loss if m_cfg.get("moe_aux_loss", "aux_loss") == "pooled_aux_loss" else None
-                    extra, per_layer = balancing_losses(o.router_logits, m_cfg, x.size(0), routed or None, pooled)
+                    pooled = aux if m_cfg.get("moe_aux_loss", "aux_loss") == "pooled_aux_loss" else None
+                    extra, per_layer = balancing_losses(router_logits, m_cfg, x.size(0), routed or None, pooled)
                     moe_stats.append(per_layer)
                     if args.capacity_factor > 0:
-                        d, n = dropped_assignments(o.router_logits[0], m_cfg["moe_top_k"], args.capacity_factor,
+                        d, n = dropped_assignments(router_logits[0], m_cfg["moe_top_k"], args.capacity_factor,
                                                    m_cfg.get("moe_token_drop_policy", "probs"))
                         dropped[0] += d
                         dropped[1] += n
@@ -498,23 +608,7 @@ def train(args):
             accumulate(params, captured, dp, args.accumulate)
         if m_cfg.get("moe_bias_update_rate", 0.0) > 0:
             update_expert_biases(model, moe_stats, m_cfg["moe_bias_update_rate"])
-        # The norm before clipping, over every parameter once (the tied head is wte);
-        # the gradients are then scaled by clip / (norm + 1e-6) when that is < 1.
-        # NOTE [fp32 norms on CPU]: torch's CPU L2-norm kernel sums a float32 tensor's squares in
-        # one float32 vector accumulator (pytorch/pytorch#169237), so clip_grad_norm_ on fp32
-        # gradients is off by 4e-4 relative on gpt-small-brown's 6.4M-element embedding gradient
-        # (the exact norm of the very same fp32 gradients is 1.5e-5 away from what it returns).
-        # --norm float64 (the default) keeps torch's clipping but sums each gradient's squares in
-        # float64 (vector_norm's dtype argument casts first), as Trident does;
-        # --norm native calls clip_grad_norm_ as it is.
-        max_norm = clip if clip > 0 else float("inf")
-        if args.norm == "native":
-            norm_t = torch.nn.utils.clip_grad_norm_(params, max_norm=max_norm)
-        else:
-            per_param = [torch.linalg.vector_norm(p.grad, 2, dtype=torch.float64) for p in params]
-            norm_t = torch.linalg.vector_norm(torch.stack(per_param), 2)
-            torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm_t)
-        norm = norm_t.item()
+        norm = clip_gradients(params, clip, args.norm)
         if not math.isfinite(norm):
             raise SystemExit(f"step {step + 1}: gradient norm {norm}")
         lr = lr_at(step, t_cfg["steps"], t_cfg["warmup_steps"], t_cfg["lr"], t_cfg["min_lr"])
