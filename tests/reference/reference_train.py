@@ -14,7 +14,9 @@ What it uses instead of Trident's code:
              NOTE [blended sample order]) written again there; with data.order "megatron"
              (or "auto" on Megatron data) megatron-core's own GPTDataset / BlendedDataset
              built by its BlendedMegatronDatasetBuilder, ranks served as Megatron's
-             pretraining sampler serves them (trident_data.MegatronSampler)
+             pretraining sampler serves them (trident_data.MegatronSampler); with
+             data.reset_attention_mask / reset_position_ids each sample cut into its documents by
+             megatron-core's rule, each document run on its own (NOTE [reference documents])
   precision  --dtype float64 (the truth), float32, or bfloat16 under torch.autocast (NOTE [bf16 reference]);
              --dp / --accumulate sum the micro-batch gradients in another order (NOTE [accumulation orders])
   optimizer  torch.optim.AdamW; the LR schedule written out again (lr_at below); torch's
