@@ -26,6 +26,26 @@ DocumentBatch StepBatches::documents(int mb) {
   return d;
 }
 
+DocumentCounts StepBatches::counts() {
+  if (!inputs_.defined()) load();
+  return counts_;
+}
+
+namespace {
+
+// Adds one sample's documents and padding (NOTE [document counts]) to `c`.
+void count_documents(const int64_t* inputs, int64_t seq_len, int64_t eod, DocumentCounts& c) {
+  int64_t start = 0;
+  for (int64_t j = 0; j < seq_len; ++j) {
+    if (eod < 0 || inputs[j] != eod) continue;
+    (j == start ? c.padding : c.documents) += 1;
+    start = j + 1;
+  }
+  if (start < seq_len) c.documents += 1;
+}
+
+}  // namespace
+
 void StepBatches::load_documents(const std::vector<int64_t>& samples, const at::Tensor& tok) {
   const int64_t mbs = shape_.micro_batch, s = shape_.seq_len, rows = tok.size(0);
   const data::DocumentOptions& o = shape_.documents;
@@ -37,6 +57,7 @@ void StepBatches::load_documents(const std::vector<int64_t>& samples, const at::
     if (o.completion_only_loss) ds_.copy_sample_loss_mask(samples[static_cast<size_t>(row)], mask.data());
     const data::SampleDocuments d =
         data::sample_documents(tok[row].data_ptr<int64_t>(), mask.empty() ? nullptr : mask.data(), s, o);
+    count_documents(tok[row].data_ptr<int64_t>(), s, o.eod, counts_);
     std::copy(d.position_ids.begin(), d.position_ids.end(), pos[row].data_ptr<int64_t>());
     std::copy(d.loss_mask.begin(), d.loss_mask.end(), loss[row].data_ptr<float>());
     DocumentBatch& b = documents_[static_cast<size_t>(row / mbs)];
@@ -56,6 +77,7 @@ void StepBatches::load_documents(const std::vector<int64_t>& samples, const at::
     pos = pos.index_select(1, mine);
     loss = loss.index_select(1, mine);
   }
+  counts_.loss_tokens = loss.sum().item<double>();  // host values, read before the copy
   position_ids_ = pos.to(device_);
   loss_mask_ = loss.to(device_);
 }

@@ -46,6 +46,19 @@ struct DocumentBatch {
   bool restarts = false;
 };
 
+// NOTE [document counts]
+// What a step's samples hold, for its metrics and its token-weighted loss, counted on the host
+// when they are read (one DP rank's share; the trainer sums the ranks'):
+//   loss_tokens  the loss mask's sum over the rank's rows at its cp positions (the labels the loss
+//                counts: NOTE [token-weighted loss] in models/common/loss_mask.h);
+//   padding      end-of-document tokens that are a document alone (right after another one, or
+//                first in the sample): the padding `trident data prepare --pack-seq-len` writes;
+//   documents    the other documents, whole samples (every cp rank counts the same ones).
+// Without an end-of-document token each sample is one document with no padding.
+struct DocumentCounts {
+  double loss_tokens = 0, documents = 0, padding = 0;
+};
+
 // NOTE [step batches]
 // A step's inputs and targets, (m x mbs, seq) int64 each, are read when its
 // first micro-batch is asked for (only the first and last pipeline stages
@@ -67,6 +80,8 @@ class StepBatches {
   // Micro-batch mb's document tensors (NOTE [document batch]); undefined tensors when the
   // shape asks for none.
   DocumentBatch documents(int mb);
+  // The step's document counts (NOTE [document counts]); zeros when the shape asks for none.
+  DocumentCounts counts();
 
  private:
   void load();
@@ -80,6 +95,7 @@ class StepBatches {
   at::Tensor inputs_, targets_;  // (m x mbs, seq) on device_
   at::Tensor position_ids_, loss_mask_;  // (m x mbs, seq / cp) on device_, when shape_.documents.any()
   std::vector<DocumentBatch> documents_;  // per micro-batch
+  DocumentCounts counts_;
 };
 
 }  // namespace trident

@@ -174,28 +174,69 @@ StepBatches step_batches(const Run& r, const data::SampleSource& ds, int64_t ste
   return StepBatches(ds, step, shape, r.device);
 }
 
+bool loss_masked(const Config& c) { return c.data.eod_mask_loss || c.data.completion_only_loss; }
+
+// A step's (or an evaluation batch's) samples and, when they hold documents, their counts
+// over the global batch (NOTE [document counts]: [loss tokens, documents, padding], double,
+// summed over dp x cp on the device) and under loss masks the loss's scale dp·cp / N (NOTE
+// [token-weighted loss] in models/common/loss_mask.h). Every rank of a dp x cp group builds
+// one per step, in the same order, so the count's all-reduce is issued alike.
+struct StepData {
+  StepBatches batches;
+  at::Tensor counts, scale;
+};
+
+StepData step_data(Run& r, const data::SampleSource& ds, int64_t step) {
+  StepData d{step_batches(r, ds, step), at::Tensor(), at::Tensor()};
+  if (!r.train_data->documents.any()) return d;
+  const DocumentCounts n = d.batches.counts();
+  d.counts = at::tensor({n.loss_tokens, n.documents, n.padding}, at::kDouble).to(r.device);
+  all_reduce(r.pgs->dp_cp, d.counts);
+  if (loss_masked(r.cfg))
+    d.scale = (static_cast<double>(r.pgs->dp_cp.size()) / d.counts[0].clamp_min(1.0)).to(at::kFloat);
+  return d;
+}
+
 // With documents in the samples, each stage is handed the micro-batch's (NOTE [packed
 // documents] in models/common/document_attention.h): their lengths for attention, their
-// positions where any restarts (else the stages' own 0, 1, ..., bit for bit a run without).
-MicroBatch micro_batch(StepBatches& batches, int mb) {
-  auto [inputs, targets] = batches(mb);
-  MicroBatch b{inputs, targets, nullptr};
-  if (DocumentBatch d = batches.documents(mb); d.cu_seqlens.defined())
+// positions where any restarts (else the stages' own 0, 1, ..., bit for bit a run without);
+// under loss masks the last stage its mask and the step's scale.
+MicroBatch micro_batch(StepData& step, int mb) {
+  auto [inputs, targets] = step.batches(mb);
+  MicroBatch b{inputs, targets, nullptr, nullptr};
+  if (DocumentBatch d = step.batches.documents(mb); d.cu_seqlens.defined()) {
+    if (step.scale.defined()) b.loss_mask = std::make_shared<const LossMask>(LossMask{d.loss_mask, step.scale});
     b.documents = std::make_shared<const Documents>(
         Documents{std::move(d.lengths), d.restarts ? d.position_ids : at::Tensor()});
+  }
   return b;
 }
+
+// What each micro-batch's loss is scaled by in the backward: 1 / micro-batches for their
+// mean, 1 under loss masks (the stages' outputs already are shares of one mean).
+double backward_scale(const Run& r) { return loss_masked(r.cfg) ? 1.0 : 1.0 / static_cast<double>(r.microbatches); }
 
 // Sum over the pipeline (only last stages hold losses), mean over micro-batches
 // and DP (x CP: each rank's loss is the mean over its seq / cp tokens, the
 // same count on every rank, so their mean is the whole sequences' mean), on
-// the device; the result is the step's one read of the loss.
+// the device; the result is the step's one read of the loss. Under loss masks
+// the micro-batches' outputs are shares of the step's mean times dp·cp (NOTE
+// [token-weighted loss]): summed, not averaged.
 double reduce_loss(Run& r, const at::Tensor& local_sum) {
   at::Tensor t = local_sum.reshape({1}).to(at::kDouble).clone();
   all_reduce(r.pgs->pp, t);
-  t.div_(static_cast<double>(r.microbatches));
+  if (!loss_masked(r.cfg)) t.div_(static_cast<double>(r.microbatches));
   all_reduce(r.pgs->dp_cp, t);
   return read_scalar(t, "loss") / static_cast<double>(r.pgs->dp_cp.size());
+}
+
+// The step line's document figures from a step's counts (NOTE [document counts]): documents
+// and padding were counted by every cp rank alike.
+DocumentMetrics document_metrics(const Run& r, const at::Tensor& counts) {
+  const at::Tensor host = read_to_host(counts, "document counts");
+  const double* n = host.data_ptr<double>();
+  const double samples = static_cast<double>(r.cfg.training.global_batch_size), cp = static_cast<double>(r.cfg.parallel.cp);
+  return {n[0], n[2] / cp / (samples * static_cast<double>(r.cfg.model.seq_len)), n[1] / cp / samples};
 }
 
 // NOTE [MoE stats]: every stage's statistics of the step, summed over the world (pipeline stages
@@ -260,9 +301,9 @@ double evaluate(Run& r, int64_t evaluation) {
   } evaluating(r.stages);
   double sum = 0;
   for (int64_t e = 0; e < r.cfg.training.eval_batches; ++e) {
-    StepBatches batches = step_batches(r, *r.val_data->samples, eval_batch_index(r.cfg, evaluation, e));
+    StepData data = step_data(r, *r.val_data->samples, eval_batch_index(r.cfg, evaluation, e));
     sum += reduce_loss(
-        r, r.exec->forward_only(static_cast<int>(r.microbatches), [&](int mb) { return micro_batch(batches, mb); }));
+        r, r.exec->forward_only(static_cast<int>(r.microbatches), [&](int mb) { return micro_batch(data, mb); }));
   }
   return sum / static_cast<double>(r.cfg.training.eval_batches);
 }
@@ -280,9 +321,9 @@ std::optional<StepMetrics> train_step(Run& r, int64_t step, int64_t data_step) {
   r.rec->begin_step(step, logged);
   r.dp->zero_grads();
   const auto& actions = r.schedule.ranks.at(r.pgs->layout().coords(r.pgs->rank()).pp);
-  StepBatches batches = step_batches(r, *r.train_data->samples, data_step);  // NOTE [consumed samples]
-  const ExecutorStats stats = r.exec->run(
-      actions, [&](int mb) { return micro_batch(batches, mb); }, 1.0 / static_cast<double>(r.microbatches), r.dp.get());
+  StepData data = step_data(r, *r.train_data->samples, data_step);  // NOTE [consumed samples]
+  const ExecutorStats stats =
+      r.exec->run(actions, [&](int mb) { return micro_batch(data, mb); }, backward_scale(r), r.dp.get());
   std::vector<at::Tensor> moe_stats;  // this step's only (NOTE [MoE stats])
   for (auto& st : r.stages) moe_stats.push_back(st->take_moe_stats());
   r.rec->schedule_ran(stats);
@@ -306,6 +347,7 @@ std::optional<StepMetrics> train_step(Run& r, int64_t step, int64_t data_step) {
   if (!logged) return std::nullopt;
   const double loss = reduce_loss(r, stats.loss);
   StepMetrics m = r.rec->metrics(loss, lr, r.guard.read(norm), r.dp->optimizer_state_bytes());
+  if (data.counts.defined()) m.documents = document_metrics(r, data.counts);
   if (r.cfg.model.experts > 0) m.moe = summarize_moe_stats(r, world_stats.defined() ? world_stats : world_moe_stats(r, moe_stats));
   if (eval) {
     r.dp->wait_params();  // evaluation reads every parameter (NOTE [overlapped parameter gather])
@@ -333,9 +375,8 @@ void measure_zb_auto(Run& r) {
   CostAccumulator acc;
   for (int pass = 0; pass < 2; ++pass) {  // the first pass warms the allocator and the kernels up
     r.dp->zero_grads();
-    StepBatches batches = step_batches(r, *r.train_data->samples, 0);
-    r.exec->run(probe.ranks.at(pp_rank), [&](int mb) { return micro_batch(batches, mb); },
-                1.0 / static_cast<double>(r.microbatches), r.dp.get());
+    StepData data = step_data(r, *r.train_data->samples, 0);
+    r.exec->run(probe.ranks.at(pp_rank), [&](int mb) { return micro_batch(data, mb); }, backward_scale(r), r.dp.get());
     r.dp->finish_grad_sync();
     if (pass == 1) {
       acc.add(*r.exec, 1);
@@ -471,23 +512,20 @@ void make_data_parallel(Run& r, const std::vector<std::vector<Param*>>& stage_pa
       norm_slots(r.model->unique_params(stages)));
 }
 
-// Document boundaries are applied by the stages (NOTE [packed documents]); loss masks and
-// documents under context parallelism are not yet: a run given them would train as if they
-// were absent, so it is refused.
+// Document boundaries and loss masks are applied by the stages (NOTE [packed documents],
+// [token-weighted loss]); documents under context parallelism and in latent attention are
+// not yet: a run given them would train as if they were absent, so it is refused.
 void refuse_documents(const Config& c) {
   const DataConfig& d = c.data;
-  const char* key = d.eod_mask_loss                                                          ? "data.eod_mask_loss"
-                    : d.completion_only_loss                                                 ? "data.completion_only_loss"
-                    : c.parallel.cp > 1 && d.reset_attention_mask                            ? "data.reset_attention_mask"
-                    : c.parallel.cp > 1 && d.reset_position_ids                              ? "data.reset_position_ids"
-                                                                                             : nullptr;
+  const char* key = !(c.parallel.cp > 1 || c.model.mla()) ? nullptr
+                    : d.reset_attention_mask              ? "data.reset_attention_mask"
+                    : d.reset_position_ids                ? "data.reset_position_ids"
+                                                          : nullptr;
   if (key != nullptr)
     throw ConfigError(std::string(key) + " = true: " +
                       (c.parallel.cp > 1 ? "documents under context parallelism are not built yet"
-                                         : "the models do not apply loss masks yet") +
+                                         : "latent attention (MLA) over packed documents is not built yet") +
                       ", so training refuses it (`trident data batches` shows what the samples carry)");
-  if ((d.reset_attention_mask || d.reset_position_ids) && c.model.mla())
-    throw ConfigError("data.reset_attention_mask / reset_position_ids: latent attention (MLA) over packed documents is not built yet");
 }
 
 void build(Run& r) {

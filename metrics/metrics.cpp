@@ -76,6 +76,14 @@ std::vector<std::pair<std::string, double>> moe_fields(const StepMetrics& m) {
   return out;
 }
 
+// metrics.jsonl's document keys (NOTE [document counts]); none for undivided samples.
+std::vector<std::pair<std::string, double>> document_fields(const StepMetrics& m) {
+  if (!m.documents) return {};
+  return {{"loss_tokens", m.documents->loss_tokens},
+          {"padding_share", m.documents->padding_share},
+          {"docs_per_sample", m.documents->docs_per_sample}};
+}
+
 }  // namespace
 
 std::string to_json(const StepMetrics& m) {
@@ -90,6 +98,7 @@ std::string to_json(const StepMetrics& m) {
   for (size_t i = 0; i < m.stage_busy_s.size(); ++i) os << ",\"busy_s_stage" << i << "\":" << num(m.stage_busy_s[i]);
   for (const auto& [key, value] : idle_fields(m)) os << ",\"" << key << "\":" << num(value);
   for (const auto& [key, value] : moe_fields(m)) os << ",\"" << key << "\":" << num(value);
+  for (const auto& [key, value] : document_fields(m)) os << ",\"" << key << "\":" << num(value);
   if (m.eval_loss) os << ",\"eval_loss\":" << num(*m.eval_loss);
   os << "}";
   return os.str();
@@ -111,6 +120,7 @@ tensorboard::Scalars to_scalars(const StepMetrics& m) {
   for (size_t i = 0; i < m.stage_busy_s.size(); ++i) s.emplace_back("busy_s_stage" + std::to_string(i), f(m.stage_busy_s[i]));
   for (const auto& [key, value] : idle_fields(m)) s.emplace_back(key, f(value));
   for (const auto& [key, value] : moe_fields(m)) s.emplace_back(key, f(value));
+  for (const auto& [key, value] : document_fields(m)) s.emplace_back(key, f(value));
   if (m.eval_loss) s.emplace_back("eval_loss", f(*m.eval_loss));
   return s;
 }
@@ -128,6 +138,9 @@ std::string format_step_line(const StepMetrics& m, int64_t total_steps) {
     if (w.dropped >= 0) os << " | dropped " << fmt("%.1f", 100.0 * w.dropped) << "%";
     if (w.bias_range >= 0) os << " | bias-range " << fmt("%.2e", w.bias_range);
   }
+  if (m.documents)
+    os << " | loss-tokens " << fmt("%.0f", m.documents->loss_tokens) << " | padding "
+       << fmt("%.1f", 100.0 * m.documents->padding_share) << "% | docs/sample " << fmt("%.2f", m.documents->docs_per_sample);
   if (m.eval_loss) os << " | eval-loss " << fmt("%.4f", *m.eval_loss);
   return os.str();
 }

@@ -41,6 +41,13 @@ struct MoeLayerStats {
   double dropped = -1, bias_range = -1;
 };
 
+// With documents in the samples (NOTE [document counts] in datasets/step_batches.h), over the
+// global batch: the labels the loss counts (masked ones out), the share of its tokens that are
+// padding, and documents per sample.
+struct DocumentMetrics {
+  double loss_tokens = 0, padding_share = 0, docs_per_sample = 0;
+};
+
 struct StepMetrics {
   int64_t step = 0;  // 1-based
   double loss = 0, lr = 0, grad_norm = 0;
@@ -52,6 +59,7 @@ struct StepMetrics {
   std::vector<double> stage_busy_s;   // per pipeline stage: compute time in this step (busy_s_stageI)
   std::vector<IdleParts> stage_idle;  // per pipeline stage: idle_s_stageI, idle_inherent_s_stageI, ... (to_json)
   std::vector<MoeLayerStats> moe;     // per MoE layer: moe_load_lL, moe_aux_loss_lL, moe_z_loss_lL, ... (to_json)
+  std::optional<DocumentMetrics> documents;
   std::optional<double> eval_loss;
 };
 

@@ -214,8 +214,10 @@ void Executor::forward(const Action& a, const std::function<MicroBatch(int)>& ba
   const ExpertMicroBatch names(a.mb);  // NOTE [all-to-all order]
   WeightGradScope scope(&s.deferred);  // the graph keeps this micro-batch's W queue (NOTE [I/W split])
   if (packed_) stage.set_documents(data.documents);
+  if (last && data.loss_mask) stage.set_loss_mask(data.loss_mask);
   s.output = stage.forward(s.input, last ? data.targets : at::Tensor());
   if (packed_) stage.set_documents(nullptr);  // the layers that read them hold their own reference
+  if (last && data.loss_mask) stage.set_loss_mask(nullptr);
   if (s.side) {
     stage.set_side(nullptr);
     if (last) s.side->sealed = true;  // the micro-batch's totals

@@ -50,6 +50,9 @@ struct MicroBatch {
   // The packed samples' documents (NOTE [packed documents] in
   // models/common/document_attention.h); none for undivided samples.
   std::shared_ptr<const Documents> documents;
+  // Its loss mask (NOTE [token-weighted loss] in models/common/loss_mask.h), handed to the last
+  // stage; none: each micro-batch's mean loss.
+  std::shared_ptr<const LossMask> loss_mask;
 };
 
 struct ExecutorStats {

@@ -17,6 +17,7 @@
 
 #include "core/param.h"  // Param, ParamInfo, TiedGroup
 #include "models/common/document_attention.h"
+#include "models/common/loss_mask.h"
 #include "models/common/side_values.h"
 #include "parallel/context_parallel.h"
 #include "parallel/expert_parallel.h"
@@ -116,6 +117,12 @@ class Stage {
   // documents says so.
   virtual void set_documents(std::shared_ptr<const Documents> docs) {
     if (docs) throw std::invalid_argument("this model does not train on packed documents");
+  }
+  // NOTE [token-weighted loss] in models/common/loss_mask.h: the mask the last stage's next
+  // forward weighs its per-token losses with, or nullptr (the micro-batch's mean). A stage
+  // whose loss cannot take one says so.
+  virtual void set_loss_mask(std::shared_ptr<const LossMask> mask) {
+    if (mask) throw std::invalid_argument("this model does not train with loss masks");
   }
   virtual void set_side(std::shared_ptr<SideValues> side) { (void)side; }
   // A mixture of experts' statistics since the last call, (model.layers,

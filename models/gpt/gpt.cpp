@@ -217,7 +217,8 @@ at::Tensor GptStage::run(const at::Tensor& input, const at::Tensor& targets) con
   x = norm(final_ln_, x);
   const at::Tensor word = compute_param(head_);
   at::Tensor logits = column_parallel_linear(tp_, x, word, at::Tensor()).to(at::kFloat);  // (b, s, vocab/tp)
-  return vocab_parallel_cross_entropy(tp_, logits, targets, tp_.rank() * word.size(0), cfg_.vocab_size).mean();
+  return micro_batch_loss(vocab_parallel_cross_entropy(tp_, logits, targets, tp_.rank() * word.size(0), cfg_.vocab_size),
+                          loss_mask_.get());
 }
 
 std::unique_ptr<Stage> GptModel::make_stage(int stage, int num_stages, const TpContext& tp, int64_t seed,

@@ -60,6 +60,7 @@ class GptStage : public Stage {
   // the MLP's up projection + GELU keep only their inputs (see NOTE [recomputation]).
   void set_recompute(Recompute mode) override;
   void set_documents(std::shared_ptr<const Documents> docs) override;
+  void set_loss_mask(std::shared_ptr<const LossMask> mask) override { loss_mask_ = std::move(mask); }
   void set_compute_dtype(at::ScalarType dtype) override { compute_ = dtype; }
   void set_read_gate(std::function<void(size_t)> gate) override { casts_.set_read_gate(std::move(gate)); }
   void set_boundary_dtype(at::ScalarType dtype) override { boundary_ = dtype; }
@@ -100,6 +101,7 @@ class GptStage : public Stage {
   CpContext cp_;         // this rank's share of each sequence (NOTE [context split])
   at::Tensor positions_;  // cp > 1, first stage: (seq_len / cp) int64, the positions of its tokens
   std::shared_ptr<const Documents> docs_;  // the next forward's documents, or none (NOTE [packed documents])
+  std::shared_ptr<const LossMask> loss_mask_;  // the next forward's, or none (NOTE [token-weighted loss])
   std::vector<Param> params_;
   CastCache casts_;  // compute_param()'s compute-dtype copies (NOTE [cast once per step])
   Recompute recompute_ = Recompute::kNone;

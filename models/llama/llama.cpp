@@ -517,7 +517,8 @@ at::Tensor LlamaStage::run(const at::Tensor& input, const at::Tensor& targets) c
   }
   if (!spec_.has_head) return x.to(boundary_);
   const int64_t vocab_start = tp_.rank() * params_[head_].tensor.size(0);
-  return vocab_parallel_cross_entropy(tp_, head_logits(x), targets, vocab_start, cfg_.vocab_size).mean();
+  return micro_batch_loss(vocab_parallel_cross_entropy(tp_, head_logits(x), targets, vocab_start, cfg_.vocab_size),
+                          loss_mask_.get());
 }
 
 at::Tensor LlamaStage::logits(const at::Tensor& ids) const {

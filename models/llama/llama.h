@@ -64,6 +64,7 @@ class LlamaStage : public Stage {
   // the MLP's gate/up products keep only their inputs (NOTE [recomputation]).
   void set_recompute(Recompute mode) override { recompute_ = mode; }
   void set_documents(std::shared_ptr<const Documents> docs) override;
+  void set_loss_mask(std::shared_ptr<const LossMask> mask) override { loss_mask_ = std::move(mask); }
   void set_compute_dtype(at::ScalarType dtype) override { compute_ = dtype; }
   void set_read_gate(std::function<void(size_t)> gate) override { casts_.set_read_gate(std::move(gate)); }
   void set_boundary_dtype(at::ScalarType dtype) override { boundary_ = dtype; }
@@ -130,6 +131,7 @@ class LlamaStage : public Stage {
   at::Tensor cos_, sin_;  // (seq_len / cp, head_dim) fp32 at this rank's positions, on the stage's device (buffers())
   mutable RopeTables rope_;
   std::shared_ptr<const Documents> docs_;  // the next forward's documents, or none (NOTE [packed documents])
+  std::shared_ptr<const LossMask> loss_mask_;  // the next forward's, or none (NOTE [token-weighted loss])
   size_t word_ = 0, final_norm_ = 0, head_ = 0;
   std::vector<BlockParams> blocks_;  // blocks_[l - spec_.first_layer]
   std::vector<std::unique_ptr<MoeLayer>> moe_;  // likewise; null for a dense layer

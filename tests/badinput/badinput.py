@@ -407,8 +407,6 @@ def cases(work, cores, trident="build/trident", busy_port=0):
         ("reset keys on a Megatron dataset without an eod", 2, "data batches --config configs/gpt-tiny.toml --steps 1 "
          f"--set data.source=file --set data.format=megatron --set data.path={work}/sft-good "
          "--set data.reset_attention_mask=true", ["data.reset_attention_mask = true needs an end-of-document token"]),
-        ("training refuses document boundaries", 2, f"{tiny} data.eod_token=0 --set data.eod_mask_loss=true",
-         ["data.eod_mask_loss = true: the models do not apply loss masks yet"]),
         ("documents under context parallelism", 2, f"{tiny} data.eod_token=32 --set data.reset_attention_mask=true "
          "--set parallel.cp=2", ["data.reset_attention_mask = true: documents under context parallelism are not built yet"]),
         ("documents with latent attention", 2, "train --config configs/deepseek-v3-tiny.toml --set training.steps=2 "

@@ -69,7 +69,7 @@ trap 'rm -rf "$scratch"' EXIT
 # The commands use repository-relative paths; run them in a scratch copy of
 # the layout (links), so whatever they write lands in the scratch directory
 # (data/ too: the benchmarks on gpt-small-brown read its prepared tokens).
-for d in build configs scripts schedules launch node_modules .venv data; do
+for d in build configs scripts schedules launch node_modules .venv data tests; do
   [[ -e "$repo/$d" ]] && ln -s "$repo/$d" "$scratch/$d"
 done
 # benchmarks/ is copied, not linked: a benchmark that writes its results next to itself

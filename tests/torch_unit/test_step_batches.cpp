@@ -120,3 +120,46 @@ TEST(StepBatchesDocuments, NoneWithTheFlagsOff) {
     EXPECT_TRUE(at::equal(off(mb).second, on(mb).second));
   }
 }
+
+namespace {
+
+// Two samples written out (E = the eod), for the counts of NOTE [document counts].
+class Written final : public trident::data::SampleSource {
+ public:
+  static constexpr int64_t E = kEod;
+  int64_t seq_len() const override { return kSeq; }
+  std::vector<int64_t> global_batch(int64_t, int64_t) const override { return {0, 1}; }
+  std::vector<int64_t> micro_batch(int64_t, int64_t, int64_t, int64_t, int64_t k, int64_t) const override { return {k}; }
+  void copy_sample(int64_t i, int64_t* out) const override {
+    const std::vector<int64_t> s = i == 0 ? std::vector<int64_t>{5, E, E, E, 6, 7, E, 8, 1}
+                                          : std::vector<int64_t>{E, 1, 2, 3, 4, 5, 6, 7, 8};
+    std::copy(s.begin(), s.end(), out);
+  }
+};
+
+trident::BatchShape written_shape(int64_t cp, int64_t cp_rank) {
+  trident::BatchShape s = shape({false, false, true, false, kEod}, cp, cp_rank);
+  s.global_batch = 2, s.micro_batch = 1;
+  return s;
+}
+
+}  // namespace
+
+// Sample 0 holds [5 E] [E] [E] [6 7 E] [8]: three documents and two eods alone (padding);
+// sample 1 [E] [1 ... 7]: one of each. The eods' predictions are masked: 8 - 4 and 8 - 1 labels
+// count, split 2 + 3 and 2 + 4 between two cp ranks (chunks of 2: rank 0 keeps 0, 1, 6, 7).
+TEST(StepBatchesDocuments, CountsDocumentsPaddingAndLossTokens) {
+  const Written ds;
+  trident::StepBatches whole(ds, 0, written_shape(1, 0), c10::Device(c10::kCPU));
+  const trident::DocumentCounts n = whole.counts();
+  EXPECT_EQ(n.documents, 4);
+  EXPECT_EQ(n.padding, 3);
+  EXPECT_EQ(n.loss_tokens, 11);
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    trident::StepBatches mine(ds, 0, written_shape(2, rank), c10::Device(c10::kCPU));
+    const trident::DocumentCounts m = mine.counts();
+    EXPECT_EQ(m.loss_tokens, rank == 0 ? 5 : 6) << rank;
+    EXPECT_EQ(m.documents, 4) << rank;  // whole samples on every cp rank
+    EXPECT_EQ(m.padding, 3) << rank;
+  }
+}
