@@ -52,7 +52,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from trident_data import Blend, MegatronSampler, TokenFile, megatron_core_train_samples  # noqa: E402
+from trident_data import (Blend, MegatronSampler, TokenFile, megatron_core_train_samples,  # noqa: E402
+                         read_loss_mask)
 
 
 def lr_at(step, total_steps, warmup, peak, floor):
@@ -219,18 +220,86 @@ def forward(model, x, moe, docs, how):
 def document_eod(d_cfg, m_cfg, weighted):
     """The end-of-document id the run's document keys look for (NOTE [reference documents]); None
     without them. data.eod_token = -1 is the token file's own end-of-text id."""
-    if d_cfg.get("eod_mask_loss") or d_cfg.get("completion_only_loss"):
-        raise SystemExit("data.eod_mask_loss / data.completion_only_loss: the reference trains without loss masks")
-    if not (d_cfg.get("reset_attention_mask") or d_cfg.get("reset_position_ids")):
+    keys = ("reset_attention_mask", "reset_position_ids", "eod_mask_loss", "completion_only_loss")
+    if not any(d_cfg.get(k) for k in keys):
         return None
     if m_cfg["arch"] == "deepseek_v3" or m_cfg.get("moe_aux_loss") == "pooled_aux_loss":
         raise SystemExit("documents: the reference has no per-document routing record (DeepSeek-V3) or pooled aux loss")
+    if (d_cfg.get("eod_mask_loss") or d_cfg.get("completion_only_loss")) and m_cfg["arch"] not in ("gpt", "llama"):
+        raise SystemExit("loss masks: the reference weighs no balancing loss by them (a dense model only)")
     eod = d_cfg.get("eod_token", -1)
     if eod < 0 and d_cfg.get("format", "trident") != "megatron":
         eod = TokenFile(weighted[0][1] + ".train.bin").end_of_text
-    if not 0 <= eod < m_cfg["vocab_size"]:
+    if any(d_cfg.get(k) for k in keys[:3]) and not 0 <= eod < m_cfg["vocab_size"]:
         raise SystemExit(f"data.eod_token = {eod}: the documents need an end-of-document id below model.vocab_size")
     return eod
+
+
+def step_batches(samples, step, gbs, dp, local, mbs, seq, d_cfg, eod, windows):
+    """The step's micro-batches in rank-major order, each (inputs, labels, loss mask or None), and the
+    counted labels of the global batch (None without loss masks: NOTE [reference loss masks])."""
+    out = []
+    for r in range(dp):
+        for k in range(local):
+            idx = samples.micro_batch(step, gbs, r, dp, k, mbs)
+            win = torch.from_numpy(np.stack([samples.window(i) for i in idx]))  # (mbs, seq + 1) int64
+            x, y = win[:, :seq], win[:, 1:]
+            out.append((x, y, label_mask(x, windows, idx, d_cfg, eod)))
+    return out, (None if out[0][2] is None else int(sum(int(m.sum()) for _, _, m in out)))
+
+
+# NOTE [reference loss masks]
+# With data.eod_mask_loss or data.completion_only_loss a label counts where megatron-core's
+# loss_mask (_get_ltor_masks_and_position_ids with eod_mask_loss: 0 for the prediction made from
+# an eod) and the loss-mask file's byte of the label (completion_only_loss) are both 1; the others
+# become -100, and each micro-batch's loss is transformers' own (fixed_cross_entropy, which its
+# causal-LM loss calls on the shifted labels) with num_items_in_batch = N, the counted labels of
+# the whole global batch: sum / N, so the micro-batches' losses and gradients add up to the mean
+# over the global batch's counted labels (backward unscaled), the step's loss their sum. The mask
+# bytes of a sample come from megatron-core's own sample walk (trident_data.MegatronSampler's
+# mask_window) or, in the stream order, from the same windows of the mask laid out as the tokens.
+def loss_mask_windows(d_cfg, samples, weighted, seq, seed):
+    """i -> the loss-mask bytes of window i (seq + 1), or None without completion_only_loss."""
+    if not d_cfg.get("completion_only_loss"):
+        return None
+    if d_cfg.get("format") != "megatron":
+        raise SystemExit("data.completion_only_loss: the loss-mask file goes with Megatron data (data.format)")
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+    masks = []
+    for _, prefix in weighted:
+        ds = IndexedDataset(prefix)
+        masks.append(read_loss_mask(prefix, int(np.sum(ds.sequence_lengths, dtype=np.int64))))
+        del ds  # its arrays are views of its mapping
+    if isinstance(samples, MegatronSampler):
+        return lambda i: samples.mask_window(i, masks)
+    if d_cfg.get("split"):
+        raise SystemExit("data.completion_only_loss with data.split: the reference reads the mask in Megatron's order only")
+    return Blend([(w, m) for (w, _), m in zip(weighted, masks)], seq, seed).window
+
+
+def label_mask(x, windows, idx, d_cfg, eod):
+    """The micro-batch's (mbs, seq) loss mask, 1 = the label counts (NOTE [reference loss masks]);
+    None without loss-mask keys."""
+    if not (d_cfg.get("eod_mask_loss") or windows):
+        return None
+    mask = torch.ones(x.shape, dtype=torch.long)
+    if d_cfg.get("eod_mask_loss"):
+        from megatron.core.datasets.gpt_dataset import _get_ltor_masks_and_position_ids
+        mask *= torch.stack([_get_ltor_masks_and_position_ids(row, eod, False, False, True, False)[1]
+                             for row in x]).long()
+    if windows:
+        mask *= torch.from_numpy(np.stack([windows(i)[1:] for i in idx]))
+    return mask
+
+
+def masked_loss(logits, y, mask, counted):
+    """transformers' causal-LM loss of the labels y where mask is 1 (-100 elsewhere), summed and
+    divided by `counted`, the global batch's counted labels (NOTE [reference loss masks])."""
+    if counted == 0:
+        return logits.sum() * 0.0
+    from transformers.loss.loss_utils import fixed_cross_entropy  # ForCausalLMLoss's, without its cast to fp32
+    labels = y.masked_fill(mask == 0, -100)
+    return fixed_cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1), counted, -100)
 
 
 def balancing_losses(router_logits, m_cfg, sequences, routed=None, pooled=None):
@@ -536,6 +605,7 @@ def train(args):
     else:
         samples = Blend([(w, train_tokens(d_cfg, prefix, m_cfg["vocab_size"])) for w, prefix in weighted], seq,
                         t_cfg["seed"])
+    windows = loss_mask_windows(d_cfg, samples, weighted, seq, t_cfg["seed"])
     dp = args.dp  # 1: the single-process run, one data-parallel rank holds the whole global batch
     if dp < 1 or gbs % (mbs * dp):
         raise SystemExit(f"--dp {dp} does not divide global_batch_size {gbs} into micro-batches of {mbs}")
@@ -573,39 +643,40 @@ def train(args):
         biases = expert_biases(model)  # as this step's forwards use them
         dropped = [0, 0]  # the first MoE layer's (dropped, routed) assignments (--capacity-factor)
         captured = []  # (rank, micro-batch gradients) for --accumulate other than autograd
-        for r in range(dp):
-            for k in range(local):
-                idx = samples.micro_batch(step, gbs, r, dp, k, mbs)
-                win = torch.from_numpy(np.stack([samples.window(i) for i in idx]))  # (mbs, seq + 1) int64
-                x, y = win[:, :seq], win[:, 1:]
-                moe = m_cfg["arch"] != "llama" and m_cfg["arch"] != "gpt"
-                routed.clear()
-                docs = sample_documents(x, d_cfg, eod)
-                how = args.documents if d_cfg.get("reset_attention_mask") else None
-                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-                    logits, router_logits, aux = forward(model, x, moe, docs, how)  # logits (mbs, seq, V)
-                logits = logits.float() if autocast else logits  # cross-entropy in fp32
+        batches, counted = step_batches(samples, step, gbs, dp, local, mbs, seq, d_cfg, eod, windows)
+        for x, y, mask in batches:
+            moe = m_cfg["arch"] != "llama" and m_cfg["arch"] != "gpt"
+            routed.clear()
+            docs = sample_documents(x, d_cfg, eod)
+            how = args.documents if d_cfg.get("reset_attention_mask") else None
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                logits, router_logits, aux = forward(model, x, moe, docs, how)  # logits (mbs, seq, V)
+            logits = logits.float() if autocast else logits  # cross-entropy in fp32
+            if mask is None:
                 loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))  # mean over tokens
-                # The MoE layers' balancing losses feed the gradients (scaled as the loss is) but not the
-                # reported loss, as in Trident and Megatron.
-                extra = 0.0
-                if moe:
-                    # Dense first layers (model.moe_first_dense) have no router: transformers returns
-                    # the MoE layers' logits only.
-                    pooled = aux if m_cfg.get("moe_aux_loss", "aux_loss") == "pooled_aux_loss" else None
-                    extra, per_layer = balancing_losses(router_logits, m_cfg, x.size(0), routed or None, pooled)
-                    moe_stats.append(per_layer)
-                    if args.capacity_factor > 0:
-                        d, n = dropped_assignments(router_logits[0], m_cfg["moe_top_k"], args.capacity_factor,
-                                                   m_cfg.get("moe_token_drop_policy", "probs"))
-                        dropped[0] += d
-                        dropped[1] += n
-                # Trident's executor backpropagates loss * (1/m) for each of a rank's m micro-batches.
-                ((loss + extra) * (1.0 / local)).backward()
-                loss_sum += loss.item()
-                if args.accumulate != "autograd":
-                    captured.append([p.grad for p in params])
-                    opt.zero_grad(set_to_none=True)
+            else:  # NOTE [reference loss masks]
+                loss = masked_loss(logits, y, mask, counted)
+            # The MoE layers' balancing losses feed the gradients (scaled as the loss is) but not the
+            # reported loss, as in Trident and Megatron.
+            extra = 0.0
+            if moe:
+                # Dense first layers (model.moe_first_dense) have no router: transformers returns
+                # the MoE layers' logits only.
+                pooled = aux if m_cfg.get("moe_aux_loss", "aux_loss") == "pooled_aux_loss" else None
+                extra, per_layer = balancing_losses(router_logits, m_cfg, x.size(0), routed or None, pooled)
+                moe_stats.append(per_layer)
+                if args.capacity_factor > 0:
+                    d, n = dropped_assignments(router_logits[0], m_cfg["moe_top_k"], args.capacity_factor,
+                                               m_cfg.get("moe_token_drop_policy", "probs"))
+                    dropped[0] += d
+                    dropped[1] += n
+            # Trident's executor backpropagates loss * (1/m) for each of a rank's m micro-batches; a
+            # masked loss is the global batch's share already, times dp as the dp ranks' mean divides.
+            ((loss + extra) * (1.0 / local if mask is None else float(dp))).backward()
+            loss_sum += loss.item()
+            if args.accumulate != "autograd":
+                captured.append([p.grad for p in params])
+                opt.zero_grad(set_to_none=True)
         if args.accumulate != "autograd":
             accumulate(params, captured, dp, args.accumulate)
         if m_cfg.get("moe_bias_update_rate", 0.0) > 0:
@@ -617,8 +688,12 @@ def train(args):
         for g in opt.param_groups:
             g["lr"] = lr
         opt.step()
-        row = {"step": step + 1, "loss": loss_sum / micro, "lr": lr, "grad_norm": norm,
+        row = {"step": step + 1, "loss": loss_sum / micro if counted is None else loss_sum, "lr": lr, "grad_norm": norm,
                "clipped": 1 if clip > 0 and norm > clip else 0}
+        if counted is not None:  # the labels the loss counted, and each data-parallel rank's share of them
+            row["loss_tokens"] = counted
+            row["loss_tokens_per_rank"] = [int(sum(int(m.sum()) for _, _, m in batches[r * local:(r + 1) * local]))
+                                           for r in range(dp)]
         if moe_stats:
             first = m_cfg.get("moe_first_dense", 0)
             row.update(moe_row(moe_stats, first))
