@@ -147,7 +147,7 @@ trident_reference_training(ReferenceTrainingDeepseekV3 deepseek-v3-tiny deepseek
 add_test(NAME ReferenceDocuments
          COMMAND ${TRIDENT_PYTHON} ${_ref}/test_documents_reference.py --trident ${PROJECT_BINARY_DIR}/trident
                  --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/documents)
-set_tests_properties(ReferenceDocuments PROPERTIES LABELS "reference;slow" TIMEOUT 900 COST 120)
+set_tests_properties(ReferenceDocuments PROPERTIES LABELS "reference;slow" TIMEOUT 1200 COST 250)
 # Fine-tuning on completions (configs/llama-sft-tiny.toml from a transformers-made Llama): the losses of
 # transformers with labels -100 on the prompts (NOTE [reference loss masks]); dp2 with uneven counts.
 add_test(NAME ReferenceSft
