@@ -15,7 +15,8 @@ counted labels of the global batch over their count (NOTE [reference loss masks]
   b. every step's loss and gradient norm under the training contract (README.md: K = 4 times
      torch fp32's own error of the fp64 truth, within 1e-5 of torch fp32 where that is not
      ill-conditioned); the step-1 loss, the loss on the completions of the step-0 model, within
-     1e-5 of transformers'; the loss falls over the 20 steps;
+     1e-5 of transformers'; the loss falls over the 20 steps; the per-document reference within
+     1e-5 of the whole samples under megatron-core's mask as a 4D mask (--documents mask);
   c. data parallelism with counts that differ between the ranks (the reference's
      loss_tokens_per_rank at --dp 2 shows which steps): dp2 within 1e-5 of one process, on
      every step (one mean over the global batch's counted labels, not a mean of the ranks' means).
@@ -94,6 +95,8 @@ def main():
     ref32, ref64, refdp = (os.path.join(work, d) for d in ("ref-fp32", "ref-fp64", "ref-dp2"))
     reference("--config", os.path.join(tri, "config.toml"), "--hf-dir", hf, "--out", ref32,
               "--also", f"float64:eager:{ref64}", "--also", f"float32:eager,dp=2:{refdp}")
+    refmask = os.path.join(work, "ref-mask")
+    reference("--config", os.path.join(tri, "config.toml"), "--hf-dir", hf, "--out", refmask, "--documents", "mask")
     T, P, D, R2, T2 = metrics(tri), metrics(ref32), metrics(ref64), metrics(refdp), metrics(dp2)
 
     # a. the counted labels
@@ -110,6 +113,9 @@ def main():
     check(d1 <= RTOL_FP32, f"step-1 loss on the completions: Trident {T[0]['loss']:.8f}, transformers "
                            f"{P[0]['loss']:.8f} (rel {d1:.2e})")
     check(T[-1]["loss"] < 0.9 * T[0]["loss"], f"the loss falls: {T[0]['loss']:.4f} -> {T[-1]['loss']:.4f}")
+    d_mask = max(abs(a[k] - b[k]) / abs(b[k]) for a, b in zip(metrics(refmask), P) for k in ("loss", "grad_norm"))
+    check(d_mask <= RTOL_FP32, f"the per-document reference within {RTOL_FP32} of the whole samples under a 4D "
+                               f"block mask (--documents mask): {d_mask:.2e}")
     # c. uneven data parallelism
     uneven = [y["step"] for y in R2 if len(set(y["loss_tokens_per_rank"])) > 1]
     check(len(uneven) > 0, f"the dp ranks count different labels on steps {uneven} "
