@@ -16,6 +16,10 @@
 #   ReferenceTraining{Mixtral,Qwen2Moe,Qwen3Moe,DeepseekV3}  their tiny presets, 20 steps (layouts: ...Layouts), vs transformers +
 #                           torch AdamW, the balancing losses written from their definitions
 #   ReferenceTrainingMixtralPooled  mixtral-tiny with transformers' own pooled balancing loss, the model's aux_loss
+#   ReferenceDocuments      packed documents (data.reset_attention_mask, reset_position_ids), 20 steps of gpt-tiny and
+#                           an imported Llama and Mixtral vs transformers running each document on its own
+#   ReferenceSft            configs/llama-sft-tiny.toml from a transformers-made Llama, 20 steps, vs transformers with
+#                           labels -100 on the prompts (completion_only_loss, eod_mask_loss); dp2 with uneven counts
 #   TensorBoardEvents       logging.tensorboard's event file read by the tensorboard package
 #   ReferenceTrainingBlend  gpt-tiny on a 3:1 blend of two Megatron datasets cut by data.split, 20 steps, the same
 #                           (data.order = "stream")
@@ -138,6 +142,18 @@ endforeach()
 # such token (a step that had one would fail here).
 trident_reference_training(ReferenceTrainingMixtralPooled mixtral-tiny mixtral-pooled 20 --pooled --seed 2)
 trident_reference_training(ReferenceTrainingDeepseekV3 deepseek-v3-tiny deepseek-v3 20)
+# Packed documents: each document through transformers' model on its own (reference_train.py's
+# NOTE [reference documents]), under the four settings of the two reset keys; Llama also at tp2 + SP.
+add_test(NAME ReferenceDocuments
+         COMMAND ${TRIDENT_PYTHON} ${_ref}/test_documents_reference.py --trident ${PROJECT_BINARY_DIR}/trident
+                 --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/documents)
+set_tests_properties(ReferenceDocuments PROPERTIES LABELS "reference;slow" TIMEOUT 1200 COST 250)
+# Fine-tuning on completions (configs/llama-sft-tiny.toml from a transformers-made Llama): the losses of
+# transformers with labels -100 on the prompts (NOTE [reference loss masks]); dp2 with uneven counts.
+add_test(NAME ReferenceSft
+         COMMAND ${TRIDENT_PYTHON} ${_ref}/test_sft_reference.py --trident ${PROJECT_BINARY_DIR}/trident
+                 --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/sft)
+set_tests_properties(ReferenceSft PROPERTIES LABELS reference TIMEOUT 600 COST 40)
 add_test(NAME TensorBoardEvents
          COMMAND ${TRIDENT_PYTHON} ${_ref}/test_tensorboard.py --trident ${PROJECT_BINARY_DIR}/trident
                  --source-dir ${PROJECT_SOURCE_DIR} --work ${_ref_work}/tensorboard)

@@ -14,7 +14,9 @@ What it uses instead of Trident's code:
              NOTE [blended sample order]) written again there; with data.order "megatron"
              (or "auto" on Megatron data) megatron-core's own GPTDataset / BlendedDataset
              built by its BlendedMegatronDatasetBuilder, ranks served as Megatron's
-             pretraining sampler serves them (trident_data.MegatronSampler)
+             pretraining sampler serves them (trident_data.MegatronSampler); with
+             data.reset_attention_mask / reset_position_ids each sample cut into its documents by
+             megatron-core's rule, each document run on its own (NOTE [reference documents])
   precision  --dtype float64 (the truth), float32, or bfloat16 under torch.autocast (NOTE [bf16 reference]);
              --dp / --accumulate sum the micro-batch gradients in another order (NOTE [accumulation orders])
   optimizer  torch.optim.AdamW; the LR schedule written out again (lr_at below); torch's
@@ -50,7 +52,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from trident_data import Blend, MegatronSampler, TokenFile, megatron_core_train_samples  # noqa: E402
+from trident_data import (Blend, MegatronSampler, TokenFile, megatron_core_train_samples,  # noqa: E402
+                         read_loss_mask)
 
 
 def lr_at(step, total_steps, warmup, peak, floor):
@@ -144,6 +147,159 @@ def load_llama(hf_dir, model_cfg, dtype, experts="eager"):
         raise SystemExit(f"the LM head is {'' if tied else 'not '}tied to the embedding, but model.tie_embeddings = "
                          f"{model_cfg['tie_embeddings']}")
     return model.to(dtype)
+
+
+# NOTE [reference documents]
+# With data.reset_attention_mask or data.reset_position_ids the reference cuts each sample as
+# megatron-core does: its own _get_ltor_masks_and_position_ids (gpt_dataset.py) on the inputs
+# gives the attention mask and the position ids (NOTE [sample documents] in datasets/documents.h
+# states the same rule for Trident). A document starts at j > 0 where that mask bars j from j - 1.
+# --documents split (the reference): each document of the micro-batch is a row of its own, with
+# megatron-core's position ids for its tokens (from 0 with reset_position_ids, else its offset in
+# the sample), padded at its end to the longest (causal attention: no token sees the padding, which
+# a padding mask also bars); the real tokens' logits and router logits are put back in sample
+# order, and the loss is the undivided run's, the mean over the micro-batch's tokens. --documents mask:
+# the whole sample with those position ids and megatron-core's mask as a 4D additive mask.
+# reset_position_ids alone runs the whole sample with the restarting positions and an all-ones
+# 2D mask: without a mask transformers would infer packed sequences from positions that restart
+# (masking_utils.find_packed_sequence_indices) and keep attention inside them.
+def sample_documents(x, d_cfg, eod):
+    """Per row of x (mbs, seq): (its documents' [start, end) spans, its position ids, megatron-core's
+    (seq, seq) attention mask with True = barred); None when the run has no document keys."""
+    if not (d_cfg.get("reset_attention_mask") or d_cfg.get("reset_position_ids")):
+        return None
+    from megatron.core.datasets.gpt_dataset import _get_ltor_masks_and_position_ids
+    out = []
+    for row in x:
+        mask, _, pos = _get_ltor_masks_and_position_ids(row, eod, d_cfg["reset_position_ids"],
+                                                        d_cfg["reset_attention_mask"], False, True)
+        starts = [0] + [j for j in range(1, row.numel()) if bool(mask[0, j, j - 1])]
+        out.append((list(zip(starts, starts[1:] + [row.numel()])), pos, mask[0]))
+    return out
+
+
+def document_forward(model, moe, **inputs):
+    """(logits, router logits, None) of one call with explicit positions and mask. An MoE family runs
+    its decoder and head apart: its ForCausalLM's pooled aux_loss reads a 4D mask as a padding mask."""
+    if not moe:
+        return model(**inputs).logits, None, None
+    o = model.model(**inputs, output_router_logits=True)
+    return model.lm_head(o.last_hidden_state), o.router_logits, None
+
+
+def forward(model, x, moe, docs, how):
+    """The micro-batch's logits (mbs, seq, V), each MoE layer's router logits (mbs * seq, E) in
+    batch-major order (None for a dense model) and the model's aux_loss (NOTE [reference documents]).
+    how: None (the whole sample, positions restarting if docs say so), "split" or "mask"."""
+    kw = {"output_router_logits": True} if moe else {}
+    if docs is None:
+        o = model(input_ids=x, **kw)
+        return o.logits, (o.router_logits if moe else None), getattr(o, "aux_loss", None)
+    pos = torch.stack([p for _, p, _ in docs])
+    if how != "split":
+        mask = torch.ones(x.shape, dtype=torch.long)  # reset_position_ids alone: attention across documents
+        if how == "mask":
+            dtype = model.get_input_embeddings().weight.dtype
+            barred = torch.stack([m for _, _, m in docs]).unsqueeze(1)  # (mbs, 1, seq, seq)
+            mask = torch.zeros(barred.shape, dtype=dtype).masked_fill(barred, torch.finfo(dtype).min)
+        return document_forward(model, moe, input_ids=x, position_ids=pos, attention_mask=mask)
+    spans = [(r, s, e) for r, (row, _, _) in enumerate(docs) for s, e in row]
+    n = max(e - s for _, s, e in spans)
+    ids, p, real = (torch.zeros(len(spans), n, dtype=torch.long) for _ in range(3))
+    for i, (r, s, e) in enumerate(spans):
+        ids[i, :e - s], p[i, :e - s], real[i, :e - s] = x[r, s:e], pos[r, s:e], 1
+    out, router_logits, _ = document_forward(model, moe, input_ids=ids, position_ids=p, attention_mask=real)
+    rows = [[i for i, (r_, _, _) in enumerate(spans) if r_ == r] for r in range(len(docs))]
+    logits = torch.stack([torch.cat([out[i, :spans[i][2] - spans[i][1]] for i in row]) for row in rows])
+    if not moe:
+        return logits, None, None
+    layers = [layer.reshape(len(spans), n, -1) for layer in router_logits]
+    return logits, tuple(torch.cat([t[i, :e - s] for i, (_, s, e) in enumerate(spans)]) for t in layers), None
+
+
+def document_eod(d_cfg, m_cfg, weighted):
+    """The end-of-document id the run's document keys look for (NOTE [reference documents]); None
+    without them. data.eod_token = -1 is the token file's own end-of-text id."""
+    keys = ("reset_attention_mask", "reset_position_ids", "eod_mask_loss", "completion_only_loss")
+    if not any(d_cfg.get(k) for k in keys):
+        return None
+    if m_cfg["arch"] == "deepseek_v3" or m_cfg.get("moe_aux_loss") == "pooled_aux_loss":
+        raise SystemExit("documents: the reference has no per-document routing record (DeepSeek-V3) or pooled aux loss")
+    if (d_cfg.get("eod_mask_loss") or d_cfg.get("completion_only_loss")) and m_cfg["arch"] not in ("gpt", "llama"):
+        raise SystemExit("loss masks: the reference weighs no balancing loss by them (a dense model only)")
+    eod = d_cfg.get("eod_token", -1)
+    if eod < 0 and d_cfg.get("format", "trident") != "megatron":
+        eod = TokenFile(weighted[0][1] + ".train.bin").end_of_text
+    if any(d_cfg.get(k) for k in keys[:3]) and not 0 <= eod < m_cfg["vocab_size"]:
+        raise SystemExit(f"data.eod_token = {eod}: the documents need an end-of-document id below model.vocab_size")
+    return eod
+
+
+def step_batches(samples, step, gbs, dp, local, mbs, seq, d_cfg, eod, windows):
+    """The step's micro-batches in rank-major order, each (inputs, labels, loss mask or None), and the
+    counted labels of the global batch (None without loss masks: NOTE [reference loss masks])."""
+    out = []
+    for r in range(dp):
+        for k in range(local):
+            idx = samples.micro_batch(step, gbs, r, dp, k, mbs)
+            win = torch.from_numpy(np.stack([samples.window(i) for i in idx]))  # (mbs, seq + 1) int64
+            x, y = win[:, :seq], win[:, 1:]
+            out.append((x, y, label_mask(x, windows, idx, d_cfg, eod)))
+    return out, (None if out[0][2] is None else int(sum(int(m.sum()) for _, _, m in out)))
+
+
+# NOTE [reference loss masks]
+# With data.eod_mask_loss or data.completion_only_loss a label counts where megatron-core's
+# loss_mask (_get_ltor_masks_and_position_ids with eod_mask_loss: 0 for the prediction made from
+# an eod) and the loss-mask file's byte of the label (completion_only_loss) are both 1; the others
+# become -100, and each micro-batch's loss is transformers' own (fixed_cross_entropy, which its
+# causal-LM loss calls on the shifted labels) with num_items_in_batch = N, the counted labels of
+# the whole global batch: sum / N, so the micro-batches' losses and gradients add up to the mean
+# over the global batch's counted labels (backward unscaled), the step's loss their sum. The mask
+# bytes of a sample come from megatron-core's own sample walk (trident_data.MegatronSampler's
+# mask_window) or, in the stream order, from the same windows of the mask laid out as the tokens.
+def loss_mask_windows(d_cfg, samples, weighted, seq, seed):
+    """i -> the loss-mask bytes of window i (seq + 1), or None without completion_only_loss."""
+    if not d_cfg.get("completion_only_loss"):
+        return None
+    if d_cfg.get("format") != "megatron":
+        raise SystemExit("data.completion_only_loss: the loss-mask file goes with Megatron data (data.format)")
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+    masks = []
+    for _, prefix in weighted:
+        ds = IndexedDataset(prefix)
+        masks.append(read_loss_mask(prefix, int(np.sum(ds.sequence_lengths, dtype=np.int64))))
+        del ds  # its arrays are views of its mapping
+    if isinstance(samples, MegatronSampler):
+        return lambda i: samples.mask_window(i, masks)
+    if d_cfg.get("split"):
+        raise SystemExit("data.completion_only_loss with data.split: the reference reads the mask in Megatron's order only")
+    return Blend([(w, m) for (w, _), m in zip(weighted, masks)], seq, seed).window
+
+
+def label_mask(x, windows, idx, d_cfg, eod):
+    """The micro-batch's (mbs, seq) loss mask, 1 = the label counts (NOTE [reference loss masks]);
+    None without loss-mask keys."""
+    if not (d_cfg.get("eod_mask_loss") or windows):
+        return None
+    mask = torch.ones(x.shape, dtype=torch.long)
+    if d_cfg.get("eod_mask_loss"):
+        from megatron.core.datasets.gpt_dataset import _get_ltor_masks_and_position_ids
+        mask *= torch.stack([_get_ltor_masks_and_position_ids(row, eod, False, False, True, False)[1]
+                             for row in x]).long()
+    if windows:
+        mask *= torch.from_numpy(np.stack([windows(i)[1:] for i in idx]))
+    return mask
+
+
+def masked_loss(logits, y, mask, counted):
+    """transformers' causal-LM loss of the labels y where mask is 1 (-100 elsewhere), summed and
+    divided by `counted`, the global batch's counted labels (NOTE [reference loss masks])."""
+    if counted == 0:
+        return logits.sum() * 0.0
+    from transformers.loss.loss_utils import fixed_cross_entropy  # ForCausalLMLoss's, without its cast to fp32
+    labels = y.masked_fill(mask == 0, -100)
+    return fixed_cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1), counted, -100)
 
 
 def balancing_losses(router_logits, m_cfg, sequences, routed=None, pooled=None):
@@ -301,6 +457,25 @@ def accumulate(params, captured, dp, how):
         p.grad = total / dp if dp > 1 else total
 
 
+def clip_gradients(params, clip, how):
+    """The gradient norm before clipping, over every parameter once (the tied head is wte); the
+    gradients are then scaled by clip / (norm + 1e-6) when that is < 1 (clip 0: never)."""
+    # NOTE [fp32 norms on CPU]: torch's CPU L2-norm kernel sums a float32 tensor's squares in
+    # one float32 vector accumulator (pytorch/pytorch#169237), so clip_grad_norm_ on fp32
+    # gradients is off by 4e-4 relative on gpt-small-brown's 6.4M-element embedding gradient
+    # (the exact norm of the very same fp32 gradients is 1.5e-5 away from what it returns).
+    # --norm float64 (the default) keeps torch's clipping but sums each gradient's squares in
+    # float64 (vector_norm's dtype argument casts first), as Trident does;
+    # --norm native calls clip_grad_norm_ as it is.
+    max_norm = clip if clip > 0 else float("inf")
+    if how == "native":
+        return torch.nn.utils.clip_grad_norm_(params, max_norm=max_norm).item()
+    per_param = [torch.linalg.vector_norm(p.grad, 2, dtype=torch.float64) for p in params]
+    norm_t = torch.linalg.vector_norm(torch.stack(per_param), 2)
+    torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm_t)
+    return norm_t.item()
+
+
 def train_tokens(d_cfg, prefix, vocab_size):
     """The training stream of one dataset: a Trident token file's PREFIX.train.bin, or the
     train share of a Megatron dataset read and cut by megatron-core itself (its
@@ -353,6 +528,10 @@ def main(argv=None):
                          "its grouped one (on the CPU a per-expert op with its own backward): two correct fp32 "
                          "computations of one model")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--documents", choices=["split", "mask"], default="split",
+                    help="with data.reset_attention_mask: each document through the model on its own (the "
+                         "reference), or the whole sample under megatron-core's mask as a 4D mask (NOTE "
+                         "[reference documents])")
     ap.add_argument("--capacity-factor", type=float, default=0.0,
                     help="> 0: also write the first MoE layer's share of assignments dropped past that capacity "
                          "(megatron-core's rule; model.moe_token_drop_policy) as moe_dropped_lL, the reference "
@@ -413,6 +592,7 @@ def train(args):
 
     seq = m_cfg["seq_len"]
     weighted = d_cfg.get("paths") or [[1.0, d_cfg["path"]]]
+    eod = document_eod(d_cfg, m_cfg, weighted)
     gbs, mbs = t_cfg["global_batch_size"], t_cfg["micro_batch_size"]
     order = d_cfg.get("order", "auto")
     if order == "megatron" or (order == "auto" and d_cfg.get("format") == "megatron"):
@@ -425,6 +605,7 @@ def train(args):
     else:
         samples = Blend([(w, train_tokens(d_cfg, prefix, m_cfg["vocab_size"])) for w, prefix in weighted], seq,
                         t_cfg["seed"])
+    windows = loss_mask_windows(d_cfg, samples, weighted, seq, t_cfg["seed"])
     dp = args.dp  # 1: the single-process run, one data-parallel rank holds the whole global batch
     if dp < 1 or gbs % (mbs * dp):
         raise SystemExit(f"--dp {dp} does not divide global_batch_size {gbs} into micro-batches of {mbs}")
@@ -462,67 +643,57 @@ def train(args):
         biases = expert_biases(model)  # as this step's forwards use them
         dropped = [0, 0]  # the first MoE layer's (dropped, routed) assignments (--capacity-factor)
         captured = []  # (rank, micro-batch gradients) for --accumulate other than autograd
-        for r in range(dp):
-            for k in range(local):
-                idx = samples.micro_batch(step, gbs, r, dp, k, mbs)
-                win = torch.from_numpy(np.stack([samples.window(i) for i in idx]))  # (mbs, seq + 1) int64
-                x, y = win[:, :seq], win[:, 1:]
-                moe = m_cfg["arch"] != "llama" and m_cfg["arch"] != "gpt"
-                routed.clear()
-                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-                    o = model(input_ids=x, output_router_logits=True) if moe else model(input_ids=x)
-                logits = o.logits  # (mbs, seq, V)
-                logits = logits.float() if autocast else logits  # cross-entropy in fp32
+        batches, counted = step_batches(samples, step, gbs, dp, local, mbs, seq, d_cfg, eod, windows)
+        for x, y, mask in batches:
+            moe = m_cfg["arch"] != "llama" and m_cfg["arch"] != "gpt"
+            routed.clear()
+            docs = sample_documents(x, d_cfg, eod)
+            how = args.documents if d_cfg.get("reset_attention_mask") else None
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                logits, router_logits, aux = forward(model, x, moe, docs, how)  # logits (mbs, seq, V)
+            logits = logits.float() if autocast else logits  # cross-entropy in fp32
+            if mask is None:
                 loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))  # mean over tokens
-                # The MoE layers' balancing losses feed the gradients (scaled as the loss is) but not the
-                # reported loss, as in Trident and Megatron.
-                extra = 0.0
-                if moe:
-                    # Dense first layers (model.moe_first_dense) have no router: transformers returns
-                    # the MoE layers' logits only.
-                    pooled = o.aux_loss if m_cfg.get("moe_aux_loss", "aux_loss") == "pooled_aux_loss" else None
-                    extra, per_layer = balancing_losses(o.router_logits, m_cfg, x.size(0), routed or None, pooled)
-                    moe_stats.append(per_layer)
-                    if args.capacity_factor > 0:
-                        d, n = dropped_assignments(o.router_logits[0], m_cfg["moe_top_k"], args.capacity_factor,
-                                                   m_cfg.get("moe_token_drop_policy", "probs"))
-                        dropped[0] += d
-                        dropped[1] += n
-                # Trident's executor backpropagates loss * (1/m) for each of a rank's m micro-batches.
-                ((loss + extra) * (1.0 / local)).backward()
-                loss_sum += loss.item()
-                if args.accumulate != "autograd":
-                    captured.append([p.grad for p in params])
-                    opt.zero_grad(set_to_none=True)
+            else:  # NOTE [reference loss masks]
+                loss = masked_loss(logits, y, mask, counted)
+            # The MoE layers' balancing losses feed the gradients (scaled as the loss is) but not the
+            # reported loss, as in Trident and Megatron.
+            extra = 0.0
+            if moe:
+                # Dense first layers (model.moe_first_dense) have no router: transformers returns
+                # the MoE layers' logits only.
+                pooled = aux if m_cfg.get("moe_aux_loss", "aux_loss") == "pooled_aux_loss" else None
+                extra, per_layer = balancing_losses(router_logits, m_cfg, x.size(0), routed or None, pooled)
+                moe_stats.append(per_layer)
+                if args.capacity_factor > 0:
+                    d, n = dropped_assignments(router_logits[0], m_cfg["moe_top_k"], args.capacity_factor,
+                                               m_cfg.get("moe_token_drop_policy", "probs"))
+                    dropped[0] += d
+                    dropped[1] += n
+            # Trident's executor backpropagates loss * (1/m) for each of a rank's m micro-batches; a
+            # masked loss is the global batch's share already, times dp as the dp ranks' mean divides.
+            ((loss + extra) * (1.0 / local if mask is None else float(dp))).backward()
+            loss_sum += loss.item()
+            if args.accumulate != "autograd":
+                captured.append([p.grad for p in params])
+                opt.zero_grad(set_to_none=True)
         if args.accumulate != "autograd":
             accumulate(params, captured, dp, args.accumulate)
         if m_cfg.get("moe_bias_update_rate", 0.0) > 0:
             update_expert_biases(model, moe_stats, m_cfg["moe_bias_update_rate"])
-        # The norm before clipping, over every parameter once (the tied head is wte);
-        # the gradients are then scaled by clip / (norm + 1e-6) when that is < 1.
-        # NOTE [fp32 norms on CPU]: torch's CPU L2-norm kernel sums a float32 tensor's squares in
-        # one float32 vector accumulator (pytorch/pytorch#169237), so clip_grad_norm_ on fp32
-        # gradients is off by 4e-4 relative on gpt-small-brown's 6.4M-element embedding gradient
-        # (the exact norm of the very same fp32 gradients is 1.5e-5 away from what it returns).
-        # --norm float64 (the default) keeps torch's clipping but sums each gradient's squares in
-        # float64 (vector_norm's dtype argument casts first), as Trident does;
-        # --norm native calls clip_grad_norm_ as it is.
-        max_norm = clip if clip > 0 else float("inf")
-        if args.norm == "native":
-            norm_t = torch.nn.utils.clip_grad_norm_(params, max_norm=max_norm)
-        else:
-            per_param = [torch.linalg.vector_norm(p.grad, 2, dtype=torch.float64) for p in params]
-            norm_t = torch.linalg.vector_norm(torch.stack(per_param), 2)
-            torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm_t)
-        norm = norm_t.item()
+        norm = clip_gradients(params, clip, args.norm)
         if not math.isfinite(norm):
             raise SystemExit(f"step {step + 1}: gradient norm {norm}")
         lr = lr_at(step, t_cfg["steps"], t_cfg["warmup_steps"], t_cfg["lr"], t_cfg["min_lr"])
         for g in opt.param_groups:
             g["lr"] = lr
         opt.step()
-        row = {"step": step + 1, "loss": loss_sum / micro, "lr": lr, "grad_norm": norm,
+        row = {"step": step + 1, "loss": loss_sum / micro if counted is None else loss_sum, "lr": lr, "grad_norm": norm,
                "clipped": 1 if clip > 0 and norm > clip else 0}
+        if counted is not None:  # the labels the loss counted, and each data-parallel rank's share of them
+            row["loss_tokens"] = counted
+            row["loss_tokens_per_rank"] = [int(sum(int(m.sum()) for _, _, m in batches[r * local:(r + 1) * local]))
+                                           for r in range(dp)]
         if moe_stats:
             first = m_cfg.get("moe_first_dense", 0)
             row.update(moe_row(moe_stats, first))

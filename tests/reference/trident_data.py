@@ -218,3 +218,43 @@ class MegatronSampler:
     def window(self, i):
         item = self.dataset[i]
         return np.concatenate([item["tokens"].numpy(), item["labels"].numpy()[-1:]])
+
+    def mask_window(self, i, masks):
+        """The loss-mask bytes (NOTE [loss-mask file]) of window i: megatron-core's own walk over
+        the sample's documents, reading a view of the dataset's mask (masks[d], one byte per token
+        of PREFIX.bin) in place of its tokens."""
+        ds, k, d = self.dataset, i, 0
+        if hasattr(ds, "dataset_index"):  # a BlendedDataset: its d-th GPTDataset's k-th sample
+            d, k = int(ds.dataset_index[i]), int(ds.dataset_sample_index[i])
+            ds = ds.datasets[d]
+        tokens = ds.dataset
+        ds.dataset = _MaskView(np.array(tokens.sequence_lengths, dtype=np.int64), masks[d])
+        try:
+            text, _ = ds._query_document_sample_shuffle_indices(k)
+        finally:
+            ds.dataset = tokens
+        return np.asarray(text, dtype=np.int64)
+
+
+class _MaskView:
+    """IndexedDataset.get over a mask laid out as the dataset's tokens."""
+
+    def __init__(self, lengths, mask):
+        self.starts = np.concatenate([[0], np.cumsum(lengths)])
+        self.mask = mask
+
+    def get(self, idx, offset=0, length=None):
+        begin = int(self.starts[idx]) + offset
+        end = int(self.starts[idx + 1]) if length is None else begin + length
+        return self.mask[begin:end]
+
+
+def read_loss_mask(prefix, tokens):
+    """PREFIX.lossmask (NOTE [loss-mask file] in datasets/documents.h): one byte per token."""
+    path = prefix + ".lossmask"
+    with open(path, "rb") as f:
+        head = f.read(16)
+    count = struct.unpack_from("<Q", head, 8)[0]
+    if head[:8] != b"TRDLMSK1" or count != tokens:
+        raise ValueError(f"{path}: magic {head[:8]!r}, {count} tokens: expected TRDLMSK1 and {tokens}")
+    return np.fromfile(path, np.uint8, offset=16).astype(np.int64)
