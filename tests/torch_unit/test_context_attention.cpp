@@ -24,13 +24,10 @@
 #include "models/common/attention.h"
 #include "models/common/context_attention.h"
 #include "parallel/thread_group.h"
+#include "context_test_util.h"
 
 namespace trident {
 namespace {
-
-struct Whole {
-  at::Tensor q, k, v, w, out, dq, dk, dv;
-};
 
 // (b, heads, s, d) inputs of `dtype` (fp32, or bf16 for the merge's test; q
 // times q_scale), a fixed output weighting, and the whole sequence's output
@@ -55,34 +52,6 @@ Whole whole(int64_t s, int64_t heads, int64_t kv, at::ScalarType dtype = at::kFl
   (out * x.w.to(at::kDouble)).sum().backward();
   x.out = out.detach(), x.dq = q.grad(), x.dk = k.grad(), x.dv = v.grad();
   return x;
-}
-
-// max |got - want| / max |want|.
-double relative_error(const at::Tensor& got, const at::Tensor& want) {
-  return (got.to(at::kDouble) - want).abs().max().item<double>() / want.abs().max().item<double>();
-}
-
-// Within 1e-6 is fp32's rounding of the whole.
-::testing::AssertionResult near(const at::Tensor& got, const at::Tensor& want, const char* what, int rank) {
-  const double err = relative_error(got, want);
-  if (err <= 1e-6) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << what << ", rank " << rank << ": relative max difference " << err;
-}
-
-// One rank's run of `comm` at cp over its context positions of x: the inputs it took (their
-// gradients after the caller's backward), its output, and its slice of any whole tensor.
-struct RankRun {
-  at::Tensor pos, q, k, v, out;
-  at::Tensor mine(const at::Tensor& t) const { return t.detach().index_select(2, pos).contiguous(); }
-};
-RankRun run_rank(const Whole& x, int64_t s, int cp, Group& g, const std::string& comm,
-                 std::optional<RingKernel> kernel) {
-  const CpContext ctx{&g, parse_cp_comm(comm)};
-  RankRun r;
-  r.pos = at::tensor(context_positions(s, cp, g.rank), at::kLong);
-  r.q = r.mine(x.q).requires_grad_(), r.k = r.mine(x.k).requires_grad_(), r.v = r.mine(x.v).requires_grad_();
-  r.out = kernel ? ring_attention(ctx, r.q, r.k, r.v, *kernel) : context_attention(ctx, r.q, r.k, r.v);
-  return r;
 }
 
 // kernel: the ring's step kernel (NOTE [ring step kernels]); context_attention's own choice when unset.

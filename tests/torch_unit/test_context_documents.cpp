@@ -24,13 +24,10 @@
 #include "models/common/context_attention.h"
 #include "models/common/document_attention.h"
 #include "parallel/thread_group.h"
+#include "context_test_util.h"
 
 namespace trident {
 namespace {
-
-struct Whole {
-  at::Tensor q, k, v, w, out, dq, dk, dv;
-};
 
 // fp32 inputs (b, heads, s, 8), a fixed output weighting, and one process's
 // document_attention over the whole sequence and its gradients of sum(out * w),
@@ -49,31 +46,6 @@ Whole whole(const DocumentLengths& docs, int64_t s, int64_t heads, int64_t kv) {
   return x;
 }
 
-::testing::AssertionResult near(const at::Tensor& got, const at::Tensor& want, const char* what, int rank) {
-  const double err = (got.to(at::kDouble) - want).abs().max().item<double>() / want.abs().max().item<double>();
-  if (err <= 1e-6) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << what << ", rank " << rank << ": relative max difference " << err;
-}
-
-struct RankRun {
-  at::Tensor pos, q, k, v, out;
-  at::Tensor mine(const at::Tensor& t) const { return t.detach().index_select(2, pos).contiguous(); }
-};
-
-// One rank's chunks of x through `comm` (kernel: the ring's step kernel; unset,
-// context_attention's choice), with `docs` or, when null, without documents.
-RankRun run_rank(const Whole& x, int64_t s, int cp, Group& g, const std::string& comm,
-                 std::optional<RingKernel> kernel, const DocumentLengths* docs) {
-  const CpContext ctx{&g, parse_cp_comm(comm)};
-  RankRun r;
-  r.pos = at::tensor(context_positions(s, cp, g.rank), at::kLong);
-  r.q = r.mine(x.q).requires_grad_(), r.k = r.mine(x.k).requires_grad_(), r.v = r.mine(x.v).requires_grad_();
-  if (kernel) r.out = ring_attention(ctx, r.q, r.k, r.v, *kernel, docs);
-  else r.out = docs ? context_attention(ctx, r.q, r.k, r.v, *docs) : context_attention(ctx, r.q, r.k, r.v);
-  (r.out * r.mine(x.w)).sum().backward();
-  return r;
-}
-
 void check(const DocumentLengths& docs, int cp, const std::string& comm, const std::string& backend = "gloo",
            std::optional<RingKernel> kernel = std::nullopt, int64_t heads = 4, int64_t kv = 2) {
   int64_t s = 0;
@@ -81,6 +53,7 @@ void check(const DocumentLengths& docs, int cp, const std::string& comm, const s
   const Whole x = whole(docs, s, heads, kv);
   const auto errors = run_thread_group("cp", cp, std::chrono::milliseconds(30000), [&](Group& g) {
     const RankRun r = run_rank(x, s, cp, g, comm, kernel, &docs);
+    (r.out * r.mine(x.w)).sum().backward();
     EXPECT_TRUE(near(r.out, r.mine(x.out), "out", g.rank)) << comm << " cp " << cp;
     EXPECT_TRUE(near(r.q.grad(), r.mine(x.dq), "dq", g.rank)) << comm << " cp " << cp;
     EXPECT_TRUE(near(r.k.grad(), r.mine(x.dk), "dk", g.rank)) << comm << " cp " << cp;
@@ -137,7 +110,9 @@ TEST(ContextDocuments, OneDocumentPerRowIsThePlainPathBitForBit) {
   for (const std::string comm : {"p2p", "all_gather", "a2a"}) {
     const auto errors = run_thread_group("cp", cp, std::chrono::milliseconds(30000), [&](Group& g) {
       const RankRun with = run_rank(x, s, cp, g, comm, std::nullopt, &docs);
+      (with.out * with.mine(x.w)).sum().backward();
       const RankRun without = run_rank(x, s, cp, g, comm, std::nullopt, nullptr);
+      (without.out * without.mine(x.w)).sum().backward();
       EXPECT_TRUE(at::equal(with.out, without.out)) << comm;
       EXPECT_TRUE(at::equal(with.q.grad(), without.q.grad())) << comm;
       EXPECT_TRUE(at::equal(with.k.grad(), without.k.grad())) << comm;
