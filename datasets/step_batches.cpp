@@ -23,7 +23,7 @@ DocumentBatch StepBatches::documents(int mb) {
   const int64_t mbs = shape_.micro_batch;
   d.position_ids = position_ids_.narrow(0, mb * mbs, mbs);
   d.loss_mask = loss_mask_.narrow(0, mb * mbs, mbs);
-  if (d.real_tokens < mbs * position_ids_.size(1)) d.real = real_.narrow(0, mb * mbs, mbs);
+  if (padded_.at(static_cast<size_t>(mb))) d.real = real_.narrow(0, mb * mbs, mbs);
   return d;
 }
 
@@ -35,14 +35,16 @@ DocumentCounts StepBatches::counts() {
 namespace {
 
 // Adds one sample's documents and padding (NOTE [document counts]) to `c`; real[j] = 0 where
-// input j is padding, else 1.
-void count_documents(const int64_t* inputs, int64_t seq_len, int64_t eod, DocumentCounts& c, float* real) {
+// input j is padding, else 1. mask: the sample's loss-mask bytes, or nullptr (no padding).
+void count_documents(const int64_t* inputs, const uint8_t* mask, int64_t seq_len, int64_t eod, DocumentCounts& c,
+                     float* real) {
   int64_t start = 0;
   for (int64_t j = 0; j < seq_len; ++j) {
     real[j] = 1;
     if (eod < 0 || inputs[j] != eod) continue;
-    if (j == start) real[j] = 0;
-    (j == start ? c.padding : c.documents) += 1;
+    const bool padding = j == start && mask != nullptr && mask[j] == 0;
+    if (padding) real[j] = 0;
+    (padding ? c.padding : c.documents) += 1;
     start = j + 1;
   }
   if (start < seq_len) c.documents += 1;
@@ -58,11 +60,15 @@ void StepBatches::load_documents(const std::vector<int64_t>& samples, const at::
   std::vector<uint8_t> mask(o.completion_only_loss ? static_cast<size_t>(s + 1) : 0);
   std::vector<int32_t> cu;
   documents_.assign(static_cast<size_t>(rows / mbs), {});
+  padded_.assign(static_cast<size_t>(rows / mbs), false);
   for (int64_t row = 0; row < rows; ++row) {
     if (o.completion_only_loss) ds_.copy_sample_loss_mask(samples[static_cast<size_t>(row)], mask.data());
     const data::SampleDocuments d =
         data::sample_documents(tok[row].data_ptr<int64_t>(), mask.empty() ? nullptr : mask.data(), s, o);
-    count_documents(tok[row].data_ptr<int64_t>(), s, o.eod, counts_, real[row].data_ptr<float>());
+    const double padding_before = counts_.padding;
+    count_documents(tok[row].data_ptr<int64_t>(), mask.empty() ? nullptr : mask.data(), s, o.eod, counts_,
+                    real[row].data_ptr<float>());
+    if (counts_.padding > padding_before) padded_[static_cast<size_t>(row / mbs)] = true;
     std::copy(d.position_ids.begin(), d.position_ids.end(), pos[row].data_ptr<int64_t>());
     std::copy(d.loss_mask.begin(), d.loss_mask.end(), loss[row].data_ptr<float>());
     DocumentBatch& b = documents_[static_cast<size_t>(row / mbs)];

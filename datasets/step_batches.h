@@ -42,7 +42,9 @@ struct BatchShape {
 struct DocumentBatch {
   at::Tensor position_ids, loss_mask, cu_seqlens;
   // (mbs, seq / cp) float32, device: 0 on padding, 1 elsewhere (NOTE [document counts]);
-  // undefined when the micro-batch holds no padding. real_tokens: its sum.
+  // undefined when the micro-batch's whole samples hold no padding (alike on every cp rank:
+  // whether the balancing losses take their real-token form, with its collectives, is the
+  // group's). real_tokens: its sum.
   at::Tensor real;
   int64_t real_tokens = 0;
   int64_t max_seqlen = 0;
@@ -55,8 +57,11 @@ struct DocumentBatch {
 // when they are read (one DP rank's share; the trainer sums the ranks'):
 //   loss_tokens  the loss mask's sum over the rank's rows at its cp positions (the labels the loss
 //                counts: NOTE [token-weighted loss] in models/common/loss_mask.h);
-//   padding      end-of-document tokens that are a document alone (right after another one, or
-//                first in the sample): the padding `trident data prepare --pack-seq-len` writes;
+//   padding      end-of-document tokens alone in their document (right after another one, or
+//                first in the sample) that the loss-mask file marks 0: the padding `trident data
+//                prepare --pack-seq-len` writes (an example's own end is marked 1). Without a
+//                loss-mask file (data.completion_only_loss) nothing is padding: an eod after an
+//                eod in plain text is an empty document;
 //   documents    the other documents, whole samples (every cp rank counts the same ones).
 // Without an end-of-document token each sample is one document with no padding.
 struct DocumentCounts {
@@ -99,6 +104,7 @@ class StepBatches {
   at::Tensor inputs_, targets_;  // (m x mbs, seq) on device_
   at::Tensor position_ids_, loss_mask_, real_;  // (m x mbs, seq / cp) on device_, when shape_.documents.any()
   std::vector<DocumentBatch> documents_;  // per micro-batch
+  std::vector<bool> padded_;              // per micro-batch: whether its whole samples hold padding
   DocumentCounts counts_;
 };
 

@@ -111,11 +111,14 @@ std::vector<std::string> mixtral_sft(std::vector<std::string> sets) {
   return sets;
 }
 
-TEST(LossMask, MixtralWithPaddingUnderExpertParallelism) {
+TEST(LossMask, MixtralWithPaddingUnderExpertAndContextParallelism) {
   const TrainRun one = train("mixtral-sft", 1, mixtral_sft({}), "configs/mixtral-tiny.toml");
   ASSERT_TRUE(completed(one));
   const TrainRun ep2 = train("mixtral-sft-ep2", 2, mixtral_sft({"parallel.dp=2", "parallel.ep=2"}), "configs/mixtral-tiny.toml");
   EXPECT_TRUE(matches_reference(one.rows, ep2, 1e-5));
+  // Under cp2 each rank holds another share of each sample's padding: the real count is the group's.
+  const TrainRun cp2 = train("mixtral-sft-cp2", 2, mixtral_sft({"parallel.cp=2"}), "configs/mixtral-tiny.toml");
+  EXPECT_TRUE(matches_reference(one.rows, cp2, 1e-5));
 }
 
 // gpt-tiny, byte 32 (a space) ends a document and the prediction made from it is dropped.

@@ -135,31 +135,39 @@ class Written final : public trident::data::SampleSource {
                                           : std::vector<int64_t>{E, 1, 2, 3, 4, 5, 6, 7, 8};
     std::copy(s.begin(), s.end(), out);
   }
+  bool has_loss_masks() const override { return true; }
+  void copy_sample_loss_mask(int64_t i, uint8_t* out) const override {
+    std::fill(out, out + kSeq + 1, uint8_t{1});
+    if (i == 0) out[2] = 0;  // sample 0's eod at 3 is marked 1: an empty document, not padding
+    if (i == 1) out[0] = 0;
+  }
 };
 
 trident::BatchShape written_shape(int64_t cp, int64_t cp_rank) {
-  trident::BatchShape s = shape({false, false, true, false, kEod}, cp, cp_rank);
+  trident::BatchShape s = shape({false, false, true, true, kEod}, cp, cp_rank);
   s.global_batch = 2, s.micro_batch = 1;
   return s;
 }
 
 }  // namespace
 
-// Sample 0 holds [5 E] [E] [E] [6 7 E] [8]: three documents and two eods alone (padding);
-// sample 1 [E] [1 ... 7]: one of each. The eods' predictions are masked: 8 - 4 and 8 - 1 labels
-// count, split 2 + 3 and 2 + 4 between two cp ranks (chunks of 2: rank 0 keeps 0, 1, 6, 7).
+// Sample 0 holds [5 E] [E] [E] [6 7 E] [8]: the eod at 2, alone and marked 0 by the loss-mask
+// file, is padding, the one at 3, marked 1, an empty document: four documents; sample 1 [E]
+// [1 ... 7], its first eod marked 0: one of each. The eods' predictions and the label marked 0
+// are masked: 8 - 4 and 8 - 1 labels count, split 2 + 3 and 2 + 4 between two cp ranks (chunks
+// of 2: rank 0 keeps 0, 1, 6, 7).
 TEST(StepBatchesDocuments, CountsDocumentsPaddingAndLossTokens) {
   const Written ds;
   trident::StepBatches whole(ds, 0, written_shape(1, 0), c10::Device(c10::kCPU));
   const trident::DocumentCounts n = whole.counts();
-  EXPECT_EQ(n.documents, 4);
-  EXPECT_EQ(n.padding, 3);
+  EXPECT_EQ(n.documents, 5);
+  EXPECT_EQ(n.padding, 2);
   EXPECT_EQ(n.loss_tokens, 11);
   for (int64_t rank = 0; rank < 2; ++rank) {
     trident::StepBatches mine(ds, 0, written_shape(2, rank), c10::Device(c10::kCPU));
     const trident::DocumentCounts m = mine.counts();
     EXPECT_EQ(m.loss_tokens, rank == 0 ? 5 : 6) << rank;
-    EXPECT_EQ(m.documents, 4) << rank;  // whole samples on every cp rank
-    EXPECT_EQ(m.padding, 3) << rank;
+    EXPECT_EQ(m.documents, 5) << rank;  // whole samples on every cp rank
+    EXPECT_EQ(m.padding, 2) << rank;
   }
 }
