@@ -90,9 +90,12 @@ void StepBatches::load_documents(const std::vector<int64_t>& samples, const at::
     real = real.index_select(1, mine);
   }
   counts_.loss_tokens = loss.sum().item<double>();  // host values, read before the copy
-  const at::Tensor real_per_mb = real.view({rows / mbs, -1}).sum(1).to(at::kLong);
-  for (int64_t mb = 0; mb < rows / mbs; ++mb) documents_[static_cast<size_t>(mb)].real_tokens = real_per_mb[mb].item<int64_t>();
-  real_ = real.to(device_);
+  if (std::find(padded_.begin(), padded_.end(), true) != padded_.end()) {  // else no copy: no micro-batch reads it
+    const at::Tensor real_per_mb = real.view({rows / mbs, -1}).sum(1).to(at::kLong);
+    for (int64_t mb = 0; mb < rows / mbs; ++mb)
+      documents_[static_cast<size_t>(mb)].real_tokens = real_per_mb[mb].item<int64_t>();
+    real_ = real.to(device_);
+  }
   position_ids_ = pos.to(device_);
   loss_mask_ = loss.to(device_);
 }

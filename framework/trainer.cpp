@@ -179,16 +179,17 @@ bool loss_masked(const Config& c) { return c.data.eod_mask_loss || c.data.comple
 // A step's (or an evaluation batch's) samples and, when they hold documents, their counts
 // over the global batch (NOTE [document counts]: [loss tokens, documents, padding], double,
 // summed over dp x cp on the device) and under loss masks the loss's scale dp·cp / N (NOTE
-// [token-weighted loss] in models/common/loss_mask.h). Every rank of a dp x cp group builds
-// one per step, in the same order, so the count's all-reduce is issued alike.
+// [token-weighted loss] in models/common/loss_mask.h). The counts are reduced only where they
+// are read: under loss masks, or for a logged step's metrics (`logged`); both are alike on every
+// rank of a dp x cp group, so the count's all-reduce is issued alike.
 struct StepData {
   StepBatches batches;
   at::Tensor counts, scale;
 };
 
-StepData step_data(Run& r, const data::SampleSource& ds, int64_t step) {
+StepData step_data(Run& r, const data::SampleSource& ds, int64_t step, bool logged = false) {
   StepData d{step_batches(r, ds, step), at::Tensor(), at::Tensor()};
-  if (!r.train_data->documents.any()) return d;
+  if (!r.train_data->documents.any() || !(logged || loss_masked(r.cfg))) return d;
   const DocumentCounts n = d.batches.counts();
   d.counts = at::tensor({n.loss_tokens, n.documents, n.padding}, at::kDouble).to(r.device);
   all_reduce(r.pgs->dp_cp, d.counts);
@@ -322,7 +323,7 @@ std::optional<StepMetrics> train_step(Run& r, int64_t step, int64_t data_step) {
   r.rec->begin_step(step, logged);
   r.dp->zero_grads();
   const auto& actions = r.schedule.ranks.at(r.pgs->layout().coords(r.pgs->rank()).pp);
-  StepData data = step_data(r, *r.train_data->samples, data_step);  // NOTE [consumed samples]
+  StepData data = step_data(r, *r.train_data->samples, data_step, logged);  // NOTE [consumed samples]
   const ExecutorStats stats =
       r.exec->run(actions, [&](int mb) { return micro_batch(data, mb); }, backward_scale(r), r.dp.get());
   std::vector<at::Tensor> moe_stats;  // this step's only (NOTE [MoE stats])
